@@ -1,0 +1,187 @@
+"""Deterministic guardrails: named rule sets (``guardrails/NAME.toml``) loaded by name.
+
+A rule declares its scope — one ``field``, the ``from`` values it may change and the
+``to`` value it sets — and its trigger: conditions on other fields (``where``) and on
+*cues* found in the question (``when`` present / ``unless`` absent).  Cues are regular
+expressions with exclusions blanked out first, so "top-line revenue" is not a ranking.
+A rule may also ``set`` other fields from what a cue extracts (a row count, a sort
+direction).  Rules are idempotent: after firing, the field is outside ``from``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .errors import GuardrailError
+from .intent import Intent
+
+GUARDRAIL_DIR = Path(__file__).resolve().parent.parent / "guardrails"
+NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15,
+                "twenty": 20, "fifty": 50, "hundred": 100, "a dozen": 12, "dozen": 12}
+NULL = "null"
+
+
+@dataclass(frozen=True)
+class Cue:
+    """A question feature: boolean (``any``), a number (group ``n``) or a keyed value."""
+
+    name: str
+    exclude: tuple[re.Pattern[str], ...] = ()
+    any: tuple[re.Pattern[str], ...] = ()
+    values: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...] = ()
+
+    def find(self, question: str) -> Any:
+        """None when absent; else True, an int (group ``n``) or the matching value key."""
+        text = question.lower()
+        for pat in self.exclude:
+            text = pat.sub(" ", text)
+        for key, pats in self.values:
+            if any(p.search(text) for p in pats):
+                return key
+        for pat in self.any:
+            m = pat.search(text)
+            if m:
+                n = m.groupdict().get("n")
+                if n is None:
+                    return True
+                return int(n) if n.isdigit() else NUMBER_WORDS.get(n, True)
+        return None
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    field: str
+    from_values: tuple[Any, ...]
+    to: Any
+    description: str = ""
+    where: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    when: str | None = None
+    unless: str | None = None
+    set: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """One firing of one rule: what changed, from what, to what."""
+
+    rule: str
+    fields: tuple[str, ...]
+    before: dict[str, Any]
+    after: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "fields": list(self.fields), "before": self.before,
+                "after": self.after}
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    name: str
+    rules: tuple[Rule, ...]
+    cues: dict[str, Cue] = field(default_factory=dict)
+    description: str = ""
+
+    def apply(self, intent: Intent, question: str) -> tuple[Intent, list[Intervention]]:
+        """Apply each rule once, in order; returns the new intent and its interventions."""
+        found: list[Intervention] = []
+        for rule in self.rules:
+            current = intent.model_dump(mode="json")
+            if current[rule.field] not in rule.from_values:
+                continue
+            if any(current[f] not in vals for f, vals in rule.where):
+                continue
+            if rule.when and self.cues[rule.when].find(question) is None:
+                continue
+            if rule.unless and self.cues[rule.unless].find(question) is not None:
+                continue
+            update: dict[str, Any] = {rule.field: rule.to}
+            for target, cue_name in rule.set:
+                value = self.cues[cue_name].find(question)
+                update[target] = None if value is True else value
+            try:
+                new = Intent.model_validate({**current, **update})
+            except ValidationError:
+                continue  # a rule never produces an invalid intent; skip rather than crash
+            after = new.model_dump(mode="json")
+            changed = tuple(k for k in update if after[k] != current[k])
+            if changed:
+                found.append(Intervention(rule.id, changed, {k: current[k] for k in changed},
+                                          {k: after[k] for k in changed}))
+                intent = new
+        return intent, found
+
+
+def _compile(pats: Any, where: str) -> tuple[re.Pattern[str], ...]:
+    if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
+        raise GuardrailError("must be a list of regular expressions", field=where)
+    try:
+        return tuple(re.compile(p) for p in pats)
+    except re.error as exc:
+        raise GuardrailError(f"bad regular expression: {exc}", field=where) from None
+
+
+def _null(v: Any) -> Any:
+    return None if v == NULL else v
+
+
+def load_ruleset(name_or_path: str | Path) -> RuleSet:
+    """Load a rule set by name (``guardrails/NAME.toml``) or by path."""
+    path = Path(name_or_path)
+    if path.suffix != ".toml":
+        path = GUARDRAIL_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in GUARDRAIL_DIR.glob("*.toml"))
+        raise GuardrailError(f"no guardrail rule set '{name_or_path}' (known: {', '.join(known)})")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise GuardrailError(f"invalid TOML: {exc}", path=str(path)) from None
+    cues: dict[str, Cue] = {}
+    for cname, spec in data.get("cues", {}).items():
+        values = tuple((k, _compile(v, f"cues.{cname}.values.{k}"))
+                       for k, v in spec.get("values", {}).items())
+        cues[cname] = Cue(cname, _compile(spec.get("exclude", []), f"cues.{cname}.exclude"),
+                          _compile(spec.get("any", []), f"cues.{cname}.any"), values)
+    rules = []
+    for i, spec in enumerate(data.get("rules", [])):
+        where = f"rules[{i}]"
+        for key in ("id", "field", "from", "to"):
+            if key not in spec:
+                raise GuardrailError("missing key", path=str(path), field=f"{where}.{key}")
+        if spec["field"] not in Intent.model_fields:
+            raise GuardrailError(f"unknown intent field {spec['field']!r}", path=str(path),
+                                 field=f"{where}.field")
+        for ref in [spec.get("when"), spec.get("unless"), *spec.get("set", {}).values()]:
+            if ref is not None and ref not in cues:
+                raise GuardrailError(f"unknown cue {ref!r}", path=str(path), field=where)
+        rules.append(Rule(
+            id=spec["id"], field=spec["field"], to=_null(spec["to"]),
+            from_values=tuple(_null(v) for v in spec["from"]),
+            description=spec.get("description", ""),
+            where=tuple((k, tuple(_null(x) for x in v)) for k, v in spec.get("where", {}).items()),
+            when=spec.get("when"), unless=spec.get("unless"),
+            set=tuple(spec.get("set", {}).items())))
+    return RuleSet(data.get("name", path.stem), tuple(rules), cues, data.get("description", ""))
+
+
+def load_guardrails(names: list[str] | tuple[str, ...]) -> list[RuleSet]:
+    """Load rule sets by name; ``none`` (or an empty list) means no guardrail."""
+    return [load_ruleset(n) for n in names if n and n != "none"]
+
+
+def apply_all(rulesets: list[RuleSet], intent: Intent, question: str
+              ) -> tuple[Intent, list[Intervention]]:
+    """Apply rule sets in the given order; interventions accumulate."""
+    out: list[Intervention] = []
+    for rs in rulesets:
+        intent, found = rs.apply(intent, question)
+        out.extend(found)
+    return intent, out

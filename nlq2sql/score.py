@@ -1,0 +1,253 @@
+"""Per-item scoring and streaming summary metrics.
+
+Definitions (also in the README):
+- raw accuracy: canonical raw intent == canonical gold (unparseable, schema-invalid,
+  inconsistent or failed requests count as wrong); final accuracy: the same after guardrails.
+- interventions: items a guardrail changed; precision = interventions after which every
+  changed field equals gold ÷ interventions; recall per rule = correct interventions ÷ items
+  in the rule's scope class (raw value in its from-values, gold value equal to its to-value).
+- execution accuracy: the final intent's result rows == the gold result rows (Spider-style).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import numpy as np
+from scipy.stats import binomtest
+from sklearn.metrics import confusion_matrix
+
+from .errors import ExecutionError, IntentError, SqlBuildError
+from .evalset import EvalCase
+from .execute import Executor, result_hash, rows_equal
+from .guardrail import RuleSet, apply_all
+from .intent import (FIELDS, INTENTS, STATUS_INCONSISTENT, STATUS_OK, Intent, canonicalise,
+                     consistency_problem, is_ordered, parse_intent)
+from .sqlbuild import build_sql
+
+#: Primary error classes, most basic first.
+TAXONOMY = ("request_error", "truncated", "invalid_json", "schema_invalid", "inconsistent",
+            "false_ranking", "false_breakdown", "wrong_intent", "wrong_metric", "wrong_dimension",
+            "wrong_time_grain", "wrong_filters", "wrong_limit", "wrong_order")
+
+
+def wrong_fields(pred: Intent, gold: Intent) -> list[str]:
+    """Fields of two canonical intents that differ."""
+    p, g = pred.model_dump(mode="json"), gold.model_dump(mode="json")
+    return [f for f in FIELDS if p[f] != g[f]]
+
+
+def error_class(status: str, pred: Intent | None, gold: Intent) -> str | None:
+    """Primary taxonomy label of one answer; None when correct."""
+    if status != STATUS_OK or pred is None:
+        return status
+    diff = wrong_fields(pred, gold)
+    if not diff:
+        return None
+    if "intent" in diff:
+        if pred.intent == "top_n_by_metric" and gold.intent == "breakdown":
+            return "false_ranking"
+        if pred.intent == "breakdown" and gold.intent == "top_n_by_metric":
+            return "false_breakdown"
+        return "wrong_intent"
+    return f"wrong_{diff[0]}"
+
+
+def _status_of(intent: Intent | None, status: str) -> tuple[str, str | None]:
+    if intent is None:
+        return status, None
+    problem = consistency_problem(intent)
+    return (STATUS_INCONSISTENT, problem) if problem else (STATUS_OK, None)
+
+
+def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
+               *, finish_reason: str | None = None, request_error: str | None = None
+               ) -> dict[str, Any]:
+    """Score one raw model answer: parse, guardrail, build, execute, compare."""
+    gold = canonicalise(case.gold)
+    raw: Intent | None = None
+    status, reason = STATUS_OK, None
+    if request_error is not None:
+        status, reason = "request_error", request_error
+    else:
+        try:
+            raw = parse_intent(raw_text or "")
+        except IntentError as exc:
+            status, reason = exc.status, exc.reason
+            if finish_reason == "length":
+                status = "truncated"
+    if raw is not None:
+        status, reason = _status_of(raw, status)
+
+    final, interventions = raw, []
+    if raw is not None:
+        final, interventions = apply_all(rulesets, raw, case.question)
+    final_status, final_reason = _status_of(final, status) if raw is not None else (status, reason)
+
+    raw_c = canonicalise(raw) if raw is not None and status == STATUS_OK else None
+    final_c = canonicalise(final) if final is not None and final_status == STATUS_OK else None
+
+    gold_rows = executor.run(build_sql(gold))
+    ordered = is_ordered(gold)
+    sql, params, rows, exec_error = None, None, None, None
+    if final_c is not None:
+        try:
+            q = build_sql(final_c)
+            sql, params = q.sql, list(q.params)
+            rows = executor.run(q)
+        except (SqlBuildError, ExecutionError) as exc:
+            exec_error = str(exc)
+
+    # Which rules could have helped this item (for recall), and were their changes right?
+    scope = []
+    raw_dump = raw.model_dump(mode="json") if raw is not None else None
+    gold_dump = gold.model_dump(mode="json")
+    for rs in rulesets:
+        for rule in rs.rules:
+            if raw_dump is not None and raw_dump[rule.field] in rule.from_values \
+                    and gold_dump[rule.field] == rule.to:
+                scope.append(rule.id)
+    final_dump = final_c.model_dump(mode="json") if final_c is not None else None
+    ivs = []
+    for iv in interventions:
+        d = iv.as_dict()
+        d["correct"] = final_dump is not None and all(final_dump[f] == gold_dump[f] for f in iv.fields)
+        ivs.append(d)
+
+    return {
+        "id": case.id, "question": case.question, "category": case.category,
+        "pair_id": case.pair_id, "gold_intent": gold_dump,
+        "raw_text": raw_text, "finish_reason": finish_reason,
+        "status": status, "status_reason": reason,
+        "final_status": final_status, "final_status_reason": final_reason,
+        "raw_intent": raw_dump,
+        "final_intent": final.model_dump(mode="json") if final is not None else None,
+        "interventions": ivs, "guardrail_scope": scope,
+        "sql": sql, "params": params, "exec_error": exec_error,
+        "result_hash": result_hash(rows, ordered=ordered) if rows is not None else None,
+        "result_rows": len(rows) if rows is not None else None,
+        "gold_result_hash": result_hash(gold_rows, ordered=ordered),
+        "correct_raw": raw_c is not None and raw_c == gold,
+        "correct_final": final_c is not None and final_c == gold,
+        "correct_exec": rows is not None and rows_equal(rows, gold_rows, ordered=ordered),
+        "error_raw": error_class(status, raw_c, gold),
+        "error_final": error_class(final_status, final_c, gold),
+        "wrong_fields_raw": wrong_fields(raw_c, gold) if raw_c is not None else list(FIELDS),
+    }
+
+
+def wilson(k: int, n: int) -> dict[str, Any]:
+    """Proportion with its 95 % Wilson interval and the counts behind it."""
+    if n == 0:
+        return {"value": None, "k": 0, "n": 0, "ci95": None}
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return {"value": k / n, "k": k, "n": n, "ci95": [round(ci.low, 4), round(ci.high, 4)]}
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Exact McNemar p-value from the two discordant counts (b: A right/B wrong, c: reverse)."""
+    return 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
+
+
+def percentiles(values: list[float]) -> dict[str, Any]:
+    """p50/p95/p99/mean with the sample count; empty → not observed (never zero)."""
+    if not values:
+        return {"n": 0, "p50": None, "p95": None, "p99": None, "mean": None}
+    arr = np.asarray(values, dtype=float)
+    return {"n": int(arr.size), "mean": float(arr.mean()),
+            **{f"p{q}": float(np.percentile(arr, q)) for q in (50, 95, 99)}}
+
+
+class Summary:
+    """Streaming aggregation of records: memory grows with classes, not with items."""
+
+    def __init__(self, rulesets: list[RuleSet]) -> None:
+        self.rule_ids = [r.id for rs in rulesets for r in rs.rules]
+        self.n = 0
+        self.c: Counter[str] = Counter()
+        self.status: Counter[str] = Counter()
+        self.errors_raw: Counter[str] = Counter()
+        self.errors_final: Counter[str] = Counter()
+        self.finish: Counter[str] = Counter()
+        self.gold_intents: Counter[str] = Counter()
+        self.pairs: Counter[tuple[str, str]] = Counter()
+        self.field_ok: Counter[str] = Counter()
+        self.rule_fired: Counter[str] = Counter()
+        self.rule_correct: Counter[str] = Counter()
+        self.rule_scope: Counter[str] = Counter()
+        self.rule_scope_correct: Counter[str] = Counter()
+        self.cat: dict[str, Counter[str]] = defaultdict(Counter)
+        self.timing: dict[str, list[float]] = defaultdict(list)
+
+    def add(self, rec: dict[str, Any]) -> None:
+        self.n += 1
+        c = self.c
+        for key in ("correct_raw", "correct_final", "correct_exec"):
+            c[key] += bool(rec[key])
+        c["schema_valid"] += rec["raw_intent"] is not None
+        c["intervened"] += bool(rec["interventions"])
+        c["intervened_correct"] += bool(rec["interventions"]) and all(
+            iv["correct"] for iv in rec["interventions"])
+        self.status[rec["status"]] += 1
+        self.errors_raw[rec["error_raw"] or "correct"] += 1
+        self.errors_final[rec["error_final"] or "correct"] += 1
+        self.finish[rec.get("finish_reason") or "n/a"] += 1
+        gold = rec["gold_intent"]
+        self.gold_intents[gold["intent"]] += 1
+        pred = rec["raw_intent"]["intent"] if rec["raw_intent"] else "invalid"
+        self.pairs[(gold["intent"], pred)] += 1
+        wrong = set(rec["wrong_fields_raw"])
+        for f in FIELDS:
+            self.field_ok[f] += f not in wrong
+        for iv in rec["interventions"]:
+            self.rule_fired[iv["rule"]] += 1
+            self.rule_correct[iv["rule"]] += bool(iv["correct"])
+        fired_ok = {iv["rule"] for iv in rec["interventions"] if iv["correct"]}
+        for rid in rec["guardrail_scope"]:
+            self.rule_scope[rid] += 1
+            self.rule_scope_correct[rid] += rid in fired_ok
+        cat = self.cat[rec["category"]]
+        cat["n"] += 1
+        cat["raw"] += bool(rec["correct_raw"])
+        cat["final"] += bool(rec["correct_final"])
+        for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s"):
+            if rec.get(key) is not None:
+                self.timing[key].append(float(rec[key]))
+
+    def result(self) -> dict[str, Any]:
+        n, c = self.n, self.c
+        labels = list(INTENTS) + ["invalid"]
+        cm = None
+        if self.pairs:
+            ys, ps = zip(*self.pairs.keys(), strict=True)
+            cm = confusion_matrix(ys, ps, labels=labels,
+                                  sample_weight=list(self.pairs.values())).astype(int).tolist()
+        majority = self.gold_intents.most_common(1)
+        rules = {rid: {"interventions": self.rule_fired[rid],
+                       "precision": wilson(self.rule_correct[rid], self.rule_fired[rid]),
+                       "recall": wilson(self.rule_scope_correct[rid], self.rule_scope[rid]),
+                       "scope": self.rule_scope[rid]} for rid in self.rule_ids}
+        return {
+            "n": n,
+            "raw_accuracy": wilson(c["correct_raw"], n),
+            "final_accuracy": wilson(c["correct_final"], n),
+            "execution_accuracy": wilson(c["correct_exec"], n),
+            "schema_valid_rate": wilson(c["schema_valid"], n),
+            "interventions": c["intervened"],
+            "intervention_precision": wilson(c["intervened_correct"], c["intervened"]),
+            "intervention_recall": {rid: r["recall"] for rid, r in rules.items()},
+            "rules": rules,
+            "majority_baseline": {"label": majority[0][0] if majority else None,
+                                  **wilson(majority[0][1] if majority else 0, n)},
+            "field_accuracy": {f: wilson(self.field_ok[f], n) for f in FIELDS},
+            "status_counts": dict(self.status),
+            "error_taxonomy_raw": dict(self.errors_raw.most_common()),
+            "error_taxonomy_final": dict(self.errors_final.most_common()),
+            "finish_reasons": dict(self.finish),
+            "confusion_matrix": {"labels": labels, "rows_gold_cols_pred": cm},
+            "per_category": {k: {"n": v["n"], "raw_accuracy": wilson(v["raw"], v["n"]),
+                                 "final_accuracy": wilson(v["final"], v["n"])}
+                             for k, v in sorted(self.cat.items())},
+            "timing": {k: percentiles(v) for k, v in self.timing.items()},
+        }
