@@ -135,8 +135,8 @@ def pull(name: str = DEFAULT_MODEL, *, force: bool = False) -> Path:
                       "gguf_bytes": gguf.stat().st_size, "download_s": round(t1 - t0, 1),
                       "convert_s": round(time.monotonic() - t1, 1)}
             (staged / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-            if final.exists():  # incomplete leftover, or force
-                shutil.rmtree(final)
+            if final.exists():  # incomplete leftover, or force: move aside, then swap in
+                os.rename(final, work / "old")
             os.rename(staged, final)
         finally:
             shutil.rmtree(work, ignore_errors=True)

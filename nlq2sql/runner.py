@@ -20,8 +20,7 @@ from .errors import InputError
 from .evalset import EvalSet, load_evalset
 from .execute import Executor
 from .guardrail import RuleSet, load_guardrails
-from .records import (MANIFEST, RECORDS, SUMMARY, RecordWriter, iter_records, prepare_dir,
-                      write_json_atomic)
+from .records import MANIFEST, RECORDS, SUMMARY, RecordWriter, iter_records, prepare_dir, write_json_atomic
 from .score import Summary, score_item
 
 
@@ -78,7 +77,7 @@ def read_responses(path: Path, known_ids: set[str]) -> Iterator[Response]:
 
 
 def make_executor(path: Path | None) -> Executor:
-    return Executor(warehouse.ensure(path or warehouse.DEFAULT_PATH))
+    return Executor(warehouse.ensure(path))
 
 
 def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any]:

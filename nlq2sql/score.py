@@ -22,8 +22,17 @@ from .errors import ExecutionError, IntentError, SqlBuildError
 from .evalset import EvalCase
 from .execute import Executor, result_hash, rows_equal
 from .guardrail import RuleSet, apply_all
-from .intent import (FIELDS, INTENTS, STATUS_INCONSISTENT, STATUS_OK, Intent, canonicalise,
-                     consistency_problem, is_ordered, parse_intent)
+from .intent import (
+    FIELDS,
+    INTENTS,
+    STATUS_INCONSISTENT,
+    STATUS_OK,
+    Intent,
+    canonicalise,
+    consistency_problem,
+    is_ordered,
+    parse_intent,
+)
 from .sqlbuild import build_sql
 
 #: Primary error classes, most basic first.

@@ -9,11 +9,14 @@ channels and dates.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pandas as pd
+
+from .paths import cache_dir
 
 SEED = 20240101
 BASE_LINES = 100_000
@@ -41,7 +44,10 @@ VALUES: dict[str, tuple[str, ...]] = {
 }
 
 N_CUSTOMERS = 2_000
-DEFAULT_PATH = Path(".cache") / "warehouse.duckdb"
+
+
+def default_path() -> Path:
+    return cache_dir() / "warehouse.duckdb"
 
 
 def _frames(scale: float) -> dict[str, pd.DataFrame]:
@@ -87,11 +93,11 @@ def _frames(scale: float) -> dict[str, pd.DataFrame]:
             "dates": dates, "facts": facts}
 
 
-def build(out: Path = DEFAULT_PATH, scale: float = 1.0) -> Path:
+def build(out: Path | None = None, scale: float = 1.0) -> Path:
     """Write the warehouse to ``out`` atomically (temp file, then rename)."""
-    out = Path(out)
+    out = Path(out) if out is not None else default_path()
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     frames = _frames(scale)
     con = duckdb.connect(str(tmp))
@@ -116,9 +122,9 @@ def build(out: Path = DEFAULT_PATH, scale: float = 1.0) -> Path:
     return out
 
 
-def ensure(path: Path = DEFAULT_PATH) -> Path:
+def ensure(path: Path | None = None) -> Path:
     """Build the default warehouse once; later calls reuse it."""
-    path = Path(path)
+    path = Path(path) if path is not None else default_path()
     if not path.exists():
         build(path)
     return path

@@ -1,0 +1,1 @@
+"""Typer commands only: parse, build a config, call one library function, render."""

@@ -1,0 +1,239 @@
+"""Endpoint calls: structured outputs, streamed timings, classified failures, bounded retries.
+
+One ``AsyncOpenAI`` client on the aiohttp transport with a connection pool at least as
+large as the concurrency — the client must never be the serializer.  Every request is
+streamed so TTFT and inter-token gaps are measured, not inferred.  Failures become a
+classified ``outcome``; retryable ones are retried with exponential backoff and jitter,
+honouring ``Retry-After``, under a per-run retry budget so a sick server is not stormed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import openai
+from openai import AsyncOpenAI, DefaultAioHttpClient
+
+from .intent import intent_schema
+
+#: outcome → retried?  (the docs list the same table)
+OUTCOMES: dict[str, bool] = {
+    "ok": False, "http_429": True, "http_5xx": True, "timeout": True, "connection_error": True,
+    "stream_error": True, "context_overflow": False, "http_4xx": False, "auth_error": False,
+    "model_not_found": False, "malformed_response": False,
+}
+STRUCTURED_MODES = ("json", "response_format", "regex", "none")
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """Where and how to call; the API key itself is never stored in records."""
+
+    base_url: str
+    model: str
+    api_key: str = "EMPTY"
+    timeout_s: float = 120.0
+    concurrency: int = 8
+    retry_budget: float = 0.2  # extra requests allowed, as a fraction of items
+    max_attempts: int = 4
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_tokens: int = 96
+    temperature: float = 0.0
+    seed: int | None = 0
+    structured: str = "json"  # json | response_format | regex | none
+    regex: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
+                "structured": self.structured, "regex": self.regex}
+
+
+@dataclass
+class Completion:
+    """What one item's call produced, success or not, with how it was measured."""
+
+    outcome: str = "ok"
+    text: str | None = None
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error: str | None = None
+    attempts: int = 0
+    started: float = 0.0
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    itl_mean_s: float | None = None
+    itl_max_s: float | None = None
+    chunks: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    retry_waits_s: list[float] = field(default_factory=list)
+
+    def record_fields(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "outcome", "finish_reason", "http_status", "error", "attempts", "latency_s", "ttft_s",
+            "itl_mean_s", "itl_max_s", "chunks", "prompt_tokens", "completion_tokens",
+            "cached_tokens", "retry_waits_s")}
+
+
+class RetryBudget:
+    """A per-run cap on retries: total requests ≤ items × (1 + fraction)."""
+
+    def __init__(self, items: int, fraction: float) -> None:
+        self.left = max(1, int(items * fraction)) if fraction > 0 else 0
+        self.used = 0
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        self.used += 1
+        return True
+
+
+def make_client(cfg: EndpointConfig) -> AsyncOpenAI:
+    """SDK client on aiohttp with a pool sized to the concurrency; SDK retries off (ours count)."""
+    connector_limit = max(100, cfg.concurrency * 2)
+    http = DefaultAioHttpClient(timeout=cfg.timeout_s,
+                                limits=_limits(connector_limit))
+    return AsyncOpenAI(base_url=cfg.base_url, api_key=cfg.api_key, max_retries=0,
+                       timeout=cfg.timeout_s, http_client=http)
+
+
+def _limits(n: int) -> Any:
+    import httpx
+
+    return httpx.Limits(max_connections=n, max_keepalive_connections=n)
+
+
+def request_kwargs(model: str, messages: list[dict[str, str]], s: Sampling) -> dict[str, Any]:
+    """Chat-completions arguments carrying the intent contract the way the server expects."""
+    kw: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": s.max_tokens,
+                          "temperature": s.temperature, "stream": True,
+                          "stream_options": {"include_usage": True}}
+    if s.seed is not None:
+        kw["seed"] = s.seed
+    if s.structured == "json":
+        kw["extra_body"] = {"structured_outputs": {"json": intent_schema()}}
+    elif s.structured == "regex":
+        kw["extra_body"] = {"structured_outputs": {"regex": s.regex}}
+    elif s.structured == "response_format":
+        kw["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "intent", "schema": intent_schema(), "strict": True}}
+    return kw
+
+
+def classify(exc: BaseException) -> tuple[str, int | None, float | None]:
+    """Exception → (outcome, HTTP status, Retry-After seconds)."""
+    if isinstance(exc, openai.APIStatusError):
+        code = exc.status_code
+        retry_after = None
+        ra = exc.response.headers.get("retry-after") if exc.response is not None else None
+        if ra:
+            try:
+                retry_after = float(ra)
+            except ValueError:
+                retry_after = None
+        if code == 429:
+            return "http_429", code, retry_after
+        if code >= 500:
+            return "http_5xx", code, retry_after
+        if code in (401, 403):
+            return "auth_error", code, None
+        if code == 404:
+            return "model_not_found", code, None
+        text = str(exc).lower()
+        if code == 400 and ("maximum context length" in text or "context length" in text
+                            or "too long" in text):
+            return "context_overflow", code, None
+        return "http_4xx", code, None
+    if isinstance(exc, (asyncio.TimeoutError, openai.APITimeoutError)):
+        return "timeout", None, None
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection_error", None, None
+    if isinstance(exc, (json.JSONDecodeError, openai.APIResponseValidationError, ValueError,
+                        KeyError, TypeError, AttributeError)):
+        return "malformed_response", None, None
+    if isinstance(exc, (aiohttp.ClientError, openai.APIError, ConnectionError)):
+        return "stream_error", None, None
+    return "stream_error", None, None
+
+
+async def _once(client: AsyncOpenAI, kw: dict[str, Any], timeout_s: float, out: Completion) -> None:
+    t0 = time.perf_counter()
+    parts: list[str] = []
+    last = None
+    gaps: list[float] = []
+    async with asyncio.timeout(timeout_s):
+        stream = await client.chat.completions.create(**kw)
+        try:
+            async for chunk in stream:
+                now = time.perf_counter()
+                out.chunks += 1
+                if chunk.usage is not None:
+                    out.prompt_tokens = chunk.usage.prompt_tokens
+                    out.completion_tokens = chunk.usage.completion_tokens
+                    details = getattr(chunk.usage, "prompt_tokens_details", None)
+                    out.cached_tokens = getattr(details, "cached_tokens", None) if details else None
+                for choice in chunk.choices:
+                    delta = choice.delta.content if choice.delta is not None else None
+                    if delta:
+                        if out.ttft_s is None:
+                            out.ttft_s = now - t0
+                        elif last is not None:
+                            gaps.append(now - last)
+                        last = now
+                        parts.append(delta)
+                    if choice.finish_reason:
+                        out.finish_reason = choice.finish_reason
+        finally:
+            await stream.close()
+    out.latency_s = time.perf_counter() - t0
+    out.text = "".join(parts)
+    out.http_status = 200
+    if gaps:
+        out.itl_mean_s = sum(gaps) / len(gaps)
+        out.itl_max_s = max(gaps)
+    if out.finish_reason is None:
+        raise openai.APIError("stream ended without a finish_reason", request=None, body=None)  # type: ignore[arg-type]
+
+
+async def complete(client: AsyncOpenAI, cfg: EndpointConfig, messages: list[dict[str, str]],
+                   sampling: Sampling, budget: RetryBudget) -> Completion:
+    """One item's call with classified failures and bounded, jittered retries."""
+    kw = request_kwargs(cfg.model, messages, sampling)
+    result = Completion(started=time.time())
+    for attempt in range(1, cfg.max_attempts + 1):
+        out = Completion(started=result.started, attempts=attempt,
+                         retry_waits_s=result.retry_waits_s)
+        try:
+            await _once(client, kw, cfg.timeout_s, out)
+            return out
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 — every failure becomes an outcome
+            outcome, code, retry_after = classify(exc)
+            out.outcome, out.http_status = outcome, code
+            out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+            out.text = None
+            result = out
+        if not OUTCOMES.get(result.outcome, False) or attempt == cfg.max_attempts:
+            break
+        if not budget.take():
+            result.error = (result.error or "") + " (retry budget exhausted)"
+            break
+        wait = min(20.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random())
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, 60.0))
+        result.retry_waits_s.append(round(wait, 3))
+        await asyncio.sleep(wait)
+    return result

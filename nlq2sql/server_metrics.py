@@ -1,0 +1,109 @@
+"""Sample the server's own ``/metrics`` while a run is in flight.
+
+A configured number is not a measured one: the run records what the server itself said
+(running / waiting requests, KV-cache usage, prefix-cache hits), each figure with its
+sample count.  Endpoints without ``/metrics`` are reported as not observed, never as zero.
+Old metric names (``gpu_cache_usage_perc``) are accepted beside the new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+#: logical name → accepted metric names (first found wins), newest first.
+GAUGES = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+}
+COUNTERS = {
+    "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+    "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+    "generation_tokens": ("vllm:generation_tokens",),
+    "prompt_tokens": ("vllm:prompt_tokens",),
+}
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text → {logical name: value summed over label sets}."""
+    totals: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            name = sample.name
+            if name.endswith("_created"):
+                continue
+            base = name[:-6] if name.endswith("_total") else name
+            totals[base] = totals.get(base, 0.0) + float(sample.value)
+    out: dict[str, float] = {}
+    for logical, names in {**GAUGES, **COUNTERS}.items():
+        for n in names:
+            if n in totals:
+                out[logical] = totals[n]
+                break
+    return out
+
+
+class MetricsSampler:
+    """Background scraper: start() before the load, stop() after; result() summarises."""
+
+    def __init__(self, base_url: str, interval_s: float = 0.25) -> None:
+        self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+        self.interval_s = interval_s
+        self.samples: list[dict[str, float]] = []
+        self.errors = 0
+        self._task: asyncio.Task[None] | None = None
+        self._first: dict[str, float] | None = None
+        self._last: dict[str, float] | None = None
+
+    async def _loop(self) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as sess:
+            while True:
+                try:
+                    async with sess.get(self.url) as resp:
+                        if resp.status != 200:
+                            self.errors += 1
+                        else:
+                            parsed = parse_metrics(await resp.text())
+                            parsed["t"] = time.time()
+                            if self._first is None:
+                                self._first = parsed
+                            self._last = parsed
+                            self.samples.append(parsed)
+                except (TimeoutError, aiohttp.ClientError, ValueError):
+                    self.errors += 1
+                await asyncio.sleep(self.interval_s)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def result(self) -> dict[str, Any]:
+        """Peaks and means with sample counts; counter deltas over the sampled window."""
+        if not self.samples:
+            return {"observed": False, "url": self.url, "errors": self.errors,
+                    "note": "no /metrics samples: not observed"}
+        out: dict[str, Any] = {"observed": True, "url": self.url, "samples": len(self.samples),
+                               "errors": self.errors, "interval_s": self.interval_s}
+        for name in GAUGES:
+            vals = [s[name] for s in self.samples if name in s]
+            out[name] = ({"n": len(vals), "peak": max(vals), "mean": sum(vals) / len(vals)}
+                         if vals else {"n": 0, "note": "not observed"})
+        first, last = self._first or {}, self._last or {}
+        deltas = {k: last[k] - first[k] for k in COUNTERS if k in first and k in last}
+        out["counter_deltas"] = deltas
+        q = deltas.get("prefix_cache_queries")
+        out["prefix_cache_hit_rate"] = (deltas["prefix_cache_hits"] / q
+                                        if q and "prefix_cache_hits" in deltas else None)
+        return out
