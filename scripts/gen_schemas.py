@@ -1,0 +1,53 @@
+"""Write the JSON Schemas generated from the models into ``schemas/``.
+
+Run after changing :class:`nlq2sql.intent.Intent` or :class:`nlq2sql.evalset.EvalCase`;
+``tests/test_schema.py`` fails while the committed files differ from what the models generate.
+
+    .venv/bin/python scripts/gen_schemas.py [--check]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.evalset import EvalCase
+from nlq2sql.intent import intent_schema
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+
+def render(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def generated() -> dict[str, str]:
+    """File name → text the models generate now."""
+    return {
+        "intent.schema.json": render(intent_schema()),
+        "evalset-line.schema.json": render(EvalCase.model_json_schema()),
+    }
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    stale = []
+    for name, text in generated().items():
+        path = SCHEMA_DIR / name
+        if check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(name)
+            continue
+        SCHEMA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
+    if stale:
+        print(f"stale: {', '.join(stale)} (run scripts/gen_schemas.py)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
