@@ -132,6 +132,13 @@ def request_kwargs(model: str, messages: list[dict[str, str]], s: Sampling) -> d
     return kw
 
 
+def redact(text: str, secret: str | None) -> str:
+    """Remove the API key from text that may echo it (some servers quote a refused key)."""
+    if secret and secret != "EMPTY" and len(secret) >= 4:
+        text = text.replace(secret, "[redacted]")
+    return text
+
+
 def classify(exc: BaseException) -> tuple[str, int | None, float | None]:
     """Exception → (outcome, HTTP status, Retry-After seconds)."""
     if isinstance(exc, openai.APIStatusError):
@@ -223,7 +230,7 @@ async def complete(client: AsyncOpenAI, cfg: EndpointConfig, messages: list[dict
         except BaseException as exc:  # noqa: BLE001 — every failure becomes an outcome
             outcome, code, retry_after = classify(exc)
             out.outcome, out.http_status = outcome, code
-            out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+            out.error = f"{type(exc).__name__}: {redact(str(exc), cfg.api_key)[:300]}"
             out.text = None
             result = out
         if not OUTCOMES.get(result.outcome, False) or attempt == cfg.max_attempts:

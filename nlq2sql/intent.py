@@ -156,3 +156,28 @@ def is_ordered(intent: Intent) -> bool:
 def compact_json(intent: Intent) -> str:
     """Whitespace-free serialisation in schema key order."""
     return json.dumps(intent.model_dump(mode="json"), separators=(",", ":"))
+
+
+def _alt(values: tuple[str, ...] | list[str], nullable: bool = False) -> str:
+    alts = [f'"{v}"' for v in values] + (["null"] if nullable else [])
+    return "(" + "|".join(alts) + ")"
+
+
+def compact_regex() -> str:
+    """A regex accepting exactly the whitespace-free intents, keys in schema order.
+
+    Sent as ``structured_outputs.regex`` it makes whitespace impossible *in generation*
+    (per-request whitespace switches are ignored by vLLM), whatever the server's settings.
+    Built from the same Literal types as the schema, so the two cannot drift apart.
+    """
+    from typing import get_args
+
+    value = r'"[^"\\\x00-\x1f]{0,64}"'
+    flt = ('\\{"field":' + _alt(get_args(FilterField)) + ',"op":' + _alt(get_args(Op))
+           + ',"value":' + value + '\\}')
+    limit = "([1-9]|[1-9][0-9]|100|null)"
+    return ('\\{"intent":' + _alt(get_args(IntentKind)) + ',"metric":' + _alt(get_args(Metric))
+            + ',"dimension":' + _alt(get_args(Dimension), True)
+            + ',"time_grain":' + _alt(get_args(TimeGrain), True)
+            + ',"filters":\\[(' + flt + '(,' + flt + '){0,2})?\\]'
+            + ',"limit":' + limit + ',"order":' + _alt(get_args(Order), True) + '\\}')

@@ -8,8 +8,12 @@ local vLLM is started (and always stopped) for the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import os
+import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -40,6 +44,48 @@ from .score import percentiles, score_item
 from .server_metrics import MetricsSampler
 
 Progress = Callable[[str, dict[str, int]], None]
+
+
+class Interrupts:
+    """Ctrl-C semantics of a run (installed only in the main thread).
+
+    First SIGINT: inside the request loop, cancel it (in-flight requests are cancelled, so
+    their connections close and the server aborts them; finished records are already on
+    disk); anywhere else, raise ``KeyboardInterrupt`` as usual.  The run then stops a local
+    server it started and the CLI exits 130.  Second SIGINT: exit 130 at once, killing a
+    local server we started rather than waiting for it to stop.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.cancel: Callable[[], None] | None = None
+        self.kill_server: Callable[[], None] | None = None
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count == 1:
+            if self.cancel is not None:
+                self.cancel()
+                return
+            raise KeyboardInterrupt
+        if self.kill_server is not None:
+            with contextlib.suppress(Exception):  # exiting anyway
+                self.kill_server()
+        os.write(2, b"\ninterrupted again: exiting now (records so far are kept)\n")
+        os._exit(130)
 
 
 @dataclass(frozen=True)
@@ -140,7 +186,21 @@ async def probe_endpoint(base_url: str, model: str, key: str) -> dict[str, Any]:
 
 
 async def _run(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
-               cases: list[EvalCase], progress: Progress | None) -> dict[str, Any]:
+               cases: list[EvalCase], progress: Progress | None,
+               interrupts: Interrupts | None = None) -> dict[str, Any]:
+    if interrupts is not None:
+        loop, main = asyncio.get_running_loop(), asyncio.current_task()
+        assert main is not None
+        interrupts.cancel = lambda: loop.call_soon_threadsafe(main.cancel)
+    try:
+        return await _run_items(cfg, base_url, model, key, out, cases, progress)
+    finally:
+        if interrupts is not None:
+            interrupts.cancel = None
+
+
+async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
+                     cases: list[EvalCase], progress: Progress | None) -> dict[str, Any]:
     evalset_rulesets = load_guardrails(list(cfg.guardrails))
     prompt = load_prompt(cfg.prompt, cfg.style)
     ecfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=cfg.timeout_s,
@@ -193,7 +253,16 @@ async def _run(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
 
 
 def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any]:
-    """Run (or resume) a live evaluation; returns the summary written to ``summary.json``."""
+    """Run (or resume) a live evaluation; returns the summary written to ``summary.json``.
+
+    Ctrl-C (SIGINT) cancels in-flight requests, keeps every finished record, stops a local
+    server we started and raises ``KeyboardInterrupt``; a second one exits at once.
+    """
+    with Interrupts() as interrupts:
+        return _run_eval(cfg, progress, interrupts)
+
+
+def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> dict[str, Any]:
     validate(cfg)
     evalset = load_evalset(cfg.evalset)
     rulesets = load_guardrails(list(cfg.guardrails))
@@ -208,6 +277,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any
         server = LocalServer(ServerConfig(model=cfg.model, port=cfg.port or free_port(),
                                           compact=cfg.compact_server,
                                           max_num_seqs=cfg.max_num_seqs))
+        interrupts.kill_server = functools.partial(_kill_group, server)
         server.start()
         base_url, model, key = server.url, server.model_name, "EMPTY"
     else:
@@ -234,11 +304,25 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any
             manifest["resumed_at"] = time.time()
         manifest["started"] = time.time()
         write_json_atomic(cfg.out / MANIFEST, manifest)
-        session = asyncio.run(_run(cfg, base_url, model, key, cfg.out, cases, progress))
+        try:
+            session = asyncio.run(_run(cfg, base_url, model, key, cfg.out, cases, progress,
+                                       interrupts))
+        except asyncio.CancelledError:
+            if interrupts.count:
+                raise KeyboardInterrupt from None
+            raise
     finally:
         if server is not None:
             server.stop()
     return finish_summary(cfg.out, rulesets, session, manifest)
+
+
+def _kill_group(server: Any) -> None:
+    """SIGKILL a local server's process group (it runs in its own session)."""
+    pid = getattr(server, "pid", None)
+    if pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],

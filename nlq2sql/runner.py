@@ -142,3 +142,37 @@ def manifest_base(kind: str, evalset: EvalSet, rulesets: list[RuleSet]) -> dict[
             "evalset": evalset.name, "evalset_path": evalset.path,
             "evalset_sha256": evalset.sha256, "n_items": len(evalset.cases),
             "guardrails": [rs.name for rs in rulesets]}
+
+
+def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None = None
+                ) -> tuple[dict[str, Any], dict[str, bool], dict[str, bool]]:
+    """Re-score a recorded run under other guardrails, without re-querying the model.
+
+    Returns (summary, raw correctness by id, final correctness by id) — the by-id maps are
+    what paired tests (McNemar) need.
+    """
+    from .records import read_json
+
+    manifest = read_json(run_dir / MANIFEST)
+    es = load_evalset(evalset or manifest.get("evalset_path") or manifest["evalset"])
+    cases = es.by_id()
+    rulesets = load_guardrails(list(guardrails))
+    summ = Summary(rulesets)
+    raw_ok: dict[str, bool] = {}
+    final_ok: dict[str, bool] = {}
+    with make_executor(None) as ex:
+        for old in iter_records(run_dir / RECORDS):
+            case = cases.get(old["id"])
+            if case is None:
+                raise InputError(f"record id {old['id']!r} is not in eval set {es.name}",
+                                 path=str(run_dir / RECORDS), field="id")
+            outcome = old.get("outcome", "ok")
+            rec = score_item(case, old.get("raw_text"), rulesets, ex,
+                             finish_reason=old.get("finish_reason"),
+                             request_error=None if outcome in (None, "ok") else outcome)
+            for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s"):
+                rec[key] = old.get(key)
+            summ.add(rec)
+            raw_ok[rec["id"]] = rec["correct_raw"]
+            final_ok[rec["id"]] = rec["correct_final"]
+    return summ.result(), raw_ok, final_ok

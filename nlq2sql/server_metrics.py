@@ -9,6 +9,7 @@ Old metric names (``gpu_cache_usage_perc``) are accepted beside the new ones.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -84,10 +85,8 @@ class MetricsSampler:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
     def result(self) -> dict[str, Any]:
         """Peaks and means with sample counts; counter deltas over the sampled window."""

@@ -77,7 +77,7 @@ def build_sql(intent: Intent) -> Query:
         group.append(grain)
         order.append("period ASC")
     if intent.dimension is not None:
-        col, alias = COLUMNS[intent.dimension] if intent.dimension in COLUMNS else (None, None)
+        col, alias = COLUMNS.get(intent.dimension, (None, None))
         if col is None:
             raise SqlBuildError(f"dimension {intent.dimension!r} is not allow-listed")
         if alias:
@@ -91,7 +91,7 @@ def build_sql(intent: Intent) -> Query:
     where: list[str] = []
     params: list[str] = []
     for flt in intent.filters:
-        col, alias = COLUMNS[flt.field] if flt.field in COLUMNS else (None, None)
+        col, alias = COLUMNS.get(flt.field, (None, None))
         if col is None:
             raise SqlBuildError(f"filter field {flt.field!r} is not allow-listed")
         if alias:

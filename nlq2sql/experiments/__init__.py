@@ -1,0 +1,3 @@
+"""The seed's experiments as commands: quality under load, compact vs pretty, the
+prompt × guardrail matrix, and comparison reports.  Built on the core; the core never
+imports this package."""

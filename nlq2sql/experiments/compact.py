@@ -1,0 +1,177 @@
+"""Compact vs pretty output: does whitespace-free JSON really save decode time?
+
+Arms on the same items: **pretty** (prompt asks for indented JSON), **prompt-compact**
+(prompt asks for minified JSON, nothing enforces it), **grammar-compact** (a whitespace-free
+regex generated from the schema is sent with the request, so whitespace cannot be
+generated), and **post-parse compact** (pretty output re-serialised: fewer bytes, no
+decode saving).  Compactness is verified on the bytes.  Token counts are set beside the
+same text re-tokenised normally by the server's own tokenizer (``/tokenize``), because
+constrained decoding can fragment tokens and make "compact" cost *more*.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..client import Sampling
+from ..intent import compact_regex
+from ..live import EvalConfig, run_eval, whitespace_outside_strings
+from ..records import RECORDS, iter_records, write_json_atomic
+from ..score import percentiles
+
+ARMS = ("pretty", "prompt-compact", "grammar-compact")
+
+
+@dataclass(frozen=True)
+class CompactConfig:
+    base: EvalConfig  # must carry an endpoint; each arm gets its own run directory
+    arms: tuple[str, ...] = ARMS
+
+
+def arm_config(base: EvalConfig, arm: str) -> EvalConfig:
+    out = base.out / arm
+    if arm == "pretty":
+        return replace(base, style="pretty", out=out, force=True)
+    if arm == "prompt-compact":
+        return replace(base, style="compact", out=out, force=True)
+    if arm == "grammar-compact":
+        sampling = Sampling(**{**base.sampling.as_dict(), "structured": "regex",
+                               "regex": compact_regex()})
+        return replace(base, style="compact", sampling=sampling, out=out, force=True)
+    raise ValueError(f"unknown arm {arm}")
+
+
+def retokenize(base_url: str, model: str, texts: list[str]) -> list[int | None]:
+    """Token count of each text under the server's tokenizer; None where not available."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    out: list[int | None] = []
+    with httpx.Client(timeout=30) as http:
+        for t in texts:
+            try:
+                r = http.post(f"{root}/tokenize", json={"model": model, "prompt": t,
+                                                       "add_special_tokens": False})
+                out.append(int(r.json()["count"]) if r.status_code == 200 else None)
+            except (httpx.HTTPError, KeyError, ValueError):
+                out.append(None)
+    return out
+
+
+def _arm_stats(recs: list[dict[str, Any]], retok: list[int | None]) -> dict[str, Any]:
+    toks = [r["completion_tokens"] for r in recs if r.get("completion_tokens") is not None]
+    chars = [len(r["raw_text"]) for r in recs if r.get("raw_text") is not None]
+    pairs = [(r["completion_tokens"], n) for r, n in zip(recs, retok, strict=True)
+             if n and r.get("completion_tokens")]
+    return {
+        "n": len(recs),
+        "completion_tokens": percentiles([float(t) for t in toks]),
+        "completion_tokens_median": statistics.median(toks) if toks else None,
+        "chars": percentiles([float(c) for c in chars]),
+        "latency_s": percentiles([r["latency_s"] for r in recs if r.get("latency_s") is not None]),
+        "itl_mean_s": percentiles([r["itl_mean_s"] for r in recs if r.get("itl_mean_s") is not None]),
+        "schema_valid": sum(r["raw_intent"] is not None for r in recs),
+        "no_whitespace": sum(1 for r in recs if r.get("raw_text") is not None
+                             and whitespace_outside_strings(r["raw_text"]) == 0),
+        "tokens_per_char": (sum(toks) / sum(chars)) if chars and toks else None,
+        "retokenized": percentiles([float(n) for n in retok if n is not None]),
+        "generated_over_retokenized": (sum(a for a, _ in pairs) / sum(b for _, b in pairs))
+        if pairs else None,
+    }
+
+
+def analyse(dirs: dict[str, Path], base_url: str | None, model: str) -> dict[str, Any]:
+    """Per-arm statistics, post-parse arm, honoured/ignored/backfired and predicted savings."""
+    recs = {arm: list(iter_records(d / RECORDS)) for arm, d in dirs.items()}
+    arms: dict[str, Any] = {}
+    for arm, rs in recs.items():
+        texts = [r.get("raw_text") or "" for r in rs]
+        retok = retokenize(base_url, model, texts) if base_url else [None] * len(texts)
+        arms[arm] = _arm_stats(rs, retok)
+    if "pretty" in recs:
+        post = []
+        for r in recs["pretty"]:
+            try:
+                post.append(json.dumps(json.loads(r["raw_text"]), separators=(",", ":")))
+            except (TypeError, ValueError):
+                continue
+        arms["post-parse-compact"] = {"n": len(post), "chars": percentiles([float(len(p)) for p in post]),
+                                      "note": "re-serialised pretty output: fewer bytes, same decode time"}
+    result: dict[str, Any] = {"arms": arms, "comparisons": {}}
+    pretty = {r["id"]: r for r in recs.get("pretty", [])}
+    itl = arms.get("pretty", {}).get("itl_mean_s", {}).get("mean")
+    for arm in ("prompt-compact", "grammar-compact"):
+        if arm not in recs or not pretty:
+            continue
+        honoured = ignored = backfired = 0
+        for r in recs[arm]:
+            p = pretty.get(r["id"])
+            if not p or r.get("completion_tokens") is None or p.get("completion_tokens") is None:
+                continue
+            if r["completion_tokens"] > p["completion_tokens"]:
+                backfired += 1
+            elif r.get("raw_text") is not None and whitespace_outside_strings(r["raw_text"]) == 0 \
+                    and r["completion_tokens"] < p["completion_tokens"]:
+                honoured += 1
+            else:
+                ignored += 1
+        pt, at = arms["pretty"]["completion_tokens"]["mean"], arms[arm]["completion_tokens"]["mean"]
+        pl, al = arms["pretty"]["latency_s"]["mean"], arms[arm]["latency_s"]["mean"]
+        saved = (pt - at) if pt is not None and at is not None else None
+        result["comparisons"][arm] = {
+            "honoured": honoured, "ignored": ignored, "backfired": backfired,
+            "tokens_saved_mean": saved,
+            "predicted_saving_s": saved * itl if saved is not None and itl else None,
+            "measured_saving_s": (pl - al) if pl is not None and al is not None else None,
+            "itl_used_s": itl,
+        }
+    return result
+
+
+def run(cfg: CompactConfig) -> dict[str, Any]:
+    dirs = {}
+    for arm in cfg.arms:
+        acfg = arm_config(cfg.base, arm)
+        run_eval(acfg)
+        dirs[arm] = acfg.out
+    return analyse(dirs, cfg.base.endpoint, cfg.base.model)
+
+
+def render_markdown(res: dict[str, Any]) -> str:
+    def f(d: dict[str, Any] | None, k: str = "mean", fmt: str = "{:.1f}") -> str:
+        return fmt.format(d[k]) if d and d.get(k) is not None else "n/a"
+    lines = ["## Compact vs pretty", "",
+             "| arm | n | completion tokens mean / median | re-tokenised mean | generated ÷ re-tokenised | "
+             "chars mean | tokens/char | latency p50 / p95 | schema-valid | no whitespace |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for arm, a in res["arms"].items():
+        if arm == "post-parse-compact":
+            lines.append(f"| {arm} | {a['n']} | (no decode) | | | {f(a['chars'])} | | (same as pretty) | | "
+                         f"{a['n']} |")
+            continue
+        gr = f"{a['generated_over_retokenized']:.2f}" if a["generated_over_retokenized"] else "n/a"
+        tpc = f"{a['tokens_per_char']:.3f}" if a["tokens_per_char"] else "n/a"
+        lines.append(f"| {arm} | {a['n']} | {f(a['completion_tokens'])} / {a['completion_tokens_median']} | "
+                     f"{f(a['retokenized'])} | {gr} | {f(a['chars'])} | {tpc} | "
+                     f"{f(a['latency_s'], 'p50', '{:.3f}')} / {f(a['latency_s'], 'p95', '{:.3f}')} s | "
+                     f"{a['schema_valid']}/{a['n']} | {a['no_whitespace']}/{a['n']} |")
+    lines += ["", "| arm vs pretty | honoured | ignored | backfired | tokens saved (mean) | predicted saving "
+              "| measured saving |", "|---|---|---|---|---|---|---|"]
+    for arm, c in res["comparisons"].items():
+        def s(v: float | None, unit: str = "") -> str:
+            return f"{v:.3f}{unit}" if v is not None else "n/a"
+        lines.append(f"| {arm} | {c['honoured']} | {c['ignored']} | {c['backfired']} | "
+                     f"{s(c['tokens_saved_mean'])} | {s(c['predicted_saving_s'], ' s')} | "
+                     f"{s(c['measured_saving_s'], ' s')} |")
+    lines.append("\nA negative saving means the arm cost more than pretty: shown, not averaged away.")
+    return "\n".join(lines) + "\n"
+
+
+def write_result(out: Path, res: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "compact.json", res)
+    (out / "compact.md").write_text(render_markdown(res))

@@ -1,0 +1,144 @@
+"""Side-by-side comparison of recorded runs → Markdown + one self-contained HTML file.
+
+Rendered only from run records (manifest + summary, re-derived from records where the
+guardrails differ), so a report can be rebuilt offline at any time.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..records import MANIFEST, SUMMARY, read_json  # noqa: E402
+from ..report import pct  # noqa: E402
+
+
+def load_runs(dirs: list[Path]) -> list[dict[str, Any]]:
+    runs = []
+    for d in dirs:
+        m, s = read_json(d / MANIFEST), read_json(d / SUMMARY)
+        runs.append({"dir": str(d), "manifest": m, "summary": s,
+                     "label": f"{m.get('model', '?')} · {m.get('prompt', '?')}"
+                              f"{' + ' + '+'.join(m['guardrails']) if m.get('guardrails') else ''}"
+                              f" · c={m.get('concurrency', '?')} · {m.get('evalset', '?')}"})
+    return runs
+
+
+def cost_per_1k(req_per_s: float | None, gpu_cost_per_hour: float | None) -> float | None:
+    """hourly cost ÷ hourly completed requests × 1000."""
+    if not req_per_s or gpu_cost_per_hour is None:
+        return None
+    return gpu_cost_per_hour / (req_per_s * 3600) * 1000
+
+
+def rows(runs: list[dict[str, Any]], gpu_cost_per_hour: float | None) -> list[dict[str, Any]]:
+    out = []
+    for r in runs:
+        s = r["summary"]
+        t = s.get("timing", {})
+        lat, ct = t.get("latency_s") or {}, t.get("completion_tokens") or {}
+        rps = (s.get("throughput") or {}).get("req_per_s")
+        out.append({
+            "run": r["label"], "n": s["n"], "raw": pct(s["raw_accuracy"]), "final": pct(s["final_accuracy"]),
+            "precision": pct(s["intervention_precision"]),
+            "recall": "; ".join(pct(v) for v in s.get("intervention_recall", {}).values()) or "n/a",
+            "schema_valid": pct(s["schema_valid_rate"]),
+            "p50": f"{lat['p50']:.2f} s" if lat.get("p50") is not None else "n/a",
+            "p95": f"{lat['p95']:.2f} s" if lat.get("p95") is not None else "n/a",
+            "tokens": f"{ct['mean']:.1f}" if ct.get("mean") is not None else "n/a",
+            "req_per_s": f"{rps:.2f}" if rps else "n/a",
+            "cost_per_1k": (f"${c:.4f}" if (c := cost_per_1k(rps, gpu_cost_per_hour)) is not None else "n/a"),
+            "errors": ", ".join(f"{k} {v}" for k, v in s["error_taxonomy_final"].items()),
+        })
+    return out
+
+
+COLUMNS = [("run", "run"), ("n", "n"), ("raw", "raw intent"), ("final", "final"),
+           ("precision", "intervention precision"), ("recall", "recall"),
+           ("schema_valid", "schema-valid"), ("p50", "p50"), ("p95", "p95"),
+           ("tokens", "output tokens (mean)"), ("req_per_s", "req/s"), ("cost_per_1k", "cost / 1k"),
+           ("errors", "error taxonomy (final)")]
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """Accuracy with CIs per run; output tokens vs latency; accuracy and p95 vs concurrency."""
+    figs: dict[str, str] = {}
+    labels = [r["label"] for r in runs]
+    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(runs)))
+    for i, r in enumerate(runs):
+        for key, color, dy in (("raw_accuracy", "tab:gray", -0.15), ("final_accuracy", "tab:blue", 0.15)):
+            p = r["summary"][key]
+            if p["value"] is not None:
+                lo, hi = p["ci95"]
+                ax.errorbar(p["value"], i + dy, xerr=[[p["value"] - lo], [hi - p["value"]]], fmt="o",
+                            color=color, label=key if i == 0 else None)
+    ax.set_yticks(range(len(runs)), labels, fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("accuracy (95 % Wilson CI)")
+    ax.legend(loc="lower right", fontsize=7)
+    figs["accuracy"] = _png(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in runs:
+        t = r["summary"].get("timing", {})
+        if t.get("completion_tokens", {}).get("mean") and t.get("latency_s", {}).get("p50"):
+            ax.scatter(t["completion_tokens"]["mean"], t["latency_s"]["p50"])
+            ax.annotate(r["label"], (t["completion_tokens"]["mean"], t["latency_s"]["p50"]), fontsize=6)
+    ax.set_xlabel("output tokens (mean)")
+    ax.set_ylabel("latency p50 (s)")
+    figs["tokens_latency"] = _png(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax2 = ax.twinx()
+    pts = sorted((r["manifest"].get("concurrency") or 0, r) for r in runs)
+    xs = [c for c, _ in pts]
+    ax.plot(xs, [r["summary"]["final_accuracy"]["value"] for _, r in pts], "o-", label="final accuracy")
+    ax2.plot(xs, [(r["summary"].get("timing", {}).get("latency_s") or {}).get("p95") for _, r in pts],
+             "s--", color="tab:red", label="p95 latency")
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("final accuracy")
+    ax2.set_ylabel("p95 latency (s)")
+    figs["concurrency"] = _png(fig)
+    return figs
+
+
+def render(dirs: list[Path], out: Path, gpu_cost_per_hour: float | None = None,
+           title: str = "nlq2sql comparison") -> dict[str, Path]:
+    runs = load_runs(dirs)
+    table = rows(runs, gpu_cost_per_hour)
+    md = [f"# {title}", "", "| " + " | ".join(h for _, h in COLUMNS) + " |",
+          "|" + "---|" * len(COLUMNS)]
+    md += ["| " + " | ".join(str(row[k]) for k, _ in COLUMNS) + " |" for row in table]
+    if gpu_cost_per_hour is not None:
+        md.append(f"\nCost assumes ${gpu_cost_per_hour}/hour and the measured req/s of each run.")
+    md.append("\nCPU timings are CPU timings: they rank configurations on this machine, not GPUs.")
+    figs = plots(runs)
+    out.mkdir(parents=True, exist_ok=True)
+    md_path, html_path = out / "report.md", out / "report.html"
+    md_path.write_text("\n".join(md) + "\n")
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(row[k]))}</td>" for k, _ in COLUMNS) + "</tr>"
+                   for row in table)
+    imgs = "".join(f'<h3>{html.escape(k)}</h3><img alt="{k}" src="data:image/png;base64,{v}">'
+                   for k, v in figs.items())
+    html_path.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif}table{border-collapse:collapse;font-size:12px}"
+        "td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1><table><tr>{head}</tr>{body}</table>{imgs}</body></html>\n")
+    return {"markdown": md_path, "html": html_path}

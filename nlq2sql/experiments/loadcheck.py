@@ -1,0 +1,108 @@
+"""Quality under load: are outputs bit-identical at concurrency 1, 16 and 32?
+
+The same items run at each level (temperature 0, fixed seed).  Identity is *measured*
+on the raw output bytes and on the parsed intents, never assumed; any divergence is
+reported with the first differing position and both texts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..live import EvalConfig, run_eval
+from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json, write_json_atomic
+from ..report import pct
+
+
+@dataclass(frozen=True)
+class LoadCheckConfig:
+    base: EvalConfig
+    levels: tuple[int, ...] = (1, 16, 32)
+    repeats: int = 1
+
+
+def run_levels(cfg: LoadCheckConfig) -> list[Path]:
+    """One eval run per (level, repeat) under ``base.out``; returns the run dirs."""
+    dirs = []
+    for level in cfg.levels:
+        for rep in range(cfg.repeats):
+            out = cfg.base.out / f"c{level}-r{rep}"
+            run_eval(replace(cfg.base, out=out, concurrency=level, force=True, resume=False))
+            dirs.append(out)
+    return dirs
+
+
+def _first_diff(a: str | None, b: str | None) -> int:
+    a, b = a or "", b or ""
+    return len(os.path.commonprefix([a, b]))
+
+
+def compare_runs(dirs: list[Path]) -> dict[str, Any]:
+    """Per-item identity across runs, plus per-run accuracy and latency figures."""
+    runs = []
+    texts: dict[str, list[str | None]] = {}
+    intents: dict[str, list[Any]] = {}
+    for d in dirs:
+        manifest = read_json(d / MANIFEST)
+        summary = read_json(d / SUMMARY)
+        for rec in iter_records(d / RECORDS):
+            texts.setdefault(rec["id"], []).append(rec.get("raw_text"))
+            intents.setdefault(rec["id"], []).append(rec.get("raw_intent"))
+        t = summary.get("timing", {})
+        runs.append({"run": str(d), "concurrency": manifest.get("concurrency"), "n": summary["n"],
+                     "raw_accuracy": summary["raw_accuracy"], "final_accuracy": summary["final_accuracy"],
+                     "req_per_s": (summary.get("throughput") or {}).get("req_per_s"),
+                     "latency_s": t.get("latency_s"), "ttft_s": t.get("ttft_s")})
+    divergent = []
+    intent_divergent = 0
+    for item_id, vals in sorted(texts.items()):
+        if len(vals) != len(dirs):
+            divergent.append({"id": item_id, "reason": f"present in {len(vals)} of {len(dirs)} runs"})
+            continue
+        if any(v != vals[0] for v in vals[1:]):
+            j = next(i for i, v in enumerate(vals) if v != vals[0])
+            divergent.append({"id": item_id, "first_run": str(dirs[0]), "other_run": str(dirs[j]),
+                              "first_diff_at": _first_diff(vals[0], vals[j]),
+                              "text_a": vals[0], "text_b": vals[j],
+                              "intents_equal": all(x == intents[item_id][0] for x in intents[item_id])})
+        intent_divergent += any(x != intents[item_id][0] for x in intents[item_id])
+    n = len(texts)
+    return {"items": n, "runs": runs, "identical_items": n - len(divergent),
+            "intent_divergent_items": intent_divergent, "divergent": divergent}
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    lines = [f"## Quality under load: {result['identical_items']} / {result['items']} items "
+             f"byte-identical across {len(result['runs'])} runs "
+             f"({result['intent_divergent_items']} with differing parsed intents)", "",
+             "| run | concurrency | n | raw accuracy | final accuracy | req/s | p50 | p95 | p99 | TTFT p50 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["runs"]:
+        lat, ttft = r["latency_s"] or {}, r["ttft_s"] or {}
+
+        def s(d: dict[str, Any], k: str) -> str:
+            return f"{d[k]:.2f} s" if d.get(k) is not None else "n/a"
+        rps = f"{r['req_per_s']:.2f}" if r["req_per_s"] else "n/a"
+        lines.append(f"| {Path(r['run']).name} | {r['concurrency']} | {r['n']} | {pct(r['raw_accuracy'])} | "
+                     f"{pct(r['final_accuracy'])} | {rps} | {s(lat, 'p50')} | {s(lat, 'p95')} | "
+                     f"{s(lat, 'p99')} | {s(ttft, 'p50')} |")
+    if result["divergent"]:
+        lines += ["", "### Divergent items", ""]
+        for d in result["divergent"]:
+            if "text_a" in d:
+                lines.append(f"- `{d['id']}` differs at byte {d['first_diff_at']} "
+                             f"({Path(d['first_run']).name} vs {Path(d['other_run']).name}; intents "
+                             f"{'equal' if d['intents_equal'] else 'differ'}):\n  - `{d['text_a']}`\n"
+                             f"  - `{d['text_b']}`")
+            else:
+                lines.append(f"- `{d['id']}`: {d['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "loadcheck.json", result)
+    (out / "loadcheck.md").write_text(render_markdown(result))
