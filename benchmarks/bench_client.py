@@ -1,0 +1,113 @@
+"""Client ceiling: nlq2sql's full request path vs ``vllm bench serve``, side by side.
+
+A no-op OpenAI-compatible server (benchmarks/noop_server.py) runs pinned to core 0; each
+client runs pinned to core 1, alternating, ``--rounds`` times per concurrency level.
+Ours is the real ``run_eval`` path: streaming, timing, scoring and appending records.
+Prints req/s medians and the ratio ours ÷ theirs.  A harness that tops out below the
+server it measures cannot measure it.
+
+    python benchmarks/bench_client.py --concurrency 64,256 --requests 4000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+OURS = r"""
+import json, sys, time
+from pathlib import Path
+from nlq2sql.client import Sampling
+from nlq2sql.live import EvalConfig, run_eval
+url, evalset, out, c = sys.argv[1:5]
+s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model="noop", concurrency=int(c),
+                        guardrails=(), sampling=Sampling(max_tokens=16), metrics_interval_s=3600,
+                        retry_budget=0.0, force=True))
+print("RESULT", s["throughput"]["req_per_s"], s["n"], s.get("errors_by_class"))
+"""
+
+THEIRS = r"""
+import sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.benchmarks.serve import add_cli_args, main
+p = FlexibleArgumentParser(); add_cli_args(p)
+r = main(p.parse_args(sys.argv[1:]))
+print("RESULT", r["request_throughput"], r["completed"])
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def expanded_evalset(n: int, path: Path) -> Path:
+    src = (ROOT / "evalsets" / "heldout.jsonl").read_text().splitlines()
+    with open(path, "w") as fh:
+        for i in range(n):
+            obj = json.loads(src[i % len(src)])
+            obj["id"] = f"{obj['id']}#{i}"
+            fh.write(json.dumps(obj) + "\n")
+    return path
+
+
+def run(cmd: list[str]) -> float:
+    out = subprocess.run(["taskset", "-c", "1", *cmd], capture_output=True, text=True, cwd=ROOT,
+                         timeout=900)
+    m = re.search(r"RESULT (\S+)", out.stdout)
+    if not m:
+        raise RuntimeError(out.stdout[-2000:] + out.stderr[-2000:])
+    return float(m.group(1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--concurrency", default="64,256")
+    ap.add_argument("--requests", type=int, default=4000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokenizer", default=str(ROOT / ".cache" / "models" / "smollm2-135m"))
+    args = ap.parse_args()
+    port = free_port()
+    server = subprocess.Popen(["taskset", "-c", "0", PY, str(ROOT / "benchmarks" / "noop_server.py"), str(port)])
+    time.sleep(2)
+    url = f"http://127.0.0.1:{port}"
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            evalset = expanded_evalset(args.requests, Path(tmp) / "bench.jsonl")
+            for c in (int(x) for x in args.concurrency.split(",")):
+                ours, theirs = [], []
+                for r in range(args.rounds):
+                    ours.append(run([PY, "-c", OURS, url + "/v1", str(evalset), f"{tmp}/run{c}-{r}", str(c)]))
+                    theirs.append(run([PY, "-c", THEIRS, "--backend", "openai-chat", "--endpoint",
+                                       "/v1/chat/completions", "--base-url", url, "--model", "noop",
+                                       "--tokenizer", args.tokenizer, "--dataset-name", "random",
+                                       "--random-input-len", "32", "--random-output-len", "8",
+                                       "--num-prompts", str(args.requests), "--max-concurrency", str(c)]))
+                rows.append((c, statistics.median(ours), statistics.median(theirs), ours, theirs))
+    finally:
+        server.terminate()
+    print(f"\nclient ceiling, no-op server on core 0, clients on core 1, {args.requests} requests, "
+          f"median of {args.rounds} interleaved rounds (cpu count {os.cpu_count()})")
+    print("| concurrency | nlq2sql req/s | vllm bench serve req/s | ratio ours/theirs | rounds (ours; theirs) |")
+    print("|---|---|---|---|---|")
+    for c, o, t, os_, ts in rows:
+        print(f"| {c} | {o:.0f} | {t:.0f} | {o / t:.2f} | {', '.join(f'{x:.0f}' for x in os_)}; "
+              f"{', '.join(f'{x:.0f}' for x in ts)} |")
+
+
+if __name__ == "__main__":
+    main()

