@@ -41,6 +41,12 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process (all threads): robust to other load on the machine."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 # ---------------------------------------------------------------- data generation
 
 
@@ -86,11 +92,12 @@ def generate(workdir: Path, n: int, *, unique_texts: bool = False, tag: str = ""
 def measure_score(evalset: str, responses: str, out: str, warehouse: str) -> dict[str, Any]:
     from nlq2sql.runner import ScoreConfig, score_responses
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_s()
     summary = score_responses(ScoreConfig(evalset, Path(responses), Path(out), ("ranking",),
                                           warehouse=Path(warehouse), force=True))
-    wall = time.perf_counter() - started
-    return {"items": summary["n"], "wall_s": wall, "items_per_s": summary["n"] / wall,
+    wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
+    return {"items": summary["n"], "wall_s": wall, "items_per_s": summary["n"] / wall, "cpu_s": cpu,
+            "items_per_cpu_s": summary["n"] / cpu,
             "rss_mib": _rss_mib(), "distinct_queries": summary["distinct_queries_executed"],
             "raw_accuracy": summary["raw_accuracy"]["value"],
             "final_accuracy": summary["final_accuracy"]["value"]}
@@ -100,26 +107,26 @@ def measure_load(evalset: str) -> dict[str, Any]:
     from nlq2sql import runner  # same imports as a scoring run, so only the set differs
     from nlq2sql.evalset import load_evalset
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_s()
     es = load_evalset(evalset)
     cases = es.by_id()
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
     assert runner and cases
-    return {"items": len(es.cases), "wall_s": wall, "rss_mib": _rss_mib()}
+    return {"items": len(es.cases), "wall_s": wall, "cpu_s": cpu, "rss_mib": _rss_mib()}
 
 
 def measure_duckdb(queries: str, warehouse: str) -> dict[str, Any]:
     import duckdb
 
     qs = json.loads(Path(queries).read_text())
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_s()
     con = duckdb.connect(warehouse, read_only=True, config={"enable_external_access": False})
     rows = 0
     for q in qs:
         rows += len(con.execute(q["sql"], q["params"]).fetchall())
     con.close()
-    wall = time.perf_counter() - started
-    return {"queries": len(qs), "rows": rows, "wall_s": wall, "rss_mib": _rss_mib()}
+    wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
+    return {"queries": len(qs), "rows": rows, "wall_s": wall, "cpu_s": cpu, "rss_mib": _rss_mib()}
 
 
 def _child(kind: str, *args: str) -> dict[str, Any]:
@@ -199,18 +206,23 @@ def main() -> None:
         rows.append((f"duckdb {nq} distinct statements", direct))
 
     print()
-    print(f"{'measurement':<34} {'items':>8} {'wall s':>8} {'items/s':>10} {'peak RSS MiB':>13}")
+    print(f"{'measurement':<34} {'items':>8} {'wall s':>8} {'items/s':>10} {'CPU s':>7} "
+          f"{'items/CPU-s':>12} {'peak RSS MiB':>13}")
     for label, r in rows:
         items = r.get("items", r.get("queries", 0))
         ips = f"{r['items_per_s']:,.0f}" if "items_per_s" in r else "-"
-        print(f"{label:<34} {items:>8,} {r['wall_s']:>8.2f} {ips:>10} {r['rss_mib']:>13.0f}")
+        ipc = f"{r['items_per_cpu_s']:,.0f}" if "items_per_cpu_s" in r else "-"
+        print(f"{label:<34} {items:>8,} {r['wall_s']:>8.2f} {ips:>10} {r['cpu_s']:>7.2f} {ipc:>12} "
+              f"{r['rss_mib']:>13.0f}")
     main_run, small_run = rows[0][1], rows[1][1]
     print()
     print(f"scoring {a.n:,} items takes {main_run['wall_s'] / direct['wall_s']:.1f}x the time of running "
           f"its {nq} distinct statements directly in DuckDB "
           f"({main_run['wall_s'] - direct['wall_s']:.2f} s of harness overhead, "
-          f"{1e6 * (main_run['wall_s'] - direct['wall_s']) / a.n:.1f} µs/item); "
-          f"peak RSS {main_run['rss_mib'] / direct['rss_mib']:.1f}x")
+          f"{1e6 * (main_run['wall_s'] - direct['wall_s']) / a.n:.1f} µs/item); in CPU time "
+          f"{main_run['cpu_s'] / direct['cpu_s']:.1f}x; peak RSS {main_run['rss_mib'] / direct['rss_mib']:.1f}x")
+    print(f"machine load average during the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs "
+          "(items/CPU-s is what one uncontended core would do)")
     inc_big = main_run["rss_mib"] - load_big["rss_mib"]
     inc_small = small_run["rss_mib"] - load_small["rss_mib"]
     print(f"peak RSS {a.small:,} → {a.n:,} items: {small_run['rss_mib']:.0f} → {main_run['rss_mib']:.0f} MiB "

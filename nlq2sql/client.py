@@ -139,6 +139,15 @@ def redact(text: str, secret: str | None) -> str:
     return text
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in chain:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
+
+
 def classify(exc: BaseException) -> tuple[str, int | None, float | None]:
     """Exception → (outcome, HTTP status, Retry-After seconds)."""
     if isinstance(exc, openai.APIStatusError):
@@ -164,6 +173,9 @@ def classify(exc: BaseException) -> tuple[str, int | None, float | None]:
             return "context_overflow", code, None
         return "http_4xx", code, None
     if isinstance(exc, (asyncio.TimeoutError, openai.APITimeoutError)):
+        # The aiohttp transport reports a refused connection as ConnectTimeout: not a timeout.
+        if any(isinstance(e, (aiohttp.ClientConnectorError, ConnectionError)) for e in _causes(exc)):
+            return "connection_error", None, None
         return "timeout", None, None
     if isinstance(exc, openai.APIConnectionError):
         return "connection_error", None, None
@@ -230,7 +242,13 @@ async def complete(client: AsyncOpenAI, cfg: EndpointConfig, messages: list[dict
         except BaseException as exc:  # noqa: BLE001 — every failure becomes an outcome
             outcome, code, retry_after = classify(exc)
             out.outcome, out.http_status = outcome, code
-            out.error = f"{type(exc).__name__}: {redact(str(exc), cfg.api_key)[:300]}"
+            root = _causes(exc)[-1]
+            detail = str(exc) or (f"request not complete within {cfg.timeout_s:g} s"
+                                  if outcome == "timeout" else "")
+            text = f"{type(exc).__name__}: {detail}" + (
+                f" (cause: {type(root).__name__}: {root})"
+                if root is not exc and not isinstance(root, asyncio.CancelledError) else "")
+            out.error = redact(text, cfg.api_key)[:300]
             out.text = None
             result = out
         if not OUTCOMES.get(result.outcome, False) or attempt == cfg.max_attempts:

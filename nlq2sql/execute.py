@@ -65,6 +65,8 @@ class Executor:
         except duckdb.Error as exc:
             raise ExecutionError(f"cannot open warehouse {self.path}: {exc}") from None
         self._memo: dict[Query, list[Row]] = {}
+        self._hashes: dict[tuple[Query, bool], str] = {}
+        self._equal: dict[tuple[Query, Query, bool], bool] = {}
         self._lock = threading.Lock()
         self.executed = 0
 
@@ -97,3 +99,19 @@ class Executor:
             result = normalise(rows)
             self._memo[query] = result
             return result
+
+    def result_hash(self, query: Query, *, ordered: bool) -> str:
+        """:func:`result_hash` of ``query``'s rows, computed once per (query, ordered)."""
+        key = (query, ordered)
+        digest = self._hashes.get(key)
+        if digest is None:
+            digest = self._hashes[key] = result_hash(self.run(query), ordered=ordered)
+        return digest
+
+    def same_result(self, pred: Query, gold: Query, *, ordered: bool) -> bool:
+        """:func:`rows_equal` of two queries' rows, computed once per (pred, gold, ordered)."""
+        key = (pred, gold, ordered)
+        same = self._equal.get(key)
+        if same is None:
+            same = self._equal[key] = rows_equal(self.run(pred), self.run(gold), ordered=ordered)
+        return same

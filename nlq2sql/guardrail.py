@@ -26,6 +26,7 @@ NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, 
                 "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15,
                 "twenty": 20, "fifty": 50, "hundred": 100, "a dozen": 12, "dozen": 12}
 NULL = "null"
+CUE_MEMO_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,24 @@ class Cue:
     exclude: tuple[re.Pattern[str], ...] = ()
     any: tuple[re.Pattern[str], ...] = ()
     values: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...] = ()
+    _memo: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def find(self, question: str) -> Any:
-        """None when absent; else True, an int (group ``n``) or the matching value key."""
+        """None when absent; else True, an int (group ``n``) or the matching value key.
+
+        Remembered per question (a bounded memo: eval sets ask each question many times).
+        """
+        try:
+            return self._memo[question]
+        except KeyError:
+            pass
+        found = self._find(question)
+        if len(self._memo) >= CUE_MEMO_SIZE:
+            self._memo.clear()
+        self._memo[question] = found
+        return found
+
+    def _find(self, question: str) -> Any:
         text = question.lower()
         for pat in self.exclude:
             text = pat.sub(" ", text)
@@ -92,8 +108,8 @@ class RuleSet:
     def apply(self, intent: Intent, question: str) -> tuple[Intent, list[Intervention]]:
         """Apply each rule once, in order; returns the new intent and its interventions."""
         found: list[Intervention] = []
+        current = intent.model_dump(mode="json")
         for rule in self.rules:
-            current = intent.model_dump(mode="json")
             if current[rule.field] not in rule.from_values:
                 continue
             if any(current[f] not in vals for f, vals in rule.where):
@@ -115,17 +131,29 @@ class RuleSet:
             if changed:
                 found.append(Intervention(rule.id, changed, {k: current[k] for k in changed},
                                           {k: after[k] for k in changed}))
-                intent = new
+                intent, current = new, after
         return intent, found
 
 
-def _compile(pats: Any, where: str) -> tuple[re.Pattern[str], ...]:
+def _compile(pats: Any, where: str, path: str) -> tuple[re.Pattern[str], ...]:
     if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
-        raise GuardrailError("must be a list of regular expressions", field=where)
+        raise GuardrailError("must be a list of regular expressions", path=path, field=where)
     try:
         return tuple(re.compile(p) for p in pats)
     except re.error as exc:
-        raise GuardrailError(f"bad regular expression: {exc}", field=where) from None
+        raise GuardrailError(f"bad regular expression: {exc}", path=path, field=where) from None
+
+
+def _table(value: Any, where: str, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise GuardrailError("must be a table", path=path, field=where)
+    return value
+
+
+def _list(value: Any, where: str, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise GuardrailError("must be a list", path=path, field=where)
+    return value
 
 
 def _null(v: Any) -> Any:
@@ -144,31 +172,49 @@ def load_ruleset(name_or_path: str | Path) -> RuleSet:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise GuardrailError(f"invalid TOML: {exc}", path=str(path)) from None
+    src = str(path)
     cues: dict[str, Cue] = {}
-    for cname, spec in data.get("cues", {}).items():
-        values = tuple((k, _compile(v, f"cues.{cname}.values.{k}"))
-                       for k, v in spec.get("values", {}).items())
-        cues[cname] = Cue(cname, _compile(spec.get("exclude", []), f"cues.{cname}.exclude"),
-                          _compile(spec.get("any", []), f"cues.{cname}.any"), values)
+    for cname, spec in _table(data.get("cues", {}), "cues", src).items():
+        spec = _table(spec, f"cues.{cname}", src)
+        values = tuple((k, _compile(v, f"cues.{cname}.values.{k}", src))
+                       for k, v in _table(spec.get("values", {}), f"cues.{cname}.values", src).items())
+        cues[cname] = Cue(cname, _compile(spec.get("exclude", []), f"cues.{cname}.exclude", src),
+                          _compile(spec.get("any", []), f"cues.{cname}.any", src), values)
+    specs = data.get("rules", [])
+    if not isinstance(specs, list) or not all(isinstance(r, dict) for r in specs):
+        raise GuardrailError("must be an array of tables ([[rules]])", path=src, field="rules")
     rules = []
-    for i, spec in enumerate(data.get("rules", [])):
+    for i, spec in enumerate(specs):
         where = f"rules[{i}]"
         for key in ("id", "field", "from", "to"):
             if key not in spec:
-                raise GuardrailError("missing key", path=str(path), field=f"{where}.{key}")
+                raise GuardrailError("missing key", path=src, field=f"{where}.{key}")
         if spec["field"] not in Intent.model_fields:
-            raise GuardrailError(f"unknown intent field {spec['field']!r}", path=str(path),
+            raise GuardrailError(f"unknown intent field {spec['field']!r}", path=src,
                                  field=f"{where}.field")
-        for ref in [spec.get("when"), spec.get("unless"), *spec.get("set", {}).values()]:
+        from_values = _list(spec["from"], f"{where}.from", src)
+        conditions = _table(spec.get("where", {}), f"{where}.where", src)
+        setters = _table(spec.get("set", {}), f"{where}.set", src)
+        for key, vals in conditions.items():
+            if key not in Intent.model_fields:
+                raise GuardrailError(f"unknown intent field {key!r}", path=src, field=f"{where}.where.{key}")
+            _list(vals, f"{where}.where.{key}", src)
+        for target in setters:
+            if target not in Intent.model_fields:
+                raise GuardrailError(f"unknown intent field {target!r}", path=src,
+                                     field=f"{where}.set.{target}")
+        refs = [("when", spec.get("when")), ("unless", spec.get("unless")),
+                *((f"set.{k}", v) for k, v in setters.items())]
+        for key, ref in refs:
             if ref is not None and ref not in cues:
-                raise GuardrailError(f"unknown cue {ref!r}", path=str(path), field=where)
+                raise GuardrailError(f"unknown cue {ref!r}", path=src, field=f"{where}.{key}")
         rules.append(Rule(
             id=spec["id"], field=spec["field"], to=_null(spec["to"]),
-            from_values=tuple(_null(v) for v in spec["from"]),
+            from_values=tuple(_null(v) for v in from_values),
             description=spec.get("description", ""),
-            where=tuple((k, tuple(_null(x) for x in v)) for k, v in spec.get("where", {}).items()),
+            where=tuple((k, tuple(_null(x) for x in v)) for k, v in conditions.items()),
             when=spec.get("when"), unless=spec.get("unless"),
-            set=tuple(spec.get("set", {}).items())))
+            set=tuple(setters.items())))
     return RuleSet(data.get("name", path.stem), tuple(rules), cues, data.get("description", ""))
 
 

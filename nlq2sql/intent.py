@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import IntentError
 
@@ -109,6 +109,35 @@ def consistency_problem(intent: Intent) -> str | None:
     return None
 
 
+#: Distinct raw texts whose parse outcome is remembered (bounded: memory does not grow
+#: with the number of items scored).
+PARSE_CACHE_SIZE = 4096
+
+
+def _parse(text: Any) -> Intent | tuple[str, str]:
+    """Parse outcome of one raw text: the Intent, or (status, reason)."""
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as exc:
+        return STATUS_INVALID_JSON, f"not JSON: {exc}"
+    # Fast path: input already exactly typed (what a constrained decoder emits).  Strict
+    # validation accepts only what the JSON Schema accepts, so the outcome is the same as
+    # below, without the cost of the generic JSON Schema validator.
+    try:
+        return Intent.model_validate(obj, strict=True)
+    except ValidationError:
+        pass
+    errors = sorted(_validator().iter_errors(obj), key=lambda e: list(e.path))
+    if errors:
+        err = errors[0]
+        where = "/".join(str(p) for p in err.path) or "(root)"
+        return STATUS_SCHEMA_INVALID, f"{where}: {err.message}"
+    return Intent.model_validate(obj)
+
+
+_parse_cached = lru_cache(maxsize=PARSE_CACHE_SIZE)(_parse)
+
+
 def parse_intent(text: str) -> Intent:
     """Raw model text → schema-valid Intent, or IntentError with a status.
 
@@ -116,17 +145,21 @@ def parse_intent(text: str) -> Intent:
     schema-validity figure measures the model and the decoder, not our leniency.
     Cross-field consistency is checked separately (:func:`consistency_problem`) because
     guardrails may repair it, and "schema-valid but inconsistent" is its own status.
+    Outcomes are cached by text (Intents are immutable; each failure raises a new error).
     """
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise IntentError(STATUS_INVALID_JSON, f"not JSON: {exc}") from None
-    errors = sorted(_validator().iter_errors(obj), key=lambda e: list(e.path))
-    if errors:
-        err = errors[0]
-        where = "/".join(str(p) for p in err.path) or "(root)"
-        raise IntentError(STATUS_SCHEMA_INVALID, f"{where}: {err.message}")
-    return Intent.model_validate(obj)
+    result = _parse_cached(text) if isinstance(text, str) else _parse(text)
+    if isinstance(result, tuple):
+        raise IntentError(*result)
+    return result
+
+
+def _canonical_filters(filters: list[Filter]) -> bool:
+    """Stripped values, strictly sorted by (field, op, value) (so no duplicates)."""
+    if not filters:
+        return True
+    keys = [(f.field, f.op, f.value) for f in filters]
+    return (all(v == v.strip() for _, _, v in keys)
+            and all(a < b for a, b in zip(keys, keys[1:], strict=False)))
 
 
 def canonicalise(intent: Intent) -> Intent:
@@ -137,14 +170,16 @@ def canonicalise(intent: Intent) -> Intent:
     - time_series: always ascending by period, so ``order`` → null.
     - filters: de-duplicated and sorted by (field, op, value); values stripped.
     """
-    filters = sorted({Filter(field=f.field, op=f.op, value=f.value.strip()) for f in intent.filters},
-                     key=lambda f: (f.field, f.op, f.value))
     limit, order = intent.limit, intent.order
     if intent.intent == "top_n_by_metric":
         limit = limit if limit is not None else DEFAULT_TOP_N
         order = order or "desc"
     elif intent.intent == "time_series":
         order = None
+    if limit == intent.limit and order == intent.order and _canonical_filters(intent.filters):
+        return intent  # already canonical; Intents are immutable, so it can be shared
+    filters = sorted({Filter(field=f.field, op=f.op, value=f.value.strip()) for f in intent.filters},
+                     key=lambda f: (f.field, f.op, f.value))
     return intent.model_copy(update={"filters": filters, "limit": limit, "order": order})
 
 

@@ -107,7 +107,7 @@ class EvalConfig:
     force: bool = False
     warehouse: Path | None = None
     # local server settings (used only when endpoint is None)
-    compact_server: bool = False
+    compact_server: bool = True
     max_num_seqs: int | None = None
     port: int | None = None
     metrics_interval_s: float = 0.25

@@ -6,6 +6,7 @@ responses file; live runs (``nlq2sql.live``) feed the same ``score_item`` from t
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -105,10 +106,13 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     started = time.time()
+    # The eval set lives for the whole run: freezing it keeps the cyclic garbage collector
+    # from re-walking every case on each collection (a large share of the time at 100k items).
+    gc.freeze()
     try:
         summ = Summary(rulesets)
         answered: set[str] = set()
-        with make_executor(cfg.warehouse) as ex, RecordWriter(tmp / RECORDS) as writer:
+        with make_executor(cfg.warehouse) as ex, RecordWriter(tmp / RECORDS, flush_each=False) as writer:
             for resp in read_responses(cfg.responses, set(cases)):
                 rec = score_item(cases[resp.id], resp.text, rulesets, ex,
                                  finish_reason=resp.finish_reason)
@@ -131,6 +135,7 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
         cfg.out.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, cfg.out)
     finally:
+        gc.unfreeze()
         shutil.rmtree(tmp, ignore_errors=True)
     return summary
 

@@ -20,8 +20,8 @@ from sklearn.metrics import confusion_matrix
 
 from .errors import ExecutionError, IntentError, SqlBuildError
 from .evalset import EvalCase
-from .execute import Executor, result_hash, rows_equal
-from .guardrail import RuleSet, apply_all
+from .execute import Executor
+from .guardrail import Intervention, RuleSet, apply_all
 from .intent import (
     FIELDS,
     INTENTS,
@@ -41,26 +41,41 @@ TAXONOMY = ("request_error", "truncated", "invalid_json", "schema_invalid", "inc
             "wrong_time_grain", "wrong_filters", "wrong_limit", "wrong_order")
 
 
+def _diff(p: dict[str, Any], g: dict[str, Any]) -> list[str]:
+    return [f for f in FIELDS if p[f] != g[f]]
+
+
 def wrong_fields(pred: Intent, gold: Intent) -> list[str]:
     """Fields of two canonical intents that differ."""
-    p, g = pred.model_dump(mode="json"), gold.model_dump(mode="json")
-    return [f for f in FIELDS if p[f] != g[f]]
+    return _diff(pred.model_dump(mode="json"), gold.model_dump(mode="json"))
+
+
+def _classify(status: str, pred: dict[str, Any] | None, gold: dict[str, Any]) -> str | None:
+    """:func:`error_class` on dumped intents."""
+    if status != STATUS_OK or pred is None:
+        return status
+    diff = _diff(pred, gold)
+    if not diff:
+        return None
+    if "intent" in diff:
+        if pred["intent"] == "top_n_by_metric" and gold["intent"] == "breakdown":
+            return "false_ranking"
+        if pred["intent"] == "breakdown" and gold["intent"] == "top_n_by_metric":
+            return "false_breakdown"
+        return "wrong_intent"
+    return f"wrong_{diff[0]}"
 
 
 def error_class(status: str, pred: Intent | None, gold: Intent) -> str | None:
     """Primary taxonomy label of one answer; None when correct."""
     if status != STATUS_OK or pred is None:
         return status
-    diff = wrong_fields(pred, gold)
-    if not diff:
-        return None
-    if "intent" in diff:
-        if pred.intent == "top_n_by_metric" and gold.intent == "breakdown":
-            return "false_ranking"
-        if pred.intent == "breakdown" and gold.intent == "top_n_by_metric":
-            return "false_breakdown"
-        return "wrong_intent"
-    return f"wrong_{diff[0]}"
+    return _classify(status, pred.model_dump(mode="json"), gold.model_dump(mode="json"))
+
+
+def _copy_dump(dump: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An independent copy of an intent dump (records never share nested objects)."""
+    return None if dump is None else {**dump, "filters": [dict(f) for f in dump["filters"]]}
 
 
 def _status_of(intent: Intent | None, status: str) -> tuple[str, str | None]:
@@ -89,7 +104,8 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
     if raw is not None:
         status, reason = _status_of(raw, status)
 
-    final, interventions = raw, []
+    final: Intent | None = raw
+    interventions: list[Intervention] = []
     if raw is not None:
         final, interventions = apply_all(rulesets, raw, case.question)
     final_status, final_reason = _status_of(final, status) if raw is not None else (status, reason)
@@ -97,31 +113,37 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
     raw_c = canonicalise(raw) if raw is not None and status == STATUS_OK else None
     final_c = canonicalise(final) if final is not None and final_status == STATUS_OK else None
 
-    gold_rows = executor.run(build_sql(gold))
+    gold_q = build_sql(gold)
+    executor.run(gold_q)
     ordered = is_ordered(gold)
-    sql, params, rows, exec_error = None, None, None, None
+    sql, params, q, rows, exec_error = None, None, None, None, None
     if final_c is not None:
         try:
             q = build_sql(final_c)
             sql, params = q.sql, list(q.params)
             rows = executor.run(q)
         except (SqlBuildError, ExecutionError) as exc:
-            exec_error = str(exc)
+            q, exec_error = None, str(exc)
+
+    # Each intent is dumped once; canonicalise returns an already canonical intent itself.
+    gold_dump = gold.model_dump(mode="json")
+    raw_dump = raw.model_dump(mode="json") if raw is not None else None
+    final_dump = final.model_dump(mode="json") if final is not None else None
+    raw_c_dump = None if raw_c is None else raw_dump if raw_c is raw else raw_c.model_dump(mode="json")
+    final_c_dump = (None if final_c is None else final_dump if final_c is final
+                    else final_c.model_dump(mode="json"))
 
     # Which rules could have helped this item (for recall), and were their changes right?
     scope = []
-    raw_dump = raw.model_dump(mode="json") if raw is not None else None
-    gold_dump = gold.model_dump(mode="json")
     for rs in rulesets:
         for rule in rs.rules:
             if raw_dump is not None and raw_dump[rule.field] in rule.from_values \
                     and gold_dump[rule.field] == rule.to:
                 scope.append(rule.id)
-    final_dump = final_c.model_dump(mode="json") if final_c is not None else None
     ivs = []
     for iv in interventions:
         d = iv.as_dict()
-        d["correct"] = final_dump is not None and all(final_dump[f] == gold_dump[f] for f in iv.fields)
+        d["correct"] = final_c_dump is not None and all(final_c_dump[f] == gold_dump[f] for f in iv.fields)
         ivs.append(d)
 
     return {
@@ -131,18 +153,19 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
         "status": status, "status_reason": reason,
         "final_status": final_status, "final_status_reason": final_reason,
         "raw_intent": raw_dump,
-        "final_intent": final.model_dump(mode="json") if final is not None else None,
+        "final_intent": _copy_dump(final_dump) if final_dump is raw_dump else final_dump,
         "interventions": ivs, "guardrail_scope": scope,
         "sql": sql, "params": params, "exec_error": exec_error,
-        "result_hash": result_hash(rows, ordered=ordered) if rows is not None else None,
+        "result_hash": executor.result_hash(q, ordered=ordered) if q is not None else None,
         "result_rows": len(rows) if rows is not None else None,
-        "gold_result_hash": result_hash(gold_rows, ordered=ordered),
-        "correct_raw": raw_c is not None and raw_c == gold,
-        "correct_final": final_c is not None and final_c == gold,
-        "correct_exec": rows is not None and rows_equal(rows, gold_rows, ordered=ordered),
-        "error_raw": error_class(status, raw_c, gold),
-        "error_final": error_class(final_status, final_c, gold),
-        "wrong_fields_raw": wrong_fields(raw_c, gold) if raw_c is not None else list(FIELDS),
+        "gold_result_hash": executor.result_hash(gold_q, ordered=ordered),
+        # Dumps of two intents are equal exactly when the intents are (all values are plain).
+        "correct_raw": raw_c_dump is not None and raw_c_dump == gold_dump,
+        "correct_final": final_c_dump is not None and final_c_dump == gold_dump,
+        "correct_exec": q is not None and executor.same_result(q, gold_q, ordered=ordered),
+        "error_raw": _classify(status, raw_c_dump, gold_dump),
+        "error_final": _classify(final_status, final_c_dump, gold_dump),
+        "wrong_fields_raw": _diff(raw_c_dump, gold_dump) if raw_c_dump is not None else list(FIELDS),
     }
 
 

@@ -40,10 +40,12 @@ class ServerConfig:
     max_num_seqs: int | None = None
     max_model_len: int = 2048
     dtype: str = "bfloat16"
-    compact: bool = False  # server-wide whitespace-free structured outputs
+    # Server-wide whitespace-free structured outputs: per-request switches are ignored by vLLM,
+    # and a weak model otherwise pads JSON with whitespace until max_tokens.
+    compact: bool = True
     kv_cache_gib: int = 1
     extra_args: tuple[str, ...] = ()
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = 600.0
 
 
 def is_port_in_use(host: str, port: int) -> bool:

@@ -9,9 +9,11 @@ ascending, so top-N cut-offs are deterministic.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
 from .errors import SqlBuildError
-from .intent import Intent
+from .intent import Filter, Intent
 
 FACT = "order_lines AS f"
 
@@ -63,8 +65,36 @@ def _lookup(table: dict[str, str], key: str | None, what: str) -> str:
     return table[key]
 
 
+class _Shape(NamedTuple):
+    """The fields SQL depends on, hashable: the build cache's key."""
+
+    intent: str
+    metric: str
+    dimension: str | None
+    time_grain: str | None
+    filters: tuple[Filter, ...]
+    limit: int | None
+    order: str | None
+
+
+#: Distinct intents whose SQL is remembered (bounded).
+BUILD_CACHE_SIZE = 4096
+
+
 def build_sql(intent: Intent) -> Query:
-    """Build SQL for a *canonical* intent (see :func:`nlq2sql.intent.canonicalise`)."""
+    """Build SQL for a *canonical* intent (see :func:`nlq2sql.intent.canonicalise`).
+
+    Results are cached by the intent's fields: a Query is immutable, so equal intents share it.
+    """
+    shape = _Shape(intent.intent, intent.metric, intent.dimension, intent.time_grain,
+                   tuple(intent.filters), intent.limit, intent.order)
+    try:
+        return _build_cached(shape)
+    except TypeError:  # an unhashable field: only possible for an unvalidated (constructed) intent
+        return _build(shape)
+
+
+def _build(intent: _Shape) -> Query:
     metric = _lookup(METRICS, intent.metric, "metric")
     select: list[str] = []
     group: list[str] = []
@@ -117,3 +147,6 @@ def build_sql(intent: Intent) -> Query:
     if intent.limit is not None:
         lines.append(f"LIMIT {int(intent.limit)}")
     return Query(sql="\n".join(lines), params=tuple(params))
+
+
+_build_cached = lru_cache(maxsize=BUILD_CACHE_SIZE)(_build)

@@ -113,8 +113,9 @@ def build(out: Path | None = None, scale: float = 1.0) -> Path:
             "CREATE TABLE order_lines AS SELECT order_id, "
             "ROW_NUMBER() OVER (PARTITION BY order_id ORDER BY product_id, quantity, unit_price_cents) AS line_no, "
             "order_date, customer_id, channel_id, product_id, quantity, "
-            "CAST(unit_price_cents AS DECIMAL(12,2)) / 100 AS unit_price, "
-            "CAST(discount_pct AS DECIMAL(4,2)) / 100 AS discount FROM _facts ORDER BY order_id, line_no")
+            # DECIMAL / INTEGER is DOUBLE in DuckDB: scale by a DECIMAL literal to stay exact.
+            "CAST(unit_price_cents * 0.01 AS DECIMAL(12,2)) AS unit_price, "
+            "CAST(discount_pct * 0.01 AS DECIMAL(4,2)) AS discount FROM _facts ORDER BY order_id, line_no")
         con.execute("CHECKPOINT")
     finally:
         con.close()

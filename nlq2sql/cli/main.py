@@ -127,7 +127,8 @@ def eval_cmd(
     out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/eval"),
     resume: Annotated[bool, typer.Option(help="Finish an interrupted run.")] = False,
     force: Annotated[bool, typer.Option(help="Replace an existing run directory.")] = False,
-    compact_server: Annotated[bool, typer.Option(help="Local server: whitespace-free structured outputs.")] = False,
+    compact_server: Annotated[bool, typer.Option(help="Local server: whitespace-free structured outputs "
+                                                 "(server-wide; on by default).")] = True,
     max_failure_rate: Annotated[float, typer.Option(help="Exit 1 when more items than this fail.")] = 0.05,
 ) -> None:
     """Run an eval set against a live endpoint and score it."""
@@ -170,7 +171,7 @@ def serve(
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM --max-num-seqs.")] = None,
     max_model_len: Annotated[int, typer.Option(help="vLLM --max-model-len.")] = 2048,
-    compact: Annotated[bool, typer.Option(help="Server-wide whitespace-free structured outputs.")] = False,
+    compact: Annotated[bool, typer.Option(help="Server-wide whitespace-free structured outputs.")] = True,
 ) -> None:
     """Start a local vLLM, wait until healthy and warm, serve until Ctrl-C."""
     import time
@@ -285,8 +286,10 @@ def compact(
     from ..experiments import compact as cx
     from ..experiments.common import shared_endpoint
 
+    # A local server for this experiment allows whitespace, or the pretty arm could not be pretty;
+    # grammar-compact then gets its whitespace-free grammar from the request itself.
     base = replace(_base(evalset, endpoint, model, api_key_env, prompt, limit, max_tokens, out),
-                   concurrency=concurrency)
+                   concurrency=concurrency, compact_server=False)
     with shared_endpoint(base) as bound:
         res = cx.run(cx.CompactConfig(bound))
     cx.write_result(out, res)
@@ -340,3 +343,206 @@ def compare(
 
     paths = render(list(run_dirs), out, gpu_cost_per_hour, title)
     Console().print(f"wrote {paths['markdown']} and {paths['html']}")
+
+
+# -- load generation and sweeps (nlq2sql.load) -------------------------------------------
+
+probe_app = typer.Typer(help="Serving-path probes: serialization verdict, cancel, /health, prefix reuse.",
+                        no_args_is_help=True)
+app.add_typer(probe_app, name="probe")
+
+
+def _floats(values: list[str] | None, option: str) -> tuple[float, ...]:
+    out: list[float] = []
+    for v in values or []:
+        for x in v.split(","):
+            if x.strip():
+                try:
+                    out.append(float(x))
+                except ValueError:
+                    raise InputError(f"expected seconds, got {x!r}", field=option) from None
+    return tuple(out)
+
+
+def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
+               max_tokens: int, structured: str, out: Path, max_num_seqs: int | None) -> Any:
+    from dataclasses import replace
+
+    from ..client import STRUCTURED_MODES
+
+    if structured not in STRUCTURED_MODES:
+        raise InputError(f"unknown mode {structured!r} (known: {', '.join(STRUCTURED_MODES)})",
+                         field="--structured")
+    if max_num_seqs is not None and endpoint is not None:
+        raise InputError("only for a local server (no --endpoint)", field="--max-num-seqs")
+    base = _base(evalset, endpoint, model, api_key_env, prompt, None, max_tokens, out)
+    return replace(base, sampling=replace(base.sampling, structured=structured), max_num_seqs=max_num_seqs)
+
+
+def _say(msg: str) -> None:
+    err.print(msg, markup=False, highlight=False)
+
+
+LocalSeqsOpt = Annotated[int | None, typer.Option(help="Local server only: vLLM --max-num-seqs.")]
+
+
+@app.command("sweep")
+@handled
+def sweep_cmd(
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,2,4,8,16,32",
+    requests: Annotated[int, typer.Option(help="Requests per level (eval items cycled, ids id#k).")] = 64,
+    slo_p95: Annotated[list[str] | None, typer.Option(help="p95 target in seconds (repeat or comma-separate) "
+                                                      "for the SLO policy table.")] = None,
+    gpu_cost_per_hour: Annotated[float | None, typer.Option(help="For cost per 1,000 queries.")] = None,
+    max_tokens: MaxTokOpt = 96,
+    structured: Annotated[str, typer.Option(help="json | response_format | none")] = "json",
+    warmup: Annotated[int, typer.Option(help="Uncounted warm-up requests at c=1 first.")] = 2,
+    efficiency_threshold: Annotated[float, typer.Option(help="Knee: scaling efficiency below this.")] = 0.8,
+    marginal_threshold: Annotated[float, typer.Option(help="Knee: marginal gain per added request below "
+                                                      "this fraction of a single-request lane.")] = 0.5,
+    flat_pct: Annotated[float, typer.Option(help="Saturation: next level's throughput gain below this "
+                                            "fraction while p95 rises more than it.")] = 0.10,
+    server_sweep: Annotated[str | None, typer.Option(help="Restart a local server per setting, e.g. "
+                                                     "'max-num-seqs=1,4,16' (no --endpoint).")] = None,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory (sweep.json, sweep.md, PNGs, level runs).")
+                   ] = Path("runs/sweep"),
+    force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    reanalyse: Annotated[bool, typer.Option(help="Re-analyse the sweep already in --out (new thresholds, "
+                                            "SLOs or cost) without sending requests.")] = False,
+) -> None:
+    """Concurrency sweep on real eval prompts: req/s, goodput, latency, knee, saturation, SLO, cost."""
+    from dataclasses import replace
+
+    from ..load import sweep as sw
+
+    levels = _levels(concurrency, "--concurrency")
+    for name, v in (("--efficiency-threshold", efficiency_threshold), ("--marginal-threshold", marginal_threshold),
+                    ("--flat-pct", flat_pct)):
+        if not 0 <= v <= 1:
+            raise InputError(f"must be between 0 and 1, got {v}", field=name)
+    th = sw.Thresholds(efficiency=efficiency_threshold, marginal=marginal_threshold, flat_pct=flat_pct,
+                       p95_rise_pct=flat_pct)
+    base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, structured, out, max_num_seqs)
+    cfg = sw.SweepConfig(base=base, levels=levels, requests=requests, slo_p95=_floats(slo_p95, "--slo-p95"),
+                         gpu_cost_per_hour=gpu_cost_per_hour, thresholds=th, warmup=warmup, force=force)
+    sw.validate(cfg)
+    if reanalyse:
+        if not (out / "sweep.json").is_file():
+            raise InputError(f"no sweep.json in {out}", field="--out")
+        res = sw.rerender(out, cfg)
+    elif server_sweep:
+        knob, values = sw.parse_server_sweep(server_sweep)
+        sw.run_server_sweep(cfg, knob, values, _say)
+        Console().print((out / "server-sweep.md").read_text(), markup=False, highlight=False)
+        return
+    else:
+        with sw.bound_endpoint(base) as (bound, info):
+            res = sw.run_sweep(replace(cfg, base=bound), info, _say)
+    Console().print(sw.render_markdown(res), markup=False, highlight=False)
+    err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.md'} and plots")
+
+
+@probe_app.command("serialization")
+@handled
+def probe_serialization(
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    level: Annotated[int, typer.Option(help="The loaded concurrency level K (compared with c=1).")] = 8,
+    requests_single: Annotated[int, typer.Option(help="Requests at c=1.")] = 6,
+    requests_level: Annotated[int, typer.Option(help="Requests at c=K.")] = 24,
+    staircase: Annotated[int, typer.Option(help="Independent OS processes started together.")] = 4,
+    max_tokens: MaxTokOpt = 96,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-serialization"),
+    force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    expect: Annotated[str | None, typer.Option(help="Exit 1 unless the verdict is this one.")] = None,
+) -> None:
+    """Batched, serialized (upstream or at the engine) or client-bound? Evidence and a verdict."""
+    from ..load import serialization as ser
+    from ..load.sweep import bound_endpoint
+
+    if expect is not None and expect not in ser.VERDICTS:
+        raise InputError(f"unknown verdict {expect!r} (known: {', '.join(ser.VERDICTS)})", field="--expect")
+    base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out, max_num_seqs)
+    with bound_endpoint(base) as (bound, info):
+        res = ser.run(ser.SerializationConfig(base=bound, level=level, requests_single=requests_single,
+                                              requests_level=requests_level, staircase=staircase,
+                                              force=force), info, _say)
+    Console().print(ser.render_markdown(res), markup=False, highlight=False)
+    if expect is not None and res["verdict"] != expect:
+        err.print(f"verdict {res['verdict']!r}, expected {expect!r}")
+        raise typer.Exit(1)
+
+
+def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None, max_num_seqs: int | None,
+           out: Path, **kw: Any) -> None:
+    from ..live import api_key
+    from ..load.probes import Target, run_probe
+    from ..load.sweep import bound_endpoint
+
+    base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)
+    key = api_key(base)
+    with bound_endpoint(base) as (bound, _info):
+        assert bound.endpoint is not None
+        _res, md = run_probe(name, Target(bound.endpoint, bound.model, key if endpoint else "EMPTY"), out, **kw)
+    Console().print(md, markup=False, highlight=False)
+    err.print(f"wrote {out / (name + '.json')} and {out / (name + '.md')}")
+
+
+@probe_app.command("cancel")
+@handled
+def probe_cancel(
+    endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m", api_key_env: KeyOpt = None,
+    k: Annotated[int, typer.Option(help="Disconnect after this many streamed tokens.")] = 16,
+    max_tokens: Annotated[int, typer.Option(help="The long generation's max_tokens (ignore_eos).")] = 512,
+    trials: Annotated[int, typer.Option(help="Repetitions.")] = 3,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-cancel"),
+) -> None:
+    """Disconnect a long stream after k tokens: time until running = 0, tokens generated after."""
+    if k < 1 or max_tokens <= k or trials < 1:
+        raise InputError("need 1 ≤ k < max_tokens and trials ≥ 1", field="--k")
+    _probe("cancel", endpoint, model, api_key_env, max_num_seqs, out, k_tokens=k, max_tokens=max_tokens,
+           trials=trials)
+
+
+@probe_app.command("health")
+@handled
+def probe_health(
+    endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m", api_key_env: KeyOpt = None,
+    prefill_words: Annotated[int, typer.Option(help="Words in each long prompt (≈ tokens).")] = 1200,
+    parallel: Annotated[int, typer.Option(help="Long prompts sent together.")] = 4,
+    interval: Annotated[float, typer.Option(help="Seconds between /health calls.")] = 0.05,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-health"),
+) -> None:
+    """/health round-trip (count, p50, p95, max, errors) idle and while long prefills run."""
+    if prefill_words < 1 or parallel < 1 or interval <= 0:
+        raise InputError("need positive --prefill-words, --parallel and --interval", field="--parallel")
+    _probe("health", endpoint, model, api_key_env, max_num_seqs, out, prefill_words=prefill_words,
+           parallel=parallel, interval_s=interval)
+
+
+@probe_app.command("prefix")
+@handled
+def probe_prefix(
+    endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m", api_key_env: KeyOpt = None,
+    evalset: EvalsetOpt = "heldout", prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    requests: Annotated[int, typer.Option(help="Sequential requests per scenario.")] = 8,
+    pad_words: Annotated[int, typer.Option(help="Padding words appended to the system prompt.")] = 600,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 32,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-prefix"),
+) -> None:
+    """Shared vs diverse vs leading-unique prefixes: TTFT, prefill share, prefix-cache hit rate."""
+    from ..evalset import load_evalset
+    from ..prompt import load_prompt
+
+    if requests < 1 or pad_words < 0 or max_tokens < 1:
+        raise InputError("need --requests ≥ 1, --pad-words ≥ 0, --max-tokens ≥ 1", field="--requests")
+    questions = [c.question for c in load_evalset(evalset).cases]
+    _probe("prefix", endpoint, model, api_key_env, max_num_seqs, out, system=load_prompt(prompt).text,
+           questions=questions, requests=requests, pad_words=pad_words, max_tokens=max_tokens)

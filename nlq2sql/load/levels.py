@@ -1,0 +1,151 @@
+"""One load level = one normal eval run over an expanded eval set.
+
+The eval set's items are cycled to N requests with unique ids (``ho-001#2`` is the second
+copy of ``ho-001``) and written as a JSONL eval set beside the results, so every level is
+an ordinary run directory (manifest, records, summary, its own ``/metrics`` samples) that
+``nlq2sql compare`` and ``load-check`` can read.  :func:`level_stats` turns one such run
+into the figures a sweep needs, every one with its sample count.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..evalset import load_evalset
+from ..live import EvalConfig, run_eval
+from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
+from ..score import percentiles
+
+
+def expand_evalset(evalset: str, requests: int, out_dir: Path) -> Path:
+    """Write ``<name>-x<N>.jsonl``: the set's items cycled to ``requests`` lines, ids ``id#k``."""
+    es = load_evalset(evalset)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{es.name}-x{requests}.jsonl"
+    lines = []
+    for i in range(requests):
+        case = es.cases[i % len(es.cases)]
+        obj = case.model_dump(mode="json")
+        obj["id"] = f"{case.id}#{i // len(es.cases) + 1}"
+        lines.append(json.dumps(obj, separators=(",", ":")))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path) -> dict[str, Any]:
+    """Run one level (``base`` must be bound to an endpoint) and return its stats.
+
+    The harness's own CPU time (this process, all threads) is measured around the run, so
+    a level can say when the client, not the server, was the bottleneck.
+    """
+    cfg = replace(base, evalset=str(evalset_path), out=out, concurrency=concurrency, limit=None,
+                  force=True, resume=False)
+    cpu0, t0 = _cpu_s(), time.monotonic()
+    run_eval(cfg)
+    cpu, wall = _cpu_s() - cpu0, time.monotonic() - t0
+    return stats_from_run(out, client_cpu_s=cpu, client_wall_s=wall)
+
+
+def stats_from_run(run_dir: Path, client_cpu_s: float | None = None,
+                   client_wall_s: float | None = None) -> dict[str, Any]:
+    """Level stats from a recorded run directory (works offline on old runs too)."""
+    manifest = read_json(run_dir / MANIFEST)
+    summary = read_json(run_dir / SUMMARY)
+    records = list(iter_records(run_dir / RECORDS))
+    wall = (summary.get("throughput") or {}).get("wall_s")
+    st = level_stats(records, wall, summary.get("server_metrics"), int(manifest.get("concurrency") or 0))
+    st["run_dir"] = str(run_dir)
+    st["client"] = client_stats(client_cpu_s, client_wall_s, len(records))
+    st["client"].update(st.pop("_inflight"))
+    return st
+
+
+def client_stats(cpu_s: float | None, wall_s: float | None, n: int) -> dict[str, Any]:
+    if cpu_s is None or not wall_s:
+        return {"cpu_s": None, "cpu_share_of_core": None, "cpu_ms_per_request": None,
+                "note": "harness CPU not measured (recorded run)"}
+    return {"cpu_s": cpu_s, "wall_s": wall_s, "cpu_share_of_core": cpu_s / wall_s,
+            "cpu_ms_per_request": 1000 * cpu_s / n if n else None, "n": n}
+
+
+def inflight(intervals: list[tuple[float, float]]) -> dict[str, Any]:
+    """Client-side requests in flight from (start, end) pairs: peak and time-weighted mean."""
+    if not intervals:
+        return {"inflight_peak": None, "inflight_mean": None, "inflight_n": 0}
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals],
+                    key=lambda x: (x[0], x[1]))
+    cur = peak = 0
+    area = 0.0
+    last = events[0][0]
+    for t, d in events:
+        area += cur * (t - last)
+        last = t
+        cur += d
+        peak = max(peak, cur)
+    span = events[-1][0] - events[0][0]
+    return {"inflight_peak": peak, "inflight_mean": area / span if span > 0 else float(peak),
+            "inflight_n": len(intervals)}
+
+
+def level_stats(records: list[dict[str, Any]], wall_s: float | None,
+                server_metrics: dict[str, Any] | None, concurrency: int) -> dict[str, Any]:
+    """Throughput, goodput, tokens, latency percentiles, errors and server gauges for one level."""
+    n = len(records)
+    ok = [r for r in records if r.get("outcome") == "ok"]
+    good = [r for r in ok if r.get("raw_intent") is not None and r.get("correct_final")]
+    errors = Counter(r.get("outcome") or "n/a" for r in records if r.get("outcome") != "ok")
+    finish = Counter(r.get("finish_reason") or "n/a" for r in records)
+    out_tokens = sum(r.get("completion_tokens") or 0 for r in ok)
+
+    def rate(k: float) -> float | None:
+        return k / wall_s if wall_s else None
+
+    def pct(key: str) -> dict[str, Any]:
+        return percentiles([float(r[key]) for r in ok if r.get(key) is not None])
+
+    intervals = [(r["started"], r["started"] + r["latency_s"]) for r in records
+                 if r.get("started") and r.get("latency_s") is not None]
+    sm = server_metrics or {}
+    observed = bool(sm.get("observed"))
+
+    def gauge(name: str) -> dict[str, Any]:
+        g = sm.get(name) if observed else None
+        if not g or not g.get("n"):
+            return {"n": 0, "peak": None, "mean": None, "note": "not observed"}
+        return {"n": g["n"], "peak": g["peak"], "mean": g["mean"]}
+
+    return {
+        "concurrency": concurrency, "n": n, "ok": len(ok), "good": len(good),
+        "schema_valid": sum(1 for r in ok if r.get("raw_intent") is not None),
+        "wall_s": wall_s,
+        "req_per_s": rate(len(ok)), "goodput_per_s": rate(len(good)),
+        "output_tok_per_s": rate(out_tokens), "output_tokens": out_tokens,
+        "errors": dict(errors), "finish_reasons": dict(finish),
+        "latency_s": pct("latency_s"), "ttft_s": pct("ttft_s"), "itl_s": pct("itl_mean_s"),
+        "completion_tokens": pct("completion_tokens"), "prompt_tokens": pct("prompt_tokens"),
+        "server": {"observed": observed, "samples": sm.get("samples", 0),
+                   "interval_s": sm.get("interval_s"),
+                   "running": gauge("running"), "waiting": gauge("waiting"),
+                   "kv_cache_usage": gauge("kv_cache_usage"),
+                   "prefix_cache_hit_rate": sm.get("prefix_cache_hit_rate") if observed else None},
+        "_inflight": inflight(intervals),
+    }
+
+
+def load_level_dirs(dirs: list[Path]) -> list[dict[str, Any]]:
+    """Stats for recorded level runs, sorted by concurrency."""
+    return sorted((stats_from_run(d) for d in dirs), key=lambda s: s["concurrency"])
+
+
+__all__ = ["expand_evalset", "run_level", "stats_from_run", "level_stats", "inflight"]

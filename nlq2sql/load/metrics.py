@@ -1,0 +1,101 @@
+"""One-shot ``/metrics`` scrapes for probes: gauges, counters and histogram sums/counts.
+
+The run-long sampler lives in :mod:`nlq2sql.server_metrics`; probes need single snapshots
+taken at chosen moments (before a request, right after a disconnect) and the server-side
+histograms (TTFT, prefill, decode, queue time) as ``_sum`` / ``_count`` pairs whose deltas
+give means over exactly the probe's requests.  An endpoint without ``/metrics`` yields
+``None``: the caller reports "not observed", never zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..server_metrics import parse_metrics
+
+#: logical name → accepted histogram names (first found wins).
+HISTOGRAMS = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "queue": ("vllm:request_queue_time_seconds",),
+    "prefill": ("vllm:request_prefill_time_seconds",),
+    "decode": ("vllm:request_decode_time_seconds",),
+    "inference": ("vllm:request_inference_time_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+}
+EXTRA_COUNTERS = {"prompt_tokens_cached": ("vllm:prompt_tokens_cached",)}
+
+
+def root_url(base_url: str) -> str:
+    """``http://h:p/v1`` → ``http://h:p``."""
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
+def parse_snapshot(text: str) -> dict[str, Any]:
+    """Prometheus text → gauges/counters (logical names) plus ``hist`` {name: (sum, count)}."""
+    out: dict[str, Any] = dict(parse_metrics(text))
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    totals: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.endswith("_sum"):
+                sums[s.name[:-4]] = sums.get(s.name[:-4], 0.0) + float(s.value)
+            elif s.name.endswith("_count"):
+                counts[s.name[:-6]] = counts.get(s.name[:-6], 0.0) + float(s.value)
+            elif s.name.endswith("_total"):
+                totals[s.name[:-6]] = totals.get(s.name[:-6], 0.0) + float(s.value)
+    hist: dict[str, tuple[float, float]] = {}
+    for logical, names in HISTOGRAMS.items():
+        for n in names:
+            if n in sums and n in counts:
+                hist[logical] = (sums[n], counts[n])
+                break
+    out["hist"] = hist
+    for logical, names in EXTRA_COUNTERS.items():
+        for n in names:
+            if n in totals:
+                out[logical] = totals[n]
+                break
+    return out
+
+
+async def scrape(session: aiohttp.ClientSession, base_url: str) -> dict[str, Any] | None:
+    """One snapshot, or ``None`` when the endpoint has no readable ``/metrics``."""
+    try:
+        async with session.get(root_url(base_url) + "/metrics") as resp:
+            if resp.status != 200:
+                return None
+            return parse_snapshot(await resp.text())
+    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return None
+
+
+def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str
+                  ) -> float | None:
+    if not before or not after or name not in before or name not in after:
+        return None
+    return float(after[name]) - float(before[name])
+
+
+def hist_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str
+               ) -> dict[str, Any]:
+    """Mean of a server histogram over the requests between two snapshots, with its count."""
+    b = (before or {}).get("hist", {}).get(name)
+    a = (after or {}).get("hist", {}).get(name)
+    if a is None or b is None:
+        return {"n": 0, "mean": None, "note": "not observed"}
+    n = a[1] - b[1]
+    return {"n": int(n), "mean": (a[0] - b[0]) / n if n > 0 else None}
+
+
+def hit_rate(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    """Prefix-cache hit rate (tokens) from counter deltas: hits / queries."""
+    q = counter_delta(before, after, "prefix_cache_queries")
+    h = counter_delta(before, after, "prefix_cache_hits")
+    if q is None or h is None:
+        return {"rate": None, "hits": None, "queries": None, "note": "not observed"}
+    return {"rate": h / q if q > 0 else None, "hits": int(h), "queries": int(q)}

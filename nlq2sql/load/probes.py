@@ -1,0 +1,363 @@
+"""Serving-path probes from seeds 000 and 002: cancellation, /health under prefill, prefix reuse.
+
+* **cancel** — stream a long generation (no structured output, ``max_tokens`` 512,
+  ``ignore_eos``), disconnect after k tokens, then poll ``/metrics`` until
+  ``num_requests_running`` returns to 0: the time that took, and how many tokens the
+  engine generated after the disconnect (``generation_tokens`` counter delta minus the
+  tokens received).  Needs an otherwise idle server.
+* **health** — ``/health`` round-trip latency (count, p50, p95, max, errors) while idle
+  and while long prefills run, to see whether the API server stays responsive.
+* **prefix** — shared-prefix vs diverse-prefix (unique text half-way) vs leading-unique
+  prompts, sequentially: client TTFT and latency, and from server counter deltas the
+  prefix-cache hit rate and the prefill share of server time.
+
+Every figure carries its sample count; without ``/metrics`` server-side figures are
+"not observed", never zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from ..records import write_json_atomic
+from ..score import percentiles
+from .metrics import counter_delta, hist_delta, hit_rate, root_url, scrape
+
+_FILLER_TEXT = ("the store sells office furniture and electronics to customers in five regions while "
+          "analysts track revenue orders units and average order value by month quarter and year "
+          "across online retail partner and phone channels for consumer corporate and small business "
+          "segments")
+FILLER = _FILLER_TEXT.split(" ")
+
+
+@dataclass(frozen=True)
+class Target:
+    base_url: str  # …/v1
+    model: str
+    key: str = "EMPTY"
+
+
+def filler(words: int, offset: int = 0) -> str:
+    return " ".join(FILLER[(i + offset) % len(FILLER)] for i in range(words))
+
+
+async def stream_chat(sess: aiohttp.ClientSession, t: Target, body: dict[str, Any],
+                      stop_after: int | None = None, timeout_s: float = 300) -> dict[str, Any]:
+    """One streamed chat request over raw SSE; optionally disconnect after ``stop_after`` tokens.
+
+    Returns client TTFT / latency, content chunks received (≈ tokens: vLLM sends one
+    token per chunk by default), finish reason and usage when the stream ran to the end.
+    """
+    body = dict(body, stream=True, stream_options={"include_usage": True})
+    out: dict[str, Any] = {"status": None, "error": None, "ttft_s": None, "latency_s": None,
+                           "chunks": 0, "finish_reason": None, "usage": None, "disconnected": False}
+    t0 = time.perf_counter()
+    out["t_start"] = time.time()
+    try:
+        async with asyncio.timeout(timeout_s), sess.post(
+                t.base_url.rstrip("/") + "/chat/completions", json=body,
+                headers={"Authorization": f"Bearer {t.key}"}) as resp:
+            out["status"] = resp.status
+            if resp.status != 200:
+                out["error"] = (await resp.text())[:300]
+                return out
+            async for raw in resp.content:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                obj = json.loads(data)
+                if obj.get("usage"):
+                    out["usage"] = obj["usage"]
+                for ch in obj.get("choices") or []:
+                    if (ch.get("delta") or {}).get("content"):
+                        if out["ttft_s"] is None:
+                            out["ttft_s"] = time.perf_counter() - t0
+                        out["chunks"] += 1
+                    if ch.get("finish_reason"):
+                        out["finish_reason"] = ch["finish_reason"]
+                if stop_after is not None and out["chunks"] >= stop_after:
+                    out["disconnected"] = True
+                    out["t_disconnect"] = time.time()
+                    resp.close()  # drop the connection: the server should abort the request
+                    break
+    except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as exc:
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    out["latency_s"] = time.perf_counter() - t0
+    return out
+
+
+async def wait_idle(sess: aiohttp.ClientSession, t: Target, timeout_s: float = 30) -> dict[str, Any] | None:
+    """Snapshot once the server runs and queues nothing (or after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snap = await scrape(sess, t.base_url)
+        if snap is None or (snap.get("running", 0) == 0 and snap.get("waiting", 0) == 0) \
+                or time.monotonic() > deadline:
+            return snap
+        await asyncio.sleep(0.1)
+
+
+# -- cancel -----------------------------------------------------------------------------
+
+async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, trials: int = 3,
+                       poll_s: float = 0.02, settle_s: float = 0.5) -> dict[str, Any]:
+    body = {"model": t.model, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "Count from 1 to 10000, one number per line."}]}
+    rows = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as sess:
+        for _ in range(trials):
+            before = await wait_idle(sess, t)
+            busy = before is not None and (before.get("running", 0) or before.get("waiting", 0))
+            r = await stream_chat(sess, t, body, stop_after=k_tokens)
+            if r["status"] == 400 and "ignore_eos" in (r["error"] or ""):
+                body.pop("ignore_eos")
+                r = await stream_chat(sess, t, body, stop_after=k_tokens)
+            row: dict[str, Any] = {"received_tokens": r["chunks"], "disconnected": r["disconnected"],
+                                   "error": r["error"], "finish_reason": r["finish_reason"],
+                                   "server_busy_before": bool(busy)}
+            if before is None:
+                row.update(to_idle_s=None, polls=0, tokens_after_disconnect=None,
+                           note="/metrics not observed")
+                rows.append(row)
+                continue
+            if not r["disconnected"]:
+                row.update(to_idle_s=None, polls=0, tokens_after_disconnect=None,
+                           note="stream ended before k tokens: nothing to cancel")
+                rows.append(row)
+                continue
+            polls, to_idle = 0, None
+            deadline = r["t_disconnect"] + 60
+            while time.time() < deadline:
+                snap = await scrape(sess, t.base_url)
+                polls += 1
+                if snap is not None and snap.get("running", 1) == 0:
+                    to_idle = time.time() - r["t_disconnect"]
+                    break
+                await asyncio.sleep(poll_s)
+            await asyncio.sleep(settle_s)
+            after = await scrape(sess, t.base_url)
+            gen = counter_delta(before, after, "generation_tokens")
+            row.update(to_idle_s=to_idle, polls=polls,
+                       generated_total=None if gen is None else int(gen),
+                       tokens_after_disconnect=None if gen is None else int(gen) - r["chunks"],
+                       would_have_generated=max_tokens - r["chunks"])
+            rows.append(row)
+    idle = [x["to_idle_s"] for x in rows if x.get("to_idle_s") is not None]
+    after_tok = [float(x["tokens_after_disconnect"]) for x in rows if x.get("tokens_after_disconnect") is not None]
+    return {"probe": "cancel", "k_tokens": k_tokens, "max_tokens": max_tokens, "trials": rows,
+            "poll_interval_s": poll_s, "to_idle_s": percentiles(idle),
+            "tokens_after_disconnect": percentiles(after_tok),
+            "ignore_eos": "ignore_eos" in body}
+
+
+# -- health -----------------------------------------------------------------------------
+
+async def _health_loop(sess: aiohttp.ClientSession, url: str, stop: asyncio.Event, interval_s: float,
+                       limit: int) -> dict[str, Any]:
+    rtts: list[float] = []
+    errors: list[str] = []
+    while not stop.is_set() and len(rtts) + len(errors) < limit:
+        t0 = time.perf_counter()
+        try:
+            async with sess.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                await resp.read()
+                if resp.status == 200:
+                    rtts.append(time.perf_counter() - t0)
+                else:
+                    errors.append(f"HTTP {resp.status}")
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            errors.append(type(exc).__name__)
+        await asyncio.sleep(interval_s)
+    p = percentiles(rtts)
+    return {"n": len(rtts) + len(errors), "ok": len(rtts), "errors": len(errors),
+            "error_kinds": sorted(set(errors)), "p50_s": p["p50"], "p95_s": p["p95"],
+            "max_s": max(rtts) if rtts else None}
+
+
+async def health_probe(t: Target, prefill_words: int = 1200, parallel: int = 4, max_tokens: int = 16,
+                       interval_s: float = 0.05, idle_count: int = 40) -> dict[str, Any]:
+    url = root_url(t.base_url) + "/health"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as sess:
+        await wait_idle(sess, t)
+        idle = await _health_loop(sess, url, asyncio.Event(), interval_s, idle_count)
+        before = await scrape(sess, t.base_url)
+        stop = asyncio.Event()
+        loop_task = asyncio.create_task(_health_loop(sess, url, stop, interval_s, 100_000))
+        bodies = [{"model": t.model, "max_tokens": max_tokens, "temperature": 0,
+                   "messages": [{"role": "user", "content": f"[{uuid.uuid4().hex}] " +
+                                 filler(prefill_words, offset=i) + "\nSummarise the text above."}]}
+                  for i in range(parallel)]
+        t0 = time.perf_counter()
+        reqs = await asyncio.gather(*(stream_chat(sess, t, b) for b in bodies))
+        load_s = time.perf_counter() - t0
+        stop.set()
+        busy = await loop_task
+        after = await scrape(sess, t.base_url)
+    ok = [r for r in reqs if r["status"] == 200 and not r["error"]]
+    return {"probe": "health", "interval_s": interval_s, "idle": idle, "under_prefill": busy,
+            "prefill_requests": {"n": len(reqs), "ok": len(ok), "parallel": parallel,
+                                 "errors": [r["error"] for r in reqs if r["error"]],
+                                 "prompt_tokens": percentiles([float(r["usage"]["prompt_tokens"])
+                                                               for r in ok if r.get("usage")]),
+                                 "ttft_s": percentiles([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
+                                 "load_wall_s": load_s},
+            "server_prefill_s": hist_delta(before, after, "prefill"),
+            "server_ttft_s": hist_delta(before, after, "ttft")}
+
+
+# -- prefix -----------------------------------------------------------------------------
+
+SCENARIOS = ("shared", "diverse", "leading-unique")
+
+
+def prefix_messages(scenario: str, system: str, question: str, pad_words: int) -> list[dict[str, str]]:
+    """The eval's system prompt plus padding; diverse = unique text half-way, leading-unique = first."""
+    pad = filler(pad_words)
+    tag = f"[request {uuid.uuid4().hex}]"
+    if scenario == "shared":
+        sys_text = f"{system}\nReference notes: {pad}"
+    elif scenario == "diverse":
+        half = len(pad) // 2
+        sys_text = f"{system}\nReference notes: {pad[:half]} {tag} {pad[half:]}"
+    elif scenario == "leading-unique":
+        sys_text = f"{tag}\n{system}\nReference notes: {pad}"
+    else:
+        raise ValueError(scenario)
+    return [{"role": "system", "content": sys_text}, {"role": "user", "content": question}]
+
+
+async def prefix_probe(t: Target, system: str, questions: list[str], requests: int = 8,
+                       pad_words: int = 600, max_tokens: int = 32) -> dict[str, Any]:
+    out: dict[str, Any] = {"probe": "prefix", "requests_per_scenario": requests, "pad_words": pad_words,
+                           "max_tokens": max_tokens, "concurrency": 1, "scenarios": {}}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as sess:
+        await wait_idle(sess, t)
+        # Warm the shared prefix once (not measured), so "shared" is the warm best case.
+        await stream_chat(sess, t, {"model": t.model, "max_tokens": 1, "temperature": 0,
+                                    "messages": prefix_messages("shared", system, questions[0], pad_words)})
+        for sc in SCENARIOS:
+            before = await wait_idle(sess, t)
+            rows = []
+            for i in range(requests):
+                body = {"model": t.model, "max_tokens": max_tokens, "temperature": 0,
+                        "messages": prefix_messages(sc, system, questions[i % len(questions)], pad_words)}
+                rows.append(await stream_chat(sess, t, body))
+            await asyncio.sleep(0.3)
+            after = await scrape(sess, t.base_url)
+            ok = [r for r in rows if r["status"] == 200 and not r["error"]]
+            pre, e2e = hist_delta(before, after, "prefill"), hist_delta(before, after, "e2e")
+            cached = [float((r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+                      for r in ok if r.get("usage")]
+            out["scenarios"][sc] = {
+                "n": len(rows), "ok": len(ok), "errors": [r["error"] for r in rows if r["error"]],
+                "client_ttft_s": percentiles([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
+                "client_latency_s": percentiles([r["latency_s"] for r in ok]),
+                "prompt_tokens": percentiles([float(r["usage"]["prompt_tokens"]) for r in ok if r.get("usage")]),
+                "cached_tokens_reported": percentiles(cached) if any(cached) else
+                {"n": len(cached), "note": "not reported by the server (or zero)"},
+                "prefix_cache": hit_rate(before, after),
+                "server_ttft_s": hist_delta(before, after, "ttft"),
+                "server_prefill_s": pre, "server_decode_s": hist_delta(before, after, "decode"),
+                "server_queue_s": hist_delta(before, after, "queue"), "server_e2e_s": e2e,
+                "prefill_share": (pre["mean"] / e2e["mean"] if pre.get("mean") is not None and e2e.get("mean")
+                                  else None),
+            }
+    return out
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+def _s(v: Any, fmt: str = "{:.3f}") -> str:
+    return "n/a" if v is None else fmt.format(v)
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v * 1000:.1f}"
+
+
+def _p(p: dict[str, Any], key: str = "p50", scale: float = 1.0, fmt: str = "{:.3f}") -> str:
+    if not p or not p.get("n"):
+        return "not observed"
+    return f"{fmt.format(p[key] * scale)} (n={p['n']})"
+
+
+def render_markdown(r: dict[str, Any], title: str) -> str:
+    md = [f"# {title}", ""]
+    if r["probe"] == "cancel":
+        md += [f"Stream {r['max_tokens']} tokens (ignore_eos {r['ignore_eos']}), disconnect after "
+               f"{r['k_tokens']} tokens; poll /metrics every {r['poll_interval_s'] * 1000:.0f} ms until "
+               "num_requests_running = 0.", "",
+               f"- time until running = 0: median {_p(r['to_idle_s'])} s, max "
+               f"{_s(r['to_idle_s'].get('p99'))} s (p99)",
+               f"- tokens generated after the disconnect: median {_p(r['tokens_after_disconnect'], fmt='{:.0f}')}",
+               "", "| trial | tokens received | running → 0 (s) | polls | generated total | after disconnect "
+               "| would have generated | note |", "|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for i, x in enumerate(r["trials"], 1):
+            md.append(f"| {i} | {x['received_tokens']} | {_s(x.get('to_idle_s'))} | {x.get('polls')} "
+                      f"| {x.get('generated_total', 'n/a')} | {x.get('tokens_after_disconnect', 'n/a')} "
+                      f"| {x.get('would_have_generated', 'n/a')} | {x.get('note') or x.get('error') or ''} |")
+    elif r["probe"] == "health":
+        pr = r["prefill_requests"]
+        md += [f"/health polled every {r['interval_s'] * 1000:.0f} ms, idle and while {pr['parallel']} long "
+               f"prompts ({_p(pr['prompt_tokens'], fmt='{:.0f}')} prompt tokens, p50) were prefilling "
+               f"({pr['ok']}/{pr['n']} ok, {pr['load_wall_s']:.1f} s).", "",
+               "| state | count | errors | p50 (ms) | p95 (ms) | max (ms) |", "|---|---:|---:|---:|---:|---:|"]
+        for name in ("idle", "under_prefill"):
+            h = r[name]
+            md.append(f"| {name.replace('_', ' ')} | {h['n']} | {h['errors']} | {_ms(h['p50_s'])} "
+                      f"| {_ms(h['p95_s'])} | {_ms(h['max_s'])} |")
+        sp = r["server_prefill_s"]
+        md.append(f"\nServer prefill time per request: {_s(sp.get('mean'))} s mean (n={sp.get('n')}); "
+                  f"client TTFT p50 {_p(pr['ttft_s'])} s.")
+    else:
+        md += [f"{r['requests_per_scenario']} sequential requests per scenario (c=1), max_tokens "
+               f"{r['max_tokens']}; the eval's system prompt plus {r['pad_words']} words of padding. "
+               "shared: identical prefix (warmed once); diverse: unique text half-way; leading-unique: "
+               "unique text first.", "",
+               "| scenario | n ok | prompt tokens p50 | prefix hit rate (hits / queries) | client TTFT p50 (s) "
+               "| client e2e p50 (s) | server TTFT mean (s) | server prefill mean (s) | prefill share "
+               "of server e2e |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, s in r["scenarios"].items():
+            pc = s["prefix_cache"]
+            hit = (f"{pc['rate']:.1%} ({pc['hits']} / {pc['queries']})" if pc.get("rate") is not None
+                   else "not observed")
+            md.append(f"| {name} | {s['ok']}/{s['n']} | {_p(s['prompt_tokens'], fmt='{:.0f}')} | {hit} "
+                      f"| {_p(s['client_ttft_s'])} | {_p(s['client_latency_s'])} "
+                      f"| {_s(s['server_ttft_s'].get('mean'))} (n={s['server_ttft_s'].get('n')}) "
+                      f"| {_s(s['server_prefill_s'].get('mean'))} (n={s['server_prefill_s'].get('n')}) "
+                      f"| {_s(s['prefill_share'], '{:.1%}')} |")
+    return "\n".join(md) + "\n"
+
+
+def write(out: Path, r: dict[str, Any], title: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / f"{r['probe']}.json", r)
+    path = out / f"{r['probe']}.md"
+    path.write_text(render_markdown(r, title))
+    return path
+
+
+def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[dict[str, Any], str]:
+    """Run one probe synchronously; returns the result and its Markdown."""
+    if name == "cancel":
+        r = asyncio.run(cancel_probe(t, **kw))
+    elif name == "health":
+        r = asyncio.run(health_probe(t, **kw))
+    elif name == "prefix":
+        r = asyncio.run(prefix_probe(t, **kw))
+    else:
+        raise ValueError(name)
+    r["endpoint"], r["model"], r["created"] = t.base_url, t.model, time.time()
+    path = write(out, r, f"{name} probe · {t.model}")
+    return r, path.read_text()

@@ -1,0 +1,327 @@
+"""Serialization verdict: do concurrent requests become batched work, and if not, where do they queue?
+
+Evidence gathered (seed 002's method, automated):
+
+1. **Load curve** — the same real workload at c=1 and c=K: throughput speedup and p95
+   growth.  Flat throughput with p95 growing ~linearly in c is the serialized signature.
+2. **Client in-flight vs server running/waiting** — from the records' start/end times and
+   the server's own ``/metrics`` sampled during the c=K level.  Requests the client holds
+   in flight that the server neither runs nor queues are queued *upstream* of it.
+3. **Independent-process staircase** — N OS processes (no shared pool, loop or lock)
+   started together, one request each; completion times ≈ 1×, 2×, 3× … the single
+   service time mean the queue is beyond the client.
+4. **Client-overhead self-check** — the harness's own CPU time during the c=K level (share
+   of a core, ms per request): a harness near a full core is itself the bottleneck.
+
+Verdict: ``batched`` / ``serialized-upstream`` / ``serialized-at-engine`` / ``client-bound``
+/ ``inconclusive``, with the numbers and the rule that fired.  Without ``/metrics`` the
+server side is "not observed", and a serialized endpoint cannot be placed (inconclusive).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from ..errors import InputError
+from ..live import EvalConfig, api_key
+from ..records import write_json_atomic
+
+VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
+
+
+@dataclass(frozen=True)
+class VerdictThresholds:
+    scaled_speedup: float = 1.5  # thr(K)/thr(1) at or above: the endpoint scales
+    flat_speedup: float = 1.3  # below: throughput is flat
+    staircase_serial: float = 0.6  # staircase index at or above: serialized
+    staircase_parallel: float = 0.35  # at or below: parallel
+    client_cpu_share: float = 0.85  # harness CPU share of one core at or above: client-bound
+    engine_queue_mean: float = 0.5  # mean server waiting at or above: a queue at the engine
+
+
+@dataclass(frozen=True)
+class SerializationConfig:
+    base: EvalConfig  # bound to an endpoint
+    level: int = 8
+    requests_single: int = 6
+    requests_level: int = 24
+    staircase: int = 4
+    solo_runs: int = 2
+    thresholds: VerdictThresholds = field(default_factory=VerdictThresholds)
+    force: bool = False
+
+
+# -- staircase --------------------------------------------------------------------------
+
+def request_body(cfg: EvalConfig, question: str) -> dict[str, Any]:
+    """The eval's structured-output request as a plain JSON body (non-streaming)."""
+    from ..client import request_kwargs
+    from ..prompt import load_prompt
+
+    prompt = load_prompt(cfg.prompt, cfg.style)
+    kw = request_kwargs(cfg.model, prompt.messages(question), cfg.sampling)
+    extra = kw.pop("extra_body", {}) or {}
+    kw.pop("stream_options", None)
+    kw["stream"] = False
+    return kw | extra
+
+
+def launch_together(url: str, body_path: Path, n: int, key_env: str | None,
+                    lead_s: float = 1.5, timeout_s: float = 600) -> list[dict[str, Any]]:
+    """Start ``n`` independent processes that each send one request at the same moment."""
+    start_at = time.time() + lead_s + 0.1 * n
+    args = [sys.executable, "-m", "nlq2sql.load.oneshot", url, str(body_path), f"{start_at:.6f}"]
+    if key_env:
+        args.append(key_env)
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(n)]
+    results = []
+    for p in procs:
+        try:
+            so, se = p.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            so, se = p.communicate()
+        try:
+            results.append(json.loads(so.strip().splitlines()[-1]))
+        except (json.JSONDecodeError, IndexError):
+            results.append({"error": f"worker failed: {se.strip()[-300:]}", "start_at": start_at})
+    return results
+
+
+def staircase_index(completions: list[float], service_s: float) -> float | None:
+    """Least-squares slope of sorted completion times against rank, in single service times.
+
+    ≈ 1 when the k-th request finishes at ≈ k × the single service time (serialized);
+    ≈ 0 when all finish together (served in parallel).
+    """
+    xs = sorted(completions)
+    n = len(xs)
+    if n < 2 or service_s <= 0:
+        return None
+    ranks = list(range(1, n + 1))
+    mx, my = sum(ranks) / n, sum(xs) / n
+    num = sum((r - mx) * (x - my) for r, x in zip(ranks, xs, strict=True))
+    den = sum((r - mx) ** 2 for r in ranks)
+    return num / den / service_s
+
+
+def run_staircase(url: str, body: dict[str, Any], n: int, solo_runs: int, workdir: Path,
+                  key_env: str | None) -> dict[str, Any]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    body_path = workdir / "staircase-body.json"
+    body_path.write_text(json.dumps(body))
+    solo = []
+    for _ in range(max(1, solo_runs)):
+        r = launch_together(url, body_path, 1, key_env, lead_s=0.8)[0]
+        if r.get("status") == 200:
+            solo.append(r["done"] - r["sent"])
+    together = launch_together(url, body_path, n, key_env)
+    ok = [r for r in together if r.get("status") == 200]
+    errors = [r.get("error") or f"HTTP {r.get('status')}" for r in together if r.get("status") != 200]
+    if not solo or len(ok) < 2:
+        return {"n": n, "ok": len(ok), "errors": errors, "solo_n": len(solo),
+                "index": None, "note": "too few successful requests to judge"}
+    service = median(solo)
+    start_at = ok[0]["start_at"]
+    comp = sorted(r["done"] - start_at for r in ok)
+    send_spread = max(r["sent"] for r in ok) - min(r["sent"] for r in ok)
+    return {"n": n, "ok": len(ok), "errors": errors, "solo_n": len(solo), "service_s": service,
+            "solo_s": solo, "completion_s": comp, "ratios": [c / service for c in comp],
+            "send_spread_s": send_spread, "index": staircase_index(comp, service)}
+
+
+# -- verdict (pure) -----------------------------------------------------------------------
+
+def decide(ev: dict[str, Any], th: VerdictThresholds) -> dict[str, Any]:
+    """Evidence → verdict, the rule that fired, and caveats.
+
+    ``ev`` keys: level, speedup, inflight_mean, inflight_peak, server_observed,
+    running_peak, running_mean, waiting_peak, waiting_mean, client_cpu_share,
+    staircase_index (any may be None).
+    """
+    k = ev["level"]
+    sp = ev.get("speedup")
+    scaled = sp is not None and sp >= th.scaled_speedup
+    flat = sp is not None and sp < th.flat_speedup
+    st = ev.get("staircase_index")
+    stair = st is not None and st >= th.staircase_serial
+    parallel = st is not None and st <= th.staircase_parallel
+    cpu = ev.get("client_cpu_share")
+    infl = ev.get("inflight_mean")
+    caveats: list[str] = []
+
+    def out(verdict: str, rule: str) -> dict[str, Any]:
+        serial = verdict.startswith("serialized")
+        if verdict == "batched" and stair:
+            caveats.append(f"the process staircase (index {st:.2f}) says serialized")
+            return {"verdict": "inconclusive", "rule": rule + "; but the staircase disagrees",
+                    "caveats": caveats}
+        if serial and parallel:
+            caveats.append(f"the process staircase (index {st:.2f}) says parallel")
+            return {"verdict": "inconclusive", "rule": rule + "; but the staircase disagrees",
+                    "caveats": caveats}
+        return {"verdict": verdict, "rule": rule, "caveats": caveats}
+
+    if infl is not None and infl < 0.5 * k:
+        return out("client-bound", f"the client held only {infl:.1f} requests in flight on average at "
+                                   f"c={k}: it did not issue the concurrency")
+    if cpu is not None and cpu >= th.client_cpu_share and not scaled:
+        return out("client-bound", f"the harness used {cpu:.0%} of a core at c={k} while throughput "
+                                   f"gained only ×{sp:.2f}")
+    if cpu is not None and cpu >= th.client_cpu_share:
+        caveats.append(f"the harness used {cpu:.0%} of a core: it may cap the measured throughput")
+    if ev.get("server_observed"):
+        rp, rm = ev.get("running_peak") or 0, ev.get("running_mean") or 0.0
+        wm = ev.get("waiting_mean") or 0.0
+        if rp <= 1:
+            if wm >= th.engine_queue_mean:
+                return out("serialized-at-engine",
+                           f"the server ran at most {rp:.0f} request while {wm:.1f} waited on average "
+                           f"inside it (client in flight {infl:.1f}): the engine admits one at a time")
+            if infl is not None and infl >= 2 and rm + wm < 0.5 * infl:
+                return out("serialized-upstream",
+                           f"the client kept {infl:.1f} requests in flight but the server saw only "
+                           f"{rm + wm:.1f} (running ≤ {rp:.0f}, waiting {wm:.1f}): the queue is in "
+                           "front of the engine")
+            return out("inconclusive", f"the server ran at most {rp:.0f} request but neither a queue "
+                                       "at the engine nor one in front of it is clear")
+        if scaled or rm >= 2:
+            if not scaled:
+                caveats.append(f"the engine batched (running mean {rm:.1f}) but throughput gained only "
+                               f"×{sp:.2f}: the engine itself is the limit, not admission")
+            return out("batched", f"the server ran up to {rp:.0f} requests at once (mean {rm:.1f}) "
+                                  f"and throughput rose ×{sp:.2f} from c=1 to c={k}")
+        return out("inconclusive", f"the server ran up to {rp:.0f} at once but only {rm:.1f} on average "
+                                   f"and throughput rose ×{sp:.2f}")
+    caveats.append("server /metrics not observed: running/waiting unknown")
+    if scaled and not stair:
+        return out("batched", f"throughput rose ×{sp:.2f} from c=1 to c={k} (endpoint-level evidence)")
+    if flat and (stair or st is None):
+        return {"verdict": "inconclusive", "caveats": caveats,
+                "rule": f"throughput flat (×{sp:.2f}) and the process staircase "
+                        f"{'index ' + format(st, '.2f') if st is not None else 'not run'}: serialized "
+                        "somewhere beyond the client, but where (engine or upstream) is not observed"}
+    return out("inconclusive", f"throughput rose ×{sp:.2f}; staircase index "
+                               f"{'n/a' if st is None else format(st, '.2f')}")
+
+
+def evidence(single: dict[str, Any], loaded: dict[str, Any], stair: dict[str, Any] | None
+             ) -> dict[str, Any]:
+    """The verdict's inputs from two level stats and the staircase."""
+    t1, tk = single.get("req_per_s"), loaded.get("req_per_s")
+    p1, pk = (single.get("latency_s") or {}).get("p95"), (loaded.get("latency_s") or {}).get("p95")
+    sv, c = loaded["server"], loaded.get("client") or {}
+    return {
+        "level": loaded["concurrency"],
+        "thr_1": t1, "thr_k": tk, "n_1": single["n"], "n_k": loaded["n"],
+        "speedup": tk / t1 if t1 and tk else None,
+        "p95_1": p1, "p95_k": pk, "p95_ratio": pk / p1 if p1 and pk else None,
+        "inflight_mean": c.get("inflight_mean"), "inflight_peak": c.get("inflight_peak"),
+        "server_observed": sv["observed"], "server_samples": sv.get("samples"),
+        "running_peak": sv["running"].get("peak"), "running_mean": sv["running"].get("mean"),
+        "running_n": sv["running"].get("n"),
+        "waiting_peak": sv["waiting"].get("peak"), "waiting_mean": sv["waiting"].get("mean"),
+        "waiting_n": sv["waiting"].get("n"),
+        "client_cpu_share": c.get("cpu_share_of_core"), "client_cpu_ms_per_request": c.get("cpu_ms_per_request"),
+        "staircase_index": (stair or {}).get("index"),
+    }
+
+
+# -- run + render -------------------------------------------------------------------------
+
+def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
+        progress: Any = None) -> dict[str, Any]:
+    from .levels import expand_evalset, run_level
+    from .sweep import prepare_out
+
+    if cfg.level < 2:
+        raise InputError(f"must be at least 2, got {cfg.level}", field="--level")
+    if cfg.requests_single < 1 or cfg.requests_level < cfg.level:
+        raise InputError("need ≥ 1 request at c=1 and at least --level requests at c=level",
+                         field="--requests")
+    if cfg.staircase < 2:
+        raise InputError(f"must be at least 2, got {cfg.staircase}", field="--staircase")
+    base, out = cfg.base, cfg.base.out
+    assert base.endpoint is not None
+    api_key(base)  # fail early on a missing key
+    prepare_out(out, cfg.force)
+    t0 = time.time()
+    p1 = expand_evalset(base.evalset, cfg.requests_single, out / "c1")
+    single = run_level(base, p1, 1, out / "c1" / "run")
+    if progress:
+        progress(f"c=1: {single.get('req_per_s') or 0:.2f} req/s (n={single['n']})")
+    pk = expand_evalset(base.evalset, cfg.requests_level, out / f"c{cfg.level}")
+    loaded = run_level(base, pk, cfg.level, out / f"c{cfg.level}" / "run")
+    if progress:
+        progress(f"c={cfg.level}: {loaded.get('req_per_s') or 0:.2f} req/s (n={loaded['n']})")
+    from ..evalset import load_evalset
+
+    question = load_evalset(base.evalset).cases[0].question
+    stair = run_staircase(base.endpoint.rstrip("/") + "/chat/completions", request_body(base, question),
+                          cfg.staircase, cfg.solo_runs, out / "staircase", base.api_key_env)
+    if progress:
+        progress(f"staircase: index {stair.get('index')}")
+    ev = evidence(single, loaded, stair)
+    verdict = decide(ev, cfg.thresholds)
+    result = {"kind": "serialization", "created": time.time(), "elapsed_s": time.time() - t0,
+              "endpoint": base.endpoint if not (server_info or {}).get("started_by_us") else "local",
+              "model": base.model, "server": server_info or {},
+              "config": {"level": cfg.level, "requests_single": cfg.requests_single,
+                         "requests_level": cfg.requests_level, "staircase": cfg.staircase,
+                         "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured},
+              "thresholds": asdict(cfg.thresholds), "verdict": verdict["verdict"], "rule": verdict["rule"],
+              "caveats": verdict["caveats"], "evidence": ev, "levels": [single, loaded], "staircase": stair}
+    write_json_atomic(out / "serialization.json", result)
+    (out / "serialization.md").write_text(render_markdown(result))
+    return result
+
+
+def _f(v: Any, fmt: str = "{:.2f}") -> str:
+    return "n/a" if v is None else fmt.format(v)
+
+
+def render_markdown(r: dict[str, Any]) -> str:
+    ev, st, th = r["evidence"], r["staircase"], r["thresholds"]
+    k = ev["level"]
+    md = [f"# Serialization probe · {r['model']} · {r['endpoint']}", "",
+          f"**Verdict: {r['verdict']}** — {r['rule']}.", ""]
+    md += [f"- caveat: {c}" for c in r["caveats"]]
+    md += ["", "## Evidence", "",
+           "| evidence | value |", "|---|---|",
+           f"| throughput c=1 (n={ev['n_1']}) → c={k} (n={ev['n_k']}) | {_f(ev['thr_1'])} → {_f(ev['thr_k'])} req/s "
+           f"(×{_f(ev['speedup'])}; scaled ≥ ×{th['scaled_speedup']}, flat < ×{th['flat_speedup']}) |",
+           f"| p95 c=1 → c={k} | {_f(ev['p95_1'])} → {_f(ev['p95_k'])} s (×{_f(ev['p95_ratio'])}) |",
+           f"| client in flight at c={k} (n={ev['n_k']} requests) | mean {_f(ev['inflight_mean'], '{:.1f}')}, "
+           f"peak {ev['inflight_peak']} |"]
+    if ev["server_observed"]:
+        md += [f"| server running at c={k} | peak {_f(ev['running_peak'], '{:.0f}')}, mean "
+               f"{_f(ev['running_mean'], '{:.1f}')} (samples {ev['running_n']}) |",
+               f"| server waiting at c={k} | peak {_f(ev['waiting_peak'], '{:.0f}')}, mean "
+               f"{_f(ev['waiting_mean'], '{:.1f}')} (samples {ev['waiting_n']}) |"]
+    else:
+        md.append("| server running / waiting | not observed (no readable /metrics) |")
+    if st.get("index") is not None:
+        md.append(f"| process staircase ({st['ok']}/{st['n']} processes, single service "
+                  f"{st['service_s']:.2f} s from {st['solo_n']} solo run(s)) | completions "
+                  f"{', '.join(f'{x:.2f}' for x in st['completion_s'])} s = "
+                  f"{', '.join(f'{x:.1f}×' for x in st['ratios'])}; index {st['index']:.2f} "
+                  f"(serialized ≥ {th['staircase_serial']}, parallel ≤ {th['staircase_parallel']}); "
+                  f"sends spread {st['send_spread_s'] * 1000:.0f} ms |")
+    else:
+        md.append(f"| process staircase | {st.get('note', 'not run')} ({st.get('ok')}/{st.get('n')} ok; "
+                  f"errors: {', '.join(st.get('errors') or []) or 'none'}) |")
+    md.append(f"| harness CPU at c={k} | {_f(ev['client_cpu_share'], '{:.0%}')} of a core, "
+              f"{_f(ev['client_cpu_ms_per_request'], '{:.1f}')} ms/request (client-bound ≥ "
+              f"{th['client_cpu_share']:.0%}) |")
+    md += ["", "The staircase index is the slope of the sorted completion times against their rank, in "
+           "single service times: ≈ 1 when the k-th request finishes at ≈ k× the single service time "
+           "(serialized), ≈ 0 when all finish together (batched)."]
+    return "\n".join(md) + "\n"

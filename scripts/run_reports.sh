@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Reproduce the committed reports under reports/: for each model, the prompt x guardrail
+# matrix (held-out + adversarial), quality under load (1/16/32) and compact vs pretty,
+# then one comparison report.  CPU timings are CPU timings.  Takes ~30-60 min on 2 cores.
+# Usage: scripts/run_reports.sh [MODEL ...]   (default: smollm2-135m qwen2.5-coder-0.5b)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+N=.venv/bin/nlq2sql
+OUT=${REPORTS_DIR:-reports}
+PORT=${PORT:-8123}
+URL=http://127.0.0.1:$PORT/v1
+models=("$@"); [[ ${#models[@]} -gt 0 ]] || models=(smollm2-135m qwen2.5-coder-0.5b)
+
+serve() {  # serve MODEL [--no-compact]
+    $N serve --model "$1" --port "$PORT" ${2:-} > "$OUT/$1/serve${2:-}.log" 2>&1 &
+    SERVER=$!
+    for _ in $(seq 1 1200); do
+        grep -q "serving .* at" "$OUT/$1/serve${2:-}.log" 2>/dev/null && return 0
+        kill -0 $SERVER 2>/dev/null || { cat "$OUT/$1/serve${2:-}.log"; return 1; }
+        sleep 1
+    done
+    return 1
+}
+stop() { kill -INT $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; }
+
+for m in "${models[@]}"; do
+    mkdir -p "$OUT/$m"
+    serve "$m" || exit 1
+    for set in heldout adversarial; do
+        $N matrix --evalset $set --endpoint $URL --model "$m" --concurrency 8 --out "$OUT/$m/matrix-$set"
+    done
+    $N load-check --evalset heldout --endpoint $URL --model "$m" --concurrency 1,16,32 \
+        --out "$OUT/$m/load-check" --allow-diff
+    stop
+    serve "$m" --no-compact || exit 1
+    $N compact --evalset heldout --limit 24 --endpoint $URL --model "$m" --out "$OUT/$m/compact"
+    stop
+done
+runs=()
+for m in "${models[@]}"; do
+    for d in "$OUT/$m"/matrix-*/*/ "$OUT/$m"/load-check/c*-r0/; do runs+=("$d"); done
+done
+$N compare "${runs[@]}" --out "$OUT" --gpu-cost-per-hour 1.0 --title "nlq2sql: SmolLM2-135M vs Qwen2.5-Coder-0.5B on CPU vLLM"

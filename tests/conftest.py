@@ -1,0 +1,61 @@
+"""Shared fixtures: a SMALL deterministic warehouse in a private cache directory.
+
+Every non-live test runs with ``NLQ2SQL_CACHE_DIR`` pointing at a session temp dir that
+already holds ``warehouse.duckdb`` (scale 0.05, 5 000 order lines), so code that calls
+``warehouse.ensure()`` / ``default_path()`` finds it there and nothing reads or writes the
+repository's ``.cache``.  Live tests (``tests/live``) keep the real cache: they need the
+models kept there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nlq2sql import warehouse
+from nlq2sql.execute import Executor
+
+SMALL_SCALE = 0.05
+EVALSETS = ("dev", "heldout", "adversarial")
+
+
+@pytest.fixture(scope="session")
+def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("nlq2sql-cache")
+
+
+@pytest.fixture(scope="session")
+def small_warehouse(cache_root: Path) -> Path:
+    """The small warehouse, at the place ``warehouse.default_path()`` resolves to in tests."""
+    return warehouse.build(cache_root / "warehouse.duckdb", scale=SMALL_SCALE)
+
+
+def _is_live(item: pytest.Item) -> bool:
+    return item.get_closest_marker("live") is not None or "live" in Path(str(item.fspath)).parts
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(request: pytest.FixtureRequest) -> Iterator[None]:
+    if _is_live(request.node):
+        yield
+        return
+    root = request.getfixturevalue("cache_root")
+    request.getfixturevalue("small_warehouse")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NLQ2SQL_CACHE_DIR", str(root))
+        yield
+
+
+@pytest.fixture(scope="session")
+def executor(small_warehouse: Path) -> Iterator[Executor]:
+    """One shared read-only executor (its memo is shared too: never assert on ``executed``)."""
+    with Executor(small_warehouse) as ex:
+        yield ex
+
+
+def write_jsonl(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -1,0 +1,400 @@
+"""The bad-input catalogue (listed in docs/bad-inputs.md).
+
+Each case runs one CLI command and must end with exit code 2, one clear message naming
+what is wrong and where (``file:line: field 'x'`` when there is a file), no traceback, and
+no partial artifact: the output directory is absent afterwards, or — when it existed
+before — byte-for-byte unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fakeserver import FakeServer, free_port, script
+from typer.testing import CliRunner
+
+from nlq2sql.cli.main import app
+from nlq2sql.evalset import EVALSET_DIR
+from nlq2sql.live import EvalConfig, run_eval
+
+MODEL = "fake-model"
+KEY_ENV = "NLQ2SQL_BADINPUT_KEY"
+HELDOUT = (EVALSET_DIR / "heldout.jsonl").read_text().splitlines()
+GOOD = [json.loads(x) for x in HELDOUT[:3]]
+
+
+@dataclass
+class Ctx:
+    tmp: Path
+    fake: FakeServer
+    keyed: FakeServer
+    run: Path  # an existing, finished run directory (for resume / overwrite cases)
+
+    @property
+    def out(self) -> Path:
+        return self.tmp / "out" / "run"
+
+    def eval(self, *args: str, endpoint: str | None = None, model: str = MODEL) -> list[str]:
+        base = ["eval", "--evalset", "heldout", "--endpoint", endpoint or self.fake.url,
+                "--model", model, "--limit", "2", "--out", str(self.out)]
+        return base + list(args)
+
+    def evalset(self, lines: list[Any], name: str = "es.jsonl") -> Path:
+        path = self.tmp / name
+        path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+        return path
+
+    def with_line2(self, change: Callable[[dict[str, Any]], Any]) -> Path:
+        """An eval set whose second line is a changed copy of a good one."""
+        bad = json.loads(json.dumps(GOOD[1]))
+        result = change(bad)
+        return self.evalset([GOOD[0], bad if result is None else result, GOOD[2]])
+
+    def responses(self, lines: list[Any]) -> Path:
+        path = self.tmp / "resp.jsonl"
+        path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+        return path
+
+    def score(self, responses: Path) -> list[str]:
+        return ["score", "--evalset", "heldout", "--responses", str(responses), "--out", str(self.out)]
+
+    def file(self, name: str, text: str) -> Path:
+        path = self.tmp / name
+        path.write_text(text)
+        return path
+
+
+@dataclass
+class Case:
+    id: str
+    what: str  # for the docs
+    build: Callable[[Ctx], list[str]]
+    expect: Callable[[Ctx], list[str]]
+    env: dict[str, str | None] = field(default_factory=dict)
+    existing_run: bool = False  # the command targets ctx.run (must stay unchanged)
+
+
+def _set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(obj: dict[str, Any]) -> None:
+        target = obj
+        *path, last = key.split(".")
+        for k in path:
+            target = target[int(k)] if isinstance(target, list) else target[k]
+        if value is _DELETE:
+            del target[last]
+        else:
+            target[last] = value
+    return change
+
+
+_DELETE = object()
+ES = "es.jsonl"
+
+
+def _malformed_records(ctx: Ctx) -> list[str]:
+    path = ctx.run / "records.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + '{"id": "ho-002", "bro\n' + "".join(lines[1:]))
+    return ctx.eval("--resume")
+
+
+CASES: list[Case] = [
+    # ---- eval sets ------------------------------------------------------------------
+    Case("evalset-malformed-json", "eval set line is not JSON",
+         lambda c: c.eval("--evalset", str(c.evalset([GOOD[0], '{"id": "x", ']))),
+         lambda c: [f"{ES}:2:", "malformed JSON"]),
+    Case("evalset-empty-line", "eval set has an empty line",
+         lambda c: c.eval("--evalset", str(c.evalset([GOOD[0], "", GOOD[1]]))),
+         lambda c: [f"{ES}:2:", "empty line"]),
+    Case("evalset-empty-file", "eval set file is empty",
+         lambda c: c.eval("--evalset", str(c.file(ES, ""))),
+         lambda c: [ES, "eval set is empty"]),
+    Case("evalset-wrong-type", "question is a number",
+         lambda c: c.eval("--evalset", str(c.with_line2(_set("question", 42)))),
+         lambda c: [f"{ES}:2: field 'question'", "string"]),
+    Case("evalset-unknown-enum", "gold metric not in the enum",
+         lambda c: c.eval("--evalset", str(c.with_line2(_set("gold.metric", "profit")))),
+         lambda c: [f"{ES}:2: field 'gold.metric'", "revenue"]),
+    Case("evalset-unknown-category", "category not known",
+         lambda c: c.eval("--evalset", str(c.with_line2(_set("category", "pie_chart")))),
+         lambda c: [f"{ES}:2: field 'category'", "unknown category 'pie_chart'"]),
+    Case("evalset-duplicate-id", "two items share an id",
+         lambda c: c.eval("--evalset", str(c.evalset([GOOD[0], GOOD[1], GOOD[0]]))),
+         lambda c: [f"{ES}:3: field 'id'", "duplicate id 'ho-001' (first on line 1)"]),
+    Case("evalset-missing-field", "gold intent missing",
+         lambda c: c.eval("--evalset", str(c.with_line2(_set("gold", _DELETE)))),
+         lambda c: [f"{ES}:2: field 'gold'", "required"]),
+    Case("evalset-extra-field", "unknown key on an item",
+         lambda c: c.eval("--evalset", str(c.with_line2(_set("colour", "red")))),
+         lambda c: [f"{ES}:2: field 'colour'", "not permitted"]),
+    Case("evalset-unknown-filter-value", "gold filter value not in the warehouse",
+         lambda c: c.eval("--evalset", str(c.with_line2(_set("gold.filters", [
+             {"field": "region", "op": "eq", "value": "Atlantis"}])))),
+         lambda c: [f"{ES}:2: field 'gold.filters.0.value'", "'Atlantis' is not a known region"]),
+    Case("evalset-inconsistent-gold", "time_series gold without a time grain",
+         lambda c: c.eval("--evalset", str(c.with_line2(lambda o: {**o, "gold": {
+             **o["gold"], "intent": "time_series", "time_grain": None, "dimension": None,
+             "limit": None, "order": None}}))),
+         lambda c: [f"{ES}:2: field 'gold'", "time_series needs a time_grain"]),
+    Case("evalset-not-object", "a line is a JSON array",
+         lambda c: c.eval("--evalset", str(c.evalset([GOOD[0], [1, 2]]))),
+         lambda c: [f"{ES}:2:", "must be a JSON object"]),
+    Case("evalset-unknown-name", "no shipped set of that name",
+         lambda c: c.eval("--evalset", "nosuchset"),
+         lambda c: ["no eval set named 'nosuchset'", "heldout"]),
+    Case("evalset-missing-file", "eval set path does not exist",
+         lambda c: c.eval("--evalset", str(c.tmp / "missing.jsonl")),
+         lambda c: ["missing.jsonl", "cannot read: No such file or directory"]),
+    # ---- responses (offline scoring) -------------------------------------------------
+    Case("responses-malformed-json", "responses line is not JSON",
+         lambda c: c.score(c.responses([{"id": "ho-001", "text": "{}"}, '{"id": "ho-002", "te'])),
+         lambda c: ["resp.jsonl:2:", "malformed JSON"]),
+    Case("responses-empty-line", "responses file has an empty line",
+         lambda c: c.score(c.responses([{"id": "ho-001", "text": "{}"}, ""])),
+         lambda c: ["resp.jsonl:2:", "empty line"]),
+    Case("responses-duplicate-id", "an id answered twice",
+         lambda c: c.score(c.responses([{"id": "ho-001", "text": "{}"}, {"id": "ho-001", "text": "{}"}])),
+         lambda c: ["resp.jsonl:2: field 'id'", "duplicate id 'ho-001'"]),
+    Case("responses-unknown-id", "an id not in the eval set",
+         lambda c: c.score(c.responses([{"id": "zz-999", "text": "{}"}])),
+         lambda c: ["resp.jsonl:1: field 'id'", "unknown id 'zz-999'"]),
+    Case("responses-wrong-type", "text is a number",
+         lambda c: c.score(c.responses([{"id": "ho-001", "text": 7}])),
+         lambda c: ["resp.jsonl:1: field 'text'", "must be a string or null"]),
+    Case("responses-missing-id", "a line without an id",
+         lambda c: c.score(c.responses([{"text": "{}"}])),
+         lambda c: ["resp.jsonl:1: field 'id'", "missing or non-string id"]),
+    Case("responses-not-object", "a line is a JSON string",
+         lambda c: c.score(c.responses(['"just text"'])),
+         lambda c: ["resp.jsonl:1:", "must be a JSON object"]),
+    Case("responses-missing-file", "responses path does not exist",
+         lambda c: c.score(c.tmp / "nope.jsonl"),
+         lambda c: ["nope.jsonl", "cannot read responses"]),
+    # ---- prompts ---------------------------------------------------------------------
+    Case("prompt-empty-file", "prompt file is empty",
+         lambda c: c.eval("--prompt", str(c.file("empty.txt", "  \n"))),
+         lambda c: ["empty.txt", "prompt file is empty"]),
+    Case("prompt-unknown-name", "no shipped prompt of that name",
+         lambda c: c.eval("--prompt", "nosuchprompt"),
+         lambda c: ["no prompt 'nosuchprompt'", "baseline"]),
+    # ---- guardrails ------------------------------------------------------------------
+    Case("guardrail-unknown-name", "no rule set of that name",
+         lambda c: c.eval("--guardrails", "nosuchrules"),
+         lambda c: ["no guardrail rule set 'nosuchrules'", "ranking"]),
+    Case("guardrail-malformed-toml", "rule set is not TOML",
+         lambda c: c.eval("--guardrails", str(c.file("bad.toml", 'name = "x"\n[[rules]\nid = 1\n'))),
+         lambda c: ["bad.toml", "invalid TOML", "line 2"]),
+    Case("guardrail-unknown-field", "rule changes a field intents do not have",
+         lambda c: c.eval("--guardrails", str(c.file("bad.toml", (
+             'name = "x"\n[[rules]]\nid = "r"\nfield = "colour"\nfrom = ["a"]\nto = "b"\n')))),
+         lambda c: ["bad.toml: field 'rules[0].field'", "unknown intent field 'colour'"]),
+    Case("guardrail-missing-key", "rule without its target value",
+         lambda c: c.eval("--guardrails", str(c.file("bad.toml", (
+             'name = "x"\n[[rules]]\nid = "r"\nfield = "intent"\nfrom = ["breakdown"]\n')))),
+         lambda c: ["bad.toml: field 'rules[0].to'", "missing key"]),
+    Case("guardrail-unknown-cue", "rule refers to a cue that is not defined",
+         lambda c: c.eval("--guardrails", str(c.file("bad.toml", (
+             'name = "x"\n[[rules]]\nid = "r"\nfield = "intent"\nfrom = ["breakdown"]\n'
+             'to = "time_series"\nwhen = "nosuchcue"\n')))),
+         lambda c: ["bad.toml: field 'rules[0]", "unknown cue 'nosuchcue'"]),
+    # ---- CLI options -----------------------------------------------------------------
+    Case("option-concurrency-zero", "--concurrency 0",
+         lambda c: c.eval("--concurrency", "0"),
+         lambda c: ["--concurrency: must be at least 1, got 0"]),
+    Case("option-negative-limit", "--limit -3",
+         lambda c: c.eval("--limit", "-3"),
+         lambda c: ["--limit: must be at least 1, got -3"]),
+    Case("option-max-tokens-zero", "--max-tokens 0",
+         lambda c: c.eval("--max-tokens", "0"),
+         lambda c: ["--max-tokens: must be at least 1, got 0"]),
+    Case("option-timeout-zero", "--timeout 0",
+         lambda c: c.eval("--timeout", "0"),
+         lambda c: ["--timeout: must be positive"]),
+    Case("option-unknown-structured-mode", "--structured xml",
+         lambda c: c.eval("--structured", "xml"),
+         lambda c: ["--structured: unknown mode 'xml'", "response_format"]),
+    Case("option-failure-rate-out-of-range", "--max-failure-rate 1.5",
+         lambda c: c.eval("--max-failure-rate", "1.5"),
+         lambda c: ["--max-failure-rate: must be between 0 and 1, got 1.5"]),
+    Case("option-not-an-integer", "--concurrency many",
+         lambda c: c.eval("--concurrency", "many"),
+         lambda c: ["Invalid value for '--concurrency'", "valid integer"]),
+    Case("option-misspelt", "--concurency (typo)",
+         lambda c: c.eval("--concurency", "4"),
+         lambda c: ["No such option", "--concurency"]),
+    Case("option-db-scale-zero", "db build --scale 0",
+         lambda c: ["db", "build", "--out", str(c.out / "w.duckdb"), "--scale", "0"],
+         lambda c: ["--scale: must be positive, got 0.0"]),
+    # ---- endpoint, model, key, output directory --------------------------------------
+    Case("env-api-key-env-unset", "--api-key-env names an unset variable",
+         lambda c: c.eval("--api-key-env", "NLQ2SQL_NO_SUCH_KEY"),
+         lambda c: ["--api-key-env: environment variable NLQ2SQL_NO_SUCH_KEY is not set"],
+         env={"NLQ2SQL_NO_SUCH_KEY": None}),
+    Case("env-api-key-missing-hosted", "hosted endpoint needs a key, none given",
+         lambda c: c.eval(endpoint=c.keyed.url),
+         lambda c: ["--api-key-env:", f"{c.keyed.url} refused the API key (HTTP 401)"],
+         env={"OPENAI_API_KEY": None}),
+    Case("env-api-key-wrong", "hosted endpoint refuses the key given",
+         lambda c: c.eval("--api-key-env", "NLQ2SQL_WRONG_KEY", endpoint=c.keyed.url),
+         lambda c: ["--api-key-env:", "refused the API key (HTTP 401)"],
+         env={"NLQ2SQL_WRONG_KEY": "sk-wrong"}),
+    Case("endpoint-unreachable", "nothing listens at the endpoint",
+         lambda c: c.eval(endpoint=f"http://127.0.0.1:{free_port()}/v1"),
+         lambda c: ["--endpoint:", "is unreachable", "Cannot connect"]),
+    Case("endpoint-not-a-url", "--endpoint is not a URL",
+         lambda c: c.eval(endpoint="not-a-url"),
+         lambda c: ["--endpoint:", "not-a-url"]),
+    Case("endpoint-not-openai", "endpoint URL without /v1 (no model list there)",
+         lambda c: c.eval(endpoint=c.fake.base_url),
+         lambda c: ["--endpoint:", f"{c.fake.base_url}/models did not return JSON"]),
+    Case("model-not-served", "wrong model name; the message lists the served ones",
+         lambda c: c.eval(model="gpt-9"),
+         lambda c: ["--model:", "model 'gpt-9' is not served by", "served: fake-model"]),
+    Case("model-folder-not-a-model", "eval with a local model folder lacking config.json",
+         lambda c: ["eval", "--evalset", "heldout", "--model", str(c.tmp / "notamodel"),
+                    "--out", str(c.out)],
+         lambda c: ["notamodel is not a model folder (no config.json)"]),
+    Case("model-path-missing", "eval with a local model path that does not exist",
+         lambda c: ["eval", "--evalset", "heldout", "--model", str(c.tmp / "nomodel"),
+                    "--out", str(c.out)],
+         lambda c: ["nomodel does not exist"]),
+    Case("output-dir-unwritable", "--out below a regular file",
+         lambda c: c.eval()[:-2] + ["--out", str(c.file("afile", "") / "run")],
+         lambda c: ["afile/run", "output directory is not writable"]),
+    Case("output-dir-exists", "--out is an existing run, neither --resume nor --force",
+         lambda c: c.eval(),
+         lambda c: [str(c.run), "output directory exists; pass --resume to continue it or --force"],
+         existing_run=True),
+    Case("resume-nothing", "--resume where there is no run",
+         lambda c: c.eval("--resume"),
+         lambda c: ["nothing to resume: no run here"]),
+    Case("resume-different-prompt", "--resume with another prompt than the run's",
+         lambda c: c.eval("--resume", "--prompt", "contrastive"),
+         lambda c: ["manifest.json", "cannot resume: the run differs (prompt_sha256"],
+         existing_run=True),
+    Case("resume-different-evalset", "--resume with another eval set than the run's",
+         lambda c: c.eval("--resume", "--evalset", "dev"),
+         lambda c: ["cannot resume: the run differs", "evalset_sha256"],
+         existing_run=True),
+    Case("resume-malformed-record", "--resume over a records file with a broken middle line",
+         _malformed_records,
+         lambda c: ["records.jsonl:2:", "malformed record"],
+         existing_run=True),
+    Case("serve-port-in-use", "serve on a port something already listens on",
+         lambda c: ["serve", "--port", str(c.tmp.joinpath("port").read_text())],
+         lambda c: [f"--port: port {c.tmp.joinpath('port').read_text()} is already in use"]),
+    Case("serve-port-out-of-range", "serve --port 70000",
+         lambda c: ["serve", "--port", "70000"],
+         lambda c: ["--port: must be between 1 and 65535, got 70000"]),
+    Case("serve-model-not-a-model", "serve a folder that is not a model",
+         lambda c: ["serve", "--port", str(free_port()), "--model", str(c.tmp / "notamodel")],
+         lambda c: ["notamodel is not a model folder (no config.json)"]),
+]
+
+
+def _point_existing(case: Case, argv: list[str], ctx: Ctx) -> list[str]:
+    """Cases on an existing run target ctx.run instead of the fresh output path."""
+    if case.existing_run and str(ctx.out) in argv:
+        argv = [str(ctx.run) if a == str(ctx.out) else a for a in argv]
+    return argv
+
+
+def _snapshot(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeServer, FakeServer]]:
+    root = tmp_path_factory.mktemp("fakes")
+    with FakeServer(root, script(), model=MODEL) as fake, \
+            FakeServer(root, script(), model=MODEL, require_key_env=KEY_ENV,
+                       env={KEY_ENV: "sk-the-right-key"}) as keyed:
+        yield fake, keyed
+
+
+@pytest.fixture(scope="module")
+def finished_run(servers: tuple[FakeServer, FakeServer], tmp_path_factory: pytest.TempPathFactory,
+                 small_warehouse: Path, cache_root: Path) -> Path:
+    out = tmp_path_factory.mktemp("finished") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NLQ2SQL_CACHE_DIR", str(cache_root))
+        run_eval(EvalConfig(evalset="heldout", out=out, endpoint=servers[0].url, model=MODEL,
+                            limit=2, concurrency=2))
+    return out
+
+
+@pytest.fixture
+def ctx(tmp_path: Path, servers: tuple[FakeServer, FakeServer], finished_run: Path) -> Ctx:
+    run = tmp_path / "existing-run"
+    shutil.copytree(finished_run, run)
+    (tmp_path / "notamodel").mkdir()
+    (tmp_path / "notamodel" / "weights.bin").write_text("")
+    return Ctx(tmp_path, servers[0], servers[1], run)
+
+
+def run_case(case: Case, ctx: Ctx, argv: list[str]) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    result = CliRunner().invoke(app, argv, env=case.env)
+    took = time.monotonic() - t0
+    # Our errors exit via SystemExit; anything else escaping would have been a traceback.
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"{case.id}: {type(result.exception).__name__}: {result.exception}")
+    return result.exit_code, result.output, took
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, ctx: Ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nlq2sql import models, server
+
+    def no_model_work(*a: Any, **k: Any) -> Any:
+        raise AssertionError("model work started for a bad input")
+
+    monkeypatch.setattr(models, "pull", no_model_work)  # no download / conversion
+    monkeypatch.setattr(server, "subprocess", SimpleNamespace(  # no server process
+        Popen=no_model_work, DEVNULL=subprocess.DEVNULL, STDOUT=subprocess.STDOUT,
+        TimeoutExpired=subprocess.TimeoutExpired))
+    blocker = None
+    if case.id == "serve-port-in-use":
+        blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen(1)
+        (ctx.tmp / "port").write_text(str(blocker.getsockname()[1]))
+        monkeypatch.setattr(server, "resolve_model", no_model_work)  # must fail before this
+    argv = _point_existing(case, case.build(ctx), ctx)
+    before = _snapshot(ctx.run)
+    try:
+        code, output, took = run_case(case, ctx, argv)
+    finally:
+        if blocker is not None:
+            blocker.close()
+    message = " ".join(output.split())
+    assert code == 2, output
+    assert "Traceback" not in output, output
+    for piece in case.expect(ctx):
+        assert piece in message, f"{piece!r} not in {message!r}"
+    assert took < 20, took  # fails fast (no retries, no waiting on a server)
+    # No partial artifact.
+    assert not ctx.out.exists(), sorted(p.name for p in ctx.out.rglob("*"))
+    assert _snapshot(ctx.run) == before, "an existing run was changed"
+    if os.environ.get("NLQ2SQL_BADINPUT_DUMP"):  # regenerates the table in docs/bad-inputs.md
+        for real, shown in ((str(ctx.tmp), "<tmp>"), (str(ctx.fake.port), "<port>"),
+                            (str(ctx.keyed.port), "<port>")):
+            message = message.replace(real, shown)
+        with open(os.environ["NLQ2SQL_BADINPUT_DUMP"], "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"id": case.id, "what": case.what, "message": message}) + "\n")
+
+
+def test_catalogue_size() -> None:
+    assert len(CASES) >= 30
+    assert len({c.id for c in CASES}) == len(CASES)

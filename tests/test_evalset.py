@@ -1,0 +1,160 @@
+"""Eval sets: the shipped sets load; every kind of bad input names file, line and field."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nlq2sql.errors import EvalSetError
+from nlq2sql.evalset import CATEGORIES, EVALSET_DIR, _lines, load_evalset, resolve_path
+from nlq2sql.execute import Executor
+from nlq2sql.intent import canonicalise
+from nlq2sql.sqlbuild import build_sql
+
+GOLD: dict[str, Any] = {"intent": "breakdown", "metric": "revenue", "dimension": "region",
+                        "time_grain": None, "filters": [], "limit": None, "order": None}
+
+
+def line(**over: Any) -> str:
+    obj = {"id": "x1", "question": "revenue by region", "gold": GOLD, "category": "breakdown", **over}
+    return json.dumps({k: v for k, v in obj.items() if v is not ...})
+
+
+OK1, OK2 = line(id="a1"), line(id="a2")
+
+
+@pytest.mark.parametrize("name, size", [("dev", 20), ("heldout", 60), ("adversarial", 24)])
+def test_shipped_sets_load_and_execute(name: str, size: int, executor: Executor) -> None:
+    es = load_evalset(name)
+    assert es.name == name and len(es.cases) == size
+    assert es.sha256 == hashlib.sha256(Path(es.path).read_bytes()).hexdigest()
+    assert {c.category for c in es.cases} <= set(CATEGORIES)
+    assert len(es.by_id()) == size
+    for c in es.cases:
+        assert executor.run(build_sql(canonicalise(c.gold))), c.id
+
+
+def test_heldout_pairs_contrast_breakdown_and_top_n() -> None:
+    pairs: dict[str, set[str]] = {}
+    for c in load_evalset("heldout").cases:
+        if c.pair_id:
+            pairs.setdefault(c.pair_id, set()).add(c.gold.intent)
+    assert pairs and all(v == {"breakdown", "top_n_by_metric"} for v in pairs.values())
+
+
+def test_load_by_path(tmp_path: Path) -> None:
+    path = tmp_path / "mine.jsonl"
+    path.write_text(OK1 + "\n" + OK2 + "\n")
+    es = load_evalset(str(path))
+    assert es.name == "mine" and [c.id for c in es.cases] == ["a1", "a2"]
+    assert resolve_path("heldout") == EVALSET_DIR / "heldout.jsonl"
+
+
+# (title, file text, line number or None, field or None, message fragment)
+BAD: list[tuple[str, str, int | None, str | None, str]] = [
+    ("malformed JSON line", OK1 + "\n{\"id\": \"a2\",\n", 2, None, "malformed JSON"),
+    ("empty line", OK1 + "\n\n" + OK2 + "\n", 2, None, "empty line"),
+    ("whitespace-only line", OK1 + "\n   \n", 2, None, "empty line"),
+    ("missing id", OK1 + "\n" + line(id=...) + "\n", 2, "id", "Field required"),
+    ("empty id", line(id="") + "\n", 1, "id", "at least 1 character"),
+    ("duplicate id", OK1 + "\n" + OK2 + "\n" + OK1 + "\n", 3, "id", "first on line 1"),
+    ("wrong type: question", line(question=5) + "\n", 1, "question", "string"),
+    ("wrong type: tags", line(tags="a") + "\n", 1, "tags", "tuple"),
+    ("unknown key", line(difficulty="hard") + "\n", 1, "difficulty", "Extra inputs"),
+    ("unknown enum value in gold", line(gold={**GOLD, "metric": "profit"}) + "\n", 1, "gold.metric",
+     "'revenue'"),
+    ("gold limit out of bounds", line(gold={**GOLD, "limit": 0}) + "\n", 1, "gold.limit",
+     "greater than or equal to 1"),
+    ("gold missing key", line(gold={k: v for k, v in GOLD.items() if k != "order"}) + "\n", 1,
+     "gold.order", "Field required"),
+    ("inconsistent gold", line(gold={**GOLD, "time_grain": "month"}) + "\n", 1, "gold",
+     "inconsistent gold intent: time_grain must be null for breakdown"),
+    ("unknown filter value", OK1 + "\n" + line(id="a2", gold={**GOLD, "filters": [
+        {"field": "year", "op": "eq", "value": "2025"},
+        {"field": "region", "op": "eq", "value": "Atlantis"}]}) + "\n", 2, "gold.filters.1.value",
+     "'Atlantis' is not a known region"),
+    ("unknown filter field", line(gold={**GOLD, "filters": [{"field": "city", "op": "eq", "value": "x"}]})
+     + "\n", 1, "gold.filters.0.field", "'region'"),
+    ("unknown category", line(category="pie") + "\n", 1, "category", "unknown category 'pie'"),
+    ("not-an-object line", OK1 + "\n[1, 2]\n", 2, None, "must be a JSON object"),
+    ("JSON string line", '"hello"\n', 1, None, "must be a JSON object"),
+    ("empty file", "", None, None, "eval set is empty"),
+]
+
+
+@pytest.mark.parametrize("title, text, lineno, field, fragment", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_names_file_line_and_field(tmp_path: Path, title: str, text: str, lineno: int | None,
+                                             field: str | None, fragment: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(EvalSetError) as exc:
+        load_evalset(str(path))
+    msg = str(exc.value)
+    assert (exc.value.path, exc.value.line, exc.value.field) == (str(path), lineno, field)
+    where = str(path) + (f":{lineno}" if lineno is not None else "")
+    assert msg.startswith(where), msg
+    if field is not None:
+        assert f"{where}: field '{field}': " in msg
+    assert fragment in msg
+
+
+def test_bad_input_catalogue_is_broad() -> None:
+    assert len(BAD) >= 12
+
+
+def test_first_problem_wins(tmp_path: Path) -> None:
+    path = tmp_path / "two-problems.jsonl"
+    path.write_text(OK1 + "\n" + line(id="a2", category="pie") + "\n" + "{\n")
+    with pytest.raises(EvalSetError) as exc:
+        load_evalset(str(path))
+    assert exc.value.line == 2
+
+
+def test_unknown_name_lists_shipped_sets() -> None:
+    with pytest.raises(EvalSetError) as exc:
+        load_evalset("nope")
+    assert "no eval set named 'nope'" in str(exc.value)
+    assert "(shipped: adversarial, dev, heldout)" in str(exc.value)
+
+
+def test_missing_file_names_path(tmp_path: Path) -> None:
+    path = tmp_path / "missing.jsonl"
+    with pytest.raises(EvalSetError) as exc:
+        load_evalset(str(path))
+    assert str(exc.value).startswith(f"{path}: cannot read")
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.lists(st.sampled_from([b"a", b"{", b"\n", b"\r", b"\r\n", b"\xe2\x80\xa8", b"\xc2\x85",
+                                      b"\x0b", b"\x1c", b"\xff", b"\xe2\x80", b" ", b"\xc3\xa9"]),
+                     max_size=30).map(b"".join))
+def test_streamed_lines_equal_whole_file_splitlines(data: bytes) -> None:
+    digest = hashlib.sha256()
+    assert list(_lines(io.BytesIO(data), digest)) == data.decode("utf-8", errors="replace").splitlines()
+    assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_crlf_file_and_gc_state(tmp_path: Path) -> None:
+    path = tmp_path / "crlf.jsonl"
+    path.write_bytes((OK1 + "\r\n" + OK2 + "\r\n").encode())
+    assert gc.isenabled()
+    assert [c.id for c in load_evalset(str(path)).cases] == ["a1", "a2"]
+    assert gc.isenabled(), "the collector is re-enabled after loading"
+    path.write_bytes((OK1 + "\n{oops\n").encode())
+    with pytest.raises(EvalSetError):
+        load_evalset(str(path))
+    assert gc.isenabled(), "... and after a failed load"
+    gc.disable()
+    try:
+        load_evalset("dev")
+        assert not gc.isenabled(), "a disabled collector stays disabled"
+    finally:
+        gc.enable()

@@ -1,0 +1,112 @@
+"""Sweep, serialization probe and serializing proxy end to end against the scripted fake server.
+
+The fake server answers every request concurrently after a fixed delay and has no
+``/metrics``, so these tests pin the plumbing and the "not observed" paths; the verdicts
+on a real engine are tested in ``tests/live/test_load_live.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from fakeserver import FakeServer
+from typer.testing import CliRunner
+
+from nlq2sql.cli.main import app
+from nlq2sql.load.proxy import Proxy
+
+runner = CliRunner()
+DELAY = 0.3
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
+    with FakeServer(tmp_path_factory.mktemp("fake"), delay_s=DELAY) as f:
+        yield f
+
+
+async def _together(url: str, n: int) -> float:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "Sales by region"}]}
+    async with aiohttp.ClientSession() as s:
+        async def one() -> int:
+            async with s.post(url + "/chat/completions", json=body) as r:
+                await r.read()
+                return r.status
+        t0 = time.perf_counter()
+        statuses = await asyncio.gather(*(one() for _ in range(n)))
+        assert statuses == [200] * n
+        return time.perf_counter() - t0
+
+
+def test_proxy_serializes_generation_but_not_metrics_or_health(fake: FakeServer) -> None:
+    assert asyncio.run(_together(fake.url, 4)) < 3 * DELAY
+    with Proxy(fake.base_url, serialize=True) as px:
+        assert asyncio.run(_together(px.url, 4)) >= 4 * DELAY * 0.95
+        assert px.get("/health") == b""
+        assert json.loads(px.get("/v1/models"))["data"][0]["id"] == "fake-model"
+    with Proxy(fake.base_url, serialize=False) as px:
+        assert asyncio.run(_together(px.url, 4)) < 3 * DELAY
+
+
+def test_sweep_cli_end_to_end(fake: FakeServer, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    args = ["sweep", "--endpoint", fake.url, "--model", "fake-model", "--evalset", "dev",
+            "--concurrency", "1,4", "--requests", "8", "--warmup", "1", "--slo-p95", "1,0.1",
+            "--gpu-cost-per-hour", "2", "--out", str(out)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "sweep.json").read_text())
+    assert [s["concurrency"] for s in data["levels"]] == [1, 4]
+    assert all(s["n"] == 8 and s["ok"] == 8 for s in data["levels"])
+    lvl1, lvl4 = data["levels"]
+    assert lvl4["req_per_s"] > 2 * lvl1["req_per_s"]  # the fake serves in parallel
+    assert lvl4["client"]["inflight_peak"] == 4 and lvl4["client"]["cpu_share_of_core"] is not None
+    assert lvl1["server"]["observed"] is False
+    pol = {p["p95_target_s"]: p for p in data["analysis"]["slo_policy"]}
+    assert pol[1.0]["level"] == 4 and pol[0.1]["level"] is None
+    md = (out / "sweep.md").read_text()
+    assert "not observed" in md and "Cost assumes $2" in md
+    assert (out / "throughput_vs_p95.png").stat().st_size > 0 and (out / "efficiency.png").exists()
+    ids = [json.loads(x)["id"] for x in (out / "levels" / "c4" / "records.jsonl").read_text().splitlines()]
+    assert len(set(ids)) == 8 and any("#" in i for i in ids)
+    # An existing output directory is refused without --force; --reanalyse needs no server.
+    again = runner.invoke(app, args)
+    assert again.exit_code == 2 and "--force" in again.output
+    re = runner.invoke(app, ["sweep", "--out", str(out), "--reanalyse", "--slo-p95", "2",
+                             "--efficiency-threshold", "0.99"])
+    assert re.exit_code == 0, re.output
+    assert json.loads((out / "sweep.json").read_text())["analysis"]["thresholds"]["efficiency"] == 0.99
+
+
+def test_bad_input_is_rejected(tmp_path: Path) -> None:
+    for args in (["sweep", "--concurrency", "0,2"], ["sweep", "--slo-p95", "x"],
+                 ["sweep", "--endpoint", "http://127.0.0.1:9/v1", "--server-sweep", "max-num-seqs=1"],
+                 ["sweep", "--endpoint", "http://127.0.0.1:9/v1", "--max-num-seqs", "1"],
+                 ["probe", "serialization", "--expect", "maybe"]):
+        res = runner.invoke(app, [*args, "--out", str(tmp_path / "x")])
+        assert res.exit_code == 2, (args, res.output)
+
+
+def test_serialization_probe_offline(fake: FakeServer, tmp_path: Path) -> None:
+    common = ["probe", "serialization", "--model", "fake-model", "--evalset", "dev", "--level", "4",
+              "--requests-single", "3", "--requests-level", "8", "--staircase", "3"]
+    res = runner.invoke(app, [*common, "--endpoint", fake.url, "--out", str(tmp_path / "direct"),
+                              "--expect", "batched"])
+    assert res.exit_code == 0, res.output
+    direct = json.loads((tmp_path / "direct" / "serialization.json").read_text())
+    assert direct["evidence"]["speedup"] > 2 and direct["staircase"]["index"] < 0.35
+    assert "not observed" in (tmp_path / "direct" / "serialization.md").read_text()
+    with Proxy(fake.base_url, serialize=True) as px:
+        res = runner.invoke(app, [*common, "--endpoint", px.url, "--out", str(tmp_path / "locked")])
+    assert res.exit_code == 0, res.output
+    locked = json.loads((tmp_path / "locked" / "serialization.json").read_text())
+    # Without /metrics the queue cannot be placed: serialized, but where is not observed.
+    assert locked["verdict"] == "inconclusive", locked["rule"]
+    assert "serialized somewhere beyond the client" in locked["rule"]
+    assert locked["staircase"]["index"] > 0.6 and locked["evidence"]["speedup"] < 1.3

@@ -1,0 +1,199 @@
+"""Run records: append-only JSONL with torn-tail handling, resume checks, safe directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nlq2sql.errors import RecordError
+from nlq2sql.records import (
+    MANIFEST,
+    RECORD_VERSION,
+    RESUME_KEYS,
+    RecordWriter,
+    check_resume,
+    done_ids,
+    iter_records,
+    prepare_dir,
+    read_json,
+    repair_tail,
+    write_json_atomic,
+)
+
+
+def _write(path: Path, n: int) -> None:
+    with RecordWriter(path) as w:
+        for i in range(n):
+            w.write({"id": f"r{i}", "text": "a\nb \u2713"})
+
+
+def test_writer_appends_versioned_lines(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    _write(path, 2)
+    _write(path, 1)  # a second writer appends
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 3
+    first = json.loads(lines[0])
+    assert list(first) == ["record_version", "id", "text"] and first["record_version"] == RECORD_VERSION
+    assert [r["id"] for r in iter_records(path)] == ["r0", "r1", "r0"]
+    assert first["text"] == "a\nb \u2713"
+
+
+@pytest.mark.parametrize("tail", [b'{"id": "r3", "te', b'{"id": "r3"}', b"garbage"])
+def test_torn_last_line_is_skipped_and_cut(tmp_path: Path, tail: bytes) -> None:
+    path = tmp_path / "records.jsonl"
+    _write(path, 3)
+    good = path.read_bytes()
+    with open(path, "ab") as fh:
+        fh.write(tail)  # killed writer: no newline
+    assert [r["id"] for r in iter_records(path)] == ["r0", "r1", "r2"]
+    assert repair_tail(path) == len(tail)
+    assert path.read_bytes() == good
+    assert repair_tail(path) == 0
+    _write(path, 1)
+    assert [r["id"] for r in iter_records(path)] == ["r0", "r1", "r2", "r0"]
+
+
+def test_unparsable_terminated_last_line_is_torn_too(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    _write(path, 2)
+    good = path.read_bytes()
+    with open(path, "ab") as fh:
+        fh.write(b'{"id": "r2", "te\n')
+    assert [r["id"] for r in iter_records(path)] == ["r0", "r1"]
+    assert repair_tail(path) == len(b'{"id": "r2", "te\n')
+    assert path.read_bytes() == good
+
+
+def test_malformed_middle_line_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    path.write_text('{"id": "a"}\nnot json\n{"id": "b"}\n')
+    with pytest.raises(RecordError) as exc:
+        list(iter_records(path))
+    assert exc.value.line == 2 and str(path) in str(exc.value)
+
+
+def test_repair_tail_of_missing_or_empty_file(tmp_path: Path) -> None:
+    assert repair_tail(tmp_path / "none.jsonl") == 0
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert repair_tail(empty) == 0 and empty.read_bytes() == b""
+    assert done_ids(tmp_path / "none.jsonl") == set()
+
+
+def test_done_ids(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    _write(path, 3)
+    path.write_bytes(path.read_bytes() + b'{"id": "r9"')
+    assert done_ids(path) == {"r0", "r1", "r2"}
+
+
+def _manifest(**over: Any) -> dict[str, Any]:
+    base = {"kind": "eval", "evalset_sha256": "abc", "model": "m", "prompt_sha256": "p",
+            "guardrails": ["ranking"], "sampling": {"max_tokens": 96}, "endpoint": "http://x/v1",
+            "started": 1.0}
+    return {**base, **over}
+
+
+def test_resume_accepts_same_inputs_and_ignores_other_keys(tmp_path: Path) -> None:
+    write_json_atomic(tmp_path / MANIFEST, _manifest())
+    check_resume(tmp_path, _manifest(started=99.0))
+    assert read_json(tmp_path / MANIFEST)["started"] == 1.0
+
+
+@pytest.mark.parametrize("key, value", [
+    ("model", "other"), ("evalset_sha256", "def"), ("guardrails", []), ("sampling", {"max_tokens": 64}),
+    ("prompt_sha256", "q"), ("endpoint", None), ("kind", "score"),
+])
+def test_resume_refused_when_manifest_differs(tmp_path: Path, key: str, value: Any) -> None:
+    assert key in RESUME_KEYS
+    write_json_atomic(tmp_path / MANIFEST, _manifest())
+    with pytest.raises(RecordError) as exc:
+        check_resume(tmp_path, _manifest(**{key: value}))
+    msg = str(exc.value)
+    assert f"{key}: was {_manifest()[key]!r}, now {value!r}" in msg
+    assert str(tmp_path / MANIFEST) in msg
+    others = [k for k in RESUME_KEYS if k != key]
+    assert not any(f"{k}: was" in msg for k in others)
+
+
+def test_resume_without_manifest(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="missing"):
+        check_resume(tmp_path, _manifest())
+
+
+def test_read_json_malformed_names_line(tmp_path: Path) -> None:
+    path = tmp_path / MANIFEST
+    path.write_text('{\n  "a": 1,\n  oops\n}\n')
+    with pytest.raises(RecordError) as exc:
+        read_json(path)
+    assert exc.value.line == 3 and f"{path}:3" in str(exc.value)
+
+
+def test_prepare_dir_refuses_existing_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "records.jsonl").write_text("{}\n")
+    with pytest.raises(RecordError) as exc:
+        prepare_dir(out, resume=False, force=False)
+    assert "--resume" in str(exc.value) and "--force" in str(exc.value) and str(out) in str(exc.value)
+    assert (out / "records.jsonl").exists()
+    prepare_dir(out, resume=True, force=False)
+    assert (out / "records.jsonl").exists()
+    prepare_dir(out, resume=False, force=True)
+    assert out.is_dir() and list(out.iterdir()) == []
+
+
+def test_prepare_dir_new_and_empty(tmp_path: Path) -> None:
+    prepare_dir(tmp_path / "a" / "b", resume=False, force=False)
+    assert (tmp_path / "a" / "b").is_dir()
+    (tmp_path / "empty").mkdir()
+    prepare_dir(tmp_path / "empty", resume=False, force=False)
+    with pytest.raises(RecordError, match="nothing to resume"):
+        prepare_dir(tmp_path / "fresh", resume=True, force=False)
+
+
+def test_prepare_dir_path_is_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(RecordError, match="not a directory"):
+        prepare_dir(f, resume=False, force=True)
+    assert f.read_text() == "x"
+
+
+def test_unwritable_dir_is_a_record_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    with pytest.raises(RecordError) as exc:
+        prepare_dir(blocker / "run", resume=False, force=False)
+    assert "not writable" in str(exc.value) and str(blocker / "run") in str(exc.value)
+
+
+def test_write_json_atomic_leaves_no_temp(tmp_path: Path) -> None:
+    write_json_atomic(tmp_path / "s.json", {"a": [1, 2]})
+    write_json_atomic(tmp_path / "s.json", {"a": [3]})
+    assert read_json(tmp_path / "s.json") == {"a": [3]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+
+
+def test_buffered_writer_writes_the_same_bytes(tmp_path: Path) -> None:
+    recs = [{"id": f"r{i}", "x": [1, {"y": None}], "t": "é\n\"q\""} for i in range(50)]
+    for flush_each in (True, False):
+        with RecordWriter(tmp_path / f"{flush_each}.jsonl", flush_each=flush_each) as w:
+            for r in recs:
+                w.write(r)
+    assert (tmp_path / "True.jsonl").read_bytes() == (tmp_path / "False.jsonl").read_bytes()
+    expected = "".join(json.dumps({"record_version": RECORD_VERSION, **r}, separators=(",", ":")) + "\n"
+                       for r in recs)
+    assert (tmp_path / "False.jsonl").read_text(encoding="utf-8") == expected
+
+
+def test_flushing_writer_is_readable_before_close(tmp_path: Path) -> None:
+    w = RecordWriter(tmp_path / "live.jsonl")
+    w.write({"id": "a"})
+    assert [r["id"] for r in iter_records(tmp_path / "live.jsonl")] == ["a"]
+    w.close()
+    w.close()  # idempotent

@@ -1,0 +1,105 @@
+"""The committed JSON Schemas equal what the models generate, and the intent schema stays
+inside the subset every grammar backend accepts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from nlq2sql.evalset import EvalCase, load_evalset
+from nlq2sql.intent import FIELDS, intent_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMAS = ROOT / "schemas"
+
+
+def _gen_module() -> Any:
+    spec = importlib.util.spec_from_file_location("gen_schemas", ROOT / "scripts" / "gen_schemas.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _walk(node: Any, path: str = "#") -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        out.append((path, node))
+        for k, v in node.items():
+            out += _walk(v, f"{path}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _walk(v, f"{path}/{i}")
+    return out
+
+
+@pytest.mark.parametrize("name, generate", [
+    ("intent.schema.json", intent_schema),
+    ("evalset-line.schema.json", EvalCase.model_json_schema),
+])
+def test_committed_schema_matches_models(name: str, generate: Any) -> None:
+    committed = (SCHEMAS / name).read_text()
+    assert committed == json.dumps(generate(), indent=2) + "\n", \
+        f"schemas/{name} is stale: run .venv/bin/python scripts/gen_schemas.py"
+
+
+def test_gen_script_writes_exactly_the_committed_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    mod = _gen_module()
+    assert mod.main(["--check"]) == 0
+    monkeypatch.setattr(mod, "SCHEMA_DIR", tmp_path)
+    assert mod.main([]) == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["evalset-line.schema.json", "intent.schema.json"]
+    for name in written:
+        assert (tmp_path / name).read_bytes() == (SCHEMAS / name).read_bytes()
+    (tmp_path / "intent.schema.json").write_text("{}\n")
+    assert mod.main(["--check"]) == 1
+
+
+def test_intent_schema_uses_no_conditional_or_reference_keywords() -> None:
+    for path, node in _walk(intent_schema()):
+        for kw in ("if", "then", "else", "oneOf", "allOf", "not", "$ref", "$defs", "definitions"):
+            assert kw not in node, f"{path} uses {kw!r}"
+
+
+def test_intent_schema_is_closed_and_requires_every_key() -> None:
+    schema = intent_schema()
+    assert schema["type"] == "object"
+    assert schema["additionalProperties"] is False
+    assert list(schema["properties"]) == list(FIELDS) and len(FIELDS) == 7
+    assert sorted(schema["required"]) == sorted(FIELDS)
+    flt = schema["properties"]["filters"]["items"]
+    assert flt["additionalProperties"] is False
+    assert sorted(flt["required"]) == ["field", "op", "value"]
+
+
+def test_every_number_string_and_array_is_bounded() -> None:
+    schema = intent_schema()
+    numeric = [(p, n) for p, n in _walk(schema) if n.get("type") in ("integer", "number")]
+    assert numeric, "limit must be a bounded integer"
+    for path, node in numeric:
+        assert "minimum" in node and "maximum" in node, path
+    limit = next(a for a in schema["properties"]["limit"]["anyOf"] if a.get("type") == "integer")
+    assert (limit["minimum"], limit["maximum"]) == (1, 100)
+    for path, node in _walk(schema):
+        if node.get("type") == "string":
+            assert "enum" in node or "maxLength" in node, f"{path}: unbounded string"
+        if node.get("type") == "array":
+            assert "maxItems" in node, f"{path}: unbounded array"
+
+
+def test_shipped_evalsets_validate_against_the_line_schema() -> None:
+    line_schema = json.loads((SCHEMAS / "evalset-line.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(line_schema)
+    for name in ("dev", "heldout", "adversarial"):
+        es = load_evalset(name)
+        for raw in Path(es.path).read_text().splitlines():
+            errors = list(validator.iter_errors(json.loads(raw)))
+            assert not errors, (name, raw, errors[0].message)
+    assert list(validator.iter_errors({"id": "x"})), "an incomplete line must not validate"

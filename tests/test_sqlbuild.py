@@ -1,0 +1,228 @@
+"""SQL builder: golden SQL text per intent shape, and properties over every intent.
+
+Properties: every schema-valid consistent intent builds SQL that DuckDB executes; the SQL
+text never contains a filter value (values are bound ``?`` parameters); and every word in
+the SQL text comes from a fixed vocabulary derived from the builder's allow-lists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import (
+    DIMENSIONS,
+    FILTER_FIELDS,
+    HOSTILE,
+    KINDS,
+    consistent_intents,
+    fast_consistent_intents,
+)
+from strategies import GRAINS as GRAIN_NAMES
+from strategies import OPS as OP_NAMES
+
+from nlq2sql import sqlbuild
+from nlq2sql.errors import SqlBuildError
+from nlq2sql.execute import Executor
+from nlq2sql.intent import Filter, Intent, canonicalise
+from nlq2sql.sqlbuild import COLUMNS, FACT, GRAINS, JOINS, METRICS, OPS, Query, build_sql
+from nlq2sql.warehouse import VALUES
+
+GOLDEN: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "fixtures" / "sql_golden.json").read_text())
+
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NUMBER = re.compile(r"\b\d+\b")
+STRUCTURE = {"SELECT", "FROM", "JOIN", "ON", "WHERE", "AND", "GROUP", "BY", "ORDER", "ASC", "DESC",
+             "LIMIT", "AS", "period"}
+
+
+def _words(*texts: str) -> set[str]:
+    return {w for t in texts for w in WORD.findall(t)}
+
+
+#: Every word the builder may emit: its fixed structure, its allow-listed expressions and
+#: the output column aliases (metric and dimension names).
+VOCABULARY = (STRUCTURE | _words(FACT, *METRICS.values(), *(c for c, _ in COLUMNS.values()),
+                                 *JOINS.values(), *GRAINS.values(), *OPS.values())
+              | set(METRICS) | set(DIMENSIONS))
+PUNCTUATION = set(" \n(),.*=<>?-'/")
+LITERALS = {f"'{g}'" for g in GRAINS}
+
+
+def check_allow_listed(q: Query) -> None:
+    """Raise AssertionError when the SQL text holds anything outside the vocabulary."""
+    words = _words(q.sql)
+    assert words <= VOCABULARY, f"not allow-listed: {sorted(words - VOCABULARY)}"
+    assert set(re.findall(r"'[^']*'", q.sql)) <= LITERALS
+    residue = WORD.sub("", NUMBER.sub("", q.sql))
+    assert set(residue) <= PUNCTUATION, f"unexpected characters: {sorted(set(residue) - PUNCTUATION)}"
+    assert q.sql.count("?") == len(q.params)
+
+
+def check_values_bound(intent: Intent, q: Query) -> None:
+    """Filter values appear as parameters, in WHERE order, and never in the SQL text."""
+    canon = canonicalise(intent)
+    assert q.params == tuple(f.value for f in canon.filters)
+    placeholder = canon.model_copy(update={"filters": [
+        Filter(field=f.field, op=f.op, value="v") for f in canon.filters]})
+    assert build_sql(placeholder).sql == q.sql, "SQL text depends on a filter value"
+    for value in q.params:
+        if value and value not in build_sql(placeholder).sql:
+            assert value not in q.sql
+
+
+# ---------------------------------------------------------------- golden SQL
+
+
+def test_golden_table_covers_every_shape() -> None:
+    assert len(GOLDEN) >= 12
+    assert len({c["title"] for c in GOLDEN}) == len(GOLDEN)
+    intents = [Intent.model_validate(c["intent"]) for c in GOLDEN]
+    assert {i.metric for i in intents} == set(METRICS)
+    assert {i.dimension for i in intents} - {None} == set(COLUMNS) - {"year"}
+    assert {i.time_grain for i in intents} - {None} == set(GRAINS)
+    assert {(f.field, f.op) for i in intents for f in i.filters} >= {
+        ("region", "eq"), ("channel", "neq"), ("year", "eq")}
+    tops = {(i.order or "desc") for i in intents if i.intent == "top_n_by_metric"}
+    assert tops == {"asc", "desc"}
+    breakdowns = [i for i in intents if i.intent == "breakdown"]
+    assert any(i.order for i in breakdowns) and any(i.limit for i in breakdowns)
+    assert any(i.intent == "time_series" and i.dimension for i in intents)
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=[c["title"] for c in GOLDEN])
+def test_golden_sql(case: dict[str, Any], executor: Executor) -> None:
+    intent = canonicalise(Intent.model_validate(case["intent"]))
+    q = build_sql(intent)
+    assert q.sql == case["sql"]
+    assert list(q.params) == case["params"]
+    check_allow_listed(q)
+    rows = executor.run(q)
+    assert rows, "every golden query returns rows on the small warehouse"
+    width = 1 + (intent.dimension is not None) + (intent.intent == "time_series")
+    assert {len(r) for r in rows} == {width}
+    if intent.limit is not None:
+        assert len(rows) <= intent.limit
+    elif intent.intent == "breakdown" and not intent.filters:
+        assert len(rows) == len(VALUES[intent.dimension])  # type: ignore[index]
+
+
+def test_top_n_rows_are_ranked_with_deterministic_ties(executor: Executor) -> None:
+    base = {"intent": "top_n_by_metric", "metric": "units", "dimension": "product",
+            "time_grain": None, "filters": [], "limit": 36, "order": None}
+    desc = executor.run(build_sql(canonicalise(Intent.model_validate(base))))
+    asc = executor.run(build_sql(canonicalise(Intent.model_validate({**base, "order": "asc"}))))
+    assert [r[1] for r in desc] == sorted((r[1] for r in desc), reverse=True)
+    assert [r[1] for r in asc] == sorted(r[1] for r in asc)
+    assert sorted(desc) == sorted(asc)
+    for a, b in itertools.pairwise(desc):
+        if a[1] == b[1]:
+            assert a[0] < b[0], "ties break by dimension ascending"
+
+
+def test_builder_rejects_what_is_not_allow_listed() -> None:
+    good = Intent(intent="breakdown", metric="revenue", dimension="region", time_grain=None,
+                  filters=[], limit=None, order=None)
+    with pytest.raises(SqlBuildError, match="metric"):
+        build_sql(good.model_construct(**{**dict(good), "metric": "revenue; DROP TABLE x"}))
+    with pytest.raises(SqlBuildError, match="dimension"):
+        build_sql(good.model_construct(**{**dict(good), "dimension": "c.region) --"}))
+    with pytest.raises(SqlBuildError, match="needs a dimension"):
+        build_sql(good.model_construct(**{**dict(good), "dimension": None}))
+    with pytest.raises(SqlBuildError, match="time_grain"):
+        build_sql(good.model_construct(**{**dict(good), "intent": "time_series", "time_grain": "week"}))
+    bad_filter = Filter.model_construct(field="region", op="LIKE", value="x")
+    with pytest.raises(SqlBuildError, match="op"):
+        build_sql(good.model_construct(**{**dict(good), "filters": [bad_filter]}))
+
+
+def test_vocabulary_is_closed() -> None:
+    """The checker itself rejects injected words, literals and characters."""
+    ok = build_sql(canonicalise(Intent.model_validate(
+        next(c["intent"] for c in GOLDEN if c["params"]))))
+    check_allow_listed(ok)
+    for sql in (ok.sql + "; DROP TABLE x", ok.sql.replace("?", "'North'"),
+                ok.sql + "\nWHERE c.region = 'x'", ok.sql + " /* */ ;"):
+        with pytest.raises(AssertionError):
+            check_allow_listed(Query(sql, ok.params))
+
+
+# ---------------------------------------------------------------- properties
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(intent=consistent_intents())
+def test_every_consistent_intent_executes(intent: Intent, executor: Executor) -> None:
+    canon = canonicalise(intent)
+    q = build_sql(canon)
+    check_allow_listed(q)
+    check_values_bound(intent, q)
+    rows = executor.run(q)
+    width = 1 + (canon.dimension is not None) + (canon.intent == "time_series")
+    assert all(len(r) == width for r in rows)
+    if canon.limit is not None:
+        assert len(rows) <= canon.limit
+
+
+@settings(max_examples=200, deadline=None)
+@given(intent=consistent_intents(values=st.sampled_from(HOSTILE)))
+def test_hostile_values_never_reach_sql_text(intent: Intent, executor: Executor) -> None:
+    q = build_sql(canonicalise(intent))
+    for bad in ("DROP", "DELETE", ";", "--", "1=1", "x'"):
+        assert bad not in q.sql
+    check_allow_listed(q)
+    assert q.sql.count("'") == 4 * (canonicalise(intent).intent == "time_series")
+    executor.run(q)  # bound values are data: the query runs, nothing is dropped
+    assert executor.run(Query("SELECT COUNT(*) FROM order_lines", ()))[0][0] > 0
+
+
+def test_security_fuzz_10k(executor: Executor) -> None:
+    """≥ 10 000 fixed-seed intents: allow-listed text, bound values; every 40th executes."""
+    seen: list[Intent] = []
+
+    @settings(max_examples=10_000, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(intent=fast_consistent_intents)
+    def fuzz(intent: Intent) -> None:
+        q = build_sql(canonicalise(intent))
+        check_allow_listed(q)
+        check_values_bound(intent, q)
+        if len(seen) % 40 == 0:
+            executor.run(q)
+        seen.append(intent)
+
+    fuzz()
+    assert len(seen) >= 10_000
+    # The fuzz reached every enum value and the schema's maximum of three filters.
+    assert {i.intent for i in seen} == set(KINDS)
+    assert {i.metric for i in seen} == set(METRICS)
+    assert {i.dimension for i in seen} == {*DIMENSIONS, None}
+    assert {i.time_grain for i in seen} == {*GRAIN_NAMES, None}
+    assert {(f.field, f.op) for i in seen for f in i.filters} == {(f, o) for f in FILTER_FIELDS for o in OP_NAMES}
+    assert max(len(i.filters) for i in seen) == 3
+    assert any(f.value == "'; DROP TABLE x; --" for i in seen for f in i.filters)
+
+
+def test_sqlbuild_module_exposes_only_allow_lists() -> None:
+    assert set(sqlbuild.OPS) == {"eq", "neq"}
+    assert set(COLUMNS) == set(VALUES), "every filter field has a column and known values"
+
+
+def test_build_cache_shares_equal_queries_and_tolerates_constructed_intents() -> None:
+    raw = {**GOLDEN[0]["intent"]}
+    a = build_sql(canonicalise(Intent.model_validate(raw)))
+    b = build_sql(canonicalise(Intent.model_validate(json.loads(json.dumps(raw)))))
+    assert a is b and a == Query(GOLDEN[0]["sql"], tuple(GOLDEN[0]["params"]))
+    assert sqlbuild._build_cached.cache_info().maxsize == sqlbuild.BUILD_CACHE_SIZE
+    good = Intent.model_validate(raw)
+    unhashable = good.model_construct(**{**dict(good), "filters": [
+        Filter.model_construct(field="region", op="eq", value=["not", "hashable"])]})
+    q = build_sql(unhashable)  # falls back to an uncached build
+    assert "c.region = ?" in q.sql
