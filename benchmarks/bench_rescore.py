@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,23 @@ VARIANTS = ("correct", "false_ranking", "invalid_json", "pretty")
 
 
 def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """Peak RSS, ``ru_maxrss`` (KiB on Linux).
+
+    Linux carries the parent's high-water mark into a child across fork + exec, so the driver
+    below never holds more than the interpreter itself: every heavy step runs in a child.
+    """
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _hwm_mib() -> float | None:
+    """Peak RSS of this process image alone (``VmHWM``), as a cross-check; None off Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def _cpu_s() -> float:
@@ -98,7 +115,7 @@ def measure_score(evalset: str, responses: str, out: str, warehouse: str) -> dic
     wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
     return {"items": summary["n"], "wall_s": wall, "items_per_s": summary["n"] / wall, "cpu_s": cpu,
             "items_per_cpu_s": summary["n"] / cpu,
-            "rss_mib": _rss_mib(), "distinct_queries": summary["distinct_queries_executed"],
+            "rss_mib": _rss_mib(), "hwm_mib": _hwm_mib(), "distinct_queries": summary["distinct_queries_executed"],
             "raw_accuracy": summary["raw_accuracy"]["value"],
             "final_accuracy": summary["final_accuracy"]["value"]}
 
@@ -112,7 +129,8 @@ def measure_load(evalset: str) -> dict[str, Any]:
     cases = es.by_id()
     wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
     assert runner and cases
-    return {"items": len(es.cases), "wall_s": wall, "cpu_s": cpu, "rss_mib": _rss_mib()}
+    return {"items": len(es.cases), "wall_s": wall, "cpu_s": cpu, "rss_mib": _rss_mib(),
+            "hwm_mib": _hwm_mib()}
 
 
 def measure_duckdb(queries: str, warehouse: str) -> dict[str, Any]:
@@ -126,22 +144,33 @@ def measure_duckdb(queries: str, warehouse: str) -> dict[str, Any]:
         rows += len(con.execute(q["sql"], q["params"]).fetchall())
     con.close()
     wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
-    return {"queries": len(qs), "rows": rows, "wall_s": wall, "cpu_s": cpu, "rss_mib": _rss_mib()}
+    return {"queries": len(qs), "rows": rows, "wall_s": wall, "cpu_s": cpu, "rss_mib": _rss_mib(),
+            "hwm_mib": _hwm_mib()}
 
 
-def _child(kind: str, *args: str) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    proc = subprocess.run([sys.executable, __file__, "--measure", kind, *args], capture_output=True,
-                          text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"measurement {kind} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def measure_imports() -> dict[str, Any]:
+    """The floor: an interpreter with everything a scoring run imports, and nothing loaded."""
+    import duckdb  # noqa: F401
+
+    from nlq2sql import runner  # noqa: F401
+
+    return {"items": 0, "wall_s": 0.0, "cpu_s": _cpu_s(), "rss_mib": _rss_mib(), "hwm_mib": _hwm_mib()}
 
 
-# ---------------------------------------------------------------- driver
+def prepare(workdir: str, scale: str, *sizes: str) -> dict[str, Any]:
+    """Build the private warehouse and generate the files (in a child: see :func:`_rss_mib`)."""
+    from nlq2sql import warehouse
+
+    work = Path(workdir)
+    out: dict[str, Any] = {"warehouse": str(warehouse.build(work / "warehouse.duckdb", scale=float(scale)))}
+    for spec in sizes:
+        n, _, tag = spec.partition(":")
+        es, rs = generate(work, int(n), unique_texts=tag == "unique", tag=f"-{tag}" if tag else "")
+        out[spec] = [str(es), str(rs)]
+    return out
 
 
-def distinct_queries(run_dir: Path, evalset: Path, out: Path) -> int:
+def distinct_queries(run_dir: str, evalset: str, out: str) -> dict[str, Any]:
     """Every distinct (SQL, params) the scoring run executed: predicted ones from the records,
     gold ones rebuilt from the eval set."""
     from nlq2sql.evalset import load_evalset
@@ -153,11 +182,32 @@ def distinct_queries(run_dir: Path, evalset: Path, out: Path) -> int:
     for c in load_evalset(evalset).cases:
         q = build_sql(canonicalise(c.gold))
         seen[(q.sql, q.params)] = None
-    for rec in iter_records(run_dir / "records.jsonl"):
+    for rec in iter_records(Path(run_dir) / "records.jsonl"):
         if rec["sql"] is not None:
             seen[(rec["sql"], tuple(rec["params"]))] = None
-    out.write_text(json.dumps([{"sql": s, "params": list(p)} for s, p in seen]))
-    return len(seen)
+    Path(out).write_text(json.dumps([{"sql": s, "params": list(p)} for s, p in seen]))
+    return {"queries": len(seen)}
+
+
+CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
+    "score": measure_score, "load": measure_load, "duckdb": measure_duckdb, "imports": measure_imports,
+    "prepare": prepare, "queries": distinct_queries}
+
+
+def _child(kind: str, *args: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    proc = subprocess.run([sys.executable, __file__, "--measure", kind, *args], capture_output=True,
+                          text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{kind} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------- driver (stdlib only)
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
 
 
 def main() -> None:
@@ -172,65 +222,59 @@ def main() -> None:
 
     if a.measure:
         kind, *args = a.measure
-        fn = {"score": measure_score, "load": measure_load, "duckdb": measure_duckdb}[kind]
-        print(json.dumps(fn(*args)))
+        print(json.dumps(CHILDREN[kind](*args)))
         return
 
+    cold_n = a.cold or a.n
     with tempfile.TemporaryDirectory(prefix="bench-rescore-") as tmp:
         work = a.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        os.environ["NLQ2SQL_CACHE_DIR"] = str(work / "cache")
-        from nlq2sql import warehouse
-
-        wh = warehouse.build(work / "warehouse.duckdb", scale=a.scale)
-        cold_n = a.cold or a.n
-        big = generate(work, a.n)
-        small = generate(work, a.small)
-        cold = generate(work, cold_n, unique_texts=True, tag="-unique")
+        os.environ["NLQ2SQL_CACHE_DIR"] = str(work / "cache")  # children never touch the repo's .cache
+        prep = _child("prepare", str(work), str(a.scale), str(a.n), str(a.small), f"{cold_n}:unique")
+        wh = prep["warehouse"]
+        big, small, cold = prep[str(a.n)], prep[str(a.small)], prep[f"{cold_n}:unique"]
         print(f"generated {a.n:,} + {a.small:,} + {cold_n:,} (unique texts) lines in {work}; "
               f"warehouse scale {a.scale}", file=sys.stderr)
 
-        rows: list[tuple[str, dict[str, Any]]] = []
+        rows: list[tuple[str, dict[str, Any]]] = [("interpreter + imports", _child("imports"))]
         for label, (es, rs), n in ((f"score {a.n:,}", big, a.n), (f"score {a.small:,}", small, a.small),
                                    (f"cold {cold_n:,} (unique texts)", cold, cold_n)):
-            res = _child("score", str(es), str(rs), str(work / f"run-{n}-{es.stem}"), str(wh))
+            res = _child("score", es, rs, str(work / f"run-{n}-{Path(es).stem}"), wh)
             rows.append((label, res))
             print(f"  {label}: {res['items_per_s']:,.0f} items/s, peak RSS {res['rss_mib']:.0f} MiB",
                   file=sys.stderr)
-        load_big = _child("load", str(big[0]))
-        load_small = _child("load", str(small[0]))
+        load_big, load_small = _child("load", big[0]), _child("load", small[0])
         rows += [(f"load eval set {a.n:,}", load_big), (f"load eval set {a.small:,}", load_small)]
         qfile = work / "queries.json"
-        nq = distinct_queries(work / f"run-{a.n}-{big[0].stem}", big[0], qfile)
-        direct = _child("duckdb", str(qfile), str(wh))
+        nq = _child("queries", str(work / f"run-{a.n}-{Path(big[0]).stem}"), big[0], str(qfile))["queries"]
+        direct = _child("duckdb", str(qfile), wh)
         rows.append((f"duckdb {nq} distinct statements", direct))
+        load_avg = os.getloadavg()[0]
 
     print()
-    print(f"{'measurement':<34} {'items':>8} {'wall s':>8} {'items/s':>10} {'CPU s':>7} "
-          f"{'items/CPU-s':>12} {'peak RSS MiB':>13}")
+    print(f"{'measurement':<30} {'items':>8} {'wall s':>7} {'items/s':>8} {'CPU s':>6} {'items/CPU-s':>11} "
+          f"{'ru_maxrss MiB':>13} {'VmHWM MiB':>9}")
     for label, r in rows:
         items = r.get("items", r.get("queries", 0))
-        ips = f"{r['items_per_s']:,.0f}" if "items_per_s" in r else "-"
-        ipc = f"{r['items_per_cpu_s']:,.0f}" if "items_per_cpu_s" in r else "-"
-        print(f"{label:<34} {items:>8,} {r['wall_s']:>8.2f} {ips:>10} {r['cpu_s']:>7.2f} {ipc:>12} "
-              f"{r['rss_mib']:>13.0f}")
-    main_run, small_run = rows[0][1], rows[1][1]
+        print(f"{label:<30} {items:>8,} {r['wall_s']:>7.2f} {_fmt(r.get('items_per_s'), ',.0f'):>8} "
+              f"{r['cpu_s']:>6.2f} {_fmt(r.get('items_per_cpu_s'), ',.0f'):>11} {r['rss_mib']:>13.0f} "
+              f"{_fmt(r.get('hwm_mib'), '.0f'):>9}")
+    floor, main_run, small_run = rows[0][1], rows[1][1], rows[2][1]
     print()
-    print(f"scoring {a.n:,} items takes {main_run['wall_s'] / direct['wall_s']:.1f}x the time of running "
-          f"its {nq} distinct statements directly in DuckDB "
-          f"({main_run['wall_s'] - direct['wall_s']:.2f} s of harness overhead, "
-          f"{1e6 * (main_run['wall_s'] - direct['wall_s']) / a.n:.1f} µs/item); in CPU time "
-          f"{main_run['cpu_s'] / direct['cpu_s']:.1f}x; peak RSS {main_run['rss_mib'] / direct['rss_mib']:.1f}x")
-    print(f"machine load average during the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs "
-          "(items/CPU-s is what one uncontended core would do)")
+    print(f"scoring {a.n:,} items takes {main_run['wall_s'] / direct['wall_s']:.1f}x the wall time of running "
+          f"its {nq} distinct statements directly in DuckDB ({main_run['cpu_s'] / direct['cpu_s']:.1f}x the "
+          f"CPU time; harness overhead {1e6 * (main_run['cpu_s'] - direct['cpu_s']) / a.n:.0f} CPU-µs/item); "
+          f"peak RSS {main_run['rss_mib'] / direct['rss_mib']:.1f}x")
     inc_big = main_run["rss_mib"] - load_big["rss_mib"]
     inc_small = small_run["rss_mib"] - load_small["rss_mib"]
-    print(f"peak RSS {a.small:,} → {a.n:,} items: {small_run['rss_mib']:.0f} → {main_run['rss_mib']:.0f} MiB "
-          f"(×{main_run['rss_mib'] / small_run['rss_mib']:.2f}); eval set alone "
-          f"{load_small['rss_mib']:.0f} → {load_big['rss_mib']:.0f} MiB; scoring on top of it "
-          f"{inc_small:.0f} → {inc_big:.0f} MiB")
+    print(f"peak RSS {a.small:,} → {a.n:,} items: {small_run['rss_mib']:.0f} → {main_run['rss_mib']:.0f} MiB; "
+          f"of which interpreter + imports {floor['rss_mib']:.0f}, eval set (load alone) "
+          f"{load_small['rss_mib'] - floor['rss_mib']:.0f} → {load_big['rss_mib'] - floor['rss_mib']:.0f}, "
+          f"scoring on top of the loaded set {inc_small:.0f} → {inc_big:.0f}")
     print(f"distinct queries executed by the harness: {main_run['distinct_queries']}; "
           f"accuracy raw {main_run['raw_accuracy']:.3f}, final {main_run['final_accuracy']:.3f}")
+    print(f"load average at the end: {load_avg:.2f} on {os.cpu_count()} CPUs; items/CPU-s is the rate "
+          "one uncontended core would reach")
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
     # Each intent is dumped once; canonicalise returns an already canonical intent itself.
     gold_dump = gold.model_dump(mode="json")
     raw_dump = raw.model_dump(mode="json") if raw is not None else None
-    final_dump = final.model_dump(mode="json") if final is not None else None
+    final_dump = raw_dump if final is raw else final.model_dump(mode="json") if final is not None else None
     raw_c_dump = None if raw_c is None else raw_dump if raw_c is raw else raw_c.model_dump(mode="json")
     final_c_dump = (None if final_c is None else final_dump if final_c is final
                     else final_c.model_dump(mode="json"))
@@ -191,6 +191,9 @@ def percentiles(values: list[float]) -> dict[str, Any]:
             **{f"p{q}": float(np.percentile(arr, q)) for q in (50, 95, 99)}}
 
 
+TIMING_KEYS = ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s")
+
+
 class Summary:
     """Streaming aggregation of records: memory grows with classes, not with items."""
 
@@ -204,7 +207,7 @@ class Summary:
         self.finish: Counter[str] = Counter()
         self.gold_intents: Counter[str] = Counter()
         self.pairs: Counter[tuple[str, str]] = Counter()
-        self.field_ok: Counter[str] = Counter()
+        self.field_wrong: Counter[str] = Counter()
         self.rule_fired: Counter[str] = Counter()
         self.rule_correct: Counter[str] = Counter()
         self.rule_scope: Counter[str] = Counter()
@@ -215,37 +218,47 @@ class Summary:
     def add(self, rec: dict[str, Any]) -> None:
         self.n += 1
         c = self.c
-        for key in ("correct_raw", "correct_final", "correct_exec"):
-            c[key] += bool(rec[key])
-        c["schema_valid"] += rec["raw_intent"] is not None
-        c["intervened"] += bool(rec["interventions"])
-        c["intervened_correct"] += bool(rec["interventions"]) and all(
-            iv["correct"] for iv in rec["interventions"])
+        correct_raw, correct_final = bool(rec["correct_raw"]), bool(rec["correct_final"])
+        c["correct_raw"] += correct_raw
+        c["correct_final"] += correct_final
+        c["correct_exec"] += bool(rec["correct_exec"])
+        raw_intent = rec["raw_intent"]
+        c["schema_valid"] += raw_intent is not None
+        ivs = rec["interventions"]
+        if ivs:
+            c["intervened"] += 1
+            c["intervened_correct"] += all(iv["correct"] for iv in ivs)
+            for iv in ivs:
+                self.rule_fired[iv["rule"]] += 1
+                self.rule_correct[iv["rule"]] += bool(iv["correct"])
         self.status[rec["status"]] += 1
         self.errors_raw[rec["error_raw"] or "correct"] += 1
         self.errors_final[rec["error_final"] or "correct"] += 1
         self.finish[rec.get("finish_reason") or "n/a"] += 1
-        gold = rec["gold_intent"]
-        self.gold_intents[gold["intent"]] += 1
-        pred = rec["raw_intent"]["intent"] if rec["raw_intent"] else "invalid"
-        self.pairs[(gold["intent"], pred)] += 1
-        wrong = set(rec["wrong_fields_raw"])
-        for f in FIELDS:
-            self.field_ok[f] += f not in wrong
-        for iv in rec["interventions"]:
-            self.rule_fired[iv["rule"]] += 1
-            self.rule_correct[iv["rule"]] += bool(iv["correct"])
-        fired_ok = {iv["rule"] for iv in rec["interventions"] if iv["correct"]}
-        for rid in rec["guardrail_scope"]:
-            self.rule_scope[rid] += 1
-            self.rule_scope_correct[rid] += rid in fired_ok
+        gold_kind = rec["gold_intent"]["intent"]
+        self.gold_intents[gold_kind] += 1
+        self.pairs[(gold_kind, raw_intent["intent"] if raw_intent else "invalid")] += 1
+        for f in set(rec["wrong_fields_raw"]):
+            self.field_wrong[f] += 1
+        scope = rec["guardrail_scope"]
+        if scope:
+            fired_ok = {iv["rule"] for iv in ivs if iv["correct"]}
+            for rid in scope:
+                self.rule_scope[rid] += 1
+                self.rule_scope_correct[rid] += rid in fired_ok
         cat = self.cat[rec["category"]]
         cat["n"] += 1
-        cat["raw"] += bool(rec["correct_raw"])
-        cat["final"] += bool(rec["correct_final"])
-        for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s"):
-            if rec.get(key) is not None:
-                self.timing[key].append(float(rec[key]))
+        cat["raw"] += correct_raw
+        cat["final"] += correct_final
+        for key in TIMING_KEYS:
+            value = rec.get(key)
+            if value is not None:
+                self.timing[key].append(float(value))
+
+    @property
+    def field_ok(self) -> dict[str, int]:
+        """Per field: items whose raw intent had that field right."""
+        return {f: self.n - self.field_wrong[f] for f in FIELDS}
 
     def result(self) -> dict[str, Any]:
         n, c = self.n, self.c
@@ -272,7 +285,7 @@ class Summary:
             "rules": rules,
             "majority_baseline": {"label": majority[0][0] if majority else None,
                                   **wilson(majority[0][1] if majority else 0, n)},
-            "field_accuracy": {f: wilson(self.field_ok[f], n) for f in FIELDS},
+            "field_accuracy": {f: wilson(ok, n) for f, ok in self.field_ok.items()},
             "status_counts": dict(self.status),
             "error_taxonomy_raw": dict(self.errors_raw.most_common()),
             "error_taxonomy_final": dict(self.errors_final.most_common()),

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from .errors import SqlBuildError
-from .intent import Filter, Intent
+from .intent import Intent
 
 FACT = "order_lines AS f"
 
@@ -65,14 +65,20 @@ def _lookup(table: dict[str, str], key: str | None, what: str) -> str:
     return table[key]
 
 
+class _Filter(NamedTuple):
+    field: str
+    op: str
+    value: str
+
+
 class _Shape(NamedTuple):
-    """The fields SQL depends on, hashable: the build cache's key."""
+    """The fields SQL depends on, as plain tuples (cheap to hash and compare): the cache key."""
 
     intent: str
     metric: str
     dimension: str | None
     time_grain: str | None
-    filters: tuple[Filter, ...]
+    filters: tuple[_Filter, ...]
     limit: int | None
     order: str | None
 
@@ -87,7 +93,7 @@ def build_sql(intent: Intent) -> Query:
     Results are cached by the intent's fields: a Query is immutable, so equal intents share it.
     """
     shape = _Shape(intent.intent, intent.metric, intent.dimension, intent.time_grain,
-                   tuple(intent.filters), intent.limit, intent.order)
+                   tuple(_Filter(f.field, f.op, f.value) for f in intent.filters), intent.limit, intent.order)
     try:
         return _build_cached(shape)
     except TypeError:  # an unhashable field: only possible for an unvalidated (constructed) intent

@@ -49,9 +49,13 @@ def _private_cache(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def executor(small_warehouse: Path) -> Iterator[Executor]:
-    """One shared read-only executor (its memo is shared too: never assert on ``executed``)."""
+    """A read-only executor shared by one test module (its memo too: never assert on ``executed``).
+
+    Module scope, not session: DuckDB refuses a second connection to the same file with a
+    different configuration, so an executor must not outlive the module that uses it.
+    """
     with Executor(small_warehouse) as ex:
         yield ex
 

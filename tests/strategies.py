@@ -81,12 +81,13 @@ def _decode(seed: int, flts: list[tuple[int, str]]) -> Intent:
     dimension = DIMENSIONS[dim_i] if dim_i < len(DIMENSIONS) else None
     if kind != "time_series":
         dimension = dimension or DIMENSIONS[seed % len(DIMENSIONS)]
-    return Intent(intent=kind, metric=metric, dimension=dimension,
-                  time_grain=grain if kind == "time_series" else None,
-                  filters=[Filter(field=FILTER_FIELDS[i % len(FILTER_FIELDS)],
-                                  op=OPS[(i // len(FILTER_FIELDS)) % len(OPS)], value=v) for i, v in flts],
-                  limit=limit_i if 1 <= limit_i <= 100 else None,
-                  order=ORDERS[order_i] if order_i < len(ORDERS) else None)
+    return Intent.model_validate({
+        "intent": kind, "metric": metric, "dimension": dimension,
+        "time_grain": grain if kind == "time_series" else None,
+        "filters": [{"field": FILTER_FIELDS[i % len(FILTER_FIELDS)],
+                     "op": OPS[(i // len(FILTER_FIELDS)) % len(OPS)], "value": v} for i, v in flts],
+        "limit": limit_i if 1 <= limit_i <= 100 else None,
+        "order": ORDERS[order_i] if order_i < len(ORDERS) else None})
 
 
 #: Same space as :func:`consistent_intents`, drawn with far fewer choices per example.

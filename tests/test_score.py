@@ -266,3 +266,13 @@ def test_summary_empty() -> None:
     empty = Summary([]).result()
     assert empty["n"] == 0 and empty["raw_accuracy"]["value"] is None
     assert empty["confusion_matrix"]["rows_gold_cols_pred"] is None
+
+
+def test_record_intents_are_independent_objects(executor: Executor) -> None:
+    gold = intent(filters=[{"field": "year", "op": "eq", "value": "2024"}])
+    rec = score_item(case("revenue by region in 2024", gold), text(gold), RANKING, executor)
+    assert rec["interventions"] == [] and rec["raw_intent"] == rec["final_intent"]
+    rec["final_intent"]["filters"].append({"field": "region", "op": "eq", "value": "North"})
+    assert len(rec["raw_intent"]["filters"]) == 1, "mutating one record field leaves the others alone"
+    again = score_item(case("revenue by region in 2024", gold), text(gold), RANKING, executor)
+    assert again["raw_intent"]["filters"] == [{"field": "year", "op": "eq", "value": "2024"}]

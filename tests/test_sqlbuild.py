@@ -115,7 +115,7 @@ def test_golden_sql(case: dict[str, Any], executor: Executor) -> None:
 
 
 def test_top_n_rows_are_ranked_with_deterministic_ties(executor: Executor) -> None:
-    base = {"intent": "top_n_by_metric", "metric": "units", "dimension": "product",
+    base: dict[str, Any] = {"intent": "top_n_by_metric", "metric": "units", "dimension": "product",
             "time_grain": None, "filters": [], "limit": 36, "order": None}
     desc = executor.run(build_sql(canonicalise(Intent.model_validate(base))))
     asc = executor.run(build_sql(canonicalise(Intent.model_validate({**base, "order": "asc"}))))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -15,16 +16,18 @@ from nlq2sql.intent import canonicalise
 from nlq2sql.sqlbuild import build_sql
 
 #: The configuration the Executor opens the file with (DuckDB refuses a second, different one).
-RO = {"enable_external_access": False}
+RO: dict[str, str | bool | int | float | list[str]] = {"enable_external_access": False}
 TABLES = {"channels", "customers", "dates", "order_lines", "products"}
 
 
-def _scalar(path: Path, sql: str) -> object:
+def _scalar(path: Path, sql: str) -> Any:
     con = duckdb.connect(str(path), read_only=True, config=RO)
     try:
-        return con.execute(sql).fetchone()[0]  # type: ignore[index]
+        row = con.execute(sql).fetchone()
     finally:
         con.close()
+    assert row is not None
+    return row[0]
 
 
 def test_tests_use_a_private_cache(small_warehouse: Path) -> None:
@@ -55,7 +58,7 @@ def test_size_follows_scale(small_warehouse: Path) -> None:
 
 def test_two_calendar_years(small_warehouse: Path) -> None:
     years = _scalar(small_warehouse, "SELECT LIST(DISTINCT YEAR(order_date) ORDER BY 1) FROM order_lines")
-    assert years == [2024, 2025] and tuple(map(str, years)) == warehouse.YEARS  # type: ignore[arg-type]
+    assert years == [2024, 2025] and tuple(map(str, years)) == warehouse.YEARS
     assert _scalar(small_warehouse, "SELECT COUNT(*) FROM dates") == 731
 
 
@@ -73,8 +76,8 @@ def test_money_is_exact_decimal(small_warehouse: Path) -> None:
     for col in ("unit_price", "discount"):
         assert _scalar(small_warehouse, f"SELECT typeof({col}) FROM order_lines LIMIT 1").startswith("DECIMAL")
     revenue = "SELECT typeof(SUM(quantity * unit_price * (1 - discount))) FROM order_lines"
-    assert _scalar(small_warehouse, revenue).startswith("DECIMAL")  # type: ignore[union-attr]
-    assert _scalar(small_warehouse, "SELECT MIN(discount) FROM order_lines") >= 0  # type: ignore[operator]
+    assert _scalar(small_warehouse, revenue).startswith("DECIMAL")
+    assert _scalar(small_warehouse, "SELECT MIN(discount) FROM order_lines") >= 0
 
 
 def test_build_is_deterministic(tmp_path: Path, small_warehouse: Path) -> None:
@@ -105,4 +108,4 @@ def test_different_scale_differs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("table", sorted(TABLES))
 def test_tables_are_non_empty(small_warehouse: Path, table: str) -> None:
-    assert _scalar(small_warehouse, f"SELECT COUNT(*) FROM {table}") > 0  # type: ignore[operator]
+    assert _scalar(small_warehouse, f"SELECT COUNT(*) FROM {table}") > 0

@@ -10,6 +10,7 @@ into the figures a sweep needs, every one with its sample count.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from collections import Counter
@@ -51,10 +52,14 @@ def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path)
     """
     cfg = replace(base, evalset=str(evalset_path), out=out, concurrency=concurrency, limit=None,
                   force=True, resume=False)
+    load0 = os.getloadavg()[0]
     cpu0, t0 = _cpu_s(), time.monotonic()
     run_eval(cfg)
     cpu, wall = _cpu_s() - cpu0, time.monotonic() - t0
-    return stats_from_run(out, client_cpu_s=cpu, client_wall_s=wall)
+    st = stats_from_run(out, client_cpu_s=cpu, client_wall_s=wall)
+    st["machine"] = {"loadavg_1m_start": load0, "loadavg_1m_end": os.getloadavg()[0],
+                     "cpus": os.cpu_count()}
+    return st
 
 
 def stats_from_run(run_dir: Path, client_cpu_s: float | None = None,

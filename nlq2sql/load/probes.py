@@ -136,19 +136,24 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
                            note="stream ended before k tokens: nothing to cancel")
                 rows.append(row)
                 continue
-            polls, to_idle = 0, None
+            # The zero is seen by a scrape sent at t_sent: running reached 0 after the previous
+            # scrape was sent (lower bound) and before this one returned (upper bound).
+            polls, to_idle, lower, prev_sent = 0, None, None, r["t_disconnect"]
             deadline = r["t_disconnect"] + 60
             while time.time() < deadline:
+                t_sent = time.time()
                 snap = await scrape(sess, t.base_url)
                 polls += 1
                 if snap is not None and snap.get("running", 1) == 0:
                     to_idle = time.time() - r["t_disconnect"]
+                    lower = prev_sent - r["t_disconnect"]
                     break
+                prev_sent = t_sent
                 await asyncio.sleep(poll_s)
             await asyncio.sleep(settle_s)
             after = await scrape(sess, t.base_url)
             gen = counter_delta(before, after, "generation_tokens")
-            row.update(to_idle_s=to_idle, polls=polls,
+            row.update(to_idle_s=to_idle, to_idle_lower_s=lower, polls=polls,
                        generated_total=None if gen is None else int(gen),
                        tokens_after_disconnect=None if gen is None else int(gen) - r["chunks"],
                        would_have_generated=max_tokens - r["chunks"])
@@ -297,14 +302,16 @@ def render_markdown(r: dict[str, Any], title: str) -> str:
     if r["probe"] == "cancel":
         md += [f"Stream {r['max_tokens']} tokens (ignore_eos {r['ignore_eos']}), disconnect after "
                f"{r['k_tokens']} tokens; poll /metrics every {r['poll_interval_s'] * 1000:.0f} ms until "
-               "num_requests_running = 0.", "",
+               "num_requests_running = 0 (the time is when the scrape that saw 0 returned; running reached "
+               "0 after the previous scrape was sent: the lower bound).", "",
                f"- time until running = 0: median {_p(r['to_idle_s'])} s, max "
                f"{_s(r['to_idle_s'].get('p99'))} s (p99)",
                f"- tokens generated after the disconnect: median {_p(r['tokens_after_disconnect'], fmt='{:.0f}')}",
-               "", "| trial | tokens received | running → 0 (s) | polls | generated total | after disconnect "
-               "| would have generated | note |", "|---:|---:|---:|---:|---:|---:|---:|---|"]
+               "", "| trial | tokens received | running → 0 (s) [lower bound] | polls | generated total "
+               "| after disconnect | would have generated | note |", "|---:|---:|---:|---:|---:|---:|---:|---|"]
         for i, x in enumerate(r["trials"], 1):
-            md.append(f"| {i} | {x['received_tokens']} | {_s(x.get('to_idle_s'))} | {x.get('polls')} "
+            md.append(f"| {i} | {x['received_tokens']} | {_s(x.get('to_idle_s'))} [{_s(x.get('to_idle_lower_s'))}] "
+                      f"| {x.get('polls')} "
                       f"| {x.get('generated_total', 'n/a')} | {x.get('tokens_after_disconnect', 'n/a')} "
                       f"| {x.get('would_have_generated', 'n/a')} | {x.get('note') or x.get('error') or ''} |")
     elif r["probe"] == "health":

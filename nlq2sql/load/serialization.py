@@ -321,6 +321,10 @@ def render_markdown(r: dict[str, Any]) -> str:
     md.append(f"| harness CPU at c={k} | {_f(ev['client_cpu_share'], '{:.0%}')} of a core, "
               f"{_f(ev['client_cpu_ms_per_request'], '{:.1f}')} ms/request (client-bound ≥ "
               f"{th['client_cpu_share']:.0%}) |")
+    m = (r.get("levels") or [{}, {}])[1].get("machine")
+    if m:
+        md.append(f"| machine load average (1 min) around c={k} | {m['loadavg_1m_start']:.1f} → "
+                  f"{m['loadavg_1m_end']:.1f} on {m['cpus']} CPUs |")
     md += ["", "The staircase index is the slope of the sorted completion times against their rank, in "
            "single service times: ≈ 1 when the k-th request finishes at ≈ k× the single service time "
            "(serialized), ≈ 0 when all finish together (batched)."]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -434,6 +435,11 @@ def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
         if cfg.requests < 4 * c:
             notes.append(f"c={c}: {cfg.requests} requests = {cfg.requests / c:.1f}× the concurrency, so "
                          "ramp-up and drain are a large part of the level (≥ 4× recommended).")
+    loads = [v for s in stats for k, v in (s.get("machine") or {}).items() if k.startswith("loadavg")]
+    if loads:
+        notes.append(f"Machine load average (1 min) ranged {min(loads):.1f}–{max(loads):.1f} on "
+                     f"{os.cpu_count()} CPUs at level starts and ends (it includes the harness and a local "
+                     "server; more means other processes competed for the CPU).")
     errs = sum(sum(s["errors"].values()) for s in stats)
     if errs:
         notes.append(f"{errs} request(s) failed across levels; see the errors column.")
