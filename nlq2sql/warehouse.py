@@ -46,8 +46,13 @@ VALUES: dict[str, tuple[str, ...]] = {
 N_CUSTOMERS = 2_000
 
 
+#: Bumped whenever generation changes, so a stale cached warehouse is never reused.
+WAREHOUSE_VERSION = 2
+DEFAULT_NAME = f"warehouse-v{WAREHOUSE_VERSION}.duckdb"
+
+
 def default_path() -> Path:
-    return cache_dir() / "warehouse.duckdb"
+    return cache_dir() / DEFAULT_NAME
 
 
 def _frames(scale: float) -> dict[str, pd.DataFrame]:

@@ -30,7 +30,7 @@ def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def small_warehouse(cache_root: Path) -> Path:
     """The small warehouse, at the place ``warehouse.default_path()`` resolves to in tests."""
-    return warehouse.build(cache_root / "warehouse.duckdb", scale=SMALL_SCALE)
+    return warehouse.build(cache_root / warehouse.DEFAULT_NAME, scale=SMALL_SCALE)
 
 
 def _is_live(item: pytest.Item) -> bool:

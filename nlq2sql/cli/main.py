@@ -56,7 +56,7 @@ def _guardrails(values: list[str] | None) -> tuple[str, ...]:
 @handled
 def db_build(
     out: Annotated[Path | None, typer.Option(help="Where to write the DuckDB file "
-                                             "(default: the cache's warehouse.duckdb).")] = None,
+                                             "(default: the cache's warehouse-vN.duckdb).")] = None,
     scale: Annotated[float, typer.Option(help="Size multiplier; 1 ≈ 100k order lines.")] = 1.0,
 ) -> None:
     """Build the deterministic synthetic retail warehouse."""
