@@ -54,6 +54,7 @@ class SerializationConfig:
     requests_level: int = 24
     staircase: int = 4
     solo_runs: int = 2
+    warmup: int = 2  # uncounted requests first, so a cold server does not flatter the speedup
     thresholds: VerdictThresholds = field(default_factory=VerdictThresholds)
     force: bool = False
 
@@ -254,6 +255,9 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
     api_key(base)  # fail early on a missing key
     prepare_out(out, cfg.force)
     t0 = time.time()
+    if cfg.warmup:
+        pw = expand_evalset(base.evalset, cfg.warmup, out / "warmup")
+        run_level(base, pw, 1, out / "warmup" / "run")
     p1 = expand_evalset(base.evalset, cfg.requests_single, out / "c1")
     single = run_level(base, p1, 1, out / "c1" / "run")
     if progress:
@@ -274,7 +278,7 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
     result = {"kind": "serialization", "created": time.time(), "elapsed_s": time.time() - t0,
               "endpoint": base.endpoint if not (server_info or {}).get("started_by_us") else "local",
               "model": base.model, "server": server_info or {},
-              "config": {"level": cfg.level, "requests_single": cfg.requests_single,
+              "config": {"level": cfg.level, "requests_single": cfg.requests_single, "warmup": cfg.warmup,
                          "requests_level": cfg.requests_level, "staircase": cfg.staircase,
                          "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured},
               "thresholds": asdict(cfg.thresholds), "verdict": verdict["verdict"], "rule": verdict["rule"],
@@ -294,6 +298,9 @@ def render_markdown(r: dict[str, Any]) -> str:
     md = [f"# Serialization probe · {r['model']} · {r['endpoint']}", "",
           f"**Verdict: {r['verdict']}** — {r['rule']}.", ""]
     md += [f"- caveat: {c}" for c in r["caveats"]]
+    if r["config"].get("warmup"):
+        md.append(f"\n{r['config']['warmup']} uncounted warm-up request(s) at c=1 ran first; "
+                  f"max_tokens {r['config']['max_tokens']}, structured {r['config']['structured']}.")
     md += ["", "## Evidence", "",
            "| evidence | value |", "|---|---|",
            f"| throughput c=1 (n={ev['n_1']}) → c={k} (n={ev['n_k']}) | {_f(ev['thr_1'])} → {_f(ev['thr_k'])} req/s "

@@ -491,6 +491,8 @@ def rerender(out: Path, cfg: SweepConfig) -> dict[str, Any]:
     stats = load_level_dirs(dirs)
     for s, o in zip(stats, sorted(old["levels"], key=lambda x: x["concurrency"]), strict=False):
         s["client"] = o.get("client") or s["client"]
+        if o.get("machine"):
+            s["machine"] = o["machine"]
     old["levels"] = stats
     old["config"].update({"slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour})
     old["analysis"] = analyse(stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)

@@ -1,0 +1,268 @@
+"""Serving-path commands: sweep and probes (the ``nlq2sql.load`` package)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ..errors import InputError
+from .experiments import EndpointOpt, EvalsetOpt, KeyOpt, MaxTokOpt, ModelOpt, _base, _levels
+from .main import app, err, handled
+
+probe_app = typer.Typer(help="Serving-path probes: serialization verdict, cancel, /health, prefix reuse.",
+                        no_args_is_help=True)
+app.add_typer(probe_app, name="probe")
+
+
+def _floats(values: list[str] | None, option: str) -> tuple[float, ...]:
+    out: list[float] = []
+    for v in values or []:
+        for x in v.split(","):
+            if x.strip():
+                try:
+                    out.append(float(x))
+                except ValueError:
+                    raise InputError(f"expected seconds, got {x!r}", field=option) from None
+    return tuple(out)
+
+
+def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
+               max_tokens: int, structured: str, out: Path, max_num_seqs: int | None) -> Any:
+    from dataclasses import replace
+
+    from ..client import STRUCTURED_MODES
+
+    if structured not in STRUCTURED_MODES:
+        raise InputError(f"unknown mode {structured!r} (known: {', '.join(STRUCTURED_MODES)})",
+                         field="--structured")
+    if max_num_seqs is not None and endpoint is not None:
+        raise InputError("only for a local server (no --endpoint)", field="--max-num-seqs")
+    base = _base(evalset, endpoint, model, api_key_env, prompt, None, max_tokens, out)
+    return replace(base, sampling=replace(base.sampling, structured=structured), max_num_seqs=max_num_seqs)
+
+
+def _say(msg: str) -> None:
+    err.print(msg, markup=False, highlight=False)
+
+
+LocalSeqsOpt = Annotated[int | None, typer.Option(help="Local server only: vLLM --max-num-seqs.")]
+
+
+@app.command("sweep")
+@handled
+def sweep_cmd(
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,2,4,8,16,32",
+    requests: Annotated[int, typer.Option(help="Requests per level (eval items cycled, ids id#k).")] = 64,
+    slo_p95: Annotated[list[str] | None, typer.Option(help="p95 target in seconds (repeat or comma-separate) "
+                                                      "for the SLO policy table.")] = None,
+    gpu_cost_per_hour: Annotated[float | None, typer.Option(help="For cost per 1,000 queries.")] = None,
+    max_tokens: MaxTokOpt = 96,
+    structured: Annotated[str, typer.Option(help="json | response_format | none")] = "json",
+    warmup: Annotated[int, typer.Option(help="Uncounted warm-up requests at c=1 first.")] = 2,
+    efficiency_threshold: Annotated[float, typer.Option(help="Knee: scaling efficiency below this.")] = 0.8,
+    marginal_threshold: Annotated[float, typer.Option(help="Knee: marginal gain per added request below "
+                                                      "this fraction of a single-request lane.")] = 0.5,
+    flat_pct: Annotated[float, typer.Option(help="Saturation: next level's throughput gain below this "
+                                            "fraction while p95 rises more than it.")] = 0.10,
+    server_sweep: Annotated[str | None, typer.Option(help="Restart a local server per setting, e.g. "
+                                                     "'max-num-seqs=1,4,16' (no --endpoint).")] = None,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory (sweep.json, sweep.md, PNGs, level runs).")
+                   ] = Path("runs/sweep"),
+    force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    reanalyse: Annotated[bool, typer.Option(help="Re-analyse the sweep already in --out (new thresholds, "
+                                            "SLOs or cost) without sending requests.")] = False,
+) -> None:
+    """Concurrency sweep on real eval prompts: req/s, goodput, latency, knee, saturation, SLO, cost."""
+    from dataclasses import replace
+
+    from ..load import sweep as sw
+
+    levels = _levels(concurrency, "--concurrency")
+    for name, v in (("--efficiency-threshold", efficiency_threshold), ("--marginal-threshold", marginal_threshold),
+                    ("--flat-pct", flat_pct)):
+        if not 0 <= v <= 1:
+            raise InputError(f"must be between 0 and 1, got {v}", field=name)
+    th = sw.Thresholds(efficiency=efficiency_threshold, marginal=marginal_threshold, flat_pct=flat_pct,
+                       p95_rise_pct=flat_pct)
+    base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, structured, out, max_num_seqs)
+    cfg = sw.SweepConfig(base=base, levels=levels, requests=requests, slo_p95=_floats(slo_p95, "--slo-p95"),
+                         gpu_cost_per_hour=gpu_cost_per_hour, thresholds=th, warmup=warmup, force=force)
+    sw.validate(cfg)
+    if reanalyse:
+        if not (out / "sweep.json").is_file():
+            raise InputError(f"no sweep.json in {out}", field="--out")
+        res = sw.rerender(out, cfg)
+    elif server_sweep:
+        knob, values = sw.parse_server_sweep(server_sweep)
+        sw.run_server_sweep(cfg, knob, values, _say)
+        Console().print((out / "server-sweep.md").read_text(), markup=False, highlight=False)
+        return
+    else:
+        with sw.bound_endpoint(base) as (bound, info):
+            res = sw.run_sweep(replace(cfg, base=bound), info, _say)
+    Console().print(sw.render_markdown(res), markup=False, highlight=False)
+    err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.md'} and plots")
+
+
+@probe_app.command("serialization")
+@handled
+def probe_serialization(
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    level: Annotated[int, typer.Option(help="The loaded concurrency level K (compared with c=1).")] = 8,
+    requests_single: Annotated[int, typer.Option(help="Requests at c=1.")] = 6,
+    requests_level: Annotated[int, typer.Option(help="Requests at c=K.")] = 24,
+    staircase: Annotated[int, typer.Option(help="Independent OS processes started together.")] = 4,
+    max_tokens: MaxTokOpt = 96,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-serialization"),
+    force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    expect: Annotated[str | None, typer.Option(help="Exit 1 unless the verdict is this one.")] = None,
+) -> None:
+    """Batched, serialized (upstream or at the engine) or client-bound? Evidence and a verdict."""
+    from ..load import serialization as ser
+    from ..load.sweep import bound_endpoint
+
+    if expect is not None and expect not in ser.VERDICTS:
+        raise InputError(f"unknown verdict {expect!r} (known: {', '.join(ser.VERDICTS)})", field="--expect")
+    base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out, max_num_seqs)
+    with bound_endpoint(base) as (bound, info):
+        res = ser.run(ser.SerializationConfig(base=bound, level=level, requests_single=requests_single,
+                                              requests_level=requests_level, staircase=staircase,
+                                              force=force), info, _say)
+    Console().print(ser.render_markdown(res), markup=False, highlight=False)
+    if expect is not None and res["verdict"] != expect:
+        err.print(f"verdict {res['verdict']!r}, expected {expect!r}")
+        raise typer.Exit(1)
+
+
+def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None, max_num_seqs: int | None,
+           out: Path, **kw: Any) -> None:
+    from ..live import api_key
+    from ..load.probes import Target, run_probe
+    from ..load.sweep import bound_endpoint
+
+    base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)
+    key = api_key(base)
+    with bound_endpoint(base) as (bound, _info):
+        assert bound.endpoint is not None
+        _res, md = run_probe(name, Target(bound.endpoint, bound.model, key if endpoint else "EMPTY"), out, **kw)
+    Console().print(md, markup=False, highlight=False)
+    err.print(f"wrote {out / (name + '.json')} and {out / (name + '.md')}")
+
+
+@probe_app.command("cancel")
+@handled
+def probe_cancel(
+    endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m", api_key_env: KeyOpt = None,
+    k: Annotated[int, typer.Option(help="Disconnect after this many streamed tokens.")] = 16,
+    max_tokens: Annotated[int, typer.Option(help="The long generation's max_tokens (ignore_eos).")] = 512,
+    trials: Annotated[int, typer.Option(help="Repetitions.")] = 3,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-cancel"),
+) -> None:
+    """Disconnect a long stream after k tokens: time until running = 0, tokens generated after."""
+    if k < 1 or max_tokens <= k or trials < 1:
+        raise InputError("need 1 ≤ k < max_tokens and trials ≥ 1", field="--k")
+    _probe("cancel", endpoint, model, api_key_env, max_num_seqs, out, k_tokens=k, max_tokens=max_tokens,
+           trials=trials)
+
+
+@probe_app.command("health")
+@handled
+def probe_health(
+    endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m", api_key_env: KeyOpt = None,
+    prefill_words: Annotated[int, typer.Option(help="Words in each long prompt (≈ tokens).")] = 1200,
+    parallel: Annotated[int, typer.Option(help="Long prompts sent together.")] = 4,
+    interval: Annotated[float, typer.Option(help="Seconds between /health calls.")] = 0.05,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-health"),
+) -> None:
+    """/health round-trip (count, p50, p95, max, errors) idle and while long prefills run."""
+    if prefill_words < 1 or parallel < 1 or interval <= 0:
+        raise InputError("need positive --prefill-words, --parallel and --interval", field="--parallel")
+    _probe("health", endpoint, model, api_key_env, max_num_seqs, out, prefill_words=prefill_words,
+           parallel=parallel, interval_s=interval)
+
+
+@probe_app.command("prefix")
+@handled
+def probe_prefix(
+    endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m", api_key_env: KeyOpt = None,
+    evalset: EvalsetOpt = "heldout", prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    requests: Annotated[int, typer.Option(help="Sequential requests per scenario.")] = 8,
+    pad_words: Annotated[int, typer.Option(help="Padding words appended to the system prompt.")] = 600,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 32,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-prefix"),
+) -> None:
+    """Shared vs diverse vs leading-unique prefixes: TTFT, prefill share, prefix-cache hit rate."""
+    from ..evalset import load_evalset
+    from ..prompt import load_prompt
+
+    if requests < 1 or pad_words < 0 or max_tokens < 1:
+        raise InputError("need --requests ≥ 1, --pad-words ≥ 0, --max-tokens ≥ 1", field="--requests")
+    questions = [c.question for c in load_evalset(evalset).cases]
+    _probe("prefix", endpoint, model, api_key_env, max_num_seqs, out, system=load_prompt(prompt).text,
+           questions=questions, requests=requests, pad_words=pad_words, max_tokens=max_tokens)
+
+
+@app.command("capacity")
+@handled
+def capacity_cmd(
+    run: Annotated[list[Path] | None, typer.Option(help="Recorded run directories (repeat).")] = None,
+    sweep: Annotated[Path | None, typer.Option(help="A sweep directory: all its levels.")] = None,
+    model: Annotated[str, typer.Option(help="Local model alias or folder (its config.json).")] = "smollm2-135m",
+    model_config: Annotated[Path | None, typer.Option(help="A Hugging Face config.json (for remote models).")
+                            ] = None,
+    kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype: auto (the model's), bfloat16, fp8, …")] = "auto",
+    endpoint: Annotated[str | None, typer.Option(help="Read the KV budget from this server's /metrics.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Concurrency for the KV need (default: the "
+                                                    "highest recorded).")] = None,
+    context: Annotated[int | None, typer.Option(help="Tokens per sequence (default: largest prompt + "
+                                                "recommended max_tokens).")] = None,
+    margin: Annotated[float, typer.Option(help="Margin over the largest valid output for max_tokens.")] = 0.25,
+    out: Annotated[Path | None, typer.Option(help="Write capacity.json and capacity.md here.")] = None,
+) -> None:
+    """KV bytes per token vs the server's KV budget; ISL/OSL, max_tokens and context headroom."""
+    import urllib.error
+    import urllib.request
+
+    from ..load import capacity as cap
+    from ..models import resolve_model
+    from ..records import write_json_atomic
+
+    dirs = cap.run_dirs(list(run or []), sweep)
+    if model_config is None:
+        path = Path(resolve_model(model)[0]) / "config.json"
+        if not path.is_file():
+            raise InputError(f"no local config.json for {model!r}; pass --model-config", field="--model")
+        model_config = path
+    try:
+        config = json.loads(model_config.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", path=str(model_config)) from None
+    metrics_text = None
+    if endpoint is not None:
+        try:
+            with urllib.request.urlopen(endpoint.rstrip("/").removesuffix("/v1") + "/metrics", timeout=10) as resp:
+                metrics_text = resp.read().decode()
+        except (urllib.error.URLError, OSError):
+            metrics_text = None
+    if not 0 <= margin <= 5:
+        raise InputError(f"must be between 0 and 5, got {margin}", field="--margin")
+    res = cap.analyse(config, dirs, kv_dtype=kv_dtype, metrics_text=metrics_text, concurrency=concurrency,
+                      context=context, margin=margin)
+    md = cap.render_markdown(res)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / "capacity.json", res)
+        (out / "capacity.md").write_text(md)
+    Console().print(md, markup=False, highlight=False)

@@ -1,0 +1,200 @@
+"""Capacity and context budget: can KV be what limits the batch, and how much room is left?
+
+KV math (seed 000's "context math sets the ceiling", seed 002's "KV capacity was ruled
+out"): from the served model's config (layers with attention, KV heads, head dim, KV
+dtype) → KV bytes per token → the KV a given concurrency × context needs, compared with
+the server's KV budget (``vllm:cache_config_info``: blocks × block size, from its own
+``/metrics``) and with the peak ``kv_cache_usage_perc`` measured during recorded runs.
+
+Context budget (seed 002): the recorded runs' input and output token distributions
+(ISL / OSL p50 / p95 / max), a recommended ``max_tokens`` (largest valid output plus a
+stated margin), the headroom to ``max_model_len``, and the count of
+``finish_reason=length`` and context-overflow rejections.  Pure functions on recorded
+data; nothing here sends a generation request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
+from ..score import percentiles
+
+DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0,
+               "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "int8": 1.0}
+
+
+def dtype_bytes(name: str | None) -> float | None:
+    return DTYPE_BYTES.get(str(name).lower().removeprefix("torch.")) if name else None
+
+
+def kv_per_token(config: dict[str, Any], kv_dtype: str | None = None) -> dict[str, Any]:
+    """KV-cache bytes per token from a Hugging Face ``config.json`` (dense, GQA or MLA)."""
+    c = config.get("text_config") or config
+    layers = c.get("num_hidden_layers")
+    heads = c.get("num_attention_heads")
+    if not layers or not heads:
+        raise InputError("config lacks num_hidden_layers / num_attention_heads", field="--model-config")
+    kinds = c.get("layer_types")
+    attn_layers = (sum(1 for k in kinds if "attention" in str(k) and "linear" not in str(k))
+                   if isinstance(kinds, list) and kinds else layers)
+    dtype = kv_dtype if kv_dtype and kv_dtype != "auto" else (c.get("torch_dtype") or c.get("dtype")
+                                                              or config.get("torch_dtype") or config.get("dtype"))
+    nbytes = dtype_bytes(dtype)
+    if nbytes is None:
+        raise InputError(f"unknown KV dtype {dtype!r} (known: {', '.join(DTYPE_BYTES)})", field="--kv-dtype")
+    if c.get("kv_lora_rank"):  # MLA: one compressed latent plus the rope part per layer
+        per_layer = c["kv_lora_rank"] + c.get("qk_rope_head_dim", 0)
+        formula = f"{attn_layers} layers × ({c['kv_lora_rank']} + {c.get('qk_rope_head_dim', 0)}) × {nbytes:g} B"
+        kv_heads = head_dim = None
+    else:
+        kv_heads = c.get("num_key_value_heads") or heads
+        head_dim = c.get("head_dim") or c["hidden_size"] // heads
+        per_layer = 2 * kv_heads * head_dim
+        formula = f"2 (K,V) × {attn_layers} layers × {kv_heads} KV heads × {head_dim} head dim × {nbytes:g} B"
+    return {"bytes_per_token": attn_layers * per_layer * nbytes, "formula": formula,
+            "attention_layers": attn_layers, "layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
+            "attention_heads": heads, "kv_dtype": str(dtype), "dtype_bytes": nbytes}
+
+
+def server_budget(metrics_text: str | None) -> dict[str, Any]:
+    """KV budget in tokens from ``vllm:cache_config_info`` (num_gpu_blocks × block_size)."""
+    if not metrics_text:
+        return {"observed": False, "note": "no /metrics: KV budget not observed"}
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for fam in text_string_to_metric_families(metrics_text):
+        if fam.name == "vllm:cache_config_info":
+            for s in fam.samples:
+                lab = s.labels
+                blocks, size = lab.get("num_gpu_blocks"), lab.get("block_size")
+                if blocks not in (None, "None") and size not in (None, "None"):
+                    return {"observed": True, "blocks": int(float(blocks)), "block_size": int(float(size)),
+                            "tokens": int(float(blocks)) * int(float(size)), "cache_dtype": lab.get("cache_dtype")}
+    return {"observed": False, "note": "vllm:cache_config_info not found in /metrics"}
+
+
+def kv_need(per_token: float, concurrency: int, context: int, budget_tokens: int | None) -> dict[str, Any]:
+    need_tokens = concurrency * context
+    out = {"concurrency": concurrency, "context_tokens": context, "tokens": need_tokens,
+           "bytes": need_tokens * per_token, "gib": need_tokens * per_token / 2**30}
+    if budget_tokens:
+        out.update(share_of_budget=need_tokens / budget_tokens,
+                   max_sequences_at_context=budget_tokens // context if context else None,
+                   kv_can_limit=need_tokens > budget_tokens)
+    return out
+
+
+def context_budget(records: list[dict[str, Any]], max_model_len: int | None, margin: float = 0.25
+                   ) -> dict[str, Any]:
+    isl = [float(r["prompt_tokens"]) for r in records if r.get("prompt_tokens") is not None]
+    osl = [float(r["completion_tokens"]) for r in records if r.get("completion_tokens") is not None]
+    valid = [float(r["completion_tokens"]) for r in records if r.get("completion_tokens") is not None
+             and r.get("finish_reason") == "stop" and r.get("raw_intent") is not None]
+    rec = int(math.ceil(max(valid) * (1 + margin) / 8) * 8) if valid else None
+    out: dict[str, Any] = {
+        "n": len(records), "isl": {**percentiles(isl), "max": max(isl) if isl else None},
+        "osl": {**percentiles(osl), "max": max(osl) if osl else None},
+        "valid_osl": {**percentiles(valid), "max": max(valid) if valid else None},
+        "margin": margin, "recommended_max_tokens": rec,
+        "finish_length": sum(1 for r in records if r.get("finish_reason") == "length"),
+        "context_overflow": sum(1 for r in records if r.get("outcome") == "context_overflow"),
+        "max_model_len": max_model_len,
+    }
+    if rec is None:
+        out["note"] = "no valid (finish_reason=stop, schema-valid) output to size max_tokens from"
+    if max_model_len and isl and rec:
+        out["headroom_tokens"] = max_model_len - (max(isl) + rec)
+    return out
+
+
+def run_dirs(runs: list[Path], sweep: Path | None) -> list[Path]:
+    dirs = list(runs)
+    if sweep is not None:
+        res = json.loads((sweep / "sweep.json").read_text())
+        dirs += [Path(s["run_dir"]) for s in res["levels"]]
+    for d in dirs:
+        if not (d / RECORDS).is_file():
+            raise InputError(f"{d} is not a run directory (no {RECORDS})", field="--run")
+    return dirs
+
+
+def analyse(config: dict[str, Any], dirs: list[Path], *, kv_dtype: str | None = None,
+            metrics_text: str | None = None, concurrency: int | None = None, context: int | None = None,
+            margin: float = 0.25) -> dict[str, Any]:
+    kv = kv_per_token(config, kv_dtype)
+    budget = server_budget(metrics_text)
+    records: list[dict[str, Any]] = []
+    peaks, max_len, levels = [], None, []
+    for d in dirs:
+        m, s = read_json(d / MANIFEST), read_json(d / SUMMARY)
+        recs = list(iter_records(d / RECORDS))
+        records += recs
+        max_len = max_len or (m.get("server") or {}).get("max_model_len")
+        kvu = ((s.get("server_metrics") or {}).get("kv_cache_usage") or {})
+        if kvu.get("n"):
+            peaks.append({"run": str(d), "concurrency": m.get("concurrency"), "peak": kvu["peak"], "n": kvu["n"]})
+        levels.append(m.get("concurrency") or 0)
+    ctx = context_budget(records, max_len, margin)
+    conc = concurrency or (max(levels) if levels else 1)
+    context_tokens = context or (int((ctx["isl"].get("max") or 0) + (ctx["recommended_max_tokens"]
+                                                                      or ctx["osl"].get("max") or 0)) or None)
+    need = kv_need(kv["bytes_per_token"], conc, context_tokens, budget.get("tokens")) if context_tokens else None
+    verdict = None
+    if need and budget.get("observed"):
+        verdict = ("KV can limit the batch: the need exceeds the budget" if need["kv_can_limit"] else
+                   f"KV cannot be what limits the batch at c={conc}: the need is "
+                   f"{need['share_of_budget']:.1%} of the budget")
+    if peaks:
+        top = max(peaks, key=lambda p: p["peak"])
+        note = f"measured peak KV usage {top['peak']:.1%} (c={top['concurrency']}, n={top['n']} samples)"
+        verdict = f"{verdict}; {note}" if verdict else note
+    return {"kind": "capacity", "kv": kv, "budget": budget,
+            "budget_bytes": budget["tokens"] * kv["bytes_per_token"] if budget.get("observed") else None,
+            "need": need, "measured_kv_peaks": peaks, "context": ctx, "runs": [str(d) for d in dirs],
+            "verdict": verdict}
+
+
+def render_markdown(r: dict[str, Any]) -> str:
+    kv, b, need, ctx = r["kv"], r["budget"], r["need"], r["context"]
+    md = ["# Capacity and context budget", "", "## KV math", "",
+          f"- KV per token: **{kv['bytes_per_token']:,.0f} B** ({kv['bytes_per_token'] / 1024:.1f} KiB) = "
+          f"{kv['formula']} (KV dtype {kv['kv_dtype']})."]
+    if b.get("observed"):
+        md.append(f"- Server KV budget (its /metrics): {b['blocks']:,} blocks × {b['block_size']} tokens = "
+                  f"**{b['tokens']:,} tokens** ≈ {r['budget_bytes'] / 2**30:.2f} GiB (cache dtype {b['cache_dtype']}).")
+    else:
+        md.append(f"- Server KV budget: {b['note']}.")
+    if need:
+        line = (f"- Need at c={need['concurrency']} × {need['context_tokens']} tokens of context: "
+                f"{need['tokens']:,} tokens = {need['gib']:.3f} GiB")
+        if "share_of_budget" in need:
+            line += (f" = **{need['share_of_budget']:.1%} of the budget**; the budget holds "
+                     f"{need['max_sequences_at_context']} such sequences")
+        md.append(line + ".")
+    for p in r["measured_kv_peaks"]:
+        md.append(f"- Measured peak KV usage at c={p['concurrency']}: {p['peak']:.1%} (n={p['n']} samples).")
+    if r.get("verdict"):
+        md += ["", f"**{r['verdict']}.**"]
+    md += ["", "## Context budget", "",
+           f"From {ctx['n']} recorded requests ({len(r['runs'])} run(s)).", "",
+           "| tokens | n | p50 | p95 | max |", "|---|---:|---:|---:|---:|"]
+    for name, key in (("input (ISL)", "isl"), ("output (OSL)", "osl"), ("valid outputs (stop, schema-valid)",
+                                                                        "valid_osl")):
+        p = ctx[key]
+        md.append(f"| {name} | {p['n']} | {_n(p['p50'])} | {_n(p['p95'])} | {_n(p['max'])} |")
+    md += ["", f"- Recommended max_tokens: **{ctx['recommended_max_tokens'] or 'n/a'}** (largest valid output + "
+           f"{ctx['margin']:.0%}, rounded up to 8){'; ' + ctx['note'] if ctx.get('note') else ''}.",
+           f"- max_model_len {ctx['max_model_len'] or 'not observed'}; headroom after the largest prompt and "
+           f"the recommended max_tokens: {ctx.get('headroom_tokens', 'n/a')} tokens.",
+           f"- finish_reason=length: {ctx['finish_length']} of {ctx['n']}; context-overflow rejections: "
+           f"{ctx['context_overflow']}."]
+    return "\n".join(md) + "\n"
+
+
+def _n(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0f}"
