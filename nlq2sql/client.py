@@ -46,7 +46,7 @@ class EndpointConfig:
 
 @dataclass(frozen=True)
 class Sampling:
-    max_tokens: int = 96
+    max_tokens: int = 128
     temperature: float = 0.0
     seed: int | None = 0
     structured: str = "json"  # json | response_format | regex | none

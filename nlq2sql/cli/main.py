@@ -121,7 +121,7 @@ def eval_cmd(
     guardrails: Annotated[list[str] | None, typer.Option(help="Rule set names, or 'none'.")] = None,
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 8,
     limit: Annotated[int | None, typer.Option(help="Only the first K items.")] = None,
-    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 96,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 128,
     structured: Annotated[str, typer.Option(help="json | response_format | none")] = "json",
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
     out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/eval"),

@@ -108,7 +108,7 @@ def context_budget(records: list[dict[str, Any]], max_model_len: int | None, mar
     if rec is None:
         out["note"] = "no valid (finish_reason=stop, schema-valid) output to size max_tokens from"
     if max_model_len and isl and rec:
-        out["headroom_tokens"] = max_model_len - (max(isl) + rec)
+        out["headroom_tokens"] = int(max_model_len - (max(isl) + rec))
     return out
 
 
