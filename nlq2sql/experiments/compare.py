@@ -105,7 +105,7 @@ def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax2 = ax.twinx()
-    pts = sorted((r["manifest"].get("concurrency") or 0, r) for r in runs)
+    pts = sorted(((r["manifest"].get("concurrency") or 0, r) for r in runs), key=lambda p: p[0])
     xs = [c for c, _ in pts]
     ax.plot(xs, [r["summary"]["final_accuracy"]["value"] for _, r in pts], "o-", label="final accuracy")
     ax2.plot(xs, [(r["summary"].get("timing", {}).get("latency_s") or {}).get("p95") for _, r in pts],
