@@ -110,3 +110,32 @@ def test_serialization_probe_offline(fake: FakeServer, tmp_path: Path) -> None:
     assert locked["verdict"] == "inconclusive", locked["rule"]
     assert "serialized somewhere beyond the client" in locked["rule"]
     assert locked["staircase"]["index"] > 0.6 and locked["evidence"]["speedup"] < 1.3
+
+
+def test_server_sweep_restarts_a_local_server_per_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--server-sweep`` with the fake server standing in for vLLM (it ignores --max-num-seqs)."""
+    import sys
+
+    from nlq2sql.paths import PROJECT_ROOT
+
+    model = tmp_path / "fakemodel"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    wrapper = tmp_path / "fake-vllm-python"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {PROJECT_ROOT / 'tests' / 'fakeserver.py'} "
+                       f"--delay 0.1 \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("NLQ2SQL_VLLM_PYTHON", str(wrapper))
+    out = tmp_path / "seqs"
+    res = runner.invoke(app, ["sweep", "--model", str(model), "--evalset", "dev", "--concurrency", "1,2",
+                              "--requests", "4", "--warmup", "0", "--server-sweep", "max-num-seqs=1,2",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    combined = json.loads((out / "server-sweep.json").read_text())
+    assert [s["value"] for s in combined["settings"]] == [1, 2]
+    for v in (1, 2):
+        sub = json.loads((out / f"max-num-seqs-{v}" / "sweep.json").read_text())
+        args = sub["server"]["args"]
+        assert args[args.index("--max-num-seqs") + 1] == str(v)
+        assert f"(max-num-seqs {v})" in sub["endpoint_label"] and sub["cpu_label"]
+    assert "| max-num-seqs | peak req/s" in (out / "server-sweep.md").read_text()

@@ -27,7 +27,9 @@ def test_serialized_at_engine() -> None:
     # max-num-seqs 1: the engine runs one, the rest wait inside it.
     d = decide(ev(speedup=1.02, running_peak=1, running_mean=0.98, waiting_peak=7, waiting_mean=6.4,
                   staircase_index=0.97), TH)
-    assert d["verdict"] == "serialized-at-engine" and "6.4 waited" in d["rule"]
+    assert d["verdict"] == "serialized-at-engine" and "6.4 waited" in d["rule"] and not d["caveats"]
+    d = decide(ev(speedup=3.0, running_peak=1, running_mean=0.75, waiting_mean=2.3, staircase_index=0.99), TH)
+    assert d["verdict"] == "serialized-at-engine" and "load curve disagrees" in d["caveats"][0]
 
 
 def test_serialized_upstream() -> None:

@@ -26,7 +26,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 from ..errors import InputError
@@ -119,23 +118,32 @@ def run_staircase(url: str, body: dict[str, Any], n: int, solo_runs: int, workdi
     workdir.mkdir(parents=True, exist_ok=True)
     body_path = workdir / "staircase-body.json"
     body_path.write_text(json.dumps(body))
-    solo = []
-    for _ in range(max(1, solo_runs)):
-        r = launch_together(url, body_path, 1, key_env, lead_s=0.8)[0]
-        if r.get("status") == 200:
-            solo.append(r["done"] - r["sent"])
+    solo: list[float] = []
+
+    def solo_run(k: int) -> None:
+        for _ in range(k):
+            r = launch_together(url, body_path, 1, key_env, lead_s=0.8)[0]
+            if r.get("status") == 200:
+                solo.append(r["done"] - r["sent"])
+
+    # Single service time measured before *and* after the group; the fastest is used, since
+    # other work on the machine can only add time (a stall would otherwise flatten the index).
+    before = max(1, solo_runs // 2)
+    solo_run(before)
     together = launch_together(url, body_path, n, key_env)
+    solo_run(max(1, solo_runs - before))
     ok = [r for r in together if r.get("status") == 200]
     errors = [r.get("error") or f"HTTP {r.get('status')}" for r in together if r.get("status") != 200]
     if not solo or len(ok) < 2:
         return {"n": n, "ok": len(ok), "errors": errors, "solo_n": len(solo),
                 "index": None, "note": "too few successful requests to judge"}
-    service = median(solo)
+    service = min(solo)
     start_at = ok[0]["start_at"]
     comp = sorted(r["done"] - start_at for r in ok)
     send_spread = max(r["sent"] for r in ok) - min(r["sent"] for r in ok)
     return {"n": n, "ok": len(ok), "errors": errors, "solo_n": len(solo), "service_s": service,
-            "solo_s": solo, "completion_s": comp, "ratios": [c / service for c in comp],
+            "solo_s": solo, "solo_spread": max(solo) / service if service > 0 else None,
+            "completion_s": comp, "ratios": [c / service for c in comp],
             "send_spread_s": send_spread, "index": staircase_index(comp, service)}
 
 
@@ -165,6 +173,9 @@ def decide(ev: dict[str, Any], th: VerdictThresholds) -> dict[str, Any]:
             caveats.append(f"the process staircase (index {st:.2f}) says serialized")
             return {"verdict": "inconclusive", "rule": rule + "; but the staircase disagrees",
                     "caveats": caveats}
+        if serial and scaled:
+            caveats.append(f"the load curve disagrees (throughput ×{sp:.2f} from c=1 to c={k}): the c=1 level "
+                           "may have been slowed by other work; the server's own gauges decided")
         if serial and parallel:
             caveats.append(f"the process staircase (index {st:.2f}) says parallel")
             return {"verdict": "inconclusive", "rule": rule + "; but the staircase disagrees",
@@ -275,6 +286,9 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
         progress(f"staircase: index {stair.get('index')}")
     ev = evidence(single, loaded, stair)
     verdict = decide(ev, cfg.thresholds)
+    if (stair.get("solo_spread") or 1) > 2:
+        verdict["caveats"].append(f"single service times varied ×{stair['solo_spread']:.1f} during the staircase "
+                                  "(other work on the machine?): the fastest was used")
     result = {"kind": "serialization", "created": time.time(), "elapsed_s": time.time() - t0,
               "endpoint": base.endpoint if not (server_info or {}).get("started_by_us") else "local",
               "model": base.model, "server": server_info or {},
@@ -317,7 +331,8 @@ def render_markdown(r: dict[str, Any]) -> str:
         md.append("| server running / waiting | not observed (no readable /metrics) |")
     if st.get("index") is not None:
         md.append(f"| process staircase ({st['ok']}/{st['n']} processes, single service "
-                  f"{st['service_s']:.2f} s from {st['solo_n']} solo run(s)) | completions "
+                  f"{st['service_s']:.2f} s: the fastest of {st['solo_n']} solo run(s) before and after, "
+                  f"{', '.join(f'{x:.2f}' for x in st['solo_s'])} s) | completions "
                   f"{', '.join(f'{x:.2f}' for x in st['completion_s'])} s = "
                   f"{', '.join(f'{x:.1f}×' for x in st['ratios'])}; index {st['index']:.2f} "
                   f"(serialized ≥ {th['staircase_serial']}, parallel ≤ {th['staircase_parallel']}); "

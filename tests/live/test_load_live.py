@@ -109,6 +109,22 @@ def test_probe_prefix(vllm_server: LocalServer, tmp_path: Path) -> None:
     assert sc["leading-unique"]["client_ttft_s"]["p50"] > sc["shared"]["client_ttft_s"]["p50"]
 
 
+def test_capacity_budget_from_real_metrics(vllm_server: LocalServer) -> None:
+    import json as _json
+    import urllib.request
+
+    from nlq2sql.load import capacity as cap
+
+    with urllib.request.urlopen(vllm_server.base_url + "/metrics", timeout=10) as resp:
+        budget = cap.server_budget(resp.read().decode())
+    config = _json.loads((Path(vllm_server.model_path) / "config.json").read_text())
+    per_token = cap.kv_per_token(config)["bytes_per_token"]
+    print(budget, per_token)
+    assert budget["observed"] and budget["tokens"] > 0
+    # The server's 1 GiB KV space, divided by our bytes per token, is its token budget (block-rounded).
+    assert abs(budget["tokens"] - 2**30 / per_token) <= budget["block_size"]
+
+
 def test_serialization_max_num_seqs_1_is_serialized_at_engine(
         vllm_server: LocalServer, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     vllm_server.stop()  # one vLLM at a time on this machine
