@@ -16,8 +16,8 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -361,3 +361,22 @@ def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
 
 
 __all__ = ["EvalConfig", "run_eval"]
+
+
+@contextlib.contextmanager
+def bound_endpoint(cfg: EvalConfig) -> Iterator[tuple[EvalConfig, dict[str, Any]]]:
+    """``cfg`` bound to its endpoint, or to one local vLLM started (and always stopped) here."""
+    if cfg.endpoint is not None:
+        yield cfg, {"started_by_us": False, "endpoint": cfg.endpoint}
+        return
+    from .server import LocalServer, ServerConfig, free_port
+
+    server = LocalServer(ServerConfig(model=cfg.model, port=cfg.port or free_port(),
+                                      compact=cfg.compact_server, max_num_seqs=cfg.max_num_seqs))
+    server.start()
+    try:
+        yield (replace(cfg, endpoint=server.url, model=server.model_name),
+               {"started_by_us": True, "endpoint": "local", "args": server.args[1:],
+                "startup_s": server.startup_s, "max_num_seqs": cfg.max_num_seqs, "cpu": True})
+    finally:
+        server.stop()

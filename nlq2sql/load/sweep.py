@@ -18,17 +18,16 @@ synthetic numbers, including seed 002's tables:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..live import EvalConfig
+from ..live import EvalConfig, bound_endpoint
 from ..records import write_json_atomic
 
 Progress = Callable[[str], None]
@@ -365,25 +364,6 @@ def plot(result: dict[str, Any], out: Path) -> dict[str, str]:
 
 
 # -- running ----------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def bound_endpoint(cfg: EvalConfig) -> Iterator[tuple[EvalConfig, dict[str, Any]]]:
-    """``cfg`` bound to its endpoint, or to one local vLLM started (and always stopped) here."""
-    if cfg.endpoint is not None:
-        yield cfg, {"started_by_us": False, "endpoint": cfg.endpoint}
-        return
-    from ..server import LocalServer, ServerConfig, free_port
-
-    server = LocalServer(ServerConfig(model=cfg.model, port=cfg.port or free_port(),
-                                      compact=cfg.compact_server, max_num_seqs=cfg.max_num_seqs))
-    server.start()
-    try:
-        yield (replace(cfg, endpoint=server.url, model=server.model_name),
-               {"started_by_us": True, "endpoint": "local", "args": server.args[1:],
-                "startup_s": server.startup_s, "max_num_seqs": cfg.max_num_seqs, "cpu": True})
-    finally:
-        server.stop()
-
 
 def prepare_out(out: Path, force: bool) -> None:
     if out.exists() and any(out.iterdir()) and not force:
