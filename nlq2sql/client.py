@@ -77,12 +77,13 @@ class Completion:
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     retry_waits_s: list[float] = field(default_factory=list)
+    unsent_retries: int = 0  # re-sends after a pooled connection closed before the write
 
     def record_fields(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
             "outcome", "finish_reason", "http_status", "error", "attempts", "latency_s", "ttft_s",
             "itl_mean_s", "itl_max_s", "chunks", "prompt_tokens", "completion_tokens",
-            "cached_tokens", "retry_waits_s")}
+            "cached_tokens", "retry_waits_s", "unsent_retries")}
 
 
 class RetryBudget:
@@ -109,10 +110,28 @@ def make_client(cfg: EndpointConfig) -> AsyncOpenAI:
                        timeout=cfg.timeout_s, http_client=http)
 
 
+#: Idle pooled connections are dropped after this long.  It must stay below the server's own
+#: keep-alive (uvicorn in vLLM: 5 s); at equal values a connection the server is closing gets
+#: reused and the write fails ("Cannot write to closing transport").
+KEEPALIVE_S = 2.0
+
+
 def _limits(n: int) -> Any:
     import httpx
 
-    return httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    return httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=KEEPALIVE_S)
+
+
+def unsent(exc: BaseException, out: Completion) -> bool:
+    """True when a pooled connection was closing before our request was written.
+
+    The server never saw the request, so retrying it at once is safe and is not a retry in
+    the budget's sense (nothing was re-done on the server).
+    """
+    if out.chunks or out.ttft_s is not None:
+        return False
+    return any(isinstance(e, aiohttp.ClientConnectionResetError) and "closing transport" in str(e)
+               for e in _causes(exc))
 
 
 def request_kwargs(model: str, messages: list[dict[str, str]], s: Sampling) -> dict[str, Any]:
@@ -231,9 +250,12 @@ async def complete(client: AsyncOpenAI, cfg: EndpointConfig, messages: list[dict
     """One item's call with classified failures and bounded, jittered retries."""
     kw = request_kwargs(cfg.model, messages, sampling)
     result = Completion(started=time.time())
-    for attempt in range(1, cfg.max_attempts + 1):
+    free_retry = True
+    attempt = 0
+    while attempt < cfg.max_attempts:
+        attempt += 1
         out = Completion(started=result.started, attempts=attempt,
-                         retry_waits_s=result.retry_waits_s)
+                         retry_waits_s=result.retry_waits_s, unsent_retries=result.unsent_retries)
         try:
             await _once(client, kw, cfg.timeout_s, out)
             return out
@@ -251,6 +273,11 @@ async def complete(client: AsyncOpenAI, cfg: EndpointConfig, messages: list[dict
             out.error = redact(text, cfg.api_key)[:300]
             out.text = None
             result = out
+            if free_retry and unsent(exc, out):
+                free_retry = False
+                attempt -= 1
+                result.unsent_retries += 1
+                continue
         if not OUTCOMES.get(result.outcome, False) or attempt == cfg.max_attempts:
             break
         if not budget.take():

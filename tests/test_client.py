@@ -1,0 +1,92 @@
+"""Client retry rules that a scripted server cannot trigger on demand (a stale pooled connection)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import httpx
+import openai
+import pytest
+
+from nlq2sql.client import KEEPALIVE_S, EndpointConfig, RetryBudget, Sampling, _limits, complete
+
+
+def _stale_error() -> openai.APIConnectionError:
+    req = httpx.Request("POST", "http://x/v1/chat/completions")
+    try:
+        try:
+            raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+        except aiohttp.ClientConnectionResetError as inner:
+            raise httpx.ConnectTimeout("Cannot write to closing transport") from inner
+    except httpx.ConnectTimeout as mid:
+        err = openai.APITimeoutError(request=req)
+        err.__cause__ = mid
+        return err
+
+
+class _Stream:
+    def __init__(self) -> None:
+        delta = SimpleNamespace(content='{"a":1}')
+        self._chunks = [SimpleNamespace(usage=None, choices=[SimpleNamespace(delta=delta, finish_reason="stop")])]
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if not self._chunks:
+            raise StopAsyncIteration
+        return self._chunks.pop(0)
+
+    async def close(self) -> None:
+        return None
+
+
+class _Client:
+    """Fails the first ``fails`` calls the way a closing keep-alive connection does."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails, self.calls = fails, 0
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
+
+    async def _create(self, **_: Any) -> _Stream:
+        self.calls += 1
+        if self.calls <= self.fails:
+            raise _stale_error()
+        return _Stream()
+
+
+def _run(client: _Client, budget: RetryBudget) -> Any:
+    cfg = EndpointConfig(base_url="http://x/v1", model="m", max_attempts=2)
+    return asyncio.run(complete(client, cfg, [{"role": "user", "content": "q"}],  # type: ignore[arg-type]
+                                Sampling(), budget))
+
+
+def test_keepalive_below_vllm_default() -> None:
+    assert _limits(8).keepalive_expiry == KEEPALIVE_S < 5.0
+
+
+def test_unsent_request_is_resent_without_spending_budget() -> None:
+    budget = RetryBudget(1, 0.0)
+    client = _Client(fails=1)
+    out = _run(client, budget)
+    assert out.outcome == "ok" and out.text == '{"a":1}'
+    assert client.calls == 2 and out.unsent_retries == 1 and out.attempts == 1
+    assert budget.used == 0
+
+
+def test_unsent_resend_happens_once_then_counts_as_retry() -> None:
+    budget = RetryBudget(10, 1.0)
+    client = _Client(fails=3)
+    out = _run(client, budget)
+    assert out.outcome == "connection_error" and client.calls == 3
+    assert out.unsent_retries == 1 and budget.used == 1
+
+
+@pytest.mark.parametrize("fails", [0])
+def test_no_resend_when_healthy(fails: int) -> None:
+    client = _Client(fails=fails)
+    out = _run(client, RetryBudget(1, 0.0))
+    assert out.outcome == "ok" and client.calls == 1 and out.unsent_retries == 0
