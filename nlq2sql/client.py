@@ -51,10 +51,14 @@ class Sampling:
     seed: int | None = 0
     structured: str = "json"  # json | response_format | regex | none
     regex: str | None = None
+    ignore_eos: bool = False  # vLLM extension: generate exactly max_tokens (fixed output lengths)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
-                "structured": self.structured, "regex": self.regex}
+        d = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
+             "structured": self.structured, "regex": self.regex}
+        if self.ignore_eos:
+            d["ignore_eos"] = True
+        return d
 
 
 @dataclass
@@ -148,6 +152,8 @@ def request_kwargs(model: str, messages: list[dict[str, str]], s: Sampling) -> d
     elif s.structured == "response_format":
         kw["response_format"] = {"type": "json_schema", "json_schema": {
             "name": "intent", "schema": intent_schema(), "strict": True}}
+    if s.ignore_eos:
+        kw.setdefault("extra_body", {})["ignore_eos"] = True
     return kw
 
 

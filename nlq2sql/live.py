@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import os
+import random
 import signal
 import threading
 import time
@@ -111,6 +113,11 @@ class EvalConfig:
     max_num_seqs: int | None = None
     port: int | None = None
     metrics_interval_s: float = 0.25
+    # load shape (used by the load tools; the defaults are a plain closed-loop eval)
+    rate: float | None = None  # open loop: Poisson arrivals per second; concurrency caps in-flight
+    duration_s: float | None = None  # start no request after this many seconds (the rest: not sent)
+    arrival_seed: int = 0
+    context_prefix: str = ""  # text put before every question (length classes for `grid`)
 
 
 def whitespace_outside_strings(text: str) -> int:
@@ -140,6 +147,10 @@ def validate(cfg: EvalConfig) -> None:
         raise InputError(f"must be at least 1, got {cfg.sampling.max_tokens}", field="--max-tokens")
     if cfg.timeout_s <= 0:
         raise InputError("must be positive", field="--timeout")
+    if cfg.rate is not None and not cfg.rate > 0:
+        raise InputError(f"must be positive, got {cfg.rate}", field="--rate")
+    if cfg.duration_s is not None and not cfg.duration_s > 0:
+        raise InputError(f"must be positive, got {cfg.duration_s}", field="--duration")
 
 
 def api_key(cfg: EvalConfig) -> str:
@@ -191,7 +202,11 @@ async def _run(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
     if interrupts is not None:
         loop, main = asyncio.get_running_loop(), asyncio.current_task()
         assert main is not None
-        interrupts.cancel = lambda: loop.call_soon_threadsafe(main.cancel)
+
+        def cancel() -> None:
+            loop.call_soon_threadsafe(main.cancel)
+
+        interrupts.cancel = cancel
     try:
         return await _run_items(cfg, base_url, model, key, out, cases, progress)
     finally:
@@ -207,49 +222,101 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
                           concurrency=cfg.concurrency, retry_budget=cfg.retry_budget)
     client = make_client(ecfg)
     budget = RetryBudget(len(cases), cfg.retry_budget)
-    queue: asyncio.Queue[EvalCase] = asyncio.Queue()
-    for c in cases:
-        queue.put_nowait(c)
     counts: Counter[str] = Counter(total=len(cases))
     sampler = MetricsSampler(base_url, cfg.metrics_interval_s)
     sampler.start()
     t0 = time.time()
+    m0 = time.monotonic()
+    deadline = m0 + cfg.duration_s if cfg.duration_s else None
+    sent = 0
     with make_executor(cfg.warehouse) as ex, RecordWriter(out / RECORDS) as writer:
-        async def worker(wid: int) -> None:
-            while True:
+        async def handle(case: EvalCase, scheduled: float | None) -> None:
+            counts["in_flight"] += 1
+            if progress:
+                progress("update", dict(counts))
+            comp = await complete(client, ecfg, prompt.messages(cfg.context_prefix + case.question),
+                                  cfg.sampling, budget)
+            counts["in_flight"] -= 1
+            rec = score_item(case, comp.text, evalset_rulesets, ex,
+                             finish_reason=comp.finish_reason,
+                             request_error=None if comp.outcome == "ok" else comp.outcome)
+            rec.update(comp.record_fields())
+            rec["started"] = comp.started
+            rec["concurrency"] = cfg.concurrency
+            if scheduled is not None:  # open loop: time spent waiting for an in-flight slot
+                rec["scheduled"] = scheduled
+                rec["queued_s"] = max(0.0, comp.started - scheduled)
+                rec["latency_from_arrival_s"] = (rec["queued_s"] + comp.latency_s
+                                                 if comp.latency_s is not None else None)
+            rec["whitespace_chars"] = (whitespace_outside_strings(comp.text)
+                                       if comp.text is not None else None)
+            rec["chars"] = len(comp.text) if comp.text is not None else None
+            writer.write(rec)
+            counts["done"] += 1
+            counts["failed"] += comp.outcome != "ok"
+            if progress:
+                progress("update", dict(counts))
+
+        def expired() -> bool:
+            return deadline is not None and time.monotonic() >= deadline
+
+        async def closed_loop() -> None:
+            nonlocal sent
+            queue: asyncio.Queue[EvalCase] = asyncio.Queue()
+            for c in cases:
+                queue.put_nowait(c)
+
+            async def worker() -> None:
+                nonlocal sent
+                while not expired():
+                    try:
+                        case = queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        return
+                    sent += 1
+                    await handle(case, None)
+
+            await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, len(cases)) or 1)))
+
+        async def open_loop(rate: float) -> None:
+            """Poisson arrivals on a seeded schedule; a full in-flight cap delays, never drops."""
+            nonlocal sent
+            rng = random.Random(cfg.arrival_seed)
+            slots = asyncio.Semaphore(cfg.concurrency)
+            tasks: list[asyncio.Task[None]] = []
+
+            async def one(case: EvalCase, scheduled: float) -> None:
                 try:
-                    case = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                counts["in_flight"] += 1
-                if progress:
-                    progress("update", dict(counts))
-                comp = await complete(client, ecfg, prompt.messages(case.question), cfg.sampling,
-                                      budget)
-                counts["in_flight"] -= 1
-                rec = score_item(case, comp.text, evalset_rulesets, ex,
-                                 finish_reason=comp.finish_reason,
-                                 request_error=None if comp.outcome == "ok" else comp.outcome)
-                rec.update(comp.record_fields())
-                rec["started"] = comp.started
-                rec["concurrency"] = cfg.concurrency
-                rec["whitespace_chars"] = (whitespace_outside_strings(comp.text)
-                                           if comp.text is not None else None)
-                rec["chars"] = len(comp.text) if comp.text is not None else None
-                writer.write(rec)
-                counts["done"] += 1
-                counts["failed"] += comp.outcome != "ok"
-                if progress:
-                    progress("update", dict(counts))
+                    await handle(case, scheduled)
+                finally:
+                    slots.release()
+
+            at = m0
+            try:
+                for case in cases:
+                    at += rng.expovariate(rate)
+                    if deadline is not None and at >= deadline:
+                        break
+                    await asyncio.sleep(max(0.0, at - time.monotonic()))
+                    await slots.acquire()
+                    sent += 1
+                    tasks.append(asyncio.create_task(one(case, t0 + (at - m0))))
+                await asyncio.gather(*tasks)
+            finally:
+                for t in tasks:
+                    t.cancel()
 
         try:
-            await asyncio.gather(*(worker(i) for i in range(min(cfg.concurrency, len(cases)) or 1)))
+            await (open_loop(cfg.rate) if cfg.rate else closed_loop())
         finally:
             await sampler.stop()
             await client.close()
     wall = time.time() - t0
-    return {"wall_s": wall, "items_this_session": len(cases), "server_metrics": sampler.result(),
-            "retries_used": budget.used}
+    return {"wall_s": wall, "items_this_session": sent, "not_sent": len(cases) - sent,
+            "server_metrics": sampler.result(), "retries_used": budget.used,
+            "load": {"mode": "open-loop Poisson" if cfg.rate else "closed loop",
+                     "offered_rate": cfg.rate, "max_in_flight": cfg.concurrency,
+                     "duration_s": cfg.duration_s, "arrival_seed": cfg.arrival_seed if cfg.rate else None}}
 
 
 def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any]:
@@ -289,6 +356,11 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "model": model, "prompt": prompt.name, "prompt_style": prompt.style,
             "prompt_sha256": prompt.sha256, "sampling": cfg.sampling.as_dict(),
             "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts,
+            "load": {"rate": cfg.rate, "duration_s": cfg.duration_s,
+                     "arrival_seed": cfg.arrival_seed if cfg.rate else None},
+            "context_prefix_chars": len(cfg.context_prefix),
+            "context_prefix_sha256": (hashlib.sha256(cfg.context_prefix.encode()).hexdigest()
+                                      if cfg.context_prefix else None),
             "server_started_by_us": server is not None,
             "server_args": server.args if server is not None else None,
             "server_startup_s": getattr(server, "startup_s", None),
@@ -351,7 +423,8 @@ def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
         "items_this_session": session["items_this_session"], "wall_s": session["wall_s"],
         "req_per_s": session["items_this_session"] / session["wall_s"] if session["wall_s"] else None,
         "span_s_all_records": (max(ends) - min(starts)) if starts else None,
-        "completed_ok": n_ok}
+        "completed_ok": n_ok, "not_sent": session.get("not_sent", 0)}
+    summary["load"] = session.get("load")
     summary["server_metrics"] = session["server_metrics"]
     summary["retries_used"] = session["retries_used"]
     write_json_atomic(out / SUMMARY, summary)

@@ -172,6 +172,7 @@ def serve(
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM --max-num-seqs.")] = None,
     max_model_len: Annotated[int, typer.Option(help="vLLM --max-model-len.")] = 2048,
     compact: Annotated[bool, typer.Option(help="Server-wide whitespace-free structured outputs.")] = True,
+    dtype: Annotated[str, typer.Option(help="vLLM --dtype (bfloat16 | float32 | float16).")] = "bfloat16",
 ) -> None:
     """Start a local vLLM, wait until healthy and warm, serve until Ctrl-C."""
     import time
@@ -183,8 +184,10 @@ def serve(
         raise InputError(f"must be between 1 and 65535, got {port}", field="--port")
     if is_port_in_use("127.0.0.1", port):
         raise InputError(f"port {port} is already in use", field="--port")
+    if dtype not in ("bfloat16", "float32", "float16"):
+        raise InputError(f"unknown dtype {dtype!r}: use bfloat16, float32 or float16", field="--dtype")
     srv = LocalServer(ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs,
-                                   max_model_len=max_model_len, compact=compact))
+                                   max_model_len=max_model_len, compact=compact, dtype=dtype))
     srv.start()
     Console().print(f"serving {srv.model_name} at {srv.url} (pid {srv.pid}, ready in "
                     f"{srv.startup_s:.1f} s); Ctrl-C stops it")

@@ -90,7 +90,7 @@ def analyse(dirs: dict[str, Path], base_url: str | None, model: str) -> dict[str
     arms: dict[str, Any] = {}
     for arm, rs in recs.items():
         texts = [r.get("raw_text") or "" for r in rs]
-        retok = retokenize(base_url, model, texts) if base_url else [None] * len(texts)
+        retok: list[int | None] = retokenize(base_url, model, texts) if base_url else [None] * len(texts)
         arms[arm] = _arm_stats(rs, retok)
     if "pretty" in recs:
         post = []

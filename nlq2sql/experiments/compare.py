@@ -108,7 +108,9 @@ def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
     pts = sorted(((r["manifest"].get("concurrency") or 0, r) for r in runs), key=lambda p: p[0])
     xs = [c for c, _ in pts]
     ax.plot(xs, [r["summary"]["final_accuracy"]["value"] for _, r in pts], "o-", label="final accuracy")
-    ax2.plot(xs, [(r["summary"].get("timing", {}).get("latency_s") or {}).get("p95") for _, r in pts],
+    p95 = [(r["summary"].get("timing", {}).get("latency_s") or {}).get("p95") for _, r in pts]
+    # a run without latency figures leaves a gap (NaN), exactly as matplotlib treats None
+    ax2.plot(xs, [float("nan") if v is None else float(v) for v in p95],
              "s--", color="tab:red", label="p95 latency")
     ax.set_xlabel("concurrency")
     ax.set_ylabel("final accuracy")

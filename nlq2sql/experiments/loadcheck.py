@@ -56,7 +56,7 @@ def compare_runs(dirs: list[Path]) -> dict[str, Any]:
                      "raw_accuracy": summary["raw_accuracy"], "final_accuracy": summary["final_accuracy"],
                      "req_per_s": (summary.get("throughput") or {}).get("req_per_s"),
                      "latency_s": t.get("latency_s"), "ttft_s": t.get("ttft_s")})
-    divergent = []
+    divergent: list[dict[str, Any]] = []
     intent_divergent = 0
     for item_id, vals in sorted(texts.items()):
         if len(vals) != len(dirs):

@@ -80,8 +80,8 @@ def server_budget(metrics_text: str | None) -> dict[str, Any]:
 
 def kv_need(per_token: float, concurrency: int, context: int, budget_tokens: int | None) -> dict[str, Any]:
     need_tokens = concurrency * context
-    out = {"concurrency": concurrency, "context_tokens": context, "tokens": need_tokens,
-           "bytes": need_tokens * per_token, "gib": need_tokens * per_token / 2**30}
+    out: dict[str, Any] = {"concurrency": concurrency, "context_tokens": context, "tokens": need_tokens,
+                           "bytes": need_tokens * per_token, "gib": need_tokens * per_token / 2**30}
     if budget_tokens:
         out.update(share_of_budget=need_tokens / budget_tokens,
                    max_sequences_at_context=budget_tokens // context if context else None,

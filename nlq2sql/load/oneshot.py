@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 
 def main(argv: list[str]) -> int:
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
     if delay > 0:
         time.sleep(delay)
     sent = time.time()
-    out = {"pid": os.getpid(), "start_at": start_at, "sent": sent, "status": None, "error": None}
+    out: dict[str, Any] = {"pid": os.getpid(), "start_at": start_at, "sent": sent, "status": None, "error": None}
     try:
         with urllib.request.urlopen(req, timeout=600) as resp:
             body = json.loads(resp.read())
