@@ -26,7 +26,7 @@ def _floats(values: list[str] | None, option: str) -> tuple[float, ...]:
                 try:
                     out.append(float(x))
                 except ValueError:
-                    raise InputError(f"expected seconds, got {x!r}", field=option) from None
+                    raise InputError(f"expected a number, got {x!r}", field=option) from None
     return tuple(out)
 
 
@@ -58,7 +58,15 @@ def sweep_cmd(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
     api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
     concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,2,4,8,16,32",
-    requests: Annotated[int, typer.Option(help="Requests per level (eval items cycled, ids id#k).")] = 64,
+    requests: Annotated[int, typer.Option(help="Requests per level (eval items cycled, ids id#k); with "
+                                          "--duration, the cap per level.")] = 64,
+    duration: Annotated[float | None, typer.Option(help="Seconds per level: no request starts after this "
+                                                   "(finished ones are kept; the rest are counted as not sent).")
+                        ] = None,
+    rate: Annotated[str | None, typer.Option(help="Open loop: comma-separated offered rates (req/s, Poisson "
+                                             "arrivals) as the levels; --concurrency's largest value caps "
+                                             "requests in flight.")] = None,
+    arrival_seed: Annotated[int, typer.Option(help="Seed of the Poisson arrival schedule.")] = 0,
     slo_p95: Annotated[list[str] | None, typer.Option(help="p95 target in seconds (repeat or comma-separate) "
                                                       "for the SLO policy table.")] = None,
     gpu_cost_per_hour: Annotated[float | None, typer.Option(help="For cost per 1,000 queries.")] = None,
@@ -85,6 +93,25 @@ def sweep_cmd(
     from ..load import sweep as sw
 
     levels = _levels(concurrency, "--concurrency")
+    if rate is not None:
+        from ..live import bound_endpoint
+        from ..load import openloop
+
+        if server_sweep or reanalyse:
+            raise InputError("not with --rate", field="--server-sweep" if server_sweep else "--reanalyse")
+        rates = _floats([rate], "--rate")
+        base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, structured, out, max_num_seqs)
+        rcfg = openloop.RateSweepConfig(base=replace(base, arrival_seed=arrival_seed), rates=rates,
+                                        requests=requests, max_in_flight=max(levels), duration_s=duration,
+                                        slo_p95=_floats(slo_p95, "--slo-p95"),
+                                        gpu_cost_per_hour=gpu_cost_per_hour, warmup=warmup, force=force)
+        openloop.validate(rcfg)
+        with bound_endpoint(base) as (bound, info):
+            rres = openloop.run_rate_sweep(replace(rcfg, base=replace(bound, arrival_seed=arrival_seed)),
+                                           info, _say)
+        Console().print(openloop.render_markdown(rres), markup=False, highlight=False)
+        err.print(f"wrote {out / 'rate-sweep.json'}, {out / 'rate-sweep.md'} and a plot")
+        return
     for name, v in (("--efficiency-threshold", efficiency_threshold), ("--marginal-threshold", marginal_threshold),
                     ("--flat-pct", flat_pct)):
         if not 0 <= v <= 1:
@@ -93,7 +120,8 @@ def sweep_cmd(
                        p95_rise_pct=flat_pct)
     base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, structured, out, max_num_seqs)
     cfg = sw.SweepConfig(base=base, levels=levels, requests=requests, slo_p95=_floats(slo_p95, "--slo-p95"),
-                         gpu_cost_per_hour=gpu_cost_per_hour, thresholds=th, warmup=warmup, force=force)
+                         gpu_cost_per_hour=gpu_cost_per_hour, thresholds=th, warmup=warmup, force=force,
+                         duration_s=duration)
     sw.validate(cfg)
     if reanalyse:
         if not (out / "sweep.json").is_file():

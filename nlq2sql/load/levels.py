@@ -44,14 +44,15 @@ def _cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path) -> dict[str, Any]:
+def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path,
+              rate: float | None = None) -> dict[str, Any]:
     """Run one level (``base`` must be bound to an endpoint) and return its stats.
 
     The harness's own CPU time (this process, all threads) is measured around the run, so
     a level can say when the client, not the server, was the bottleneck.
     """
     cfg = replace(base, evalset=str(evalset_path), out=out, concurrency=concurrency, limit=None,
-                  force=True, resume=False)
+                  force=True, resume=False, rate=rate)
     load0 = os.getloadavg()[0]
     cpu0, t0 = _cpu_s(), time.monotonic()
     run_eval(cfg)
@@ -71,6 +72,10 @@ def stats_from_run(run_dir: Path, client_cpu_s: float | None = None,
     wall = (summary.get("throughput") or {}).get("wall_s")
     st = level_stats(records, wall, summary.get("server_metrics"), int(manifest.get("concurrency") or 0))
     st["run_dir"] = str(run_dir)
+    load = manifest.get("load") or {}
+    st["offered_rate"] = load.get("rate")
+    st["duration_s"] = load.get("duration_s")
+    st["not_sent"] = (summary.get("throughput") or {}).get("not_sent", 0)
     st["client"] = client_stats(client_cpu_s, client_wall_s, len(records))
     st["client"].update(st.pop("_inflight"))
     return st
@@ -139,6 +144,7 @@ def level_stats(records: list[dict[str, Any]], wall_s: float | None,
         "errors": dict(errors), "finish_reasons": dict(finish),
         "latency_s": pct("latency_s"), "ttft_s": pct("ttft_s"), "itl_s": pct("itl_mean_s"),
         "completion_tokens": pct("completion_tokens"), "prompt_tokens": pct("prompt_tokens"),
+        "latency_from_arrival_s": pct("latency_from_arrival_s"), "queued_s": pct("queued_s"),
         "server": {"observed": observed, "samples": sm.get("samples", 0),
                    "interval_s": sm.get("interval_s"),
                    "running": gauge("running"), "waiting": gauge("waiting"),

@@ -59,6 +59,7 @@ class SweepConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     warmup: int = 2
     force: bool = False
+    duration_s: float | None = None  # per level: stop sending after this long (requests = the cap)
 
 
 # -- analysis (pure) ----------------------------------------------------------------------
@@ -249,8 +250,9 @@ def render_markdown(result: dict[str, Any]) -> str:
     cost = cfg.get("gpu_cost_per_hour")
     md = [f"# Concurrency sweep · {result['model']} · {result['evalset']}", ""]
     md.append(f"Endpoint: {result['endpoint_label']}. Workload: the eval set's real prompts with the "
-              f"structured-output contract ({cfg['structured']}), max_tokens {cfg['max_tokens']}, "
-              f"{cfg['requests']} requests per level (items cycled), closed loop.")
+              f"structured-output contract ({cfg['structured']}), max_tokens {cfg['max_tokens']}, " +
+              (f"at most {cfg['requests']} requests or {cfg['duration_s']:g} s per level" if cfg.get("duration_s")
+               else f"{cfg['requests']} requests per level") + " (items cycled), closed loop.")
     if result.get("cpu_label"):
         md.append(f"\n**{result['cpu_label']}**")
     md += ["", "## Throughput and latency", "",
@@ -313,8 +315,9 @@ def plot(result: dict[str, Any], out: Path) -> dict[str, str]:
     import matplotlib.pyplot as plt
 
     levels, a = result["levels"], result["analysis"]
-    pts = [(s["concurrency"], (s["latency_s"] or {}).get("p95"), s.get("req_per_s")) for s in levels]
-    pts = [p for p in pts if p[1] is not None and p[2] is not None]
+    pts: list[tuple[int, float, float]] = [
+        (s["concurrency"], s["latency_s"]["p95"], s["req_per_s"]) for s in levels
+        if (s["latency_s"] or {}).get("p95") is not None and s.get("req_per_s") is not None]
     paths: dict[str, str] = {}
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     if pts:
@@ -380,6 +383,8 @@ def validate(cfg: SweepConfig) -> None:
         raise InputError("every level must be at least 1", field="--concurrency")
     if cfg.requests < 1:
         raise InputError(f"must be at least 1, got {cfg.requests}", field="--requests")
+    if cfg.duration_s is not None and not cfg.duration_s > 0:
+        raise InputError(f"must be positive, got {cfg.duration_s}", field="--duration")
     if any(t <= 0 for t in cfg.slo_p95):
         raise InputError("p95 targets must be positive seconds", field="--slo-p95")
     if cfg.gpu_cost_per_hour is not None and cfg.gpu_cost_per_hour < 0:
@@ -405,14 +410,19 @@ def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
         notes.append(f"{cfg.warmup} warm-up request(s) at c=1 ran first and are not counted.")
     stats = []
     t0 = time.time()
+    level_base = replace(cfg.base, duration_s=cfg.duration_s)
     for c in levels_sorted:
-        st = run_level(cfg.base, evalset_path, c, out / "levels" / f"c{c}")
+        st = run_level(level_base, evalset_path, c, out / "levels" / f"c{c}")
         stats.append(st)
         if progress:
             progress(f"c={c}: {st['ok']}/{st['n']} ok, {_f(st.get('req_per_s'))} req/s, "
                      f"p95 {_f((st['latency_s'] or {}).get('p95'))} s")
+    for st in stats:
+        if st.get("not_sent"):
+            notes.append(f"c={st['concurrency']}: the {cfg.duration_s:g} s duration ended the level; "
+                         f"{st['n']} requests sent, {st['not_sent']} of the {cfg.requests}-request cap not sent.")
     for c in levels_sorted:
-        if cfg.requests < 4 * c:
+        if cfg.duration_s is None and cfg.requests < 4 * c:
             notes.append(f"c={c}: {cfg.requests} requests = {cfg.requests / c:.1f}× the concurrency, so "
                          "ramp-up and drain are a large part of the level (≥ 4× recommended).")
     loads = [v for s in stats for k, v in (s.get("machine") or {}).items() if k.startswith("loadavg")]
@@ -447,7 +457,7 @@ def assemble(cfg: SweepConfig, stats: list[dict[str, Any]], server_info: dict[st
         "config": {"levels": sorted(set(cfg.levels)), "requests": cfg.requests,
                    "slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour,
                    "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured,
-                   "prompt": base.prompt, "warmup": cfg.warmup},
+                   "prompt": base.prompt, "warmup": cfg.warmup, "duration_s": cfg.duration_s},
         "levels": stats,
         "analysis": analyse(stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour),
         "notes": notes,
@@ -513,7 +523,8 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
         sub = cfg.base.out / f"{knob.replace('_', '-')}-{v}"
         if progress:
             progress(f"starting a local server with {knob.replace('_', '-')}={v}")
-        with bound_endpoint(replace(cfg.base, **{knob: v})) as (bound, info):
+        setting: dict[str, Any] = {knob: v}
+        with bound_endpoint(replace(cfg.base, **setting)) as (bound, info):
             res = run_sweep(replace(cfg, base=replace(bound, out=sub), force=True), info, progress)
         runs.append({"value": v, "dir": str(sub), "result": res})
     combined = {"kind": "server-sweep", "knob": knob, "values": list(values),

@@ -1,0 +1,222 @@
+"""Open-loop rate sweep: Poisson arrivals at offered rates, and the rate the endpoint sustains.
+
+A closed loop (the concurrency sweep) hides queueing: a slow server slows the client down
+with it, so latency looks bounded.  An open loop sends on a seeded Poisson schedule whatever
+the server does, as real users do.  Each level is one ``run_eval`` with ``rate=R`` and a cap
+on requests in flight; a full cap delays an arrival (never drops it) and the delay is
+recorded as ``queued_s``, so *latency from arrival* includes every second a user would wait.
+
+A level is **sustained** when its queue does not build: the median latency from arrival of
+the last third of arrivals is at most ``growth`` × that of the first third, and nothing
+failed.  Achieved ÷ offered is shown beside it, but not used for the call: a short level's
+drain (the last requests finishing after the schedule ends) lowers it without any queueing.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..live import EvalConfig
+from ..records import RECORDS, iter_records, write_json_atomic
+from .levels import expand_evalset, run_level, stats_from_run
+from .sweep import Progress, _f, _lat, cost_per_1k, prepare_out
+
+
+@dataclass(frozen=True)
+class RateSweepConfig:
+    base: EvalConfig
+    rates: tuple[float, ...]
+    requests: int = 64  # per level: the schedule's length (or the cap with duration_s)
+    max_in_flight: int = 32
+    duration_s: float | None = None
+    slo_p95: tuple[float, ...] = ()
+    gpu_cost_per_hour: float | None = None
+    warmup: int = 2
+    force: bool = False
+    growth: float = 1.5  # sustained: late-arrival median latency ≤ growth × early-arrival median
+
+
+def validate(cfg: RateSweepConfig) -> None:
+    if not cfg.rates or any(not r > 0 for r in cfg.rates):
+        raise InputError("every rate must be positive (requests per second)", field="--rate")
+    if cfg.requests < 3:
+        raise InputError(f"must be at least 3 in rate mode, got {cfg.requests}", field="--requests")
+    if cfg.max_in_flight < 1:
+        raise InputError(f"must be at least 1, got {cfg.max_in_flight}", field="--concurrency")
+    if cfg.duration_s is not None and not cfg.duration_s > 0:
+        raise InputError(f"must be positive, got {cfg.duration_s}", field="--duration")
+    if cfg.growth <= 1:
+        raise InputError(f"must be above 1, got {cfg.growth}", field="--growth")
+
+
+def arrival_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Realised arrival rate and queue growth (late vs early arrivals) from one level's records."""
+    arr = sorted((r["scheduled"], r.get("latency_from_arrival_s")) for r in records if r.get("scheduled"))
+    out: dict[str, Any] = {"n": len(arr), "realised_rate": None, "early_median_s": None,
+                           "late_median_s": None, "growth": None}
+    if len(arr) >= 2 and arr[-1][0] > arr[0][0]:
+        out["realised_rate"] = (len(arr) - 1) / (arr[-1][0] - arr[0][0])
+    third = len(arr) // 3
+    early = [v for _, v in arr[:third] if v is not None]
+    late = [v for _, v in arr[len(arr) - third:] if v is not None] if third else []
+    if early and late:
+        out["early_median_s"], out["late_median_s"] = statistics.median(early), statistics.median(late)
+        out["growth"] = out["late_median_s"] / out["early_median_s"] if out["early_median_s"] else None
+    return out
+
+
+def rate_level(run_dir: Path) -> dict[str, Any]:
+    st = stats_from_run(run_dir)
+    st["arrivals"] = arrival_stats(list(iter_records(run_dir / RECORDS)))
+    return st
+
+
+def analyse_rates(levels: list[dict[str, Any]], growth: float, slo: tuple[float, ...] = (),
+                  cost_per_hour: float | None = None) -> dict[str, Any]:
+    rows = []
+    for s in levels:
+        a, offered = s["arrivals"], s["offered_rate"]
+        g = a.get("growth")
+        failed = s["n"] - s["ok"]
+        rows.append({"offered": offered, "achieved": s.get("req_per_s"),
+                     "achieved_ratio": (s["req_per_s"] / offered) if s.get("req_per_s") and offered else None,
+                     "growth": g, "failed": failed,
+                     "sustained": g is not None and g <= growth and failed == 0})
+    sustained = [r for r in rows if r["sustained"]]
+    best = max(sustained, key=lambda r: r["offered"]) if sustained else None
+    first_bad = next((r for r in sorted(rows, key=lambda r: r["offered"]) if not r["sustained"]), None)
+    policy = []
+    for t in slo:
+        ok = [s for s in levels if (s["latency_from_arrival_s"] or {}).get("p95") is not None
+              and s["latency_from_arrival_s"]["p95"] <= t and s["n"] == s["ok"]]
+        pick = max(ok, key=lambda s: s["offered_rate"]) if ok else None
+        policy.append({"p95_target_s": t, "rate": pick["offered_rate"] if pick else None,
+                       "p95_s": pick["latency_from_arrival_s"]["p95"] if pick else None})
+    return {"rows": rows, "max_sustained_rate": best["offered"] if best else None,
+            "first_unsustained_rate": first_bad["offered"] if first_bad else None,
+            "cost_per_1k_at_max_sustained": cost_per_1k(best["achieved"], cost_per_hour) if best else None,
+            "rule": (f"sustained = median latency from arrival of the last third of arrivals ≤ {growth:g}× "
+                     "that of the first third, and no failed request"),
+            "slo_policy": policy}
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    a, cfg = result["analysis"], result["config"]
+    bound = (f"at most {cfg['requests']} arrivals or {cfg['duration_s']:g} s per level" if cfg.get("duration_s")
+             else f"{cfg['requests']} arrivals per level")
+    md = [f"# Open-loop rate sweep · {result['model']} · {result['evalset']}", "",
+          f"Endpoint: {result['endpoint_label']}. Poisson arrivals (seed {cfg['arrival_seed']}), {bound}, "
+          f"at most {cfg['max_in_flight']} in flight (a full cap delays an arrival; the wait counts in "
+          f"latency from arrival). Real eval prompts, structured outputs ({cfg['structured']}), "
+          f"max_tokens {cfg['max_tokens']}."]
+    if result.get("cpu_label"):
+        md.append(f"\n**{result['cpu_label']}**")
+    md += ["", "| offered req/s | realised arrivals/s | n (ok) | achieved req/s | goodput/s "
+           "| from arrival p50 / p95 / p99 (s) | client queue p50 / p95 / p99 (s) | TTFT p50 / p95 / p99 (s) "
+           "| late ÷ early median | server waiting peak (samples) | sustained |",
+           "|---:|---:|---:|---:|---:|---|---|---|---:|---|---|"]
+    for s, r in zip(result["levels"], a["rows"], strict=True):
+        w = s["server"].get("waiting") or {}
+        wait = f"{w['peak']:.0f} (n={w['n']})" if w.get("n") else "not observed"
+        md.append(f"| {_f(s['offered_rate'], '{:g}')} | {_f(s['arrivals'].get('realised_rate'), '{:.3f}')} "
+                  f"| {s['n']} ({s['ok']}) | {_f(s.get('req_per_s'), '{:.3f}')} "
+                  f"| {_f(s.get('goodput_per_s'), '{:.3f}')} "
+                  f"| {_lat(s['latency_from_arrival_s'])} | {_lat(s['queued_s'])} | {_lat(s['ttft_s'], fmt='{:.3f}')} "
+                  f"| {_f(r['growth'])} | {wait} | {'yes' if r['sustained'] else 'no'} |")
+    md += ["", f"Rule: {a['rule']}.", "",
+           f"**Highest sustained offered rate: {_f(a['max_sustained_rate'], '{:g}', 'none of those tried')} req/s**"
+           + (f"; first unsustained: {a['first_unsustained_rate']:g} req/s." if a["first_unsustained_rate"] else ".")]
+    if a["cost_per_1k_at_max_sustained"] is not None:
+        md.append(f"Cost per 1,000 queries at that rate: ${a['cost_per_1k_at_max_sustained']:.4f} "
+                  f"(at ${cfg['gpu_cost_per_hour']:g}/h).")
+    if a["slo_policy"]:
+        md += ["", "| p95 target (s), from arrival | highest offered rate meeting it | its p95 (s) |",
+               "|---:|---:|---:|"]
+        md += [f"| {p['p95_target_s']:g} | {_f(p['rate'], '{:g}', 'none')} | {_f(p['p95_s'])} |"
+               for p in a["slo_policy"]]
+    md += [f"\n- {n}" for n in result.get("notes", [])]
+    return "\n".join(md) + "\n"
+
+
+def plot(result: dict[str, Any], out: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lv = [s for s in result["levels"] if s.get("req_per_s") is not None]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    xs = [s["offered_rate"] for s in lv]
+    ax.plot(xs, [s["req_per_s"] for s in lv], "o-", label="achieved req/s")
+    ax.plot(xs, xs, ":", color="tab:gray", label="offered = achieved")
+    ax.set_xlabel("offered rate (req/s, Poisson)")
+    ax.set_ylabel("req/s")
+    ax2 = ax.twinx()
+    ax2.plot(xs, [(s["latency_from_arrival_s"] or {}).get("p95") or float("nan") for s in lv], "s--",
+             color="tab:red", label="p95 from arrival (s)")
+    ax2.set_ylabel("p95 latency from arrival (s)")
+    fig.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"{result['model']}: open loop")
+    fig.tight_layout()
+    path = out / "rate_vs_latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = None,
+                   progress: Progress | None = None) -> dict[str, Any]:
+    """Run each offered rate against ``cfg.base.endpoint``; write rate-sweep.json/.md and a plot."""
+    validate(cfg)
+    if cfg.base.endpoint is None:
+        raise InputError("run_rate_sweep needs a bound endpoint", field="--endpoint")
+    out = cfg.base.out
+    prepare_out(out, cfg.force)
+    path = expand_evalset(cfg.base.evalset, cfg.requests, out)
+    notes = []
+    if cfg.warmup:
+        wpath = expand_evalset(cfg.base.evalset, cfg.warmup, out / "warmup")
+        run_level(cfg.base, wpath, 1, out / "warmup" / "run")
+        notes.append(f"{cfg.warmup} warm-up request(s) at c=1 ran first and are not counted.")
+    base = replace(cfg.base, duration_s=cfg.duration_s)
+    levels, t0 = [], time.time()
+    for rate in sorted(set(cfg.rates)):
+        d = out / "levels" / f"r{rate:g}"
+        run_level(base, path, cfg.max_in_flight, d, rate=rate)
+        st = rate_level(d)
+        levels.append(st)
+        if st.get("not_sent"):
+            notes.append(f"rate {rate:g}: the {cfg.duration_s:g} s duration ended the schedule after "
+                         f"{st['n']} arrivals ({st['not_sent']} of the cap not sent).")
+        if progress:
+            progress(f"rate {rate:g}/s: {st['ok']}/{st['n']} ok, achieved {_f(st.get('req_per_s'), '{:.3f}')} "
+                     f"req/s, p95 from arrival {_f((st['latency_from_arrival_s'] or {}).get('p95'))} s")
+    info = server_info or {"endpoint": cfg.base.endpoint}
+    local = bool(info.get("started_by_us"))
+    result = {
+        "kind": "rate-sweep", "created": time.time(), "elapsed_s": time.time() - t0,
+        "model": cfg.base.model, "evalset": cfg.base.evalset, "server": info,
+        "endpoint_label": "local vLLM started for the sweep" if local else str(info.get("endpoint")),
+        "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
+                      "they are not GPU numbers.") if local else None,
+        "config": {"rates": sorted(set(cfg.rates)), "requests": cfg.requests, "max_in_flight": cfg.max_in_flight,
+                   "duration_s": cfg.duration_s, "arrival_seed": cfg.base.arrival_seed,
+                   "slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour,
+                   "max_tokens": cfg.base.sampling.max_tokens, "structured": cfg.base.sampling.structured,
+                   "growth": cfg.growth},
+        "levels": levels,
+        "analysis": analyse_rates(levels, cfg.growth, cfg.slo_p95, cfg.gpu_cost_per_hour),
+        "notes": notes,
+    }
+    result["plot"] = plot(result, out)
+    write_json_atomic(out / "rate-sweep.json", result)
+    (out / "rate-sweep.md").write_text(render_markdown(result))
+    return result
+
+
+__all__ = ["RateSweepConfig", "run_rate_sweep", "analyse_rates", "arrival_stats", "render_markdown"]
