@@ -88,3 +88,38 @@ def test_bad_rate_options_exit_2(tmp_path: Path, args: list[str]) -> None:
     res = runner.invoke(app, ["sweep", "--endpoint", "http://127.0.0.1:9/v1", "--out", str(out), *args])
     assert res.exit_code == 2, res.output
     assert not out.exists()
+
+
+# -- grid (same module: same fake server) ---------------------------------------------------------
+
+def test_parse_classes_and_context_block() -> None:
+    from nlq2sql.errors import InputError
+    from nlq2sql.load.grid import LengthClass, context_block, parse_classes
+
+    assert parse_classes("short,huge:1500:256") == (LengthClass("short", 0, 0), LengthClass("huge", 1500, 256))
+    for bad in ("nope", "x:1", "x:-1:2", "short,short", ""):
+        with pytest.raises(InputError):
+            parse_classes(bad)
+    block = context_block("dev", 200)
+    assert 800 <= len(block) <= 1100 and block.endswith("Question: ")
+    assert context_block("dev", 0) == ""
+
+
+def test_grid_cli_end_to_end(fake: FakeServer, tmp_path: Path) -> None:
+    out = tmp_path / "grid"
+    res = runner.invoke(app, ["grid", "--endpoint", fake.url, "--model", "fake-model", "--evalset", "dev",
+                              "--concurrency", "1,2", "--classes", "short,tiny:64:16", "--requests", "3",
+                              "--warmup", "0", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "grid.json").read_text())
+    assert {(c["class"], c["concurrency"]) for c in data["cells"]} == {
+        ("short", 1), ("short", 2), ("tiny", 1), ("tiny", 2)}
+    assert all(c["n"] == 3 for c in data["cells"])
+    # The tiny class carried its context block and asked for a fixed output length.
+    tiny_dir = Path(next(c["run_dir"] for c in data["cells"] if c["class"] == "tiny"))
+    manifest = json.loads((tiny_dir / "manifest.json").read_text())
+    assert manifest["context_prefix_chars"] > 200
+    assert manifest["sampling"]["ignore_eos"] is True and manifest["sampling"]["max_tokens"] == 16
+    md = (out / "grid.md").read_text()
+    assert "| tiny (+64 context tokens, 16 free-text tokens (ignore_eos))" in md and "not observed" in md
+    assert (out / "grid.png").stat().st_size > 1000

@@ -139,6 +139,40 @@ def sweep_cmd(
     err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.md'} and plots")
 
 
+@app.command("grid")
+@handled
+def grid_cmd(
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,4,16",
+    classes: Annotated[str, typer.Option(help="Length classes: short,median,long (defaults: +0/+256/+1024 "
+                                         "context tokens; intent / 64 / 128 output tokens) or name:pad:out."
+                                         )] = "short,median,long",
+    requests: Annotated[int, typer.Option(help="Requests per cell (eval items cycled).")] = 16,
+    max_tokens: MaxTokOpt = 96,
+    warmup: Annotated[int, typer.Option(help="Uncounted warm-up requests at c=1 first.")] = 1,
+    max_num_seqs: LocalSeqsOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory (grid.json, grid.md, grid.png, cell runs).")
+                   ] = Path("runs/grid"),
+    force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+) -> None:
+    """Concurrency × request-length class: req/s, p95 and peak KV usage per cell, as a table and heatmap."""
+    from ..live import bound_endpoint
+    from ..load import grid as gr
+
+    cfg = gr.GridConfig(base=_load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out,
+                                        max_num_seqs),
+                        levels=_levels(concurrency, "--concurrency"), classes=gr.parse_classes(classes),
+                        requests=requests, warmup=warmup, force=force)
+    gr.validate(cfg)
+    with bound_endpoint(cfg.base) as (bound, info):
+        from dataclasses import replace
+
+        res = gr.run_grid(replace(cfg, base=bound), info, _say)
+    Console().print(gr.render_markdown(res), markup=False, highlight=False)
+    err.print(f"wrote {out / 'grid.json'}, {out / 'grid.md'} and {out / 'grid.png'}")
+
+
 @probe_app.command("serialization")
 @handled
 def probe_serialization(

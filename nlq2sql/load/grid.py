@@ -1,0 +1,227 @@
+"""Benchmark grid (seed 001): concurrency × request-length class.
+
+A batching engine's behaviour depends on how long requests are as much as on how many
+there are: long prompts make prefill expensive, long outputs hold a sequence slot (and KV
+blocks) for longer.  Each cell is one ordinary eval run at one concurrency with one length
+class, on the eval set's real questions:
+
+* the **prompt** grows by a context block made of *other questions from the same eval set*
+  (about ``pad_tokens`` tokens, estimated at 4 characters per token — the measured prompt
+  tokens of every request are reported, so the estimate is never the figure);
+* the **output** is either the real structured intent (``out_tokens`` 0: ~30–40 tokens) or
+  exactly ``out_tokens`` free-text tokens (vLLM's ``ignore_eos``), so output length is fixed
+  by construction and checked on the measured completion tokens.
+
+Per cell: req/s, output tok/s, p95 end-to-end latency, p95 TTFT and the peak KV-cache usage
+sampled from ``/metrics`` — each with its sample count.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..evalset import load_evalset
+from ..live import EvalConfig
+from ..records import write_json_atomic
+from .levels import expand_evalset, run_level
+from .sweep import Progress, _f, prepare_out
+
+
+@dataclass(frozen=True)
+class LengthClass:
+    name: str
+    pad_tokens: int  # context added before each question (≈ tokens)
+    out_tokens: int  # 0 = the structured intent; N = exactly N free-text tokens
+
+    def describe(self) -> str:
+        out = "structured intent" if self.out_tokens == 0 else f"{self.out_tokens} free-text tokens (ignore_eos)"
+        return f"+{self.pad_tokens} context tokens, {out}"
+
+
+DEFAULT_CLASSES = (LengthClass("short", 0, 0), LengthClass("median", 256, 64), LengthClass("long", 1024, 128))
+
+
+def parse_classes(text: str) -> tuple[LengthClass, ...]:
+    """``short,long`` picks defaults; ``name:pad:out`` defines one (e.g. ``huge:1500:256``)."""
+    known = {c.name: c for c in DEFAULT_CLASSES}
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if ":" not in part:
+            if part not in known:
+                raise InputError(f"unknown class {part!r} (known: {', '.join(known)}; or name:pad:out)",
+                                 field="--classes")
+            out.append(known[part])
+            continue
+        bits = part.split(":")
+        try:
+            name, pad, tok = bits[0], int(bits[1]), int(bits[2])
+        except (IndexError, ValueError):
+            raise InputError(f"expected name:pad_tokens:out_tokens, got {part!r}", field="--classes") from None
+        if not name or pad < 0 or tok < 0 or len(bits) != 3:
+            raise InputError(f"expected name:pad_tokens:out_tokens ≥ 0, got {part!r}", field="--classes")
+        out.append(LengthClass(name, pad, tok))
+    if not out or len({c.name for c in out}) != len(out):
+        raise InputError("give at least one class, each name once", field="--classes")
+    return tuple(out)
+
+
+def context_block(evalset: str, pad_tokens: int) -> str:
+    """About ``pad_tokens`` tokens of context built from the eval set's own questions."""
+    if pad_tokens <= 0:
+        return ""
+    questions = [c.question for c in load_evalset(evalset).cases]
+    lines, chars, i = [], 0, 0
+    while chars < pad_tokens * 4:
+        q = questions[i % len(questions)]
+        lines.append(f"- {q}")
+        chars += len(q) + 3
+        i += 1
+    return ("Earlier questions in this session (context only; answer the last question):\n"
+            + "\n".join(lines) + "\n\nQuestion: ")
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    base: EvalConfig
+    levels: tuple[int, ...] = (1, 4, 16)
+    classes: tuple[LengthClass, ...] = DEFAULT_CLASSES
+    requests: int = 16
+    warmup: int = 1
+    force: bool = False
+
+
+def validate(cfg: GridConfig) -> None:
+    if not cfg.levels or any(c < 1 for c in cfg.levels):
+        raise InputError("every level must be at least 1", field="--concurrency")
+    if cfg.requests < 1:
+        raise InputError(f"must be at least 1, got {cfg.requests}", field="--requests")
+
+
+def cell_config(base: EvalConfig, cls: LengthClass) -> EvalConfig:
+    sampling = base.sampling
+    if cls.out_tokens:
+        sampling = replace(sampling, structured="none", max_tokens=cls.out_tokens, ignore_eos=True)
+    return replace(base, sampling=sampling, context_prefix=context_block(base.evalset, cls.pad_tokens))
+
+
+def cell(st: dict[str, Any], cls: LengthClass) -> dict[str, Any]:
+    kv = st["server"].get("kv_cache_usage") or {}
+    return {"class": cls.name, "concurrency": st["concurrency"], "n": st["n"], "ok": st["ok"],
+            "req_per_s": st.get("req_per_s"), "output_tok_per_s": st.get("output_tok_per_s"),
+            "p95_s": (st["latency_s"] or {}).get("p95"), "ttft_p95_s": (st["ttft_s"] or {}).get("p95"),
+            "prompt_tokens_p50": (st["prompt_tokens"] or {}).get("p50"),
+            "completion_tokens_p50": (st["completion_tokens"] or {}).get("p50"),
+            "kv_peak": kv.get("peak"), "kv_samples": kv.get("n", 0),
+            "errors": st["errors"], "finish_reasons": st["finish_reasons"], "run_dir": st["run_dir"]}
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    cells = {(c["class"], c["concurrency"]): c for c in result["cells"]}
+    levels, classes = result["config"]["levels"], result["config"]["classes"]
+    md = [f"# Benchmark grid · {result['model']} · {result['evalset']}", "",
+          f"Endpoint: {result['endpoint_label']}. {result['config']['requests']} requests per cell (closed loop); "
+          "each cell: req/s · p95 end-to-end (s) · peak KV-cache usage (samples).", ""]
+    if result.get("cpu_label"):
+        md += [f"**{result['cpu_label']}**", ""]
+    md += ["| class | measured prompt / output tokens (p50) | " + " | ".join(f"c={c}" for c in levels) + " |",
+           "|---|---|" + "---|" * len(levels)]
+    for k in classes:
+        row = [cells.get((k["name"], c)) for c in levels]
+        some = next((x for x in row if x), None) or {}
+        toks = f"{_f(some.get('prompt_tokens_p50'), '{:.0f}')} / {_f(some.get('completion_tokens_p50'), '{:.0f}')}"
+        txt = []
+        for x in row:
+            if not x:
+                txt.append("n/a")
+                continue
+            kv = f"{x['kv_peak']:.1%} (n={x['kv_samples']})" if x["kv_samples"] else "not observed"
+            err = f", {x['n'] - x['ok']} failed" if x["n"] != x["ok"] else ""
+            txt.append(f"{_f(x['req_per_s'], '{:.3f}')} · {_f(x['p95_s'])} · {kv}{err}")
+        md.append(f"| {k['name']} ({k['describe']}) | {toks} | " + " | ".join(txt) + " |")
+    md += ["", "Classes: context is made of other questions from the same eval set; token counts above are "
+           "measured by the server, not the 4-characters-per-token estimate used to build the context."]
+    md += [f"\n- {n}" for n in result.get("notes", [])]
+    return "\n".join(md) + "\n"
+
+
+def heatmap(result: dict[str, Any], out: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    levels, names = result["config"]["levels"], [k["name"] for k in result["config"]["classes"]]
+    cells = {(c["class"], c["concurrency"]): c for c in result["cells"]}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 1.2 + 0.8 * len(names)))
+    for ax, key, title, fmt in ((axes[0], "req_per_s", "req/s", "{:.3f}"), (axes[1], "p95_s", "p95 (s)", "{:.1f}")):
+        grid = np.array([[(cells.get((n, c)) or {}).get(key) or np.nan for c in levels] for n in names], dtype=float)
+        im = ax.imshow(grid, cmap="viridis" if key == "req_per_s" else "magma_r", aspect="auto")
+        ax.set_xticks(range(len(levels)), [f"c={c}" for c in levels])
+        ax.set_yticks(range(len(names)), names)
+        for (i, j), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                ax.text(j, i, fmt.format(v), ha="center", va="center", color="w", fontsize=8)
+        ax.set_title(title)
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.suptitle(f"{result['model']}: concurrency × length class")
+    fig.tight_layout()
+    path = out / "grid.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
+             progress: Progress | None = None) -> dict[str, Any]:
+    validate(cfg)
+    if cfg.base.endpoint is None:
+        raise InputError("run_grid needs a bound endpoint", field="--endpoint")
+    out = cfg.base.out
+    prepare_out(out, cfg.force)
+    path = expand_evalset(cfg.base.evalset, cfg.requests, out)
+    notes = []
+    if cfg.warmup:
+        wpath = expand_evalset(cfg.base.evalset, cfg.warmup, out / "warmup")
+        run_level(cfg.base, wpath, 1, out / "warmup" / "run")
+        notes.append(f"{cfg.warmup} warm-up request(s) at c=1 ran first and are not counted.")
+    cells, t0 = [], time.time()
+    levels = tuple(sorted(set(cfg.levels)))
+    for cls in cfg.classes:
+        ccfg = cell_config(cfg.base, cls)
+        for c in levels:
+            st = run_level(ccfg, path, c, out / "cells" / f"{cls.name}-c{c}")
+            cells.append(cell(st, cls))
+            if progress:
+                progress(f"{cls.name} c={c}: {st['ok']}/{st['n']} ok, {_f(st.get('req_per_s'), '{:.3f}')} req/s")
+            if cls.out_tokens and st["ok"]:
+                got = (st["completion_tokens"] or {}).get("p50")
+                if got is not None and got != cls.out_tokens:
+                    notes.append(f"{cls.name} c={c}: median output {got:.0f} tokens, not the {cls.out_tokens} "
+                                 "asked (the endpoint may not honour ignore_eos).")
+    info = server_info or {"endpoint": cfg.base.endpoint}
+    local = bool(info.get("started_by_us"))
+    result = {
+        "kind": "grid", "created": time.time(), "elapsed_s": time.time() - t0,
+        "model": cfg.base.model, "evalset": cfg.base.evalset, "server": info,
+        "endpoint_label": "local vLLM started for the grid" if local else str(info.get("endpoint")),
+        "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
+                      "they are not GPU numbers.") if local else None,
+        "config": {"levels": list(levels), "requests": cfg.requests,
+                   "classes": [{"name": c.name, "pad_tokens": c.pad_tokens, "out_tokens": c.out_tokens,
+                                "describe": c.describe()} for c in cfg.classes]},
+        "cells": cells, "notes": notes,
+    }
+    result["plot"] = heatmap(result, out)
+    write_json_atomic(out / "grid.json", result)
+    (out / "grid.md").write_text(render_markdown(result))
+    return result
+
+
+__all__ = ["GridConfig", "LengthClass", "DEFAULT_CLASSES", "parse_classes", "context_block", "run_grid"]
