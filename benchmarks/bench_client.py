@@ -82,7 +82,15 @@ def main() -> None:
     args = ap.parse_args()
     port = free_port()
     server = subprocess.Popen(["taskset", "-c", "0", PY, str(ROOT / "benchmarks" / "noop_server.py"), str(port)])
-    time.sleep(2)
+    deadline = time.time() + 60
+    while True:  # wait until it accepts connections (a busy machine starts it slowly)
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.time() > deadline or server.poll() is not None:
+                raise SystemExit("no-op server did not start") from None
+            time.sleep(0.2)
     url = f"http://127.0.0.1:{port}"
     rows = []
     try:

@@ -117,7 +117,7 @@ class EvalConfig:
     rate: float | None = None  # open loop: Poisson arrivals per second; concurrency caps in-flight
     duration_s: float | None = None  # start no request after this many seconds (the rest: not sent)
     arrival_seed: int = 0
-    context_prefix: str = ""  # text put before every question (length classes for `grid`)
+    context_suffix: str = ""  # text after every question (length classes for `grid`)
 
 
 def whitespace_outside_strings(text: str) -> int:
@@ -234,7 +234,7 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
             counts["in_flight"] += 1
             if progress:
                 progress("update", dict(counts))
-            comp = await complete(client, ecfg, prompt.messages(cfg.context_prefix + case.question),
+            comp = await complete(client, ecfg, prompt.messages(case.question + cfg.context_suffix),
                                   cfg.sampling, budget)
             counts["in_flight"] -= 1
             rec = score_item(case, comp.text, evalset_rulesets, ex,
@@ -358,9 +358,9 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts,
             "load": {"rate": cfg.rate, "duration_s": cfg.duration_s,
                      "arrival_seed": cfg.arrival_seed if cfg.rate else None},
-            "context_prefix_chars": len(cfg.context_prefix),
-            "context_prefix_sha256": (hashlib.sha256(cfg.context_prefix.encode()).hexdigest()
-                                      if cfg.context_prefix else None),
+            "context_suffix_chars": len(cfg.context_suffix),
+            "context_suffix_sha256": (hashlib.sha256(cfg.context_suffix.encode()).hexdigest()
+                                      if cfg.context_suffix else None),
             "server_started_by_us": server is not None,
             "server_args": server.args if server is not None else None,
             "server_startup_s": getattr(server, "startup_s", None),

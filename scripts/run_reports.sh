@@ -36,7 +36,7 @@ for m in "${models[@]}"; do
         --out "$OUT/$m/load-check" --allow-diff
     stop
     serve "$m" --no-compact || exit 1
-    $N compact --evalset heldout --limit 24 --endpoint $URL --model "$m" --out "$OUT/$m/compact"
+    $N compact --evalset heldout --limit ${COMPACT_LIMIT:-24} --endpoint $URL --model "$m" --out "$OUT/$m/compact"
     stop
 done
 runs=()

@@ -101,7 +101,7 @@ def test_parse_classes_and_context_block() -> None:
         with pytest.raises(InputError):
             parse_classes(bad)
     block = context_block("dev", 200)
-    assert 800 <= len(block) <= 1100 and block.endswith("Question: ")
+    assert 800 <= len(block) <= 1100 and block.startswith("\n\nFor context only")
     assert context_block("dev", 0) == ""
 
 
@@ -118,7 +118,7 @@ def test_grid_cli_end_to_end(fake: FakeServer, tmp_path: Path) -> None:
     # The tiny class carried its context block and asked for a fixed output length.
     tiny_dir = Path(next(c["run_dir"] for c in data["cells"] if c["class"] == "tiny"))
     manifest = json.loads((tiny_dir / "manifest.json").read_text())
-    assert manifest["context_prefix_chars"] > 200
+    assert manifest["context_suffix_chars"] > 200
     assert manifest["sampling"]["ignore_eos"] is True and manifest["sampling"]["max_tokens"] == 16
     md = (out / "grid.md").read_text()
     assert "| tiny (+64 context tokens, 16 free-text tokens (ignore_eos))" in md and "not observed" in md

@@ -7,7 +7,9 @@ class, on the eval set's real questions:
 
 * the **prompt** grows by a context block made of *other questions from the same eval set*
   (about ``pad_tokens`` tokens, estimated at 4 characters per token — the measured prompt
-  tokens of every request are reported, so the estimate is never the figure);
+  tokens of every request are reported, so the estimate is never the figure).  The block
+  comes *after* the question, so prefix caching cannot share it between requests: each
+  request pays its own prefill, as distinct long prompts would;
 * the **output** is either the real structured intent (``out_tokens`` 0: ~30–40 tokens) or
   exactly ``out_tokens`` free-text tokens (vLLM's ``ignore_eos``), so output length is fixed
   by construction and checked on the measured completion tokens.
@@ -82,8 +84,8 @@ def context_block(evalset: str, pad_tokens: int) -> str:
         lines.append(f"- {q}")
         chars += len(q) + 3
         i += 1
-    return ("Earlier questions in this session (context only; answer the last question):\n"
-            + "\n".join(lines) + "\n\nQuestion: ")
+    return ("\n\nFor context only (answer the question above), earlier questions in this session:\n"
+            + "\n".join(lines))
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def cell_config(base: EvalConfig, cls: LengthClass) -> EvalConfig:
     sampling = base.sampling
     if cls.out_tokens:
         sampling = replace(sampling, structured="none", max_tokens=cls.out_tokens, ignore_eos=True)
-    return replace(base, sampling=sampling, context_prefix=context_block(base.evalset, cls.pad_tokens))
+    return replace(base, sampling=sampling, context_suffix=context_block(base.evalset, cls.pad_tokens))
 
 
 def cell(st: dict[str, Any], cls: LengthClass) -> dict[str, Any]:
@@ -144,7 +146,8 @@ def render_markdown(result: dict[str, Any]) -> str:
             err = f", {x['n'] - x['ok']} failed" if x["n"] != x["ok"] else ""
             txt.append(f"{_f(x['req_per_s'], '{:.3f}')} · {_f(x['p95_s'])} · {kv}{err}")
         md.append(f"| {k['name']} ({k['describe']}) | {toks} | " + " | ".join(txt) + " |")
-    md += ["", "Classes: context is made of other questions from the same eval set; token counts above are "
+    md += ["", "Classes: context is made of other questions from the same eval set, placed after the question "
+           "(so prefix caching cannot share it); token counts above are "
            "measured by the server, not the 4-characters-per-token estimate used to build the context."]
     md += [f"\n- {n}" for n in result.get("notes", [])]
     return "\n".join(md) + "\n"

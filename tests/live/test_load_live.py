@@ -61,6 +61,41 @@ def test_sweep_live(vllm_server: LocalServer, tmp_path: Path) -> None:
     assert (out / "throughput_vs_p95.png").stat().st_size > 5000 and (out / "efficiency.png").exists()
 
 
+def test_rate_sweep_live(vllm_server: LocalServer, tmp_path: Path) -> None:
+    """Open loop at a rate the CPU server cannot serve: achieved falls short and arrivals queue."""
+    from nlq2sql.load import openloop
+
+    out = tmp_path / "rates"
+    cfg = openloop.RateSweepConfig(base=base(vllm_server.url, vllm_server.model_name, out), rates=(0.2, 3.0),
+                                   requests=6, max_in_flight=32, warmup=0, slo_p95=(300.0,))
+    res = openloop.run_rate_sweep(cfg, {"started_by_us": False, "endpoint": vllm_server.url})
+    print((out / "rate-sweep.md").read_text())
+    lv = {s["offered_rate"]: s for s in res["levels"]}
+    assert all(s["n"] == 6 and s["ok"] == 6 for s in lv.values()), [s["errors"] for s in lv.values()]
+    hi = lv[3.0]
+    assert hi["req_per_s"] < 0.9 * 3.0  # this server cannot answer 3 req/s
+    assert hi["server"]["observed"] and hi["server"]["running"]["peak"] >= 3
+    assert hi["arrivals"]["realised_rate"] is not None and hi["latency_from_arrival_s"]["n"] == 6
+    assert res["analysis"]["slo_policy"][0]["rate"] is not None
+
+
+def test_grid_live(vllm_server: LocalServer, tmp_path: Path) -> None:
+    """Length classes are real: ignore_eos fixes the output, the context block grows prompt and KV."""
+    from nlq2sql.load import grid as gr
+
+    out = tmp_path / "grid"
+    cfg = gr.GridConfig(base=base(vllm_server.url, vllm_server.model_name, out), levels=(1, 4),
+                        classes=gr.parse_classes("short,long:384:24"), requests=4, warmup=0)
+    res = gr.run_grid(cfg, {"started_by_us": False, "endpoint": vllm_server.url})
+    print((out / "grid.md").read_text())
+    cells = {(c["class"], c["concurrency"]): c for c in res["cells"]}
+    assert all(c["n"] == c["ok"] == 4 for c in cells.values()), [c["errors"] for c in cells.values()]
+    assert cells[("long", 4)]["completion_tokens_p50"] == 24
+    assert cells[("long", 4)]["prompt_tokens_p50"] >= cells[("short", 4)]["prompt_tokens_p50"] + 250
+    assert all(c["kv_samples"] > 0 for c in cells.values())
+    assert cells[("long", 4)]["kv_peak"] > cells[("short", 4)]["kv_peak"]
+
+
 def test_serialization_default_server_is_batched(vllm_server: LocalServer, tmp_path: Path) -> None:
     res = verdict(vllm_server.url, vllm_server.model_name, tmp_path / "ser", 4, 3, 8)
     assert res["verdict"] == "batched", res["rule"]
