@@ -2,8 +2,9 @@
 
 A no-op OpenAI-compatible server (benchmarks/noop_server.py) runs pinned to core 0; each
 client runs pinned to core 1, alternating, ``--rounds`` times per concurrency level.
-Ours is the real ``run_eval`` path: streaming, timing, scoring and appending records.
-Prints req/s medians and the ratio ours ÷ theirs.  A harness that tops out below the
+Ours is the real ``run_eval`` path: streaming, timing, scoring and appending records, once
+per client (``sdk``: the official openai SDK; ``aiohttp``: the same request on plain
+aiohttp).  Prints req/s medians and the ratio ours ÷ theirs for each.  A harness that tops out below the
 server it measures cannot measure it.
 
     python benchmarks/bench_client.py --concurrency 64,256 --requests 4000 --rounds 3
@@ -31,10 +32,10 @@ import json, sys, time
 from pathlib import Path
 from nlq2sql.client import Sampling
 from nlq2sql.live import EvalConfig, run_eval
-url, evalset, out, c = sys.argv[1:5]
+url, evalset, out, c, client = sys.argv[1:6]
 s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model="noop", concurrency=int(c),
                         guardrails=(), sampling=Sampling(max_tokens=16), metrics_interval_s=3600,
-                        retry_budget=0.0, force=True))
+                        retry_budget=0.0, force=True, client=client))
 print("RESULT", s["throughput"]["req_per_s"], s["n"], s.get("errors_by_class"))
 """
 
@@ -79,6 +80,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokenizer", default=str(ROOT / ".cache" / "models" / "smollm2-135m"))
+    ap.add_argument("--clients", default="sdk,aiohttp")
     args = ap.parse_args()
     port = free_port()
     server = subprocess.Popen(["taskset", "-c", "0", PY, str(ROOT / "benchmarks" / "noop_server.py"), str(port)])
@@ -96,25 +98,33 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             evalset = expanded_evalset(args.requests, Path(tmp) / "bench.jsonl")
+            clients = args.clients.split(",")
             for c in (int(x) for x in args.concurrency.split(",")):
-                ours, theirs = [], []
+                ours: dict[str, list[float]] = {k: [] for k in clients}
+                theirs: list[float] = []
                 for r in range(args.rounds):
-                    ours.append(run([PY, "-c", OURS, url + "/v1", str(evalset), f"{tmp}/run{c}-{r}", str(c)]))
+                    for k in clients:
+                        ours[k].append(run([PY, "-c", OURS, url + "/v1", str(evalset), f"{tmp}/run{c}-{r}-{k}",
+                                            str(c), k]))
                     theirs.append(run([PY, "-c", THEIRS, "--backend", "openai-chat", "--endpoint",
                                        "/v1/chat/completions", "--base-url", url, "--model", "noop",
                                        "--tokenizer", args.tokenizer, "--dataset-name", "random",
                                        "--random-input-len", "32", "--random-output-len", "8",
                                        "--num-prompts", str(args.requests), "--max-concurrency", str(c)]))
-                rows.append((c, statistics.median(ours), statistics.median(theirs), ours, theirs))
+                rows.append((c, ours, theirs))
     finally:
         server.terminate()
     print(f"\nclient ceiling, no-op server on core 0, clients on core 1, {args.requests} requests, "
           f"median of {args.rounds} interleaved rounds (cpu count {os.cpu_count()})")
-    print("| concurrency | nlq2sql req/s | vllm bench serve req/s | ratio ours/theirs | rounds (ours; theirs) |")
-    print("|---|---|---|---|---|")
-    for c, o, t, os_, ts in rows:
-        print(f"| {c} | {o:.0f} | {t:.0f} | {o / t:.2f} | {', '.join(f'{x:.0f}' for x in os_)}; "
-              f"{', '.join(f'{x:.0f}' for x in ts)} |")
+    print("| concurrency | client | nlq2sql req/s | vllm bench serve req/s | ratio ours/theirs "
+          "| rounds (ours; theirs) |")
+    print("|---|---|---|---|---|---|")
+    for c, ours, theirs in rows:
+        t = statistics.median(theirs)
+        for k, xs in ours.items():
+            o = statistics.median(xs)
+            print(f"| {c} | {k} | {o:.0f} | {t:.0f} | {o / t:.2f} | {', '.join(f'{x:.0f}' for x in xs)}; "
+                  f"{', '.join(f'{x:.0f}' for x in theirs)} |")
 
 
 if __name__ == "__main__":

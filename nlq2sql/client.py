@@ -21,6 +21,7 @@ import openai
 from openai import AsyncOpenAI, DefaultAioHttpClient
 
 from .intent import intent_schema
+from .rawclient import HTTPStatusError, RawClient, StreamEventError, stream_once
 
 #: outcome → retried?  (the docs list the same table)
 OUTCOMES: dict[str, bool] = {
@@ -29,6 +30,9 @@ OUTCOMES: dict[str, bool] = {
     "model_not_found": False, "malformed_response": False,
 }
 STRUCTURED_MODES = ("json", "response_format", "regex", "none")
+#: sdk = the official openai SDK (AsyncOpenAI on its aiohttp transport); aiohttp = the same
+#: request on plain aiohttp, for endpoints faster than the SDK's one-core ceiling.
+CLIENTS = ("sdk", "aiohttp")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class EndpointConfig:
     concurrency: int = 8
     retry_budget: float = 0.2  # extra requests allowed, as a fraction of items
     max_attempts: int = 4
+    client: str = "sdk"  # see CLIENTS
 
 
 @dataclass(frozen=True)
@@ -105,9 +110,11 @@ class RetryBudget:
         return True
 
 
-def make_client(cfg: EndpointConfig) -> AsyncOpenAI:
-    """SDK client on aiohttp with a pool sized to the concurrency; SDK retries off (ours count)."""
+def make_client(cfg: EndpointConfig) -> AsyncOpenAI | RawClient:
+    """Client with a pool sized to the concurrency; SDK retries off (ours count)."""
     connector_limit = max(100, cfg.concurrency * 2)
+    if cfg.client == "aiohttp":
+        return RawClient(cfg.base_url, cfg.api_key, connector_limit, KEEPALIVE_S, cfg.timeout_s)
     http = DefaultAioHttpClient(timeout=cfg.timeout_s,
                                 limits=_limits(connector_limit))
     return AsyncOpenAI(base_url=cfg.base_url, api_key=cfg.api_key, max_retries=0,
@@ -175,10 +182,13 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 def classify(exc: BaseException) -> tuple[str, int | None, float | None]:
     """Exception → (outcome, HTTP status, Retry-After seconds)."""
-    if isinstance(exc, openai.APIStatusError):
-        code = exc.status_code
+    if isinstance(exc, (openai.APIStatusError, HTTPStatusError)):
+        if isinstance(exc, HTTPStatusError):
+            code, ra = exc.status, exc.retry_after
+        else:
+            code = exc.status_code
+            ra = exc.response.headers.get("retry-after") if exc.response is not None else None
         retry_after = None
-        ra = exc.response.headers.get("retry-after") if exc.response is not None else None
         if ra:
             try:
                 retry_after = float(ra)
@@ -203,6 +213,10 @@ def classify(exc: BaseException) -> tuple[str, int | None, float | None]:
             return "connection_error", None, None
         return "timeout", None, None
     if isinstance(exc, openai.APIConnectionError):
+        return "connection_error", None, None
+    if isinstance(exc, StreamEventError | aiohttp.ClientPayloadError):
+        return "stream_error", None, None
+    if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError):
         return "connection_error", None, None
     if isinstance(exc, (json.JSONDecodeError, openai.APIResponseValidationError, ValueError,
                         KeyError, TypeError, AttributeError)):
@@ -251,7 +265,7 @@ async def _once(client: AsyncOpenAI, kw: dict[str, Any], timeout_s: float, out: 
         raise openai.APIError("stream ended without a finish_reason", request=None, body=None)  # type: ignore[arg-type]
 
 
-async def complete(client: AsyncOpenAI, cfg: EndpointConfig, messages: list[dict[str, str]],
+async def complete(client: AsyncOpenAI | RawClient, cfg: EndpointConfig, messages: list[dict[str, str]],
                    sampling: Sampling, budget: RetryBudget) -> Completion:
     """One item's call with classified failures and bounded, jittered retries."""
     kw = request_kwargs(cfg.model, messages, sampling)
@@ -263,7 +277,10 @@ async def complete(client: AsyncOpenAI, cfg: EndpointConfig, messages: list[dict
         out = Completion(started=result.started, attempts=attempt,
                          retry_waits_s=result.retry_waits_s, unsent_retries=result.unsent_retries)
         try:
-            await _once(client, kw, cfg.timeout_s, out)
+            if isinstance(client, RawClient):
+                await stream_once(client, kw, cfg.timeout_s, out)
+            else:
+                await _once(client, kw, cfg.timeout_s, out)
             return out
         except asyncio.CancelledError:
             raise

@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from .client import EndpointConfig, RetryBudget, Sampling, complete, make_client
+from .client import CLIENTS, EndpointConfig, RetryBudget, Sampling, complete, make_client
 from .errors import InputError
 from .evalset import EvalCase, load_evalset
 from .guardrail import load_guardrails
@@ -105,6 +105,7 @@ class EvalConfig:
     sampling: Sampling = field(default_factory=Sampling)
     timeout_s: float = 120.0
     retry_budget: float = 0.2
+    client: str = "sdk"  # sdk | aiohttp (client.CLIENTS)
     resume: bool = False
     force: bool = False
     warehouse: Path | None = None
@@ -147,6 +148,8 @@ def validate(cfg: EvalConfig) -> None:
         raise InputError(f"must be at least 1, got {cfg.sampling.max_tokens}", field="--max-tokens")
     if cfg.timeout_s <= 0:
         raise InputError("must be positive", field="--timeout")
+    if cfg.client not in CLIENTS:
+        raise InputError(f"unknown client {cfg.client!r} (known: {', '.join(CLIENTS)})", field="--client")
     if cfg.rate is not None and not cfg.rate > 0:
         raise InputError(f"must be positive, got {cfg.rate}", field="--rate")
     if cfg.duration_s is not None and not cfg.duration_s > 0:
@@ -219,7 +222,8 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
     evalset_rulesets = load_guardrails(list(cfg.guardrails))
     prompt = load_prompt(cfg.prompt, cfg.style)
     ecfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=cfg.timeout_s,
-                          concurrency=cfg.concurrency, retry_budget=cfg.retry_budget)
+                          concurrency=cfg.concurrency, retry_budget=cfg.retry_budget,
+                          client=cfg.client)
     client = make_client(ecfg)
     budget = RetryBudget(len(cases), cfg.retry_budget)
     counts: Counter[str] = Counter(total=len(cases))
@@ -355,7 +359,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "endpoint": base_url if server is None else "local",
             "model": model, "prompt": prompt.name, "prompt_style": prompt.style,
             "prompt_sha256": prompt.sha256, "sampling": cfg.sampling.as_dict(),
-            "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts,
+            "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts, "client": cfg.client,
             "load": {"rate": cfg.rate, "duration_s": cfg.duration_s,
                      "arrival_seed": cfg.arrival_seed if cfg.rate else None},
             "context_suffix_chars": len(cfg.context_suffix),

@@ -215,6 +215,7 @@ def make_app(state: _State) -> Any:
         kind = b["kind"]
         state.note({"path": "/v1/chat/completions", "n": state.chat_count, "question": question,
                     "behaviour": kind, "auth_ok": authorised(request),
+                    "body_sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(),
                     "stream": bool(body.get("stream")), "model": body.get("model"),
                     "system_prompt_sha256": hashlib.sha256(
                         "".join(m.get("content", "") for m in messages

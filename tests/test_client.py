@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -90,3 +91,32 @@ def test_no_resend_when_healthy(fails: int) -> None:
     client = _Client(fails=fails)
     out = _run(client, RetryBudget(1, 0.0))
     assert out.outcome == "ok" and client.calls == 1 and out.unsent_retries == 0
+
+
+def test_sdk_and_aiohttp_clients_send_the_same_body_and_record_the_same(tmp_path: Path) -> None:
+    """The aiohttp client is a transport choice only: same JSON on the wire, same records."""
+    import json
+
+    from fakeserver import FakeServer, by_ids, script
+
+    from nlq2sql.live import EvalConfig, run_eval
+    from nlq2sql.records import iter_records
+
+    log = tmp_path / "requests.jsonl"
+    with FakeServer(tmp_path / "fake", script(by_question=by_ids("heldout", {})), model="m", log=log) as fake:
+        recs = {}
+        for client in ("sdk", "aiohttp"):
+            out = tmp_path / client
+            run_eval(EvalConfig(evalset="heldout", out=out, endpoint=fake.url, model="m", limit=6,
+                                concurrency=3, client=client, metrics_interval_s=0.05))
+            recs[client] = {r["id"]: r for r in iter_records(out / "records.jsonl")}
+            assert json.loads((out / "manifest.json").read_text())["client"] == client
+    keep = ("outcome", "status", "raw_text", "finish_reason", "completion_tokens", "prompt_tokens", "correct_final")
+    for rid, r in recs["sdk"].items():
+        assert {k: r.get(k) for k in keep} == {k: recs["aiohttp"][rid].get(k) for k in keep}
+    bodies: dict[str, set[str]] = {}
+    for line in log.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("path") == "/v1/chat/completions":
+            bodies.setdefault(e["question"], set()).add(e["body_sha256"])
+    assert len(bodies) == 6 and all(len(v) == 1 for v in bodies.values())

@@ -49,6 +49,12 @@ def start(fakes: list[FakeServer], tmp_path: Path, behaviours: dict[str, list[An
     return fake.start()
 
 
+@pytest.fixture(params=["sdk", "aiohttp"])
+def client(request: pytest.FixtureRequest) -> str:
+    """Every fault runs through both transports: outcomes must not depend on the client."""
+    return str(request.param)
+
+
 def evaluate(fake: FakeServer, tmp_path: Path, n: int, **kw: Any
              ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     cfg = EvalConfig(evalset=EVALSET, out=tmp_path / "run", endpoint=fake.url, model=MODEL,
@@ -100,14 +106,15 @@ RETRYABLE = [
 
 
 @pytest.mark.parametrize(("fault", "outcome", "status"), RETRYABLE)
-def test_retryable_fault(fault: Any, outcome: Any, status: int | None, tmp_path: Path,
+def test_retryable_fault(fault: Any, outcome: Any, status: int | None, tmp_path: Path, client: str,
                          fakes: list[FakeServer]) -> None:
     # ho-001 fails on every attempt; ho-002 fails once and recovers; the rest are fine.
     n, fraction = 5, 1.0
     fake = start(fakes, tmp_path, {"ho-001": [fault] * MAX_ATTEMPTS, "ho-002": [fault]})
     hang = outcome == "timeout"
     t0 = time.monotonic()
-    summary, recs = evaluate(fake, tmp_path, n, retry_budget=fraction, timeout_s=0.5 if hang else 5.0)
+    summary, recs = evaluate(fake, tmp_path, n, retry_budget=fraction, timeout_s=0.5 if hang else 5.0,
+                             client=client)
     assert time.monotonic() - t0 < 30
 
     failed, recovered = recs["ho-001"], recs["ho-002"]
@@ -136,11 +143,11 @@ def test_retryable_fault(fault: Any, outcome: Any, status: int | None, tmp_path:
         assert all(b - a >= 1.0 for a, b in zip(times, times[1:], strict=False)), times
 
 
-def test_retry_budget_stops_a_storm(tmp_path: Path, fakes: list[FakeServer]) -> None:
+def test_retry_budget_stops_a_storm(tmp_path: Path, client: str, fakes: list[FakeServer]) -> None:
     """A server failing every request gets at most items × (1 + budget) requests."""
     n, fraction = 10, 0.2
     fake = start(fakes, tmp_path, spec=script(default="503"))
-    summary, recs = evaluate(fake, tmp_path, n, retry_budget=fraction)
+    summary, recs = evaluate(fake, tmp_path, n, retry_budget=fraction, client=client)
     assert summary["errors_by_class"] == {"http_5xx": n}
     total = len(fake.chat_requests())
     assert total == sum(r["attempts"] for r in recs.values()) == budget_bound(n, fraction) == 12
@@ -164,10 +171,10 @@ NON_RETRYABLE = [
 
 @pytest.mark.parametrize(("fault", "outcome", "status", "http", "finish"), NON_RETRYABLE)
 def test_non_retryable_fault(fault: str, outcome: str, status: str, http: int | None,
-                             finish: str | None, tmp_path: Path, fakes: list[FakeServer]) -> None:
+                             finish: str | None, tmp_path: Path, client: str, fakes: list[FakeServer]) -> None:
     n = 4
     fake = start(fakes, tmp_path, {"ho-001": [fault] * MAX_ATTEMPTS, "ho-002": [fault] * MAX_ATTEMPTS})
-    summary, recs = evaluate(fake, tmp_path, n)
+    summary, recs = evaluate(fake, tmp_path, n, client=client)
     for item in ("ho-001", "ho-002"):
         rec = recs[item]
         assert rec["outcome"] == outcome and rec["status"] == status, rec
@@ -187,10 +194,10 @@ def test_non_retryable_fault(fault: str, outcome: str, status: str, http: int | 
 # The server process killed mid-run; and killed, then restarted on the same port
 # ---------------------------------------------------------------------------------------
 
-def test_server_killed_mid_run(tmp_path: Path, fakes: list[FakeServer]) -> None:
+def test_server_killed_mid_run(tmp_path: Path, client: str, fakes: list[FakeServer]) -> None:
     n, fraction = 8, 0.5
     fake = start(fakes, tmp_path, {"ho-004": ["die"]}, delay_s=0.05)
-    summary, recs = evaluate(fake, tmp_path, n, concurrency=2, retry_budget=fraction)
+    summary, recs = evaluate(fake, tmp_path, n, concurrency=2, retry_budget=fraction, client=client)
     assert fake.proc is not None and fake.proc.poll() is not None  # it really died
     outcomes = Counter(r["outcome"] for r in recs.values())
     assert recs["ho-004"]["outcome"] in ("stream_error", "connection_error")
@@ -202,7 +209,7 @@ def test_server_killed_mid_run(tmp_path: Path, fakes: list[FakeServer]) -> None:
     assert summary["retries_used"] == max(1, int(n * fraction))
 
 
-def test_server_killed_then_restarted(tmp_path: Path, fakes: list[FakeServer]) -> None:
+def test_server_killed_then_restarted(tmp_path: Path, client: str, fakes: list[FakeServer]) -> None:
     n, fraction = 8, 1.0
     first = start(fakes, tmp_path, {"ho-004": ["die"]}, delay_s=0.05)
     # A standby process on the same port binds as soon as the first one is gone.
@@ -210,7 +217,8 @@ def test_server_killed_then_restarted(tmp_path: Path, fakes: list[FakeServer]) -
                          bind_retry_s=60, delay_s=0.05)
     fakes.append(standby)
     standby.start(wait=False)
-    summary, recs = evaluate(fake=first, tmp_path=tmp_path, n=n, concurrency=2, retry_budget=fraction)
+    summary, recs = evaluate(fake=first, tmp_path=tmp_path, n=n, concurrency=2, retry_budget=fraction,
+                             client=client)
     assert first.proc is not None and first.proc.poll() is not None
     assert standby.listening()
     pids = {e["pid"] for e in first.chat_requests()}

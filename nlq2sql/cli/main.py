@@ -130,6 +130,8 @@ def eval_cmd(
     compact_server: Annotated[bool, typer.Option(help="Local server: whitespace-free structured outputs "
                                                  "(server-wide; on by default).")] = True,
     max_failure_rate: Annotated[float, typer.Option(help="Exit 1 when more items than this fail.")] = 0.05,
+    client: Annotated[str, typer.Option(help="sdk (official openai SDK) | aiohttp (same request, less client "
+                                        "CPU: for endpoints beyond the SDK's one-core ceiling).")] = "sdk",
 ) -> None:
     """Run an eval set against a live endpoint and score it."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -146,7 +148,8 @@ def eval_cmd(
     cfg = EvalConfig(evalset=evalset, out=out, endpoint=endpoint, model=model, api_key_env=api_key_env,
                      prompt=prompt, guardrails=_guardrails(guardrails), concurrency=concurrency,
                      limit=limit, sampling=Sampling(max_tokens=max_tokens, structured=structured),
-                     timeout_s=timeout, resume=resume, force=force, compact_server=compact_server)
+                     timeout_s=timeout, resume=resume, force=force, compact_server=compact_server,
+                     client=client)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task("eval", total=None, info="starting")

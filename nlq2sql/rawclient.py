@@ -1,0 +1,116 @@
+"""A plain-aiohttp chat-completions stream: the same wire request as the SDK path, less CPU.
+
+The official SDK spends most of its per-request CPU transforming parameters and building
+pydantic models for every stream chunk; on one core that caps a client well below what
+``vllm bench serve`` drives (see ``benchmarks/bench_client.py``).  A harness that tops out
+below the server it measures cannot measure it, so ``--client aiohttp`` sends the *same*
+JSON body (``extra_body`` merged at the top level, as the SDK does) and parses the SSE
+lines with ``json.loads``.  Outcomes, retries and records are shared with the SDK path:
+only the transport differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+if TYPE_CHECKING:
+    from .client import Completion
+
+
+class HTTPStatusError(Exception):
+    """A non-200 answer, carrying what :func:`nlq2sql.client.classify` needs."""
+
+    def __init__(self, status: int, body: str, retry_after: str | None) -> None:
+        super().__init__(f"HTTP {status}: {body[:200]}")
+        self.status, self.body, self.retry_after = status, body, retry_after
+
+
+class StreamEventError(Exception):
+    """An ``{"error": …}`` event inside a 200 stream (vLLM reports mid-stream failures so)."""
+
+
+class RawClient:
+    """One aiohttp session with a pool sized like the SDK path's; created inside the loop."""
+
+    def __init__(self, base_url: str, api_key: str, limit: int, keepalive_s: float, timeout_s: float) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if api_key and api_key != "EMPTY":
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self._args = (limit, keepalive_s, timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            limit, keepalive_s, timeout_s = self._args
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=limit, keepalive_timeout=keepalive_s),
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout_s))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def body_of(kw: dict[str, Any]) -> bytes:
+    """SDK-style keyword arguments → the JSON body the SDK would send."""
+    body = {k: v for k, v in kw.items() if k not in ("extra_body",)}
+    body.update(kw.get("extra_body") or {})
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+async def stream_once(client: RawClient, kw: dict[str, Any], timeout_s: float, out: Completion) -> None:
+    """One streamed request; fills ``out`` like the SDK path does, raises on any failure."""
+    t0 = time.perf_counter()
+    parts: list[str] = []
+    last: float | None = None
+    gap_sum, gap_max, gaps = 0.0, 0.0, 0
+    async with asyncio.timeout(timeout_s):
+        async with client.session().post(client.url, data=body_of(kw), headers=client.headers) as resp:
+            if resp.status != 200:
+                raise HTTPStatusError(resp.status, await resp.text(), resp.headers.get("Retry-After"))
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event names
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                now = time.perf_counter()
+                obj = json.loads(payload)
+                if not isinstance(obj, dict):
+                    raise ValueError("stream event is not a JSON object")
+                if "error" in obj:
+                    raise StreamEventError(str(obj["error"])[:300])
+                out.chunks += 1
+                usage = obj.get("usage")
+                if usage:
+                    out.prompt_tokens = usage.get("prompt_tokens")
+                    out.completion_tokens = usage.get("completion_tokens")
+                    details = usage.get("prompt_tokens_details") or {}
+                    out.cached_tokens = details.get("cached_tokens")
+                for choice in obj.get("choices") or ():
+                    delta = (choice.get("delta") or {}).get("content")
+                    if delta:
+                        if out.ttft_s is None:
+                            out.ttft_s = now - t0
+                        elif last is not None:
+                            gap = now - last
+                            gap_sum, gap_max, gaps = gap_sum + gap, max(gap_max, gap), gaps + 1
+                        last = now
+                        parts.append(delta)
+                    if choice.get("finish_reason"):
+                        out.finish_reason = choice["finish_reason"]
+    out.latency_s = time.perf_counter() - t0
+    out.text = "".join(parts)
+    out.http_status = 200
+    if gaps:
+        out.itl_mean_s, out.itl_max_s = gap_sum / gaps, gap_max
+    if out.finish_reason is None:
+        raise StreamEventError("stream ended without a finish_reason")
