@@ -23,7 +23,7 @@ serve() {  # serve MODEL [--no-compact]
     done
     return 1
 }
-stop() { kill -INT $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; }
+stop() { kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; }  # INT is ignored in background jobs
 
 for m in "${models[@]}"; do
     [[ -n "${ONLY_COMPARE:-}" ]] && break

@@ -201,3 +201,47 @@ def test_scoring_leaves_the_garbage_collector_as_it_was(tmp_path: Path) -> None:
                 "--out", str(tmp_path / "run"))
     assert res.exit_code == 0
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_serve_stops_its_server_on_sigterm_even_with_sigint_ignored(tmp_path: Path) -> None:
+    """A script's background job starts with SIGINT ignored; TERM (and INT) must still stop vLLM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fakeserver import free_port
+
+    from nlq2sql.paths import PROJECT_ROOT
+
+    model = tmp_path / "fakemodel"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    wrapper = tmp_path / "fake-vllm-python"
+    wrapper.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'child.pid'}\n"
+                       f"exec {sys.executable} {PROJECT_ROOT / 'tests' / 'fakeserver.py'} \"$@\"\n")
+    wrapper.chmod(0o755)
+    env = dict(os.environ, NLQ2SQL_VLLM_PYTHON=str(wrapper))
+    proc = subprocess.Popen([sys.executable, "-m", "nlq2sql.cli", "serve", "--model", str(model), "--port",
+                             str(free_port())], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(1)]
+    while "serving" not in lines[-1] and lines[-1]:
+        lines.append(proc.stdout.readline())
+    assert "serving" in lines[-1], lines
+    child = int((tmp_path / "child.pid").read_text())
+    os.kill(child, 0)  # the stand-in server runs
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("serve left its server running after SIGTERM")

@@ -177,7 +177,8 @@ def serve(
     compact: Annotated[bool, typer.Option(help="Server-wide whitespace-free structured outputs.")] = True,
     dtype: Annotated[str, typer.Option(help="vLLM --dtype (bfloat16 | float32 | float16).")] = "bfloat16",
 ) -> None:
-    """Start a local vLLM, wait until healthy and warm, serve until Ctrl-C."""
+    """Start a local vLLM, wait until healthy and warm, serve until Ctrl-C or SIGTERM."""
+    import signal
     import time
 
     from ..server import LocalServer, ServerConfig, is_port_in_use
@@ -191,6 +192,13 @@ def serve(
         raise InputError(f"unknown dtype {dtype!r}: use bfloat16, float32 or float16", field="--dtype")
     srv = LocalServer(ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs,
                                    max_model_len=max_model_len, compact=compact, dtype=dtype))
+    # A background job in a script starts with SIGINT ignored, so `kill -INT` would never
+    # arrive: handle both INT and TERM explicitly, so the server we started is always stopped.
+    def _term(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
     srv.start()
     Console().print(f"serving {srv.model_name} at {srv.url} (pid {srv.pid}, ready in "
                     f"{srv.startup_s:.1f} s); Ctrl-C stops it")
