@@ -2,7 +2,8 @@
 # Reproduce the committed reports under reports/: for each model, the prompt x guardrail
 # matrix (held-out + adversarial), quality under load (1/16/32) and compact vs pretty,
 # then one comparison report.  CPU timings are CPU timings.  Takes ~30-60 min on 2 cores.
-# Usage: [DTYPE=float32] [LIMIT=K] [ONLY_COMPARE=1] scripts/run_reports.sh [MODEL ...]   (default: smollm2-135m qwen2.5-coder-0.5b)
+# Usage: [DTYPE=float32] [LIMIT=K] [COMPACT_LIMIT=K] [STEPS="matrix load-check compact"] [ONLY_COMPARE=1]
+#        scripts/run_reports.sh [MODEL ...]   (default: smollm2-135m qwen2.5-coder-0.5b)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 N=.venv/bin/nlq2sql
@@ -12,6 +13,7 @@ URL=http://127.0.0.1:$PORT/v1
 models=("$@"); [[ ${#models[@]} -gt 0 ]] || models=(smollm2-135m qwen2.5-coder-0.5b)
 DTYPE=${DTYPE:-bfloat16}            # vLLM --dtype for every server
 LIMIT=${LIMIT:+--limit $LIMIT}      # first K items of each eval set (default: all)
+STEPS=${STEPS:-matrix load-check compact}
 
 serve() {  # serve MODEL [--no-compact]
     $N serve --model "$1" --port "$PORT" --dtype "$DTYPE" ${2:-} > "$OUT/$1/serve${2:-}.log" 2>&1 &
@@ -28,16 +30,26 @@ stop() { kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; }  # INT is i
 for m in "${models[@]}"; do
     [[ -n "${ONLY_COMPARE:-}" ]] && break
     mkdir -p "$OUT/$m"
-    serve "$m" || exit 1
-    for set in heldout adversarial; do
-        $N matrix --evalset $set --endpoint $URL --model "$m" --concurrency 8 $LIMIT --out "$OUT/$m/matrix-$set"
-    done
-    $N load-check --evalset heldout --endpoint $URL --model "$m" --concurrency 1,16,32 $LIMIT \
-        --out "$OUT/$m/load-check" --allow-diff
-    stop
-    serve "$m" --no-compact || exit 1
-    $N compact --evalset heldout --limit ${COMPACT_LIMIT:-24} --endpoint $URL --model "$m" --out "$OUT/$m/compact"
-    stop
+    if [[ "$STEPS" == *matrix* || "$STEPS" == *load-check* ]]; then
+        serve "$m" || exit 1
+        if [[ "$STEPS" == *matrix* ]]; then
+            for set in heldout adversarial; do
+                $N matrix --evalset $set --endpoint $URL --model "$m" --concurrency 8 $LIMIT \
+                    --out "$OUT/$m/matrix-$set"
+            done
+        fi
+        if [[ "$STEPS" == *load-check* ]]; then
+            $N load-check --evalset heldout --endpoint $URL --model "$m" --concurrency 1,16,32 $LIMIT \
+                --out "$OUT/$m/load-check" --allow-diff
+        fi
+        stop
+    fi
+    if [[ "$STEPS" == *compact* ]]; then
+        serve "$m" --no-compact || exit 1
+        $N compact --evalset heldout --limit ${COMPACT_LIMIT:-24} --endpoint $URL --model "$m" \
+            --out "$OUT/$m/compact"
+        stop
+    fi
 done
 runs=()
 for m in "${models[@]}"; do

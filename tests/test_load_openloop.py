@@ -25,11 +25,13 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
         yield f
 
 
-def _level(rate: float, growth_late: float, n: int = 9, ok: int | None = None, p95: float = 1.0) -> dict[str, Any]:
+def _level(rate: float, growth_late: float, n: int = 9, ok: int | None = None, p95: float = 1.0,
+           peak: int = 2) -> dict[str, Any]:
     recs = [{"scheduled": 100.0 + i, "latency_from_arrival_s": 1.0 if i < n // 3 else growth_late}
             for i in range(n)]
     return {"offered_rate": rate, "n": n, "ok": n if ok is None else ok, "req_per_s": rate * 0.9,
-            "arrivals": arrival_stats(recs), "latency_from_arrival_s": {"n": n, "p95": p95}}
+            "arrivals": arrival_stats(recs), "latency_from_arrival_s": {"n": n, "p95": p95},
+            "client": {"inflight_peak": peak}}
 
 
 def test_arrival_stats_growth_and_realised_rate() -> None:
@@ -41,9 +43,11 @@ def test_arrival_stats_growth_and_realised_rate() -> None:
 
 def test_analyse_rates_picks_highest_sustained_and_slo() -> None:
     levels = [_level(0.5, 1.1, p95=2.0), _level(1.0, 1.4, p95=3.0), _level(2.0, 3.0, p95=9.0),
-              _level(4.0, 1.0, ok=8, p95=1.0)]
+              _level(4.0, 1.0, ok=8, p95=1.0), _level(8.0, 1.0, peak=9)]
     a = analyse_rates(levels, growth=1.5, slo=(2.5, 5.0, 0.5), cost_per_hour=3.6)
-    assert [r["sustained"] for r in a["rows"]] == [True, True, False, False]  # 4.0: one failed
+    # 4.0: one failed; 8.0: all 9 arrivals in flight at once (one batch) — too short to judge.
+    assert [r["sustained"] for r in a["rows"]] == [True, True, False, False, None]
+    assert a["too_short"] == [8.0]
     assert a["max_sustained_rate"] == 1.0 and a["first_unsustained_rate"] == 2.0
     assert a["cost_per_1k_at_max_sustained"] == pytest.approx(3.6 / (0.9 * 3600) * 1000)
     assert [p["rate"] for p in a["slo_policy"]] == [0.5, 1.0, None]

@@ -8,8 +8,12 @@ recorded as ``queued_s``, so *latency from arrival* includes every second a user
 
 A level is **sustained** when its queue does not build: the median latency from arrival of
 the last third of arrivals is at most ``growth`` × that of the first third, and nothing
-failed.  Achieved ÷ offered is shown beside it, but not used for the call: a short level's
-drain (the last requests finishing after the schedule ends) lowers it without any queueing.
+failed.  A level is judged only when it reached a steady state — at most a third of its
+arrivals were in flight at once; otherwise every arrival may have fit in one batch, which
+says nothing about the long run, and the verdict is "too short" (raise ``--requests`` or
+``--duration``).  Achieved ÷ offered is shown beside it, but not used for the call: a
+short level's drain (the last requests finishing after the schedule ends) lowers it
+without any queueing.
 """
 
 from __future__ import annotations
@@ -83,26 +87,37 @@ def analyse_rates(levels: list[dict[str, Any]], growth: float, slo: tuple[float,
         a, offered = s["arrivals"], s["offered_rate"]
         g = a.get("growth")
         failed = s["n"] - s["ok"]
+        peak = (s.get("client") or {}).get("inflight_peak")
+        steady = peak is not None and peak * 3 <= s["n"]
+        verdict: bool | None = None
+        if failed or (steady and g is not None):
+            verdict = failed == 0 and g is not None and g <= growth
         rows.append({"offered": offered, "achieved": s.get("req_per_s"),
                      "achieved_ratio": (s["req_per_s"] / offered) if s.get("req_per_s") and offered else None,
-                     "growth": g, "failed": failed,
-                     "sustained": g is not None and g <= growth and failed == 0})
-    sustained = [r for r in rows if r["sustained"]]
+                     "growth": g, "failed": failed, "inflight_peak": peak, "steady": steady,
+                     "sustained": verdict})
+    sustained = [r for r in rows if r["sustained"] is True]
     best = max(sustained, key=lambda r: r["offered"]) if sustained else None
-    first_bad = next((r for r in sorted(rows, key=lambda r: r["offered"]) if not r["sustained"]), None)
+    first_bad = next((r for r in sorted(rows, key=lambda r: r["offered"]) if r["sustained"] is False), None)
     policy = []
+    judged = {r["offered"] for r in rows if r["sustained"] is True}  # a growing queue's p95 only grows
     for t in slo:
         ok = [s for s in levels if (s["latency_from_arrival_s"] or {}).get("p95") is not None
-              and s["latency_from_arrival_s"]["p95"] <= t and s["n"] == s["ok"]]
+              and s["latency_from_arrival_s"]["p95"] <= t and s["offered_rate"] in judged]
         pick = max(ok, key=lambda s: s["offered_rate"]) if ok else None
         policy.append({"p95_target_s": t, "rate": pick["offered_rate"] if pick else None,
                        "p95_s": pick["latency_from_arrival_s"]["p95"] if pick else None})
     return {"rows": rows, "max_sustained_rate": best["offered"] if best else None,
             "first_unsustained_rate": first_bad["offered"] if first_bad else None,
             "cost_per_1k_at_max_sustained": cost_per_1k(best["achieved"], cost_per_hour) if best else None,
+            "too_short": [r["offered"] for r in rows if r["sustained"] is None],
             "rule": (f"sustained = median latency from arrival of the last third of arrivals ≤ {growth:g}× "
-                     "that of the first third, and no failed request"),
+                     "that of the first third, and no failed request; judged only when at most a third of "
+                     "the level's arrivals were in flight at once (else: too short)"),
             "slo_policy": policy}
+
+
+_VERDICT = {True: "yes", False: "no", None: "too short"}
 
 
 def render_markdown(result: dict[str, Any]) -> str:
@@ -118,8 +133,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         md.append(f"\n**{result['cpu_label']}**")
     md += ["", "| offered req/s | realised arrivals/s | n (ok) | achieved req/s | goodput/s "
            "| from arrival p50 / p95 / p99 (s) | client queue p50 / p95 / p99 (s) | TTFT p50 / p95 / p99 (s) "
-           "| late ÷ early median | server waiting peak (samples) | sustained |",
-           "|---:|---:|---:|---:|---:|---|---|---|---:|---|---|"]
+           "| late ÷ early median | client in flight peak | server waiting peak (samples) | sustained |",
+           "|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|---|"]
     for s, r in zip(result["levels"], a["rows"], strict=True):
         w = s["server"].get("waiting") or {}
         wait = f"{w['peak']:.0f} (n={w['n']})" if w.get("n") else "not observed"
@@ -127,15 +142,20 @@ def render_markdown(result: dict[str, Any]) -> str:
                   f"| {s['n']} ({s['ok']}) | {_f(s.get('req_per_s'), '{:.3f}')} "
                   f"| {_f(s.get('goodput_per_s'), '{:.3f}')} "
                   f"| {_lat(s['latency_from_arrival_s'])} | {_lat(s['queued_s'])} | {_lat(s['ttft_s'], fmt='{:.3f}')} "
-                  f"| {_f(r['growth'])} | {wait} | {'yes' if r['sustained'] else 'no'} |")
+                  f"| {_f(r['growth'])} | {r['inflight_peak'] if r['inflight_peak'] is not None else 'n/a'} "
+                  f"| {wait} | {_VERDICT[r['sustained']]} |")
     md += ["", f"Rule: {a['rule']}.", "",
            f"**Highest sustained offered rate: {_f(a['max_sustained_rate'], '{:g}', 'none of those tried')} req/s**"
            + (f"; first unsustained: {a['first_unsustained_rate']:g} req/s." if a["first_unsustained_rate"] else ".")]
+    if a["too_short"]:
+        md.append(f"Too short to judge at {', '.join(f'{r:g}' for r in a['too_short'])} req/s: more than a third "
+                  "of the arrivals were in flight at once, so all may have shared one batch; raise --requests "
+                  "or --duration.")
     if a["cost_per_1k_at_max_sustained"] is not None:
         md.append(f"Cost per 1,000 queries at that rate: ${a['cost_per_1k_at_max_sustained']:.4f} "
                   f"(at ${cfg['gpu_cost_per_hour']:g}/h).")
     if a["slo_policy"]:
-        md += ["", "| p95 target (s), from arrival | highest offered rate meeting it | its p95 (s) |",
+        md += ["", "| p95 target (s), from arrival | highest sustained offered rate meeting it | its p95 (s) |",
                "|---:|---:|---:|"]
         md += [f"| {p['p95_target_s']:g} | {_f(p['rate'], '{:g}', 'none')} | {_f(p['p95_s'])} |"
                for p in a["slo_policy"]]
