@@ -10,6 +10,7 @@ honouring ``Retry-After``, under a per-run retry budget so a sick server is not 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
@@ -145,6 +146,20 @@ def unsent(exc: BaseException, out: Completion) -> bool:
                for e in _causes(exc))
 
 
+@functools.lru_cache(maxsize=64)
+def _extra_body(s: Sampling) -> dict[str, Any]:
+    """vLLM's extensions for one sampling setting, built once: the same object every request
+    (read-only), so the aiohttp client can encode the schema once per run, not per request."""
+    extra: dict[str, Any] = {}
+    if s.structured == "json":
+        extra["structured_outputs"] = {"json": intent_schema()}
+    elif s.structured == "regex":
+        extra["structured_outputs"] = {"regex": s.regex}
+    if s.ignore_eos:
+        extra["ignore_eos"] = True
+    return extra
+
+
 def request_kwargs(model: str, messages: list[dict[str, str]], s: Sampling) -> dict[str, Any]:
     """Chat-completions arguments carrying the intent contract the way the server expects."""
     kw: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": s.max_tokens,
@@ -152,15 +167,12 @@ def request_kwargs(model: str, messages: list[dict[str, str]], s: Sampling) -> d
                           "stream_options": {"include_usage": True}}
     if s.seed is not None:
         kw["seed"] = s.seed
-    if s.structured == "json":
-        kw["extra_body"] = {"structured_outputs": {"json": intent_schema()}}
-    elif s.structured == "regex":
-        kw["extra_body"] = {"structured_outputs": {"regex": s.regex}}
-    elif s.structured == "response_format":
+    if s.structured == "response_format":
         kw["response_format"] = {"type": "json_schema", "json_schema": {
             "name": "intent", "schema": intent_schema(), "strict": True}}
-    if s.ignore_eos:
-        kw.setdefault("extra_body", {})["ignore_eos"] = True
+    extra = _extra_body(s)
+    if extra:
+        kw["extra_body"] = extra
     return kw
 
 

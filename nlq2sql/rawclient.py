@@ -58,11 +58,25 @@ class RawClient:
             await self._session.close()
 
 
+_ENCODED: dict[int, tuple[Any, bytes]] = {}
+
+
 def body_of(kw: dict[str, Any]) -> bytes:
-    """SDK-style keyword arguments → the JSON body the SDK would send."""
-    body = {k: v for k, v in kw.items() if k not in ("extra_body",)}
-    body.update(kw.get("extra_body") or {})
-    return json.dumps(body, separators=(",", ":")).encode()
+    """SDK-style keyword arguments → the JSON body the SDK would send.
+
+    ``extra_body`` (the intent schema: most of the bytes) is the same object on every request
+    of a run, so its encoding is cached by identity and spliced after the per-request part.
+    """
+    head = json.dumps({k: v for k, v in kw.items() if k != "extra_body"}, separators=(",", ":")).encode()
+    extra = kw.get("extra_body")
+    if not extra:
+        return head
+    hit = _ENCODED.get(id(extra))
+    if hit is None or hit[0] is not extra:
+        if len(_ENCODED) > 256:
+            _ENCODED.clear()
+        hit = _ENCODED[id(extra)] = (extra, json.dumps(extra, separators=(",", ":")).encode())
+    return head[:-1] + b"," + hit[1][1:]
 
 
 async def stream_once(client: RawClient, kw: dict[str, Any], timeout_s: float, out: Completion) -> None:
@@ -72,7 +86,8 @@ async def stream_once(client: RawClient, kw: dict[str, Any], timeout_s: float, o
     last: float | None = None
     gap_sum, gap_max, gaps = 0.0, 0.0, 0
     async with asyncio.timeout(timeout_s):
-        async with client.session().post(client.url, data=body_of(kw), headers=client.headers) as resp:
+        body = aiohttp.payload.BytesPayload(body_of(kw), content_type="application/json")
+        async with client.session().post(client.url, data=body, headers=client.headers) as resp:
             if resp.status != 200:
                 raise HTTPStatusError(resp.status, await resp.text(), resp.headers.get("Retry-After"))
             async for raw in resp.content:
