@@ -21,7 +21,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def vllm_server() -> Iterator[LocalServer]:
-    server = LocalServer(ServerConfig(model="smollm2-135m", port=free_port()))
+    server = LocalServer(ServerConfig(model="smollm2-135m", port=free_port(), startup_timeout_s=900))
     server.start()
     try:
         yield server
