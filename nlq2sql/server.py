@@ -74,6 +74,20 @@ def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
 
 
+_FATAL = (b"EngineCore failed to start", b"Engine core initialization failed")
+
+
+def _engine_failed(log: Path) -> bool:
+    """vLLM logged that its engine died during start-up (checked on the log's last 64 KiB)."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, log.stat().st_size - 65536))
+            text = fh.read()
+    except OSError:
+        return False
+    return any(m in text for m in _FATAL)
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -130,7 +144,11 @@ class LocalServer:
         self._rpc_dir.mkdir(parents=True, exist_ok=True)
         return dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(self.config.kv_cache_gib),
                     VLLM_CACHE_ROOT=str(vllm_cache), VLLM_RPC_BASE_PATH=str(self._rpc_dir),
-                    HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
+                    HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
+                    # The CPU build never loads its own compile cache ("'function' object has no
+                    # attribute 'finalize_loading'"), and a start killed mid-compile leaves a
+                    # partial artifact that makes the *next* start fail with an ImportError.
+                    VLLM_DISABLE_COMPILE_CACHE=os.environ.get("VLLM_DISABLE_COMPILE_CACHE", "1"))
 
     def start(self) -> LocalServer:
         if self.running:
@@ -175,6 +193,8 @@ class LocalServer:
                         return
             except (urllib.error.URLError, OSError):
                 pass
+            if _engine_failed(self.log_path):  # the API process may linger after its engine died
+                raise ServerError(f"vLLM engine failed to start; log {self.log_path}:\n{_tail(self.log_path)}")
             if time.monotonic() > deadline:
                 raise ServerError(f"vLLM server not healthy after {self.config.startup_timeout_s:.0f}"
                                   f" s; log {self.log_path}:\n{_tail(self.log_path)}")
