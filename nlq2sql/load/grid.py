@@ -29,8 +29,8 @@ from ..errors import InputError
 from ..evalset import load_evalset
 from ..live import EvalConfig
 from ..records import write_json_atomic
-from .levels import expand_evalset, run_level
-from .sweep import Progress, _f, prepare_out
+from .levels import run_level
+from .sweep import Progress, _f, begin_levels
 
 
 @dataclass(frozen=True)
@@ -184,16 +184,8 @@ def heatmap(result: dict[str, Any], out: Path) -> str:
 def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
              progress: Progress | None = None) -> dict[str, Any]:
     validate(cfg)
-    if cfg.base.endpoint is None:
-        raise InputError("run_grid needs a bound endpoint", field="--endpoint")
     out = cfg.base.out
-    prepare_out(out, cfg.force)
-    path = expand_evalset(cfg.base.evalset, cfg.requests, out)
-    notes = []
-    if cfg.warmup:
-        wpath = expand_evalset(cfg.base.evalset, cfg.warmup, out / "warmup")
-        run_level(cfg.base, wpath, 1, out / "warmup" / "run")
-        notes.append(f"{cfg.warmup} warm-up request(s) at c=1 ran first and are not counted.")
+    path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_grid")
     cells, t0 = [], time.time()
     levels = tuple(sorted(set(cfg.levels)))
     for cls in cfg.classes:

@@ -27,8 +27,8 @@ from typing import Any
 from ..errors import InputError
 from ..live import EvalConfig
 from ..records import RECORDS, iter_records, write_json_atomic
-from .levels import expand_evalset, run_level, stats_from_run
-from .sweep import Progress, _f, _lat, cost_per_1k, prepare_out
+from .levels import run_level, stats_from_run
+from .sweep import Progress, _f, _lat, begin_levels, cost_per_1k
 
 
 @dataclass(frozen=True)
@@ -193,16 +193,8 @@ def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = No
                    progress: Progress | None = None) -> dict[str, Any]:
     """Run each offered rate against ``cfg.base.endpoint``; write rate-sweep.json/.md and a plot."""
     validate(cfg)
-    if cfg.base.endpoint is None:
-        raise InputError("run_rate_sweep needs a bound endpoint", field="--endpoint")
     out = cfg.base.out
-    prepare_out(out, cfg.force)
-    path = expand_evalset(cfg.base.evalset, cfg.requests, out)
-    notes = []
-    if cfg.warmup:
-        wpath = expand_evalset(cfg.base.evalset, cfg.warmup, out / "warmup")
-        run_level(cfg.base, wpath, 1, out / "warmup" / "run")
-        notes.append(f"{cfg.warmup} warm-up request(s) at c=1 ran first and are not counted.")
+    path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_rate_sweep")
     base = replace(cfg.base, duration_s=cfg.duration_s)
     levels, t0 = [], time.time()
     for rate in sorted(set(cfg.rates)):

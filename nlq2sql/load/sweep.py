@@ -391,23 +391,32 @@ def validate(cfg: SweepConfig) -> None:
         raise InputError("must not be negative", field="--gpu-cost-per-hour")
 
 
+def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str) -> tuple[Path, list[str]]:
+    """Common start of every multi-level load run: bound endpoint, fresh out dir, the expanded
+    eval set and the uncounted warm-up; returns the eval set path and the notes so far."""
+    from .levels import expand_evalset, run_level
+
+    if base.endpoint is None:
+        raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")
+    prepare_out(base.out, force)
+    path = expand_evalset(base.evalset, requests, base.out)
+    notes = []
+    if warmup:
+        wpath = expand_evalset(base.evalset, warmup, base.out / "warmup")
+        run_level(base, wpath, 1, base.out / "warmup" / "run")
+        notes.append(f"{warmup} warm-up request(s) at c=1 ran first and are not counted.")
+    return path, notes
+
+
 def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
               progress: Progress | None = None) -> dict[str, Any]:
     """Run every level against ``cfg.base.endpoint`` (must be set); write and return the result."""
-    from .levels import expand_evalset, run_level
+    from .levels import run_level
 
     validate(cfg)
-    if cfg.base.endpoint is None:
-        raise InputError("run_sweep needs a bound endpoint (use bound_endpoint)", field="--endpoint")
     out = cfg.base.out
-    prepare_out(out, cfg.force)
     levels_sorted = tuple(sorted(set(cfg.levels)))
-    evalset_path = expand_evalset(cfg.base.evalset, cfg.requests, out)
-    notes = []
-    if cfg.warmup:
-        wpath = expand_evalset(cfg.base.evalset, cfg.warmup, out / "warmup")
-        run_level(cfg.base, wpath, 1, out / "warmup" / "run")
-        notes.append(f"{cfg.warmup} warm-up request(s) at c=1 ran first and are not counted.")
+    evalset_path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_sweep")
     stats = []
     t0 = time.time()
     level_base = replace(cfg.base, duration_s=cfg.duration_s)
