@@ -31,11 +31,13 @@ OURS = r"""
 import json, sys, time
 from pathlib import Path
 from nlq2sql.client import Sampling
-from nlq2sql.live import EvalConfig, run_eval
-url, evalset, out, c, client = sys.argv[1:6]
+from nlq2sql.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.workers import auto_workers
+url, evalset, out, c, client, workers = sys.argv[1:7]
+w = auto_workers(int(c)) if workers == "auto" else int(workers)
 s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model="noop", concurrency=int(c),
-                        guardrails=(), sampling=Sampling(max_tokens=16), metrics_interval_s=3600,
-                        retry_budget=0.0, force=True, client=client))
+                        guardrails=(), sampling=Sampling(max_tokens=16), load=LoadShape(metrics_interval_s=3600),
+                        retry_budget=0.0, force=True, client=client, workers=w))
 print("RESULT", s["throughput"]["req_per_s"], s["n"], s.get("errors_by_class"))
 """
 
@@ -65,8 +67,8 @@ def expanded_evalset(n: int, path: Path) -> Path:
     return path
 
 
-def run(cmd: list[str]) -> float:
-    out = subprocess.run(["taskset", "-c", "1", *cmd], capture_output=True, text=True, cwd=ROOT,
+def run(cmd: list[str], cores: str) -> float:
+    out = subprocess.run(["taskset", "-c", cores, *cmd], capture_output=True, text=True, cwd=ROOT,
                          timeout=900)
     m = re.search(r"RESULT (\S+)", out.stdout)
     if not m:
@@ -80,7 +82,10 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokenizer", default=str(ROOT / ".cache" / "models" / "smollm2-135m"))
-    ap.add_argument("--clients", default="sdk,aiohttp")
+    ap.add_argument("--clients", default="sdk,aiohttp,aiohttp+auto",
+                    help="our variants: CLIENT or CLIENT+WORKERS (a number or auto: one per client core)")
+    ap.add_argument("--client-cores", default="1", help="taskset list for every client, ours and theirs "
+                    "(the no-op server keeps core 0)")
     args = ap.parse_args()
     port = free_port()
     server = subprocess.Popen(["taskset", "-c", "0", PY, str(ROOT / "benchmarks" / "noop_server.py"), str(port)])
@@ -104,17 +109,19 @@ def main() -> None:
                 theirs: list[float] = []
                 for r in range(args.rounds):
                     for k in clients:
+                        client, _, workers = k.partition("+")
                         ours[k].append(run([PY, "-c", OURS, url + "/v1", str(evalset), f"{tmp}/run{c}-{r}-{k}",
-                                            str(c), k]))
+                                            str(c), client, workers or "1"], args.client_cores))
                     theirs.append(run([PY, "-c", THEIRS, "--backend", "openai-chat", "--endpoint",
                                        "/v1/chat/completions", "--base-url", url, "--model", "noop",
                                        "--tokenizer", args.tokenizer, "--dataset-name", "random",
                                        "--random-input-len", "32", "--random-output-len", "8",
-                                       "--num-prompts", str(args.requests), "--max-concurrency", str(c)]))
+                                       "--num-prompts", str(args.requests), "--max-concurrency", str(c)],
+                                      args.client_cores))
                 rows.append((c, ours, theirs))
     finally:
         server.terminate()
-    print(f"\nclient ceiling, no-op server on core 0, clients on core 1, {args.requests} requests, "
+    print(f"\nclient ceiling, no-op server on core 0, clients on cores {args.client_cores}, {args.requests} requests, "
           f"median of {args.rounds} interleaved rounds (cpu count {os.cpu_count()})")
     print("| concurrency | client | nlq2sql req/s | vllm bench serve req/s | ratio ours/theirs "
           "| rounds (ours; theirs) |")

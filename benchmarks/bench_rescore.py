@@ -8,10 +8,12 @@ subprocess so peak RSS (``ru_maxrss``) belongs to one measurement only:
 * ``score N``      ``runner.score_responses`` end to end (read, parse, guardrail, build,
                    execute, compare, write records, summary): items/s and peak RSS;
 * ``score n``      the same on the first n lines (default 20 000) of a set of n items;
-* ``load N/n``     only ``load_evalset`` of that set: the memory the eval set itself holds,
-                   so the scoring increment (score − load) can be compared across sizes;
+* ``load N/n``     only reading that set as a scoring run holds it (``index_evalset``): the
+                   memory the eval set itself holds, so the scoring increment (score − load)
+                   can be compared across sizes;
 * ``cold N``       as ``score N`` but every response text unique (trailing whitespace), so
-                   the parse cache never hits: the cost for novel model outputs;
+                   nothing keyed by text hits: each text is parsed, and only the records
+                   of equal meaning are reused -- the cost for novel texts of known answers;
 * ``duckdb``       executing only the distinct SQL statements (gold and predicted) the
                    scoring run needed, directly on a fresh DuckDB connection.
 
@@ -19,14 +21,28 @@ subprocess so peak RSS (``ru_maxrss``) belongs to one measurement only:
 
 The warehouse is built privately in the temp dir (``--scale``; 1.0 ≈ 100k order lines),
 so the repository's ``.cache`` is neither read nor written.
+
+With ``--against TREE`` (another checkout of this repository, e.g. a ``git worktree`` of an
+older commit) only ``score N`` is measured, for both code trees in alternating rounds
+(``--rounds R``: TREE, this tree, TREE, this tree, …), each child importing ``nlq2sql``
+from its own tree (``PYTHONPATH``).  Both score the same generated eval set, responses file
+and DuckDB file (the warehouse is also built by TREE's own code and its tables compared
+with this tree's build first).  Within a round the two runs sit next to each other in time,
+so the per-round ratio this/TREE is robust to other load on the machine; the median ratio
+and its min–max spread are printed, and whether both trees give the same summary figures.
+
+    .venv/bin/python benchmarks/bench_rescore.py --against ../old-checkout --n 100000 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +52,13 @@ from pathlib import Path
 from typing import Any
 
 VARIANTS = ("correct", "false_ranking", "invalid_json", "pretty")
+THIS_TREE = Path(__file__).resolve().parent.parent
+#: Summary keys that must agree between two code trees scoring the same input (not timing,
+#: not the records digest: records carry per-item timings).
+COMPARED_KEYS = ("n", "raw_accuracy", "final_accuracy", "execution_accuracy", "schema_valid_rate",
+                 "interventions", "intervention_precision", "intervention_recall", "majority_baseline",
+                 "field_accuracy", "status_counts", "error_taxonomy_raw", "error_taxonomy_final",
+                 "finish_reasons", "confusion_matrix", "per_category", "distinct_queries_executed")
 
 
 def _rss_mib() -> float:
@@ -107,30 +130,48 @@ def generate(workdir: Path, n: int, *, unique_texts: bool = False, tag: str = ""
 
 
 def measure_score(evalset: str, responses: str, out: str, warehouse: str) -> dict[str, Any]:
+    import nlq2sql
     from nlq2sql.runner import ScoreConfig, score_responses
 
+    # Only the fields this tree's ScoreConfig has (older trees lack allow_missing, semantic_model).
+    fields = {f.name for f in dataclasses.fields(ScoreConfig)}
+    wanted = {"evalset": evalset, "responses": Path(responses), "out": Path(out), "guardrails": ("ranking",),
+              "warehouse": Path(warehouse), "force": True}
+    missing = set(wanted) - fields
+    if missing:
+        raise SystemExit(f"this tree's ScoreConfig lacks {sorted(missing)}")
+    cfg = ScoreConfig(**wanted)  # type: ignore[arg-type]
     started, cpu = time.perf_counter(), _cpu_s()
-    summary = score_responses(ScoreConfig(evalset, Path(responses), Path(out), ("ranking",),
-                                          warehouse=Path(warehouse), force=True))
+    summary = score_responses(cfg)
     wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
+    compared = {k: summary.get(k) for k in COMPARED_KEYS}
     return {"items": summary["n"], "wall_s": wall, "items_per_s": summary["n"] / wall, "cpu_s": cpu,
             "items_per_cpu_s": summary["n"] / cpu,
             "rss_mib": _rss_mib(), "hwm_mib": _hwm_mib(), "distinct_queries": summary["distinct_queries_executed"],
             "raw_accuracy": summary["raw_accuracy"]["value"],
-            "final_accuracy": summary["final_accuracy"]["value"]}
+            "final_accuracy": summary["final_accuracy"]["value"],
+            "raw_correct": summary["raw_accuracy"]["k"], "final_correct": summary["final_accuracy"]["k"],
+            "exec_correct": summary["execution_accuracy"]["k"],
+            "summary_sha256": hashlib.sha256(json.dumps(compared, sort_keys=True).encode()).hexdigest(),
+            "tree": str(Path(nlq2sql.__file__).resolve().parent.parent)}
 
 
 def measure_load(evalset: str) -> dict[str, Any]:
+    """The eval set as a scoring run holds it: the id index (``index_evalset``) where the tree
+    has one, else every case (``load_evalset`` + ``by_id``)."""
+    from nlq2sql import evalset as ev
     from nlq2sql import runner  # same imports as a scoring run, so only the set differs
-    from nlq2sql.evalset import load_evalset
 
     started, cpu = time.perf_counter(), _cpu_s()
-    es = load_evalset(evalset)
-    cases = es.by_id()
+    if hasattr(ev, "index_evalset"):
+        held: Any = ev.index_evalset(evalset)
+        items = len(held.ids)
+    else:
+        held = ev.load_evalset(evalset).by_id()
+        items = len(held)
     wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
-    assert runner and cases
-    return {"items": len(es.cases), "wall_s": wall, "cpu_s": cpu, "rss_mib": _rss_mib(),
-            "hwm_mib": _hwm_mib()}
+    assert runner and held
+    return {"items": items, "wall_s": wall, "cpu_s": cpu, "rss_mib": _rss_mib(), "hwm_mib": _hwm_mib()}
 
 
 def measure_duckdb(queries: str, warehouse: str) -> dict[str, Any]:
@@ -152,9 +193,30 @@ def measure_imports() -> dict[str, Any]:
     """The floor: an interpreter with everything a scoring run imports, and nothing loaded."""
     import duckdb  # noqa: F401
 
+    import nlq2sql
     from nlq2sql import runner  # noqa: F401
 
-    return {"items": 0, "wall_s": 0.0, "cpu_s": _cpu_s(), "rss_mib": _rss_mib(), "hwm_mib": _hwm_mib()}
+    return {"items": 0, "wall_s": 0.0, "cpu_s": _cpu_s(), "rss_mib": _rss_mib(), "hwm_mib": _hwm_mib(),
+            "tree": str(Path(nlq2sql.__file__).resolve().parent.parent)}
+
+
+def table_digest(warehouse: str) -> dict[str, Any]:
+    """sha256 over every table's name, column types and rows (sorted): equal ⇔ same data."""
+    import duckdb
+
+    con = duckdb.connect(warehouse, read_only=True, config={"enable_external_access": False})
+    digest = hashlib.sha256()
+    tables = [r[0] for r in con.execute(
+        "SELECT table_name FROM information_schema.tables ORDER BY table_name").fetchall()]
+    rows = 0
+    for t in tables:
+        cols = con.execute(f'DESCRIBE "{t}"').fetchall()
+        digest.update(repr((t, [(c[0], c[1]) for c in cols])).encode())
+        for row in con.execute(f'SELECT * FROM "{t}" ORDER BY ALL').fetchall():
+            digest.update(repr(row).encode())
+            rows += 1
+    con.close()
+    return {"tables": tables, "rows": rows, "sha256": digest.hexdigest()}
 
 
 def prepare(workdir: str, scale: str, *sizes: str) -> dict[str, Any]:
@@ -191,15 +253,18 @@ def distinct_queries(run_dir: str, evalset: str, out: str) -> dict[str, Any]:
 
 CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
     "score": measure_score, "load": measure_load, "duckdb": measure_duckdb, "imports": measure_imports,
-    "prepare": prepare, "queries": distinct_queries}
+    "prepare": prepare, "queries": distinct_queries, "tables": table_digest}
 
 
-def _child(kind: str, *args: str) -> dict[str, Any]:
+def _child(kind: str, *args: str, tree: Path | None = None) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; with ``tree``, importing nlq2sql from it."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
     proc = subprocess.run([sys.executable, __file__, "--measure", kind, *args], capture_output=True,
-                          text=True, env=env, check=False)
+                          text=True, env=env, check=False, cwd=tree)
     if proc.returncode != 0:
-        raise SystemExit(f"{kind} failed:\n{proc.stderr}")
+        raise SystemExit(f"{kind} failed{f' in {tree}' if tree else ''}:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -217,12 +282,18 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="warehouse scale (1.0 = 100k order lines)")
     ap.add_argument("--cold", type=int, default=None, help="lines for the unique-text run (default --n)")
     ap.add_argument("--workdir", type=Path, default=None, help="keep generated files here")
+    ap.add_argument("--against", type=Path, default=None, metavar="TREE",
+                    help="another checkout of this repository: measure `score N` for both trees, side by side")
+    ap.add_argument("--rounds", type=int, default=3, help="with --against: alternating rounds (default 3)")
     ap.add_argument("--measure", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
 
     if a.measure:
         kind, *args = a.measure
         print(json.dumps(CHILDREN[kind](*args)))
+        return
+    if a.against is not None:
+        against(a.against, n=a.n, scale=a.scale, rounds=a.rounds, workdir=a.workdir)
         return
 
     cold_n = a.cold or a.n
@@ -275,6 +346,89 @@ def main() -> None:
           f"accuracy raw {main_run['raw_accuracy']:.3f}, final {main_run['final_accuracy']:.3f}")
     print(f"load average at the end: {load_avg:.2f} on {os.cpu_count()} CPUs; items/CPU-s is the rate "
           "one uncontended core would reach")
+
+
+def _spread(values: list[float], spec: str) -> str:
+    return f"{format(statistics.median(values), spec)} ({format(min(values), spec)}–{format(max(values), spec)})"
+
+
+def against(other: Path, *, n: int, scale: float, rounds: int, workdir: Path | None) -> None:
+    """``score N`` for ``other`` and this tree in alternating rounds, on the same input files."""
+    other = other.resolve()
+    if not (other / "nlq2sql" / "runner.py").is_file():
+        raise SystemExit(f"--against {other}: not a checkout of this repository (no nlq2sql/runner.py)")
+    if rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
+    trees = {"old": other, "new": THIS_TREE}
+    load_start = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-rescore-") as tmp:
+        work = workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        os.environ["NLQ2SQL_CACHE_DIR"] = str(work / "cache")  # children never touch either .cache
+        # Input files and the warehouse from this tree; the other tree builds its own warehouse
+        # too, and its tables must equal this one's before the same file is used for both.
+        prep = _child("prepare", str(work), str(scale), str(n), tree=trees["new"])
+        es, rs = prep[str(n)]
+        wh = prep["warehouse"]
+        (work / "old").mkdir(exist_ok=True)
+        wh_old = _child("prepare", str(work / "old"), str(scale), tree=trees["old"])["warehouse"]
+        dig_new, dig_old = _child("tables", wh, tree=trees["new"]), _child("tables", wh_old, tree=trees["old"])
+        same_wh = dig_new["sha256"] == dig_old["sha256"]
+        print(f"generated {n:,} lines in {work}; warehouse scale {scale}: {len(dig_new['tables'])} tables, "
+              f"{dig_new['rows']:,} rows; the old tree's own build is "
+              f"{'identical' if same_wh else 'DIFFERENT'} (sha256 over tables, types and rows)", file=sys.stderr)
+        if not same_wh:
+            raise SystemExit("the two trees build different warehouses: a side-by-side run would not compare like "
+                             "with like")
+        floors = {}
+        for name, tree in trees.items():  # untimed: compiles each tree's .pyc before any timed run
+            floors[name] = _child("imports", tree=tree)
+            if Path(floors[name]["tree"]) != tree:
+                raise SystemExit(f"{name}: nlq2sql imported from {floors[name]['tree']}, not {tree}")
+        results: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
+        for r in range(1, rounds + 1):
+            for name, tree in trees.items():
+                res = _child("score", es, rs, str(work / f"run-{name}"), wh, tree=tree)
+                if Path(res["tree"]) != tree:
+                    raise SystemExit(f"{name}: nlq2sql imported from {res['tree']}, not {tree}")
+                results[name].append(res)
+                print(f"  round {r} {name}: {res['items_per_s']:,.0f} items/s, "
+                      f"{res['items_per_cpu_s']:,.0f} items/CPU-s, peak RSS {res['rss_mib']:.0f} MiB "
+                      f"(load {os.getloadavg()[0]:.2f})", file=sys.stderr)
+        load_end = os.getloadavg()
+
+    old, new = results["old"], results["new"]
+    print()
+    print(f"score {n:,} items, side by side: old = {other}, new = {THIS_TREE}; {rounds} alternating rounds "
+          "(old first in each)")
+    print(f"{'round':<6} {'tree':<4} {'wall s':>7} {'items/s':>8} {'CPU s':>6} {'items/CPU-s':>11} "
+          f"{'ru_maxrss MiB':>13} {'VmHWM MiB':>9}")
+    for r in range(rounds):
+        for name in ("old", "new"):
+            x = results[name][r]
+            print(f"{r + 1:<6} {name:<4} {x['wall_s']:>7.2f} {x['items_per_s']:>8,.0f} {x['cpu_s']:>6.2f} "
+                  f"{x['items_per_cpu_s']:>11,.0f} {x['rss_mib']:>13.0f} {_fmt(x.get('hwm_mib'), '.0f'):>9}")
+    print()
+    for name in ("old", "new"):
+        xs = results[name]
+        print(f"{name}: median (min–max) {_spread([x['items_per_s'] for x in xs], ',.0f')} items/s, "
+              f"{_spread([x['items_per_cpu_s'] for x in xs], ',.0f')} items/CPU-s, peak RSS "
+              f"{_spread([x['rss_mib'] for x in xs], '.0f')} MiB (interpreter + imports "
+              f"{floors[name]['rss_mib']:.0f} MiB)")
+    for label, key in (("items/s", "items_per_s"), ("items/CPU-s", "items_per_cpu_s"), ("peak RSS", "rss_mib")):
+        ratios = [nw[key] / od[key] for od, nw in zip(old, new, strict=True)]
+        print(f"ratio new/old {label:<12} median {_spread(ratios, '.3f')} over {rounds} rounds")
+    counts = {(x["raw_correct"], x["final_correct"], x["exec_correct"], x["distinct_queries"])
+              for x in old + new}
+    digests = {x["summary_sha256"] for x in old + new}
+    o = old[0]
+    print(f"summaries: raw correct {o['raw_correct']:,}, final correct {o['final_correct']:,}, execution correct "
+          f"{o['exec_correct']:,} of {o['items']:,}; distinct queries {o['distinct_queries']}; counts "
+          f"{'MATCH' if len(counts) == 1 else 'DIFFER: ' + repr(sorted(counts))} across trees and rounds; "
+          f"every compared summary figure (accuracies, taxonomy, confusion, per category, …) "
+          f"{'matches' if len(digests) == 1 else 'DIFFERS'}")
+    print(f"load average (1/5/15 min) at the start {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
+          f"at the end {load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

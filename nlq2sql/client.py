@@ -10,11 +10,12 @@ honouring ``Retry-After``, under a per-run retry budget so a sick server is not 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -22,7 +23,8 @@ import openai
 from openai import AsyncOpenAI, DefaultAioHttpClient
 
 from .intent import intent_schema
-from .rawclient import HTTPStatusError, RawClient, StreamEventError, stream_once
+from .rawclient import RawClient, stream_once
+from .stream import Accumulator, Completion, HTTPStatusError, StreamEventError
 
 #: outcome → retried?  (the docs list the same table)
 OUTCOMES: dict[str, bool] = {
@@ -30,9 +32,11 @@ OUTCOMES: dict[str, bool] = {
     "stream_error": True, "context_overflow": False, "http_4xx": False, "auth_error": False,
     "model_not_found": False, "malformed_response": False,
 }
-STRUCTURED_MODES = ("json", "response_format", "regex", "none")
-#: sdk = the official openai SDK (AsyncOpenAI on its aiohttp transport); aiohttp = the same
-#: request on plain aiohttp, for endpoints faster than the SDK's one-core ceiling.
+STRUCTURED_MODES = ("json", "response_format", "regex", "choice", "none")
+#: aiohttp (the default) = the request the SDK would send, on plain aiohttp: ~4-5x the SDK's
+#: req/s on one core (benchmarks/bench_client.py), so the client is not the bottleneck of a
+#: fast endpoint; sdk = the official openai SDK (AsyncOpenAI on its aiohttp transport), kept
+#: selectable (tests check both send the same body and record the same).
 CLIENTS = ("sdk", "aiohttp")
 
 
@@ -47,7 +51,7 @@ class EndpointConfig:
     concurrency: int = 8
     retry_budget: float = 0.2  # extra requests allowed, as a fraction of items
     max_attempts: int = 4
-    client: str = "sdk"  # see CLIENTS
+    client: str = "aiohttp"  # see CLIENTS
 
 
 @dataclass(frozen=True)
@@ -58,50 +62,69 @@ class Sampling:
     structured: str = "json"  # json | response_format | regex | none
     regex: str | None = None
     ignore_eos: bool = False  # vLLM extension: generate exactly max_tokens (fixed output lengths)
+    schema: str = "flat"  # flat | branches (intent.SCHEMA_MODES)
+    #: The exact JSON Schema sent (from the warehouse's semantic model); None: the default
+    #: warehouse's schema in ``schema`` mode.  Set by :func:`bind_sampling`.
+    schema_json: str | None = None
+    choices: tuple[str, ...] | None = None  # structured "choice": the answer is one of these strings
+
+    def __post_init__(self) -> None:
+        from .errors import InputError
+        from .intent import SCHEMA_MODES
+
+        if self.structured not in STRUCTURED_MODES:
+            raise InputError(f"unknown structured mode {self.structured!r} (known: {', '.join(STRUCTURED_MODES)})",
+                             field="structured")
+        if self.structured == "regex" and not self.regex:
+            raise InputError("structured mode 'regex' needs a regex", field="regex")
+        if self.structured == "choice" and not self.choices:
+            raise InputError("structured mode 'choice' needs choices", field="choices")
+        if self.schema not in SCHEMA_MODES:
+            raise InputError(f"unknown schema mode {self.schema!r} (known: {', '.join(SCHEMA_MODES)})",
+                             field="schema")
 
     def as_dict(self) -> dict[str, Any]:
-        d = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
-             "structured": self.structured, "regex": self.regex}
+        d: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
+                             "structured": self.structured, "regex": self.regex}
         if self.ignore_eos:
             d["ignore_eos"] = True
+        if self.schema != "flat" or self.schema_json is not None:
+            d["schema"] = self.schema
+            d["schema_json"] = self.schema_json
         return d
 
+    def json_schema(self) -> dict[str, Any]:
+        if self.schema_json is not None:
+            return json.loads(self.schema_json)  # type: ignore[no-any-return]
+        return intent_schema(None, self.schema)
 
-@dataclass
-class Completion:
-    """What one item's call produced, success or not, with how it was measured."""
 
-    outcome: str = "ok"
-    text: str | None = None
-    finish_reason: str | None = None
-    http_status: int | None = None
-    error: str | None = None
-    attempts: int = 0
-    started: float = 0.0
-    latency_s: float | None = None
-    ttft_s: float | None = None
-    itl_mean_s: float | None = None
-    itl_max_s: float | None = None
-    chunks: int = 0
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    retry_waits_s: list[float] = field(default_factory=list)
-    unsent_retries: int = 0  # re-sends after a pooled connection closed before the write
 
-    def record_fields(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in (
-            "outcome", "finish_reason", "http_status", "error", "attempts", "latency_s", "ttft_s",
-            "itl_mean_s", "itl_max_s", "chunks", "prompt_tokens", "completion_tokens",
-            "cached_tokens", "retry_waits_s", "unsent_retries")}
+
+def bind_sampling(s: Sampling, catalog: Any) -> Sampling:
+    """The sampling with the warehouse's schema (``s.schema`` mode) fixed into it."""
+    if catalog is None:
+        return s
+    return dataclasses.replace(s, schema_json=json.dumps(intent_schema(catalog, s.schema),
+                                                         separators=(",", ":")))
 
 
 class RetryBudget:
-    """A per-run cap on retries: total requests ≤ items × (1 + fraction)."""
+    """A per-run cap on retries: total requests ≤ items × (1 + fraction).
 
-    def __init__(self, items: int, fraction: float) -> None:
-        self.left = max(1, int(items * fraction)) if fraction > 0 else 0
-        self.used = 0
+    ``items`` is every item of the *run*, not of one session, and ``used`` the retries the
+    items already recorded took: a resumed run continues the same budget, so each item gets
+    what it would have had in an uninterrupted run (``live`` keeps the total in the manifest).
+    """
+
+    def __init__(self, items: int, fraction: float, *, used: int = 0, total: int | None = None) -> None:
+        self.total = self.allowed(items, fraction) if total is None else total
+        self.used = used
+        self.left = max(0, self.total - used)
+
+    @staticmethod
+    def allowed(items: int, fraction: float) -> int:
+        return max(1, int(items * fraction)) if fraction > 0 else 0
 
     def take(self) -> bool:
         if self.left <= 0:
@@ -152,9 +175,11 @@ def _extra_body(s: Sampling) -> dict[str, Any]:
     (read-only), so the aiohttp client can encode the schema once per run, not per request."""
     extra: dict[str, Any] = {}
     if s.structured == "json":
-        extra["structured_outputs"] = {"json": intent_schema()}
+        extra["structured_outputs"] = {"json": s.json_schema()}
     elif s.structured == "regex":
         extra["structured_outputs"] = {"regex": s.regex}
+    elif s.structured == "choice":
+        extra["structured_outputs"] = {"choice": list(s.choices or ())}
     if s.ignore_eos:
         extra["ignore_eos"] = True
     return extra
@@ -169,7 +194,7 @@ def request_kwargs(model: str, messages: list[dict[str, str]], s: Sampling) -> d
         kw["seed"] = s.seed
     if s.structured == "response_format":
         kw["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": "intent", "schema": intent_schema(), "strict": True}}
+            "name": "intent", "schema": s.json_schema(), "strict": True}}
     extra = _extra_body(s)
     if extra:
         kw["extra_body"] = extra
@@ -239,47 +264,33 @@ def classify(exc: BaseException) -> tuple[str, int | None, float | None]:
 
 
 async def _once(client: AsyncOpenAI, kw: dict[str, Any], timeout_s: float, out: Completion) -> None:
-    t0 = time.perf_counter()
-    parts: list[str] = []
-    last = None
-    gaps: list[float] = []
+    """The SDK transport: its typed chunks fed to the one accumulator."""
+    acc = Accumulator(out)
     async with asyncio.timeout(timeout_s):
         stream = await client.chat.completions.create(**kw)
         try:
             async for chunk in stream:
-                now = time.perf_counter()
-                out.chunks += 1
+                now = acc.chunk()
                 if chunk.usage is not None:
-                    out.prompt_tokens = chunk.usage.prompt_tokens
-                    out.completion_tokens = chunk.usage.completion_tokens
                     details = getattr(chunk.usage, "prompt_tokens_details", None)
-                    out.cached_tokens = getattr(details, "cached_tokens", None) if details else None
+                    acc.usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens,
+                              getattr(details, "cached_tokens", None) if details else None)
                 for choice in chunk.choices:
-                    delta = choice.delta.content if choice.delta is not None else None
-                    if delta:
-                        if out.ttft_s is None:
-                            out.ttft_s = now - t0
-                        elif last is not None:
-                            gaps.append(now - last)
-                        last = now
-                        parts.append(delta)
-                    if choice.finish_reason:
-                        out.finish_reason = choice.finish_reason
+                    acc.delta(choice.delta.content if choice.delta is not None else None, now)
+                    acc.finish(choice.finish_reason)
         finally:
             await stream.close()
-    out.latency_s = time.perf_counter() - t0
-    out.text = "".join(parts)
-    out.http_status = 200
-    if gaps:
-        out.itl_mean_s = sum(gaps) / len(gaps)
-        out.itl_max_s = max(gaps)
-    if out.finish_reason is None:
-        raise openai.APIError("stream ended without a finish_reason", request=None, body=None)  # type: ignore[arg-type]
+    response = getattr(stream, "response", None)
+    acc.end(response.headers.get("content-type") if response is not None else None)
 
 
 async def complete(client: AsyncOpenAI | RawClient, cfg: EndpointConfig, messages: list[dict[str, str]],
-                   sampling: Sampling, budget: RetryBudget) -> Completion:
-    """One item's call with classified failures and bounded, jittered retries."""
+                   sampling: Sampling, budget: RetryBudget,
+                   fail_fast: frozenset[str] = frozenset()) -> Completion:
+    """One item's call with classified failures and bounded, jittered retries.
+
+    ``fail_fast``: outcomes returned at once, not retried here (a replica pool fails over
+    to another server instead of retrying a dead one)."""
     kw = request_kwargs(cfg.model, messages, sampling)
     result = Completion(started=time.time())
     free_retry = True
@@ -313,7 +324,8 @@ async def complete(client: AsyncOpenAI | RawClient, cfg: EndpointConfig, message
                 attempt -= 1
                 result.unsent_retries += 1
                 continue
-        if not OUTCOMES.get(result.outcome, False) or attempt == cfg.max_attempts:
+        if not OUTCOMES.get(result.outcome, False) or attempt == cfg.max_attempts \
+                or result.outcome in fail_fast:
             break
         if not budget.take():
             result.error = (result.error or "") + " (retry budget exhausted)"

@@ -70,3 +70,7 @@ class ServerError(Nlq2SqlError):
 
 class RecordError(InputError):
     """A run directory cannot be written, read or resumed."""
+
+
+class SemanticModelError(InputError):
+    """A semantic model (dbt Semantic Layer YAML) is malformed or does not resolve."""

@@ -25,6 +25,14 @@ from .sqlbuild import Query
 FLOAT_DIGITS = 9
 DEFAULT_TIMEOUT_S = 10.0
 Row = tuple[Any, ...]
+#: The one configuration every read-only connection opens with: DuckDB refuses a second
+#: connection to an open file under a different configuration, so there is only this one.
+READ_ONLY_CONFIG: dict[str, str | bool | int | float | list[str]] = {"enable_external_access": False}
+
+
+def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection without external access (raises ``duckdb.Error``)."""
+    return duckdb.connect(str(path), read_only=True, config=READ_ONLY_CONFIG)
 
 
 def _cell(value: Any) -> Any:
@@ -60,8 +68,7 @@ class Executor:
     def __init__(self, path: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.path, self.timeout_s = str(path), timeout_s
         try:
-            self._con = duckdb.connect(self.path, read_only=True,
-                                       config={"enable_external_access": False})
+            self._con = connect_read_only(self.path)
         except duckdb.Error as exc:
             raise ExecutionError(f"cannot open warehouse {self.path}: {exc}") from None
         self._memo: dict[Query, list[Row]] = {}

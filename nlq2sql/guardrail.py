@@ -10,22 +10,30 @@ direction).  Rules are idempotent: after firing, the field is outside ``from``.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from .errors import GuardrailError
-from .intent import Intent
+from .inputs import read_text, regular_file
+from .intent import Intent, consistency_problem
+from .semantic.catalog import Catalog, Vocabulary
+
+if TYPE_CHECKING:
+    from .semantic import Warehouse
 
 GUARDRAIL_DIR = Path(__file__).resolve().parent.parent / "guardrails"
 NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                 "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15,
                 "twenty": 20, "fifty": 50, "hundred": 100, "a dozen": 12, "dozen": 12}
 NULL = "null"
+#: The value-linking guardrail's name (built from the warehouse, not from a TOML file).
+VALUES = "values"
 CUE_MEMO_SIZE = 4096
 
 
@@ -105,6 +113,11 @@ class RuleSet:
     cues: dict[str, Cue] = field(default_factory=dict)
     description: str = ""
 
+    def scope(self, raw: dict[str, Any], gold: dict[str, Any]) -> list[str]:
+        """The rules that could have helped an item (for recall): the raw value is one the rule
+        may change and the gold value is the one it sets."""
+        return [rule.id for rule in self.rules if raw[rule.field] in rule.from_values and gold[rule.field] == rule.to]
+
     def apply(self, intent: Intent, question: str) -> tuple[Intent, list[Intervention]]:
         """Apply each rule once, in order; returns the new intent and its interventions."""
         found: list[Intervention] = []
@@ -122,17 +135,30 @@ class RuleSet:
             for target, cue_name in rule.set:
                 value = self.cues[cue_name].find(question)
                 update[target] = None if value is True else value
-            try:
-                new = Intent.model_validate({**current, **update})
-            except ValidationError:
-                continue  # a rule never produces an invalid intent; skip rather than crash
-            after = new.model_dump(mode="json")
-            changed = tuple(k for k in update if after[k] != current[k])
-            if changed:
-                found.append(Intervention(rule.id, changed, {k: current[k] for k in changed},
-                                          {k: after[k] for k in changed}))
-                intent, current = new, after
+            step = propose(rule.id, current, update)
+            if step is not None:
+                intent, current = step[0], step[1]
+                found.append(step[2])
         return intent, found
+
+
+def propose(rule_id: str, current: dict[str, Any], update: dict[str, Any], *, consistent: bool = False
+            ) -> tuple[Intent, dict[str, Any], Intervention] | None:
+    """One rule's update applied to a dumped intent: (new intent, its dump, the intervention),
+    or None when nothing changes or the result would be invalid (or, with ``consistent``,
+    inconsistent) — a rule skips rather than crash or produce such an intent."""
+    try:
+        new = Intent.model_validate({**current, **update})
+    except ValidationError:
+        return None
+    if consistent and consistency_problem(new) is not None:
+        return None
+    after = new.model_dump(mode="json")
+    changed = tuple(k for k in update if after[k] != current[k])
+    if not changed:
+        return None
+    return new, after, Intervention(rule_id, changed, {k: current[k] for k in changed},
+                                    {k: after[k] for k in changed})
 
 
 def _compile(pats: Any, where: str, path: str) -> tuple[re.Pattern[str], ...]:
@@ -161,15 +187,23 @@ def _null(v: Any) -> Any:
 
 
 def load_ruleset(name_or_path: str | Path) -> RuleSet:
-    """Load a rule set by name (``guardrails/NAME.toml``) or by path."""
+    """Load a rule set by name (``guardrails/NAME.toml``) or by path; ``learned:NAME`` is a
+    trained classifier (:mod:`nlq2sql.learned_guardrail`)."""
+    if isinstance(name_or_path, str) and name_or_path.startswith("learned:"):
+        from .learned_guardrail import load_learned
+
+        return load_learned(name_or_path.removeprefix("learned:"))
     path = Path(name_or_path)
     if path.suffix != ".toml":
         path = GUARDRAIL_DIR / f"{name_or_path}.toml"
+    elif os.path.lexists(path):
+        regular_file(path, "rule set")  # a directory, FIFO or dangling link: say so
     if not path.is_file():
         known = sorted(p.stem for p in GUARDRAIL_DIR.glob("*.toml"))
-        raise GuardrailError(f"no guardrail rule set '{name_or_path}' (known: {', '.join(known)})")
+        raise GuardrailError(f"no guardrail rule set '{name_or_path}' (known: {', '.join([*known, VALUES])}, "
+                             "learned:NAME)")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_text(path, "rule set"))
     except tomllib.TOMLDecodeError as exc:
         raise GuardrailError(f"invalid TOML: {exc}", path=str(path)) from None
     src = str(path)
@@ -218,9 +252,43 @@ def load_ruleset(name_or_path: str | Path) -> RuleSet:
     return RuleSet(data.get("name", path.stem), tuple(rules), cues, data.get("description", ""))
 
 
-def load_guardrails(names: list[str] | tuple[str, ...]) -> list[RuleSet]:
-    """Load rule sets by name; ``none`` (or an empty list) means no guardrail."""
-    return [load_ruleset(n) for n in names if n and n != "none"]
+def check_vocabulary(rs: RuleSet, vocab: Vocabulary, path: str | None = None) -> None:
+    """A rule naming a metric or dimension the warehouse does not have is a load error."""
+    allowed: dict[str, set[str | None]] = {"metric": set(vocab.metrics),
+                                           "dimension": {*vocab.dimensions, None}}
+    for rule in rs.rules:
+        checks = [(rule.field, "from", v) for v in rule.from_values] + [(rule.field, "to", rule.to)]
+        checks += [(f, f"where.{f}", v) for f, vals in rule.where for v in vals]
+        for fld, key, value in checks:
+            if fld in allowed and value not in allowed[fld]:
+                raise GuardrailError(f"rule {rule.id!r} names {fld} {value!r}, which is not in the "
+                                     f"semantic model's vocabulary", path=path or rs.name, field=f"{rule.id}.{key}")
+
+
+def load_guardrails(names: list[str] | tuple[str, ...], catalog: Catalog | None = None,
+                    warehouse: Warehouse | None = None) -> list[RuleSet]:
+    """Load rule sets by name; ``none`` (or an empty list) means no guardrail.  With a
+    semantic model, every metric/dimension a rule names must be in its vocabulary.
+
+    ``values`` (value linking, :mod:`nlq2sql.conditions.values`) is built from the bound
+    warehouse's values; without one (a preflight check) it is only recognised."""
+    out: list[RuleSet] = []
+    for n in names:
+        if not n or n == "none":
+            continue
+        if n == VALUES:
+            if warehouse is not None:
+                from .conditions.values import value_ruleset
+
+                out.append(value_ruleset(warehouse))
+            continue
+        out.append(load_ruleset(n))
+    if warehouse is not None and catalog is None:
+        catalog = warehouse.catalog
+    if catalog is not None:
+        for rs in out:
+            check_vocabulary(rs, catalog.vocabulary)
+    return out
 
 
 def apply_all(rulesets: list[RuleSet], intent: Intent, question: str

@@ -1,17 +1,25 @@
-"""Versioned prompt files (``prompts/NAME.txt``) → chat messages for one question.
+"""Versioned prompt templates (``prompts/NAME.txt``) → chat messages for one question.
 
-The question is passed as data in its own user message; nothing in it can change the
-schema the server enforces or the SQL that is executed.
+A prompt is a template: ``{{vocabulary}}`` becomes the warehouse's metrics, dimensions,
+known values and years (read from its semantic model and data), and ``{{metric:N}}``,
+``{{metric_label:N}}``, ``{{dimension:N}}``, ``{{dimension_label:N}}``, ``{{year}}`` name
+its N-th metric / dimension and its latest year, so one prompt renders for every
+semantic model.  The question is passed as data in its own user message; nothing in it
+can change the schema the server enforces or the SQL that is executed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
+from .inputs import read_text, regular_file
 from .paths import PROJECT_ROOT
+from .semantic import Warehouse
 
 PROMPT_DIR = PROJECT_ROOT / "prompts"
 
@@ -38,17 +46,49 @@ class Prompt:
                 {"role": "user", "content": question}]
 
 
-def load_prompt(name_or_path: str | Path, style: str = "default") -> Prompt:
-    """A shipped prompt by name (``baseline``, ``contrastive``) or a text file path."""
+SLOT = re.compile(r"\{\{\s*(vocabulary|year|metric|metric_label|dimension|dimension_label)(?::(\d+))?\s*\}\}")
+
+
+def render(template: str, wh: Warehouse) -> str:
+    """Fill a prompt template's slots from a bound warehouse (see the module docstring)."""
+    cat = wh.catalog
+    metrics, dims = list(cat.metrics.values()), list(cat.dimensions.values())
+
+    def fill(m: re.Match[str]) -> str:
+        slot, n = m.group(1), int(m.group(2) or 0)
+        if slot == "vocabulary":
+            return wh.vocabulary_text()
+        if slot == "year":
+            return wh.years[-1] if wh.years else ""
+        if slot.startswith("metric"):
+            metric = metrics[n % len(metrics)]
+            return metric.name if slot == "metric" else metric.label.lower()
+        dim = dims[n % len(dims)]
+        return dim.name if slot == "dimension" else dim.label.lower()
+
+    return SLOT.sub(fill, template)
+
+
+def load_prompt(name_or_path: str | Path, style: str = "default", wh: Warehouse | None = None) -> Prompt:
+    """A shipped prompt by name (``baseline``, ``contrastive``) or a text file path, rendered
+    for a bound warehouse (default: the default warehouse)."""
     if style not in STYLES:
         raise InputError(f"unknown prompt style {style!r} (known: {', '.join(STYLES)})")
     path = Path(name_or_path)
+    if os.path.lexists(path) and not path.is_file():
+        regular_file(path, "prompt")  # a directory, FIFO or dangling link: say so, not "no prompt"
     if not path.is_file():
         path = PROMPT_DIR / f"{name_or_path}.txt"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in PROMPT_DIR.glob("*.txt")))
         raise InputError(f"no prompt '{name_or_path}' (shipped: {known})")
-    text = path.read_text(encoding="utf-8").strip()
+    text = read_text(path, "prompt").strip()
     if not text:
         raise InputError("prompt file is empty", path=str(path))
+    if SLOT.search(text):
+        if wh is None:
+            from .semantic import open_warehouse
+
+            wh = open_warehouse()
+        text = render(text, wh)
     return Prompt(name=path.stem, text=text, style=style)

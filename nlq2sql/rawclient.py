@@ -13,25 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
-if TYPE_CHECKING:
-    from .client import Completion
+from .stream import Accumulator, Completion, HTTPStatusError, NotAnEventStream, StreamEventError
 
-
-class HTTPStatusError(Exception):
-    """A non-200 answer, carrying what :func:`nlq2sql.client.classify` needs."""
-
-    def __init__(self, status: int, body: str, retry_after: str | None) -> None:
-        super().__init__(f"HTTP {status}: {body[:200]}")
-        self.status, self.body, self.retry_after = status, body, retry_after
-
-
-class StreamEventError(Exception):
-    """An ``{"error": …}`` event inside a 200 stream (vLLM reports mid-stream failures so)."""
+__all__ = ["HTTPStatusError", "NotAnEventStream", "RawClient", "StreamEventError", "body_of", "stream_once"]
 
 
 class RawClient:
@@ -80,16 +68,14 @@ def body_of(kw: dict[str, Any]) -> bytes:
 
 
 async def stream_once(client: RawClient, kw: dict[str, Any], timeout_s: float, out: Completion) -> None:
-    """One streamed request; fills ``out`` like the SDK path does, raises on any failure."""
-    t0 = time.perf_counter()
-    parts: list[str] = []
-    last: float | None = None
-    gap_sum, gap_max, gaps = 0.0, 0.0, 0
+    """One streamed request; its SSE events fed to the one accumulator (raises on any failure)."""
+    acc = Accumulator(out)
     async with asyncio.timeout(timeout_s):
         body = aiohttp.payload.BytesPayload(body_of(kw), content_type="application/json")
         async with client.session().post(client.url, data=body, headers=client.headers) as resp:
             if resp.status != 200:
                 raise HTTPStatusError(resp.status, await resp.text(), resp.headers.get("Retry-After"))
+            content_type = resp.headers.get("Content-Type")
             async for raw in resp.content:
                 line = raw.strip()
                 if not line.startswith(b"data:"):
@@ -97,35 +83,5 @@ async def stream_once(client: RawClient, kw: dict[str, Any], timeout_s: float, o
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
                     break
-                now = time.perf_counter()
-                obj = json.loads(payload)
-                if not isinstance(obj, dict):
-                    raise ValueError("stream event is not a JSON object")
-                if "error" in obj:
-                    raise StreamEventError(str(obj["error"])[:300])
-                out.chunks += 1
-                usage = obj.get("usage")
-                if usage:
-                    out.prompt_tokens = usage.get("prompt_tokens")
-                    out.completion_tokens = usage.get("completion_tokens")
-                    details = usage.get("prompt_tokens_details") or {}
-                    out.cached_tokens = details.get("cached_tokens")
-                for choice in obj.get("choices") or ():
-                    delta = (choice.get("delta") or {}).get("content")
-                    if delta:
-                        if out.ttft_s is None:
-                            out.ttft_s = now - t0
-                        elif last is not None:
-                            gap = now - last
-                            gap_sum, gap_max, gaps = gap_sum + gap, max(gap_max, gap), gaps + 1
-                        last = now
-                        parts.append(delta)
-                    if choice.get("finish_reason"):
-                        out.finish_reason = choice["finish_reason"]
-    out.latency_s = time.perf_counter() - t0
-    out.text = "".join(parts)
-    out.http_status = 200
-    if gaps:
-        out.itl_mean_s, out.itl_max_s = gap_sum / gaps, gap_max
-    if out.finish_reason is None:
-        raise StreamEventError("stream ended without a finish_reason")
+                acc.event(json.loads(payload))
+    acc.end(content_type)

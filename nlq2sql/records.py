@@ -7,21 +7,24 @@ rendered from these files, so any run can be re-scored offline.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 from collections.abc import Iterator
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
-from .errors import RecordError
+from .errors import InputError, RecordError
 
 RECORD_VERSION = 1
 MANIFEST, RECORDS, SUMMARY = "manifest.json", "records.jsonl", "summary.json"
 
 #: Manifest keys that must match for ``--resume`` to continue a run.
-RESUME_KEYS = ("kind", "evalset_sha256", "model", "prompt_sha256", "guardrails", "sampling",
-               "endpoint", "context_suffix_sha256")
+RESUME_KEYS = ("kind", "evalset_sha256", "model", "prompt_sha256", "guardrails", "sampling", "examples", "planner",
+               "endpoint", "context_suffix_sha256", "link_values",
+               "samples", "abstain")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -38,6 +41,79 @@ def read_json(path: Path) -> Any:
         raise RecordError("missing", path=str(path)) from None
     except json.JSONDecodeError as exc:
         raise RecordError(f"malformed JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"not UTF-8 (byte offset {exc.start})", path=str(path)) from None
+    except OSError as exc:
+        raise RecordError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
+
+
+def output_dir(out: Path, *, create: bool = True, option: str = "--out") -> Path:
+    """``out`` as a directory to write into: refused (one message) when it is a file or cannot
+    be created; ``create=False`` only checks, so a command can refuse before it measures."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} exists and is not a directory", field=option)
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"cannot create {out}: {parent} is not a directory", field=option)
+            break
+    if create:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot create {out}: {exc.strerror}", field=option) from None
+    return out
+
+
+def require_run(run_dir: Path) -> Path:
+    """``run_dir`` if it is a run directory (it has a manifest), else one message saying so."""
+    if not run_dir.exists():
+        raise RecordError("no such run directory", path=str(run_dir))
+    if not run_dir.is_dir():
+        raise RecordError(f"not a run directory: a file, not a directory (a run holds {MANIFEST}, "
+                          f"{RECORDS} and {SUMMARY})", path=str(run_dir))
+    if not (run_dir / MANIFEST).is_file():
+        raise RecordError(f"not a run directory: no {MANIFEST} (a run writes one when it starts)",
+                          path=str(run_dir))
+    return run_dir
+
+
+def records_digest(path: Path) -> dict[str, Any]:
+    """What a summary keeps of the records it was computed from: line count and SHA-256."""
+    digest, count = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+            count += block.count(b"\n")
+    return {"count": count, "sha256": digest.hexdigest()}
+
+
+def read_finished_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(manifest, summary) of a finished run whose records still match its summary.
+
+    The summary keeps the count and hash of its records (older runs: only ``n``); a records
+    file that is missing, has a malformed line, or changed after the summary was written is
+    refused, so no report is rendered from a summary its records no longer support.
+    """
+    require_run(run_dir)
+    manifest, summary = read_json(run_dir / MANIFEST), read_json(run_dir / SUMMARY)
+    path = run_dir / RECORDS
+    if not path.is_file():
+        raise RecordError("missing (the summary has no records behind it)", path=str(path))
+    parsed = sum(1 for _ in iter_records(path))  # a malformed middle line raises here
+    kept = summary.get("records") if isinstance(summary, dict) else None
+    if isinstance(kept, dict) and "sha256" in kept:
+        now = records_digest(path)
+        if now["count"] != kept.get("count") or parsed != kept.get("count"):
+            raise RecordError(f"{parsed} readable records, but the summary was computed from "
+                              f"{kept.get('count')}", path=str(path))
+        if now["sha256"] != kept["sha256"]:
+            raise RecordError("changed after its summary was written (SHA-256 differs); re-score or "
+                              "re-run it", path=str(path))
+    elif isinstance(summary, dict) and summary.get("n") is not None and parsed != summary["n"]:
+        raise RecordError(f"{parsed} readable records, but the summary counts {summary['n']}",
+                          path=str(path))
+    return manifest, summary
 
 
 def prepare_dir(out: Path, *, resume: bool, force: bool) -> None:
@@ -63,6 +139,9 @@ def prepare_dir(out: Path, *, resume: bool, force: bool) -> None:
 
 def check_resume(out: Path, manifest: dict[str, Any]) -> None:
     """Refuse to resume a run whose inputs differ, saying what differs."""
+    if not (out / MANIFEST).exists():
+        raise RecordError(f"cannot resume: not a run directory (no {MANIFEST}; a run writes one when "
+                          "it starts), and it is not empty", path=str(out))
     old = read_json(out / MANIFEST)
     diffs = [k for k in RESUME_KEYS if old.get(k) != manifest.get(k)]
     if diffs:
@@ -110,6 +189,12 @@ def done_ids(path: Path) -> set[str]:
     return {r["id"] for r in iter_records(path)} if path.exists() else set()
 
 
+def _encode_value(value: str | None) -> str:
+    """What the writer's encoder gives for a string or None, without its per-call overhead
+    (for None, its slow path): the same ASCII escaping (``ensure_ascii``, the default)."""
+    return "null" if value is None else encode_basestring_ascii(value)
+
+
 class RecordWriter:
     """Append-and-flush JSONL writer: one line per finished item.
 
@@ -121,10 +206,46 @@ class RecordWriter:
     def __init__(self, path: Path, *, flush_each: bool = True) -> None:
         self.path, self.flush_each = path, flush_each
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 — lives as long as the run
+        # ASCII output (ensure_ascii, the default): _encode_value relies on it.
         self._dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
     def write(self, record: dict[str, Any]) -> None:
         self._fh.write(self._dumps({"record_version": RECORD_VERSION, **record}) + "\n")
+        if self.flush_each:
+            self._fh.flush()
+
+    def template(self, record: dict[str, Any], holes: tuple[str, ...]) -> tuple[str, ...]:
+        """The line :meth:`write` writes for ``record``, in pieces around the values of ``holes``
+        (keys of ``record``, in its order): ``pieces[0] + v0 + pieces[1] + v1 + … + pieces[-1]``,
+        each ``v`` encoded, is that line for the record with those values (:meth:`write_filled`).
+
+        Re-scoring writes the same record again and again but for its id and raw text: encoded
+        once, each line is then a few string joins.  The pieces are exact: a JSON object's
+        encoding is its members' encodings, comma-separated, in braces.
+        """
+        if [k for k in record if k in holes] != list(holes):
+            raise ValueError(f"holes {holes} must be keys of the record, in its order")
+        pieces: list[str] = []
+        text, run = "{", {}
+        for key, value in {"record_version": RECORD_VERSION, **record}.items():
+            if key not in holes:
+                run[key] = value
+                continue
+            if run:
+                text += self._dumps(run)[1:-1] + ","
+                run = {}
+            pieces.append(text + self._dumps(key) + ":")
+            text = ","  # before the next member, if any
+        pieces.append((text + self._dumps(run)[1:-1] if run else text.lstrip(",")) + "}")
+        return tuple(pieces)
+
+    def write_filled(self, pieces: tuple[str, ...], values: tuple[Any, ...]) -> None:
+        """Write a :meth:`template`'s line with ``values`` for its holes."""
+        parts = [pieces[0]]
+        for value, piece in zip(values, pieces[1:], strict=True):
+            parts += (_encode_value(value) if type(value) is str or value is None else self._dumps(value), piece)
+        parts.append("\n")
+        self._fh.write("".join(parts))
         if self.flush_each:
             self._fh.flush()
 

@@ -56,6 +56,10 @@ def summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     if s.get("errors_by_class") is not None:
         rows.append(("request errors by class", ", ".join(f"{k} {v}" for k, v in
                                                          s["errors_by_class"].items()) or "none"))
+    sel = s.get("selective")
+    if sel:
+        rows.append(("answered (coverage) · abstained", f"{pct(sel['coverage'])} · {sel['abstained']}"))
+        rows.append(("accuracy on answered items", pct(sel["accuracy_answered"])))
     comp = s.get("compactness")
     if comp and comp.get("n"):
         rows.append(("outputs with no whitespace (measured)",
@@ -88,9 +92,28 @@ def render_summary(s: dict[str, Any], title: str = "nlq2sql summary", console: C
     console = console or Console()
     console.print(table)
     console.print(cats)
+    if s.get("fleet"):
+        console.print(fleet_table(s["fleet"]))
+    h = s.get("harness") or {}
+    if h.get("saturated"):
+        console.print(f"[yellow]warning: the client was saturated ({'; '.join(h['why'])}): throughput and "
+                      "latency figures are bounded by the harness, not the server; try --workers or "
+                      "--client aiohttp[/yellow]")
 
 
-def summary_markdown(s: dict[str, Any], title: str) -> str:
-    lines = [f"### {title}", "", "| measure | value (95 % CI, k/n) |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in summary_rows(s)]
-    return "\n".join(lines) + "\n"
+def fleet_table(fleet: dict[str, Any]) -> Table:
+    """Per replica: who answered how much, how fast, and when it was out of rotation."""
+    t = Table(title=f"per replica (routing {fleet.get('routing')}, failovers this session "
+                    f"{fleet.get('failovers_this_session')})", show_header=True)
+    for col in ("replica", "url", "answered", "ok", "errors", "failed, re-sent", "p50 / p95 (s)",
+                "out of rotation"):
+        t.add_column(col)
+    for r in fleet.get("replicas", []):
+        lat = r.get("latency_s") or {}
+        lat_s = (f"{lat['p50']:.2f} / {lat['p95']:.2f}" if lat.get("p50") is not None else "n/a")
+        out = (f"{r['out_of_rotation_s']:.1f} s (first at +{r['first_out_after_s']:.1f} s)"
+               if r.get("first_out_after_s") is not None else "never" if "out_of_rotation_s" in r else "n/a")
+        errs = ", ".join(f"{k} {v}" for k, v in sorted(r.get("errors", {}).items())) or "none"
+        t.add_row(r["label"], r["url"], str(r["answered"]), str(r["ok"]), errs, str(r.get("failed_then_resent", 0)),
+                  lat_s, out)
+    return t

@@ -11,18 +11,31 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import __version__, warehouse
-from .errors import InputError
-from .evalset import EvalSet, load_evalset
+from .conditions.selfcheck import apply_abstention
+from .errors import InputError, Nlq2SqlError
+from .evalset import CaseIndex, EvalSet, index_evalset, load_evalset
 from .execute import Executor
 from .guardrail import RuleSet, load_guardrails
-from .records import MANIFEST, RECORDS, SUMMARY, RecordWriter, iter_records, prepare_dir, write_json_atomic
+from .inputs import decode_line, regular_file, reusable_rest, split_id
+from .records import (
+    MANIFEST,
+    RECORDS,
+    SUMMARY,
+    RecordWriter,
+    iter_records,
+    prepare_dir,
+    records_digest,
+    write_json_atomic,
+)
+from .rescore import RecordMemo
 from .score import Summary, score_item
+from .semantic import Warehouse, open_warehouse
 
 
 @dataclass(frozen=True)
@@ -31,8 +44,10 @@ class ScoreConfig:
     responses: Path
     out: Path
     guardrails: tuple[str, ...] = ("ranking",)
-    warehouse: Path | None = None
+    warehouse: Path | None = None  # the database (--db); default: the semantic model's shipped build
     force: bool = False
+    allow_missing: bool = False  # items without a response are expected: status `missing`
+    semantic_model: str | None = None  # name or path (default: retail)
 
 
 @dataclass
@@ -43,42 +58,108 @@ class Response:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def read_responses(path: Path, known_ids: set[str]) -> Iterator[Response]:
-    """Stream ``{"id", "text"}`` lines, naming file, line and field on any problem."""
-    seen: set[str] = set()
+#: Distinct response lines (all but the id) whose parse is remembered while reading (bounded).
+RESPONSE_MEMO_SIZE = 4096
+
+
+def read_responses(path: Path, known_ids: Mapping[str, int]) -> Iterator[Response]:
+    """Stream ``{"id", "text"}`` lines, naming file, line and field on any problem.
+
+    ``known_ids`` maps each eval-set id to its position (a duplicate is found by position, so
+    no set of every id read is built).  A line that repeats an earlier one but for its
+    leading id (see :func:`inputs.split_id`) is not parsed again: its text and finish reason
+    are the earlier line's (the same string objects, so later per-text caches hash them
+    once), and only its id is checked.
+    """
+    seen = bytearray(len(known_ids))
+    memo: dict[str, tuple[str | None, str | None]] = {}
+    where = str(path)
     try:
-        fh = open(path, encoding="utf-8")  # noqa: SIM115
+        fh = open(regular_file(path, "responses"), "rb")  # noqa: SIM115
     except OSError as exc:
-        raise InputError(f"cannot read responses: {exc.strerror}", path=str(path)) from None
+        raise InputError(f"cannot read responses: {exc.strerror}", path=where) from None
+    offset = 0
     with fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                raise InputError("empty line", path=str(path), line=lineno)
+        for lineno, raw in enumerate(fh, start=1):
+            line = decode_line(raw, path=where, line=lineno, offset=offset)
+            offset += len(raw)
+            split = split_id(line)
+            reused = memo.get(split[1]) if split is not None else None
+            if split is not None and reused is not None:
+                rid = split[0]
+                text, finish = reused
+            else:
+                rid, text, finish = _parse_response(line, where, lineno)
+            if not rid:
+                raise InputError("missing or non-string id", path=where, line=lineno, field="id")
+            pos = known_ids.get(rid)
+            if pos is None:
+                raise InputError(f"unknown id {rid!r} (not in the eval set)", path=where, line=lineno, field="id")
+            if seen[pos]:
+                raise InputError(f"duplicate id {rid!r}", path=where, line=lineno, field="id")
+            seen[pos] = 1
+            if reused is None:
+                if text is not None and not isinstance(text, str):
+                    raise InputError("text must be a string or null", path=where, line=lineno, field="text")
+                finish = finish if isinstance(finish, str) else None
+                if split is not None and reusable_rest(split[1]):
+                    if len(memo) >= RESPONSE_MEMO_SIZE:
+                        memo.clear()
+                    memo[split[1]] = (text, finish)
+            yield Response(rid, text, finish)
+
+
+def _parse_response(line: str, where: str, lineno: int) -> tuple[str, Any, Any]:
+    """(id, text, finish_reason) of one line, as parsed (types of text and finish unchecked)."""
+    if not line.strip():
+        raise InputError("empty line", path=where, line=lineno)
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON ({exc.msg})", path=where, line=lineno) from None
+    if not isinstance(obj, dict):
+        raise InputError("each line must be a JSON object", path=where, line=lineno)
+    rid = obj.get("id")
+    if not isinstance(rid, str):
+        raise InputError("missing or non-string id", path=where, line=lineno, field="id")
+    return rid, obj.get("text"), obj.get("finish_reason")
+
+
+def as_missing(rec: dict[str, Any]) -> dict[str, Any]:
+    """An item the responses file does not answer (``--allow-missing``): status ``missing``,
+    counted as such (and as wrong), not as a request error -- no request was made."""
+    for key in ("status", "final_status", "error_raw", "error_final"):
+        rec[key] = "missing"
+    rec["status_reason"] = rec["final_status_reason"] = "no response in the responses file"
+    return rec
+
+
+def make_executor(wh: Warehouse | Path | None = None) -> Executor:
+    """An executor on a bound warehouse's database (a path or None: the default warehouse's)."""
+    if isinstance(wh, Warehouse):
+        return Executor(wh.db_path)
+    return Executor(warehouse.ensure(wh))
+
+
+def check_evalset(es: EvalSet, wh: Warehouse) -> dict[str, Any]:
+    """Every gold intent must build, execute and return rows (filter values are checked when
+    the set is loaded against the warehouse)."""
+    from .intent import canonicalise
+    from .sqlbuild import build_sql
+
+    problems: list[str] = []
+    rows = 0
+    with make_executor(wh) as ex:
+        for case in es.cases:
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"malformed JSON ({exc.msg})", path=str(path), line=lineno) from None
-            if not isinstance(obj, dict):
-                raise InputError("each line must be a JSON object", path=str(path), line=lineno)
-            rid = obj.get("id")
-            if not isinstance(rid, str) or not rid:
-                raise InputError("missing or non-string id", path=str(path), line=lineno, field="id")
-            if rid not in known_ids:
-                raise InputError(f"unknown id {rid!r} (not in the eval set)", path=str(path),
-                                 line=lineno, field="id")
-            if rid in seen:
-                raise InputError(f"duplicate id {rid!r}", path=str(path), line=lineno, field="id")
-            seen.add(rid)
-            text = obj.get("text")
-            if text is not None and not isinstance(text, str):
-                raise InputError("text must be a string or null", path=str(path), line=lineno,
-                                 field="text")
-            finish = obj.get("finish_reason")
-            yield Response(rid, text, finish if isinstance(finish, str) else None)
-
-
-def make_executor(path: Path | None) -> Executor:
-    return Executor(warehouse.ensure(path))
+                result = ex.run(build_sql(canonicalise(case.gold), wh.catalog))
+                rows += len(result)
+                if not result:
+                    problems.append(f"{case.id}: gold query returns no rows")
+            except Nlq2SqlError as exc:
+                problems.append(f"{case.id}: {exc}")
+    return {"evalset": es.name, "cases": len(es.cases), "semantic_model": wh.name,
+            "gold_rows": rows, "problems": problems}
 
 
 def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any]:
@@ -95,40 +176,56 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
     Input is validated in a first streaming pass, and output is written to a sibling
     temp directory renamed into place at the end, so bad input leaves no artifact.
     """
-    evalset = load_evalset(cfg.evalset)
-    rulesets = load_guardrails(list(cfg.guardrails))
-    cases = evalset.by_id()
-    for _ in read_responses(cfg.responses, set(cases)):
-        pass
-    if cfg.out.exists() and not cfg.force and (not cfg.out.is_dir() or any(cfg.out.iterdir())):
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    evalset = index_evalset(cfg.evalset, wh)
+    rulesets = load_guardrails(list(cfg.guardrails), wh.catalog, wh)
+    ids = evalset.ids
+    answered = bytearray(len(ids))  # by eval-set position
+    for resp in read_responses(cfg.responses, ids):
+        answered[ids[resp.id]] = 1
+    missing = [cid for cid, pos in ids.items() if not answered[pos]]
+    if missing and not cfg.allow_missing:
+        raise InputError(f"{len(missing)} of {len(ids)} eval set items have no response (first: "
+                         f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
+                         path=str(cfg.responses))
+    if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
         prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
     tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise InputError(f"output directory is not writable: {exc.strerror}", path=str(cfg.out)) from None
     started = time.time()
     # The eval set lives for the whole run: freezing it keeps the cyclic garbage collector
-    # from re-walking every case on each collection (a large share of the time at 100k items).
+    # from re-walking it on each collection.
     gc.freeze()
     try:
         summ = Summary(rulesets)
-        answered: set[str] = set()
-        with make_executor(cfg.warehouse) as ex, RecordWriter(tmp / RECORDS, flush_each=False) as writer:
-            for resp in read_responses(cfg.responses, set(cases)):
-                rec = score_item(cases[resp.id], resp.text, rulesets, ex,
-                                 finish_reason=resp.finish_reason)
-                writer.write(rec)
-                summ.add(rec)
-                answered.add(resp.id)
-            for cid, case in cases.items():
-                if cid not in answered:
-                    rec = score_item(case, None, rulesets, ex, request_error="no response in file")
+        answered = bytearray(len(ids))
+        with make_executor(wh) as ex, RecordWriter(tmp / RECORDS, flush_each=False) as writer:
+            # Each distinct (case, answer) is scored and encoded once (RecordMemo): a line is
+            # that encoding with the item's id, raw text (and parse error) filled in; the
+            # summary, which reads none of those, counts each distinct record once.
+            memo = RecordMemo(rulesets, ex, wh.catalog, writer)
+            for resp in read_responses(cfg.responses, ids):
+                pos = ids[resp.id]
+                summ.add_shared(memo.write(resp.id, evalset.shared[pos], resp.text, resp.finish_reason))
+                answered[pos] = 1
+            for cid, pos in ids.items():
+                if not answered[pos]:
+                    rec = score_item(evalset.case(cid), None, rulesets, ex, request_error="no response in file",
+                                     catalog=wh.catalog)
+                    as_missing(rec)
                     writer.write(rec)
                     summ.add(rec)
             executed = ex.executed
         summary = summ.result()
         summary["distinct_queries_executed"] = executed
+        summary["missing"] = {"n": len(missing), "allowed": cfg.allow_missing, "first_ids": missing[:5]}
+        summary["records"] = records_digest(tmp / RECORDS)
         write_json_atomic(tmp / SUMMARY, summary)
-        write_json_atomic(tmp / MANIFEST, manifest_base("score", evalset, rulesets) | {
+        write_json_atomic(tmp / MANIFEST, manifest_base("score", evalset, rulesets, wh) | {
             "responses": str(cfg.responses), "started": started, "finished": time.time()})
         if cfg.out.exists():
             shutil.rmtree(cfg.out)
@@ -140,13 +237,19 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
     return summary
 
 
-def manifest_base(kind: str, evalset: EvalSet, rulesets: list[RuleSet]) -> dict[str, Any]:
+def manifest_base(kind: str, evalset: EvalSet | CaseIndex, rulesets: list[RuleSet],
+                  wh: Warehouse | None = None) -> dict[str, Any]:
     from .env_info import git_info
+    from .semantic.catalog import display_path
 
+    # A learned guardrail's artefact (sha256, training-set sha256, …): which model re-scored.
+    learned = {rs.name: rs.provenance() for rs in rulesets if hasattr(rs, "provenance")}
     return {"record_version": 1, "kind": kind, "harness_version": __version__, **git_info(),
-            "evalset": evalset.name, "evalset_path": evalset.path,
-            "evalset_sha256": evalset.sha256, "n_items": len(evalset.cases),
-            "guardrails": [rs.name for rs in rulesets]}
+            "evalset": evalset.name, "evalset_path": display_path(Path(evalset.path)),
+            "evalset_sha256": evalset.sha256,
+            "n_items": len(evalset.ids) if isinstance(evalset, CaseIndex) else len(evalset.cases),
+            "guardrails": [rs.name for rs in rulesets], **({"guardrail_artefacts": learned} if learned else {}),
+            **(wh.manifest() if wh is not None else {})}
 
 
 def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None = None
@@ -159,13 +262,14 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     from .records import read_json
 
     manifest = read_json(run_dir / MANIFEST)
-    es = load_evalset(evalset or manifest.get("evalset_path") or manifest["evalset"])
+    wh = open_warehouse(manifest.get("semantic_model_path") or manifest.get("semantic_model"))
+    es = load_evalset(evalset or manifest.get("evalset_path") or manifest["evalset"], wh.catalog)
     cases = es.by_id()
-    rulesets = load_guardrails(list(guardrails))
+    rulesets = load_guardrails(list(guardrails), wh.catalog, wh)
     summ = Summary(rulesets)
     raw_ok: dict[str, bool] = {}
     final_ok: dict[str, bool] = {}
-    with make_executor(None) as ex:
+    with make_executor(wh) as ex:
         for old in iter_records(run_dir / RECORDS):
             case = cases.get(old["id"])
             if case is None:
@@ -174,9 +278,15 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
             outcome = old.get("outcome", "ok")
             rec = score_item(case, old.get("raw_text"), rulesets, ex,
                              finish_reason=old.get("finish_reason"),
-                             request_error=None if outcome in (None, "ok") else outcome)
+                             request_error=None if outcome in (None, "ok") else outcome,
+                             catalog=wh.catalog)
             for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s"):
                 rec[key] = old.get(key)
+            if "abstained" in old:  # decided again from the recorded evidence, under these guardrails
+                for key in ("votes", "planner_choice"):
+                    if key in old:
+                        rec[key] = old[key]
+                apply_abstention(rec)
             summ.add(rec)
             raw_ok[rec["id"]] = rec["correct_raw"]
             final_ok[rec["id"]] = rec["correct_final"]

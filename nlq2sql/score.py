@@ -33,6 +33,7 @@ from .intent import (
     is_ordered,
     parse_intent,
 )
+from .semantic.catalog import Catalog
 from .sqlbuild import build_sql
 
 #: Primary error classes, most basic first.
@@ -86,9 +87,13 @@ def _status_of(intent: Intent | None, status: str) -> tuple[str, str | None]:
 
 
 def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
-               *, finish_reason: str | None = None, request_error: str | None = None
-               ) -> dict[str, Any]:
-    """Score one raw model answer: parse, guardrail, build, execute, compare."""
+               *, finish_reason: str | None = None, request_error: str | None = None,
+               catalog: Catalog | None = None) -> dict[str, Any]:
+    """Score one raw model answer: parse, guardrail, build, execute, compare.
+
+    ``catalog`` is the warehouse's semantic model (default ``retail``); ``executor`` runs on
+    its database.
+    """
     gold = canonicalise(case.gold)
     raw: Intent | None = None
     status, reason = STATUS_OK, None
@@ -96,7 +101,7 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
         status, reason = "request_error", request_error
     else:
         try:
-            raw = parse_intent(raw_text or "")
+            raw = parse_intent(raw_text or "", catalog)
         except IntentError as exc:
             status, reason = exc.status, exc.reason
             if finish_reason == "length":
@@ -113,13 +118,13 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
     raw_c = canonicalise(raw) if raw is not None and status == STATUS_OK else None
     final_c = canonicalise(final) if final is not None and final_status == STATUS_OK else None
 
-    gold_q = build_sql(gold)
+    gold_q = build_sql(gold, catalog)
     executor.run(gold_q)
     ordered = is_ordered(gold)
     sql, params, q, rows, exec_error = None, None, None, None, None
     if final_c is not None:
         try:
-            q = build_sql(final_c)
+            q = build_sql(final_c, catalog)
             sql, params = q.sql, list(q.params)
             rows = executor.run(q)
         except (SqlBuildError, ExecutionError) as exc:
@@ -134,12 +139,10 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
                     else final_c.model_dump(mode="json"))
 
     # Which rules could have helped this item (for recall), and were their changes right?
-    scope = []
-    for rs in rulesets:
-        for rule in rs.rules:
-            if raw_dump is not None and raw_dump[rule.field] in rule.from_values \
-                    and gold_dump[rule.field] == rule.to:
-                scope.append(rule.id)
+    scope: list[str] = []
+    if raw_dump is not None:
+        for rs in rulesets:
+            scope += rs.scope(raw_dump, gold_dump)
     ivs = []
     for iv in interventions:
         d = iv.as_dict()
@@ -158,6 +161,9 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
         "sql": sql, "params": params, "exec_error": exec_error,
         "result_hash": executor.result_hash(q, ordered=ordered) if q is not None else None,
         "result_rows": len(rows) if rows is not None else None,
+        # The first rows of both results, so a reader (or `nlq2sql view`) sees *how* they differ.
+        "result_head": [list(r) for r in rows[:RESULT_HEAD_ROWS]] if rows is not None else None,
+        "gold_result_head": [list(r) for r in executor.run(gold_q)[:RESULT_HEAD_ROWS]],
         "gold_result_hash": executor.result_hash(gold_q, ordered=ordered),
         # Dumps of two intents are equal exactly when the intents are (all values are plain).
         "correct_raw": raw_c_dump is not None and raw_c_dump == gold_dump,
@@ -191,7 +197,16 @@ def percentiles(values: list[float]) -> dict[str, Any]:
             **{f"p{q}": float(np.percentile(arr, q)) for q in (50, 95, 99)}}
 
 
-TIMING_KEYS = ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s")
+#: Rows of the result and of the gold result kept in each record.
+RESULT_HEAD_ROWS = 5
+
+#: Distinct records :meth:`Summary.add_shared` tallies before adding them (bounded).
+PENDING_MAX = 4096
+
+TIMING_KEYS = ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s",
+               # the two-stage planner's first request, and both stages together (when recorded)
+               "planner_latency_s", "planner_completion_tokens", "planner_prompt_tokens", "latency_total_s",
+               "requests", "samples_completion_tokens")
 
 
 class Summary:
@@ -214,53 +229,94 @@ class Summary:
         self.rule_scope_correct: Counter[str] = Counter()
         self.cat: dict[str, Counter[str]] = defaultdict(Counter)
         self.timing: dict[str, list[float]] = defaultdict(list)
+        # selective prediction (``--abstain``): (vote share, answered, answer correct) → items
+        self.selective: Counter[tuple[float, bool, bool]] = Counter()
+        # add_shared's tally, id(rec) → [rec, times], first seen first: counted in (n and every
+        # table) when flushed -- by add, field_ok and result.
+        self._pending: dict[int, list[Any]] = {}
 
     def add(self, rec: dict[str, Any]) -> None:
-        self.n += 1
+        """Count one record."""
+        if self._pending:
+            self._flush()
+        self._add(rec, 1)
+
+    def add_shared(self, rec: dict[str, Any]) -> None:
+        """Count one record that may be passed again as the same object (re-scoring's
+        remembered records, :class:`nlq2sql.rescore.RecordMemo`): the same figures as :meth:`add`.
+
+        Each distinct object is added once, with its count, in the order first seen -- which
+        also keeps the order of keys in every table (first seen first).  A record with
+        timings is added at once: timing samples keep their order.
+        """
+        entry = self._pending.get(id(rec))
+        if entry is not None:
+            entry[1] += 1
+            return
+        if any(key in rec for key in TIMING_KEYS):
+            self.add(rec)
+            return
+        if len(self._pending) >= PENDING_MAX:
+            self._flush()
+        self._pending[id(rec)] = [rec, 1]  # holds rec, so its id() is not reused meanwhile
+
+    def _flush(self) -> None:
+        for rec, times in self._pending.values():
+            self._add(rec, times)
+        self._pending.clear()
+
+    def _add(self, rec: dict[str, Any], times: int) -> None:
+        self.n += times
         c = self.c
-        correct_raw, correct_final = bool(rec["correct_raw"]), bool(rec["correct_final"])
+        correct_raw, correct_final = bool(rec["correct_raw"]) * times, bool(rec["correct_final"]) * times
         c["correct_raw"] += correct_raw
         c["correct_final"] += correct_final
-        c["correct_exec"] += bool(rec["correct_exec"])
+        c["correct_exec"] += bool(rec["correct_exec"]) * times
         raw_intent = rec["raw_intent"]
-        c["schema_valid"] += raw_intent is not None
+        c["schema_valid"] += (raw_intent is not None) * times
         ivs = rec["interventions"]
         if ivs:
-            c["intervened"] += 1
-            c["intervened_correct"] += all(iv["correct"] for iv in ivs)
+            c["intervened"] += times
+            c["intervened_correct"] += all(iv["correct"] for iv in ivs) * times
             for iv in ivs:
-                self.rule_fired[iv["rule"]] += 1
-                self.rule_correct[iv["rule"]] += bool(iv["correct"])
-        self.status[rec["status"]] += 1
-        self.errors_raw[rec["error_raw"] or "correct"] += 1
-        self.errors_final[rec["error_final"] or "correct"] += 1
-        self.finish[rec.get("finish_reason") or "n/a"] += 1
+                self.rule_fired[iv["rule"]] += times
+                self.rule_correct[iv["rule"]] += bool(iv["correct"]) * times
+        self.status[rec["status"]] += times
+        self.errors_raw[rec["error_raw"] or "correct"] += times
+        self.errors_final[rec["error_final"] or "correct"] += times
+        self.finish[rec.get("finish_reason") or "n/a"] += times
         gold_kind = rec["gold_intent"]["intent"]
-        self.gold_intents[gold_kind] += 1
-        self.pairs[(gold_kind, raw_intent["intent"] if raw_intent else "invalid")] += 1
+        self.gold_intents[gold_kind] += times
+        self.pairs[(gold_kind, raw_intent["intent"] if raw_intent else "invalid")] += times
         for f in set(rec["wrong_fields_raw"]):
-            self.field_wrong[f] += 1
+            self.field_wrong[f] += times
         scope = rec["guardrail_scope"]
         if scope:
             fired_ok = {iv["rule"] for iv in ivs if iv["correct"]}
             for rid in scope:
-                self.rule_scope[rid] += 1
-                self.rule_scope_correct[rid] += rid in fired_ok
+                self.rule_scope[rid] += times
+                self.rule_scope_correct[rid] += (rid in fired_ok) * times
+        if "abstained" in rec:
+            votes = rec.get("votes")
+            share = round(float(votes["share"]), 4) if votes else 1.0
+            self.selective[(share, not rec["abstained"], bool(rec["answer_correct"]))] += times
         cat = self.cat[rec["category"]]
-        cat["n"] += 1
+        cat["n"] += times
         cat["raw"] += correct_raw
         cat["final"] += correct_final
         for key in TIMING_KEYS:
             value = rec.get(key)
             if value is not None:
-                self.timing[key].append(float(value))
+                self.timing[key].extend([float(value)] * times)
 
     @property
     def field_ok(self) -> dict[str, int]:
         """Per field: items whose raw intent had that field right."""
+        self._flush()
         return {f: self.n - self.field_wrong[f] for f in FIELDS}
 
     def result(self) -> dict[str, Any]:
+        self._flush()
         n, c = self.n, self.c
         labels = list(INTENTS) + ["invalid"]
         cm = None
@@ -295,4 +351,20 @@ class Summary:
                                  "final_accuracy": wilson(v["final"], v["n"])}
                              for k, v in sorted(self.cat.items())},
             "timing": {k: percentiles(v) for k, v in self.timing.items()},
+            **({"selective": self._selective()} if self.selective else {}),
         }
+
+    def _selective(self) -> dict[str, Any]:
+        """Coverage, accuracy on answered items, and the coverage-accuracy curve: answering only
+        items whose vote share is at least each observed share (an abstention is never correct)."""
+        sel = self.selective
+        n = sum(sel.values())
+        answered = sum(v for (_, a, _), v in sel.items() if a)
+        right = sum(v for (_, a, ok), v in sel.items() if a and ok)
+        curve = []
+        for t in sorted({share for share, _, _ in sel}, reverse=True):
+            m = sum(v for (share, _, _), v in sel.items() if share >= t)
+            k = sum(v for (share, _, ok), v in sel.items() if share >= t and ok)
+            curve.append({"min_vote_share": t, "coverage": wilson(m, n), "accuracy": wilson(k, m)})
+        return {"n": n, "abstained": n - answered, "coverage": wilson(answered, n),
+                "accuracy_answered": wilson(right, answered), "curve": curve}

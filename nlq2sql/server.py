@@ -46,6 +46,9 @@ class ServerConfig:
     kv_cache_gib: int = 1
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 600.0
+    # One replica per GPU group on a multi-GPU box (``serve --replicas N --gpus-per-replica G``):
+    # the devices this server may see.  The CPU build ignores it.
+    visible_devices: str | None = None
 
 
 def is_port_in_use(host: str, port: int) -> bool:
@@ -148,7 +151,9 @@ class LocalServer:
                     # The CPU build never loads its own compile cache ("'function' object has no
                     # attribute 'finalize_loading'"), and a start killed mid-compile leaves a
                     # partial artifact that makes the *next* start fail with an ImportError.
-                    VLLM_DISABLE_COMPILE_CACHE=os.environ.get("VLLM_DISABLE_COMPILE_CACHE", "1"))
+                    VLLM_DISABLE_COMPILE_CACHE=os.environ.get("VLLM_DISABLE_COMPILE_CACHE", "1"),
+                    **({"CUDA_VISIBLE_DEVICES": self.config.visible_devices}
+                       if self.config.visible_devices is not None else {}))
 
     def start(self) -> LocalServer:
         if self.running:
@@ -279,3 +284,52 @@ if __name__ == "__main__":  # manual testing only: start, print, wait for Ctrl-C
               f"log={srv.log_path}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
+
+
+class LocalFleet:
+    """N local vLLM replicas of one model (``serve --replicas N``): started together, each on
+    its own port and log, and always all stopped.  ``urls`` go to ``--endpoint`` one by one."""
+
+    def __init__(self, config: ServerConfig, replicas: int, gpus_per_replica: int | None = None) -> None:
+        import dataclasses
+
+        if replicas < 1:
+            raise ServerError(f"--replicas must be at least 1, got {replicas}")
+        ports: list[int] = []
+        port = config.port
+        while len(ports) < replicas:  # consecutive free ports from the one asked for
+            if not is_port_in_use(config.host, port):
+                ports.append(port)
+            port += 1
+        self.servers = [LocalServer(dataclasses.replace(
+            config, port=p, visible_devices=(",".join(str(g) for g in range(i * gpus_per_replica,
+                                                                            (i + 1) * gpus_per_replica))
+                                             if gpus_per_replica else config.visible_devices)))
+            for i, p in enumerate(ports)]
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+    def start(self) -> LocalFleet:
+        """Start every replica at once (start-up dominates); if one fails, stop them all."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(self.servers)) as ex:
+            futures = [ex.submit(s.start) for s in self.servers]
+            errors = [f.exception() for f in futures]
+        failed = next((e for e in errors if e is not None), None)
+        if failed is not None:
+            self.stop()
+            raise failed
+        return self
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+    def __enter__(self) -> LocalFleet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -55,7 +55,10 @@ class MetricsSampler:
     def __init__(self, base_url: str, interval_s: float = 0.25) -> None:
         self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
         self.interval_s = interval_s
-        self.samples: list[dict[str, float]] = []
+        # Running aggregates, not a list of samples: memory stays flat for a run of any length
+        # (4 samples a second for hours against a real vLLM).
+        self.n_samples = 0
+        self._gauges: dict[str, list[float]] = {}  # name → [count, peak, sum]
         self.errors = 0
         self._task: asyncio.Task[None] | None = None
         self._first: dict[str, float] | None = None
@@ -74,10 +77,19 @@ class MetricsSampler:
                             if self._first is None:
                                 self._first = parsed
                             self._last = parsed
-                            self.samples.append(parsed)
+                            self.add(parsed)
                 except (TimeoutError, aiohttp.ClientError, ValueError):
                     self.errors += 1
                 await asyncio.sleep(self.interval_s)
+
+    def add(self, parsed: dict[str, float]) -> None:
+        self.n_samples += 1
+        for name in GAUGES:
+            if name in parsed:
+                agg = self._gauges.setdefault(name, [0, float("-inf"), 0.0])
+                agg[0] += 1
+                agg[1] = max(agg[1], parsed[name])
+                agg[2] += parsed[name]
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -90,15 +102,15 @@ class MetricsSampler:
 
     def result(self) -> dict[str, Any]:
         """Peaks and means with sample counts; counter deltas over the sampled window."""
-        if not self.samples:
+        if not self.n_samples:
             return {"observed": False, "url": self.url, "errors": self.errors,
                     "note": "no /metrics samples: not observed"}
-        out: dict[str, Any] = {"observed": True, "url": self.url, "samples": len(self.samples),
+        out: dict[str, Any] = {"observed": True, "url": self.url, "samples": self.n_samples,
                                "errors": self.errors, "interval_s": self.interval_s}
         for name in GAUGES:
-            vals = [s[name] for s in self.samples if name in s]
-            out[name] = ({"n": len(vals), "peak": max(vals), "mean": sum(vals) / len(vals)}
-                         if vals else {"n": 0, "note": "not observed"})
+            agg = self._gauges.get(name)
+            out[name] = ({"n": int(agg[0]), "peak": agg[1], "mean": agg[2] / agg[0]}
+                         if agg else {"n": 0, "note": "not observed"})
         first, last = self._first or {}, self._last or {}
         deltas = {k: last[k] - first[k] for k in COUNTERS if k in first and k in last}
         out["counter_deltas"] = deltas

@@ -1,136 +1,132 @@
-"""A deterministic synthetic retail star schema in DuckDB.
+"""Warehouse databases: build a shipped warehouse's data, find it in the cache, fingerprint it.
 
-Generated with numpy's PCG64 from a fixed seed and stored with exact DECIMAL money, so
-the same query returns the same bytes on every machine.  One fact table of order lines
-and dimension tables for products (with categories), customers (segment, region),
-channels and dates.
+A shipped warehouse is a folder ``warehouses/NAME/`` with its semantic model, its eval sets
+and ``build.py`` (``VERSION``, ``DEFAULT_SCALE``, ``build(out, scale)``); nothing of any
+warehouse is written in this package.  A user's own data is a DuckDB file, or a folder of
+Parquet/CSV files imported once into a cached DuckDB file (named by the files' hash), so
+the executor always opens one file read-only with external access disabled.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import hashlib
+import importlib.util
 import os
+from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 
 import duckdb
-import numpy as np
-import pandas as pd
 
+from .errors import InputError
 from .paths import cache_dir
+from .semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, shipped_names
 
-SEED = 20240101
-BASE_LINES = 100_000
-START = dt.date(2024, 1, 1)
-END = dt.date(2025, 12, 31)
-
-REGIONS = ("North", "South", "East", "West", "Central")
-SEGMENTS = ("Consumer", "Corporate", "Small Business")
-CHANNELS = ("Online", "Retail", "Partner", "Phone")
-CATEGORY_PRODUCTS: dict[str, tuple[str, ...]] = {
-    "Electronics": ("Laptop", "Tablet", "Headphones", "Monitor", "Smartphone", "Camera"),
-    "Furniture": ("Desk", "Office Chair", "Bookshelf", "Filing Cabinet", "Sofa", "Lamp"),
-    "Office Supplies": ("Paper", "Pens", "Stapler", "Notebook", "Printer Ink", "Binder"),
-    "Apparel": ("T-Shirt", "Jacket", "Sneakers", "Backpack", "Hat", "Jeans"),
-    "Grocery": ("Coffee", "Tea", "Snacks", "Water", "Cereal", "Chocolate"),
-}
-CATEGORIES = tuple(CATEGORY_PRODUCTS)
-PRODUCTS = tuple(p for ps in CATEGORY_PRODUCTS.values() for p in ps)
-YEARS = tuple(str(y) for y in range(START.year, END.year + 1))
-
-#: Allowed values per filter field, for eval-set checks and prompts.
-VALUES: dict[str, tuple[str, ...]] = {
-    "region": REGIONS, "segment": SEGMENTS, "channel": CHANNELS,
-    "category": CATEGORIES, "product": PRODUCTS, "year": YEARS,
-}
-
-N_CUSTOMERS = 2_000
+DATA_SUFFIXES = {".parquet": "read_parquet", ".csv": "read_csv_auto", ".tsv": "read_csv_auto"}
+#: The cached file name of the default warehouse at its default scale (kept from v1 layouts).
+DEFAULT_NAME = "warehouse-v2.duckdb"
 
 
-#: Bumped whenever generation changes, so a stale cached warehouse is never reused.
-WAREHOUSE_VERSION = 2
-DEFAULT_NAME = f"warehouse-v{WAREHOUSE_VERSION}.duckdb"
+@lru_cache(maxsize=16)
+def builder(name: str = DEFAULT_WAREHOUSE) -> ModuleType:
+    """The ``build.py`` module of a shipped warehouse."""
+    path = WAREHOUSE_DIR / name / "build.py"
+    if "/" in name or not path.is_file():
+        raise InputError(f"no shipped warehouse named {name!r} with a build.py "
+                         f"(shipped: {', '.join(shipped_names())})", field="warehouse")
+    spec = importlib.util.spec_from_file_location(f"nlq2sql_warehouse_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def default_path() -> Path:
-    return cache_dir() / DEFAULT_NAME
+def default_path(name: str = DEFAULT_WAREHOUSE, scale: float | None = None) -> Path:
+    """Where a shipped warehouse's data is cached (versioned, so a stale build is never reused)."""
+    mod = builder(name)
+    scale = mod.DEFAULT_SCALE if scale is None else scale
+    if name == DEFAULT_WAREHOUSE and scale == mod.DEFAULT_SCALE:
+        return cache_dir() / DEFAULT_NAME
+    return cache_dir() / f"{name}-v{mod.VERSION}-s{scale:g}.duckdb"
 
 
-def _frames(scale: float) -> dict[str, pd.DataFrame]:
-    rng = np.random.Generator(np.random.PCG64(SEED))
-    n_lines = int(BASE_LINES * scale)
-    products = pd.DataFrame({
-        "product_id": np.arange(1, len(PRODUCTS) + 1, dtype=np.int32),
-        "product_name": list(PRODUCTS),
-        "category": [c for c, ps in CATEGORY_PRODUCTS.items() for _ in ps],
-        "list_price": np.round(rng.uniform(3, 1500, len(PRODUCTS)), 2),
-    })
-    customers = pd.DataFrame({
-        "customer_id": np.arange(1, N_CUSTOMERS + 1, dtype=np.int32),
-        "segment": rng.choice(SEGMENTS, N_CUSTOMERS, p=[0.55, 0.3, 0.15]),
-        "region": rng.choice(REGIONS, N_CUSTOMERS, p=[0.24, 0.22, 0.2, 0.19, 0.15]),
-    })
-    channels = pd.DataFrame({"channel_id": np.arange(1, len(CHANNELS) + 1, dtype=np.int32),
-                             "channel_name": list(CHANNELS)})
-    days = pd.date_range(START, END, freq="D")
-    dates = pd.DataFrame({"date_key": days.date, "year": days.year.astype(np.int32),
-                          "quarter": days.quarter.astype(np.int32),
-                          "month": days.month.astype(np.int32)})
-    # Orders carry customer, channel and date; lines carry product, quantity and price.
-    n_orders = max(1, n_lines * 2 // 5)
-    order_day = rng.integers(0, len(days), n_orders)
-    order_customer = rng.integers(1, N_CUSTOMERS + 1, n_orders)
-    order_channel = rng.choice(np.arange(1, len(CHANNELS) + 1), n_orders, p=[0.4, 0.3, 0.2, 0.1])
-    line_order = np.sort(rng.integers(0, n_orders, n_lines))
-    product_idx = rng.integers(0, len(PRODUCTS), n_lines)
-    price_cents = np.round(products["list_price"].to_numpy()[product_idx] * 100
-                           * rng.uniform(0.9, 1.1, n_lines)).astype(np.int64)
-    facts = pd.DataFrame({
-        "order_id": (line_order + 1).astype(np.int64),
-        "order_date": days.date[order_day[line_order]],
-        "customer_id": order_customer[line_order].astype(np.int32),
-        "channel_id": order_channel[line_order].astype(np.int32),
-        "product_id": (product_idx + 1).astype(np.int32),
-        "quantity": rng.integers(1, 6, n_lines).astype(np.int32),
-        "unit_price_cents": price_cents,
-        "discount_pct": rng.choice([0, 0, 0, 5, 10, 15, 20], n_lines).astype(np.int32),
-    })
-    return {"products": products, "customers": customers, "channels": channels,
-            "dates": dates, "facts": facts}
-
-
-def build(out: Path | None = None, scale: float = 1.0) -> Path:
-    """Write the warehouse to ``out`` atomically (temp file, then rename)."""
-    out = Path(out) if out is not None else default_path()
+def build(out: Path | None = None, scale: float | None = None, name: str = DEFAULT_WAREHOUSE) -> Path:
+    """Write a shipped warehouse's data to ``out`` atomically (temp file, then rename)."""
+    mod = builder(name)
+    scale = mod.DEFAULT_SCALE if scale is None else scale
+    if not (scale > 0) or scale != scale or scale == float("inf"):
+        raise InputError(f"scale must be a positive finite number, got {scale}", field="scale")
+    out = Path(out) if out is not None else default_path(name, scale)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
-    frames = _frames(scale)
-    con = duckdb.connect(str(tmp))
     try:
-        for name, df in frames.items():
-            con.register(f"_{name}", df)
-        con.execute("CREATE TABLE products AS SELECT product_id, product_name, category, "
-                    "CAST(list_price AS DECIMAL(10,2)) AS list_price FROM _products ORDER BY product_id")
-        con.execute("CREATE TABLE customers AS SELECT * FROM _customers ORDER BY customer_id")
-        con.execute("CREATE TABLE channels AS SELECT * FROM _channels ORDER BY channel_id")
-        con.execute("CREATE TABLE dates AS SELECT * FROM _dates ORDER BY date_key")
-        con.execute(
-            "CREATE TABLE order_lines AS SELECT order_id, "
-            "ROW_NUMBER() OVER (PARTITION BY order_id ORDER BY product_id, quantity, unit_price_cents) AS line_no, "
-            "order_date, customer_id, channel_id, product_id, quantity, "
-            # DECIMAL / INTEGER is DOUBLE in DuckDB: scale by a DECIMAL literal to stay exact.
-            "CAST(unit_price_cents * 0.01 AS DECIMAL(12,2)) AS unit_price, "
-            "CAST(discount_pct * 0.01 AS DECIMAL(4,2)) AS discount FROM _facts ORDER BY order_id, line_no")
-        con.execute("CHECKPOINT")
+        mod.build(tmp, scale)
+        tmp.replace(out)
     finally:
-        con.close()
-    tmp.replace(out)
+        tmp.unlink(missing_ok=True)
     return out
 
 
-def ensure(path: Path | None = None) -> Path:
-    """Build the default warehouse once; later calls reuse it."""
-    path = Path(path) if path is not None else default_path()
+def ensure(path: Path | None = None, name: str = DEFAULT_WAREHOUSE) -> Path:
+    """Build a shipped warehouse once; later calls reuse it."""
+    path = Path(path) if path is not None else default_path(name)
     if not path.exists():
-        build(path)
+        build(path, name=name)
     return path
+
+
+def fingerprint(path: Path) -> str:
+    """sha256 of a database file (what the manifest records instead of a machine path)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def import_folder(folder: Path) -> Path:
+    """A folder of Parquet/CSV files → a cached DuckDB file, one table per file (by stem)."""
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in DATA_SUFFIXES and p.is_file())
+    if not files:
+        raise InputError(f"no {'/'.join(sorted(DATA_SUFFIXES))} files in the folder", path=str(folder))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + b"\0" + f.read_bytes())
+    out = cache_dir() / f"imported-{digest.hexdigest()[:16]}.duckdb"
+    if out.exists():
+        return out
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    con = duckdb.connect(str(tmp))
+    try:
+        for f in files:
+            if not f.stem.replace("_", "a").isalnum():
+                raise InputError("file name must be a plain identifier to become a table", path=str(f))
+            reader = DATA_SUFFIXES[f.suffix.lower()]
+            try:
+                con.execute(f'CREATE TABLE "{f.stem}" AS SELECT * FROM {reader}(?)', [str(f)])
+            except duckdb.Error as exc:
+                raise InputError(f"cannot import: {str(exc).splitlines()[0]}", path=str(f)) from None
+        con.execute("CHECKPOINT")
+        con.close()
+        tmp.replace(out)
+    finally:
+        con.close()
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def resolve_db(db: Path | None, semantic_name: str, shipped: bool) -> Path:
+    """The DuckDB file to query: ``--db`` (a file or a folder of data files), else the
+    shipped warehouse's cached build."""
+    if db is not None:
+        if db.is_dir():
+            return import_folder(db)
+        if not db.is_file():
+            raise InputError("no such database file or folder", path=str(db), field="db")
+        return db
+    if not shipped:
+        raise InputError(f"semantic model {semantic_name!r} is not a shipped warehouse: pass --db "
+                         "(its DuckDB file, or a folder of Parquet/CSV files)", field="db")
+    return ensure(name=semantic_name)

@@ -1,6 +1,8 @@
 """Write the JSON Schemas generated from the models into ``schemas/``.
 
-Run after changing :class:`nlq2sql.intent.Intent` or :class:`nlq2sql.evalset.EvalCase`;
+Run after changing :class:`nlq2sql.intent.Intent`, :class:`nlq2sql.evalset.EvalCase`, the run
+results (:mod:`nlq2sql.results`) or the
+default warehouse's semantic model (the intent schemas are the ``retail`` vocabulary's);
 ``tests/test_schema.py`` fails while the committed files differ from what the models generate.
 
     .venv/bin/python scripts/gen_schemas.py [--check]
@@ -15,6 +17,7 @@ from typing import Any
 
 from nlq2sql.evalset import EvalCase
 from nlq2sql.intent import intent_schema
+from nlq2sql.results import Manifest, Summary
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -27,7 +30,10 @@ def generated() -> dict[str, str]:
     """File name → text the models generate now."""
     return {
         "intent.schema.json": render(intent_schema()),
+        "intent-branches.schema.json": render(intent_schema(None, "branches")),
         "evalset-line.schema.json": render(EvalCase.model_json_schema()),
+        "summary.schema.json": render(Summary.model_json_schema()),
+        "manifest.schema.json": render(Manifest.model_json_schema()),
     }
 
 

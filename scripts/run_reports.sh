@@ -2,7 +2,7 @@
 # Reproduce the committed reports under reports/: for each model, the prompt x guardrail
 # matrix (held-out + adversarial), quality under load (1/16/32) and compact vs pretty,
 # then one comparison report.  CPU timings are CPU timings.  Takes ~30-60 min on 2 cores.
-# Usage: [DTYPE=float32] [LIMIT=K] [COMPACT_LIMIT=K] [STEPS="matrix load-check compact"] [ONLY_COMPARE=1]
+# Usage: [ALLOW_DIRTY=1] [DTYPE=float32] [LIMIT=K] [COMPACT_LIMIT=K] [STEPS="matrix load-check compact"] [ONLY_COMPARE=1]
 #        scripts/run_reports.sh [MODEL ...]   (default: smollm2-135m qwen2.5-coder-0.5b)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,11 @@ models=("$@"); [[ ${#models[@]} -gt 0 ]] || models=(smollm2-135m qwen2.5-coder-0
 DTYPE=${DTYPE:-bfloat16}            # vLLM --dtype for every server
 LIMIT=${LIMIT:+--limit $LIMIT}      # first K items of each eval set (default: all)
 STEPS=${STEPS:-matrix load-check compact}
+# Committed reports name the commit they came from: refuse a dirty tree unless told otherwise.
+if [[ -z "${ALLOW_DIRTY:-}" && -n "$(git status --porcelain --untracked-files=no)" ]]; then
+    echo "refusing: the working tree has uncommitted changes (ALLOW_DIRTY=1 to override)" >&2
+    exit 2
+fi
 
 serve() {  # serve MODEL [--no-compact]
     $N serve --model "$1" --port "$PORT" --dtype "$DTYPE" ${2:-} > "$OUT/$1/serve${2:-}.log" 2>&1 &

@@ -46,6 +46,19 @@ else
 fi
 done_step
 
+step "chromium (for the viewer's browser tests)"
+if command -v chromium >/dev/null 2>&1; then
+    echo "    $(command -v chromium) already installed; skipped"
+elif command -v apt-get >/dev/null 2>&1; then
+    SUDO=""
+    [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
+    $SUDO apt-get update -q
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+else
+    echo "    no apt-get here: install Chromium yourself (tests/test_view.py fails without it)"
+fi
+done_step
+
 step "model $MODEL"
 "$PY" -m nlq2sql.models pull "$MODEL"
 done_step

@@ -3,7 +3,8 @@
 It produces on demand the faults a real server will not: 429 with ``Retry-After``, 500,
 503, a connection reset mid-stream, a hang with no bytes, a malformed body, schema-invalid
 content, ``finish_reason=length`` truncation, HTTP 400 "maximum context length", its own
-death mid-stream (and, with a standby process, a restart on the same port).
+death mid-stream (and, with a standby process, a restart on the same port), and HTTP 200
+bodies that are not SSE at all (``garbage`` bytes, an ``html`` page).
 
 It runs as a separate process (``python tests/fakeserver.py --port P ...``) so that it can
 really be killed.  Like vLLM it serves ``GET /v1/models``, ``/health``, ``/version`` and
@@ -70,7 +71,11 @@ CONTEXT_OVERFLOW_MESSAGE = (
 
 #: Behaviour kinds (string shorthand ``"500"`` / ``"429"`` means a bare status).
 KINDS = ("ok", "status", "reset", "hang", "malformed", "schema_invalid", "length",
-         "context_overflow", "die", "sql", "text", "auth_echo")
+         "context_overflow", "die", "sql", "text", "auth_echo", "garbage", "html")
+#: Bodies that are not an SSE stream at all, answered with HTTP 200 (a proxy's or a portal's page).
+GARBAGE_BODY = b"this is not an event stream\nok: 1\n\n\x00\x01 binary tail\n"
+HTML_BODY = ('<!doctype html>\n<html><head><title>Sign in</title></head>\n<body><p>Session expired: '
+             '<a href="https://portal.example/login">sign in</a></p></body></html>\n')
 
 
 def ok_text(question: str) -> str:
@@ -245,6 +250,10 @@ def make_app(state: _State) -> Any:
         if kind == "hang":
             await asyncio.sleep(float(b.get("seconds", 60)))  # no bytes at all
             return web.Response(status=504)
+        if kind == "garbage":
+            return web.Response(status=200, body=GARBAGE_BODY, content_type="application/octet-stream")
+        if kind == "html":
+            return web.Response(status=200, text=HTML_BODY, content_type="text/html")
 
         finish = "stop"
         if kind == "schema_invalid":

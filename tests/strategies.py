@@ -11,23 +11,24 @@ from typing import get_args
 from hypothesis import strategies as st
 
 from nlq2sql.intent import (
-    Dimension,
     Filter,
-    FilterField,
     Intent,
     IntentKind,
-    Metric,
     Op,
     Order,
     TimeGrain,
 )
-from nlq2sql.warehouse import VALUES
+from nlq2sql.semantic import default_catalog
+from nlq2sql.warehouse import builder
 
+#: The default (retail) warehouse's vocabulary, from its semantic model, and its data's values.
+VOCAB = default_catalog().vocabulary
+VALUES = builder("retail").VALUES
 KINDS: tuple[str, ...] = get_args(IntentKind)
-METRICS: tuple[str, ...] = get_args(Metric)
-DIMENSIONS: tuple[str, ...] = get_args(Dimension)
+METRICS: tuple[str, ...] = VOCAB.metrics
+DIMENSIONS: tuple[str, ...] = VOCAB.dimensions
 GRAINS: tuple[str, ...] = get_args(TimeGrain)
-FILTER_FIELDS: tuple[str, ...] = get_args(FilterField)
+FILTER_FIELDS: tuple[str, ...] = VOCAB.filter_fields
 OPS: tuple[str, ...] = get_args(Op)
 ORDERS: tuple[str, ...] = get_args(Order)
 

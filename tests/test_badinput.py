@@ -74,6 +74,28 @@ class Ctx:
         path.write_text(text)
         return path
 
+    def raw(self, name: str, data: bytes) -> Path:
+        path = self.tmp / name
+        path.write_bytes(data)
+        return path
+
+    def fifo(self, name: str = "fifo") -> Path:
+        path = self.tmp / name
+        os.mkfifo(path)  # no writer: opening it to read would block forever
+        return path
+
+    def link(self, name: str, target: str) -> Path:
+        path = self.tmp / name
+        path.symlink_to(self.tmp / target)
+        return path
+
+    def dir(self, name: str, *files: str) -> Path:
+        path = self.tmp / name
+        path.mkdir()
+        for f in files:
+            (path / f).write_text("x\n")
+        return path
+
 
 @dataclass
 class Case:
@@ -102,6 +124,34 @@ _DELETE = object()
 ES = "es.jsonl"
 
 
+def _non_utf8(line: str) -> bytes:
+    """A good eval set line with one Latin-1 byte (é = 0xe9) in its question."""
+    obj = json.loads(line)
+    obj["question"] = obj["question"].replace("by", "by ré", 1)
+    return json.dumps(obj, ensure_ascii=False).encode("latin-1")
+
+
+def _tampered_records(ctx: Ctx) -> list[str]:
+    """A record changed after the summary was written (still valid JSON)."""
+    path = ctx.run / "records.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    rec = json.loads(lines[0])
+    rec["correct_final"] = not rec["correct_final"]
+    path.write_text(json.dumps(rec) + "\n" + "".join(lines[1:]))
+    return ["compare", str(ctx.run), "--out", str(ctx.out)]
+
+
+def _dropped_record(ctx: Ctx) -> list[str]:
+    path = ctx.run / "records.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+    return ["compare", str(ctx.run), "--out", str(ctx.out)]
+
+
+def _not_a_run_resume(ctx: Ctx) -> list[str]:
+    folder = ctx.dir("notarun", "notes.txt")
+    return [str(folder) if a == str(ctx.out) else a for a in ctx.eval("--resume")]
+
+
 def _malformed_records(ctx: Ctx) -> list[str]:
     path = ctx.run / "records.jsonl"
     lines = path.read_text().splitlines(keepends=True)
@@ -126,9 +176,9 @@ CASES: list[Case] = [
     Case("evalset-unknown-enum", "gold metric not in the enum",
          lambda c: c.eval("--evalset", str(c.with_line2(_set("gold.metric", "profit")))),
          lambda c: [f"{ES}:2: field 'gold.metric'", "revenue"]),
-    Case("evalset-unknown-category", "category not known",
-         lambda c: c.eval("--evalset", str(c.with_line2(_set("category", "pie_chart")))),
-         lambda c: [f"{ES}:2: field 'category'", "unknown category 'pie_chart'"]),
+    Case("evalset-bad-category", "category is not a short label",
+         lambda c: c.eval("--evalset", str(c.with_line2(_set("category", "pie chart!")))),
+         lambda c: [f"{ES}:2: field 'category'", "category 'pie chart!' must be a short label"]),
     Case("evalset-duplicate-id", "two items share an id",
          lambda c: c.eval("--evalset", str(c.evalset([GOOD[0], GOOD[1], GOOD[0]]))),
          lambda c: [f"{ES}:3: field 'id'", "duplicate id 'ho-001' (first on line 1)"]),
@@ -156,6 +206,22 @@ CASES: list[Case] = [
     Case("evalset-missing-file", "eval set path does not exist",
          lambda c: c.eval("--evalset", str(c.tmp / "missing.jsonl")),
          lambda c: ["missing.jsonl", "cannot read: No such file or directory"]),
+    Case("evalset-non-utf8", "a byte that is not UTF-8 in a question (never replaced)",
+         lambda c: c.eval("--evalset", str(c.raw(ES, HELDOUT[0].encode() + b"\n" + _non_utf8(HELDOUT[1])
+                                                 + b"\n"))),
+         lambda c: [f"{ES}:2:", "not UTF-8: byte 0xe9 at byte offset"]),
+    Case("evalset-check-non-utf8", "`evalset check` on the same file",
+         lambda c: ["evalset", "check", str(c.raw(ES, _non_utf8(HELDOUT[0]) + b"\n"))],
+         lambda c: [f"{ES}:1:", "not UTF-8: byte 0xe9 at byte offset"]),
+    Case("evalset-dangling-symlink", "eval set is a symbolic link to nothing",
+         lambda c: c.eval("--evalset", str(c.link("es-link", "gone.jsonl"))),
+         lambda c: ["es-link", "dangling symbolic link"]),
+    Case("evalset-fifo", "eval set is a FIFO (no writer: a read would block)",
+         lambda c: c.eval("--evalset", str(c.fifo("es-fifo"))),
+         lambda c: ["es-fifo", "not a regular file"]),
+    Case("evalset-directory", "eval set path is a directory",
+         lambda c: c.eval("--evalset", str(c.dir("es-dir"))),
+         lambda c: ["es-dir", "a directory, not a file"]),
     # ---- responses (offline scoring) -------------------------------------------------
     Case("responses-malformed-json", "responses line is not JSON",
          lambda c: c.score(c.responses([{"id": "ho-001", "text": "{}"}, '{"id": "ho-002", "te'])),
@@ -181,6 +247,25 @@ CASES: list[Case] = [
     Case("responses-missing-file", "responses path does not exist",
          lambda c: c.score(c.tmp / "nope.jsonl"),
          lambda c: ["nope.jsonl", "cannot read responses"]),
+    Case("responses-non-utf8", "responses line with a byte that is not UTF-8",
+         lambda c: c.score(c.raw("resp.jsonl", b'{"id": "ho-001", "text": "{}"}\n{"id": "ho-002", "text": "\xff"}\n')),
+         lambda c: ["resp.jsonl:2:", "not UTF-8: byte 0xff at byte offset 57"]),
+    Case("responses-fifo", "responses path is a FIFO with no writer",
+         lambda c: c.score(c.fifo()),
+         lambda c: ["fifo", "cannot read responses: not a regular file"]),
+    Case("responses-directory", "responses path is a directory",
+         lambda c: c.score(c.dir("resp-dir")),
+         lambda c: ["resp-dir", "cannot read responses: a directory, not a file"]),
+    Case("responses-empty-file", "responses file is empty (every item missing)",
+         lambda c: c.score(c.file("resp.jsonl", "")),
+         lambda c: ["resp.jsonl", "eval set items have no response (first: ho-001, ho-002",
+                    "pass --allow-missing"]),
+    Case("responses-partial", "responses cover 5 items of the eval set",
+         lambda c: c.score(c.responses([{"id": f"ho-00{i}", "text": "{}"} for i in range(1, 6)])),
+         lambda c: ["resp.jsonl", "items have no response (first: ho-006, ho-007"]),
+    Case("responses-out-is-file", "score --out names a file",
+         lambda c: c.score(c.file("resp.jsonl", ""))[:-1] + [str(c.file("afile", "")), "--allow-missing"],
+         lambda c: ["afile", "exists and is not a directory"]),
     # ---- prompts ---------------------------------------------------------------------
     Case("prompt-empty-file", "prompt file is empty",
          lambda c: c.eval("--prompt", str(c.file("empty.txt", "  \n"))),
@@ -188,6 +273,12 @@ CASES: list[Case] = [
     Case("prompt-unknown-name", "no shipped prompt of that name",
          lambda c: c.eval("--prompt", "nosuchprompt"),
          lambda c: ["no prompt 'nosuchprompt'", "baseline"]),
+    Case("prompt-directory", "--prompt names a directory",
+         lambda c: c.eval("--prompt", str(c.dir("prompts-dir"))),
+         lambda c: ["prompts-dir", "cannot read prompt: a directory, not a file"]),
+    Case("prompt-non-utf8", "prompt file with a byte that is not UTF-8",
+         lambda c: c.eval("--prompt", str(c.raw("p.txt", b"Answer with JSON.\nCaf\xe9\n"))),
+         lambda c: ["p.txt:2:", "not UTF-8: byte 0xe9 at byte offset 21"]),
     # ---- guardrails ------------------------------------------------------------------
     Case("guardrail-unknown-name", "no rule set of that name",
          lambda c: c.eval("--guardrails", "nosuchrules"),
@@ -203,6 +294,9 @@ CASES: list[Case] = [
          lambda c: c.eval("--guardrails", str(c.file("bad.toml", (
              'name = "x"\n[[rules]]\nid = "r"\nfield = "intent"\nfrom = ["breakdown"]\n')))),
          lambda c: ["bad.toml: field 'rules[0].to'", "missing key"]),
+    Case("guardrail-non-utf8", "rule set with a byte that is not UTF-8",
+         lambda c: c.eval("--guardrails", str(c.raw("bad.toml", b'name = "caf\xe9"\n'))),
+         lambda c: ["bad.toml:1:", "not UTF-8: byte 0xe9"]),
     Case("guardrail-unknown-cue", "rule refers to a cue that is not defined",
          lambda c: c.eval("--guardrails", str(c.file("bad.toml", (
              'name = "x"\n[[rules]]\nid = "r"\nfield = "intent"\nfrom = ["breakdown"]\n'
@@ -221,6 +315,25 @@ CASES: list[Case] = [
     Case("option-timeout-zero", "--timeout 0",
          lambda c: c.eval("--timeout", "0"),
          lambda c: ["--timeout: must be positive"]),
+    Case("option-timeout-nan", "--timeout nan",
+         lambda c: c.eval("--timeout", "nan"),
+         lambda c: ["--timeout: must be a finite number, got nan"]),
+    Case("option-timeout-inf", "--timeout inf",
+         lambda c: c.eval("--timeout", "inf"),
+         lambda c: ["--timeout: must be a finite number, got inf"]),
+    Case("option-failure-rate-nan", "--max-failure-rate nan (every float option: one check)",
+         lambda c: c.eval("--max-failure-rate", "nan"),
+         lambda c: ["--max-failure-rate: must be a finite number, got nan"]),
+    Case("option-rate-nan", "sweep --rate 0.5,nan (comma-separated numbers too)",
+         lambda c: ["sweep", "--endpoint", c.fake.url, "--model", MODEL, "--rate", "0.5,nan", "--out", str(c.out)],
+         lambda c: ["--rate: must be a finite number, got 'nan'"]),
+    Case("option-requests-huge", "sweep --requests 99999999999999999999 (would never finish expanding)",
+         lambda c: ["sweep", "--endpoint", c.fake.url, "--model", MODEL, "--requests", "99999999999999999999",
+                    "--out", str(c.out)],
+         lambda c: ["--requests: must be at most 1,000,000, got 99,999,999,999,999,999,999"]),
+    Case("option-resume-and-force", "--resume with --force (conflicting)",
+         lambda c: c.eval("--resume", "--force"),
+         lambda c: ["--force: --resume continues the run in --out and --force replaces it"]),
     Case("option-unknown-structured-mode", "--structured xml",
          lambda c: c.eval("--structured", "xml"),
          lambda c: ["--structured: unknown mode 'xml'", "response_format"]),
@@ -255,6 +368,13 @@ CASES: list[Case] = [
     Case("endpoint-not-a-url", "--endpoint is not a URL",
          lambda c: c.eval(endpoint="not-a-url"),
          lambda c: ["--endpoint:", "not-a-url"]),
+    Case("endpoint-not-http", "--endpoint is an ftp:// URL",
+         lambda c: c.eval(endpoint="ftp://127.0.0.1/v1"),
+         lambda c: ["--endpoint:", "'ftp://127.0.0.1/v1' is not an http(s) URL (scheme ftp://"]),
+    Case("sweep-unreachable-endpoint", "sweep against nothing: refused, no --out left behind",
+         lambda c: ["sweep", "--endpoint", f"http://127.0.0.1:{free_port()}/v1", "--model", MODEL,
+                    "--concurrency", "1", "--requests", "2", "--out", str(c.out)],
+         lambda c: ["--endpoint:", "is unreachable"]),
     Case("endpoint-not-openai", "endpoint URL without /v1 (no model list there)",
          lambda c: c.eval(endpoint=c.fake.base_url),
          lambda c: ["--endpoint:", f"{c.fake.base_url}/models did not return JSON"]),
@@ -279,6 +399,9 @@ CASES: list[Case] = [
     Case("resume-nothing", "--resume where there is no run",
          lambda c: c.eval("--resume"),
          lambda c: ["nothing to resume: no run here"]),
+    Case("resume-not-a-run", "--resume on a folder that holds files but no run",
+         _not_a_run_resume,
+         lambda c: ["notarun: cannot resume: not a run directory (no manifest.json"]),
     Case("resume-different-prompt", "--resume with another prompt than the run's",
          lambda c: c.eval("--resume", "--prompt", "contrastive"),
          lambda c: ["manifest.json", "cannot resume: the run differs (prompt_sha256"],
@@ -291,6 +414,29 @@ CASES: list[Case] = [
          _malformed_records,
          lambda c: ["records.jsonl:2:", "malformed record"],
          existing_run=True),
+    # ---- recorded runs (compare, load-check) --------------------------------------------
+    Case("compare-out-is-file", "compare RUN --out FILE",
+         lambda c: ["compare", str(c.run), "--out", str(c.file("afile", ""))],
+         lambda c: ["--out:", "afile exists and is not a directory"]),
+    Case("compare-run-is-file", "compare A_FILE",
+         lambda c: ["compare", str(c.file("afile", "")), "--out", str(c.out)],
+         lambda c: ["afile", "not a run directory: a file"]),
+    Case("compare-not-a-run", "compare a folder that is not a run",
+         lambda c: ["compare", str(c.dir("notarun", "notes.txt")), "--out", str(c.out)],
+         lambda c: ["notarun", "not a run directory: no manifest.json"]),
+    Case("compare-records-changed", "compare a run whose records changed after its summary",
+         _tampered_records,
+         lambda c: ["records.jsonl", "changed after its summary was written"]),
+    Case("compare-records-missing-line", "compare a run that lost a record",
+         _dropped_record,
+         lambda c: ["records.jsonl", "readable records, but the summary was computed from"]),
+    Case("load-check-one-run", "load-check --runs with a single run",
+         lambda c: ["load-check", "--runs", str(c.run), "--out", str(c.out)],
+         lambda c: ["--runs: needs at least 2 runs to compare, got 1"]),
+    Case("load-check-one-level", "load-check --concurrency 1 (one run: nothing to compare)",
+         lambda c: ["load-check", "--endpoint", c.fake.url, "--model", MODEL, "--concurrency", "1",
+                    "--out", str(c.out)],
+         lambda c: ["needs at least 2 runs to compare"]),
     Case("serve-port-in-use", "serve on a port something already listens on",
          lambda c: ["serve", "--port", str(c.tmp.joinpath("port").read_text())],
          lambda c: [f"--port: port {c.tmp.joinpath('port').read_text()} is already in use"]),

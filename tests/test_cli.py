@@ -69,13 +69,18 @@ def test_score_renders_a_table(tmp_path: Path) -> None:
     assert res.exit_code == 0 and "raw intent accuracy" in res.stdout and "(20/20)" in res.stdout
 
 
-def test_missing_responses_count_as_request_errors(tmp_path: Path) -> None:
+def test_missing_responses_refused_unless_allowed(tmp_path: Path) -> None:
     resp = gold_responses(tmp_path / "r.jsonl")
     resp.write_text("".join(resp.read_text().splitlines(keepends=True)[:50]))
     res = score("--evalset", "heldout", "--responses", str(resp), "--out", str(tmp_path / "run"))
+    assert res.exit_code == 2 and "10 of 60 eval set items have no response (first: ho-051" in res.output
+    assert not (tmp_path / "run").exists()
+    res = score("--evalset", "heldout", "--responses", str(resp), "--out", str(tmp_path / "run"),
+                "--allow-missing")
     assert res.exit_code == 0
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert s["n"] == 60 and s["raw_accuracy"]["k"] == 50 and s["status_counts"]["request_error"] == 10
+    assert s["n"] == 60 and s["raw_accuracy"]["k"] == 50 and s["status_counts"]["missing"] == 10
+    assert "request_error" not in s["status_counts"]
 
 
 @pytest.mark.parametrize("bad_line, lineno, field, fragment", [

@@ -99,7 +99,7 @@ def test_sdk_and_aiohttp_clients_send_the_same_body_and_record_the_same(tmp_path
 
     from fakeserver import FakeServer, by_ids, script
 
-    from nlq2sql.live import EvalConfig, run_eval
+    from nlq2sql.live import EvalConfig, LoadShape, run_eval
     from nlq2sql.records import iter_records
 
     log = tmp_path / "requests.jsonl"
@@ -108,7 +108,7 @@ def test_sdk_and_aiohttp_clients_send_the_same_body_and_record_the_same(tmp_path
         for client in ("sdk", "aiohttp"):
             out = tmp_path / client
             run_eval(EvalConfig(evalset="heldout", out=out, endpoint=fake.url, model="m", limit=6,
-                                concurrency=3, client=client, metrics_interval_s=0.05))
+                                concurrency=3, client=client, load=LoadShape(metrics_interval_s=0.05)))
             recs[client] = {r["id"]: r for r in iter_records(out / "records.jsonl")}
             assert json.loads((out / "manifest.json").read_text())["client"] == client
     keep = ("outcome", "status", "raw_text", "finish_reason", "completion_tokens", "prompt_tokens", "correct_final")

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nlq2sql.errors import EvalSetError
-from nlq2sql.evalset import CATEGORIES, EVALSET_DIR, _lines, load_evalset, resolve_path
+from nlq2sql.evalset import CATEGORY, EVALSET_DIR, _lines, index_evalset, load_evalset, resolve_path
 from nlq2sql.execute import Executor
+from nlq2sql.inputs import reusable_rest, split_id
 from nlq2sql.intent import canonicalise
 from nlq2sql.sqlbuild import build_sql
 
@@ -36,7 +37,7 @@ def test_shipped_sets_load_and_execute(name: str, size: int, executor: Executor)
     es = load_evalset(name)
     assert es.name == name and len(es.cases) == size
     assert es.sha256 == hashlib.sha256(Path(es.path).read_bytes()).hexdigest()
-    assert {c.category for c in es.cases} <= set(CATEGORIES)
+    assert all(CATEGORY.match(c.category) for c in es.cases)
     assert len(es.by_id()) == size
     for c in es.cases:
         assert executor.run(build_sql(canonicalise(c.gold))), c.id
@@ -80,23 +81,35 @@ BAD: list[tuple[str, str, int | None, str | None, str]] = [
     ("unknown filter value", OK1 + "\n" + line(id="a2", gold={**GOLD, "filters": [
         {"field": "year", "op": "eq", "value": "2025"},
         {"field": "region", "op": "eq", "value": "Atlantis"}]}) + "\n", 2, "gold.filters.1.value",
-     "'Atlantis' is not a known region"),
+     "'Atlantis' is not a known region in warehouse 'retail'"),
     ("unknown filter field", line(gold={**GOLD, "filters": [{"field": "city", "op": "eq", "value": "x"}]})
      + "\n", 1, "gold.filters.0.field", "'region'"),
-    ("unknown category", line(category="pie") + "\n", 1, "category", "unknown category 'pie'"),
+    ("category not a short label", line(category="pie chart!") + "\n", 1, "category",
+     "category 'pie chart!' must be a short label"),
+    ("unknown metric", line(gold={**GOLD, "metric": "profit"}) + "\n", 1, "gold.metric", "unknown metric 'profit'"),
+    ("unknown dimension", line(gold={**GOLD, "dimension": "city"}) + "\n", 1, "gold.dimension",
+     "unknown dimension 'city'"),
     ("not-an-object line", OK1 + "\n[1, 2]\n", 2, None, "must be a JSON object"),
     ("JSON string line", '"hello"\n', 1, None, "must be a JSON object"),
     ("empty file", "", None, None, "eval set is empty"),
+    # Lines equal but for the id reuse the first one's case: the id is still checked as a whole line's is.
+    ("repeated line, id too long", OK1 + "\n" + line(id="x" * 129) + "\n", 2, "id", "at most 128 characters"),
+    ("repeated line, empty id", OK1 + "\n" + line(id="") + "\n", 2, "id", "at least 1 character"),
+    ("repeated line, id overridden by a later key", OK1 + "\n" + OK2[:-1] + ', "id": "a1"}\n', 2, "id",
+     "duplicate id 'a1' (first on line 1)"),
+    ("repeated line, both ids overridden", OK1[:-1] + ', "id": "z"}\n' + OK2[:-1] + ', "id": "z"}\n', 2, "id",
+     "duplicate id 'z' (first on line 1)"),
 ]
 
 
+@pytest.mark.parametrize("load", [load_evalset, index_evalset])
 @pytest.mark.parametrize("title, text, lineno, field, fragment", BAD, ids=[b[0] for b in BAD])
 def test_bad_input_names_file_line_and_field(tmp_path: Path, title: str, text: str, lineno: int | None,
-                                             field: str | None, fragment: str) -> None:
+                                             field: str | None, fragment: str, load: Any) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(text)
     with pytest.raises(EvalSetError) as exc:
-        load_evalset(str(path))
+        load(str(path))
     msg = str(exc.value)
     assert (exc.value.path, exc.value.line, exc.value.field) == (str(path), lineno, field)
     where = str(path) + (f":{lineno}" if lineno is not None else "")
@@ -112,7 +125,7 @@ def test_bad_input_catalogue_is_broad() -> None:
 
 def test_first_problem_wins(tmp_path: Path) -> None:
     path = tmp_path / "two-problems.jsonl"
-    path.write_text(OK1 + "\n" + line(id="a2", category="pie") + "\n" + "{\n")
+    path.write_text(OK1 + "\n" + line(id="a2", category="pie chart!") + "\n" + "{\n")
     with pytest.raises(EvalSetError) as exc:
         load_evalset(str(path))
     assert exc.value.line == 2
@@ -121,7 +134,7 @@ def test_first_problem_wins(tmp_path: Path) -> None:
 def test_unknown_name_lists_shipped_sets() -> None:
     with pytest.raises(EvalSetError) as exc:
         load_evalset("nope")
-    assert "no eval set named 'nope'" in str(exc.value)
+    assert "no eval set named 'nope' for warehouse 'retail'" in str(exc.value)
     assert "(shipped: adversarial, dev, heldout)" in str(exc.value)
 
 
@@ -137,8 +150,18 @@ def test_missing_file_names_path(tmp_path: Path) -> None:
                                       b"\x0b", b"\x1c", b"\xff", b"\xe2\x80", b" ", b"\xc3\xa9"]),
                      max_size=30).map(b"".join))
 def test_streamed_lines_equal_whole_file_splitlines(data: bytes) -> None:
+    """UTF-8: exactly ``data.decode().splitlines()``; otherwise refused (never replaced) at the
+    first byte that is not UTF-8, with its line and byte offset."""
     digest = hashlib.sha256()
-    assert list(_lines(io.BytesIO(data), digest)) == data.decode("utf-8", errors="replace").splitlines()
+    try:
+        expected = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        line = len((data[:exc.start].decode("utf-8") + "x").splitlines())
+        with pytest.raises(EvalSetError, match=f"^f:{line}: not UTF-8: byte 0x{data[exc.start]:02x} at "
+                                               f"byte offset {exc.start} "):
+            list(_lines(io.BytesIO(data), digest, "f"))
+        return
+    assert list(_lines(io.BytesIO(data), digest)) == expected
     assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
 
 
@@ -158,3 +181,35 @@ def test_crlf_file_and_gc_state(tmp_path: Path) -> None:
         assert not gc.isenabled(), "a disabled collector stays disabled"
     finally:
         gc.enable()
+
+
+# ---------------------------------------------------------------- lines equal but for the id
+
+
+def test_split_id_takes_only_a_plain_leading_id() -> None:
+    assert split_id('{"id": "a-1", "q": 1}') == ("a-1", ', "q": 1}')
+    assert split_id(r'{ "id" :"\u00e9x"}') is None  # escaped: the text is not the id
+    assert split_id('{ "id" :"\u00e9x"}') == ("\u00e9x", "}")
+    for text in ('{"q": 1, "id": "a"}', ' {"id": "a"}', '{"id": 5}', '{"id": "a\\"b"}', '{"id": "a\tb"}'):
+        assert split_id(text) is None, text
+    assert reusable_rest(', "q": "identity", "r": {"field": "x"}}')
+    assert not reusable_rest(', "q": "id"}')  # cautious: "id" as a value is only a missed reuse
+    for rest in (', "id": "b"}', ', "\\u0069d": "b"}', ', "i\\u0064": "b"}', ', "\\u0069\\u0064": "b"}'):
+        assert json.loads('{"id": "a"' + rest)["id"] == "b" and not reusable_rest(rest), rest
+
+
+def test_index_equals_load(tmp_path: Path) -> None:
+    """Same cases, same order, same digest; equal lines share one case object."""
+    path = tmp_path / "repeats.jsonl"
+    lines = [line(id=f"r{i}", question=f"revenue by region {i % 3}") for i in range(9)]
+    lines[4] = json.dumps({"question": "revenue by region 1", "id": "r4", "gold": GOLD, "category": "breakdown"})
+    lines[5] = line(id="r5", question="revenue by region 2")[:-1] + ', "id": "r5b"}'
+    lines[7] = line(id="r\u00e9", question="revenue by region 1", tags=["\u2713"])
+    path.write_text("\n".join(lines) + "\n")
+    es, ix = load_evalset(str(path)), index_evalset(str(path))
+    assert (ix.name, ix.path, ix.sha256) == (es.name, es.path, es.sha256)
+    assert list(ix.ids) == [c.id for c in es.cases] and "r5b" in ix.ids
+    assert list(ix.ids.values()) == list(range(len(es.cases)))
+    assert [ix.case(c.id) for c in es.cases] == list(es.cases)
+    assert ix.shared[3] is ix.shared[0] and ix.shared[6] is ix.shared[0] and ix.shared[3].id == "r0"
+    assert es.cases[3].gold is es.cases[0].gold and es.cases[3].question is es.cases[0].question

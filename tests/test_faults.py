@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from nlq2sql.cli.main import app
 from nlq2sql.client import OUTCOMES
 from nlq2sql.evalset import load_evalset
-from nlq2sql.live import EvalConfig, run_eval
+from nlq2sql.live import EvalConfig, LoadShape, run_eval
 from nlq2sql.records import iter_records
 
 EVALSET = "heldout"
@@ -59,7 +59,7 @@ def evaluate(fake: FakeServer, tmp_path: Path, n: int, **kw: Any
              ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     cfg = EvalConfig(evalset=EVALSET, out=tmp_path / "run", endpoint=fake.url, model=MODEL,
                      limit=n, concurrency=kw.pop("concurrency", 3), timeout_s=kw.pop("timeout_s", 10.0),
-                     retry_budget=kw.pop("retry_budget", 1.0), metrics_interval_s=0.05, **kw)
+                     retry_budget=kw.pop("retry_budget", 1.0), load=LoadShape(metrics_interval_s=0.05), **kw)
     summary = run_eval(cfg)
     recs = list(iter_records(cfg.out / "records.jsonl"))
     ids = [r["id"] for r in recs]
@@ -162,6 +162,9 @@ def test_retry_budget_stops_a_storm(tmp_path: Path, client: str, fakes: list[Fak
 NON_RETRYABLE = [
     # fault, outcome, item status, HTTP status, finish_reason
     pytest.param("malformed", "malformed_response", "request_error", None, None, id="malformed-body"),
+    # HTTP 200 bodies that are not SSE at all: the same class, through both clients.
+    pytest.param("garbage", "malformed_response", "request_error", None, None, id="garbage-body-200"),
+    pytest.param("html", "malformed_response", "request_error", None, None, id="html-page-200"),
     pytest.param("schema_invalid", "ok", "schema_invalid", 200, "stop", id="schema-invalid-json"),
     pytest.param("length", "ok", "truncated", 200, "length", id="finish-length"),
     pytest.param("context_overflow", "context_overflow", "request_error", 400, None,
@@ -188,6 +191,8 @@ def test_non_retryable_fault(fault: str, outcome: str, status: str, http: int | 
     assert summary["status_counts"][status] == 2
     if fault == "context_overflow":
         assert "maximum context length" in recs["ho-001"]["error"]
+    if fault in ("garbage", "html"):
+        assert "not an event stream" in recs["ho-001"]["error"], recs["ho-001"]["error"]
 
 
 # ---------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import any_intents, consistent_intents
+from strategies import VOCAB, any_intents, consistent_intents
 
 from nlq2sql.errors import IntentError
 from nlq2sql.intent import (
@@ -192,7 +192,7 @@ def _reference_parse(text: str) -> Intent | tuple[str, str]:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         return STATUS_INVALID_JSON, f"not JSON: {exc}"
-    errors = sorted(_validator().iter_errors(obj), key=lambda e: list(e.path))
+    errors = sorted(_validator(VOCAB).iter_errors(obj), key=lambda e: list(e.path))
     if errors:
         where = "/".join(str(p) for p in errors[0].path) or "(root)"
         return STATUS_SCHEMA_INVALID, f"{where}: {errors[0].message}"

@@ -22,6 +22,7 @@ import json
 import os
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakeserver import FakeServer, script
+from fakeserver import FakeServer, free_port, script
 
 from nlq2sql.paths import PROJECT_ROOT
 
@@ -276,9 +277,12 @@ def _cycle(i: int, forks: ForkServer, fake: FakeServer, root: Path,
     out = root / f"cycle{i:02d}" / "run"
     out.parent.mkdir(parents=True)
     log = out.parent / "log.txt"
-    for attempt in range(8):
+    killed_once = False
+    for attempt in range(12):
         pid = forks.spawn(eval_argv(fake, out, *mode_flags(out)), log)
-        do_kill = attempt == 0 or (attempt < 4 and rng.random() < 0.4)
+        # every cycle is killed at least once: a first run that finished before its kill
+        # landed (a random moment after a fast run) starts the cycle over
+        do_kill = not killed_once or (attempt < 4 and rng.random() < 0.4)
         if do_kill:
             if rng.random() < 0.3:  # a random moment, possibly during start-up or scoring
                 time.sleep(rng.uniform(0.0, 1.5))
@@ -294,8 +298,12 @@ def _cycle(i: int, forks: ForkServer, fake: FakeServer, root: Path,
         code = forks.wait(pid)
         if code == -signal.SIGKILL:
             stats["kills_at_line"].append(line_count(out))
+            killed_once = True
             continue
         assert code == 0, log.read_text()
+        if not killed_once:
+            shutil.rmtree(out, ignore_errors=True)
+            continue
         stats["runs_to_finish"].append(attempt + 1)
         return
     raise AssertionError(f"cycle {i} did not finish")
@@ -454,3 +462,109 @@ def test_second_sigint_exits_at_once(env: dict[str, str], tmp_path: Path) -> Non
     assert not alive(server_pid), "the local server outlived the second Ctrl-C"
     recs = read_records(out)
     assert len(recs) >= 1 and len({r["id"] for r in recs}) == len(recs)
+
+
+# ---------------------------------------------------------------------------------------
+# Resume equals uninterrupted, retries included
+# ---------------------------------------------------------------------------------------
+
+#: Record fields that measure time (the number of waits is compared, not their jittered lengths).
+CLOCK_FIELDS = ("latency_s", "ttft_s", "itl_mean_s", "itl_max_s", "started", "retry_waits_s")
+BUDGET_SEED = 1306
+
+
+def _faulty_schedule() -> dict[str, Any]:
+    """Per item, what each *session's* requests for it get: the schedule is deterministic
+    because every session starts a fresh fake server with this same script.
+
+    At the default budget (0.2 × 12 items = 2 retries for the whole run, concurrency 1):
+    item 3 fails once (retry 1 of 2); item 7 fails twice (retry 2 of 2, then the budget is
+    spent: ``http_5xx`` after 2 attempts); item 10 fails once (budget spent: 1 attempt).
+    """
+    from fakeserver import by_ids
+
+    from nlq2sql.evalset import load_evalset
+
+    ids = [c.id for c in load_evalset(EVALSET).cases]
+    return script(by_question=by_ids(EVALSET, {ids[2]: ["500"], ids[6]: ["500", "500"],
+                                                ids[9]: ["500"]}))
+
+
+def _budget_session(forks: ForkServer, root: Path, port: int, out: Path, log: Path,
+                    kill_after: int | None) -> int | None:
+    """One harness session against a fresh fault server; SIGKILLed after ``kill_after``
+    records (plus a sliver) when given.  Returns the records on disk at the kill (None: the
+    run finished before the kill landed)."""
+    fake = FakeServer(root, _faulty_schedule(), model=MODEL, delay_s=0.05, port=port,
+                      bind_retry_s=10)
+    fake.start()
+    try:
+        pid = forks.spawn(eval_argv(fake, out, "--concurrency", "1", *mode_flags(out)), log)
+        if kill_after is None:
+            assert forks.wait(pid, timeout=120) == 0, log.read_text()
+            return None
+        t_end = time.monotonic() + 60
+        while line_count(out) < kill_after and forks.poll(pid) is None and time.monotonic() < t_end:
+            time.sleep(0.005)
+        time.sleep(random.Random(BUDGET_SEED + kill_after).uniform(0.0, 0.08))
+        if forks.poll(pid) is None:
+            kill(pid)
+        code = forks.wait(pid)
+        if code == 0:
+            return None
+        assert code == -signal.SIGKILL, f"exit {code}: {log.read_text()}"
+        return line_count(out)
+    finally:
+        fake.kill()
+
+
+def test_resume_equals_uninterrupted_with_retries(forks: ForkServer, tmp_path: Path) -> None:
+    """Killed at seeded points and resumed, a run whose retry budget runs out mid-run ends
+    with exactly the records (every field but clock readings) and retry count of an
+    uninterrupted run on the same fault schedule.  Before the budget was kept for the whole
+    run, a resumed session got a fresh budget sized to the items left, so item 10 (killed
+    after item 7 spent the budget) was retried and ended ``ok`` instead of ``http_5xx``."""
+    port = free_port()
+    ref_out = tmp_path / "reference" / "run"
+    _budget_session(forks, tmp_path / "fake", port, ref_out, tmp_path / "reference.log", None)
+    reference = {r["id"]: r for r in read_records(ref_out)}
+    ref_summary = json.loads((ref_out / "summary.json").read_text())
+    outcomes = [reference[i]["outcome"] for i in sorted(reference)]
+    attempts = [reference[i]["attempts"] for i in sorted(reference)]
+    assert attempts == [1, 1, 2, 1, 1, 1, 2, 1, 1, 1, 1, 1], attempts
+    assert outcomes.count("http_5xx") == 2 and ref_summary["retries_used"] == 2
+    assert "retry budget exhausted" in reference[sorted(reference)[9]]["error"]
+
+    rng = random.Random(BUDGET_SEED)
+    plans = [[k] for k in sorted(rng.sample(range(1, N_ITEMS), 5))] + [sorted(rng.sample(range(1, N_ITEMS), 2))]
+    landed: list[list[int]] = []
+    for n, plan in enumerate(plans):
+        out = tmp_path / f"kills{n}" / "run"
+        log = out.parent.with_suffix(".log")
+        out.parent.mkdir(parents=True)
+        at: list[int] = []
+        for k in plan:
+            if line_count(out) < k:
+                got = _budget_session(forks, tmp_path / "fake", port, out, log, k)
+                if got is not None:
+                    at.append(got)
+        _budget_session(forks, tmp_path / "fake", port, out, log, None)
+        landed.append(at)
+    print(f"\nresume = uninterrupted: kill plans {plans}, records on disk at each kill {landed}")
+    for n, at in enumerate(landed):
+        out = tmp_path / f"kills{n}" / "run"
+        recs = read_records(out)
+        assert sorted(r["id"] for r in recs) == sorted(reference), f"killed at {at}: items lost or duplicated"
+        for r in recs:
+            ref = reference[r["id"]]
+            mine = {k: v for k, v in r.items() if k not in CLOCK_FIELDS}
+            theirs = {k: v for k, v in ref.items() if k not in CLOCK_FIELDS}
+            assert mine == theirs, f"killed at {at} records, resumed: {r['id']} differs"
+            assert len(r["retry_waits_s"]) == len(ref["retry_waits_s"]), (at, r["id"])
+    for n, at in enumerate(landed):
+        summary = json.loads((tmp_path / f"kills{n}" / "run" / "summary.json").read_text())
+        for key in ("n", "outcomes", "errors_by_class", "status_counts", "retries_used", "retry_budget"):
+            assert summary.get(key) == ref_summary.get(key), (at, key)
+    # The seeded points cover kills before any retry, and after the budget was spent.
+    flat = [k for at in landed for k in at]
+    assert len(flat) >= 5 and min(flat) < 3 and any(7 <= k <= 9 for k in flat), landed

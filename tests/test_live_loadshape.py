@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from fakeserver import FakeServer, by_ids, script
 
 from nlq2sql.errors import InputError
-from nlq2sql.live import EvalConfig, run_eval
+from nlq2sql.live import EvalConfig, LoadShape, run_eval
 from nlq2sql.records import iter_records
 
 MODEL = "fake-model"
@@ -21,9 +22,10 @@ def _fake(tmp_path: Path, delay_s: float) -> FakeServer:
                       delay_s=delay_s).start()
 
 
-def _run(fake: FakeServer, tmp_path: Path, **kw: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _run(fake: FakeServer, tmp_path: Path, load: LoadShape | None = None,
+         **kw: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model=MODEL,
-                     timeout_s=10.0, metrics_interval_s=0.05, **kw)
+                     timeout_s=10.0, load=replace(load or LoadShape(), metrics_interval_s=0.05), **kw)
     summary = run_eval(cfg)
     return summary, list(iter_records(cfg.out / "records.jsonl"))
 
@@ -31,7 +33,7 @@ def _run(fake: FakeServer, tmp_path: Path, **kw: Any) -> tuple[dict[str, Any], l
 def test_open_loop_follows_the_seeded_poisson_schedule(tmp_path: Path) -> None:
     fake = _fake(tmp_path, 0.02)
     try:
-        summary, recs = _run(fake, tmp_path, rate=25.0, concurrency=64, limit=12, arrival_seed=7)
+        summary, recs = _run(fake, tmp_path, LoadShape(rate=25.0, arrival_seed=7), concurrency=64, limit=12)
     finally:
         fake.kill()
     assert len(recs) == 12 and all(r["outcome"] == "ok" for r in recs)
@@ -49,7 +51,7 @@ def test_open_loop_follows_the_seeded_poisson_schedule(tmp_path: Path) -> None:
 def test_open_loop_cap_delays_arrivals_and_counts_it(tmp_path: Path) -> None:
     fake = _fake(tmp_path, 0.3)
     try:
-        _, recs = _run(fake, tmp_path, rate=50.0, concurrency=1, limit=6)
+        _, recs = _run(fake, tmp_path, LoadShape(rate=50.0), concurrency=1, limit=6)
     finally:
         fake.kill()
     recs.sort(key=lambda r: r["scheduled"])
@@ -64,7 +66,7 @@ def test_open_loop_cap_delays_arrivals_and_counts_it(tmp_path: Path) -> None:
 def test_duration_stops_new_requests_and_says_how_many_were_not_sent(tmp_path: Path) -> None:
     fake = _fake(tmp_path, 0.25)
     try:
-        summary, recs = _run(fake, tmp_path, concurrency=1, limit=40, duration_s=1.5)
+        summary, recs = _run(fake, tmp_path, LoadShape(duration_s=1.5), concurrency=1, limit=40)
     finally:
         fake.kill()
     # No request started after the deadline (one more may finish after it), and it stopped early.
@@ -78,8 +80,8 @@ def test_duration_stops_new_requests_and_says_how_many_were_not_sent(tmp_path: P
 def test_duration_bounds_an_open_loop_schedule(tmp_path: Path) -> None:
     fake = _fake(tmp_path, 0.01)
     try:
-        summary, recs = _run(fake, tmp_path, rate=10.0, concurrency=8, limit=60, duration_s=1.0,
-                             arrival_seed=3)
+        summary, recs = _run(fake, tmp_path, LoadShape(rate=10.0, duration_s=1.0, arrival_seed=3),
+                             concurrency=8, limit=60)
     finally:
         fake.kill()
     rng, at, expected = random.Random(3), 0.0, 0
@@ -91,7 +93,8 @@ def test_duration_bounds_an_open_loop_schedule(tmp_path: Path) -> None:
     assert len(recs) == expected and summary["throughput"]["not_sent"] == 60 - expected
 
 
-@pytest.mark.parametrize(("field", "kw"), [("--rate", {"rate": 0.0}), ("--duration", {"duration_s": -1.0})])
+@pytest.mark.parametrize(("field", "kw"), [("--rate", {"load": LoadShape(rate=0.0)}),
+                                         ("--duration", {"load": LoadShape(duration_s=-1.0)})])
 def test_bad_load_shape_is_refused(tmp_path: Path, field: str, kw: dict[str, Any]) -> None:
     with pytest.raises(InputError) as e:
         run_eval(EvalConfig(evalset="heldout", out=tmp_path / "x", endpoint="http://127.0.0.1:9/v1", **kw))

@@ -42,6 +42,29 @@ def test_writer_appends_versioned_lines(tmp_path: Path) -> None:
     assert first["text"] == "a\nb \u2713"
 
 
+RECORD: dict[str, Any] = {"id": "r\u00e9", "question": "q \u2713\n\"x\"", "gold": {"a": [1, None, 2.5e-7]},
+                          "raw_text": None, "n": 10**20, "ok": True, "when": Path("x"), "last": "\udcff"}
+
+
+@pytest.mark.parametrize("holes", [("id", "raw_text"), ("id",), ("raw_text",), ("id", "question"), ("last",),
+                                   ("id", "question", "gold", "raw_text", "n", "ok", "when", "last"), ()])
+@pytest.mark.parametrize("values", [("a-1", "t\u00e9xt\n"), (None, 5), ("", ["x", {"y": 1.5}])])
+def test_template_filled_is_the_written_line(tmp_path: Path, holes: tuple[str, ...], values: tuple[Any, ...]) -> None:
+    """A record encoded once around some fields, then filled in, gives write()'s bytes exactly."""
+    filled = {**RECORD, **dict(zip(holes, values * 4, strict=False))}
+    with RecordWriter(tmp_path / "a.jsonl") as a, RecordWriter(tmp_path / "b.jsonl") as b:
+        a.write(filled)
+        b.write_filled(b.template(RECORD, holes), tuple(filled[h] for h in holes))
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_template_holes_must_be_keys_in_order(tmp_path: Path) -> None:
+    with RecordWriter(tmp_path / "a.jsonl") as w:
+        for holes in (("raw_text", "id"), ("nope",)):
+            with pytest.raises(ValueError, match="in its order"):
+                w.template(RECORD, holes)
+
+
 @pytest.mark.parametrize("tail", [b'{"id": "r3", "te', b'{"id": "r3"}', b"garbage"])
 def test_torn_last_line_is_skipped_and_cut(tmp_path: Path, tail: bytes) -> None:
     path = tmp_path / "records.jsonl"
@@ -121,7 +144,7 @@ def test_resume_refused_when_manifest_differs(tmp_path: Path, key: str, value: A
 
 
 def test_resume_without_manifest(tmp_path: Path) -> None:
-    with pytest.raises(RecordError, match="missing"):
+    with pytest.raises(RecordError, match="cannot resume: not a run directory \\(no manifest.json"):
         check_resume(tmp_path, _manifest())
 
 

@@ -55,7 +55,8 @@ def test_gen_script_writes_exactly_the_committed_files(tmp_path: Path, monkeypat
     monkeypatch.setattr(mod, "SCHEMA_DIR", tmp_path)
     assert mod.main([]) == 0
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == ["evalset-line.schema.json", "intent.schema.json"]
+    assert written == ["evalset-line.schema.json", "intent-branches.schema.json", "intent.schema.json",
+                       "manifest.schema.json", "summary.schema.json"]
     for name in written:
         assert (tmp_path / name).read_bytes() == (SCHEMAS / name).read_bytes()
     (tmp_path / "intent.schema.json").write_text("{}\n")

@@ -276,3 +276,15 @@ def test_record_intents_are_independent_objects(executor: Executor) -> None:
     assert len(rec["raw_intent"]["filters"]) == 1, "mutating one record field leaves the others alone"
     again = score_item(case("revenue by region in 2024", gold), text(gold), RANKING, executor)
     assert again["raw_intent"]["filters"] == [{"field": "year", "op": "eq", "value": "2024"}]
+
+
+def test_records_keep_the_first_rows_of_both_results(executor: Executor) -> None:
+    from nlq2sql.evalset import load_evalset
+    from nlq2sql.score import RESULT_HEAD_ROWS, score_item
+
+    case = next(c for c in load_evalset("heldout").cases if c.gold.intent == "breakdown")
+    wrong = {**case.gold.model_dump(mode="json"), "intent": "top_n_by_metric", "limit": 2, "order": "asc"}
+    rec = score_item(case, json.dumps(wrong), [], executor)
+    assert len(rec["result_head"]) == 2 and 0 < len(rec["gold_result_head"]) <= RESULT_HEAD_ROWS
+    assert rec["result_head"] != rec["gold_result_head"][:2] or rec["correct_exec"]
+    json.dumps(rec)  # rows are plain JSON values (dates as ISO text, decimals as floats)

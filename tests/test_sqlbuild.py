@@ -21,6 +21,7 @@ from strategies import (
     FILTER_FIELDS,
     HOSTILE,
     KINDS,
+    METRICS,
     consistent_intents,
     fast_consistent_intents,
 )
@@ -31,16 +32,23 @@ from nlq2sql import sqlbuild
 from nlq2sql.errors import SqlBuildError
 from nlq2sql.execute import Executor
 from nlq2sql.intent import Filter, Intent, canonicalise
-from nlq2sql.sqlbuild import COLUMNS, FACT, GRAINS, JOINS, METRICS, OPS, Query, build_sql
-from nlq2sql.warehouse import VALUES
+from nlq2sql.semantic import default_catalog
+from nlq2sql.sqlbuild import GRAINS, Query, build_sql
+from nlq2sql.warehouse import builder
 
-GOLDEN: list[dict[str, Any]] = json.loads(
-    (Path(__file__).parent / "fixtures" / "sql_golden.json").read_text())
+VALUES = builder("retail").VALUES
+CATALOG = default_catalog()
+FIXTURES = Path(__file__).parent / "fixtures"
+GOLDEN: list[dict[str, Any]] = json.loads((FIXTURES / "sql_golden.json").read_text())
+#: The same intents with the SQL text the v1 builder (hard-coded retail schema) wrote.
+GOLDEN_V1: list[dict[str, Any]] = json.loads((FIXTURES / "sql_golden_v1.json").read_text())
+#: Result hashes of every shipped gold intent under the v1 builder, on the test warehouse.
+GOLD_HASHES_V1: dict[str, Any] = json.loads((FIXTURES / "gold_hashes_v1.json").read_text())
 
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NUMBER = re.compile(r"\b\d+\b")
-STRUCTURE = {"SELECT", "FROM", "JOIN", "ON", "WHERE", "AND", "GROUP", "BY", "ORDER", "ASC", "DESC",
-             "LIMIT", "AS", "period"}
+STRUCTURE = {"SELECT", "FROM", "LEFT", "JOIN", "ON", "WHERE", "AND", "GROUP", "BY", "ORDER", "ASC", "DESC",
+             "LIMIT", "AS", "period", "DATE_TRUNC", "CAST", "YEAR", "VARCHAR", "f"}
 
 
 def _words(*texts: str) -> set[str]:
@@ -49,9 +57,11 @@ def _words(*texts: str) -> set[str]:
 
 #: Every word the builder may emit: its fixed structure, its allow-listed expressions and
 #: the output column aliases (metric and dimension names).
-VOCABULARY = (STRUCTURE | _words(FACT, *METRICS.values(), *(c for c, _ in COLUMNS.values()),
-                                 *JOINS.values(), *GRAINS.values(), *OPS.values())
-              | set(METRICS) | set(DIMENSIONS))
+VOCABULARY = (STRUCTURE | set(GRAINS) | _words(
+    *(m.sql for m in CATALOG.metrics.values()), *(e for m in CATALOG.metrics.values() for kv in m.measures for e in kv),
+    *(e for m in CATALOG.metrics.values() for e in m.time), *(d.expr for d in CATALOG.dimensions.values()),
+    *(e for j in CATALOG.joins.values() for e in (j.entity, j.fact_expr, j.dim_expr)),
+    *CATALOG.tables, *CATALOG.tables.values()) | set(CATALOG.metrics) | set(DIMENSIONS))
 PUNCTUATION = set(" \n(),.*=<>?-'/")
 LITERALS = {f"'{g}'" for g in GRAINS}
 
@@ -86,7 +96,7 @@ def test_golden_table_covers_every_shape() -> None:
     assert len({c["title"] for c in GOLDEN}) == len(GOLDEN)
     intents = [Intent.model_validate(c["intent"]) for c in GOLDEN]
     assert {i.metric for i in intents} == set(METRICS)
-    assert {i.dimension for i in intents} - {None} == set(COLUMNS) - {"year"}
+    assert {i.dimension for i in intents} - {None} == set(DIMENSIONS)
     assert {i.time_grain for i in intents} - {None} == set(GRAINS)
     assert {(f.field, f.op) for i in intents for f in i.filters} >= {
         ("region", "eq"), ("channel", "neq"), ("year", "eq")}
@@ -112,6 +122,31 @@ def test_golden_sql(case: dict[str, Any], executor: Executor) -> None:
         assert len(rows) <= intent.limit
     elif intent.intent == "breakdown" and not intent.filters:
         assert len(rows) == len(VALUES[intent.dimension])  # type: ignore[index]
+
+
+@pytest.mark.parametrize("case", GOLDEN_V1, ids=[c["title"] for c in GOLDEN_V1])
+def test_v1_golden_sql_means_the_same(case: dict[str, Any], executor: Executor) -> None:
+    """The semantic-model builder returns exactly the rows the v1 SQL text returned."""
+    q = build_sql(canonicalise(Intent.model_validate(case["intent"])))
+    assert list(q.params) == case["params"]
+    v1 = executor.run(Query(case["sql"], tuple(case["params"])))
+    assert v1 and executor.run(q) == v1
+
+
+def test_every_shipped_gold_keeps_its_v1_result_hash(executor: Executor) -> None:
+    """Nothing already recorded changes meaning: every gold's result hash equals v1's."""
+    from nlq2sql.evalset import load_evalset
+    from nlq2sql.intent import is_ordered
+
+    assert GOLD_HASHES_V1["scale"] == 0.05  # the test warehouse's scale (conftest)
+    golds = GOLD_HASHES_V1["golds"]
+    seen = 0
+    for name in ("dev", "heldout", "adversarial"):
+        for c in load_evalset(name).cases:
+            g = canonicalise(c.gold)
+            assert executor.result_hash(build_sql(g), ordered=is_ordered(g)) == golds[f"{name}/{c.id}"]["result_hash"]
+            seen += 1
+    assert seen == len(golds) == 104
 
 
 def test_top_n_rows_are_ranked_with_deterministic_ties(executor: Executor) -> None:
@@ -212,7 +247,7 @@ def test_security_fuzz_10k(executor: Executor) -> None:
 
 def test_sqlbuild_module_exposes_only_allow_lists() -> None:
     assert set(sqlbuild.OPS) == {"eq", "neq"}
-    assert set(COLUMNS) == set(VALUES), "every filter field has a column and known values"
+    assert set(CATALOG.vocabulary.filter_fields) == set(VALUES), "every filter field has known values"
 
 
 def test_build_cache_shares_equal_queries_and_tolerates_constructed_intents() -> None:
@@ -225,4 +260,4 @@ def test_build_cache_shares_equal_queries_and_tolerates_constructed_intents() ->
     unhashable = good.model_construct(**{**dict(good), "filters": [
         Filter.model_construct(field="region", op="eq", value=["not", "hashable"])]})
     q = build_sql(unhashable)  # falls back to an uncached build
-    assert "c.region = ?" in q.sql
+    assert "customers.region = ?" in q.sql

@@ -6,22 +6,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
 from nlq2sql import paths, warehouse
 from nlq2sql.evalset import load_evalset
-from nlq2sql.execute import Executor
+from nlq2sql.execute import Executor, connect_read_only
 from nlq2sql.intent import canonicalise
 from nlq2sql.sqlbuild import build_sql
 
-#: The configuration the Executor opens the file with (DuckDB refuses a second, different one).
-RO: dict[str, str | bool | int | float | list[str]] = {"enable_external_access": False}
+RETAIL = warehouse.builder("retail")
+
 TABLES = {"channels", "customers", "dates", "order_lines", "products"}
 
 
 def _scalar(path: Path, sql: str) -> Any:
-    con = duckdb.connect(str(path), read_only=True, config=RO)
+    con = connect_read_only(path)
     try:
         row = con.execute(sql).fetchone()
     finally:
@@ -37,7 +36,7 @@ def test_tests_use_a_private_cache(small_warehouse: Path) -> None:
 
 
 def test_tables(small_warehouse: Path) -> None:
-    con = duckdb.connect(str(small_warehouse), read_only=True, config=RO)
+    con = connect_read_only(small_warehouse)
     try:
         names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         cols = [r[0] for r in con.execute("DESCRIBE order_lines").fetchall()]
@@ -49,16 +48,16 @@ def test_tables(small_warehouse: Path) -> None:
 
 
 def test_size_follows_scale(small_warehouse: Path) -> None:
-    assert warehouse.BASE_LINES == 100_000  # the default scale: ≈ 100k order lines
+    assert RETAIL.BASE_LINES == 100_000  # the default scale: ≈ 100k order lines
     assert _scalar(small_warehouse, "SELECT COUNT(*) FROM order_lines") == int(100_000 * 0.05)
     assert _scalar(small_warehouse, "SELECT COUNT(DISTINCT order_id) FROM order_lines") <= 2_000
-    assert _scalar(small_warehouse, "SELECT COUNT(*) FROM products") == len(warehouse.PRODUCTS)
-    assert _scalar(small_warehouse, "SELECT COUNT(*) FROM customers") == warehouse.N_CUSTOMERS
+    assert _scalar(small_warehouse, "SELECT COUNT(*) FROM products") == len(RETAIL.PRODUCTS)
+    assert _scalar(small_warehouse, "SELECT COUNT(*) FROM customers") == RETAIL.N_CUSTOMERS
 
 
 def test_two_calendar_years(small_warehouse: Path) -> None:
     years = _scalar(small_warehouse, "SELECT LIST(DISTINCT YEAR(order_date) ORDER BY 1) FROM order_lines")
-    assert years == [2024, 2025] and tuple(map(str, years)) == warehouse.YEARS
+    assert years == [2024, 2025] and tuple(map(str, years)) == RETAIL.YEARS
     assert _scalar(small_warehouse, "SELECT COUNT(*) FROM dates") == 731
 
 
@@ -69,7 +68,7 @@ def test_dimension_values_match_the_allow_lists(executor: Executor) -> None:
                               ("channels", "channel_name", "channel"), ("products", "category", "category"),
                               ("products", "product_name", "product")):
         got = {r[0] for r in executor.run(Query(f"SELECT DISTINCT {col} FROM {table}", ()))}
-        assert got == set(warehouse.VALUES[field]), field
+        assert got == set(RETAIL.VALUES[field]), field
 
 
 def test_money_is_exact_decimal(small_warehouse: Path) -> None:
@@ -87,7 +86,7 @@ def test_build_is_deterministic(tmp_path: Path, small_warehouse: Path) -> None:
                for c in load_evalset(name).cases}
     dumps = []
     for path in (small_warehouse, other):
-        con = duckdb.connect(str(path), read_only=True, config=RO)
+        con = connect_read_only(path)
         try:
             dumps.append(json.dumps([con.execute(q.sql, list(q.params)).fetchall()
                                      for q in sorted(queries, key=lambda q: (q.sql, q.params))],

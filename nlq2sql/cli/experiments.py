@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -9,7 +10,22 @@ import typer
 from rich.console import Console
 
 from ..errors import InputError
-from .main import app, err, handled
+from ..inputs import MAX_REQUESTS, at_most
+from .main import (
+    DbOpt,
+    EndpointsFileOpt,
+    EndpointsOpt,
+    ExampleBankOpt,
+    ExamplesOpt,
+    LinkValuesOpt,
+    PlannerOpt,
+    SchemaOpt,
+    SemanticModelOpt,
+    app,
+    err,
+    fleet_args,
+    handled,
+)
 
 
 def _levels(text: str, option: str) -> tuple[int, ...]:
@@ -19,18 +35,26 @@ def _levels(text: str, option: str) -> tuple[int, ...]:
         raise InputError(f"expected comma-separated integers, got {text!r}", field=option) from None
     if not levels or any(v < 1 for v in levels):
         raise InputError(f"every level must be at least 1, got {text!r}", field=option)
+    for v in levels:
+        at_most(v, MAX_REQUESTS, option)
     return levels
 
 
 def _base(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
-          limit: int | None, max_tokens: int, out: Path, guardrails: tuple[str, ...] = ("ranking",)
-          ) -> Any:
+          limit: int | None, max_tokens: int, out: Path, guardrails: tuple[str, ...] = ("ranking",),
+          semantic: tuple[str | None, Path | None, str] = (None, None, "flat"),
+          examples: tuple[int, str | None] = (0, None), planner: str = "none", link_values: str = "none") -> Any:
+    """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``examples``
+    (--examples, --example-bank)."""
     from ..client import Sampling
     from ..live import EvalConfig
 
+    semantic_model, db, schema = semantic
     return EvalConfig(evalset=evalset, out=out, endpoint=endpoint, model=model, api_key_env=api_key_env,
                       prompt=prompt, guardrails=guardrails, limit=limit,
-                      sampling=Sampling(max_tokens=max_tokens))
+                      sampling=Sampling(max_tokens=max_tokens, schema=schema),
+                      semantic_model=semantic_model, warehouse=db, examples=examples[0],
+                      example_bank=examples[1], planner=planner, link_values=link_values)
 
 
 EvalsetOpt = Annotated[str, typer.Option(help="Eval set name or path.")]
@@ -44,30 +68,52 @@ MaxTokOpt = Annotated[int, typer.Option(help="max_tokens per request.")]
 @app.command("load-check")
 @handled
 def load_check(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = "smollm2-135m",
     api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
     concurrency: Annotated[str, typer.Option(help="Comma-separated levels.")] = "1,16,32",
+    endpoints_file: EndpointsFileOpt = None,
+    across_replicas: Annotated[bool, typer.Option(
+        help="Send every item to every replica (--endpoint given several times) at each level, and "
+             "report byte-identity across replicas beside identity across concurrency.")] = False,
     repeats: Annotated[int, typer.Option(help="Runs per level.")] = 1,
     limit: LimitOpt = None, max_tokens: MaxTokOpt = 96,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/load-check"),
     runs: Annotated[list[Path] | None, typer.Option(help="Compare these recorded run dirs instead "
                                                    "of querying.")] = None,
     allow_diff: Annotated[bool, typer.Option(help="Exit 0 even when outputs diverge.")] = False,
+    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """Quality under load: are outputs byte-identical at each concurrency? Exit 1 if not."""
     from ..experiments import loadcheck
     from ..experiments.common import shared_endpoint
+    from ..records import output_dir
 
+    output_dir(out, create=False)
     if runs:
         dirs = list(runs)
+        if len(dirs) < 2:
+            raise InputError(f"needs at least 2 runs to compare, got {len(dirs)}", field="--runs")
     else:
         levels = _levels(concurrency, "--concurrency")
         if repeats < 1:
             raise InputError(f"must be at least 1, got {repeats}", field="--repeats")
-        base = _base(evalset, endpoint, model, api_key_env, prompt, limit, max_tokens, out)
-        with shared_endpoint(base) as bound:
-            dirs = loadcheck.run_levels(loadcheck.LoadCheckConfig(bound, levels, repeats))
-    result = loadcheck.compare_runs(dirs)
+        at_most(repeats, 1000, "--repeats")
+        first, replicas = fleet_args(endpoint, endpoints_file)
+        if across_replicas and not replicas:
+            raise InputError("needs at least two endpoints (--endpoint A --endpoint B)", field="--across-replicas")
+        if len(levels) * repeats * (1 + len(replicas) if across_replicas else 1) < 2:
+            raise InputError(f"needs at least 2 runs to compare: {len(levels)} level(s) × {repeats} "
+                             "repeat(s); give two levels or --repeats 2", field="--concurrency")
+        base = replace(_base(evalset, first, model, api_key_env, prompt, limit, max_tokens, out,
+                             semantic=(semantic_model, db, schema)), replicas=replicas)
+        lc = loadcheck.LoadCheckConfig(base, levels, repeats, across_replicas=across_replicas)
+        if across_replicas:
+            result = loadcheck.run_across_replicas(lc)
+        else:
+            with shared_endpoint(base) as bound:
+                result = loadcheck.compare_runs(loadcheck.run_levels(replace(lc, base=bound)))
+    if runs:
+        result = loadcheck.compare_runs(dirs)
     loadcheck.write_result(out, result)
     Console().print(loadcheck.render_markdown(result), markup=False, highlight=False)
     if result["divergent"] and not allow_diff:
@@ -83,17 +129,24 @@ def compact(
     limit: LimitOpt = None, max_tokens: MaxTokOpt = 160,
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 1,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/compact"),
+    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """Compact vs pretty output: tokens, bytes, latency, and whether compactness was honoured."""
     from dataclasses import replace
 
     from ..experiments import compact as cx
     from ..experiments.common import shared_endpoint
+    from ..records import output_dir
+
+    output_dir(out, create=False)
+    if concurrency < 1:
+        raise InputError(f"must be at least 1, got {concurrency}", field="--concurrency")
 
     # A local server for this experiment allows whitespace, or the pretty arm could not be pretty;
     # grammar-compact then gets its whitespace-free grammar from the request itself.
-    base = replace(_base(evalset, endpoint, model, api_key_env, prompt, limit, max_tokens, out),
-                   concurrency=concurrency, compact_server=False)
+    base = _base(evalset, endpoint, model, api_key_env, prompt, limit, max_tokens, out,
+                 semantic=(semantic_model, db, schema))
+    base = replace(base, concurrency=concurrency, server=replace(base.server, compact=False))
     with shared_endpoint(base) as bound:
         res = cx.run(cx.CompactConfig(bound))
     cx.write_result(out, res)
@@ -106,25 +159,35 @@ def matrix(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
     api_key_env: KeyOpt = None,
     prompts: Annotated[str, typer.Option(help="Comma-separated prompt names.")] = "baseline,contrastive",
-    guardrails: Annotated[str, typer.Option(help="Comma-separated conditions; '+' joins sets.")] = "none,ranking",
+    guardrails: Annotated[str, typer.Option(help="Comma-separated conditions; '+' joins sets "
+                                              "(rule set names or learned:NAME).")] = "none,ranking",
     limit: LimitOpt = None, max_tokens: MaxTokOpt = 96,
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 8,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/matrix"),
     runs: Annotated[list[Path] | None, typer.Option(help="Re-score these recorded runs (one per "
                                                    "prompt) instead of querying.")] = None,
+    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    examples: ExamplesOpt = 0, example_bank: ExampleBankOpt = None, planner: PlannerOpt = "none",
+    link_values: LinkValuesOpt = "none",
 ) -> None:
     """Prompt × guardrail matrix with CIs and exact McNemar tests; guardrails re-scored offline."""
     from dataclasses import replace
 
     from ..experiments import matrix as mx
     from ..experiments.common import shared_endpoint
-    from ..records import read_json
+    from ..records import output_dir, read_json, require_run
 
+    output_dir(out, create=False)
     conds = tuple(g.strip() for g in guardrails.split(",") if g.strip())
+    if not conds:
+        raise InputError(f"give at least one condition, got {guardrails!r}", field="--guardrails")
     if runs:
-        dirs = {read_json(d / "manifest.json").get("prompt", d.name) + f"@{d.name}": d for d in runs}
+        dirs = {read_json(require_run(d) / "manifest.json").get("prompt", d.name) + f"@{d.name}": d
+                for d in runs}
     else:
-        base = replace(_base(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out),
+        base = replace(_base(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
+                 semantic=(semantic_model, db, schema),
+                 examples=(examples, example_bank), planner=planner, link_values=link_values),
                        concurrency=concurrency)
         with shared_endpoint(base) as bound:
             dirs = mx.run_prompts(mx.MatrixConfig(bound, tuple(p.strip() for p in prompts.split(",")), conds))
@@ -147,6 +210,40 @@ def compare(
 
     paths = render(list(run_dirs), out, gpu_cost_per_hour, title)
     Console().print(f"wrote {paths['markdown']} and {paths['html']}")
+
+
+@app.command("gate")
+@handled
+def gate(
+    baseline: Annotated[Path, typer.Option(help="The baseline run directory (what is known to be good).")],
+    candidate: Annotated[Path, typer.Option(help="The candidate run directory (the change under test).")],
+    max_drop: Annotated[float, typer.Option(help="Fail when final accuracy on the paired items drops by "
+                                            "MORE than this many percentage points (equal passes).")] = 5.0,
+    alpha: Annotated[float, typer.Option(help="Fail when the one-sided exact McNemar p-value of the drop "
+                                         "is below this.")] = 0.05,
+    max_p95_rise: Annotated[float | None, typer.Option(help="Fail when p95 latency rises by more than this "
+                                                       "percentage (needs latency for ≥ 5 items in both "
+                                                       "runs; default: reported, not judged).")] = None,
+    require_identical: Annotated[bool, typer.Option(help="Fail when any paired item's raw output bytes "
+                                                    "changed (default: reported only).")] = False,
+    out: Annotated[Path | None, typer.Option(help="Write gate.md, junit.xml and gate.json here "
+                                             "(default: print only).")] = None,
+) -> None:
+    """Regression gate for CI: exit 1 when the candidate run is worse than the baseline, 2 on bad input."""
+    from ..experiments import gate as gt
+    from ..records import output_dir
+
+    cfg = gt.config_from_options(baseline=baseline, candidate=candidate, max_drop=max_drop, alpha=alpha,
+                                 max_p95_rise=max_p95_rise, require_identical=require_identical)
+    if out is not None:
+        output_dir(out, create=False)  # refused before anything is read
+    result = gt.run_gate(cfg)
+    if out is not None:
+        gt.write_outputs(result, out)
+    Console().print(gt.render_markdown(result), markup=False, highlight=False, soft_wrap=True, end="")
+    if result.exit_code:
+        err.print(f"gate failed: {', '.join(c.id for c in result.failed)}", highlight=False)
+        raise typer.Exit(result.exit_code)
 
 
 # -- load generation and sweeps (nlq2sql.load) -------------------------------------------

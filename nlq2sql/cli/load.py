@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,8 +11,20 @@ import typer
 from rich.console import Console
 
 from ..errors import InputError
+from ..inputs import MAX_REQUESTS, at_most
 from .experiments import EndpointOpt, EvalsetOpt, KeyOpt, MaxTokOpt, ModelOpt, _base, _levels
-from .main import app, err, handled
+from .main import (
+    DbOpt,
+    EndpointsFileOpt,
+    EndpointsOpt,
+    RoutingOpt,
+    SchemaOpt,
+    SemanticModelOpt,
+    app,
+    err,
+    fleet_args,
+    handled,
+)
 
 probe_app = typer.Typer(help="Serving-path probes: serialization verdict, cancel, /health, prefix reuse.",
                         no_args_is_help=True)
@@ -27,11 +40,14 @@ def _floats(values: list[str] | None, option: str) -> tuple[float, ...]:
                     out.append(float(x))
                 except ValueError:
                     raise InputError(f"expected a number, got {x!r}", field=option) from None
+                if not math.isfinite(out[-1]):
+                    raise InputError(f"must be a finite number, got {x.strip()!r}", field=option)
     return tuple(out)
 
 
 def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
-               max_tokens: int, structured: str, out: Path, max_num_seqs: int | None) -> Any:
+               max_tokens: int, structured: str, out: Path, max_num_seqs: int | None,
+               semantic: tuple[str | None, Path | None, str] = (None, None, "flat")) -> Any:
     from dataclasses import replace
 
     from ..client import STRUCTURED_MODES
@@ -41,8 +57,9 @@ def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str 
                          field="--structured")
     if max_num_seqs is not None and endpoint is not None:
         raise InputError("only for a local server (no --endpoint)", field="--max-num-seqs")
-    base = _base(evalset, endpoint, model, api_key_env, prompt, None, max_tokens, out)
-    return replace(base, sampling=replace(base.sampling, structured=structured), max_num_seqs=max_num_seqs)
+    base = _base(evalset, endpoint, model, api_key_env, prompt, None, max_tokens, out, semantic=semantic)
+    return replace(base, sampling=replace(base.sampling, structured=structured),
+                   server=replace(base.server, max_num_seqs=max_num_seqs))
 
 
 def _say(msg: str) -> None:
@@ -55,7 +72,7 @@ LocalSeqsOpt = Annotated[int | None, typer.Option(help="Local server only: vLLM 
 @app.command("sweep")
 @handled
 def sweep_cmd(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = "smollm2-135m",
     api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
     concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,2,4,8,16,32",
     requests: Annotated[int, typer.Option(help="Requests per level (eval items cycled, ids id#k); with "
@@ -86,13 +103,21 @@ def sweep_cmd(
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
     reanalyse: Annotated[bool, typer.Option(help="Re-analyse the sweep already in --out (new thresholds, "
                                             "SLOs or cost) without sending requests.")] = False,
+    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    endpoints_file: EndpointsFileOpt = None, routing: RoutingOpt = "least-inflight",
 ) -> None:
-    """Concurrency sweep on real eval prompts: req/s, goodput, latency, knee, saturation, SLO, cost."""
+    """Concurrency sweep on real eval prompts: req/s, goodput, latency, knee, saturation, SLO, cost.
+
+    With several endpoints: the sweep of the whole fleet, then of each replica alone."""
     from dataclasses import replace
 
     from ..load import sweep as sw
 
     levels = _levels(concurrency, "--concurrency")
+    endpoint_url, replicas = fleet_args(endpoint, endpoints_file)
+    if replicas and (rate is not None or server_sweep or reanalyse):
+        raise InputError("several endpoints: a closed-loop sweep only (no --rate, --server-sweep, --reanalyse)",
+                         field="--endpoint")
     if rate is not None:
         from ..live import bound_endpoint
         from ..load import openloop
@@ -100,15 +125,16 @@ def sweep_cmd(
         if server_sweep or reanalyse:
             raise InputError("not with --rate", field="--server-sweep" if server_sweep else "--reanalyse")
         rates = _floats([rate], "--rate")
-        base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, structured, out, max_num_seqs)
-        rcfg = openloop.RateSweepConfig(base=replace(base, arrival_seed=arrival_seed), rates=rates,
+        base = _load_base(evalset, endpoint_url, model, api_key_env, prompt, max_tokens, structured, out,
+                          max_num_seqs, semantic=(semantic_model, db, schema))
+        base = replace(base, load=replace(base.load, arrival_seed=arrival_seed))
+        rcfg = openloop.RateSweepConfig(base=base, rates=rates,
                                         requests=requests, max_in_flight=max(levels), duration_s=duration,
                                         slo_p95=_floats(slo_p95, "--slo-p95"),
                                         gpu_cost_per_hour=gpu_cost_per_hour, warmup=warmup, force=force)
         openloop.validate(rcfg)
         with bound_endpoint(base) as (bound, info):
-            rres = openloop.run_rate_sweep(replace(rcfg, base=replace(bound, arrival_seed=arrival_seed)),
-                                           info, _say)
+            rres = openloop.run_rate_sweep(replace(rcfg, base=bound), info, _say)
         Console().print(openloop.render_markdown(rres), markup=False, highlight=False)
         err.print(f"wrote {out / 'rate-sweep.json'}, {out / 'rate-sweep.md'} and a plot")
         return
@@ -118,7 +144,9 @@ def sweep_cmd(
             raise InputError(f"must be between 0 and 1, got {v}", field=name)
     th = sw.Thresholds(efficiency=efficiency_threshold, marginal=marginal_threshold, flat_pct=flat_pct,
                        p95_rise_pct=flat_pct)
-    base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, structured, out, max_num_seqs)
+    base = replace(_load_base(evalset, endpoint_url, model, api_key_env, prompt, max_tokens, structured, out,
+                              max_num_seqs, semantic=(semantic_model, db, schema)),
+                   replicas=replicas, routing=routing)
     cfg = sw.SweepConfig(base=base, levels=levels, requests=requests, slo_p95=_floats(slo_p95, "--slo-p95"),
                          gpu_cost_per_hour=gpu_cost_per_hour, thresholds=th, warmup=warmup, force=force,
                          duration_s=duration)
@@ -131,6 +159,15 @@ def sweep_cmd(
         knob, values = sw.parse_server_sweep(server_sweep)
         sw.run_server_sweep(cfg, knob, values, _say)
         Console().print((out / "server-sweep.md").read_text(), markup=False, highlight=False)
+        return
+    elif replicas:
+        from ..live import preflight
+        from ..load import fleet
+
+        preflight(base)  # every replica reachable and serving the model before anything is written
+        fres = fleet.run_fleet_sweep(cfg, {"endpoint": "fleet", "started_by_us": False}, _say)
+        Console().print(fleet.render_markdown(fres), markup=False, highlight=False)
+        err.print(f"wrote {out / 'fleet-sweep.json'}, {out / 'fleet-sweep.md'} and one sweep per replica")
         return
     else:
         with sw.bound_endpoint(base) as (bound, info):
@@ -155,13 +192,15 @@ def grid_cmd(
     out: Annotated[Path, typer.Option(help="Output directory (grid.json, grid.md, grid.png, cell runs).")
                    ] = Path("runs/grid"),
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """Concurrency × request-length class: req/s, p95 and peak KV usage per cell, as a table and heatmap."""
     from ..live import bound_endpoint
     from ..load import grid as gr
 
     cfg = gr.GridConfig(base=_load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out,
-                                        max_num_seqs),
+                                        max_num_seqs,
+                 semantic=(semantic_model, db, schema)),
                         levels=_levels(concurrency, "--concurrency"), classes=gr.parse_classes(classes),
                         requests=requests, warmup=warmup, force=force)
     gr.validate(cfg)
@@ -207,12 +246,16 @@ def probe_serialization(
 
 def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None, max_num_seqs: int | None,
            out: Path, **kw: Any) -> None:
-    from ..live import api_key
+    from ..live import api_key, preflight
     from ..load.probes import Target, run_probe
     from ..load.sweep import bound_endpoint
+    from ..records import output_dir
 
+    output_dir(out, create=False)
     base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)
     key = api_key(base)
+    if endpoint is not None:
+        preflight(base)  # an unusable endpoint is refused before the local-server / probe work
     with bound_endpoint(base) as (bound, _info):
         assert bound.endpoint is not None
         _res, md = run_probe(name, Target(bound.endpoint, bound.model, key if endpoint else "EMPTY"), out, **kw)
@@ -233,6 +276,8 @@ def probe_cancel(
     """Disconnect a long stream after k tokens: time until running = 0, tokens generated after."""
     if k < 1 or max_tokens <= k or trials < 1:
         raise InputError("need 1 ≤ k < max_tokens and trials ≥ 1", field="--k")
+    at_most(trials, 10_000, "--trials")
+    at_most(max_tokens, MAX_REQUESTS, "--max-tokens")
     _probe("cancel", endpoint, model, api_key_env, max_num_seqs, out, k_tokens=k, max_tokens=max_tokens,
            trials=trials)
 
@@ -250,6 +295,8 @@ def probe_health(
     """/health round-trip (count, p50, p95, max, errors) idle and while long prefills run."""
     if prefill_words < 1 or parallel < 1 or interval <= 0:
         raise InputError("need positive --prefill-words, --parallel and --interval", field="--parallel")
+    at_most(parallel, 1024, "--parallel")
+    at_most(prefill_words, MAX_REQUESTS, "--prefill-words")
     _probe("health", endpoint, model, api_key_env, max_num_seqs, out, prefill_words=prefill_words,
            parallel=parallel, interval_s=interval)
 
@@ -271,6 +318,8 @@ def probe_prefix(
 
     if requests < 1 or pad_words < 0 or max_tokens < 1:
         raise InputError("need --requests ≥ 1, --pad-words ≥ 0, --max-tokens ≥ 1", field="--requests")
+    at_most(requests, MAX_REQUESTS, "--requests")
+    at_most(pad_words, MAX_REQUESTS, "--pad-words")
     questions = [c.question for c in load_evalset(evalset).cases]
     _probe("prefix", endpoint, model, api_key_env, max_num_seqs, out, system=load_prompt(prompt).text,
            questions=questions, requests=requests, pad_words=pad_words, max_tokens=max_tokens)
@@ -297,10 +346,20 @@ def capacity_cmd(
     import urllib.error
     import urllib.request
 
+    from ..inputs import read_text
+    from ..live import check_endpoint_url
     from ..load import capacity as cap
     from ..models import resolve_model
-    from ..records import write_json_atomic
+    from ..records import output_dir, write_json_atomic
 
+    if out is not None:
+        output_dir(out, create=False)
+    if endpoint is not None:
+        check_endpoint_url(endpoint)
+    if concurrency is not None and concurrency < 1:
+        raise InputError(f"must be at least 1, got {concurrency}", field="--concurrency")
+    if context is not None and context < 1:
+        raise InputError(f"must be at least 1, got {context}", field="--context")
     dirs = cap.run_dirs(list(run or []), sweep)
     if model_config is None:
         path = Path(resolve_model(model)[0]) / "config.json"
@@ -308,9 +367,16 @@ def capacity_cmd(
             raise InputError(f"no local config.json for {model!r}; pass --model-config", field="--model")
         model_config = path
     try:
-        config = json.loads(model_config.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", path=str(model_config)) from None
+        config = json.loads(read_text(model_config, "model config"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON ({exc.msg})", path=str(model_config), line=exc.lineno) from None
+    if not isinstance(config, dict):
+        raise InputError("a model config.json must be a JSON object", path=str(model_config))
+    try:
+        cap.kv_per_token(config, kv_dtype)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise InputError(f"not a usable model config ({type(exc).__name__}: {exc})",
+                         path=str(model_config)) from None
     metrics_text = None
     if endpoint is not None:
         try:
@@ -324,7 +390,7 @@ def capacity_cmd(
                       context=context, margin=margin)
     md = cap.render_markdown(res)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        output_dir(out)
         write_json_atomic(out / "capacity.json", res)
         (out / "capacity.md").write_text(md)
     Console().print(md, markup=False, highlight=False)

@@ -4,19 +4,48 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer._click import exceptions as click_errors  # typer's own (vendored) click
+from typer.core import TyperGroup
 
 from ..errors import InputError, Nlq2SqlError
 
+
+class OneLineErrors(TyperGroup):
+    """Usage errors (a value of the wrong type, an unknown option, a missing argument) print as
+    one line, ``error: … (try 'nlq2sql CMD --help')``, exit 2, like every other refusal;
+    typer would draw a framed box."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except click_errors.NoArgsIsHelpError as exc:  # the help (already printed) was the answer
+            sys.exit(exc.exit_code)
+        except click_errors.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (try '{ctx.command_path} --help')" if isinstance(exc, click_errors.UsageError) and ctx else ""
+            _say_error(exc.format_message() + hint)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            err.print("aborted")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(help="Evaluate structured-output text-to-SQL on batched LLM endpoints.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
 db_app = typer.Typer(help="The synthetic DuckDB warehouse.", no_args_is_help=True)
 evalset_app = typer.Typer(help="Eval sets.", no_args_is_help=True)
 models_app = typer.Typer(help="Models for the local server.", no_args_is_help=True)
@@ -27,14 +56,45 @@ err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def finite_floats(params: dict[str, Any]) -> None:
+    """Every float option must be finite: ``nan`` and ``inf`` parse as floats but are never a
+    meaningful timeout, rate, threshold or cost.  Checked here, once, on the parsed values of
+    every command (an option added later is covered too)."""
+    for name, value in params.items():
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, float) and not math.isfinite(v):
+                raise InputError(f"must be a finite number, got {v}", field="--" + name.replace("_", "-"))
+
+
+def _say_error(message: str) -> None:
+    # One line, always: a message quoting a file's text may carry line breaks.
+    err.print(f"[bold red]error:[/] {escape(' '.join(message.split()))}", highlight=False, soft_wrap=True)
+
+
 def handled(fn: F) -> F:
-    """Turn our errors into exit codes: input 2, other failures 1, Ctrl-C 130."""
+    """Turn our errors into exit codes: input 2, other failures 1, Ctrl-C 130.
+
+    An ``OSError`` naming a file (a path that is a directory, a FIFO, unreadable, below a
+    file, …) and a ``UnicodeDecodeError`` are input errors too: one line, exit 2, never a
+    traceback, even where a reader has no message of its own for them."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            finite_floats(kwargs)
             return fn(*args, **kwargs)
         except InputError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            _say_error(str(exc))
+            raise typer.Exit(2) from None
+        except UnicodeDecodeError as exc:
+            _say_error(f"input is not UTF-8 text: byte 0x{exc.object[exc.start:exc.start + 1].hex()} "
+                       f"at offset {exc.start} ({exc.reason})")
+            raise typer.Exit(2) from None
+        except OSError as exc:
+            if exc.filename is None:
+                err.print(f"[bold red]failed:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+                raise typer.Exit(1) from None
+            where = f"{exc.filename}" + (f" → {exc.filename2}" if exc.filename2 else "")
+            _say_error(f"{where}: {exc.strerror or exc}")
             raise typer.Exit(2) from None
         except Nlq2SqlError as exc:
             err.print(f"[bold red]failed:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
@@ -43,6 +103,66 @@ def handled(fn: F) -> F:
             err.print("interrupted: records so far are kept; rerun with --resume")
             raise typer.Exit(130) from None
     return wrapper  # type: ignore[return-value]
+
+
+#: Options shared by every command that touches intents or SQL.
+EndpointsOpt = Annotated[list[str] | None, typer.Option(
+    "--endpoint", help="OpenAI-compatible base URL (…/v1); give it several times for replicas of one "
+    "model (items are routed over all of them). Default: start a local vLLM.")]
+EndpointsFileOpt = Annotated[Path | None, typer.Option(
+    help="Replicas, one 'URL [MODEL [KEY_ENV]]' per line (with or instead of --endpoint).")]
+RoutingOpt = Annotated[str, typer.Option(
+    help="Several endpoints: least-inflight | round-robin | sticky (by item id: the same replica every run).")]
+
+
+def fleet_args(endpoints: list[str] | None, endpoints_file: Path | None) -> tuple[str | None, tuple[Any, ...]]:
+    """``--endpoint`` (repeatable) and ``--endpoints-file`` → (first endpoint, the other replicas)."""
+    from ..pool import ReplicaSpec, parse_endpoints_file
+
+    specs = [ReplicaSpec(u) for u in endpoints or ()]
+    if endpoints_file is not None:
+        specs += parse_endpoints_file(str(endpoints_file))
+    if not specs:
+        return None, ()
+    if specs[0].model is not None or specs[0].api_key_env is not None:
+        raise InputError("the first endpoint uses --model and --api-key-env; give it with --endpoint "
+                         "or without a model / key column", path=str(endpoints_file))
+    return specs[0].url, tuple(specs[1:])
+
+
+def parse_workers(text: str, concurrency: int) -> int:
+    """``--workers N`` or ``auto``."""
+    from ..workers import auto_workers
+
+    if text.strip() == "auto":
+        return auto_workers(concurrency)
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"expected a number or 'auto', got {text!r}", field="--workers") from None
+
+
+SemanticModelOpt = Annotated[str | None, typer.Option(
+    "--semantic-model", help="Warehouse semantic model: a shipped name (retail, tpch, flights) or a dbt "
+    "Semantic Layer YAML file/folder. Default: retail.")]
+DbOpt = Annotated[Path | None, typer.Option(
+    "--db", help="The DuckDB file (or a folder of Parquet/CSV files) the semantic model describes. "
+    "Default: the shipped warehouse's cached build.")]
+ExamplesOpt = Annotated[int, typer.Option(
+    "--examples", help="Retrieved few-shot: the K most similar solved questions from --example-bank as "
+    "user/assistant turns (0: none).")]
+ExampleBankOpt = Annotated[str | None, typer.Option(
+    "--example-bank", help="Bank of solved questions: a set of the warehouse (default dev) or a JSONL path; "
+    "must share no id or question with the set under test.")]
+PlannerOpt = Annotated[str, typer.Option(
+    "--planner", help="none | two-stage (first a constrained choice of the intent kind, then the rest under "
+    "that kind's branch schema: two requests per item).")]
+LinkValuesOpt = Annotated[str, typer.Option(
+    "--link-values", help="Value linking: the warehouse values the question names, as filters: none | hint "
+    "(written after the question) | repair (the 'values' guardrail fixes the answer's filters) | both.")]
+SchemaOpt = Annotated[str, typer.Option(
+    "--schema", help="Intent JSON Schema sent to the server: flat (one object; consistency checked in code) "
+    "| branches (one anyOf branch per intent kind: inconsistent intents cannot be generated).")]
 
 
 def _guardrails(values: list[str] | None) -> tuple[str, ...]:
@@ -56,35 +176,41 @@ def _guardrails(values: list[str] | None) -> tuple[str, ...]:
 @handled
 def db_build(
     out: Annotated[Path | None, typer.Option(help="Where to write the DuckDB file "
-                                             "(default: the cache's warehouse-vN.duckdb).")] = None,
-    scale: Annotated[float, typer.Option(help="Size multiplier; 1 ≈ 100k order lines.")] = 1.0,
+                                             "(default: the cache, named by warehouse, version and scale).")] = None,
+    scale: Annotated[float | None, typer.Option(help="Size multiplier (retail: 1 ≈ 100k order lines; tpch: "
+                                                "TPC-H scale factor). Default: the warehouse's own.")] = None,
+    warehouse: Annotated[str, typer.Option(help="Shipped warehouse to build (retail, tpch, flights).")] = "retail",
 ) -> None:
-    """Build the deterministic synthetic retail warehouse."""
+    """Build a shipped warehouse's DuckDB data (deterministic; nothing downloaded at run time)."""
     from ..warehouse import build
 
-    if scale <= 0:
+    if scale is not None and not scale > 0:
         raise InputError(f"must be positive, got {scale}", field="--scale")
-    Console().print(f"wrote {build(out, scale)}")
+    Console().print(f"wrote {build(out, scale, warehouse)}")
 
 
 @evalset_app.command("check")
 @handled
-def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSONL path.")]) -> None:
-    """Validate an eval set: every line, id, gold intent, and that every gold executes."""
+def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSONL path.")],
+                  semantic_model: SemanticModelOpt = None, db: DbOpt = None) -> None:
+    """Validate an eval set: every line, id, gold intent against the warehouse's vocabulary, that
+    every gold executes and returns rows, and that every filter value occurs in the data."""
     from ..evalset import load_evalset
-    from ..intent import canonicalise
-    from ..runner import make_executor
-    from ..sqlbuild import build_sql
+    from ..runner import check_evalset
+    from ..semantic import open_warehouse
 
-    es = load_evalset(path)
-    with make_executor(None) as ex:
-        for case in es.cases:
-            ex.run(build_sql(canonicalise(case.gold)))
+    wh = open_warehouse(semantic_model, db)
+    es = load_evalset(path, wh)
+    report = check_evalset(es, wh)
+    if report["problems"]:
+        for p in report["problems"]:
+            err.print(f"{es.path}: {escape(p)}", highlight=False, soft_wrap=True)
+        raise InputError(f"{len(report['problems'])} gold intent(s) fail on warehouse {wh.name!r}", path=es.path)
     cats: dict[str, int] = {}
     for c in es.cases:
         cats[c.category] = cats.get(c.category, 0) + 1
     Console().print(f"{es.path}: {len(es.cases)} items OK ({', '.join(f'{k} {v}' for k, v in cats.items())}); "
-                    "every gold intent executes")
+                    f"every gold intent executes on {wh.name!r} and returns rows")
 
 
 @app.command("score")
@@ -93,15 +219,23 @@ def score(
     evalset: Annotated[str, typer.Option(help="Eval set name (dev, heldout, adversarial) or path.")],
     responses: Annotated[Path, typer.Option(help='JSONL of {"id": ..., "text": "<raw model output>"}.')],
     out: Annotated[Path, typer.Option(help="Run directory to write.")],
-    guardrails: Annotated[list[str] | None, typer.Option(help="Rule set names, or 'none'.")] = None,
+    guardrails: Annotated[list[str] | None, typer.Option(
+        help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    allow_missing: Annotated[bool, typer.Option(help="Eval set items without a response are expected: "
+                                                "recorded with status 'missing' (scored wrong), not "
+                                                "refused.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    semantic_model: SemanticModelOpt = None,
+    db: DbOpt = None,
 ) -> None:
     """Re-score raw model outputs offline (no model needed)."""
     from ..report import render_summary
     from ..runner import ScoreConfig, score_responses
 
-    summary = score_responses(ScoreConfig(evalset, responses, out, _guardrails(guardrails), force=force))
+    summary = score_responses(ScoreConfig(evalset, responses, out, _guardrails(guardrails), force=force,
+                                          allow_missing=allow_missing,
+                                          semantic_model=semantic_model, warehouse=db))
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
@@ -112,13 +246,15 @@ def score(
 @handled
 def eval_cmd(
     evalset: Annotated[str, typer.Option(help="Eval set name or path.")] = "heldout",
-    endpoint: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL (…/v1). "
-                                                 "Default: start a local vLLM.")] = None,
+    endpoint: EndpointsOpt = None,
+    endpoints_file: EndpointsFileOpt = None,
+    routing: RoutingOpt = "least-inflight",
     model: Annotated[str, typer.Option(help="Served model name, or for a local server a model "
                                        "alias / HF folder.")] = "smollm2-135m",
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
     prompt: Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")] = "baseline",
-    guardrails: Annotated[list[str] | None, typer.Option(help="Rule set names, or 'none'.")] = None,
+    guardrails: Annotated[list[str] | None, typer.Option(
+        help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")] = None,
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 8,
     limit: Annotated[int | None, typer.Option(help="Only the first K items.")] = None,
     max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 128,
@@ -130,14 +266,35 @@ def eval_cmd(
     compact_server: Annotated[bool, typer.Option(help="Local server: whitespace-free structured outputs "
                                                  "(server-wide; on by default).")] = True,
     max_failure_rate: Annotated[float, typer.Option(help="Exit 1 when more items than this fail.")] = 0.05,
-    client: Annotated[str, typer.Option(help="sdk (official openai SDK) | aiohttp (same request, less client "
-                                        "CPU: for endpoints beyond the SDK's one-core ceiling).")] = "sdk",
+    client: Annotated[str, typer.Option(help="aiohttp (default: the request the SDK would send, on plain "
+                                        "aiohttp; ~4-5x the SDK's req/s per core) | sdk (the official openai "
+                                        "SDK).")] = "aiohttp",
+    semantic_model: SemanticModelOpt = None,
+    db: DbOpt = None,
+    schema: SchemaOpt = "flat",
+    examples: ExamplesOpt = 0,
+    example_bank: ExampleBankOpt = None,
+    planner: PlannerOpt = "none",
+    link_values: LinkValuesOpt = "none",
+    samples: Annotated[int, typer.Option(help="Self-consistency: answers per item (needs --temperature > 0); "
+                                         "the canonical intent with most votes is the answer.")] = 1,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
+    abstain: Annotated[bool, typer.Option(help="Answer 'needs clarification' when the evidence is split (no "
+                                          "majority among --samples, or the planner's kind overruled by a "
+                                          "guardrail); scored as selective prediction.")] = False,
+    workers: Annotated[str, typer.Option(help="Client processes, or 'auto' (one per CPU this process may use): "
+                                         "items from one queue, the concurrency split over them (the cap "
+                                         "stays global).")] = "1",
+    engine: Annotated[str, typer.Option(help="local (this machine's processes) | ray (client workers as Ray "
+                                        "actors; needs nlq2sql[ray]).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="--engine ray: an existing cluster (e.g. "
+                                                    "ray://head:10001 or auto). Default: a local Ray.")] = None,
 ) -> None:
     """Run an eval set against a live endpoint and score it."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..client import STRUCTURED_MODES, Sampling
-    from ..live import EvalConfig, run_eval
+    from ..live import EvalConfig, LocalServerSettings, run_eval
     from ..report import render_summary
 
     if not 0.0 <= max_failure_rate <= 1.0:
@@ -145,11 +302,19 @@ def eval_cmd(
     if structured not in STRUCTURED_MODES:
         raise InputError(f"unknown mode {structured!r} (known: {', '.join(STRUCTURED_MODES)})",
                          field="--structured")
-    cfg = EvalConfig(evalset=evalset, out=out, endpoint=endpoint, model=model, api_key_env=api_key_env,
-                     prompt=prompt, guardrails=_guardrails(guardrails), concurrency=concurrency,
-                     limit=limit, sampling=Sampling(max_tokens=max_tokens, structured=structured),
-                     timeout_s=timeout, resume=resume, force=force, compact_server=compact_server,
-                     client=client)
+    first, replicas = fleet_args(endpoint, endpoints_file)
+    cfg = EvalConfig(evalset=evalset, out=out, endpoint=first, replicas=replicas, routing=routing,
+                     model=model, api_key_env=api_key_env, prompt=prompt, guardrails=_guardrails(guardrails),
+                     concurrency=concurrency,
+                     limit=limit, sampling=Sampling(max_tokens=max_tokens, structured=structured, schema=schema,
+                                                    temperature=temperature),
+                     timeout_s=timeout, resume=resume, force=force, server=LocalServerSettings(compact=compact_server),
+                     client=client, semantic_model=semantic_model, warehouse=db, examples=examples,
+                     example_bank=example_bank, planner=planner, link_values=link_values, samples=samples,
+                     abstain=abstain,
+                     workers=parse_workers(workers, concurrency),
+                     engine=engine,
+                     ray_address=ray_address)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task("eval", total=None, info="starting")
@@ -176,12 +341,17 @@ def serve(
     max_model_len: Annotated[int, typer.Option(help="vLLM --max-model-len.")] = 2048,
     compact: Annotated[bool, typer.Option(help="Server-wide whitespace-free structured outputs.")] = True,
     dtype: Annotated[str, typer.Option(help="vLLM --dtype (bfloat16 | float32 | float16).")] = "bfloat16",
+    replicas: Annotated[int, typer.Option(help="Start N replicas of the model on consecutive free ports "
+                                          "from --port (each its own process and log).")] = 1,
+    gpus_per_replica: Annotated[int | None, typer.Option(
+        help="Multi-GPU box: replica i sees GPUs i·G … i·G+G-1 (CUDA_VISIBLE_DEVICES); the CPU build "
+             "ignores it.")] = None,
 ) -> None:
-    """Start a local vLLM, wait until healthy and warm, serve until Ctrl-C or SIGTERM."""
+    """Start local vLLM replicas, wait until healthy and warm, serve until Ctrl-C or SIGTERM."""
     import signal
     import time
 
-    from ..server import LocalServer, ServerConfig, is_port_in_use
+    from ..server import LocalFleet, ServerConfig, is_port_in_use
 
     # Fail fast, before any model work (resolving a model may download and convert it).
     if not 1 <= port <= 65535:
@@ -190,8 +360,13 @@ def serve(
         raise InputError(f"port {port} is already in use", field="--port")
     if dtype not in ("bfloat16", "float32", "float16"):
         raise InputError(f"unknown dtype {dtype!r}: use bfloat16, float32 or float16", field="--dtype")
-    srv = LocalServer(ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs,
-                                   max_model_len=max_model_len, compact=compact, dtype=dtype))
+    if not 1 <= replicas <= 64:
+        raise InputError(f"must be between 1 and 64, got {replicas}", field="--replicas")
+    if gpus_per_replica is not None and gpus_per_replica < 1:
+        raise InputError(f"must be at least 1, got {gpus_per_replica}", field="--gpus-per-replica")
+    fleet = LocalFleet(ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs,
+                                    max_model_len=max_model_len, compact=compact, dtype=dtype),
+                       replicas, gpus_per_replica)
     # A background job in a script starts with SIGINT ignored, so `kill -INT` would never
     # arrive: handle both INT and TERM explicitly, so the server we started is always stopped.
     def _term(*_: object) -> None:
@@ -199,14 +374,28 @@ def serve(
 
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
-    srv.start()
-    Console().print(f"serving {srv.model_name} at {srv.url} (pid {srv.pid}, ready in "
-                    f"{srv.startup_s:.1f} s); Ctrl-C stops it")
     try:
-        while srv.proc is not None and srv.proc.poll() is None:
+        fleet.start()
+        for srv in fleet.servers:
+            Console().print(f"serving {srv.model_name} at {srv.url} (pid {srv.pid}, ready in "
+                            f"{srv.startup_s:.1f} s)", soft_wrap=True)  # one line: scripts read it
+        if replicas > 1:
+            Console().print("use: " + " ".join(f"--endpoint {u}" for u in fleet.urls), soft_wrap=True)
+        Console().print("Ctrl-C stops " + ("it" if replicas == 1 else "them all"))
+        # Serve while every replica lives; one that dies is reported and the rest keep serving.
+        alive = {s.url for s in fleet.servers}
+        while alive:
+            for s in fleet.servers:
+                if s.url in alive and (s.proc is None or s.proc.poll() is not None):
+                    alive.discard(s.url)
+                    err.print(f"replica {s.url} exited (code {s.proc.returncode if s.proc else None}); "
+                              f"log {s.log_path}")
             time.sleep(1)
+    except KeyboardInterrupt:  # INT or TERM: a server has no records to resume
+        err.print("stopping the server" + ("s" if replicas > 1 else ""))
+        raise typer.Exit(130) from None
     finally:
-        srv.stop()
+        fleet.stop()
 
 
 @models_app.command("pull")
@@ -218,9 +407,12 @@ def models_pull(name: Annotated[str, typer.Argument(help="Registered model alias
     Console().print(f"ready: {pull(name)}")
 
 
-def main() -> None:  # pragma: no cover
-    app()
-
-
 # Register the experiment and load commands (they import ``app`` from here).
-from . import experiments, load  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    batch,
+    experiments,
+    guardrail,
+    load,
+    semantic,
+    view,  # noqa: E402,F401
+)

@@ -21,9 +21,11 @@ import httpx
 
 from ..client import Sampling
 from ..intent import compact_regex
-from ..live import EvalConfig, run_eval, whitespace_outside_strings
-from ..records import RECORDS, iter_records, write_json_atomic
+from ..item import whitespace_outside_strings
+from ..live import EvalConfig, run_eval
+from ..records import RECORDS, iter_records, output_dir, write_json_atomic
 from ..score import percentiles
+from ..semantic import load_catalog
 
 ARMS = ("pretty", "prompt-compact", "grammar-compact")
 
@@ -42,7 +44,7 @@ def arm_config(base: EvalConfig, arm: str) -> EvalConfig:
         return replace(base, style="compact", out=out, force=True)
     if arm == "grammar-compact":
         sampling = Sampling(**{**base.sampling.as_dict(), "structured": "regex",
-                               "regex": compact_regex()})
+                               "regex": compact_regex(load_catalog(base.semantic_model), base.sampling.schema)})
         return replace(base, style="compact", sampling=sampling, out=out, force=True)
     raise ValueError(f"unknown arm {arm}")
 
@@ -172,6 +174,6 @@ def render_markdown(res: dict[str, Any]) -> str:
 
 
 def write_result(out: Path, res: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     write_json_atomic(out / "compact.json", res)
     (out / "compact.md").write_text(render_markdown(res))

@@ -17,14 +17,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..records import MANIFEST, SUMMARY, read_json  # noqa: E402
+from ..records import output_dir, read_finished_run  # noqa: E402
 from ..report import pct  # noqa: E402
 
 
 def load_runs(dirs: list[Path]) -> list[dict[str, Any]]:
     runs = []
     for d in dirs:
-        m, s = read_json(d / MANIFEST), read_json(d / SUMMARY)
+        m, s = read_finished_run(d)  # refuses records that no longer match the summary
         runs.append({"dir": str(d), "manifest": m, "summary": s,
                      "label": f"{m.get('model', '?')} · {m.get('prompt', '?')}"
                               f"{' + ' + '+'.join(m['guardrails']) if m.get('guardrails') else ''}"
@@ -122,6 +122,7 @@ def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
 def render(dirs: list[Path], out: Path, gpu_cost_per_hour: float | None = None,
            title: str = "nlq2sql comparison") -> dict[str, Path]:
     runs = load_runs(dirs)
+    output_dir(out, create=False)  # refused before any plotting
     table = rows(runs, gpu_cost_per_hour)
     md = [f"# {title}", "", "| " + " | ".join(h for _, h in COLUMNS) + " |",
           "|" + "---|" * len(COLUMNS)]
@@ -130,7 +131,7 @@ def render(dirs: list[Path], out: Path, gpu_cost_per_hour: float | None = None,
         md.append(f"\nCost assumes ${gpu_cost_per_hour}/hour and the measured req/s of each run.")
     md.append("\nCPU timings are CPU timings: they rank configurations on this machine, not GPUs.")
     figs = plots(runs)
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     md_path, html_path = out / "report.md", out / "report.html"
     md_path.write_text("\n".join(md) + "\n")
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h in COLUMNS)

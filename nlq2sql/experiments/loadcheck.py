@@ -12,8 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..live import EvalConfig, run_eval
-from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json, write_json_atomic
+from ..records import RECORDS, iter_records, output_dir, read_finished_run, write_json_atomic
 from ..report import pct
 
 
@@ -22,6 +23,7 @@ class LoadCheckConfig:
     base: EvalConfig
     levels: tuple[int, ...] = (1, 16, 32)
     repeats: int = 1
+    across_replicas: bool = False  # every item to every replica of ``base`` (its endpoint + replicas)
 
 
 def run_levels(cfg: LoadCheckConfig) -> list[Path]:
@@ -35,6 +37,44 @@ def run_levels(cfg: LoadCheckConfig) -> list[Path]:
     return dirs
 
 
+def run_across_replicas(cfg: LoadCheckConfig) -> dict[str, Any]:
+    """Every item on every replica, at every level: one run per (replica, level, repeat),
+    each pinned to its replica.  Identity is then reported across replicas (same level) and
+    across levels (same replica) beside the comparison of all runs."""
+    from ..live import preflight
+
+    base = cfg.base
+    if base.endpoint is None or not base.replicas:
+        raise InputError("needs at least two endpoints", field="--across-replicas")
+    preflight(base)  # every replica reachable and serving the model before anything is written
+    urls = [(base.endpoint, base.model, base.api_key_env)] + [
+        (r.url, r.model or base.model, r.api_key_env or base.api_key_env) for r in base.replicas]
+    dirs: dict[tuple[int, int], list[Path]] = {}
+    for i, (url, model, key_env) in enumerate(urls):
+        pinned = replace(base, endpoint=url, model=model, api_key_env=key_env, replicas=(),
+                         out=base.out / f"replica{i}")
+        for d in run_levels(replace(cfg, base=pinned, across_replicas=False)):
+            level = int(d.name.split("-")[0].removeprefix("c"))
+            dirs.setdefault((i, level), []).append(d)
+    every = [d for ds in dirs.values() for d in ds]
+    result = compare_runs(every)
+    result["replicas"] = [{"label": f"r{i}", "url": u, "model": m} for i, (u, m, _) in enumerate(urls)]
+    result["across_replicas"] = {
+        f"c{level}": _identity(compare_runs([d for i in range(len(urls)) for d in dirs[(i, level)]]))
+        for level in cfg.levels}
+    if len(cfg.levels) * cfg.repeats > 1:
+        result["across_concurrency"] = {
+            f"r{i}": _identity(compare_runs([d for lv in cfg.levels for d in dirs[(i, lv)]]))
+            for i in range(len(urls))}
+    return result
+
+
+def _identity(res: dict[str, Any]) -> dict[str, Any]:
+    return {"items": res["items"], "runs": len(res["runs"]), "identical_items": res["identical_items"],
+            "intent_divergent_items": res["intent_divergent_items"],
+            "divergent_ids": [d["id"] for d in res["divergent"]]}
+
+
 def _first_diff(a: str | None, b: str | None) -> int:
     a, b = a or "", b or ""
     return len(os.path.commonprefix([a, b]))
@@ -45,9 +85,10 @@ def compare_runs(dirs: list[Path]) -> dict[str, Any]:
     runs = []
     texts: dict[str, list[str | None]] = {}
     intents: dict[str, list[Any]] = {}
+    if len(dirs) < 2:
+        raise InputError(f"needs at least 2 runs to compare, got {len(dirs)}", field="--runs")
     for d in dirs:
-        manifest = read_json(d / MANIFEST)
-        summary = read_json(d / SUMMARY)
+        manifest, summary = read_finished_run(d)
         for rec in iter_records(d / RECORDS):
             texts.setdefault(rec["id"], []).append(rec.get("raw_text"))
             intents.setdefault(rec["id"], []).append(rec.get("raw_intent"))
@@ -78,6 +119,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     lines = [f"## Quality under load: {result['identical_items']} / {result['items']} items "
              f"byte-identical across {len(result['runs'])} runs "
              f"({result['intent_divergent_items']} with differing parsed intents)", "",
+             *_identity_lines(result),
              "| run | concurrency | n | raw accuracy | final accuracy | req/s | p50 | p95 | p99 | TTFT p50 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["runs"]:
@@ -86,7 +128,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         def s(d: dict[str, Any], k: str) -> str:
             return f"{d[k]:.2f} s" if d.get(k) is not None else "n/a"
         rps = f"{r['req_per_s']:.2f}" if r["req_per_s"] else "n/a"
-        lines.append(f"| {Path(r['run']).name} | {r['concurrency']} | {r['n']} | {pct(r['raw_accuracy'])} | "
+        lines.append(f"| {_run_name(r['run'])} | {r['concurrency']} | {r['n']} | {pct(r['raw_accuracy'])} | "
                      f"{pct(r['final_accuracy'])} | {rps} | {s(lat, 'p50')} | {s(lat, 'p95')} | "
                      f"{s(lat, 'p99')} | {s(ttft, 'p50')} |")
     if result["divergent"]:
@@ -102,7 +144,27 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _run_name(run: str) -> str:
+    p = Path(run)
+    return f"{p.parent.name}/{p.name}" if p.parent.name.startswith("replica") else p.name
+
+
+def _identity_lines(result: dict[str, Any]) -> list[str]:
+    """Across replicas (same level) and across concurrency (same replica), when measured."""
+    if "across_replicas" not in result:
+        return []
+    lines = ["| identity | runs | items byte-identical | intents differ | divergent ids |", "|---|---|---|---|---|"]
+    for what, table in (("across replicas at", result["across_replicas"]),
+                        ("across concurrency on", result.get("across_concurrency") or {})):
+        for key, r in table.items():
+            ids = ", ".join(r["divergent_ids"][:5]) + (" …" if len(r["divergent_ids"]) > 5 else "")
+            lines.append(f"| {what} {key} | {r['runs']} | {r['identical_items']} / {r['items']} | "
+                         f"{r['intent_divergent_items']} | {ids or 'none'} |")
+    urls = ", ".join(f"{r['label']} = {r['url']}" for r in result.get("replicas", []))
+    return [*lines, "", f"Replicas: {urls}.", ""]
+
+
 def write_result(out: Path, result: dict[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     write_json_atomic(out / "loadcheck.json", result)
     (out / "loadcheck.md").write_text(render_markdown(result))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..live import EvalConfig, run_eval
-from ..records import write_json_atomic
+from ..records import output_dir, write_json_atomic
 from ..report import pct
 from ..runner import rescore_run
 from ..score import mcnemar_exact
@@ -81,6 +81,6 @@ def render_markdown(table: dict[str, Any], title: str = "Condition matrix") -> s
 
 
 def write_result(out: Path, table: dict[str, Any], title: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     write_json_atomic(out / "matrix.json", table)
     (out / "matrix.md").write_text(render_markdown(table, title))

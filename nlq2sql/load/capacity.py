@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..inputs import read_text
 from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
 from ..score import percentiles
 
@@ -115,8 +116,14 @@ def context_budget(records: list[dict[str, Any]], max_model_len: int | None, mar
 def run_dirs(runs: list[Path], sweep: Path | None) -> list[Path]:
     dirs = list(runs)
     if sweep is not None:
-        res = json.loads((sweep / "sweep.json").read_text())
-        dirs += [Path(s["run_dir"]) for s in res["levels"]]
+        path = sweep / "sweep.json"
+        try:
+            res = json.loads(read_text(path, "sweep result"))
+            dirs += [Path(s["run_dir"]) for s in res["levels"]]
+        except json.JSONDecodeError as exc:
+            raise InputError(f"malformed JSON ({exc.msg})", path=str(path), line=exc.lineno) from None
+        except (KeyError, TypeError) as exc:
+            raise InputError(f"not a sweep result (no levels[].run_dir: {exc})", path=str(path)) from None
     for d in dirs:
         if not (d / RECORDS).is_file():
             raise InputError(f"{d} is not a run directory (no {RECORDS})", field="--run")

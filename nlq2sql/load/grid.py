@@ -27,8 +27,10 @@ from typing import Any
 
 from ..errors import InputError
 from ..evalset import load_evalset
+from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig
 from ..records import write_json_atomic
+from ..semantic import load_catalog
 from .levels import run_level
 from .sweep import Progress, _f, begin_levels
 
@@ -73,11 +75,11 @@ def parse_classes(text: str) -> tuple[LengthClass, ...]:
     return tuple(out)
 
 
-def context_block(evalset: str, pad_tokens: int) -> str:
+def context_block(evalset: str, pad_tokens: int, semantic_model: str | None = None) -> str:
     """About ``pad_tokens`` tokens of context built from the eval set's own questions."""
     if pad_tokens <= 0:
         return ""
-    questions = [c.question for c in load_evalset(evalset).cases]
+    questions = [c.question for c in load_evalset(evalset, load_catalog(semantic_model)).cases]
     lines, chars, i = [], 0, 0
     while chars < pad_tokens * 4:
         q = questions[i % len(questions)]
@@ -103,13 +105,18 @@ def validate(cfg: GridConfig) -> None:
         raise InputError("every level must be at least 1", field="--concurrency")
     if cfg.requests < 1:
         raise InputError(f"must be at least 1, got {cfg.requests}", field="--requests")
+    if cfg.warmup < 0:
+        raise InputError(f"must be at least 0, got {cfg.warmup}", field="--warmup")
+    at_most(cfg.requests, MAX_REQUESTS, "--requests")
+    at_most(cfg.warmup, MAX_REQUESTS, "--warmup")
 
 
 def cell_config(base: EvalConfig, cls: LengthClass) -> EvalConfig:
     sampling = base.sampling
     if cls.out_tokens:
         sampling = replace(sampling, structured="none", max_tokens=cls.out_tokens, ignore_eos=True)
-    return replace(base, sampling=sampling, context_suffix=context_block(base.evalset, cls.pad_tokens))
+    suffix = context_block(base.evalset, cls.pad_tokens, base.semantic_model)
+    return replace(base, sampling=sampling, load=replace(base.load, context_suffix=suffix))
 
 
 def cell(st: dict[str, Any], cls: LengthClass) -> dict[str, Any]:

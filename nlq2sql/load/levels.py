@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from ..evalset import load_evalset
+from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, run_eval
 from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
 from ..score import percentiles
+from ..semantic import load_catalog
 
 
-def expand_evalset(evalset: str, requests: int, out_dir: Path) -> Path:
+def expand_evalset(evalset: str, requests: int, out_dir: Path, semantic_model: str | None = None) -> Path:
     """Write ``<name>-x<N>.jsonl``: the set's items cycled to ``requests`` lines, ids ``id#k``."""
-    es = load_evalset(evalset)
+    at_most(requests, MAX_REQUESTS, "--requests")
+    es = load_evalset(evalset, load_catalog(semantic_model))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{es.name}-x{requests}.jsonl"
     lines = []
@@ -52,7 +55,7 @@ def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path,
     a level can say when the client, not the server, was the bottleneck.
     """
     cfg = replace(base, evalset=str(evalset_path), out=out, concurrency=concurrency, limit=None,
-                  force=True, resume=False, rate=rate)
+                  force=True, resume=False, load=replace(base.load, rate=rate))
     load0 = os.getloadavg()[0]
     cpu0, t0 = _cpu_s(), time.monotonic()
     run_eval(cfg)

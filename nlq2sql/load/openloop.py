@@ -18,6 +18,7 @@ without any queueing.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig
 from ..records import RECORDS, iter_records, write_json_atomic
 from .levels import run_level, stats_from_run
@@ -46,15 +48,19 @@ class RateSweepConfig:
 
 
 def validate(cfg: RateSweepConfig) -> None:
-    if not cfg.rates or any(not r > 0 for r in cfg.rates):
-        raise InputError("every rate must be positive (requests per second)", field="--rate")
+    if not cfg.rates or any(not (r > 0 and math.isfinite(r)) for r in cfg.rates):
+        raise InputError("every rate must be positive and finite (requests per second)", field="--rate")
     if cfg.requests < 3:
         raise InputError(f"must be at least 3 in rate mode, got {cfg.requests}", field="--requests")
     if cfg.max_in_flight < 1:
         raise InputError(f"must be at least 1, got {cfg.max_in_flight}", field="--concurrency")
-    if cfg.duration_s is not None and not cfg.duration_s > 0:
-        raise InputError(f"must be positive, got {cfg.duration_s}", field="--duration")
-    if cfg.growth <= 1:
+    if cfg.duration_s is not None and not (cfg.duration_s > 0 and math.isfinite(cfg.duration_s)):
+        raise InputError(f"must be positive and finite, got {cfg.duration_s}", field="--duration")
+    if cfg.warmup < 0:
+        raise InputError(f"must be at least 0, got {cfg.warmup}", field="--warmup")
+    at_most(cfg.requests, MAX_REQUESTS, "--requests")
+    at_most(cfg.warmup, MAX_REQUESTS, "--warmup")
+    if not (cfg.growth > 1 and math.isfinite(cfg.growth)):
         raise InputError(f"must be above 1, got {cfg.growth}", field="--growth")
 
 
@@ -195,7 +201,7 @@ def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = No
     validate(cfg)
     out = cfg.base.out
     path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_rate_sweep")
-    base = replace(cfg.base, duration_s=cfg.duration_s)
+    base = replace(cfg.base, load=replace(cfg.base.load, duration_s=cfg.duration_s))
     levels, t0 = [], time.time()
     for rate in sorted(set(cfg.rates)):
         d = out / "levels" / f"r{rate:g}"
@@ -217,7 +223,7 @@ def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = No
         "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
                       "they are not GPU numbers.") if local else None,
         "config": {"rates": sorted(set(cfg.rates)), "requests": cfg.requests, "max_in_flight": cfg.max_in_flight,
-                   "duration_s": cfg.duration_s, "arrival_seed": cfg.base.arrival_seed,
+                   "duration_s": cfg.duration_s, "arrival_seed": cfg.base.load.arrival_seed,
                    "slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour,
                    "max_tokens": cfg.base.sampling.max_tokens, "structured": cfg.base.sampling.structured,
                    "growth": cfg.growth},

@@ -27,8 +27,9 @@ from typing import Any
 
 import aiohttp
 
-from ..records import write_json_atomic
+from ..records import output_dir, write_json_atomic
 from ..score import percentiles
+from ..stream import Accumulator, Completion, StreamEventError
 from .metrics import counter_delta, hist_delta, hit_rate, root_url, scrape
 
 _FILLER_TEXT = ("the store sells office furniture and electronics to customers in five regions while "
@@ -59,7 +60,7 @@ async def stream_chat(sess: aiohttp.ClientSession, t: Target, body: dict[str, An
     body = dict(body, stream=True, stream_options={"include_usage": True})
     out: dict[str, Any] = {"status": None, "error": None, "ttft_s": None, "latency_s": None,
                            "chunks": 0, "finish_reason": None, "usage": None, "disconnected": False}
-    t0 = time.perf_counter()
+    acc = Accumulator(Completion())
     out["t_start"] = time.time()
     try:
         async with asyncio.timeout(timeout_s), sess.post(
@@ -70,30 +71,23 @@ async def stream_chat(sess: aiohttp.ClientSession, t: Target, body: dict[str, An
                 out["error"] = (await resp.text())[:300]
                 return out
             async for raw in resp.content:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
+                line = raw.strip()
+                if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
-                if data == "[DONE]":
+                if data == b"[DONE]":
                     break
-                obj = json.loads(data)
-                if obj.get("usage"):
-                    out["usage"] = obj["usage"]
-                for ch in obj.get("choices") or []:
-                    if (ch.get("delta") or {}).get("content"):
-                        if out["ttft_s"] is None:
-                            out["ttft_s"] = time.perf_counter() - t0
-                        out["chunks"] += 1
-                    if ch.get("finish_reason"):
-                        out["finish_reason"] = ch["finish_reason"]
-                if stop_after is not None and out["chunks"] >= stop_after:
+                acc.event(json.loads(data))
+                if stop_after is not None and acc.content_chunks >= stop_after:
                     out["disconnected"] = True
                     out["t_disconnect"] = time.time()
                     resp.close()  # drop the connection: the server should abort the request
                     break
-    except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as exc:
+    except (TimeoutError, aiohttp.ClientError, ValueError, StreamEventError) as exc:
         out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-    out["latency_s"] = time.perf_counter() - t0
+    comp = acc.end(require_finish=False)
+    out.update(ttft_s=comp.ttft_s, latency_s=comp.latency_s, chunks=acc.content_chunks,
+               finish_reason=comp.finish_reason, usage=acc.usage_raw)
     return out
 
 
@@ -348,7 +342,7 @@ def render_markdown(r: dict[str, Any], title: str) -> str:
 
 
 def write(out: Path, r: dict[str, Any], title: str) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     write_json_atomic(out / f"{r['probe']}.json", r)
     path = out / f"{r['probe']}.md"
     path.write_text(render_markdown(r, title))

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..live import EvalConfig, api_key
+from ..inputs import MAX_REQUESTS, at_most
+from ..live import EvalConfig, preflight
 from ..records import write_json_atomic
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
@@ -62,11 +63,13 @@ class SerializationConfig:
 
 def request_body(cfg: EvalConfig, question: str) -> dict[str, Any]:
     """The eval's structured-output request as a plain JSON body (non-streaming)."""
-    from ..client import request_kwargs
+    from ..client import bind_sampling, request_kwargs
     from ..prompt import load_prompt
+    from ..semantic import open_warehouse
 
-    prompt = load_prompt(cfg.prompt, cfg.style)
-    kw = request_kwargs(cfg.model, prompt.messages(question), cfg.sampling)
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    prompt = load_prompt(cfg.prompt, cfg.style, wh)
+    kw = request_kwargs(cfg.model, prompt.messages(question), bind_sampling(cfg.sampling, wh.catalog))
     extra = kw.pop("extra_body", {}) or {}
     kw.pop("stream_options", None)
     kw["stream"] = False
@@ -252,7 +255,7 @@ def evidence(single: dict[str, Any], loaded: dict[str, Any], stair: dict[str, An
 def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
         progress: Any = None) -> dict[str, Any]:
     from .levels import expand_evalset, run_level
-    from .sweep import prepare_out
+    from .sweep import fresh_out
 
     if cfg.level < 2:
         raise InputError(f"must be at least 2, got {cfg.level}", field="--level")
@@ -261,25 +264,29 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
                          field="--requests")
     if cfg.staircase < 2:
         raise InputError(f"must be at least 2, got {cfg.staircase}", field="--staircase")
+    at_most(cfg.staircase, 256, "--staircase")  # one OS process each
+    at_most(cfg.requests_single, MAX_REQUESTS, "--requests-single")
+    at_most(cfg.requests_level, MAX_REQUESTS, "--requests-level")
     base, out = cfg.base, cfg.base.out
     assert base.endpoint is not None
-    api_key(base)  # fail early on a missing key
-    prepare_out(out, cfg.force)
+    preflight(base)  # options, key and endpoint before anything is written
     t0 = time.time()
-    if cfg.warmup:
-        pw = expand_evalset(base.evalset, cfg.warmup, out / "warmup")
-        run_level(base, pw, 1, out / "warmup" / "run")
-    p1 = expand_evalset(base.evalset, cfg.requests_single, out / "c1")
+    with fresh_out(out, cfg.force):  # nothing measured yet: a failure leaves no directory
+        if cfg.warmup:
+            pw = expand_evalset(base.evalset, cfg.warmup, out / "warmup", base.semantic_model)
+            run_level(base, pw, 1, out / "warmup" / "run")
+        p1 = expand_evalset(base.evalset, cfg.requests_single, out / "c1", base.semantic_model)
     single = run_level(base, p1, 1, out / "c1" / "run")
     if progress:
         progress(f"c=1: {single.get('req_per_s') or 0:.2f} req/s (n={single['n']})")
-    pk = expand_evalset(base.evalset, cfg.requests_level, out / f"c{cfg.level}")
+    pk = expand_evalset(base.evalset, cfg.requests_level, out / f"c{cfg.level}", base.semantic_model)
     loaded = run_level(base, pk, cfg.level, out / f"c{cfg.level}" / "run")
     if progress:
         progress(f"c={cfg.level}: {loaded.get('req_per_s') or 0:.2f} req/s (n={loaded['n']})")
     from ..evalset import load_evalset
+    from ..semantic import load_catalog
 
-    question = load_evalset(base.evalset).cases[0].question
+    question = load_evalset(base.evalset, load_catalog(base.semantic_model)).cases[0].question
     stair = run_staircase(base.endpoint.rstrip("/") + "/chat/completions", request_body(base, question),
                           cfg.staircase, cfg.solo_runs, out / "staircase", base.api_key_env)
     if progress:

@@ -18,15 +18,19 @@ synthetic numbers, including seed 002's tables:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, bound_endpoint
 from ..records import write_json_atomic
 
@@ -369,13 +373,36 @@ def plot(result: dict[str, Any], out: Path) -> dict[str, str]:
 # -- running ----------------------------------------------------------------------------
 
 def prepare_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} exists and is not a directory", field="--out")
     if out.exists() and any(out.iterdir()) and not force:
         raise InputError(f"{out} exists and is not empty; pass --force to replace it", field="--out")
     if out.exists() and force:
-        import shutil
-
         shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {out}: {exc.strerror}", field="--out") from None
+
+
+@contextlib.contextmanager
+def fresh_out(out: Path, force: bool) -> Iterator[None]:
+    """:func:`prepare_out`; when the block then fails, ``out`` is left as it was found before
+    anything was measured: absent, or (an existing directory) empty."""
+    existed = out.is_dir()
+    prepare_out(out, force)
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for p in out.iterdir():
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink()
+        raise
 
 
 def validate(cfg: SweepConfig) -> None:
@@ -383,28 +410,38 @@ def validate(cfg: SweepConfig) -> None:
         raise InputError("every level must be at least 1", field="--concurrency")
     if cfg.requests < 1:
         raise InputError(f"must be at least 1, got {cfg.requests}", field="--requests")
-    if cfg.duration_s is not None and not cfg.duration_s > 0:
-        raise InputError(f"must be positive, got {cfg.duration_s}", field="--duration")
-    if any(t <= 0 for t in cfg.slo_p95):
-        raise InputError("p95 targets must be positive seconds", field="--slo-p95")
+    if cfg.warmup < 0:
+        raise InputError(f"must be at least 0, got {cfg.warmup}", field="--warmup")
+    at_most(cfg.requests, MAX_REQUESTS, "--requests")
+    at_most(cfg.warmup, MAX_REQUESTS, "--warmup")
+    if cfg.duration_s is not None and not (cfg.duration_s > 0 and math.isfinite(cfg.duration_s)):
+        raise InputError(f"must be positive and finite, got {cfg.duration_s}", field="--duration")
+    if any(not (t > 0 and math.isfinite(t)) for t in cfg.slo_p95):
+        raise InputError("p95 targets must be positive, finite seconds", field="--slo-p95")
     if cfg.gpu_cost_per_hour is not None and cfg.gpu_cost_per_hour < 0:
         raise InputError("must not be negative", field="--gpu-cost-per-hour")
 
 
 def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str) -> tuple[Path, list[str]]:
     """Common start of every multi-level load run: bound endpoint, fresh out dir, the expanded
-    eval set and the uncounted warm-up; returns the eval set path and the notes so far."""
+    eval set and the uncounted warm-up; returns the eval set path and the notes so far.
+
+    The options, key and endpoint are checked before the output directory is touched, and a
+    failure before the first level (a bad eval set or prompt, the warm-up failing) leaves it
+    as it was found: a command that measured nothing leaves nothing behind."""
+    from ..live import preflight
     from .levels import expand_evalset, run_level
 
     if base.endpoint is None:
         raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")
-    prepare_out(base.out, force)
-    path = expand_evalset(base.evalset, requests, base.out)
+    preflight(base)
     notes = []
-    if warmup:
-        wpath = expand_evalset(base.evalset, warmup, base.out / "warmup")
-        run_level(base, wpath, 1, base.out / "warmup" / "run")
-        notes.append(f"{warmup} warm-up request(s) at c=1 ran first and are not counted.")
+    with fresh_out(base.out, force):
+        path = expand_evalset(base.evalset, requests, base.out, base.semantic_model)
+        if warmup:
+            wpath = expand_evalset(base.evalset, warmup, base.out / "warmup", base.semantic_model)
+            run_level(base, wpath, 1, base.out / "warmup" / "run")
+            notes.append(f"{warmup} warm-up request(s) at c=1 ran first and are not counted.")
     return path, notes
 
 
@@ -419,7 +456,7 @@ def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
     evalset_path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_sweep")
     stats = []
     t0 = time.time()
-    level_base = replace(cfg.base, duration_s=cfg.duration_s)
+    level_base = replace(cfg.base, load=replace(cfg.base.load, duration_s=cfg.duration_s))
     for c in levels_sorted:
         st = run_level(level_base, evalset_path, c, out / "levels" / f"c{c}")
         stats.append(st)
@@ -533,7 +570,7 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
         if progress:
             progress(f"starting a local server with {knob.replace('_', '-')}={v}")
         setting: dict[str, Any] = {knob: v}
-        with bound_endpoint(replace(cfg.base, **setting)) as (bound, info):
+        with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, info):
             res = run_sweep(replace(cfg, base=replace(bound, out=sub), force=True), info, progress)
         runs.append({"value": v, "dir": str(sub), "result": res})
     combined = {"kind": "server-sweep", "knob": knob, "values": list(values),

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from nlq2sql.client import Sampling
-from nlq2sql.live import EvalConfig, run_eval
+from nlq2sql.live import EvalConfig, LoadShape, run_eval
 from nlq2sql.records import iter_records
 from nlq2sql.server import LocalServer
 
@@ -24,7 +24,7 @@ def test_eval_heldout_concurrent(vllm_server: LocalServer, tmp_path: Path) -> No
     out = tmp_path / "run"
     cfg = EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url,
                      model=vllm_server.model_name, concurrency=8, limit=24,
-                     sampling=Sampling(max_tokens=160), metrics_interval_s=0.1)
+                     sampling=Sampling(max_tokens=160), load=LoadShape(metrics_interval_s=0.1))
     summary = run_eval(cfg)
     recs = _records(out)
     ids = [r["id"] for r in recs]

@@ -1,0 +1,107 @@
+"""``nlq2sql batch``: an eval set or a question file through Ray Data (``nlq2sql.batch``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import InputError
+from .main import DbOpt, EndpointsFileOpt, RoutingOpt, SemanticModelOpt, _guardrails, app, err, fleet_args, handled
+
+BatchEndpointsOpt = Annotated[list[str] | None, typer.Option(
+    "--endpoint", help="--engine ray: OpenAI-compatible base URL (…/v1); give it several times for replicas "
+    "of one model (items are routed over all of them).")]
+
+
+@app.command("batch")
+@handled
+def batch_cmd(
+    evalset: Annotated[str | None, typer.Option(help="Eval set name or path: every item is scored.")] = None,
+    questions: Annotated[Path | None, typer.Option(
+        help='Question file instead: JSONL lines {"id", "question"}, answered but not scored (no gold).')] = None,
+    endpoint: BatchEndpointsOpt = None,
+    endpoints_file: EndpointsFileOpt = None,
+    routing: RoutingOpt = "least-inflight",
+    model: Annotated[str, typer.Option(help="Served model name (--engine ray), or the model alias / folder "
+                                       "vLLM loads (--engine ray-vllm).")] = "smollm2-135m",
+    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
+    prompt: Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")] = "baseline",
+    guardrails: Annotated[list[str] | None, typer.Option(
+        help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")] = None,
+    semantic_model: SemanticModelOpt = None,
+    db: DbOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory: records/ (shards), summary.json, "
+                                      "manifest.json.")] = Path("runs/batch"),
+    force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    format: Annotated[str, typer.Option("--format", help="Shard format: parquet (columns id, record: the "
+                                        "record's JSON text) | jsonl (record lines, as records.jsonl).")] = "parquet",
+    shard_rows: Annotated[int, typer.Option(help="At most this many records per shard (one Ray Data "
+                                            "batch).")] = 1000,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight per actor (--engine ray-vllm: the "
+                                             "engine's max_num_seqs).")] = 8,
+    actors: Annotated[int, typer.Option(help="Ray actors answering (--engine ray-vllm: vLLM engines).")] = 1,
+    engine: Annotated[str, typer.Option(help="ray (actors send requests to --endpoint) | ray-vllm (vLLM runs "
+                                        "inside Ray Data: ray.data.llm, no server).")] = "ray",
+    ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster (e.g. ray://head:10001 or "
+                                                    "auto); --out must then be storage every node can write. "
+                                                    "Default: a local Ray.")] = None,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 128,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
+    limit: Annotated[int | None, typer.Option(help="Only the first K items.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
+    the usual summary (all or nothing: no output directory unless every item was answered)."""
+    from ..batch import BatchConfig, run_batch
+    from ..client import Sampling
+    from ..live import EvalConfig
+    from ..report import render_summary
+
+    if (evalset is None) == (questions is None):
+        raise InputError("give one of --evalset (scored) or --questions (answered, not scored)", field="--evalset")
+    first, replicas = fleet_args(endpoint, endpoints_file)
+    base = EvalConfig(endpoint=first, replicas=replicas, routing=routing, model=model, api_key_env=api_key_env,
+                      prompt=prompt, guardrails=_guardrails(guardrails), limit=limit, concurrency=concurrency,
+                      sampling=Sampling(max_tokens=max_tokens), timeout_s=timeout, semantic_model=semantic_model,
+                      warehouse=db)
+    cfg = BatchConfig(base=base, input=str(questions if questions is not None else evalset),
+                      questions=questions is not None, out=out, shard_rows=shard_rows, format=format,
+                      engine=engine, ray_address=ray_address, concurrency=concurrency, actors=actors, force=force)
+    try:
+        summary = run_batch(cfg)
+    except KeyboardInterrupt:
+        err.print("interrupted: nothing was written (a batch is all or nothing)")
+        raise typer.Exit(130) from None
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        return
+    title = f"{cfg.input} · {model} · {engine} · {actors}×c={concurrency}"
+    if summary["scored"]:
+        render_summary(summary, title=title)
+    else:
+        Console().print(answers_table(summary, title))
+    shards = summary["records"]["shards"]
+    Console().print(f"{summary['records']['count']} records in {len(shards)} {format} shard"
+                    f"{'s' * (len(shards) != 1)} under {out / 'records'}")
+
+
+def answers_table(s: dict[str, Any], title: str) -> Table:
+    """An unscored batch: how the answers came out (no gold, so no accuracy)."""
+    from ..report import pct
+
+    t = Table(title=title, show_header=True)
+    t.add_column("measure")
+    t.add_column("value")
+    for k, v in (("items (not scored: no gold)", str(s["n"])), ("schema-valid rate", pct(s["schema_valid_rate"])),
+                 ("answers that executed", pct(s["executed_rate"])), ("execution errors", str(s["exec_errors"])),
+                 ("final intents", ", ".join(f"{k} {v}" for k, v in s["final_intents"].items())),
+                 ("status (raw)", ", ".join(f"{k} {v}" for k, v in s["status_counts"].items())),
+                 ("request errors by class", ", ".join(f"{k} {v}" for k, v in s["errors_by_class"].items()) or "none")):
+        t.add_row(k, v)
+    return t

@@ -1,0 +1,97 @@
+"""``nlq2sql semantic check|show|init`` and ``nlq2sql sql``: thin wrappers over semantic.tools."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..errors import InputError
+from .main import DbOpt, SchemaOpt, SemanticModelOpt, app, err, handled
+
+semantic_app = typer.Typer(help="Semantic models (dbt Semantic Layer YAML): check, show, init.",
+                           no_args_is_help=True)
+app.add_typer(semantic_app, name="semantic")
+
+
+@semantic_app.command("check")
+@handled
+def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shipped name or YAML file/folder.")],
+                   db: DbOpt = None,
+                   as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False) -> None:
+    """Load, resolve joins, and execute one query per metric × dimension; exit 2 on any failure."""
+    from ..semantic import open_warehouse
+    from ..semantic.tools import check, dumps
+
+    wh = open_warehouse(path, db)
+    report = check(wh)
+    if as_json:
+        sys.stdout.write(dumps(report) + "\n")
+    for f in report["failed"]:
+        err.print(f"{escape(f['metric'])} × {escape(f['dimension'])}: {escape(f['error'])}", highlight=False)
+    if report["failed"]:
+        raise InputError(f"{len(report['failed'])} of {report['queries']} queries failed", path=wh.catalog.path)
+    if not as_json:
+        joins = ", ".join(f"{j['from']}→{j['to']} on {j['entity']}" for j in report["joins"]) or "none"
+        Console().print(f"{wh.catalog.path}: {report['metrics']} metrics × {report['dimensions']} dimensions OK; "
+                        f"{report['queries']} queries ran on {wh.db_path.name}; joins: {joins}", highlight=False)
+
+
+@semantic_app.command("show")
+@handled
+def semantic_show(semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat") -> None:
+    """Print the derived vocabulary, known values, years, JSON Schema and compact regex (JSON)."""
+    from ..semantic import open_warehouse
+    from ..semantic.tools import dumps, show
+
+    sys.stdout.write(dumps(show(open_warehouse(semantic_model, db), schema)) + "\n")
+
+
+@semantic_app.command("init")
+@handled
+def semantic_init(db: Annotated[Path, typer.Option("--db", help="DuckDB file to describe.")],
+                  out: Annotated[Path | None, typer.Option(help="Write the YAML here (default: stdout).")] = None,
+                  force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False) -> None:
+    """Write a starting semantic model from a database's tables and columns, to edit."""
+    from ..semantic.tools import init_yaml
+
+    if not db.is_file():
+        raise InputError("no such database file", path=str(db), field="--db")
+    if out is not None and out.exists() and not force:
+        raise InputError("exists; pass --force to overwrite", path=str(out), field="--out")
+    text = init_yaml(db)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(out)
+        Console().print(f"wrote {out}")
+
+
+@app.command("sql")
+@handled
+def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as JSON text (or @FILE).")],
+            semantic_model: SemanticModelOpt = None, db: DbOpt = None,
+            execute: Annotated[bool, typer.Option(help="Run it and print the rows as JSON lines.")] = False) -> None:
+    """Print the SQL and bound parameters for one intent; with --execute, the result rows."""
+    import json
+
+    from ..semantic import open_warehouse
+    from ..semantic.tools import sql_for
+
+    if intent.startswith("@"):
+        path = Path(intent[1:])
+        try:
+            intent = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read: {exc}", path=str(path), field="--intent") from None
+    res = sql_for(open_warehouse(semantic_model, db), intent, execute=execute)
+    sys.stdout.write(res["sql"] + ";\n")
+    sys.stdout.write("-- params: " + json.dumps(res["params"]) + "\n")
+    for row in res.get("rows", []):
+        sys.stdout.write(json.dumps(row, default=str) + "\n")

@@ -1,0 +1,100 @@
+"""Retrieved few-shot: the K solved questions most like this one, as user/assistant turns.
+
+Similarity is TF-IDF over character n-grams (word boundaries kept) with cosine scores, so
+"sales by region" finds "revenue by region" and "top 3 regions" alike; ties keep the bank's
+order, so the choice is deterministic.  The bank is never the set under test: an overlap
+by id or by normalised question text is refused before any request is sent.  The bank's
+sha256 goes in the manifest and the chosen ids in every record.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..evalset import EvalCase, EvalSet, load_evalset
+from ..intent import compact_json
+from ..semantic.catalog import Catalog, display_path
+
+DEFAULT_BANK = "dev"
+_SPACE = re.compile(r"\s+")
+
+
+def normalise(question: str) -> str:
+    """Case- and whitespace-insensitive text, for the overlap check."""
+    return _SPACE.sub(" ", question.lower()).strip(" ?.!")
+
+
+@dataclass
+class ExampleBank:
+    """Solved questions to retrieve from, with a fitted TF-IDF index."""
+
+    evalset: EvalSet
+    _vectorizer: Any = field(default=None, repr=False)
+    _matrix: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        self._vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), lowercase=True,
+                                           sublinear_tf=True)
+        self._matrix = self._vectorizer.fit_transform([c.question for c in self.evalset.cases])
+
+    @property
+    def cases(self) -> tuple[EvalCase, ...]:
+        return self.evalset.cases
+
+    def manifest(self, k: int) -> dict[str, Any]:
+        from pathlib import Path
+
+        return {"k": k, "bank": self.evalset.name, "bank_path": display_path(Path(self.evalset.path)),
+                "bank_sha256": self.evalset.sha256, "bank_size": len(self.cases),
+                "similarity": "tfidf char_wb 2-4 cosine"}
+
+    def check_disjoint(self, tested: EvalSet) -> None:
+        """Refuse a bank that shares an id or a question with the set under test."""
+        ids = {c.id for c in self.cases}
+        texts = {normalise(c.question): c.id for c in self.cases}
+        for case in tested.cases:
+            if case.id in ids:
+                raise InputError(f"example bank {self.evalset.name!r} contains id {case.id!r} of the eval set "
+                                 f"under test: the bank must be a different set", path=self.evalset.path,
+                                 field="--example-bank")
+            other = texts.get(normalise(case.question))
+            if other is not None:
+                raise InputError(f"example bank item {other!r} asks the same question as {case.id!r} "
+                                 f"({case.question!r}) of the eval set under test", path=self.evalset.path,
+                                 field="--example-bank")
+
+    def nearest(self, question: str, k: int) -> list[EvalCase]:
+        """The ``k`` most similar bank items, most similar first (ties: bank order)."""
+        if k <= 0:
+            return []
+        scores = (self._matrix @ self._vectorizer.transform([question]).T).toarray().ravel()
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [self.cases[i] for i in order]
+
+    def messages(self, base: list[dict[str, str]], question: str, k: int
+                 ) -> tuple[list[dict[str, str]], list[str]]:
+        """``base`` (system + user) with the examples inserted as turns before the question."""
+        chosen = self.nearest(question, k)
+        turns: list[dict[str, str]] = []
+        for ex in chosen:
+            turns += [{"role": "user", "content": ex.question},
+                      {"role": "assistant", "content": compact_json(ex.gold)}]
+        return [*base[:-1], *turns, base[-1]], [ex.id for ex in chosen]
+
+
+def load_bank(name_or_path: str | None, catalog: Catalog, k: int) -> ExampleBank:
+    """A bank by name (a set of the warehouse, default ``dev``) or JSONL path."""
+    if k < 0:
+        raise InputError(f"must be at least 0, got {k}", field="--examples")
+    bank = ExampleBank(load_evalset(name_or_path or DEFAULT_BANK, catalog))
+    if k > len(bank.cases):
+        raise InputError(f"asks for {k} examples but the bank {bank.evalset.name!r} holds {len(bank.cases)}",
+                         field="--examples")
+    return bank

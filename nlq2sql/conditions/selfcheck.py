@@ -1,0 +1,107 @@
+"""Self-consistency (``--samples N``) and abstention (``--abstain``): answer only when the
+model's own evidence agrees.
+
+**Self-consistency**: N answers to the same messages at temperature > 0 (unseeded, see
+:func:`sample_and_vote`), each parsed and canonicalised; the canonical intent with most votes wins
+and its text is the item's answer.  The record keeps every sample's text, the vote counts
+and the samples' summed tokens, so the cost sits beside the gain.  A tie at the top (or no
+valid sample) has no majority.
+
+**Abstention**: the item answers "needs clarification" instead of guessing when the evidence
+is split — self-consistency without a majority, or the two-stage planner's chosen kind
+overruled by a guardrail.  Scored as selective prediction: an abstention is never correct
+(``correct_final`` false, the answer's own correctness kept as ``answer_correct``); the
+summary's ``selective`` gives coverage, accuracy on answered items and the
+coverage-accuracy curve over the vote share.  The decision reads only recorded fields, so
+re-scoring under other guardrails decides it again the same way.
+
+Not built: abstention from vLLM ``logprobs`` on the intent token (the CPU build's streamed
+logprobs were not checked here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from ..client import Completion, EndpointConfig, RetryBudget, Sampling, complete
+from ..errors import IntentError
+from ..intent import canonicalise, parse_intent
+from ..semantic.catalog import Catalog
+
+__all__ = ["MAX_SAMPLES", "abstain_reason", "apply_abstention", "sample_and_vote", "vote"]
+
+MAX_SAMPLES = 16
+
+
+def vote(texts: list[str | None], catalog: Catalog | None) -> dict[str, Any]:
+    """Majority over canonical intents: the winner's sample index, its votes, valid samples, tie."""
+    keys: list[str | None] = []
+    for text in texts:
+        try:
+            intent = canonicalise(parse_intent(text or "", catalog))
+        except IntentError:
+            keys.append(None)
+            continue
+        keys.append(json.dumps(intent.model_dump(mode="json"), sort_keys=True))
+    counts = Counter(k for k in keys if k is not None)
+    ranked = counts.most_common()
+    if not ranked:
+        return {"n": len(texts), "valid": 0, "winner": None, "votes": 0, "tie": False, "share": 0.0}
+    top = ranked[0][1]
+    tie = len(ranked) > 1 and ranked[1][1] == top
+    winner = keys.index(ranked[0][0])  # the first sample with the winning intent
+    return {"n": len(texts), "valid": sum(counts.values()), "winner": winner, "votes": top, "tie": tie,
+            "share": top / len(texts), "distinct": len(ranked)}
+
+
+async def sample_and_vote(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
+                          catalog: Catalog, budget: RetryBudget, n: int,
+                          fail_fast: frozenset[str] = frozenset()) -> tuple[Completion, dict[str, Any]]:
+    """N samples for one item, concurrently: (the winning completion, the record's vote fields)."""
+    # Unseeded: vLLM 0.32's CPU engine dies on seeded sampling at temperature > 0 once such
+    # requests share a batch ("RuntimeError: CPU Generator does not use offset" in the worker's
+    # _bookkeeping_sync; the server exits).  The samples are therefore not reproducible.
+    unseeded = replace(base, seed=None)
+    comps = await asyncio.gather(*(complete(client, ecfg, messages, unseeded, budget, fail_fast)
+                                   for _ in range(n)))
+    ok = [c for c in comps if c.outcome == "ok"]
+    fields: dict[str, Any] = {"samples": n, "requests": n,
+                              "sample_texts": [c.text if c.outcome == "ok" else None for c in comps],
+                              "samples_completion_tokens": sum(c.completion_tokens or 0 for c in comps),
+                              "samples_failed": n - len(ok)}
+    if not ok:
+        return comps[0], fields | {"votes": vote([], catalog)}
+    v = vote([c.text for c in comps if c.outcome == "ok"], catalog)
+    v["n"] = n  # failed samples count in the denominator of the share: they did not agree
+    v["share"] = v["votes"] / n
+    fields["votes"] = v
+    chosen = ok[v["winner"]] if v["winner"] is not None else ok[0]
+    return chosen, fields
+
+
+def abstain_reason(rec: dict[str, Any]) -> str | None:
+    """Why an item abstains, from its record (None: it answers)."""
+    votes = rec.get("votes")
+    if votes is not None and (votes["winner"] is None or votes["tie"]):
+        return "no majority among samples"
+    choice = rec.get("planner_choice")
+    final = rec.get("final_intent")
+    if choice is not None and final is not None and final.get("intent") != choice:
+        return f"planner chose {choice}, guardrail made it {final.get('intent')}"
+    return None
+
+
+def apply_abstention(rec: dict[str, Any]) -> dict[str, Any]:
+    """Decide and record abstention on a scored record (in place; returns it)."""
+    reason = abstain_reason(rec)
+    rec["abstained"] = reason is not None
+    rec["abstain_reason"] = reason
+    rec["answer_correct"] = bool(rec["correct_final"])
+    if reason is not None:
+        rec["correct_final"] = False
+        rec["correct_exec"] = False
+    return rec

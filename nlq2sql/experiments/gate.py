@@ -1,0 +1,485 @@
+"""A regression gate for CI: is a candidate run worse than a baseline run of the same eval set?
+
+Both runs are read from their records (``manifest.json``, ``records.jsonl``, ``summary.json``)
+and compared **item by item on the ids they share** (the paired items).  The checks and
+their exact semantics (also in ``docs/gate.md``):
+
+- ``coverage``: fails when the candidate lacks items the baseline has (extra candidate
+  items are reported, never failed).
+- ``accuracy_mcnemar``: one-sided exact McNemar on final correctness: ``b`` = items right in
+  the baseline and wrong in the candidate, ``c`` = the reverse; p = P(X ≥ b), X ~
+  Binomial(b + c, ½).  Fails when p < alpha.  No discordant pair: p = 1.
+- ``accuracy_drop``: drop = (baseline right − candidate right) ÷ paired × 100, in percentage
+  points.  A drop **equal** to ``max_drop`` passes; a larger one fails (compared exactly, as
+  fractions of the decimal the user wrote, so 3 of 60 items against 5 pp is exactly 5).
+- ``schema_valid``: fails when fewer paired items parse into a schema-valid raw intent in the
+  candidate than in the baseline (any decrease).
+- ``new_error_classes``: fails when the candidate's final error classes (``error_final``:
+  request_error, truncated, invalid_json, …, wrong_metric, …) include one the baseline's do
+  not, on the paired items.
+- ``p95_latency``: p95 of ``latency_s`` on the paired items; only measured when both runs
+  recorded it for at least 5 items, otherwise "not measured"; only judged when
+  ``max_p95_rise`` is given (otherwise "not checked", with the numbers).  A rise equal to the
+  bound passes.
+- ``byte_identity``: per item, whether the candidate's ``raw_text`` equals the baseline's,
+  byte for byte.  Reported always; judged only with ``require_identical``.
+
+Refusals (:class:`~nlq2sql.errors.InputError`, exit 2 on the command line): runs of different
+eval sets (manifest ``evalset_sha256``) or warehouses (manifest ``semantic_model_sha256``; a
+manifest without one is a run from before semantic models, on the default ``retail``
+warehouse), records that no longer match their summary (count or SHA-256), records without an
+id or a final correctness, duplicate ids, and runs with no item in common.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import xml.etree.ElementTree as ET
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from scipy.stats import binomtest
+
+from ..errors import InputError, RecordError
+from ..records import RECORDS, SUMMARY, iter_records, output_dir, read_finished_run
+from ..score import percentiles
+
+#: Fewest latency samples per run for a p95 the gate will judge.
+MIN_LATENCY_N = 5
+#: At most this many ids are listed in one line of the Markdown summary.
+LIST_LIMIT = 100
+
+Status = Literal["pass", "fail", "not measured", "not checked"]
+Flip = Literal["right_to_wrong", "wrong_to_right", "both_right", "both_wrong"]
+
+
+class GateConfig(BaseModel):
+    """What to compare and the bounds; validated the same way for the CLI and library callers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    baseline: Path
+    candidate: Path
+    max_drop: float = Field(default=5.0, ge=0, le=100, allow_inf_nan=False,
+                            description="Largest allowed drop in final accuracy, percentage points "
+                                        "(equal passes).")
+    alpha: float = Field(default=0.05, gt=0, lt=1, allow_inf_nan=False,
+                         description="Significance level of the one-sided exact McNemar test.")
+    max_p95_rise: float | None = Field(default=None, ge=0, allow_inf_nan=False,
+                                       description="Largest allowed p95 latency rise, percent "
+                                                   "(equal passes); None: not judged.")
+    require_identical: bool = Field(default=False, description="Fail when any paired item's raw_text changed.")
+
+
+class RunInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    kind: str | None
+    model: str | None
+    prompt: str | None
+    guardrails: list[str]
+    evalset: str | None
+    evalset_sha256: str
+    semantic_model: str | None
+    n: int
+
+
+class Check(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    title: str
+    status: Status
+    detail: str
+    numbers: dict[str, float | int | str | None] = Field(default_factory=dict)
+
+
+class ItemResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    question: str | None
+    baseline_correct: bool
+    candidate_correct: bool
+    flip: Flip
+    baseline_error: str | None
+    candidate_error: str | None
+    identical: bool
+
+
+class GateResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    verdict: Literal["pass", "fail"]
+    config: GateConfig
+    baseline: RunInfo
+    candidate: RunInfo
+    paired: int
+    baseline_only: list[str]
+    candidate_only: list[str]
+    checks: list[Check]
+    items: list[ItemResult]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == "pass" else 1
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    def flipped(self, flip: Flip) -> list[ItemResult]:
+        return [i for i in self.items if i.flip == flip]
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+def config_from_options(**options: Any) -> GateConfig:
+    """A :class:`GateConfig` from command-line values; a bad value → InputError naming the option."""
+    try:
+        return GateConfig(**options)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        name = str(e["loc"][0]) if e["loc"] else "option"
+        raise InputError(f"{e['msg']}, got {e.get('input')!r}", field="--" + name.replace("_", "-")) from None
+
+
+def _read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, dict[str, Any]]]:
+    """(manifest, summary, records by id), refused unless the records match the summary."""
+    manifest, summary = read_finished_run(run_dir)  # missing files, changed records, count vs n
+    if not isinstance(manifest, dict) or not isinstance(summary, dict):
+        raise RecordError("not a run record: manifest and summary must be JSON objects", path=str(run_dir))
+    path = run_dir / RECORDS
+    if not isinstance(summary.get("n"), int):
+        raise RecordError("no item count 'n': cannot check the records against it",
+                          path=str(run_dir / SUMMARY))
+    records: dict[str, dict[str, Any]] = {}
+    for lineno, rec in enumerate(iter_records(path), start=1):
+        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
+            raise RecordError("a record must be a JSON object with a string id", path=str(path), line=lineno,
+                              field="id")
+        if not isinstance(rec.get("correct_final"), bool):
+            raise RecordError("missing or non-boolean correct_final", path=str(path), line=lineno,
+                              field="correct_final")
+        if rec["id"] in records:
+            raise RecordError(f"duplicate id {rec['id']!r}", path=str(path), line=lineno, field="id")
+        records[rec["id"]] = rec
+    if len(records) != summary["n"]:
+        raise RecordError(f"{len(records)} readable records, but the summary counts {summary['n']}",
+                          path=str(path))
+    return manifest, summary, records
+
+
+def _warehouse_sha(manifest: dict[str, Any]) -> str | None:
+    sha = manifest.get("semantic_model_sha256")
+    return sha if isinstance(sha, str) else None
+
+
+def _check_same_inputs(base_dir: Path, base: dict[str, Any], cand_dir: Path, cand: dict[str, Any]) -> None:
+    for d, m in ((base_dir, base), (cand_dir, cand)):
+        if not isinstance(m.get("evalset_sha256"), str):
+            raise RecordError("manifest has no evalset_sha256: cannot tell which eval set it ran",
+                              path=str(d / "manifest.json"), field="evalset_sha256")
+    if base["evalset_sha256"] != cand["evalset_sha256"]:
+        raise InputError(f"different eval sets: the baseline ran {base.get('evalset')!r} "
+                         f"(sha256 {base['evalset_sha256'][:12]}…), the candidate "
+                         f"{cand.get('evalset')!r} (sha256 {cand['evalset_sha256'][:12]}…); "
+                         "a gate compares runs of the same eval set", field="--candidate")
+    b_sha, c_sha = _warehouse_sha(base), _warehouse_sha(cand)
+    if b_sha == c_sha:  # equal, or both missing: both on the default warehouse
+        return
+    from ..semantic import DEFAULT_WAREHOUSE, default_catalog
+
+    default = default_catalog().sha256  # a run from before semantic models ran on retail
+    b_eff, c_eff = b_sha or default, c_sha or default
+    if b_eff != c_eff:
+        def name(m: dict[str, Any], sha: str | None) -> str:
+            return f"{m.get('semantic_model') or DEFAULT_WAREHOUSE}" + ("" if sha else " (not recorded: "
+                                                                          "the default)")
+        raise InputError(f"different warehouses: the baseline ran on {name(base, b_sha)} "
+                         f"(semantic model sha256 {b_eff[:12]}…), the candidate on {name(cand, c_sha)} "
+                         f"({c_eff[:12]}…); a gate compares runs on the same warehouse",
+                         field="--candidate")
+
+
+def _info(run_dir: Path, m: dict[str, Any], n: int) -> RunInfo:
+    g = m.get("guardrails")
+    return RunInfo(path=str(run_dir), kind=m.get("kind"), model=m.get("model"), prompt=m.get("prompt"),
+                   guardrails=[str(x) for x in g] if isinstance(g, list) else [],
+                   evalset=m.get("evalset"), evalset_sha256=m["evalset_sha256"],
+                   semantic_model=m.get("semantic_model"), n=n)
+
+
+# -- checks ----------------------------------------------------------------------------------
+
+def _exact(x: float) -> Fraction:
+    """The decimal a user wrote (``5``, ``0.3``) as an exact fraction: repr gives it back."""
+    return Fraction(repr(float(x)))
+
+
+def _pp(k: int, n: int) -> str:
+    return f"{100 * k / n:.1f} %" if n else "n/a"
+
+
+def _mcnemar(b: int, c: int, alpha: float) -> Check:
+    p = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5, alternative="greater").pvalue)
+    status: Status = "fail" if p < alpha else "pass"
+    return Check(id="accuracy_mcnemar", title="final accuracy: one-sided exact McNemar",
+                 status=status,
+                 detail=f"{b} item(s) right → wrong, {c} wrong → right; one-sided p = {p:.4g} "
+                        f"({'<' if p < alpha else '≥'} alpha {alpha:g})",
+                 numbers={"right_to_wrong": b, "wrong_to_right": c, "p_one_sided": p, "alpha": alpha})
+
+
+def _drop(base_k: int, cand_k: int, n: int, max_drop: float) -> Check:
+    drop = Fraction(100 * (base_k - cand_k), n)
+    limit = _exact(max_drop)
+    status: Status = "fail" if drop > limit else "pass"
+    rel = ">" if drop > limit else "=" if drop == limit else "<"
+    return Check(id="accuracy_drop", title="final accuracy: drop bound",
+                 status=status,
+                 detail=f"baseline {_pp(base_k, n)} ({base_k}/{n}), candidate {_pp(cand_k, n)} "
+                        f"({cand_k}/{n}): drop {float(drop):.2f} pp {rel} max {max_drop:g} pp "
+                        "(a drop equal to the bound passes)",
+                 numbers={"baseline_correct": base_k, "candidate_correct": cand_k, "paired": n,
+                          "drop_pp": float(drop), "max_drop_pp": max_drop})
+
+
+def _schema_valid(base_v: int, cand_v: int, n: int) -> Check:
+    status: Status = "fail" if cand_v < base_v else "pass"
+    return Check(id="schema_valid", title="schema-valid rate",
+                 status=status,
+                 detail=f"baseline {_pp(base_v, n)} ({base_v}/{n}), candidate {_pp(cand_v, n)} "
+                        f"({cand_v}/{n}); any decrease fails",
+                 numbers={"baseline_valid": base_v, "candidate_valid": cand_v, "paired": n})
+
+
+def _error_classes(base: dict[str, int], cand: dict[str, int]) -> Check:
+    new = sorted(k for k in cand if k not in base)
+    status: Status = "fail" if new else "pass"
+    what = ", ".join(f"{k} ({cand[k]} item(s))" for k in new) if new else "none"
+    fmt = ", ".join(f"{k} {v}" for k, v in sorted(base.items())) or "none"
+    cfmt = ", ".join(f"{k} {v}" for k, v in sorted(cand.items())) or "none"
+    return Check(id="new_error_classes", title="new error classes (final)",
+                 status=status,
+                 detail=f"new in the candidate: {what}; baseline: {fmt}; candidate: {cfmt}",
+                 numbers={"new": ",".join(new) or None, "new_items": sum(cand[k] for k in new)})
+
+
+def _latency(base: list[float], cand: list[float], max_rise: float | None) -> Check:
+    title = "p95 latency"
+    pb, pc = percentiles(base), percentiles(cand)
+    numbers: dict[str, float | int | str | None] = {"baseline_n": pb["n"], "candidate_n": pc["n"],
+                                                    "baseline_p95_s": pb["p95"], "candidate_p95_s": pc["p95"],
+                                                    "max_rise_pct": max_rise}
+    if pb["n"] < MIN_LATENCY_N or pc["n"] < MIN_LATENCY_N:
+        return Check(id="p95_latency", title=title, status="not measured",
+                     detail=f"latency recorded for {pb['n']} baseline and {pc['n']} candidate "
+                            f"paired item(s); both need at least {MIN_LATENCY_N} (offline-scored runs "
+                            "record none)", numbers=numbers)
+    b95, c95 = float(pb["p95"]), float(pc["p95"])
+    rise = (c95 - b95) / b95 * 100 if b95 > 0 else (0.0 if c95 <= 0 else math.inf)
+    numbers["rise_pct"] = rise if math.isfinite(rise) else None
+    shown = f"{rise:+.1f} %" if math.isfinite(rise) else "from 0 s"
+    head = (f"baseline p95 {b95:.3f} s (n={pb['n']}), candidate p95 {c95:.3f} s (n={pc['n']}): "
+            f"rise {shown}")
+    if max_rise is None:
+        return Check(id="p95_latency", title=title, status="not checked",
+                     detail=f"{head}; not judged (no --max-p95-rise)", numbers=numbers)
+    over = rise > max_rise if not math.isfinite(rise) else Fraction(rise) > _exact(max_rise)
+    return Check(id="p95_latency", title=title, status="fail" if over else "pass",
+                 detail=f"{head} {'>' if over else '≤'} max {max_rise:g} % (a rise equal to the bound passes)",
+                 numbers=numbers)
+
+
+def _identity(changed: list[str], n: int, required: bool) -> Check:
+    same = n - len(changed)
+    listed = _ids(changed)
+    detail = f"{same}/{n} paired item(s) byte-identical (raw_text)" + (f"; changed: {listed}" if changed else "")
+    if required:
+        status: Status = "fail" if changed else "pass"
+    else:
+        status, detail = "not checked", detail + "; reported only (judged with --require-identical)"
+    return Check(id="byte_identity", title="outputs byte-identical", status=status, detail=detail,
+                 numbers={"identical": same, "changed": len(changed), "paired": n})
+
+
+def _coverage(base_only: list[str], cand_only: list[str], paired: int) -> Check:
+    status: Status = "fail" if base_only else "pass"
+    detail = f"{paired} paired item(s)"
+    if base_only:
+        detail += f"; {len(base_only)} baseline item(s) missing from the candidate: {_ids(base_only)}"
+    if cand_only:
+        detail += f"; {len(cand_only)} candidate-only item(s), not compared: {_ids(cand_only)}"
+    return Check(id="coverage", title="items covered", status=status, detail=detail,
+                 numbers={"paired": paired, "baseline_only": len(base_only), "candidate_only": len(cand_only)})
+
+
+def _ids(ids: list[str]) -> str:
+    more = len(ids) - LIST_LIMIT
+    return ", ".join(ids[:LIST_LIMIT]) + (f" … and {more} more" if more > 0 else "")
+
+
+def _flip(b: bool, c: bool) -> Flip:
+    if b and not c:
+        return "right_to_wrong"
+    if c and not b:
+        return "wrong_to_right"
+    return "both_right" if b else "both_wrong"
+
+
+def run_gate(cfg: GateConfig) -> GateResult:
+    """Compare ``cfg.candidate`` with ``cfg.baseline``; refusals raise :class:`InputError`."""
+    bm, _bs, brecs = _read_run(cfg.baseline)
+    cm, _cs, crecs = _read_run(cfg.candidate)
+    _check_same_inputs(cfg.baseline, bm, cfg.candidate, cm)
+    paired_ids = sorted(brecs.keys() & crecs.keys())
+    if not paired_ids:
+        raise InputError(f"the runs share no item id (baseline {len(brecs)}, candidate {len(crecs)} "
+                         "items): nothing to compare", field="--candidate")
+    base_only = sorted(brecs.keys() - crecs.keys())
+    cand_only = sorted(crecs.keys() - brecs.keys())
+
+    items: list[ItemResult] = []
+    base_err: dict[str, int] = {}
+    cand_err: dict[str, int] = {}
+    base_lat: list[float] = []
+    cand_lat: list[float] = []
+    base_valid = cand_valid = 0
+    for item_id in paired_ids:
+        b, c = brecs[item_id], crecs[item_id]
+        be, ce = b.get("error_final"), c.get("error_final")
+        for counts, e in ((base_err, be), (cand_err, ce)):
+            if e is not None:
+                counts[str(e)] = counts.get(str(e), 0) + 1
+        base_valid += b.get("raw_intent") is not None
+        cand_valid += c.get("raw_intent") is not None
+        for lat, rec in ((base_lat, b), (cand_lat, c)):
+            v = rec.get("latency_s")
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                lat.append(float(v))
+        q = c.get("question", b.get("question"))
+        items.append(ItemResult(id=item_id, question=q if isinstance(q, str) else None,
+                                baseline_correct=b["correct_final"], candidate_correct=c["correct_final"],
+                                flip=_flip(b["correct_final"], c["correct_final"]),
+                                baseline_error=None if be is None else str(be),
+                                candidate_error=None if ce is None else str(ce),
+                                identical=b.get("raw_text") == c.get("raw_text")))
+    n = len(items)
+    rw = sum(i.flip == "right_to_wrong" for i in items)
+    wr = sum(i.flip == "wrong_to_right" for i in items)
+    base_k = sum(i.baseline_correct for i in items)
+    cand_k = sum(i.candidate_correct for i in items)
+    checks = [
+        _coverage(base_only, cand_only, n),
+        _mcnemar(rw, wr, cfg.alpha),
+        _drop(base_k, cand_k, n, cfg.max_drop),
+        _schema_valid(base_valid, cand_valid, n),
+        _error_classes(base_err, cand_err),
+        _latency(base_lat, cand_lat, cfg.max_p95_rise),
+        _identity([i.id for i in items if not i.identical], n, cfg.require_identical),
+    ]
+    verdict: Literal["pass", "fail"] = "fail" if any(ch.status == "fail" for ch in checks) else "pass"
+    return GateResult(verdict=verdict, config=cfg, baseline=_info(cfg.baseline, bm, len(brecs)),
+                      candidate=_info(cfg.candidate, cm, len(crecs)), paired=n,
+                      baseline_only=base_only, candidate_only=cand_only, checks=checks, items=items)
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+def _run_line(label: str, r: RunInfo) -> str:
+    g = "+".join(r.guardrails) or "none"
+    who = r.model or (f"{r.kind} run (no model recorded)" if r.kind else "?")
+    return (f"- **{label}**: `{r.path}` — {who} · prompt {r.prompt or '?'} · guardrails {g} · "
+            f"{r.evalset or '?'} on {r.semantic_model or 'retail'} · n={r.n}")
+
+
+def _cell(text: str | None) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(res: GateResult) -> str:
+    failed = res.failed
+    head = "PASS" if res.verdict == "pass" else f"FAIL ({len(failed)} check(s): " + \
+        ", ".join(c.id for c in failed) + ")"
+    lines = [f"# Regression gate: {head}", "",
+             _run_line("baseline", res.baseline), _run_line("candidate", res.candidate),
+             f"- paired items: {res.paired}", "",
+             "| check | result | numbers |", "|---|---|---|"]
+    lines += [f"| {c.title} (`{c.id}`) | **{c.status}** | {_cell(c.detail)} |" for c in res.checks]
+    sections: tuple[tuple[Flip, str], ...] = (("right_to_wrong", "Flipped right → wrong"),
+                                              ("wrong_to_right", "Flipped wrong → right"))
+    for flip, title in sections:
+        rows = res.flipped(flip)
+        lines += ["", f"## {title} ({len(rows)})", ""]
+        if rows:
+            lines += ["| id | question | baseline error | candidate error |", "|---|---|---|---|"]
+            lines += [f"| {i.id} | {_cell(i.question)} | {i.baseline_error or 'correct'} | "
+                      f"{i.candidate_error or 'correct'} |" for i in rows]
+        else:
+            lines.append("none")
+    return "\n".join(lines) + "\n"
+
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _x(text: str | None) -> str:
+    """Text XML 1.0 can carry: characters it forbids (controls, lone surrogates) become U+FFFD."""
+    return _NOT_XML.sub("\ufffd", text or "")
+
+
+def render_junit(res: GateResult) -> str:
+    """JUnit XML: one suite of gate checks, one suite with a test case per paired item, named by
+    its id; an item fails when it flipped right → wrong (or, with ``require_identical``, when
+    its output bytes changed).  Checks that were not measured or not judged are ``skipped``."""
+    root = ET.Element("testsuites", name="nlq2sql gate")
+    checks = ET.SubElement(root, "testsuite", name="gate checks")
+    for c in res.checks:
+        tc = ET.SubElement(checks, "testcase", classname="gate", name=c.id, time="0")
+        detail = _x(c.detail)
+        if c.status == "fail":
+            ET.SubElement(tc, "failure", message=detail, type=c.id).text = detail
+        elif c.status in ("not measured", "not checked"):
+            ET.SubElement(tc, "skipped", message=f"{c.status}: {detail}")
+        ET.SubElement(tc, "system-out").text = detail
+    items = ET.SubElement(root, "testsuite", name="items")
+    for i in res.items:
+        tc = ET.SubElement(items, "testcase", classname="items", name=_x(i.id), time="0")
+        msgs = []
+        if i.flip == "right_to_wrong":
+            msgs.append(f"right → wrong: candidate error {i.candidate_error or '?'}")
+        if res.config.require_identical and not i.identical:
+            msgs.append("raw_text changed (--require-identical)")
+        if msgs:
+            msg = _x("; ".join(msgs))
+            ET.SubElement(tc, "failure", message=msg, type=i.flip).text = \
+                f"{msg}\nquestion: {_x(i.question)}"
+        elif i.flip == "wrong_to_right":
+            ET.SubElement(tc, "system-out").text = "wrong → right"
+    for suite in (checks, items):
+        cases = suite.findall("testcase")
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(tc.find("failure") is not None for tc in cases)))
+        suite.set("skipped", str(sum(tc.find("skipped") is not None for tc in cases)))
+        suite.set("errors", "0")
+    root.set("tests", str(sum(int(s.get("tests", "0")) for s in (checks, items))))
+    root.set("failures", str(sum(int(s.get("failures", "0")) for s in (checks, items))))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_outputs(res: GateResult, out: Path) -> dict[str, Path]:
+    """``gate.md``, ``junit.xml`` and ``gate.json`` (the typed result) under ``out``."""
+    output_dir(out)
+    paths = {"markdown": out / "gate.md", "junit": out / "junit.xml", "json": out / "gate.json"}
+    for key, text in (("markdown", render_markdown(res)), ("junit", render_junit(res)),
+                      ("json", res.model_dump_json(indent=2) + "\n")):
+        tmp = paths[key].with_name(paths[key].name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(paths[key])
+    return paths

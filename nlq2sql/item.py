@@ -1,0 +1,181 @@
+"""One item's live path: prompt → request (over the replica pool) → score → record.
+
+``ItemRunner`` holds what one process needs to answer items (warehouse, guardrails, prompt,
+example bank, replica pool, DuckDB executor) and turns a case into its record.  Every
+engine uses it unchanged: the in-process run (``live``), worker processes and Ray actors
+(``workers``) and Ray Data's batch actors (``batch``), so a record does not depend on where it
+was made.  An item without a gold (``answer.Question``) is answered, not scored.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from .answer import Question, answer_item
+from .client import EndpointConfig, RetryBudget, bind_sampling, complete
+from .conditions.examples import load_bank
+from .conditions.planner import plan_and_answer
+from .conditions.selfcheck import apply_abstention, sample_and_vote
+from .conditions.values import ValueIndex, effective_guardrails, hint_text
+from .errors import InputError
+from .evalset import EvalCase
+from .guardrail import load_guardrails
+from .harness_load import HarnessMonitor
+from .pool import FAIL_FAST, Pool
+from .prompt import load_prompt
+from .runner import make_executor
+from .score import score_item
+from .semantic import open_warehouse
+from .server_metrics import MetricsSampler
+
+if TYPE_CHECKING:
+    from .live import EvalConfig
+
+__all__ = ["ItemRunner", "targets", "whitespace_outside_strings"]
+
+
+def whitespace_outside_strings(text: str) -> int:
+    """Whitespace characters a compact serialiser would not have written."""
+    count, in_str, esc = 0, False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in " \t\r\n":
+            count += 1
+    return count
+
+
+def targets(cfg: EvalConfig, base_url: str, model: str, key: str) -> list[tuple[str, str, str]]:
+    """(url, model, key) of every replica of the run: the bound endpoint first, then the others
+    (each with its own model name and key variable where given, else the run's)."""
+    out = [(base_url, model, key)]
+    for spec in cfg.replicas:
+        k = key
+        if spec.api_key_env is not None:
+            k = os.environ.get(spec.api_key_env, "")
+            if not k:
+                raise InputError(f"environment variable {spec.api_key_env} is not set (the API key of "
+                                 f"{spec.url})", field="--endpoints-file")
+        out.append((spec.url, spec.model or model, k))
+    return out
+
+
+class ItemRunner:
+    """A process's means to answer items; ``start`` inside its event loop, ``close`` after."""
+
+    def __init__(self, cfg: EvalConfig, base_url: str, model: str, key: str, budget: RetryBudget,
+                 *, concurrency: int | None = None, sample_metrics: bool = True) -> None:
+        self.cfg = cfg
+        self.wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+        self.rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), self.wh.catalog,
+                                        self.wh)
+        self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
+        self.sampling = bind_sampling(cfg.sampling, self.wh.catalog)
+        self.bank = load_bank(cfg.example_bank, self.wh.catalog, cfg.examples) if cfg.examples else None
+        self.values = ValueIndex(self.wh) if cfg.link_values in ("hint", "both") else None
+        # Connection pools sized for this process's share of the run's concurrency.
+        ecfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=cfg.timeout_s,
+                              concurrency=concurrency or cfg.concurrency, retry_budget=cfg.retry_budget,
+                              client=cfg.client)
+        import dataclasses
+
+        self.pool = Pool([dataclasses.replace(ecfg, base_url=u, model=m, api_key=k)
+                          for u, m, k in targets(cfg, base_url, model, key)], cfg.routing)
+        self.fail_fast = FAIL_FAST if self.pool.multi else frozenset()
+        self.budget = budget
+        self.samplers = ([MetricsSampler(r.cfg.base_url, cfg.load.metrics_interval_s) for r in self.pool.replicas]
+                         if sample_metrics else [])
+        self.ex = make_executor(self.wh)
+        self.monitor = HarnessMonitor()
+
+    def start(self) -> None:
+        for smp in self.samplers:
+            smp.start()
+        self.pool.start()
+        self.monitor.start()
+
+    async def close(self) -> None:
+        try:
+            await self.monitor.stop()
+            for smp in self.samplers:
+                await smp.stop()
+            await self.pool.close()
+        finally:
+            self.ex.close()
+
+    async def run(self, case: EvalCase | Question, scheduled: float | None = None) -> dict[str, Any]:
+        """The item's record (a failed request is a recorded outcome, never an exception)."""
+        cfg, pool = self.cfg, self.pool
+        messages = self.prompt.messages(case.question + cfg.load.context_suffix)
+        example_ids: list[str] | None = None
+        if self.bank is not None:
+            messages, example_ids = self.bank.messages(messages, case.question, cfg.examples)
+        linked = None
+        if self.values is not None:  # the hint follows the question itself, not the examples
+            linked = self.values.link(case.question)
+            if linked:
+                messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + hint_text(linked)}]
+        planned: dict[str, Any] = {}
+        if cfg.planner == "two-stage":
+            (comp, planned), rep, failed_on = await pool.call(
+                case.id, lambda r: plan_and_answer(r.client, r.cfg, messages, self.sampling, self.wh.catalog,
+                                                   self.budget, self.fail_fast),
+                lambda res: res[0])
+        elif cfg.samples > 1:
+            (comp, planned), rep, failed_on = await pool.call(
+                case.id, lambda r: sample_and_vote(r.client, r.cfg, messages, self.sampling, self.wh.catalog,
+                                                   self.budget, cfg.samples, self.fail_fast),
+                lambda res: res[0])
+        else:
+            comp, rep, failed_on = await pool.call(
+                case.id, lambda r: complete(r.client, r.cfg, messages, self.sampling, self.budget, self.fail_fast))
+        # A question without a gold (``batch --questions``) is answered, not scored: same keys.
+        scorer = answer_item if isinstance(case, Question) else score_item
+        rec = scorer(case, comp.text, self.rulesets, self.ex, finish_reason=comp.finish_reason,  # type: ignore[arg-type]
+                     request_error=None if comp.outcome == "ok" else comp.outcome, catalog=self.wh.catalog)
+        rec.update(comp.record_fields())
+        rec["started"] = comp.started
+        if example_ids is not None:
+            rec["example_ids"] = example_ids
+        if linked is not None:
+            rec["linked_values"] = [lk.as_filter() for lk in linked]
+        rec.update(planned)
+        if cfg.abstain and not isinstance(case, Question):
+            apply_abstention(rec)
+        if pool.multi:  # which replica answered, and which failed the item before it
+            rec["replica"] = rep.label
+            rec["failed_over_from"] = failed_on
+        rec["concurrency"] = cfg.concurrency
+        if scheduled is not None:  # open loop: time spent waiting for an in-flight slot
+            rec["scheduled"] = scheduled
+            rec["queued_s"] = max(0.0, comp.started - scheduled)
+            rec["latency_from_arrival_s"] = (rec["queued_s"] + comp.latency_s
+                                             if comp.latency_s is not None else None)
+        rec["whitespace_chars"] = whitespace_outside_strings(comp.text) if comp.text is not None else None
+        rec["chars"] = len(comp.text) if comp.text is not None else None
+        return rec
+
+    def fleet(self) -> dict[str, Any] | None:
+        """This session's replica events and per-replica /metrics (None with one replica)."""
+        if not self.pool.multi:
+            return None
+        return {"routing": self.cfg.routing, "failovers": self.pool.failovers, "replicas": self.pool.report(),
+                "server_metrics": {r.label: smp.result() for r, smp in zip(self.pool.replicas, self.samplers,
+                                                                             strict=False)}}
+
+    def harness(self) -> dict[str, Any]:
+        """This process's CPU share and event-loop lag: was the client the bottleneck?"""
+        return self.monitor.result()
+
+    def server_metrics(self) -> dict[str, Any]:
+        if not self.samplers:
+            return {"observed": False, "note": "not sampled by this process"}
+        return self.samplers[0].result()

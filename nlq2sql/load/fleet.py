@@ -1,0 +1,79 @@
+"""A sweep over a fleet: the whole (items routed over every replica) and each replica alone.
+
+Whether N replicas serve N times one replica's throughput is a measurement, not a
+configuration: the whole fleet's peak is set beside the sum of the replicas' own peaks
+(their ratio is the fleet's scaling efficiency), each with its knee and lowest p95.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..records import write_json_atomic
+from .sweep import Progress, SweepConfig, prepare_out, run_sweep
+
+__all__ = ["render_markdown", "run_fleet_sweep"]
+
+
+def members(cfg: SweepConfig) -> list[tuple[str, Any]]:
+    """(label, EvalConfig pinned to that replica) for every replica of ``cfg.base``."""
+    b = cfg.base
+    urls = [(b.endpoint, b.model, b.api_key_env)] + [
+        (r.url, r.model or b.model, r.api_key_env or b.api_key_env) for r in b.replicas]
+    return [(f"r{i}", replace(b, endpoint=u, model=m, api_key_env=k, replicas=(), out=b.out / f"replica{i}"))
+            for i, (u, m, k) in enumerate(urls)]
+
+
+def _peak(res: dict[str, Any]) -> dict[str, Any]:
+    ok = [s for s in res["levels"] if s.get("req_per_s")]
+    best = max(ok, key=lambda s: s["req_per_s"]) if ok else None
+    p95s = [(s["latency_s"] or {}).get("p95") for s in res["levels"]]
+    return {"peak_req_per_s": best["req_per_s"] if best else None,
+            "at_concurrency": best["concurrency"] if best else None,
+            "knee": res["analysis"]["knee"].get("level"),
+            "lowest_p95_s": min((p for p in p95s if p is not None), default=None),
+            "errors": sum(sum(s["errors"].values()) for s in res["levels"])}
+
+
+def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
+                    progress: Progress | None = None) -> dict[str, Any]:
+    """The sweep for the whole fleet (``out/whole``), then for each replica (``out/replicaK``)."""
+    if not cfg.base.replicas:
+        raise ValueError("a fleet sweep needs several endpoints")
+    out = cfg.base.out
+    prepare_out(out, cfg.force)  # refuses a used directory unless --force
+    results = {"whole": run_sweep(replace(cfg, base=replace(cfg.base, out=out / "whole")), server_info, progress)}
+    for label, pinned in members(cfg):
+        if progress:
+            progress(f"replica {label} alone: {pinned.endpoint}")
+        results[label] = run_sweep(replace(cfg, base=pinned), {"endpoint": pinned.endpoint}, progress)
+    rows = {k: _peak(v) for k, v in results.items()}
+    alone = [rows[k]["peak_req_per_s"] for k in rows if k != "whole"]
+    whole = rows["whole"]["peak_req_per_s"]
+    total = sum(a for a in alone if a) if all(alone) else None
+    result = {"kind": "fleet-sweep", "routing": cfg.base.routing,
+              "replicas": [{"label": k, "endpoint": p.endpoint} for k, p in members(cfg)],
+              "rows": rows, "sum_of_replica_peaks": total,
+              "fleet_scaling_efficiency": whole / total if whole and total else None}
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "fleet-sweep.json", result)
+    (out / "fleet-sweep.md").write_text(render_markdown(result))
+    return result
+
+
+def render_markdown(r: dict[str, Any]) -> str:
+    def f(v: float | None, fmt: str = ".2f") -> str:
+        return format(v, fmt) if v is not None else "n/a"
+
+    lines = [f"# Fleet sweep ({len(r['replicas'])} replicas, routing {r['routing']})", "",
+             "| who | peak req/s | at c | knee | lowest p95 (s) | errors |", "|---|---:|---:|---:|---:|---:|"]
+    for k, row in r["rows"].items():
+        lines.append(f"| {k} | {f(row['peak_req_per_s'])} | {row['at_concurrency'] or 'n/a'} | "
+                     f"{row['knee'] or 'none'} | {f(row['lowest_p95_s'])} | {row['errors']} |")
+    eff = r.get("fleet_scaling_efficiency")
+    lines += ["", f"Whole fleet's peak ÷ sum of the replicas' own peaks ({f(r.get('sum_of_replica_peaks'))} "
+                  f"req/s): **{f(eff * 100 if eff is not None else None, '.0f')} %**. Each replica's sweep and the "
+                  "whole's are in their own folders (sweep.md, plots, level runs).",
+              "", "Replicas: " + ", ".join(f"{x['label']} = {x['endpoint']}" for x in r["replicas"]) + "."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,178 @@
+"""A semantic model bound to a database: checked against it, with the values it holds.
+
+Binding is where a semantic model meets data: every table it names must exist and every
+``expr`` must bind in DuckDB (a missing column is an error naming the YAML key, at load
+time, not an item failure at query time); the known values of low-cardinality dimensions
+and the years present are read here for prompts and eval-set checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ..errors import SemanticModelError
+from .catalog import Catalog, display_path, load_catalog, shipped_names
+
+#: A dimension with at most this many distinct values has them listed in the prompt.
+PROMPT_VALUES_MAX = 12
+#: Values fetched per dimension for eval-set checks (beyond it: checked by a query each).
+VALUES_FETCH_MAX = 1000
+
+
+@dataclass(eq=False)
+class Warehouse:
+    """A catalog plus the DuckDB file it is evaluated on."""
+
+    catalog: Catalog
+    db_path: Path
+    _con: Any = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.catalog.name
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            from ..execute import connect_read_only  # execute -> sqlbuild -> semantic: import late
+
+            try:
+                self._con = connect_read_only(self.db_path)
+            except duckdb.Error as exc:
+                raise SemanticModelError(f"cannot open database: {str(exc).splitlines()[0]}",
+                                         path=str(self.db_path)) from None
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    @cached_property
+    def fingerprint(self) -> str:
+        from ..warehouse import fingerprint
+
+        return fingerprint(self.db_path)
+
+    def manifest(self) -> dict[str, Any]:
+        """What a run records about its warehouse: names, relative path, hashes; no machine path."""
+        return {"semantic_model": self.catalog.name, "semantic_model_path": self.catalog.path,
+                "semantic_model_sha256": self.catalog.sha256,
+                "db": display_path(self.db_path) if not str(display_path(self.db_path)).startswith("/")
+                else self.db_path.name, "db_sha256": self.fingerprint}
+
+    def validate(self) -> None:
+        """Every table exists and every expression binds; errors name the YAML key."""
+        con = self.connect()
+        spec = self.catalog.spec
+        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        for sm in spec.semantic_models:
+            if sm.table not in tables:
+                path, line = spec.locate("model", sm.name, "model")
+                raise SemanticModelError(f"table or view {sm.table!r} is not in the database "
+                                         f"({self.db_path.name})", path=path, line=line,
+                                         field=f"semantic_models.{sm.name}.model")
+            elements: list[tuple[str, str, str]] = []
+            elements += [("entities", e.name, e.expr or e.name) for e in sm.entities]
+            elements += [("dimensions", d.name, d.expr or d.name) for d in sm.dimensions]
+            elements += [("measures", m.name, str(m.expr) if m.expr is not None else m.name) for m in sm.measures]
+            for group, name, expr in elements:
+                try:
+                    con.execute(f'SELECT {expr} FROM "{sm.table}" LIMIT 0')
+                except duckdb.Error as exc:
+                    path, line = spec.locate("model", sm.name, group, name)
+                    raise SemanticModelError(f"expression {expr!r} fails in DuckDB: {str(exc).splitlines()[0]}",
+                                             path=path, line=line,
+                                             field=f"semantic_models.{sm.name}.{group}.{name}") from None
+        for m in self.catalog.metrics.values():
+            _, texpr = m.time
+            try:
+                kind = con.execute(f'SELECT typeof({texpr}) FROM "{self.catalog.tables[m.model]}" LIMIT 1'
+                                   ).fetchone()
+            except duckdb.Error:
+                kind = None
+            if kind is not None and kind[0] not in ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "NULL"):
+                path, line = spec.locate("model", m.model, "dimensions", m.time[0])
+                raise SemanticModelError(f"time dimension {m.time[0]!r} is {kind[0]}, not a DATE or TIMESTAMP",
+                                         path=path, line=line,
+                                         field=f"semantic_models.{m.model}.dimensions.{m.time[0]}")
+
+    def _dim_query(self, dimension: str) -> tuple[str, str]:
+        d = self.catalog.dimensions[dimension]
+        return d.expr, self.catalog.tables[d.model]
+
+    @cached_property
+    def _values(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, tuple[str, ...]] = {}
+        con = self.connect()
+        for name in self.catalog.dimensions:
+            expr, table = self._dim_query(name)
+            rows = con.execute(f'SELECT DISTINCT CAST({expr} AS VARCHAR) AS v FROM "{table}" '
+                               f"WHERE v IS NOT NULL ORDER BY v LIMIT {VALUES_FETCH_MAX + 1}").fetchall()
+            out[name] = tuple(r[0] for r in rows)
+        return out
+
+    def values(self, dimension: str) -> tuple[str, ...] | None:
+        """All values of a dimension as strings, or None when there are too many to list."""
+        vals = self._values[dimension]
+        return None if len(vals) > VALUES_FETCH_MAX else vals
+
+    @cached_property
+    def years(self) -> tuple[str, ...]:
+        con = self.connect()
+        found: set[str] = set()
+        for m in self.catalog.metrics.values():
+            _, texpr = m.time
+            rows = con.execute(f'SELECT DISTINCT CAST(YEAR({texpr}) AS VARCHAR) FROM '
+                               f'"{self.catalog.tables[m.model]}" WHERE {texpr} IS NOT NULL').fetchall()
+            found.update(r[0] for r in rows)
+        return tuple(sorted(found))
+
+    def has_value(self, field_name: str, value: str) -> bool:
+        """Whether a filter value occurs in the data (``year``: a year present)."""
+        if field_name == "year":
+            return value in self.years
+        vals = self._values.get(field_name)
+        if vals is None:
+            return False
+        if len(vals) <= VALUES_FETCH_MAX:
+            return value in vals
+        expr, table = self._dim_query(field_name)
+        row = self.connect().execute(f'SELECT 1 FROM "{table}" WHERE CAST({expr} AS VARCHAR) = ? LIMIT 1',
+                                     [value]).fetchone()
+        return row is not None
+
+    def vocabulary_text(self) -> str:
+        """The prompt's vocabulary lines: metrics with labels, dimensions, known values, years."""
+        cat = self.catalog
+        lines = ["Metrics (metric):"]
+        lines += [f'- "{m.name}": {m.label}' + (f" ({m.description.rstrip('.')})" if m.description else "")
+                  for m in cat.metrics.values()]
+        lines.append("Dimensions (dimension, and filters[].field):")
+        for d in cat.dimensions.values():
+            vals = self._values[d.name]
+            known = ""
+            if 0 < len(vals) <= PROMPT_VALUES_MAX:
+                known = "; values: " + ", ".join(vals)
+            lines.append(f'- "{d.name}": {d.label}' + (f" ({d.description.rstrip('.')})" if d.description else "")
+                         + known)
+        if self.years:
+            lines.append(f'- "year" (filters only): one of {", ".join(self.years)}')
+        return "\n".join(lines)
+
+
+def open_warehouse(semantic_model: str | Path | None = None, db: Path | None = None) -> Warehouse:
+    """Load a semantic model (default ``retail``), find its database, and check one against the other."""
+    from ..warehouse import resolve_db
+
+    catalog = load_catalog(semantic_model)
+    shipped = catalog.name in shipped_names() and (semantic_model is None or not Path(str(semantic_model)).exists()
+                                                   or catalog.path.startswith("warehouses/"))
+    path = resolve_db(db, catalog.name, shipped)
+    wh = Warehouse(catalog, path)
+    wh.validate()
+    return wh

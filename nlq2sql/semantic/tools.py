@@ -1,0 +1,153 @@
+"""What the ``semantic`` and ``sql`` commands do, as library calls (same checks for any caller).
+
+``check``: every metric × dimension (and every metric as a time series) builds and runs
+on the database, so a model that loads but cannot answer is caught before an eval.
+``init``: a starting YAML from a database's tables and columns, for a person to edit.
+``sql_for``: one intent → its SQL, bound parameters and (optionally) result rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ..errors import InputError, Nlq2SqlError
+from .binding import Warehouse
+
+
+def check(wh: Warehouse) -> dict[str, Any]:
+    """Execute one query per metric × dimension and one time series per metric."""
+    from ..execute import Executor
+    from ..intent import Intent
+    from ..sqlbuild import build_sql
+
+    results: list[dict[str, Any]] = []
+    with Executor(wh.db_path) as ex:
+        for metric in wh.catalog.metrics:
+            shapes: list[tuple[str | None, dict[str, Any]]] = [
+                (d, {"intent": "breakdown", "dimension": d, "time_grain": None}) for d in wh.catalog.dimensions]
+            shapes.append((None, {"intent": "time_series", "dimension": None, "time_grain": "month"}))
+            for dim, shape in shapes:
+                intent = Intent.model_validate({"metric": metric, "filters": [], "limit": None, "order": None,
+                                                **shape})
+                entry: dict[str, Any] = {"metric": metric, "dimension": dim or "(time series, month)"}
+                try:
+                    rows = ex.run(build_sql(intent, wh.catalog))
+                    entry.update(ok=True, rows=len(rows))
+                except Nlq2SqlError as exc:
+                    entry.update(ok=False, error=str(exc))
+                results.append(entry)
+    failed = [r for r in results if not r["ok"]]
+    return {"semantic_model": wh.catalog.name, "path": wh.catalog.path, "sha256": wh.catalog.sha256,
+            "metrics": len(wh.catalog.metrics), "dimensions": len(wh.catalog.dimensions),
+            "joins": [{"from": f, "to": t, "entity": j.entity} for (f, t), j in wh.catalog.joins.items()],
+            "queries": len(results), "failed": failed, "results": results}
+
+
+def show(wh: Warehouse, schema: str = "flat") -> dict[str, Any]:
+    """The derived vocabulary, values, years and the JSON Schema sent to the server."""
+    from ..intent import compact_regex, intent_schema
+
+    cat = wh.catalog
+    return {"semantic_model": cat.name, "path": cat.path, "sha256": cat.sha256,
+            "metrics": {m.name: {"label": m.label, "model": m.model, "sql": m.sql} for m in cat.metrics.values()},
+            "dimensions": {d.name: {"model": d.model, "expr": d.expr, "values": wh.values(d.name)}
+                           for d in cat.dimensions.values()},
+            "years": list(wh.years), "filter_fields": list(cat.vocabulary.filter_fields),
+            "schema_mode": schema, "schema": intent_schema(cat, schema),
+            "compact_regex": compact_regex(cat, schema)}
+
+
+def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> dict[str, Any]:
+    """One intent (JSON text) → canonical intent, SQL and parameters; rows with ``execute``."""
+    from ..errors import IntentError
+    from ..execute import Executor
+    from ..intent import canonicalise, consistency_problem, parse_intent
+    from ..sqlbuild import build_sql
+
+    try:
+        intent = parse_intent(intent_json, wh.catalog)
+    except IntentError as exc:
+        raise InputError(f"{exc.status}: {exc.reason}", field="--intent") from None
+    problem = consistency_problem(intent)
+    if problem:
+        raise InputError(f"inconsistent intent: {problem}", field="--intent")
+    canon = canonicalise(intent)
+    q = build_sql(canon, wh.catalog)
+    out: dict[str, Any] = {"intent": canon.model_dump(mode="json"), "sql": q.sql, "params": list(q.params)}
+    if execute:
+        with Executor(wh.db_path) as ex:
+            out["rows"] = [list(r) for r in ex.run(q)]
+    return out
+
+
+_NUMERIC = ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "NUMERIC", "HUGEINT", "BIGINT", "SMALLINT", "TINYINT")
+
+
+def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
+    """A starting semantic model from a database: one semantic model per table, id columns as
+    entities (the first ``*_id`` column named after the table primary, others foreign), text
+    columns with few values as categorical dimensions, dates as time dimensions, numbers as sum
+    measures, plus a count metric per table.  Meant to be edited, then checked."""
+    import yaml
+
+    from ..execute import connect_read_only
+
+    try:
+        con = connect_read_only(db)
+    except duckdb.Error as exc:
+        raise InputError(f"cannot open database: {str(exc).splitlines()[0]}", path=str(db), field="--db") from None
+    try:
+        tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
+                                            "WHERE table_schema = 'main' ORDER BY table_name").fetchall()]
+        if not tables:
+            raise InputError("the database has no tables", path=str(db), field="--db")
+        models: list[dict[str, Any]] = []
+        metrics: list[dict[str, Any]] = []
+        for t in tables:
+            cols = con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
+                               "ORDER BY ordinal_position", [t]).fetchall()
+            entities: list[dict[str, Any]] = []
+            dims: list[dict[str, Any]] = []
+            measures: list[dict[str, Any]] = []
+            time_dim = None
+            for name, dtype in cols:
+                dtype = dtype.upper()
+                if name.lower().endswith("_id") or name.lower() == "id":
+                    primary = name.lower() in (f"{t.rstrip('s').lower()}_id", "id") and not any(
+                        e["type"] == "primary" for e in entities)
+                    entities.append({"name": name if name.lower() != "id" else f"{t.rstrip('s')}_id",
+                                     "type": "primary" if primary else "foreign", "expr": name})
+                elif dtype in ("DATE", "TIMESTAMP") or dtype.startswith("TIMESTAMP"):
+                    dims.append({"name": name, "type": "time", "type_params": {"time_granularity": "day"}})
+                    time_dim = time_dim or name
+                elif dtype.startswith(_NUMERIC):
+                    measures.append({"name": f"total_{name}", "agg": "sum", "expr": name})
+                elif dtype == "VARCHAR" or dtype == "BOOLEAN":
+                    n = con.execute(f'SELECT COUNT(DISTINCT "{name}") FROM "{t}"').fetchone()
+                    if n is not None and n[0] <= max_categorical:
+                        dims.append({"name": name, "type": "categorical"})
+            model: dict[str, Any] = {"name": t, "description": f"Table {t} (edit me).", "model": f"ref('{t}')"}
+            if time_dim:
+                model["defaults"] = {"agg_time_dimension": time_dim}
+                measures.insert(0, {"name": f"{t}_count", "agg": "count", "expr": "1"})
+                metrics.append({"name": f"{t}_count", "label": f"{t} rows", "type": "simple",
+                                "type_params": {"measure": f"{t}_count"}})
+                metrics += [{"name": m["name"], "label": m["name"].replace("_", " "), "type": "simple",
+                             "type_params": {"measure": m["name"]}} for m in measures[1:]]
+            else:
+                measures = []
+            model.update({k: v for k, v in (("entities", entities), ("dimensions", dims), ("measures", measures)) if v})
+            models.append(model)
+    finally:
+        con.close()
+    head = ("# A starting semantic model generated by `nlq2sql semantic init` from "
+            f"{db.name}.\n# Edit names, labels and joins, then run `nlq2sql semantic check`.\n")
+    return head + yaml.safe_dump({"semantic_models": models, "metrics": metrics}, sort_keys=False)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=str)

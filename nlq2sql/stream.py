@@ -1,0 +1,140 @@
+"""One place turns a chat-completions stream into a measured ``Completion``.
+
+Every transport (the openai SDK, plain aiohttp, the serving probes) hands its stream events
+to an ``Accumulator``: TTFT (first content chunk), inter-token gaps, usage, finish reason and
+the chunk counts are computed here once, so the two clients and the probes cannot disagree
+on what a chunk or a gap is.  A leaf module: it imports nothing of nlq2sql.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Accumulator", "Completion", "HTTPStatusError", "NotAnEventStream", "StreamEventError"]
+
+
+@dataclass
+class Completion:
+    """What one item's call produced, success or not, with how it was measured."""
+
+    outcome: str = "ok"
+    text: str | None = None
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error: str | None = None
+    attempts: int = 0
+    started: float = 0.0
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    itl_mean_s: float | None = None
+    itl_max_s: float | None = None
+    chunks: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    retry_waits_s: list[float] = field(default_factory=list)
+    unsent_retries: int = 0  # re-sends after a pooled connection closed before the write
+
+    def record_fields(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "outcome", "finish_reason", "http_status", "error", "attempts", "latency_s", "ttft_s",
+            "itl_mean_s", "itl_max_s", "chunks", "prompt_tokens", "completion_tokens",
+            "cached_tokens", "retry_waits_s", "unsent_retries")}
+
+
+class HTTPStatusError(Exception):
+    """A non-200 answer, carrying what :func:`nlq2sql.client.classify` needs."""
+
+    def __init__(self, status: int, body: str, retry_after: str | None) -> None:
+        super().__init__(f"HTTP {status}: {body[:200]}")
+        self.status, self.body, self.retry_after = status, body, retry_after
+
+
+class StreamEventError(Exception):
+    """An ``{"error": …}`` event inside a 200 stream (vLLM reports mid-stream failures so)."""
+
+
+class NotAnEventStream(ValueError):
+    """HTTP 200 whose body carried no SSE chunk at all (plain bytes, an HTML page): not a
+    stream that broke but a wrong answer (a proxy, a portal, not an OpenAI endpoint), which a
+    retry would only repeat -- ``malformed_response``, not retried (both clients)."""
+
+    def __init__(self, content_type: str | None) -> None:
+        super().__init__(f"HTTP 200 but the body is not an event stream: no SSE data event "
+                         f"(Content-Type {content_type or 'missing'!s})")
+
+
+class Accumulator:
+    """Feed one stream's events in order; ``end`` fills the ``Completion`` or raises.
+
+    ``chunks`` counts every event (role, content, finish and usage chunks alike);
+    ``content_chunks`` counts the ones carrying text (≈ tokens: vLLM sends one token per
+    chunk by default).  TTFT is at the first content chunk; gaps are between content chunks.
+    """
+
+    __slots__ = ("out", "t0", "parts", "last", "gap_sum", "gap_max", "gaps", "content_chunks", "usage_raw")
+
+    def __init__(self, out: Completion) -> None:
+        self.out = out
+        self.t0 = time.perf_counter()
+        self.parts: list[str] = []
+        self.last: float | None = None
+        self.gap_sum, self.gap_max, self.gaps = 0.0, 0.0, 0
+        self.content_chunks = 0
+        self.usage_raw: dict[str, Any] | None = None
+
+    def chunk(self) -> float:
+        """An event arrived; returns its arrival time."""
+        self.out.chunks += 1
+        return time.perf_counter()
+
+    def usage(self, prompt: int | None, completion: int | None, cached: int | None) -> None:
+        self.out.prompt_tokens, self.out.completion_tokens, self.out.cached_tokens = prompt, completion, cached
+
+    def delta(self, text: str | None, now: float) -> None:
+        if not text:
+            return
+        self.content_chunks += 1
+        if self.out.ttft_s is None:
+            self.out.ttft_s = now - self.t0
+        elif self.last is not None:
+            gap = now - self.last
+            self.gap_sum, self.gap_max, self.gaps = self.gap_sum + gap, max(self.gap_max, gap), self.gaps + 1
+        self.last = now
+        self.parts.append(text)
+
+    def finish(self, reason: str | None) -> None:
+        if reason:
+            self.out.finish_reason = reason
+
+    def event(self, obj: Any) -> None:
+        """One decoded SSE ``data:`` JSON object (the wire form)."""
+        now = self.chunk()
+        if not isinstance(obj, dict):
+            raise ValueError("stream event is not a JSON object")
+        if "error" in obj:
+            raise StreamEventError(str(obj["error"])[:300])
+        usage = obj.get("usage")
+        if usage:
+            self.usage_raw = usage
+            details = usage.get("prompt_tokens_details") or {}
+            self.usage(usage.get("prompt_tokens"), usage.get("completion_tokens"), details.get("cached_tokens"))
+        for choice in obj.get("choices") or ():
+            self.delta((choice.get("delta") or {}).get("content"), now)
+            self.finish(choice.get("finish_reason"))
+
+    def end(self, content_type: str | None = None, *, require_finish: bool = True) -> Completion:
+        """The stream is over: latency, text, gaps; a stream that never finished is an error."""
+        out = self.out
+        out.latency_s = time.perf_counter() - self.t0
+        out.text = "".join(self.parts)
+        out.http_status = 200
+        if self.gaps:
+            out.itl_mean_s, out.itl_max_s = self.gap_sum / self.gaps, self.gap_max
+        if require_finish and out.finish_reason is None:
+            if not out.chunks:
+                raise NotAnEventStream(content_type)
+            raise StreamEventError("stream ended without a finish_reason")
+        return out

@@ -1,0 +1,183 @@
+"""The viewer's files: one HTML page, its script and style, and data scripts made from the runs.
+
+The same files are served by :mod:`.server` and written by ``--out`` (a static bundle that
+works from ``file://``).  Data travels as separate ``.js`` files, each one call
+``__nlq2sql_load(NAME, "JSON text")`` that the page parses with ``JSON.parse``, so the page
+needs no ``fetch`` (which ``file://`` forbids), no inline script, and never evaluates
+recorded text as code:
+
+- ``data/meta.js``: runs (manifest, summary, notes), paired McNemar counts;
+- ``data/r{K}-index.js``: per-item columns of run K (the Items table, plots, comparison);
+- ``data/r{K}-c{J}.js``: the records of run K, ``CHUNK`` per file, as written, loaded when
+  an item is opened (with its interventions' cues).
+
+The JSON text is a JavaScript string literal with every non-ASCII character, ``<``, ``>``
+and ``&`` escaped, so no recorded text can end a script or be read as markup.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .cues import CueExplainer
+from .runs import Run, paired
+
+CHUNK = 500
+LOADER = "__nlq2sql_load"
+ASSETS = ("view.js", "view.css")
+#: The page's policy: nothing remote, no inline script or handler, no string-to-HTML sinks.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'none'; font-src 'none'; object-src 'none'; base-uri 'none'; form-action 'none'; "
+       "require-trusted-types-for 'script'; trusted-types nlq2sql")
+
+
+def js_string(text: str) -> str:
+    """A JavaScript string literal of ``text``: ASCII only, with ``<``, ``>`` and ``&`` escaped."""
+    return json.dumps(text, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e").replace(
+        "&", "\\u0026")
+
+
+def data_script(name: str, json_text: str) -> bytes:
+    return f"{LOADER}({json.dumps(name)},{js_string(json_text)});\n".encode("ascii")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+_MANIFEST_FACTS = ("kind", "model", "prompt", "prompt_style", "guardrails", "evalset", "n_items", "concurrency",
+                   "client", "endpoint", "sampling", "harness_version", "git_commit", "git_dirty", "started",
+                   "finished", "limit", "evalset_sha256", "prompt_sha256")
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def run_meta(run: Run, *, raw_files: bool) -> dict[str, Any]:
+    m = run.manifest
+    server: dict[str, Any] = m["server"] if isinstance(m.get("server"), dict) else {}
+    facts = {k: m.get(k) for k in _MANIFEST_FACTS}
+    facts["server_version"] = server.get("server_version")
+    facts["max_model_len"] = server.get("max_model_len")
+    files = sorted(p.name for p in run.path.iterdir() if p.is_file()) if raw_files else []
+    return {"key": run.key, "label": run.label, "dir": str(run.path), "name": run.path.name,
+            "evalset_key": run.evalset_key, "facts": facts, "manifest": m, "summary": run.summary, "notes": run.notes,
+            "n": run.n, "chunks": max(1, math.ceil(run.n / CHUNK)), "files": files}
+
+
+class Bundle(Mapping[str, bytes]):
+    """Every file of the page by relative path; record chunks are made when first asked for.
+
+    The server asks for a chunk only when an item in it is opened, so a 100k-item run starts
+    at once; ``--out`` writes them all.
+    """
+
+    def __init__(self, runs: list[Run], *, raw_files: bool = False) -> None:
+        if not runs:
+            raise InputError("no runs to show", field="RUN_DIR")
+        static = resources.files(__package__).joinpath("static")
+        files: dict[str, bytes] = {"index.html": static.joinpath("index.html").read_bytes().replace(
+            b"{{CSP}}", CSP.encode())}
+        for name in ASSETS:
+            files[f"assets/{name}"] = static.joinpath(name).read_bytes()
+        meta = {"version": 1, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "chunk_size": CHUNK,
+                "raw_files": raw_files, "runs": [run_meta(r, raw_files=raw_files) for r in runs],
+                "pairs": paired(runs)}
+        files["data/meta.js"] = data_script("meta", dumps(_finite(meta)))
+        self._chunks: dict[str, tuple[Run, int]] = {}
+        for run in runs:
+            files[f"data/r{run.key}-index.js"] = data_script(f"r{run.key}-index", dumps(run.cols))
+            for j in range(max(1, math.ceil(run.n / CHUNK))):
+                self._chunks[f"data/r{run.key}-c{j}.js"] = (run, j)
+        self._files = files
+        self._made: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+        self._explainer: CueExplainer | None = None
+
+    def __getitem__(self, name: str) -> bytes:
+        if name in self._files:
+            return self._files[name]
+        run, j = self._chunks[name]
+        with self._lock:
+            if name in self._made:
+                self._made.move_to_end(name)
+                return self._made[name]
+            data = self._chunk(run, j)
+            self._made[name] = data
+            if len(self._made) > 64:
+                self._made.popitem(last=False)
+            return data
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._files
+        yield from self._chunks
+
+    def __len__(self) -> int:
+        return len(self._files) + len(self._chunks)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._files or name in self._chunks
+
+    def _chunk(self, run: Run, j: int) -> bytes:
+        lo, hi = j * CHUNK, min(run.n, (j + 1) * CHUNK)
+        cues = {}
+        for i in range(lo, hi):
+            if run.cols["interventions"][i]:
+                if self._explainer is None:
+                    self._explainer = CueExplainer()
+                rec = json.loads(run.lines[i])
+                question = rec.get("question") if isinstance(rec.get("question"), str) else ""
+                cues[str(i - lo)] = self._explainer.explain(run.guardrails, question, rec["interventions"])
+        body = '{"records":[' + ",".join(run.lines[lo:hi]) + '],"cues":' + dumps(_finite(cues)) + "}"
+        return data_script(f"r{run.key}-c{j}", body)
+
+
+def build_bundle(runs: list[Run], *, raw_files: bool = False) -> Bundle:
+    """Every file of the page, by relative path."""
+    return Bundle(runs, raw_files=raw_files)
+
+
+def write_bundle(files: Mapping[str, bytes], out: Path, *, force: bool = False) -> Path:
+    """Write the bundle to ``out`` (via a temporary sibling and a rename: never half a bundle)."""
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a directory", path=str(out))
+    if out.exists() and any(out.iterdir()) and not force:
+        raise InputError("exists and is not empty; pass --force to replace it", path=str(out))
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    except OSError as exc:
+        raise InputError(f"cannot write here: {exc.strerror}", path=str(out)) from None
+    try:
+        for rel, data in files.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,313 @@
+"""Find, read and check run directories for the viewer; paired statistics between runs.
+
+A run directory holds ``manifest.json`` and ``records.jsonl`` (``summary.json`` too, once a
+run has finished).  A directory without a manifest whose sub-directories are runs (a
+load-check or matrix folder) stands for those runs.  Anything else is bad input: one
+:class:`~nlq2sql.errors.InputError` naming the path (and line), never a traceback.
+
+A run is read in one pass and kept compact, so 100k items stay cheap: each record's JSON
+text as it was written (handed to the page verbatim, parsed there only when the item is
+opened) plus a few columns per item for the table, the plots and the comparison.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, RecordError
+from ..records import MANIFEST, RECORDS, SUMMARY, read_json
+
+Z95 = 1.959963984540054  # two-sided 95 % normal quantile (Wilson interval)
+#: Per-item columns kept for the page (the Items table, plots, comparison).
+COLUMNS = ("id", "question", "category", "status", "final_status", "error_raw", "error_final", "correct_raw",
+           "correct_final", "correct_exec", "schema_valid", "latency_s", "ttft_s", "completion_tokens",
+           "interventions", "interventions_ok", "outcome", "raw_hash")
+
+
+@dataclass
+class Run:
+    """One run directory as the viewer sees it."""
+
+    key: int
+    path: Path
+    manifest: dict[str, Any]
+    summary: dict[str, Any] | None
+    cols: dict[str, list[Any]]
+    lines: list[str]  # each record's JSON text
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.lines)
+
+    @property
+    def label(self) -> str:
+        m = self.manifest
+        guard = m.get("guardrails")
+        guard_s = " + " + "+".join(str(g) for g in guard) if isinstance(guard, list) and guard else ""
+        return (f"{self.path.name} · {m.get('model', '?')} · {m.get('prompt', '?')}{guard_s}"
+                f" · c={m.get('concurrency', '?')} · {m.get('evalset', '?')}")
+
+    @property
+    def evalset_key(self) -> str:
+        """Runs with equal keys are runs of the same eval set (compared item by item)."""
+        m = self.manifest
+        return str(m.get("evalset_sha256") or m.get("evalset") or "?")
+
+    @property
+    def guardrails(self) -> list[str]:
+        g = self.manifest.get("guardrails")
+        return [x for x in g if isinstance(x, str)] if isinstance(g, list) else []
+
+
+def _natural(p: Path) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
+
+
+def find_run_dirs(paths: list[Path]) -> list[Path]:
+    """The run directories the arguments name, in order, each once."""
+    if not paths:
+        raise InputError("give at least one run directory", field="RUN_DIR")
+    found: list[Path] = []
+    for p in paths:
+        if not p.exists():
+            raise InputError("no such directory", path=str(p))
+        if not p.is_dir():
+            raise InputError("not a run directory (a run directory holds manifest.json and records.jsonl)",
+                             path=str(p))
+        if (p / MANIFEST).exists():
+            found.append(p)
+            continue
+        subs = sorted((d for d in p.iterdir() if d.is_dir() and (d / MANIFEST).is_file()), key=_natural)
+        if not subs:
+            raise RecordError("not a run directory: no manifest.json here or in its sub-directories",
+                              path=str(p))
+        found += subs
+    unique: list[Path] = []
+    seen: set[Path] = set()
+    for p in found:
+        real = p.resolve()
+        if real not in seen:
+            seen.add(real)
+            unique.append(p)
+    return unique
+
+
+def _str(v: Any) -> str | None:
+    return None if v is None else v if isinstance(v, str) else json.dumps(v)
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def text_hash(text: Any) -> str | None:
+    """A short SHA-256 of the raw output's UTF-8 bytes (None when there is no text)."""
+    if not isinstance(text, str):
+        return None
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _clean(obj: Any) -> Any:
+    """NaN and infinities (which Python's json may have written) become null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+class _Reader:
+    """Reads records.jsonl like :func:`nlq2sql.records.iter_records` (a torn last line is
+    skipped, a malformed line before it is an error), keeping each line's text and columns."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Any]] = {k: [] for k in COLUMNS}
+        self.lines: list[str] = []
+        self._special = False
+
+    def _constant(self, name: str) -> float:
+        self._special = True
+        return float(name)
+
+    def read(self, path: Path) -> None:
+        if not path.is_file():
+            raise RecordError("missing (a run directory holds manifest.json and records.jsonl)", path=str(path))
+        with open(path, "rb") as fh:
+            data = fh.read()
+        pos, lineno, end = 0, 0, len(data)
+        while pos < end:
+            nl = data.find(b"\n", pos)
+            lineno += 1
+            if nl < 0:
+                return  # torn tail of a killed writer
+            raw = data[pos:nl]
+            pos = nl + 1
+            try:
+                text = raw.decode("utf-8")
+                self._special = False
+                rec = json.loads(text, parse_constant=self._constant)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                if pos < end:
+                    raise RecordError("malformed record", path=str(path), line=lineno) from None
+                return  # an unparsable last line is torn as well
+            if not isinstance(rec, dict):
+                raise RecordError("record is not a JSON object", path=str(path), line=lineno)
+            rid = rec.get("id")
+            if not isinstance(rid, str | int) or isinstance(rid, bool):
+                raise RecordError("missing or not a string", path=str(path), line=lineno, field="id")
+            if self._special:
+                text = json.dumps(_clean(rec))
+            self.add(rec, text.strip())
+
+    def add(self, rec: dict[str, Any], text: str) -> None:
+        c = self.cols
+        ivs = rec.get("interventions")
+        ivs = ivs if isinstance(ivs, list) else []
+        c["id"].append(str(rec["id"]))
+        question = rec.get("question")
+        c["question"].append(question if isinstance(question, str) else _str(question) or "")
+        c["category"].append(_str(rec.get("category")) or "")
+        for key in ("status", "final_status", "error_raw", "error_final", "outcome"):
+            c[key].append(_str(rec.get(key)))
+        for key in ("correct_raw", "correct_final", "correct_exec"):
+            c[key].append(1 if rec.get(key) is True else 0)
+        c["schema_valid"].append(0 if rec.get("raw_intent") is None else 1)
+        for key in ("latency_s", "ttft_s", "completion_tokens"):
+            c[key].append(_num(rec.get(key)))
+        c["interventions"].append(len(ivs))
+        c["interventions_ok"].append(1 if ivs and all(isinstance(iv, dict) and iv.get("correct") is True
+                                                      for iv in ivs) else 0)
+        c["raw_hash"].append(text_hash(rec.get("raw_text")))
+        self.lines.append(text)
+
+
+def load_run(key: int, path: Path) -> Run:
+    manifest = read_json(path / MANIFEST)
+    if not isinstance(manifest, dict):
+        raise RecordError("not a JSON object", path=str(path / MANIFEST))
+    reader = _Reader()
+    enabled = gc.isenabled()
+    gc.disable()  # many small objects, none cyclic: the collector would only rescan them
+    try:
+        reader.read(path / RECORDS)
+    finally:
+        if enabled:
+            gc.enable()
+    notes: list[str] = []
+    summary: dict[str, Any] | None = None
+    if (path / SUMMARY).exists():
+        loaded = read_json(path / SUMMARY)
+        if not isinstance(loaded, dict):
+            raise RecordError("not a JSON object", path=str(path / SUMMARY))
+        summary = loaded
+    else:
+        notes.append("summary.json missing (an unfinished run?): headline figures computed from records.jsonl")
+        summary = headline(reader.cols)
+    ids = reader.cols["id"]
+    if len(set(ids)) != len(ids):
+        notes.append(f"{len(ids) - len(set(ids))} duplicate item ids in records.jsonl")
+    expected = manifest.get("n_items")
+    limit = manifest.get("limit")
+    if isinstance(expected, int) and isinstance(limit, int) and not isinstance(limit, bool):
+        expected = min(expected, limit)
+    if isinstance(expected, int) and not isinstance(expected, bool) and expected != len(ids):
+        notes.append(f"{len(ids)} of {expected} items recorded")
+    return Run(key, path, manifest, summary, reader.cols, reader.lines, notes)
+
+
+def load_runs(paths: list[Path]) -> list[Run]:
+    return [load_run(i, p) for i, p in enumerate(find_run_dirs(paths))]
+
+
+def wilson(k: int, n: int) -> dict[str, Any]:
+    """The summary's proportion shape: value, 95 % Wilson interval, k, n."""
+    if n == 0:
+        return {"value": None, "k": 0, "n": 0, "ci95": None}
+    p = k / n
+    denom = 1 + Z95 ** 2 / n
+    centre = (p + Z95 ** 2 / (2 * n)) / denom
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) / denom
+    return {"value": p, "k": k, "n": n, "ci95": [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]}
+
+
+def headline(cols: dict[str, list[Any]]) -> dict[str, Any]:
+    """The headline part of a summary from the item columns, for a run without ``summary.json``."""
+    n = len(cols["id"])
+    fired = sum(1 for v in cols["interventions"] if v)
+    lat = sorted(v for v in cols["latency_s"] if v is not None)
+    return {
+        "n": n,
+        "raw_accuracy": wilson(sum(cols["correct_raw"]), n),
+        "final_accuracy": wilson(sum(cols["correct_final"]), n),
+        "execution_accuracy": wilson(sum(cols["correct_exec"]), n),
+        "schema_valid_rate": wilson(sum(cols["schema_valid"]), n),
+        "interventions": fired,
+        "intervention_precision": wilson(sum(cols["interventions_ok"]), fired),
+        "timing": {"latency_s": _percentiles(lat)},
+        "computed_by_viewer": True,
+    }
+
+
+def _percentiles(sorted_values: list[float]) -> dict[str, Any]:
+    if not sorted_values:
+        return {"n": 0, "p50": None, "p95": None, "p99": None, "mean": None}
+
+    def q(p: float) -> float:  # linear interpolation, as numpy.percentile
+        pos = (len(sorted_values) - 1) * p / 100
+        lo = math.floor(pos)
+        hi = min(lo + 1, len(sorted_values) - 1)
+        return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+    return {"n": len(sorted_values), "mean": sum(sorted_values) / len(sorted_values),
+            "p50": q(50), "p95": q(95), "p99": q(99)}
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Exact two-sided McNemar p-value (binomial, p = 1/2), as ``score.mcnemar_exact``.
+
+    Summed in log space so that it stays finite for 100k discordant pairs.
+    """
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    if 2 * k == n:
+        return 1.0
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2)
+            for i in range(k + 1)]
+    top = max(logs)
+    tail = math.exp(top) * sum(math.exp(x - top) for x in logs)
+    return min(1.0, 2 * tail)
+
+
+def paired(runs: list[Run]) -> list[dict[str, Any]]:
+    """For each pair of runs of the same eval set: items in both, b, c and the exact McNemar p.
+
+    b: right in the first run and wrong in the second (final correctness); c: the reverse.
+    """
+    out = []
+    for a, b in combinations(runs, 2):
+        if a.evalset_key != b.evalset_key:
+            continue
+        # the first record of a (duplicated) id counts, as on the page
+        right_a = dict(zip(reversed(a.cols["id"]), reversed(a.cols["correct_final"]), strict=True))
+        right_b = dict(zip(reversed(b.cols["id"]), reversed(b.cols["correct_final"]), strict=True))
+        common = right_a.keys() & right_b.keys()
+        n_b = sum(1 for i in common if right_a[i] and not right_b[i])
+        n_c = sum(1 for i in common if right_b[i] and not right_a[i])
+        out.append({"a": a.key, "b": b.key, "n": len(common), "b_count": n_b, "c_count": n_c,
+                    "p": mcnemar_exact(n_b, n_c)})
+    return out

@@ -1,0 +1,86 @@
+"""Two real vLLM replicas behind one run: both used, answers identical, one killed mid-run.
+
+The session's shared server is replica r0; a second one with the same settings is started
+here (``LocalFleet``, the code ``nlq2sql serve --replicas N`` uses) and killed by the last test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nlq2sql.client import Sampling
+from nlq2sql.experiments import loadcheck
+from nlq2sql.live import EvalConfig, run_eval
+from nlq2sql.pool import ReplicaSpec
+from nlq2sql.records import iter_records
+from nlq2sql.server import LocalFleet, LocalServer, ServerConfig, free_port
+
+
+@pytest.fixture(scope="module")
+def second(vllm_server: LocalServer) -> Iterator[LocalServer]:
+    fleet = LocalFleet(ServerConfig(model=vllm_server.config.model, port=free_port(), startup_timeout_s=900), 1)
+    fleet.start()
+    try:
+        yield fleet.servers[0]
+    finally:
+        fleet.stop()
+
+
+def cfg(a: LocalServer, b: LocalServer, out: Path, **kw: object) -> EvalConfig:
+    return EvalConfig(evalset="heldout", out=out, endpoint=a.url, model=a.model_name,
+                      replicas=(ReplicaSpec(b.url, b.model_name),), sampling=Sampling(max_tokens=64),
+                      timeout_s=300.0, **kw)  # type: ignore[arg-type]
+
+
+def test_two_replicas_serve_one_run_and_answer_identically(vllm_server: LocalServer, second: LocalServer,
+                                                          tmp_path: Path) -> None:
+    summary = run_eval(cfg(vllm_server, second, tmp_path / "run", limit=8, concurrency=4))
+    recs = list(iter_records(tmp_path / "run" / "records.jsonl"))
+    assert summary["outcomes"] == {"ok": 8} and len({r["id"] for r in recs}) == 8
+    assert set(Counter(r["replica"] for r in recs)) == {"r0", "r1"}
+    fleet = {r["label"]: r for r in summary["fleet"]["replicas"]}
+    assert fleet["r0"]["answered"] + fleet["r1"]["answered"] == 8
+    # Each replica's own /metrics was sampled.
+    assert all(m["observed"] for m in summary["fleet"]["server_metrics"].values())
+    # Every item to both replicas: the same question gets the same bytes from each.
+    result = loadcheck.run_across_replicas(loadcheck.LoadCheckConfig(
+        cfg(vllm_server, second, tmp_path / "lc", limit=4), levels=(1,), repeats=1, across_replicas=True))
+    print(loadcheck.render_markdown(result))
+    assert result["across_replicas"]["c1"]["runs"] == 2
+    assert result["across_replicas"]["c1"]["identical_items"] == 4, result["divergent"]
+
+
+def test_a_replica_killed_mid_run_loses_nothing(vllm_server: LocalServer, second: LocalServer,
+                                               tmp_path: Path) -> None:
+    out = tmp_path / "kill"
+    n = 16
+    records = out / "records.jsonl"
+
+    def kill_when_it_has_answered() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if records.exists() and any(r.get("replica") == "r1" for r in iter_records(records)):
+                assert second.pid is not None
+                os.killpg(second.pid, signal.SIGKILL)
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_when_it_has_answered, daemon=True)
+    killer.start()
+    summary = run_eval(cfg(vllm_server, second, out, limit=n, concurrency=4, retry_budget=0.0))
+    killer.join(timeout=5)
+    assert second.proc is not None and second.proc.poll() is not None  # really killed
+    recs = list(iter_records(records))
+    assert sorted(r["id"] for r in recs) == sorted({r["id"] for r in recs}) and len(recs) == n
+    assert summary["outcomes"] == {"ok": n}, summary["outcomes"]
+    r1 = {r["label"]: r for r in summary["fleet"]["replicas"]}["r1"]
+    assert r1["answered"] >= 1 and r1["in_rotation_at_end"] is False and r1["first_out_after_s"] is not None
+    print(summary["fleet"]["replicas"])

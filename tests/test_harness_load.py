@@ -1,0 +1,79 @@
+"""The harness says when it is the bottleneck (``nlq2sql.harness_load``).
+
+Starved on purpose: every item's scoring burns CPU inside the event loop, against the
+fault suite's fake server answering at once, so the client (not the server) limits the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakeserver import FakeServer, script
+
+from nlq2sql import item
+from nlq2sql.harness_load import HarnessMonitor, judge, merge
+from nlq2sql.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.server_metrics import MetricsSampler
+
+MODEL = "fake-model"
+
+
+def evaluate(f: FakeServer, out: Path, **kw: Any) -> dict[str, Any]:
+    return run_eval(EvalConfig(evalset="heldout", out=out, endpoint=f.url, model=MODEL, limit=30,
+                               concurrency=8, timeout_s=20.0, load=LoadShape(metrics_interval_s=0.1), **kw))
+
+
+def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeServer(tmp_path / "slow", script(), model=MODEL, delay_s=0.3) as f:
+        relaxed = evaluate(f, tmp_path / "relaxed")
+    h = relaxed["harness"]
+    assert h["saturated"] is False, h
+    assert h["loop_lag_ms"]["n"] > 10 and 0 < h["cpu_share_of_core"] < 0.9
+
+    real = item.score_item
+
+    def hog(*a: Any, **k: Any) -> Any:
+        t = time.process_time()
+        while time.process_time() - t < 0.15:  # 150 ms of CPU in the loop per item
+            pass
+        return real(*a, **k)
+
+    monkeypatch.setattr(item, "score_item", hog)
+    with FakeServer(tmp_path / "fast", script(), model=MODEL) as f:
+        starved = evaluate(f, tmp_path / "starved")
+    h = starved["harness"]
+    assert h["saturated"] is True, h
+    assert any("lag" in w for w in h["why"]) and h["loop_lag_ms"]["p95"] > 50
+    assert h["cpu_share_of_core"] > 0.5
+
+
+def test_verdict_thresholds_and_merge() -> None:
+    ok = judge({"cpu_s": 1.0, "wall_s": 10.0, "cpu_share_of_core": 0.1, "loop_lag_ms": {"p95": 3.0}})
+    busy = judge({"cpu_s": 9.5, "wall_s": 10.0, "cpu_share_of_core": 0.95, "loop_lag_ms": {"p95": 3.0}})
+    assert not ok["saturated"] and busy["saturated"] and "CPU" in busy["why"][0]
+    m = merge([ok, busy])
+    assert m is not None and m["saturated"] and m["processes"] == 2 and m["cpu_s"] == 10.5
+
+
+def test_memory_stays_flat_however_long_the_run() -> None:
+    """The lag monitor keeps a bounded reservoir; the /metrics sampler keeps aggregates only."""
+    mon = HarnessMonitor(interval_s=0.0)
+
+    async def spin() -> None:
+        mon.start()
+        await asyncio.sleep(0.5)
+        await mon.stop()
+
+    asyncio.run(spin())
+    assert mon.n > 0 and len(mon.lags_ms) == min(mon.n, 5000)
+    smp = MetricsSampler("http://127.0.0.1:9/v1")
+    for i in range(20000):
+        smp.add({"running": float(i % 7), "waiting": 1.0})
+    res = smp.result()
+    assert res["samples"] == 20000 and res["running"]["peak"] == 6.0 and res["waiting"]["mean"] == 1.0
+    assert not hasattr(smp, "samples")

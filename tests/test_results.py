@@ -1,0 +1,49 @@
+"""The run results contract (``nlq2sql.results``): declared keys, a version, old runs load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nlq2sql.errors import RecordError
+from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.records import RECORD_VERSION
+from nlq2sql.results import Manifest, Summary, load_manifest, load_summary, validated
+
+COMMITTED = sorted((PROJECT_ROOT / "reports").rglob("summary.json"))
+
+
+def test_there_are_committed_runs_to_check() -> None:
+    assert len(COMMITTED) >= 20
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(PROJECT_ROOT / "reports")))
+def test_every_committed_run_loads(path: Path) -> None:
+    """Runs recorded by earlier versions (no summary hash, no harness figures…) still load."""
+    s = load_summary(path)
+    m = load_manifest(path.parent / "manifest.json")
+    assert s.record_version == m.record_version == RECORD_VERSION
+    assert s.n == s.raw_accuracy.n and 0 <= s.final_accuracy.k <= s.n
+    assert m.n_items >= s.n or m.limit is not None or m.kind != "eval"
+
+
+def test_an_undeclared_key_fails_the_write_not_a_reader() -> None:
+    s = json.loads(COMMITTED[0].read_text())
+    assert validated(Summary, s) is s
+    with pytest.raises(AssertionError, match="Summary does not match"):
+        validated(Summary, dict(s, surprise=1))
+    with pytest.raises(AssertionError, match="Manifest does not match"):
+        validated(Manifest, {"kind": "eval"})
+
+
+def test_a_bad_file_names_file_and_field(tmp_path: Path) -> None:
+    s = json.loads(COMMITTED[0].read_text())
+    s["raw_accuracy"]["k"] = "many"
+    (tmp_path / "summary.json").write_text(json.dumps(s))
+    with pytest.raises(RecordError, match=r"summary.json: field 'raw_accuracy.k'"):
+        load_summary(tmp_path / "summary.json")
+    (tmp_path / "manifest.json").write_text("{")
+    with pytest.raises(RecordError, match="manifest.json: cannot read"):
+        load_manifest(tmp_path / "manifest.json")

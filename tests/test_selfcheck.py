@@ -1,0 +1,120 @@
+"""Self-consistency and abstention (nlq2sql.conditions.selfcheck)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nlq2sql.conditions.selfcheck import abstain_reason, apply_abstention, vote
+from nlq2sql.errors import InputError
+from nlq2sql.evalset import load_evalset
+from nlq2sql.score import Summary
+from nlq2sql.semantic import open_warehouse
+
+A = {"intent": "breakdown", "metric": "revenue", "dimension": "region", "time_grain": None, "filters": [],
+     "limit": None, "order": None}
+B = {**A, "metric": "orders"}
+
+
+def text(d: dict[str, Any], **kw: Any) -> str:
+    return json.dumps(d, **kw)
+
+
+def test_vote_majority_over_canonical_intents() -> None:
+    # the same intent written two ways (key order, spacing) is one vote
+    v = vote([text(A), text(dict(reversed(A.items())), indent=1), text(B)], None)
+    assert (v["winner"], v["votes"], v["valid"], v["tie"], v["distinct"]) == (0, 2, 3, False, 2)
+    assert vote([text(A), text(B)], None)["tie"] is True
+    v = vote(["not json", text(B), "{}"], None)
+    assert (v["winner"], v["votes"], v["valid"]) == (1, 1, 1)
+    assert vote(["nope"], None)["winner"] is None
+
+
+def test_abstention_reasons_and_scoring() -> None:
+    rec = {"votes": {"winner": 0, "tie": True}, "correct_final": True, "correct_exec": True,
+           "final_intent": A}
+    assert abstain_reason(rec) == "no majority among samples"
+    apply_abstention(rec)
+    assert rec["abstained"] and rec["answer_correct"] and not rec["correct_final"] and not rec["correct_exec"]
+    planner = {"planner_choice": "top_n_by_metric", "final_intent": A, "correct_final": False, "correct_exec": False}
+    assert abstain_reason(planner) == "planner chose top_n_by_metric, guardrail made it breakdown"
+    agree = {"planner_choice": "breakdown", "final_intent": A, "votes": {"winner": 1, "tie": False},
+             "correct_final": True, "correct_exec": True}
+    assert not apply_abstention(agree)["abstained"] and agree["correct_final"]
+
+
+def test_selective_summary_and_curve() -> None:
+    wh = open_warehouse()
+    case = load_evalset("heldout", wh).cases[0]
+    from nlq2sql.runner import make_executor
+    from nlq2sql.score import score_item
+
+    summ = Summary([])
+    with make_executor(wh) as ex:
+        for i, (share, tie, good) in enumerate([(1.0, False, True), (1.0, False, False), (0.6, False, True),
+                                                 (0.4, True, True)]):
+            answer = case.gold.model_dump(mode="json") if good else B
+            rec = score_item(case, json.dumps(answer), [], ex, catalog=wh.catalog)
+            rec["id"] = f"x{i}"
+            rec["votes"] = {"winner": 0, "tie": tie, "share": share}
+            summ.add(apply_abstention(rec))
+    sel = summ.result()["selective"]
+    assert sel["n"] == 4 and sel["abstained"] == 1
+    assert (sel["coverage"]["k"], sel["accuracy_answered"]["k"], sel["accuracy_answered"]["n"]) == (3, 2, 3)
+    assert [(p["min_vote_share"], p["coverage"]["k"], p["accuracy"]["k"]) for p in sel["curve"]] == [
+        (1.0, 2, 1), (0.6, 3, 2), (0.4, 4, 3)]
+    assert summ.result()["final_accuracy"]["k"] == 2  # the abstention is not counted correct
+    assert "selective" not in Summary([]).result()  # runs without --abstain are unchanged
+
+
+def test_options_are_checked(tmp_path: Path) -> None:
+    from nlq2sql.client import Sampling
+    from nlq2sql.live import EvalConfig, validate
+
+    url = "http://127.0.0.1:9/v1"
+    with pytest.raises(InputError, match="temperature"):
+        validate(EvalConfig(out=tmp_path / "x", endpoint=url, samples=3))
+    with pytest.raises(InputError) as exc:
+        validate(EvalConfig(out=tmp_path / "x", endpoint=url, samples=99, sampling=Sampling(temperature=0.7)))
+    assert exc.value.field == "--samples"
+    with pytest.raises(InputError, match="planner"):
+        validate(EvalConfig(out=tmp_path / "x", endpoint=url, samples=3, planner="two-stage",
+                            sampling=Sampling(temperature=0.7)))
+
+
+def test_eval_with_samples_and_abstain(tmp_path: Path) -> None:
+    """Against the fault server: three samples per item, one item with a majority and one with
+    none; the second abstains, the summary says so, and re-scoring decides the same."""
+    from fakeserver import FakeServer, script
+
+    from nlq2sql.client import Sampling
+    from nlq2sql.live import EvalConfig, LoadShape, run_eval
+    from nlq2sql.records import iter_records
+    from nlq2sql.runner import rescore_run
+
+    cases = load_evalset("heldout", open_warehouse()).cases[:2]
+    gold = [c.gold.model_dump(mode="json") for c in cases]
+    wrong = [{**g, "metric": "units" if g["metric"] != "units" else "orders"} for g in gold]
+    other = [{**g, "metric": "customers" if g["metric"] != "customers" else "revenue"} for g in gold]
+    by_q = {cases[0].question: [{"kind": "text", "text": text(t)} for t in (gold[0], wrong[0], gold[0])],
+            cases[1].question: [{"kind": "text", "text": text(t)} for t in (gold[1], wrong[1], other[1])]}
+    with FakeServer(tmp_path / "fake", script(by_question=by_q), model="fake-model") as fake:
+        cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
+                         limit=2, concurrency=2, samples=3, abstain=True, guardrails=(),
+                         sampling=Sampling(temperature=0.7, max_tokens=96), load=LoadShape(metrics_interval_s=0.05))
+        summary = run_eval(cfg)
+        assert len(fake.chat_requests()) == 6
+    recs = {r["id"]: r for r in iter_records(cfg.out / "records.jsonl")}
+    first, second = recs[cases[0].id], recs[cases[1].id]
+    assert first["votes"]["votes"] == 2 and not first["abstained"] and first["correct_final"]
+    assert len(first["sample_texts"]) == 3 and first["requests"] == 3
+    assert second["votes"]["distinct"] == 3 and second["abstained"] and not second["correct_final"]
+    sel = summary["selective"]
+    assert (sel["abstained"], sel["coverage"]["k"], sel["accuracy_answered"]["k"]) == (1, 1, 1)
+    manifest = json.loads((cfg.out / "manifest.json").read_text())
+    assert manifest["samples"] == 3 and manifest["abstain"] is True
+    again, _, final_ok = rescore_run(cfg.out, ())
+    assert again["selective"]["abstained"] == 1 and final_ok == {cases[0].id: True, cases[1].id: False}

@@ -1,0 +1,45 @@
+"""The one stream accumulator: what a chunk, a gap, TTFT and a finished stream are."""
+
+from __future__ import annotations
+
+import pytest
+
+from nlq2sql.stream import Accumulator, Completion, NotAnEventStream, StreamEventError
+
+
+def ev(content: str | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
+    if usage is not None:
+        return {"choices": [], "usage": usage}
+    return {"choices": [{"index": 0, "delta": {"content": content} if content is not None else {},
+                         "finish_reason": finish}]}
+
+
+def test_counts_gaps_usage_and_text() -> None:
+    acc = Accumulator(Completion())
+    for e in (ev(""), ev('{"a"'), ev(":1"), ev("}"), ev(None, "stop"),
+              ev(usage={"prompt_tokens": 7, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 5}})):
+        acc.event(e)
+    out = acc.end()
+    assert out.text == '{"a":1}' and out.finish_reason == "stop"
+    assert out.chunks == 6 and acc.content_chunks == 3  # every event vs the ones carrying text
+    assert (out.prompt_tokens, out.completion_tokens, out.cached_tokens) == (7, 3, 5)
+    assert out.ttft_s is not None and out.latency_s is not None and out.ttft_s <= out.latency_s
+    assert out.itl_mean_s is not None and out.itl_max_s is not None and out.itl_max_s >= out.itl_mean_s
+
+
+def test_unfinished_and_empty_streams_are_errors() -> None:
+    acc = Accumulator(Completion())
+    acc.event(ev("x"))
+    with pytest.raises(StreamEventError, match="finish_reason"):
+        acc.end()
+    with pytest.raises(NotAnEventStream, match="text/html"):
+        Accumulator(Completion()).end("text/html")
+    # A probe that disconnects on purpose does not need a finish.
+    assert Accumulator(Completion()).end(require_finish=False).text == ""
+
+
+def test_error_events_and_non_objects() -> None:
+    with pytest.raises(StreamEventError, match="boom"):
+        Accumulator(Completion()).event({"error": {"message": "boom"}})
+    with pytest.raises(ValueError, match="not a JSON object"):
+        Accumulator(Completion()).event([1, 2])

@@ -1,0 +1,130 @@
+"""``--workers N`` and ``--engine ray``: the same records as one process, resume still exact.
+
+Against the fault suite's fake server (deterministic answers, a scripted 500 so the shared
+retry budget is exercised); a local Ray (2 CPUs) for the Ray engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakeserver import FakeServer, by_ids, script
+
+from nlq2sql.errors import InputError
+from nlq2sql.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.records import iter_records
+from nlq2sql.workers import shares
+
+MODEL = "fake-model"
+#: Fields that measure time or effort, not results (as in test_killcycles).
+TIMING = {"latency_s", "ttft_s", "itl_mean_s", "itl_max_s", "started", "chunks", "attempts", "retry_waits_s"}
+
+
+SPEC = {"ho-003": ["500", "ok"], "ho-010": ["context_overflow"]}
+
+
+def results(out: Path) -> dict[str, dict[str, Any]]:
+    return {r["id"]: {k: v for k, v in r.items() if k not in TIMING} for r in iter_records(out / "records.jsonl")}
+
+
+def evaluate(tmp: Path, name: str, **kw: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """One run against a fresh fake (its scripted faults are consumed per question)."""
+    with FakeServer(tmp / f"fake-{name}", script(by_question=by_ids("heldout", SPEC)), model=MODEL,
+                    delay_s=0.02) as f:
+        summary = run_eval(EvalConfig(evalset="heldout", out=tmp / name, endpoint=f.url, model=MODEL, limit=24,
+                                      concurrency=4, timeout_s=10.0, load=LoadShape(metrics_interval_s=0.1), **kw))
+    return summary, results(tmp / name)
+
+
+@pytest.mark.parametrize(("engine", "workers"), [("local", 2), ("local", 4), ("ray", 2)])
+def test_engines_write_the_records_one_process_writes(engine: str, workers: int, tmp_path: Path) -> None:
+    _, single = evaluate(tmp_path, "single")
+    summary, got = evaluate(tmp_path, "run", workers=workers, engine=engine)
+    assert got.keys() == single.keys()
+    for item_id, rec in single.items():
+        assert got[item_id] == rec, item_id
+    assert got["ho-010"]["outcome"] == "context_overflow" and got["ho-003"]["outcome"] == "ok"
+    assert summary["load"]["workers"] == workers and summary["load"]["engine"] == engine
+    assert summary["n"] == 24 and summary["throughput"]["items_this_session"] == 24
+    assert summary["retries_used"] == 1  # ho-003's 500, retried once, on the shared budget
+    # The records went through the one writer: one line per item.
+    assert len((tmp_path / "run" / "records.jsonl").read_text().splitlines()) == 24
+
+
+def test_the_retry_budget_is_one_for_all_workers(tmp_path: Path) -> None:
+    # Every request fails with a retryable 500: the whole run may retry at most its budget.
+    spec = script(default="500")
+    with FakeServer(tmp_path / "fake", spec, model=MODEL) as f:
+        summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=f.url, model=MODEL,
+                                      limit=10, concurrency=4, workers=2, retry_budget=0.3, timeout_s=10.0,
+                                      load=LoadShape(metrics_interval_s=0.1)))
+        assert summary["outcomes"] == {"http_5xx": 10}
+        assert summary["retries_used"] == 3 and len(f.chat_requests()) == 13
+
+
+def test_worker_options_are_validated(tmp_path: Path) -> None:
+    assert shares(10, 4) == [3, 3, 2, 2] and sum(shares(7, 7)) == 7
+    for kw, field in (({"workers": 0}, "--workers"), ({"workers": 9, "concurrency": 8}, "--workers"),
+                      ({"workers": 2, "load": LoadShape(rate=1.0)}, "--workers"), ({"engine": "spark"}, "--engine"),
+                      ({"ray_address": "auto"}, "--ray-address")):
+        with pytest.raises(InputError, match=field):
+            run_eval(EvalConfig(endpoint="http://127.0.0.1:9/v1", out=tmp_path / "x", **kw))  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+
+
+def check_killed_run(f: FakeServer, out: Path) -> None:
+    before = len((out / "records.jsonl").read_text().splitlines())
+    assert 6 <= before < 30
+    time.sleep(3)
+    sent = len(f.chat_requests())
+    time.sleep(2)
+    assert len(f.chat_requests()) == sent, "workers kept sending after the driver died"
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_resume_after_sigkill_is_exact(engine: str, tmp_path: Path) -> None:
+    """The driver is SIGKILLed mid-run; its workers stop; ``--resume`` ends every item once,
+    with the records an uninterrupted run writes."""
+    spec = script()
+    with FakeServer(tmp_path / "fake", spec, model=MODEL, delay_s=0.3) as f:
+        base = ["eval", "--endpoint", f.url, "--model", MODEL, "--limit", "30", "--concurrency", "4",
+                "--workers", "2", "--engine", engine, "--timeout", "20"]
+        out = tmp_path / "run"
+        proc = subprocess.Popen([sys.executable, "-m", "nlq2sql.cli", *base, "--out", str(out)], cwd=PROJECT_ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        records = out / "records.jsonl"
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if records.exists() and len(records.read_text().splitlines()) >= 6:
+                break
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGKILL)  # the driver only: its workers must notice and stop
+        proc.wait()
+        try:
+            check_killed_run(f, out)
+        finally:
+            # What the driver left in its process group (Ray's per-node agents outlive a SIGKILLed
+            # driver by design; the workers themselves are checked above).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        res = subprocess.run([sys.executable, "-m", "nlq2sql.cli", *base, "--out", str(out), "--resume"],
+                             cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        resumed = results(out)
+        ids = [r["id"] for r in iter_records(records)]
+        assert len(ids) == len(set(ids)) == 30
+        whole = tmp_path / "whole"
+        res = subprocess.run([sys.executable, "-m", "nlq2sql.cli", *base, "--out", str(whole)],
+                             cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert resumed == results(whole)
