@@ -35,6 +35,7 @@ from .errors import InputError
 from .evalset import EvalCase, load_evalset
 from .guardrail import load_guardrails
 from .item import ItemRunner, targets, whitespace_outside_strings
+from .models import DEFAULT_MODEL
 from .pool import ROUTINGS, ReplicaSpec
 from .prompt import load_prompt
 from .records import (
@@ -131,7 +132,7 @@ class EvalConfig:
     evalset: str = "heldout"
     out: Path = Path("runs/eval")
     endpoint: str | None = None
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     # Further replicas of the same model (a fleet): ``endpoint`` is the first; items are
     # routed over all of them and every record names the replica that answered.
     replicas: tuple[ReplicaSpec, ...] = ()

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from nlq2sql.cli import _common as cli_common
 from nlq2sql.cli import main as cli_main
 from nlq2sql.cli.main import app
 from nlq2sql.evalset import load_evalset
@@ -21,7 +22,8 @@ runner = CliRunner()
 @pytest.fixture(autouse=True)
 def wide_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     """Error lines unwrapped, so a long temp path stays on one line."""
-    monkeypatch.setattr(cli_main, "err", Console(stderr=True, width=10_000))
+    for module in (cli_common, cli_main):
+        monkeypatch.setattr(module, "err", Console(stderr=True, width=10_000))
 
 
 def gold_responses(path: Path, evalset: str = "heldout", **text_over: Any) -> Path:
@@ -250,3 +252,41 @@ def test_serve_stops_its_server_on_sigterm_even_with_sigint_ignored(tmp_path: Pa
     else:
         os.kill(child, signal.SIGKILL)
         raise AssertionError("serve left its server running after SIGTERM")
+
+
+def test_an_interrupt_suggests_resume_only_to_a_command_that_has_it() -> None:
+    import typer
+
+    demo = typer.Typer()
+
+    @demo.command("resumable")
+    @cli_common.handled
+    def resumable(resume: bool = False) -> None:
+        raise KeyboardInterrupt
+
+    @demo.command("oneshot")
+    @cli_common.handled
+    def oneshot(port: int = 1) -> None:
+        raise KeyboardInterrupt
+
+    with_resume = runner.invoke(demo, ["resumable"])
+    without = runner.invoke(demo, ["oneshot"])
+    assert with_resume.exit_code == 130 and "rerun with --resume" in with_resume.output
+    assert without.exit_code == 130 and "interrupted" in without.output and "--resume" not in without.output
+
+
+def test_command_modules_import_only_the_shared_module() -> None:
+    """No cycle: a command module imports ``cli._common``, never ``main`` or another command module."""
+    import ast
+
+    from nlq2sql.paths import PROJECT_ROOT
+
+    cli_dir = PROJECT_ROOT / "nlq2sql" / "cli"
+    offenders = []
+    for path in sorted(cli_dir.glob("*.py")):
+        if path.name in ("main.py", "__main__.py", "__init__.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module != "_common":
+                offenders.append(f"{path.name}: from .{node.module or ''} import …")
+    assert offenders == []

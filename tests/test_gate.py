@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from typer.testing import CliRunner
 
+from nlq2sql.cli import _common as cli_common
 from nlq2sql.cli import main as cli_main
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
@@ -83,7 +84,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, cache_root: Path, small_wareh
 @pytest.fixture(autouse=True)
 def wide_errors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Error lines unwrapped, so a long temp path stays on one line."""
-    monkeypatch.setattr(cli_main, "err", Console(stderr=True, width=10_000))
+    for module in (cli_common, cli_main):
+        monkeypatch.setattr(module, "err", Console(stderr=True, width=10_000))
     yield
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from strategies import VOCAB, any_intents
 from typer.testing import CliRunner
 
+from nlq2sql.cli import _common as cli_common
 from nlq2sql.cli import main as cli_main
 from nlq2sql.cli.main import app
 from nlq2sql.errors import SemanticModelError
@@ -29,7 +30,8 @@ runner = CliRunner()
 
 @pytest.fixture(autouse=True)
 def wide_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_main, "err", Console(stderr=True, width=10_000))
+    for module in (cli_common, cli_main):
+        monkeypatch.setattr(module, "err", Console(stderr=True, width=10_000))
 
 
 @pytest.fixture(scope="module")

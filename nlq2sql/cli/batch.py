@@ -12,7 +12,18 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import InputError
-from .main import DbOpt, EndpointsFileOpt, RoutingOpt, SemanticModelOpt, _guardrails, app, err, fleet_args, handled
+from ..models import DEFAULT_MODEL
+from ._common import (
+    DbOpt,
+    EndpointsFileOpt,
+    RoutingOpt,
+    SemanticModelOpt,
+    app,
+    err,
+    fleet_args,
+    guardrail_names,
+    handled,
+)
 
 BatchEndpointsOpt = Annotated[list[str] | None, typer.Option(
     "--endpoint", help="--engine ray: OpenAI-compatible base URL (…/v1); give it several times for replicas "
@@ -29,7 +40,7 @@ def batch_cmd(
     endpoints_file: EndpointsFileOpt = None,
     routing: RoutingOpt = "least-inflight",
     model: Annotated[str, typer.Option(help="Served model name (--engine ray), or the model alias / folder "
-                                       "vLLM loads (--engine ray-vllm).")] = "smollm2-135m",
+                                       "vLLM loads (--engine ray-vllm).")] = DEFAULT_MODEL,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
     prompt: Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")] = "baseline",
     guardrails: Annotated[list[str] | None, typer.Option(
@@ -67,7 +78,7 @@ def batch_cmd(
         raise InputError("give one of --evalset (scored) or --questions (answered, not scored)", field="--evalset")
     first, replicas = fleet_args(endpoint, endpoints_file)
     base = EvalConfig(endpoint=first, replicas=replicas, routing=routing, model=model, api_key_env=api_key_env,
-                      prompt=prompt, guardrails=_guardrails(guardrails), limit=limit, concurrency=concurrency,
+                      prompt=prompt, guardrails=guardrail_names(guardrails), limit=limit, concurrency=concurrency,
                       sampling=Sampling(max_tokens=max_tokens), timeout_s=timeout, semantic_model=semantic_model,
                       warehouse=db)
     cfg = BatchConfig(base=base, input=str(questions if questions is not None else evalset),

@@ -4,71 +4,43 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from ..errors import InputError
-from ..inputs import MAX_REQUESTS, at_most
-from .main import (
+from ..inputs import at_most
+from ..models import DEFAULT_MODEL
+from ._common import (
     DbOpt,
+    EndpointOpt,
     EndpointsFileOpt,
     EndpointsOpt,
+    EvalsetOpt,
     ExampleBankOpt,
     ExamplesOpt,
+    KeyOpt,
+    LimitOpt,
     LinkValuesOpt,
+    MaxTokOpt,
+    ModelOpt,
     PlannerOpt,
     SchemaOpt,
     SemanticModelOpt,
     app,
+    base_config,
     err,
     fleet_args,
     handled,
+    parse_levels,
 )
-
-
-def _levels(text: str, option: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise InputError(f"expected comma-separated integers, got {text!r}", field=option) from None
-    if not levels or any(v < 1 for v in levels):
-        raise InputError(f"every level must be at least 1, got {text!r}", field=option)
-    for v in levels:
-        at_most(v, MAX_REQUESTS, option)
-    return levels
-
-
-def _base(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
-          limit: int | None, max_tokens: int, out: Path, guardrails: tuple[str, ...] = ("ranking",),
-          semantic: tuple[str | None, Path | None, str] = (None, None, "flat"),
-          examples: tuple[int, str | None] = (0, None), planner: str = "none", link_values: str = "none") -> Any:
-    """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``examples``
-    (--examples, --example-bank)."""
-    from ..client import Sampling
-    from ..live import EvalConfig
-
-    semantic_model, db, schema = semantic
-    return EvalConfig(evalset=evalset, out=out, endpoint=endpoint, model=model, api_key_env=api_key_env,
-                      prompt=prompt, guardrails=guardrails, limit=limit,
-                      sampling=Sampling(max_tokens=max_tokens, schema=schema),
-                      semantic_model=semantic_model, warehouse=db, examples=examples[0],
-                      example_bank=examples[1], planner=planner, link_values=link_values)
-
-
-EvalsetOpt = Annotated[str, typer.Option(help="Eval set name or path.")]
-EndpointOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible base URL; default: a local vLLM.")]
-ModelOpt = Annotated[str, typer.Option(help="Served model name (or local model alias).")]
-KeyOpt = Annotated[str | None, typer.Option(help="Environment variable holding the API key.")]
-LimitOpt = Annotated[int | None, typer.Option(help="Only the first K items.")]
-MaxTokOpt = Annotated[int, typer.Option(help="max_tokens per request.")]
 
 
 @app.command("load-check")
 @handled
 def load_check(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = "smollm2-135m",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = DEFAULT_MODEL,
     api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
     concurrency: Annotated[str, typer.Option(help="Comma-separated levels.")] = "1,16,32",
     endpoints_file: EndpointsFileOpt = None,
@@ -94,7 +66,7 @@ def load_check(
         if len(dirs) < 2:
             raise InputError(f"needs at least 2 runs to compare, got {len(dirs)}", field="--runs")
     else:
-        levels = _levels(concurrency, "--concurrency")
+        levels = parse_levels(concurrency, "--concurrency")
         if repeats < 1:
             raise InputError(f"must be at least 1, got {repeats}", field="--repeats")
         at_most(repeats, 1000, "--repeats")
@@ -104,7 +76,7 @@ def load_check(
         if len(levels) * repeats * (1 + len(replicas) if across_replicas else 1) < 2:
             raise InputError(f"needs at least 2 runs to compare: {len(levels)} level(s) × {repeats} "
                              "repeat(s); give two levels or --repeats 2", field="--concurrency")
-        base = replace(_base(evalset, first, model, api_key_env, prompt, limit, max_tokens, out,
+        base = replace(base_config(evalset, first, model, api_key_env, prompt, limit, max_tokens, out,
                              semantic=(semantic_model, db, schema)), replicas=replicas)
         lc = loadcheck.LoadCheckConfig(base, levels, repeats, across_replicas=across_replicas)
         if across_replicas:
@@ -124,7 +96,7 @@ def load_check(
 @app.command("compact")
 @handled
 def compact(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
     api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
     limit: LimitOpt = None, max_tokens: MaxTokOpt = 160,
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 1,
@@ -144,7 +116,7 @@ def compact(
 
     # A local server for this experiment allows whitespace, or the pretty arm could not be pretty;
     # grammar-compact then gets its whitespace-free grammar from the request itself.
-    base = _base(evalset, endpoint, model, api_key_env, prompt, limit, max_tokens, out,
+    base = base_config(evalset, endpoint, model, api_key_env, prompt, limit, max_tokens, out,
                  semantic=(semantic_model, db, schema))
     base = replace(base, concurrency=concurrency, server=replace(base.server, compact=False))
     with shared_endpoint(base) as bound:
@@ -156,7 +128,7 @@ def compact(
 @app.command("matrix")
 @handled
 def matrix(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
     api_key_env: KeyOpt = None,
     prompts: Annotated[str, typer.Option(help="Comma-separated prompt names.")] = "baseline,contrastive",
     guardrails: Annotated[str, typer.Option(help="Comma-separated conditions; '+' joins sets "
@@ -185,7 +157,7 @@ def matrix(
         dirs = {read_json(require_run(d) / "manifest.json").get("prompt", d.name) + f"@{d.name}": d
                 for d in runs}
     else:
-        base = replace(_base(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
+        base = replace(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
                  semantic=(semantic_model, db, schema),
                  examples=(examples, example_bank), planner=planner, link_values=link_values),
                        concurrency=concurrency)

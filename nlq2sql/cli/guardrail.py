@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from ..errors import InputError
-from .main import app, handled
+from ._common import app, handled
 
 guardrail_app = typer.Typer(help="Guardrails: train and inspect the learned guardrail (learned:NAME).",
                             no_args_is_help=True)

@@ -12,18 +12,25 @@ from rich.console import Console
 
 from ..errors import InputError
 from ..inputs import MAX_REQUESTS, at_most
-from .experiments import EndpointOpt, EvalsetOpt, KeyOpt, MaxTokOpt, ModelOpt, _base, _levels
-from .main import (
+from ..models import DEFAULT_MODEL
+from ._common import (
     DbOpt,
+    EndpointOpt,
     EndpointsFileOpt,
     EndpointsOpt,
+    EvalsetOpt,
+    KeyOpt,
+    MaxTokOpt,
+    ModelOpt,
     RoutingOpt,
     SchemaOpt,
     SemanticModelOpt,
     app,
+    base_config,
     err,
     fleet_args,
     handled,
+    parse_levels,
 )
 
 probe_app = typer.Typer(help="Serving-path probes: serialization verdict, cancel, /health, prefix reuse.",
@@ -57,7 +64,7 @@ def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str 
                          field="--structured")
     if max_num_seqs is not None and endpoint is not None:
         raise InputError("only for a local server (no --endpoint)", field="--max-num-seqs")
-    base = _base(evalset, endpoint, model, api_key_env, prompt, None, max_tokens, out, semantic=semantic)
+    base = base_config(evalset, endpoint, model, api_key_env, prompt, None, max_tokens, out, semantic=semantic)
     return replace(base, sampling=replace(base.sampling, structured=structured),
                    server=replace(base.server, max_num_seqs=max_num_seqs))
 
@@ -72,7 +79,7 @@ LocalSeqsOpt = Annotated[int | None, typer.Option(help="Local server only: vLLM 
 @app.command("sweep")
 @handled
 def sweep_cmd(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = "smollm2-135m",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = DEFAULT_MODEL,
     api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
     concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,2,4,8,16,32",
     requests: Annotated[int, typer.Option(help="Requests per level (eval items cycled, ids id#k); with "
@@ -113,7 +120,7 @@ def sweep_cmd(
 
     from ..load import sweep as sw
 
-    levels = _levels(concurrency, "--concurrency")
+    levels = parse_levels(concurrency, "--concurrency")
     endpoint_url, replicas = fleet_args(endpoint, endpoints_file)
     if replicas and (rate is not None or server_sweep or reanalyse):
         raise InputError("several endpoints: a closed-loop sweep only (no --rate, --server-sweep, --reanalyse)",
@@ -179,7 +186,7 @@ def sweep_cmd(
 @app.command("grid")
 @handled
 def grid_cmd(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
     api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
     concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,4,16",
     classes: Annotated[str, typer.Option(help="Length classes: short,median,long (defaults: +0/+256/+1024 "
@@ -201,7 +208,7 @@ def grid_cmd(
     cfg = gr.GridConfig(base=_load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out,
                                         max_num_seqs,
                  semantic=(semantic_model, db, schema)),
-                        levels=_levels(concurrency, "--concurrency"), classes=gr.parse_classes(classes),
+                        levels=parse_levels(concurrency, "--concurrency"), classes=gr.parse_classes(classes),
                         requests=requests, warmup=warmup, force=force)
     gr.validate(cfg)
     with bound_endpoint(cfg.base) as (bound, info):
@@ -215,7 +222,7 @@ def grid_cmd(
 @probe_app.command("serialization")
 @handled
 def probe_serialization(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
     api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
     level: Annotated[int, typer.Option(help="The loaded concurrency level K (compared with c=1).")] = 8,
     requests_single: Annotated[int, typer.Option(help="Requests at c=1.")] = 6,
@@ -266,7 +273,7 @@ def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None,
 @probe_app.command("cancel")
 @handled
 def probe_cancel(
-    endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m", api_key_env: KeyOpt = None,
+    endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL, api_key_env: KeyOpt = None,
     k: Annotated[int, typer.Option(help="Disconnect after this many streamed tokens.")] = 16,
     max_tokens: Annotated[int, typer.Option(help="The long generation's max_tokens (ignore_eos).")] = 512,
     trials: Annotated[int, typer.Option(help="Repetitions.")] = 3,
@@ -285,7 +292,7 @@ def probe_cancel(
 @probe_app.command("health")
 @handled
 def probe_health(
-    endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m", api_key_env: KeyOpt = None,
+    endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL, api_key_env: KeyOpt = None,
     prefill_words: Annotated[int, typer.Option(help="Words in each long prompt (≈ tokens).")] = 1200,
     parallel: Annotated[int, typer.Option(help="Long prompts sent together.")] = 4,
     interval: Annotated[float, typer.Option(help="Seconds between /health calls.")] = 0.05,
@@ -304,7 +311,7 @@ def probe_health(
 @probe_app.command("prefix")
 @handled
 def probe_prefix(
-    endpoint: EndpointOpt = None, model: ModelOpt = "smollm2-135m", api_key_env: KeyOpt = None,
+    endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL, api_key_env: KeyOpt = None,
     evalset: EvalsetOpt = "heldout", prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
     requests: Annotated[int, typer.Option(help="Sequential requests per scenario.")] = 8,
     pad_words: Annotated[int, typer.Option(help="Padding words appended to the system prompt.")] = 600,
@@ -330,7 +337,7 @@ def probe_prefix(
 def capacity_cmd(
     run: Annotated[list[Path] | None, typer.Option(help="Recorded run directories (repeat).")] = None,
     sweep: Annotated[Path | None, typer.Option(help="A sweep directory: all its levels.")] = None,
-    model: Annotated[str, typer.Option(help="Local model alias or folder (its config.json).")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="Local model alias or folder (its config.json).")] = DEFAULT_MODEL,
     model_config: Annotated[Path | None, typer.Option(help="A Hugging Face config.json (for remote models).")
                             ] = None,
     kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype: auto (the model's), bfloat16, fp8, …")] = "auto",

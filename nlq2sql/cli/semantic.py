@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import InputError
-from .main import DbOpt, SchemaOpt, SemanticModelOpt, app, err, handled
+from ._common import DbOpt, SchemaOpt, SemanticModelOpt, app, err, handled
 
 semantic_app = typer.Typer(help="Semantic models (dbt Semantic Layer YAML): check, show, init.",
                            no_args_is_help=True)

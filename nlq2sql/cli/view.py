@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import InputError
-from .main import app, err, handled
+from ._common import app, err, handled
 
 
 @app.command("view")
