@@ -210,7 +210,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=200_000, help="noop phase: requests (0: skip)")
     ap.add_argument("--duration", type=float, default=7200.0, help="slow phase: seconds (0: skip)")
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight, both phases")
-    ap.add_argument("--client", default="sdk", help="sdk | aiohttp")
+    ap.add_argument("--client", default="aiohttp", help="aiohttp (the harness default) | sdk")
     ap.add_argument("--delay", type=float, default=0.5, help="slow phase: seconds per streamed answer")
     ap.add_argument("--fault-every", type=int, default=100, help="slow phase: every k-th answer per "
                     "question is an HTTP 500 (0: none)")

@@ -32,7 +32,7 @@ from ..live import EvalConfig
 from ..records import write_json_atomic
 from ..semantic import load_catalog
 from .levels import run_level
-from .sweep import Progress, _f, begin_levels
+from .sweep import Progress, begin_levels, fmt_num
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,8 @@ def render_markdown(result: dict[str, Any]) -> str:
     for k in classes:
         row = [cells.get((k["name"], c)) for c in levels]
         some = next((x for x in row if x), None) or {}
-        toks = f"{_f(some.get('prompt_tokens_p50'), '{:.0f}')} / {_f(some.get('completion_tokens_p50'), '{:.0f}')}"
+        toks = (f"{fmt_num(some.get('prompt_tokens_p50'), '{:.0f}')} / "
+                f"{fmt_num(some.get('completion_tokens_p50'), '{:.0f}')}")
         txt = []
         for x in row:
             if not x:
@@ -151,7 +152,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                 continue
             kv = f"{x['kv_peak']:.1%} (n={x['kv_samples']})" if x["kv_samples"] else "not observed"
             err = f", {x['n'] - x['ok']} failed" if x["n"] != x["ok"] else ""
-            txt.append(f"{_f(x['req_per_s'], '{:.3f}')} · {_f(x['p95_s'])} · {kv}{err}")
+            txt.append(f"{fmt_num(x['req_per_s'], '{:.3f}')} · {fmt_num(x['p95_s'])} · {kv}{err}")
         md.append(f"| {k['name']} ({k['describe']}) | {toks} | " + " | ".join(txt) + " |")
     md += ["", "Classes: context is made of other questions from the same eval set, placed after the question "
            "(so prefix caching cannot share it); token counts above are "
@@ -201,7 +202,7 @@ def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
             st = run_level(ccfg, path, c, out / "cells" / f"{cls.name}-c{c}")
             cells.append(cell(st, cls))
             if progress:
-                progress(f"{cls.name} c={c}: {st['ok']}/{st['n']} ok, {_f(st.get('req_per_s'), '{:.3f}')} req/s")
+                progress(f"{cls.name} c={c}: {st['ok']}/{st['n']} ok, {fmt_num(st.get('req_per_s'), '{:.3f}')} req/s")
             if cls.out_tokens and st["ok"]:
                 got = (st["completion_tokens"] or {}).get("p50")
                 if got is not None and got != cls.out_tokens:

@@ -30,7 +30,7 @@ from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig
 from ..records import RECORDS, iter_records, write_json_atomic
 from .levels import run_level, stats_from_run
-from .sweep import Progress, _f, _lat, begin_levels, cost_per_1k
+from .sweep import Progress, begin_levels, cost_per_1k, fmt_lat, fmt_num
 
 
 @dataclass(frozen=True)
@@ -144,14 +144,16 @@ def render_markdown(result: dict[str, Any]) -> str:
     for s, r in zip(result["levels"], a["rows"], strict=True):
         w = s["server"].get("waiting") or {}
         wait = f"{w['peak']:.0f} (n={w['n']})" if w.get("n") else "not observed"
-        md.append(f"| {_f(s['offered_rate'], '{:g}')} | {_f(s['arrivals'].get('realised_rate'), '{:.3f}')} "
-                  f"| {s['n']} ({s['ok']}) | {_f(s.get('req_per_s'), '{:.3f}')} "
-                  f"| {_f(s.get('goodput_per_s'), '{:.3f}')} "
-                  f"| {_lat(s['latency_from_arrival_s'])} | {_lat(s['queued_s'])} | {_lat(s['ttft_s'], fmt='{:.3f}')} "
-                  f"| {_f(r['growth'])} | {r['inflight_peak'] if r['inflight_peak'] is not None else 'n/a'} "
+        md.append(f"| {fmt_num(s['offered_rate'], '{:g}')} | {fmt_num(s['arrivals'].get('realised_rate'), '{:.3f}')} "
+                  f"| {s['n']} ({s['ok']}) | {fmt_num(s.get('req_per_s'), '{:.3f}')} "
+                  f"| {fmt_num(s.get('goodput_per_s'), '{:.3f}')} "
+                  f"| {fmt_lat(s['latency_from_arrival_s'])} | {fmt_lat(s['queued_s'])} "
+                  f"| {fmt_lat(s['ttft_s'], fmt='{:.3f}')} "
+                  f"| {fmt_num(r['growth'])} | {r['inflight_peak'] if r['inflight_peak'] is not None else 'n/a'} "
                   f"| {wait} | {_VERDICT[r['sustained']]} |")
     md += ["", f"Rule: {a['rule']}.", "",
-           f"**Highest sustained offered rate: {_f(a['max_sustained_rate'], '{:g}', 'none of those tried')} req/s**"
+           "**Highest sustained offered rate: "
+           f"{fmt_num(a['max_sustained_rate'], '{:g}', 'none of those tried')} req/s**"
            + (f"; first unsustained: {a['first_unsustained_rate']:g} req/s." if a["first_unsustained_rate"] else ".")]
     if a["too_short"]:
         md.append(f"Too short to judge at {', '.join(f'{r:g}' for r in a['too_short'])} req/s: more than a third "
@@ -163,7 +165,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     if a["slo_policy"]:
         md += ["", "| p95 target (s), from arrival | highest sustained offered rate meeting it | its p95 (s) |",
                "|---:|---:|---:|"]
-        md += [f"| {p['p95_target_s']:g} | {_f(p['rate'], '{:g}', 'none')} | {_f(p['p95_s'])} |"
+        md += [f"| {p['p95_target_s']:g} | {fmt_num(p['rate'], '{:g}', 'none')} | {fmt_num(p['p95_s'])} |"
                for p in a["slo_policy"]]
     md += [f"\n- {n}" for n in result.get("notes", [])]
     return "\n".join(md) + "\n"
@@ -212,8 +214,8 @@ def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = No
             notes.append(f"rate {rate:g}: the {cfg.duration_s:g} s duration ended the schedule after "
                          f"{st['n']} arrivals ({st['not_sent']} of the cap not sent).")
         if progress:
-            progress(f"rate {rate:g}/s: {st['ok']}/{st['n']} ok, achieved {_f(st.get('req_per_s'), '{:.3f}')} "
-                     f"req/s, p95 from arrival {_f((st['latency_from_arrival_s'] or {}).get('p95'))} s")
+            progress(f"rate {rate:g}/s: {st['ok']}/{st['n']} ok, achieved {fmt_num(st.get('req_per_s'), '{:.3f}')} "
+                     f"req/s, p95 from arrival {fmt_num((st['latency_from_arrival_s'] or {}).get('p95'))} s")
     info = server_info or {"endpoint": cfg.base.endpoint}
     local = bool(info.get("started_by_us"))
     result = {

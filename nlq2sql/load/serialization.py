@@ -32,6 +32,7 @@ from ..errors import InputError
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, preflight
 from ..records import write_json_atomic
+from .sweep import fmt_num
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
 
@@ -309,10 +310,6 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
     return result
 
 
-def _f(v: Any, fmt: str = "{:.2f}") -> str:
-    return "n/a" if v is None else fmt.format(v)
-
-
 def render_markdown(r: dict[str, Any]) -> str:
     ev, st, th = r["evidence"], r["staircase"], r["thresholds"]
     k = ev["level"]
@@ -324,16 +321,17 @@ def render_markdown(r: dict[str, Any]) -> str:
                   f"max_tokens {r['config']['max_tokens']}, structured {r['config']['structured']}.")
     md += ["", "## Evidence", "",
            "| evidence | value |", "|---|---|",
-           f"| throughput c=1 (n={ev['n_1']}) → c={k} (n={ev['n_k']}) | {_f(ev['thr_1'])} → {_f(ev['thr_k'])} req/s "
-           f"(×{_f(ev['speedup'])}; scaled ≥ ×{th['scaled_speedup']}, flat < ×{th['flat_speedup']}) |",
-           f"| p95 c=1 → c={k} | {_f(ev['p95_1'])} → {_f(ev['p95_k'])} s (×{_f(ev['p95_ratio'])}) |",
-           f"| client in flight at c={k} (n={ev['n_k']} requests) | mean {_f(ev['inflight_mean'], '{:.1f}')}, "
+           f"| throughput c=1 (n={ev['n_1']}) → c={k} (n={ev['n_k']}) | "
+           f"{fmt_num(ev['thr_1'])} → {fmt_num(ev['thr_k'])} req/s "
+           f"(×{fmt_num(ev['speedup'])}; scaled ≥ ×{th['scaled_speedup']}, flat < ×{th['flat_speedup']}) |",
+           f"| p95 c=1 → c={k} | {fmt_num(ev['p95_1'])} → {fmt_num(ev['p95_k'])} s (×{fmt_num(ev['p95_ratio'])}) |",
+           f"| client in flight at c={k} (n={ev['n_k']} requests) | mean {fmt_num(ev['inflight_mean'], '{:.1f}')}, "
            f"peak {ev['inflight_peak']} |"]
     if ev["server_observed"]:
-        md += [f"| server running at c={k} | peak {_f(ev['running_peak'], '{:.0f}')}, mean "
-               f"{_f(ev['running_mean'], '{:.1f}')} (samples {ev['running_n']}) |",
-               f"| server waiting at c={k} | peak {_f(ev['waiting_peak'], '{:.0f}')}, mean "
-               f"{_f(ev['waiting_mean'], '{:.1f}')} (samples {ev['waiting_n']}) |"]
+        md += [f"| server running at c={k} | peak {fmt_num(ev['running_peak'], '{:.0f}')}, mean "
+               f"{fmt_num(ev['running_mean'], '{:.1f}')} (samples {ev['running_n']}) |",
+               f"| server waiting at c={k} | peak {fmt_num(ev['waiting_peak'], '{:.0f}')}, mean "
+               f"{fmt_num(ev['waiting_mean'], '{:.1f}')} (samples {ev['waiting_n']}) |"]
     else:
         md.append("| server running / waiting | not observed (no readable /metrics) |")
     if st.get("index") is not None:
@@ -347,8 +345,8 @@ def render_markdown(r: dict[str, Any]) -> str:
     else:
         md.append(f"| process staircase | {st.get('note', 'not run')} ({st.get('ok')}/{st.get('n')} ok; "
                   f"errors: {', '.join(st.get('errors') or []) or 'none'}) |")
-    md.append(f"| harness CPU at c={k} | {_f(ev['client_cpu_share'], '{:.0%}')} of a core, "
-              f"{_f(ev['client_cpu_ms_per_request'], '{:.1f}')} ms/request (client-bound ≥ "
+    md.append(f"| harness CPU at c={k} | {fmt_num(ev['client_cpu_share'], '{:.0%}')} of a core, "
+              f"{fmt_num(ev['client_cpu_ms_per_request'], '{:.1f}')} ms/request (client-bound ≥ "
               f"{th['client_cpu_share']:.0%}) |")
     m = (r.get("levels") or [{}, {}])[1].get("machine")
     if m:

@@ -195,15 +195,17 @@ def analyse(levels: list[dict[str, Any]], th: Thresholds, slo: tuple[float, ...]
 
 # -- rendering --------------------------------------------------------------------------
 
-def _f(v: float | None, fmt: str = "{:.2f}", none: str = "n/a") -> str:
+def fmt_num(v: float | None, fmt: str = "{:.2f}", none: str = "n/a") -> str:
+    """A number for a table cell, or ``none`` when it was not measured."""
     return none if v is None else fmt.format(v)
 
 
-def _lat(p: dict[str, Any] | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+def fmt_lat(p: dict[str, Any] | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+    """p50 / p95 / p99 of a percentile block, or n/a when it holds no sample."""
     p = p or {}
     if not p.get("n"):
         return "n/a"
-    return " / ".join(_f(None if p.get(k) is None else p[k] * scale, fmt) for k in ("p50", "p95", "p99"))
+    return " / ".join(fmt_num(None if p.get(k) is None else p[k] * scale, fmt) for k in ("p50", "p95", "p99"))
 
 
 def _gauge(g: dict[str, Any] | None) -> str:
@@ -222,11 +224,11 @@ def level_table(levels: list[dict[str, Any]], analysis: dict[str, Any],
         r = eff.get(s["concurrency"], {})
         errs = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "none"
         cost = cost_per_1k(s.get("req_per_s"), cost_per_hour)
-        md.append(f"| {s['concurrency']} | {s['n']} ({s['ok']}) | {_f(s.get('req_per_s'))} "
-                  f"| {_f(s.get('goodput_per_s'))} | {_f(s.get('output_tok_per_s'), '{:.1f}')} "
-                  f"| {_lat(s['latency_s'])} | {_lat(s['ttft_s'], fmt='{:.3f}')} "
-                  f"| {_lat(s['itl_s'], 1000, '{:.1f}')} | {_f(r.get('efficiency'), '{:.0%}')} "
-                  f"| {_f(r.get('marginal'))} | {errs} | {_f(cost, '${:.4f}')} |")
+        md.append(f"| {s['concurrency']} | {s['n']} ({s['ok']}) | {fmt_num(s.get('req_per_s'))} "
+                  f"| {fmt_num(s.get('goodput_per_s'))} | {fmt_num(s.get('output_tok_per_s'), '{:.1f}')} "
+                  f"| {fmt_lat(s['latency_s'])} | {fmt_lat(s['ttft_s'], fmt='{:.3f}')} "
+                  f"| {fmt_lat(s['itl_s'], 1000, '{:.1f}')} | {fmt_num(r.get('efficiency'), '{:.0%}')} "
+                  f"| {fmt_num(r.get('marginal'))} | {errs} | {fmt_num(cost, '${:.4f}')} |")
     return md
 
 
@@ -245,7 +247,7 @@ def server_table(levels: list[dict[str, Any]]) -> list[str]:
                 if c.get("inflight_peak") is not None else "n/a")
         hit = sv.get("prefix_cache_hit_rate")
         md.append(f"| {s['concurrency']} | {infl} | {_gauge(sv.get('running'))} | {_gauge(sv.get('waiting'))} "
-                  f"| {kv_txt} | {_f(hit, '{:.1%}', 'not observed')} | {cpu} |")
+                  f"| {kv_txt} | {fmt_num(hit, '{:.1%}', 'not observed')} | {cpu} |")
     return md
 
 
@@ -297,13 +299,13 @@ def render_markdown(result: dict[str, Any]) -> str:
                 md.append(f"| ≤ {p['p95_target_s']:g} s | none | | | | {p['note']} |")
             else:
                 md.append(f"| ≤ {p['p95_target_s']:g} s | c={p['level']} | {p['req_per_s']:.2f} "
-                          f"| {p['p95_s']:.2f} s | {p['n']} | {_f(p['cost_per_1k'], '${:.4f}')} |")
+                          f"| {p['p95_s']:.2f} s | {p['n']} | {fmt_num(p['cost_per_1k'], '${:.4f}')} |")
     if cost is not None:
         md += ["", f"Cost assumes ${cost:g} per GPU-hour: cost / 1k = hourly cost ÷ (req/s · 3600) × 1000"
                " (per 1k correct answers: the same with goodput)."]
         for c in a["cost"] or []:
-            md.append(f"- c={c['concurrency']}: {_f(c['per_1k_queries'], '${:.4f}')} per 1k queries, "
-                      f"{_f(c['per_1k_correct'], '${:.4f}')} per 1k correct answers")
+            md.append(f"- c={c['concurrency']}: {fmt_num(c['per_1k_queries'], '${:.4f}')} per 1k queries, "
+                      f"{fmt_num(c['per_1k_correct'], '${:.4f}')} per 1k correct answers")
     if result.get("notes"):
         md += ["", "## Notes", ""] + [f"- {n}" for n in result["notes"]]
     if result.get("plots"):
@@ -461,8 +463,8 @@ def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
         st = run_level(level_base, evalset_path, c, out / "levels" / f"c{c}")
         stats.append(st)
         if progress:
-            progress(f"c={c}: {st['ok']}/{st['n']} ok, {_f(st.get('req_per_s'))} req/s, "
-                     f"p95 {_f((st['latency_s'] or {}).get('p95'))} s")
+            progress(f"c={c}: {st['ok']}/{st['n']} ok, {fmt_num(st.get('req_per_s'))} req/s, "
+                     f"p95 {fmt_num((st['latency_s'] or {}).get('p95'))} s")
     for st in stats:
         if st.get("not_sent"):
             notes.append(f"c={st['concurrency']}: the {cfg.duration_s:g} s duration ended the level; "
@@ -605,14 +607,14 @@ def render_server_sweep(combined: dict[str, Any], runs: list[dict[str, Any]]) ->
           f"| {knob} | peak req/s (at c, n) | p95 at peak | knee | saturation | server running peak | "
           "server waiting peak |", "|---:|---|---:|---:|---:|---:|---:|"]
     for s in combined["settings"]:
-        md.append(f"| {s['value']} | {_f(s['peak_req_per_s'])} (c={s['peak_at']}, n={s['n_at_peak']}) "
-                  f"| {_f(s['p95_at_peak'])} s | {s['knee'] or 'none'} | {s['saturation'] or 'none'} "
+        md.append(f"| {s['value']} | {fmt_num(s['peak_req_per_s'])} (c={s['peak_at']}, n={s['n_at_peak']}) "
+                  f"| {fmt_num(s['p95_at_peak'])} s | {s['knee'] or 'none'} | {s['saturation'] or 'none'} "
                   f"| {s['running_peak']} | {s['waiting_peak']} |")
     levels = sorted({c for s in combined["settings"] for c, _, _ in s["levels"]})
     md += ["", "req/s by concurrency:", "", "| " + knob + " | " + " | ".join(f"c={c}" for c in levels) + " |",
            "|---:|" + "---:|" * len(levels)]
     for s in combined["settings"]:
         by = {c: r for c, r, _ in s["levels"]}
-        md.append(f"| {s['value']} | " + " | ".join(_f(by.get(c)) for c in levels) + " |")
+        md.append(f"| {s['value']} | " + " | ".join(fmt_num(by.get(c)) for c in levels) + " |")
     md.append("\nCPU-only vLLM: these timings rank settings on this machine; they are not GPU numbers.")
     return "\n".join(md) + "\n"
