@@ -68,7 +68,7 @@ COLUMNS = [("run", "run"), ("n", "n"), ("raw", "raw intent"), ("final", "final")
            ("errors", "error taxonomy (final)")]
 
 
-def _png(fig: Any) -> str:
+def png_base64(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
@@ -91,7 +91,7 @@ def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
     ax.set_xlim(0, 1)
     ax.set_xlabel("accuracy (95 % Wilson CI)")
     ax.legend(loc="lower right", fontsize=7)
-    figs["accuracy"] = _png(fig)
+    figs["accuracy"] = png_base64(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in runs:
@@ -101,7 +101,7 @@ def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
             ax.annotate(r["label"], (t["completion_tokens"]["mean"], t["latency_s"]["p50"]), fontsize=6)
     ax.set_xlabel("output tokens (mean)")
     ax.set_ylabel("latency p50 (s)")
-    figs["tokens_latency"] = _png(fig)
+    figs["tokens_latency"] = png_base64(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax2 = ax.twinx()
@@ -115,7 +115,7 @@ def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
     ax.set_xlabel("concurrency")
     ax.set_ylabel("final accuracy")
     ax2.set_ylabel("p95 latency (s)")
-    figs["concurrency"] = _png(fig)
+    figs["concurrency"] = png_base64(fig)
     return figs
 
 
