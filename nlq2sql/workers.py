@@ -173,12 +173,13 @@ def merge_fleets(reports: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     for row in rows.values():
         row["events"].sort(key=lambda e: e["t"])
     return {"routing": seen[0]["routing"], "failovers": sum(r["failovers"] for r in seen),
-            "replicas": list(rows.values()), "server_metrics": None}
+            "replicas": list(rows.values()), "server_metrics": None}  # filled in by the driver
 
 
 def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path, cases: list[EvalCase],
                 progress: Progress | None, budget: RetryBudget) -> dict[str, Any]:
     """Answer ``cases`` with ``cfg.workers`` processes (or Ray actors); write their records here."""
+    from .item import targets
     from .live import session_result
     from .server_metrics import MetricsSampler
 
@@ -200,9 +201,13 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
 
     driver = HarnessMonitor()
 
-    async def drive() -> dict[str, Any]:
-        sampler = MetricsSampler(base_url, cfg.load.metrics_interval_s)  # the first replica's, as in one process
-        sampler.start()
+    # The driver samples every replica's /metrics (the workers sample none), labelled as the pool labels them.
+    urls = [u for u, _, _ in targets(cfg, base_url, model, key)]
+
+    async def drive() -> list[dict[str, Any]]:
+        samplers = [MetricsSampler(u, cfg.load.metrics_interval_s) for u in urls]
+        for smp in samplers:
+            smp.start()
         driver.start()
         loop = asyncio.get_running_loop()
         engine.start(cfg, (base_url, model, key), lanes, inbox, outbox, shared, deadline)
@@ -227,14 +232,18 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                         raise Nlq2SqlError(f"a client worker failed: {body}")
         finally:
             await driver.stop()
-            await sampler.stop()
+            for smp in samplers:
+                await smp.stop()
             engine.stop()
-        return sampler.result()
+        return [smp.result() for smp in samplers]
 
-    server_metrics = asyncio.run(drive())
+    per_replica = asyncio.run(drive())
     sent = sum(r["sent"] for r in reports)
-    return session_result(cfg, time.time() - min(first[0], time.time()), sent, len(cases), server_metrics,
-                          merge_fleets([r["fleet"] for r in reports]), shared.used,
+    fleet = merge_fleets([r["fleet"] for r in reports])
+    if fleet is not None:
+        fleet["server_metrics"] = {f"r{i}": m for i, m in enumerate(per_replica)}
+    return session_result(cfg, time.time() - min(first[0], time.time()), sent, len(cases), per_replica[0],
+                          fleet, shared.used,
                           merge_harness([driver.result(), *(r["harness"] for r in reports)]))
 
 

@@ -128,3 +128,20 @@ def test_resume_after_sigkill_is_exact(engine: str, tmp_path: Path) -> None:
                              cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         assert resumed == results(whole)
+
+
+def test_workers_sample_every_replicas_metrics(tmp_path: Path) -> None:
+    """With workers the driver samples /metrics: of every replica, labelled as the records are."""
+    from nlq2sql.pool import ReplicaSpec
+
+    spec = script()
+    with FakeServer(tmp_path / "a", spec, model=MODEL) as a, FakeServer(tmp_path / "b", spec, model=MODEL) as b:
+        summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=a.url, model=MODEL,
+                                      replicas=(ReplicaSpec(b.url),), limit=12, concurrency=4, workers=2,
+                                      load=LoadShape(metrics_interval_s=0.05)))
+    per = summary["fleet"]["server_metrics"]
+    assert set(per) == {"r0", "r1"}
+    # The fake serves no /metrics: each replica's sampler tried (and says so), none was skipped.
+    assert all(m["observed"] is False and m["errors"] > 0 for m in per.values())
+    assert {m["url"] for m in per.values()} == {a.url.rstrip("/").removesuffix("/v1") + "/metrics",
+                                                 b.url.rstrip("/").removesuffix("/v1") + "/metrics"}
