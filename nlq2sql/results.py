@@ -104,7 +104,8 @@ class Manifest(_Model):
     finished: float | None = None
     resumed_at: float | None = None
     # offline re-scoring
-    responses: str | None = None
+    responses: str | None = None  # relative to the project, else the file's name
+    responses_sha256: str | None = None
     # live runs
     endpoint: str | None = None
     model: str | None = None

@@ -25,6 +25,7 @@ from .guardrail import RuleSet, load_guardrails
 from .inputs import decode_line, regular_file, reusable_rest, split_id
 from .records import (
     MANIFEST,
+    RECORD_VERSION,
     RECORDS,
     SUMMARY,
     RecordWriter,
@@ -34,6 +35,9 @@ from .records import (
     write_json_atomic,
 )
 from .rescore import RecordMemo
+from .results import Manifest as ManifestModel
+from .results import Summary as SummaryModel
+from .results import validated
 from .score import Summary, score_item
 from .semantic import Warehouse, open_warehouse
 
@@ -224,9 +228,16 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
         summary["distinct_queries_executed"] = executed
         summary["missing"] = {"n": len(missing), "allowed": cfg.allow_missing, "first_ids": missing[:5]}
         summary["records"] = records_digest(tmp / RECORDS)
-        write_json_atomic(tmp / SUMMARY, summary)
-        write_json_atomic(tmp / MANIFEST, manifest_base("score", evalset, rulesets, wh) | {
-            "responses": str(cfg.responses), "started": started, "finished": time.time()})
+        summary["record_version"] = RECORD_VERSION
+        write_json_atomic(tmp / SUMMARY, validated(SummaryModel, summary))
+        # The responses file as recorded: relative to the project, else its name; and its hash.
+        from .semantic.catalog import display_path
+
+        shown = display_path(Path(cfg.responses))
+        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", evalset, rulesets, wh) | {
+            "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
+            "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
+            "finished": time.time()}))
         if cfg.out.exists():
             shutil.rmtree(cfg.out)
         cfg.out.parent.mkdir(parents=True, exist_ok=True)
@@ -244,7 +255,7 @@ def manifest_base(kind: str, evalset: EvalSet | CaseIndex, rulesets: list[RuleSe
 
     # A learned guardrail's artefact (sha256, training-set sha256, …): which model re-scored.
     learned = {rs.name: rs.provenance() for rs in rulesets if hasattr(rs, "provenance")}
-    return {"record_version": 1, "kind": kind, "harness_version": __version__, **git_info(),
+    return {"record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__, **git_info(),
             "evalset": evalset.name, "evalset_path": display_path(Path(evalset.path)),
             "evalset_sha256": evalset.sha256,
             "n_items": len(evalset.ids) if isinstance(evalset, CaseIndex) else len(evalset.cases),

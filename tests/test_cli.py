@@ -290,3 +290,18 @@ def test_command_modules_import_only_the_shared_module() -> None:
             if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module != "_common":
                 offenders.append(f"{path.name}: from .{node.module or ''} import …")
     assert offenders == []
+
+
+def test_score_records_its_version_and_no_machine_path(tmp_path: Path) -> None:
+    import hashlib
+
+    responses = gold_responses(tmp_path / "answers.jsonl", "dev")
+    res = score("--evalset", "dev", "--responses", str(responses), "--out", str(tmp_path / "run"))
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert summary["record_version"] == manifest["record_version"] == 1
+    # Outside the project: the file's name and its sha256, never the absolute path.
+    assert manifest["responses"] == "answers.jsonl"
+    assert manifest["responses_sha256"] == hashlib.sha256(responses.read_bytes()).hexdigest()
+    assert str(tmp_path) not in (tmp_path / "run" / "manifest.json").read_text()
