@@ -177,6 +177,8 @@ def test_runs_page_shows_facts_figures_and_plots(viewer: Viewer) -> None:
     facts = page.locator("#runs-facts tbody tr")
     head = page.locator("#runs-headline tbody tr")
     assert facts.count() == head.count() == len(RUN_DIRS)
+    # Run folders are shown relative to where the viewer started: no machine path on the page.
+    assert str(ROOT) not in page.locator("#runs-facts").inner_text()
     for k, d in enumerate(RUN_DIRS):
         m = json.loads((d / "manifest.json").read_text())
         s = json.loads((d / "summary.json").read_text())
@@ -188,6 +190,8 @@ def test_runs_page_shows_facts_figures_and_plots(viewer: Viewer) -> None:
         assert row.nth(5).inner_text() == f"{m['evalset']} ({len(records(d))} items{limit})"
         assert row.nth(7).inner_text() == str(m["concurrency"])
         assert f"vLLM {m['server']['server_version']}" in row.nth(9).inner_text()
+        assert row.nth(12).inner_text() == m.get("semantic_model", "retail (not recorded)")
+        assert row.nth(13).inner_text().startswith(f"schema {m['sampling'].get('schema') or 'flat'}")
         # the server links each run's own files; the static bundle has none to link
         links = page.locator(f"#runs-facts a[href^='runs/{k}/']").all_inner_texts()
         served = viewer.base.startswith("http")

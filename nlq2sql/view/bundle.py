@@ -57,9 +57,19 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
+def _shown(path: Path) -> str:
+    """A run's folder as the page shows it: relative to where the viewer was started when
+    inside it (a bundle attached to a CI page carries no machine path), else as given."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 _MANIFEST_FACTS = ("kind", "model", "prompt", "prompt_style", "guardrails", "evalset", "n_items", "concurrency",
                    "client", "endpoint", "sampling", "harness_version", "git_commit", "git_dirty", "started",
-                   "finished", "limit", "evalset_sha256", "prompt_sha256")
+                   "finished", "limit", "evalset_sha256", "prompt_sha256", "semantic_model", "examples",
+                   "link_values", "planner", "samples", "abstain")
 
 
 def _finite(obj: Any) -> Any:
@@ -79,7 +89,7 @@ def run_meta(run: Run, *, raw_files: bool) -> dict[str, Any]:
     facts["server_version"] = server.get("server_version")
     facts["max_model_len"] = server.get("max_model_len")
     files = sorted(p.name for p in run.path.iterdir() if p.is_file()) if raw_files else []
-    return {"key": run.key, "label": run.label, "dir": str(run.path), "name": run.path.name,
+    return {"key": run.key, "label": run.label, "dir": _shown(run.path), "name": run.path.name,
             "evalset_key": run.evalset_key, "facts": facts, "manifest": m, "summary": run.summary, "notes": run.notes,
             "n": run.n, "chunks": max(1, math.ceil(run.n / CHUNK)), "files": files}
 

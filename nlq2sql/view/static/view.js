@@ -194,13 +194,24 @@
   }
 
   // ------------------------------------------------------------------ runs
+  // What the model was shown and how it was asked, from the manifest (docs/conditions.md).
+  function conditions(f, s) {
+    const parts = ["schema " + (s.schema ? str(s.schema) : "flat")];
+    if (f.examples && typeof f.examples === "object") parts.push(str(f.examples.k) + " examples (" + str(f.examples.bank) + ")");
+    if (f.link_values && f.link_values !== "none") parts.push("values " + str(f.link_values));
+    if (f.planner && f.planner !== "none") parts.push("planner " + str(f.planner));
+    if (typeof f.samples === "number" && f.samples > 1) parts.push(f.samples + " samples");
+    if (f.abstain) parts.push("abstain");
+    return parts.join(" · ");
+  }
+
   function renderRuns(root, still) {
     const rs = runs();
     root.append(h("h1", { text: "Runs" }),
       h("p", { class: "muted", title: "page made " + meta().generated, text: rs.length + " run" + (rs.length === 1 ? "" : "s") }));
     const facts = h("table", { class: "grid", id: "runs-facts" },
       h("thead", null, h("tr", null, ["#", "run", "model", "prompt", "guardrails", "eval set", "sampling", "concurrency",
-        "client", "server", "when", "commit"].map(function (t) { return h("th", { text: t }); }))));
+        "client", "server", "when", "commit", "warehouse", "conditions"].map(function (t) { return h("th", { text: t }); }))));
     const tb = h("tbody");
     rs.forEach(function (r) {
       const f = r.facts;
@@ -227,7 +238,9 @@
         h("td", { text: f.client === undefined || f.client === null ? "not recorded" : str(f.client) }),
         h("td", { text: server || "—" }),
         h("td", { text: when(f.started) + dur }),
-        h("td", { class: "small", text: (typeof f.git_commit === "string" ? f.git_commit.slice(0, 10) : "—") + (f.git_dirty ? " (dirty)" : "") })));
+        h("td", { class: "small", text: (typeof f.git_commit === "string" ? f.git_commit.slice(0, 10) : "—") + (f.git_dirty ? " (dirty)" : "") }),
+        h("td", { text: f.semantic_model ? str(f.semantic_model) : "retail (not recorded)" }),
+        h("td", { class: "small", text: conditions(f, s) })));
     });
     facts.append(tb);
     root.append(h("h2", { text: "What ran" }), h("div", { class: "scroll" }, facts));
