@@ -216,3 +216,18 @@ def test_validate_rejects_bad_config() -> None:
         sw.validate(sw.SweepConfig(base=EvalConfig(), requests=0))
     with pytest.raises(InputError):
         sw.validate(sw.SweepConfig(base=EvalConfig(), slo_p95=(-1.0,)))
+
+
+def test_a_library_caller_gets_the_threshold_checks_the_cli_has(tmp_path: Path) -> None:
+    from nlq2sql.live import EvalConfig
+    from nlq2sql.load.sweep import SweepConfig, Thresholds, validate
+
+    base = EvalConfig(out=tmp_path / "s")
+    validate(SweepConfig(base=base, levels=(1, 2)))  # the defaults pass
+    for th, field in ((Thresholds(efficiency=1.5), "--efficiency-threshold"),
+                      (Thresholds(marginal=-0.1), "--marginal-threshold"),
+                      (Thresholds(flat_pct=float("nan")), "--flat-pct")):
+        with pytest.raises(InputError) as exc:
+            validate(SweepConfig(base=base, levels=(1, 2), thresholds=th))
+        assert exc.value.field == field
+    assert not (tmp_path / "s").exists()

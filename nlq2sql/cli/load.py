@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -145,10 +144,6 @@ def sweep_cmd(
         Console().print(openloop.render_markdown(rres), markup=False, highlight=False)
         err.print(f"wrote {out / 'rate-sweep.json'}, {out / 'rate-sweep.md'} and a plot")
         return
-    for name, v in (("--efficiency-threshold", efficiency_threshold), ("--marginal-threshold", marginal_threshold),
-                    ("--flat-pct", flat_pct)):
-        if not 0 <= v <= 1:
-            raise InputError(f"must be between 0 and 1, got {v}", field=name)
     th = sw.Thresholds(efficiency=efficiency_threshold, marginal=marginal_threshold, flat_pct=flat_pct,
                        p95_rise_pct=flat_pct)
     base = replace(_load_base(evalset, endpoint_url, model, api_key_env, prompt, max_tokens, structured, out,
@@ -350,54 +345,10 @@ def capacity_cmd(
     out: Annotated[Path | None, typer.Option(help="Write capacity.json and capacity.md here.")] = None,
 ) -> None:
     """KV bytes per token vs the server's KV budget; ISL/OSL, max_tokens and context headroom."""
-    import urllib.error
-    import urllib.request
-
-    from ..inputs import read_text
-    from ..live import check_endpoint_url
     from ..load import capacity as cap
-    from ..models import resolve_model
-    from ..records import output_dir, write_json_atomic
 
-    if out is not None:
-        output_dir(out, create=False)
-    if endpoint is not None:
-        check_endpoint_url(endpoint)
-    if concurrency is not None and concurrency < 1:
-        raise InputError(f"must be at least 1, got {concurrency}", field="--concurrency")
-    if context is not None and context < 1:
-        raise InputError(f"must be at least 1, got {context}", field="--context")
-    dirs = cap.run_dirs(list(run or []), sweep)
-    if model_config is None:
-        path = Path(resolve_model(model)[0]) / "config.json"
-        if not path.is_file():
-            raise InputError(f"no local config.json for {model!r}; pass --model-config", field="--model")
-        model_config = path
-    try:
-        config = json.loads(read_text(model_config, "model config"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON ({exc.msg})", path=str(model_config), line=exc.lineno) from None
-    if not isinstance(config, dict):
-        raise InputError("a model config.json must be a JSON object", path=str(model_config))
-    try:
-        cap.kv_per_token(config, kv_dtype)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-        raise InputError(f"not a usable model config ({type(exc).__name__}: {exc})",
-                         path=str(model_config)) from None
-    metrics_text = None
-    if endpoint is not None:
-        try:
-            with urllib.request.urlopen(endpoint.rstrip("/").removesuffix("/v1") + "/metrics", timeout=10) as resp:
-                metrics_text = resp.read().decode()
-        except (urllib.error.URLError, OSError):
-            metrics_text = None
-    if not 0 <= margin <= 5:
-        raise InputError(f"must be between 0 and 5, got {margin}", field="--margin")
-    res = cap.analyse(config, dirs, kv_dtype=kv_dtype, metrics_text=metrics_text, concurrency=concurrency,
-                      context=context, margin=margin)
+    res = cap.run(cap.CapacityConfig(runs=tuple(run or ()), sweep=sweep, model=model, model_config=model_config,
+                                     kv_dtype=kv_dtype, endpoint=endpoint, concurrency=concurrency,
+                                     context=context, margin=margin, out=out))
     md = cap.render_markdown(res)
-    if out is not None:
-        output_dir(out)
-        write_json_atomic(out / "capacity.json", res)
-        (out / "capacity.md").write_text(md)
     Console().print(md, markup=False, highlight=False)

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..inputs import read_text
+from ..models import DEFAULT_MODEL
 from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
 from ..score import percentiles
 
@@ -164,6 +166,83 @@ def analyse(config: dict[str, Any], dirs: list[Path], *, kv_dtype: str | None = 
             "budget_bytes": budget["tokens"] * kv["bytes_per_token"] if budget.get("observed") else None,
             "need": need, "measured_kv_peaks": peaks, "context": ctx, "runs": [str(d) for d in dirs],
             "verdict": verdict}
+
+
+@dataclass(frozen=True)
+class CapacityConfig:
+    """What ``nlq2sql capacity`` is asked: the runs, the model's shape, the server, the margins."""
+
+    runs: tuple[Path, ...] = ()
+    sweep: Path | None = None
+    model: str = DEFAULT_MODEL  # a local alias or folder holding config.json
+    model_config: Path | None = None  # a Hugging Face config.json (remote models)
+    kv_dtype: str = "auto"
+    endpoint: str | None = None  # read the KV budget from its /metrics
+    concurrency: int | None = None
+    context: int | None = None
+    margin: float = 0.25
+    out: Path | None = None
+
+
+def load_model_config(model: str, model_config: Path | None, kv_dtype: str) -> dict[str, Any]:
+    """The model's config.json (given, or the local model's), checked to give a KV size."""
+    from ..models import resolve_model
+
+    if model_config is None:
+        path = Path(resolve_model(model)[0]) / "config.json"
+        if not path.is_file():
+            raise InputError(f"no local config.json for {model!r}; pass --model-config", field="--model")
+        model_config = path
+    try:
+        config = json.loads(read_text(model_config, "model config"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON ({exc.msg})", path=str(model_config), line=exc.lineno) from None
+    if not isinstance(config, dict):
+        raise InputError("a model config.json must be a JSON object", path=str(model_config))
+    try:
+        kv_per_token(config, kv_dtype)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise InputError(f"not a usable model config ({type(exc).__name__}: {exc})",
+                         path=str(model_config)) from None
+    return config
+
+
+def fetch_metrics(endpoint: str) -> str | None:
+    """The server's Prometheus text, or None when it cannot be read (the budget is then unobserved)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(endpoint.rstrip("/").removesuffix("/v1") + "/metrics", timeout=10) as resp:
+            return str(resp.read().decode())
+    except (urllib.error.URLError, OSError, UnicodeDecodeError):
+        return None
+
+
+def run(cfg: CapacityConfig) -> dict[str, Any]:
+    """Validate, read, analyse; write ``capacity.json`` and ``capacity.md`` when ``cfg.out`` is set."""
+    from ..live import check_endpoint_url
+    from ..records import output_dir, write_json_atomic
+
+    if cfg.out is not None:
+        output_dir(cfg.out, create=False)
+    if cfg.endpoint is not None:
+        check_endpoint_url(cfg.endpoint)
+    for name, v in (("--concurrency", cfg.concurrency), ("--context", cfg.context)):
+        if v is not None and v < 1:
+            raise InputError(f"must be at least 1, got {v}", field=name)
+    if not (math.isfinite(cfg.margin) and 0 <= cfg.margin <= 5):
+        raise InputError(f"must be between 0 and 5, got {cfg.margin}", field="--margin")
+    dirs = run_dirs(list(cfg.runs), cfg.sweep)
+    config = load_model_config(cfg.model, cfg.model_config, cfg.kv_dtype)
+    metrics_text = fetch_metrics(cfg.endpoint) if cfg.endpoint is not None else None
+    res = analyse(config, dirs, kv_dtype=cfg.kv_dtype, metrics_text=metrics_text, concurrency=cfg.concurrency,
+                  context=cfg.context, margin=cfg.margin)
+    if cfg.out is not None:
+        output_dir(cfg.out)
+        write_json_atomic(cfg.out / "capacity.json", res)
+        (cfg.out / "capacity.md").write_text(render_markdown(res))
+    return res
 
 
 def render_markdown(r: dict[str, Any]) -> str:

@@ -422,6 +422,11 @@ def validate(cfg: SweepConfig) -> None:
         raise InputError("p95 targets must be positive, finite seconds", field="--slo-p95")
     if cfg.gpu_cost_per_hour is not None and cfg.gpu_cost_per_hour < 0:
         raise InputError("must not be negative", field="--gpu-cost-per-hour")
+    th = cfg.thresholds
+    for name, v in (("--efficiency-threshold", th.efficiency), ("--marginal-threshold", th.marginal),
+                    ("--flat-pct", th.flat_pct), ("--flat-pct", th.p95_rise_pct)):
+        if not 0 <= v <= 1:  # also refuses NaN
+            raise InputError(f"must be between 0 and 1, got {v}", field=name)
 
 
 def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str) -> tuple[Path, list[str]]:
