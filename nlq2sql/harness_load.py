@@ -18,11 +18,13 @@ from typing import Any
 
 from .score import percentiles
 
-__all__ = ["CPU_SHARE_LIMIT", "LAG_P95_LIMIT_MS", "HarnessMonitor", "merge"]
+__all__ = ["CPU_SHARE_LIMIT", "LAG_P95_LIMIT_MS", "STARVED_SHARE_BELOW", "HarnessMonitor", "merge"]
 
 #: Thresholds for "saturated" (documented in docs/failures.md and the summary itself).
 LAG_P95_LIMIT_MS = 50.0
 CPU_SHARE_LIMIT = 0.9
+#: A lagging loop in a client using less than this share of a core waited for a core others held.
+STARVED_SHARE_BELOW = 0.5
 #: Lag samples kept (a uniform reservoir): memory stays flat for a run of any length.
 RESERVOIR = 5000
 
@@ -74,16 +76,24 @@ class HarnessMonitor:
 
 
 def judge(r: dict[str, Any]) -> dict[str, Any]:
-    """Add the verdict: saturated, and why, against the stated thresholds."""
-    why = []
+    """Add the verdict against the stated thresholds: *saturated* (the client's own work is the
+    bottleneck: its CPU share is high, or its loop lags while it is busy) or *starved* (its loop
+    lags while it uses little CPU: other processes — a local CPU server — held the cores, so
+    its timings include waiting for a core, but more client capacity would not help)."""
+    why, starved_why = [], []
     p95 = (r.get("loop_lag_ms") or {}).get("p95")
-    if p95 is not None and p95 > LAG_P95_LIMIT_MS:
-        why.append(f"event-loop lag p95 {p95:.0f} ms > {LAG_P95_LIMIT_MS:.0f} ms")
     share = r.get("cpu_share_of_core")
+    if p95 is not None and p95 > LAG_P95_LIMIT_MS:
+        lag = f"event-loop lag p95 {p95:.0f} ms > {LAG_P95_LIMIT_MS:.0f} ms"
+        if share is not None and share < STARVED_SHARE_BELOW:
+            starved_why.append(f"{lag} while the client used {share:.0%} of a core")
+        else:
+            why.append(lag)
     if share is not None and share >= CPU_SHARE_LIMIT:
         why.append(f"client CPU {share:.0%} of a core ≥ {CPU_SHARE_LIMIT:.0%}")
-    return dict(r, saturated=bool(why), why=why,
-                thresholds={"loop_lag_p95_ms": LAG_P95_LIMIT_MS, "cpu_share_of_core": CPU_SHARE_LIMIT})
+    return dict(r, saturated=bool(why), why=why, starved=bool(starved_why) and not why, starved_why=starved_why,
+                thresholds={"loop_lag_p95_ms": LAG_P95_LIMIT_MS, "cpu_share_of_core": CPU_SHARE_LIMIT,
+                            "starved_share_below": STARVED_SHARE_BELOW})
 
 
 def merge(results: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -93,7 +103,8 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     worst = max(results, key=lambda r: ((r.get("loop_lag_ms") or {}).get("p95") or 0.0,
                                         r.get("cpu_share_of_core") or 0.0))
-    return judge(dict({k: v for k, v in worst.items() if k not in ("saturated", "why", "thresholds")},
+    return judge(dict({k: v for k, v in worst.items()
+                       if k not in ("saturated", "why", "starved", "starved_why", "thresholds")},
                       processes=len(results), cpu_s=sum(r["cpu_s"] for r in results),
                       per_process=[{"cpu_share_of_core": r.get("cpu_share_of_core"),
                                     "loop_lag_p95_ms": (r.get("loop_lag_ms") or {}).get("p95")}

@@ -97,8 +97,12 @@ def render_summary(s: dict[str, Any], title: str = "nlq2sql summary", console: C
     h = s.get("harness") or {}
     if h.get("saturated"):
         console.print(f"[yellow]warning: the client was saturated ({'; '.join(h['why'])}): throughput and "
-                      "latency figures are bounded by the harness, not the server; try --workers or "
-                      "--client aiohttp[/yellow]")
+                      "latency figures are bounded by the harness, not the server; try --workers (and "
+                      "--client aiohttp where the SDK client was used)[/yellow]")
+    elif h.get("starved"):
+        console.print(f"[yellow]note: the client waited for CPU ({'; '.join(h['starved_why'])}): other "
+                      "processes on this machine (a local CPU server?) held the cores, so latencies include "
+                      "that wait; more client capacity would not help[/yellow]")
 
 
 def fleet_table(fleet: dict[str, Any]) -> Table:

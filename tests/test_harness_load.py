@@ -58,6 +58,11 @@ def test_verdict_thresholds_and_merge() -> None:
     assert not ok["saturated"] and busy["saturated"] and "CPU" in busy["why"][0]
     m = merge([ok, busy])
     assert m is not None and m["saturated"] and m["processes"] == 2 and m["cpu_s"] == 10.5
+    # A lagging loop in a client that used little CPU waited for cores others held: starved.
+    starved = judge({"cpu_s": 0.7, "wall_s": 10.0, "cpu_share_of_core": 0.07, "loop_lag_ms": {"p95": 116.0}})
+    assert not starved["saturated"] and starved["starved"] and "7% of a core" in starved["starved_why"][0]
+    busy_lag = judge({"cpu_s": 6.0, "wall_s": 10.0, "cpu_share_of_core": 0.6, "loop_lag_ms": {"p95": 116.0}})
+    assert busy_lag["saturated"] and not busy_lag["starved"]
 
 
 def test_memory_stays_flat_however_long_the_run() -> None:
