@@ -9,10 +9,12 @@ import pytest
 
 from nlq2sql.errors import InputError
 from nlq2sql.evalset import load_evalset
+from nlq2sql.load import analysis as an
+from nlq2sql.load import render as rn
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.levels import expand_evalset, inflight, level_stats
 
-TH = sw.Thresholds()
+TH = an.Thresholds()
 
 # Seed 002, "The Operating Knee" table (after the fix): concurrency → (req/s, p95 s).
 SEED_KNEE = {1: (0.31, 3.24), 8: (2.22, 3.62), 16: (4.21, 3.91), 18: (4.29, 4.16), 24: (5.63, 4.32),
@@ -31,7 +33,7 @@ def pts(table: dict[int, tuple[float, float]]) -> list[dict]:
 
 
 def test_efficiency_matches_seed_table() -> None:
-    rows = sw.scaling([(c, t) for c, (t, _) in SEED_KNEE.items()])
+    rows = an.scaling([(c, t) for c, (t, _) in SEED_KNEE.items()])
     for r in rows:
         assert r["efficiency"] == pytest.approx(SEED_EFFICIENCY[r["concurrency"]], abs=0.01)
     # The seed's worked example: at 16, perfect scaling would be 4.96 req/s; 4.21 is ~85 %.
@@ -41,64 +43,64 @@ def test_efficiency_matches_seed_table() -> None:
 
 def test_efficiency_with_external_baseline_matches_repeated_sweep() -> None:
     # The seed's clean repeat at 12/16/20/24 used thr(1) = 0.31 from the main sweep.
-    rows = sw.scaling([(12, 3.19), (16, 4.06), (20, 4.64), (24, 5.26)], baseline=(1, 0.31))
+    rows = an.scaling([(12, 3.19), (16, 4.06), (20, 4.64), (24, 5.26)], baseline=(1, 0.31))
     assert [round(r["efficiency"], 2) for r in rows] == [0.86, 0.82, 0.75, 0.71]
 
 
 def test_baseline_is_lowest_level_when_one_is_missing() -> None:
-    rows = sw.scaling([(4, 2.0), (8, 3.0)])
+    rows = an.scaling([(4, 2.0), (8, 3.0)])
     assert rows[0]["efficiency"] == pytest.approx(1.0)
     assert rows[1]["efficiency"] == pytest.approx(3.0 * 4 / (8 * 2.0))
     assert rows[1]["marginal"] == pytest.approx((3.0 - 2.0) / (4 * 0.5))
-    a = sw.analyse([_level(4, 2.0, 1.0), _level(8, 3.0, 1.2)], TH)
+    a = an.analyse([_level(4, 2.0, 1.0), _level(8, 3.0, 1.2)], TH)
     assert a["baseline_level"] == 4 and "c=4" in a["baseline_note"]
 
 
 def test_knee_on_seed_numbers() -> None:
-    rows = sw.scaling([(c, t) for c, (t, _) in SEED_KNEE.items()])
-    knee = sw.find_knee(rows, TH)
+    rows = an.scaling([(c, t) for c, (t, _) in SEED_KNEE.items()])
+    knee = an.find_knee(rows, TH)
     # Efficient through 16, bends at 18 (77 % < 80 %; 16→18 bought only 0.13 of a lane per request).
     assert knee["level"] == 18 and knee["last_efficient"] == 16
     assert any("efficiency 77% < 80%" in r for r in knee["reasons"])
     assert any("marginal" in r for r in knee["reasons"])
     # Without the dense 18 point, the knee is 24 (75.7 %), still after 16.
-    rows = sw.scaling([(c, t) for c, (t, _) in SEED_KNEE.items() if c != 18])
-    assert sw.find_knee(rows, TH)["level"] == 24
+    rows = an.scaling([(c, t) for c, (t, _) in SEED_KNEE.items() if c != 18])
+    assert an.find_knee(rows, TH)["level"] == 24
 
 
 def test_knee_by_marginal_gain_alone() -> None:
     # Efficiency stays high but the last step buys almost nothing.
-    rows = sw.scaling([(1, 1.0), (2, 2.0), (4, 3.9), (5, 4.0)])
-    knee = sw.find_knee(rows, sw.Thresholds(efficiency=0.5))
+    rows = an.scaling([(1, 1.0), (2, 2.0), (4, 3.9), (5, 4.0)])
+    knee = an.find_knee(rows, an.Thresholds(efficiency=0.5))
     assert knee["level"] == 5 and knee["reasons"] == ["marginal gain 0.10 < 0.50 lane/request"]
 
 
 def test_knee_none_and_single_level() -> None:
-    rows = sw.scaling([(1, 1.0), (2, 1.95), (4, 3.8)])
-    assert sw.find_knee(rows, TH)["level"] is None
-    assert sw.find_knee(rows, TH)["last_efficient"] == 4
-    assert sw.find_knee(sw.scaling([(1, 1.0)]), TH)["level"] is None
+    rows = an.scaling([(1, 1.0), (2, 1.95), (4, 3.8)])
+    assert an.find_knee(rows, TH)["level"] is None
+    assert an.find_knee(rows, TH)["last_efficient"] == 4
+    assert an.find_knee(an.scaling([(1, 1.0)]), TH)["level"] is None
 
 
 def test_serialized_curve_knees_at_two_and_saturates_at_one() -> None:
-    rows = sw.scaling([(c, t) for c, (t, _) in SEED_BEFORE.items()])
-    assert sw.find_knee(rows, TH)["level"] == 2
-    sat = sw.find_saturation(pts(SEED_BEFORE), TH)
+    rows = an.scaling([(c, t) for c, (t, _) in SEED_BEFORE.items()])
+    assert an.find_knee(rows, TH)["level"] == 2
+    sat = an.find_saturation(pts(SEED_BEFORE), TH)
     assert sat["level"] == 1 and sat["next"] == 2 and sat["p95_rise"] > 0.5
-    sig = sw.serialized_signature(pts(SEED_BEFORE), TH)
+    sig = an.serialized_signature(pts(SEED_BEFORE), TH)
     assert sig["present"] and sig["speedup"] == pytest.approx(1.0) and sig["p95_ratio"] > 25
-    assert not sw.serialized_signature(pts(SEED_KNEE), TH)["present"]
+    assert not an.serialized_signature(pts(SEED_KNEE), TH)["present"]
 
 
 def test_saturation_beyond_32() -> None:
-    sat = sw.find_saturation(pts(SEED_BEYOND), TH)
+    sat = an.find_saturation(pts(SEED_BEYOND), TH)
     assert sat["level"] == 32 and sat["next"] == 40
     assert sat["throughput_gain"] == pytest.approx(6.94 / 6.63 - 1)
-    assert sw.find_saturation(pts(SEED_KNEE), TH)["level"] is None
+    assert an.find_saturation(pts(SEED_KNEE), TH)["level"] is None
 
 
 def test_slo_policy_reproduces_seed() -> None:
-    pol = sw.slo_policy(pts(SEED_KNEE), [4.0, 4.5, 5.0, 3.0], cost_per_hour=1.0)
+    pol = an.slo_policy(pts(SEED_KNEE), [4.0, 4.5, 5.0, 3.0], cost_per_hour=1.0)
     by = {p["p95_target_s"]: p for p in pol}
     assert by[4.0]["level"] == 16  # "p95 below 4 seconds: use the 16-request region"
     assert by[4.5]["level"] == 24  # "below 4.5 seconds: the 20-24 request region"
@@ -109,10 +111,10 @@ def test_slo_policy_reproduces_seed() -> None:
 
 def test_cost_per_1k_matches_seed() -> None:
     for c, expected in SEED_COST.items():
-        assert sw.cost_per_1k(SEED_KNEE[c][0], 1.0) == pytest.approx(expected, abs=0.0015)
-    assert sw.cost_per_1k(0.311, 1.0) == pytest.approx(0.893, abs=0.001)
-    assert sw.cost_per_1k(None, 1.0) is None and sw.cost_per_1k(1.0, None) is None
-    assert sw.cost_per_1k(0.0, 1.0) is None
+        assert an.cost_per_1k(SEED_KNEE[c][0], 1.0) == pytest.approx(expected, abs=0.0015)
+    assert an.cost_per_1k(0.311, 1.0) == pytest.approx(0.893, abs=0.001)
+    assert an.cost_per_1k(None, 1.0) is None and an.cost_per_1k(1.0, None) is None
+    assert an.cost_per_1k(0.0, 1.0) is None
 
 
 def _level(c: int, thr: float, p95: float, observed: bool = True) -> dict:
@@ -140,7 +142,7 @@ def _result(levels: list[dict], cost: float | None = 1.0, slo: tuple[float, ...]
     return {"model": "m", "evalset": "heldout", "endpoint_label": "http://x/v1", "cpu_label": "CPU-only",
             "config": {"levels": [s["concurrency"] for s in levels], "requests": 32, "slo_p95": list(slo),
                        "gpu_cost_per_hour": cost, "max_tokens": 96, "structured": "json"},
-            "levels": levels, "analysis": sw.analyse(levels, TH, slo, cost), "notes": ["a note"]}
+            "levels": levels, "analysis": an.analyse(levels, TH, slo, cost), "notes": ["a note"]}
 
 
 def test_render_and_plots_from_synthetic_levels(tmp_path: Path) -> None:
@@ -161,7 +163,7 @@ def test_render_and_plots_from_synthetic_levels(tmp_path: Path) -> None:
 
 def test_render_without_metrics_says_not_observed(tmp_path: Path) -> None:
     levels = [_level(1, 1.0, 1.0, observed=False), _level(2, 1.9, 1.1, observed=False)]
-    md = sw.render_markdown(_result(levels, cost=None, slo=()))
+    md = rn.render_markdown(_result(levels, cost=None, slo=()))
     assert "not observed" in md and "| 0 /" not in md
     assert "Cost assumes" not in md and "SLO policy" not in md
 
@@ -220,7 +222,8 @@ def test_validate_rejects_bad_config() -> None:
 
 def test_a_library_caller_gets_the_threshold_checks_the_cli_has(tmp_path: Path) -> None:
     from nlq2sql.live import EvalConfig
-    from nlq2sql.load.sweep import SweepConfig, Thresholds, validate
+    from nlq2sql.load.analysis import Thresholds
+    from nlq2sql.load.sweep import SweepConfig, validate
 
     base = EvalConfig(out=tmp_path / "s")
     validate(SweepConfig(base=base, levels=(1, 2)))  # the defaults pass

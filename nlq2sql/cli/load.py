@@ -144,7 +144,9 @@ def sweep_cmd(
         Console().print(openloop.render_markdown(rres), markup=False, highlight=False)
         err.print(f"wrote {out / 'rate-sweep.json'}, {out / 'rate-sweep.md'} and a plot")
         return
-    th = sw.Thresholds(efficiency=efficiency_threshold, marginal=marginal_threshold, flat_pct=flat_pct,
+    from ..load.analysis import Thresholds
+
+    th = Thresholds(efficiency=efficiency_threshold, marginal=marginal_threshold, flat_pct=flat_pct,
                        p95_rise_pct=flat_pct)
     base = replace(_load_base(evalset, endpoint_url, model, api_key_env, prompt, max_tokens, structured, out,
                               max_num_seqs, semantic=(semantic_model, db, schema)),

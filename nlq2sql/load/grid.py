@@ -32,7 +32,8 @@ from ..live import EvalConfig
 from ..records import write_json_atomic
 from ..semantic import load_catalog
 from .levels import run_level
-from .sweep import Progress, begin_levels, fmt_num
+from .render import fmt_num
+from .sweep import Progress, begin_levels
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,10 @@ from ..errors import InputError
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig
 from ..records import RECORDS, iter_records, write_json_atomic
+from .analysis import cost_per_1k
 from .levels import run_level, stats_from_run
-from .sweep import Progress, begin_levels, cost_per_1k, fmt_lat, fmt_num
+from .render import fmt_lat, fmt_num
+from .sweep import Progress, begin_levels
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from ..errors import InputError
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, preflight
 from ..records import write_json_atomic
-from .sweep import fmt_num
+from .render import fmt_num
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
 

@@ -14,6 +14,9 @@ synthetic numbers, including seed 002's tables:
   ``flat_pct``) while p95 climbs (by more than ``p95_rise_pct``);
 * the SLO policy: for each p95 target, the level with the highest throughput meeting it;
 * cost per 1,000 queries: ``hourly cost / (req/s · 3600) · 1000``.
+
+This module runs the levels and writes the result; the arithmetic is :mod:`.analysis` and
+the tables and plots :mod:`.render`, each usable on a result read back from ``sweep.json``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,24 +36,10 @@ from ..errors import InputError
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, bound_endpoint
 from ..records import write_json_atomic
+from .analysis import Thresholds, analyse
+from .render import fmt_num, plot, render_markdown
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """The stated thresholds behind the knee and saturation calls."""
-
-    efficiency: float = 0.80  # knee: scaling efficiency below this
-    marginal: float = 0.50  # knee: marginal gain per added request below this (lanes)
-    flat_pct: float = 0.10  # saturation: next level's throughput gain below this…
-    p95_rise_pct: float = 0.10  # …while its p95 rises by more than this
-
-    def describe(self) -> str:
-        return (f"knee = first level where scaling efficiency < {self.efficiency:.0%} or the "
-                f"marginal gain per added request < {self.marginal:.0%} of a single-request lane; "
-                f"saturation = first level after which throughput grows < {self.flat_pct:.0%} "
-                f"while p95 rises > {self.p95_rise_pct:.0%}")
 
 
 @dataclass(frozen=True)
@@ -64,312 +53,6 @@ class SweepConfig:
     warmup: int = 2
     force: bool = False
     duration_s: float | None = None  # per level: stop sending after this long (requests = the cap)
-
-
-# -- analysis (pure) ----------------------------------------------------------------------
-
-def cost_per_1k(req_per_s: float | None, cost_per_hour: float | None) -> float | None:
-    """Hourly cost ÷ hourly completed requests × 1000; None when either is unknown or zero."""
-    if not req_per_s or cost_per_hour is None:
-        return None
-    return cost_per_hour / (req_per_s * 3600.0) * 1000.0
-
-
-def scaling(points: list[tuple[int, float | None]], baseline: tuple[int, float] | None = None
-            ) -> list[dict[str, Any]]:
-    """Efficiency and marginal gain per level from (concurrency, req/s), sorted by concurrency.
-
-    The baseline is (1, thr(1)) when level 1 was swept; otherwise the lowest level L, with
-    efficiency ``thr(N)·L / (N·thr(L))``.  An explicit ``baseline`` overrides both.
-    """
-    pts = sorted(points)
-    if not pts:
-        return []
-    b_c, b_thr = baseline if baseline is not None else pts[0]
-    lane = b_thr / b_c if b_thr else None  # single-request throughput
-    out = []
-    prev: tuple[int, float | None] | None = None
-    for c, thr in pts:
-        eff = thr / (c * lane) if lane and thr is not None else None
-        marg = None
-        if prev is not None and lane and thr is not None and prev[1] is not None and c > prev[0]:
-            marg = (thr - prev[1]) / ((c - prev[0]) * lane)
-        out.append({"concurrency": c, "req_per_s": thr, "efficiency": eff, "marginal": marg})
-        prev = (c, thr)
-    return out
-
-
-def find_knee(rows: list[dict[str, Any]], th: Thresholds) -> dict[str, Any]:
-    """First level whose efficiency or marginal gain falls below its threshold."""
-    for i, r in enumerate(rows):
-        if i == 0:
-            continue
-        reasons = []
-        if r["efficiency"] is not None and r["efficiency"] < th.efficiency:
-            reasons.append(f"efficiency {r['efficiency']:.0%} < {th.efficiency:.0%}")
-        if r["marginal"] is not None and r["marginal"] < th.marginal:
-            reasons.append(f"marginal gain {r['marginal']:.2f} < {th.marginal:.2f} lane/request")
-        if reasons:
-            return {"level": r["concurrency"], "last_efficient": rows[i - 1]["concurrency"],
-                    "reasons": reasons}
-    if len(rows) < 2:
-        return {"level": None, "last_efficient": None, "reasons": ["needs at least two levels"]}
-    return {"level": None, "last_efficient": rows[-1]["concurrency"],
-            "reasons": ["scaling stayed above both thresholds at every level swept"]}
-
-
-def find_saturation(points: list[dict[str, Any]], th: Thresholds) -> dict[str, Any]:
-    """First level L after which throughput is flat while p95 climbs.
-
-    ``points``: dicts with concurrency, req_per_s and p95, sorted by concurrency.
-    """
-    pts = [p for p in points if p.get("req_per_s") and p.get("p95")]
-    for a, b in zip(pts, pts[1:], strict=False):
-        gain = b["req_per_s"] / a["req_per_s"] - 1
-        rise = b["p95"] / a["p95"] - 1
-        if gain < th.flat_pct and rise > th.p95_rise_pct:
-            return {"level": a["concurrency"], "next": b["concurrency"], "throughput_gain": gain,
-                    "p95_rise": rise}
-    return {"level": None, "note": "not reached within the levels swept"}
-
-
-def slo_policy(points: list[dict[str, Any]], targets: tuple[float, ...] | list[float],
-               cost_per_hour: float | None = None) -> list[dict[str, Any]]:
-    """For each p95 target: the level with the highest throughput whose p95 meets it."""
-    out = []
-    for t in targets:
-        ok = [p for p in points if p.get("p95") is not None and p["p95"] <= t and p.get("req_per_s")]
-        if not ok:
-            measured = [p for p in points if p.get("p95") is not None]
-            low = min(measured, key=lambda p: p["p95"]) if measured else None
-            out.append({"p95_target_s": t, "level": None,
-                        "note": (f"no level meets it (lowest p95 {low['p95']:.2f} s at "
-                                 f"c={low['concurrency']})" if low else "no measured level")})
-            continue
-        best = max(ok, key=lambda p: (p["req_per_s"], -p["concurrency"]))
-        out.append({"p95_target_s": t, "level": best["concurrency"], "req_per_s": best["req_per_s"],
-                    "p95_s": best["p95"], "n": best.get("n"),
-                    "cost_per_1k": cost_per_1k(best["req_per_s"], cost_per_hour)})
-    return out
-
-
-def serialized_signature(points: list[dict[str, Any]], th: Thresholds) -> dict[str, Any] | None:
-    """Seed 002's lost-concurrency signature: flat throughput while p95 grows ~linearly in c."""
-    pts = [p for p in points if p.get("req_per_s") and p.get("p95")]
-    if len(pts) < 2:
-        return None
-    lo, hi = pts[0], pts[-1]
-    speedup = hi["req_per_s"] / lo["req_per_s"]
-    conc_ratio = hi["concurrency"] / lo["concurrency"]
-    p95_ratio = hi["p95"] / lo["p95"]
-    flat = speedup < 1 + 2 * th.flat_pct
-    linear = p95_ratio >= 0.5 * conc_ratio
-    return {"speedup": speedup, "concurrency_ratio": conc_ratio, "p95_ratio": p95_ratio,
-            "present": bool(flat and linear and conc_ratio >= 2)}
-
-
-def analyse(levels: list[dict[str, Any]], th: Thresholds, slo: tuple[float, ...] = (),
-            cost_per_hour: float | None = None) -> dict[str, Any]:
-    """Everything derived from the measured levels (sorted by concurrency)."""
-    levels = sorted(levels, key=lambda s: s["concurrency"])
-    rows = scaling([(s["concurrency"], s.get("req_per_s")) for s in levels])
-    pts = [{"concurrency": s["concurrency"], "req_per_s": s.get("req_per_s"),
-            "p95": (s.get("latency_s") or {}).get("p95"), "n": s.get("n")} for s in levels]
-    base = rows[0]["concurrency"] if rows else None
-    return {
-        "baseline_level": base,
-        "baseline_note": None if base == 1 else
-        f"level 1 not swept: efficiency uses c={base} as the baseline (thr(N)·{base} / (N·thr({base})))",
-        "scaling": rows,
-        "knee": find_knee(rows, th),
-        "saturation": find_saturation(pts, th),
-        "slo_policy": slo_policy(pts, slo, cost_per_hour),
-        "serialized_signature": serialized_signature(pts, th),
-        "cost": [{"concurrency": s["concurrency"],
-                  "per_1k_queries": cost_per_1k(s.get("req_per_s"), cost_per_hour),
-                  "per_1k_correct": cost_per_1k(s.get("goodput_per_s"), cost_per_hour)}
-                 for s in levels] if cost_per_hour is not None else None,
-        "thresholds": asdict(th), "thresholds_text": th.describe(),
-    }
-
-
-# -- rendering --------------------------------------------------------------------------
-
-def fmt_num(v: float | None, fmt: str = "{:.2f}", none: str = "n/a") -> str:
-    """A number for a table cell, or ``none`` when it was not measured."""
-    return none if v is None else fmt.format(v)
-
-
-def fmt_lat(p: dict[str, Any] | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
-    """p50 / p95 / p99 of a percentile block, or n/a when it holds no sample."""
-    p = p or {}
-    if not p.get("n"):
-        return "n/a"
-    return " / ".join(fmt_num(None if p.get(k) is None else p[k] * scale, fmt) for k in ("p50", "p95", "p99"))
-
-
-def _gauge(g: dict[str, Any] | None) -> str:
-    if not g or not g.get("n"):
-        return "not observed"
-    return f"{g['peak']:.0f} / {g['mean']:.1f} (n={g['n']})"
-
-
-def level_table(levels: list[dict[str, Any]], analysis: dict[str, Any],
-                cost_per_hour: float | None) -> list[str]:
-    eff = {r["concurrency"]: r for r in analysis["scaling"]}
-    md = ["| c | n (ok) | req/s | goodput/s | out tok/s | e2e p50 / p95 / p99 (s) | TTFT p50 / p95 / p99 (s) "
-          "| ITL p50 / p95 / p99 (ms) | efficiency | marginal | errors | cost / 1k |",
-          "|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|---:|"]
-    for s in levels:
-        r = eff.get(s["concurrency"], {})
-        errs = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "none"
-        cost = cost_per_1k(s.get("req_per_s"), cost_per_hour)
-        md.append(f"| {s['concurrency']} | {s['n']} ({s['ok']}) | {fmt_num(s.get('req_per_s'))} "
-                  f"| {fmt_num(s.get('goodput_per_s'))} | {fmt_num(s.get('output_tok_per_s'), '{:.1f}')} "
-                  f"| {fmt_lat(s['latency_s'])} | {fmt_lat(s['ttft_s'], fmt='{:.3f}')} "
-                  f"| {fmt_lat(s['itl_s'], 1000, '{:.1f}')} | {fmt_num(r.get('efficiency'), '{:.0%}')} "
-                  f"| {fmt_num(r.get('marginal'))} | {errs} | {fmt_num(cost, '${:.4f}')} |")
-    return md
-
-
-def server_table(levels: list[dict[str, Any]]) -> list[str]:
-    md = ["| c | client in flight peak / mean (n) | server running peak / mean (samples) "
-          "| server waiting peak / mean (samples) | KV usage peak (samples) | prefix hit rate "
-          "| harness CPU (share of a core, ms/request) |",
-          "|---:|---|---|---|---|---:|---|"]
-    for s in levels:
-        c, sv = s.get("client") or {}, s["server"]
-        kv = sv.get("kv_cache_usage") or {}
-        kv_txt = f"{kv['peak']:.1%} (n={kv['n']})" if kv.get("n") else "not observed"
-        cpu = (f"{c['cpu_share_of_core']:.0%}, {c['cpu_ms_per_request']:.1f} ms"
-               if c.get("cpu_share_of_core") is not None else "not measured")
-        infl = (f"{c['inflight_peak']} / {c['inflight_mean']:.1f} (n={c['inflight_n']})"
-                if c.get("inflight_peak") is not None else "n/a")
-        hit = sv.get("prefix_cache_hit_rate")
-        md.append(f"| {s['concurrency']} | {infl} | {_gauge(sv.get('running'))} | {_gauge(sv.get('waiting'))} "
-                  f"| {kv_txt} | {fmt_num(hit, '{:.1%}', 'not observed')} | {cpu} |")
-    return md
-
-
-def render_markdown(result: dict[str, Any]) -> str:
-    a, levels, cfg = result["analysis"], result["levels"], result["config"]
-    cost = cfg.get("gpu_cost_per_hour")
-    md = [f"# Concurrency sweep · {result['model']} · {result['evalset']}", ""]
-    md.append(f"Endpoint: {result['endpoint_label']}. Workload: the eval set's real prompts with the "
-              f"structured-output contract ({cfg['structured']}), max_tokens {cfg['max_tokens']}, " +
-              (f"at most {cfg['requests']} requests or {cfg['duration_s']:g} s per level" if cfg.get("duration_s")
-               else f"{cfg['requests']} requests per level") + " (items cycled), closed loop.")
-    if result.get("cpu_label"):
-        md.append(f"\n**{result['cpu_label']}**")
-    md += ["", "## Throughput and latency", "",
-           "req/s and goodput count requests that completed (goodput: schema-valid *and* correct "
-           "final answers) over the level's wall time; percentiles are over completed requests "
-           "(n ok); ITL is each request's mean inter-token gap.", ""]
-    md += level_table(levels, a, cost)
-    md += ["", "## Server and client during each level", "",
-           "Server gauges come from its own /metrics, sampled every "
-           f"{levels[0]['server'].get('interval_s') or 'n/a'} s (peak / mean, sample count); "
-           "client in-flight is reconstructed from the records' start and end times.", ""]
-    md += server_table(levels)
-    md += ["", "## Knee and saturation", "", f"Thresholds: {a['thresholds_text']}.", ""]
-    if a.get("baseline_note"):
-        md.append(f"Note: {a['baseline_note']}.\n")
-    k = a["knee"]
-    if k["level"] is not None:
-        md.append(f"- **Knee: c={k['level']}** ({'; '.join(k['reasons'])}); last efficient level "
-                  f"c={k['last_efficient']}.")
-    else:
-        md.append(f"- Knee: none found ({'; '.join(k['reasons'])}).")
-    s = a["saturation"]
-    if s["level"] is not None:
-        md.append(f"- **Saturation: c={s['level']}** (c={s['next']} gained {s['throughput_gain']:+.0%} "
-                  f"throughput while p95 rose {s['p95_rise']:+.0%}).")
-    else:
-        md.append(f"- Saturation: {s['note']}.")
-    sig = a.get("serialized_signature")
-    if sig and sig["present"]:
-        md.append(f"- **Serialized signature**: throughput ×{sig['speedup']:.2f} over a ×"
-                  f"{sig['concurrency_ratio']:.0f} concurrency range while p95 grew ×{sig['p95_ratio']:.1f}"
-                  " — concurrent requests are not becoming batched work; run `nlq2sql probe serialization`.")
-    if a["slo_policy"]:
-        md += ["", "## SLO policy (best level meeting each p95 target)", "",
-               "| p95 target | level | req/s | p95 | n | cost / 1k |", "|---:|---:|---:|---:|---:|---:|"]
-        for p in a["slo_policy"]:
-            if p["level"] is None:
-                md.append(f"| ≤ {p['p95_target_s']:g} s | none | | | | {p['note']} |")
-            else:
-                md.append(f"| ≤ {p['p95_target_s']:g} s | c={p['level']} | {p['req_per_s']:.2f} "
-                          f"| {p['p95_s']:.2f} s | {p['n']} | {fmt_num(p['cost_per_1k'], '${:.4f}')} |")
-    if cost is not None:
-        md += ["", f"Cost assumes ${cost:g} per GPU-hour: cost / 1k = hourly cost ÷ (req/s · 3600) × 1000"
-               " (per 1k correct answers: the same with goodput)."]
-        for c in a["cost"] or []:
-            md.append(f"- c={c['concurrency']}: {fmt_num(c['per_1k_queries'], '${:.4f}')} per 1k queries, "
-                      f"{fmt_num(c['per_1k_correct'], '${:.4f}')} per 1k correct answers")
-    if result.get("notes"):
-        md += ["", "## Notes", ""] + [f"- {n}" for n in result["notes"]]
-    if result.get("plots"):
-        md += ["", "## Plots", ""] + [f"![{k}]({Path(v).name})" for k, v in result["plots"].items()]
-    return "\n".join(md) + "\n"
-
-
-def plot(result: dict[str, Any], out: Path) -> dict[str, str]:
-    """throughput_vs_p95.png (knee and saturation marked) and efficiency.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    levels, a = result["levels"], result["analysis"]
-    pts: list[tuple[int, float, float]] = [
-        (s["concurrency"], s["latency_s"]["p95"], s["req_per_s"]) for s in levels
-        if (s["latency_s"] or {}).get("p95") is not None and s.get("req_per_s") is not None]
-    paths: dict[str, str] = {}
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    if pts:
-        ax.plot([p[1] for p in pts], [p[2] for p in pts], "o-", color="tab:blue")
-        for c, p95, thr in pts:
-            ax.annotate(f"c={c}", (p95, thr), textcoords="offset points", xytext=(5, -10), fontsize=8)
-        marks = (("knee", a["knee"].get("level"), "r*", 16),
-                 ("saturation", a["saturation"].get("level"), "kX", 10))
-        for label, lvl, style, size in marks:
-            hit = [p for p in pts if p[0] == lvl]
-            if hit:
-                ax.plot(hit[0][1], hit[0][2], style, markersize=size, label=f"{label} (c={lvl})")
-        for i, p in enumerate(a.get("slo_policy") or []):
-            ax.axvline(p["p95_target_s"], color="tab:gray", ls=":", lw=1,
-                       label="p95 target(s)" if i == 0 else None)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, loc="lower right")
-    ax.set_xlabel("p95 end-to-end latency (s)")
-    ax.set_ylabel("throughput (completed req/s)")
-    ax.set_title(f"throughput vs p95 · {result['model']}", fontsize=10)
-    ax.grid(alpha=0.3)
-    p = out / "throughput_vs_p95.png"
-    fig.savefig(p, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    paths["throughput_vs_p95"] = str(p)
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    rows = [r for r in a["scaling"] if r["efficiency"] is not None]
-    if rows:
-        ax.plot([r["concurrency"] for r in rows], [r["efficiency"] for r in rows], "o-")
-        ax.axhline(a["thresholds"]["efficiency"], color="tab:red", ls="--", lw=1,
-                   label=f"threshold {a['thresholds']['efficiency']:.0%}")
-        if a["knee"].get("level") is not None:
-            ax.axvline(a["knee"]["level"], color="tab:red", ls=":", lw=1, label=f"knee c={a['knee']['level']}")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([r["concurrency"] for r in rows], [str(r["concurrency"]) for r in rows])
-        ax.legend(fontsize=8)
-    ax.set_ylim(0, 1.15)
-    ax.set_xlabel("concurrency")
-    ax.set_ylabel(f"scaling efficiency thr(N) / (N·thr({a.get('baseline_level')}))")
-    ax.grid(alpha=0.3)
-    p = out / "efficiency.png"
-    fig.savefig(p, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    paths["efficiency"] = str(p)
-    return paths
 
 
 # -- running ----------------------------------------------------------------------------

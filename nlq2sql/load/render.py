@@ -1,0 +1,187 @@
+"""The sweep's rendering: table cells, the Markdown report and the plots, from a result dict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .analysis import cost_per_1k
+
+__all__ = ["fmt_lat", "fmt_num", "level_table", "plot", "render_markdown", "server_table"]
+
+
+def fmt_num(v: float | None, fmt: str = "{:.2f}", none: str = "n/a") -> str:
+    """A number for a table cell, or ``none`` when it was not measured."""
+    return none if v is None else fmt.format(v)
+
+
+def fmt_lat(p: dict[str, Any] | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+    """p50 / p95 / p99 of a percentile block, or n/a when it holds no sample."""
+    p = p or {}
+    if not p.get("n"):
+        return "n/a"
+    return " / ".join(fmt_num(None if p.get(k) is None else p[k] * scale, fmt) for k in ("p50", "p95", "p99"))
+
+
+def _gauge(g: dict[str, Any] | None) -> str:
+    if not g or not g.get("n"):
+        return "not observed"
+    return f"{g['peak']:.0f} / {g['mean']:.1f} (n={g['n']})"
+
+
+def level_table(levels: list[dict[str, Any]], analysis: dict[str, Any],
+                cost_per_hour: float | None) -> list[str]:
+    eff = {r["concurrency"]: r for r in analysis["scaling"]}
+    md = ["| c | n (ok) | req/s | goodput/s | out tok/s | e2e p50 / p95 / p99 (s) | TTFT p50 / p95 / p99 (s) "
+          "| ITL p50 / p95 / p99 (ms) | efficiency | marginal | errors | cost / 1k |",
+          "|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|---:|"]
+    for s in levels:
+        r = eff.get(s["concurrency"], {})
+        errs = ", ".join(f"{k} {v}" for k, v in s["errors"].items()) or "none"
+        cost = cost_per_1k(s.get("req_per_s"), cost_per_hour)
+        md.append(f"| {s['concurrency']} | {s['n']} ({s['ok']}) | {fmt_num(s.get('req_per_s'))} "
+                  f"| {fmt_num(s.get('goodput_per_s'))} | {fmt_num(s.get('output_tok_per_s'), '{:.1f}')} "
+                  f"| {fmt_lat(s['latency_s'])} | {fmt_lat(s['ttft_s'], fmt='{:.3f}')} "
+                  f"| {fmt_lat(s['itl_s'], 1000, '{:.1f}')} | {fmt_num(r.get('efficiency'), '{:.0%}')} "
+                  f"| {fmt_num(r.get('marginal'))} | {errs} | {fmt_num(cost, '${:.4f}')} |")
+    return md
+
+
+def server_table(levels: list[dict[str, Any]]) -> list[str]:
+    md = ["| c | client in flight peak / mean (n) | server running peak / mean (samples) "
+          "| server waiting peak / mean (samples) | KV usage peak (samples) | prefix hit rate "
+          "| harness CPU (share of a core, ms/request) |",
+          "|---:|---|---|---|---|---:|---|"]
+    for s in levels:
+        c, sv = s.get("client") or {}, s["server"]
+        kv = sv.get("kv_cache_usage") or {}
+        kv_txt = f"{kv['peak']:.1%} (n={kv['n']})" if kv.get("n") else "not observed"
+        cpu = (f"{c['cpu_share_of_core']:.0%}, {c['cpu_ms_per_request']:.1f} ms"
+               if c.get("cpu_share_of_core") is not None else "not measured")
+        infl = (f"{c['inflight_peak']} / {c['inflight_mean']:.1f} (n={c['inflight_n']})"
+                if c.get("inflight_peak") is not None else "n/a")
+        hit = sv.get("prefix_cache_hit_rate")
+        md.append(f"| {s['concurrency']} | {infl} | {_gauge(sv.get('running'))} | {_gauge(sv.get('waiting'))} "
+                  f"| {kv_txt} | {fmt_num(hit, '{:.1%}', 'not observed')} | {cpu} |")
+    return md
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    a, levels, cfg = result["analysis"], result["levels"], result["config"]
+    cost = cfg.get("gpu_cost_per_hour")
+    md = [f"# Concurrency sweep · {result['model']} · {result['evalset']}", ""]
+    md.append(f"Endpoint: {result['endpoint_label']}. Workload: the eval set's real prompts with the "
+              f"structured-output contract ({cfg['structured']}), max_tokens {cfg['max_tokens']}, " +
+              (f"at most {cfg['requests']} requests or {cfg['duration_s']:g} s per level" if cfg.get("duration_s")
+               else f"{cfg['requests']} requests per level") + " (items cycled), closed loop.")
+    if result.get("cpu_label"):
+        md.append(f"\n**{result['cpu_label']}**")
+    md += ["", "## Throughput and latency", "",
+           "req/s and goodput count requests that completed (goodput: schema-valid *and* correct "
+           "final answers) over the level's wall time; percentiles are over completed requests "
+           "(n ok); ITL is each request's mean inter-token gap.", ""]
+    md += level_table(levels, a, cost)
+    md += ["", "## Server and client during each level", "",
+           "Server gauges come from its own /metrics, sampled every "
+           f"{levels[0]['server'].get('interval_s') or 'n/a'} s (peak / mean, sample count); "
+           "client in-flight is reconstructed from the records' start and end times.", ""]
+    md += server_table(levels)
+    md += ["", "## Knee and saturation", "", f"Thresholds: {a['thresholds_text']}.", ""]
+    if a.get("baseline_note"):
+        md.append(f"Note: {a['baseline_note']}.\n")
+    k = a["knee"]
+    if k["level"] is not None:
+        md.append(f"- **Knee: c={k['level']}** ({'; '.join(k['reasons'])}); last efficient level "
+                  f"c={k['last_efficient']}.")
+    else:
+        md.append(f"- Knee: none found ({'; '.join(k['reasons'])}).")
+    s = a["saturation"]
+    if s["level"] is not None:
+        md.append(f"- **Saturation: c={s['level']}** (c={s['next']} gained {s['throughput_gain']:+.0%} "
+                  f"throughput while p95 rose {s['p95_rise']:+.0%}).")
+    else:
+        md.append(f"- Saturation: {s['note']}.")
+    sig = a.get("serialized_signature")
+    if sig and sig["present"]:
+        md.append(f"- **Serialized signature**: throughput ×{sig['speedup']:.2f} over a ×"
+                  f"{sig['concurrency_ratio']:.0f} concurrency range while p95 grew ×{sig['p95_ratio']:.1f}"
+                  " — concurrent requests are not becoming batched work; run `nlq2sql probe serialization`.")
+    if a["slo_policy"]:
+        md += ["", "## SLO policy (best level meeting each p95 target)", "",
+               "| p95 target | level | req/s | p95 | n | cost / 1k |", "|---:|---:|---:|---:|---:|---:|"]
+        for p in a["slo_policy"]:
+            if p["level"] is None:
+                md.append(f"| ≤ {p['p95_target_s']:g} s | none | | | | {p['note']} |")
+            else:
+                md.append(f"| ≤ {p['p95_target_s']:g} s | c={p['level']} | {p['req_per_s']:.2f} "
+                          f"| {p['p95_s']:.2f} s | {p['n']} | {fmt_num(p['cost_per_1k'], '${:.4f}')} |")
+    if cost is not None:
+        md += ["", f"Cost assumes ${cost:g} per GPU-hour: cost / 1k = hourly cost ÷ (req/s · 3600) × 1000"
+               " (per 1k correct answers: the same with goodput)."]
+        for c in a["cost"] or []:
+            md.append(f"- c={c['concurrency']}: {fmt_num(c['per_1k_queries'], '${:.4f}')} per 1k queries, "
+                      f"{fmt_num(c['per_1k_correct'], '${:.4f}')} per 1k correct answers")
+    if result.get("notes"):
+        md += ["", "## Notes", ""] + [f"- {n}" for n in result["notes"]]
+    if result.get("plots"):
+        md += ["", "## Plots", ""] + [f"![{k}]({Path(v).name})" for k, v in result["plots"].items()]
+    return "\n".join(md) + "\n"
+
+
+def plot(result: dict[str, Any], out: Path) -> dict[str, str]:
+    """throughput_vs_p95.png (knee and saturation marked) and efficiency.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels, a = result["levels"], result["analysis"]
+    pts: list[tuple[int, float, float]] = [
+        (s["concurrency"], s["latency_s"]["p95"], s["req_per_s"]) for s in levels
+        if (s["latency_s"] or {}).get("p95") is not None and s.get("req_per_s") is not None]
+    paths: dict[str, str] = {}
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    if pts:
+        ax.plot([p[1] for p in pts], [p[2] for p in pts], "o-", color="tab:blue")
+        for c, p95, thr in pts:
+            ax.annotate(f"c={c}", (p95, thr), textcoords="offset points", xytext=(5, -10), fontsize=8)
+        marks = (("knee", a["knee"].get("level"), "r*", 16),
+                 ("saturation", a["saturation"].get("level"), "kX", 10))
+        for label, lvl, style, size in marks:
+            hit = [p for p in pts if p[0] == lvl]
+            if hit:
+                ax.plot(hit[0][1], hit[0][2], style, markersize=size, label=f"{label} (c={lvl})")
+        for i, p in enumerate(a.get("slo_policy") or []):
+            ax.axvline(p["p95_target_s"], color="tab:gray", ls=":", lw=1,
+                       label="p95 target(s)" if i == 0 else None)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="lower right")
+    ax.set_xlabel("p95 end-to-end latency (s)")
+    ax.set_ylabel("throughput (completed req/s)")
+    ax.set_title(f"throughput vs p95 · {result['model']}", fontsize=10)
+    ax.grid(alpha=0.3)
+    p = out / "throughput_vs_p95.png"
+    fig.savefig(p, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    paths["throughput_vs_p95"] = str(p)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    rows = [r for r in a["scaling"] if r["efficiency"] is not None]
+    if rows:
+        ax.plot([r["concurrency"] for r in rows], [r["efficiency"] for r in rows], "o-")
+        ax.axhline(a["thresholds"]["efficiency"], color="tab:red", ls="--", lw=1,
+                   label=f"threshold {a['thresholds']['efficiency']:.0%}")
+        if a["knee"].get("level") is not None:
+            ax.axvline(a["knee"]["level"], color="tab:red", ls=":", lw=1, label=f"knee c={a['knee']['level']}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([r["concurrency"] for r in rows], [str(r["concurrency"]) for r in rows])
+        ax.legend(fontsize=8)
+    ax.set_ylim(0, 1.15)
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel(f"scaling efficiency thr(N) / (N·thr({a.get('baseline_level')}))")
+    ax.grid(alpha=0.3)
+    p = out / "efficiency.png"
+    fig.savefig(p, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    paths["efficiency"] = str(p)
+    return paths
