@@ -222,7 +222,8 @@ def fetch_metrics(endpoint: str) -> str | None:
 def run(cfg: CapacityConfig) -> dict[str, Any]:
     """Validate, read, analyse; write ``capacity.json`` and ``capacity.md`` when ``cfg.out`` is set."""
     from ..live import check_endpoint_url
-    from ..records import output_dir, write_json_atomic
+    from ..records import output_dir
+    from .output import write_outputs
 
     if cfg.out is not None:
         output_dir(cfg.out, create=False)
@@ -240,8 +241,7 @@ def run(cfg: CapacityConfig) -> dict[str, Any]:
                   context=cfg.context, margin=cfg.margin)
     if cfg.out is not None:
         output_dir(cfg.out)
-        write_json_atomic(cfg.out / "capacity.json", res)
-        (cfg.out / "capacity.md").write_text(render_markdown(res))
+        write_outputs(cfg.out, "capacity", res, render_markdown)
     return res
 
 

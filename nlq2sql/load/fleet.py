@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..records import write_json_atomic
+from .output import write_outputs
 from .sweep import Progress, SweepConfig, prepare_out, run_sweep
 
 __all__ = ["render_markdown", "run_fleet_sweep"]
@@ -56,10 +56,7 @@ def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
               "replicas": [{"label": k, "endpoint": p.endpoint} for k, p in members(cfg)],
               "rows": rows, "sum_of_replica_peaks": total,
               "fleet_scaling_efficiency": whole / total if whole and total else None}
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "fleet-sweep.json", result)
-    (out / "fleet-sweep.md").write_text(render_markdown(result))
-    return result
+    return write_outputs(out, "fleet-sweep", result, render_markdown)
 
 
 def render_markdown(r: dict[str, Any]) -> str:

@@ -29,9 +29,9 @@ from ..errors import InputError
 from ..evalset import load_evalset
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig
-from ..records import write_json_atomic
 from ..semantic import load_catalog
 from .levels import run_level
+from .output import write_outputs
 from .render import fmt_num
 from .sweep import Progress, begin_levels
 
@@ -222,10 +222,7 @@ def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
                                 "describe": c.describe()} for c in cfg.classes]},
         "cells": cells, "notes": notes,
     }
-    result["plot"] = heatmap(result, out)
-    write_json_atomic(out / "grid.json", result)
-    (out / "grid.md").write_text(render_markdown(result))
-    return result
+    return write_outputs(out, "grid", result, render_markdown, ("plot", heatmap))
 
 
 __all__ = ["GridConfig", "LengthClass", "DEFAULT_CLASSES", "parse_classes", "context_block", "run_grid"]

@@ -28,9 +28,10 @@ from typing import Any
 from ..errors import InputError
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig
-from ..records import RECORDS, iter_records, write_json_atomic
+from ..records import RECORDS, iter_records
 from .analysis import cost_per_1k
 from .levels import run_level, stats_from_run
+from .output import write_outputs
 from .render import fmt_lat, fmt_num
 from .sweep import Progress, begin_levels
 
@@ -235,10 +236,7 @@ def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = No
         "analysis": analyse_rates(levels, cfg.growth, cfg.slo_p95, cfg.gpu_cost_per_hour),
         "notes": notes,
     }
-    result["plot"] = plot(result, out)
-    write_json_atomic(out / "rate-sweep.json", result)
-    (out / "rate-sweep.md").write_text(render_markdown(result))
-    return result
+    return write_outputs(out, "rate-sweep", result, render_markdown, ("plot", plot))
 
 
 __all__ = ["RateSweepConfig", "run_rate_sweep", "analyse_rates", "arrival_stats", "render_markdown"]

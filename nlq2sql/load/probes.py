@@ -27,10 +27,11 @@ from typing import Any
 
 import aiohttp
 
-from ..records import output_dir, write_json_atomic
+from ..records import output_dir
 from ..score import percentiles
 from ..stream import Accumulator, Completion, StreamEventError
 from .metrics import counter_delta, hist_delta, hit_rate, root_url, scrape
+from .output import write_outputs
 
 _FILLER_TEXT = ("the store sells office furniture and electronics to customers in five regions while "
           "analysts track revenue orders units and average order value by month quarter and year "
@@ -343,10 +344,8 @@ def render_markdown(r: dict[str, Any], title: str) -> str:
 
 def write(out: Path, r: dict[str, Any], title: str) -> Path:
     output_dir(out)
-    write_json_atomic(out / f"{r['probe']}.json", r)
-    path = out / f"{r['probe']}.md"
-    path.write_text(render_markdown(r, title))
-    return path
+    write_outputs(out, r["probe"], r, lambda res: render_markdown(res, title))
+    return out / f"{r['probe']}.md"
 
 
 def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[dict[str, Any], str]:

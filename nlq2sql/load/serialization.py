@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import InputError
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, preflight
-from ..records import write_json_atomic
+from .output import write_outputs
 from .render import fmt_num
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
@@ -305,9 +305,7 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
                          "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured},
               "thresholds": asdict(cfg.thresholds), "verdict": verdict["verdict"], "rule": verdict["rule"],
               "caveats": verdict["caveats"], "evidence": ev, "levels": [single, loaded], "staircase": stair}
-    write_json_atomic(out / "serialization.json", result)
-    (out / "serialization.md").write_text(render_markdown(result))
-    return result
+    return write_outputs(out, "serialization", result, render_markdown)
 
 
 def render_markdown(r: dict[str, Any]) -> str:

@@ -35,8 +35,8 @@ from typing import Any
 from ..errors import InputError
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, bound_endpoint
-from ..records import write_json_atomic
 from .analysis import Thresholds, analyse
+from .output import write_outputs
 from .render import fmt_num, plot, render_markdown
 
 Progress = Callable[[str], None]
@@ -201,11 +201,7 @@ def assemble(cfg: SweepConfig, stats: list[dict[str, Any]], server_info: dict[st
 
 
 def write_result(out: Path, result: dict[str, Any]) -> dict[str, Any]:
-    out.mkdir(parents=True, exist_ok=True)
-    result["plots"] = plot(result, out)
-    write_json_atomic(out / "sweep.json", result)
-    (out / "sweep.md").write_text(render_markdown(result))
-    return result
+    return write_outputs(out, "sweep", result, render_markdown, ("plots", plot))
 
 
 def rerender(out: Path, cfg: SweepConfig) -> dict[str, Any]:
@@ -265,9 +261,7 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
         runs.append({"value": v, "dir": str(sub), "result": res})
     combined = {"kind": "server-sweep", "knob": knob, "values": list(values),
                 "settings": [summarise_setting(r) for r in runs]}
-    write_json_atomic(cfg.base.out / "server-sweep.json", combined)
-    (cfg.base.out / "server-sweep.md").write_text(render_server_sweep(combined, runs))
-    return combined
+    return write_outputs(cfg.base.out, "server-sweep", combined, lambda c: render_server_sweep(c, runs))
 
 
 def summarise_setting(run: dict[str, Any]) -> dict[str, Any]:
