@@ -354,6 +354,22 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
                           budget.used, items.harness())
 
 
+def recorded_args(args: list[str]) -> list[str]:
+    """A command line as a manifest records it: paths relative to the project, or their name
+    when outside it (the interpreter, a model folder in the cache), never a machine path."""
+    from .paths import PROJECT_ROOT
+
+    out = []
+    for a in args:
+        if a.startswith("/"):
+            try:
+                a = str(Path(a).relative_to(PROJECT_ROOT))  # as given: .venv/bin/python stays itself
+            except ValueError:
+                a = Path(a).name
+        out.append(a)
+    return out
+
+
 def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metrics: dict[str, Any],
                    fleet: dict[str, Any] | None, retries_used: int,
                    harness: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -422,7 +438,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "context_suffix_sha256": (hashlib.sha256(load.context_suffix.encode()).hexdigest()
                                       if load.context_suffix else None),
             "server_started_by_us": server is not None,
-            "server_args": server.args if server is not None else None,
+            "server_args": recorded_args(server.args) if server is not None else None,
             "server_startup_s": getattr(server, "startup_s", None),
             "api_key_env": cfg.api_key_env,
             **({"routing": cfg.routing,

@@ -47,6 +47,8 @@ def test_a_run_without_endpoint_starts_a_server_with_its_settings(tmp_path: Path
     args = manifest["server_args"]
     assert args[args.index("--port") + 1] == str(port) and args[args.index("--max-num-seqs") + 1] == "3"
     assert "--structured-outputs-config" not in args  # compact=False
+    assert args[0] == "fake-vllm-python" and args[args.index("--model") + 1] == "fakemodel"  # names, no machine path
+    assert str(tmp_path) not in json.dumps(manifest)
     assert manifest["load"] == {"rate": None, "duration_s": None, "arrival_seed": None}
     # A second Ctrl-C would have SIGKILLed the server's process group; the run stopped it.
     pid = int(pid_file.read_text())

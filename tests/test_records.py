@@ -220,3 +220,13 @@ def test_flushing_writer_is_readable_before_close(tmp_path: Path) -> None:
     assert [r["id"] for r in iter_records(tmp_path / "live.jsonl")] == ["a"]
     w.close()
     w.close()  # idempotent
+
+
+def test_a_local_servers_command_line_is_recorded_without_machine_paths() -> None:
+    from nlq2sql.live import recorded_args
+    from nlq2sql.paths import PROJECT_ROOT
+
+    args = [str(PROJECT_ROOT / ".venv" / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", "/somewhere/else/models/qwen", "--port", "8000"]
+    assert recorded_args(args) == [".venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+                                   "--model", "qwen", "--port", "8000"]
