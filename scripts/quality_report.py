@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/quality_report.py [OUT] [RUN_DIR ...]
 
-Default runs: every run under ``reports/conditions/*/`` and ``reports/warehouses/``; default
+Default runs: every run under ``reports/conditions/*/``, ``reports/warehouses/`` and
+``reports/main-job/``; default
 OUT: ``reports/quality``.  Every figure is re-derived from the runs' records
 (``nlq2sql.experiments.quality``); tpch and flights are rebuilt from their recipes if missing.
 """
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def default_runs() -> list[Path]:
     found = list((ROOT / "reports" / "conditions").glob("*/*/manifest.json"))
     found += (ROOT / "reports" / "warehouses").glob("*/manifest.json")
+    found += (ROOT / "reports" / "main-job").glob("*/manifest.json")
     return sorted(p.parent.relative_to(ROOT) for p in found)
 
 

@@ -56,6 +56,12 @@ class RunRow:
     rescored: dict[str, tuple[dict[str, Any], dict[str, bool]]] = field(default_factory=dict)
 
     @property
+    def label(self) -> str:
+        """The run's folder name, with its parent's where the name alone says only the set."""
+        name = self.path.name
+        return f"{self.path.parent.name}/{name}" if name == self.manifest.get("evalset") else name
+
+    @property
     def same_data(self) -> bool:
         return self.gold_same[0] == self.gold_same[1]
 
@@ -176,7 +182,7 @@ def condition_tables(rows: list[RunRow]) -> list[str]:
     for (model, wh, evalset), group in _groups(rows).items():
         base = _baseline(group)
         out += ["", f"### {model} · {wh} · {evalset}", "",
-                f"McNemar against `{base.path.name}` ("
+                f"McNemar against `{base.label}` ("
                 + ("the baseline prompt, flat schema" if base.is_baseline else "no baseline-prompt run: the first run")
                 + "), "
                 "final correctness on the same items.", "",
@@ -186,7 +192,7 @@ def condition_tables(rows: list[RunRow]) -> list[str]:
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in group:
             s, sel = r.summary, r.summary.get("selective") or {}
-            name = r.path.name + ("" if r.same_data else " ‡ {}/{}".format(*r.gold_same))
+            name = r.label + ("" if r.same_data else " ‡ {}/{}".format(*r.gold_same))
             prec = s["intervention_precision"]
             out.append("| " + " | ".join([
                 name, r.condition, str(s["n"]), pct(s["schema_valid_rate"]),
@@ -212,7 +218,7 @@ def guardrail_tables(rows: list[RunRow]) -> list[str]:
                               f"{v['recall']['k']}/{v['recall']['n']}"
                               for rid, v in s["rules"].items() if v["interventions"] or v["scope"])
             out.append("| " + " | ".join([
-                f"{'/'.join(r.group)} `{r.path.name}`", _tuned(cond), pct(s["final_accuracy"]), str(s["interventions"]),
+                f"{'/'.join(r.group)} `{r.label}`", _tuned(cond), pct(s["final_accuracy"]), str(s["interventions"]),
                 pct(prec) if prec["n"] else "—", "—" if cond == "none" else mcnemar(raw, f_ok), rules or "—"]) + " |")
     return out
 
@@ -242,7 +248,7 @@ def targets(rows: list[RunRow], model: str = "qwen2.5-coder-0.5b") -> list[str]:
         prec = s["intervention_precision"]
         prec_met = "met" if (prec["value"] or 0) >= TARGETS["precision"] else "missed"
         left = ", ".join(f"`{e}` {c}" for e, c in s["error_taxonomy_final"].items() if e != "correct") or "none"
-        out.append(f"- retail {evalset}: best `{r.path.name}` under `{_tuned(cond)}`: final {pct(s['final_accuracy'])}"
+        out.append(f"- retail {evalset}: best `{r.label}` under `{_tuned(cond)}`: final {pct(s['final_accuracy'])}"
                    f" — target {100 * goal:.0f} %: " + ("**met**" if v >= goal else
                                                          f"**missed by {100 * (goal - v):.1f} points**")
                    + (f"; intervention precision {prec['k']}/{prec['n']} (target ≥ {TARGETS['precision']:.2f}: "
@@ -278,7 +284,7 @@ def markdown(rows: list[RunRow]) -> str:
         lines += ["", "## Abstention: coverage against accuracy on answered items", "",
                   "| run | min vote share | coverage | accuracy answered |", "|---|---|---|---|"]
         for r, curve in curves:
-            lines += [f"| {'/'.join(r.group)} `{r.path.name}` | {p['min_vote_share']:.2f} | {pct(p['coverage'])} | "
+            lines += [f"| {'/'.join(r.group)} `{r.label}` | {p['min_vote_share']:.2f} | {pct(p['coverage'])} | "
                       f"{pct(p['accuracy'])} |" for p in curve]
     return "\n".join(lines) + "\n"
 
@@ -297,7 +303,7 @@ def _plots(rows: list[RunRow]) -> dict[str, str]:
                 lo, hi = p["ci95"]
                 ax.errorbar(p["value"], i + dy, xerr=[[p["value"] - lo], [hi - p["value"]]], fmt="o", color=color,
                             label=key.replace("_", " ") if i == 0 else None)
-    ax.set_yticks(range(len(rows)), [f"{'/'.join(r.group)} {r.path.name}" for r in rows], fontsize=6)
+    ax.set_yticks(range(len(rows)), [f"{'/'.join(r.group)} {r.label}" for r in rows], fontsize=6)
     ax.set_xlim(0, 1)
     ax.axvline(0.5, color="tab:red", lw=0.6, ls=":")
     ax.set_xlabel("accuracy (95 % Wilson CI); dotted: the 50 % majority baseline of the held-out sets")
@@ -308,7 +314,7 @@ def _plots(rows: list[RunRow]) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(6, 4))
         for r, curve in curves:
             ax.plot([p["coverage"]["value"] for p in curve], [p["accuracy"]["value"] for p in curve], "o-",
-                    label=f"{r.group[2]} {r.path.name}")
+                    label=f"{r.group[2]} {r.label}")
         ax.set_xlabel("coverage")
         ax.set_ylabel("accuracy on answered items")
         ax.set_xlim(0, 1.02)
