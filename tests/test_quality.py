@@ -68,6 +68,6 @@ def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     run = _copy(tmp_path, "<img src=x onerror=alert(1)>")
     page = render([run], tmp_path / "q", CONDITIONS)["html"].read_text()
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
-    assert "<script" not in page
+    assert "<script" not in page and "<code>" in page  # inline marks rendered, content escaped
     assert "http://" not in page and "https://" not in page.replace("https://json-schema.org", "")
     assert page.count("data:image/png;base64,") >= 1

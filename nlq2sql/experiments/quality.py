@@ -13,6 +13,7 @@ figure re-derived on different data says so.  Markdown and one self-contained HT
 from __future__ import annotations
 
 import html
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -324,6 +325,13 @@ def _plots(rows: list[RunRow]) -> dict[str, str]:
     return figs
 
 
+def _inline(text: str) -> str:
+    """Escape, then the two inline marks the report uses (`code`, **bold**) as tags."""
+    t = html.escape(text)
+    t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", t)
+
+
 def _md_table_html(lines: list[str]) -> str:
     """The Markdown tables and lines above, as escaped HTML (no Markdown library needed)."""
     out, in_table = [], False
@@ -336,16 +344,16 @@ def _md_table_html(lines: list[str]) -> str:
             if not in_table:
                 out.append("<table>")
                 in_table = True
-            out.append("<tr>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>")
+            out.append("<tr>" + "".join(f"<{tag}>{_inline(c)}</{tag}>" for c in cells) + "</tr>")
             continue
         if in_table:
             out.append("</table>")
             in_table = False
         if line.startswith("#"):
             level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
+            out.append(f"<h{level}>{_inline(line.lstrip('# '))}</h{level}>")
         elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
+            out.append(f"<p>{_inline(line.removeprefix('- '))}</p>")
     if in_table:
         out.append("</table>")
     return "\n".join(out)
@@ -367,6 +375,6 @@ def render(run_dirs: list[Path], out: Path, conditions: tuple[str, ...] = GUARDR
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
         "style-src 'unsafe-inline'\"><title>nlq2sql quality report</title>"
         "<style>body{font-family:sans-serif;max-width:1400px}table{border-collapse:collapse;font-size:12px}"
-        "td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}</style></head><body>"
+        "td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}code{background:#f3f3f3}</style></head><body>"
         + _md_table_html(md.splitlines()) + imgs + "</body></html>\n")
     return {"markdown": md_path, "html": html_path}
