@@ -16,6 +16,7 @@ from ..models import DEFAULT_MODEL
 from ._common import (
     DbOpt,
     EndpointsFileOpt,
+    KeyOpt,
     RoutingOpt,
     SemanticModelOpt,
     app,
@@ -41,7 +42,7 @@ def batch_cmd(
     routing: RoutingOpt = "least-inflight",
     model: Annotated[str, typer.Option(help="Served model name (--engine ray), or the model alias / folder "
                                        "vLLM loads (--engine ray-vllm).")] = DEFAULT_MODEL,
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
+    api_key_env: KeyOpt = None,
     prompt: Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")] = "baseline",
     guardrails: Annotated[list[str] | None, typer.Option(
         help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")] = None,

@@ -19,6 +19,7 @@ from ._common import (
     EndpointsOpt,
     ExampleBankOpt,
     ExamplesOpt,
+    KeyOpt,
     LinkValuesOpt,
     PlannerOpt,
     RoutingOpt,
@@ -119,7 +120,7 @@ def eval_cmd(
     routing: RoutingOpt = "least-inflight",
     model: Annotated[str, typer.Option(help="Served model name, or for a local server a model "
                                        "alias / HF folder.")] = DEFAULT_MODEL,
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
+    api_key_env: KeyOpt = None,
     prompt: Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")] = "baseline",
     guardrails: Annotated[list[str] | None, typer.Option(
         help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")] = None,
