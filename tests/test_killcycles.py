@@ -374,14 +374,15 @@ def test_torn_last_line_is_cut_and_redone(forks: ForkServer, slow_fake: FakeServ
 # Ctrl-C, against a *local* server we start (the fake, in vLLM's place)
 # ---------------------------------------------------------------------------------------
 
-def local_server(tmp_path: Path, *, ignore_sigterm: bool) -> tuple[dict[str, str], Path, Path]:
+def local_server(tmp_path: Path, *, ignore_sigterm: bool,
+                 delay_s: float = 0.25) -> tuple[dict[str, str], Path, Path]:
     """Env that makes LocalServer start the fake server; returns (env, model dir, pid file)."""
     model = tmp_path / "fakemodel"
     model.mkdir()
     (model / "config.json").write_text("{}")
     pid_file = tmp_path / "server.pid"
     wrapper = tmp_path / "fake-vllm-python"
-    flags = f"--pid-file {pid_file} --delay 0.25 --log {tmp_path / 'server-log.jsonl'}"
+    flags = f"--pid-file {pid_file} --delay {delay_s} --log {tmp_path / 'server-log.jsonl'}"
     if ignore_sigterm:
         flags += " --ignore-sigterm"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {PROJECT_ROOT / 'tests' / 'fakeserver.py'}"
@@ -436,12 +437,27 @@ def test_sigint_cancels_flushes_stops_server_exit_130(env: dict[str, str], forks
     assert len(ids) == 24 == len(set(ids))
 
 
+def chat_arrivals(tmp_path: Path) -> list[int]:
+    """The request numbers the fake server has seen arrive (it notes each on arrival)."""
+    log = tmp_path / "server-log.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [int(r["n"]) for r in map(json.loads, lines) if r["path"] == "/v1/chat/completions"]
+
+
 def test_second_sigint_exits_at_once(env: dict[str, str], tmp_path: Path) -> None:
     # A server that ignores SIGTERM keeps the first Ctrl-C's clean-up waiting (up to 15 s).
-    extra, model, pid_file = local_server(tmp_path, ignore_sigterm=True)
+    # Each request takes the server 3 s, so one sent after the first two is surely still in
+    # flight when Ctrl-C comes: on a busy machine the harness's own work between requests
+    # can outlast a short request, and then nothing would be in flight to cancel.
+    extra, model, pid_file = local_server(tmp_path, ignore_sigterm=True, delay_s=3.0)
     out = tmp_path / "run"
     proc = start_local_eval(env, extra, model, out, tmp_path)
     wait_lines(proc, out, 1)
+    deadline = time.monotonic() + 30
+    while max(chat_arrivals(tmp_path), default=0) < 3:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no third request reached the server"
+        time.sleep(0.01)
     server_pid = int(pid_file.read_text())
     os.kill(proc.pid, signal.SIGINT)
     # The first Ctrl-C cancels the requests in flight: the server sees the clients go (on a
