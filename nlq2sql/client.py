@@ -67,6 +67,9 @@ class Sampling:
     #: warehouse's schema in ``schema`` mode.  Set by :func:`bind_sampling`.
     schema_json: str | None = None
     choices: tuple[str, ...] | None = None  # structured "choice": the answer is one of these strings
+    #: Ask for each token's logprob and this many alternatives (None: none asked; the
+    #: intent-token confidence of ``--abstain-below`` reads them).
+    top_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         from .errors import InputError
@@ -79,6 +82,9 @@ class Sampling:
             raise InputError("structured mode 'regex' needs a regex", field="regex")
         if self.structured == "choice" and not self.choices:
             raise InputError("structured mode 'choice' needs choices", field="choices")
+        if self.top_logprobs is not None and not 1 <= self.top_logprobs <= 20:
+            raise InputError(f"top_logprobs must be between 1 and 20 (vLLM's default cap), got {self.top_logprobs}",
+                             field="top_logprobs")
         if self.schema not in SCHEMA_MODES:
             raise InputError(f"unknown schema mode {self.schema!r} (known: {', '.join(SCHEMA_MODES)})",
                              field="schema")
@@ -88,6 +94,8 @@ class Sampling:
                              "structured": self.structured, "regex": self.regex}
         if self.ignore_eos:
             d["ignore_eos"] = True
+        if self.top_logprobs is not None:
+            d["top_logprobs"] = self.top_logprobs
         if self.schema != "flat" or self.schema_json is not None:
             d["schema"] = self.schema
             d["schema_json"] = self.schema_json
@@ -192,6 +200,8 @@ def request_kwargs(model: str, messages: list[dict[str, str]], s: Sampling) -> d
                           "stream_options": {"include_usage": True}}
     if s.seed is not None:
         kw["seed"] = s.seed
+    if s.top_logprobs is not None:
+        kw["logprobs"], kw["top_logprobs"] = True, s.top_logprobs
     if s.structured == "response_format":
         kw["response_format"] = {"type": "json_schema", "json_schema": {
             "name": "intent", "schema": s.json_schema(), "strict": True}}
@@ -277,6 +287,9 @@ async def _once(client: AsyncOpenAI, kw: dict[str, Any], timeout_s: float, out: 
                               getattr(details, "cached_tokens", None) if details else None)
                 for choice in chunk.choices:
                     acc.delta(choice.delta.content if choice.delta is not None else None, now)
+                    lp = getattr(choice, "logprobs", None)
+                    if lp is not None and lp.content:
+                        acc.logprobs([e.model_dump() for e in lp.content])
                     acc.finish(choice.finish_reason)
         finally:
             await stream.close()

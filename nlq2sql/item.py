@@ -9,11 +9,13 @@ was made.  An item without a gold (``answer.Question``) is answered, not scored.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
 from .answer import Question, answer_item
-from .client import EndpointConfig, RetryBudget, bind_sampling, complete
+from .client import EndpointConfig, RetryBudget, Sampling, bind_sampling, complete
+from .conditions.confidence import TOP_LOGPROBS, intent_evidence
 from .conditions.examples import load_bank
 from .conditions.planner import plan_and_answer
 from .conditions.selfcheck import apply_abstention, sample_and_vote
@@ -32,7 +34,15 @@ from .server_metrics import MetricsSampler
 if TYPE_CHECKING:
     from .live import EvalConfig
 
-__all__ = ["ItemRunner", "targets", "whitespace_outside_strings"]
+__all__ = ["ItemRunner", "request_sampling", "targets", "whitespace_outside_strings"]
+
+
+def request_sampling(cfg: EvalConfig) -> Sampling:
+    """What every request of the run asks for: the run's sampling, with token logprobs when
+    abstention reads the intent-token confidence (``--abstain-below``)."""
+    if cfg.abstain_below is not None and cfg.sampling.top_logprobs is None:
+        return dataclasses.replace(cfg.sampling, top_logprobs=TOP_LOGPROBS)
+    return cfg.sampling
 
 
 def whitespace_outside_strings(text: str) -> int:
@@ -78,15 +88,13 @@ class ItemRunner:
         self.rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), self.wh.catalog,
                                         self.wh)
         self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
-        self.sampling = bind_sampling(cfg.sampling, self.wh.catalog)
+        self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog)
         self.bank = load_bank(cfg.example_bank, self.wh.catalog, cfg.examples) if cfg.examples else None
         self.values = ValueIndex(self.wh) if cfg.link_values in ("hint", "both") else None
         # Connection pools sized for this process's share of the run's concurrency.
         ecfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=cfg.timeout_s,
                               concurrency=concurrency or cfg.concurrency, retry_budget=cfg.retry_budget,
                               client=cfg.client)
-        import dataclasses
-
         self.pool = Pool([dataclasses.replace(ecfg, base_url=u, model=m, api_key=k)
                           for u, m, k in targets(cfg, base_url, model, key)], cfg.routing)
         self.fail_fast = FAIL_FAST if self.pool.multi else frozenset()
@@ -148,7 +156,11 @@ class ItemRunner:
         if linked is not None:
             rec["linked_values"] = [lk.as_filter() for lk in linked]
         rec.update(planned)
-        if cfg.abstain and not isinstance(case, Question):
+        if cfg.abstain_below is not None:  # the planner's first stage decided the kind: read that
+            if "intent_evidence" not in rec:
+                rec["intent_evidence"] = intent_evidence(comp.token_logprobs)
+            rec["abstain_below"] = cfg.abstain_below
+        if (cfg.abstain or cfg.abstain_below is not None) and not isinstance(case, Question):
             apply_abstention(rec)
         if pool.multi:  # which replica answered, and which failed the item before it
             rec["replica"] = rep.label

@@ -34,7 +34,7 @@ from .conditions.values import LINK_MODES, effective_guardrails
 from .errors import InputError
 from .evalset import EvalCase, load_evalset
 from .guardrail import load_guardrails
-from .item import ItemRunner, targets, whitespace_outside_strings
+from .item import ItemRunner, request_sampling, targets, whitespace_outside_strings
 from .models import DEFAULT_MODEL
 from .pool import ROUTINGS, ReplicaSpec
 from .prompt import load_prompt
@@ -162,6 +162,7 @@ class EvalConfig:
     link_values: str = "none"  # none | hint | repair | both (conditions.values)
     samples: int = 1  # self-consistency: answers per item, majority vote (conditions.selfcheck)
     abstain: bool = False  # answer "needs clarification" when the evidence is split
+    abstain_below: float | None = None  # … or when the intent-token confidence is below this (implies abstain)
     server: LocalServerSettings = field(default_factory=LocalServerSettings)  # only when endpoint is None
     load: LoadShape = field(default_factory=LoadShape)  # the defaults: a plain closed-loop eval
 
@@ -185,6 +186,9 @@ def validate(cfg: EvalConfig) -> None:
         raise InputError("self-consistency needs different answers: give --temperature > 0", field="--samples")
     if cfg.samples > 1 and cfg.planner != "none":
         raise InputError("--samples and --planner do not combine (yet): choose one", field="--samples")
+    if cfg.abstain_below is not None and not 0 < cfg.abstain_below < 1:
+        raise InputError(f"must be a probability strictly between 0 and 1, got {cfg.abstain_below}",
+                         field="--abstain-below")
     if cfg.link_values not in LINK_MODES:
         raise InputError(f"unknown mode {cfg.link_values!r} (known: {', '.join(LINK_MODES)})",
                          field="--link-values")
@@ -426,12 +430,15 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         manifest = manifest_base("eval", evalset, rulesets, wh) | {
             "endpoint": base_url if server is None else "local",
             "model": model, "prompt": prompt.name, "prompt_style": prompt.style,
-            "prompt_sha256": prompt.sha256, "sampling": bind_sampling(cfg.sampling, wh.catalog).as_dict(),
+            "prompt_sha256": prompt.sha256, "sampling": bind_sampling(request_sampling(cfg), wh.catalog).as_dict(),
             "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts, "client": cfg.client,
             "examples": bank.manifest(cfg.examples) if bank is not None else None,
             "planner": cfg.planner if cfg.planner != "none" else None,
             "link_values": cfg.link_values if cfg.link_values != "none" else None,
-            "samples": cfg.samples if cfg.samples > 1 else None, "abstain": True if cfg.abstain else None,
+            "samples": cfg.samples if cfg.samples > 1 else None,
+            "abstain": True if cfg.abstain or cfg.abstain_below is not None else None,
+            "abstain_below": cfg.abstain_below,
+            "timeout_s": cfg.timeout_s,
             "load": {"rate": load.rate, "duration_s": load.duration_s,
                      "arrival_seed": load.arrival_seed if load.rate else None},
             "context_suffix_chars": len(load.context_suffix),

@@ -24,7 +24,7 @@ MANIFEST, RECORDS, SUMMARY = "manifest.json", "records.jsonl", "summary.json"
 #: Manifest keys that must match for ``--resume`` to continue a run.
 RESUME_KEYS = ("kind", "evalset_sha256", "model", "prompt_sha256", "guardrails", "sampling", "examples", "planner",
                "endpoint", "context_suffix_sha256", "link_values",
-               "samples", "abstain")
+               "samples", "abstain", "abstain_below")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

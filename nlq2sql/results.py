@@ -121,6 +121,8 @@ class Manifest(_Model):
     planner: str | None = None
     samples: int | None = None  # self-consistency: answers per item (absent: 1)
     abstain: bool | None = None  # --abstain (absent: off)
+    abstain_below: float | None = None  # --abstain-below P: intent-token confidence threshold
+    timeout_s: float | None = None  # per-request timeout (absent: older runs, 120 s)
     link_values: str | None = None  # hint | repair | both (conditions.values); absent in older runs
     load: dict[str, Any] | None = None
     context_suffix_chars: int | None = None

@@ -294,7 +294,7 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
             for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s"):
                 rec[key] = old.get(key)
             if "abstained" in old:  # decided again from the recorded evidence, under these guardrails
-                for key in ("votes", "planner_choice"):
+                for key in ("votes", "planner_choice", "intent_evidence", "abstain_below"):
                     if key in old:
                         rec[key] = old[key]
                 apply_abstention(rec)

@@ -18,6 +18,7 @@ import numpy as np
 from scipy.stats import binomtest
 from sklearn.metrics import confusion_matrix
 
+from .conditions.confidence import kind_share
 from .errors import ExecutionError, IntentError, SqlBuildError
 from .evalset import EvalCase
 from .execute import Executor
@@ -209,6 +210,18 @@ TIMING_KEYS = ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl
                "requests", "samples_completion_tokens")
 
 
+def confidence(rec: dict[str, Any]) -> float:
+    """The item's confidence for the coverage-accuracy curve: its vote share under
+    self-consistency, else its intent-token confidence, else 1 (nothing said otherwise)."""
+    votes = rec.get("votes")
+    if votes:
+        return round(float(votes["share"]), 4)
+    ev = rec.get("intent_evidence")
+    if ev:  # the model's share on the kind answered (a guardrail may have changed it)
+        return round(kind_share(ev, (rec.get("final_intent") or {}).get("intent")), 2)
+    return 1.0
+
+
 class Summary:
     """Streaming aggregation of records: memory grows with classes, not with items."""
 
@@ -229,7 +242,7 @@ class Summary:
         self.rule_scope_correct: Counter[str] = Counter()
         self.cat: dict[str, Counter[str]] = defaultdict(Counter)
         self.timing: dict[str, list[float]] = defaultdict(list)
-        # selective prediction (``--abstain``): (vote share, answered, answer correct) → items
+        # selective prediction (``--abstain``): (confidence, answered, answer correct) → items
         self.selective: Counter[tuple[float, bool, bool]] = Counter()
         # add_shared's tally, id(rec) → [rec, times], first seen first: counted in (n and every
         # table) when flushed -- by add, field_ok and result.
@@ -297,9 +310,7 @@ class Summary:
                 self.rule_scope[rid] += times
                 self.rule_scope_correct[rid] += (rid in fired_ok) * times
         if "abstained" in rec:
-            votes = rec.get("votes")
-            share = round(float(votes["share"]), 4) if votes else 1.0
-            self.selective[(share, not rec["abstained"], bool(rec["answer_correct"]))] += times
+            self.selective[(confidence(rec), not rec["abstained"], bool(rec["answer_correct"]))] += times
         cat = self.cat[rec["category"]]
         cat["n"] += times
         cat["raw"] += correct_raw
@@ -356,7 +367,9 @@ class Summary:
 
     def _selective(self) -> dict[str, Any]:
         """Coverage, accuracy on answered items, and the coverage-accuracy curve: answering only
-        items whose vote share is at least each observed share (an abstention is never correct)."""
+        items whose confidence (vote share, else intent-token confidence) is at least each observed
+        value (an abstention is never correct).  ``min_vote_share`` is the old name of
+        ``min_confidence``, kept so readers of older summaries need no second path."""
         sel = self.selective
         n = sum(sel.values())
         answered = sum(v for (_, a, _), v in sel.items() if a)
@@ -365,6 +378,7 @@ class Summary:
         for t in sorted({share for share, _, _ in sel}, reverse=True):
             m = sum(v for (share, _, _), v in sel.items() if share >= t)
             k = sum(v for (share, _, ok), v in sel.items() if share >= t and ok)
-            curve.append({"min_vote_share": t, "coverage": wilson(m, n), "accuracy": wilson(k, m)})
+            curve.append({"min_confidence": t, "min_vote_share": t, "coverage": wilson(m, n),
+                          "accuracy": wilson(k, m)})
         return {"n": n, "abstained": n - answered, "coverage": wilson(answered, n),
                 "accuracy_answered": wilson(right, answered), "curve": curve}

@@ -36,6 +36,9 @@ class Completion:
     cached_tokens: int | None = None
     retry_waits_s: list[float] = field(default_factory=list)
     unsent_retries: int = 0  # re-sends after a pooled connection closed before the write
+    #: Per generated token, when logprobs were asked for: (token, logprob, [(alternative,
+    #: logprob), …]).  Kept in memory for the confidence read-out, never recorded whole.
+    token_logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
 
     def record_fields(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
@@ -105,6 +108,16 @@ class Accumulator:
         self.last = now
         self.parts.append(text)
 
+    def logprobs(self, entries: Any) -> None:
+        """One chunk's ``logprobs.content`` (a list of {token, logprob, top_logprobs})."""
+        if not entries:
+            return
+        if self.out.token_logprobs is None:
+            self.out.token_logprobs = []
+        for e in entries:
+            self.out.token_logprobs.append((str(e["token"]), float(e["logprob"]), [
+                (str(t["token"]), float(t["logprob"])) for t in e.get("top_logprobs") or ()]))
+
     def finish(self, reason: str | None) -> None:
         if reason:
             self.out.finish_reason = reason
@@ -123,6 +136,9 @@ class Accumulator:
             self.usage(usage.get("prompt_tokens"), usage.get("completion_tokens"), details.get("cached_tokens"))
         for choice in obj.get("choices") or ():
             self.delta((choice.get("delta") or {}).get("content"), now)
+            lp = choice.get("logprobs")
+            if lp:
+                self.logprobs(lp.get("content"))
             self.finish(choice.get("finish_reason"))
 
     def end(self, content_type: str | None = None, *, require_finish: bool = True) -> Completion:

@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import os
 import signal
 import socket
@@ -146,15 +147,27 @@ class _State:
 
 
 def _chunk(state: _State, rid: str, created: int, delta: dict[str, Any] | None,
-           finish: str | None = None, usage: dict[str, int] | None = None) -> bytes:
+           finish: str | None = None, usage: dict[str, int] | None = None,
+           logprobs: dict[str, Any] | None = None) -> bytes:
     body: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk", "created": created,
                             "model": state.model, "choices": []}
     if delta is not None:
-        body["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
+        body["choices"] = [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
                             **({"stop_reason": None} if finish else {})}]
     if usage is not None:
         body["usage"] = usage
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _logprobs(piece: str, p: float) -> dict[str, Any]:
+    """One piece as one token with logprob log(p); its one alternative swaps an intent kind
+    (``break`` ↔ ``top_n``) and carries the rest of the mass; other pieces' alternative fits no
+    kind.  So the harness's intent-token confidence of an answer equals ``p``."""
+    alt = (piece.replace("break", "top_n") if "break" in piece else
+           piece.replace("top_n", "break") if "top_n" in piece else "@@")
+    lp, alt_lp = math.log(p), math.log(max(1e-9, 1 - p))
+    return {"content": [{"token": piece, "logprob": lp, "bytes": None, "top_logprobs": [
+        {"token": piece, "logprob": lp, "bytes": None}, {"token": alt, "logprob": alt_lp, "bytes": None}]}]}
 
 
 def _pieces(text: str, size: int = 8) -> list[str]:
@@ -222,6 +235,7 @@ def make_app(state: _State) -> Any:
                     "behaviour": kind, "auth_ok": authorised(request),
                     "body_sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(),
                     "stream": bool(body.get("stream")), "model": body.get("model"),
+                    "logprobs": body.get("logprobs"), "top_logprobs": body.get("top_logprobs"),
                     "system_prompt_sha256": hashlib.sha256(
                         "".join(m.get("content", "") for m in messages
                                 if m.get("role") == "system").encode()).hexdigest()})
@@ -299,7 +313,9 @@ def make_app(state: _State) -> Any:
                     os.kill(os.getpid(), signal.SIGKILL)
                 _reset(request)
                 return resp
-            await resp.write(_chunk(state, rid, created, {"content": piece}))
+            await resp.write(_chunk(state, rid, created, {"content": piece},
+                                    logprobs=_logprobs(piece, float(b.get("intent_p", 0.9)))
+                                    if body.get("logprobs") else None))
         await resp.write(_chunk(state, rid, created, {"content": ""}, finish=finish))
         if (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(_chunk(state, rid, created, None, usage={

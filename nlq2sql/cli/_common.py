@@ -168,6 +168,18 @@ SchemaOpt = Annotated[str, typer.Option(
     "| branches (one anyOf branch per intent kind: inconsistent intents cannot be generated).")]
 
 
+SamplesOpt = Annotated[int, typer.Option(
+    "--samples", help="Self-consistency: answers per item (needs --temperature > 0); the canonical intent "
+    "with most votes is the answer.")]
+TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Sampling temperature (0: greedy).")]
+AbstainOpt = Annotated[bool, typer.Option(
+    "--abstain", help="Answer 'needs clarification' when the evidence is split (no majority among "
+    "--samples, or the planner's kind overruled by a guardrail); scored as selective prediction.")]
+AbstainBelowOpt = Annotated[float | None, typer.Option(
+    "--abstain-below", help="Also abstain when the model's probability of its intent kind, read from vLLM's "
+    "token logprobs (asked for), is below this (0-1); implies --abstain.")]
+
+
 def guardrail_names(values: list[str] | None) -> tuple[str, ...]:
     names: list[str] = []
     for v in values or ["ranking"]:
@@ -190,18 +202,22 @@ def parse_levels(text: str, option: str) -> tuple[int, ...]:
 def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
           limit: int | None, max_tokens: int, out: Path, guardrails: tuple[str, ...] = ("ranking",),
           semantic: tuple[str | None, Path | None, str] = (None, None, "flat"),
-          examples: tuple[int, str | None] = (0, None), planner: str = "none", link_values: str = "none") -> Any:
+          examples: tuple[int, str | None] = (0, None), planner: str = "none", link_values: str = "none",
+          selective: tuple[int, float, bool, float | None] = (1, 0.0, False, None)) -> Any:
     """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``examples``
-    (--examples, --example-bank)."""
+    (--examples, --example-bank), ``selective`` (--samples, --temperature, --abstain,
+    --abstain-below)."""
     from ..client import Sampling
     from ..live import EvalConfig
 
     semantic_model, db, schema = semantic
+    samples, temperature, abstain, abstain_below = selective
     return EvalConfig(evalset=evalset, out=out, endpoint=endpoint, model=model, api_key_env=api_key_env,
                       prompt=prompt, guardrails=guardrails, limit=limit,
-                      sampling=Sampling(max_tokens=max_tokens, schema=schema),
+                      sampling=Sampling(max_tokens=max_tokens, schema=schema, temperature=temperature),
                       semantic_model=semantic_model, warehouse=db, examples=examples[0],
-                      example_bank=examples[1], planner=planner, link_values=link_values)
+                      example_bank=examples[1], planner=planner, link_values=link_values,
+                      samples=samples, abstain=abstain, abstain_below=abstain_below)
 
 
 EvalsetOpt = Annotated[str, typer.Option(help="Eval set name or path.")]

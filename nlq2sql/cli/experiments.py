@@ -13,6 +13,8 @@ from ..errors import InputError
 from ..inputs import at_most
 from ..models import DEFAULT_MODEL
 from ._common import (
+    AbstainBelowOpt,
+    AbstainOpt,
     DbOpt,
     EndpointOpt,
     EndpointsFileOpt,
@@ -26,8 +28,10 @@ from ._common import (
     MaxTokOpt,
     ModelOpt,
     PlannerOpt,
+    SamplesOpt,
     SchemaOpt,
     SemanticModelOpt,
+    TemperatureOpt,
     app,
     base_config,
     err,
@@ -140,7 +144,8 @@ def matrix(
                                                    "prompt) instead of querying.")] = None,
     semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
     examples: ExamplesOpt = 0, example_bank: ExampleBankOpt = None, planner: PlannerOpt = "none",
-    link_values: LinkValuesOpt = "none",
+    link_values: LinkValuesOpt = "none", samples: SamplesOpt = 1, temperature: TemperatureOpt = 0.0,
+    abstain: AbstainOpt = False, abstain_below: AbstainBelowOpt = None,
 ) -> None:
     """Prompt × guardrail matrix with CIs and exact McNemar tests; guardrails re-scored offline."""
     from dataclasses import replace
@@ -159,7 +164,8 @@ def matrix(
     else:
         base = replace(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
                  semantic=(semantic_model, db, schema),
-                 examples=(examples, example_bank), planner=planner, link_values=link_values),
+                 examples=(examples, example_bank), planner=planner, link_values=link_values,
+                 selective=(samples, temperature, abstain, abstain_below)),
                        concurrency=concurrency)
         with shared_endpoint(base) as bound:
             dirs = mx.run_prompts(mx.MatrixConfig(bound, tuple(p.strip() for p in prompts.split(",")), conds))

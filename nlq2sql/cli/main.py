@@ -14,6 +14,8 @@ from rich.markup import escape
 from ..errors import InputError
 from ..models import DEFAULT_MODEL
 from ._common import (
+    AbstainBelowOpt,
+    AbstainOpt,
     DbOpt,
     EndpointsFileOpt,
     EndpointsOpt,
@@ -23,8 +25,10 @@ from ._common import (
     LinkValuesOpt,
     PlannerOpt,
     RoutingOpt,
+    SamplesOpt,
     SchemaOpt,
     SemanticModelOpt,
+    TemperatureOpt,
     app,
     err,
     fleet_args,
@@ -145,12 +149,10 @@ def eval_cmd(
     example_bank: ExampleBankOpt = None,
     planner: PlannerOpt = "none",
     link_values: LinkValuesOpt = "none",
-    samples: Annotated[int, typer.Option(help="Self-consistency: answers per item (needs --temperature > 0); "
-                                         "the canonical intent with most votes is the answer.")] = 1,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
-    abstain: Annotated[bool, typer.Option(help="Answer 'needs clarification' when the evidence is split (no "
-                                          "majority among --samples, or the planner's kind overruled by a "
-                                          "guardrail); scored as selective prediction.")] = False,
+    samples: SamplesOpt = 1,
+    temperature: TemperatureOpt = 0.0,
+    abstain: AbstainOpt = False,
+    abstain_below: AbstainBelowOpt = None,
     workers: Annotated[str, typer.Option(help="Client processes, or 'auto' (one per CPU this process may use): "
                                          "items from one queue, the concurrency split over them (the cap "
                                          "stays global).")] = "1",
@@ -180,7 +182,7 @@ def eval_cmd(
                      timeout_s=timeout, resume=resume, force=force, server=LocalServerSettings(compact=compact_server),
                      client=client, semantic_model=semantic_model, warehouse=db, examples=examples,
                      example_bank=example_bank, planner=planner, link_values=link_values, samples=samples,
-                     abstain=abstain,
+                     abstain=abstain, abstain_below=abstain_below,
                      workers=parse_workers(workers, concurrency),
                      engine=engine,
                      ray_address=ray_address)

@@ -18,6 +18,7 @@ from typing import Any
 from ..client import Completion, EndpointConfig, RetryBudget, Sampling, complete
 from ..intent import INTENTS, branch_schema
 from ..semantic.catalog import Catalog
+from .confidence import intent_evidence
 
 PLANNERS = ("none", "two-stage")
 #: Tokens the first stage may use: the longest kind is a few tokens in any tokenizer.
@@ -46,6 +47,8 @@ async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict
         "planner_prompt_tokens": first.prompt_tokens, "planner_completion_tokens": first.completion_tokens,
         "requests": 1,
     }
+    if first.token_logprobs is not None:  # --abstain-below: the kind was decided here
+        fields["intent_evidence"] = intent_evidence(first.token_logprobs)
     if first.outcome != "ok":
         return first, fields  # the item failed in stage one: recorded as that failure
     if choice not in INTENTS:  # cannot happen under the choice constraint; never guess

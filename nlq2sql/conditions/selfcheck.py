@@ -8,15 +8,14 @@ and the samples' summed tokens, so the cost sits beside the gain.  A tie at the 
 valid sample) has no majority.
 
 **Abstention**: the item answers "needs clarification" instead of guessing when the evidence
-is split — self-consistency without a majority, or the two-stage planner's chosen kind
-overruled by a guardrail.  Scored as selective prediction: an abstention is never correct
-(``correct_final`` false, the answer's own correctness kept as ``answer_correct``); the
-summary's ``selective`` gives coverage, accuracy on answered items and the
-coverage-accuracy curve over the vote share.  The decision reads only recorded fields, so
+is split — self-consistency without a majority, the two-stage planner's chosen kind
+overruled by a guardrail, or (``--abstain-below P``) the model's own probability of its
+intent kind, read from vLLM's token logprobs (:mod:`.confidence`), below P.  Scored as
+selective prediction: an abstention is never correct (``correct_final`` false, the answer's
+own correctness kept as ``answer_correct``); the summary's ``selective`` gives coverage,
+accuracy on answered items and the coverage-accuracy curve over the confidence (the vote
+share; else the intent-token confidence).  The decision reads only recorded fields, so
 re-scoring under other guardrails decides it again the same way.
-
-Not built: abstention from vLLM ``logprobs`` on the intent token (the CPU build's streamed
-logprobs were not checked here).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from ..client import Completion, EndpointConfig, RetryBudget, Sampling, complete
 from ..errors import IntentError
 from ..intent import canonicalise, parse_intent
 from ..semantic.catalog import Catalog
+from .confidence import kind_share
 
 __all__ = ["MAX_SAMPLES", "abstain_reason", "apply_abstention", "sample_and_vote", "vote"]
 
@@ -92,7 +92,13 @@ def abstain_reason(rec: dict[str, Any]) -> str | None:
     final = rec.get("final_intent")
     if choice is not None and final is not None and final.get("intent") != choice:
         return f"planner chose {choice}, guardrail made it {final.get('intent')}"
+    below, ev = rec.get("abstain_below"), rec.get("intent_evidence")
+    if below is not None and ev is not None:
+        share = kind_share(ev, (final or {}).get("intent"))
+        if share < below:
+            return f"intent-token confidence {share:.2f} < {below:g}"
     return None
+
 
 
 def apply_abstention(rec: dict[str, Any]) -> dict[str, Any]:

@@ -69,7 +69,7 @@ def _shown(path: Path) -> str:
 _MANIFEST_FACTS = ("kind", "model", "prompt", "prompt_style", "guardrails", "evalset", "n_items", "concurrency",
                    "client", "endpoint", "sampling", "harness_version", "git_commit", "git_dirty", "started",
                    "finished", "limit", "evalset_sha256", "prompt_sha256", "semantic_model", "examples",
-                   "link_values", "planner", "samples", "abstain")
+                   "link_values", "planner", "samples", "abstain", "abstain_below")
 
 
 def _finite(obj: Any) -> Any:
