@@ -24,6 +24,7 @@ fi
 for arm in $ARMS; do
     case $arm in
         *baseline-flat) args="--prompt baseline --schema flat" ;;
+        *contrastive-branches-ex8-hint-logprob-abstain) args="--prompt contrastive --schema branches --examples 8 --link-values both --abstain-below 0.5" ;;
         *contrastive-branches-ex8-hint-sc5-abstain) args="--prompt contrastive --schema branches --examples 8 --link-values both --samples 5 --temperature 0.7 --abstain" ;;
         *contrastive-branches-ex8-hint-planner-abstain) args="--prompt contrastive --schema branches --examples 8 --link-values both --planner two-stage --abstain" ;;
         *contrastive-branches-ex8-hint) args="--prompt contrastive --schema branches --examples 8 --link-values both" ;;

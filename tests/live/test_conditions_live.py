@@ -46,3 +46,24 @@ def test_two_stage_planner_chooses_then_answers_within_the_choice(vllm_server: L
             assert r["raw_intent"]["intent"] == r["planner_choice"] and r["status"] == "ok"
     assert summary["timing"]["planner_latency_s"]["n"] == 4 and summary["timing"]["requests"]["mean"] == 2
     assert json.loads((out / "manifest.json").read_text())["planner"] == "two-stage"
+
+
+def test_abstain_below_reads_the_intent_token_logprobs(vllm_server: LocalServer, tmp_path: Path) -> None:
+    """The CPU vLLM streams logprobs under the JSON-Schema grammar: every answer's intent kind
+    has a decisive token, and the confidence read from it decides abstention."""
+    out = tmp_path / "logprob"
+    summary = run_eval(EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
+                                  concurrency=4, limit=4, guardrails=(), abstain_below=0.5,
+                                  sampling=Sampling(max_tokens=160, schema="branches")))
+    recs = list(iter_records(out / "records.jsonl"))
+    assert len(recs) == 4
+    for r in recs:
+        if r["raw_intent"] is None:
+            continue
+        ev = r["intent_evidence"]
+        assert ev is not None and ev["kind"] == r["raw_intent"]["intent"], r
+        assert 0 < ev["confidence"] <= 1 and 0 < ev["p_token"] <= 1
+        assert r["abstained"] == (ev["confidence"] < 0.5)
+    assert summary["selective"]["n"] == 4
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["sampling"]["top_logprobs"] == 8 and manifest["abstain_below"] == 0.5
