@@ -71,3 +71,13 @@ def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     assert "<script" not in page and "<code>" in page  # inline marks rendered, content escaped
     assert "http://" not in page and "https://" not in page.replace("https://json-schema.org", "")
     assert page.count("data:image/png;base64,") >= 1
+
+
+def test_long_abstention_curves_are_shown_at_a_few_cutoffs() -> None:
+    from nlq2sql.experiments.quality import thin_curve
+
+    short = [{"min_vote_share": v} for v in (1.0, 0.6, 0.4)]
+    assert thin_curve(short) == short  # self-consistency's few shares: all of them
+    long = [{"min_confidence": round(1 - i / 40, 3)} for i in range(30)]  # 1.0 … 0.275
+    cut = [p["min_confidence"] for p in thin_curve(long)]
+    assert cut == [0.9, 0.8, 0.7, 0.6, 0.5, 0.275]

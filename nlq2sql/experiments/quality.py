@@ -83,7 +83,9 @@ class RunRow:
             parts.append(f"planner {m['planner']}")
         if (m.get("samples") or 1) > 1:
             parts.append(f"{m['samples']} samples")
-        if m.get("abstain"):
+        if m.get("abstain_below") is not None:
+            parts.append(f"abstain below p {m['abstain_below']:g}")
+        elif m.get("abstain"):
             parts.append("abstain")
         parts.append("+".join(m.get("guardrails") or []) or "no guardrail")
         return " · ".join(parts)
@@ -283,11 +285,30 @@ def markdown(rows: list[RunRow]) -> str:
     curves = curve_rows(rows)
     if curves:
         lines += ["", "## Abstention: coverage against accuracy on answered items", "",
-                  "| run | min vote share | coverage | accuracy answered |", "|---|---|---|---|"]
+                  "Confidence: the vote share under self-consistency, else the model's intent-token "
+                  "probability on the kind answered (vLLM logprobs); long curves shown at a few cut-offs.", "",
+                  "| run | min confidence | coverage | accuracy answered |", "|---|---|---|---|"]
         for r, curve in curves:
-            lines += [f"| {'/'.join(r.group)} `{r.label}` | {p['min_vote_share']:.2f} | {pct(p['coverage'])} | "
-                      f"{pct(p['accuracy'])} |" for p in curve]
+            lines += [f"| {'/'.join(r.group)} `{r.label}` | {_cut(p):.2f} | {pct(p['coverage'])} | "
+                      f"{pct(p['accuracy'])} |" for p in thin_curve(curve)]
     return "\n".join(lines) + "\n"
+
+
+def _cut(point: dict[str, Any]) -> float:
+    return float(point.get("min_confidence", point.get("min_vote_share", 0.0)))
+
+
+def thin_curve(curve: list[dict[str, Any]], cuts: tuple[float, ...] = (0.9, 0.8, 0.7, 0.6, 0.5)
+               ) -> list[dict[str, Any]]:
+    """A short curve as it is; a long one at the first point at or below each cut, and its end."""
+    if len(curve) <= 8:
+        return curve
+    picked = [next((p for p in curve if _cut(p) <= c), curve[-1]) for c in cuts] + [curve[-1]]
+    out: list[dict[str, Any]] = []
+    for p in picked:
+        if not out or out[-1] is not p:
+            out.append(p)
+    return out
 
 
 def _plots(rows: list[RunRow]) -> dict[str, str]:
