@@ -22,6 +22,7 @@ from typing import Any
 from ..evalset import load_evalset
 from ..intent import canonicalise, is_ordered
 from ..records import iter_records, output_dir, read_finished_run
+from ..report import pct as report_pct
 from ..runner import make_executor, rescore_run
 from ..score import mcnemar_exact, percentiles
 from ..semantic import open_warehouse
@@ -151,10 +152,8 @@ def collect(run_dirs: list[Path], conditions: tuple[str, ...] = GUARDRAIL_CONDIT
 
 
 def pct(p: dict[str, Any] | None) -> str:
-    if not p or not p.get("n"):
-        return "n/a"
-    lo, hi = p["ci95"]
-    return f"{100 * p['value']:.1f} % [{100 * lo:.1f}–{100 * hi:.1f}] ({p['k']}/{p['n']})"
+    """The report's rate with CI and counts; a bare "n/a" for nothing sampled (table cells)."""
+    return "n/a" if not p or not p.get("n") else report_pct(p)
 
 
 def mcnemar(base: dict[str, bool], other: dict[str, bool]) -> str:
