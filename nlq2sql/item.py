@@ -34,7 +34,7 @@ from .server_metrics import MetricsSampler
 if TYPE_CHECKING:
     from .live import EvalConfig
 
-__all__ = ["ItemRunner", "request_sampling", "targets", "whitespace_outside_strings"]
+__all__ = ["ItemRunner", "Loaded", "request_sampling", "targets", "whitespace_outside_strings"]
 
 
 def request_sampling(cfg: EvalConfig) -> Sampling:
@@ -78,18 +78,34 @@ def targets(cfg: EvalConfig, base_url: str, model: str, key: str) -> list[tuple[
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """What a run has already loaded for its manifest (warehouse, guardrails, prompt, example
+    bank): handed to the in-process runner so none is loaded, nor the bank's index fitted, twice.
+    Worker processes and Ray actors load their own."""
+
+    wh: Any
+    rulesets: list[Any]
+    prompt: Any
+    bank: Any
+
+
 class ItemRunner:
     """A process's means to answer items; ``start`` inside its event loop, ``close`` after."""
 
     def __init__(self, cfg: EvalConfig, base_url: str, model: str, key: str, budget: RetryBudget,
-                 *, concurrency: int | None = None, sample_metrics: bool = True) -> None:
+                 *, concurrency: int | None = None, sample_metrics: bool = True,
+                 loaded: Loaded | None = None) -> None:
         self.cfg = cfg
-        self.wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
-        self.rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), self.wh.catalog,
-                                        self.wh)
-        self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
+        if loaded is not None:
+            self.wh, self.rulesets, self.prompt, self.bank = loaded.wh, loaded.rulesets, loaded.prompt, loaded.bank
+        else:
+            self.wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+            self.rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values),
+                                            self.wh.catalog, self.wh)
+            self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
+            self.bank = load_bank(cfg.example_bank, self.wh.catalog, cfg.examples) if cfg.examples else None
         self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog)
-        self.bank = load_bank(cfg.example_bank, self.wh.catalog, cfg.examples) if cfg.examples else None
         self.values = ValueIndex(self.wh) if cfg.link_values in ("hint", "both") else None
         # Connection pools sized for this process's share of the run's concurrency.
         ecfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=cfg.timeout_s,

@@ -34,7 +34,7 @@ from .conditions.values import LINK_MODES, effective_guardrails
 from .errors import InputError
 from .evalset import EvalCase, load_evalset
 from .guardrail import load_guardrails
-from .item import ItemRunner, request_sampling, targets, whitespace_outside_strings
+from .item import ItemRunner, Loaded, request_sampling, targets, whitespace_outside_strings
 from .models import DEFAULT_MODEL
 from .pool import ROUTINGS, ReplicaSpec
 from .prompt import load_prompt
@@ -305,7 +305,8 @@ async def probe_endpoint(base_url: str, model: str, key: str) -> dict[str, Any]:
 
 async def _run(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                cases: list[EvalCase], progress: Progress | None,
-               interrupts: Interrupts | None = None, budget: RetryBudget | None = None) -> dict[str, Any]:
+               interrupts: Interrupts | None = None, budget: RetryBudget | None = None,
+               loaded: Loaded | None = None) -> dict[str, Any]:
     if interrupts is not None:
         loop, main = asyncio.get_running_loop(), asyncio.current_task()
         assert main is not None
@@ -315,7 +316,7 @@ async def _run(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
 
         interrupts.cancel = cancel
     try:
-        return await _run_items(cfg, base_url, model, key, out, cases, progress, budget)
+        return await _run_items(cfg, base_url, model, key, out, cases, progress, budget, loaded)
     finally:
         if interrupts is not None:
             interrupts.cancel = None
@@ -323,12 +324,12 @@ async def _run(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
 
 async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                      cases: list[EvalCase], progress: Progress | None,
-                     budget: RetryBudget | None = None) -> dict[str, Any]:
+                     budget: RetryBudget | None = None, loaded: Loaded | None = None) -> dict[str, Any]:
     """This process answers the items (``--workers``/``--engine ray``: see ``workers``)."""
     if budget is None:  # a run of exactly these items (``_run_eval`` passes the whole run's)
         budget = RetryBudget(len(cases), cfg.retry_budget)
     counts: Counter[str] = Counter(total=len(cases))
-    items = ItemRunner(cfg, base_url, model, key, budget)
+    items = ItemRunner(cfg, base_url, model, key, budget, loaded=loaded)
     t0 = time.time()
     load = cfg.load
     deadline = time.monotonic() + load.duration_s if load.duration_s else None
@@ -478,7 +479,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
                 session = run_workers(cfg, base_url, model, key, cfg.out, cases, progress, budget)
             else:
                 session = asyncio.run(_run(cfg, base_url, model, key, cfg.out, cases, progress,
-                                           interrupts, budget))
+                                           interrupts, budget, Loaded(wh, rulesets, prompt, bank)))
         except asyncio.CancelledError:
             if interrupts.count:
                 raise KeyboardInterrupt from None

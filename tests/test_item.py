@@ -1,0 +1,27 @@
+"""The in-process item runner reuses what the run loaded for its manifest (nlq2sql.item)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nlq2sql.item as item
+from nlq2sql.live import EvalConfig, LoadShape, run_eval
+
+
+def test_in_process_runs_load_warehouse_prompt_guardrails_and_bank_once(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fakeserver import FakeServer, script
+
+    def loaded_again(*_: Any, **__: Any) -> Any:
+        raise AssertionError("loaded a second time by the item runner")
+
+    for name in ("open_warehouse", "load_guardrails", "load_prompt", "load_bank"):
+        monkeypatch.setattr(item, name, loaded_again)
+    with FakeServer(tmp_path / "fake", script(), model="fake-model") as fake:
+        summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
+                                      limit=3, concurrency=2, examples=2, link_values="both",
+                                      load=LoadShape(metrics_interval_s=0.05)))
+    assert summary["n"] == 3 and summary["outcomes"] == {"ok": 3}
