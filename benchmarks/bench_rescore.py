@@ -156,6 +156,51 @@ def measure_score(evalset: str, responses: str, out: str, warehouse: str) -> dic
             "tree": str(Path(nlq2sql.__file__).resolve().parent.parent)}
 
 
+#: Stages of a scoring run, each a function called from it (disjoint: none calls another).
+STAGES = (("read responses", "runner.py", "read_responses"), ("parse + validate", "intent.py", "parse_intent"),
+          ("guardrails", "guardrail.py", "apply_all"), ("SQL build", "sqlbuild.py", "build_sql"),
+          ("DuckDB execution", "execute.py", "run"))
+
+
+def measure_stages(evalset: str, responses: str, out: str, warehouse: str, warm_evalset: str,
+                   warm_responses: str) -> dict[str, Any]:
+    """``score`` under cProfile: each stage's cumulative time and its share of the run, so the
+    next bottleneck is visible (the profiler slows everything; read the shares, not the seconds).
+    A scoring run of another set first, unprofiled, so that the lazy imports are not a stage;
+    the profiled set's texts are all new to the per-text caches."""
+    import cProfile
+    import pstats
+
+    measure_score(warm_evalset, warm_responses, out + "-warm", warehouse)
+    prof = cProfile.Profile()
+    prof.enable()
+    res = measure_score(evalset, responses, out, warehouse)
+    prof.disable()
+    st = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in st.values())  # (cc, nc, own time, cumulative, callers)
+    stages = {}
+    for label, file, func in STAGES:
+        stages[label] = sum(v[3] for (f, _, name), v in st.items() if name == func and f.endswith(file))
+    stages["everything else (records, summary, memo)"] = total - sum(stages.values())
+    own = sorted(st.items(), key=lambda kv: -kv[1][2])[:8]  # by time spent in the function itself
+    top = {f"{Path(f).name}:{line} {name}": v[2] for (f, line, name), v in own}
+    return {"items": res["items"], "profiled_s": total, "stages": stages, "top_own_time": top, "wall_s": res["wall_s"],
+            "cpu_s": res["cpu_s"], "rss_mib": res["rss_mib"], "hwm_mib": res["hwm_mib"]}
+
+
+def measure_read(evalset: str, responses: str) -> dict[str, Any]:
+    """Only reading the responses file as a scoring run does (``read_responses``, ids checked)."""
+    from nlq2sql.evalset import index_evalset
+    from nlq2sql.runner import read_responses
+
+    ids = index_evalset(evalset).ids
+    started, cpu = time.perf_counter(), _cpu_s()
+    n = sum(1 for _ in read_responses(Path(responses), ids))
+    wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
+    return {"items": n, "wall_s": wall, "cpu_s": cpu, "items_per_s": n / wall, "rss_mib": _rss_mib(),
+            "hwm_mib": _hwm_mib()}
+
+
 def measure_load(evalset: str) -> dict[str, Any]:
     """The eval set as a scoring run holds it: the id index (``index_evalset``) where the tree
     has one, else every case (``load_evalset`` + ``by_id``)."""
@@ -253,7 +298,8 @@ def distinct_queries(run_dir: str, evalset: str, out: str) -> dict[str, Any]:
 
 CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
     "score": measure_score, "load": measure_load, "duckdb": measure_duckdb, "imports": measure_imports,
-    "prepare": prepare, "queries": distinct_queries, "tables": table_digest}
+    "prepare": prepare, "queries": distinct_queries, "tables": table_digest, "stages": measure_stages,
+    "read": measure_read}
 
 
 def _child(kind: str, *args: str, tree: Path | None = None) -> dict[str, Any]:
@@ -320,6 +366,9 @@ def main() -> None:
         nq = _child("queries", str(work / f"run-{a.n}-{Path(big[0]).stem}"), big[0], str(qfile))["queries"]
         direct = _child("duckdb", str(qfile), wh)
         rows.append((f"duckdb {nq} distinct statements", direct))
+        read = _child("read", *big)
+        rows.append((f"read responses {a.n:,}", read))
+        stages = _child("stages", cold[0], cold[1], str(work / "run-stages"), wh, *small)
         load_avg = os.getloadavg()[0]
 
     print()
@@ -336,6 +385,16 @@ def main() -> None:
           f"its {nq} distinct statements directly in DuckDB ({main_run['cpu_s'] / direct['cpu_s']:.1f}x the "
           f"CPU time; harness overhead {1e6 * (main_run['cpu_s'] - direct['cpu_s']) / a.n:.0f} CPU-µs/item); "
           f"peak RSS {main_run['rss_mib'] / direct['rss_mib']:.1f}x")
+    floor_s = direct["wall_s"] + read["wall_s"]
+    print(f"against executing the distinct SQL plus reading the responses once "
+          f"({direct['wall_s']:.2f} + {read['wall_s']:.2f} s): {main_run['wall_s'] / floor_s:.2f}x "
+          f"(issue 10's bound: 1.5x; a scoring run reads the file twice: a validating pass first)")
+    print(f"where a cold run's time goes (cold {cold_n:,}, unique texts, under cProfile: shares, not seconds):")
+    for label, secs in stages["stages"].items():
+        print(f"  {label:<42} {100 * secs / stages['profiled_s']:5.1f} %")
+    print("  functions with the most time of their own:")
+    for label, secs in stages["top_own_time"].items():
+        print(f"    {label:<52} {100 * secs / stages['profiled_s']:5.1f} %")
     inc_big = main_run["rss_mib"] - load_big["rss_mib"]
     inc_small = small_run["rss_mib"] - load_small["rss_mib"]
     print(f"peak RSS {a.small:,} → {a.n:,} items: {small_run['rss_mib']:.0f} → {main_run['rss_mib']:.0f} MiB; "
