@@ -32,7 +32,11 @@ from .semantic import open_warehouse
 from .server_metrics import MetricsSampler
 
 if TYPE_CHECKING:
+    from .conditions.examples import ExampleBank
+    from .guardrail import RuleSet
     from .live import EvalConfig
+    from .prompt import Prompt
+    from .semantic.binding import Warehouse
 
 __all__ = ["ItemRunner", "Loaded", "request_sampling", "targets", "whitespace_outside_strings"]
 
@@ -84,10 +88,10 @@ class Loaded:
     bank): handed to the in-process runner so none is loaded, nor the bank's index fitted, twice.
     Worker processes and Ray actors load their own."""
 
-    wh: Any
-    rulesets: list[Any]
-    prompt: Any
-    bank: Any
+    wh: Warehouse
+    rulesets: list[RuleSet]
+    prompt: Prompt
+    bank: ExampleBank | None
 
 
 class ItemRunner:
@@ -172,11 +176,11 @@ class ItemRunner:
         if linked is not None:
             rec["linked_values"] = [lk.as_filter() for lk in linked]
         rec.update(planned)
-        if cfg.abstain_below is not None:  # the planner's first stage decided the kind: read that
-            if "intent_evidence" not in rec:
+        if cfg.abstain_below is not None:
+            if "intent_evidence" not in rec:  # (the planner records its first stage's: the kind was chosen there)
                 rec["intent_evidence"] = intent_evidence(comp.token_logprobs)
             rec["abstain_below"] = cfg.abstain_below
-        if (cfg.abstain or cfg.abstain_below is not None) and not isinstance(case, Question):
+        if cfg.abstaining and not isinstance(case, Question):
             apply_abstention(rec)
         if pool.multi:  # which replica answered, and which failed the item before it
             rec["replica"] = rep.label

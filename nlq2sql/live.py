@@ -166,6 +166,11 @@ class EvalConfig:
     server: LocalServerSettings = field(default_factory=LocalServerSettings)  # only when endpoint is None
     load: LoadShape = field(default_factory=LoadShape)  # the defaults: a plain closed-loop eval
 
+    @property
+    def abstaining(self) -> bool:
+        """Whether items may answer "needs clarification" (``--abstain`` or ``--abstain-below``)."""
+        return self.abstain or self.abstain_below is not None
+
 
 def validate(cfg: EvalConfig) -> None:
     if cfg.concurrency < 1:
@@ -437,7 +442,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "planner": cfg.planner if cfg.planner != "none" else None,
             "link_values": cfg.link_values if cfg.link_values != "none" else None,
             "samples": cfg.samples if cfg.samples > 1 else None,
-            "abstain": True if cfg.abstain or cfg.abstain_below is not None else None,
+            "abstain": True if cfg.abstaining else None,
             "abstain_below": cfg.abstain_below,
             "timeout_s": cfg.timeout_s,
             "load": {"rate": load.rate, "duration_s": load.duration_s,

@@ -437,11 +437,15 @@ def test_sigint_cancels_flushes_stops_server_exit_130(env: dict[str, str], forks
     assert len(ids) == 24 == len(set(ids))
 
 
+def server_log(tmp_path: Path) -> list[dict[str, Any]]:
+    """What the local fake server has logged so far (one entry per event, in order)."""
+    log = tmp_path / "server-log.jsonl"
+    return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+
+
 def chat_arrivals(tmp_path: Path) -> list[int]:
     """The request numbers the fake server has seen arrive (it notes each on arrival)."""
-    log = tmp_path / "server-log.jsonl"
-    lines = log.read_text().splitlines() if log.exists() else []
-    return [int(r["n"]) for r in map(json.loads, lines) if r["path"] == "/v1/chat/completions"]
+    return [int(r["n"]) for r in server_log(tmp_path) if r["path"] == "/v1/chat/completions"]
 
 
 def test_second_sigint_exits_at_once(env: dict[str, str], tmp_path: Path) -> None:
@@ -466,8 +470,7 @@ def test_second_sigint_exits_at_once(env: dict[str, str], tmp_path: Path) -> Non
     cancelled = False
     while not cancelled and time.monotonic() < deadline:
         time.sleep(0.2)
-        log = (tmp_path / "server-log.jsonl").read_text().splitlines()
-        cancelled = any(json.loads(x)["path"] == "(cancelled)" for x in log)
+        cancelled = any(e["path"] == "(cancelled)" for e in server_log(tmp_path))
     assert cancelled
     assert proc.poll() is None  # still stopping the server, gracefully
     t0 = time.monotonic()

@@ -100,7 +100,6 @@ def abstain_reason(rec: dict[str, Any]) -> str | None:
     return None
 
 
-
 def apply_abstention(rec: dict[str, Any]) -> dict[str, Any]:
     """Decide and record abstention on a scored record (in place; returns it)."""
     reason = abstain_reason(rec)
