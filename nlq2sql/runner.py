@@ -177,21 +177,14 @@ def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any
 def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
     """Offline re-scoring of a responses file into a run directory.
 
-    Input is validated in a first streaming pass, and output is written to a sibling
-    temp directory renamed into place at the end, so bad input leaves no artifact.
+    One streaming pass over the responses: every line is checked as it is scored, and output
+    is written to a sibling temp directory renamed into place only at the end, so bad input
+    (a bad line, or items left unanswered without ``--allow-missing``) leaves no artifact.
     """
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
     evalset = index_evalset(cfg.evalset, wh)
     rulesets = load_guardrails(list(cfg.guardrails), wh.catalog, wh)
     ids = evalset.ids
-    answered = bytearray(len(ids))  # by eval-set position
-    for resp in read_responses(cfg.responses, ids):
-        answered[ids[resp.id]] = 1
-    missing = [cid for cid, pos in ids.items() if not answered[pos]]
-    if missing and not cfg.allow_missing:
-        raise InputError(f"{len(missing)} of {len(ids)} eval set items have no response (first: "
-                         f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
-                         path=str(cfg.responses))
     if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
         prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
     tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}")
@@ -216,6 +209,11 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
                 pos = ids[resp.id]
                 summ.add_shared(memo.write(resp.id, evalset.shared[pos], resp.text, resp.finish_reason))
                 answered[pos] = 1
+            missing = [cid for cid, pos in ids.items() if not answered[pos]]
+            if missing and not cfg.allow_missing:
+                raise InputError(f"{len(missing)} of {len(ids)} eval set items have no response (first: "
+                                 f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
+                                 path=str(cfg.responses))
             for cid, pos in ids.items():
                 if not answered[pos]:
                     rec = score_item(evalset.case(cid), None, rulesets, ex, request_error="no response in file",

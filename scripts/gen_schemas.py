@@ -1,7 +1,7 @@
 """Write the JSON Schemas generated from the models into ``schemas/``.
 
 Run after changing :class:`nlq2sql.intent.Intent`, :class:`nlq2sql.evalset.EvalCase`, the run
-results (:mod:`nlq2sql.results`) or the
+results (:mod:`nlq2sql.results`), the load tools' results (:mod:`nlq2sql.load.results`) or the
 default warehouse's semantic model (the intent schemas are the ``retail`` vocabulary's);
 ``tests/test_schema.py`` fails while the committed files differ from what the models generate.
 
@@ -17,6 +17,7 @@ from typing import Any
 
 from nlq2sql.evalset import EvalCase
 from nlq2sql.intent import intent_schema
+from nlq2sql.load.results import RESULT_MODELS
 from nlq2sql.results import Manifest, Summary
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
@@ -34,6 +35,8 @@ def generated() -> dict[str, str]:
         "evalset-line.schema.json": render(EvalCase.model_json_schema()),
         "summary.schema.json": render(Summary.model_json_schema()),
         "manifest.schema.json": render(Manifest.model_json_schema()),
+        **{f"{kind}.schema.json": render(model.model_json_schema(by_alias=True))
+           for kind, model in RESULT_MODELS.items()},
     }
 
 

@@ -117,13 +117,16 @@ def test_cost_per_1k_matches_seed() -> None:
     assert an.cost_per_1k(0.0, 1.0) is None
 
 
+NOT_OBSERVED = {"n": 0, "peak": None, "mean": None, "note": "not observed"}
+
+
 def _level(c: int, thr: float, p95: float, observed: bool = True) -> dict:
-    """A synthetic level in level_stats' shape."""
+    """A synthetic level in level_stats' shape (the declared LevelStats contract)."""
     n = 32
     server = {"observed": observed, "samples": 40 if observed else 0, "interval_s": 0.25,
-              "running": {"n": 40, "peak": c, "mean": c * 0.9} if observed else {"n": 0, "note": "not observed"},
-              "waiting": {"n": 40, "peak": 0, "mean": 0.0} if observed else {"n": 0, "note": "not observed"},
-              "kv_cache_usage": {"n": 40, "peak": 0.02, "mean": 0.01} if observed else {"n": 0},
+              "running": {"n": 40, "peak": c, "mean": c * 0.9} if observed else NOT_OBSERVED,
+              "waiting": {"n": 40, "peak": 0, "mean": 0.0} if observed else NOT_OBSERVED,
+              "kv_cache_usage": {"n": 40, "peak": 0.02, "mean": 0.01} if observed else NOT_OBSERVED,
               "prefix_cache_hit_rate": 0.9 if observed else None}
     return {"concurrency": c, "n": n, "ok": n, "good": n // 2, "schema_valid": n, "wall_s": n / thr,
             "req_per_s": thr, "goodput_per_s": thr / 2, "output_tok_per_s": thr * 40, "output_tokens": 40 * n,
@@ -133,15 +136,17 @@ def _level(c: int, thr: float, p95: float, observed: bool = True) -> dict:
             "itl_s": {"n": n, "p50": 0.02, "p95": 0.03, "p99": 0.04, "mean": 0.02},
             "completion_tokens": {"n": n, "p50": 40, "p95": 44, "p99": 45, "mean": 40},
             "prompt_tokens": {"n": n, "p50": 300, "p95": 310, "p99": 311, "mean": 300},
-            "server": server,
+            "server": server, "run_dir": f"levels/c{c}",
             "client": {"cpu_s": 1.0, "wall_s": n / thr, "cpu_share_of_core": 0.1, "cpu_ms_per_request": 30.0,
                        "n": n, "inflight_peak": c, "inflight_mean": c * 0.95, "inflight_n": n}}
 
 
 def _result(levels: list[dict], cost: float | None = 1.0, slo: tuple[float, ...] = (4.0,)) -> dict:
-    return {"model": "m", "evalset": "heldout", "endpoint_label": "http://x/v1", "cpu_label": "CPU-only",
+    return {"kind": "sweep", "model": "m", "evalset": "heldout", "endpoint_label": "http://x/v1",
+            "cpu_label": "CPU-only", "server": {"endpoint": "http://x/v1"},
             "config": {"levels": [s["concurrency"] for s in levels], "requests": 32, "slo_p95": list(slo),
-                       "gpu_cost_per_hour": cost, "max_tokens": 96, "structured": "json"},
+                       "gpu_cost_per_hour": cost, "max_tokens": 96, "structured": "json", "prompt": "baseline",
+                       "warmup": 0},
             "levels": levels, "analysis": an.analyse(levels, TH, slo, cost), "notes": ["a note"]}
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from nlq2sql.evalset import EvalCase, load_evalset
 from nlq2sql.intent import FIELDS, intent_schema
+from nlq2sql.load.results import RESULT_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "schemas"
@@ -55,8 +56,10 @@ def test_gen_script_writes_exactly_the_committed_files(tmp_path: Path, monkeypat
     monkeypatch.setattr(mod, "SCHEMA_DIR", tmp_path)
     assert mod.main([]) == 0
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == ["evalset-line.schema.json", "intent-branches.schema.json", "intent.schema.json",
-                       "manifest.schema.json", "summary.schema.json"]
+    assert written == sorted(["evalset-line.schema.json", "intent-branches.schema.json", "intent.schema.json",
+                              "manifest.schema.json", "summary.schema.json",
+                              *(f"{kind}.schema.json" for kind in RESULT_MODELS)])
+    assert written == sorted(p.name for p in SCHEMAS.iterdir())  # nothing committed that no model makes
     for name in written:
         assert (tmp_path / name).read_bytes() == (SCHEMAS / name).read_bytes()
     (tmp_path / "intent.schema.json").write_text("{}\n")

@@ -26,6 +26,7 @@ from ..inputs import read_text
 from ..models import DEFAULT_MODEL
 from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
 from ..score import percentiles
+from .results import SweepResult, load_result
 
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "int8": 1.0}
@@ -119,13 +120,11 @@ def run_dirs(runs: list[Path], sweep: Path | None) -> list[Path]:
     dirs = list(runs)
     if sweep is not None:
         path = sweep / "sweep.json"
-        try:
-            res = json.loads(read_text(path, "sweep result"))
-            dirs += [Path(s["run_dir"]) for s in res["levels"]]
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON ({exc.msg})", path=str(path), line=exc.lineno) from None
-        except (KeyError, TypeError) as exc:
-            raise InputError(f"not a sweep result (no levels[].run_dir: {exc})", path=str(path)) from None
+        read_text(path, "sweep result")  # the standard message for a missing file
+        res = load_result(path)
+        if not isinstance(res, SweepResult):
+            raise InputError(f"not a sweep result (kind {res.kind!r})", path=str(path), field="kind")
+        dirs += [Path(s.run_dir) for s in res.levels]
     for d in dirs:
         if not (d / RECORDS).is_file():
             raise InputError(f"{d} is not a run directory (no {RECORDS})", field="--run")

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from .output import write_outputs
+from .render import as_sweep
 from .sweep import Progress, SweepConfig, prepare_out, run_sweep
 
 __all__ = ["render_markdown", "run_fleet_sweep"]
@@ -25,15 +26,16 @@ def members(cfg: SweepConfig) -> list[tuple[str, Any]]:
             for i, (u, m, k) in enumerate(urls)]
 
 
-def _peak(res: dict[str, Any]) -> dict[str, Any]:
-    ok = [s for s in res["levels"] if s.get("req_per_s")]
-    best = max(ok, key=lambda s: s["req_per_s"]) if ok else None
-    p95s = [(s["latency_s"] or {}).get("p95") for s in res["levels"]]
-    return {"peak_req_per_s": best["req_per_s"] if best else None,
-            "at_concurrency": best["concurrency"] if best else None,
-            "knee": res["analysis"]["knee"].get("level"),
+def _peak(result: dict[str, Any]) -> dict[str, Any]:
+    res = as_sweep(result)
+    ok = [s for s in res.levels if s.req_per_s]
+    best = max(ok, key=lambda s: s.req_per_s or 0.0) if ok else None
+    p95s = [s.latency_s.p95 for s in res.levels]
+    return {"peak_req_per_s": best.req_per_s if best else None,
+            "at_concurrency": best.concurrency if best else None,
+            "knee": res.analysis.knee.level,
             "lowest_p95_s": min((p for p in p95s if p is not None), default=None),
-            "errors": sum(sum(s["errors"].values()) for s in res["levels"])}
+            "errors": sum(sum(s.errors.values()) for s in res.levels)}
 
 
 def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,

@@ -1,5 +1,7 @@
 """The one output layer of the load tools: every mode writes ``STEM.json`` (atomically),
-``STEM.md`` and its plots from the same result dict, so the files never disagree."""
+``STEM.md`` and its plots from the same result dict, so the files never disagree; a result
+whose ``kind`` has a declared model (:mod:`.results`) is checked against it and versioned
+before anything is written."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..records import write_json_atomic
+from ..records import RECORD_VERSION, write_json_atomic
+from .results import checked
 
 __all__ = ["write_outputs"]
 
@@ -16,7 +19,11 @@ Plot = tuple[str, Callable[[dict[str, Any], Path], Any]]
 
 def write_outputs(out: Path, stem: str, result: dict[str, Any], render: Callable[[dict[str, Any]], str],
                   plot: Plot | None = None) -> dict[str, Any]:
-    """Plots first (their file names go into the JSON under ``plot[0]``), then the JSON and Markdown."""
+    """Checked, then plots (their file names go into the JSON under ``plot[0]``), the JSON and the Markdown."""
+    if "kind" in result:
+        result["record_version"] = RECORD_VERSION
+    # Checked before the first file is written (a plot's file names are filled in after).
+    checked(result if plot is None else {**result, plot[0]: {} if plot[0] == "plots" else None})
     out.mkdir(parents=True, exist_ok=True)
     if plot is not None:
         key, draw = plot

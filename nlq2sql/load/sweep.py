@@ -22,7 +22,6 @@ the tables and plots :mod:`.render`, each usable on a result read back from ``sw
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -37,7 +36,8 @@ from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, bound_endpoint
 from .analysis import Thresholds, analyse
 from .output import write_outputs
-from .render import fmt_num, plot, render_markdown
+from .render import as_sweep, fmt_num, plot, render_markdown
+from .results import SweepResult, load_result
 
 Progress = Callable[[str], None]
 
@@ -208,13 +208,15 @@ def rerender(out: Path, cfg: SweepConfig) -> dict[str, Any]:
     """Re-analyse a recorded sweep (new thresholds, SLOs or cost) without re-querying."""
     from .levels import load_level_dirs
 
-    old = json.loads((out / "sweep.json").read_text())
-    dirs = [Path(s["run_dir"]) for s in old["levels"]]
-    stats = load_level_dirs(dirs)
-    for s, o in zip(stats, sorted(old["levels"], key=lambda x: x["concurrency"]), strict=False):
-        s["client"] = o.get("client") or s["client"]
-        if o.get("machine"):
-            s["machine"] = o["machine"]
+    typed = load_result(out / "sweep.json")
+    if not isinstance(typed, SweepResult):
+        raise InputError(f"not a sweep result (kind {typed.kind!r})", path=str(out / "sweep.json"), field="kind")
+    stats = load_level_dirs([Path(s.run_dir) for s in typed.levels])
+    for s, o in zip(stats, sorted(typed.levels, key=lambda x: x.concurrency), strict=False):
+        s["client"] = o.client.model_dump()  # measured live; a re-read run cannot measure it again
+        if o.machine is not None:
+            s["machine"] = o.machine.model_dump()
+    old = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
     old["levels"] = stats
     old["config"].update({"slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour})
     old["analysis"] = analyse(stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)
@@ -265,20 +267,19 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
 
 
 def summarise_setting(run: dict[str, Any]) -> dict[str, Any]:
-    res = run["result"]
-    lv = [s for s in res["levels"] if s.get("req_per_s")]
-    peak = max(lv, key=lambda s: s["req_per_s"]) if lv else None
+    res = as_sweep(run["result"])
+    lv = [s for s in res.levels if s.req_per_s]
+    peak = max(lv, key=lambda s: s.req_per_s or 0.0) if lv else None
     return {"value": run["value"], "dir": run["dir"],
-            "peak_req_per_s": peak["req_per_s"] if peak else None,
-            "peak_at": peak["concurrency"] if peak else None,
-            "p95_at_peak": (peak["latency_s"] or {}).get("p95") if peak else None,
-            "n_at_peak": peak["n"] if peak else None,
-            "knee": res["analysis"]["knee"]["level"],
-            "saturation": res["analysis"]["saturation"].get("level"),
-            "running_peak": max((s["server"]["running"].get("peak") or 0 for s in res["levels"]), default=None),
-            "waiting_peak": max((s["server"]["waiting"].get("peak") or 0 for s in res["levels"]), default=None),
-            "levels": [(s["concurrency"], s.get("req_per_s"), (s["latency_s"] or {}).get("p95"))
-                       for s in res["levels"]]}
+            "peak_req_per_s": peak.req_per_s if peak else None,
+            "peak_at": peak.concurrency if peak else None,
+            "p95_at_peak": peak.latency_s.p95 if peak else None,
+            "n_at_peak": peak.n if peak else None,
+            "knee": res.analysis.knee.level,
+            "saturation": res.analysis.saturation.level,
+            "running_peak": max((s.server.running.peak or 0 for s in res.levels), default=None),
+            "waiting_peak": max((s.server.waiting.peak or 0 for s in res.levels), default=None),
+            "levels": [(s.concurrency, s.req_per_s, s.latency_s.p95) for s in res.levels]}
 
 
 def render_server_sweep(combined: dict[str, Any], runs: list[dict[str, Any]]) -> str:

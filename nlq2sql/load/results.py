@@ -1,0 +1,472 @@
+"""Typed, versioned results of the load tools: level stats and every mode's ``STEM.json``.
+
+Like ``summary.json`` (:mod:`nlq2sql.results`), each mode's result is a contract read by
+others (re-rendering, ``capacity`` reading a sweep, fleet and server-sweep roll-ups, a
+team's dashboards), so its keys are declared here with ``extra="forbid"``: the one output
+layer (:func:`.output.write_outputs`) validates a result before anything is written, and
+readers load it with :func:`load_result`, which names the file and field of a bad one.
+Results carry ``record_version`` (the one ``records.RECORD_VERSION``); those written before
+results were versioned have none and still load (``tests/test_load_results.py`` loads the
+committed ``reports/sweep-cpu-smollm2/sweep.json``).  Figures whose shape belongs to one
+stage and is only printed (server facts, the KV formula, a probe's trials) stay mappings.
+JSON Schemas: ``schemas/<kind>.schema.json`` (``scripts/gen_schemas.py``, drift-tested).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import RecordError
+
+__all__ = ["CapacityResult", "ClientSeen", "FleetSweepResult", "Gauge", "GridResult", "LevelStats",
+           "Pct", "RESULT_MODELS", "RateSweepResult", "SerializationResult", "ServerSeen",
+           "ServerSweepResult", "SweepResult", "load_result", "result_model"]
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Pct(_M):
+    """Percentiles of one measured quantity, with the sample count (``score.percentiles``)."""
+
+    n: int
+    mean: float | None = None
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None  # capacity's token lengths
+
+
+class Gauge(_M):
+    """A server gauge sampled from ``/metrics`` during a level: peak and mean over n samples."""
+
+    n: int
+    peak: float | None
+    mean: float | None
+    note: str | None = None  # "not observed"
+
+
+class ServerSeen(_M):
+    observed: bool
+    samples: int
+    interval_s: float | None
+    running: Gauge
+    waiting: Gauge
+    kv_cache_usage: Gauge
+    prefix_cache_hit_rate: float | None
+
+
+class ClientSeen(_M):
+    """The harness's own CPU during the level and the requests it had in flight."""
+
+    cpu_s: float | None
+    wall_s: float | None = None
+    cpu_share_of_core: float | None
+    cpu_ms_per_request: float | None
+    n: int | None = None
+    note: str | None = None  # a re-read run: CPU not measured
+    inflight_peak: int | None
+    inflight_mean: float | None
+    inflight_n: int
+
+
+class Machine(_M):
+    loadavg_1m_start: float
+    loadavg_1m_end: float
+    cpus: int | None
+
+
+class Arrivals(_M):
+    """Open loop: realised arrival rate and the late/early latency growth of one level."""
+
+    n: int
+    realised_rate: float | None
+    early_median_s: float | None
+    late_median_s: float | None
+    growth: float | None
+
+
+class LevelStats(_M):
+    """One load level (an ordinary run directory) as every load mode reports it."""
+
+    concurrency: int
+    n: int
+    ok: int
+    good: int
+    schema_valid: int
+    wall_s: float | None
+    req_per_s: float | None
+    goodput_per_s: float | None
+    output_tok_per_s: float | None
+    output_tokens: int
+    errors: dict[str, int]
+    finish_reasons: dict[str, int]
+    latency_s: Pct
+    ttft_s: Pct
+    itl_s: Pct
+    completion_tokens: Pct
+    prompt_tokens: Pct
+    latency_from_arrival_s: Pct | None = None  # absent in sweeps from before the open loop
+    queued_s: Pct | None = None
+    server: ServerSeen
+    run_dir: str
+    offered_rate: float | None = None
+    duration_s: float | None = None
+    not_sent: int = 0
+    client: ClientSeen
+    machine: Machine | None = None
+    arrivals: Arrivals | None = None  # rate sweeps
+
+
+class _Result(_M):
+    record_version: int | None = None  # absent: written before results were versioned
+    created: float | None = None
+    elapsed_s: float | None = None
+
+
+class _LevelsResult(_Result):
+    model: str
+    evalset: str
+    endpoint_label: str
+    cpu_label: str | None
+    server: dict[str, Any]
+    levels: list[LevelStats]
+    notes: list[str]
+
+
+# -- sweep --------------------------------------------------------------------------------
+
+class SweepSettings(_M):
+    levels: list[int]
+    requests: int
+    slo_p95: list[float]
+    gpu_cost_per_hour: float | None
+    max_tokens: int
+    structured: str
+    prompt: str
+    warmup: int
+    duration_s: float | None = None
+
+
+class ScalingRow(_M):
+    concurrency: int
+    req_per_s: float | None
+    efficiency: float | None
+    marginal: float | None
+
+
+class Knee(_M):
+    level: int | None
+    last_efficient: int | None
+    reasons: list[str]
+
+
+class Saturation(_M):
+    level: int | None
+    next: int | None = None
+    throughput_gain: float | None = None
+    p95_rise: float | None = None
+    note: str | None = None
+
+
+class SloPick(_M):
+    p95_target_s: float
+    level: int | None
+    req_per_s: float | None = None
+    p95_s: float | None = None
+    n: int | None = None
+    cost_per_1k: float | None = None
+    note: str | None = None
+
+
+class Signature(_M):
+    speedup: float
+    concurrency_ratio: float
+    p95_ratio: float
+    present: bool
+
+
+class LevelCost(_M):
+    concurrency: int
+    per_1k_queries: float | None
+    per_1k_correct: float | None
+
+
+class SweepAnalysis(_M):
+    baseline_level: int | None
+    baseline_note: str | None
+    scaling: list[ScalingRow]
+    knee: Knee
+    saturation: Saturation
+    slo_policy: list[SloPick]
+    serialized_signature: Signature | None
+    cost: list[LevelCost] | None
+    thresholds: dict[str, float]
+    thresholds_text: str
+
+
+class SweepResult(_LevelsResult):
+    kind: Literal["sweep"]
+    config: SweepSettings
+    analysis: SweepAnalysis
+    plots: dict[str, str] = Field(default_factory=dict)
+
+
+class SettingRow(_M):
+    value: int
+    dir: str
+    peak_req_per_s: float | None
+    peak_at: int | None
+    p95_at_peak: float | None
+    n_at_peak: int | None
+    knee: int | None
+    saturation: int | None
+    running_peak: float | None
+    waiting_peak: float | None
+    levels: list[tuple[int, float | None, float | None]]  # (c, req/s, p95)
+
+
+class ServerSweepResult(_Result):
+    kind: Literal["server-sweep"]
+    knob: str
+    values: list[int]
+    settings: list[SettingRow]
+
+
+class FleetRow(_M):
+    peak_req_per_s: float | None
+    at_concurrency: int | None
+    knee: int | None
+    lowest_p95_s: float | None
+    errors: int
+
+
+class FleetSweepResult(_Result):
+    kind: Literal["fleet-sweep"]
+    routing: str
+    replicas: list[dict[str, Any]]
+    rows: dict[str, FleetRow]
+    sum_of_replica_peaks: float | None
+    fleet_scaling_efficiency: float | None
+
+
+# -- open loop ----------------------------------------------------------------------------
+
+class RateSettings(_M):
+    rates: list[float]
+    requests: int
+    max_in_flight: int
+    duration_s: float | None
+    arrival_seed: int | None
+    slo_p95: list[float]
+    gpu_cost_per_hour: float | None
+    max_tokens: int
+    structured: str
+    growth: float
+
+
+class RateRow(_M):
+    offered: float
+    achieved: float | None
+    achieved_ratio: float | None
+    failed: int
+    growth: float | None
+    inflight_peak: int | None
+    steady: bool
+    sustained: bool | None  # None: too short to judge
+
+
+class RateSlo(_M):
+    p95_target_s: float
+    rate: float | None
+    p95_s: float | None
+
+
+class RateAnalysis(_M):
+    rows: list[RateRow]
+    rule: str
+    max_sustained_rate: float | None
+    first_unsustained_rate: float | None
+    cost_per_1k_at_max_sustained: float | None
+    slo_policy: list[RateSlo]
+    too_short: list[float]
+
+
+class RateSweepResult(_LevelsResult):
+    kind: Literal["rate-sweep"]
+    config: RateSettings
+    analysis: RateAnalysis
+    plot: str | None = None
+
+
+# -- grid ---------------------------------------------------------------------------------
+
+class GridClass(_M):
+    name: str
+    pad_tokens: int
+    out_tokens: int
+    describe: str
+
+
+class GridSettings(_M):
+    levels: list[int]
+    requests: int
+    classes: list[GridClass]
+
+
+class GridCell(_M):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    cls: str = Field(alias="class")
+    concurrency: int
+    n: int
+    ok: int
+    req_per_s: float | None
+    output_tok_per_s: float | None
+    p95_s: float | None
+    ttft_p95_s: float | None
+    prompt_tokens_p50: float | None
+    completion_tokens_p50: float | None
+    kv_peak: float | None
+    kv_samples: int
+    errors: dict[str, int]
+    finish_reasons: dict[str, int]
+    run_dir: str
+
+
+class GridResult(_Result):
+    kind: Literal["grid"]
+    model: str
+    evalset: str
+    endpoint_label: str
+    cpu_label: str | None
+    server: dict[str, Any]
+    config: GridSettings
+    cells: list[GridCell]
+    notes: list[str]
+    plot: str | None = None
+
+
+# -- serialization ------------------------------------------------------------------------
+
+class SerializationSettings(_M):
+    level: int
+    requests_single: int
+    requests_level: int
+    staircase: int
+    max_tokens: int
+    structured: str
+    warmup: int
+
+
+class Staircase(_M):
+    n: int
+    ok: int
+    errors: list[str]
+    solo_n: int
+    solo_s: list[float] = Field(default_factory=list)
+    solo_spread: float | None = None
+    service_s: float | None = None
+    send_spread_s: float | None = None
+    completion_s: list[float] = Field(default_factory=list)
+    ratios: list[float] = Field(default_factory=list)
+    index: float | None
+    note: str | None = None  # too few successful requests to judge
+
+
+class SerializationResult(_Result):
+    kind: Literal["serialization"]
+    model: str
+    endpoint: str
+    server: dict[str, Any]
+    config: SerializationSettings
+    levels: list[LevelStats]
+    staircase: Staircase | None
+    evidence: dict[str, Any]
+    thresholds: dict[str, float]
+    rule: str
+    verdict: str
+    caveats: list[str]
+
+
+# -- capacity -----------------------------------------------------------------------------
+
+class KvPeak(_M):
+    run: str
+    concurrency: int | None
+    peak: float
+    n: int
+
+
+class ContextBudget(_M):
+    n: int
+    isl: Pct
+    osl: Pct
+    valid_osl: Pct
+    margin: float
+    recommended_max_tokens: int | None
+    finish_length: int
+    context_overflow: int
+    max_model_len: int | None
+    headroom_tokens: int | None = None
+    note: str | None = None  # nothing valid to size max_tokens from
+
+
+class CapacityResult(_Result):
+    kind: Literal["capacity"]
+    kv: dict[str, Any]  # the per-token formula and the model shape it came from
+    budget: dict[str, Any]  # what /metrics said of the KV cache (or why not observed)
+    budget_bytes: float | None
+    need: dict[str, Any] | None
+    measured_kv_peaks: list[KvPeak]
+    context: ContextBudget
+    runs: list[str]
+    verdict: str | None
+
+
+RESULT_MODELS: dict[str, type[_Result]] = {
+    "sweep": SweepResult, "server-sweep": ServerSweepResult, "fleet-sweep": FleetSweepResult,
+    "rate-sweep": RateSweepResult, "grid": GridResult, "serialization": SerializationResult,
+    "capacity": CapacityResult,
+}
+
+
+def result_model(kind: str | None) -> type[_Result] | None:
+    """The model for a result's ``kind`` (None: a kind with no declared contract, e.g. probes)."""
+    return RESULT_MODELS.get(kind or "")
+
+
+def checked(result: dict[str, Any]) -> _Result | None:
+    """``result`` validated against its kind's model before it is written; an undeclared key
+    or a wrong type is this harness's bug, so it fails loudly rather than reaching a reader."""
+    model = result_model(result.get("kind"))
+    if model is None:
+        return None
+    try:
+        return model.model_validate(result)
+    except ValidationError as exc:
+        raise AssertionError(f"{model.__name__} does not match its declared contract: {exc}") from None
+
+
+def load_result(path: Path) -> Any:
+    """A written ``STEM.json`` as its typed model; a bad file is one message naming file and field."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"malformed JSON ({exc.msg})", path=str(path), line=exc.lineno) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"cannot read: {exc}", path=str(path)) from None
+    model = result_model(data.get("kind") if isinstance(data, dict) else None)
+    if model is None:
+        raise RecordError(f"not a load result (kind {data.get('kind') if isinstance(data, dict) else None!r}; "
+                          f"known: {', '.join(RESULT_MODELS)})", path=str(path), field="kind")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise RecordError(first["msg"], path=str(path), field=".".join(str(x) for x in first["loc"])) from None

@@ -1,0 +1,67 @@
+"""The load tools' typed results: written checked and versioned, read back typed, old ones load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fakeserver import FakeServer
+from typer.testing import CliRunner
+
+from nlq2sql.cli.main import app
+from nlq2sql.errors import RecordError
+from nlq2sql.load.output import write_outputs
+from nlq2sql.load.results import FleetSweepResult, SweepResult, load_result
+from nlq2sql.records import RECORD_VERSION
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+def test_committed_sweep_from_before_versioning_loads_typed() -> None:
+    res = load_result(ROOT / "reports" / "sweep-cpu-smollm2" / "sweep.json")
+    assert isinstance(res, SweepResult) and res.record_version is None
+    assert [lv.concurrency for lv in res.levels] == res.config.levels
+    assert all(lv.latency_s.n == lv.ok for lv in res.levels)
+    assert res.analysis.knee.level in res.config.levels
+
+
+def test_fleet_sweep_writes_typed_versioned_results(tmp_path: Path) -> None:
+    with FakeServer(tmp_path / "a", model="fake-model") as a, FakeServer(tmp_path / "b", model="fake-model") as b:
+        out = tmp_path / "fleet"
+        res = runner.invoke(app, ["sweep", "--endpoint", a.url, "--endpoint", b.url, "--model", "fake-model",
+                                  "--evalset", "dev", "--concurrency", "1,2", "--requests", "4", "--warmup", "0",
+                                  "--out", str(out)])
+        assert res.exit_code == 0, res.output
+    fleet = load_result(out / "fleet-sweep.json")
+    assert isinstance(fleet, FleetSweepResult) and fleet.record_version == RECORD_VERSION
+    assert set(fleet.rows) == {"whole", "r0", "r1"} and [r["label"] for r in fleet.replicas] == ["r0", "r1"]
+    whole = load_result(out / "whole" / "sweep.json")
+    assert whole.record_version == RECORD_VERSION and all(lv.n == 4 == lv.ok for lv in whole.levels)
+    assert fleet.rows["whole"].peak_req_per_s == max(lv.req_per_s for lv in whole.levels)
+
+
+def test_an_undeclared_key_fails_before_anything_is_written(tmp_path: Path) -> None:
+    good = json.loads((ROOT / "reports" / "sweep-cpu-smollm2" / "sweep.json").read_text())
+    out = tmp_path / "out"
+    with pytest.raises(AssertionError, match="SweepResult"):
+        write_outputs(out, "sweep", dict(good, surprise=1), lambda r: "md")
+    bad_level = dict(good, levels=[dict(good["levels"][0], req_per_s="fast")])
+    with pytest.raises(AssertionError, match="req_per_s"):
+        write_outputs(out, "sweep", bad_level, lambda r: "md", ("plots", lambda r, o: {}))
+    assert not out.exists()
+    write_outputs(out, "sweep", good, lambda r: "md")
+    assert json.loads((out / "sweep.json").read_text())["record_version"] == RECORD_VERSION
+
+
+def test_a_bad_result_file_names_its_field(tmp_path: Path) -> None:
+    good = json.loads((ROOT / "reports" / "sweep-cpu-smollm2" / "sweep.json").read_text())
+    p = tmp_path / "sweep.json"
+    p.write_text(json.dumps(dict(good, config=dict(good["config"], requests="many"))))
+    with pytest.raises(RecordError) as exc:
+        load_result(p)
+    assert exc.value.field == "config.requests" and exc.value.path == str(p)
+    p.write_text(json.dumps({"kind": "mystery"}))
+    with pytest.raises(RecordError, match="not a load result"):
+        load_result(p)
