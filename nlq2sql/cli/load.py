@@ -117,67 +117,24 @@ def sweep_cmd(
     With several endpoints: the sweep of the whole fleet, then of each replica alone."""
     from dataclasses import replace
 
+    from ..load import modes
     from ..load import sweep as sw
+    from ..load.analysis import Thresholds
 
     levels = parse_levels(concurrency, "--concurrency")
     endpoint_url, replicas = fleet_args(endpoint, endpoints_file)
-    if replicas and (rate is not None or server_sweep or reanalyse):
-        raise InputError("several endpoints: a closed-loop sweep only (no --rate, --server-sweep, --reanalyse)",
-                         field="--endpoint")
-    if rate is not None:
-        from ..live import bound_endpoint
-        from ..load import openloop
-
-        if server_sweep or reanalyse:
-            raise InputError("not with --rate", field="--server-sweep" if server_sweep else "--reanalyse")
-        rates = _floats([rate], "--rate")
-        base = _load_base(evalset, endpoint_url, model, api_key_env, prompt, max_tokens, structured, out,
-                          max_num_seqs, semantic=(semantic_model, db, schema))
-        base = replace(base, load=replace(base.load, arrival_seed=arrival_seed))
-        rcfg = openloop.RateSweepConfig(base=base, rates=rates,
-                                        requests=requests, max_in_flight=max(levels), duration_s=duration,
-                                        slo_p95=_floats(slo_p95, "--slo-p95"),
-                                        gpu_cost_per_hour=gpu_cost_per_hour, warmup=warmup, force=force)
-        openloop.validate(rcfg)
-        with bound_endpoint(base) as (bound, info):
-            rres = openloop.run_rate_sweep(replace(rcfg, base=bound), info, _say)
-        Console().print(openloop.render_markdown(rres), markup=False, highlight=False)
-        err.print(f"wrote {out / 'rate-sweep.json'}, {out / 'rate-sweep.md'} and a plot")
-        return
-    from ..load.analysis import Thresholds
-
+    base = _load_base(evalset, endpoint_url, model, api_key_env, prompt, max_tokens, structured, out,
+                      max_num_seqs, semantic=(semantic_model, db, schema))
+    base = replace(base, replicas=replicas, routing=routing, load=replace(base.load, arrival_seed=arrival_seed))
     th = Thresholds(efficiency=efficiency_threshold, marginal=marginal_threshold, flat_pct=flat_pct,
-                       p95_rise_pct=flat_pct)
-    base = replace(_load_base(evalset, endpoint_url, model, api_key_env, prompt, max_tokens, structured, out,
-                              max_num_seqs, semantic=(semantic_model, db, schema)),
-                   replicas=replicas, routing=routing)
+                    p95_rise_pct=flat_pct)
     cfg = sw.SweepConfig(base=base, levels=levels, requests=requests, slo_p95=_floats(slo_p95, "--slo-p95"),
                          gpu_cost_per_hour=gpu_cost_per_hour, thresholds=th, warmup=warmup, force=force,
                          duration_s=duration)
-    sw.validate(cfg)
-    if reanalyse:
-        if not (out / "sweep.json").is_file():
-            raise InputError(f"no sweep.json in {out}", field="--out")
-        res = sw.rerender(out, cfg)
-    elif server_sweep:
-        knob, values = sw.parse_server_sweep(server_sweep)
-        sw.run_server_sweep(cfg, knob, values, _say)
-        Console().print((out / "server-sweep.md").read_text(), markup=False, highlight=False)
-        return
-    elif replicas:
-        from ..live import preflight
-        from ..load import fleet
-
-        preflight(base)  # every replica reachable and serving the model before anything is written
-        fres = fleet.run_fleet_sweep(cfg, {"endpoint": "fleet", "started_by_us": False}, _say)
-        Console().print(fleet.render_markdown(fres), markup=False, highlight=False)
-        err.print(f"wrote {out / 'fleet-sweep.json'}, {out / 'fleet-sweep.md'} and one sweep per replica")
-        return
-    else:
-        with sw.bound_endpoint(base) as (bound, info):
-            res = sw.run_sweep(replace(cfg, base=bound), info, _say)
-    Console().print(sw.render_markdown(res), markup=False, highlight=False)
-    err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.md'} and plots")
+    done = modes.run_job(modes.SweepJob(cfg, rates=_floats([rate], "--rate") if rate is not None else None,
+                                        server_sweep=server_sweep, reanalyse=reanalyse), _say)
+    Console().print(done.markdown, markup=False, highlight=False)
+    err.print(f"wrote {done.wrote}")
 
 
 @app.command("grid")

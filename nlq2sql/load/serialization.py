@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..inputs import MAX_REQUESTS, at_most
-from ..live import EvalConfig, preflight
+from ..live import EvalConfig
 from .output import write_outputs
 from .render import fmt_num
 
@@ -255,8 +255,8 @@ def evidence(single: dict[str, Any], loaded: dict[str, Any], stair: dict[str, An
 
 def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
         progress: Any = None) -> dict[str, Any]:
-    from .levels import expand_evalset, run_level
-    from .sweep import fresh_out
+    from .levels import run_level
+    from .sweep import begin_level_sets
 
     if cfg.level < 2:
         raise InputError(f"must be at least 2, got {cfg.level}", field="--level")
@@ -269,26 +269,23 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
     at_most(cfg.requests_single, MAX_REQUESTS, "--requests-single")
     at_most(cfg.requests_level, MAX_REQUESTS, "--requests-level")
     base, out = cfg.base, cfg.base.out
-    assert base.endpoint is not None
-    preflight(base)  # options, key and endpoint before anything is written
     t0 = time.time()
-    with fresh_out(out, cfg.force):  # nothing measured yet: a failure leaves no directory
-        if cfg.warmup:
-            pw = expand_evalset(base.evalset, cfg.warmup, out / "warmup", base.semantic_model)
-            run_level(base, pw, 1, out / "warmup" / "run")
-        p1 = expand_evalset(base.evalset, cfg.requests_single, out / "c1", base.semantic_model)
-    single = run_level(base, p1, 1, out / "c1" / "run")
+    # The one start of every load mode: endpoint and options checked, a fresh out dir, both
+    # expanded eval sets and the warm-up; nothing measured yet, so a failure leaves nothing.
+    lk = f"c{cfg.level}"
+    sets, _ = begin_level_sets(base, {"c1": cfg.requests_single, lk: cfg.requests_level}, cfg.warmup,
+                               cfg.force, "probe serialization")
+    single = run_level(base, sets["c1"], 1, out / "c1" / "run")
     if progress:
         progress(f"c=1: {single.get('req_per_s') or 0:.2f} req/s (n={single['n']})")
-    pk = expand_evalset(base.evalset, cfg.requests_level, out / f"c{cfg.level}", base.semantic_model)
-    loaded = run_level(base, pk, cfg.level, out / f"c{cfg.level}" / "run")
+    loaded = run_level(base, sets[lk], cfg.level, out / lk / "run")
     if progress:
         progress(f"c={cfg.level}: {loaded.get('req_per_s') or 0:.2f} req/s (n={loaded['n']})")
     from ..evalset import load_evalset
     from ..semantic import load_catalog
 
     question = load_evalset(base.evalset, load_catalog(base.semantic_model)).cases[0].question
-    stair = run_staircase(base.endpoint.rstrip("/") + "/chat/completions", request_body(base, question),
+    stair = run_staircase(str(base.endpoint).rstrip("/") + "/chat/completions", request_body(base, question),
                           cfg.staircase, cfg.solo_runs, out / "staircase", base.api_key_env)
     if progress:
         progress(f"staircase: index {stair.get('index')}")

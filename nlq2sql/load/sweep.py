@@ -119,6 +119,15 @@ def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who:
     The options, key and endpoint are checked before the output directory is touched, and a
     failure before the first level (a bad eval set or prompt, the warm-up failing) leaves it
     as it was found: a command that measured nothing leaves nothing behind."""
+    paths, notes = begin_level_sets(base, {"": requests}, warmup, force, who)
+    return paths[""], notes
+
+
+def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force: bool, who: str
+                     ) -> tuple[dict[str, Path], list[str]]:
+    """:func:`begin_levels` for a mode whose levels use different request counts (the
+    serialization probe: few at c=1, more at c=K): one expanded eval set per name, written
+    under ``out/<name>`` (the name "" writes it in ``out`` itself)."""
     from ..live import preflight
     from .levels import expand_evalset, run_level
 
@@ -127,12 +136,13 @@ def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who:
     preflight(base)
     notes = []
     with fresh_out(base.out, force):
-        path = expand_evalset(base.evalset, requests, base.out, base.semantic_model)
+        paths = {name: expand_evalset(base.evalset, n, base.out / name if name else base.out, base.semantic_model)
+                 for name, n in sets.items()}
         if warmup:
             wpath = expand_evalset(base.evalset, warmup, base.out / "warmup", base.semantic_model)
             run_level(base, wpath, 1, base.out / "warmup" / "run")
             notes.append(f"{warmup} warm-up request(s) at c=1 ran first and are not counted.")
-    return path, notes
+    return paths, notes
 
 
 def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
