@@ -24,7 +24,7 @@ from openai import AsyncOpenAI, DefaultAioHttpClient
 
 from .intent import intent_schema
 from .rawclient import RawClient, stream_once
-from .stream import Accumulator, Completion, HTTPStatusError, StreamEventError
+from .stream import Accumulator, Completion, HTTPStatusError, StreamEventError, Transport
 
 #: outcome → retried?  (the docs list the same table)
 OUTCOMES: dict[str, bool] = {
@@ -313,10 +313,8 @@ async def complete(client: AsyncOpenAI | RawClient, cfg: EndpointConfig, message
         out = Completion(started=result.started, attempts=attempt,
                          retry_waits_s=result.retry_waits_s, unsent_retries=result.unsent_retries)
         try:
-            if isinstance(client, RawClient):
-                await stream_once(client, kw, cfg.timeout_s, out)
-            else:
-                await _once(client, kw, cfg.timeout_s, out)
+            send: Transport = stream_once if isinstance(client, RawClient) else _once
+            await send(client, kw, cfg.timeout_s, out)
             return out
         except asyncio.CancelledError:
             raise

@@ -4,9 +4,9 @@ The official SDK spends most of its per-request CPU transforming parameters and 
 pydantic models for every stream chunk; on one core that caps a client well below what
 ``vllm bench serve`` drives (see ``benchmarks/bench_client.py``).  A harness that tops out
 below the server it measures cannot measure it, so ``--client aiohttp`` sends the *same*
-JSON body (``extra_body`` merged at the top level, as the SDK does) and parses the SSE
-lines with ``json.loads``.  Outcomes, retries and records are shared with the SDK path:
-only the transport differs.
+JSON body (``extra_body`` merged at the top level, as the SDK does) and reads the SSE lines
+with the one reader (``stream.sse_events``).  Outcomes, retries and records are shared with
+the SDK path: only the transport (``stream.Transport``) differs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from .stream import Accumulator, Completion, HTTPStatusError, NotAnEventStream, StreamEventError
+from .stream import Accumulator, Completion, HTTPStatusError, NotAnEventStream, StreamEventError, sse_events
 
 __all__ = ["HTTPStatusError", "NotAnEventStream", "RawClient", "StreamEventError", "body_of", "stream_once"]
 
@@ -76,12 +76,6 @@ async def stream_once(client: RawClient, kw: dict[str, Any], timeout_s: float, o
             if resp.status != 200:
                 raise HTTPStatusError(resp.status, await resp.text(), resp.headers.get("Retry-After"))
             content_type = resp.headers.get("Content-Type")
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue  # blank separators, comments, event names
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    break
-                acc.event(json.loads(payload))
+            async for obj in sse_events(resp.content):
+                acc.event(obj)
     acc.end(content_type)

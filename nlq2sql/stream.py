@@ -8,11 +8,14 @@ on what a chunk or a gap is.  A leaf module: it imports nothing of nlq2sql.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["Accumulator", "Completion", "HTTPStatusError", "NotAnEventStream", "StreamEventError"]
+__all__ = ["Accumulator", "Completion", "HTTPStatusError", "NotAnEventStream", "StreamEventError", "Transport",
+           "sse_events"]
 
 
 @dataclass
@@ -154,3 +157,24 @@ class Accumulator:
                 raise NotAnEventStream(content_type)
             raise StreamEventError("stream ended without a finish_reason")
         return out
+
+
+class Transport(Protocol):
+    """One streamed chat request: its events fed to an :class:`Accumulator` on ``out``, raising
+    on any failure (``client.complete`` classifies and retries).  Implemented by the SDK path
+    (``client._once``) and the plain-aiohttp path (``rawclient.stream_once``)."""
+
+    async def __call__(self, client: Any, kw: dict[str, Any], timeout_s: float, out: Completion) -> None: ...
+
+
+async def sse_events(lines: AsyncIterable[bytes]) -> AsyncGenerator[Any, None]:
+    """The decoded JSON of an SSE body's ``data:`` lines, up to ``[DONE]``: the one SSE reader
+    (the aiohttp client and the probes; the SDK has its own)."""
+    async for raw in lines:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue  # blank separators, comments, event names
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return
+        yield json.loads(payload)

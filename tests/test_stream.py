@@ -43,3 +43,22 @@ def test_error_events_and_non_objects() -> None:
         Accumulator(Completion()).event({"error": {"message": "boom"}})
     with pytest.raises(ValueError, match="not a JSON object"):
         Accumulator(Completion()).event([1, 2])
+
+
+def test_sse_reader_yields_data_objects_up_to_done() -> None:
+    import asyncio
+
+    from nlq2sql.stream import sse_events
+
+    async def body(lines: list[bytes]):  # type: ignore[no-untyped-def]
+        for x in lines:
+            yield x
+
+    async def read(lines: list[bytes]) -> list[object]:
+        return [obj async for obj in sse_events(body(lines))]
+
+    lines = [b": keep-alive\n", b"event: message\n", b'data: {"a":1}\n', b"\n", b'data:{"b":2}\r\n',
+             b"data: [DONE]\n", b'data: {"after":"done"}\n']
+    assert asyncio.run(read(lines)) == [{"a": 1}, {"b": 2}]
+    with pytest.raises(ValueError):
+        asyncio.run(read([b"data: {not json\n"]))

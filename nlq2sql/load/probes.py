@@ -18,7 +18,7 @@ Every figure carries its sample count; without ``/metrics`` server-side figures 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ import aiohttp
 
 from ..records import output_dir
 from ..score import percentiles
-from ..stream import Accumulator, Completion, StreamEventError
+from ..stream import Accumulator, Completion, StreamEventError, sse_events
 from .metrics import counter_delta, hist_delta, hit_rate, root_url, scrape
 from .output import write_outputs
 
@@ -71,19 +71,14 @@ async def stream_chat(sess: aiohttp.ClientSession, t: Target, body: dict[str, An
             if resp.status != 200:
                 out["error"] = (await resp.text())[:300]
                 return out
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    break
-                acc.event(json.loads(data))
-                if stop_after is not None and acc.content_chunks >= stop_after:
-                    out["disconnected"] = True
-                    out["t_disconnect"] = time.time()
-                    resp.close()  # drop the connection: the server should abort the request
-                    break
+            async with contextlib.aclosing(sse_events(resp.content)) as events:
+                async for obj in events:
+                    acc.event(obj)
+                    if stop_after is not None and acc.content_chunks >= stop_after:
+                        out["disconnected"] = True
+                        out["t_disconnect"] = time.time()
+                        resp.close()  # drop the connection: the server should abort the request
+                        break
     except (TimeoutError, aiohttp.ClientError, ValueError, StreamEventError) as exc:
         out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     comp = acc.end(require_finish=False)
