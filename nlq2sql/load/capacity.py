@@ -26,7 +26,7 @@ from ..inputs import read_text
 from ..models import DEFAULT_MODEL
 from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
 from ..score import percentiles
-from .results import SweepResult, load_result
+from .results import CapacityResult, SweepResult, load_result
 
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "int8": 1.0}
@@ -244,40 +244,41 @@ def run(cfg: CapacityConfig) -> dict[str, Any]:
     return res
 
 
-def render_markdown(r: dict[str, Any]) -> str:
-    kv, b, need, ctx = r["kv"], r["budget"], r["need"], r["context"]
+def render_markdown(result: CapacityResult | dict[str, Any]) -> str:
+    """The report, from the typed result (a dict is validated into it first)."""
+    r = result if isinstance(result, CapacityResult) else CapacityResult.model_validate(result)
+    kv, b, need, ctx = r.kv, r.budget, r.need, r.context
     md = ["# Capacity and context budget", "", "## KV math", "",
-          f"- KV per token: **{kv['bytes_per_token']:,.0f} B** ({kv['bytes_per_token'] / 1024:.1f} KiB) = "
-          f"{kv['formula']} (KV dtype {kv['kv_dtype']})."]
-    if b.get("observed"):
-        md.append(f"- Server KV budget (its /metrics): {b['blocks']:,} blocks × {b['block_size']} tokens = "
-                  f"**{b['tokens']:,} tokens** ≈ {r['budget_bytes'] / 2**30:.2f} GiB (cache dtype {b['cache_dtype']}).")
+          f"- KV per token: **{kv.bytes_per_token:,.0f} B** ({kv.bytes_per_token / 1024:.1f} KiB) = "
+          f"{kv.formula} (KV dtype {kv.kv_dtype})."]
+    if b.observed and b.blocks is not None and b.tokens is not None and r.budget_bytes is not None:
+        md.append(f"- Server KV budget (its /metrics): {b.blocks:,} blocks × {b.block_size} tokens = "
+                  f"**{b.tokens:,} tokens** ≈ {r.budget_bytes / 2**30:.2f} GiB (cache dtype {b.cache_dtype}).")
     else:
-        md.append(f"- Server KV budget: {b['note']}.")
+        md.append(f"- Server KV budget: {b.note}.")
     if need:
-        line = (f"- Need at c={need['concurrency']} × {need['context_tokens']} tokens of context: "
-                f"{need['tokens']:,} tokens = {need['gib']:.3f} GiB")
-        if "share_of_budget" in need:
-            line += (f" = **{need['share_of_budget']:.1%} of the budget**; the budget holds "
-                     f"{need['max_sequences_at_context']} such sequences")
+        line = (f"- Need at c={need.concurrency} × {need.context_tokens} tokens of context: "
+                f"{need.tokens:,} tokens = {need.gib:.3f} GiB")
+        if need.share_of_budget is not None:
+            line += (f" = **{need.share_of_budget:.1%} of the budget**; the budget holds "
+                     f"{need.max_sequences_at_context} such sequences")
         md.append(line + ".")
-    for p in r["measured_kv_peaks"]:
-        md.append(f"- Measured peak KV usage at c={p['concurrency']}: {p['peak']:.1%} (n={p['n']} samples).")
-    if r.get("verdict"):
-        md += ["", f"**{r['verdict']}.**"]
+    for p in r.measured_kv_peaks:
+        md.append(f"- Measured peak KV usage at c={p.concurrency}: {p.peak:.1%} (n={p.n} samples).")
+    if r.verdict:
+        md += ["", f"**{r.verdict}.**"]
     md += ["", "## Context budget", "",
-           f"From {ctx['n']} recorded requests ({len(r['runs'])} run(s)).", "",
+           f"From {ctx.n} recorded requests ({len(r.runs)} run(s)).", "",
            "| tokens | n | p50 | p95 | max |", "|---|---:|---:|---:|---:|"]
-    for name, key in (("input (ISL)", "isl"), ("output (OSL)", "osl"), ("valid outputs (stop, schema-valid)",
-                                                                        "valid_osl")):
-        p = ctx[key]
-        md.append(f"| {name} | {p['n']} | {_n(p['p50'])} | {_n(p['p95'])} | {_n(p['max'])} |")
-    md += ["", f"- Recommended max_tokens: **{ctx['recommended_max_tokens'] or 'n/a'}** (largest valid output + "
-           f"{ctx['margin']:.0%}, rounded up to 8){'; ' + ctx['note'] if ctx.get('note') else ''}.",
-           f"- max_model_len {ctx['max_model_len'] or 'not observed'}; headroom after the largest prompt and "
-           f"the recommended max_tokens: {ctx.get('headroom_tokens', 'n/a')} tokens.",
-           f"- finish_reason=length: {ctx['finish_length']} of {ctx['n']}; context-overflow rejections: "
-           f"{ctx['context_overflow']}."]
+    for name, pct in (("input (ISL)", ctx.isl), ("output (OSL)", ctx.osl),
+                      ("valid outputs (stop, schema-valid)", ctx.valid_osl)):
+        md.append(f"| {name} | {pct.n} | {_n(pct.p50)} | {_n(pct.p95)} | {_n(pct.max)} |")
+    md += ["", f"- Recommended max_tokens: **{ctx.recommended_max_tokens or 'n/a'}** (largest valid output + "
+           f"{ctx.margin:.0%}, rounded up to 8){'; ' + ctx.note if ctx.note else ''}.",
+           f"- max_model_len {ctx.max_model_len or 'not observed'}; headroom after the largest prompt and "
+           f"the recommended max_tokens: {ctx.headroom_tokens if ctx.headroom_tokens is not None else 'n/a'} tokens.",
+           f"- finish_reason=length: {ctx.finish_length} of {ctx.n}; context-overflow rejections: "
+           f"{ctx.context_overflow}."]
     return "\n".join(md) + "\n"
 
 

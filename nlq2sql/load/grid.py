@@ -33,6 +33,7 @@ from ..semantic import load_catalog
 from .levels import run_level
 from .output import write_outputs
 from .render import fmt_num
+from .results import GridResult
 from .sweep import Progress, begin_levels
 
 
@@ -131,49 +132,57 @@ def cell(st: dict[str, Any], cls: LengthClass) -> dict[str, Any]:
             "errors": st["errors"], "finish_reasons": st["finish_reasons"], "run_dir": st["run_dir"]}
 
 
-def render_markdown(result: dict[str, Any]) -> str:
-    cells = {(c["class"], c["concurrency"]): c for c in result["cells"]}
-    levels, classes = result["config"]["levels"], result["config"]["classes"]
-    md = [f"# Benchmark grid · {result['model']} · {result['evalset']}", "",
-          f"Endpoint: {result['endpoint_label']}. {result['config']['requests']} requests per cell (closed loop); "
+def as_grid(result: GridResult | dict[str, Any]) -> GridResult:
+    return result if isinstance(result, GridResult) else GridResult.model_validate(result)
+
+
+def render_markdown(result: GridResult | dict[str, Any]) -> str:
+    """The report, from the typed result (a dict is validated into it first)."""
+    res = as_grid(result)
+    cells = {(c.cls, c.concurrency): c for c in res.cells}
+    levels = res.config.levels
+    md = [f"# Benchmark grid · {res.model} · {res.evalset}", "",
+          f"Endpoint: {res.endpoint_label}. {res.config.requests} requests per cell (closed loop); "
           "each cell: req/s · p95 end-to-end (s) · peak KV-cache usage (samples).", ""]
-    if result.get("cpu_label"):
-        md += [f"**{result['cpu_label']}**", ""]
+    if res.cpu_label:
+        md += [f"**{res.cpu_label}**", ""]
     md += ["| class | measured prompt / output tokens (p50) | " + " | ".join(f"c={c}" for c in levels) + " |",
            "|---|---|" + "---|" * len(levels)]
-    for k in classes:
-        row = [cells.get((k["name"], c)) for c in levels]
-        some = next((x for x in row if x), None) or {}
-        toks = (f"{fmt_num(some.get('prompt_tokens_p50'), '{:.0f}')} / "
-                f"{fmt_num(some.get('completion_tokens_p50'), '{:.0f}')}")
+    for k in res.config.classes:
+        row = [cells.get((k.name, c)) for c in levels]
+        some = next((x for x in row if x), None)
+        toks = (f"{fmt_num(some.prompt_tokens_p50 if some else None, '{:.0f}')} / "
+                f"{fmt_num(some.completion_tokens_p50 if some else None, '{:.0f}')}")
         txt = []
         for x in row:
             if not x:
                 txt.append("n/a")
                 continue
-            kv = f"{x['kv_peak']:.1%} (n={x['kv_samples']})" if x["kv_samples"] else "not observed"
-            err = f", {x['n'] - x['ok']} failed" if x["n"] != x["ok"] else ""
-            txt.append(f"{fmt_num(x['req_per_s'], '{:.3f}')} · {fmt_num(x['p95_s'])} · {kv}{err}")
-        md.append(f"| {k['name']} ({k['describe']}) | {toks} | " + " | ".join(txt) + " |")
+            kv = f"{x.kv_peak:.1%} (n={x.kv_samples})" if x.kv_samples and x.kv_peak is not None else "not observed"
+            err = f", {x.n - x.ok} failed" if x.n != x.ok else ""
+            txt.append(f"{fmt_num(x.req_per_s, '{:.3f}')} · {fmt_num(x.p95_s)} · {kv}{err}")
+        md.append(f"| {k.name} ({k.describe}) | {toks} | " + " | ".join(txt) + " |")
     md += ["", "Classes: context is made of other questions from the same eval set, placed after the question "
            "(so prefix caching cannot share it); token counts above are "
            "measured by the server, not the 4-characters-per-token estimate used to build the context."]
-    md += [f"\n- {n}" for n in result.get("notes", [])]
+    md += [f"\n- {n}" for n in res.notes]
     return "\n".join(md) + "\n"
 
 
-def heatmap(result: dict[str, Any], out: Path) -> str:
+def heatmap(result: GridResult | dict[str, Any], out: Path) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    levels, names = result["config"]["levels"], [k["name"] for k in result["config"]["classes"]]
-    cells = {(c["class"], c["concurrency"]): c for c in result["cells"]}
+    res = as_grid(result)
+    levels, names = res.config.levels, [k.name for k in res.config.classes]
+    cells = {(c.cls, c.concurrency): c for c in res.cells}
     fig, axes = plt.subplots(1, 2, figsize=(10, 1.2 + 0.8 * len(names)))
     for ax, key, title, fmt in ((axes[0], "req_per_s", "req/s", "{:.3f}"), (axes[1], "p95_s", "p95 (s)", "{:.1f}")):
-        grid = np.array([[(cells.get((n, c)) or {}).get(key) or np.nan for c in levels] for n in names], dtype=float)
+        grid = np.array([[getattr(cells[(n, c)], key) if (n, c) in cells else None for c in levels]
+                         for n in names], dtype=float)  # None → nan
         im = ax.imshow(grid, cmap="viridis" if key == "req_per_s" else "magma_r", aspect="auto")
         ax.set_xticks(range(len(levels)), [f"c={c}" for c in levels])
         ax.set_yticks(range(len(names)), names)
@@ -182,7 +191,7 @@ def heatmap(result: dict[str, Any], out: Path) -> str:
                 ax.text(j, i, fmt.format(v), ha="center", va="center", color="w", fontsize=8)
         ax.set_title(title)
         fig.colorbar(im, ax=ax, shrink=0.8)
-    fig.suptitle(f"{result['model']}: concurrency × length class")
+    fig.suptitle(f"{res.model}: concurrency × length class")
     fig.tight_layout()
     path = out / "grid.png"
     fig.savefig(path, dpi=110)

@@ -33,6 +33,7 @@ from .analysis import cost_per_1k
 from .levels import run_level, stats_from_run
 from .output import write_outputs
 from .render import fmt_lat, fmt_num
+from .results import RateSweepResult
 from .sweep import Progress, begin_levels
 
 
@@ -129,70 +130,78 @@ def analyse_rates(levels: list[dict[str, Any]], growth: float, slo: tuple[float,
 _VERDICT = {True: "yes", False: "no", None: "too short"}
 
 
-def render_markdown(result: dict[str, Any]) -> str:
-    a, cfg = result["analysis"], result["config"]
-    bound = (f"at most {cfg['requests']} arrivals or {cfg['duration_s']:g} s per level" if cfg.get("duration_s")
-             else f"{cfg['requests']} arrivals per level")
-    md = [f"# Open-loop rate sweep · {result['model']} · {result['evalset']}", "",
-          f"Endpoint: {result['endpoint_label']}. Poisson arrivals (seed {cfg['arrival_seed']}), {bound}, "
-          f"at most {cfg['max_in_flight']} in flight (a full cap delays an arrival; the wait counts in "
-          f"latency from arrival). Real eval prompts, structured outputs ({cfg['structured']}), "
-          f"max_tokens {cfg['max_tokens']}."]
-    if result.get("cpu_label"):
-        md.append(f"\n**{result['cpu_label']}**")
+def as_rate_sweep(result: RateSweepResult | dict[str, Any]) -> RateSweepResult:
+    return result if isinstance(result, RateSweepResult) else RateSweepResult.model_validate(result)
+
+
+def render_markdown(result: RateSweepResult | dict[str, Any]) -> str:
+    """The report, from the typed result (a dict is validated into it first)."""
+    res = as_rate_sweep(result)
+    a, cfg = res.analysis, res.config
+    bound = (f"at most {cfg.requests} arrivals or {cfg.duration_s:g} s per level" if cfg.duration_s
+             else f"{cfg.requests} arrivals per level")
+    md = [f"# Open-loop rate sweep · {res.model} · {res.evalset}", "",
+          f"Endpoint: {res.endpoint_label}. Poisson arrivals (seed {cfg.arrival_seed}), {bound}, "
+          f"at most {cfg.max_in_flight} in flight (a full cap delays an arrival; the wait counts in "
+          f"latency from arrival). Real eval prompts, structured outputs ({cfg.structured}), "
+          f"max_tokens {cfg.max_tokens}."]
+    if res.cpu_label:
+        md.append(f"\n**{res.cpu_label}**")
     md += ["", "| offered req/s | realised arrivals/s | n (ok) | achieved req/s | goodput/s "
            "| from arrival p50 / p95 / p99 (s) | client queue p50 / p95 / p99 (s) | TTFT p50 / p95 / p99 (s) "
            "| late ÷ early median | client in flight peak | server waiting peak (samples) | sustained |",
            "|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|---|"]
-    for s, r in zip(result["levels"], a["rows"], strict=True):
-        w = s["server"].get("waiting") or {}
-        wait = f"{w['peak']:.0f} (n={w['n']})" if w.get("n") else "not observed"
-        md.append(f"| {fmt_num(s['offered_rate'], '{:g}')} | {fmt_num(s['arrivals'].get('realised_rate'), '{:.3f}')} "
-                  f"| {s['n']} ({s['ok']}) | {fmt_num(s.get('req_per_s'), '{:.3f}')} "
-                  f"| {fmt_num(s.get('goodput_per_s'), '{:.3f}')} "
-                  f"| {fmt_lat(s['latency_from_arrival_s'])} | {fmt_lat(s['queued_s'])} "
-                  f"| {fmt_lat(s['ttft_s'], fmt='{:.3f}')} "
-                  f"| {fmt_num(r['growth'])} | {r['inflight_peak'] if r['inflight_peak'] is not None else 'n/a'} "
-                  f"| {wait} | {_VERDICT[r['sustained']]} |")
-    md += ["", f"Rule: {a['rule']}.", "",
+    for s, r in zip(res.levels, a.rows, strict=True):
+        w = s.server.waiting
+        wait = f"{w.peak:.0f} (n={w.n})" if w.n and w.peak is not None else "not observed"
+        md.append(f"| {fmt_num(s.offered_rate, '{:g}')} "
+                  f"| {fmt_num(s.arrivals.realised_rate if s.arrivals else None, '{:.3f}')} "
+                  f"| {s.n} ({s.ok}) | {fmt_num(s.req_per_s, '{:.3f}')} "
+                  f"| {fmt_num(s.goodput_per_s, '{:.3f}')} "
+                  f"| {fmt_lat(s.latency_from_arrival_s)} | {fmt_lat(s.queued_s)} "
+                  f"| {fmt_lat(s.ttft_s, fmt='{:.3f}')} "
+                  f"| {fmt_num(r.growth)} | {r.inflight_peak if r.inflight_peak is not None else 'n/a'} "
+                  f"| {wait} | {_VERDICT[r.sustained]} |")
+    md += ["", f"Rule: {a.rule}.", "",
            "**Highest sustained offered rate: "
-           f"{fmt_num(a['max_sustained_rate'], '{:g}', 'none of those tried')} req/s**"
-           + (f"; first unsustained: {a['first_unsustained_rate']:g} req/s." if a["first_unsustained_rate"] else ".")]
-    if a["too_short"]:
-        md.append(f"Too short to judge at {', '.join(f'{r:g}' for r in a['too_short'])} req/s: more than a third "
+           f"{fmt_num(a.max_sustained_rate, '{:g}', 'none of those tried')} req/s**"
+           + (f"; first unsustained: {a.first_unsustained_rate:g} req/s." if a.first_unsustained_rate else ".")]
+    if a.too_short:
+        md.append(f"Too short to judge at {', '.join(f'{r:g}' for r in a.too_short)} req/s: more than a third "
                   "of the arrivals were in flight at once, so all may have shared one batch; raise --requests "
                   "or --duration.")
-    if a["cost_per_1k_at_max_sustained"] is not None:
-        md.append(f"Cost per 1,000 queries at that rate: ${a['cost_per_1k_at_max_sustained']:.4f} "
-                  f"(at ${cfg['gpu_cost_per_hour']:g}/h).")
-    if a["slo_policy"]:
+    if a.cost_per_1k_at_max_sustained is not None and cfg.gpu_cost_per_hour is not None:
+        md.append(f"Cost per 1,000 queries at that rate: ${a.cost_per_1k_at_max_sustained:.4f} "
+                  f"(at ${cfg.gpu_cost_per_hour:g}/h).")
+    if a.slo_policy:
         md += ["", "| p95 target (s), from arrival | highest sustained offered rate meeting it | its p95 (s) |",
                "|---:|---:|---:|"]
-        md += [f"| {p['p95_target_s']:g} | {fmt_num(p['rate'], '{:g}', 'none')} | {fmt_num(p['p95_s'])} |"
-               for p in a["slo_policy"]]
-    md += [f"\n- {n}" for n in result.get("notes", [])]
+        md += [f"| {p.p95_target_s:g} | {fmt_num(p.rate, '{:g}', 'none')} | {fmt_num(p.p95_s)} |"
+               for p in a.slo_policy]
+    md += [f"\n- {n}" for n in res.notes]
     return "\n".join(md) + "\n"
 
 
-def plot(result: dict[str, Any], out: Path) -> str:
+def plot(result: RateSweepResult | dict[str, Any], out: Path) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lv = [s for s in result["levels"] if s.get("req_per_s") is not None]
+    res = as_rate_sweep(result)
+    lv = [s for s in res.levels if s.req_per_s is not None and s.offered_rate is not None]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    xs = [s["offered_rate"] for s in lv]
-    ax.plot(xs, [s["req_per_s"] for s in lv], "o-", label="achieved req/s")
+    xs = [s.offered_rate or 0.0 for s in lv]
+    ax.plot(xs, [s.req_per_s or 0.0 for s in lv], "o-", label="achieved req/s")
     ax.plot(xs, xs, ":", color="tab:gray", label="offered = achieved")
     ax.set_xlabel("offered rate (req/s, Poisson)")
     ax.set_ylabel("req/s")
     ax2 = ax.twinx()
-    ax2.plot(xs, [(s["latency_from_arrival_s"] or {}).get("p95") or float("nan") for s in lv], "s--",
-             color="tab:red", label="p95 from arrival (s)")
+    ax2.plot(xs, [(s.latency_from_arrival_s.p95 if s.latency_from_arrival_s else None) or float("nan")
+                  for s in lv], "s--", color="tab:red", label="p95 from arrival (s)")
     ax2.set_ylabel("p95 latency from arrival (s)")
     fig.legend(fontsize=8, loc="upper left")
-    ax.set_title(f"{result['model']}: open loop")
+    ax.set_title(f"{res.model}: open loop")
     fig.tight_layout()
     path = out / "rate_vs_latency.png"
     fig.savefig(path, dpi=110)

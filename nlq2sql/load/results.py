@@ -7,8 +7,11 @@ layer (:func:`.output.write_outputs`) validates a result before anything is writ
 readers load it with :func:`load_result`, which names the file and field of a bad one.
 Results carry ``record_version`` (the one ``records.RECORD_VERSION``); those written before
 results were versioned have none and still load (``tests/test_load_results.py`` loads the
-committed ``reports/sweep-cpu-smollm2/sweep.json``).  Figures whose shape belongs to one
-stage and is only printed (server facts, the KV formula, a probe's trials) stay mappings.
+committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer reads these
+attributes (a result dict is validated into its model first), so a report cannot show a
+key the contract does not declare.  Mappings remain only where the keys are open by nature:
+the server's facts, a thresholds dataclass's fields, counts by error or finish reason.
+Probes (``probe abort|health|prefix``) have no declared contract yet.
 JSON Schemas: ``schemas/<kind>.schema.json`` (``scripts/gen_schemas.py``, drift-tested).
 """
 
@@ -379,6 +382,33 @@ class Staircase(_M):
     note: str | None = None  # too few successful requests to judge
 
 
+class Evidence(_M):
+    """The serialization verdict's inputs: c=1 against c=K, the server's gauges, the staircase."""
+
+    level: int
+    thr_1: float | None
+    thr_k: float | None
+    n_1: int
+    n_k: int
+    speedup: float | None
+    p95_1: float | None
+    p95_k: float | None
+    p95_ratio: float | None
+    inflight_mean: float | None
+    inflight_peak: int | None
+    server_observed: bool
+    server_samples: int | None
+    running_peak: float | None
+    running_mean: float | None
+    running_n: int | None
+    waiting_peak: float | None
+    waiting_mean: float | None
+    waiting_n: int | None
+    client_cpu_share: float | None
+    client_cpu_ms_per_request: float | None
+    staircase_index: float | None
+
+
 class SerializationResult(_Result):
     kind: Literal["serialization"]
     model: str
@@ -387,7 +417,7 @@ class SerializationResult(_Result):
     config: SerializationSettings
     levels: list[LevelStats]
     staircase: Staircase | None
-    evidence: dict[str, Any]
+    evidence: Evidence
     thresholds: dict[str, float]
     rule: str
     verdict: str
@@ -417,12 +447,48 @@ class ContextBudget(_M):
     note: str | None = None  # nothing valid to size max_tokens from
 
 
+class KvPerToken(_M):
+    """KV bytes per token and the model shape the formula used."""
+
+    bytes_per_token: float
+    formula: str
+    attention_layers: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    attention_heads: int
+    kv_dtype: str
+    dtype_bytes: int
+
+
+class KvBudget(_M):
+    """What the server's ``/metrics`` (``vllm:cache_config_info``) said of its KV cache."""
+
+    observed: bool
+    note: str | None = None  # why not observed
+    blocks: int | None = None
+    block_size: int | None = None
+    tokens: int | None = None
+    cache_dtype: str | None = None
+
+
+class KvNeed(_M):
+    concurrency: int
+    context_tokens: int
+    tokens: int
+    bytes: float
+    gib: float
+    share_of_budget: float | None = None  # only with an observed budget
+    max_sequences_at_context: int | None = None
+    kv_can_limit: bool | None = None
+
+
 class CapacityResult(_Result):
     kind: Literal["capacity"]
-    kv: dict[str, Any]  # the per-token formula and the model shape it came from
-    budget: dict[str, Any]  # what /metrics said of the KV cache (or why not observed)
+    kv: KvPerToken
+    budget: KvBudget
     budget_bytes: float | None
-    need: dict[str, Any] | None
+    need: KvNeed | None
     measured_kv_peaks: list[KvPeak]
     context: ContextBudget
     runs: list[str]

@@ -33,6 +33,7 @@ from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig
 from .output import write_outputs
 from .render import fmt_num
+from .results import SerializationResult
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
 
@@ -305,48 +306,51 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
     return write_outputs(out, "serialization", result, render_markdown)
 
 
-def render_markdown(r: dict[str, Any]) -> str:
-    ev, st, th = r["evidence"], r["staircase"], r["thresholds"]
-    k = ev["level"]
-    md = [f"# Serialization probe · {r['model']} · {r['endpoint']}", "",
-          f"**Verdict: {r['verdict']}** — {r['rule']}.", ""]
-    md += [f"- caveat: {c}" for c in r["caveats"]]
-    if r["config"].get("warmup"):
-        md.append(f"\n{r['config']['warmup']} uncounted warm-up request(s) at c=1 ran first; "
-                  f"max_tokens {r['config']['max_tokens']}, structured {r['config']['structured']}.")
+def render_markdown(result: SerializationResult | dict[str, Any]) -> str:
+    """The report, from the typed result (a dict is validated into it first)."""
+    r = result if isinstance(result, SerializationResult) else SerializationResult.model_validate(result)
+    ev, st, th, cfg = r.evidence, r.staircase, r.thresholds, r.config
+    k = ev.level
+    md = [f"# Serialization probe · {r.model} · {r.endpoint}", "",
+          f"**Verdict: {r.verdict}** — {r.rule}.", ""]
+    md += [f"- caveat: {c}" for c in r.caveats]
+    if cfg.warmup:
+        md.append(f"\n{cfg.warmup} uncounted warm-up request(s) at c=1 ran first; "
+                  f"max_tokens {cfg.max_tokens}, structured {cfg.structured}.")
     md += ["", "## Evidence", "",
            "| evidence | value |", "|---|---|",
-           f"| throughput c=1 (n={ev['n_1']}) → c={k} (n={ev['n_k']}) | "
-           f"{fmt_num(ev['thr_1'])} → {fmt_num(ev['thr_k'])} req/s "
-           f"(×{fmt_num(ev['speedup'])}; scaled ≥ ×{th['scaled_speedup']}, flat < ×{th['flat_speedup']}) |",
-           f"| p95 c=1 → c={k} | {fmt_num(ev['p95_1'])} → {fmt_num(ev['p95_k'])} s (×{fmt_num(ev['p95_ratio'])}) |",
-           f"| client in flight at c={k} (n={ev['n_k']} requests) | mean {fmt_num(ev['inflight_mean'], '{:.1f}')}, "
-           f"peak {ev['inflight_peak']} |"]
-    if ev["server_observed"]:
-        md += [f"| server running at c={k} | peak {fmt_num(ev['running_peak'], '{:.0f}')}, mean "
-               f"{fmt_num(ev['running_mean'], '{:.1f}')} (samples {ev['running_n']}) |",
-               f"| server waiting at c={k} | peak {fmt_num(ev['waiting_peak'], '{:.0f}')}, mean "
-               f"{fmt_num(ev['waiting_mean'], '{:.1f}')} (samples {ev['waiting_n']}) |"]
+           f"| throughput c=1 (n={ev.n_1}) → c={k} (n={ev.n_k}) | "
+           f"{fmt_num(ev.thr_1)} → {fmt_num(ev.thr_k)} req/s "
+           f"(×{fmt_num(ev.speedup)}; scaled ≥ ×{th['scaled_speedup']}, flat < ×{th['flat_speedup']}) |",
+           f"| p95 c=1 → c={k} | {fmt_num(ev.p95_1)} → {fmt_num(ev.p95_k)} s (×{fmt_num(ev.p95_ratio)}) |",
+           f"| client in flight at c={k} (n={ev.n_k} requests) | mean {fmt_num(ev.inflight_mean, '{:.1f}')}, "
+           f"peak {ev.inflight_peak} |"]
+    if ev.server_observed:
+        md += [f"| server running at c={k} | peak {fmt_num(ev.running_peak, '{:.0f}')}, mean "
+               f"{fmt_num(ev.running_mean, '{:.1f}')} (samples {ev.running_n}) |",
+               f"| server waiting at c={k} | peak {fmt_num(ev.waiting_peak, '{:.0f}')}, mean "
+               f"{fmt_num(ev.waiting_mean, '{:.1f}')} (samples {ev.waiting_n}) |"]
     else:
         md.append("| server running / waiting | not observed (no readable /metrics) |")
-    if st.get("index") is not None:
-        md.append(f"| process staircase ({st['ok']}/{st['n']} processes, single service "
-                  f"{st['service_s']:.2f} s: the fastest of {st['solo_n']} solo run(s) before and after, "
-                  f"{', '.join(f'{x:.2f}' for x in st['solo_s'])} s) | completions "
-                  f"{', '.join(f'{x:.2f}' for x in st['completion_s'])} s = "
-                  f"{', '.join(f'{x:.1f}×' for x in st['ratios'])}; index {st['index']:.2f} "
+    if st is not None and st.index is not None and st.service_s is not None and st.send_spread_s is not None:
+        md.append(f"| process staircase ({st.ok}/{st.n} processes, single service "
+                  f"{st.service_s:.2f} s: the fastest of {st.solo_n} solo run(s) before and after, "
+                  f"{', '.join(f'{x:.2f}' for x in st.solo_s)} s) | completions "
+                  f"{', '.join(f'{x:.2f}' for x in st.completion_s)} s = "
+                  f"{', '.join(f'{x:.1f}×' for x in st.ratios)}; index {st.index:.2f} "
                   f"(serialized ≥ {th['staircase_serial']}, parallel ≤ {th['staircase_parallel']}); "
-                  f"sends spread {st['send_spread_s'] * 1000:.0f} ms |")
+                  f"sends spread {st.send_spread_s * 1000:.0f} ms |")
     else:
-        md.append(f"| process staircase | {st.get('note', 'not run')} ({st.get('ok')}/{st.get('n')} ok; "
-                  f"errors: {', '.join(st.get('errors') or []) or 'none'}) |")
-    md.append(f"| harness CPU at c={k} | {fmt_num(ev['client_cpu_share'], '{:.0%}')} of a core, "
-              f"{fmt_num(ev['client_cpu_ms_per_request'], '{:.1f}')} ms/request (client-bound ≥ "
+        md.append(f"| process staircase | {(st.note if st else None) or 'not run'} "
+                  f"({st.ok if st else None}/{st.n if st else None} ok; "
+                  f"errors: {', '.join(st.errors if st else []) or 'none'}) |")
+    md.append(f"| harness CPU at c={k} | {fmt_num(ev.client_cpu_share, '{:.0%}')} of a core, "
+              f"{fmt_num(ev.client_cpu_ms_per_request, '{:.1f}')} ms/request (client-bound ≥ "
               f"{th['client_cpu_share']:.0%}) |")
-    m = (r.get("levels") or [{}, {}])[1].get("machine")
+    m = r.levels[1].machine if len(r.levels) > 1 else None
     if m:
-        md.append(f"| machine load average (1 min) around c={k} | {m['loadavg_1m_start']:.1f} → "
-                  f"{m['loadavg_1m_end']:.1f} on {m['cpus']} CPUs |")
+        md.append(f"| machine load average (1 min) around c={k} | {m.loadavg_1m_start:.1f} → "
+                  f"{m.loadavg_1m_end:.1f} on {m.cpus} CPUs |")
     md += ["", "The staircase index is the slope of the sorted completion times against their rank, in "
            "single service times: ≈ 1 when the k-th request finishes at ≈ k× the single service time "
            "(serialized), ≈ 0 when all finish together (batched)."]
