@@ -81,7 +81,8 @@ def main() -> None:
     ap.add_argument("--concurrency", default="64,256")
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--tokenizer", default=str(ROOT / ".cache" / "models" / "smollm2-135m"))
+    ap.add_argument("--tokenizer", default=str(Path(os.environ.get("NLQ2SQL_CACHE_DIR") or ROOT / ".cache")
+                                               / "models" / "smollm2-135m"))
     ap.add_argument("--clients", default="sdk,aiohttp,aiohttp+auto",
                     help="our variants: CLIENT or CLIENT+WORKERS (a number or auto: one per client core)")
     ap.add_argument("--client-cores", default="1", help="taskset list for every client, ours and theirs "

@@ -60,6 +60,9 @@ def summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     if sel:
         rows.append(("answered (coverage) · abstained", f"{pct(sel['coverage'])} · {sel['abstained']}"))
         rows.append(("accuracy on answered items", pct(sel["accuracy_answered"])))
+        if sel.get("without_logprob_evidence"):
+            rows.append(("answered without logprobs (not judged by --abstain-below)",
+                         f"{sel['without_logprob_evidence']} of {sel['n']}"))
     comp = s.get("compactness")
     if comp and comp.get("n"):
         rows.append(("outputs with no whitespace (measured)",
@@ -94,6 +97,11 @@ def render_summary(s: dict[str, Any], title: str = "nlq2sql summary", console: C
     console.print(cats)
     if s.get("fleet"):
         console.print(fleet_table(s["fleet"]))
+    sel = s.get("selective") or {}
+    if sel.get("without_logprob_evidence"):
+        console.print(f"[yellow]warning: {sel['without_logprob_evidence']} of {sel['n']} items came back without "
+                      "logprobs, so --abstain-below could not judge them and they were answered (does the "
+                      "endpoint stream logprobs? vLLM does; some gateways strip them)[/yellow]")
     h = s.get("harness") or {}
     if h.get("saturated"):
         console.print(f"[yellow]warning: the client was saturated ({'; '.join(h['why'])}): throughput and "

@@ -244,6 +244,8 @@ class Summary:
         self.timing: dict[str, list[float]] = defaultdict(list)
         # selective prediction (``--abstain``): (confidence, answered, answer correct) → items
         self.selective: Counter[tuple[float, bool, bool]] = Counter()
+        # --abstain-below items whose request succeeded but carried no logprobs: not judged
+        self.no_evidence = 0
         # add_shared's tally, id(rec) → [rec, times], first seen first: counted in (n and every
         # table) when flushed -- by add, field_ok and result.
         self._pending: dict[int, list[Any]] = {}
@@ -311,6 +313,9 @@ class Summary:
                 self.rule_scope_correct[rid] += (rid in fired_ok) * times
         if "abstained" in rec:
             self.selective[(confidence(rec), not rec["abstained"], bool(rec["answer_correct"]))] += times
+            if rec.get("abstain_below") is not None and rec.get("intent_evidence") is None \
+                    and rec.get("raw_intent") is not None:
+                self.no_evidence += times
         cat = self.cat[rec["category"]]
         cat["n"] += times
         cat["raw"] += correct_raw
@@ -381,4 +386,6 @@ class Summary:
             curve.append({"min_confidence": t, "min_vote_share": t, "coverage": wilson(m, n),
                           "accuracy": wilson(k, m)})
         return {"n": n, "abstained": n - answered, "coverage": wilson(answered, n),
-                "accuracy_answered": wilson(right, answered), "curve": curve}
+                "accuracy_answered": wilson(right, answered), "curve": curve,
+                # answered without a confidence read-out (the endpoint streamed no logprobs)
+                "without_logprob_evidence": self.no_evidence}

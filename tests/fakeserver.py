@@ -20,7 +20,9 @@ A *script* (JSON) decides each chat request's behaviour::
      "by_question": {"<exact question>": ["reset", "ok"], ...}}
 
 Per request: the next behaviour queued for its question (the last user message), else
-the next one in ``sequence``, else ``default``.  Every request received is appended to a
+the next one in ``sequence``, else ``default``.  A streamed answer carries scripted logprobs
+when the request asks for them (``intent_p``: the probability on each token, default 0.9),
+unless the behaviour says ``"no_logprobs": true`` (a gateway that strips them).  Every request received is appended to a
 JSONL log (flushed before it is answered, so the count survives a kill); the log never
 holds request headers, so no API key is ever written.
 
@@ -315,7 +317,7 @@ def make_app(state: _State) -> Any:
                 return resp
             await resp.write(_chunk(state, rid, created, {"content": piece},
                                     logprobs=_logprobs(piece, float(b.get("intent_p", 0.9)))
-                                    if body.get("logprobs") else None))
+                                    if body.get("logprobs") and not b.get("no_logprobs") else None))
         await resp.write(_chunk(state, rid, created, {"content": ""}, finish=finish))
         if (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(_chunk(state, rid, created, None, usage={

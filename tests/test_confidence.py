@@ -121,3 +121,31 @@ def test_eval_abstains_below_the_threshold(tmp_path: Path, client: str) -> None:
     assert manifest["sampling"]["top_logprobs"] == 8 and manifest["timeout_s"] == 120.0
     again, _, final_ok = rescore_run(cfg.out, ())
     assert again["selective"] == sel and final_ok == {cases[0].id: True, cases[1].id: False}
+
+
+def test_a_server_without_logprobs_is_said_not_silently_answered(tmp_path: Path) -> None:
+    """--abstain-below against an endpoint that strips logprobs: nothing can be judged, so the
+    item is answered, and the summary and the printed report say how many were not judged."""
+    import io
+    from dataclasses import replace
+
+    from fakeserver import FakeServer, script
+    from rich.console import Console
+
+    from nlq2sql.live import EvalConfig, run_eval
+    from nlq2sql.report import render_summary
+
+    case = next(c for c in load_evalset("heldout", open_warehouse()).cases if c.gold.intent == "breakdown")
+    by_q = {case.question: [{"kind": "text", "text": compact(case.gold.model_dump(mode="json")), "intent_p": 0.1,
+                             "no_logprobs": True}]}
+    path = tmp_path / "one.jsonl"
+    path.write_text(case.model_dump_json() + "\n")
+    with FakeServer(tmp_path / "fake", script(by_question=by_q), model="fake-model") as fake:
+        cfg = EvalConfig(evalset=str(path), out=tmp_path / "run", endpoint=fake.url, model="fake-model",
+                         abstain_below=0.5, guardrails=())
+        summary = run_eval(replace(cfg))
+    sel = summary["selective"]
+    assert sel["without_logprob_evidence"] == 1 and sel["abstained"] == 0 and sel["coverage"]["k"] == 1
+    buf = io.StringIO()
+    render_summary(summary, console=Console(file=buf, width=200))
+    assert "1 of 1 items came back without logprobs" in buf.getvalue()
