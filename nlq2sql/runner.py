@@ -214,13 +214,12 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
                 raise InputError(f"{len(missing)} of {len(ids)} eval set items have no response (first: "
                                  f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
                                  path=str(cfg.responses))
-            for cid, pos in ids.items():
-                if not answered[pos]:
-                    rec = score_item(evalset.case(cid), None, rulesets, ex, request_error="no response in file",
-                                     catalog=wh.catalog)
-                    as_missing(rec)
-                    writer.write(rec)
-                    summ.add(rec)
+            for cid in missing:
+                rec = score_item(evalset.case(cid), None, rulesets, ex, request_error="no response in file",
+                                 catalog=wh.catalog)
+                as_missing(rec)
+                writer.write(rec)
+                summ.add(rec)
             executed = ex.executed
         summary = summ.result()
         summary["distinct_queries_executed"] = executed

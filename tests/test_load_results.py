@@ -62,6 +62,10 @@ def test_a_bad_result_file_names_its_field(tmp_path: Path) -> None:
     with pytest.raises(RecordError) as exc:
         load_result(p)
     assert exc.value.field == "config.requests" and exc.value.path == str(p)
+    p.write_text(json.dumps(good))
+    with pytest.raises(RecordError, match="not a fleet-sweep result") as exc:
+        load_result(p, FleetSweepResult)  # a reader that wants one kind names it
+    assert exc.value.field == "kind"
     p.write_text(json.dumps({"kind": "mystery"}))
     with pytest.raises(RecordError, match="not a load result"):
         load_result(p)

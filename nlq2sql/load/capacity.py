@@ -26,7 +26,7 @@ from ..inputs import read_text
 from ..models import DEFAULT_MODEL
 from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
 from ..score import percentiles
-from .results import CapacityResult, SweepResult, load_result
+from .results import CapacityResult, SweepResult, as_model, load_result
 
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "int8": 1.0}
@@ -119,12 +119,7 @@ def context_budget(records: list[dict[str, Any]], max_model_len: int | None, mar
 def run_dirs(runs: list[Path], sweep: Path | None) -> list[Path]:
     dirs = list(runs)
     if sweep is not None:
-        path = sweep / "sweep.json"
-        read_text(path, "sweep result")  # the standard message for a missing file
-        res = load_result(path)
-        if not isinstance(res, SweepResult):
-            raise InputError(f"not a sweep result (kind {res.kind!r})", path=str(path), field="kind")
-        dirs += [Path(s.run_dir) for s in res.levels]
+        dirs += [Path(s.run_dir) for s in load_result(sweep / "sweep.json", SweepResult).levels]
     for d in dirs:
         if not (d / RECORDS).is_file():
             raise InputError(f"{d} is not a run directory (no {RECORDS})", field="--run")
@@ -246,7 +241,7 @@ def run(cfg: CapacityConfig) -> dict[str, Any]:
 
 def render_markdown(result: CapacityResult | dict[str, Any]) -> str:
     """The report, from the typed result (a dict is validated into it first)."""
-    r = result if isinstance(result, CapacityResult) else CapacityResult.model_validate(result)
+    r = as_model(CapacityResult, result)
     kv, b, need, ctx = r.kv, r.budget, r.need, r.context
     md = ["# Capacity and context budget", "", "## KV math", "",
           f"- KV per token: **{kv.bytes_per_token:,.0f} B** ({kv.bytes_per_token / 1024:.1f} KiB) = "

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from .output import write_outputs
-from .render import as_sweep
+from .results import SweepResult, as_model
 from .sweep import Progress, SweepConfig, prepare_out, run_sweep
 
 __all__ = ["render_markdown", "run_fleet_sweep"]
@@ -27,7 +27,7 @@ def members(cfg: SweepConfig) -> list[tuple[str, Any]]:
 
 
 def _peak(result: dict[str, Any]) -> dict[str, Any]:
-    res = as_sweep(result)
+    res = as_model(SweepResult, result)
     ok = [s for s in res.levels if s.req_per_s]
     best = max(ok, key=lambda s: s.req_per_s or 0.0) if ok else None
     p95s = [s.latency_s.p95 for s in res.levels]

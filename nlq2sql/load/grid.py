@@ -33,7 +33,7 @@ from ..semantic import load_catalog
 from .levels import run_level
 from .output import write_outputs
 from .render import fmt_num
-from .results import GridResult
+from .results import GridResult, as_model
 from .sweep import Progress, begin_levels
 
 
@@ -132,13 +132,9 @@ def cell(st: dict[str, Any], cls: LengthClass) -> dict[str, Any]:
             "errors": st["errors"], "finish_reasons": st["finish_reasons"], "run_dir": st["run_dir"]}
 
 
-def as_grid(result: GridResult | dict[str, Any]) -> GridResult:
-    return result if isinstance(result, GridResult) else GridResult.model_validate(result)
-
-
 def render_markdown(result: GridResult | dict[str, Any]) -> str:
     """The report, from the typed result (a dict is validated into it first)."""
-    res = as_grid(result)
+    res = as_model(GridResult, result)
     cells = {(c.cls, c.concurrency): c for c in res.cells}
     levels = res.config.levels
     md = [f"# Benchmark grid · {res.model} · {res.evalset}", "",
@@ -176,7 +172,7 @@ def heatmap(result: GridResult | dict[str, Any], out: Path) -> str:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    res = as_grid(result)
+    res = as_model(GridResult, result)
     levels, names = res.config.levels, [k.name for k in res.config.classes]
     cells = {(c.cls, c.concurrency): c for c in res.cells}
     fig, axes = plt.subplots(1, 2, figsize=(10, 1.2 + 0.8 * len(names)))

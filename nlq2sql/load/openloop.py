@@ -33,7 +33,7 @@ from .analysis import cost_per_1k
 from .levels import run_level, stats_from_run
 from .output import write_outputs
 from .render import fmt_lat, fmt_num
-from .results import RateSweepResult
+from .results import RateSweepResult, as_model
 from .sweep import Progress, begin_levels
 
 
@@ -130,13 +130,9 @@ def analyse_rates(levels: list[dict[str, Any]], growth: float, slo: tuple[float,
 _VERDICT = {True: "yes", False: "no", None: "too short"}
 
 
-def as_rate_sweep(result: RateSweepResult | dict[str, Any]) -> RateSweepResult:
-    return result if isinstance(result, RateSweepResult) else RateSweepResult.model_validate(result)
-
-
 def render_markdown(result: RateSweepResult | dict[str, Any]) -> str:
     """The report, from the typed result (a dict is validated into it first)."""
-    res = as_rate_sweep(result)
+    res = as_model(RateSweepResult, result)
     a, cfg = res.analysis, res.config
     bound = (f"at most {cfg.requests} arrivals or {cfg.duration_s:g} s per level" if cfg.duration_s
              else f"{cfg.requests} arrivals per level")
@@ -188,7 +184,7 @@ def plot(result: RateSweepResult | dict[str, Any], out: Path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    res = as_rate_sweep(result)
+    res = as_model(RateSweepResult, result)
     lv = [s for s in res.levels if s.req_per_s is not None and s.offered_rate is not None]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     xs = [s.offered_rate or 0.0 for s in lv]

@@ -22,8 +22,9 @@ def write_outputs(out: Path, stem: str, result: dict[str, Any], render: Callable
     """Checked, then plots (their file names go into the JSON under ``plot[0]``), the JSON and the Markdown."""
     if "kind" in result:
         result["record_version"] = RECORD_VERSION
-    # Checked before the first file is written (a plot's file names are filled in after).
-    checked(result if plot is None else {**result, plot[0]: {} if plot[0] == "plots" else None})
+    # Checked before the first file is written; a plot's file names are filled in after (each
+    # model gives that key a default, so the result is checked without it).
+    checked(result if plot is None else {k: v for k, v in result.items() if k != plot[0]})
     out.mkdir(parents=True, exist_ok=True)
     if plot is not None:
         key, draw = plot

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import cost_per_1k
-from .results import Gauge, LevelStats, Pct, SweepAnalysis, SweepResult
+from .results import Gauge, LevelStats, Pct, SweepAnalysis, SweepResult, as_model
 
-__all__ = ["as_sweep", "fmt_lat", "fmt_num", "level_table", "plot", "render_markdown", "server_table"]
+__all__ = ["fmt_lat", "fmt_num", "level_table", "plot", "render_markdown", "server_table"]
 
 
 def fmt_num(v: float | None, fmt: str = "{:.2f}", none: str = "n/a") -> str:
@@ -34,10 +34,6 @@ def _gauge(g: Gauge) -> str:
     if not g.n or g.peak is None or g.mean is None:
         return "not observed"
     return f"{g.peak:.0f} / {g.mean:.1f} (n={g.n})"
-
-
-def as_sweep(result: SweepResult | dict[str, Any]) -> SweepResult:
-    return result if isinstance(result, SweepResult) else SweepResult.model_validate(result)
 
 
 def level_table(levels: list[LevelStats], analysis: SweepAnalysis, cost_per_hour: float | None) -> list[str]:
@@ -76,7 +72,7 @@ def server_table(levels: list[LevelStats]) -> list[str]:
 
 
 def render_markdown(result: SweepResult | dict[str, Any]) -> str:
-    r = as_sweep(result)
+    r = as_model(SweepResult, result)
     a, levels, cfg = r.analysis, r.levels, r.config
     cost = cfg.gpu_cost_per_hour
     md = [f"# Concurrency sweep · {r.model} · {r.evalset}", ""]
@@ -145,7 +141,7 @@ def plot(result: SweepResult | dict[str, Any], out: Path) -> dict[str, str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    r = as_sweep(result)
+    r = as_model(SweepResult, result)
     a = r.analysis
     pts: list[tuple[int, float, float]] = [
         (s.concurrency, s.latency_s.p95, s.req_per_s) for s in r.levels

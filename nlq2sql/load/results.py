@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RecordError
+from ..inputs import read_text
 
 __all__ = ["CapacityResult", "ClientSeen", "FleetSweepResult", "Gauge", "GridResult", "LevelStats",
            "Pct", "RESULT_MODELS", "RateSweepResult", "SerializationResult", "ServerSeen",
-           "ServerSweepResult", "SweepResult", "load_result", "result_model"]
+           "ServerSweepResult", "SweepResult", "as_model", "load_result", "result_model"]
 
 
 class _M(BaseModel):
@@ -519,18 +520,31 @@ def checked(result: dict[str, Any]) -> _Result | None:
         raise AssertionError(f"{model.__name__} does not match its declared contract: {exc}") from None
 
 
-def load_result(path: Path) -> Any:
-    """A written ``STEM.json`` as its typed model; a bad file is one message naming file and field."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def as_model(model: type[M], result: M | dict[str, Any]) -> M:
+    """``result`` as ``model``: a dict (a result just built, or read back) is validated into it,
+    so a renderer reads only declared keys; a model is returned as it is."""
+    return result if isinstance(result, model) else model.model_validate(result)
+
+
+def load_result(path: Path, expect: type[M] | None = None) -> Any:
+    """A written ``STEM.json`` as its typed model (``expect``: the one kind accepted); a bad file
+    is one message naming the file, and the line or field."""
+    want = next((k for k, m in RESULT_MODELS.items() if m is expect), None)
+    text = read_text(path, f"{want or 'load'} result")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RecordError(f"malformed JSON ({exc.msg})", path=str(path), line=exc.lineno) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecordError(f"cannot read: {exc}", path=str(path)) from None
-    model = result_model(data.get("kind") if isinstance(data, dict) else None)
+    kind = data.get("kind") if isinstance(data, dict) else None
+    model = result_model(kind)
     if model is None:
-        raise RecordError(f"not a load result (kind {data.get('kind') if isinstance(data, dict) else None!r}; "
-                          f"known: {', '.join(RESULT_MODELS)})", path=str(path), field="kind")
+        raise RecordError(f"not a load result (kind {kind!r}; known: {', '.join(RESULT_MODELS)})",
+                          path=str(path), field="kind")
+    if expect is not None and model is not expect:
+        raise RecordError(f"not a {want} result (kind {kind!r})", path=str(path), field="kind")
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -33,7 +33,7 @@ from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig
 from .output import write_outputs
 from .render import fmt_num
-from .results import SerializationResult
+from .results import SerializationResult, as_model
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
 
@@ -308,7 +308,7 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
 
 def render_markdown(result: SerializationResult | dict[str, Any]) -> str:
     """The report, from the typed result (a dict is validated into it first)."""
-    r = result if isinstance(result, SerializationResult) else SerializationResult.model_validate(result)
+    r = as_model(SerializationResult, result)
     ev, st, th, cfg = r.evidence, r.staircase, r.thresholds, r.config
     k = ev.level
     md = [f"# Serialization probe · {r.model} · {r.endpoint}", "",

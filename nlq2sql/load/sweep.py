@@ -36,8 +36,8 @@ from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, bound_endpoint
 from .analysis import Thresholds, analyse
 from .output import write_outputs
-from .render import as_sweep, fmt_num, plot, render_markdown
-from .results import SweepResult, load_result
+from .render import fmt_num, plot, render_markdown
+from .results import SweepResult, as_model, load_result
 
 Progress = Callable[[str], None]
 
@@ -218,9 +218,7 @@ def rerender(out: Path, cfg: SweepConfig) -> dict[str, Any]:
     """Re-analyse a recorded sweep (new thresholds, SLOs or cost) without re-querying."""
     from .levels import load_level_dirs
 
-    typed = load_result(out / "sweep.json")
-    if not isinstance(typed, SweepResult):
-        raise InputError(f"not a sweep result (kind {typed.kind!r})", path=str(out / "sweep.json"), field="kind")
+    typed: SweepResult = load_result(out / "sweep.json", SweepResult)
     stats = load_level_dirs([Path(s.run_dir) for s in typed.levels])
     for s, o in zip(stats, sorted(typed.levels, key=lambda x: x.concurrency), strict=False):
         s["client"] = o.client.model_dump()  # measured live; a re-read run cannot measure it again
@@ -277,7 +275,7 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
 
 
 def summarise_setting(run: dict[str, Any]) -> dict[str, Any]:
-    res = as_sweep(run["result"])
+    res = as_model(SweepResult, run["result"])
     lv = [s for s in res.levels if s.req_per_s]
     peak = max(lv, key=lambda s: s.req_per_s or 0.0) if lv else None
     return {"value": run["value"], "dir": run["dir"],
