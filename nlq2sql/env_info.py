@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import subprocess
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from .paths import PROJECT_ROOT
 
+#: The committed outputs' folder (relative to the project), left out of the dirty check.
+OUTPUTS = "reports"
+
 
 @lru_cache(maxsize=1)
 def git_info() -> dict[str, Any]:
-    """Commit and dirty flag of the harness checkout; None when not a git checkout."""
+    """Commit and dirty flag of the harness checkout, once per process."""
+    return git_state(PROJECT_ROOT)
+
+
+def git_state(root: Path) -> dict[str, Any]:
+    """Commit and dirty flag (uncommitted changes to tracked files outside ``reports/``) of
+    the checkout at ``root``; None for both when it is not a git checkout."""
     def git(*args: str) -> str | None:
         try:
-            return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
                                   timeout=5, check=True).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return None
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # ``reports/`` holds committed run records, which runs write themselves and nothing reads as
+    # input: a run writing there must not make its own (or the next step's) manifest "dirty".
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", f":(exclude){OUTPUTS}")
     return {"git_commit": commit, "git_dirty": bool(status) if status is not None else None}

@@ -20,16 +20,18 @@ from .conditions.examples import load_bank
 from .conditions.planner import plan_and_answer
 from .conditions.selfcheck import apply_abstention, sample_and_vote
 from .conditions.values import ValueIndex, effective_guardrails, hint_text
-from .errors import InputError
+from .errors import ExecutionError, InputError, SqlBuildError
 from .evalset import EvalCase
 from .guardrail import load_guardrails
 from .harness_load import HarnessMonitor
+from .intent import canonicalise
 from .pool import FAIL_FAST, Pool
 from .prompt import load_prompt
 from .runner import make_executor
 from .score import score_item
 from .semantic import open_warehouse
 from .server_metrics import MetricsSampler
+from .sqlbuild import build_sql
 
 if TYPE_CHECKING:
     from .conditions.examples import ExampleBank
@@ -123,6 +125,20 @@ class ItemRunner:
                          if sample_metrics else [])
         self.ex = make_executor(self.wh)
         self.monitor = HarnessMonitor()
+
+    def prepare(self, cases: list[EvalCase]) -> int:
+        """Execute each distinct gold query once, before the clock starts: the answers are the
+        warehouse's, not the endpoint's, so their cost belongs to setting up, not to the measured
+        requests (``vllm bench serve`` prepares its prompts before its clock too).  A gold that
+        fails here is left to fail the same way, recorded, when its item is scored."""
+        done = 0
+        for case in cases:
+            try:
+                self.ex.run(build_sql(canonicalise(case.gold), self.wh.catalog))
+                done += 1
+            except (SqlBuildError, ExecutionError):
+                continue
+        return done
 
     def start(self) -> None:
         for smp in self.samplers:

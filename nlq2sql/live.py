@@ -335,6 +335,7 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
         budget = RetryBudget(len(cases), cfg.retry_budget)
     counts: Counter[str] = Counter(total=len(cases))
     items = ItemRunner(cfg, base_url, model, key, budget, loaded=loaded)
+    items.prepare(cases)
     t0 = time.time()
     load = cfg.load
     deadline = time.monotonic() + load.duration_s if load.duration_s else None

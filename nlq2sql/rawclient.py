@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from .stream import Accumulator, Completion, HTTPStatusError, NotAnEventStream, StreamEventError, sse_events
 
@@ -26,7 +27,8 @@ class RawClient:
     """One aiohttp session with a pool sized like the SDK path's; created inside the loop."""
 
     def __init__(self, base_url: str, api_key: str, limit: int, keepalive_s: float, timeout_s: float) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        # Parsed once: aiohttp re-parses a str URL (and its host) on every request.
+        self.url = URL(base_url.rstrip("/") + "/chat/completions")
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if api_key and api_key != "EMPTY":
             self.headers["Authorization"] = f"Bearer {api_key}"
@@ -76,6 +78,6 @@ async def stream_once(client: RawClient, kw: dict[str, Any], timeout_s: float, o
             if resp.status != 200:
                 raise HTTPStatusError(resp.status, await resp.text(), resp.headers.get("Retry-After"))
             content_type = resp.headers.get("Content-Type")
-            async for obj in sse_events(resp.content):
+            async for obj in sse_events(resp.content.iter_any()):
                 acc.event(obj)
     acc.end(content_type)

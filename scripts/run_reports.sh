@@ -15,7 +15,8 @@ DTYPE=${DTYPE:-bfloat16}            # vLLM --dtype for every server
 LIMIT=${LIMIT:+--limit $LIMIT}      # first K items of each eval set (default: all)
 STEPS=${STEPS:-matrix load-check compact}
 # Committed reports name the commit they came from: refuse a dirty tree unless told otherwise.
-if [[ -z "${ALLOW_DIRTY:-}" && -n "$(git status --porcelain --untracked-files=no)" ]]; then
+# reports/ itself is left out (as the manifests' git_dirty leaves it out): each step rewrites it.
+if [[ -z "${ALLOW_DIRTY:-}" && -n "$(git status --porcelain --untracked-files=no -- . ':(exclude)reports')" ]]; then
     echo "refusing: the working tree has uncommitted changes (ALLOW_DIRTY=1 to override)" >&2
     exit 2
 fi

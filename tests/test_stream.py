@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nlq2sql.stream import Accumulator, Completion, NotAnEventStream, StreamEventError
 
@@ -62,3 +64,39 @@ def test_sse_reader_yields_data_objects_up_to_done() -> None:
     assert asyncio.run(read(lines)) == [{"a": 1}, {"b": 2}]
     with pytest.raises(ValueError):
         asyncio.run(read([b"data: {not json\n"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12), final_newline=st.booleans())
+def test_sse_reader_reads_the_same_events_however_the_body_is_cut(cuts: list[int], final_newline: bool) -> None:
+    """``iter_any`` hands over whatever one read returned: the events must not depend on it."""
+    import asyncio
+
+    from nlq2sql.stream import sse_events
+
+    body = (b': keep-alive\r\n\r\ndata: {"a":1,"s":"x\\ny"}\n\nevent: message\ndata:{"b":[2,3]}\r\n\r\n'
+            b'data: {"c":null}\n\ndata: [DONE]\n\ndata: {"after":"done"}')
+    if not final_newline:
+        body = body[:body.index(b"data: [DONE]")] + b'data: {"last":true}'
+    points = sorted({min(c, len(body)) for c in cuts})
+    pieces = [body[i:j] for i, j in zip([0, *points], [*points, len(body)], strict=True)]
+
+    async def gen():  # type: ignore[no-untyped-def]
+        for p in pieces:
+            yield p
+
+    async def read() -> list[object]:
+        return [obj async for obj in sse_events(gen())]
+
+    head = [{"a": 1, "s": "x\ny"}, {"b": [2, 3]}, {"c": None}]
+    assert asyncio.run(read()) == (head if final_newline else [*head, {"last": True}])
+
+
+def test_event_json_python_accepts_is_still_read() -> None:
+    """msgspec refuses NaN/Infinity; Python's JSON reads them: the fallback keeps both alike."""
+    from nlq2sql.stream import decode_event
+
+    assert decode_event(b'{"logprob":-Infinity}') == {"logprob": float("-inf")}
+    assert decode_event(b'{"choices":[{"delta":{"content":"x"}}]}') == {"choices": [{"delta": {"content": "x"}}]}
+    with pytest.raises(ValueError):
+        decode_event(b'{"a":')
