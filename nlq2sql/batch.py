@@ -347,7 +347,7 @@ def iter_shard_records(out: Path) -> Iterator[dict[str, Any]]:
 
 def summarise_shards(dest: Path, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
                      session: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
-    """The usual summary, streamed from the shards (``live.finish_summary``'s figures), after
+    """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after
     checking that they hold each item exactly once."""
     summ: Summary | AnswerSummary = Summary(rulesets) if scored else AnswerSummary(rulesets)
     digest, seen, shards = hashlib.sha256(), Counter[str](), []

@@ -10,7 +10,6 @@ was made.  An item without a gold (``answer.Question``) is answered, not scored.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import TYPE_CHECKING, Any
 
 from .answer import Question, answer_item
@@ -20,7 +19,8 @@ from .conditions.examples import load_bank
 from .conditions.planner import plan_and_answer
 from .conditions.selfcheck import apply_abstention, sample_and_vote
 from .conditions.values import ValueIndex, effective_guardrails, hint_text
-from .errors import ExecutionError, InputError, SqlBuildError
+from .errors import ExecutionError, SqlBuildError
+from .evalconfig import targets
 from .evalset import EvalCase
 from .guardrail import load_guardrails
 from .harness_load import HarnessMonitor
@@ -35,8 +35,8 @@ from .sqlbuild import build_sql
 
 if TYPE_CHECKING:
     from .conditions.examples import ExampleBank
+    from .evalconfig import EvalConfig
     from .guardrail import RuleSet
-    from .live import EvalConfig
     from .prompt import Prompt
     from .semantic.binding import Warehouse
 
@@ -67,21 +67,6 @@ def whitespace_outside_strings(text: str) -> int:
         elif ch in " \t\r\n":
             count += 1
     return count
-
-
-def targets(cfg: EvalConfig, base_url: str, model: str, key: str) -> list[tuple[str, str, str]]:
-    """(url, model, key) of every replica of the run: the bound endpoint first, then the others
-    (each with its own model name and key variable where given, else the run's)."""
-    out = [(base_url, model, key)]
-    for spec in cfg.replicas:
-        k = key
-        if spec.api_key_env is not None:
-            k = os.environ.get(spec.api_key_env, "")
-            if not k:
-                raise InputError(f"environment variable {spec.api_key_env} is not set (the API key of "
-                                 f"{spec.url})", field="--endpoints-file")
-        out.append((spec.url, spec.model or model, k))
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
