@@ -19,7 +19,7 @@ artefact's threshold; limit from a written row count, order from the sort head) 
 ``learned_false_breakdown`` (``breakdown`` → ``top_n_by_metric`` when P(ranking) ≥ the
 threshold; limit from the count head, null → the default top N, order from the sort head).
 
-``nlq2sql guardrail train`` fits them on a training set that shares no question with any
+``nlq2sql guardrail train`` (:mod:`nlq2sql.learned_training`) fits them on a training set that shares no question with any
 shipped eval set, deterministically (sorted inputs, fixed ``random_state``), and writes a
 versioned artefact: **JSON, never pickle** — the vectorisers' vocabularies and IDF weights
 and the heads' coefficients, with the training set's sha256, the scikit-learn version, n,
@@ -31,20 +31,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .errors import GuardrailError, InputError
+from .errors import GuardrailError
 from .guardrail import GUARDRAIL_DIR, NUMBER_WORDS, Intervention, Rule, RuleSet, propose
-from .inputs import decode_line, regular_file
 from .intent import Intent
-from .paths import PROJECT_ROOT
 
 PREFIX = "learned:"
 LEARNED_DIR = GUARDRAIL_DIR / "learned"
@@ -105,20 +101,6 @@ def normalise_question(text: str) -> str:
     return _PUNCT.sub(" ", text.lower()).strip()
 
 
-def shipped_questions() -> dict[str, str]:
-    """Every question of every shipped eval set (``evalsets/`` and each warehouse's), by
-    ``path:id``."""
-    out: dict[str, str] = {}
-    files = sorted((PROJECT_ROOT / "evalsets").glob("*.jsonl")) + \
-        sorted((PROJECT_ROOT / "warehouses").glob("*/evalsets/*.jsonl"))
-    for path in files:
-        for line in path.read_text().splitlines():
-            if line.strip():
-                obj = json.loads(line)
-                out[f"{path.relative_to(PROJECT_ROOT)}:{obj['id']}"] = obj["question"]
-    return out
-
-
 def numbers_in(question: str) -> list[int]:
     """The numbers written in a question that could be a row count (1..100), in order."""
     out = []
@@ -130,124 +112,7 @@ def numbers_in(question: str) -> list[int]:
     return out
 
 
-# --- training data -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Example:
-    id: str
-    question: str
-    label: str
-    row_count: int | None = None
-    sort: str | None = None
-
-    @property
-    def count_class(self) -> str:
-        if self.row_count is None:
-            return "none"
-        return "literal" if self.row_count in numbers_in(self.question) else "one"
-
-
-def read_training(path: Path) -> tuple[list[Example], str]:
-    """The training set (sorted by id) and its sha256; bad lines name file, line and field."""
-    src = str(path)
-    try:
-        data = regular_file(path, "training set").read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read the training set: {exc.strerror}", path=src) from None
-    examples: list[Example] = []
-    ids: set[str] = set()
-    texts: dict[str, str] = {}
-    offset = 0
-    for lineno, raw in enumerate(data.splitlines(keepends=True), start=1):
-        line = decode_line(raw, path=src, line=lineno, offset=offset)
-        offset += len(raw)
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON ({exc.msg})", path=src, line=lineno) from None
-        if not isinstance(obj, dict):
-            raise InputError("each line must be a JSON object", path=src, line=lineno)
-        extra = sorted(set(obj) - TRAIN_KEYS)
-        if extra:
-            raise InputError(f"unknown key(s) {', '.join(extra)} (known: {', '.join(sorted(TRAIN_KEYS))})",
-                             path=src, line=lineno, field=extra[0])
-        for key in ("id", "question"):
-            if not isinstance(obj.get(key), str) or not obj[key].strip():
-                raise InputError("missing or not a non-empty string", path=src, line=lineno, field=key)
-        if obj.get("label") not in LABELS:
-            raise InputError(f"must be one of {', '.join(LABELS)}, got {obj.get('label')!r}", path=src,
-                             line=lineno, field="label")
-        rc = obj.get("row_count")
-        if rc is not None and (not isinstance(rc, int) or isinstance(rc, bool) or not 1 <= rc <= 100):
-            raise InputError(f"must be an integer 1..100 or absent, got {rc!r}", path=src, line=lineno,
-                             field="row_count")
-        sort = obj.get("sort")
-        if sort is not None and sort not in ("desc", "asc"):
-            raise InputError(f"must be desc, asc or absent, got {sort!r}", path=src, line=lineno, field="sort")
-        ex = Example(obj["id"], obj["question"], obj["label"], rc, sort)
-        if rc is not None and rc != 1 and ex.count_class != "literal":
-            raise InputError(f"row_count {rc} is not written in the question (only 1, for a singular "
-                             f"superlative, may be implied)", path=src, line=lineno, field="row_count")
-        if ex.id in ids:
-            raise InputError(f"duplicate id {ex.id!r}", path=src, line=lineno, field="id")
-        key = normalise_question(ex.question)
-        if key in texts:
-            raise InputError(f"same question as {texts[key]!r}", path=src, line=lineno, field="question")
-        ids.add(ex.id)
-        texts[key] = ex.id
-        examples.append(ex)
-    if not examples:
-        raise InputError("the training set is empty", path=src)
-    return sorted(examples, key=lambda e: e.id), hashlib.sha256(data).hexdigest()
-
-
-def check_disjoint(examples: list[Example], path: str) -> None:
-    """Refuse a training set that asks any question of a shipped eval set."""
-    shipped = {normalise_question(q): where for where, q in shipped_questions().items()}
-    for ex in examples:
-        where = shipped.get(normalise_question(ex.question))
-        if where is not None:
-            raise InputError(f"training question {ex.id!r} ({ex.question!r}) is a question of the shipped "
-                             f"eval set item {where}: the training set must share no question with them",
-                             path=path, field="question")
-
-
 # --- the model ----------------------------------------------------------------------------
-
-
-def _features() -> Any:
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.pipeline import FeatureUnion
-
-    return FeatureUnion([(name, TfidfVectorizer(**{**COMMON, **spec, "ngram_range": tuple(spec["ngram_range"])}))
-                         for name, spec in FEATURES.items()])
-
-
-def _head() -> Any:
-    from sklearn.linear_model import LogisticRegression
-
-    return LogisticRegression(C=C, max_iter=5000, random_state=RANDOM_STATE)
-
-
-def pipeline() -> Any:
-    """One head's full pipeline (what cross-validation refits per fold)."""
-    from sklearn.pipeline import Pipeline
-
-    return Pipeline([("features", _features()), ("clf", _head())])
-
-
-def _targets(examples: list[Example]) -> dict[str, tuple[list[int], list[str]]]:
-    """Per head: the rows it is trained on and their labels."""
-    bd = [i for i, e in enumerate(examples) if e.label == "breakdown"]
-    rk = [i for i, e in enumerate(examples) if e.label == "ranking"]
-    every = list(range(len(examples)))
-    return {"kind": (every, [e.label for e in examples]),
-            "sort_breakdown": (bd, [examples[i].sort or "none" for i in bd]),
-            "sort_ranking": (rk, [examples[i].sort or "desc" for i in rk]),
-            "count": (every, [e.count_class for e in examples])}
 
 
 def _decide(head: str, proba: Any, texts: list[str]) -> list[str]:
@@ -261,114 +126,11 @@ def _decide(head: str, proba: Any, texts: list[str]) -> list[str]:
     return [HEADS[head][j] for j in np.argmax(proba, axis=1)]
 
 
-def _cv(texts: list[str], targets: dict[str, tuple[list[int], list[str]]], threshold: float) -> dict[str, Any]:
-    from sklearn.model_selection import StratifiedKFold, cross_val_predict
-
-    from .score import wilson
-
-    out: dict[str, Any] = {"folds": CV_FOLDS, "stratified": True, "shuffle": True, "random_state": RANDOM_STATE}
-    folds = StratifiedKFold(n_splits=CV_FOLDS, shuffle=True, random_state=RANDOM_STATE)
-    for head, (rows, y) in targets.items():
-        sub = [texts[i] for i in rows]
-        proba = cross_val_predict(pipeline(), sub, y, cv=folds, method="predict_proba")
-        pred = _decide(head, proba, sub)
-        ok = sum(p == t for p, t in zip(pred, y, strict=True))
-        out[f"{head}_accuracy"] = wilson(ok, len(y))
-        if head == "kind":
-            # Out-of-fold behaviour of each rule's gate at the stored threshold.
-            for target, rule in (("breakdown", RULE_TO_BREAKDOWN), ("ranking", RULE_TO_RANKING)):
-                p = proba[:, LABELS.index(target)]
-                fired = (p >= threshold) & (p > 1 - p)
-                truth = np.array([t == target for t in y])
-                out[f"oof_{rule}"] = {"precision": wilson(int((fired & truth).sum()), int(fired.sum())),
-                                      "recall": wilson(int((fired & truth).sum()), int(truth.sum()))}
-    return out
-
-
-def _floats(a: Any) -> list[float]:
-    return [float(f"{x:.{DIGITS}g}") for x in np.asarray(a, dtype=float).ravel()]
-
-
 def canonical_sha256(payload: dict[str, Any]) -> str:
     """sha256 of an artefact's canonical JSON, without its own ``artefact_sha256`` key."""
     body = {k: v for k, v in payload.items() if k != "artefact_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def train(training: Path, name: str = DEFAULT_NAME, threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
-    """Fit the heads and return the artefact (a JSON-ready dict with its own sha256)."""
-    import sklearn
-
-    from .semantic.catalog import display_path
-
-    if not SAFE_NAME.match(name):
-        raise InputError(f"must be letters, digits, '_' or '-', got {name!r}", field="--name")
-    if not 0.5 <= threshold < 1.0:
-        raise InputError(f"must be at least 0.5 and below 1, got {threshold}", field="--threshold")
-    examples, sha = read_training(training)
-    check_disjoint(examples, str(training))
-    texts = [prepare(e.question) for e in examples]
-    targets = _targets(examples)
-    missing = [f"{h} {c}" for h, (_, y) in targets.items() for c in HEADS[h] if y.count(c) < CV_FOLDS]
-    if missing:
-        raise InputError(f"needs at least {CV_FOLDS} questions of each class of each head for {CV_FOLDS}-fold "
-                         f"cross-validation; too few: {', '.join(missing)}", path=str(training))
-    features = _features()
-    x = features.fit_transform(texts)
-    heads: dict[str, Any] = {}
-    for head, (rows, y) in targets.items():
-        clf = _head().fit(x[rows], y)
-        heads[head] = {"classes": [str(c) for c in clf.classes_], "coef": [_floats(r) for r in clf.coef_],
-                       "intercept": _floats(clf.intercept_)}
-    feats = {}
-    for fname, vec in features.transformer_list:
-        vocab = sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__)
-        feats[fname] = {**COMMON, **FEATURES[fname], "vocabulary": vocab, "idf": _floats(vec.idf_)}
-    artefact: dict[str, Any] = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "name": name,
-        "description": "ranking vs breakdown (and row count / sort cues) from the question: logistic "
-                       "regression on TF-IDF word 1-2 and char_wb 2-5 n-grams",
-        "threshold": threshold,
-        "rules": [{"id": RULE_TO_BREAKDOWN, "field": "intent", "from": ["top_n_by_metric"], "to": "breakdown",
-                   "description": "model ranked; the classifier says breakdown (P >= threshold)"},
-                  {"id": RULE_TO_RANKING, "field": "intent", "from": ["breakdown"], "to": "top_n_by_metric",
-                   "description": "model gave a breakdown; the classifier says ranking (P >= threshold)"}],
-        "training": {"path": display_path(training), "sha256": sha, "n": len(examples),
-                     **{head: dict(sorted(Counter(y).items())) for head, (_, y) in targets.items()}},
-        "sklearn_version": sklearn.__version__,
-        "preprocess": PREPROCESS,
-        "model": {"C": C, "solver": "lbfgs", "random_state": RANDOM_STATE, "significant_digits": DIGITS},
-        "cv": _cv(texts, targets, threshold),
-        "features": feats,
-        "heads": heads,
-    }
-    stored = LearnedModel(artefact, str(training))
-    xs = stored.features.transform(texts)
-    artefact["model"]["train_accuracy"] = {
-        head: round(float(np.mean(np.asarray(_decide(head, stored.heads[head].predict_proba(xs[rows]),
-                                                     [texts[i] for i in rows])) == np.asarray(y))), 6)
-        for head, (rows, y) in targets.items()}
-    artefact["artefact_sha256"] = canonical_sha256(artefact)
-    return artefact
-
-
-def artefact_text(artefact: dict[str, Any]) -> str:
-    """The file's bytes: one compact JSON object, metadata first, then a newline."""
-    return json.dumps(artefact, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
-
-
-def save(artefact: dict[str, Any], out: Path) -> Path:
-    if out.suffix != ".json":
-        raise InputError("the artefact is JSON (never pickle): give a path ending in .json", field="--out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(artefact_text(artefact))
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
 
 
 @dataclass(frozen=True)

@@ -180,8 +180,8 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                 progress: Progress | None, budget: RetryBudget) -> dict[str, Any]:
     """Answer ``cases`` with ``cfg.workers`` processes (or Ray actors); write their records here."""
     from .item import targets
-    from .session import session_result
     from .server_metrics import MetricsSampler
+    from .session import session_result
 
     lanes = shares(cfg.concurrency, cfg.workers)
     t0 = time.time()

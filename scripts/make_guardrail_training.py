@@ -46,7 +46,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nlq2sql.learned_guardrail import normalise_question, shipped_questions  # noqa: E402
+from nlq2sql.learned_guardrail import normalise_question  # noqa: E402
+from nlq2sql.learned_training import shipped_questions  # noqa: E402
 
 OUT = ROOT / "guardrails" / "training" / "ranking-train.jsonl"
 SEED = 11

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nlq2sql import learned_guardrail as lg
+from nlq2sql import learned_training as lt
 from nlq2sql.cli.main import app
 from nlq2sql.conditions.examples import normalise
 from nlq2sql.errors import GuardrailError
@@ -150,8 +151,8 @@ def test_training_is_deterministic_and_the_artefact_round_trips(small_train: Pat
     # what the artefact was measured to predict.
     rs = load_ruleset(f"learned:{outs[0]}")
     assert isinstance(rs, lg.LearnedRuleSet) and rs.model is not None
-    assert lg.artefact_text(rs.model.artefact).encode() == outs[0].read_bytes()
-    examples, _ = lg.read_training(small_train)
+    assert lt.artefact_text(rs.model.artefact).encode() == outs[0].read_bytes()
+    examples, _ = lt.read_training(small_train)
     kinds = [("breakdown" if p.p_breakdown > p.p_ranking else "ranking")
              for p in (rs.model.predict(e.question) for e in examples)]
     acc = sum(k == e.label for k, e in zip(kinds, examples, strict=True)) / len(examples)
@@ -166,7 +167,7 @@ def test_committed_artefact_is_current_and_verified() -> None:
     assert art["cv"]["kind_accuracy"]["n"] == art["training"]["n"] == len(_rows(TRAIN))
     assert ARTEFACT.stat().st_size < 1_000_000
     model = lg.load_model("ranking")
-    examples, _ = lg.read_training(TRAIN)
+    examples, _ = lt.read_training(TRAIN)
     right = sum((model.predict(e.question).p_ranking > 0.5) == (e.label == "ranking") for e in examples)
     assert right / len(examples) == pytest.approx(art["model"]["train_accuracy"]["kind"], abs=1e-6)
 
@@ -175,7 +176,7 @@ def _tamper(tmp_path: Path, change: Any) -> Path:
     art = json.loads(ARTEFACT.read_text())
     change(art)
     path = tmp_path / "tampered.json"
-    path.write_text(lg.artefact_text(art))
+    path.write_text(lt.artefact_text(art))
     return path
 
 

@@ -43,14 +43,15 @@ def train(
     """Train the learned guardrail (logistic regression on word and character n-grams) and save a
     versioned JSON artefact with the training set's sha256 and 5-fold cross-validated accuracy."""
     from .. import learned_guardrail as lg
+    from .. import learned_training as lt
 
     if out is not None and out.suffix != ".json":
         raise InputError("the artefact is JSON (never pickle): give a path ending in .json", field="--out")
     name = name or (out.stem if out is not None else lg.DEFAULT_NAME)
     if not lg.SAFE_NAME.match(name):
         raise InputError(f"must be letters, digits, '_' or '-', got {name!r}", field="--name")
-    artefact = lg.train(train or lg.DEFAULT_TRAINING, name, threshold)
-    path = lg.save(artefact, out or lg.LEARNED_DIR / f"{name}.json")
+    artefact = lt.train(train or lg.DEFAULT_TRAINING, name, threshold)
+    path = lt.save(artefact, out or lg.LEARNED_DIR / f"{name}.json")
     meta = {k: v for k, v in artefact.items() if k not in ("features", "heads")}
     if as_json:
         sys.stdout.write(json.dumps(meta, indent=2) + "\n")
