@@ -19,8 +19,8 @@ artefact's threshold; limit from a written row count, order from the sort head) 
 ``learned_false_breakdown`` (``breakdown`` → ``top_n_by_metric`` when P(ranking) ≥ the
 threshold; limit from the count head, null → the default top N, order from the sort head).
 
-``nlq2sql guardrail train`` (:mod:`nlq2sql.learned_training`) fits them on a training set that shares no question with any
-shipped eval set, deterministically (sorted inputs, fixed ``random_state``), and writes a
+``nlq2sql guardrail train`` (:mod:`nlq2sql.learned_training`) fits them on a training set that
+shares no question with any shipped eval set, deterministically (sorted inputs, fixed ``random_state``), and writes a
 versioned artefact: **JSON, never pickle** — the vectorisers' vocabularies and IDF weights
 and the heads' coefficients, with the training set's sha256, the scikit-learn version, n,
 5-fold stratified cross-validated accuracy per head, and the artefact's own sha256 over its

@@ -30,8 +30,12 @@ import aiohttp
 from ..records import output_dir
 from ..score import percentiles
 from ..stream import Accumulator, Completion, StreamEventError, sse_events
+from .contract import Pct
 from .metrics import counter_delta, hist_delta, hit_rate, root_url, scrape
 from .output import write_outputs
+from .probe_results import PROBE_MODELS, CancelProbeResult, HealthProbeResult, HistMean, PrefixProbeResult
+
+ProbeResult = CancelProbeResult | HealthProbeResult | PrefixProbeResult
 
 _FILLER_TEXT = ("the store sells office furniture and electronics to customers in five regions while "
           "analysts track revenue orders units and average order value by month quarter and year "
@@ -281,59 +285,67 @@ def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v * 1000:.1f}"
 
 
-def _p(p: dict[str, Any], key: str = "p50", scale: float = 1.0, fmt: str = "{:.3f}") -> str:
-    if not p or not p.get("n"):
+def _p(p: Pct, key: str = "p50", scale: float = 1.0, fmt: str = "{:.3f}") -> str:
+    value = getattr(p, key)
+    if not p.n or value is None:
         return "not observed"
-    return f"{fmt.format(p[key] * scale)} (n={p['n']})"
+    return f"{fmt.format(value * scale)} (n={p.n})"
 
 
-def render_markdown(r: dict[str, Any], title: str) -> str:
+def _h(h: HistMean) -> str:
+    """A server histogram's mean with its count; "not observed" without /metrics."""
+    if h.note or h.mean is None:
+        return f"{h.note or 'not observed'} (n={h.n})"
+    return f"{h.mean:.3f} (n={h.n})"
+
+
+def _opt(v: Any) -> str:
+    return "n/a" if v is None else str(v)
+
+
+def render_markdown(result: ProbeResult | dict[str, Any], title: str) -> str:
+    """A probe's Markdown, from its typed result (a dict is validated into its model first)."""
+    r: Any = result if isinstance(result, (CancelProbeResult, HealthProbeResult, PrefixProbeResult)) else \
+        PROBE_MODELS[result["kind"]].model_validate(result)
     md = [f"# {title}", ""]
-    if r["probe"] == "cancel":
-        md += [f"Stream {r['max_tokens']} tokens (ignore_eos {r['ignore_eos']}), disconnect after "
-               f"{r['k_tokens']} tokens; poll /metrics every {r['poll_interval_s'] * 1000:.0f} ms until "
+    if isinstance(r, CancelProbeResult):
+        md += [f"Stream {r.max_tokens} tokens (ignore_eos {r.ignore_eos}), disconnect after "
+               f"{r.k_tokens} tokens; poll /metrics every {r.poll_interval_s * 1000:.0f} ms until "
                "num_requests_running = 0 (the time is when the scrape that saw 0 returned; running reached "
                "0 after the previous scrape was sent: the lower bound).", "",
-               f"- time until running = 0: median {_p(r['to_idle_s'])} s, max "
-               f"{_s(r['to_idle_s'].get('p99'))} s (p99)",
-               f"- tokens generated after the disconnect: median {_p(r['tokens_after_disconnect'], fmt='{:.0f}')}",
+               f"- time until running = 0: median {_p(r.to_idle_s)} s, max {_s(r.to_idle_s.p99)} s (p99)",
+               f"- tokens generated after the disconnect: median {_p(r.tokens_after_disconnect, fmt='{:.0f}')}",
                "", "| trial | tokens received | running → 0 (s) [lower bound] | polls | generated total "
                "| after disconnect | would have generated | note |", "|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for i, x in enumerate(r["trials"], 1):
-            md.append(f"| {i} | {x['received_tokens']} | {_s(x.get('to_idle_s'))} [{_s(x.get('to_idle_lower_s'))}] "
-                      f"| {x.get('polls')} "
-                      f"| {x.get('generated_total', 'n/a')} | {x.get('tokens_after_disconnect', 'n/a')} "
-                      f"| {x.get('would_have_generated', 'n/a')} | {x.get('note') or x.get('error') or ''} |")
-    elif r["probe"] == "health":
-        pr = r["prefill_requests"]
-        md += [f"/health polled every {r['interval_s'] * 1000:.0f} ms, idle and while {pr['parallel']} long "
-               f"prompts ({_p(pr['prompt_tokens'], fmt='{:.0f}')} prompt tokens, p50) were prefilling "
-               f"({pr['ok']}/{pr['n']} ok, {pr['load_wall_s']:.1f} s).", "",
+        for i, x in enumerate(r.trials, 1):
+            md.append(f"| {i} | {x.received_tokens} | {_s(x.to_idle_s)} [{_s(x.to_idle_lower_s)}] | {x.polls} "
+                      f"| {_opt(x.generated_total)} | {_opt(x.tokens_after_disconnect)} "
+                      f"| {_opt(x.would_have_generated)} | {x.note or x.error or ''} |")
+    elif isinstance(r, HealthProbeResult):
+        pr = r.prefill_requests
+        md += [f"/health polled every {r.interval_s * 1000:.0f} ms, idle and while {pr.parallel} long "
+               f"prompts ({_p(pr.prompt_tokens, fmt='{:.0f}')} prompt tokens, p50) were prefilling "
+               f"({pr.ok}/{pr.n} ok, {pr.load_wall_s:.1f} s).", "",
                "| state | count | errors | p50 (ms) | p95 (ms) | max (ms) |", "|---|---:|---:|---:|---:|---:|"]
-        for name in ("idle", "under_prefill"):
-            h = r[name]
-            md.append(f"| {name.replace('_', ' ')} | {h['n']} | {h['errors']} | {_ms(h['p50_s'])} "
-                      f"| {_ms(h['p95_s'])} | {_ms(h['max_s'])} |")
-        sp = r["server_prefill_s"]
-        md.append(f"\nServer prefill time per request: {_s(sp.get('mean'))} s mean (n={sp.get('n')}); "
-                  f"client TTFT p50 {_p(pr['ttft_s'])} s.")
+        for name, h in (("idle", r.idle), ("under prefill", r.under_prefill)):
+            md.append(f"| {name} | {h.n} | {h.errors} | {_ms(h.p50_s)} | {_ms(h.p95_s)} | {_ms(h.max_s)} |")
+        sp: HistMean = r.server_prefill_s
+        md.append(f"\nServer prefill time per request, mean (s): {_h(sp)}; client TTFT p50 (s): {_p(pr.ttft_s)}.")
     else:
-        md += [f"{r['requests_per_scenario']} sequential requests per scenario (c=1), max_tokens "
-               f"{r['max_tokens']}; the eval's system prompt plus {r['pad_words']} words of padding. "
+        md += [f"{r.requests_per_scenario} sequential requests per scenario (c=1), max_tokens "
+               f"{r.max_tokens}; the eval's system prompt plus {r.pad_words} words of padding. "
                "shared: identical prefix (warmed once); diverse: unique text half-way; leading-unique: "
                "unique text first.", "",
                "| scenario | n ok | prompt tokens p50 | prefix hit rate (hits / queries) | client TTFT p50 (s) "
                "| client e2e p50 (s) | server TTFT mean (s) | server prefill mean (s) | prefill share "
                "of server e2e |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for name, s in r["scenarios"].items():
-            pc = s["prefix_cache"]
-            hit = (f"{pc['rate']:.1%} ({pc['hits']} / {pc['queries']})" if pc.get("rate") is not None
-                   else "not observed")
-            md.append(f"| {name} | {s['ok']}/{s['n']} | {_p(s['prompt_tokens'], fmt='{:.0f}')} | {hit} "
-                      f"| {_p(s['client_ttft_s'])} | {_p(s['client_latency_s'])} "
-                      f"| {_s(s['server_ttft_s'].get('mean'))} (n={s['server_ttft_s'].get('n')}) "
-                      f"| {_s(s['server_prefill_s'].get('mean'))} (n={s['server_prefill_s'].get('n')}) "
-                      f"| {_s(s['prefill_share'], '{:.1%}')} |")
+        for name, sc in r.scenarios.items():
+            pc = sc.prefix_cache
+            hit = f"{pc.rate:.1%} ({pc.hits} / {pc.queries})" if pc.rate is not None else "not observed"
+            md.append(f"| {name} | {sc.ok}/{sc.n} | {_p(sc.prompt_tokens, fmt='{:.0f}')} | {hit} "
+                      f"| {_p(sc.client_ttft_s)} | {_p(sc.client_latency_s)} "
+                      f"| {_h(sc.server_ttft_s)} | {_h(sc.server_prefill_s)} "
+                      f"| {_s(sc.prefill_share, '{:.1%}')} |")
     return "\n".join(md) + "\n"
 
 
@@ -353,6 +365,7 @@ def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[dict[str, Any
         r = asyncio.run(prefix_probe(t, **kw))
     else:
         raise ValueError(name)
+    r["kind"] = f"probe-{name}"
     r["endpoint"], r["model"], r["created"] = t.base_url, t.model, time.time()
     path = write(out, r, f"{name} probe · {t.model}")
     return r, path.read_text()

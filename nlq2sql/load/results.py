@@ -11,7 +11,7 @@ committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer read
 attributes (a result dict is validated into its model first), so a report cannot show a
 key the contract does not declare.  Mappings remain only where the keys are open by nature:
 the server's facts, a thresholds dataclass's fields, counts by error or finish reason.
-Probes (``probe abort|health|prefix``) have no declared contract yet.
+The probes' results (``probe cancel|health|prefix``) are declared in :mod:`.probe_results`.
 JSON Schemas: ``schemas/<kind>.schema.json`` (``scripts/gen_schemas.py``, drift-tested).
 """
 
@@ -25,25 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RecordError
 from ..inputs import read_text
+from .contract import _M, Pct, _Result
+from .probe_results import PROBE_MODELS
 
 __all__ = ["CapacityResult", "ClientSeen", "FleetSweepResult", "Gauge", "GridResult", "LevelStats",
            "Pct", "RESULT_MODELS", "RateSweepResult", "SerializationResult", "ServerSeen",
            "ServerSweepResult", "SweepResult", "as_model", "load_result", "result_model"]
-
-
-class _M(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Pct(_M):
-    """Percentiles of one measured quantity, with the sample count (``score.percentiles``)."""
-
-    n: int
-    mean: float | None = None
-    p50: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    max: float | None = None  # capacity's token lengths
 
 
 class Gauge(_M):
@@ -125,12 +112,6 @@ class LevelStats(_M):
     client: ClientSeen
     machine: Machine | None = None
     arrivals: Arrivals | None = None  # rate sweeps
-
-
-class _Result(_M):
-    record_version: int | None = None  # absent: written before results were versioned
-    created: float | None = None
-    elapsed_s: float | None = None
 
 
 class _LevelsResult(_Result):
@@ -501,6 +482,8 @@ RESULT_MODELS: dict[str, type[_Result]] = {
     "rate-sweep": RateSweepResult, "grid": GridResult, "serialization": SerializationResult,
     "capacity": CapacityResult,
 }
+
+RESULT_MODELS.update(PROBE_MODELS)
 
 
 def result_model(kind: str | None) -> type[_Result] | None:
