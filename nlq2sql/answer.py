@@ -17,7 +17,6 @@ answer itself is fully recorded: ``raw_text``, ``status`` / ``final_status`` (wi
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any
 from .errors import ExecutionError, InputError, IntentError, SqlBuildError
 from .execute import Executor
 from .guardrail import RuleSet, apply_all
-from .inputs import decode_line, regular_file
+from .inputs import decode_line, json_object, regular_file
 from .intent import STATUS_INCONSISTENT, STATUS_OK, canonicalise, consistency_problem, is_ordered, parse_intent
 from .score import RESULT_HEAD_ROWS, TIMING_KEYS, percentiles, wilson
 from .semantic.catalog import Catalog
@@ -61,13 +60,7 @@ def read_questions(path: Path) -> Iterator[Question]:
             offset += len(raw)
             if not line.strip():
                 raise InputError("empty line", path=str(path), line=lineno)
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"malformed JSON ({exc.msg} at column {exc.colno})", path=str(path),
-                                 line=lineno) from None
-            if not isinstance(obj, dict):
-                raise InputError("each line must be a JSON object", path=str(path), line=lineno)
+            obj = json_object(line, path=str(path), line=lineno)
             extra = sorted(set(obj) - set(QUESTION_KEYS))
             if extra:
                 key = "gold" if "gold" in extra else extra[0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import json
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from typing import Any, BinaryIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import EvalSetError
-from .inputs import BOM, not_utf8, regular_file, reusable_rest, split_id
+from .inputs import BOM, json_object, not_utf8, regular_file, reusable_rest, split_id
 from .intent import Intent, consistency_problem, vocabulary_problem
 from .paths import PROJECT_ROOT
 from .semantic.binding import Warehouse
@@ -77,13 +76,7 @@ def _field_of(err: Mapping[str, Any]) -> str:
 
 def parse_line(text: str, *, path: str, line: int, catalog: Catalog | Warehouse | None = None) -> EvalCase:
     """One JSONL line → EvalCase, or EvalSetError naming file, line and field."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise EvalSetError(f"malformed JSON ({exc.msg} at column {exc.colno})", path=path,
-                           line=line) from None
-    if not isinstance(obj, dict):
-        raise EvalSetError("each line must be a JSON object", path=path, line=line)
+    obj = json_object(text, path=path, line=line, cls=EvalSetError)
     try:
         case = EvalCase.model_validate(obj)
     except ValidationError as exc:

@@ -8,10 +8,12 @@ sent to the model).  A UTF-8 byte-order mark at the start of a file is allowed a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError
 
@@ -116,4 +118,17 @@ def read_text(path: str | Path, what: str = "") -> str:
         raise not_utf8(moved, path=str(p), line=data.count(b"\n", 0, at) + 1, line_offset=0) from None
 
 
-__all__ = ["regular_file", "decode_line", "read_text", "not_utf8", "split_id", "reusable_rest"]
+__all__ = ["decode_line", "json_object", "not_utf8", "read_text", "regular_file", "reusable_rest", "split_id"]
+
+
+def json_object(text: str, *, path: str, line: int, cls: type[InputError] = InputError) -> dict[str, Any]:
+    """One JSONL line's object, or one ``cls`` error naming file and line (and the column where
+    the JSON broke): the message every reader of a user's JSONL gives."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise cls(f"malformed JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})", path=path,
+                  line=line) from None
+    if not isinstance(obj, dict):
+        raise cls("each line must be a JSON object", path=path, line=line)
+    return obj

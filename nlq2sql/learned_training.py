@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError
-from .inputs import decode_line, regular_file
+from .inputs import decode_line, json_object, regular_file
 from .learned_guardrail import (
     COMMON,
     CV_FOLDS,
@@ -97,12 +97,7 @@ def read_training(path: Path) -> tuple[list[Example], str]:
         offset += len(raw)
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON ({exc.msg})", path=src, line=lineno) from None
-        if not isinstance(obj, dict):
-            raise InputError("each line must be a JSON object", path=src, line=lineno)
+        obj = json_object(line, path=src, line=lineno)
         extra = sorted(set(obj) - TRAIN_KEYS)
         if extra:
             raise InputError(f"unknown key(s) {', '.join(extra)} (known: {', '.join(sorted(TRAIN_KEYS))})",

@@ -7,7 +7,6 @@ responses file; live runs (``nlq2sql.live``) feed the same ``score_item`` from t
 from __future__ import annotations
 
 import gc
-import json
 import os
 import shutil
 import time
@@ -22,7 +21,7 @@ from .errors import InputError, Nlq2SqlError
 from .evalset import CaseIndex, EvalSet, index_evalset, load_evalset
 from .execute import Executor
 from .guardrail import RuleSet, load_guardrails
-from .inputs import decode_line, regular_file, reusable_rest, split_id
+from .inputs import decode_line, json_object, regular_file, reusable_rest, split_id
 from .records import (
     MANIFEST,
     RECORD_VERSION,
@@ -117,12 +116,7 @@ def _parse_response(line: str, where: str, lineno: int) -> tuple[str, Any, Any]:
     """(id, text, finish_reason) of one line, as parsed (types of text and finish unchecked)."""
     if not line.strip():
         raise InputError("empty line", path=where, line=lineno)
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON ({exc.msg})", path=where, line=lineno) from None
-    if not isinstance(obj, dict):
-        raise InputError("each line must be a JSON object", path=where, line=lineno)
+    obj = json_object(line, path=where, line=lineno)
     rid = obj.get("id")
     if not isinstance(rid, str):
         raise InputError("missing or non-string id", path=where, line=lineno, field="id")
