@@ -221,6 +221,9 @@ def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str
 
 
 EvalsetOpt = Annotated[str, typer.Option(help="Eval set name or path.")]
+PromptOpt = Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")]
+GuardrailsOpt = Annotated[list[str] | None, typer.Option(
+    help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")]
 EndpointOpt = Annotated[str | None, typer.Option(help="OpenAI-compatible base URL; default: a local vLLM.")]
 ModelOpt = Annotated[str, typer.Option(help="Served model name (or local model alias).")]
 KeyOpt = Annotated[str | None, typer.Option(help="Environment variable holding the API key.")]

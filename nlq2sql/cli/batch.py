@@ -16,7 +16,9 @@ from ..models import DEFAULT_MODEL
 from ._common import (
     DbOpt,
     EndpointsFileOpt,
+    GuardrailsOpt,
     KeyOpt,
+    PromptOpt,
     RoutingOpt,
     SemanticModelOpt,
     app,
@@ -43,9 +45,8 @@ def batch_cmd(
     model: Annotated[str, typer.Option(help="Served model name (--engine ray), or the model alias / folder "
                                        "vLLM loads (--engine ray-vllm).")] = DEFAULT_MODEL,
     api_key_env: KeyOpt = None,
-    prompt: Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")] = "baseline",
-    guardrails: Annotated[list[str] | None, typer.Option(
-        help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")] = None,
+    prompt: PromptOpt = "baseline",
+    guardrails: GuardrailsOpt = None,
     semantic_model: SemanticModelOpt = None,
     db: DbOpt = None,
     out: Annotated[Path, typer.Option(help="Output directory: records/ (shards), summary.json, "

@@ -28,6 +28,7 @@ from ._common import (
     MaxTokOpt,
     ModelOpt,
     PlannerOpt,
+    PromptOpt,
     SamplesOpt,
     SchemaOpt,
     SemanticModelOpt,
@@ -45,7 +46,7 @@ from ._common import (
 @handled
 def load_check(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = DEFAULT_MODEL,
-    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    api_key_env: KeyOpt = None, prompt: PromptOpt = "baseline",
     concurrency: Annotated[str, typer.Option(help="Comma-separated levels.")] = "1,16,32",
     endpoints_file: EndpointsFileOpt = None,
     across_replicas: Annotated[bool, typer.Option(
@@ -101,7 +102,7 @@ def load_check(
 @handled
 def compact(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
-    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    api_key_env: KeyOpt = None, prompt: PromptOpt = "baseline",
     limit: LimitOpt = None, max_tokens: MaxTokOpt = 160,
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 1,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/compact"),

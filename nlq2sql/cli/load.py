@@ -21,6 +21,7 @@ from ._common import (
     KeyOpt,
     MaxTokOpt,
     ModelOpt,
+    PromptOpt,
     RoutingOpt,
     SchemaOpt,
     SemanticModelOpt,
@@ -79,7 +80,7 @@ LocalSeqsOpt = Annotated[int | None, typer.Option(help="Local server only: vLLM 
 @handled
 def sweep_cmd(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = DEFAULT_MODEL,
-    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    api_key_env: KeyOpt = None, prompt: PromptOpt = "baseline",
     concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,2,4,8,16,32",
     requests: Annotated[int, typer.Option(help="Requests per level (eval items cycled, ids id#k); with "
                                           "--duration, the cap per level.")] = 64,
@@ -141,7 +142,7 @@ def sweep_cmd(
 @handled
 def grid_cmd(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
-    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    api_key_env: KeyOpt = None, prompt: PromptOpt = "baseline",
     concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,4,16",
     classes: Annotated[str, typer.Option(help="Length classes: short,median,long (defaults: +0/+256/+1024 "
                                          "context tokens; intent / 64 / 128 output tokens) or name:pad:out."
@@ -177,7 +178,7 @@ def grid_cmd(
 @handled
 def probe_serialization(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
-    api_key_env: KeyOpt = None, prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    api_key_env: KeyOpt = None, prompt: PromptOpt = "baseline",
     level: Annotated[int, typer.Option(help="The loaded concurrency level K (compared with c=1).")] = 8,
     requests_single: Annotated[int, typer.Option(help="Requests at c=1.")] = 6,
     requests_level: Annotated[int, typer.Option(help="Requests at c=K.")] = 24,
@@ -266,7 +267,7 @@ def probe_health(
 @handled
 def probe_prefix(
     endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL, api_key_env: KeyOpt = None,
-    evalset: EvalsetOpt = "heldout", prompt: Annotated[str, typer.Option(help="Prompt name.")] = "baseline",
+    evalset: EvalsetOpt = "heldout", prompt: PromptOpt = "baseline",
     requests: Annotated[int, typer.Option(help="Sequential requests per scenario.")] = 8,
     pad_words: Annotated[int, typer.Option(help="Padding words appended to the system prompt.")] = 600,
     max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 32,

@@ -21,9 +21,11 @@ from ._common import (
     EndpointsOpt,
     ExampleBankOpt,
     ExamplesOpt,
+    GuardrailsOpt,
     KeyOpt,
     LinkValuesOpt,
     PlannerOpt,
+    PromptOpt,
     RoutingOpt,
     SamplesOpt,
     SchemaOpt,
@@ -92,8 +94,7 @@ def score(
     evalset: Annotated[str, typer.Option(help="Eval set name (dev, heldout, adversarial) or path.")],
     responses: Annotated[Path, typer.Option(help='JSONL of {"id": ..., "text": "<raw model output>"}.')],
     out: Annotated[Path, typer.Option(help="Run directory to write.")],
-    guardrails: Annotated[list[str] | None, typer.Option(
-        help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")] = None,
+    guardrails: GuardrailsOpt = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
     allow_missing: Annotated[bool, typer.Option(help="Eval set items without a response are expected: "
                                                 "recorded with status 'missing' (scored wrong), not "
@@ -125,9 +126,8 @@ def eval_cmd(
     model: Annotated[str, typer.Option(help="Served model name, or for a local server a model "
                                        "alias / HF folder.")] = DEFAULT_MODEL,
     api_key_env: KeyOpt = None,
-    prompt: Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")] = "baseline",
-    guardrails: Annotated[list[str] | None, typer.Option(
-        help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")] = None,
+    prompt: PromptOpt = "baseline",
+    guardrails: GuardrailsOpt = None,
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 8,
     limit: Annotated[int | None, typer.Option(help="Only the first K items.")] = None,
     max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 128,
