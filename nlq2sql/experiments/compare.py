@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,23 +76,33 @@ def png_base64(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
-    """Accuracy with CIs per run; output tokens vs latency; accuracy and p95 vs concurrency."""
-    figs: dict[str, str] = {}
-    labels = [r["label"] for r in runs]
-    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(runs)))
-    for i, r in enumerate(runs):
+def accuracy_figure(rows: list[tuple[str, dict[str, Any]]], *, size: tuple[float, float, float], fontsize: int,
+                    xlabel: str, legend: Callable[[str], str] = str, majority: float | None = None) -> str:
+    """Raw and final accuracy with their 95 % CIs, one row per (label, summary): the comparison
+    and quality reports' figure.  ``size``: width, base height, height per row; ``fontsize``: the row labels'."""
+    width, base, per_row = size
+    fig, ax = plt.subplots(figsize=(width, base + per_row * len(rows)))
+    for i, (_, summary) in enumerate(rows):
         for key, color, dy in (("raw_accuracy", "tab:gray", -0.15), ("final_accuracy", "tab:blue", 0.15)):
-            p = r["summary"][key]
+            p = summary[key]
             if p["value"] is not None:
                 lo, hi = p["ci95"]
                 ax.errorbar(p["value"], i + dy, xerr=[[p["value"] - lo], [hi - p["value"]]], fmt="o",
-                            color=color, label=key if i == 0 else None)
-    ax.set_yticks(range(len(runs)), labels, fontsize=7)
+                            color=color, label=legend(key) if i == 0 else None)
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=fontsize)
     ax.set_xlim(0, 1)
-    ax.set_xlabel("accuracy (95 % Wilson CI)")
+    if majority is not None:
+        ax.axvline(majority, color="tab:red", lw=0.6, ls=":")
+    ax.set_xlabel(xlabel)
     ax.legend(loc="lower right", fontsize=7)
-    figs["accuracy"] = png_base64(fig)
+    return png_base64(fig)
+
+
+def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """Accuracy with CIs per run; output tokens vs latency; accuracy and p95 vs concurrency."""
+    figs: dict[str, str] = {}
+    figs["accuracy"] = accuracy_figure([(r["label"], r["summary"]) for r in runs], size=(8, 0.5, 0.45), fontsize=7,
+                                       xlabel="accuracy (95 % Wilson CI)")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in runs:

@@ -313,23 +313,13 @@ def thin_curve(curve: list[dict[str, Any]], cuts: tuple[float, ...] = (0.9, 0.8,
 def _plots(rows: list[RunRow]) -> dict[str, str]:
     import matplotlib.pyplot as plt
 
-    from .compare import png_base64
+    from .compare import accuracy_figure, png_base64
 
     figs: dict[str, str] = {}
-    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.32 * len(rows)))
-    for i, r in enumerate(rows):
-        for key, color, dy in (("raw_accuracy", "tab:gray", -0.15), ("final_accuracy", "tab:blue", 0.15)):
-            p = r.summary[key]
-            if p["value"] is not None:
-                lo, hi = p["ci95"]
-                ax.errorbar(p["value"], i + dy, xerr=[[p["value"] - lo], [hi - p["value"]]], fmt="o", color=color,
-                            label=key.replace("_", " ") if i == 0 else None)
-    ax.set_yticks(range(len(rows)), [f"{'/'.join(r.group)} {r.label}" for r in rows], fontsize=6)
-    ax.set_xlim(0, 1)
-    ax.axvline(0.5, color="tab:red", lw=0.6, ls=":")
-    ax.set_xlabel("accuracy (95 % Wilson CI); dotted: the 50 % majority baseline of the held-out sets")
-    ax.legend(loc="lower right", fontsize=7)
-    figs["accuracy by condition"] = png_base64(fig)
+    figs["accuracy by condition"] = accuracy_figure(
+        [(f"{'/'.join(r.group)} {r.label}", r.summary) for r in rows], size=(9, 0.6, 0.32), fontsize=6,
+        xlabel="accuracy (95 % Wilson CI); dotted: the 50 % majority baseline of the held-out sets",
+        legend=lambda key: key.replace("_", " "), majority=0.5)
     curves = curve_rows(rows)
     if curves:
         fig, ax = plt.subplots(figsize=(6, 4))
