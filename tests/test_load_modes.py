@@ -41,3 +41,17 @@ def test_a_fleet_is_a_closed_loop_sweep_only(tmp_path: Path) -> None:
         with pytest.raises(InputError) as exc:
             validate_job(replace(fleet, **kw))  # type: ignore[arg-type]
         assert exc.value.field == "--endpoint"
+
+
+@pytest.mark.parametrize("kw, sweep_kw, field", [
+    ({"server_sweep": "max-num-seqs=1"}, {}, "--server-sweep"),
+    ({"reanalyse": True}, {}, "--reanalyse"),
+    ({}, {"force": True}, "--force"),
+])
+def test_resume_is_for_closed_loop_and_rate_sweeps(tmp_path: Path, kw: dict, sweep_kw: dict, field: str) -> None:
+    job = _job(tmp_path, **kw)
+    job = replace(job, sweep=replace(job.sweep, resume=True, **sweep_kw))
+    with pytest.raises(InputError) as exc:
+        run_job(job)
+    assert exc.value.field == field
+    assert not (tmp_path / "out").exists()

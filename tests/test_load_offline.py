@@ -139,3 +139,40 @@ def test_server_sweep_restarts_a_local_server_per_setting(tmp_path: Path, monkey
         assert args[args.index("--max-num-seqs") + 1] == str(v)
         assert f"(max-num-seqs {v})" in sub["endpoint_label"] and sub["cpu_label"]
     assert "| max-num-seqs | peak req/s" in (out / "server-sweep.md").read_text()
+
+
+def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Path) -> None:
+    """An interrupted sweep resumes: a finished level (its level.json) is kept as measured, a
+    level without one runs again from its start, and the result lists both; another sweep's
+    directory (other settings) is refused without touching it."""
+    from dataclasses import replace
+
+    from nlq2sql.client import Sampling
+    from nlq2sql.errors import InputError
+    from nlq2sql.live import EvalConfig, LoadShape
+    from nlq2sql.load import sweep as sw
+    from nlq2sql.load.results import SweepResult, load_result
+
+    with FakeServer(tmp_path / "fake", delay_s=0.05) as srv:
+        base = EvalConfig(evalset="heldout", out=tmp_path / "sw", endpoint=srv.url, model="fake-model",
+                          sampling=Sampling(max_tokens=32), load=LoadShape(metrics_interval_s=0.05))
+        cfg = sw.SweepConfig(base=base, levels=(1, 2), requests=4, warmup=0)
+        first = sw.run_sweep(cfg)
+        c1 = json.loads((tmp_path / "sw" / "levels" / "c1" / "level.json").read_text())
+        # The session "died" during c=2: its level never finished.
+        (tmp_path / "sw" / "levels" / "c2" / "level.json").unlink()
+        sent = len(srv.chat_requests())
+        again = sw.run_sweep(replace(cfg, resume=True))
+        assert len(srv.chat_requests()) - sent == 4  # only c=2's four requests were sent again
+        assert json.loads((tmp_path / "sw" / "levels" / "c1" / "level.json").read_text()) == c1
+        assert [lv["concurrency"] for lv in again["levels"]] == [1, 2]
+        assert again["levels"][0] == first["levels"][0]  # kept exactly as measured
+        assert any(n.startswith("Resumed: 1 level(s)") and "levels/c1" in n for n in again["notes"])
+        assert load_result(tmp_path / "sw" / "sweep.json", expect=SweepResult).levels[1].n == 4
+
+        before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "sw").rglob("*"))
+        with pytest.raises(InputError, match=r"other settings \(differs in: requests\)"):
+            sw.run_sweep(replace(cfg, requests=8, resume=True))
+        with pytest.raises(InputError, match="pass one of them"):
+            sw.run_sweep(replace(cfg, resume=True, force=True))
+        assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "sw").rglob("*")) == before

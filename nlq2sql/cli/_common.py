@@ -221,6 +221,9 @@ def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str
 
 
 EvalsetOpt = Annotated[str, typer.Option(help="Eval set name or path.")]
+ResumeLevelsOpt = Annotated[bool, typer.Option(
+    "--resume", help="Keep the levels a run with the same settings in --out finished (each has its "
+    "level.json); run the others again from their start.")]
 PromptOpt = Annotated[str, typer.Option(help="Prompt name (baseline, contrastive) or file.")]
 GuardrailsOpt = Annotated[list[str] | None, typer.Option(
     help="Rule set names (guardrails/NAME.toml, or learned:NAME: a trained classifier), or 'none'.")]

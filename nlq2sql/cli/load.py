@@ -22,6 +22,7 @@ from ._common import (
     MaxTokOpt,
     ModelOpt,
     PromptOpt,
+    ResumeLevelsOpt,
     RoutingOpt,
     SchemaOpt,
     SemanticModelOpt,
@@ -110,6 +111,7 @@ def sweep_cmd(
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
     reanalyse: Annotated[bool, typer.Option(help="Re-analyse the sweep already in --out (new thresholds, "
                                             "SLOs or cost) without sending requests.")] = False,
+    resume: ResumeLevelsOpt = False,
     semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
     endpoints_file: EndpointsFileOpt = None, routing: RoutingOpt = "least-inflight",
 ) -> None:
@@ -131,7 +133,7 @@ def sweep_cmd(
                     p95_rise_pct=flat_pct)
     cfg = sw.SweepConfig(base=base, levels=levels, requests=requests, slo_p95=_floats(slo_p95, "--slo-p95"),
                          gpu_cost_per_hour=gpu_cost_per_hour, thresholds=th, warmup=warmup, force=force,
-                         duration_s=duration)
+                         duration_s=duration, resume=resume)
     done = modes.run_job(modes.SweepJob(cfg, rates=_floats([rate], "--rate") if rate is not None else None,
                                         server_sweep=server_sweep, reanalyse=reanalyse), _say)
     Console().print(done.markdown, markup=False, highlight=False)
@@ -154,6 +156,7 @@ def grid_cmd(
     out: Annotated[Path, typer.Option(help="Output directory (grid.json, grid.md, grid.png, cell runs).")
                    ] = Path("runs/grid"),
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    resume: ResumeLevelsOpt = False,
     semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """Concurrency × request-length class: req/s, p95 and peak KV usage per cell, as a table and heatmap."""
@@ -164,7 +167,7 @@ def grid_cmd(
                                         max_num_seqs,
                  semantic=(semantic_model, db, schema)),
                         levels=parse_levels(concurrency, "--concurrency"), classes=gr.parse_classes(classes),
-                        requests=requests, warmup=warmup, force=force)
+                        requests=requests, warmup=warmup, force=force, resume=resume)
     gr.validate(cfg)
     with bound_endpoint(cfg.base) as (bound, info):
         from dataclasses import replace

@@ -100,6 +100,7 @@ class GridConfig:
     requests: int = 16
     warmup: int = 1
     force: bool = False
+    resume: bool = False  # keep the cells a same-settings grid in ``out`` finished; rerun the rest
 
 
 def validate(cfg: GridConfig) -> None:
@@ -199,13 +200,14 @@ def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
              progress: Progress | None = None) -> dict[str, Any]:
     validate(cfg)
     out = cfg.base.out
-    path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_grid")
+    path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_grid", job=cfg,
+                               resume=cfg.resume)
     cells, t0 = [], time.time()
     levels = tuple(sorted(set(cfg.levels)))
     for cls in cfg.classes:
         ccfg = cell_config(cfg.base, cls)
         for c in levels:
-            st = run_level(ccfg, path, c, out / "cells" / f"{cls.name}-c{c}")
+            st = run_level(ccfg, path, c, out / "cells" / f"{cls.name}-c{c}", reuse=cfg.resume)
             cells.append(cell(st, cls))
             if progress:
                 progress(f"{cls.name} c={c}: {st['ok']}/{st['n']} ok, {fmt_num(st.get('req_per_s'), '{:.3f}')} req/s")

@@ -21,7 +21,7 @@ from typing import Any
 from ..evalset import load_evalset
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, run_eval
-from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
+from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json, write_json_atomic
 from ..score import percentiles
 from ..semantic import load_catalog
 
@@ -47,13 +47,21 @@ def _cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+#: A finished level's stats, written into its run directory last: a level without it did not
+#: finish, and ``--resume`` runs it again from the start (a level is one session's measurement).
+LEVEL = "level.json"
+
+
 def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path,
-              rate: float | None = None) -> dict[str, Any]:
+              rate: float | None = None, *, reuse: bool = False) -> dict[str, Any]:
     """Run one level (``base`` must be bound to an endpoint) and return its stats.
 
     The harness's own CPU time (this process, all threads) is measured around the run, so
-    a level can say when the client, not the server, was the bottleneck.
+    a level can say when the client, not the server, was the bottleneck.  ``reuse``: a level
+    that finished in an earlier session (its ``level.json``) is returned as it was measured.
     """
+    if reuse and (out / LEVEL).is_file():
+        return read_json(out / LEVEL)
     cfg = replace(base, evalset=str(evalset_path), out=out, concurrency=concurrency, limit=None,
                   force=True, resume=False, load=replace(base.load, rate=rate))
     load0 = os.getloadavg()[0]
@@ -63,6 +71,7 @@ def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path,
     st = stats_from_run(out, client_cpu_s=cpu, client_wall_s=wall)
     st["machine"] = {"loadavg_1m_start": load0, "loadavg_1m_end": os.getloadavg()[0],
                      "cpus": os.cpu_count()}
+    write_json_atomic(out / LEVEL, st)
     return st
 
 
@@ -162,4 +171,4 @@ def load_level_dirs(dirs: list[Path]) -> list[dict[str, Any]]:
     return sorted((stats_from_run(d) for d in dirs), key=lambda s: s["concurrency"])
 
 
-__all__ = ["expand_evalset", "run_level", "stats_from_run", "level_stats", "inflight"]
+__all__ = ["LEVEL", "expand_evalset", "inflight", "level_stats", "run_level", "stats_from_run"]

@@ -44,6 +44,12 @@ def validate_job(job: SweepJob) -> None:
         raise InputError("not with --rate", field="--server-sweep" if job.server_sweep else "--reanalyse")
     if job.server_sweep and job.reanalyse:
         raise InputError("not with --server-sweep", field="--reanalyse")
+    if cfg.resume and (job.server_sweep or job.reanalyse or cfg.base.replicas):
+        what = "--server-sweep" if job.server_sweep else "--reanalyse" if job.reanalyse else "--endpoint"
+        raise InputError("--resume continues a closed-loop or --rate sweep only", field=what)
+    if cfg.resume and cfg.force:
+        raise InputError("--resume keeps the finished levels and --force replaces them: pass one of them",
+                         field="--force")
     if job.reanalyse and not (cfg.base.out / "sweep.json").is_file():
         raise InputError(f"no sweep.json in {cfg.base.out}", field="--out")
 
@@ -60,7 +66,7 @@ def run_job(job: SweepJob, progress: Progress | None = None) -> SweepOutcome:
         rcfg = openloop.RateSweepConfig(base=cfg.base, rates=job.rates, requests=cfg.requests,
                                         max_in_flight=max(cfg.levels), duration_s=cfg.duration_s,
                                         slo_p95=cfg.slo_p95, gpu_cost_per_hour=cfg.gpu_cost_per_hour,
-                                        warmup=cfg.warmup, force=cfg.force)
+                                        warmup=cfg.warmup, force=cfg.force, resume=cfg.resume)
         openloop.validate(rcfg)
         with sw.bound_endpoint(cfg.base) as (bound, info):
             rres = openloop.run_rate_sweep(replace(rcfg, base=bound), info, progress)

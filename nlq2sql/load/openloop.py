@@ -48,6 +48,7 @@ class RateSweepConfig:
     gpu_cost_per_hour: float | None = None
     warmup: int = 2
     force: bool = False
+    resume: bool = False  # keep the rates a same-settings sweep in ``out`` finished; rerun the rest
     growth: float = 1.5  # sustained: late-arrival median latency ≤ growth × early-arrival median
 
 
@@ -210,12 +211,13 @@ def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = No
     """Run each offered rate against ``cfg.base.endpoint``; write rate-sweep.json/.md and a plot."""
     validate(cfg)
     out = cfg.base.out
-    path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_rate_sweep")
+    path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_rate_sweep", job=cfg,
+                               resume=cfg.resume)
     base = replace(cfg.base, load=replace(cfg.base.load, duration_s=cfg.duration_s))
     levels, t0 = [], time.time()
     for rate in sorted(set(cfg.rates)):
         d = out / "levels" / f"r{rate:g}"
-        run_level(base, path, cfg.max_in_flight, d, rate=rate)
+        run_level(base, path, cfg.max_in_flight, d, rate=rate, reuse=cfg.resume)
         st = rate_level(d)
         levels.append(st)
         if st.get("not_sent"):

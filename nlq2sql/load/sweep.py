@@ -22,6 +22,8 @@ the tables and plots :mod:`.render`, each usable on a result read back from ``sw
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import math
 import os
 import shutil
@@ -53,6 +55,7 @@ class SweepConfig:
     warmup: int = 2
     force: bool = False
     duration_s: float | None = None  # per level: stop sending after this long (requests = the cap)
+    resume: bool = False  # keep the levels a same-settings sweep in ``out`` finished; rerun the rest
 
 
 # -- running ----------------------------------------------------------------------------
@@ -112,36 +115,98 @@ def validate(cfg: SweepConfig) -> None:
             raise InputError(f"must be between 0 and 1, got {v}", field=name)
 
 
-def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str) -> tuple[Path, list[str]]:
+#: A multi-level run's settings, written first, so that ``--resume`` can tell its own levels.
+JOB = "job.json"
+
+
+def job_settings(job: Any) -> dict[str, Any]:
+    """What a multi-level run measures, as JSON: its mode's settings and the eval config, less
+    where it writes and how it was asked to start (``out``, ``force``, ``resume``) and the
+    endpoint URL (a local server gets a fresh port each session; the model name stays)."""
+    d = dataclasses.asdict(job)
+    base = d.get("base") or {}
+    for key in ("force", "resume"):
+        d.pop(key, None)
+        base.pop(key, None)
+    base.pop("out", None)
+    base.pop("endpoint", None)
+    return json.loads(json.dumps(d, sort_keys=True, default=str))  # type: ignore[no-any-return]
+
+
+def _differing(a: Any, b: Any, at: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [x for k in sorted(set(a) | set(b)) for x in _differing(a.get(k), b.get(k), f"{at}.{k}" if at else k)]
+    return [] if a == b else [at or "(all)"]
+
+
+def _resumable(out: Path, who: str, settings: dict[str, Any]) -> list[Path]:
+    """The finished levels of the same job in ``out`` (refusing another job's directory)."""
+    from ..records import read_json
+    from .levels import LEVEL
+
+    try:
+        got = read_json(out / JOB)
+    except Exception:  # noqa: BLE001 -- absent or unreadable: not a resumable run
+        raise InputError(f"{out} holds no readable {JOB}: not a multi-level run this version can resume; "
+                         "rerun without --resume (with --force to replace it)", field="--resume") from None
+    if got.get("who") != who or got.get("settings") != settings:
+        diff = [f"mode {got.get('who')!r}"] if got.get("who") != who else \
+            _differing(got.get("settings"), settings)
+        raise InputError(f"{out} holds a run with other settings (differs in: {', '.join(diff[:6])}); rerun "
+                         "without --resume (with --force to replace it)", field="--resume")
+    return sorted(p.parent for p in out.rglob(LEVEL))
+
+
+def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str, *, job: Any = None,
+                 resume: bool = False) -> tuple[Path, list[str]]:
     """Common start of every multi-level load run: bound endpoint, fresh out dir, the expanded
     eval set and the uncounted warm-up; returns the eval set path and the notes so far.
 
     The options, key and endpoint are checked before the output directory is touched, and a
     failure before the first level (a bad eval set or prompt, the warm-up failing) leaves it
-    as it was found: a command that measured nothing leaves nothing behind."""
-    paths, notes = begin_level_sets(base, {"": requests}, warmup, force, who)
+    as it was found: a command that measured nothing leaves nothing behind.  With ``resume``
+    (``job``: the mode's config) a directory holding the same job is kept as it is: the levels
+    it finished are kept by :func:`.levels.run_level`, the others run again from the start."""
+    paths, notes = begin_level_sets(base, {"": requests}, warmup, force, who, job=job, resume=resume)
     return paths[""], notes
 
 
-def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force: bool, who: str
-                     ) -> tuple[dict[str, Path], list[str]]:
+def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force: bool, who: str, *,
+                     job: Any = None, resume: bool = False) -> tuple[dict[str, Path], list[str]]:
     """:func:`begin_levels` for a mode whose levels use different request counts (the
     serialization probe: few at c=1, more at c=K): one expanded eval set per name, written
     under ``out/<name>`` (the name "" writes it in ``out`` itself)."""
     from ..live import preflight
+    from ..records import write_json_atomic
     from .levels import expand_evalset, run_level
 
     if base.endpoint is None:
         raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")
+    if resume and force:
+        raise InputError("--resume keeps the finished levels and --force replaces them: pass one of them",
+                         field="--force")
     preflight(base)
     notes = []
-    with fresh_out(base.out, force):
+    settings = job_settings(job) if job is not None else None
+    kept: list[Path] = []
+    if resume and base.out.is_dir() and any(base.out.iterdir()):
+        kept = _resumable(base.out, who, settings or {})
+        start: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    else:
+        start = fresh_out(base.out, force)
+    with start:
+        if settings is not None:
+            write_json_atomic(base.out / JOB, {"who": who, "settings": settings})
         paths = {name: expand_evalset(base.evalset, n, base.out / name if name else base.out, base.semantic_model)
                  for name, n in sets.items()}
         if warmup:
             wpath = expand_evalset(base.evalset, warmup, base.out / "warmup", base.semantic_model)
             run_level(base, wpath, 1, base.out / "warmup" / "run")
             notes.append(f"{warmup} warm-up request(s) at c=1 ran first and are not counted.")
+    kept = [p for p in kept if p.parent.name != "warmup"]
+    if kept:
+        notes.append(f"Resumed: {len(kept)} level(s) measured in an earlier session were kept as they were "
+                     f"({', '.join(str(p.relative_to(base.out)) for p in kept)}); the others ran in this one.")
     return paths, notes
 
 
@@ -153,12 +218,13 @@ def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
     validate(cfg)
     out = cfg.base.out
     levels_sorted = tuple(sorted(set(cfg.levels)))
-    evalset_path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_sweep")
+    evalset_path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_sweep", job=cfg,
+                                       resume=cfg.resume)
     stats = []
     t0 = time.time()
     level_base = replace(cfg.base, load=replace(cfg.base.load, duration_s=cfg.duration_s))
     for c in levels_sorted:
-        st = run_level(level_base, evalset_path, c, out / "levels" / f"c{c}")
+        st = run_level(level_base, evalset_path, c, out / "levels" / f"c{c}", reuse=cfg.resume)
         stats.append(st)
         if progress:
             progress(f"c={c}: {st['ok']}/{st['n']} ok, {fmt_num(st.get('req_per_s'))} req/s, "
