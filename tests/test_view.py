@@ -28,7 +28,9 @@ from nlq2sql.view import build_bundle, load_runs, write_bundle
 from nlq2sql.view.server import ViewServer, make_server, serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
-REPORTS = ROOT / "reports"
+# Frozen copies of committed runs (reports/ as of 1ee253a): the viewer's tests pin what it shows for
+# known records, so they read runs that re-making reports/ does not change.
+REPORTS = ROOT / "tests" / "fixtures" / "view-runs"
 HELDOUT = REPORTS / "heldout-smollm2-135m"
 LOADCHECK = REPORTS / "smollm2-135m" / "load-check"
 QWEN_ADV = REPORTS / "qwen2.5-coder-0.5b" / "matrix-adversarial"
@@ -616,3 +618,24 @@ def test_hundred_thousand_items_stay_responsive(browser: Browser, tmp_path: Path
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_one_decimal_figures_read_as_in_the_terminal_report(browser: Browser) -> None:
+    """The page writes percentages and CI bounds with ``fixed1``: it must agree with Python's
+    ``format(x, ".1f")`` (the terminal report), on exact ties (multiples of 0.25) and on values
+    a hair off a tie alike, e.g. 100 × 0.3585 (a stored CI bound that showed 35.8 vs 35.9)."""
+    import random
+    import re
+
+    src = (ROOT / "nlq2sql" / "view" / "static" / "view.js").read_text()
+    body = re.search(r"function fixed1\(x\) \{.*?\n  \}\n", src, re.S)
+    assert body is not None
+    rng = random.Random(0)
+    xs = [100 * rng.randint(0, 10_000) / 10_000 for _ in range(3000)] + [k / 4 for k in range(0, 401)] + \
+         [100 * 0.3585, 35.85, 0.05, 63.35]
+    page = browser.new_page()
+    try:
+        got = page.evaluate(f"(xs) => {{ {body.group(0)}; return xs.map(fixed1); }}", xs)
+    finally:
+        page.close()
+    assert got == [format(x, ".1f") for x in xs]

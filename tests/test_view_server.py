@@ -32,9 +32,10 @@ from nlq2sql.view.runs import mcnemar_exact as view_mcnemar
 from nlq2sql.view.server import ViewServer, make_server, safe_parts, serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
-HELDOUT = ROOT / "reports" / "heldout-smollm2-135m"
-LOADCHECK = ROOT / "reports" / "smollm2-135m" / "load-check"
-QWEN_ADV = ROOT / "reports" / "qwen2.5-coder-0.5b" / "matrix-adversarial"
+FIXTURES = ROOT / "tests" / "fixtures" / "view-runs"  # frozen copies of committed runs (see test_view.py)
+HELDOUT = FIXTURES / "heldout-smollm2-135m"
+LOADCHECK = FIXTURES / "smollm2-135m" / "load-check"
+QWEN_ADV = FIXTURES / "qwen2.5-coder-0.5b" / "matrix-adversarial"
 
 
 def cli(*args: str) -> tuple[int, str]:

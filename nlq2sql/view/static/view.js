@@ -99,11 +99,17 @@
     if (typeof v === "string") return v;
     return JSON.stringify(v);
   }
-  /* One decimal, ties to even (as Python's format, so figures read as in the terminal report). */
+  /* One decimal as Python's format writes it, so figures read as in the terminal report: both
+     round the double's exact value (toFixed does), and Python breaks an exact tie -- possible only
+     for a multiple of 0.25 -- to even, where toFixed goes up.  (35.85 is not a tie: its double
+     is a little above, so both write 35.9.) */
   function fixed1(x) {
-    const y = x * 10, f = Math.floor(y);
-    const n = y - f === 0.5 ? (f % 2 === 0 ? f : f + 1) : Math.round(y);
-    return (n / 10).toFixed(1);
+    const y = x * 10;
+    if (Number.isInteger(x * 4) && Math.abs(y % 1) === 0.5) {
+      const f = Math.floor(y);
+      return ((f % 2 === 0 ? f : f + 1) / 10).toFixed(1);
+    }
+    return x.toFixed(1);
   }
   function pct(p) {
     if (!p || typeof p !== "object") return "n/a";
