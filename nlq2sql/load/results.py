@@ -11,7 +11,9 @@ committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer read
 attributes (a result dict is validated into its model first), so a report cannot show a
 key the contract does not declare.  Mappings remain only where the keys are open by nature:
 the server's facts, a thresholds dataclass's fields, counts by error or finish reason.
-The probes' results (``probe cancel|health|prefix``) are declared in :mod:`.probe_results`.
+The probes' results (``probe cancel|health|prefix``) are declared in :mod:`.probe_results`, the
+serialization verdict's and capacity's in :mod:`.server_results`, the shared parts (level stats,
+percentiles) in :mod:`.contract`; all are registered and re-exported here.
 JSON Schemas: ``schemas/<kind>.schema.json`` (``scripts/gen_schemas.py``, drift-tested).
 """
 
@@ -25,93 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RecordError
 from ..inputs import read_text
-from .contract import _M, Pct, _Result
+from .contract import _M, ClientSeen, Gauge, LevelStats, Pct, ServerSeen, _Result
 from .probe_results import PROBE_MODELS
+from .server_results import CapacityResult, SerializationResult
 
 __all__ = ["CapacityResult", "ClientSeen", "FleetSweepResult", "Gauge", "GridResult", "LevelStats",
            "Pct", "RESULT_MODELS", "RateSweepResult", "SerializationResult", "ServerSeen",
            "ServerSweepResult", "SweepResult", "as_model", "load_result", "result_model"]
-
-
-class Gauge(_M):
-    """A server gauge sampled from ``/metrics`` during a level: peak and mean over n samples."""
-
-    n: int
-    peak: float | None
-    mean: float | None
-    note: str | None = None  # "not observed"
-
-
-class ServerSeen(_M):
-    observed: bool
-    samples: int
-    interval_s: float | None
-    running: Gauge
-    waiting: Gauge
-    kv_cache_usage: Gauge
-    prefix_cache_hit_rate: float | None
-
-
-class ClientSeen(_M):
-    """The harness's own CPU during the level and the requests it had in flight."""
-
-    cpu_s: float | None
-    wall_s: float | None = None
-    cpu_share_of_core: float | None
-    cpu_ms_per_request: float | None
-    n: int | None = None
-    note: str | None = None  # a re-read run: CPU not measured
-    inflight_peak: int | None
-    inflight_mean: float | None
-    inflight_n: int
-
-
-class Machine(_M):
-    loadavg_1m_start: float
-    loadavg_1m_end: float
-    cpus: int | None
-
-
-class Arrivals(_M):
-    """Open loop: realised arrival rate and the late/early latency growth of one level."""
-
-    n: int
-    realised_rate: float | None
-    early_median_s: float | None
-    late_median_s: float | None
-    growth: float | None
-
-
-class LevelStats(_M):
-    """One load level (an ordinary run directory) as every load mode reports it."""
-
-    concurrency: int
-    n: int
-    ok: int
-    good: int
-    schema_valid: int
-    wall_s: float | None
-    req_per_s: float | None
-    goodput_per_s: float | None
-    output_tok_per_s: float | None
-    output_tokens: int
-    errors: dict[str, int]
-    finish_reasons: dict[str, int]
-    latency_s: Pct
-    ttft_s: Pct
-    itl_s: Pct
-    completion_tokens: Pct
-    prompt_tokens: Pct
-    latency_from_arrival_s: Pct | None = None  # absent in sweeps from before the open loop
-    queued_s: Pct | None = None
-    server: ServerSeen
-    run_dir: str
-    offered_rate: float | None = None
-    duration_s: float | None = None
-    not_sent: int = 0
-    client: ClientSeen
-    machine: Machine | None = None
-    arrivals: Arrivals | None = None  # rate sweeps
 
 
 class _LevelsResult(_Result):
@@ -335,146 +257,6 @@ class GridResult(_Result):
     cells: list[GridCell]
     notes: list[str]
     plot: str | None = None
-
-
-# -- serialization ------------------------------------------------------------------------
-
-class SerializationSettings(_M):
-    level: int
-    requests_single: int
-    requests_level: int
-    staircase: int
-    max_tokens: int
-    structured: str
-    warmup: int
-
-
-class Staircase(_M):
-    n: int
-    ok: int
-    errors: list[str]
-    solo_n: int
-    solo_s: list[float] = Field(default_factory=list)
-    solo_spread: float | None = None
-    service_s: float | None = None
-    send_spread_s: float | None = None
-    completion_s: list[float] = Field(default_factory=list)
-    ratios: list[float] = Field(default_factory=list)
-    index: float | None
-    note: str | None = None  # too few successful requests to judge
-
-
-class Evidence(_M):
-    """The serialization verdict's inputs: c=1 against c=K, the server's gauges, the staircase."""
-
-    level: int
-    thr_1: float | None
-    thr_k: float | None
-    n_1: int
-    n_k: int
-    speedup: float | None
-    p95_1: float | None
-    p95_k: float | None
-    p95_ratio: float | None
-    inflight_mean: float | None
-    inflight_peak: int | None
-    server_observed: bool
-    server_samples: int | None
-    running_peak: float | None
-    running_mean: float | None
-    running_n: int | None
-    waiting_peak: float | None
-    waiting_mean: float | None
-    waiting_n: int | None
-    client_cpu_share: float | None
-    client_cpu_ms_per_request: float | None
-    staircase_index: float | None
-
-
-class SerializationResult(_Result):
-    kind: Literal["serialization"]
-    model: str
-    endpoint: str
-    server: dict[str, Any]
-    config: SerializationSettings
-    levels: list[LevelStats]
-    staircase: Staircase | None
-    evidence: Evidence
-    thresholds: dict[str, float]
-    rule: str
-    verdict: str
-    caveats: list[str]
-
-
-# -- capacity -----------------------------------------------------------------------------
-
-class KvPeak(_M):
-    run: str
-    concurrency: int | None
-    peak: float
-    n: int
-
-
-class ContextBudget(_M):
-    n: int
-    isl: Pct
-    osl: Pct
-    valid_osl: Pct
-    margin: float
-    recommended_max_tokens: int | None
-    finish_length: int
-    context_overflow: int
-    max_model_len: int | None
-    headroom_tokens: int | None = None
-    note: str | None = None  # nothing valid to size max_tokens from
-
-
-class KvPerToken(_M):
-    """KV bytes per token and the model shape the formula used."""
-
-    bytes_per_token: float
-    formula: str
-    attention_layers: int
-    layers: int
-    kv_heads: int
-    head_dim: int
-    attention_heads: int
-    kv_dtype: str
-    dtype_bytes: int
-
-
-class KvBudget(_M):
-    """What the server's ``/metrics`` (``vllm:cache_config_info``) said of its KV cache."""
-
-    observed: bool
-    note: str | None = None  # why not observed
-    blocks: int | None = None
-    block_size: int | None = None
-    tokens: int | None = None
-    cache_dtype: str | None = None
-
-
-class KvNeed(_M):
-    concurrency: int
-    context_tokens: int
-    tokens: int
-    bytes: float
-    gib: float
-    share_of_budget: float | None = None  # only with an observed budget
-    max_sequences_at_context: int | None = None
-    kv_can_limit: bool | None = None
-
-
-class CapacityResult(_Result):
-    kind: Literal["capacity"]
-    kv: KvPerToken
-    budget: KvBudget
-    budget_bytes: float | None
-    need: KvNeed | None
-    measured_kv_peaks: list[KvPeak]
-    context: ContextBudget
-    runs: list[str]
-    verdict: str | None
 
 
 RESULT_MODELS: dict[str, type[_Result]] = {

@@ -1,0 +1,156 @@
+"""Typed results about the server's own limits: the serialization verdict and KV capacity.
+
+Declared like every load result (:mod:`.results`, which registers them and re-exports them):
+validated before anything is written, read back with :func:`.results.load_result`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .contract import _M, LevelStats, Pct, _Result
+
+__all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
+           "SerializationResult", "SerializationSettings", "Staircase"]
+
+
+# -- serialization ------------------------------------------------------------------------
+
+class SerializationSettings(_M):
+    level: int
+    requests_single: int
+    requests_level: int
+    staircase: int
+    max_tokens: int
+    structured: str
+    warmup: int
+
+
+class Staircase(_M):
+    n: int
+    ok: int
+    errors: list[str]
+    solo_n: int
+    solo_s: list[float] = Field(default_factory=list)
+    solo_spread: float | None = None
+    service_s: float | None = None
+    send_spread_s: float | None = None
+    completion_s: list[float] = Field(default_factory=list)
+    ratios: list[float] = Field(default_factory=list)
+    index: float | None
+    note: str | None = None  # too few successful requests to judge
+
+
+class Evidence(_M):
+    """The serialization verdict's inputs: c=1 against c=K, the server's gauges, the staircase."""
+
+    level: int
+    thr_1: float | None
+    thr_k: float | None
+    n_1: int
+    n_k: int
+    speedup: float | None
+    p95_1: float | None
+    p95_k: float | None
+    p95_ratio: float | None
+    inflight_mean: float | None
+    inflight_peak: int | None
+    server_observed: bool
+    server_samples: int | None
+    running_peak: float | None
+    running_mean: float | None
+    running_n: int | None
+    waiting_peak: float | None
+    waiting_mean: float | None
+    waiting_n: int | None
+    client_cpu_share: float | None
+    client_cpu_ms_per_request: float | None
+    staircase_index: float | None
+
+
+class SerializationResult(_Result):
+    kind: Literal["serialization"]
+    model: str
+    endpoint: str
+    server: dict[str, Any]
+    config: SerializationSettings
+    levels: list[LevelStats]
+    staircase: Staircase | None
+    evidence: Evidence
+    thresholds: dict[str, float]
+    rule: str
+    verdict: str
+    caveats: list[str]
+
+
+# -- capacity -----------------------------------------------------------------------------
+
+class KvPeak(_M):
+    run: str
+    concurrency: int | None
+    peak: float
+    n: int
+
+
+class ContextBudget(_M):
+    n: int
+    isl: Pct
+    osl: Pct
+    valid_osl: Pct
+    margin: float
+    recommended_max_tokens: int | None
+    finish_length: int
+    context_overflow: int
+    max_model_len: int | None
+    headroom_tokens: int | None = None
+    note: str | None = None  # nothing valid to size max_tokens from
+
+
+class KvPerToken(_M):
+    """KV bytes per token and the model shape the formula used."""
+
+    bytes_per_token: float
+    formula: str
+    attention_layers: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    attention_heads: int
+    kv_dtype: str
+    dtype_bytes: int
+
+
+class KvBudget(_M):
+    """What the server's ``/metrics`` (``vllm:cache_config_info``) said of its KV cache."""
+
+    observed: bool
+    note: str | None = None  # why not observed
+    blocks: int | None = None
+    block_size: int | None = None
+    tokens: int | None = None
+    cache_dtype: str | None = None
+
+
+class KvNeed(_M):
+    concurrency: int
+    context_tokens: int
+    tokens: int
+    bytes: float
+    gib: float
+    share_of_budget: float | None = None  # only with an observed budget
+    max_sequences_at_context: int | None = None
+    kv_can_limit: bool | None = None
+
+
+class CapacityResult(_Result):
+    kind: Literal["capacity"]
+    kv: KvPerToken
+    budget: KvBudget
+    budget_bytes: float | None
+    need: KvNeed | None
+    measured_kv_peaks: list[KvPeak]
+    context: ContextBudget
+    runs: list[str]
+    verdict: str | None
