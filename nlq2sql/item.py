@@ -9,6 +9,7 @@ was made.  An item without a gold (``answer.Question``) is answered, not scored.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
@@ -111,19 +112,14 @@ class ItemRunner:
         self.ex = make_executor(self.wh)
         self.monitor = HarnessMonitor()
 
-    def prepare(self, cases: list[EvalCase]) -> int:
+    def prepare(self, cases: list[EvalCase]) -> None:
         """Execute each distinct gold query once, before the clock starts: the answers are the
         warehouse's, not the endpoint's, so their cost belongs to setting up, not to the measured
         requests (``vllm bench serve`` prepares its prompts before its clock too).  A gold that
         fails here is left to fail the same way, recorded, when its item is scored."""
-        done = 0
         for case in cases:
-            try:
+            with contextlib.suppress(SqlBuildError, ExecutionError):
                 self.ex.run(build_sql(canonicalise(case.gold), self.wh.catalog))
-                done += 1
-            except (SqlBuildError, ExecutionError):
-                continue
-        return done
 
     def start(self) -> None:
         for smp in self.samplers:

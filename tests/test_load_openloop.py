@@ -127,3 +127,19 @@ def test_grid_cli_end_to_end(fake: FakeServer, tmp_path: Path) -> None:
     md = (out / "grid.md").read_text()
     assert "| tiny (+64 context tokens, 16 free-text tokens (ignore_eos))" in md and "not observed" in md
     assert (out / "grid.png").stat().st_size > 1000
+
+
+def test_grid_and_rate_sweeps_refuse_resume_with_force_before_any_server(tmp_path: Path) -> None:
+    """Refused by the modes' own validate (run before a local server would start), one check for all."""
+    from nlq2sql.errors import InputError
+    from nlq2sql.live import EvalConfig
+    from nlq2sql.load import grid as gr
+    from nlq2sql.load import openloop as ol
+
+    base = EvalConfig(evalset="dev", out=tmp_path / "out")
+    for check, cfg in ((gr.validate, gr.GridConfig(base=base, resume=True, force=True)),
+                       (ol.validate, ol.RateSweepConfig(base=base, rates=(1.0,), resume=True, force=True))):
+        with pytest.raises(InputError) as exc:
+            check(cfg)  # type: ignore[operator]
+        assert exc.value.field == "--force"
+    assert not (tmp_path / "out").exists()

@@ -34,7 +34,7 @@ from .levels import run_level
 from .output import write_outputs
 from .render import fmt_num
 from .results import GridResult, as_model
-from .sweep import Progress, begin_levels
+from .sweep import Progress, begin_levels, check_resume
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,7 @@ class GridConfig:
 
 
 def validate(cfg: GridConfig) -> None:
+    check_resume(cfg.resume, cfg.force)
     if not cfg.levels or any(c < 1 for c in cfg.levels):
         raise InputError("every level must be at least 1", field="--concurrency")
     if cfg.requests < 1:

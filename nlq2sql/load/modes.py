@@ -47,9 +47,6 @@ def validate_job(job: SweepJob) -> None:
     if cfg.resume and (job.server_sweep or job.reanalyse or cfg.base.replicas):
         what = "--server-sweep" if job.server_sweep else "--reanalyse" if job.reanalyse else "--endpoint"
         raise InputError("--resume continues a closed-loop or --rate sweep only", field=what)
-    if cfg.resume and cfg.force:
-        raise InputError("--resume keeps the finished levels and --force replaces them: pass one of them",
-                         field="--force")
     if job.reanalyse and not (cfg.base.out / "sweep.json").is_file():
         raise InputError(f"no sweep.json in {cfg.base.out}", field="--out")
 

@@ -34,7 +34,7 @@ from .levels import run_level, stats_from_run
 from .output import write_outputs
 from .render import fmt_lat, fmt_num
 from .results import RateSweepResult, as_model
-from .sweep import Progress, begin_levels
+from .sweep import Progress, begin_levels, check_resume
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class RateSweepConfig:
 
 
 def validate(cfg: RateSweepConfig) -> None:
+    check_resume(cfg.resume, cfg.force)
     if not cfg.rates or any(not (r > 0 and math.isfinite(r)) for r in cfg.rates):
         raise InputError("every rate must be positive and finite (requests per second)", field="--rate")
     if cfg.requests < 3:

@@ -305,8 +305,7 @@ def _opt(v: Any) -> str:
 
 def render_markdown(result: ProbeResult | dict[str, Any], title: str) -> str:
     """A probe's Markdown, from its typed result (a dict is validated into its model first)."""
-    r: Any = result if isinstance(result, (CancelProbeResult, HealthProbeResult, PrefixProbeResult)) else \
-        PROBE_MODELS[result["kind"]].model_validate(result)
+    r: Any = PROBE_MODELS[result["kind"]].model_validate(result) if isinstance(result, dict) else result
     md = [f"# {title}", ""]
     if isinstance(r, CancelProbeResult):
         md += [f"Stream {r.max_tokens} tokens (ignore_eos {r.ignore_eos}), disconnect after "

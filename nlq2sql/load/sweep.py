@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, RecordError
 from ..inputs import MAX_REQUESTS, at_most
 from ..live import EvalConfig, bound_endpoint
 from .analysis import Thresholds, analyse
@@ -93,7 +93,16 @@ def fresh_out(out: Path, force: bool) -> Iterator[None]:
         raise
 
 
+def check_resume(resume: bool, force: bool) -> None:
+    """``--resume`` keeps what ``--force`` would replace: every multi-level mode's ``validate``
+    refuses the pair before a local server is started, and :func:`begin_level_sets` again."""
+    if resume and force:
+        raise InputError("--resume keeps the finished levels and --force replaces them: pass one of them",
+                         field="--force")
+
+
 def validate(cfg: SweepConfig) -> None:
+    check_resume(cfg.resume, cfg.force)
     if not cfg.levels or any(c < 1 for c in cfg.levels):
         raise InputError("every level must be at least 1", field="--concurrency")
     if cfg.requests < 1:
@@ -146,7 +155,7 @@ def _resumable(out: Path, who: str, settings: dict[str, Any]) -> list[Path]:
 
     try:
         got = read_json(out / JOB)
-    except Exception:  # noqa: BLE001 -- absent or unreadable: not a resumable run
+    except RecordError:  # absent or unreadable: not a resumable run
         raise InputError(f"{out} holds no readable {JOB}: not a multi-level run this version can resume; "
                          "rerun without --resume (with --force to replace it)", field="--resume") from None
     if got.get("who") != who or got.get("settings") != settings:
@@ -182,9 +191,7 @@ def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force:
 
     if base.endpoint is None:
         raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")
-    if resume and force:
-        raise InputError("--resume keeps the finished levels and --force replaces them: pass one of them",
-                         field="--force")
+    check_resume(resume, force)
     preflight(base)
     notes = []
     settings = job_settings(job) if job is not None else None
