@@ -276,6 +276,8 @@ class _Answerer:
         import pyarrow as pa
 
         cases = [parse_item(text) for text in batch.column("item").to_pylist()]
+        # The batch's gold answers from the warehouse before its requests (as one process does).
+        self.items.prepare([c for c in cases if isinstance(c, EvalCase)])
         recs = self._call(self._answer(cases))
         return pa.table({"id": [r["id"] for r in recs], "record": [encode_record(r) for r in recs]})
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import InputError, Nlq2SqlError
 
 if TYPE_CHECKING:
+    from .evalset import EvalCase
     from .live import EvalConfig
     from .workers import SharedBudget
 
@@ -55,12 +56,12 @@ class RayEngine:
         return Queue(actor_options={"num_cpus": 0}), Queue(actor_options={"num_cpus": 0}), budget
 
     def start(self, cfg: EvalConfig, endpoint: tuple[str, str, str], lanes: list[int], inbox: Any,
-              outbox: Any, budget: SharedBudget, deadline: float | None) -> None:
+              outbox: Any, budget: SharedBudget, deadline: float | None, golds: list[EvalCase]) -> None:
         worker = self.ray.remote(num_cpus=0.5)(_Worker).options(scheduling_strategy="SPREAD")
         for n in lanes:
             actor = worker.remote()
             self.actors.append(actor)
-            self.tasks.append(actor.run.remote(cfg, endpoint, n, inbox, outbox, budget, deadline))  # type: ignore[attr-defined]
+            self.tasks.append(actor.run.remote(cfg, endpoint, n, inbox, outbox, budget, deadline, golds))  # type: ignore[attr-defined]
 
     @staticmethod
     def receive(outbox: Any) -> Any:
@@ -103,7 +104,7 @@ class _Budget:
 
 class _Worker:
     def run(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, inbox: Any, outbox: Any,
-            budget: SharedBudget, deadline: float | None) -> None:
+            budget: SharedBudget, deadline: float | None, golds: list[EvalCase]) -> None:
         from .workers import serve_items
 
-        serve_items(cfg, endpoint, slots, inbox, outbox, budget, deadline, None)
+        serve_items(cfg, endpoint, slots, inbox, outbox, budget, deadline, None, golds)

@@ -68,7 +68,7 @@ class RecordMemo:
     def __init__(self, rulesets: list[RuleSet], executor: Executor, catalog: Catalog | None,
                  writer: RecordWriter) -> None:
         self.rulesets, self.executor, self.catalog, self.writer = rulesets, executor, catalog, writer
-        self._by_text: dict[tuple[Any, ...], tuple[Entry, tuple[Any, Any]]] = {}
+        self._by_text: dict[tuple[Any, ...], tuple[Intent, dict[str, Any], tuple[str, ...]]] = {}
         self._by_meaning: dict[tuple[Any, ...], Entry] = {}
 
     def write(self, rid: str, case: EvalCase, raw_text: str | None, finish_reason: str | None
@@ -93,12 +93,13 @@ class RecordMemo:
                     _keep(self._by_meaning, meaning_key, entry)
             rec = entry[1]  # a text that does not parse brings its own reason
             reasons = (reason, reason) if reason is not None else (rec["status_reason"], rec["final_status_reason"])
-            hit = (entry, reasons)
+            # The line but for its id, encoded once per distinct text.
+            hit = (gold, rec, self.writer.fill_last(entry[2], (raw_text, *reasons)))
             if keep:
                 _keep(self._by_text, text_key, hit)
-        entry, reasons = hit
-        self.writer.write_filled(entry[2], (rid, raw_text, *reasons))
-        return entry[1]
+        _, rec, pieces = hit
+        self.writer.write_filled(pieces, (rid,))
+        return rec
 
 
 def _keep(memo: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:

@@ -27,10 +27,9 @@ from .records import (
     RECORD_VERSION,
     RECORDS,
     SUMMARY,
-    RecordWriter,
+    BulkRecordWriter,
     iter_records,
     prepare_dir,
-    records_digest,
     write_json_atomic,
 )
 from .rescore import RecordMemo
@@ -194,7 +193,7 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
     try:
         summ = Summary(rulesets)
         answered = bytearray(len(ids))
-        with make_executor(wh) as ex, RecordWriter(tmp / RECORDS, flush_each=False) as writer:
+        with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer:
             # Each distinct (case, answer) is scored and encoded once (RecordMemo): a line is
             # that encoding with the item's id, raw text (and parse error) filled in; the
             # summary, which reads none of those, counts each distinct record once.
@@ -218,7 +217,7 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
         summary = summ.result()
         summary["distinct_queries_executed"] = executed
         summary["missing"] = {"n": len(missing), "allowed": cfg.allow_missing, "first_ids": missing[:5]}
-        summary["records"] = records_digest(tmp / RECORDS)
+        summary["records"] = writer.digest()  # = records_digest(tmp / RECORDS)
         summary["record_version"] = RECORD_VERSION
         write_json_atomic(tmp / SUMMARY, validated(SummaryModel, summary))
         # The responses file as recorded: relative to the project, else its name; and its hash.

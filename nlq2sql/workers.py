@@ -21,6 +21,7 @@ import os
 import queue as queue_mod
 import time
 import traceback
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -106,22 +107,27 @@ def shares(concurrency: int, workers: int) -> list[int]:
 
 
 def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, inbox: Queue, outbox: Queue,
-                budget: RetryBudget, deadline: float | None, parent_pid: int | None) -> None:
+                budget: RetryBudget, deadline: float | None, parent_pid: int | None,
+                golds: Sequence[EvalCase] = ()) -> None:
     """A worker's whole life: answer items from ``inbox`` with ``slots`` in flight, send each
-    record to ``outbox``, then a final ``("done", report)``.  ``None`` in the inbox ends a lane."""
+    record to ``outbox``, then a final ``("done", report)``.  ``None`` in the inbox ends a lane.
+    ``golds`` (a case per distinct gold intent) are answered by the warehouse before the first
+    request, as one process does (``ItemRunner.prepare``)."""
     try:
-        report = asyncio.run(_serve(cfg, endpoint, slots, inbox, outbox, budget, deadline, parent_pid))
+        report = asyncio.run(_serve(cfg, endpoint, slots, inbox, outbox, budget, deadline, parent_pid, golds))
         outbox.put(("done", report))
     except BaseException as exc:  # noqa: BLE001 -- reported to the driver, which raises
         outbox.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
 
 
 async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, inbox: Queue, outbox: Queue,
-                 budget: RetryBudget, deadline: float | None, parent_pid: int | None) -> dict[str, Any]:
+                 budget: RetryBudget, deadline: float | None, parent_pid: int | None,
+                 golds: Sequence[EvalCase] = ()) -> dict[str, Any]:
     from .item import ItemRunner
 
     base_url, model, key = endpoint
     items = ItemRunner(cfg, base_url, model, key, budget, concurrency=slots, sample_metrics=False)
+    items.prepare(list(golds))
     loop = asyncio.get_running_loop()
     sent = 0
     # Blocking queue reads happen in threads, one per lane, so a lane never waits on another's.
@@ -154,6 +160,18 @@ async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, in
         finally:
             await items.close()
     return {"sent": sent, "fleet": items.fleet(), "harness": items.harness(), "pid": os.getpid()}
+
+
+def distinct_golds(cases: Sequence[EvalCase]) -> list[EvalCase]:
+    """A case per distinct gold intent: what each worker answers from the warehouse before its
+    first request (every worker has its own DuckDB memo, and may be sent any item)."""
+    by_object: dict[int, EvalCase] = {}
+    for c in cases:  # cases of repeated lines share their gold object
+        by_object.setdefault(id(c.gold), c)
+    by_value: dict[str, EvalCase] = {}
+    for c in by_object.values():
+        by_value.setdefault(c.gold.model_dump_json(), c)
+    return list(by_value.values())
 
 
 def merge_fleets(reports: list[dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -192,6 +210,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
         inbox.put(c)
     for _ in range(sum(lanes)):
         inbox.put(None)
+    golds = distinct_golds(cases)
     shared = SharedBudget(counter, budget.total)
     counts = {"total": len(cases), "done": 0, "failed": 0, "in_flight": 0}
     # The session's wall time runs from the first request sent: starting the worker processes
@@ -210,7 +229,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
             smp.start()
         driver.start()
         loop = asyncio.get_running_loop()
-        engine.start(cfg, (base_url, model, key), lanes, inbox, outbox, shared, deadline)
+        engine.start(cfg, (base_url, model, key), lanes, inbox, outbox, shared, deadline, golds)
         try:
             with RecordWriter(out / RECORDS) as writer:
                 while len(reports) < len(lanes):
@@ -260,10 +279,10 @@ class _local_engine:  # noqa: N801 -- used like a function
         return self.ctx.Queue(), self.ctx.Queue(), self.ctx.Value("i", used)
 
     def start(self, cfg: EvalConfig, endpoint: tuple[str, str, str], lanes: list[int], inbox: Any,
-              outbox: Any, budget: SharedBudget, deadline: float | None) -> None:
+              outbox: Any, budget: SharedBudget, deadline: float | None, golds: list[EvalCase]) -> None:
         for n in lanes:
             p = self.ctx.Process(target=serve_items, args=(cfg, endpoint, n, inbox, outbox, budget, deadline,
-                                                           os.getpid()), daemon=True)
+                                                           os.getpid(), golds), daemon=True)
             p.start()
             self.procs.append(p)
 

@@ -8,17 +8,20 @@ from typing import Any
 
 import pytest
 
+from nlq2sql import records
 from nlq2sql.errors import RecordError
 from nlq2sql.records import (
     MANIFEST,
     RECORD_VERSION,
     RESUME_KEYS,
+    BulkRecordWriter,
     RecordWriter,
     check_resume,
     done_ids,
     iter_records,
     prepare_dir,
     read_json,
+    records_digest,
     repair_tail,
     write_json_atomic,
 )
@@ -52,10 +55,16 @@ RECORD: dict[str, Any] = {"id": "r\u00e9", "question": "q \u2713\n\"x\"", "gold"
 def test_template_filled_is_the_written_line(tmp_path: Path, holes: tuple[str, ...], values: tuple[Any, ...]) -> None:
     """A record encoded once around some fields, then filled in, gives write()'s bytes exactly."""
     filled = {**RECORD, **dict(zip(holes, values * 4, strict=False))}
+    vals = tuple(filled[h] for h in holes)
     with RecordWriter(tmp_path / "a.jsonl") as a, RecordWriter(tmp_path / "b.jsonl") as b:
         a.write(filled)
-        b.write_filled(b.template(RECORD, holes), tuple(filled[h] for h in holes))
-    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+        b.write_filled(b.template(RECORD, holes), vals)
+        for k in range(len(holes) + 1):  # the last k holes filled first, the others after
+            b.write_filled(b.fill_last(b.template(RECORD, holes), vals[len(holes) - k:]), vals[:len(holes) - k])
+    lines = (tmp_path / "b.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(lines) == len(holes) + 2 and set(lines) == {(tmp_path / "a.jsonl").read_bytes()}
+    with pytest.raises(ValueError, match="holes"):
+        b.fill_last(b.template(RECORD, holes), (*vals, "one too many"))
 
 
 def test_template_holes_must_be_keys_in_order(tmp_path: Path) -> None:
@@ -202,16 +211,66 @@ def test_write_json_atomic_leaves_no_temp(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
 
 
-def test_buffered_writer_writes_the_same_bytes(tmp_path: Path) -> None:
-    recs = [{"id": f"r{i}", "x": [1, {"y": None}], "t": "é\n\"q\""} for i in range(50)]
-    for flush_each in (True, False):
-        with RecordWriter(tmp_path / f"{flush_each}.jsonl", flush_each=flush_each) as w:
-            for r in recs:
-                w.write(r)
-    assert (tmp_path / "True.jsonl").read_bytes() == (tmp_path / "False.jsonl").read_bytes()
-    expected = "".join(json.dumps({"record_version": RECORD_VERSION, **r}, separators=(",", ":")) + "\n"
-                       for r in recs)
-    assert (tmp_path / "False.jsonl").read_text(encoding="utf-8") == expected
+@pytest.mark.parametrize("block", [1, 300, 1 << 20])
+def test_bulk_writer_writes_the_same_bytes_and_knows_their_digest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    block: int) -> None:
+    """Any block size (one line per block, several lines, everything in one) gives the bytes
+    the flushing writer gives, and the digest of the file as read back."""
+    monkeypatch.setattr(records, "BULK_BLOCK", block)
+    recs = [{"id": f"r{i}", "x": [1, {"y": None}], "raw_text": "é\n\"q\"" * (i % 3), "z": i} for i in range(50)]
+    with RecordWriter(tmp_path / "flush.jsonl") as w:
+        for r in recs:
+            w.write(r)
+    with BulkRecordWriter(tmp_path / "bulk.jsonl") as b:
+        pieces = b.template(recs[0], ("id", "raw_text"))
+        for r in recs:
+            if r["z"] % 2:
+                b.write(r)
+            else:
+                b.write_filled(pieces, (r["id"], r["raw_text"]))  # the same record but for its holes
+                recs[recs.index(r)] = {**recs[0], "id": r["id"], "raw_text": r["raw_text"]}
+    with RecordWriter(tmp_path / "expected.jsonl") as w:
+        for r in recs:
+            w.write(r)
+    assert (tmp_path / "bulk.jsonl").read_bytes() == (tmp_path / "expected.jsonl").read_bytes()
+    assert b.digest() == records_digest(tmp_path / "bulk.jsonl") and b.digest()["count"] == 50
+    assert (tmp_path / "flush.jsonl").read_text(encoding="utf-8") == "".join(
+        json.dumps({"record_version": RECORD_VERSION, **r}, separators=(",", ":")) + "\n" for r in
+        [{"id": f"r{i}", "x": [1, {"y": None}], "raw_text": "é\n\"q\"" * (i % 3), "z": i} for i in range(50)])
+
+
+def test_bulk_writer_refuses_an_existing_file_and_a_digest_before_close(tmp_path: Path) -> None:
+    (tmp_path / "old.jsonl").write_text("x\n")
+    with pytest.raises(FileExistsError):
+        BulkRecordWriter(tmp_path / "old.jsonl")
+    b = BulkRecordWriter(tmp_path / "new.jsonl")
+    with pytest.raises(RuntimeError):
+        b.digest()
+    b.close()
+    b.close()  # idempotent
+    assert b.digest() == records_digest(tmp_path / "new.jsonl") and b.digest()["count"] == 0
+
+
+def test_a_failed_bulk_write_is_raised_in_the_writing_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that fails mid-run (here: every write) surfaces as the error itself, at a later
+    block or at close, never a hang or a silently short file reported as complete."""
+    monkeypatch.setattr(records, "BULK_BLOCK", 10)
+    b = BulkRecordWriter(tmp_path / "bad.jsonl")
+
+    class Full:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def write(self, _: bytes) -> int:
+            raise OSError(28, "No space left on device")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.real, name)
+
+    monkeypatch.setattr(b, "_out", Full(b._out))  # the file object the thread writes to
+    with pytest.raises(OSError, match="No space"), b:
+        for i in range(1000):
+            b.write({"id": f"r{i}"})
 
 
 def test_flushing_writer_is_readable_before_close(tmp_path: Path) -> None:

@@ -145,3 +145,44 @@ def test_workers_sample_every_replicas_metrics(tmp_path: Path) -> None:
     assert all(m["observed"] is False and m["errors"] > 0 for m in per.values())
     assert {m["url"] for m in per.values()} == {a.url.rstrip("/").removesuffix("/v1") + "/metrics",
                                                  b.url.rstrip("/").removesuffix("/v1") + "/metrics"}
+
+
+def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in one process (``ItemRunner.prepare``): a worker has every distinct gold answer in
+    its memo when it starts sending, and the driver hands each worker one case per gold."""
+    import asyncio
+    import queue
+
+    import nlq2sql.item as item
+    from nlq2sql import workers
+    from nlq2sql.client import RetryBudget
+    from nlq2sql.evalset import load_evalset
+    from nlq2sql.intent import canonicalise
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.sqlbuild import build_sql
+
+    wh = open_warehouse(None, None)
+    cases = list(load_evalset("heldout", wh).cases[:5])
+    repeated = cases + [c.model_copy(update={"id": f"{c.id}-again"}) for c in cases]
+    golds = workers.distinct_golds(repeated)
+    assert [c.id for c in golds] == [c.id for c in cases]  # one per gold, first seen first
+    at_start: dict[str, Any] = {}
+    real_start = item.ItemRunner.start
+
+    def start(self: item.ItemRunner) -> None:
+        at_start["memo"] = set(self.ex._memo)
+        real_start(self)
+
+    monkeypatch.setattr(item.ItemRunner, "start", start)
+    inbox: queue.Queue[Any] = queue.Queue()
+    outbox: queue.Queue[Any] = queue.Queue()
+    for c in repeated:
+        inbox.put(c)
+    inbox.put(None)
+    with FakeServer(tmp_path / "fake", script(), model=MODEL) as f:
+        cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=f.url, model=MODEL, limit=5)
+        report = asyncio.run(workers._serve(cfg, (f.url, MODEL, ""), 1, inbox, outbox, RetryBudget(10, 0.1),
+                                            None, None, golds))
+    assert report["sent"] == len(repeated) and outbox.qsize() == len(repeated)
+    assert at_start["memo"] == {build_sql(canonicalise(c.gold), wh.catalog) for c in cases}
