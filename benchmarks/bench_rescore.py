@@ -356,7 +356,8 @@ def main() -> None:
         prep = _child("prepare", str(work), str(a.scale), str(a.n), str(a.small), f"{cold_n}:unique")
         wh = prep["warehouse"]
         big, small, cold = prep[str(a.n)], prep[str(a.small)], prep[f"{cold_n}:unique"]
-        print(f"generated {a.n:,} + {a.small:,} + {cold_n:,} (unique texts) lines in {work}; "
+        print(f"generated {a.n:,} + {a.small:,} + {cold_n:,} (unique texts) lines in "
+              f"{'--workdir' if a.workdir else 'a temp dir'}; "
               f"warehouse scale {a.scale}", file=sys.stderr)
 
         rows: list[tuple[str, dict[str, Any]]] = [("interpreter + imports", _child("imports"))]
@@ -424,6 +425,17 @@ def main() -> None:
           "one uncontended core would reach")
 
 
+def tree_name(tree: Path) -> str:
+    """A code tree as its commit (``-dirty`` with uncommitted changes), never its path: the
+    output is committed under ``reports/``."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown commit"
+    return commit + ("-dirty" if git("status", "--porcelain", "--", "nlq2sql") else "")
+
+
 def _spread(values: list[float], spec: str) -> str:
     return f"{format(statistics.median(values), spec)} ({format(min(values), spec)}–{format(max(values), spec)})"
 
@@ -450,7 +462,8 @@ def against(other: Path, *, n: int, scale: float, rounds: int, workdir: Path | N
         wh_old = _child("prepare", str(work / "old"), str(scale), tree=trees["old"])["warehouse"]
         dig_new, dig_old = _child("tables", wh, tree=trees["new"]), _child("tables", wh_old, tree=trees["old"])
         same_wh = dig_new["sha256"] == dig_old["sha256"]
-        print(f"generated {n:,} lines in {work}; warehouse scale {scale}: {len(dig_new['tables'])} tables, "
+        print(f"generated {n:,} lines in {'--workdir' if workdir else 'a temp dir'}; warehouse scale {scale}: "
+              f"{len(dig_new['tables'])} tables, "
               f"{dig_new['rows']:,} rows; the old tree's own build is "
               f"{'identical' if same_wh else 'DIFFERENT'} (sha256 over tables, types and rows)", file=sys.stderr)
         if not same_wh:
@@ -475,7 +488,8 @@ def against(other: Path, *, n: int, scale: float, rounds: int, workdir: Path | N
 
     old, new = results["old"], results["new"]
     print()
-    print(f"score {n:,} items, side by side: old = {other}, new = {THIS_TREE}; {rounds} alternating rounds "
+    print(f"score {n:,} items, side by side: old = {tree_name(other)}, new = {tree_name(THIS_TREE)}; {rounds} "
+          "alternating rounds "
           "(old first in each)")
     print(f"{'round':<6} {'tree':<4} {'wall s':>7} {'items/s':>8} {'CPU s':>6} {'items/CPU-s':>11} "
           f"{'ru_maxrss MiB':>13} {'VmHWM MiB':>9}")
