@@ -63,3 +63,20 @@ def executor(small_warehouse: Path) -> Iterator[Executor]:
 def write_jsonl(path: Path, rows: list[object]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+@pytest.fixture
+def memo_at_start(monkeypatch: pytest.MonkeyPatch) -> set[object]:
+    """The (SQL, params) results in an ``ItemRunner``'s memo when it starts sending requests,
+    filled in (in place) as the runner starts: gold answers belong before the clock."""
+    import nlq2sql.item as item
+
+    seen: set[object] = set()
+    real_start = item.ItemRunner.start
+
+    def start(self: item.ItemRunner) -> None:
+        seen.update(self.ex._memo)
+        real_start(self)
+
+    monkeypatch.setattr(item.ItemRunner, "start", start)
+    return seen

@@ -27,7 +27,7 @@ def test_in_process_runs_load_warehouse_prompt_guardrails_and_bank_once(tmp_path
     assert summary["n"] == 3 and summary["outcomes"] == {"ok": 3}
 
 
-def test_gold_answers_are_computed_before_the_clock_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gold_answers_are_computed_before_the_clock_starts(tmp_path: Path, memo_at_start: set[object]) -> None:
     """Gold rows are the warehouse's cost, not the endpoint's: all are in the memo before the first
     request is sent (``start``), and none is executed again while items are scored."""
     from fakeserver import FakeServer, script
@@ -39,16 +39,8 @@ def test_gold_answers_are_computed_before_the_clock_starts(tmp_path: Path, monke
 
     wh = open_warehouse(None, None)
     golds = {build_sql(canonicalise(c.gold), wh.catalog) for c in load_evalset("heldout", wh).cases[:6]}
-    at_start: dict[str, Any] = {}
-    real_start = item.ItemRunner.start
-
-    def start(self: item.ItemRunner) -> None:
-        at_start["memo"] = set(self.ex._memo)
-        real_start(self)
-
-    monkeypatch.setattr(item.ItemRunner, "start", start)
     with FakeServer(tmp_path / "fake", script(), model="fake-model") as fake:
         summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
                                       limit=6, concurrency=2, load=LoadShape(metrics_interval_s=0.05)))
     assert summary["n"] == 6
-    assert at_start["memo"] == golds
+    assert memo_at_start == golds

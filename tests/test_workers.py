@@ -147,14 +147,12 @@ def test_workers_sample_every_replicas_metrics(tmp_path: Path) -> None:
                                                  b.url.rstrip("/").removesuffix("/v1") + "/metrics"}
 
 
-def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, memo_at_start: set[object]) -> None:
     """As in one process (``ItemRunner.prepare``): a worker has every distinct gold answer in
     its memo when it starts sending, and the driver hands each worker one case per gold."""
     import asyncio
     import queue
 
-    import nlq2sql.item as item
     from nlq2sql import workers
     from nlq2sql.client import RetryBudget
     from nlq2sql.evalset import load_evalset
@@ -167,14 +165,6 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path,
     repeated = cases + [c.model_copy(update={"id": f"{c.id}-again"}) for c in cases]
     golds = workers.distinct_golds(repeated)
     assert [c.id for c in golds] == [c.id for c in cases]  # one per gold, first seen first
-    at_start: dict[str, Any] = {}
-    real_start = item.ItemRunner.start
-
-    def start(self: item.ItemRunner) -> None:
-        at_start["memo"] = set(self.ex._memo)
-        real_start(self)
-
-    monkeypatch.setattr(item.ItemRunner, "start", start)
     inbox: queue.Queue[Any] = queue.Queue()
     outbox: queue.Queue[Any] = queue.Queue()
     for c in repeated:
@@ -185,4 +175,4 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path,
         report = asyncio.run(workers._serve(cfg, (f.url, MODEL, ""), 1, inbox, outbox, RetryBudget(10, 0.1),
                                             None, None, golds))
     assert report["sent"] == len(repeated) and outbox.qsize() == len(repeated)
-    assert at_start["memo"] == {build_sql(canonicalise(c.gold), wh.catalog) for c in cases}
+    assert memo_at_start == {build_sql(canonicalise(c.gold), wh.catalog) for c in cases}
