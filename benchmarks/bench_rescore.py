@@ -426,8 +426,8 @@ def main() -> None:
 
 
 def tree_name(tree: Path) -> str:
-    """A code tree as its commit (``-dirty`` with uncommitted changes), never its path: the
-    output is committed under ``reports/``."""
+    """A code tree as its commit (``-dirty`` with uncommitted changes to ``nlq2sql/``, the code
+    measured), never its path: the output is committed under ``reports/``."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True,
                               check=False).stdout.strip()

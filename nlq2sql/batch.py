@@ -54,7 +54,7 @@ from .guardrail import load_guardrails
 from .inputs import at_most
 from .live import EvalConfig, preflight, probe_endpoint, validate
 from .prompt import load_prompt
-from .records import MANIFEST, RECORD_VERSION, SUMMARY, prepare_dir, write_json_atomic
+from .records import MANIFEST, RECORD_VERSION, SUMMARY, encode_json, prepare_dir, write_json_atomic
 from .runner import manifest_base
 from .score import Summary, percentiles
 from .semantic import open_warehouse
@@ -64,7 +64,6 @@ __all__ = ["ENGINES", "FORMATS", "SHARDS", "BatchConfig", "iter_shard_records", 
 ENGINES = ("ray", "ray-vllm")
 FORMATS = ("parquet", "jsonl")
 SHARDS = "records"  # the shards' folder in the output directory
-_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode  # RecordWriter's encoding
 
 
 @dataclass(frozen=True)
@@ -294,7 +293,7 @@ def parse_item(text: str) -> EvalCase | Question:
 
 def encode_record(rec: dict[str, Any]) -> str:
     """A record's JSON text: the line ``RecordWriter`` writes, without its newline."""
-    return _encode({"record_version": RECORD_VERSION, **rec})  # type: ignore[no-any-return]
+    return encode_json({"record_version": RECORD_VERSION, **rec})  # type: ignore[no-any-return]
 
 
 def write_shards(ds: Any, cfg: BatchConfig, dest: Path) -> None:

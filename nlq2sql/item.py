@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .answer import Question, answer_item
@@ -112,7 +113,7 @@ class ItemRunner:
         self.ex = make_executor(self.wh)
         self.monitor = HarnessMonitor()
 
-    def prepare(self, cases: list[EvalCase]) -> None:
+    def prepare(self, cases: Iterable[EvalCase]) -> None:
         """Execute each distinct gold query once, before the clock starts: the answers are the
         warehouse's, not the endpoint's, so their cost belongs to setting up, not to the measured
         requests (``vllm bench serve`` prepares its prompts before its clock too).  A gold that

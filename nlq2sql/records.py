@@ -191,6 +191,11 @@ def done_ids(path: Path) -> set[str]:
     return {r["id"] for r in iter_records(path)} if path.exists() else set()
 
 
+#: The one encoding of a record line, for every writer of records (and Ray Data's shards).  Its
+#: output is ASCII (``ensure_ascii``, the default): :func:`_encode_value` relies on it.
+encode_json = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
+
 def _encode_value(value: str | None) -> str:
     """What the writer's encoder gives for a string or None, without its per-call overhead
     (for None, its slow path): the same ASCII escaping (``ensure_ascii``, the default)."""
@@ -202,11 +207,11 @@ class RecordWriter:
     nothing measured is lost when a run dies (live runs; see :class:`BulkRecordWriter` for
     files published only when complete)."""
 
+    _dumps = staticmethod(encode_json)
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 — lives as long as the run
-        # ASCII output (ensure_ascii, the default): _encode_value relies on it.
-        self._dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
     def _emit(self, line: str) -> None:
         self._fh.write(line)
@@ -247,18 +252,19 @@ class RecordWriter:
         keep = len(pieces) - 1 - len(values)
         if keep < 0:
             raise ValueError(f"{len(values)} values for {len(pieces) - 1} holes")
-        parts = [pieces[keep]]
-        for value, piece in zip(values, pieces[keep + 1:], strict=True):
-            parts += (_encode_value(value) if type(value) is str or value is None else self._dumps(value), piece)
-        return (*pieces[:keep], "".join(parts))
+        return (*pieces[:keep], self._fill(pieces[keep:], values, ""))
 
     def write_filled(self, pieces: tuple[str, ...], values: tuple[Any, ...]) -> None:
         """Write a :meth:`template`'s line with ``values`` for its holes."""
+        self._emit(self._fill(pieces, values, "\n"))
+
+    def _fill(self, pieces: tuple[str, ...], values: tuple[Any, ...], end: str) -> str:
+        """``pieces`` joined around ``values`` (one per hole, each encoded), then ``end``."""
         parts = [pieces[0]]
         for value, piece in zip(values, pieces[1:], strict=True):
             parts += (_encode_value(value) if type(value) is str or value is None else self._dumps(value), piece)
-        parts.append("\n")
-        self._emit("".join(parts))
+        parts.append(end)
+        return "".join(parts)
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -288,7 +294,6 @@ class BulkRecordWriter(RecordWriter):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._out = open(path, "xb")  # noqa: SIM115 — a new file: the digest covers all of it
-        self._dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
         self._parts: list[str] = []
         self._size = self._lines = 0
         self._hash = hashlib.sha256()

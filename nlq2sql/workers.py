@@ -127,7 +127,7 @@ async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, in
 
     base_url, model, key = endpoint
     items = ItemRunner(cfg, base_url, model, key, budget, concurrency=slots, sample_metrics=False)
-    items.prepare(list(golds))
+    items.prepare(golds)
     loop = asyncio.get_running_loop()
     sent = 0
     # Blocking queue reads happen in threads, one per lane, so a lane never waits on another's.
