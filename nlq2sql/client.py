@@ -15,6 +15,8 @@ import functools
 import json
 import random
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +142,17 @@ class RetryBudget:
         self.left -= 1
         self.used += 1
         return True
+
+
+#: Told of every attempt a request makes (one sent to the server: a free re-send of a request
+#: the server never saw is not one): ``(outcome, http_status, error, sent_at, took_s)``; it
+#: returns False to stop retrying there.  A replica pool sets it around one item's call on one
+#: replica (``pool.Pool.call``): it logs the attempt against the replica, feeds the replica's
+#: circuit breaker, and stops retries on a replica whose breaker has opened (the item fails over
+#: instead).  A context variable, so every request path (one request, the planner's two, the
+#: self-consistency samples) reports without being handed it; unset, nothing changes.
+AttemptWatch = Callable[[str, int | None, str | None, float, float], bool]
+ATTEMPT_WATCH: ContextVar[AttemptWatch | None] = ContextVar("nlq2sql_attempt_watch", default=None)
 
 
 def make_client(cfg: EndpointConfig) -> AsyncOpenAI | RawClient:
@@ -306,15 +319,20 @@ async def complete(client: AsyncOpenAI | RawClient, cfg: EndpointConfig, message
     to another server instead of retrying a dead one)."""
     kw = request_kwargs(cfg.model, messages, sampling)
     result = Completion(started=time.time())
+    watch = ATTEMPT_WATCH.get()
+    keep = True
     free_retry = True
     attempt = 0
     while attempt < cfg.max_attempts:
         attempt += 1
         out = Completion(started=result.started, attempts=attempt,
                          retry_waits_s=result.retry_waits_s, unsent_retries=result.unsent_retries)
+        sent_at = time.time()
         try:
             send: Transport = stream_once if isinstance(client, RawClient) else _once
             await send(client, kw, cfg.timeout_s, out)
+            if watch is not None:
+                watch("ok", out.http_status, None, sent_at, time.time() - sent_at)
             return out
         except asyncio.CancelledError:
             raise
@@ -335,8 +353,10 @@ async def complete(client: AsyncOpenAI | RawClient, cfg: EndpointConfig, message
                 attempt -= 1
                 result.unsent_retries += 1
                 continue
+            if watch is not None:
+                keep = watch(outcome, code, out.error, sent_at, time.time() - sent_at)
         if not OUTCOMES.get(result.outcome, False) or attempt == cfg.max_attempts \
-                or result.outcome in fail_fast:
+                or result.outcome in fail_fast or not keep:
             break
         if not budget.take():
             result.error = (result.error or "") + " (retry budget exhausted)"

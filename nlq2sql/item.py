@@ -151,17 +151,17 @@ class ItemRunner:
                 messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + hint_text(linked)}]
         planned: dict[str, Any] = {}
         if cfg.planner == "two-stage":
-            (comp, planned), rep, failed_on = await pool.call(
+            (comp, planned), rep, trail = await pool.call(
                 case.id, lambda r: plan_and_answer(r.client, r.cfg, messages, self.sampling, self.wh.catalog,
                                                    self.budget, self.fail_fast),
                 lambda res: res[0])
         elif cfg.samples > 1:
-            (comp, planned), rep, failed_on = await pool.call(
+            (comp, planned), rep, trail = await pool.call(
                 case.id, lambda r: sample_and_vote(r.client, r.cfg, messages, self.sampling, self.wh.catalog,
                                                    self.budget, cfg.samples, self.fail_fast),
                 lambda res: res[0])
         else:
-            comp, rep, failed_on = await pool.call(
+            comp, rep, trail = await pool.call(
                 case.id, lambda r: complete(r.client, r.cfg, messages, self.sampling, self.budget, self.fail_fast))
         # A question without a gold (``batch --questions``) is answered, not scored: same keys.
         scorer = answer_item if isinstance(case, Question) else score_item
@@ -180,15 +180,18 @@ class ItemRunner:
             rec["abstain_below"] = cfg.abstain_below
         if cfg.abstaining and not isinstance(case, Question):
             apply_abstention(rec)
-        if pool.multi:  # which replica answered, and which failed the item before it
+        if pool.multi:  # which replica answered, which failed the item before it, every request on each
             rec["replica"] = rep.label
-            rec["failed_over_from"] = failed_on
+            rec["failed_over_from"] = trail.failed_over_from
+            rec["attempt_log"] = trail.attempt_log(comp.started)
+            rec["latency_e2e_s"] = trail.latency_e2e_s
         rec["concurrency"] = cfg.concurrency
         if scheduled is not None:  # open loop: time spent waiting for an in-flight slot
             rec["scheduled"] = scheduled
             rec["queued_s"] = max(0.0, comp.started - scheduled)
-            rec["latency_from_arrival_s"] = (rec["queued_s"] + comp.latency_s
-                                             if comp.latency_s is not None else None)
+            # (answered; with several replicas: to its answer's end, failovers included)
+            done_s = None if comp.latency_s is None else trail.latency_e2e_s if pool.multi else comp.latency_s
+            rec["latency_from_arrival_s"] = rec["queued_s"] + done_s if done_s is not None else None
         rec["whitespace_chars"] = whitespace_outside_strings(comp.text) if comp.text is not None else None
         rec["chars"] = len(comp.text) if comp.text is not None else None
         return rec

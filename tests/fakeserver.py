@@ -24,7 +24,10 @@ the next one in ``sequence``, else ``default``.  A streamed answer carries scrip
 when the request asks for them (``intent_p``: the probability on each token, default 0.9),
 unless the behaviour says ``"no_logprobs": true`` (a gateway that strips them).  Every request received is appended to a
 JSONL log (flushed before it is answered, so the count survives a kill); the log never
-holds request headers, so no API key is ever written.
+holds request headers, so no API key is ever written.  A replica pool's half-open probe
+(a chat request whose question is ``PROBE_QUESTION``) is answered like any request (by the
+script: a server failing every chat request fails the probe too) and logged with
+``"probe": true``; ``chat_requests()`` leaves probes out, ``probe_requests()`` lists them.
 
 Test side: :class:`FakeServer` starts, waits for and stops such a process.
 """
@@ -64,8 +67,10 @@ OK_INTENTS: tuple[dict[str, Any], ...] = (
     {"intent": "breakdown", "metric": "customers", "dimension": "channel", "time_grain": None,
      "filters": [{"field": "region", "op": "neq", "value": "West"}], "limit": None, "order": None},
 )
-SCHEMA_INVALID = {"intent": "pie_chart", "metric": "profit", "dimension": "region",
-                  "time_grain": None, "filters": [], "limit": None, "order": None}
+SCHEMA_INVALID: dict[str, Any] = {"intent": "pie_chart", "metric": "profit", "dimension": "region",
+                                  "time_grain": None, "filters": [], "limit": None, "order": None}
+#: ``nlq2sql.pool.PROBE_QUESTION`` (a test checks they agree; this process imports no nlq2sql).
+PROBE_QUESTION = "nlq2sql health probe: reply with one word."
 SQL_ANSWER = "DROP TABLE order_lines; SELECT * FROM order_lines"
 CONTEXT_OVERFLOW_MESSAGE = (
     "This model's maximum context length is 2048 tokens. However, you requested 4096 tokens "
@@ -234,7 +239,7 @@ def make_app(state: _State) -> Any:
         b = state.pick(question)
         kind = b["kind"]
         state.note({"path": "/v1/chat/completions", "n": state.chat_count, "question": question,
-                    "behaviour": kind, "auth_ok": authorised(request),
+                    "probe": question == PROBE_QUESTION, "behaviour": kind, "auth_ok": authorised(request),
                     "body_sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(),
                     "stream": bool(body.get("stream")), "model": body.get("model"),
                     "logprobs": body.get("logprobs"), "top_logprobs": body.get("top_logprobs"),
@@ -476,8 +481,13 @@ class FakeServer:
         return out
 
     def chat_requests(self) -> list[dict[str, Any]]:
-        """Every chat-completions request received (by any process sharing this log)."""
-        return [e for e in self.entries() if e.get("path") == "/v1/chat/completions"]
+        """Every chat-completions request an item made (by any process sharing this log): a
+        replica pool's half-open probes are left out (``probe_requests``)."""
+        return [e for e in self.entries() if e.get("path") == "/v1/chat/completions" and not e.get("probe")]
+
+    def probe_requests(self) -> list[dict[str, Any]]:
+        """The replica pool's half-open probe chats this server received."""
+        return [e for e in self.entries() if e.get("path") == "/v1/chat/completions" and e.get("probe")]
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
