@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 
 from .errors import ExecutionError
-from .sqlbuild import Query
+from .semantic.engine import Query
 
 FLOAT_DIGITS = 9
 DEFAULT_TIMEOUT_S = 10.0

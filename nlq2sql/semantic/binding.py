@@ -66,44 +66,14 @@ class Warehouse:
                 else self.db_path.name, "db_sha256": self.fingerprint}
 
     def validate(self) -> None:
-        """Every table exists and every expression binds; errors name the YAML key."""
-        con = self.connect()
-        spec = self.catalog.spec
-        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-        for sm in spec.semantic_models:
-            if sm.table not in tables:
-                path, line = spec.locate("model", sm.name, "model")
-                raise SemanticModelError(f"table or view {sm.table!r} is not in the database "
-                                         f"({self.db_path.name})", path=path, line=line,
-                                         field=f"semantic_models.{sm.name}.model")
-            elements: list[tuple[str, str, str]] = []
-            elements += [("entities", e.name, e.expr or e.name) for e in sm.entities]
-            elements += [("dimensions", d.name, d.expr or d.name) for d in sm.dimensions]
-            elements += [("measures", m.name, str(m.expr) if m.expr is not None else m.name) for m in sm.measures]
-            for group, name, expr in elements:
-                try:
-                    con.execute(f'SELECT {expr} FROM "{sm.table}" LIMIT 0')
-                except duckdb.Error as exc:
-                    path, line = spec.locate("model", sm.name, group, name)
-                    raise SemanticModelError(f"expression {expr!r} fails in DuckDB: {str(exc).splitlines()[0]}",
-                                             path=path, line=line,
-                                             field=f"semantic_models.{sm.name}.{group}.{name}") from None
-        for m in self.catalog.metrics.values():
-            _, texpr = m.time
-            try:
-                kind = con.execute(f'SELECT typeof({texpr}) FROM "{self.catalog.tables[m.model]}" LIMIT 1'
-                                   ).fetchone()
-            except duckdb.Error:
-                kind = None
-            if kind is not None and kind[0] not in ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "NULL"):
-                path, line = spec.locate("model", m.model, "dimensions", m.time[0])
-                raise SemanticModelError(f"time dimension {m.time[0]!r} is {kind[0]}, not a DATE or TIMESTAMP",
-                                         path=path, line=line,
-                                         field=f"semantic_models.{m.model}.dimensions.{m.time[0]}")
+        """The data checks MetricFlow cannot make (:mod:`.datacheck`); every problem at once."""
+        from .datacheck import check_data
+
+        check_data(self.catalog, self.connect(), self.db_path.name)
 
     def _dim_query(self, dimension: str) -> tuple[str, str]:
         d = self.catalog.dimensions[dimension]
-        return d.expr, self.catalog.tables[d.model]
+        return d.expr, d.table
 
     @cached_property
     def _values(self) -> dict[str, tuple[str, ...]]:
@@ -125,10 +95,9 @@ class Warehouse:
     def years(self) -> tuple[str, ...]:
         con = self.connect()
         found: set[str] = set()
-        for m in self.catalog.metrics.values():
-            _, texpr = m.time
-            rows = con.execute(f'SELECT DISTINCT CAST(YEAR({texpr}) AS VARCHAR) FROM '
-                               f'"{self.catalog.tables[m.model]}" WHERE {texpr} IS NOT NULL').fetchall()
+        for src in self.catalog.time_sources:
+            rows = con.execute(f'SELECT DISTINCT CAST(YEAR({src.expr}) AS VARCHAR) FROM '
+                               f'"{src.table}" WHERE {src.expr} IS NOT NULL').fetchall()
             found.update(r[0] for r in rows)
         return tuple(sorted(found))
 

@@ -1,0 +1,179 @@
+"""MetricFlow compiles a :class:`~nlq2sql.semantic.query.MetricQuery` to DuckDB SQL; cached.
+
+MetricFlow needs a ``SqlClient`` only to render: the harness executes the SQL itself, on a
+read-only connection with external access off, so the client here compiles and refuses to run
+anything.  Filter values never pass through MetricFlow's Jinja: each is written as an
+opaque placeholder literal, and the rendered SQL's placeholders become DuckDB's numbered
+parameters (``$1``…) bound to the values.  Compiled SQL is cached per (manifest, query shape):
+values are parameters, so ``region = North`` and ``region = South`` share one compile.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SqlBuildError
+from .manifest import GENERATED_SPINE, SCHEMA
+from .query import GRAINS, METRIC_TIME, MetricQuery, Where
+
+__all__ = ["COMPILE_CACHE_SIZE", "Engine", "Query"]
+
+#: Distinct query shapes whose SQL is remembered per engine.
+COMPILE_CACHE_SIZE = 8192
+_PLACEHOLDER = "__nlq2sql_p{}__"
+_PLACEHOLDER_RE = re.compile(r"'__nlq2sql_p(\d+)__'")
+_SQL_OPS = {"eq": "=", "neq": "<>", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+
+
+@dataclass(frozen=True)
+class Query:
+    """SQL text with DuckDB numbered parameters (``$1``…); the pair is the result-memo key."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+
+class _CompileOnlyClient:
+    """MetricFlow's ``SqlClient`` protocol for rendering DuckDB SQL; running is refused."""
+
+    def __init__(self) -> None:
+        from metricflow.protocols.sql_client import SqlEngine
+        from metricflow.sql.render.duckdb_renderer import DuckDbSqlPlanRenderer
+
+        self.sql_engine_type = SqlEngine.DUCKDB
+        self.sql_plan_renderer = DuckDbSqlPlanRenderer()
+
+    def query(self, *args: Any, **kwargs: Any) -> Any:
+        raise SqlBuildError("the MetricFlow client here only compiles; nlq2sql executes read-only")
+
+    execute = dry_run = query
+
+    def close(self) -> None:
+        pass
+
+    def render_bind_parameter_key(self, bind_parameter_key: str) -> str:
+        return "$" + bind_parameter_key
+
+
+def _quiet() -> None:
+    for name in ("metricflow", "metricflow_semantics", "metricflow_semantic_interfaces"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class Engine:
+    """One manifest's compiler: group-by names per metric set, SQL per query shape."""
+
+    def __init__(self, manifest: Any, *, spine_sql: str | None = None) -> None:
+        from metricflow.engine.metricflow_engine import MetricFlowEngine
+        from metricflow_semantics.model.semantic_manifest_lookup import SemanticManifestLookup
+
+        _quiet()
+        self.manifest = manifest
+        self.spine_sql = spine_sql
+        self._mf = MetricFlowEngine(SemanticManifestLookup(manifest), _CompileOnlyClient())
+        self._cache: dict[str, str] = {}
+        self._group_bys: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._lock = threading.Lock()
+        self.compiles = 0
+        self.entities = frozenset(e.name for sm in manifest.semantic_models for e in sm.entities)
+        self.time_dimensions = frozenset(d.name for sm in manifest.semantic_models for d in sm.dimensions
+                                         if str(getattr(d.type, "value", d.type)).lower() == "time")
+
+    def group_bys(self, metrics: tuple[str, ...]) -> tuple[str, ...]:
+        """Every group-by name MetricFlow accepts for all of ``metrics`` (dimensions at each grain, entities)."""
+        with self._lock:
+            hit = self._group_bys.get(metrics)
+        if hit is not None:
+            return hit
+        names: set[str] = set()
+        for d in self._mf.simple_dimensions_for_metrics(list(metrics)):
+            if str(getattr(d.type, "value", d.type)).lower() == "time":
+                base = d.dunder_name
+                if base.startswith(METRIC_TIME + "__"):
+                    base = METRIC_TIME  # MetricFlow names metric_time with its grain already
+                names.update(f"{base}__{g}" for g in GRAINS)
+            else:
+                names.add(d.dunder_name)
+        for e in self._mf.entities_for_metrics(list(metrics)):
+            names.add(e.name)
+        out = tuple(sorted(names))
+        with self._lock:
+            self._group_bys[metrics] = out
+        return out
+
+    def _field(self, name: str) -> str:
+        """A group-by name as MetricFlow's Jinja object (Dimension, TimeDimension, Entity, Metric)."""
+        head, _, grain = name.rpartition("__")
+        if grain in GRAINS and head and (head == METRIC_TIME or head.rpartition("__")[2] in self.time_dimensions):
+            return f"{{{{ TimeDimension('{head}', '{grain}') }}}}"
+        if name in self.entities:
+            return f"{{{{ Entity('{name}') }}}}"
+        if name in {m.name for m in self.manifest.metrics}:
+            return f"{{{{ Metric('{name}', group_by=[]) }}}}"
+        return f"{{{{ Dimension('{name}') }}}}"
+
+    def _where(self, w: Where, start: int) -> tuple[str, int]:
+        def ph(i: int) -> str:
+            return "'" + _PLACEHOLDER.format(i) + "'"
+
+        col = self._field(w.field)
+        n = len(w.values)
+        if w.op in _SQL_OPS:
+            return f"{col} {_SQL_OPS[w.op]} {ph(start)}", start + 1
+        if w.op == "between":
+            return f"{col} BETWEEN {ph(start)} AND {ph(start + 1)}", start + 2
+        items = ", ".join(ph(start + i) for i in range(n))
+        return f"{col} {'NOT IN' if w.op == 'not_in' else 'IN'} ({items})", start + n
+
+    def compile(self, q: MetricQuery) -> Query:
+        """DuckDB SQL and parameters for ``q``; raises SqlBuildError with MetricFlow's reason."""
+        where: list[str] = []
+        params: list[Any] = []
+        i = 1
+        for w in q.where or ():
+            text, i = self._where(w, i)
+            where.append(text)
+            params.extend(w.values)
+        shape = q.model_copy(update={"where": tuple(
+            Where(field=w.field, op=w.op, values=("?",) * len(w.values)) for w in q.where or ())}).key()
+        with self._lock:
+            sql = self._cache.get(shape)
+        if sql is None:
+            sql = self._compile(q, where)
+            with self._lock:
+                if len(self._cache) >= COMPILE_CACHE_SIZE:
+                    self._cache.clear()
+                self._cache[shape] = sql
+                self.compiles += 1
+        return Query(sql=sql, params=tuple(params))
+
+    def _compile(self, q: MetricQuery, where: list[str]) -> str:
+        from metricflow.engine.metricflow_engine import MetricFlowQueryRequest
+
+        order = [("-" if o.descending else "") + o.field for o in q.order_by or ()]
+        request = MetricFlowQueryRequest.create(metric_names=list(q.metrics), group_by_names=list(q.group_by),
+                                                where_constraints=where or None, order_by_names=order or None,
+                                                limit=q.limit)
+        try:
+            with self._lock:
+                sql = self._mf.explain(request).sql_statement.sql
+        except Exception as exc:  # noqa: BLE001 — MetricFlow's query errors are many classes
+            raise SqlBuildError(_mf_reason(exc)) from None
+        # MetricFlow's plan comments (whole lines) go: records keep the SQL that runs, compactly.
+        sql = "\n".join(ln for ln in sql.splitlines() if not ln.lstrip().startswith("--"))
+        sql = _PLACEHOLDER_RE.sub(lambda m: "$" + m.group(1), sql)
+        if self.spine_sql is not None:
+            sql = sql.replace(f"{SCHEMA}.{GENERATED_SPINE.table}", f"({self.spine_sql})")
+        return sql
+
+
+def _mf_reason(exc: Exception) -> str:
+    """MetricFlow's message, made one paragraph (its errors are multi-line reports)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    keep = [ln for ln in lines if not ln.startswith(("Error #", "Query(", "Suggestions:", "Issue Location:"))]
+    text = " ".join(keep[:6]) or type(exc).__name__
+    return text[:600]

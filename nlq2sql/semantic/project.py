@@ -1,0 +1,237 @@
+"""A team's dbt project, as it is, → one MetricFlow semantic manifest (every problem at once).
+
+dbt projects keep ``semantic_models:``, ``metrics:`` and ``saved_queries:`` as plural lists
+beside ordinary dbt keys (``models:``, ``sources:``, ``unit_tests:`` …) and write
+``model: ref('orders')``; MetricFlow's own parser wants one object per YAML document and a
+``node_relation``.  This module does the conversion dbt-core does when it writes
+``target/semantic_manifest.json`` (that artefact is read directly too), builds MetricFlow's
+pydantic objects with their file and line as metadata, applies MetricFlow's transformations
+and runs MetricFlow's validator.  Nothing of the meaning is ours: a problem MetricFlow finds is
+reported in MetricFlow's words, with the file, line and key it concerns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import SemanticModelError
+from .yamlsafe import Doc, YamlProblem, load_documents
+
+__all__ = ["DBT_KEYS", "Problem", "Project", "SemanticProblems", "TimeSpine", "read_project", "ref_table"]
+
+#: Ordinary dbt keys a properties file may hold beside the semantic layer: skipped.
+DBT_KEYS = frozenset({"version", "models", "sources", "seeds", "snapshots", "analyses", "macros", "unit_tests",
+                      "data_tests", "exposures", "groups", "config", "meta", "tests", "semantic_layer"})
+_SKIP_FILES = frozenset({"dbt_project.yml", "profiles.yml", "packages.yml", "selectors.yml", "dependencies.yml",
+                         "package-lock.yml"})
+_SKIP_DIRS = frozenset({"target", "dbt_packages", "logs", "node_modules", ".venv", ".git"})
+_REF = re.compile(r"""^\s*ref\(\s*(['"])([^'"]+)\1\s*(?:,\s*(['"])[^'"]*\3\s*)?\)\s*$""")
+MAX_FILES = 2_000
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Problem(YamlProblem):
+    """One problem of a project; printed as ``file:line: field 'key': message``."""
+
+    def __str__(self) -> str:
+        where = self.path + (f":{self.line}" if self.line else "")
+        return where + (f": field '{self.key}'" if self.key else "") + f": {self.message}"
+
+
+class SemanticProblems(SemanticModelError):
+    """Every problem found in one pass; the CLI prints them all and exits 2."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        first = problems[0]
+        head = (f"{len(problems)} problems in the semantic layer:\n" if len(problems) > 1 else "")
+        body = "\n".join(str(p) for p in problems) if len(problems) > 1 else first.message
+        if len(problems) > 1:
+            super().__init__(head + body)
+        else:
+            super().__init__(body, path=first.path, line=first.line, field=first.key)
+
+
+@dataclass(frozen=True)
+class TimeSpine:
+    """The daily time spine a project declares (dbt ``time_spine:`` config), if any."""
+
+    table: str
+    column: str
+
+
+@dataclass
+class Project:
+    """What was read: the raw objects with their origins, before MetricFlow builds them."""
+
+    name: str
+    path: str
+    sha256: str
+    semantic_models: list[tuple[dict[str, Any], Doc, tuple[Any, ...]]] = field(default_factory=list)
+    metrics: list[tuple[dict[str, Any], Doc, tuple[Any, ...]]] = field(default_factory=list)
+    saved_queries: list[tuple[dict[str, Any], Doc, tuple[Any, ...]]] = field(default_factory=list)
+    declared_spine: TimeSpine | None = None
+    manifest_json: dict[str, Any] | None = None  # a dbt-written semantic_manifest.json, read as is
+
+    def origin(self, kind: str, name: str) -> tuple[Doc, tuple[Any, ...]] | None:
+        items = {"semantic_model": self.semantic_models, "metric": self.metrics,
+                 "saved_query": self.saved_queries}[kind]
+        for obj, doc, at in items:
+            if obj.get("name") == name:
+                return doc, at
+        return None
+
+    def locate(self, kind: str, name: str, *keys: Any) -> tuple[str, int | None]:
+        """File and line of an object (or of one of its keys; list items addressed by name)."""
+        found = self.origin(kind, name)
+        if found is None:
+            return self.path, None
+        doc, at = found
+        path: list[Any] = list(at)
+        node: Any = doc.data
+        for k in at:
+            node = node[k]
+        for key in keys:
+            if isinstance(node, list):
+                idx = next((i for i, x in enumerate(node) if isinstance(x, dict) and x.get("name") == key), None)
+                if idx is None:
+                    break
+                path.append(idx)
+                node = node[idx]
+            elif isinstance(node, dict) and key in node:
+                path.append(key)
+                node = node[key]
+            else:
+                break
+        return doc.path, doc.line(*path)
+
+
+def _files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise SemanticModelError("no such file or folder", path=str(root))
+    found: list[Path] = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).parts
+        if any(part in _SKIP_DIRS or part.startswith(".") for part in rel[:-1]):
+            continue
+        if p.suffix in (".yml", ".yaml") and p.name not in _SKIP_FILES and p.is_file():
+            found.append(p)
+    if not found:
+        raise SemanticModelError("folder holds no .yml/.yaml file", path=str(root))
+    if len(found) > MAX_FILES:
+        raise SemanticModelError(f"more than {MAX_FILES} YAML files: point at the models folder", path=str(root))
+    return found
+
+
+def _spine_of(model: Any) -> TimeSpine | None:
+    """dbt 1.9's time spine model: ``time_spine: {standard_granularity_column: date_day}``."""
+    if not isinstance(model, dict) or not isinstance(model.get("time_spine"), dict):
+        return None
+    col = model["time_spine"].get("standard_granularity_column")
+    name = model.get("alias") or model.get("name")
+    if isinstance(col, str) and isinstance(name, str):
+        return TimeSpine(table=name, column=col)
+    return None
+
+
+def read_project(root: Path, *, name: str, display: str) -> Project:
+    """Read a file or folder; raises :class:`SemanticProblems` listing every problem found."""
+    if root.is_file() and root.suffix == ".json":
+        return _read_manifest_json(root, name=name, display=display)
+    files = _files(root)
+    digest = hashlib.sha256()
+    problems: list[Problem] = []
+    project = Project(name=name, path=display, sha256="")
+    for file in files:
+        shown = _display_file(file, root, display)
+        try:
+            if file.stat().st_size > MAX_FILE_BYTES:
+                problems.append(Problem(shown, None, None, f"larger than {MAX_FILE_BYTES // 1024 // 1024} MiB"))
+                continue
+            raw = file.read_bytes()
+        except OSError as exc:
+            problems.append(Problem(shown, None, None, f"cannot read: {exc.strerror or exc}"))
+            continue
+        digest.update(shown.encode() + b"\0" + raw + b"\0")
+        docs, yproblems = load_documents(shown, raw)
+        problems += [Problem(p.path, p.line, p.key, p.message) for p in yproblems]
+        for doc in docs:
+            problems += _take(project, doc)
+    project.sha256 = digest.hexdigest()
+    if not problems and not project.semantic_models:
+        problems.append(Problem(display, None, None, "no semantic_models defined"))
+    if problems:
+        raise SemanticProblems(problems)
+    return project
+
+
+_KINDS = {"semantic_models": "semantic_models", "semantic_model": "semantic_models", "metrics": "metrics",
+          "metric": "metrics", "saved_queries": "saved_queries", "saved_query": "saved_queries"}
+
+
+def _take(project: Project, doc: Doc) -> list[Problem]:
+    """File one document's objects into the project; the problems of its shape."""
+    if doc.data is None:
+        return []
+    if not isinstance(doc.data, dict):
+        return [Problem(doc.path, doc.line(), None, "top level must be a mapping (semantic_models:, metrics: …)")]
+    out: list[Problem] = []
+    for key, value in doc.data.items():
+        if key in DBT_KEYS:
+            if key == "models" and isinstance(value, list):
+                for m in value:
+                    project.declared_spine = _spine_of(m) or project.declared_spine
+            continue
+        if key == "project_configuration":
+            continue  # MetricFlow's own format: the time spine is chosen by the binding
+        kind = _KINDS.get(str(key))
+        if kind is None:
+            out.append(Problem(doc.path, doc.line(key), str(key),
+                               "unknown top-level key (expected semantic_models, metrics, saved_queries or a dbt key)"))
+            continue
+        if value is None:
+            continue  # an empty key, as dbt allows
+        items = [(value, (key,))] if not key.endswith("s") else (
+            [(v, (key, i)) for i, v in enumerate(value)] if isinstance(value, list) else [])
+        if key.endswith("s") and not isinstance(value, list):
+            out.append(Problem(doc.path, doc.line(key), str(key), "must be a list"))
+            continue
+        for obj, at in items:
+            if not isinstance(obj, dict):
+                out.append(Problem(doc.path, doc.line(*at), ".".join(map(str, at)), "must be a mapping"))
+                continue
+            getattr(project, kind).append((obj, doc, at))
+    return out
+
+
+def _display_file(file: Path, root: Path, display: str) -> str:
+    if root.is_file():
+        return display
+    return str(Path(display) / file.relative_to(root))
+
+
+def _read_manifest_json(path: Path, *, name: str, display: str) -> Project:
+    try:
+        raw = path.read_bytes()
+        data = json.loads(raw)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise SemanticModelError(f"cannot read semantic_manifest.json: {exc}", path=display) from None
+    if not isinstance(data, dict) or "semantic_models" not in data:
+        raise SemanticModelError("not a dbt semantic_manifest.json (no semantic_models key)", path=display)
+    return Project(name=name, path=display, sha256=hashlib.sha256(raw).hexdigest(), manifest_json=data)
+
+
+def ref_table(model: Any) -> str | None:
+    """``ref('orders')`` → ``orders`` (dbt's model reference), else None."""
+    if not isinstance(model, str):
+        return None
+    m = _REF.match(model)
+    return m.group(2) if m else None

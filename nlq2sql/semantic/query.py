@@ -1,0 +1,94 @@
+"""Intent v2: a MetricFlow query as JSON, or a reasoned refusal.
+
+The names are spelled as MetricFlow's query interface spells them (``customer__region``,
+``metric_time__month``, multi-hop paths, bare entities); a ``where`` item is a field, an
+operator and its values, never SQL — the values are bound by the harness.  The seed's three
+intent kinds survive as a *derived label* (:meth:`MetricQuery.kind`) so per-kind tables, the
+majority baseline and the ranking guardrail keep their meaning on v2.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["GRAINS", "OPS", "MetricQuery", "OrderBy", "Unanswerable", "Value", "Where"]
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+Value = Annotated[str, Field(max_length=128)] | int | float
+Op = Literal["eq", "neq", "in", "not_in", "gt", "gte", "lt", "lte", "between"]
+OPS: tuple[str, ...] = ("eq", "neq", "in", "not_in", "gt", "gte", "lt", "lte", "between")
+GRAINS: tuple[str, ...] = ("day", "week", "month", "quarter", "year")
+_ONE = frozenset({"eq", "neq", "gt", "gte", "lt", "lte"})
+METRIC_TIME = "metric_time"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Where(_Strict):
+    """One condition: ``values`` is a list always (one value for eq…lte, two for between)."""
+
+    field: Name
+    op: Op
+    values: tuple[Value, ...] = Field(min_length=1, max_length=50)
+
+    @model_validator(mode="after")
+    def _arity(self) -> Where:
+        if self.op in _ONE and len(self.values) != 1:
+            raise ValueError(f"op {self.op!r} takes exactly one value, got {len(self.values)}")
+        if self.op == "between" and len(self.values) != 2:
+            raise ValueError(f"op 'between' takes exactly two values, got {len(self.values)}")
+        return self
+
+
+class OrderBy(_Strict):
+    field: Name
+    descending: bool = False
+
+
+class MetricQuery(_Strict):
+    """What the question asks for, as MetricFlow would be asked; never SQL text."""
+
+    metrics: tuple[Name, ...] = Field(min_length=1, max_length=8)
+    group_by: tuple[Name, ...] = Field(default=(), max_length=8)
+    where: tuple[Where, ...] | None = Field(default=None, max_length=8)
+    order_by: tuple[OrderBy, ...] | None = Field(default=None, max_length=8)
+    limit: int | None = Field(default=None, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _no_repeats(self) -> MetricQuery:
+        for label, names in (("metrics", self.metrics), ("group_by", self.group_by)):
+            if len(set(names)) != len(names):
+                raise ValueError(f"{label} names an item twice")
+        return self
+
+    def key(self) -> str:
+        """Stable text of the query: equal keys ⇔ equal queries (empty and null lists alike)."""
+        data = self.model_dump(mode="json")
+        data["where"] = data["where"] or []
+        data["order_by"] = data["order_by"] or []
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def ordered(self) -> bool:
+        """Whether row order is part of the answer (it is only when the query orders)."""
+        return bool(self.order_by)
+
+    @property
+    def kind(self) -> str:
+        """The seed's label: time series (grouped by metric_time), top-N (ordered with a limit), breakdown."""
+        if any(g == METRIC_TIME or g.startswith(METRIC_TIME + "__") for g in self.group_by):
+            return "time_series"
+        if self.order_by and self.limit is not None:
+            return "top_n_by_metric"
+        return "breakdown"
+
+
+class Unanswerable(_Strict):
+    """The model's word that this semantic layer cannot express the question."""
+
+    unanswerable: Annotated[str, Field(min_length=1, max_length=300)]
