@@ -21,7 +21,7 @@ from typer._click import exceptions as click_errors  # typer's own (vendored) cl
 from typer.core import TyperGroup
 
 from ..errors import InputError, Nlq2SqlError
-from ..inputs import MAX_REQUESTS, at_most
+from ..inputs import MAX_JSON_DEPTH, MAX_REQUESTS, at_most
 
 
 class OneLineErrors(TyperGroup):
@@ -67,15 +67,17 @@ def finite_floats(params: dict[str, Any]) -> None:
 
 def _say_error(message: str) -> None:
     # One line, always: a message quoting a file's text may carry line breaks.
-    err.print(f"[bold red]error:[/] {escape(' '.join(message.split()))}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(' '.join(message.split()))}", highlight=False, soft_wrap=True,
+              emoji=False)
 
 
 def handled(fn: F) -> F:
     """Turn our errors into exit codes: input 2, other failures 1, Ctrl-C 130.
 
     An ``OSError`` naming a file (a path that is a directory, a FIFO, unreadable, below a
-    file, …) and a ``UnicodeDecodeError`` are input errors too: one line, exit 2, never a
-    traceback, even where a reader has no message of its own for them."""
+    file, …), a ``UnicodeDecodeError`` and a ``RecursionError`` (input nested ~1,000 deep) are
+    input errors too: one line, exit 2, never a traceback, even where a reader has no message
+    of its own for them."""
     # Only a command that can resume says so when interrupted (a sweep or a server cannot).
     on_interrupt = ("interrupted: records so far are kept; rerun with --resume"
                     if "resume" in inspect.signature(fn).parameters else "interrupted")
@@ -86,11 +88,21 @@ def handled(fn: F) -> F:
             finite_floats(kwargs)
             return fn(*args, **kwargs)
         except InputError as exc:
-            _say_error(str(exc))
+            problems = getattr(exc, "problems", None)  # a report of several problems: one line each
+            if problems and len(problems) > 1:
+                _say_error(f"{len(problems)} problems:")
+                for p in problems:
+                    err.print(escape(" ".join(str(p).split())), highlight=False, soft_wrap=True, emoji=False)
+            else:
+                _say_error(str(exc))
             raise typer.Exit(2) from None
         except UnicodeDecodeError as exc:
             _say_error(f"input is not UTF-8 text: byte 0x{exc.object[exc.start:exc.start + 1].hex()} "
                        f"at offset {exc.start} ({exc.reason})")
+            raise typer.Exit(2) from None
+        except RecursionError:  # JSON (or YAML) nested ~1,000 deep that a reader did not bound itself
+            _say_error("input is nested too deeply to read (arrays or objects inside one another "
+                       f"beyond Python's recursion limit; readers accept {MAX_JSON_DEPTH} levels)")
             raise typer.Exit(2) from None
         except OSError as exc:
             if exc.filename is None:

@@ -36,9 +36,10 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
     if report["failed"]:
         raise InputError(f"{len(report['failed'])} of {report['queries']} queries failed", path=wh.catalog.path)
     if not as_json:
-        joins = ", ".join(f"{j['from']}→{j['to']} on {j['entity']}" for j in report["joins"]) or "none"
-        Console().print(f"{wh.catalog.path}: {report['metrics']} metrics × {report['dimensions']} dimensions OK; "
-                        f"{report['queries']} queries ran on {wh.db_path.name}; joins: {joins}", highlight=False)
+        Console().print(f"{wh.catalog.path}: valid for MetricFlow; {report['metrics']} metrics × "
+                        f"{report['dimensions']} dimensions OK; {report['queries']} queries ran on {wh.db_path.name} "
+                        f"({report['compiles']} compiles); time spine: {report['time_spine']}; saved queries: "
+                        f"{len(report['saved_queries'])}", highlight=False)
 
 
 @semantic_app.command("show")
@@ -73,6 +74,11 @@ def semantic_init(db: Annotated[Path, typer.Option("--db", help="DuckDB file to 
         Console().print(f"wrote {out}")
 
 
+def _exact(value: object) -> object:
+    """A value JSON cannot hold (Decimal, date), printed exactly as DuckDB returned it: no rounding."""
+    return str(value)
+
+
 @app.command("sql")
 @handled
 def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as JSON text (or @FILE).")],
@@ -92,6 +98,8 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as 
             raise InputError(f"cannot read: {exc}", path=str(path), field="--intent") from None
     res = sql_for(open_warehouse(semantic_model, db), intent, execute=execute)
     sys.stdout.write(res["sql"] + ";\n")
-    sys.stdout.write("-- params: " + json.dumps(res["params"]) + "\n")
+    sys.stdout.write("-- params: " + json.dumps(res["params"], default=str) + "\n")
+    if "columns" in res:
+        sys.stdout.write(json.dumps(res["columns"]) + "\n")
     for row in res.get("rows", []):
-        sys.stdout.write(json.dumps(row, default=str) + "\n")
+        sys.stdout.write(json.dumps(row, default=_exact) + "\n")

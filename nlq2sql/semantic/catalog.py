@@ -158,8 +158,8 @@ def _owner(manifest: Any, group_by: str) -> str | None:
         return None
     entity, dim = parts[-2], parts[-1]
     for sm in manifest.semantic_models:
-        if any(d.name == dim for d in sm.dimensions) and any(
-                e.name == entity and _value(e.type) in ("primary", "unique", "natural") for e in sm.entities):
+        if any(d.name == dim for d in sm.dimensions) and (sm.primary_entity == entity or any(
+                e.name == entity and _value(e.type) in ("primary", "unique", "natural") for e in sm.entities)):
             return str(sm.name)
     return None
 

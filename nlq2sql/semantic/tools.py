@@ -19,7 +19,7 @@ from .binding import Warehouse
 
 
 def check(wh: Warehouse) -> dict[str, Any]:
-    """Execute one query per metric × dimension and one time series per metric."""
+    """Execute one query per metric × dimension it reaches and one time series per metric."""
     from ..execute import Executor
     from ..intent import Intent
     from ..sqlbuild import build_sql
@@ -27,8 +27,10 @@ def check(wh: Warehouse) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     with Executor(wh.db_path) as ex:
         for metric in wh.catalog.metrics:
+            reachable = set(wh.catalog.engine.group_bys((metric,)))
             shapes: list[tuple[str | None, dict[str, Any]]] = [
-                (d, {"intent": "breakdown", "dimension": d, "time_grain": None}) for d in wh.catalog.dimensions]
+                (d, {"intent": "breakdown", "dimension": d, "time_grain": None})
+                for d, dd in wh.catalog.dimensions.items() if dd.group_by in reachable]
             shapes.append((None, {"intent": "time_series", "dimension": None, "time_grain": "month"}))
             for dim, shape in shapes:
                 intent = Intent.model_validate({"metric": metric, "filters": [], "limit": None, "order": None,
@@ -41,10 +43,11 @@ def check(wh: Warehouse) -> dict[str, Any]:
                     entry.update(ok=False, error=str(exc))
                 results.append(entry)
     failed = [r for r in results if not r["ok"]]
-    return {"semantic_model": wh.catalog.name, "path": wh.catalog.path, "sha256": wh.catalog.sha256,
-            "metrics": len(wh.catalog.metrics), "dimensions": len(wh.catalog.dimensions),
-            "joins": [{"from": f, "to": t, "entity": j.entity} for (f, t), j in wh.catalog.joins.items()],
-            "queries": len(results), "failed": failed, "results": results}
+    cat = wh.catalog
+    return {"semantic_model": cat.name, "path": cat.path, "sha256": cat.sha256, "engine": "metricflow",
+            "metrics": len(cat.metrics), "dimensions": len(cat.dimensions), "time_spine": cat.spine,
+            "saved_queries": [q.name for q in cat.manifest.saved_queries],
+            "compiles": cat.engine.compiles, "queries": len(results), "failed": failed, "results": results}
 
 
 def show(wh: Warehouse, schema: str = "flat") -> dict[str, Any]:
@@ -52,35 +55,67 @@ def show(wh: Warehouse, schema: str = "flat") -> dict[str, Any]:
     from ..intent import compact_regex, intent_schema
 
     cat = wh.catalog
-    return {"semantic_model": cat.name, "path": cat.path, "sha256": cat.sha256,
-            "metrics": {m.name: {"label": m.label, "model": m.model, "sql": m.sql} for m in cat.metrics.values()},
-            "dimensions": {d.name: {"model": d.model, "expr": d.expr, "values": wh.values(d.name)}
-                           for d in cat.dimensions.values()},
+    return {"semantic_model": cat.name, "path": cat.path, "sha256": cat.sha256, "time_spine": cat.spine,
+            "metrics": {m.name: {"label": m.label, "type": m.type, "description": m.description,
+                                 "group_by": list(cat.engine.group_bys((m.name,)))} for m in cat.metrics.values()},
+            "dimensions": {d.name: {"group_by": d.group_by, "model": d.model, "expr": d.expr,
+                                    "values": wh.values(d.name)} for d in cat.dimensions.values()},
+            "saved_queries": {q.name: q.query_params.json() if hasattr(q.query_params, "json") else str(q.query_params)
+                              for q in cat.manifest.saved_queries},
             "years": list(wh.years), "filter_fields": list(cat.vocabulary.filter_fields),
             "schema_mode": schema, "schema": intent_schema(cat, schema),
             "compact_regex": compact_regex(cat, schema)}
 
 
 def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> dict[str, Any]:
-    """One intent (JSON text) → canonical intent, SQL and parameters; rows with ``execute``."""
+    """One intent (JSON text: v2 MetricFlow query, or v1) → SQL and parameters; exact rows with ``execute``.
+
+    A v2 query (a ``metrics`` key) is compiled as it is; a v1 intent is canonicalised first.
+    Rows are printed as DuckDB returns them (no rounding), with the column names.
+    """
+    from pydantic import ValidationError
+
     from ..errors import IntentError
-    from ..execute import Executor
+    from ..execute import connect_read_only
     from ..intent import canonicalise, consistency_problem, parse_intent
     from ..sqlbuild import build_sql
+    from .query import MetricQuery
 
     try:
-        intent = parse_intent(intent_json, wh.catalog)
-    except IntentError as exc:
-        raise InputError(f"{exc.status}: {exc.reason}", field="--intent") from None
-    problem = consistency_problem(intent)
-    if problem:
-        raise InputError(f"inconsistent intent: {problem}", field="--intent")
-    canon = canonicalise(intent)
-    q = build_sql(canon, wh.catalog)
-    out: dict[str, Any] = {"intent": canon.model_dump(mode="json"), "sql": q.sql, "params": list(q.params)}
+        data = json.loads(intent_json)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"not JSON: {exc}", field="--intent") from None
+    out: dict[str, Any]
+    if isinstance(data, dict) and "metrics" in data:
+        try:
+            mq = MetricQuery.model_validate(data)
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            where = ".".join(str(x) for x in e["loc"])
+            raise InputError(f"{where}: {e['msg']}" if where else e["msg"], field="--intent") from None
+        q = wh.catalog.engine.compile(mq)
+        out = {"query": json.loads(mq.key()), "kind": mq.kind, "sql": q.sql, "params": list(q.params)}
+    else:
+        try:
+            intent = parse_intent(intent_json, wh.catalog)
+        except IntentError as exc:
+            raise InputError(f"{exc.status}: {exc.reason}", field="--intent") from None
+        problem = consistency_problem(intent)
+        if problem:
+            raise InputError(f"inconsistent intent: {problem}", field="--intent")
+        canon = canonicalise(intent)
+        q = build_sql(canon, wh.catalog)
+        out = {"intent": canon.model_dump(mode="json"), "sql": q.sql, "params": list(q.params)}
     if execute:
-        with Executor(wh.db_path) as ex:
-            out["rows"] = [list(r) for r in ex.run(q)]
+        con = connect_read_only(wh.db_path)
+        try:
+            cur = con.execute(q.sql, list(q.params))
+            out["columns"] = [d[0] for d in cur.description or ()]
+            out["rows"] = [list(r) for r in cur.fetchall()]
+        except duckdb.Error as exc:
+            raise InputError(f"the query failed in DuckDB: {str(exc).splitlines()[0]}", field="--intent") from None
+        finally:
+            con.close()
     return out
 
 
@@ -107,6 +142,7 @@ def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
             raise InputError("the database has no tables", path=str(db), field="--db")
         models: list[dict[str, Any]] = []
         metrics: list[dict[str, Any]] = []
+        used: set[str] = set()  # measure and metric names are unique across a MetricFlow project
         for t in tables:
             cols = con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
                                "ORDER BY ordinal_position", [t]).fetchall()
@@ -125,12 +161,16 @@ def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
                     dims.append({"name": name, "type": "time", "type_params": {"time_granularity": "day"}})
                     time_dim = time_dim or name
                 elif dtype.startswith(_NUMERIC):
-                    measures.append({"name": f"total_{name}", "agg": "sum", "expr": name})
+                    mname = f"total_{name}" if f"total_{name}" not in used else f"{t}_total_{name}"
+                    used.add(mname)
+                    measures.append({"name": mname, "agg": "sum", "expr": name})
                 elif dtype == "VARCHAR" or dtype == "BOOLEAN":
                     n = con.execute(f'SELECT COUNT(DISTINCT "{name}") FROM "{t}"').fetchone()
                     if n is not None and n[0] <= max_categorical:
                         dims.append({"name": name, "type": "categorical"})
             model: dict[str, Any] = {"name": t, "description": f"Table {t} (edit me).", "model": f"ref('{t}')"}
+            if not any(e["type"] == "primary" for e in entities):
+                model["primary_entity"] = t  # MetricFlow: a model with dimensions needs a primary entity
             if time_dim:
                 model["defaults"] = {"agg_time_dimension": time_dim}
                 measures.insert(0, {"name": f"{t}_count", "agg": "count", "expr": "1"})
