@@ -539,6 +539,70 @@ def test_hostile_records_are_shown_not_run_from_server(browser: Browser, tmp_pat
         srv.server_close()
 
 
+# ---------------------------------------------------------------- a run's own files, through the server
+
+RUN_FILES = {  # each would run script if it were served as what its name says
+    "evil.js": "document.title = 'pwned'; window.__pwned = 1; fetch('/pwned-by-js');",
+    "evil.html": '<!doctype html><title>html</title><script src="evil.js"></script><script>alert(1)</script>'
+                 '<img src="/pwned-img" onerror="alert(2)">',
+    "evil.xhtml": '<html xmlns="http://www.w3.org/1999/xhtml"><head><title>xhtml</title><script src="evil.js"/>'
+                  '<script>document.title = "pwned"; alert(1)</script></head>'
+                  '<body><img src="/pwned-img" onerror="alert(2)"/></body></html>',
+    "evil.xml": '<?xml version="1.0"?><root><script xmlns="http://www.w3.org/1999/xhtml" src="evil.js"/>'
+                '<script xmlns="http://www.w3.org/1999/xhtml">document.title = "pwned"; alert(1)</script></root>',
+    "evil.svg": '<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"><script href="evil.js"/>'
+                '<script>document.title = "pwned"</script></svg>',
+}
+
+
+def test_run_files_are_text_and_run_no_script(browser: Browser, tmp_path: Path) -> None:
+    run = shutil.copytree(HELDOUT, tmp_path / "run")
+    for name, text in RUN_FILES.items():
+        (run / name).write_text(text)
+    srv = make_server(build_bundle(load_runs([run]), raw_files=True), [run], 0)
+    serve_in_thread(srv)
+    try:
+        v = Viewer(browser, srv.url)
+        page = v.open("runs", "runs")
+        assert set(RUN_FILES) <= set(page.locator("#runs-facts a[href^='runs/0/']").all_inner_texts())
+        for name, text in RUN_FILES.items():
+            del v.requests[:]
+            if name == "evil.html":  # through the Runs page's link, as a user would
+                v.open("runs", "runs")
+                del v.requests[:]
+                with page.expect_navigation():
+                    page.click(f"#runs-facts a[href='runs/0/{name}']")
+                resp = page.context.request.head(srv.url + f"runs/0/{name}")
+            else:
+                resp = page.goto(srv.url + f"runs/0/{name}")
+            assert resp is not None and resp.status == 200, name
+            assert resp.headers["content-type"] == "text/plain; charset=utf-8", (name, resp.headers)
+            assert resp.headers["content-security-policy"].startswith("sandbox;"), name
+            assert resp.headers["x-content-type-options"] == "nosniff", name
+            page.wait_for_timeout(300)  # time for anything that would run
+            assert page.locator("body").inner_text() == text, name  # shown as text
+            assert page.title() != "pwned" and v.dialogs == [], name
+            asked = [u for u in v.requests if not u.endswith("/favicon.ico")]
+            assert asked == [srv.url + f"runs/0/{name}"], (name, asked)  # not even evil.js or an image
+        v.check_clean()
+        v.close()
+        # nor can the viewer's own page (same origin) run a run's .js as a script: it is text/plain
+        # under nosniff (the page's policy is lifted here, to see that the type alone refuses it)
+        ctx = browser.new_context(bypass_csp=True)
+        page = ctx.new_page()
+        page.goto(srv.url + "index.html#runs")
+        page.wait_for_selector('body[data-ready="runs"]', state="attached")
+        got = page.evaluate("""(u) => new Promise(r => { const s = document.createElement('script');
+            s.onload = () => r('ran'); s.onerror = () => r('refused'); s.src = u; document.head.appendChild(s); })""",
+                            "runs/0/evil.js")
+        assert got == "refused" and page.evaluate("typeof window.__pwned") == "undefined"
+        assert page.title() != "pwned"
+        ctx.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 # ---------------------------------------------------------------- 100k items
 
 def big_run(tmp: Path, n: int) -> Path:

@@ -24,12 +24,13 @@ import pytest
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
+from nlq2sql.errors import InputError
 from nlq2sql.score import mcnemar_exact
 from nlq2sql.view import build_bundle, load_runs
 from nlq2sql.view.bundle import CSP, js_string
 from nlq2sql.view.runs import headline, wilson
 from nlq2sql.view.runs import mcnemar_exact as view_mcnemar
-from nlq2sql.view.server import ViewServer, make_server, safe_parts, serve_in_thread
+from nlq2sql.view.server import HEADERS, ViewServer, make_server, safe_parts, serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "view-runs"  # frozen copies of committed runs (see test_view.py)
@@ -250,6 +251,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ViewServe
     secret.write_text("outside the run directory")
     (run / "escape.txt").symlink_to(secret)
     (run / "inside-link.json").symlink_to(run / "manifest.json")
+    os.link(secret, run / "hard-link.txt")  # a second name for a file outside the run
+    for name, body in HOSTILE_FILES.items():
+        (run / name).write_bytes(body)
     srv = make_server(build_bundle(load_runs([run]), raw_files=True), [run], 0)
     serve_in_thread(srv)
     yield srv, run
@@ -290,6 +294,107 @@ def test_server_serves_its_page_and_run_files(server: tuple[ViewServer, Path]) -
     assert status == 200 and body == (run / "manifest.json").read_bytes()
     status, headers, body = request(srv, "HEAD", "/runs/0/manifest.json")
     assert status == 200 and body == b"" and int(headers["content-length"]) == (run / "manifest.json").stat().st_size
+
+
+HOSTILE_FILES = {
+    "evil.js": b"window.__pwned = 1;",
+    "evil.mjs": b"window.__pwned = 1;",
+    "evil.html": b"<script>window.__pwned=1</script>",
+    "evil.xhtml": b'<html xmlns="http://www.w3.org/1999/xhtml"><script src="evil.js"/></html>',
+    "evil.xml": b'<?xml version="1.0"?><s xmlns="http://www.w3.org/1999/xhtml"><script>1</script></s>',
+    "evil.svg": b'<svg xmlns="http://www.w3.org/2000/svg" onload="window.__pwned=1"/>',
+    "plot.png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe",
+}
+
+
+def test_every_run_file_is_plain_text_in_a_sandbox(server: tuple[ViewServer, Path]) -> None:
+    srv, run = server
+    for name in [*HOSTILE_FILES, "records.jsonl", "manifest.json", "summary.json", "inside-link.json"]:
+        for method in ("GET", "HEAD"):
+            status, headers, body = request(srv, method, f"/runs/0/{name}")
+            assert status == 200, (name, method)
+            assert headers["content-type"] == "text/plain; charset=utf-8", (name, headers["content-type"])
+            assert headers["content-security-policy"].startswith("sandbox;"), name
+            assert "default-src 'none'" in headers["content-security-policy"], name
+            assert headers["x-content-type-options"] == "nosniff", name
+            for key in HEADERS:
+                assert key.lower() in headers, (name, key)
+            # text is shown; bytes that are not UTF-8 text are handed over as a download
+            attach = headers.get("content-disposition", "")
+            assert attach.startswith("attachment") == (name == "plot.png"), (name, attach)
+            if method == "GET":
+                assert body == (run / name).read_bytes()
+
+
+def test_a_hard_link_is_refused(server: tuple[ViewServer, Path]) -> None:
+    srv, run = server
+    assert (run / "hard-link.txt").stat().st_nlink == 2
+    status, _, body = request(srv, "GET", "/runs/0/hard-link.txt")
+    assert status == 403 and b"outside the run directory" not in body
+
+
+def raw_answer(srv: ViewServer, data: bytes) -> tuple[str, dict[str, str], bytes]:
+    """Send ``data`` as it is on a fresh connection; the status line, headers and body back."""
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+        s.sendall(data)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    return status, {k.strip().lower(): v.strip() for k, v in (x.split(":", 1) for x in lines)}, body
+
+
+def test_error_answers_carry_the_security_headers(server: tuple[ViewServer, Path]) -> None:
+    srv, _ = server
+    host = f"Host: 127.0.0.1:{srv.port}\r\n".encode()
+    cases = {
+        b"GARBAGE\r\n\r\n": 400,  # one word: no method and path
+        b"GET / HTTP/9.x\r\n" + host + b"\r\n": 400,  # a bad version
+        b"POST /\r\n\r\n": 400,  # an HTTP/0.9 request that is not GET
+        b"GET / HTTP/1.1 extra words\r\n\r\n": 400,
+        b"BREW / HTTP/1.1\r\n" + host + b"\r\n": 501,  # an unknown method
+        b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n": 414,
+        b"GET / HTTP/1.1\r\n" + host + b"".join(b"X-%d: 1\r\n" % i for i in range(120)) + b"\r\n": 431,
+    }
+    for data, code in cases.items():
+        status, headers, body = raw_answer(srv, data)
+        assert status.startswith(f"HTTP/1.0 {code} "), (data[:40], status)
+        for key, value in HEADERS.items():
+            assert headers.get(key.lower()) == value, (data[:40], key)
+        assert headers["content-type"] == "text/plain; charset=utf-8", data[:40]
+        assert b"<" not in body and b"GARBAGE" not in body and b"BREW" not in body, (data[:40], body)
+
+
+def test_restart_on_the_same_port_right_after_a_stop() -> None:
+    files = build_bundle(load_runs([HELDOUT]))
+    first = make_server(files, [HELDOUT], 0)
+    port = first.port
+    serve_in_thread(first)
+    try:
+        # an answered request leaves the server's side of the connection in TIME_WAIT
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/", headers={"Host": f"127.0.0.1:{port}"})
+        assert conn.getresponse().read().startswith(b"<!doctype html>")
+        conn.close()
+    finally:
+        first.shutdown()
+        first.server_close()
+    second = make_server(files, [HELDOUT], port)  # at once, on the same port
+    serve_in_thread(second)
+    try:
+        assert second.port == port
+        # a port a live server listens on stays refused (SO_REUSEADDR on Linux allows that only
+        # for a port without a listener; SO_REUSEPORT, which would share it, is not set)
+        with pytest.raises(InputError, match="already in use"):
+            make_server(files, [HELDOUT], port)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/", headers={"Host": f"127.0.0.1:{port}"})
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        second.shutdown()
+        second.server_close()
 
 
 TRAVERSALS = [

@@ -9,32 +9,47 @@ It answers GET and HEAD for exactly two kinds of path:
   relative, and that the resolved file (symlinks followed) still lies inside that
   directory.
 
+A run's file is data, never a page or a script: whatever its name, it is served as
+``text/plain; charset=utf-8`` under ``Content-Security-Policy: sandbox`` (bytes that are not
+UTF-8 text as an attachment), so a ``.js``, ``.html``, ``.xhtml``, ``.xml`` or ``.svg`` left in a
+run directory cannot run script in the viewer's origin.  A file with more than one hard link
+is refused: its other name may lie outside the run directory, and finding out would mean
+walking the disk.
+
 Everything else is 404 (unknown), 403 (refused path, foreign Host header) or 405 (any
 method but GET and HEAD).  A foreign ``Host`` is refused so that a web page cannot reach
-the server through DNS rebinding.  Every answer carries the page's Content-Security-Policy.
+the server through DNS rebinding.  Every answer -- http.server's own 400, 414, 431 and 501
+included -- carries the security headers.
 """
 
 from __future__ import annotations
 
 import errno
-import mimetypes
+import os
+import stat
 import threading
 from collections.abc import Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from ..errors import InputError
 from .bundle import CSP
 
 HOST = "127.0.0.1"
+#: The page's own files (a run's file is always RUN_FILE_TYPE).
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-         ".css": "text/css; charset=utf-8", ".json": "application/json", ".jsonl": "text/plain; charset=utf-8",
-         ".md": "text/plain; charset=utf-8", ".log": "text/plain; charset=utf-8", ".png": "image/png"}
+         ".css": "text/css; charset=utf-8"}
 HEADERS = {"Content-Security-Policy": CSP + "; frame-ancestors 'none'", "X-Content-Type-Options": "nosniff",
            "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY", "Cache-Control": "no-store",
            "Cross-Origin-Resource-Policy": "same-origin", "Cross-Origin-Opener-Policy": "same-origin"}
+#: A run's file: no script, no plugin, no form, an opaque origin even if a browser sniffed it as a page.
+RUN_FILE_CSP = "sandbox; default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+RUN_FILE_TYPE = "text/plain; charset=utf-8"
+
+__all__ = ["HEADERS", "HOST", "RUN_FILE_CSP", "Handler", "ViewServer", "make_server", "safe_parts",
+           "serve_in_thread"]
 
 
 def safe_parts(raw_path: str) -> list[str] | None:
@@ -54,8 +69,12 @@ def safe_parts(raw_path: str) -> list[str] | None:
 
 
 class ViewServer(ThreadingHTTPServer):
+    """The viewer's server.  SO_REUSEADDR lets it start again on a port whose last connections
+    are in TIME_WAIT; on Linux a port with a live listener is still refused (no SO_REUSEPORT)."""
+
     daemon_threads = True
-    allow_reuse_address = False
+    allow_reuse_address = True
+    allow_reuse_port = False
 
     def __init__(self, files: Mapping[str, bytes], run_dirs: list[Path], port: int = 0) -> None:
         self.files = files
@@ -91,6 +110,18 @@ class Handler(BaseHTTPRequestHandler):
     def _refuse(self, status: HTTPStatus) -> None:
         self._send(status, f"{status.value} {status.phrase}\n".encode())
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (bad request line, unknown method, too long, too many
+        headers) with the security headers, as plain text that echoes nothing of the request."""
+        try:
+            status = HTTPStatus(code)
+        except ValueError:
+            status = HTTPStatus.BAD_REQUEST
+        if self.request_version == "HTTP/0.9":  # http.server would write the body alone, no headers
+            self.request_version = "HTTP/1.0"
+        self.close_connection = True
+        self._send(status, f"{status.value} {status.phrase}\n".encode(), extra={"Connection": "close"})
+
     def _host_ok(self) -> bool:
         host = (self.headers.get("Host") or "").strip().lower()
         return host in (f"127.0.0.1:{self.server.port}", f"localhost:{self.server.port}")
@@ -124,16 +155,17 @@ class Handler(BaseHTTPRequestHandler):
             return self._refuse(HTTPStatus.NOT_FOUND)
         if not target.is_relative_to(root):
             return self._refuse(HTTPStatus.FORBIDDEN)
-        if not target.is_file():
+        body = read_run_file(target)
+        if body is None:
             return self._refuse(HTTPStatus.NOT_FOUND)
+        if isinstance(body, HTTPStatus):
+            return self._refuse(body)
+        extra = {"Content-Security-Policy": RUN_FILE_CSP}
         try:
-            body = target.read_bytes()
-        except OSError:
-            return self._refuse(HTTPStatus.NOT_FOUND)
-        ctype = TYPES.get(target.suffix) or mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-        if ctype.startswith("text/html") or ctype.endswith("javascript") or "svg" in ctype:
-            ctype = "text/plain; charset=utf-8"  # a run's file is data, never a page or a script
-        self._send(HTTPStatus.OK, body, ctype)
+            body.decode("utf-8")
+        except UnicodeDecodeError:  # not text: a download, never rendered
+            extra["Content-Disposition"] = "attachment; filename*=UTF-8''" + quote(target.name, safe="")
+        self._send(HTTPStatus.OK, body, RUN_FILE_TYPE, extra)
 
     def _not_allowed(self) -> None:
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"405 read-only: GET and HEAD only\n",
@@ -141,6 +173,29 @@ class Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed  # noqa: N815
     do_PROPFIND = do_MKCOL = do_COPY = do_MOVE = do_LOCK = do_UNLOCK = _not_allowed  # noqa: N815
+
+
+def read_run_file(target: Path) -> bytes | HTTPStatus | None:
+    """The bytes of a regular file with one name only (no hard link that may lie outside the run);
+    403 for a file with other names, None for what is not a readable regular file.
+
+    The file is opened without following a last-moment symlink and checked on the open
+    descriptor, so what is checked is what is read.
+    """
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if st.st_nlink != 1:
+            return HTTPStatus.FORBIDDEN
+        try:
+            return fh.read()
+        except OSError:
+            return None
 
 
 def make_server(files: Mapping[str, bytes], run_dirs: list[Path], port: int = 0) -> ViewServer:
