@@ -11,14 +11,22 @@ the same wherever it was made:
 * the retry budget is **one** counter for the run (shared memory locally, a Ray actor on a
   cluster);
 * records stream back to this process, which alone writes ``records.jsonl`` (in completion
-  order, flushed per record), so resume after a kill is exact, as for one process.
+  order, flushed per record), so resume after a kill is exact, as for one process;
+* a worker process dies with its driver: on Linux the kernel kills it the moment the driver
+  dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``, set as the worker starts), and everywhere a
+  watchdog thread ends it within ``PARENT_POLL_S`` of its parent changing -- requests in
+  flight, retry waits and all: a killed driver's workers send nothing more.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import queue as queue_mod
+import signal
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -106,13 +114,48 @@ def shares(concurrency: int, workers: int) -> list[int]:
     return [base + (i < extra) for i in range(workers)]
 
 
+#: How often a worker's watchdog checks that its driver is still its parent.
+PARENT_POLL_S = 0.1
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """End this process as soon as ``parent_pid`` (the driver that started it) is gone.
+
+    Linux: ``PR_SET_PDEATHSIG`` asks the kernel to SIGKILL us when the parent dies (it fires on
+    the death of the parent's *thread* that started us: ``run_workers`` starts its workers from
+    the thread that runs it, and they are done before it returns).  Checked after setting it, in
+    case the driver died first.  A watchdog thread polls ``getppid`` as well (other systems,
+    and a second line): a reparented worker exits at once, without cleaning up -- whatever it
+    was doing belonged to a run that no longer has a writer."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still holds
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="nlq2sql-parent-watch", daemon=True).start()
+
+
 def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, inbox: Queue, outbox: Queue,
                 budget: RetryBudget, deadline: float | None, parent_pid: int | None,
                 golds: Sequence[EvalCase] = ()) -> None:
     """A worker's whole life: answer items from ``inbox`` with ``slots`` in flight, send each
     record to ``outbox``, then a final ``("done", report)``.  ``None`` in the inbox ends a lane.
     ``golds`` (a case per distinct gold intent) are answered by the warehouse before the first
-    request, as one process does (``ItemRunner.prepare``)."""
+    request, as one process does (``ItemRunner.prepare``).  ``parent_pid``: a worker process
+    ends when that driver dies (``die_with_parent``); None for a Ray actor (Ray ends the
+    actors of a driver that died)."""
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     try:
         report = asyncio.run(_serve(cfg, endpoint, slots, inbox, outbox, budget, deadline, parent_pid, golds))
         outbox.put(("done", report))

@@ -176,3 +176,41 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, 
                                             None, None, golds))
     assert report["sent"] == len(repeated) and outbox.qsize() == len(repeated)
     assert memo_at_start == {build_sql(canonicalise(c.gold), wh.catalog) for c in cases}
+
+
+def test_workers_die_with_their_driver(tmp_path: Path) -> None:
+    """Issue 27: the driver (``--workers 2``) is SIGKILLed mid-run: within ~2 s no worker
+    process is left, and from 1 s after the kill the server sees no request at all.  The items
+    in flight at the kill hang 2 s, then fail with a retryable 504: a worker that finished its
+    requests before looking for its driver would still be there, and would retry them."""
+    import psutil
+
+    slow = {f"ho-{i:03d}": [{"kind": "hang", "seconds": 2}] * 4 for i in range(5, 61)}
+    with FakeServer(tmp_path / "fake", script(by_question=by_ids("heldout", slow)), model=MODEL, delay_s=1.0) as f:
+        out = tmp_path / "run"
+        proc = subprocess.Popen([sys.executable, "-m", "nlq2sql.cli", "eval", "--endpoint", f.url, "--model", MODEL,
+                                 "--limit", "60", "--concurrency", "4", "--workers", "2", "--timeout", "20",
+                                 "--out", str(out)], cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            records = out / "records.jsonl"
+            deadline = time.monotonic() + 240
+            while not (records.exists() and len(records.read_text().splitlines()) >= 4):
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.monotonic() < deadline, "no records from the workers"
+                time.sleep(0.05)
+            children = psutil.Process(proc.pid).children(recursive=True)
+            workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+            assert len(workers) == 2, [c.cmdline() for c in children]
+            killed_at = time.time()
+            os.kill(proc.pid, signal.SIGKILL)  # the driver only
+            proc.wait()
+            gone, alive = psutil.wait_procs(children, timeout=2.5)
+            assert not alive, f"outlived their driver: {[(p.pid, p.cmdline()) for p in alive]}"
+            time.sleep(max(0.0, killed_at + 3.0 - time.time()))
+            late = [e for e in f.entries() if e.get("path", "").startswith("/v1/") and e["t"] > killed_at + 1.0]
+            assert not late, f"{len(late)} requests reached the server more than 1 s after the driver died"
+            assert len(list(iter_records(records))) < 60  # it really was killed mid-run
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
