@@ -12,6 +12,7 @@ import json
 import os
 import re
 import stat
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -118,17 +119,108 @@ def read_text(path: str | Path, what: str = "") -> str:
         raise not_utf8(moved, path=str(p), line=data.count(b"\n", 0, at) + 1, line_offset=0) from None
 
 
-__all__ = ["decode_line", "json_object", "not_utf8", "read_text", "regular_file", "reusable_rest", "split_id"]
+__all__ = ["MAX_JSON_DEPTH", "check_json_depth", "decode_line", "json_depth", "json_object", "not_utf8",
+           "option_text", "parse_json", "read_text", "regular_file", "reusable_rest", "split_id"]
 
 
 def json_object(text: str, *, path: str, line: int, cls: type[InputError] = InputError) -> dict[str, Any]:
     """One JSONL line's object, or one ``cls`` error naming file and line (and the column where
     the JSON broke): the message every reader of a user's JSONL gives."""
     try:
-        obj = json.loads(text)
+        obj = parse_json(text, path=path, line=line, cls=cls)
     except json.JSONDecodeError as exc:
         raise cls(f"malformed JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})", path=path,
                   line=line) from None
     if not isinstance(obj, dict):
         raise cls("each line must be a JSON object", path=path, line=line)
     return obj
+
+
+#: Deepest nesting of arrays and objects accepted in a user's JSON.  Python's ``json`` (and
+#: msgspec) recurse once per level and raise ``RecursionError`` near 1,000 levels -- a 2 KB line
+#: of ``[[[[…`` -- and anything that walks a parsed value later (validation, ``json.dumps`` of a
+#: record) would recurse as deep; no file this harness reads needs more than a handful of levels.
+MAX_JSON_DEPTH = 64
+
+_ESCAPE = re.compile(r"\\.", re.S)  # a backslash and the character it escapes
+_STRING = re.compile(r'"[^"]*"')  # a string, once its escapes are gone
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deep arrays and objects nest in JSON ``text`` (brackets inside strings not counted;
+    0 for a scalar), computed without parsing it: C-speed passes over the text, no recursion."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", _ESCAPE.sub("", text)))
+    return max(accumulate(map(_DELTA.__getitem__, brackets)), default=0)
+
+
+def _too_deep_at(text: str) -> int:
+    """Index in ``text`` of the bracket that first nests deeper than :data:`MAX_JSON_DEPTH`
+    (an error path only: a plain scan), or -1."""
+    depth, in_string, escaped = 0, False, False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return i
+        elif ch in "]}":
+            depth -= 1
+    return -1
+
+
+def _too_deep(where: str = "") -> str:
+    return f"JSON nested more than {MAX_JSON_DEPTH} levels deep{where} (arrays and objects; refused unparsed)"
+
+
+def check_json_depth(text: str, *, path: str | None, line: int | None = None,
+                     cls: type[InputError] = InputError, field: str | None = None) -> None:
+    """Refuse JSON ``text`` nested more than :data:`MAX_JSON_DEPTH` levels, before it is parsed:
+    one ``cls`` error naming the file and line (``line``: the JSONL line ``text`` is; None: a
+    whole file, whose line is found) and the column.  Costs two ``str.count`` calls for any text
+    with at most that many brackets, which is nearly every line a harness reads."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH or json_depth(text) <= MAX_JSON_DEPTH:
+        return
+    at = max(_too_deep_at(text), 0)
+    start = text.rfind("\n", 0, at) + 1
+    if line is None:
+        line = text.count("\n", 0, at) + 1
+    raise cls(_too_deep(f" at column {at - start + 1}"), path=path, line=line, field=field)
+
+
+def parse_json(text: str, *, path: str | None, line: int | None = None, cls: type[InputError] = InputError,
+               field: str | None = None) -> Any:
+    """``json.loads(text)`` for text a user gave: nested at most :data:`MAX_JSON_DEPTH` levels
+    (checked first, see :func:`check_json_depth`), and what ``json`` raises besides a
+    ``JSONDecodeError`` -- an integer of more than 4,300 digits, a ``RecursionError`` -- is one
+    ``cls`` error naming the file and line.  A ``JSONDecodeError`` is raised as it is: each
+    reader words it (its column, or the line of a whole file)."""
+    check_json_depth(text, path=path, line=line, cls=cls, field=field)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion: …"
+        raise cls(f"malformed JSON ({str(exc).split(':')[0]})", path=path, line=line, field=field) from None
+    except RecursionError:  # not reached after the depth check; kept so no reader ever shows one
+        raise cls(_too_deep(), path=path, line=line, field=field) from None
+
+
+def option_text(value: str, option: str) -> str:
+    """An option's text, or with ``@PATH`` the text of that file: a regular file only (a FIFO
+    would block the command forever), strictly UTF-8; a problem names the file and the option."""
+    if not value.startswith("@"):
+        return value
+    path = value[1:]
+    if not path:
+        raise InputError("'@' must be followed by a file name", field=option)
+    return read_text(path, f"{option} file")
