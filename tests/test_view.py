@@ -539,6 +539,72 @@ def test_hostile_records_are_shown_not_run_from_server(browser: Browser, tmp_pat
         srv.server_close()
 
 
+# ---------------------------------------------------------------- bidi controls, bad links
+
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+def marked(text: str) -> str:
+    """Text as the page shows it: each bidi control as its code point."""
+    return "".join(f"⟨U+{ord(c):04X}⟩" if c in BIDI else c for c in text)
+
+
+def test_bidi_controls_are_shown_as_code_points(browser: Browser, tmp_path: Path) -> None:
+    run = shutil.copytree(HELDOUT, tmp_path / "bidi")
+    recs = records(run)
+    recs[0].update(id="\u202egnp.exe", question="Revenue \u2067by\u2069 region" + BIDI,
+                   category="\u202dcat", raw_text='{"a": "\u200f"}')
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    m = json.loads((run / "manifest.json").read_text())
+    m["model"] = "\u202eledom"
+    (run / "manifest.json").write_text(json.dumps(m))
+    (run / "\u202egnp.exe").write_text("a file named to read as exe.png")
+    site = write_bundle(build_bundle(load_runs([run])), tmp_path / "site")
+    srv = make_server(build_bundle(load_runs([run]), raw_files=True), [run], 0)
+    serve_in_thread(srv)
+    try:
+        for base in (site.as_uri() + "/", srv.url):
+            v = Viewer(browser, base)
+            page = v.open("runs", "runs")
+            assert page.locator("#runs-facts tbody tr td").nth(2).inner_text() == "⟨U+202E⟩ledom"
+            if base.startswith("http"):
+                assert "⟨U+202E⟩gnp.exe" in page.locator("#runs-facts a[href^='runs/0/']").all_inner_texts()
+            texts = [page.locator("body").inner_text()]
+            page = v.go("items/0", "items")
+            assert page.locator("#items-table a.item-link").first.inner_text() == "⟨U+202E⟩gnp.exe"
+            assert page.locator("#items-table td.question").first.inner_text() == marked(recs[0]["question"])
+            assert page.locator("#items-table td.question").first.get_attribute("title") == marked(recs[0]["question"])
+            assert "⟨U+202D⟩cat (1)" in page.locator("#filter-category").inner_text()
+            page.select_option("#filter-category", "\u202dcat")  # the filter still matches the recorded value
+            wait_count(page, 1)
+            texts.append(page.locator("body").inner_text())
+            page = v.go("item/0/0", "item")
+            assert page.locator("#item-id").inner_text() == "⟨U+202E⟩gnp.exe"
+            assert page.locator("#item-question").inner_text() == marked(recs[0]["question"])
+            assert "⟨U+200F⟩" in page.locator("#item-raw").inner_text()
+            texts.append(page.locator("body").inner_text())
+            for text in texts:
+                assert not set(BIDI) & set(text), [c for c in text if c in BIDI]
+            v.check_clean()
+            v.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_bad_item_link_says_no_such_item(viewer: Viewer) -> None:
+    n = len(records(HELDOUT))
+    for route in (f"item/0/{n}", "item/0/99999999999", "item/0/-1", "item/0/abc", "item/0/1x", "item/0/",
+                  "item/0", "item/99/0", "item/x/0", "item/0/1/2"):
+        page = viewer.open(route, "error")
+        msg = page.locator("#page-error").inner_text()
+        assert msg.startswith("Could not show this page: no such item: #" + route), (route, msg)
+    page = viewer.open(f"item/0/{n}", "error")
+    assert f"run #0 has {n} items, positions 0 to {n - 1}" in page.inner_text("#page-error")
+    assert not any("-c" in u.rsplit("/", 1)[-1] for u in viewer.requests)  # no record chunk asked for
+    assert viewer.open(f"item/0/{n - 1}", "item").locator("#item-id").inner_text() == records(HELDOUT)[-1]["id"]
+
+
 # ---------------------------------------------------------------- a run's own files, through the server
 
 RUN_FILES = {  # each would run script if it were served as what its name says

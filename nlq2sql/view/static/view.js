@@ -1,7 +1,8 @@
 /* nlq2sql view: runs, items, one item, comparison — drawn from run records.
  *
  * Every recorded string (questions, model output, ids, manifest values) reaches the page
- * through textContent / text nodes / setAttribute on inert attributes, never as markup:
+ * through textContent / text nodes / setAttribute on inert attributes, never as markup
+ * (with bidi controls shown as ⟨U+XXXX⟩, see marked()):
  * the page's policy (require-trusted-types-for 'script') makes innerHTML with a string
  * throw, and this file never uses it.  Data arrives as data/*.js files that call
  * __nlq2sql_load(name, payload); only names matching DATA_NAME can be loaded.
@@ -72,13 +73,20 @@
     for (let i = 2; i < arguments.length; i++) add(el, arguments[i]);
     return el;
   }
+  /* Bidi controls reorder the text around them ("\u202egnp.exe" reads "exe.png"), so none reaches
+     the page as such: each is shown as its code point, ⟨U+202E⟩.  Applied to every text and title. */
+  const BIDI = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  function marked(s) {
+    return String(s).replace(BIDI, function (c) { return "⟨U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "⟩"; });
+  }
   function setAttrs(el, attrs) {
     if (!attrs) return;
     Object.keys(attrs).forEach(function (k) {
       const v = attrs[k];
       if (v === null || v === undefined || v === false) return;
       if (k === "class") el.setAttribute("class", v);
-      else if (k === "text") el.textContent = String(v);
+      else if (k === "text") el.textContent = marked(v);
+      else if (k === "title") el.setAttribute("title", marked(v));
       else if (k.slice(0, 2) === "on") el.addEventListener(k.slice(2), v);
       else if (k === "href") el.setAttribute("href", "#" + String(v).replace(/^#/, ""));
       else if (k === "rawhref") el.setAttribute("href", String(v));
@@ -88,7 +96,7 @@
   function add(el, c) {
     if (c === null || c === undefined || c === false) return;
     if (Array.isArray(c)) { c.forEach(function (x) { add(el, x); }); return; }
-    el.append(c instanceof Node ? c : String(c));
+    el.append(c instanceof Node ? c : marked(c));
   }
   function clear(el) { while (el.firstChild) el.removeChild(el.firstChild); return el; }
   function app() { return document.getElementById("app"); }
@@ -138,7 +146,7 @@
     const frag = document.createDocumentFragment();
     if (typeof text !== "string") { frag.append(h("span", { class: "muted", text: "(no text recorded)" })); return frag; }
     let buf = "";
-    const flush = function () { if (buf) { frag.append(buf); buf = ""; } };
+    const flush = function () { if (buf) { frag.append(marked(buf)); buf = ""; } };
     for (const ch of text) {
       if (/\s/.test(ch)) {
         flush();
@@ -194,7 +202,7 @@
       if (still()) document.body.setAttribute("data-ready", route.view);
     }, function (e) {
       if (!still()) return;
-      root.append(h("p", { class: "error", text: "Could not show this page: " + (e && e.message ? e.message : String(e)) }));
+      root.append(h("p", { class: "error", id: "page-error", text: "Could not show this page: " + (e && e.message ? e.message : String(e)) }));
       document.body.setAttribute("data-ready", "error");
     });
   }
@@ -506,14 +514,23 @@
   // ------------------------------------------------------------------ one item
   function renderItem(root, route, still) {
     const rs = runs();
-    const k = parseInt(route.parts[0], 10);
-    const pos = parseInt(route.parts[1], 10);
-    if (!(k >= 0 && k < rs.length)) throw new Error("no such run");
+    // a link names run and position as plain decimals; anything else (or out of range) is no item
+    const whole = function (p) { return /^\d{1,9}$/.test(p || "") ? parseInt(p, 10) : -1; };
+    const k = whole(route.parts[0]);
+    const pos = whole(route.parts[1]);
+    const asked = "#item/" + route.parts.join("/");
+    if (!(k >= 0 && k < rs.length) || route.parts.length !== 2) {
+      throw new Error("no such item: " + asked + " (a link is #item/RUN/POSITION; runs are #0 to #" + (rs.length - 1) + ")");
+    }
     const size = meta().chunk_size;
-    return Promise.all([index(k), load("r" + k + "-c" + Math.floor(pos / size))]).then(function (res) {
+    return index(k).then(function (ix) {
+      if (!(pos >= 0 && pos < ix.id.length)) {
+        throw new Error("no such item: " + asked + " (run #" + k + " has " + ix.id.length + " items, positions 0 to " + (ix.id.length - 1) + ")");
+      }
+      return Promise.all([ix, load("r" + k + "-c" + Math.floor(pos / size))]);
+    }).then(function (res) {
       if (!still()) return;
       const ix = res[0], chunk = res[1];
-      if (!(pos >= 0 && pos < ix.id.length)) throw new Error("no such item");
       const rec = chunk.records[pos % size];
       const cues = chunk.cues[String(pos % size)] || null;
       const run = rs[k];
