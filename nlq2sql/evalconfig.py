@@ -11,6 +11,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +25,18 @@ from .conditions.selfcheck import MAX_SAMPLES
 from .conditions.values import LINK_MODES, effective_guardrails
 from .errors import InputError
 from .guardrail import load_guardrails
+from .inputs import at_most
 from .models import DEFAULT_MODEL
 from .pool import ROUTINGS, ReplicaSpec
 from .prompt import load_prompt
+
+#: Largest --max-tokens: far above any model's context (a typo such as 99999999999999999999 is
+#: refused here, not sent to the server or used to size buffers).
+MAX_TOKENS = 1_000_000
+#: Sampling temperature range, as OpenAI's API defines it.
+MAX_TEMPERATURE = 2.0
+#: A URL's user-info part (``//user:password@``), looked for before the URL is parsed or echoed.
+_USERINFO = re.compile(r"//[^/?#]*@")
 
 __all__ = ["EvalConfig", "LoadShape", "LocalServerSettings", "api_key", "check_endpoint_url", "preflight",
            "probe_endpoint", "targets", "validate"]
@@ -109,12 +119,14 @@ def validate(cfg: EvalConfig) -> None:
         raise InputError(f"must be at least 1, got {cfg.limit}", field="--limit")
     if cfg.sampling.max_tokens < 1:
         raise InputError(f"must be at least 1, got {cfg.sampling.max_tokens}", field="--max-tokens")
+    at_most(cfg.sampling.max_tokens, MAX_TOKENS, "--max-tokens")
     if not (cfg.timeout_s > 0 and math.isfinite(cfg.timeout_s)):
         raise InputError(f"must be positive and finite, got {cfg.timeout_s}", field="--timeout")
     if cfg.planner not in PLANNERS:
         raise InputError(f"unknown planner {cfg.planner!r} (known: {', '.join(PLANNERS)})", field="--planner")
-    if not (cfg.sampling.temperature >= 0 and math.isfinite(cfg.sampling.temperature)):
-        raise InputError(f"must be a finite number ≥ 0, got {cfg.sampling.temperature}", field="--temperature")
+    if not (0 <= cfg.sampling.temperature <= MAX_TEMPERATURE):
+        raise InputError(f"must be between 0 and {MAX_TEMPERATURE:g}, got {cfg.sampling.temperature:g}",
+                         field="--temperature")
     if not 1 <= cfg.samples <= MAX_SAMPLES:
         raise InputError(f"must be between 1 and {MAX_SAMPLES}, got {cfg.samples}", field="--samples")
     if cfg.samples > 1 and not cfg.sampling.temperature > 0:
@@ -167,7 +179,13 @@ def validate(cfg: EvalConfig) -> None:
 
 
 def check_endpoint_url(url: str) -> None:
-    """An endpoint must be an http(s) URL with a host (``http://host:8000/v1``)."""
+    """An endpoint must be an http(s) URL with a host (``http://host:8000/v1``) and no
+    credentials in it (``user:password@``: the key goes in an environment variable, named with
+    ``--api-key-env``, so it is never echoed, logged or recorded in a manifest)."""
+    if _USERINFO.search(url):
+        raise InputError("the URL must not carry credentials (user:password@host): put the API key in an "
+                         "environment variable and name it with --api-key-env (in an endpoints file: its KEY_ENV "
+                         "column)", field="--endpoint")
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 -- raises ValueError on a port that is not a number

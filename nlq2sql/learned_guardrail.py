@@ -40,6 +40,7 @@ import numpy as np
 
 from .errors import GuardrailError
 from .guardrail import GUARDRAIL_DIR, NUMBER_WORDS, Intervention, Rule, RuleSet, propose
+from .inputs import parse_json
 from .intent import Intent
 
 PREFIX = "learned:"
@@ -288,9 +289,11 @@ def read_artefact(path: Path) -> dict[str, Any]:
     """Read and verify an artefact: format, version and its sha256 over the canonical content."""
     src = str(path)
     try:
-        data = json.loads(path.read_bytes())
+        text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise GuardrailError(f"cannot read the artefact: {exc}", path=src) from None
+    try:
+        data = parse_json(text, path=src, cls=GuardrailError)
     except json.JSONDecodeError as exc:
         raise GuardrailError(f"malformed JSON ({exc.msg})", path=src, line=exc.lineno) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

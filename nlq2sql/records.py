@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from .errors import InputError, RecordError
+from .inputs import not_utf8, parse_json, regular_file
 
 RECORD_VERSION = 1
 MANIFEST, RECORDS, SUMMARY = "manifest.json", "records.jsonl", "summary.json"
@@ -37,16 +38,25 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
+    """A run's JSON file (manifest, summary, level): a regular file of UTF-8 JSON nested at most
+    :data:`~nlq2sql.inputs.MAX_JSON_DEPTH` levels, or one RecordError naming file and line."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise RecordError("missing", path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"malformed JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"not UTF-8 (byte offset {exc.start})", path=str(path)) from None
+        data = regular_file(path, cls=RecordError).read_bytes()
+    except RecordError:
+        if not os.path.lexists(path):
+            raise RecordError("missing", path=str(path)) from None
+        raise
     except OSError as exc:
         raise RecordError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_utf8(exc, path=str(path), line=data.count(b"\n", 0, exc.start) + 1, line_offset=0,
+                       cls=RecordError) from None
+    try:
+        return parse_json(text, path=str(path), cls=RecordError)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"malformed JSON: {exc.msg}", path=str(path), line=exc.lineno) from None
 
 
 def output_dir(out: Path, *, create: bool = True, option: str = "--out") -> Path:
@@ -152,16 +162,24 @@ def check_resume(out: Path, manifest: dict[str, Any]) -> None:
 
 
 def iter_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Stream records; a torn (unterminated or unparsable) final line is skipped."""
+    """Stream records; a torn (unterminated or unparsable) final line is skipped.  A line that
+    is not UTF-8 or nests deeper than :data:`~nlq2sql.inputs.MAX_JSON_DEPTH` levels (no writer
+    makes either, torn or not) is refused naming the file and line."""
+    where, offset = str(path), 0
     with open(path, "rb") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.endswith(b"\n"):
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n"):
                 return  # torn tail of a killed writer
             try:
-                yield json.loads(line)
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise not_utf8(exc, path=where, line=lineno, line_offset=offset, cls=RecordError) from None
+            offset += len(raw)
+            try:
+                yield parse_json(line, path=where, line=lineno, cls=RecordError)
             except json.JSONDecodeError:
                 if fh.read(1):
-                    raise RecordError("malformed record", path=str(path), line=lineno) from None
+                    raise RecordError("malformed record", path=where, line=lineno) from None
                 return
 
 
@@ -178,8 +196,9 @@ def repair_tail(path: Path) -> int:
         start = data.rfind(b"\n", 0, max(0, keep - 1)) + 1
         try:
             if data[start:keep].strip():
-                json.loads(data[start:keep])
-        except json.JSONDecodeError:
+                last = data[start:keep].decode("utf-8")
+                parse_json(last, path=str(path), line=data.count(b"\n", 0, start) + 1, cls=RecordError)
+        except (json.JSONDecodeError, UnicodeDecodeError):
             keep = start
     if keep != len(data):
         with open(path, "r+b") as fh:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import RecordError
+from .inputs import check_json_depth
 from .records import RECORD_VERSION
 
 __all__ = ["Digest", "Manifest", "Rate", "Summary", "load_manifest", "load_summary", "validated"]
@@ -151,7 +152,9 @@ def validated(model: type[Summary] | type[Manifest], data: dict[str, Any]) -> di
 
 def _load(model: type[Summary] | type[Manifest], path: Path) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        check_json_depth(text, path=str(path), cls=RecordError)
+        data = json.loads(text)
     except (OSError, ValueError) as exc:
         raise RecordError(f"cannot read: {exc}", path=str(path)) from None
     try:

@@ -219,4 +219,10 @@ def decode_event(payload: bytes) -> Any:
     try:
         return _decode(payload)
     except msgspec.DecodeError:
+        pass
+    except RecursionError:  # nested ~1,000 levels deep: malformed for us, never a crash
+        raise ValueError("stream event JSON is nested too deeply") from None
+    try:
         return json.loads(payload)
+    except RecursionError:
+        raise ValueError("stream event JSON is nested too deeply") from None

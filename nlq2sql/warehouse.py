@@ -50,12 +50,19 @@ def default_path(name: str = DEFAULT_WAREHOUSE, scale: float | None = None) -> P
     return cache_dir() / f"{name}-v{mod.VERSION}-s{scale:g}.duckdb"
 
 
+#: Largest scale a build accepts (retail: ~100M order lines; TPC-H: scale factor 1,000, ~1 TB):
+#: beyond it a typo such as ``1e12`` would only fail allocating memory, after a long wait.
+MAX_SCALE = 1000.0
+
+
 def build(out: Path | None = None, scale: float | None = None, name: str = DEFAULT_WAREHOUSE) -> Path:
     """Write a shipped warehouse's data to ``out`` atomically (temp file, then rename)."""
     mod = builder(name)
     scale = mod.DEFAULT_SCALE if scale is None else scale
     if not (scale > 0) or scale != scale or scale == float("inf"):
         raise InputError(f"scale must be a positive finite number, got {scale}", field="scale")
+    if scale > MAX_SCALE:
+        raise InputError(f"scale must be at most {MAX_SCALE:g}, got {scale:g}", field="scale")
     out = Path(out) if out is not None else default_path(name, scale)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")

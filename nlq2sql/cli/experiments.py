@@ -163,13 +163,20 @@ def matrix(
         dirs = {read_json(require_run(d) / "manifest.json").get("prompt", d.name) + f"@{d.name}": d
                 for d in runs}
     else:
+        from ..prompt import load_prompt
+
+        names = tuple(p.strip() for p in prompts.split(","))
+        if not prompts.strip() or not all(names):
+            raise InputError(f"give comma-separated prompt names, none empty, got {prompts!r}", field="--prompts")
+        for name in names:  # a bad prompt is refused before any server starts
+            load_prompt(name)
         base = replace(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
                  semantic=(semantic_model, db, schema),
                  examples=(examples, example_bank), planner=planner, link_values=link_values,
                  selective=(samples, temperature, abstain, abstain_below)),
                        concurrency=concurrency)
         with shared_endpoint(base) as bound:
-            dirs = mx.run_prompts(mx.MatrixConfig(bound, tuple(p.strip() for p in prompts.split(",")), conds))
+            dirs = mx.run_prompts(mx.MatrixConfig(bound, names, conds))
     table = mx.condition_table(dirs, conds)
     mx.write_result(out, table, f"Condition matrix · {evalset} · {model}")
     Console().print(mx.render_markdown(table, f"Condition matrix · {evalset} · {model}"),

@@ -55,12 +55,22 @@ def db_build(
     scale: Annotated[float | None, typer.Option(help="Size multiplier (retail: 1 ≈ 100k order lines; tpch: "
                                                 "TPC-H scale factor). Default: the warehouse's own.")] = None,
     warehouse: Annotated[str, typer.Option(help="Shipped warehouse to build (retail, tpch, flights).")] = "retail",
+    force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
 ) -> None:
     """Build a shipped warehouse's DuckDB data (deterministic; nothing downloaded at run time)."""
-    from ..warehouse import build
+    import os
+
+    from ..warehouse import MAX_SCALE, build
 
     if scale is not None and not scale > 0:
         raise InputError(f"must be positive, got {scale}", field="--scale")
+    if scale is not None and scale > MAX_SCALE:
+        raise InputError(f"must be at most {MAX_SCALE:,g}, got {scale:g}", field="--scale")
+    if out is not None and os.path.lexists(out):
+        if out.is_dir():
+            raise InputError("is a directory, not a file to write", path=str(out), field="--out")
+        if not force:
+            raise InputError("exists; pass --force to overwrite", path=str(out), field="--out")
     Console().print(f"wrote {build(out, scale, warehouse)}")
 
 

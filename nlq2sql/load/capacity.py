@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..inputs import read_text
+from ..inputs import parse_json, read_text
 from ..models import DEFAULT_MODEL
 from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
 from ..score import percentiles
@@ -187,8 +187,9 @@ def load_model_config(model: str, model_config: Path | None, kv_dtype: str) -> d
         if not path.is_file():
             raise InputError(f"no local config.json for {model!r}; pass --model-config", field="--model")
         model_config = path
+    text = read_text(model_config, "model config")
     try:
-        config = json.loads(read_text(model_config, "model config"))
+        config = parse_json(text, path=str(model_config))
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON ({exc.msg})", path=str(model_config), line=exc.lineno) from None
     if not isinstance(config, dict):

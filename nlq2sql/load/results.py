@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RecordError
-from ..inputs import read_text
+from ..inputs import parse_json, read_text
 from .contract import _M, ClientSeen, Gauge, LevelStats, Pct, ServerSeen, _Result
 from .probe_results import PROBE_MODELS
 from .server_results import CapacityResult, SerializationResult
@@ -300,7 +300,7 @@ def load_result(path: Path, expect: type[M] | None = None) -> Any:
     want = next((k for k, m in RESULT_MODELS.items() if m is expect), None)
     text = read_text(path, f"{want or 'load'} result")
     try:
-        data = json.loads(text)
+        data = parse_json(text, path=str(path), cls=RecordError)
     except json.JSONDecodeError as exc:
         raise RecordError(f"malformed JSON ({exc.msg})", path=str(path), line=exc.lineno) from None
     kind = data.get("kind") if isinstance(data, dict) else None
