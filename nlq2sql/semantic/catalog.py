@@ -18,8 +18,9 @@ from typing import Any
 from ..errors import SemanticModelError
 from ..paths import PROJECT_ROOT
 from .engine import Engine
-from .manifest import GENERATED_SPINE, build_manifest
-from .project import Project, read_project
+from .manifest import GENERATED_SPINE, SCHEMA, build_manifest
+from .mf import mf_reason
+from .project import Problem, Project, SemanticProblems, read_project
 
 __all__ = ["DEFAULT_WAREHOUSE", "SPEC_FILE", "WAREHOUSE_DIR", "YEAR_FIELD", "Catalog", "DimensionDef", "MetricDef",
            "Vocabulary", "default_catalog", "display_path", "load_catalog", "resolve_spec_path", "shipped_names"]
@@ -97,7 +98,8 @@ class Catalog:
 
     @cached_property
     def engine(self) -> Engine:
-        return Engine(self.manifest, spine_sql=SPINE_SQL if self.spine == "generated" else None)
+        return Engine(self.manifest, spine_sql=SPINE_SQL if self.spine == "generated" else None,
+                      spine_relation=f"{SCHEMA}.{GENERATED_SPINE.table}")
 
     def __hash__(self) -> int:
         return hash((self.name, self.sha256))
@@ -117,10 +119,13 @@ def _resolve(project: Project) -> Catalog:
                for m in manifest.metrics}
     if not metrics:
         raise SemanticModelError("no metrics defined", path=project.path)
-    engine = Engine(manifest)
     reachable: set[str] = set()
-    for m in metrics:
-        reachable.update(engine.group_bys((m,)))
+    try:
+        engine = Engine(manifest)
+        for m in metrics:
+            reachable.update(engine.group_bys((m,)))
+    except Exception as exc:  # noqa: BLE001 — MetricFlow's lookups reject what its validator let through
+        raise SemanticProblems([Problem(project.path, None, None, f"MetricFlow: {mf_reason(exc)}")]) from None
     by_name: dict[str, list[DimensionDef]] = {}
     sources: list[TimeSource] = []
     for sm in manifest.semantic_models:

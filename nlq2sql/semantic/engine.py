@@ -10,14 +10,13 @@ values are parameters, so ``region = North`` and ``region = South`` share one co
 
 from __future__ import annotations
 
-import logging
 import re
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SqlBuildError
-from .manifest import GENERATED_SPINE, SCHEMA
+from .mf import mf_reason, quiet
 from .query import GRAINS, METRIC_TIME, MetricQuery, Where
 
 __all__ = ["COMPILE_CACHE_SIZE", "Engine", "Query"]
@@ -59,21 +58,16 @@ class _CompileOnlyClient:
         return "$" + bind_parameter_key
 
 
-def _quiet() -> None:
-    for name in ("metricflow", "metricflow_semantics", "metricflow_semantic_interfaces"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
 class Engine:
     """One manifest's compiler: group-by names per metric set, SQL per query shape."""
 
-    def __init__(self, manifest: Any, *, spine_sql: str | None = None) -> None:
+    def __init__(self, manifest: Any, *, spine_sql: str | None = None, spine_relation: str = "") -> None:
         from metricflow.engine.metricflow_engine import MetricFlowEngine
         from metricflow_semantics.model.semantic_manifest_lookup import SemanticManifestLookup
 
-        _quiet()
+        quiet()
         self.manifest = manifest
-        self.spine_sql = spine_sql
+        self.spine_sql, self.spine_relation = spine_sql, spine_relation
         self._mf = MetricFlowEngine(SemanticManifestLookup(manifest), _CompileOnlyClient())
         self._cache: dict[str, str] = {}
         self._group_bys: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -162,18 +156,10 @@ class Engine:
             with self._lock:
                 sql = self._mf.explain(request).sql_statement.sql
         except Exception as exc:  # noqa: BLE001 — MetricFlow's query errors are many classes
-            raise SqlBuildError(_mf_reason(exc)) from None
+            raise SqlBuildError(mf_reason(exc)) from None
         # MetricFlow's plan comments (whole lines) go: records keep the SQL that runs, compactly.
         sql = "\n".join(ln for ln in sql.splitlines() if not ln.lstrip().startswith("--"))
         sql = _PLACEHOLDER_RE.sub(lambda m: "$" + m.group(1), sql)
         if self.spine_sql is not None:
-            sql = sql.replace(f"{SCHEMA}.{GENERATED_SPINE.table}", f"({self.spine_sql})")
+            sql = sql.replace(self.spine_relation, f"({self.spine_sql})")
         return sql
-
-
-def _mf_reason(exc: Exception) -> str:
-    """MetricFlow's message, made one paragraph (its errors are multi-line reports)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    keep = [ln for ln in lines if not ln.startswith(("Error #", "Query(", "Suggestions:", "Issue Location:"))]
-    text = " ".join(keep[:6]) or type(exc).__name__
-    return text[:600]

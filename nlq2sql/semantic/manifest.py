@@ -13,7 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .mf import mf_reason, quiet
 from .project import Problem, Project, SemanticProblems, TimeSpine, ref_table
+from .yamlsafe import Doc
 
 __all__ = ["GENERATED_SPINE", "LEGACY_SPINE", "build_manifest"]
 
@@ -73,16 +75,28 @@ def _metadata(doc_path: str, line: int | None) -> dict[str, Any]:
                                                       "end_line_number": line or 1}}
 
 
-def _pydantic_problems(exc: Exception, path: str, line: int | None, prefix: str) -> list[Problem]:
+def _pydantic_problems(exc: Exception, path: str, line: int | None, prefix: str,
+                       doc: Doc | None = None, at: tuple[Any, ...] = ()) -> list[Problem]:
     errors = getattr(exc, "errors", None)
     if callable(errors):
         out = []
         for e in errors():
-            loc = ".".join(str(x) for x in e.get("loc", ()) if x != "__root__")
-            out.append(Problem(path, line, f"{prefix}.{loc}" if loc else prefix, str(e.get("msg"))))
+            loc = tuple(x for x in e.get("loc", ()) if x != "__root__")
+            key = ".".join((prefix, *map(str, loc)))
+            out.append(Problem(path, doc.line(*at, *loc) if doc else line, key, str(e.get("msg"))))
         if out:
             return out
-    return [Problem(path, line, prefix, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)]
+    return [Problem(path, line, prefix, mf_reason(exc))]
+
+
+def _schema_problems(validator: Any, raw: dict[str, Any], doc: Doc, at: tuple[Any, ...], prefix: str) -> list[Problem]:
+    """MetricFlow's own JSON Schema for the object: catches misspelt keys its pydantic models accept."""
+    out = []
+    for e in sorted(validator.iter_errors(raw), key=lambda e: list(map(str, e.absolute_path))):
+        loc = tuple(e.absolute_path)
+        out.append(Problem(doc.path, doc.line(*at, *loc), ".".join((prefix, *map(str, loc))),
+                           " ".join(str(e.message).split())[:300]))
+    return out
 
 
 def build_manifest(project: Project, spine: TimeSpine) -> Any:
@@ -96,6 +110,15 @@ def build_manifest(project: Project, spine: TimeSpine) -> Any:
         PydanticSemanticManifestTransformer,
     )
 
+    from metricflow_semantic_interfaces.parsing.schemas import (
+        metric_validator,
+        saved_query_validator,
+        semantic_model_validator,
+    )
+
+    quiet()
+    validators = {"semantic_models": semantic_model_validator, "metrics": metric_validator,
+                  "saved_queries": saved_query_validator}
     config = {"time_spines": [{"node_relation": _node_relation(spine.table),
                                "primary_column": {"name": spine.column, "time_granularity": "day"}}]}
     if project.manifest_json is not None:
@@ -109,7 +132,7 @@ def build_manifest(project: Project, spine: TimeSpine) -> Any:
             raise SemanticProblems(_pydantic_problems(exc, project.path, None, "semantic_manifest")) from None
         return _validated(manifest, project)
 
-    problems: list[Problem] = []
+    problems: list[Problem] = list(project.problems)
     built: dict[str, list[Any]] = {"semantic_models": [], "metrics": [], "saved_queries": []}
     kinds = (("semantic_models", project.semantic_models, PydanticSemanticModel, _semantic_model),
              ("metrics", project.metrics, PydanticMetric, _metric),
@@ -126,10 +149,14 @@ def build_manifest(project: Project, spine: TimeSpine) -> Any:
             seen[key] = f"{doc.path}:{line}"
             try:
                 obj = convert(raw)
+                found = _schema_problems(validators[kind], obj, doc, at, label)
+                if found:
+                    problems += found
+                    continue
                 obj["metadata"] = _metadata(doc.path, line)
                 built[kind].append(cls.parse_obj(obj))
             except Exception as exc:  # noqa: BLE001 — every object's failure is collected, not raised
-                problems += _pydantic_problems(exc, doc.path, line, label)
+                problems += _pydantic_problems(exc, doc.path, line, label, doc, at)
     if problems:
         raise SemanticProblems(problems)
     try:
@@ -137,7 +164,7 @@ def build_manifest(project: Project, spine: TimeSpine) -> Any:
                                             **built)
         manifest = PydanticSemanticManifestTransformer.transform(manifest)
     except Exception as exc:  # noqa: BLE001 — MetricFlow's transformations raise plain exceptions
-        raise SemanticProblems([Problem(project.path, None, None, f"MetricFlow: {exc}")]) from None
+        raise SemanticProblems([Problem(project.path, None, None, f"MetricFlow: {mf_reason(exc)}")]) from None
     return _validated(manifest, project)
 
 
@@ -147,7 +174,8 @@ def _validated(manifest: Any, project: Project) -> Any:
     try:
         results = SemanticManifestValidator().validate_semantic_manifest(manifest)
     except Exception as exc:  # noqa: BLE001 — a validator crash is a problem of this project
-        raise SemanticProblems([Problem(project.path, None, None, f"MetricFlow validation failed: {exc}")]) from None
+        raise SemanticProblems([Problem(project.path, None, None,
+                                        f"MetricFlow validation failed: {mf_reason(exc)}")]) from None
     errors = list(results.errors)
     if errors:
         raise SemanticProblems([_issue_problem(issue, project) for issue in errors])
@@ -157,7 +185,7 @@ def _validated(manifest: Any, project: Project) -> Any:
 def _issue_problem(issue: Any, project: Project) -> Problem:
     """A MetricFlow validation issue with the file, line and key it concerns."""
     ctx = issue.context
-    message = " ".join(str(issue.message).split())
+    message = " ".join(str(issue.message).split("Traceback", 1)[0].split())
     path, line, key = project.path, None, None
     fc = getattr(ctx, "file_context", None)
     if fc is not None and fc.file_name:

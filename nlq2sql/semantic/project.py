@@ -77,6 +77,7 @@ class Project:
     metrics: list[tuple[dict[str, Any], Doc, tuple[Any, ...]]] = field(default_factory=list)
     saved_queries: list[tuple[dict[str, Any], Doc, tuple[Any, ...]]] = field(default_factory=list)
     declared_spine: TimeSpine | None = None
+    problems: list[Problem] = field(default_factory=list)  # found while reading: reported with MetricFlow's
     manifest_json: dict[str, Any] | None = None  # a dbt-written semantic_manifest.json, read as is
 
     def origin(self, kind: str, name: str) -> tuple[Doc, tuple[Any, ...]] | None:
@@ -166,10 +167,11 @@ def read_project(root: Path, *, name: str, display: str) -> Project:
         for doc in docs:
             problems += _take(project, doc)
     project.sha256 = digest.hexdigest()
-    if not problems and not project.semantic_models:
-        problems.append(Problem(display, None, None, "no semantic_models defined"))
-    if problems:
+    if not project.semantic_models:
+        if not problems:
+            problems.append(Problem(display, None, None, "no semantic_models defined"))
         raise SemanticProblems(problems)
+    project.problems = problems  # the objects that were read still go to MetricFlow: one report of all
     return project
 
 

@@ -89,7 +89,7 @@ class _Walker:
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(v, (*path, i), lines) for i, v in enumerate(node.value)]
         try:
-            return yaml.safe_load(yaml.serialize(node))
+            return yaml.constructor.SafeConstructor().construct_object(node)
         except yaml.YAMLError as exc:
             raise _Stop(line, key, f"bad value: {exc}") from None
 
