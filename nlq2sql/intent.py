@@ -186,8 +186,10 @@ def _parse(text: Any, vocab: Vocabulary) -> Intent | tuple[str, str]:
     """Parse outcome of one raw text: the Intent, or (status, reason)."""
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
+    except (ValueError, TypeError) as exc:  # JSONDecodeError, or an integer past Python's digit limit
         return STATUS_INVALID_JSON, f"not JSON: {exc}"
+    except RecursionError:  # model output is untrusted: nested ~1,000 deep is malformed, not a crash
+        return STATUS_INVALID_JSON, "not JSON: nested too deeply"
     # Fast path: input already exactly typed (what a constrained decoder emits) with names
     # from the vocabulary.  Strict validation plus the vocabulary accepts only what the
     # flat JSON Schema accepts, so the outcome is the same as below, without the cost of

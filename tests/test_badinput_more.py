@@ -215,8 +215,6 @@ def test_deep_sql_intent(shape: str, tmp_path: Path) -> None:
     refused("sql", "--intent", f"@{path}", expect=["error:"])
 
 
-@pytest.mark.xfail(strict=True, reason="nlq2sql/intent.py (not ours to edit here) does not bound the "
-                   "depth of a model's raw text: _parse should return invalid_json, see issue 27")
 def test_deep_model_output_is_invalid_json() -> None:
     from nlq2sql.errors import IntentError
     from nlq2sql.intent import parse_intent
@@ -282,8 +280,6 @@ def _writer_for(fifo: Path, stop: threading.Event) -> threading.Thread:
     return thread
 
 
-@pytest.mark.xfail(strict=True, reason="the sql command (nlq2sql/cli/semantic.py, not ours to edit here) "
-                   "reads @FILE with Path.read_text: it should call inputs.option_text(intent, '--intent')")
 def test_sql_intent_fifo_is_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

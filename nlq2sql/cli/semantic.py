@@ -90,12 +90,9 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as 
     from ..semantic import open_warehouse
     from ..semantic.tools import sql_for
 
-    if intent.startswith("@"):
-        path = Path(intent[1:])
-        try:
-            intent = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read: {exc}", path=str(path), field="--intent") from None
+    from ..inputs import option_text
+
+    intent = option_text(intent, "--intent")  # @FILE: a regular file only (a FIFO would block forever)
     res = sql_for(open_warehouse(semantic_model, db), intent, execute=execute)
     sys.stdout.write(res["sql"] + ";\n")
     sys.stdout.write("-- params: " + json.dumps(res["params"], default=str) + "\n")
