@@ -1,0 +1,136 @@
+"""The v2 answer contract, generated from the manifest: JSON Schema, parse, per-part comparison.
+
+A model answers with a MetricFlow query (:class:`~.query.MetricQuery`) or with
+``{"unanswerable": "reason"}``.  The schema's names come from MetricFlow: metric names, the
+group-by names MetricFlow accepts (``flat``: any metric's; ``branches``: one branch per
+metric listing only the group-bys valid for it, so an invalid metric × group-by pair cannot
+be generated), and every number is bounded.  Cross-part rules the schema cannot carry (a
+group-by no chosen metric reaches) are MetricFlow's compile errors, recorded per item.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import InputError, IntentError
+from .catalog import Catalog
+from .query import GRAINS, OPS, MetricQuery, Unanswerable
+
+__all__ = ["PARTS", "SCHEMA_MODES", "Answer", "answer_schema", "parse_answer", "part_matches"]
+
+SCHEMA_MODES = ("flat", "branches")
+PARTS = ("metrics", "group_by", "where", "order_by", "limit")
+MAX_METRICS, MAX_GROUP_BY, MAX_WHERE, MAX_VALUES, MAX_ORDER, MAX_LIMIT = 4, 4, 5, 10, 4, 1000
+Answer = MetricQuery | Unanswerable
+
+
+def _enum(values: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    return {"type": "string", "enum": list(values)}
+
+
+def _query(metrics: list[str], group_bys: list[str], all_metrics: list[str]) -> dict[str, Any]:
+    fields = sorted(set(group_bys) | {f"metric_time__{g}" for g in GRAINS})
+    value = {"anyOf": [{"type": "string", "maxLength": 64}, {"type": "number"}]}
+    return {
+        "type": "object", "additionalProperties": False,
+        "required": ["metrics", "group_by", "where", "order_by", "limit"],
+        "properties": {
+            "metrics": {"type": "array", "items": _enum(metrics), "minItems": 1, "maxItems": MAX_METRICS},
+            "group_by": {"type": "array", "items": _enum(group_bys), "maxItems": MAX_GROUP_BY},
+            "where": {"type": "array", "maxItems": MAX_WHERE, "items": {
+                "type": "object", "additionalProperties": False, "required": ["field", "op", "values"],
+                "properties": {"field": _enum(fields), "op": _enum(OPS),
+                               "values": {"type": "array", "items": value, "minItems": 1, "maxItems": MAX_VALUES}}}},
+            "order_by": {"type": "array", "maxItems": MAX_ORDER, "items": {
+                "type": "object", "additionalProperties": False, "required": ["field", "descending"],
+                "properties": {"field": _enum(sorted(set(group_bys) | set(all_metrics))),
+                               "descending": {"type": "boolean"}}}},
+            "limit": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}, {"type": "null"}]},
+        },
+    }
+
+
+_UNANSWERABLE = {"type": "object", "additionalProperties": False, "required": ["unanswerable"],
+                 "properties": {"unanswerable": {"type": "string", "minLength": 1, "maxLength": 200}}}
+
+
+@lru_cache(maxsize=32)
+def _schema(catalog: Catalog, mode: str, abstain: bool) -> str:
+    metrics = list(catalog.metrics)
+    eng = catalog.engine
+    branches: list[dict[str, Any]]
+    if mode == "flat":
+        union = sorted({g for m in metrics for g in eng.group_bys((m,))})
+        branches = [_query(metrics, union, metrics)]
+    elif mode == "branches":
+        # One branch per distinct group-by set: its metrics may be combined, its group-bys are valid for all.
+        by_set: dict[tuple[str, ...], list[str]] = {}
+        for m in metrics:
+            by_set.setdefault(eng.group_bys((m,)), []).append(m)
+        branches = [_query(ms, list(gbs), metrics) for gbs, ms in by_set.items()]
+    else:
+        raise InputError(f"unknown schema mode {mode!r} (known: {', '.join(SCHEMA_MODES)})", field="--schema")
+    if abstain:
+        branches.append(_UNANSWERABLE)
+    out: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                           "title": "nlq2sql intent v2 (a MetricFlow query)"}
+    if len(branches) == 1:
+        out.update(branches[0])
+    else:
+        out["anyOf"] = branches
+    return json.dumps(out, sort_keys=True)
+
+
+def answer_schema(catalog: Catalog, mode: str = "flat", *, abstain: bool = True) -> dict[str, Any]:
+    """The JSON Schema a v2 answer is constrained by (a fresh copy: callers may change it)."""
+    return json.loads(_schema(catalog, mode, abstain))  # type: ignore[no-any-return]
+
+
+def parse_answer(text: str, catalog: Catalog) -> Answer:
+    """Raw model text → a query in the manifest's names, or an abstention; IntentError otherwise."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise IntentError("invalid_json", f"not JSON: {exc}") from None
+    except RecursionError:
+        raise IntentError("invalid_json", "not JSON: nested too deeply") from None
+    if isinstance(obj, dict) and "unanswerable" in obj:
+        try:
+            return Unanswerable.model_validate(obj)
+        except ValidationError as exc:
+            raise IntentError("schema_invalid", _first(exc)) from None
+    try:
+        q = MetricQuery.model_validate(obj)
+    except ValidationError as exc:
+        raise IntentError("schema_invalid", _first(exc)) from None
+    unknown = [m for m in q.metrics if m not in catalog.metrics]
+    if unknown:
+        raise IntentError("schema_invalid", f"metrics: {unknown[0]!r} is not a metric of {catalog.name!r}")
+    valid = set(catalog.engine.group_bys(q.metrics))
+    bad = [g for g in q.group_by if g not in valid]
+    if bad:
+        raise IntentError("schema_invalid", f"group_by: {bad[0]!r} is not valid for {', '.join(q.metrics)}")
+    return q
+
+
+def _first(exc: ValidationError) -> str:
+    e = exc.errors()[0]
+    where = "/".join(str(x) for x in e["loc"]) or "(root)"
+    return f"{where}: {e['msg']}"
+
+
+def _where_set(q: MetricQuery) -> frozenset[tuple[str, str, tuple[str, ...]]]:
+    return frozenset((w.field, w.op, tuple(sorted(map(str, w.values)))) for w in q.where or ())
+
+
+def part_matches(pred: MetricQuery, gold: MetricQuery) -> dict[str, bool]:
+    """Per-part agreement for the taxonomy (lists compared as sets, where items by field/op/values)."""
+    return {"metrics": set(pred.metrics) == set(gold.metrics),
+            "group_by": set(pred.group_by) == set(gold.group_by),
+            "where": _where_set(pred) == _where_set(gold),
+            "order_by": tuple(pred.order_by or ()) == tuple(gold.order_by or ()),
+            "limit": pred.limit == gold.limit}
