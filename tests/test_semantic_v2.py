@@ -1,0 +1,143 @@
+"""Intent v2 (a MetricFlow query): the contract from the manifest, parsing, and MetricFlow's rows
+against hand-written reference SQL on the test warehouse."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+from pydantic import ValidationError
+
+from nlq2sql.errors import IntentError, SqlBuildError
+from nlq2sql.execute import Executor
+from nlq2sql.semantic import load_catalog
+from nlq2sql.semantic.contract import answer_schema, parse_answer, part_matches
+from nlq2sql.semantic.engine import Query
+from nlq2sql.semantic.query import MetricQuery, Unanswerable
+
+CAT = load_catalog("retail")
+
+#: (v2 query, hand-written reference SQL over the retail tables, ordered?)
+REFERENCE: list[tuple[dict[str, Any], str, bool]] = [
+    ({"metrics": ["revenue"], "group_by": ["customer_id__region"]},
+     "SELECT c.region, SUM(l.quantity * l.unit_price * (1 - l.discount)) FROM order_lines l "
+     "LEFT JOIN customers c USING (customer_id) GROUP BY 1", False),
+    ({"metrics": ["revenue", "orders"], "group_by": ["metric_time__quarter", "product_id__category"],
+      "where": [{"field": "customer_id__region", "op": "in", "values": ["North", "South"]},
+                {"field": "metric_time__day", "op": "between", "values": ["2024-01-01", "2024-06-30"]}]},
+     "SELECT DATE_TRUNC('quarter', l.order_date), p.category, SUM(l.quantity * l.unit_price * (1 - l.discount)), "
+     "COUNT(DISTINCT l.order_id) FROM order_lines l LEFT JOIN customers c USING (customer_id) "
+     "LEFT JOIN products p USING (product_id) WHERE c.region IN ('North', 'South') "
+     "AND l.order_date BETWEEN DATE '2024-01-01' AND DATE '2024-06-30' GROUP BY 1, 2", False),
+    ({"metrics": ["units"], "group_by": ["product_id__product"], "order_by": [
+        {"field": "units", "descending": True}, {"field": "product_id__product", "descending": False}], "limit": 3},
+     "SELECT p.product_name, SUM(l.quantity) AS u FROM order_lines l LEFT JOIN products p USING (product_id) "
+     "GROUP BY 1 ORDER BY u DESC, 1 LIMIT 3", True),
+    ({"metrics": ["avg_order_value"], "group_by": ["channel_id__channel"],
+      "where": [{"field": "channel_id__channel", "op": "neq", "values": ["Phone"]}]},
+     "SELECT ch.channel_name, SUM(l.quantity * l.unit_price * (1 - l.discount)) / COUNT(DISTINCT l.order_id) "
+     "FROM order_lines l LEFT JOIN channels ch USING (channel_id) WHERE ch.channel_name <> 'Phone' GROUP BY 1",
+     False),
+    ({"metrics": ["customers"], "group_by": ["metric_time__month"],
+      "where": [{"field": "customer_id__segment", "op": "not_in", "values": ["Consumer"]}],
+      "order_by": [{"field": "metric_time__month", "descending": False}]},
+     "SELECT DATE_TRUNC('month', l.order_date) AS m, COUNT(DISTINCT l.customer_id) FROM order_lines l "
+     "LEFT JOIN customers c USING (customer_id) WHERE c.segment NOT IN ('Consumer') GROUP BY 1 ORDER BY m", True),
+    ({"metrics": ["units", "orders"], "group_by": ["customer_id__region", "customer_id__segment"],
+      "where": [{"field": "metric_time__year", "op": "eq", "values": ["2025-01-01"]}]},
+     "SELECT c.region, c.segment, SUM(l.quantity), COUNT(DISTINCT l.order_id) FROM order_lines l "
+     "LEFT JOIN customers c USING (customer_id) WHERE YEAR(l.order_date) = 2025 GROUP BY 1, 2", False),
+    ({"metrics": ["revenue"], "group_by": ["customer_id"], "order_by": [{"field": "revenue", "descending": True}],
+      "limit": 5},
+     "SELECT l.customer_id, SUM(l.quantity * l.unit_price * (1 - l.discount)) AS r FROM order_lines l "
+     "GROUP BY 1 ORDER BY r DESC LIMIT 5", True),
+    ({"metrics": ["orders"], "group_by": ["metric_time__week"],
+      "where": [{"field": "metric_time__day", "op": "gte", "values": ["2025-03-01"]},
+                {"field": "metric_time__day", "op": "lt", "values": ["2025-04-01"]}]},
+     "SELECT DATE_TRUNC('week', l.order_date), COUNT(DISTINCT l.order_id) FROM order_lines l "
+     "WHERE l.order_date >= DATE '2025-03-01' AND l.order_date < DATE '2025-04-01' GROUP BY 1", False),
+]
+
+
+@pytest.mark.parametrize("query, reference, ordered", REFERENCE, ids=[str(i) for i in range(len(REFERENCE))])
+def test_metricflow_rows_equal_hand_written_sql(query: dict[str, Any], reference: str, ordered: bool,
+                                                executor: Executor) -> None:
+    from nlq2sql.execute import rows_equal
+
+    q = CAT.engine.compile(MetricQuery.model_validate(query))
+    got, want = executor.run(q), executor.run(Query(reference, ()))
+    assert want, "the reference returns rows on the test warehouse"
+    assert rows_equal(got, want, ordered=ordered), (q.sql, got[:3], want[:3])
+
+
+def test_query_model_rules() -> None:
+    with pytest.raises(ValidationError, match="exactly two"):
+        MetricQuery.model_validate({"metrics": ["x"], "where": [{"field": "a", "op": "between", "values": ["1"]}]})
+    with pytest.raises(ValidationError, match="exactly one"):
+        MetricQuery.model_validate({"metrics": ["x"], "where": [{"field": "a", "op": "eq", "values": ["1", "2"]}]})
+    with pytest.raises(ValidationError):
+        MetricQuery.model_validate({"metrics": []})
+    with pytest.raises(ValidationError, match="twice"):
+        MetricQuery.model_validate({"metrics": ["x", "x"]})
+    ts = MetricQuery.model_validate({"metrics": ["x"], "group_by": ["metric_time__month"]})
+    top = MetricQuery.model_validate({"metrics": ["x"], "group_by": ["a__b"], "order_by": [{"field": "x"}], "limit": 3})
+    assert (ts.kind, top.kind, MetricQuery(metrics=("x",)).kind) == ("time_series", "top_n_by_metric", "breakdown")
+    assert MetricQuery(metrics=("x",), where=()).key() == MetricQuery(metrics=("x",), where=None).key()
+
+
+def test_schema_accepts_what_parse_accepts_and_names_come_from_metricflow() -> None:
+    good = {"metrics": ["revenue", "orders"], "group_by": ["customer_id__region", "metric_time__month"],
+            "where": [{"field": "metric_time__day", "op": "between", "values": ["2024-01-01", "2024-03-31"]}],
+            "order_by": [{"field": "revenue", "descending": True}], "limit": 5}
+    for mode in ("flat", "branches"):
+        schema = answer_schema(CAT, mode)
+        jsonschema.validate(good, schema)
+        jsonschema.validate({"unanswerable": "no margin data"}, schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**good, "metrics": ["profit"]}, schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**good, "group_by": ["region"]}, schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**good, "limit": 10**6}, schema)
+    assert "anyOf" not in json.dumps(answer_schema(CAT, "flat", abstain=False)["properties"]["metrics"])
+    assert isinstance(parse_answer(json.dumps(good), CAT), MetricQuery)
+    assert parse_answer('{"unanswerable": "no margin data"}', CAT) == Unanswerable(unanswerable="no margin data")
+
+
+@pytest.mark.parametrize("text, status", [
+    ("not json", "invalid_json"), ("[" * 5000, "invalid_json"), ('{"metrics": ["profit"]}', "schema_invalid"),
+    ('{"metrics": ["revenue"], "group_by": ["region"]}', "schema_invalid"), ('{"unanswerable": ""}', "schema_invalid"),
+    ('{"metrics": ["revenue"], "sql": "DROP TABLE x"}', "schema_invalid")])
+def test_parse_statuses(text: str, status: str) -> None:
+    with pytest.raises(IntentError) as info:
+        parse_answer(text, CAT)
+    assert info.value.status == status
+
+
+def test_part_matches() -> None:
+    gold = MetricQuery.model_validate({"metrics": ["revenue", "orders"], "group_by": ["customer_id__region"],
+                                       "where": [{"field": "customer_id__region", "op": "in", "values": ["N", "S"]}]})
+    same = MetricQuery.model_validate({"metrics": ["orders", "revenue"], "group_by": ["customer_id__region"],
+                                       "where": [{"field": "customer_id__region", "op": "in", "values": ["S", "N"]}]})
+    assert all(part_matches(same, gold).values())
+    other = gold.model_copy(update={"limit": 3, "group_by": ("product_id__category",)})
+    assert part_matches(other, gold) == {"metrics": True, "group_by": False, "where": True, "order_by": True,
+                                         "limit": False}
+
+
+def test_hostile_values_are_parameters_and_a_bad_name_is_metricflows_error(executor: Executor) -> None:
+    hostile = "x'); DROP TABLE order_lines; --"
+    q = CAT.engine.compile(MetricQuery.model_validate({"metrics": ["revenue"], "group_by": ["customer_id__region"],
+                                                       "where": [{"field": "customer_id__region", "op": "eq",
+                                                                  "values": [hostile]}]}))
+    assert hostile not in q.sql and q.params == (hostile,)
+    assert executor.run(q) == []
+    jinja = "{{ 7 * 7 }}"
+    q = CAT.engine.compile(MetricQuery.model_validate({"metrics": ["revenue"], "group_by": ["customer_id__region"],
+                                                       "where": [{"field": "customer_id__region", "op": "eq",
+                                                                  "values": [jinja]}]}))
+    assert "49" not in q.sql and q.params == (jinja,), "values never pass through MetricFlow's Jinja"
+    with pytest.raises(SqlBuildError, match="group-by"):
+        CAT.engine.compile(MetricQuery.model_validate({"metrics": ["revenue"], "group_by": ["nosuch"]}))
