@@ -218,17 +218,22 @@ def distinct_golds(cases: Sequence[EvalCase]) -> list[EvalCase]:
 
 
 def merge_fleets(reports: list[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """Each worker saw the replicas on its own: a replica was out when any worker took it out."""
+    """Each worker saw the replicas on its own (its own circuit breakers): a replica was out
+    when any worker took it out, and the probes are every worker's."""
     seen = [r for r in reports if r]
     if not seen:
         return None
     rows: dict[str, dict[str, Any]] = {}
     for w, rep in enumerate(seen):
         for r in rep["replicas"]:
+            first = r["label"] not in rows
             row = rows.setdefault(r["label"], {**r, "events": []})
             row["events"] += [dict(e, worker=w) for e in r["events"]]
             row["out_of_rotation_s"] = max(row["out_of_rotation_s"], r["out_of_rotation_s"])
             row["in_rotation_at_end"] = row["in_rotation_at_end"] and r["in_rotation_at_end"]
+            if not first:  # each worker has its own breakers: their probes add up
+                for k in ("probes", "probes_failed"):
+                    row[k] = row.get(k, 0) + r.get(k, 0)
             firsts = [x for x in (row.get("first_out_after_s"), r["first_out_after_s"]) if x is not None]
             row["first_out_after_s"] = min(firsts) if firsts else None
     for row in rows.values():

@@ -176,6 +176,20 @@ def test_a_replica_back_only_after_its_probe_chat_succeeds(tmp_path: Path, fakes
     assert any(r["replica"] == "r1" and r["started"] > back[0]["t"] for r in recs)
 
 
+def test_worker_processes_keep_the_accounting_across_failover(tmp_path: Path, fakes: list[FakeServer]) -> None:
+    """``--workers 2``: each worker has its own breakers; the records still hold every attempt."""
+    a = fake(fakes, tmp_path, delay_s=0.1)
+    b = fake(fakes, tmp_path, script(default="500"))
+    summary, recs = run(tmp_path, [a.url, b.url], 24, routing="round-robin", concurrency=4, workers=2,
+                        timeout_s=10.0, retry_budget=0.25)
+    assert summary["outcomes"] == {"ok": 24} and summary["load"]["workers"] == 2
+    r1 = events(summary, "r1")
+    kinds = [e["event"] for e in r1["events"]]
+    assert "back" not in kinds and 1 <= kinds.count("out") <= 2 and r1["in_rotation_at_end"] is False
+    assert len(b.chat_requests()) <= 2 * (FAILURE_THRESHOLD + 4)
+    assert_accounting(recs, summary, {"r0": a, "r1": b})
+
+
 # ---------------------------------------------------------------------------------------
 # The breaker itself (no server)
 # ---------------------------------------------------------------------------------------
