@@ -120,11 +120,14 @@ def test_a_hanging_replica_is_failed_over_and_nothing_is_lost(tmp_path: Path, fa
     assert_accounting(recs, summary, {"r0": a, "r1": b})
 
 
-def test_a_replica_failing_every_chat_leaves_and_stays_out(tmp_path: Path, fakes: list[FakeServer]) -> None:
-    """/models is fine, every chat request is an HTTP 500: before, the /models check took it back
-    within a second (11 flaps in 15 s); now its probes are chats, which fail, so it stays out."""
+@pytest.mark.parametrize("fault", ["500", "reset"])
+def test_a_replica_failing_every_chat_leaves_and_stays_out(fault: str, tmp_path: Path,
+                                                           fakes: list[FakeServer]) -> None:
+    """/models is fine, every chat request is an HTTP 500 (or a reset mid-stream): before, the
+    /models check took it back within a second (11 flaps in 15 s); now its probes are chats,
+    which fail, so it stays out."""
     a = fake(fakes, tmp_path, delay_s=0.2)
-    b = fake(fakes, tmp_path, script(default="500"))
+    b = fake(fakes, tmp_path, script(default=fault))
     t0 = time.monotonic()
     summary, recs = run(tmp_path, [a.url, b.url], 40, routing="round-robin", concurrency=2, timeout_s=10.0,
                         retry_budget=0.2)
@@ -132,17 +135,21 @@ def test_a_replica_failing_every_chat_leaves_and_stays_out(tmp_path: Path, fakes
     assert summary["outcomes"] == {"ok": 40}
     r1 = events(summary, "r1")
     assert [e["event"] for e in r1["events"]] == ["out"], r1["events"]  # out once, never back: no flap
-    assert r1["in_rotation_at_end"] is False and "http_5xx" in r1["events"][0]["reason"]
+    reason = r1["events"][0]["reason"]
+    assert r1["in_rotation_at_end"] is False
+    assert "http_5xx" in reason if fault == "500" else reason.startswith(("stream_error", "connection_error"))
     # Probes were sent (real chats, on a doubling back-off), and every one failed.
     probes = b.probe_requests()
-    assert probes and all(p["behaviour"] == "status" for p in probes)
+    assert probes and all(p["behaviour"] == ("status" if fault == "500" else "reset") for p in probes)
     assert len(probes) <= 2 + wall.__ceil__().bit_length()  # 1 s, 2 s, 4 s, ... apart: logarithmic in the wall
     # Only a few items ever reached the sick replica; each failed over to the healthy one.
     assert len(b.chat_requests()) <= FAILURE_THRESHOLD + 4
     assert_accounting(recs, summary, {"r0": a, "r1": b})
-    # Retries spent on the sick replica before failing over are counted, not lost.
     on_b = [r for r in recs if r["failed_over_from"]]
-    assert summary["retries_used"] == sum(len(r["retry_waits_s"]) for r in on_b) > 0
+    if fault == "500":  # retries spent on the sick replica before failing over are counted, not lost
+        assert summary["retries_used"] == sum(len(r["retry_waits_s"]) for r in on_b) > 0
+    else:  # a reset is not retried there: the item fails over at once
+        assert summary["retries_used"] == 0 and all(r["attempts"] == 2 for r in on_b)
 
 
 def test_a_slow_but_correct_replica_stays_in_rotation(tmp_path: Path, fakes: list[FakeServer]) -> None:
