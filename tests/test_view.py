@@ -539,6 +539,33 @@ def test_hostile_records_are_shown_not_run_from_server(browser: Browser, tmp_pat
         srv.server_close()
 
 
+# ---------------------------------------------------------------- a tree of runs
+
+def test_a_tree_of_runs_names_each_and_lists_what_was_skipped(browser: Browser, tmp_path: Path) -> None:
+    top = tmp_path / "reports"
+    for parent in ("tpch-heldout", "retail-heldout"):
+        shutil.copytree(HELDOUT, top / "conditions" / parent / "a-baseline-flat")
+    shutil.copytree(LOADCHECK, top / "deep" / "er" / "load-check")
+    broken = shutil.copytree(HELDOUT, top / "broken" / "run")
+    (broken / "manifest.json").write_text("{oops")
+    runs = load_runs([top])
+    assert len(runs) == 5 and len(runs.skipped) == 1
+    site = write_bundle(build_bundle(runs), tmp_path / "site")
+    v = Viewer(browser, site.as_uri() + "/")
+    page = v.open("runs", "runs")
+    names = page.locator("#runs-facts tbody tr td:nth-child(2) > div:first-child").all_inner_texts()
+    assert names == ["retail-heldout/a-baseline-flat", "tpch-heldout/a-baseline-flat", "c1-r0", "c16-r0", "c32-r0"]
+    dirs = page.locator("#runs-facts tbody tr td:nth-child(2) > div:nth-child(2)").all_inner_texts()
+    assert dirs[0] == "reports/conditions/retail-heldout/a-baseline-flat" and str(tmp_path) not in "".join(dirs)
+    skipped = page.locator("#runs-skipped li").all_inner_texts()
+    assert skipped == ["reports/broken/run: reports/broken/run/manifest.json:1: malformed JSON: "
+                       "Expecting property name enclosed in double quotes"]
+    options = v.go("items/0", "items").locator("#run-select option").all_inner_texts()
+    assert len(set(options)) == 5 and not any("?" in o for o in options)
+    v.check_clean()
+    v.close()
+
+
 # ---------------------------------------------------------------- bidi controls, bad links
 
 BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"

@@ -180,6 +180,99 @@ def test_a_folder_of_runs_expands_in_natural_order() -> None:
     assert len(load_runs([LOADCHECK, LOADCHECK / "c16-r0"])) == 3  # each run once
 
 
+def run_tree(top: Path) -> Path:
+    """Runs at several depths, with what a walk must not enter or must skip (see the asserts)."""
+    copy_run(HELDOUT, top / "tpch-heldout" / "a-baseline-flat")
+    copy_run(HELDOUT, top / "retail-heldout" / "a-baseline-flat")
+    for c in (16, 1, 2):
+        copy_run(LOADCHECK / "c1-r0", top / "deep" / "er" / "load-check" / f"c{c}-r0")
+    copy_run(HELDOUT, top / "retail-heldout" / "a-baseline-flat" / "inner")  # inside a run: not entered
+    copy_run(HELDOUT, top / ".hidden" / "run")  # a dot folder: not entered
+    (copy_run(HELDOUT, top / "broken" / "bad-manifest") / "manifest.json").write_text("{oops")
+    (copy_run(HELDOUT, top / "broken" / "no-records") / "records.jsonl").unlink()
+    (top / "deep" / "loop").symlink_to(top, target_is_directory=True)  # a link loop: looked at, not entered
+    (top / "latest").symlink_to(top / "tpch-heldout" / "a-baseline-flat")  # a linked run: found, once
+    (top / "empty" / "folder").mkdir(parents=True)
+    return top
+
+
+def test_runs_are_found_at_any_depth_and_broken_ones_skipped(tmp_path: Path) -> None:
+    top = run_tree(tmp_path / "top")
+    runs = load_runs([top])
+    assert [r.shown for r in runs] == [
+        "top/deep/er/load-check/c1-r0", "top/deep/er/load-check/c2-r0", "top/deep/er/load-check/c16-r0",
+        "top/retail-heldout/a-baseline-flat", "top/tpch-heldout/a-baseline-flat"]
+    assert [r.key for r in runs] == list(range(5))
+    assert runs.skipped == ["top/broken/bad-manifest: top/broken/bad-manifest/manifest.json:1: malformed JSON: "
+                            "Expecting property name enclosed in double quotes",
+                            "top/broken/no-records: top/broken/no-records/records.jsonl: missing (a run directory "
+                            "holds manifest.json and records.jsonl)"]
+    # the CLI goes on, says what it skipped, and the page lists it
+    code, out = cli("--out", str(tmp_path / "site"), str(top))
+    assert code == 0 and "wrote 5 runs" in out, out
+    assert "note: skipped top/broken/bad-manifest: " in out and "note: skipped top/broken/no-records: " in out
+    meta = (tmp_path / "site" / "data" / "meta.js").read_text()
+    assert "top/broken/no-records: top/broken/no-records/records.jsonl: missing" in meta
+    # a run named directly that cannot be read stays an error, as does a folder with nothing readable
+    code, out = cli("--out", str(tmp_path / "site2"), str(top / "broken" / "bad-manifest"))
+    assert code == 2 and "malformed JSON" in out
+    code, out = cli("--out", str(tmp_path / "site3"), str(top / "broken"))
+    assert code == 2 and "no run could be read" in out and not (tmp_path / "site3").exists()
+    code, out = cli("--out", str(tmp_path / "site4"), str(top / "empty"))
+    assert code == 2 and "no manifest.json here or in its sub-directories" in out
+    if os.geteuid() != 0:  # root reads a folder whatever its mode
+        locked = top / "locked"
+        copy_run(HELDOUT, locked / "run")
+        locked.chmod(0)
+        try:
+            assert any(n.startswith("top/locked: cannot list") for n in load_runs([top]).skipped)
+        finally:
+            locked.chmod(0o755)
+
+
+def test_runs_are_named_so_they_can_be_told_apart(tmp_path: Path) -> None:
+    top = run_tree(tmp_path / "top")
+    m = json.loads((top / "tpch-heldout" / "a-baseline-flat" / "manifest.json").read_text())
+    for key in ("prompt", "concurrency", "evalset"):
+        del m[key]
+    m["semantic_model"] = "tpch"
+    (top / "tpch-heldout" / "a-baseline-flat" / "manifest.json").write_text(json.dumps(m))
+    runs = load_runs([top])
+    names = [r.name for r in runs]
+    assert names == ["c1-r0", "c2-r0", "c16-r0", "retail-heldout/a-baseline-flat", "tpch-heldout/a-baseline-flat"]
+    labels = [r.label for r in runs]
+    assert len(set(labels)) == len(labels) and not any("?" in label for label in labels)
+    assert labels[4] == "tpch-heldout/a-baseline-flat · smollm2-135m · ranking · tpch"  # what it lacks is left out
+    assert labels[3] == "retail-heldout/a-baseline-flat · smollm2-135m · baseline + ranking · retail · c=8 · heldout"
+    # runs of one warehouse do not repeat it
+    assert load_runs([HELDOUT])[0].label == "heldout-smollm2-135m · smollm2-135m · baseline + ranking · c=8 · heldout"
+
+
+def test_the_bundle_holds_no_path_of_the_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    top = run_tree(tmp_path / "top")
+    single = copy_run(HELDOUT, tmp_path / "elsewhere" / "one-run")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the runs are not below the working directory: given by absolute path
+    out = tmp_path / "site"
+    code, msg = cli("--out", str(out), str(top), str(single), str(top / "deep" / "er" / "load-check" / "c2-r0"))
+    assert code == 0, msg
+    forbidden = {str(tmp_path), str(tmp_path.resolve()), str(ROOT), os.path.expanduser("~") + "/"}
+    forbidden |= {json.dumps(p)[1:-1] for p in forbidden}  # as written inside a JSON string
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) > 10
+    for f in files:
+        data = f.read_text()
+        assert not [p for p in forbidden if p in data], f.name
+    meta = json.loads(json.loads((out / "data" / "meta.js").read_text().split(",", 1)[1].rsplit(");", 1)[0]))
+    assert [r["dir"] for r in meta["runs"]][-3:] == ["top/retail-heldout/a-baseline-flat",
+                                                     "top/tpch-heldout/a-baseline-flat", "one-run"]
+    # inside the working directory, a run is shown from there
+    monkeypatch.chdir(tmp_path)
+    assert [r.shown for r in load_runs([single, top / "deep"])][:2] == ["elsewhere/one-run",
+                                                                        "top/deep/er/load-check/c1-r0"]
+
+
 # ---------------------------------------------------------------- the bundle's files
 
 EVIL = "</script><script>window.__pwned=1</script><img src=x onerror=\"window.__pwned=1\">&amp;\u2028"

@@ -34,6 +34,9 @@ from ..errors import InputError
 from .cues import CueExplainer
 from .runs import Run, paired
 
+__all__ = ["ASSETS", "CHUNK", "CSP", "LOADER", "Bundle", "build_bundle", "data_script", "dumps", "js_string",
+           "run_meta", "write_bundle"]
+
 CHUNK = 500
 LOADER = "__nlq2sql_load"
 ASSETS = ("view.js", "view.css")
@@ -55,15 +58,6 @@ def data_script(name: str, json_text: str) -> bytes:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
-
-
-def _shown(path: Path) -> str:
-    """A run's folder as the page shows it: relative to where the viewer was started when
-    inside it (a bundle attached to a CI page carries no machine path), else as given."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 _MANIFEST_FACTS = ("kind", "model", "prompt", "prompt_style", "guardrails", "evalset", "n_items", "concurrency",
@@ -89,7 +83,7 @@ def run_meta(run: Run, *, raw_files: bool) -> dict[str, Any]:
     facts["server_version"] = server.get("server_version")
     facts["max_model_len"] = server.get("max_model_len")
     files = sorted(p.name for p in run.path.iterdir() if p.is_file()) if raw_files else []
-    return {"key": run.key, "label": run.label, "dir": _shown(run.path), "name": run.path.name,
+    return {"key": run.key, "label": run.label, "dir": run.shown, "name": run.name or run.path.name,
             "evalset_key": run.evalset_key, "facts": facts, "manifest": m, "summary": run.summary, "notes": run.notes,
             "n": run.n, "chunks": max(1, math.ceil(run.n / CHUNK)), "files": files}
 
@@ -111,6 +105,7 @@ class Bundle(Mapping[str, bytes]):
             files[f"assets/{name}"] = static.joinpath(name).read_bytes()
         meta = {"version": 1, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "chunk_size": CHUNK,
                 "raw_files": raw_files, "runs": [run_meta(r, raw_files=raw_files) for r in runs],
+                "skipped": list(getattr(runs, "skipped", [])),
                 "pairs": paired(runs)}
         files["data/meta.js"] = data_script("meta", dumps(_finite(meta)))
         self._chunks: dict[str, tuple[Run, int]] = {}

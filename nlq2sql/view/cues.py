@@ -15,6 +15,8 @@ from typing import Any
 from ..errors import GuardrailError
 from ..guardrail import VALUES, RuleSet, load_ruleset
 
+__all__ = ["SAFE_NAME", "CueExplainer"]
+
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

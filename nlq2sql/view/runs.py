@@ -1,9 +1,11 @@
 """Find, read and check run directories for the viewer; paired statistics between runs.
 
 A run directory holds ``manifest.json`` and ``records.jsonl`` (``summary.json`` too, once a
-run has finished).  A directory without a manifest whose sub-directories are runs (a
-load-check or matrix folder) stands for those runs.  Anything else is bad input: one
-:class:`~nlq2sql.errors.InputError` naming the path (and line), never a traceback.
+run has finished).  A directory without a manifest stands for the runs below it, at any
+depth (:mod:`.discover`).  A run named directly that cannot be read is bad input: one
+:class:`~nlq2sql.errors.InputError` naming the path (and line), never a traceback; one found
+below a folder is skipped with a note (on stderr and on the Runs page), so that one broken
+run does not hide the others.
 
 A run is read in one pass and kept compact, so 100k items stay cheap: each record's JSON
 text as it was written (handed to the page verbatim, parsed there only when the item is
@@ -16,7 +18,8 @@ import gc
 import hashlib
 import json
 import math
-import re
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -24,6 +27,10 @@ from typing import Any
 
 from ..errors import InputError, RecordError
 from ..records import MANIFEST, RECORDS, SUMMARY, read_json
+from .discover import discover, unique_names
+
+__all__ = ["COLUMNS", "Run", "Runs", "find_run_dirs", "headline", "load_run", "load_runs", "mcnemar_exact",
+           "paired", "text_hash", "wilson"]
 
 Z95 = 1.959963984540054  # two-sided 95 % normal quantile (Wilson interval)
 #: Per-item columns kept for the page (the Items table, plots, comparison).
@@ -43,18 +50,31 @@ class Run:
     cols: dict[str, list[Any]]
     lines: list[str]  # each record's JSON text
     notes: list[str] = field(default_factory=list)
+    shown: str = ""  # the folder as the page shows it: relative, never a machine path
+    name: str = ""  # the shortest tail of ``shown`` no other loaded run shares
+    with_warehouse: bool = False  # the label names the warehouse (when the runs span several)
 
     @property
     def n(self) -> int:
         return len(self.lines)
 
     @property
+    def warehouse(self) -> str:
+        """The semantic model the run used; runs from before it was recorded used retail."""
+        return str(self.manifest.get("semantic_model") or "retail")
+
+    @property
     def label(self) -> str:
+        """Folder, model, prompt (+ guardrails), warehouse when it tells runs apart, concurrency and
+        eval set; a fact the manifest lacks is left out, never shown as "?"."""
         m = self.manifest
         guard = m.get("guardrails")
         guard_s = " + " + "+".join(str(g) for g in guard) if isinstance(guard, list) and guard else ""
-        return (f"{self.path.name} · {m.get('model', '?')} · {m.get('prompt', '?')}{guard_s}"
-                f" · c={m.get('concurrency', '?')} · {m.get('evalset', '?')}")
+        prompt = f"{m['prompt']}{guard_s}" if m.get("prompt") is not None else guard_s.lstrip(" +") or None
+        parts = [self.name or self.path.name, m.get("model"), prompt,
+                 self.warehouse if self.with_warehouse else None,
+                 f"c={m['concurrency']}" if m.get("concurrency") is not None else None, m.get("evalset")]
+        return " · ".join(str(p) for p in parts if p is not None and p != "")
 
     @property
     def evalset_key(self) -> str:
@@ -68,37 +88,9 @@ class Run:
         return [x for x in g if isinstance(x, str)] if isinstance(g, list) else []
 
 
-def _natural(p: Path) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
-
-
 def find_run_dirs(paths: list[Path]) -> list[Path]:
-    """The run directories the arguments name, in order, each once."""
-    if not paths:
-        raise InputError("give at least one run directory", field="RUN_DIR")
-    found: list[Path] = []
-    for p in paths:
-        if not p.exists():
-            raise InputError("no such directory", path=str(p))
-        if not p.is_dir():
-            raise InputError("not a run directory (a run directory holds manifest.json and records.jsonl)",
-                             path=str(p))
-        if (p / MANIFEST).exists():
-            found.append(p)
-            continue
-        subs = sorted((d for d in p.iterdir() if d.is_dir() and (d / MANIFEST).is_file()), key=_natural)
-        if not subs:
-            raise RecordError("not a run directory: no manifest.json here or in its sub-directories",
-                              path=str(p))
-        found += subs
-    unique: list[Path] = []
-    seen: set[Path] = set()
-    for p in found:
-        real = p.resolve()
-        if real not in seen:
-            seen.add(real)
-            unique.append(p)
-    return unique
+    """The run directories the arguments name (at any depth below a folder), in order, each once."""
+    return [f.path for f in discover(paths).found]
 
 
 def _str(v: Any) -> str | None:
@@ -194,7 +186,7 @@ class _Reader:
         self.lines.append(text)
 
 
-def load_run(key: int, path: Path) -> Run:
+def load_run(key: int, path: Path, shown: str | None = None) -> Run:
     manifest = read_json(path / MANIFEST)
     if not isinstance(manifest, dict):
         raise RecordError("not a JSON object", path=str(path / MANIFEST))
@@ -225,11 +217,41 @@ def load_run(key: int, path: Path) -> Run:
         expected = min(expected, limit)
     if isinstance(expected, int) and not isinstance(expected, bool) and expected != len(ids):
         notes.append(f"{len(ids)} of {expected} items recorded")
-    return Run(key, path, manifest, summary, reader.cols, reader.lines, notes)
+    return Run(key, path, manifest, summary, reader.cols, reader.lines, notes, shown=shown or path.name)
 
 
-def load_runs(paths: list[Path]) -> list[Run]:
-    return [load_run(i, p) for i, p in enumerate(find_run_dirs(paths))]
+class Runs(list[Run]):
+    """The runs to show, and what was skipped on the way (``shown path: why``)."""
+
+    skipped: list[str]
+
+
+def _to_stderr(note: str) -> None:
+    sys.stderr.write(f"note: skipped {note}\n")
+
+
+def load_runs(paths: list[Path], *, note: Callable[[str], None] | None = _to_stderr) -> Runs:
+    """Every run the arguments name; one found by walking that cannot be read is skipped, and
+    told to ``note`` (stderr by default: the CLI's caller should hear of it) and the page."""
+    found = discover(paths)
+    runs = Runs()
+    runs.skipped = list(found.skipped)
+    for f in found.found:
+        try:
+            runs.append(load_run(len(runs), f.path, f.shown))
+        except (InputError, OSError) as exc:
+            if f.direct:
+                raise
+            runs.skipped.append(f"{f.shown}: {str(exc).replace(str(f.path), f.shown)}")
+    if note is not None:
+        for skipped in runs.skipped:
+            note(skipped)
+    if not runs:
+        raise RecordError("no run could be read: " + "; ".join(runs.skipped), path=str(paths[0]))
+    several = len({r.warehouse for r in runs}) > 1
+    for run, name in zip(runs, unique_names([r.shown for r in runs]), strict=True):
+        run.name, run.with_warehouse = name, several
+    return runs
 
 
 def wilson(k: int, n: int) -> dict[str, Any]:

@@ -223,6 +223,13 @@
     const rs = runs();
     root.append(h("h1", { text: "Runs" }),
       h("p", { class: "muted", title: "page made " + meta().generated, text: rs.length + " run" + (rs.length === 1 ? "" : "s") }));
+    const skipped = Array.isArray(meta().skipped) ? meta().skipped : [];
+    if (skipped.length) {
+      root.append(h("div", { id: "runs-skipped", class: "note" },
+        h("p", { text: skipped.length + " folder" + (skipped.length === 1 ? "" : "s") + " below the given ones could not be read and " +
+          (skipped.length === 1 ? "is" : "are") + " not shown:" }),
+        h("ul", null, skipped.map(function (n) { return h("li", { text: n }); }))));
+    }
     const facts = h("table", { class: "grid", id: "runs-facts" },
       h("thead", null, h("tr", null, ["#", "run", "model", "prompt", "guardrails", "eval set", "sampling", "concurrency",
         "client", "server", "when", "commit", "warehouse", "conditions"].map(function (t) { return h("th", { text: t }); }))));
