@@ -152,6 +152,30 @@ def test_a_replica_failing_every_chat_leaves_and_stays_out(fault: str, tmp_path:
         assert summary["retries_used"] == 0 and all(r["attempts"] == 2 for r in on_b)
 
 
+def test_a_replica_passing_probes_but_failing_items_backs_off_instead_of_flapping(
+        tmp_path: Path, fakes: list[FakeServer]) -> None:
+    """Its probe chats succeed but the items' requests fail: it comes back, fails, goes out again
+    -- each time for twice as long (the flap window keeps the back-off), not every second."""
+    from fakeserver import by_ids
+
+    a = fake(fakes, tmp_path, delay_s=0.3)
+    b = fake(fakes, tmp_path, script(by_question=by_ids("heldout", {i: ["500"] * 10 for i in IDS[:40]})))
+    t0 = time.monotonic()
+    summary, recs = run(tmp_path, [a.url, b.url], 40, routing="round-robin", concurrency=2, timeout_s=10.0,
+                        retry_budget=0.2)
+    wall = time.monotonic() - t0
+    assert summary["outcomes"] == {"ok": 40}
+    evs = events(summary, "r1")["events"]
+    outs = [e for e in evs if e["event"] == "out"]
+    spells = [(o["t"], next((e["t"] for e in evs if e["event"] == "back" and e["t"] > o["t"]), None)) for o in outs]
+    assert len(outs) >= 2, evs  # it did come back (its probe chats are answered) and went out again
+    assert len(outs) <= 2 + wall.__ceil__().bit_length(), evs  # 1, 2, 4, ... s out: not every second
+    for i, (out_t, back_t) in enumerate(spells):
+        if back_t is not None:
+            assert back_t - out_t >= 0.95 * 2 ** i, spells
+    assert_accounting(recs, summary, {"r0": a, "r1": b})
+
+
 def test_a_slow_but_correct_replica_stays_in_rotation(tmp_path: Path, fakes: list[FakeServer]) -> None:
     a = fake(fakes, tmp_path, delay_s=0.05)
     b = fake(fakes, tmp_path, delay_s=1.0)  # slow, well inside the timeout
