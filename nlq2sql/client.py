@@ -316,7 +316,9 @@ async def complete(client: AsyncOpenAI | RawClient, cfg: EndpointConfig, message
     """One item's call with classified failures and bounded, jittered retries.
 
     ``fail_fast``: outcomes returned at once, not retried here (a replica pool fails over
-    to another server instead of retrying a dead one)."""
+    to another server instead of retrying a dead or hung one).  Each attempt is reported to
+    ``ATTEMPT_WATCH`` when one is set; its False ends the retries here (the replica's circuit
+    breaker opened: the pool fails the item over instead)."""
     kw = request_kwargs(cfg.model, messages, sampling)
     result = Completion(started=time.time())
     watch = ATTEMPT_WATCH.get()
