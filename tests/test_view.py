@@ -338,7 +338,7 @@ def test_item_view_shows_what_was_recorded(viewer: Viewer) -> None:
     assert page.locator("#item-other-runs a").count() == 4  # heldout and the three load-check runs
     viewer.click("#item-other-runs a >> nth=0", "item")
     held_pos = [r["id"] for r in records(HELDOUT)].index("ho-003")
-    assert page.locator("#item-id").inner_text() == "ho-003" and page.url.endswith(f"#item/0/{held_pos}")
+    assert page.locator("#item-id").inner_text() == "ho-003" and page.url.endswith(f"#item/{HELDOUT.name}/{held_pos}")
 
 
 # ---------------------------------------------------------------- compare
@@ -355,7 +355,7 @@ def test_compare_lists_flips_first_with_mcnemar(viewer: Viewer) -> None:
     for box in page.locator("#compare-picker input[type=checkbox]").all():
         box.set_checked(box.get_attribute("value") in ("4", "5"))
     viewer.click("#compare-go", "compare")
-    assert page.url.endswith("#compare/4,5")
+    assert page.url.endswith("#compare/adversarial-baseline,adversarial-contrastive")  # runs by id
     row = page.locator("#mcnemar tbody tr")
     assert row.count() == 1
     assert row.locator(".mc-b").inner_text() == str(len(down))
@@ -470,7 +470,7 @@ def hostile_tour(v: Viewer) -> None:
     for n, (question, raw) in enumerate(((PWN[0], PWN[1]), (PWN[1], PWN[2] + "\n" + PWN[0]), (PWN[5], None))):
         page = v.go("items/0", "items")
         v.click(f"#items-table tbody tr:nth-child({n + 1}) a.item-link", "item")
-        assert page.url.endswith(f"#item/0/{n}")
+        assert page.url.endswith(f"#item/evil-a/{n}")
         assert page.locator("#item-question").inner_text() == question
         if raw is not None:
             assert page.locator("#item-raw").text_content() == visible(raw)
@@ -539,6 +539,34 @@ def test_hostile_records_are_shown_not_run_from_server(browser: Browser, tmp_pat
         srv.server_close()
 
 
+def test_links_name_runs_by_id_not_by_place(browser: Browser, tmp_path: Path) -> None:
+    """A link opens the same run whichever runs the viewer was started on, and in what order."""
+    a, b = QWEN_ADV / "adversarial-baseline", QWEN_ADV / "adversarial-contrastive"
+    rec = records(b)[3]
+    sites = [write_bundle(build_bundle(load_runs(args)), tmp_path / f"site{i}")
+             for i, args in enumerate(([a, b], [HELDOUT, b, a]))]
+    for site in sites:
+        v = Viewer(browser, site.as_uri() + "/")
+        page = v.open("item/adversarial-contrastive/3", "item")
+        assert page.locator("#item-id").inner_text() == rec["id"]
+        assert page.locator(".crumbs a").nth(1).get_attribute("href") == "#items/adversarial-contrastive"
+        assert page.locator("#item-next").get_attribute("href") == "#item/adversarial-contrastive/4"
+        page = v.go("items/adversarial-contrastive", "items")
+        link = page.locator("#items-table a.item-link").nth(3)
+        assert link.get_attribute("href") == "#item/adversarial-contrastive/3"
+        page = v.go("compare/adversarial-contrastive,adversarial-baseline", "compare")
+        chips = page.locator("#compare-runs a").all_inner_texts()
+        assert "adversarial-contrastive" in chips[0] and "adversarial-baseline" in chips[1]
+        v.check_clean()
+        v.close()
+    # a plain number is still read as a run's place (links made before ids)
+    v = Viewer(browser, sites[1].as_uri() + "/")
+    assert v.open("item/1/3", "item").locator("#item-id").inner_text() == rec["id"]
+    assert v.open("items/2", "items").locator("#run-select").input_value() == "2"
+    v.check_clean()
+    v.close()
+
+
 # ---------------------------------------------------------------- a tree of runs
 
 def test_a_tree_of_runs_names_each_and_lists_what_was_skipped(browser: Browser, tmp_path: Path) -> None:
@@ -562,6 +590,11 @@ def test_a_tree_of_runs_names_each_and_lists_what_was_skipped(browser: Browser, 
                        "Expecting property name enclosed in double quotes"]
     options = v.go("items/0", "items").locator("#run-select option").all_inner_texts()
     assert len(set(options)) == 5 and not any("?" in o for o in options)
+    page = v.click("#items-table a.item-link >> nth=2", "item")  # a run id with a "/" in it
+    assert page.url.endswith("#item/retail-heldout%2Fa-baseline-flat/2")
+    assert page.locator("#item-id").inner_text() == records(HELDOUT)[2]["id"]
+    page = v.go("compare/tpch-heldout%2Fa-baseline-flat,retail-heldout%2Fa-baseline-flat", "compare")
+    assert page.locator("#mcnemar tbody tr").get_attribute("data-a") == "1"
     v.check_clean()
     v.close()
 

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
@@ -35,7 +35,7 @@ from .cues import CueExplainer
 from .runs import Run, paired
 
 __all__ = ["ASSETS", "CHUNK", "CSP", "LOADER", "Bundle", "build_bundle", "data_script", "dumps", "js_string",
-           "run_meta", "write_bundle"]
+           "run_ids", "run_meta", "write_bundle"]
 
 CHUNK = 500
 LOADER = "__nlq2sql_load"
@@ -76,14 +76,23 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def run_meta(run: Run, *, raw_files: bool) -> dict[str, Any]:
+def run_ids(runs: list[Run]) -> list[str]:
+    """Each run's id in the page's links: its name (the shortest unique folder tail), made unique
+    with ``~K`` where two runs given from different places share a whole shown path."""
+    names = [run.name or run.path.name for run in runs]
+    count = Counter(names)
+    return [name if count[name] == 1 else f"{name}~{run.key}" for name, run in zip(names, runs, strict=True)]
+
+
+def run_meta(run: Run, *, raw_files: bool, run_id: str | None = None) -> dict[str, Any]:
     m = run.manifest
     server: dict[str, Any] = m["server"] if isinstance(m.get("server"), dict) else {}
     facts = {k: m.get(k) for k in _MANIFEST_FACTS}
     facts["server_version"] = server.get("server_version")
     facts["max_model_len"] = server.get("max_model_len")
     files = sorted(p.name for p in run.path.iterdir() if p.is_file()) if raw_files else []
-    return {"key": run.key, "label": run.label, "dir": run.shown, "name": run.name or run.path.name,
+    return {"key": run.key, "id": run_id or run.name or run.path.name, "label": run.label, "dir": run.shown,
+            "name": run.name or run.path.name,
             "evalset_key": run.evalset_key, "facts": facts, "manifest": m, "summary": run.summary, "notes": run.notes,
             "n": run.n, "chunks": max(1, math.ceil(run.n / CHUNK)), "files": files}
 
@@ -104,7 +113,8 @@ class Bundle(Mapping[str, bytes]):
         for name in ASSETS:
             files[f"assets/{name}"] = static.joinpath(name).read_bytes()
         meta = {"version": 1, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "chunk_size": CHUNK,
-                "raw_files": raw_files, "runs": [run_meta(r, raw_files=raw_files) for r in runs],
+                "raw_files": raw_files, "runs": [run_meta(r, raw_files=raw_files, run_id=i)
+                                                      for r, i in zip(runs, run_ids(runs), strict=True)],
                 "skipped": list(getattr(runs, "skipped", [])),
                 "pairs": paired(runs)}
         files["data/meta.js"] = data_script("meta", dumps(_finite(meta)))

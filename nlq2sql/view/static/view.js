@@ -170,13 +170,27 @@
   function meta() { return store.meta; }
   function runs() { return meta().runs; }
   function runLabel(k) { const r = runs()[k]; return r ? "#" + k + " " + r.label : "run " + k; }
+  /* Links name a run by its id (its folder's shortest unique tail), not by its place among the
+     viewer's arguments, so a link opens the same run when the viewer is started on other runs.
+     A plain number that is no run's id is read as a place (links made before ids). */
+  function runRef(k) { const r = runs()[k]; return encodeURIComponent(r && typeof r.id === "string" ? r.id : String(k)); }
+  function runKey(ref) {
+    const rs = runs();
+    for (let i = 0; i < rs.length; i++) if (rs[i].id === ref) return i;
+    if (/^\d{1,9}$/.test(ref || "")) { const k = parseInt(ref, 10); if (k < rs.length) return k; }
+    return -1;
+  }
+  function itemsHref(k) { return "items/" + runRef(k); }
+  function itemHref(k, pos) { return "item/" + runRef(k) + "/" + pos; }
   function parseHash() {
     const raw = location.hash.replace(/^#/, "");
     const q = raw.indexOf("?");
     const path = q >= 0 ? raw.slice(0, q) : raw;
     const params = new URLSearchParams(q >= 0 ? raw.slice(q + 1) : "");
-    const parts = path.split("/").map(function (p) { try { return decodeURIComponent(p); } catch (e) { return p; } });
-    return { view: parts[0] || "runs", parts: parts.slice(1), params: params };
+    const decode = function (p) { try { return decodeURIComponent(p); } catch (e) { return p; } };
+    const segs = path.split("/");
+    const parts = segs.map(decode);
+    return { view: parts[0] || "runs", parts: parts.slice(1), raw: segs.slice(1), decode: decode, params: params };
   }
   function setNav(view) {
     ["runs", "items", "compare"].forEach(function (v) {
@@ -240,7 +254,7 @@
       const server = [f.server_version ? "vLLM " + str(f.server_version) : null, f.endpoint ? str(f.endpoint) : null,
         f.max_model_len ? "max_model_len " + str(f.max_model_len) : null].filter(Boolean).join(" · ");
       const dur = typeof f.started === "number" && typeof f.finished === "number" ? " (" + secs(f.finished - f.started, 0) + ")" : "";
-      const links = h("div", { class: "small" }, h("a", { href: "items/" + r.key, text: "items" }));
+      const links = h("div", { class: "small" }, h("a", { href: itemsHref(r.key), text: "items" }));
       if (meta().raw_files) r.files.forEach(function (name) {
         links.append(" · ", h("a", { rawhref: "runs/" + r.key + "/" + encodeURIComponent(name), text: name }));
       });
@@ -380,13 +394,13 @@
 
   function renderItems(root, route, still) {
     const rs = runs();
-    let k = parseInt(route.parts[0] || "0", 10);
+    let k = route.parts.length ? runKey(route.parts[0]) : 0;
     if (!(k >= 0 && k < rs.length)) k = 0;
     const p = route.params;
     return index(k).then(function (ix) {
       if (!still()) return;
       itemsState.run = k; itemsState.ix = ix; itemsState.lower = null;
-      const runSel = h("select", { id: "run-select", onchange: function () { location.hash = "items/" + runSel.value; } },
+      const runSel = h("select", { id: "run-select", onchange: function () { location.hash = itemsHref(Number(runSel.value)); } },
         rs.map(function (r) { return h("option", { value: r.key, selected: r.key === k, text: runLabel(r.key) }); }));
       root.append(h("h1", { text: "Items" }), h("label", null, "run ", runSel));
       const controls = h("div", { class: "controls" });
@@ -469,7 +483,7 @@
         if (state.dir < 0) params.set("dir", "desc");
         if (state.page) params.set("page", state.page + 1);
         const qs = params.toString();
-        history.replaceState(null, "", "#items/" + k + (qs ? "?" + qs : ""));
+        history.replaceState(null, "", "#" + itemsHref(k) + (qs ? "?" + qs : ""));
       }
       update();
     });
@@ -508,7 +522,7 @@
   function itemRow(k, ix, i) {
     return h("tr", { "data-pos": i },
       h("td", { class: "num", text: i + 1 }),
-      h("td", null, h("a", { href: "item/" + k + "/" + i, class: "item-link", text: ix.id[i] })),
+      h("td", null, h("a", { href: itemHref(k, i), class: "item-link", text: ix.id[i] })),
       h("td", { class: "question", title: ix.question[i], text: ix.question[i] }),
       h("td", { text: ix.category[i] }),
       h("td", null, statusTag(ix.status[i])),
@@ -523,7 +537,7 @@
     const rs = runs();
     // a link names run and position as plain decimals; anything else (or out of range) is no item
     const whole = function (p) { return /^\d{1,9}$/.test(p || "") ? parseInt(p, 10) : -1; };
-    const k = whole(route.parts[0]);
+    const k = runKey(route.parts[0]);
     const pos = whole(route.parts[1]);
     const asked = "#item/" + route.parts.join("/");
     if (!(k >= 0 && k < rs.length) || route.parts.length !== 2) {
@@ -542,9 +556,9 @@
       const cues = chunk.cues[String(pos % size)] || null;
       const run = rs[k];
       const nav = h("p", { class: "crumbs" }, h("a", { href: "runs", text: "Runs" }), " › ",
-        h("a", { href: "items/" + k, text: runLabel(k) }), " › ", h("span", { text: str(rec.id) }), "  ",
-        pos > 0 ? h("a", { href: "item/" + k + "/" + (pos - 1), id: "item-prev", text: "‹ previous" }) : null, " ",
-        pos < ix.id.length - 1 ? h("a", { href: "item/" + k + "/" + (pos + 1), id: "item-next", text: "next ›" }) : null);
+        h("a", { href: itemsHref(k), text: runLabel(k) }), " › ", h("span", { text: str(rec.id) }), "  ",
+        pos > 0 ? h("a", { href: itemHref(k, pos - 1), id: "item-prev", text: "‹ previous" }) : null, " ",
+        pos < ix.id.length - 1 ? h("a", { href: itemHref(k, pos + 1), id: "item-next", text: "next ›" }) : null);
       root.append(nav);
       root.append(h("h1", { id: "item-id", text: str(rec.id) }),
         h("blockquote", { id: "item-question", text: str(rec.question) }),
@@ -556,7 +570,7 @@
         Promise.all(others.map(function (r) { return index(r.key); })).then(function (oxs) {
           oxs.forEach(function (ox, j) {
             const at = ox.id.indexOf(String(rec.id));
-            if (at >= 0) line.append(h("a", { href: "item/" + others[j].key + "/" + at, text: runLabel(others[j].key) }), h("span", null, " ", mark(ox.correct_final[at])), "  ");
+            if (at >= 0) line.append(h("a", { href: itemHref(others[j].key, at), text: runLabel(others[j].key) }), h("span", null, " ", mark(ox.correct_final[at])), "  ");
           });
         });
       }
@@ -689,8 +703,8 @@
   }
   function renderCompare(root, route, still) {
     const rs = runs();
-    let sel = (route.parts[0] || "").split(",").filter(function (x) { return /^\d+$/.test(x); })
-      .map(Number).filter(function (x) { return x < rs.length; });
+    let sel = (route.raw[0] || "").split(",").filter(Boolean).map(function (x) { return runKey(route.decode(x)); })
+      .filter(function (x) { return x >= 0; });
     sel = sel.filter(function (x, i) { return sel.indexOf(x) === i; });
     if (!sel.length) {
       const groups = {};
@@ -705,7 +719,7 @@
       picker.append(h("label", { class: "pick" }, cb, " " + runLabel(r.key)));
     });
     picker.append(h("button", { type: "button", id: "compare-go", text: "compare selected", onclick: function () {
-      const ks = Array.from(picker.querySelectorAll("input:checked")).map(function (x) { return x.value; });
+      const ks = Array.from(picker.querySelectorAll("input:checked")).map(function (x) { return runRef(Number(x.value)); });
       location.hash = "compare/" + ks.join(",");
     } }));
     root.append(picker);
@@ -726,7 +740,7 @@
       const partial = allIds.filter(function (id) { return !pos.every(function (m) { return m.has(id); }); });
 
       root.append(h("p", { class: "muted", id: "compare-runs" }, chosen.map(function (r, i) {
-        return h("span", { class: "runchip" }, (i ? "B" + i : "A") + " = ", h("a", { href: "items/" + r.key, text: runLabel(r.key) }));
+        return h("span", { class: "runchip" }, (i ? "B" + i : "A") + " = ", h("a", { href: itemsHref(r.key), text: runLabel(r.key) }));
       })));
       // McNemar
       const mt = h("table", { class: "grid", id: "mcnemar" }, h("thead", null, h("tr", null,
@@ -802,13 +816,13 @@
           const first = pos.findIndex(function (m) { return m.has(id); });
           const q = ixs[first].question[pos[first].get(id)];
           fb.append(h("tr", { class: e[1] === "same" ? "" : "flipped", "data-change": e[1] },
-            h("td", null, h("a", { href: "item/" + sel[first] + "/" + pos[first].get(id), text: id })),
+            h("td", null, h("a", { href: itemHref(sel[first], pos[first].get(id)), text: id })),
             h("td", { class: "question", title: q, text: q }),
             h("td", { class: e[1] === "wrong → right" ? "ok" : e[1] === "same" ? "muted" : "bad", text: e[1] }),
             sel.map(function (k, r) {
               const at = pos[r].get(id);
               if (at === undefined) return h("td", { class: "muted", text: "absent" });
-              return h("td", null, h("a", { href: "item/" + k + "/" + at }, mark(ixs[r].correct_final[at])), " " + (ixs[r].error_final[at] || ""));
+              return h("td", null, h("a", { href: itemHref(k, at) }, mark(ixs[r].correct_final[at])), " " + (ixs[r].error_final[at] || ""));
             })));
         });
         const pages = Math.max(1, Math.ceil(listed.length / PAGE));
@@ -842,7 +856,7 @@
             const size = meta().chunk_size;
             const textOf = function (r) { const at = pos[r].get(id); return store["r" + sel[r] + "-c" + Math.floor(at / size)].records[at % size].raw_text; };
             const a = textOf(0);
-            const box = h("div", { class: "bytediff", "data-id": id }, h("p", null, h("b", null, h("a", { href: "item/" + sel[0] + "/" + pos[0].get(id), text: id }))));
+            const box = h("div", { class: "bytediff", "data-id": id }, h("p", null, h("b", null, h("a", { href: itemHref(sel[0], pos[0].get(id)), text: id }))));
             for (let r = 1; r < sel.length; r++) {
               const b = textOf(r);
               if (ixs[r].raw_hash[pos[r].get(id)] === ixs[0].raw_hash[pos[0].get(id)]) continue;
