@@ -95,6 +95,12 @@ def render_summary(s: dict[str, Any], title: str = "nlq2sql summary", console: C
     console = console or Console()
     console.print(table)
     console.print(cats)
+    ab = s.get("abstention")
+    if ab:  # v2 answers: the model may say a question is unanswerable
+        console.print(f"unanswerable: {ab['abstained']} abstentions, {ab['unanswerable_items']} unanswerable items; "
+                      f"precision {pct(ab['precision'])}, recall {pct(ab['recall'])}"
+                      + (f"; {s['compiles']} MetricFlow compiles" if s.get("compiles") is not None else ""),
+                      highlight=False)
     if s.get("fleet"):
         console.print(fleet_table(s["fleet"]))
     sel = s.get("selective") or {}

@@ -79,6 +79,9 @@ class Summary(_Model):
     harness: dict[str, Any] | None = None  # client CPU share, loop lag, saturated
     fleet: dict[str, Any] | None = None  # several replicas: per-replica figures
     selective: dict[str, Any] | None = None  # --abstain: coverage, accuracy answered, curve
+    abstention: dict[str, Any] | None = None  # v2 answers: unanswerable precision and recall
+    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
+    compiles: int | None = None  # distinct MetricFlow compiles the run needed
     # offline re-scoring
     distinct_queries_executed: int | None = None
     missing: dict[str, Any] | None = None
@@ -96,6 +99,7 @@ class Manifest(_Model):
     n_items: int
     guardrails: list[str]
     guardrail_artefacts: dict[str, Any] | None = None
+    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
     semantic_model: str | None = None
     semantic_model_path: str | None = None
     semantic_model_sha256: str | None = None

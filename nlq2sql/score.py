@@ -225,8 +225,9 @@ def confidence(rec: dict[str, Any]) -> float:
 class Summary:
     """Streaming aggregation of records: memory grows with classes, not with items."""
 
-    def __init__(self, rulesets: list[RuleSet]) -> None:
+    def __init__(self, rulesets: list[RuleSet], fields: tuple[str, ...] = FIELDS) -> None:
         self.rule_ids = [r.id for rs in rulesets for r in rs.rules]
+        self.fields = fields  # the answer's parts: the v1 intent's fields, or the v2 query's
         self.n = 0
         self.c: Counter[str] = Counter()
         self.status: Counter[str] = Counter()
@@ -316,6 +317,12 @@ class Summary:
             if rec.get("abstain_below") is not None and rec.get("intent_evidence") is None \
                     and rec.get("raw_intent") is not None:
                 self.no_evidence += times
+        if "answerable" in rec:  # a v2 record: abstention judged against the gold's answerability
+            abstained = rec["unanswerable"] is not None
+            c["v2"] += times
+            c["gold_unanswerable"] += (not rec["answerable"]) * times
+            c["abstained"] += abstained * times
+            c["abstained_right"] += (abstained and not rec["answerable"]) * times
         cat = self.cat[rec["category"]]
         cat["n"] += times
         cat["raw"] += correct_raw
@@ -329,12 +336,13 @@ class Summary:
     def field_ok(self) -> dict[str, int]:
         """Per field: items whose raw intent had that field right."""
         self._flush()
-        return {f: self.n - self.field_wrong[f] for f in FIELDS}
+        return {f: self.n - self.field_wrong[f] for f in self.fields}
 
     def result(self) -> dict[str, Any]:
         self._flush()
         n, c = self.n, self.c
-        labels = list(INTENTS) + ["invalid"]
+        seen = {k for pair in self.pairs for k in pair} - {*INTENTS, "invalid"}
+        labels = list(INTENTS) + sorted(seen) + ["invalid"]  # v2 adds "unanswerable"
         cm = None
         if self.pairs:
             ys, ps = zip(*self.pairs.keys(), strict=True)
@@ -368,6 +376,10 @@ class Summary:
                              for k, v in sorted(self.cat.items())},
             "timing": {k: percentiles(v) for k, v in self.timing.items()},
             **({"selective": self._selective()} if self.selective else {}),
+            **({"abstention": {
+                "abstained": c["abstained"], "unanswerable_items": c["gold_unanswerable"],
+                "precision": wilson(c["abstained_right"], c["abstained"]),
+                "recall": wilson(c["abstained_right"], c["gold_unanswerable"])}} if c["v2"] else {}),
         }
 
     def _selective(self) -> dict[str, Any]:

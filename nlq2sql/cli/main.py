@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -74,6 +74,38 @@ def db_build(
     Console().print(f"wrote {build(out, scale, warehouse)}")
 
 
+def _is_v2_set(path: str, warehouse_name: str) -> bool:
+    """A set whose first item's gold is a MetricFlow query (or null: unanswerable) is a v2 set."""
+    from ..evalset import resolve_path
+    from ..inputs import parse_json, read_text
+
+    p = resolve_path(path, warehouse_name)
+    first = next((ln for ln in read_text(p, "eval set").splitlines() if ln.strip()), "")
+    try:
+        obj = parse_json(first, path=str(p), line=1)
+    except (InputError, ValueError):
+        return False  # the v1 loader reports the problem with its own message
+    gold = obj.get("gold", {}) if isinstance(obj, dict) else {}
+    return gold is None or (isinstance(gold, dict) and "metrics" in gold)
+
+
+def _check_query_set(path: str, wh: Any) -> None:
+    from ..queryset import check_query_set, load_query_set
+    from ..runner import make_executor
+
+    qs = load_query_set(path, wh.catalog)
+    with make_executor(wh) as ex:
+        problems = check_query_set(qs, wh.catalog, ex)
+    for p in problems:
+        err.print(f"{qs.path}: {escape(p['id'])}: {escape(p['problem'])}", highlight=False, soft_wrap=True)
+    if problems:
+        raise InputError(f"{len(problems)} gold queries fail or return no rows on warehouse {wh.name!r}",
+                         path=qs.path)
+    unanswerable = sum(1 for c in qs.cases if c.gold is None)
+    Console().print(f"{qs.path}: {len(qs.cases)} v2 items OK ({unanswerable} unanswerable); every gold "
+                    f"compiles with MetricFlow on {wh.name!r} and returns rows")
+
+
 @evalset_app.command("check")
 @handled
 def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSONL path.")],
@@ -85,6 +117,8 @@ def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSO
     from ..semantic import open_warehouse
 
     wh = open_warehouse(semantic_model, db)
+    if _is_v2_set(path, wh.catalog.name):
+        return _check_query_set(path, wh)
     es = load_evalset(path, wh)
     report = check_evalset(es, wh)
     if report["problems"]:
@@ -112,14 +146,24 @@ def score(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     semantic_model: SemanticModelOpt = None,
     db: DbOpt = None,
+    answer: Annotated[str, typer.Option(help="What the responses are: 'intent' (v1 intents) or 'query' (v2: a "
+                                        "MetricFlow query or {\"unanswerable\": …}, scored by rows).")] = "intent",
 ) -> None:
     """Re-score raw model outputs offline (no model needed)."""
     from ..report import render_summary
     from ..runner import ScoreConfig, score_responses
 
-    summary = score_responses(ScoreConfig(evalset, responses, out, guardrail_names(guardrails), force=force,
-                                          allow_missing=allow_missing,
-                                          semantic_model=semantic_model, warehouse=db))
+    if answer not in ("intent", "query"):
+        raise InputError(f"unknown answer kind {answer!r} (known: intent, query)", field="--answer")
+    names = guardrail_names(guardrails) if answer == "intent" or guardrails else ()
+    cfg = ScoreConfig(evalset, responses, out, names, force=force, allow_missing=allow_missing,
+                      semantic_model=semantic_model, warehouse=db)
+    if answer == "query":
+        from ..query_run import score_query_responses
+
+        summary = score_query_responses(cfg)
+    else:
+        summary = score_responses(cfg)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:

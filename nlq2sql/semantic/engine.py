@@ -149,6 +149,9 @@ class Engine:
         from metricflow.engine.metricflow_engine import MetricFlowQueryRequest
 
         order = [("-" if o.descending else "") + o.field for o in q.order_by or ()]
+        if order:  # ties broken by every group-by ascending: a limit cuts, and rows compare, deterministically
+            named = {o.field for o in q.order_by or ()}
+            order += [g for g in q.group_by if g not in named]
         request = MetricFlowQueryRequest.create(metric_names=list(q.metrics), group_by_names=list(q.group_by),
                                                 where_constraints=where or None, order_by_names=order or None,
                                                 limit=q.limit)

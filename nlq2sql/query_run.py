@@ -1,0 +1,92 @@
+"""Offline scoring of v2 answers (``nlq2sql score --answer query``): responses → run directory.
+
+The same contract as v1 re-scoring (:func:`nlq2sql.runner.score_responses`): every response
+line checked as it is read, output written to a sibling temp directory and renamed into
+place only at the end, so bad input leaves nothing behind; the summary is the one aggregator
+(:class:`nlq2sql.score.Summary`) over the v2 parts, with abstention precision and recall and
+the number of distinct MetricFlow compiles.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from . import warehouse
+from .errors import InputError
+from .query_score import ANSWER_KIND, score_query
+from .queryset import load_query_set
+from .records import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, prepare_dir, write_json_atomic
+from .results import Manifest as ManifestModel
+from .results import Summary as SummaryModel
+from .results import validated
+from .runner import ScoreConfig, as_missing, make_executor, manifest_base, read_responses
+from .score import Summary
+from .semantic import open_warehouse
+from .semantic.contract import PARTS
+
+__all__ = ["score_query_responses"]
+
+
+def score_query_responses(cfg: ScoreConfig) -> dict[str, Any]:
+    """Score a responses file of v2 answers into ``cfg.out``; returns the summary."""
+    if cfg.guardrails:
+        raise InputError("guardrails act on v1 intents; the query answer takes none yet (pass --guardrails none)",
+                         field="--guardrails")
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    compiles_before = wh.catalog.engine.compiles  # golds' and answers' compiles: what this run needed
+    qs = load_query_set(cfg.evalset, wh.catalog)
+    ids = {c.id: i for i, c in enumerate(qs.cases)}
+    if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
+        prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
+    tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise InputError(f"output directory is not writable: {exc.strerror}", path=str(cfg.out)) from None
+    started = time.time()
+    try:
+        summ = Summary([], fields=PARTS)
+        answered = bytearray(len(ids))
+        with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer:
+            for resp in read_responses(cfg.responses, ids):
+                pos = ids[resp.id]
+                rec = score_query(qs.cases[pos], resp.text, ex, wh.catalog, finish_reason=resp.finish_reason)
+                writer.write(rec)
+                summ.add(rec)
+                answered[pos] = 1
+            missing = [cid for cid, pos in ids.items() if not answered[pos]]
+            if missing and not cfg.allow_missing:
+                raise InputError(f"{len(missing)} of {len(ids)} eval set items have no response (first: "
+                                 f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
+                                 path=str(cfg.responses))
+            for cid in missing:
+                rec = as_missing(score_query(qs.cases[ids[cid]], None, ex, wh.catalog,
+                                             request_error="no response in file"))
+                writer.write(rec)
+                summ.add(rec)
+            executed = ex.executed
+        summary = summ.result()
+        summary.update(distinct_queries_executed=executed, answer=ANSWER_KIND,
+                       compiles=wh.catalog.engine.compiles - compiles_before,
+                       missing={"n": len(missing), "allowed": cfg.allow_missing, "first_ids": missing[:5]},
+                       records=writer.digest(), record_version=RECORD_VERSION)
+        write_json_atomic(tmp / SUMMARY, validated(SummaryModel, summary))
+        from .semantic.catalog import display_path
+
+        shown = display_path(Path(cfg.responses))
+        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", qs, [], wh) | {  # type: ignore[arg-type]
+            "answer": ANSWER_KIND, "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
+            "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
+            "finished": time.time()}))
+        if cfg.out.exists():
+            shutil.rmtree(cfg.out)
+        cfg.out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, cfg.out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summary

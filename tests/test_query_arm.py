@@ -1,0 +1,139 @@
+"""The v2 answer (a MetricFlow query, or "unanswerable") scored by rows: eval sets, scoring, the
+offline run, and every shipped v1 gold restated as a query returning the rows it always did."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nlq2sql.cli.main import app
+from nlq2sql.errors import EvalSetError
+from nlq2sql.evalset import load_evalset
+from nlq2sql.execute import Executor, rows_equal
+from nlq2sql.intent import canonicalise, is_ordered
+from nlq2sql.query_score import score_query
+from nlq2sql.queryset import QueryCase, from_v1, load_query_set
+from nlq2sql.semantic import load_catalog
+from nlq2sql.semantic.query import MetricQuery
+from nlq2sql.sqlbuild import build_sql
+
+runner = CliRunner()
+CAT = load_catalog("retail")
+GOLD = {"metrics": ["revenue", "orders"], "group_by": ["customer_id__region"],
+        "where": [{"field": "customer_id__segment", "op": "in", "values": ["Consumer", "Corporate"]}]}
+TOP = {"metrics": ["units"], "group_by": ["product_id__category"],
+       "order_by": [{"field": "units", "descending": True}], "limit": 2}
+
+
+def _write(path: Path, lines: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def _set(tmp_path: Path) -> Path:
+    return _write(tmp_path / "v2.jsonl", [
+        {"id": "a", "question": "Revenue and orders by region for consumer and corporate customers", "gold": GOLD,
+         "answerable": True, "category": "breakdown"},
+        {"id": "b", "question": "Top 2 categories by units", "gold": TOP, "category": "top_n"},
+        {"id": "c", "question": "What is our gross margin by supplier?", "gold": None, "answerable": False,
+         "category": "unanswerable"},
+        {"id": "d", "question": "Sales by region in 2025", "category": "breakdown",
+         "gold": {"intent": "breakdown", "metric": "revenue", "dimension": "region", "time_grain": None,
+                  "filters": [{"field": "year", "op": "eq", "value": "2025"}], "limit": None, "order": None}}])
+
+
+def test_every_shipped_v1_gold_restated_as_a_query_returns_its_rows(executor: Executor) -> None:
+    n = 0
+    for name in ("dev", "heldout", "adversarial"):
+        for case in load_evalset(name).cases:
+            gold = canonicalise(case.gold)
+            q = from_v1(case.gold, CAT)
+            # A ranking still orders; a time series no longer asks for an order (its rows are a multiset).
+            assert q.ordered == (gold.intent == "top_n_by_metric" or gold.order is not None
+                                 or gold.limit is not None), case.id
+            assert rows_equal(executor.run(CAT.engine.compile(q)), executor.run(build_sql(gold)),
+                              ordered=q.ordered and is_ordered(gold)), case.id
+            n += 1
+    assert n == 104
+
+
+def test_query_set_reads_v2_v1_and_unanswerable_lines(tmp_path: Path) -> None:
+    qs = load_query_set(_set(tmp_path), CAT)
+    assert [c.id for c in qs.cases] == ["a", "b", "c", "d"]
+    assert qs.cases[2].gold is None and not qs.cases[2].answerable
+    assert qs.cases[3].gold is not None and qs.cases[3].gold.where[0].op == "between"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("line, field, fragment", [
+    ({"id": "x", "question": "q", "gold": None, "category": "c"}, "(line)", "gold null"),
+    ({"id": "x", "question": "q", "gold": {"metrics": ["profit"]}, "category": "c"}, "gold", "does not compile"),
+    ({"id": "x", "question": "q", "gold": {"metrics": ["revenue"], "group_by": ["region"]}, "category": "c"},
+     "gold", "does not compile"),
+    ({"id": "x", "question": "q", "gold": {"metrics": ["revenue"]}, "category": "bad label!"}, "category", "label"),
+])
+def test_bad_v2_lines_name_file_line_and_field(tmp_path: Path, line: dict[str, object], field: str,
+                                               fragment: str) -> None:
+    path = _write(tmp_path / "bad.jsonl", [{"id": "ok", "question": "q", "gold": TOP, "category": "top_n"}, line])
+    with pytest.raises(EvalSetError) as info:
+        load_query_set(path, CAT)
+    assert f"{path}:2" in str(info.value) and fragment in str(info.value), str(info.value)
+
+
+def test_scoring_is_by_rows_and_abstention_is_judged(executor: Executor) -> None:
+    case = QueryCase(id="a", question="q", gold=MetricQuery.model_validate(GOLD), category="breakdown")
+    reordered = {**GOLD, "metrics": ["orders", "revenue"]}
+    rec = score_query(case, json.dumps(GOLD), executor, CAT)
+    assert rec["correct_final"] and rec["error_final"] is None and all(rec["parts"].values())
+    same_rows_other_order = score_query(case, json.dumps({**GOLD, "group_by": ["customer_id__region"],
+                                                          "order_by": [{"field": "revenue", "descending": True}]}),
+                                        executor, CAT)
+    assert same_rows_other_order["correct_final"], "the gold does not order: rows compare as a multiset"
+    assert score_query(case, json.dumps(reordered), executor, CAT)["parts"]["metrics"], "metrics compare as a set"
+    wrong = score_query(case, json.dumps({**GOLD, "where": []}), executor, CAT)
+    assert not wrong["correct_final"] and wrong["error_final"] == "wrong_where"
+    abstained = score_query(case, '{"unanswerable": "no idea"}', executor, CAT)
+    assert abstained["error_final"] == "false_abstention" and abstained["unanswerable"] == "no idea"
+    bad = score_query(case, '{"metrics": ["revenue"], "group_by": ["nosuch__x"]}', executor, CAT)
+    assert bad["status"] == "schema_invalid" and not bad["correct_final"]
+    una = QueryCase(id="c", question="q", gold=None, answerable=False, category="unanswerable")
+    assert score_query(una, '{"unanswerable": "no margin data"}', executor, CAT)["correct_final"]
+    assert score_query(una, json.dumps(GOLD), executor, CAT)["error_final"] == "answered_unanswerable"
+    top = QueryCase(id="b", question="q", gold=MetricQuery.model_validate(TOP), category="top_n")
+    asc = {**TOP, "order_by": [{"field": "units", "descending": False}]}
+    assert score_query(top, json.dumps(TOP), executor, CAT)["correct_final"]
+    assert not score_query(top, json.dumps(asc), executor, CAT)["correct_final"], "the gold orders: order counts"
+
+
+def test_score_cli_answer_query_writes_a_run_with_abstention_figures(tmp_path: Path) -> None:
+    qs = _set(tmp_path)
+    responses = _write(tmp_path / "resp.jsonl", [
+        {"id": "a", "text": json.dumps(GOLD)}, {"id": "b", "text": json.dumps({**TOP, "limit": 3})},
+        {"id": "c", "text": '{"unanswerable": "no cost data"}'}, {"id": "d", "text": "not json"}])
+    res = runner.invoke(app, ["score", "--answer", "query", "--evalset", str(qs), "--responses", str(responses),
+                              "--out", str(tmp_path / "run"), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["answer"] == "query" and summary["final_accuracy"]["k"] == 2 and summary["n"] == 4
+    assert summary["abstention"]["precision"]["k"] == 1 and summary["abstention"]["recall"]["n"] == 1
+    assert set(summary["field_accuracy"]) == {"metrics", "group_by", "where", "order_by", "limit"}
+    assert 0 <= summary["compiles"] <= 3  # distinct shapes new to this process's compile cache
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["answer"] == "query"
+    recs = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    assert [r["error_final"] for r in recs] == [None, "wrong_limit", None, "invalid_json"]
+    res = runner.invoke(app, ["score", "--answer", "query", "--evalset", str(qs), "--responses", str(responses),
+                              "--out", str(tmp_path / "run2"), "--guardrails", "ranking"])
+    assert res.exit_code == 2 and "guardrails" in res.output and not (tmp_path / "run2").exists()
+
+
+def test_evalset_check_on_a_v2_set(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["evalset", "check", str(_set(tmp_path))])
+    assert res.exit_code == 0 and "4 v2 items OK (1 unanswerable)" in " ".join(res.output.split()), res.output
+    empty = _write(tmp_path / "empty.jsonl", [{"id": "e", "question": "q", "category": "breakdown", "gold": {
+        "metrics": ["revenue"], "group_by": ["customer_id__region"],
+        "where": [{"field": "customer_id__region", "op": "eq", "values": ["Atlantis"]}]}}])
+    res = runner.invoke(app, ["evalset", "check", str(empty)])
+    assert res.exit_code == 2 and "no rows" in res.output, res.output
