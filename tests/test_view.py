@@ -585,6 +585,8 @@ def test_a_tree_of_runs_names_each_and_lists_what_was_skipped(browser: Browser, 
     assert names == ["retail-heldout/a-baseline-flat", "tpch-heldout/a-baseline-flat", "c1-r0", "c16-r0", "c32-r0"]
     dirs = page.locator("#runs-facts tbody tr td:nth-child(2) > div:nth-child(2)").all_inner_texts()
     assert dirs[0] == "reports/conditions/retail-heldout/a-baseline-flat" and str(tmp_path) not in "".join(dirs)
+    # a plot clips a long label; its whole text is the label's tooltip
+    assert page.locator("#accuracy-plot text title").all_text_contents() == [f"#{r.key} {r.label}" for r in runs]
     skipped = page.locator("#runs-skipped li").all_inner_texts()
     assert skipped == ["reports/broken/run: reports/broken/run/manifest.json:1: malformed JSON: "
                        "Expecting property name enclosed in double quotes"]

@@ -325,7 +325,8 @@
     });
     rs.forEach(function (r, i) {
       const y = top + i * rowH + rowH / 2;
-      g.append(svg("text", { x: left - 8, y: y + 4, "text-anchor": "end", class: "axis", text: clip("#" + r.key + " " + r.label, 46) }));
+      g.append(svg("text", { x: left - 8, y: y + 4, "text-anchor": "end", class: "axis", text: clip("#" + r.key + " " + r.label, 46) },
+        svg("title", { text: "#" + r.key + " " + r.label })));  // the whole label on hover: a long name is clipped
       [["raw_accuracy", -6, "raw"], ["final_accuracy", 6, "final"]].forEach(function (spec) {
         const p = (r.summary || {})[spec[0]];
         if (!p || typeof p.value !== "number") return;
@@ -362,7 +363,8 @@
       });
       const peak = Math.max.apply(null, counts.concat([1]));
       const y0 = i * rowH + rowH - 8;
-      g.append(svg("text", { x: left - 8, y: y0 - 20, "text-anchor": "end", class: "axis", text: clip("#" + r.key + " " + r.label, 46) }),
+      g.append(svg("text", { x: left - 8, y: y0 - 20, "text-anchor": "end", class: "axis", text: clip("#" + r.key + " " + r.label, 46) },
+        svg("title", { text: "#" + r.key + " " + r.label })),
         svg("text", { x: left - 8, y: y0 - 6, "text-anchor": "end", class: "axis muted", text: "n=" + n }),
         svg("line", { x1: left, x2: left + plotW, y1: y0, y2: y0, class: "gridline" }));
       counts.forEach(function (c, b) {
