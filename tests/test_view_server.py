@@ -218,6 +218,7 @@ def test_runs_are_found_at_any_depth_and_broken_ones_skipped(tmp_path: Path) -> 
     assert code == 2 and "malformed JSON" in out
     code, out = cli("--out", str(tmp_path / "site3"), str(top / "broken"))
     assert code == 2 and "no run could be read" in out and not (tmp_path / "site3").exists()
+    assert out.count("error:") == 1 and "note:" not in out  # one message, the reasons in it
     code, out = cli("--out", str(tmp_path / "site4"), str(top / "empty"))
     assert code == 2 and "no manifest.json here or in its sub-directories" in out
     if os.geteuid() != 0:  # root reads a folder whatever its mode

@@ -243,11 +243,11 @@ def load_runs(paths: list[Path], *, note: Callable[[str], None] | None = _to_std
             if f.direct:
                 raise
             runs.skipped.append(f"{f.shown}: {str(exc).replace(str(f.path), f.shown)}")
+    if not runs:
+        raise RecordError("no run could be read: " + "; ".join(runs.skipped), path=str(paths[0]))
     if note is not None:
         for skipped in runs.skipped:
             note(skipped)
-    if not runs:
-        raise RecordError("no run could be read: " + "; ".join(runs.skipped), path=str(paths[0]))
     several = len({r.warehouse for r in runs}) > 1
     for run, name in zip(runs, unique_names([r.shown for r in runs]), strict=True):
         run.name, run.with_warehouse = name, several

@@ -48,8 +48,8 @@ HEADERS = {"Content-Security-Policy": CSP + "; frame-ancestors 'none'", "X-Conte
 RUN_FILE_CSP = "sandbox; default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 RUN_FILE_TYPE = "text/plain; charset=utf-8"
 
-__all__ = ["HEADERS", "HOST", "RUN_FILE_CSP", "Handler", "ViewServer", "make_server", "safe_parts",
-           "serve_in_thread"]
+__all__ = ["HEADERS", "HOST", "RUN_FILE_CSP", "RUN_FILE_TYPE", "Handler", "ViewServer", "make_server",
+           "read_run_file", "safe_parts", "serve_in_thread"]
 
 
 def safe_parts(raw_path: str) -> list[str] | None:
