@@ -111,12 +111,18 @@ class Sampling:
 
 
 
-def bind_sampling(s: Sampling, catalog: Any) -> Sampling:
-    """The sampling with the warehouse's schema (``s.schema`` mode) fixed into it."""
+def bind_sampling(s: Sampling, catalog: Any, answer: str = "intent") -> Sampling:
+    """The sampling with the warehouse's schema (``s.schema`` mode) fixed into it: the v1
+    intent's, or with ``answer="query"`` the v2 MetricFlow query's (generated from the manifest)."""
     if catalog is None:
         return s
-    return dataclasses.replace(s, schema_json=json.dumps(intent_schema(catalog, s.schema),
-                                                         separators=(",", ":")))
+    if answer == "query":
+        from .semantic.contract import answer_schema
+
+        schema = answer_schema(catalog, s.schema)
+    else:
+        schema = intent_schema(catalog, s.schema)
+    return dataclasses.replace(s, schema_json=json.dumps(schema, separators=(",", ":")))
 
 
 class RetryBudget:

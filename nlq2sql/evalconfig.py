@@ -103,6 +103,7 @@ class EvalConfig:
     samples: int = 1  # self-consistency: answers per item, majority vote (conditions.selfcheck)
     abstain: bool = False  # answer "needs clarification" when the evidence is split
     abstain_below: float | None = None  # … or when the intent-token confidence is below this (implies abstain)
+    answer: str = "intent"  # intent (v1 intent JSON) | query (v2: a MetricFlow query or "unanswerable")
     server: LocalServerSettings = field(default_factory=LocalServerSettings)  # only when endpoint is None
     load: LoadShape = field(default_factory=LoadShape)  # the defaults: a plain closed-loop eval
 
@@ -112,7 +113,27 @@ class EvalConfig:
         return self.abstain or self.abstain_below is not None
 
 
+ANSWERS = ("intent", "query")
+
+
+def _check_answer(cfg: EvalConfig) -> None:
+    """The v2 answer takes the conditions that do not read v1 intent fields; the rest are refused by name."""
+    if cfg.answer not in ANSWERS:
+        raise InputError(f"unknown answer kind {cfg.answer!r} (known: {', '.join(ANSWERS)})", field="--answer")
+    if cfg.answer == "intent":
+        return
+    refused = [(bool(cfg.guardrails), "--guardrails (they rewrite v1 intent fields; pass --guardrails none)"),
+               (cfg.planner != "none", "--planner"), (cfg.link_values != "none", "--link-values"),
+               (cfg.samples > 1, "--samples"), (cfg.abstaining, "--abstain / --abstain-below (the v2 answer "
+                                                "abstains itself: {\"unanswerable\": …})"),
+               (cfg.examples > 0, "--examples"), (cfg.workers > 1 or cfg.engine != "local", "--workers / --engine")]
+    for bad, what in refused:
+        if bad:
+            raise InputError(f"not available with --answer query yet: {what}", field="--answer")
+
+
 def validate(cfg: EvalConfig) -> None:
+    _check_answer(cfg)
     if cfg.concurrency < 1:
         raise InputError(f"must be at least 1, got {cfg.concurrency}", field="--concurrency")
     if cfg.limit is not None and cfg.limit < 1:

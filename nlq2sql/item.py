@@ -29,6 +29,8 @@ from .harness_load import HarnessMonitor
 from .intent import canonicalise
 from .pool import FAIL_FAST, Pool
 from .prompt import load_prompt
+from .query_score import score_query
+from .queryset import QueryCase
 from .runner import make_executor
 from .score import score_item
 from .semantic import open_warehouse
@@ -98,7 +100,7 @@ class ItemRunner:
                                             self.wh.catalog, self.wh)
             self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
             self.bank = load_bank(cfg.example_bank, self.wh.catalog, cfg.examples) if cfg.examples else None
-        self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog)
+        self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog, cfg.answer)
         self.values = ValueIndex(self.wh) if cfg.link_values in ("hint", "both") else None
         # Connection pools sized for this process's share of the run's concurrency.
         ecfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=cfg.timeout_s,
@@ -113,14 +115,18 @@ class ItemRunner:
         self.ex = make_executor(self.wh)
         self.monitor = HarnessMonitor()
 
-    def prepare(self, cases: Iterable[EvalCase]) -> None:
+    def prepare(self, cases: Iterable[EvalCase | QueryCase]) -> None:
         """Execute each distinct gold query once, before the clock starts: the answers are the
         warehouse's, not the endpoint's, so their cost belongs to setting up, not to the measured
         requests (``vllm bench serve`` prepares its prompts before its clock too).  A gold that
         fails here is left to fail the same way, recorded, when its item is scored."""
         for case in cases:
             with contextlib.suppress(SqlBuildError, ExecutionError):
-                self.ex.run(build_sql(canonicalise(case.gold), self.wh.catalog))
+                if isinstance(case, QueryCase):
+                    if case.gold is not None:
+                        self.ex.run(self.wh.catalog.engine.compile(case.gold))
+                else:
+                    self.ex.run(build_sql(canonicalise(case.gold), self.wh.catalog))
 
     def start(self) -> None:
         for smp in self.samplers:
@@ -137,7 +143,7 @@ class ItemRunner:
         finally:
             self.ex.close()
 
-    async def run(self, case: EvalCase | Question, scheduled: float | None = None) -> dict[str, Any]:
+    async def run(self, case: EvalCase | QueryCase | Question, scheduled: float | None = None) -> dict[str, Any]:
         """The item's record (a failed request is a recorded outcome, never an exception)."""
         cfg, pool = self.cfg, self.pool
         messages = self.prompt.messages(case.question + cfg.load.context_suffix)
@@ -164,9 +170,14 @@ class ItemRunner:
             comp, rep, trail = await pool.call(
                 case.id, lambda r: complete(r.client, r.cfg, messages, self.sampling, self.budget, self.fail_fast))
         # A question without a gold (``batch --questions``) is answered, not scored: same keys.
-        scorer = answer_item if isinstance(case, Question) else score_item
-        rec = scorer(case, comp.text, self.rulesets, self.ex, finish_reason=comp.finish_reason,  # type: ignore[arg-type]
-                     request_error=None if comp.outcome == "ok" else comp.outcome, catalog=self.wh.catalog)
+        request_error = None if comp.outcome == "ok" else comp.outcome
+        if isinstance(case, QueryCase):  # the v2 answer: scored by rows
+            rec = score_query(case, comp.text, self.ex, self.wh.catalog, finish_reason=comp.finish_reason,
+                              request_error=request_error)
+        else:
+            scorer = answer_item if isinstance(case, Question) else score_item
+            rec = scorer(case, comp.text, self.rulesets, self.ex, finish_reason=comp.finish_reason,  # type: ignore[arg-type]
+                         request_error=request_error, catalog=self.wh.catalog)
         rec.update(comp.record_fields())
         rec["started"] = comp.started
         if example_ids is not None:

@@ -39,6 +39,7 @@ from .evalset import EvalCase, load_evalset
 from .guardrail import load_guardrails
 from .item import ItemRunner, Loaded, request_sampling, whitespace_outside_strings
 from .prompt import load_prompt
+from .queryset import load_query_set
 from .records import (
     MANIFEST,
     RECORDS,
@@ -192,7 +193,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any
 def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> dict[str, Any]:
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
-    evalset = load_evalset(cfg.evalset, wh)
+    evalset: Any = load_query_set(cfg.evalset, wh.catalog) if cfg.answer == "query" else load_evalset(cfg.evalset, wh)
     rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), wh.catalog, wh)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
     bank = load_bank(cfg.example_bank, wh.catalog, cfg.examples) if cfg.examples else None
@@ -220,7 +221,9 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         manifest = manifest_base("eval", evalset, rulesets, wh) | {
             "endpoint": base_url if server is None else "local",
             "model": model, "prompt": prompt.name, "prompt_style": prompt.style,
-            "prompt_sha256": prompt.sha256, "sampling": bind_sampling(request_sampling(cfg), wh.catalog).as_dict(),
+            "prompt_sha256": prompt.sha256,
+            "sampling": bind_sampling(request_sampling(cfg), wh.catalog, cfg.answer).as_dict(),
+            **({"answer": cfg.answer} if cfg.answer != "intent" else {}),
             "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts, "client": cfg.client,
             "examples": bank.manifest(cfg.examples) if bank is not None else None,
             "planner": cfg.planner if cfg.planner != "none" else None,

@@ -2,7 +2,8 @@
 
 A prompt is a template: ``{{vocabulary}}`` becomes the warehouse's metrics, dimensions,
 known values and years (read from its semantic model and data), and ``{{metric:N}}``,
-``{{metric_label:N}}``, ``{{dimension:N}}``, ``{{dimension_label:N}}``, ``{{year}}`` name
+``{{metric_label:N}}``, ``{{dimension:N}}``, ``{{dimension_label:N}}``, ``{{group_by:N}}`` (the
+dimension's MetricFlow name), ``{{year}}`` name
 its N-th metric / dimension and its latest year, so one prompt renders for every
 semantic model.  The question is passed as data in its own user message; nothing in it
 can change the schema the server enforces or the SQL that is executed.
@@ -46,7 +47,8 @@ class Prompt:
                 {"role": "user", "content": question}]
 
 
-SLOT = re.compile(r"\{\{\s*(vocabulary|year|metric|metric_label|dimension|dimension_label)(?::(\d+))?\s*\}\}")
+SLOT = re.compile(r"\{\{\s*(query_vocabulary|vocabulary|year|metric|metric_label|group_by|dimension|dimension_label)"
+                  r"(?::(\d+))?\s*\}\}")
 
 
 def render(template: str, wh: Warehouse) -> str:
@@ -58,12 +60,16 @@ def render(template: str, wh: Warehouse) -> str:
         slot, n = m.group(1), int(m.group(2) or 0)
         if slot == "vocabulary":
             return wh.vocabulary_text()
+        if slot == "query_vocabulary":
+            return wh.query_vocabulary_text()
         if slot == "year":
             return wh.years[-1] if wh.years else ""
         if slot.startswith("metric"):
             metric = metrics[n % len(metrics)]
             return metric.name if slot == "metric" else metric.label.lower()
         dim = dims[n % len(dims)]
+        if slot == "group_by":
+            return dim.group_by
         return dim.name if slot == "dimension" else dim.label.lower()
 
     return SLOT.sub(fill, template)

@@ -160,11 +160,22 @@ def check_evalset(es: EvalSet, wh: Warehouse) -> dict[str, Any]:
 
 
 def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any]:
-    """Re-derive the summary from a records file (reports never trust a cached summary)."""
-    summ = Summary(rulesets)
+    """Re-derive the summary from a records file (reports never trust a cached summary).
+
+    Records of the v2 answer (``"answer": "query"``) are summarised over the query's parts."""
+    from .semantic.contract import PARTS
+
+    summ: Summary | None = None
+    answer = None
     for rec in iter_records(records_path):
+        if summ is None:
+            answer = rec.get("answer")
+            summ = Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets)
         summ.add(rec)
-    return summ.result()
+    out = (summ or Summary(rulesets)).result()
+    if answer is not None:
+        out["answer"] = answer
+    return out
 
 
 def score_responses(cfg: ScoreConfig) -> dict[str, Any]:

@@ -137,3 +137,32 @@ def test_evalset_check_on_a_v2_set(tmp_path: Path) -> None:
         "where": [{"field": "customer_id__region", "op": "eq", "values": ["Atlantis"]}]}}])
     res = runner.invoke(app, ["evalset", "check", str(empty)])
     assert res.exit_code == 2 and "no rows" in res.output, res.output
+
+
+def test_eval_answer_query_end_to_end_against_the_fake_server(tmp_path: Path) -> None:
+    """The live path: the v2 schema is sent, answers are scored by rows, refusals name the option."""
+    from fakeserver import FakeServer, script
+
+    qs = _set(tmp_path)
+    by_q = {"Revenue and orders by region for consumer and corporate customers": [
+        {"kind": "text", "text": json.dumps(GOLD)}],
+        "Top 2 categories by units": [{"kind": "text", "text": json.dumps({**TOP, "limit": 3})}],
+        "What is our gross margin by supplier?": [{"kind": "text", "text": '{"unanswerable": "no cost data"}'}],
+        "Sales by region in 2025": [{"kind": "text", "text": '{"unanswerable": "?"}'}]}
+    with FakeServer(tmp_path / "fake", script(by_question=by_q), model="fake-model") as fake:
+        res = runner.invoke(app, ["eval", "--answer", "query", "--evalset", str(qs), "--endpoint", fake.url,
+                                  "--model", "fake-model", "--out", str(tmp_path / "run"), "--concurrency", "2"])
+        assert res.exit_code == 0, res.output
+        sent = fake.chat_requests()
+        refused = runner.invoke(app, ["eval", "--answer", "query", "--evalset", str(qs), "--endpoint", fake.url,
+                                      "--model", "fake-model", "--out", str(tmp_path / "run2"), "--planner",
+                                      "two-stage"])
+    assert refused.exit_code == 2 and "--planner" in refused.output and not (tmp_path / "run2").exists()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert summary["answer"] == "query" and summary["final_accuracy"]["k"] == 2 and summary["n"] == 4
+    assert summary["abstention"]["precision"]["k"] == 1 and summary["abstention"]["abstained"] == 2
+    assert manifest["answer"] == "query" and manifest["prompt"] == "query" and manifest["guardrails"] == []
+    schema = json.loads(manifest["sampling"]["schema_json"])
+    assert "unanswerable" in json.dumps(schema) and "customer_id__region" in json.dumps(schema)
+    assert len(sent) == 4

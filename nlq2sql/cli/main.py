@@ -214,6 +214,10 @@ def eval_cmd(
                                         "actors; needs nlq2sql[ray]).")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="--engine ray: an existing cluster (e.g. "
                                                     "ray://head:10001 or auto). Default: a local Ray.")] = None,
+    answer: Annotated[str, typer.Option(help="intent (v1 intent JSON) | query (v2: a MetricFlow query or "
+                                        "{\"unanswerable\": …}, constrained by a schema generated from the "
+                                        "manifest, scored by rows; prompt 'query', no guardrails by "
+                                        "default).")] = "intent",
 ) -> None:
     """Run an eval set against a live endpoint and score it."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -228,8 +232,13 @@ def eval_cmd(
         raise InputError(f"unknown mode {structured!r} (known: {', '.join(STRUCTURED_MODES)})",
                          field="--structured")
     first, replicas = fleet_args(endpoint, endpoints_file)
+    if answer == "query":  # the v2 answer's own prompt, and no v1 guardrail unless named
+        prompt = "query" if prompt == "baseline" else prompt
+        names = guardrail_names(guardrails) if guardrails else ()
+    else:
+        names = guardrail_names(guardrails)
     cfg = EvalConfig(evalset=evalset, out=out, endpoint=first, replicas=replicas, routing=routing,
-                     model=model, api_key_env=api_key_env, prompt=prompt, guardrails=guardrail_names(guardrails),
+                     model=model, api_key_env=api_key_env, prompt=prompt, guardrails=names, answer=answer,
                      concurrency=concurrency,
                      limit=limit, sampling=Sampling(max_tokens=max_tokens, structured=structured, schema=schema,
                                                     temperature=temperature),

@@ -115,6 +115,31 @@ class Warehouse:
                                      [value]).fetchone()
         return row is not None
 
+    def query_vocabulary_text(self) -> str:
+        """The v2 prompt's vocabulary: metrics, the group-by names MetricFlow accepts (with labels and
+        known values), the time grains, and which group-bys each metric reaches when they differ."""
+        cat = self.catalog
+        eng = cat.engine
+        lines = ["Metrics (metrics):"]
+        lines += [f'- "{m.name}": {m.label}' + (f" ({m.description.rstrip('.')})" if m.description else "")
+                  for m in cat.metrics.values()]
+        lines.append("Group-by names (group_by, where[].field, order_by[].field):")
+        for d in cat.dimensions.values():
+            vals = self._values[d.name]
+            known = "; values: " + ", ".join(vals) if 0 < len(vals) <= PROMPT_VALUES_MAX else ""
+            lines.append(f'- "{d.group_by}": {d.label}' + (f" ({d.description.rstrip('.')})" if d.description else "")
+                         + known)
+        lines.append('- "metric_time__day", "metric_time__week", "metric_time__month", "metric_time__quarter", '
+                     '"metric_time__year": the date of each metric\'s time dimension at that grain '
+                     '(filter dates as "YYYY-MM-DD")')
+        if self.years:
+            lines.append(f"Years in the data: {', '.join(self.years)}")
+        sets = {m: eng.group_bys((m,)) for m in cat.metrics}
+        if len(set(sets.values())) > 1:
+            for m, gbs in sets.items():
+                lines.append(f'- "{m}" can be grouped by: {", ".join(g for g in gbs if not g.startswith("metric_time"))}')
+        return "\n".join(lines)
+
     def vocabulary_text(self) -> str:
         """The prompt's vocabulary lines: metrics with labels, dimensions, known values, years."""
         cat = self.catalog
