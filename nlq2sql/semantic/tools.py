@@ -53,6 +53,7 @@ def check(wh: Warehouse) -> dict[str, Any]:
 def show(wh: Warehouse, schema: str = "flat") -> dict[str, Any]:
     """The derived vocabulary, values, years and the JSON Schema sent to the server."""
     from ..intent import compact_regex, intent_schema
+    from .contract import answer_schema
 
     cat = wh.catalog
     return {"semantic_model": cat.name, "path": cat.path, "sha256": cat.sha256, "time_spine": cat.spine,
@@ -64,6 +65,7 @@ def show(wh: Warehouse, schema: str = "flat") -> dict[str, Any]:
                               for q in cat.manifest.saved_queries},
             "years": list(wh.years), "filter_fields": list(cat.vocabulary.filter_fields),
             "schema_mode": schema, "schema": intent_schema(cat, schema),
+            "query_schema": answer_schema(cat, schema),  # the v2 answer's (--answer query)
             "compact_regex": compact_regex(cat, schema)}
 
 
