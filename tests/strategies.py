@@ -6,6 +6,8 @@ security fuzz spends its time on examples, not on re-validating strategies.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import get_args
 
 from hypothesis import strategies as st
@@ -95,3 +97,78 @@ def _decode(seed: int, flts: list[tuple[int, str]]) -> Intent:
 fast_consistent_intents = st.builds(
     _decode, st.integers(0, 2**40),
     st.lists(st.tuples(st.integers(0, len(FILTER_FIELDS) * len(OPS) - 1), filter_values), max_size=3))
+
+
+# -- hostile JSON lines, for the readers of a user's files ---------------------------------
+#
+# A line of an eval set, a responses file, a question file or an intent, made hostile from a
+# valid one: nested far past any reader's bound, a field given a value JSON allows but the
+# harness does not expect (NaN, a 5,000-digit integer, a lone surrogate, a NUL), cut short, or
+# with a byte that is not UTF-8 (or a BOM, a NUL, a lone CR) put in anywhere.
+
+#: Nesting depths around the readers' bound (64) and past Python's recursion limit (~1,000).
+DEPTHS = (1, 63, 64, 65, 200, 1000, 5000)
+#: JSON (or near-JSON) tokens put in place of a field's value, as raw text.
+RAW_VALUES = (
+    "NaN", "Infinity", "-Infinity", "1" * 5000, "-" + "9" * 4301, "1e999", "-1e-999", "0.1e1000000",
+    '"\\ud800"', '"\\udfff\\ud800"', '"\\u0000"', '""', '" "', "null", "true", "[]", "{}", "[[]]",
+    '{"": {}}', '"' + "x" * 5000 + '"', "1" + "0" * 30, "-0", "1.5", '"ho-001"', '["ho-001"]',
+)
+#: Bytes put into a line: not UTF-8, a BOM mid-file, a NUL, line-end oddities, an overlong
+#: encoding and an encoded surrogate (both invalid UTF-8).
+RAW_BYTES = (b"\xff", b"\xe9", b"\xef\xbb\xbf", b"\x00", b"\r", b"\xc0\x80", b"\xed\xa0\x80", b"\x85",
+             b"\xe2\x80\xa8")
+
+
+def _deep(text: str, depth: int, kind: str) -> str:
+    return ("[" * depth + text + "]" * depth) if kind == "array" else ('{"a":' * depth + text + "}" * depth)
+
+
+def _paths(obj: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Key paths of a JSON object, two levels down (``gold.metric``)."""
+    out: list[tuple[str, ...]] = []
+    if isinstance(obj, dict) and len(prefix) < 2:
+        for k, v in obj.items():
+            out.append((*prefix, k))
+            out += _paths(v, (*prefix, k))
+    return out
+
+
+_HOLE = "\x00hole\x00"
+
+
+def _with_raw(line: str, pick: int, raw: str) -> str:
+    """``line`` (a JSON object) with the value at one of its key paths replaced by ``raw`` text."""
+    obj = json.loads(line)
+    paths = _paths(obj)
+    if not paths:
+        return raw
+    *parents, key = paths[pick % len(paths)]
+    target = obj
+    for k in parents:
+        target = target[k]
+    target[key] = _HOLE
+    return json.dumps(obj).replace(json.dumps(_HOLE), raw, 1)
+
+
+def hostile_lines(valid: Sequence[str]) -> st.SearchStrategy[bytes]:
+    """One line (bytes, no line end) made from one of the ``valid`` JSON lines."""
+    base = st.sampled_from(valid)
+    value = st.sampled_from(RAW_VALUES) | st.tuples(st.sampled_from(DEPTHS), st.sampled_from(("array", "object"))) \
+        .map(lambda t: _deep("1", *t))
+    return st.one_of(
+        base.map(str.encode),
+        st.tuples(base, st.sampled_from(DEPTHS), st.sampled_from(("array", "object")))
+        .map(lambda t: _deep(*t).encode()),
+        st.tuples(base, st.integers(0, 50), value).map(lambda t: _with_raw(*t).encode("utf-8", "surrogatepass")),
+        st.tuples(base, st.integers(0, 400)).map(lambda t: t[0][: t[1]].encode()),
+        st.tuples(base, st.integers(0, 400), st.sampled_from(RAW_BYTES))
+        .map(lambda t: t[0].encode()[: t[1]] + t[2] + t[0].encode()[t[1]:]),
+    )
+
+
+def hostile_files(valid: Sequence[str]) -> st.SearchStrategy[bytes]:
+    """A JSONL file: a few valid or hostile lines, with or without a final line end."""
+    return st.tuples(st.lists(st.one_of(st.sampled_from(valid).map(str.encode), hostile_lines(valid)),
+                              max_size=3), st.booleans()) \
+        .map(lambda t: b"\n".join(t[0]) + (b"\n" if t[1] and t[0] else b""))

@@ -152,6 +152,27 @@ def _not_a_run_resume(ctx: Ctx) -> list[str]:
     return [str(folder) if a == str(ctx.out) else a for a in ctx.eval("--resume")]
 
 
+DEEP = "[" * 1000 + "]" * 1000  # ~2 KB, nested past Python's recursion limit
+
+
+def _candidate(ctx: Ctx, change: Callable[[list[bytes]], None]) -> list[str]:
+    """gate: the existing run as baseline, a changed copy of it as candidate."""
+    cand = ctx.tmp / "candidate"
+    shutil.copytree(ctx.run, cand)
+    lines = (cand / "records.jsonl").read_bytes().splitlines(keepends=True)
+    change(lines)
+    (cand / "records.jsonl").write_bytes(b"".join(lines))
+    return ["gate", "--baseline", str(ctx.run), "--candidate", str(cand)]
+
+
+def _non_utf8_record(lines: list[bytes]) -> None:
+    lines[1] = lines[1].replace(b'"id"', b'"\xffd"', 1)
+
+
+def _deep_record(lines: list[bytes]) -> None:
+    lines[1] = DEEP.encode() + b"\n"
+
+
 def _malformed_records(ctx: Ctx) -> list[str]:
     path = ctx.run / "records.jsonl"
     lines = path.read_text().splitlines(keepends=True)
@@ -222,6 +243,12 @@ CASES: list[Case] = [
     Case("evalset-directory", "eval set path is a directory",
          lambda c: c.eval("--evalset", str(c.dir("es-dir"))),
          lambda c: ["es-dir", "a directory, not a file"]),
+    Case("evalset-deep-json", "a line nested 1,000 deep (~2 KB of brackets)",
+         lambda c: c.eval("--evalset", str(c.evalset([GOOD[0], DEEP]))),
+         lambda c: [f"{ES}:2:", "JSON nested more than 64 levels deep at column 65"]),
+    Case("evalset-huge-integer", "a number of 5,000 digits (past Python's int-parsing limit)",
+         lambda c: c.eval("--evalset", str(c.evalset([GOOD[0], '{"id": ' + "1" * 5000 + "}"]))),
+         lambda c: [f"{ES}:2:", "malformed JSON (Exceeds the limit (4300 digits)"]),
     # ---- responses (offline scoring) -------------------------------------------------
     Case("responses-malformed-json", "responses line is not JSON",
          lambda c: c.score(c.responses([{"id": "ho-001", "text": "{}"}, '{"id": "ho-002", "te'])),
@@ -263,6 +290,9 @@ CASES: list[Case] = [
     Case("responses-partial", "responses cover 5 items of the eval set",
          lambda c: c.score(c.responses([{"id": f"ho-00{i}", "text": "{}"} for i in range(1, 6)])),
          lambda c: ["resp.jsonl", "items have no response (first: ho-006, ho-007"]),
+    Case("responses-deep-json", "a responses line nested 1,000 deep",
+         lambda c: c.score(c.responses([{"id": "ho-001", "text": "{}"}, '{"a":' * 1000 + "1" + "}" * 1000])),
+         lambda c: ["resp.jsonl:2:", "JSON nested more than 64 levels deep at column 321"]),
     Case("responses-out-is-file", "score --out names a file",
          lambda c: c.score(c.file("resp.jsonl", ""))[:-1] + [str(c.file("afile", "")), "--allow-missing"],
          lambda c: ["afile", "exists and is not a directory"]),
@@ -349,6 +379,21 @@ CASES: list[Case] = [
     Case("option-db-scale-zero", "db build --scale 0",
          lambda c: ["db", "build", "--out", str(c.out / "w.duckdb"), "--scale", "0"],
          lambda c: ["--scale: must be positive, got 0.0"]),
+    Case("option-db-scale-huge", "db build --scale 1e12 (would fail allocating memory, after a long wait)",
+         lambda c: ["db", "build", "--out", str(c.out / "w.duckdb"), "--scale", "1e12"],
+         lambda c: ["--scale: must be at most 1,000, got 1e+12"]),
+    Case("db-build-out-exists", "db build --out names an existing file, without --force",
+         lambda c: ["db", "build", "--scale", "0.001", "--out", str(c.file("mine.duckdb", "my data\n"))],
+         lambda c: ["mine.duckdb: field '--out': exists; pass --force to overwrite"]),
+    Case("option-temperature-huge", "--temperature 1e6",
+         lambda c: c.eval("--temperature", "1e6"),
+         lambda c: ["--temperature: must be between 0 and 2, got 1e+06"]),
+    Case("option-max-tokens-huge", "--max-tokens 99999999999999999999",
+         lambda c: c.eval("--max-tokens", "99999999999999999999"),
+         lambda c: ["--max-tokens: must be at most 1,000,000, got 99,999,999,999,999,999,999"]),
+    Case("option-matrix-empty-prompt", "matrix --prompts '' (no prompt name)",
+         lambda c: ["matrix", "--endpoint", c.fake.url, "--model", MODEL, "--prompts", "", "--out", str(c.out)],
+         lambda c: ["--prompts: give comma-separated prompt names, none empty, got ''"]),
     # ---- endpoint, model, key, output directory --------------------------------------
     Case("env-api-key-env-unset", "--api-key-env names an unset variable",
          lambda c: c.eval("--api-key-env", "NLQ2SQL_NO_SUCH_KEY"),
@@ -375,6 +420,9 @@ CASES: list[Case] = [
          lambda c: ["sweep", "--endpoint", f"http://127.0.0.1:{free_port()}/v1", "--model", MODEL,
                     "--concurrency", "1", "--requests", "2", "--out", str(c.out)],
          lambda c: ["--endpoint:", "is unreachable"]),
+    Case("endpoint-credentials", "--endpoint http://user:PASSWORD@host/v1 (the password is never shown)",
+         lambda c: c.eval(endpoint=f"http://user:s3cret-pw@127.0.0.1:{c.fake.port}/v1"),
+         lambda c: ["--endpoint: the URL must not carry credentials", "--api-key-env"]),
     Case("endpoint-not-openai", "endpoint URL without /v1 (no model list there)",
          lambda c: c.eval(endpoint=c.fake.base_url),
          lambda c: ["--endpoint:", f"{c.fake.base_url}/models did not return JSON"]),
@@ -430,6 +478,12 @@ CASES: list[Case] = [
     Case("compare-records-missing-line", "compare a run that lost a record",
          _dropped_record,
          lambda c: ["records.jsonl", "readable records, but the summary was computed from"]),
+    Case("gate-record-non-utf8", "gate on a candidate whose records have a byte that is not UTF-8",
+         lambda c: _candidate(c, _non_utf8_record),
+         lambda c: ["candidate/records.jsonl:2: not UTF-8: byte 0xff at byte offset"]),
+    Case("gate-record-deep-json", "gate on a candidate with a record nested 1,000 deep",
+         lambda c: _candidate(c, _deep_record),
+         lambda c: ["candidate/records.jsonl:2: JSON nested more than 64 levels deep"]),
     Case("load-check-one-run", "load-check --runs with a single run",
          lambda c: ["load-check", "--runs", str(c.run), "--out", str(c.out)],
          lambda c: ["--runs: needs at least 2 runs to compare, got 1"]),
@@ -526,6 +580,7 @@ def test_bad_input(case: Case, ctx: Ctx, monkeypatch: pytest.MonkeyPatch) -> Non
             blocker.close()
     message = " ".join(output.split())
     assert code == 2, output
+    assert "s3cret-pw" not in output  # endpoint-credentials: never echoed
     assert "Traceback" not in output, output
     for piece in case.expect(ctx):
         assert piece in message, f"{piece!r} not in {message!r}"

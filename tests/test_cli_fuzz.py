@@ -305,6 +305,25 @@ def _resolve(argv: list[str], corpus: dict[str, Path], fake: FakeServer, dead: i
             for a in argv]
 
 
+def check_outcome(result: Any, args: list[str], root: Path, before: dict[str, Any], *,
+                  one_line: bool = True) -> None:
+    """Exit 0, or exit 2 with one ``error: …`` line on stderr (``one_line=False``: a report of
+    several problems may list them, its ``error:`` line first or last) and ``root`` unchanged;
+    never another exception, another exit code or a traceback."""
+    shown = f"nlq2sql {' '.join(args)}\n--- output ---\n{result.output}"
+    assert "Traceback" not in result.output, shown
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"{type(result.exception).__name__}: {result.exception}\n{shown}")
+    assert result.exit_code in (0, 2), f"exit {result.exit_code}\n{shown}"
+    if result.exit_code == 2:
+        lines = [x for x in result.stderr.splitlines() if x.strip()]
+        if one_line:
+            assert len(lines) == 1 and lines[0].startswith("error:"), shown
+        else:
+            assert lines and (lines[0].startswith("error:") or lines[-1].startswith("error:")), shown
+        assert snapshot(root) == before, f"exit 2 but files changed\n{shown}"
+
+
 @pytest.mark.parametrize(("path", "cmd"), COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
 def test_every_command_refuses_bad_input_in_one_line(path: tuple[str, ...], cmd: Any, fake: FakeServer,
                                                      finished_run: Path, stubbed: None,
@@ -340,15 +359,7 @@ def test_every_command_refuses_bad_input_in_one_line(path: tuple[str, ...], cmd:
                 signal.signal(signal.SIGALRM, previous)
                 for s, h in handlers.items():  # `serve` installs its own
                     signal.signal(s, h)
-            shown = f"nlq2sql {' '.join(args)}\n--- output ---\n{result.output}"
-            assert "Traceback" not in result.output, shown
-            assert result.exception is None or isinstance(result.exception, SystemExit), (
-                f"{type(result.exception).__name__}: {result.exception}\n{shown}")
-            assert result.exit_code in (0, 2), f"exit {result.exit_code}\n{shown}"
-            if result.exit_code == 2:
-                lines = [x for x in result.stderr.splitlines() if x.strip()]
-                assert len(lines) == 1 and lines[0].startswith("error:"), shown
-                assert snapshot(root) == before, f"exit 2 but files changed\n{shown}"
+            check_outcome(result, args, root, before)
             outcomes[f"exit {result.exit_code}"] += 1
         finally:
             os.chdir(cwd)
@@ -365,3 +376,75 @@ def test_all_commands_enumerated() -> None:
     names = {" ".join(p) for p, _ in COMMANDS}
     assert {"eval", "score", "compare", "load-check", "sweep", "capacity", "db build", "evalset check",
             "probe cancel", "models pull", "serve"} <= names, names
+
+
+# -- the readers of a user's JSONL, fed hostile lines (tests/strategies.py: hostile_files) ----
+#
+# Eval set, responses, question and intent files made of valid lines and lines nested past any
+# bound, with NaN / 5,000-digit numbers / lone surrogates for a field, cut short, or with bytes
+# that are not UTF-8.  Each reader must accept the file (exit 0) or refuse it naming the file
+# (exit 2, nothing written); never a traceback, never exit 1.
+
+HOSTILE_EXAMPLES = int(os.environ.get("NLQ2SQL_FUZZ_HOSTILE_EXAMPLES", "12"))
+_GOLDS = [json.loads(x)["gold"] for x in HELDOUT]
+READER_LINES = {
+    "evalset": HELDOUT,
+    "responses": [json.dumps({"id": i, "text": json.dumps(g), "finish_reason": "stop"}) for i, g in zip(IDS, _GOLDS,
+                                                                                                       strict=True)],
+    "questions": [json.dumps({"id": i, "question": json.loads(x)["question"]}) for i, x in zip(IDS, HELDOUT,
+                                                                                                 strict=True)],
+    "intent": [json.dumps(g) for g in _GOLDS],
+}
+
+
+def _reader_argv(reader: str, path: Path, root: Path) -> list[str]:
+    if reader == "evalset":
+        return ["evalset", "check", str(path)]
+    if reader == "responses":
+        return ["score", "--evalset", str(root / "es.jsonl"), "--responses", str(path), "--out", str(root / "out"),
+                "--allow-missing"]
+    return ["sql", "--intent", f"@{path}"]
+
+
+@pytest.mark.parametrize("reader", sorted(READER_LINES))
+def test_readers_refuse_hostile_lines(reader: str, stubbed: None, tmp_path: Path) -> None:
+    from hypothesis import example
+    from strategies import hostile_files
+
+    from nlq2sql.answer import read_questions
+    from nlq2sql.errors import InputError
+
+    outcomes: Counter[str] = Counter()
+
+    @settings(max_examples=HOSTILE_EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(hostile_files(READER_LINES[reader]))
+    @example(READER_LINES[reader][0].encode() + b"\n" + b"[" * 1000 + b"]" * 1000 + b"\n")  # issue 27
+    def one(data: bytes) -> None:
+        root = Path(tempfile.mkdtemp(dir=tmp_path))
+        try:
+            (root / "es.jsonl").write_text("\n".join(HELDOUT) + "\n")
+            path = root / "input.jsonl"
+            path.write_bytes(data)
+            if reader == "questions":  # `batch --questions` needs an endpoint and Ray: the reader itself
+                try:
+                    list(read_questions(path))
+                except InputError as exc:
+                    assert str(exc).startswith(str(path)), str(exc)
+                    outcomes["refused"] += 1
+                else:
+                    outcomes["read"] += 1
+                return
+            args = _reader_argv(reader, path, root)
+            before = snapshot(root)
+            result = CliRunner().invoke(app, args)
+            check_outcome(result, args, root, before, one_line=reader != "evalset")
+            if result.exit_code == 2 and reader != "intent":  # `sql --intent` names the option instead
+                assert str(path) in " ".join(result.stderr.split()), result.stderr
+            outcomes[f"exit {result.exit_code}"] += 1
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    one()
+    print(f"\n{reader}: {dict(outcomes)}")
+
