@@ -39,6 +39,8 @@ def _query(metrics: list[str], group_bys: list[str], all_metrics: list[str]) -> 
         "type": "object", "additionalProperties": False,
         "required": ["metrics", "group_by", "where", "order_by", "limit"],
         "properties": {
+            # No uniqueItems: vLLM 0.32's xgrammar refuses the whole schema for it (HTTP 400, measured);
+            # a name given twice is read once (MetricQuery de-duplicates).
             "metrics": {"type": "array", "items": _enum(metrics), "minItems": 1, "maxItems": MAX_METRICS},
             "group_by": {"type": "array", "items": _enum(group_bys), "maxItems": MAX_GROUP_BY},
             "where": {"type": "array", "maxItems": MAX_WHERE, "items": {

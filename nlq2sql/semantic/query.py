@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["GRAINS", "OPS", "MetricQuery", "OrderBy", "Unanswerable", "Value", "Where"]
 
@@ -59,12 +59,11 @@ class MetricQuery(_Strict):
     order_by: tuple[OrderBy, ...] | None = Field(default=None, max_length=8)
     limit: int | None = Field(default=None, ge=1, le=10_000)
 
-    @model_validator(mode="after")
-    def _no_repeats(self) -> MetricQuery:
-        for label, names in (("metrics", self.metrics), ("group_by", self.group_by)):
-            if len(set(names)) != len(names):
-                raise ValueError(f"{label} names an item twice")
-        return self
+    @field_validator("metrics", "group_by", mode="after")
+    @classmethod
+    def _once(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        """A name said twice means it once (grammar backends do not all enforce ``uniqueItems``)."""
+        return tuple(dict.fromkeys(names))
 
     def key(self) -> str:
         """Stable text of the query: equal keys ⇔ equal queries (empty and null lists alike)."""

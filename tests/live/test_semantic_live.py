@@ -81,3 +81,30 @@ def test_byo_semantic_model_eval(vllm_server: LocalServer, tmp_path: Path) -> No
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["db"] == "library.duckdb" and len(manifest["db_sha256"]) == 64
     assert "loans_per_borrower" in manifest["sampling"]["schema_json"]
+
+
+def test_v2_answer_is_constrained_to_metricflow_names_and_scored_by_rows(vllm_server: LocalServer,
+                                                                        tmp_path: Path) -> None:
+    """--answer query on the real server: the manifest's schema constrains every finished answer to
+    MetricFlow's metric and group-by names (or an abstention); each is compiled and scored by rows."""
+    from nlq2sql.semantic.contract import parse_answer
+    from nlq2sql.semantic.query import MetricQuery
+
+    out = tmp_path / "v2"
+    cfg = EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
+                     concurrency=6, limit=6, answer="query", prompt="query", guardrails=(),
+                     sampling=Sampling(max_tokens=200))
+    summary = run_eval(cfg)
+    recs = _records(out)
+    cat = load_catalog("retail")
+    assert len(recs) == 6 and summary["n"] == 6 and summary["answer"] == "query"
+    finished = [r for r in recs if r["finish_reason"] == "stop"]
+    assert finished, [r["finish_reason"] for r in recs]
+    for r in finished:
+        assert r["status"] == "ok", (r["status"], r["status_reason"], r["raw_text"])
+        answer = parse_answer(r["raw_text"], cat)
+        if isinstance(answer, MetricQuery):
+            assert set(answer.metrics) <= set(cat.metrics)
+            assert r["sql"] is not None or r["final_status"] == "compile_error"
+        assert r["gold_result_hash"]
+    assert set(summary["field_accuracy"]) == {"metrics", "group_by", "where", "order_by", "limit"}
