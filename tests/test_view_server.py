@@ -27,7 +27,7 @@ from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
 from nlq2sql.score import mcnemar_exact
 from nlq2sql.view import build_bundle, load_runs
-from nlq2sql.view.bundle import CSP, js_string
+from nlq2sql.view.bundle import ASSETS, CSP, js_string
 from nlq2sql.view.runs import headline, wilson
 from nlq2sql.view.runs import mcnemar_exact as view_mcnemar
 from nlq2sql.view.server import HEADERS, ViewServer, make_server, safe_parts, serve_in_thread
@@ -310,15 +310,15 @@ def test_page_loads_nothing_remote_and_has_no_inline_script() -> None:
         assert directive in CSP
     assert "unsafe-inline" not in CSP and "unsafe-eval" not in CSP
     # every script is a file: no inline script body, no inline handler, nothing remote
-    assert re.findall(r"<script[^>]*>([^<]*)</script>", page) == ["", ""]
+    assert re.findall(r"<script[^>]*>([^<]*)</script>", page) == [""] * (len(ASSETS) - 1 + 1)  # the scripts + meta.js
     assert not re.search(r"\son\w+\s*=", page)
-    for name in ("index.html", "assets/view.js", "assets/view.css"):
+    for name in ["index.html"] + [f"assets/{a}" for a in ASSETS]:
         text = files[name].decode()
         urls = re.findall(r"(?:https?:)?//[\w.-]+\.[a-z]{2,}[^\s\"')]*", text)
-        assert urls == ["http://www.w3.org/2000/svg"] * ("view.js" in name), (name, urls)  # a namespace, not a load
-    js = files["assets/view.js"].decode()
-    assert ".innerHTML" not in js and "insertAdjacentHTML" not in js and "document.write" not in js
-    assert "eval(" not in js and "new Function" not in js
+        assert urls == ["http://www.w3.org/2000/svg"] * (name == "assets/view.js"), (name, urls)  # a namespace
+        if name.endswith(".js"):
+            assert ".innerHTML" not in text and "insertAdjacentHTML" not in text and "document.write" not in text
+            assert "eval(" not in text and "new Function" not in text and "outerHTML" not in text
 
 
 def test_write_bundle_replaces_atomically(tmp_path: Path) -> None:
@@ -326,8 +326,8 @@ def test_write_bundle_replaces_atomically(tmp_path: Path) -> None:
     code, msg = cli("--out", str(out), str(HELDOUT), str(LOADCHECK))
     assert code == 0, msg
     names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert names == sorted(["index.html", "assets/view.js", "assets/view.css", "data/meta.js"]
-                           + [f"data/r{k}-index.js" for k in range(4)] + [f"data/r{k}-c0.js" for k in range(4)])
+    assert names == sorted(["index.html", "data/meta.js"] + [f"assets/{a}" for a in ASSETS]
+                           + [f"data/r{k}-{part}.js" for k in range(4) for part in ("index", "text", "c0")])
     before = (out / "data" / "meta.js").read_bytes()
     code, msg = cli("--out", str(out), "--force", str(HELDOUT))
     assert code == 0, msg

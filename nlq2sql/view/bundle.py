@@ -8,6 +8,8 @@ recorded text as code:
 
 - ``data/meta.js``: runs (manifest, summary, notes), paired McNemar counts;
 - ``data/r{K}-index.js``: per-item columns of run K (the Items table, plots, comparison);
+- ``data/r{K}-text.js``: run K's raw model output and SQL per item, loaded only when the
+  Items page is asked to search them;
 - ``data/r{K}-c{J}.js``: the records of run K, ``CHUNK`` per file, as written, loaded when
   an item is opened (with its interventions' cues).
 
@@ -39,7 +41,7 @@ __all__ = ["ASSETS", "CHUNK", "CSP", "LOADER", "Bundle", "build_bundle", "data_s
 
 CHUNK = 500
 LOADER = "__nlq2sql_load"
-ASSETS = ("view.js", "view.css")
+ASSETS = ("view.js", "view-items.js", "view-item.js", "view-compare.js", "view-summary.js", "view.css")
 #: The page's policy: nothing remote, no inline script or handler, no string-to-HTML sinks.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'none'; font-src 'none'; object-src 'none'; base-uri 'none'; form-action 'none'; "
@@ -121,6 +123,7 @@ class Bundle(Mapping[str, bytes]):
         self._chunks: dict[str, tuple[Run, int]] = {}
         for run in runs:
             files[f"data/r{run.key}-index.js"] = data_script(f"r{run.key}-index", dumps(run.cols))
+            self._chunks[f"data/r{run.key}-text.js"] = (run, -1)
             for j in range(max(1, math.ceil(run.n / CHUNK))):
                 self._chunks[f"data/r{run.key}-c{j}.js"] = (run, j)
         self._files = files
@@ -153,6 +156,8 @@ class Bundle(Mapping[str, bytes]):
         return name in self._files or name in self._chunks
 
     def _chunk(self, run: Run, j: int) -> bytes:
+        if j < 0:
+            return data_script(f"r{run.key}-text", dumps(run.texts))
         lo, hi = j * CHUNK, min(run.n, (j + 1) * CHUNK)
         cues = {}
         for i in range(lo, hi):

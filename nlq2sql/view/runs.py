@@ -29,14 +29,17 @@ from ..errors import InputError, RecordError
 from ..records import MANIFEST, RECORDS, SUMMARY, read_json
 from .discover import discover, unique_names
 
-__all__ = ["COLUMNS", "Run", "Runs", "find_run_dirs", "headline", "load_run", "load_runs", "mcnemar_exact",
+__all__ = ["COLUMNS", "TEXTS", "Run", "Runs", "find_run_dirs", "headline", "load_run", "load_runs", "mcnemar_exact",
            "paired", "text_hash", "wilson"]
 
 Z95 = 1.959963984540054  # two-sided 95 % normal quantile (Wilson interval)
 #: Per-item columns kept for the page (the Items table, plots, comparison).
 COLUMNS = ("id", "question", "category", "status", "final_status", "error_raw", "error_final", "correct_raw",
            "correct_final", "correct_exec", "schema_valid", "latency_s", "ttft_s", "completion_tokens",
-           "interventions", "interventions_ok", "outcome", "raw_hash")
+           "interventions", "interventions_ok", "outcome", "raw_hash", "prompt_tokens", "gold_kind", "pred_kind",
+           "rules")
+#: Per-item text searched on request (raw model output, SQL), sent to the page only when asked for.
+TEXTS = ("raw_text", "sql")
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Run:
     summary: dict[str, Any] | None
     cols: dict[str, list[Any]]
     lines: list[str]  # each record's JSON text
+    texts: dict[str, list[str | None]] = field(default_factory=dict)  # TEXTS per item
     notes: list[str] = field(default_factory=list)
     shown: str = ""  # the folder as the page shows it: relative, never a machine path
     name: str = ""  # the shortest tail of ``shown`` no other loaded run shares
@@ -127,6 +131,7 @@ class _Reader:
 
     def __init__(self) -> None:
         self.cols: dict[str, list[Any]] = {k: [] for k in COLUMNS}
+        self.texts: dict[str, list[str | None]] = {k: [] for k in TEXTS}
         self.lines: list[str] = []
         self._special = False
 
@@ -177,12 +182,20 @@ class _Reader:
         for key in ("correct_raw", "correct_final", "correct_exec"):
             c[key].append(1 if rec.get(key) is True else 0)
         c["schema_valid"].append(0 if rec.get("raw_intent") is None else 1)
-        for key in ("latency_s", "ttft_s", "completion_tokens"):
+        for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens"):
             c[key].append(_num(rec.get(key)))
         c["interventions"].append(len(ivs))
         c["interventions_ok"].append(1 if ivs and all(isinstance(iv, dict) and iv.get("correct") is True
                                                       for iv in ivs) else 0)
         c["raw_hash"].append(text_hash(rec.get("raw_text")))
+        gold, raw = rec.get("gold_intent"), rec.get("raw_intent")
+        # the kinds the summary's confusion matrix counts: gold's intent, the raw answer's (or invalid)
+        c["gold_kind"].append(_str(gold.get("intent")) if isinstance(gold, dict) else None)
+        c["pred_kind"].append((_str(raw.get("intent")) or "invalid") if isinstance(raw, dict) else "invalid")
+        c["rules"].append([str(iv.get("rule")) for iv in ivs if isinstance(iv, dict)] or None)
+        for key in TEXTS:
+            v = rec.get(key)
+            self.texts[key].append(v if isinstance(v, str) else None)
         self.lines.append(text)
 
 
@@ -217,7 +230,7 @@ def load_run(key: int, path: Path, shown: str | None = None) -> Run:
         expected = min(expected, limit)
     if isinstance(expected, int) and not isinstance(expected, bool) and expected != len(ids):
         notes.append(f"{len(ids)} of {expected} items recorded")
-    return Run(key, path, manifest, summary, reader.cols, reader.lines, notes, shown=shown or path.name)
+    return Run(key, path, manifest, summary, reader.cols, reader.lines, reader.texts, notes, shown=shown or path.name)
 
 
 class Runs(list[Run]):

@@ -9,7 +9,7 @@
  */
 "use strict";
 (function () {
-  const DATA_NAME = /^r\d+-(index|c\d+)$/;
+  const DATA_NAME = /^r\d+-(index|text|c\d+)$/;
   const PAGE = 100;
   const DIFF_PAGE = 10;
   const FIELDS = ["intent", "metric", "dimension", "time_grain", "filters", "limit", "order"];
@@ -19,7 +19,7 @@
   if (window.trustedTypes && window.trustedTypes.createPolicy) {
     policy = window.trustedTypes.createPolicy("nlq2sql", {
       createScriptURL: function (u) {
-        if (/^data\/r\d+-(index|c\d+)\.js$/.test(u)) return u;
+        if (/^data\/r\d+-(index|text|c\d+)\.js$/.test(u)) return u;
         throw new TypeError("refused script URL");
       },
     });
@@ -193,11 +193,15 @@
     return { view: parts[0] || "runs", parts: parts.slice(1), raw: segs.slice(1), decode: decode, params: params };
   }
   function setNav(view) {
-    ["runs", "items", "compare"].forEach(function (v) {
+    ["runs", "summary", "items", "compare"].forEach(function (v) {
       const a = document.getElementById("nav-" + v);
-      if (a) a.setAttribute("class", v === view || (v === "items" && view === "item") ? "active" : "");
+      if (!a) return;
+      const on = v === view || (v === "items" && view === "item");
+      a.setAttribute("class", on ? "active" : "");
+      if (on) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
     });
   }
+  const pages = Object.create(null);
   let renderToken = 0;
   function render() {
     const token = ++renderToken;
@@ -207,10 +211,8 @@
     const still = function () { return token === renderToken; };
     let done;
     try {
-      if (route.view === "items") done = renderItems(root, route, still);
-      else if (route.view === "item") done = renderItem(root, route, still);
-      else if (route.view === "compare") done = renderCompare(root, route, still);
-      else done = renderRuns(root, still);
+      const page = route.view !== "runs" && pages[route.view];
+      done = page ? page(root, route, still) : renderRuns(root, still);
     } catch (e) { done = Promise.reject(e); }
     Promise.resolve(done).then(function () {
       if (still()) document.body.setAttribute("data-ready", route.view);
@@ -246,7 +248,7 @@
     }
     const facts = h("table", { class: "grid", id: "runs-facts" },
       h("thead", null, h("tr", null, ["#", "run", "model", "prompt", "guardrails", "eval set", "sampling", "concurrency",
-        "client", "server", "when", "commit", "warehouse", "conditions"].map(function (t) { return h("th", { text: t }); }))));
+        "client", "server", "when", "commit", "warehouse", "conditions"].map(function (t) { return h("th", { scope: "col", text: t }); }))));
     const tb = h("tbody");
     rs.forEach(function (r) {
       const f = r.facts;
@@ -254,7 +256,8 @@
       const server = [f.server_version ? "vLLM " + str(f.server_version) : null, f.endpoint ? str(f.endpoint) : null,
         f.max_model_len ? "max_model_len " + str(f.max_model_len) : null].filter(Boolean).join(" · ");
       const dur = typeof f.started === "number" && typeof f.finished === "number" ? " (" + secs(f.finished - f.started, 0) + ")" : "";
-      const links = h("div", { class: "small" }, h("a", { href: itemsHref(r.key), text: "items" }));
+      const links = h("div", { class: "small" }, h("a", { href: itemsHref(r.key), text: "items" }), " · ",
+        h("a", { href: "summary/" + runRef(r.key), text: "breakdowns" }));
       if (meta().raw_files) r.files.forEach(function (name) {
         links.append(" · ", h("a", { rawhref: "runs/" + r.key + "/" + encodeURIComponent(name), text: name }));
       });
@@ -278,11 +281,11 @@
         h("td", { class: "small", text: conditions(f, s) })));
     });
     facts.append(tb);
-    root.append(h("h2", { text: "What ran" }), h("div", { class: "scroll" }, facts));
+    root.append(h("h2", { text: "What ran" }), scroller("What ran", facts));
 
     const head = h("table", { class: "grid", id: "runs-headline" },
       h("thead", null, h("tr", null, ["#", "n", "raw accuracy", "final accuracy", "execution accuracy", "schema-valid",
-        "interventions (precision)", "latency p50 / p95", "TTFT p50", "req/s", "errors (final)"].map(function (t) { return h("th", { text: t }); }))));
+        "interventions (precision)", "latency p50 / p95", "TTFT p50", "req/s", "errors (final)"].map(function (t) { return h("th", { scope: "col", text: t }); }))));
     const hb = h("tbody");
     rs.forEach(function (r) {
       const s = r.summary || {};
@@ -302,31 +305,48 @@
         h("td", { class: "small", text: errs })));
     });
     head.append(hb);
-    root.append(h("h2", { text: "Headline figures (95 % Wilson CI, k/n)" }), h("div", { class: "scroll" }, head));
+    root.append(h("h2", { text: "Headline figures (95 % Wilson CI, k/n)" }), scroller("Headline figures", head));
     root.append(h("h2", { text: "Accuracy by run" }), accuracyPlot(rs));
     const latBox = h("div", { id: "latency-plot" }, h("p", { class: "muted", text: "loading latencies…" }));
     root.append(h("h2", { text: "Latency distribution (e2e, per item)" }), latBox);
+    const tradeBox = h("div", { id: "tradeoff" });
+    root.append(h("h2", { text: "Trade-offs: accuracy, p95 latency, tokens per item" }), tradeBox);
     return Promise.all(rs.map(function (r) { return index(r.key); })).then(function (ixs) {
       if (!still()) return;
       clear(latBox).append(latencyPlot(rs, ixs));
+      if (window.__nlq2sql_view.tradeoff) window.__nlq2sql_view.tradeoff(tradeBox, rs, ixs);
     });
   }
 
   // ------------------------------------------------------------------ plots (inline SVG)
+  /* Plots are drawn at the page's width (never scaled down past legibility): on a narrow screen
+     each run's label goes on its own line above its marks. */
+  function plotGeom() {
+    const width = Math.max(320, Math.min(900, Math.floor((app().clientWidth || 900) - 2)));
+    const narrow = width < 640;
+    return { width: width, narrow: narrow, left: narrow ? 10 : 300, chars: narrow ? Math.floor((width - 20) / 6.2) : 46 };
+  }
+  function runTitle(r) { return "#" + r.key + " " + r.label; }
+  function plotLabel(g, geo, x, y, text) {
+    g.append(svg("text", { x: x, y: y, "text-anchor": geo.narrow ? "start" : "end", class: "axis", text: clip(text, geo.chars) },
+      svg("title", { text: text })));  // the whole label on hover: a long name is clipped
+  }
   function accuracyPlot(rs) {
-    const rowH = 34, left = 300, width = 900, plotW = width - left - 30, top = 24;
-    const height = top + rowH * rs.length + 40;
-    const g = svg("svg", { class: "plot", id: "accuracy-plot", viewBox: "0 0 " + width + " " + height, width: width, height: height, role: "img" });
+    const geo = plotGeom();
+    const rowH = geo.narrow ? 50 : 34, left = geo.left, width = geo.width, plotW = width - left - 30, top = 24;
+    const height = top + rowH * rs.length + (geo.narrow ? 56 : 40);
+    const g = svg("svg", { class: "plot", id: "accuracy-plot", viewBox: "0 0 " + width + " " + height, width: width, height: height, role: "img",
+      "aria-label": "Raw and final accuracy per run with 95 % Wilson intervals" });
     g.append(svg("title", { text: "Raw and final accuracy per run with 95 % Wilson intervals" }));
     const x = function (v) { return left + v * plotW; };
+    const axisY = height - (geo.narrow ? 34 : 18);
     [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
-      g.append(svg("line", { x1: x(v), x2: x(v), y1: top - 6, y2: height - 34, class: "gridline" }),
-        svg("text", { x: x(v), y: height - 18, "text-anchor": "middle", class: "axis", text: (v * 100) + " %" }));
+      g.append(svg("line", { x1: x(v), x2: x(v), y1: top - 6, y2: axisY - 16, class: "gridline" }),
+        svg("text", { x: x(v), y: axisY, "text-anchor": "middle", class: "axis", text: (v * 100) + " %" }));
     });
     rs.forEach(function (r, i) {
-      const y = top + i * rowH + rowH / 2;
-      g.append(svg("text", { x: left - 8, y: y + 4, "text-anchor": "end", class: "axis", text: clip("#" + r.key + " " + r.label, 46) },
-        svg("title", { text: "#" + r.key + " " + r.label })));  // the whole label on hover: a long name is clipped
+      const y = geo.narrow ? top + i * rowH + 30 : top + i * rowH + rowH / 2;
+      plotLabel(g, geo, geo.narrow ? left : left - 8, geo.narrow ? y - 16 : y + 4, runTitle(r));
       [["raw_accuracy", -6, "raw"], ["final_accuracy", 6, "final"]].forEach(function (spec) {
         const p = (r.summary || {})[spec[0]];
         if (!p || typeof p.value !== "number") return;
@@ -336,10 +356,12 @@
           svg("title", { text: spec[2] + " accuracy " + pct(p) })));
       });
     });
-    g.append(svg("circle", { cx: left, cy: height - 6, r: 4, class: "pt pt-raw" }),
-      svg("text", { x: left + 8, y: height - 2, class: "axis", text: "raw intent" }),
-      svg("circle", { cx: left + 100, cy: height - 6, r: 4, class: "pt pt-final" }),
-      svg("text", { x: left + 108, y: height - 2, class: "axis", text: "final (after guardrail); bars: 95 % Wilson CI" }));
+    const ly = height - (geo.narrow ? 18 : 6);
+    g.append(svg("circle", { cx: left + 4, cy: ly, r: 4, class: "pt pt-raw" }),
+      svg("text", { x: left + 12, y: ly + 4, class: "axis", text: "raw intent" }),
+      svg("circle", { cx: left + 100, cy: ly, r: 4, class: "pt pt-final" }),
+      svg("text", { x: left + 108, y: ly + 4, class: "axis", text: "final (after guardrail)" }),
+      svg("text", { x: geo.narrow ? left : left + 260, y: geo.narrow ? ly + 18 : ly + 4, class: "axis", text: "bars: 95 % Wilson CI" }));
     return g;
   }
   function clip(s, n) { s = String(s); return s.length > n ? s.slice(0, n - 1) + "…" : s; }
@@ -347,9 +369,11 @@
   function latencyPlot(rs, ixs) {
     let max = 0;
     ixs.forEach(function (ix) { ix.latency_s.forEach(function (v) { if (typeof v === "number" && v > max) max = v; }); });
-    const bins = 24, width = 900, rowH = 70, left = 300, plotW = width - left - 30;
+    const geo = plotGeom();
+    const bins = geo.narrow ? 16 : 24, width = geo.width, rowH = geo.narrow ? 84 : 70, left = geo.left, plotW = width - left - 30;
     const height = rowH * rs.length + 40;
-    const g = svg("svg", { class: "plot", id: "latency-svg", viewBox: "0 0 " + width + " " + height, width: width, height: height, role: "img" });
+    const g = svg("svg", { class: "plot", id: "latency-svg", viewBox: "0 0 " + width + " " + height, width: width, height: height, role: "img",
+      "aria-label": "Histogram of per-item end-to-end latency per run" });
     g.append(svg("title", { text: "Histogram of per-item end-to-end latency per run" }));
     if (!(max > 0)) { g.append(svg("text", { x: 10, y: 20, class: "axis", text: "no latencies recorded" })); return g; }
     const step = max / bins;
@@ -363,13 +387,17 @@
       });
       const peak = Math.max.apply(null, counts.concat([1]));
       const y0 = i * rowH + rowH - 8;
-      g.append(svg("text", { x: left - 8, y: y0 - 20, "text-anchor": "end", class: "axis", text: clip("#" + r.key + " " + r.label, 46) },
-        svg("title", { text: "#" + r.key + " " + r.label })),
-        svg("text", { x: left - 8, y: y0 - 6, "text-anchor": "end", class: "axis muted", text: "n=" + n }),
-        svg("line", { x1: left, x2: left + plotW, y1: y0, y2: y0, class: "gridline" }));
+      if (geo.narrow) {
+        plotLabel(g, geo, left, y0 - rowH + 22, runTitle(r) + " (n=" + n + ")");
+      } else {
+        plotLabel(g, geo, left - 8, y0 - 20, runTitle(r));
+        g.append(svg("text", { x: left - 8, y: y0 - 6, "text-anchor": "end", class: "axis muted", text: "n=" + n }));
+      }
+      g.append(svg("line", { x1: left, x2: left + plotW, y1: y0, y2: y0, class: "gridline" }));
+      const barTop = geo.narrow ? 34 : 16;
       counts.forEach(function (c, b) {
         if (!c) return;
-        const bh = (rowH - 16) * c / peak;
+        const bh = (rowH - barTop) * c / peak;
         g.append(svg("rect", { x: left + b * plotW / bins + 1, y: y0 - bh, width: plotW / bins - 2, height: bh, class: "bar" },
           svg("title", { text: c + " items in " + (b * step).toFixed(1) + "–" + ((b + 1) * step).toFixed(1) + " s" })));
       });
@@ -381,538 +409,41 @@
     return g;
   }
 
-  // ------------------------------------------------------------------ items
-  const itemsState = { run: null, ix: null, lower: null };
-  function distinct(col) {
-    const c = new Map();
-    col.forEach(function (v) { const k = v === null ? "(none)" : v; c.set(k, (c.get(k) || 0) + 1); });
-    return Array.from(c.entries()).sort(function (a, b) { return b[1] - a[1] || (a[0] < b[0] ? -1 : 1); });
+  // ------------------------------------------------------------------ shared pieces
+  /* The 95 % Wilson interval, as score.wilson (the summary's shape). */
+  const Z95 = 1.959963984540054;
+  function wilson(k, n) {
+    if (!n) return { value: null, k: 0, n: 0, ci95: null };
+    const p = k / n, d = 1 + Z95 * Z95 / n;
+    const c = (p + Z95 * Z95 / (2 * n)) / d;
+    const half = Z95 * Math.sqrt(p * (1 - p) / n + Z95 * Z95 / (4 * n * n)) / d;
+    const r4 = function (v) { return Math.round(v * 1e4) / 1e4; };
+    return { value: p, k: k, n: n, ci95: [r4(Math.max(0, c - half)), r4(Math.min(1, c + half))] };
   }
-  const COLS = [
-    ["pos", "#"], ["id", "id"], ["question", "question"], ["category", "category"], ["status", "status"],
-    ["error_raw", "error (raw)"], ["error_final", "error (final)"], ["correct_raw", "raw"], ["correct_final", "final"],
-    ["correct_exec", "exec"], ["latency_s", "latency"], ["completion_tokens", "tokens"], ["interventions", "interventions"]];
-  const FILTERS = [["status", "status"], ["error_raw", "error (raw)"], ["error_final", "error (final)"], ["category", "category"]];
-
-  function renderItems(root, route, still) {
-    const rs = runs();
-    let k = route.parts.length ? runKey(route.parts[0]) : 0;
-    if (!(k >= 0 && k < rs.length)) k = 0;
-    const p = route.params;
-    return index(k).then(function (ix) {
-      if (!still()) return;
-      itemsState.run = k; itemsState.ix = ix; itemsState.lower = null;
-      const runSel = h("select", { id: "run-select", onchange: function () { location.hash = itemsHref(Number(runSel.value)); } },
-        rs.map(function (r) { return h("option", { value: r.key, selected: r.key === k, text: runLabel(r.key) }); }));
-      root.append(h("h1", { text: "Items" }), h("label", null, "run ", runSel));
-      const controls = h("div", { class: "controls" });
-      const inputs = {};
-      FILTERS.forEach(function (f) {
-        const sel = h("select", { id: "filter-" + f[0], "data-filter": f[0] },
-          h("option", { value: "", text: "any " + f[1] }),
-          distinct(ix[f[0]]).map(function (e) { return h("option", { value: e[0], text: e[0] + " (" + e[1] + ")" }); }));
-        sel.value = p.get(f[0]) || "";
-        inputs[f[0]] = sel;
-        controls.append(h("label", null, f[1] + " ", sel));
-      });
-      const iv = h("select", { id: "filter-iv" }, h("option", { value: "", text: "any" }),
-        h("option", { value: "yes", text: "fired" }), h("option", { value: "no", text: "not fired" }));
-      iv.value = p.get("iv") || "";
-      inputs.iv = iv;
-      const ok = h("select", { id: "filter-ok" }, h("option", { value: "", text: "any" }),
-        h("option", { value: "yes", text: "right" }), h("option", { value: "no", text: "wrong" }));
-      ok.value = p.get("ok") || "";
-      inputs.ok = ok;
-      const q = h("input", { id: "filter-q", type: "search", placeholder: "text in question or id", size: 28 });
-      q.value = p.get("q") || "";
-      inputs.q = q;
-      controls.append(h("label", null, "intervention ", iv), h("label", null, "final ", ok), h("label", null, "search ", q),
-        h("button", { id: "filter-reset", type: "button", text: "reset", onclick: function () {
-          Object.keys(inputs).forEach(function (key) { inputs[key].value = ""; });
-          state.page = 0; update();
-        } }));
-      root.append(controls);
-      const countLine = h("p", { id: "match-count", class: "muted" });
-      const pager = h("div", { class: "pager" });
-      const table = h("table", { class: "grid items", id: "items-table" });
-      const thead = h("thead");
-      const tbody = h("tbody");
-      table.append(thead, tbody);
-      root.append(countLine, pager, h("div", { class: "scroll" }, table));
-      const state = { sort: p.get("sort") || "pos", dir: p.get("dir") === "desc" ? -1 : 1, page: Math.max(0, parseInt(p.get("page") || "1", 10) - 1 || 0) };
-
-      function headers() {
-        clear(thead).append(h("tr", null, COLS.map(function (c) {
-          const arrow = state.sort === c[0] ? (state.dir > 0 ? " ▲" : " ▼") : "";
-          return h("th", { class: "sortable", "data-col": c[0], text: c[1] + arrow, onclick: function () {
-            if (state.sort === c[0]) state.dir = -state.dir; else { state.sort = c[0]; state.dir = 1; }
-            state.page = 0; update();
-          } });
-        })));
-      }
-      let timer = null;
-      q.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(function () { state.page = 0; update(); }, 150); });
-      Object.keys(inputs).forEach(function (key) { if (key !== "q") inputs[key].addEventListener("change", function () { state.page = 0; update(); }); });
-
-      function update() {
-        const t0 = performance.now();
-        const rows = filterRows(ix, {
-          status: inputs.status.value, error_raw: inputs.error_raw.value, error_final: inputs.error_final.value,
-          category: inputs.category.value, iv: inputs.iv.value, ok: inputs.ok.value, q: inputs.q.value });
-        sortRows(ix, rows, state.sort, state.dir);
-        const pages = Math.max(1, Math.ceil(rows.length / PAGE));
-        if (state.page >= pages) state.page = pages - 1;
-        const start = state.page * PAGE;
-        const shown = rows.slice(start, start + PAGE);
-        countLine.setAttribute("data-count", rows.length);
-        countLine.setAttribute("data-total", ix.id.length);
-        countLine.textContent = rows.length + " of " + ix.id.length + " items match" +
-          (rows.length ? " · showing " + (start + 1) + "–" + (start + shown.length) : "");
-        clear(pager).append(
-          h("button", { type: "button", id: "page-prev", disabled: state.page === 0, text: "‹ prev", onclick: function () { state.page--; update(); } }),
-          h("span", { id: "page-info", text: " page " + (state.page + 1) + " of " + pages + " " }),
-          h("button", { type: "button", id: "page-next", disabled: state.page >= pages - 1, text: "next ›", onclick: function () { state.page++; update(); } }));
-        headers();
-        clear(tbody);
-        const frag = document.createDocumentFragment();
-        shown.forEach(function (i) { frag.append(itemRow(k, ix, i)); });
-        tbody.append(frag);
-        countLine.setAttribute("data-ms", Math.round(performance.now() - t0));
-        const params = new URLSearchParams();
-        FILTERS.forEach(function (f) { if (inputs[f[0]].value) params.set(f[0], inputs[f[0]].value); });
-        ["iv", "ok", "q"].forEach(function (key) { if (inputs[key].value) params.set(key, inputs[key].value); });
-        if (state.sort !== "pos") params.set("sort", state.sort);
-        if (state.dir < 0) params.set("dir", "desc");
-        if (state.page) params.set("page", state.page + 1);
-        const qs = params.toString();
-        history.replaceState(null, "", "#" + itemsHref(k) + (qs ? "?" + qs : ""));
-      }
-      update();
-    });
+  /* A region that scrolls sideways: focusable, so a keyboard can scroll it, and named. */
+  function scroller(label, child) {
+    return h("div", { class: "scroll", tabindex: 0, role: "region", "aria-label": label }, child);
   }
-  function filterRows(ix, f) {
-    const n = ix.id.length;
-    const out = [];
-    const needle = f.q ? f.q.toLowerCase() : "";
-    if (needle && !itemsState.lower) {
-      itemsState.lower = ix.question.map(function (qq, i) { return (qq + "\u0000" + ix.id[i]).toLowerCase(); });
-    }
-    const eq = function (col, want) { if (!want) return null; const c = ix[col]; return function (i) { return (c[i] === null ? "(none)" : c[i]) === want; }; };
-    const tests = [eq("status", f.status), eq("error_raw", f.error_raw), eq("error_final", f.error_final), eq("category", f.category)]
-      .filter(Boolean);
-    if (f.iv) tests.push(f.iv === "yes" ? function (i) { return ix.interventions[i] > 0; } : function (i) { return !ix.interventions[i]; });
-    if (f.ok) tests.push(f.ok === "yes" ? function (i) { return ix.correct_final[i] === 1; } : function (i) { return ix.correct_final[i] !== 1; });
-    if (needle) { const low = itemsState.lower; tests.push(function (i) { return low[i].indexOf(needle) >= 0; }); }
-    outer: for (let i = 0; i < n; i++) {
-      for (let t = 0; t < tests.length; t++) if (!tests[t](i)) continue outer;
-      out.push(i);
-    }
-    return out;
+  /* A sortable column header: a button (focusable, Enter/Space) inside the th, which carries aria-sort. */
+  function sortHeader(col, label, sort, dir, onsort, extra) {
+    const on = sort === col;
+    return h("th", Object.assign({ class: "sortable", "data-col": col, "aria-sort": on ? (dir > 0 ? "ascending" : "descending") : "none" }, extra || {}),
+      h("button", { type: "button", class: "sort", onclick: function () { onsort(col); } }, label, on ? (dir > 0 ? " ▲" : " ▼") : ""));
   }
-  function sortRows(ix, rows, col, dir) {
-    if (col === "pos") { if (dir < 0) rows.reverse(); return; }
-    const c = ix[col];
-    if (!c) return;
-    rows.sort(function (a, b) {
-      const x = c[a], y = c[b];
-      if (x === y) return a - b;
-      if (x === null || x === undefined) return 1;
-      if (y === null || y === undefined) return -1;
-      return (x < y ? -1 : 1) * dir;
-    });
-  }
-  function itemRow(k, ix, i) {
-    return h("tr", { "data-pos": i },
-      h("td", { class: "num", text: i + 1 }),
-      h("td", null, h("a", { href: itemHref(k, i), class: "item-link", text: ix.id[i] })),
-      h("td", { class: "question", title: ix.question[i], text: ix.question[i] }),
-      h("td", { text: ix.category[i] }),
-      h("td", null, statusTag(ix.status[i])),
-      h("td", { text: str(ix.error_raw[i]) }), h("td", { text: str(ix.error_final[i]) }),
-      h("td", null, mark(ix.correct_raw[i])), h("td", null, mark(ix.correct_final[i])), h("td", null, mark(ix.correct_exec[i])),
-      h("td", { class: "num", text: secs(ix.latency_s[i]) }), h("td", { class: "num", text: num(ix.completion_tokens[i]) }),
-      h("td", { class: "num", text: ix.interventions[i] || "" }));
-  }
-
-  // ------------------------------------------------------------------ one item
-  function renderItem(root, route, still) {
-    const rs = runs();
-    // a link names run and position as plain decimals; anything else (or out of range) is no item
-    const whole = function (p) { return /^\d{1,9}$/.test(p || "") ? parseInt(p, 10) : -1; };
-    const k = runKey(route.parts[0]);
-    const pos = whole(route.parts[1]);
-    const asked = "#item/" + route.parts.join("/");
-    if (!(k >= 0 && k < rs.length) || route.parts.length !== 2) {
-      throw new Error("no such item: " + asked + " (a link is #item/RUN/POSITION; runs are #0 to #" + (rs.length - 1) + ")");
-    }
-    const size = meta().chunk_size;
-    return index(k).then(function (ix) {
-      if (!(pos >= 0 && pos < ix.id.length)) {
-        throw new Error("no such item: " + asked + " (run #" + k + " has " + ix.id.length + " items, positions 0 to " + (ix.id.length - 1) + ")");
-      }
-      return Promise.all([ix, load("r" + k + "-c" + Math.floor(pos / size))]);
-    }).then(function (res) {
-      if (!still()) return;
-      const ix = res[0], chunk = res[1];
-      const rec = chunk.records[pos % size];
-      const cues = chunk.cues[String(pos % size)] || null;
-      const run = rs[k];
-      const nav = h("p", { class: "crumbs" }, h("a", { href: "runs", text: "Runs" }), " › ",
-        h("a", { href: itemsHref(k), text: runLabel(k) }), " › ", h("span", { text: str(rec.id) }), "  ",
-        pos > 0 ? h("a", { href: itemHref(k, pos - 1), id: "item-prev", text: "‹ previous" }) : null, " ",
-        pos < ix.id.length - 1 ? h("a", { href: itemHref(k, pos + 1), id: "item-next", text: "next ›" }) : null);
-      root.append(nav);
-      root.append(h("h1", { id: "item-id", text: str(rec.id) }),
-        h("blockquote", { id: "item-question", text: str(rec.question) }),
-        h("p", { class: "muted", text: "category " + str(rec.category) + " · pair " + str(rec.pair_id) + " · item " + (pos + 1) + " of " + ix.id.length + " in run #" + k }));
-      const others = rs.filter(function (r) { return r.key !== k && r.evalset_key === run.evalset_key; });
-      if (others.length) {
-        const line = h("p", { class: "small", id: "item-other-runs" }, "Same item in: ");
-        root.append(line);
-        Promise.all(others.map(function (r) { return index(r.key); })).then(function (oxs) {
-          oxs.forEach(function (ox, j) {
-            const at = ox.id.indexOf(String(rec.id));
-            if (at >= 0) line.append(h("a", { href: itemHref(others[j].key, at), text: runLabel(others[j].key) }), h("span", null, " ", mark(ox.correct_final[at])), "  ");
-          });
-        });
-      }
-      // verdict
-      const verdict = h("table", { class: "kv", id: "item-verdict" });
-      const kv = function (t, key, val) { t.append(h("tr", null, h("th", { text: key }), h("td", null, val))); };
-      kv(verdict, "status (raw)", [statusTag(rec.status), rec.status_reason ? " " + str(rec.status_reason) : ""]);
-      kv(verdict, "status (final)", [statusTag(rec.final_status), rec.final_status_reason ? " " + str(rec.final_status_reason) : ""]);
-      kv(verdict, "error class raw / final", str(rec.error_raw) + " / " + str(rec.error_final));
-      kv(verdict, "correct raw / final / execution", [mark(rec.correct_raw === true), " ", mark(rec.correct_final === true), " ", mark(rec.correct_exec === true)]);
-      kv(verdict, "request", "outcome " + str(rec.outcome) + " · HTTP " + str(rec.http_status) + " · attempts " + str(rec.attempts) +
-        " · finish " + str(rec.finish_reason) + (rec.error ? " · error " + str(rec.error) : ""));
-      root.append(h("h2", { text: "Verdict" }), verdict);
-
-      // raw text
-      const raw = rec.raw_text;
-      root.append(h("h2", { text: "Raw model text" }),
-        h("p", { class: "small muted" }, "Whitespace made visible: ", h("span", { class: "ws", text: "·" }), " space, ",
-          h("span", { class: "ws", text: "→" }), " tab, ", h("span", { class: "ws", text: "↵" }), " newline, ",
-          h("span", { class: "ws", text: "⍽" }), " other. ",
-          typeof raw === "string" ? Array.from(raw).length + " characters, " + countWhitespace(raw) + " whitespace" +
-            (typeof rec.whitespace_chars === "number" ? " (" + rec.whitespace_chars + " outside JSON strings, as recorded)" : "") : ""),
-        h("pre", { class: "raw", id: "item-raw" }, visibleText(raw)));
-
-      // intents
-      const tbl = h("table", { class: "grid intents", id: "item-intents" },
-        h("thead", null, h("tr", null, h("th", { text: "field" }), h("th", { text: "raw" }), h("th", { text: "final (after guardrail)" }), h("th", { text: "gold" }))));
-      const ib = h("tbody");
-      const gold = rec.gold_intent && typeof rec.gold_intent === "object" ? rec.gold_intent : null;
-      const cell = function (intent, fld, which) {
-        if (!intent || typeof intent !== "object") return h("td", { class: "muted", text: which === "gold" ? "—" : "(no intent)" });
-        const v = intent[fld];
-        const differs = which !== "gold" && gold && JSON.stringify(v) !== JSON.stringify(gold[fld]);
-        return h("td", { class: differs ? "differs" : null, "data-differs": differs ? "1" : null },
-          differs ? h("span", { class: "neq", title: "differs from gold", text: "≠ " }) : null, h("code", { text: str(v) }));
-      };
-      FIELDS.forEach(function (fld) {
-        ib.append(h("tr", { "data-field": fld }, h("th", { text: fld }), cell(rec.raw_intent, fld, "raw"), cell(rec.final_intent, fld, "final"), cell(gold, fld, "gold")));
-      });
-      tbl.append(ib);
-      root.append(h("h2", { text: "Intent: raw, final and gold" }),
-        h("p", { class: "small muted", text: "≠ marks a field that differs from gold as written (before canonicalisation). " +
-          "Fields wrong after canonicalisation (raw): " + (Array.isArray(rec.wrong_fields_raw) ? rec.wrong_fields_raw.map(str).join(", ") || "none" : "n/a") }),
-        tbl);
-
-      // interventions
-      const ivs = Array.isArray(rec.interventions) ? rec.interventions : [];
-      const ivBox = h("div", { id: "item-interventions" });
-      if (!ivs.length) {
-        ivBox.append(h("p", { text: "No guardrail intervention." + (Array.isArray(rec.guardrail_scope) && rec.guardrail_scope.length
-          ? " In the scope of: " + rec.guardrail_scope.map(str).join(", ") + "." : "") }));
-      }
-      ivs.forEach(function (iv, j) {
-        const info = cues && cues[j] ? cues[j] : null;
-        const box = h("div", { class: "intervention" },
-          h("p", null, h("b", { text: "rule " + str(iv && iv.rule) }), " changed ", h("code", { text: str(iv && iv.fields) }),
-            ": ", h("code", { text: str(iv && iv.before) }), " → ", h("code", { text: str(iv && iv.after) }), " · ",
-            iv && iv.correct ? h("span", { class: "ok", text: "correct (every changed field equals gold)" }) : h("span", { class: "bad", text: "not correct" })));
-        if (info && info.ruleset) {
-          box.append(h("p", { class: "small", text: "rule set " + str(info.ruleset) + (info.description ? ": " + info.description : "") }));
-          const ul = h("ul", { class: "cues" });
-          info.cues.forEach(function (c) {
-            ul.append(h("li", null, "cue ", h("code", { text: str(c.cue) }), " — " + str(c.role) + ": ",
-              h("b", { text: c.found === null ? "absent in the question" : c.found === true ? "present" : "found " + str(c.found) })));
-          });
-          box.append(ul, h("p", { class: "small muted", text: "Cues re-evaluated on the question with the rule set as it is now; the record keeps the rule, the fields and before/after." }));
-        } else if (info && info.problem) {
-          box.append(h("p", { class: "small muted", text: "cue: " + info.problem }));
-        }
-        ivBox.append(box);
-      });
-      root.append(h("h2", { text: "Guardrail interventions" }), ivBox);
-
-      // SQL
-      root.append(h("h2", { text: "SQL and bound parameters" }));
-      if (typeof rec.sql === "string") {
-        root.append(h("pre", { class: "sql", id: "item-sql", text: rec.sql }),
-          h("p", { id: "item-params" }, "parameters: ", h("code", { text: str(rec.params) })));
-      } else root.append(h("p", { class: "muted", id: "item-sql", text: "No SQL: the final intent was not valid (" + str(rec.final_status) + ")." }));
-      if (rec.exec_error) root.append(h("p", { class: "bad", text: "execution error: " + str(rec.exec_error) }));
-
-      // result
-      const resBox = h("div", { id: "item-result" });
-      resBox.append(h("p", null, "result rows: " + str(rec.result_rows) + " · result hash ", h("code", { text: str(rec.result_hash) }),
-        " · gold hash ", h("code", { text: str(rec.gold_result_hash) }), " · ",
-        rec.result_hash && rec.result_hash === rec.gold_result_hash ? h("span", { class: "ok", text: "same rows as gold" })
-          : h("span", { class: "bad", text: rec.result_hash ? "rows differ from gold" : "no result" })));
-      if (Array.isArray(rec.result_head) || Array.isArray(rec.gold_result_head)) {
-        [["result", rec.result_head], ["gold result", rec.gold_result_head]].forEach(function (pair) {
-          if (!Array.isArray(pair[1])) return;
-          const t = h("table", { class: "grid small" }, h("caption", { text: "first rows of the " + pair[0] }));
-          pair[1].forEach(function (row) { t.append(h("tr", null, (Array.isArray(row) ? row : [row]).map(function (v) { return h("td", { text: str(v) }); }))); });
-          resBox.append(t);
-        });
-      } else {
-        resBox.append(h("p", { class: "muted", id: "item-rows-note", text: "Result rows are not recorded in this run: a record keeps the row count and a hash of the rows (of the result and of the gold result), not the rows themselves." }));
-      }
-      root.append(h("h2", { text: "Result" }), resBox);
-
-      // timings
-      const tt = h("table", { class: "kv", id: "item-timing" });
-      kv(tt, "end-to-end latency", secs(rec.latency_s, 3));
-      kv(tt, "time to first token", secs(rec.ttft_s, 3));
-      kv(tt, "inter-token mean / max", secs(rec.itl_mean_s, 3) + " / " + secs(rec.itl_max_s, 3));
-      kv(tt, "queue", typeof rec.queued_s === "number" ? secs(rec.queued_s, 3) + " (from scheduled arrival to send)"
-        : "not recorded (closed-loop run: a request is sent when a slot is free; time queued inside the server is part of TTFT)");
-      if (typeof rec.latency_from_arrival_s === "number") kv(tt, "latency from arrival", secs(rec.latency_from_arrival_s, 3));
-      kv(tt, "tokens prompt / completion / cached", num(rec.prompt_tokens) + " / " + num(rec.completion_tokens) + " / " + (rec.cached_tokens === null || rec.cached_tokens === undefined ? "not reported" : num(rec.cached_tokens)));
-      kv(tt, "stream chunks", num(rec.chunks));
-      kv(tt, "sent at", when(rec.started) + (typeof rec.concurrency === "number" ? " · concurrency " + rec.concurrency : ""));
-      kv(tt, "retries", "attempts " + str(rec.attempts) + " · waits " + str(rec.retry_waits_s));
-      root.append(h("h2", { text: "Timings and tokens" }), tt);
-
-      root.append(h("details", null, h("summary", { text: "the whole record (JSON)" }),
-        h("pre", { class: "json", id: "item-json", text: JSON.stringify(rec, null, 2) })));
-    });
-  }
-
-  // ------------------------------------------------------------------ compare
-  function loadCheckLike(sel) {
-    const keys = ["model", "prompt", "evalset_sha256", "prompt_sha256"];
-    const f0 = sel[0].facts;
-    const same = sel.every(function (r) {
-      return keys.every(function (key) { return JSON.stringify(r.facts[key]) === JSON.stringify(f0[key]); }) &&
-        JSON.stringify(r.facts.guardrails) === JSON.stringify(f0.guardrails) &&
-        JSON.stringify(r.facts.sampling) === JSON.stringify(f0.sampling);
-    });
-    const levels = sel.map(function (r) { return r.facts.concurrency; });
-    return same && new Set(levels.map(String)).size > 1;
-  }
-  function renderCompare(root, route, still) {
-    const rs = runs();
-    let sel = (route.raw[0] || "").split(",").filter(Boolean).map(function (x) { return runKey(route.decode(x)); })
-      .filter(function (x) { return x >= 0; });
-    sel = sel.filter(function (x, i) { return sel.indexOf(x) === i; });
-    if (!sel.length) {
-      const groups = {};
-      rs.forEach(function (r) { (groups[r.evalset_key] = groups[r.evalset_key] || []).push(r.key); });
-      const g = Object.keys(groups).map(function (key) { return groups[key]; }).find(function (x) { return x.length >= 2; });
-      sel = g ? g.slice(0, 6) : [];
-    }
-    root.append(h("h1", { text: "Compare" }));
-    const picker = h("div", { class: "controls", id: "compare-picker" });
-    rs.forEach(function (r) {
-      const cb = h("input", { type: "checkbox", value: r.key, checked: sel.indexOf(r.key) >= 0, "data-run": r.key });
-      picker.append(h("label", { class: "pick" }, cb, " " + runLabel(r.key)));
-    });
-    picker.append(h("button", { type: "button", id: "compare-go", text: "compare selected", onclick: function () {
-      const ks = Array.from(picker.querySelectorAll("input:checked")).map(function (x) { return runRef(Number(x.value)); });
-      location.hash = "compare/" + ks.join(",");
-    } }));
-    root.append(picker);
-    if (sel.length < 2) { root.append(h("p", { id: "compare-msg", text: "Select two or more runs of the same eval set." })); return null; }
-    const chosen = sel.map(function (k) { return rs[k]; });
-    if (new Set(chosen.map(function (r) { return r.evalset_key; })).size > 1) {
-      root.append(h("p", { id: "compare-msg", class: "error", text: "These runs are of different eval sets (" +
-        chosen.map(function (r) { return "#" + r.key + " " + str(r.facts.evalset); }).join(", ") + "): items can only be compared within one eval set." }));
-      return null;
-    }
-    return Promise.all(sel.map(index)).then(function (ixs) {
-      if (!still()) return;
-      const pos = ixs.map(function (ix) { const m = new Map(); ix.id.forEach(function (id, i) { if (!m.has(id)) m.set(id, i); }); return m; });
-      const allIds = [];
-      const seen = new Set();
-      ixs.forEach(function (ix) { ix.id.forEach(function (id) { if (!seen.has(id)) { seen.add(id); allIds.push(id); } }); });
-      const common = allIds.filter(function (id) { return pos.every(function (m) { return m.has(id); }); });
-      const partial = allIds.filter(function (id) { return !pos.every(function (m) { return m.has(id); }); });
-
-      root.append(h("p", { class: "muted", id: "compare-runs" }, chosen.map(function (r, i) {
-        return h("span", { class: "runchip" }, (i ? "B" + i : "A") + " = ", h("a", { href: itemsHref(r.key), text: runLabel(r.key) }));
-      })));
-      // McNemar
-      const mt = h("table", { class: "grid", id: "mcnemar" }, h("thead", null, h("tr", null,
-        ["A", "B", "items in both", "A right, B wrong (b)", "B right, A wrong (c)", "exact McNemar p"].map(function (t) { return h("th", { text: t }); }))));
-      const mb = h("tbody");
-      for (let i = 0; i < sel.length; i++) for (let j = i + 1; j < sel.length; j++) {
-        const lo = Math.min(sel[i], sel[j]), hi = Math.max(sel[i], sel[j]);
-        const pr = meta().pairs.find(function (x) { return x.a === lo && x.b === hi; });
-        if (!pr) continue;
-        const flip = sel[i] !== lo;
-        mb.append(h("tr", { "data-a": sel[i], "data-b": sel[j] },
-          h("td", { text: runLabel(sel[i]) }), h("td", { text: runLabel(sel[j]) }), h("td", { class: "num", text: pr.n }),
-          h("td", { class: "num mc-b", text: flip ? pr.c_count : pr.b_count }), h("td", { class: "num mc-c", text: flip ? pr.b_count : pr.c_count }),
-          h("td", { class: "num mc-p", text: pval(pr.p) })));
-      }
-      mt.append(mb);
-      root.append(h("h2", { text: "Paired comparison (final correctness)" }), mt);
-      root.append(h("h2", { text: "Accuracy of these runs" }), accuracyPlot(chosen));
-
-      // flips
-      const flipped = [], same = [];
-      common.forEach(function (id) {
-        const oks = pos.map(function (m, r) { return ixs[r].correct_final[m.get(id)]; });
-        (oks.some(function (v) { return v !== oks[0]; }) ? flipped : same).push(id);
-      });
-      const dirOf = function (id) {
-        const a = ixs[0].correct_final[pos[0].get(id)];
-        const b = ixs[ixs.length - 1].correct_final[pos[pos.length - 1].get(id)];
-        if (sel.length === 2) return a ? "right → wrong" : "wrong → right";
-        return a === b ? "mixed" : a ? "right → wrong" : "wrong → right";
-      };
-      const order = { "wrong → right": 0, "right → wrong": 1, mixed: 2 };
-      flipped.sort(function (x, y) { return order[dirOf(x)] - order[dirOf(y)]; });
-      const nUp = flipped.filter(function (id) { return dirOf(id) === "wrong → right"; }).length;
-      const nDown = flipped.filter(function (id) { return dirOf(id) === "right → wrong"; }).length;
-      // bytes
-      const lc = loadCheckLike(chosen);
-      const differ = common.filter(function (id) {
-        const h0 = ixs[0].raw_hash[pos[0].get(id)];
-        return ixs.some(function (ix, r) { return ix.raw_hash[pos[r].get(id)] !== h0; });
-      });
-      const byteBox = h("div", { id: "bytes" });
-      const byteSection = [h("h2", { text: lc ? "Quality under load: output bytes across concurrency levels" : "Raw output bytes" }),
-        h("p", { id: "identity", "data-identical": common.length - differ.length, "data-items": common.length, "data-loadcheck": lc ? "1" : "0",
-          text: (common.length - differ.length) + " / " + common.length + " items byte-identical across " + sel.length + " runs" +
-            (lc ? " (concurrency " + chosen.map(function (r) { return str(r.facts.concurrency); }).join(", ") + ")" : "") +
-            " — raw model text compared by SHA-256 of its UTF-8 bytes" }),
-        byteBox];
-      if (lc) add(root, byteSection);  // for a load-check, identity is the headline
-      root.append(h("h2", { text: "Items" }),
-        h("p", { id: "flip-count", "data-flipped": flipped.length, "data-up": nUp, "data-down": nDown, "data-common": common.length,
-          text: flipped.length + " of " + common.length + " items flipped (" + nUp + " wrong → right, " + nDown + " right → wrong" +
-            (sel.length > 2 ? ", " + (flipped.length - nUp - nDown) + " mixed; direction: first vs last run" : "") + "); flipped items first." +
-            (partial.length ? " " + partial.length + " items are not in every run (listed last)." : "") }));
-      const ft = h("table", { class: "grid items", id: "compare-table" }, h("thead", null, h("tr", null,
-        [h("th", { text: "id" }), h("th", { text: "question" }), h("th", { text: "change" })].concat(
-          chosen.map(function (r, i) { return h("th", { text: (i ? "B" + i : "A") + " #" + r.key }); })))));
-      const fb = h("tbody");
-      ft.append(fb);
-      const flippedRows = flipped.map(function (id) { return [id, dirOf(id)]; });
-      const otherRows = same.map(function (id) { return [id, "same"]; }).concat(partial.map(function (id) { return [id, "missing"]; }));
-      let listed = flippedRows;
-      const showAll = h("input", { type: "checkbox", id: "show-unchanged" });
-      const pager = h("div", { class: "pager" });
-      let page = 0;
-      showAll.addEventListener("change", function () { page = 0; draw(); });
-      function draw() {
-        listed = showAll.checked ? flippedRows.concat(otherRows) : flippedRows;
-        clear(fb);
-        if (!listed.length) fb.append(h("tr", null, h("td", { colspan: 3 + sel.length, class: "muted", text: "No item flipped." })));
-        listed.slice(page * PAGE, (page + 1) * PAGE).forEach(function (e) {
-          const id = e[0];
-          const first = pos.findIndex(function (m) { return m.has(id); });
-          const q = ixs[first].question[pos[first].get(id)];
-          fb.append(h("tr", { class: e[1] === "same" ? "" : "flipped", "data-change": e[1] },
-            h("td", null, h("a", { href: itemHref(sel[first], pos[first].get(id)), text: id })),
-            h("td", { class: "question", title: q, text: q }),
-            h("td", { class: e[1] === "wrong → right" ? "ok" : e[1] === "same" ? "muted" : "bad", text: e[1] }),
-            sel.map(function (k, r) {
-              const at = pos[r].get(id);
-              if (at === undefined) return h("td", { class: "muted", text: "absent" });
-              return h("td", null, h("a", { href: itemHref(k, at) }, mark(ixs[r].correct_final[at])), " " + (ixs[r].error_final[at] || ""));
-            })));
-        });
-        const pages = Math.max(1, Math.ceil(listed.length / PAGE));
-        clear(pager).append(
-          h("button", { type: "button", disabled: page === 0, text: "‹ prev", onclick: function () { page--; draw(); } }),
-          " page " + (page + 1) + " of " + pages + " ",
-          h("button", { type: "button", disabled: page >= pages - 1, text: "next ›", onclick: function () { page++; draw(); } }));
-      }
-      draw();
-      root.append(h("p", null, h("label", null, showAll, " also list the " + otherRows.length + " items whose final correctness is the same in every run" +
-        (partial.length ? " (or that are missing from a run)" : ""))), pager, h("div", { class: "scroll" }, ft));
-      if (!lc) add(root, byteSection);
-
-      if (!differ.length) return null;
-      let dpage = 0;
-      const dpager = h("div", { class: "pager" });
-      const dlist = h("div", { id: "byte-diffs" });
-      byteBox.append(dpager, dlist);
-      function drawDiffs() {
-        const ids = differ.slice(dpage * DIFF_PAGE, (dpage + 1) * DIFF_PAGE);
-        const need = new Set();
-        ids.forEach(function (id) { sel.forEach(function (k, r) { need.add("r" + k + "-c" + Math.floor(pos[r].get(id) / meta().chunk_size)); }); });
-        const pages = Math.ceil(differ.length / DIFF_PAGE);
-        clear(dpager).append(
-          h("button", { type: "button", disabled: dpage === 0, text: "‹ prev", onclick: function () { dpage--; drawDiffs(); } }),
-          " differing items, page " + (dpage + 1) + " of " + pages + " ",
-          h("button", { type: "button", disabled: dpage >= pages - 1, text: "next ›", onclick: function () { dpage++; drawDiffs(); } }));
-        return Promise.all(Array.from(need).map(load)).then(function () {
-          clear(dlist);
-          ids.forEach(function (id) {
-            const size = meta().chunk_size;
-            const textOf = function (r) { const at = pos[r].get(id); return store["r" + sel[r] + "-c" + Math.floor(at / size)].records[at % size].raw_text; };
-            const a = textOf(0);
-            const box = h("div", { class: "bytediff", "data-id": id }, h("p", null, h("b", null, h("a", { href: itemHref(sel[0], pos[0].get(id)), text: id }))));
-            for (let r = 1; r < sel.length; r++) {
-              const b = textOf(r);
-              if (ixs[r].raw_hash[pos[r].get(id)] === ixs[0].raw_hash[pos[0].get(id)]) continue;
-              if (typeof a !== "string" || typeof b !== "string") {
-                const none = typeof a !== "string" ? "A #" + sel[0] : "#" + sel[r];
-                const outcome = ixs[typeof a !== "string" ? 0 : r].outcome[pos[typeof a !== "string" ? 0 : r].get(id)];
-                box.append(h("p", { class: "small diff-at", "data-byte": "none", "data-other": sel[r],
-                  text: "A #" + sel[0] + " vs #" + sel[r] + ": " + none + " recorded no text (outcome " + str(outcome) + ")" }));
-                const text = typeof a === "string" ? a : b;
-                box.append(h("pre", { class: "raw diffline" }, h("span", { class: "side", text: (typeof a === "string" ? "A" : "#" + sel[r]) + "  " }),
-                  visibleText(text.length > 400 ? text.slice(0, 400) + "…" : text)));
-                continue;
-              }
-              const d = byteDiff(a, b);
-              box.append(h("p", { class: "small diff-at", "data-byte": d.byteOffset, "data-other": sel[r],
-                text: "A #" + sel[0] + " vs #" + sel[r] + ": first difference at byte " + d.byteOffset +
-                  " (A " + d.bytesA + " bytes, #" + sel[r] + " " + d.bytesB + " bytes)" }),
-                h("pre", { class: "raw diffline" }, h("span", { class: "side", text: "A  " }), diffSide(d, "A")),
-                h("pre", { class: "raw diffline" }, h("span", { class: "side", text: "#" + sel[r] + " " }), diffSide(d, "B")));
-            }
-            dlist.append(box);
-          });
-        });
-      }
-      return drawDiffs();
-    });
-  }
-  function byteDiff(a, b) {
-    const A = Array.from(a), B = Array.from(b);
-    let i = 0;
-    while (i < A.length && i < B.length && A[i] === B[i]) i++;
-    let j = 0;
-    while (j < A.length - i && j < B.length - i && A[A.length - 1 - j] === B[B.length - 1 - j]) j++;
-    const enc = new TextEncoder();
-    return {
-      byteOffset: enc.encode(A.slice(0, i).join("")).length, bytesA: enc.encode(a).length, bytesB: enc.encode(b).length,
-      prefix: A.slice(0, i).join(""), midA: A.slice(i, A.length - j).join(""), midB: B.slice(i, B.length - j).join(""),
-      suffix: A.slice(A.length - j).join(""),
-    };
-  }
-  function diffSide(d, side) {
-    const ctx = 48;
-    const pre = Array.from(d.prefix), suf = Array.from(d.suffix);
-    const frag = document.createDocumentFragment();
-    if (pre.length > ctx) frag.append(h("span", { class: "muted", text: "…" }));
-    frag.append(visibleText(pre.slice(-ctx).join("")));
-    const mid = side === "A" ? d.midA : d.midB;
-    frag.append(h("mark", { class: side === "A" ? "del" : "ins" }, mid ? visibleText(mid) : h("span", { class: "muted", text: "∅" })));
-    frag.append(visibleText(suf.slice(0, ctx).join("")));
-    if (suf.length > ctx) frag.append(h("span", { class: "muted", text: "…" }));
-    return frag;
+  function table(id, cls, headers) {
+    return h("table", { class: "grid" + (cls ? " " + cls : ""), id: id },
+      h("thead", null, h("tr", null, headers.map(function (t) { return t instanceof Node ? t : h("th", { scope: "col", text: t }); }))));
   }
 
   // ------------------------------------------------------------------ start
+  window.__nlq2sql_view = {
+    h: h, svg: svg, add: add, clear: clear, marked: marked, str: str, pct: pct, fixed1: fixed1, secs: secs, num: num, when: when,
+    pval: pval, mark: mark, statusTag: statusTag, visibleText: visibleText, countWhitespace: countWhitespace, meta: meta,
+    runs: runs, runLabel: runLabel, runRef: runRef, runKey: runKey, itemsHref: itemsHref, itemHref: itemHref, load: load,
+    index: index, store: store, accuracyPlot: accuracyPlot, clip: clip, wilson: wilson, scroller: scroller,
+    sortHeader: sortHeader, table: table, plotGeom: plotGeom, plotLabel: plotLabel, runTitle: runTitle, pages: pages,
+    PAGE: PAGE, DIFF_PAGE: DIFF_PAGE, FIELDS: FIELDS, app: app,
+  };
   function start() {
     if (!store.meta) {
       clear(app()).append(h("p", { class: "error", text: "No data: data/meta.js did not load." }));
@@ -925,3 +456,4 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();
+
