@@ -322,7 +322,9 @@
   /* Plots are drawn at the page's width (never scaled down past legibility): on a narrow screen
      each run's label goes on its own line above its marks. */
   function plotGeom() {
-    const width = Math.max(320, Math.min(900, Math.floor((app().clientWidth || 900) - 2)));
+    const el = app(), cs = window.getComputedStyle(el);
+    const inner = (el.clientWidth || 900) - (parseFloat(cs.paddingLeft) || 0) - (parseFloat(cs.paddingRight) || 0);
+    const width = Math.max(300, Math.min(900, Math.floor(inner - 2)));
     const narrow = width < 640;
     return { width: width, narrow: narrow, left: narrow ? 10 : 300, chars: narrow ? Math.floor((width - 20) / 6.2) : 46 };
   }
