@@ -49,14 +49,20 @@ GOLD_HASHES_V1: dict[str, Any] = json.loads((FIXTURES / "gold_hashes_v1.json").r
 PARAM = re.compile(r"\$(\d+)")
 
 
+_CHECKED: set[str] = set()  # SQL texts already parsed: the text depends on an intent's shape only
+
+
 def check_allow_listed(q: Query) -> None:
     """One read-only SELECT (parsed by sqlglot), no string literal but a grain or a date, params numbered."""
+    assert sorted({int(n) for n in PARAM.findall(q.sql)}) == list(range(1, len(q.params) + 1))
+    if q.sql in _CHECKED:
+        return
     statements = sqlglot.parse(q.sql, read="duckdb")
     assert len(statements) == 1 and isinstance(statements[0], sqlglot.exp.Select), q.sql
     for lit in statements[0].find_all(sqlglot.exp.Literal):
         if lit.is_string:
             assert lit.this in (*GRAINS, "day", "week") or re.fullmatch(r"\d{4}-\d{2}-\d{2}", lit.this), lit
-    assert sorted({int(n) for n in PARAM.findall(q.sql)}) == list(range(1, len(q.params) + 1))
+    _CHECKED.add(q.sql)
 
 
 def check_values_bound(intent: Intent, q: Query) -> None:

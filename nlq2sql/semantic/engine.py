@@ -5,7 +5,8 @@ read-only connection with external access off, so the client here compiles and r
 anything.  Filter values never pass through MetricFlow's Jinja: each is written as an
 opaque placeholder literal, and the rendered SQL's placeholders become DuckDB's numbered
 parameters (``$1``…) bound to the values.  Compiled SQL is cached per (manifest, query shape):
-values are parameters, so ``region = North`` and ``region = South`` share one compile.
+values are parameters and the limit is appended as MetricFlow's last clause, so ``region =
+North`` and ``region = South``, or a top 3 and a top 5, share one compile.
 """
 
 from __future__ import annotations
@@ -132,17 +133,22 @@ class Engine:
             text, i = self._where(w, i)
             where.append(text)
             params.extend(w.values)
-        shape = q.model_copy(update={"where": tuple(
-            Where(field=w.field, op=w.op, values=("?",) * len(w.values)) for w in q.where or ())}).key()
+        # The shape: values are parameters and the limit is MetricFlow's last clause, added here, so
+        # "top 3" and "top 5" share one compile.
+        unlimited = q.model_copy(update={"limit": None, "where": tuple(
+            Where(field=w.field, op=w.op, values=("?",) * len(w.values)) for w in q.where or ())})
+        shape = unlimited.key()
         with self._lock:
             sql = self._cache.get(shape)
         if sql is None:
-            sql = self._compile(q, where)
+            sql = self._compile(unlimited, where)
             with self._lock:
                 if len(self._cache) >= COMPILE_CACHE_SIZE:
                     self._cache.clear()
                 self._cache[shape] = sql
                 self.compiles += 1
+        if q.limit is not None:
+            sql += f"\nLIMIT {int(q.limit)}"
         return Query(sql=sql, params=tuple(params))
 
     def _compile(self, q: MetricQuery, where: list[str]) -> str:
