@@ -224,6 +224,9 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "prompt_sha256": prompt.sha256,
             "sampling": bind_sampling(request_sampling(cfg), wh.catalog, cfg.answer).as_dict(),
             **({"answer": cfg.answer} if cfg.answer != "intent" else {}),
+            # Which client engine sent the requests: worker processes or Ray actors, and where.
+            "engine": ({"name": cfg.engine, "workers": cfg.workers, "ray_address": cfg.ray_address}
+                       if cfg.workers > 1 or cfg.engine != "local" else None),
             "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts, "client": cfg.client,
             "examples": bank.manifest(cfg.examples) if bank is not None else None,
             "planner": cfg.planner if cfg.planner != "none" else None,

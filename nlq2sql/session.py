@@ -68,9 +68,11 @@ def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
             ws.append(rec["whitespace_chars"])
             chars.append(rec["chars"])
         retries += len(rec.get("retry_waits_s") or ())
-        if rec.get("started") and rec.get("latency_s") is not None:
+        # (with several replicas an item's span is every attempt's: latency_e2e_s, failovers included)
+        took = rec.get("latency_e2e_s") if rec.get("latency_e2e_s") is not None else rec.get("latency_s")
+        if rec.get("started") and took is not None:
             starts.append(rec["started"])
-            ends.append(rec["started"] + rec["latency_s"])
+            ends.append(rec["started"] + took)
     summary["outcomes"] = dict(outcomes)
     summary["errors_by_class"] = {k: v for k, v in outcomes.items() if k != "ok"}
     summary["compactness"] = {"n": len(ws), "outputs_without_whitespace": sum(1 for w in ws if w == 0),
