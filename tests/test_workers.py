@@ -6,6 +6,8 @@ retry budget is exercised); a local Ray (2 CPUs) for the Ray engine.
 
 from __future__ import annotations
 
+import json
+
 import contextlib
 import os
 import signal
@@ -54,6 +56,9 @@ def test_engines_write_the_records_one_process_writes(engine: str, workers: int,
         assert got[item_id] == rec, item_id
     assert got["ho-010"]["outcome"] == "context_overflow" and got["ho-003"]["outcome"] == "ok"
     assert summary["load"]["workers"] == workers and summary["load"]["engine"] == engine
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["engine"] == {"name": engine, "workers": workers, "ray_address": None}
+    assert json.loads((tmp_path / "single" / "manifest.json").read_text()).get("engine") is None
     assert summary["n"] == 24 and summary["throughput"]["items_this_session"] == 24
     assert summary["retries_used"] == 1  # ho-003's 500, retried once, on the shared budget
     # The records went through the one writer: one line per item.
