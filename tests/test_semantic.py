@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 from nlq2sql.cli import _common as cli_common
 from nlq2sql.cli import main as cli_main
 from nlq2sql.cli.main import app
-from nlq2sql.errors import SemanticModelError
 from nlq2sql.intent import Intent, compact_json, compact_regex, consistency_problem, intent_schema
 from nlq2sql.semantic import load_catalog, open_warehouse
 from nlq2sql.sqlbuild import build_sql

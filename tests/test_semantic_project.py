@@ -84,7 +84,8 @@ def _sub(old: str, new: str, text: str = GOOD) -> str:
 
 _DEEP = "semantic_models:\n" + "".join("  " * i + "- \n" for i in range(1, 4)) + "x: " + "[" * 20_000 + "]" * 20_000
 _LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)) + "semantic_models: *i\n"
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+) + "semantic_models: *i\n"
 
 #: (title, YAML text or bytes, expected line or None, key fragment, message fragment)
 BAD: list[tuple[str, str | bytes, int | None, str, str]] = [
@@ -100,7 +101,8 @@ BAD: list[tuple[str, str | bytes, int | None, str, str]] = [
      "model must be ref('TABLE')"),
     ("agg time dimension not a time dimension", _sub("agg_time_dimension: sold_on", "agg_time_dimension: shop"),
      26, "semantic_models.sales.measures.amount", "shop"),
-    ("misspelt key in a dimension", _sub("        type: categorical", "        type: categorical\n        descripton: x"),
+    ("misspelt key in a dimension",
+     _sub("        type: categorical", "        type: categorical\n        descripton: x"),
      38, "semantic_models.shops.dimensions.0", "descripton"),
     ("metric defined twice", GOOD.replace("unit_tests: []\n", "") + "  - name: revenue\n    type: simple\n"
      "    type_params:\n      measure: amount\n", 54, "metrics.revenue", "defined twice"),
@@ -148,7 +150,8 @@ BAD_DB: list[tuple[str, str, str, str]] = [
                                                           "        type: primary\n        expr: shop_id % 2"),
      "semantic_models.shops.entities.shop", "not unique"),
     ("time dimension that is text", _sub("      - name: sold_on\n        type: time",
-                                         "      - name: sold_on\n        type: time\n        expr: CAST(sold_on AS VARCHAR)"),
+                                         "      - name: sold_on\n        type: time\n"
+                                         "        expr: CAST(sold_on AS VARCHAR)"),
      "semantic_models.sales.dimensions.sold_on", "not a DATE or TIMESTAMP"),
 ]
 
@@ -157,9 +160,11 @@ def make_db(where: Path) -> Path:
     path = where / "sales.duckdb"
     if not path.exists():
         con = duckdb.connect(str(path))
-        con.execute("CREATE TABLE shops AS SELECT * FROM (VALUES (1, 'Ely'), (2, 'Bath'), (3, 'York')) t(shop_id, town)")
+        con.execute("CREATE TABLE shops AS SELECT * FROM (VALUES (1, 'Ely'), (2, 'Bath'), (3, 'York')) "
+                    "t(shop_id, town)")
         con.execute("CREATE TABLE sales AS SELECT * FROM (VALUES (10, 1, DATE '2024-01-02', 5.0), "
-                    "(11, 2, DATE '2024-02-03', 7.0), (12, 2, DATE '2024-02-04', 1.0), (13, 9, DATE '2024-03-01', 2.0)) "
+                    "(11, 2, DATE '2024-02-03', 7.0), (12, 2, DATE '2024-02-04', 1.0), "
+                    "(13, 9, DATE '2024-03-01', 2.0)) "
                     "t(sale_id, shop_id, sold_on, amount)")
         con.close()
     return path

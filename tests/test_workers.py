@@ -6,9 +6,8 @@ retry budget is exercised); a local Ray (2 CPUs) for the Ray engine.
 
 from __future__ import annotations
 
-import json
-
 import contextlib
+import json
 import os
 import signal
 import subprocess

@@ -87,10 +87,9 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as 
     """Print the SQL and bound parameters for one intent; with --execute, the result rows."""
     import json
 
+    from ..inputs import option_text
     from ..semantic import open_warehouse
     from ..semantic.tools import sql_for
-
-    from ..inputs import option_text
 
     intent = option_text(intent, "--intent")  # @FILE: a regular file only (a FIFO would block forever)
     res = sql_for(open_warehouse(semantic_model, db), intent, execute=execute)

@@ -137,7 +137,8 @@ class Warehouse:
         sets = {m: eng.group_bys((m,)) for m in cat.metrics}
         if len(set(sets.values())) > 1:
             for m, gbs in sets.items():
-                lines.append(f'- "{m}" can be grouped by: {", ".join(g for g in gbs if not g.startswith("metric_time"))}')
+                names = ", ".join(g for g in gbs if not g.startswith("metric_time"))
+                lines.append(f'- "{m}" can be grouped by: {names}')
         return "\n".join(lines)
 
     def vocabulary_text(self) -> str:

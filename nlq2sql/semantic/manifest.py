@@ -106,14 +106,13 @@ def build_manifest(project: Project, spine: TimeSpine) -> Any:
     from metricflow_semantic_interfaces.implementations.saved_query import PydanticSavedQuery
     from metricflow_semantic_interfaces.implementations.semantic_manifest import PydanticSemanticManifest
     from metricflow_semantic_interfaces.implementations.semantic_model import PydanticSemanticModel
-    from metricflow_semantic_interfaces.transformations.semantic_manifest_transformer import (
-        PydanticSemanticManifestTransformer,
-    )
-
     from metricflow_semantic_interfaces.parsing.schemas import (
         metric_validator,
         saved_query_validator,
         semantic_model_validator,
+    )
+    from metricflow_semantic_interfaces.transformations.semantic_manifest_transformer import (
+        PydanticSemanticManifestTransformer,
     )
 
     quiet()

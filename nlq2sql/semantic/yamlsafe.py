@@ -107,7 +107,8 @@ def load_documents(path: str, raw: bytes) -> tuple[list[Doc], list[YamlProblem]]
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        return [], [YamlProblem(path, mark.line + 1 if mark else None, None, f"YAML syntax error: {exc.problem or exc}")]
+        at = mark.line + 1 if mark else None
+        return [], [YamlProblem(path, at, None, f"YAML syntax error: {exc.problem or exc}")]
     except yaml.YAMLError as exc:
         return [], [YamlProblem(path, None, None, f"YAML error: {exc}")]
     except RecursionError:
