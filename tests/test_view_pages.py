@@ -6,6 +6,8 @@ Shares the browser, the bundle and the Viewer of ``tests/test_view.py``; every f
 computed here from ``records.jsonl`` / ``summary.json`` (proportions with ``score.wilson``).
 """
 
+# ruff: noqa: F811 -- the fixtures imported from test_view are parameters of the tests below
+
 from __future__ import annotations
 
 import csv
@@ -70,14 +72,17 @@ def test_breakdowns_show_the_summary(file_viewer: Viewer, tmp_path: Path) -> Non
     mb = s["majority_baseline"]
     assert f"majority baseline (always {mb['label']})\t{pct(mb)}" in page.locator("#summary-headline").inner_text()
     assert "could not abstain" in page.locator("#abstention").inner_text()
+    shot(page, "summary")
     # a v2 run's abstention block and a selective run's coverage
     run = shutil.copytree(HELDOUT, tmp_path / "v2run")
-    s2 = dict(s, abstention={"abstained": 7, "unanswerable_items": 5, "precision": wilson(4, 7), "recall": wilson(4, 5)},
+    s2 = dict(s, abstention={"abstained": 7, "unanswerable_items": 5, "precision": wilson(4, 7),
+                             "recall": wilson(4, 5)},
               selective={"n": 60, "abstained": 9, "coverage": wilson(51, 60), "accuracy_answered": wilson(3, 51),
                          "curve": [{"min_confidence": 0.9, "coverage": wilson(20, 60), "accuracy": wilson(2, 20)}],
                          "without_logprob_evidence": 0})
     (run / "summary.json").write_text(json.dumps(s2))
-    v = Viewer(file_viewer.context.browser, write_bundle(build_bundle(load_runs([run])), tmp_path / "site").as_uri() + "/")
+    site = write_bundle(build_bundle(load_runs([run])), tmp_path / "site")
+    v = Viewer(file_viewer.context.browser, site.as_uri() + "/")
     try:
         page = v.open("summary/0", "summary")
         ab = page.locator("#abstention").inner_text()
@@ -387,9 +392,30 @@ def test_layout_fits_the_screen(sized: tuple[int, Viewer]) -> None:
             shot_narrow(page, ready)
 
 
+def luminance(rgb: str) -> float:
+    def channel(c: float) -> float:
+        c /= 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (float(x) for x in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3])
+    return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
+
+
+def test_plot_labels_have_contrast(file_viewer: Viewer) -> None:
+    """Every SVG text (axis labels, run labels, legends) at 4.5:1 or more against the white page
+    (axe leaves SVG text to a person: it cannot tell the background)."""
+    page = file_viewer.open("runs", "runs")
+    page.wait_for_selector("#tradeoff-latency")
+    fills = set(page.evaluate("Array.from(document.querySelectorAll('svg text')).map(t => getComputedStyle(t).fill)"))
+    assert fills
+    for fill in fills:
+        ratio = (1.05) / (luminance(fill) + 0.05)
+        assert ratio >= 4.5, (fill, ratio)
+
+
 def shot_narrow(page: Page, name: str) -> None:
     target = ROOT / "docs" / "img" / f"view-{name}-390.png"
     page.mouse.move(0, 0)
+    page.evaluate("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)")  # header at the top
     height = min(1600, page.evaluate("document.documentElement.scrollHeight"))
     data = page.screenshot(full_page=True, clip={"x": 0, "y": 0, "width": 390, "height": height})
     if not target.exists() or target.read_bytes() != data:

@@ -103,7 +103,7 @@
       root.append(h("h2", { text: "Intent: raw, final and gold" }),
         h("p", { class: "small muted", text: "≠ marks a field that differs from gold as written (before canonicalisation). " +
           "Fields wrong after canonicalisation (raw): " + (Array.isArray(rec.wrong_fields_raw) ? rec.wrong_fields_raw.map(str).join(", ") || "none" : "n/a") }),
-        tbl);
+        NV.scroller("intents", tbl));
 
       // interventions
       const ivs = Array.isArray(rec.interventions) ? rec.interventions : [];
