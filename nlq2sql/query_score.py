@@ -99,6 +99,7 @@ def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catal
         "result_head": [list(r) for r in rows[:RESULT_HEAD_ROWS]] if rows is not None else None,
         "gold_result_head": [list(r) for r in gold_rows[:RESULT_HEAD_ROWS]] if gold_rows is not None else None,
         "gold_result_hash": executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
+        "gold_sql": gold_q.sql if gold_q is not None else None,  # (the viewer shows it beside the answer's)
         "parts": parts,
         "correct_raw": correct, "correct_final": correct, "correct_exec": correct,
         "error_raw": error, "error_final": error,

@@ -87,6 +87,7 @@ def test_scoring_is_by_rows_and_abstention_is_judged(executor: Executor) -> None
     reordered = {**GOLD, "metrics": ["orders", "revenue"]}
     rec = score_query(case, json.dumps(GOLD), executor, CAT)
     assert rec["correct_final"] and rec["error_final"] is None and all(rec["parts"].values())
+    assert rec["gold_sql"] == rec["sql"] and "$1" in rec["gold_sql"], "the gold's SQL is recorded for the viewer"
     same_rows_other_order = score_query(case, json.dumps({**GOLD, "group_by": ["customer_id__region"],
                                                           "order_by": [{"field": "revenue", "descending": True}]}),
                                         executor, CAT)

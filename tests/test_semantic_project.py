@@ -73,6 +73,16 @@ metrics:
     type_params:
       numerator: revenue
       denominator: sales_count
+  - name: revenue_to_date
+    type: cumulative
+    type_params:
+      measure: amount
+      grain_to_date: month
+saved_queries:
+  - name: revenue_by_town
+    query_params:
+      metrics: [revenue]
+      group_by: ["Dimension('shop__town')"]
 unit_tests: []
 """
 
@@ -104,8 +114,9 @@ BAD: list[tuple[str, str | bytes, int | None, str, str]] = [
     ("misspelt key in a dimension",
      _sub("        type: categorical", "        type: categorical\n        descripton: x"),
      38, "semantic_models.shops.dimensions.0", "descripton"),
-    ("metric defined twice", GOOD.replace("unit_tests: []\n", "") + "  - name: revenue\n    type: simple\n"
-     "    type_params:\n      measure: amount\n", 54, "metrics.revenue", "defined twice"),
+    ("metric defined twice", _sub("saved_queries:", "  - name: revenue\n    type: simple\n"
+                                  "    type_params:\n      measure: amount\nsaved_queries:"), 59, "metrics.revenue",
+     "defined twice"),
     ("semantic model defined twice", _sub("  - name: shops\n", "  - name: sales\n"), 31, "semantic_models.sales",
      "defined twice"),
     ("duplicate YAML key", _sub("        type: categorical", "        type: categorical\n        type: time"), 40,
@@ -132,8 +143,9 @@ BAD: list[tuple[str, str | bytes, int | None, str, str]] = [
                                              "      - name: town\n        type: categorical\n    measures:\n"
                                              "      - name: amount\n        agg: sum\n        expr: 1"), 41,
      "semantic_models.shops.measures.amount", "amount"),
-    ("derived metric over itself", _sub("unit_tests: []\n", "  - name: loop\n    type: derived\n    type_params:\n"
-                                        "      expr: loop + 1\n      metrics: [loop]\n"), None, "", "recursion"),
+    ("derived metric over itself", _sub("saved_queries:", "  - name: loop\n    type: derived\n    type_params:\n"
+                                        "      expr: loop + 1\n      metrics: [loop]\nsaved_queries:"), None, "",
+     "recursion"),
     ("entity type that does not exist", _sub("        type: foreign", "        type: secondary"), 18,
      "semantic_models.sales", "secondary"),
     ("empty metrics key", GOOD.split("metrics:")[0] + "metrics:\n", None, "", "No metrics present"),
@@ -187,7 +199,11 @@ def test_a_dbt_project_as_it_is_checks(tmp_path: Path, sales_db: Path) -> None:
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout[:res.stdout.rindex("}") + 1])
     assert report["engine"] == "metricflow" and not report["failed"]
-    assert report["metrics"] == 3 and report["time_spine"] == "generated"
+    assert report["metrics"] == 4 and report["time_spine"] == "generated"
+    assert report["saved_queries"] == ["revenue_by_town"]
+    ran = {(r["metric"], r["dimension"]) for r in report["results"] if r["ok"]}
+    assert ("saved query revenue_by_town", "") in ran
+    assert ("revenue_to_date", "town") in ran, "a cumulative metric is asked per month, with the dimension"
 
 
 def test_ratio_with_a_zero_denominator_is_null_and_the_left_join_keeps_unmatched_rows(tmp_path: Path,

@@ -151,6 +151,26 @@ class Engine:
             sql += f"\nLIMIT {int(q.limit)}"
         return Query(sql=sql, params=tuple(params))
 
+    def compile_saved(self, name: str) -> Query:
+        """A saved query of the project (usable as a question's gold), as MetricFlow compiles it."""
+        from metricflow.engine.metricflow_engine import MetricFlowQueryRequest
+
+        with self._lock:
+            sql = self._cache.get("saved:" + name)
+        if sql is None:
+            try:
+                with self._lock:
+                    sql = self._mf.explain(MetricFlowQueryRequest.create(saved_query_name=name)).sql_statement.sql
+            except Exception as exc:  # noqa: BLE001 — MetricFlow's query errors are many classes
+                raise SqlBuildError(mf_reason(exc)) from None
+            sql = "\n".join(ln for ln in sql.splitlines() if not ln.lstrip().startswith("--"))
+            if self.spine_sql is not None:
+                sql = sql.replace(self.spine_relation, f"({self.spine_sql})")
+            with self._lock:
+                self._cache["saved:" + name] = sql
+                self.compiles += 1
+        return Query(sql=sql, params=())
+
     def _compile(self, q: MetricQuery, where: list[str]) -> str:
         from metricflow.engine.metricflow_engine import MetricFlowQueryRequest
 

@@ -19,29 +19,40 @@ from .binding import Warehouse
 
 
 def check(wh: Warehouse) -> dict[str, Any]:
-    """Execute one query per metric × dimension it reaches and one time series per metric."""
+    """Execute, per metric, one query per dimension it reaches and one monthly series; a metric
+    that needs ``metric_time`` (cumulative, offset windows) is asked each with the month added.
+    Every saved query is compiled and executed too."""
     from ..execute import Executor
-    from ..intent import Intent
-    from ..sqlbuild import build_sql
+    from .query import MetricQuery
 
+    cat = wh.catalog
     results: list[dict[str, Any]] = []
+
+    def run(ex: Executor, entry: dict[str, Any], make: Any) -> None:
+        try:
+            rows = ex.run(make())
+            entry.update(ok=True, rows=len(rows))
+        except Nlq2SqlError as exc:
+            entry.update(ok=False, error=str(exc))
+        results.append(entry)
+
     with Executor(wh.db_path) as ex:
-        for metric in wh.catalog.metrics:
-            reachable = set(wh.catalog.engine.group_bys((metric,)))
-            shapes: list[tuple[str | None, dict[str, Any]]] = [
-                (d, {"intent": "breakdown", "dimension": d, "time_grain": None})
-                for d, dd in wh.catalog.dimensions.items() if dd.group_by in reachable]
-            shapes.append((None, {"intent": "time_series", "dimension": None, "time_grain": "month"}))
-            for dim, shape in shapes:
-                intent = Intent.model_validate({"metric": metric, "filters": [], "limit": None, "order": None,
-                                                **shape})
-                entry: dict[str, Any] = {"metric": metric, "dimension": dim or "(time series, month)"}
+        for metric in cat.metrics:
+            reachable = set(cat.engine.group_bys((metric,)))
+            month = MetricQuery(metrics=(metric,), group_by=("metric_time__month",))
+            run(ex, {"metric": metric, "dimension": "(time series, month)"}, lambda q=month: cat.engine.compile(q))
+            for d, dd in cat.dimensions.items():
+                if dd.group_by not in reachable:
+                    continue
+                q = MetricQuery(metrics=(metric,), group_by=(dd.group_by,))
                 try:
-                    rows = ex.run(build_sql(intent, wh.catalog))
-                    entry.update(ok=True, rows=len(rows))
-                except Nlq2SqlError as exc:
-                    entry.update(ok=False, error=str(exc))
-                results.append(entry)
+                    cat.engine.compile(q)
+                except Nlq2SqlError:  # e.g. a cumulative metric: asked per month
+                    q = MetricQuery(metrics=(metric,), group_by=("metric_time__month", dd.group_by))
+                run(ex, {"metric": metric, "dimension": d}, lambda q=q: cat.engine.compile(q))
+        for sq in cat.manifest.saved_queries:
+            run(ex, {"metric": f"saved query {sq.name}", "dimension": ""},
+                lambda name=sq.name: cat.engine.compile_saved(name))
     failed = [r for r in results if not r["ok"]]
     cat = wh.catalog
     return {"semantic_model": cat.name, "path": cat.path, "sha256": cat.sha256, "engine": "metricflow",
