@@ -59,6 +59,16 @@ else
 fi
 done_step
 
+step "axe-core (npm, for the viewer's accessibility test)"
+if [[ -f "$ROOT/.cache/axe/node_modules/axe-core/axe.min.js" ]]; then
+    echo "    already installed; skipped"
+elif command -v npm >/dev/null 2>&1; then
+    npm install --no-audit --no-fund --silent --prefix "$ROOT/.cache/axe" "axe-core@4"
+else
+    echo "    no npm here: tests/test_view_pages.py's accessibility test needs it"
+fi
+done_step
+
 step "model $MODEL"
 "$PY" -m nlq2sql.models pull "$MODEL"
 done_step
