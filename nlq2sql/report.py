@@ -95,6 +95,11 @@ def render_summary(s: dict[str, Any], title: str = "nlq2sql summary", console: C
     console = console or Console()
     console.print(table)
     console.print(cats)
+    if s.get("empty_golds"):
+        eg = s["empty_golds"]
+        console.print(f"[yellow]warning: {eg['n']} items' gold returns no rows (first: {', '.join(eg['first_ids'])}): "
+                      "an empty gold cannot tell a right answer from a wrong one; `nlq2sql evalset check` refuses "
+                      "them[/yellow]")
     ab = s.get("abstention")
     if ab:  # v2 answers: the model may say a question is unanswerable
         console.print(f"unanswerable: {ab['abstained']} abstentions, {ab['unanswerable_items']} unanswerable items; "

@@ -82,6 +82,7 @@ class Summary(_Model):
     abstention: dict[str, Any] | None = None  # v2 answers: unanswerable precision and recall
     answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
     compiles: int | None = None  # distinct MetricFlow compiles the run needed
+    empty_golds: dict[str, Any] | None = None  # items whose gold returned no rows (flagged)
     # offline re-scoring
     distinct_queries_executed: int | None = None
     missing: dict[str, Any] | None = None

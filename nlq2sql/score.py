@@ -228,6 +228,7 @@ class Summary:
     def __init__(self, rulesets: list[RuleSet], fields: tuple[str, ...] = FIELDS) -> None:
         self.rule_ids = [r.id for rs in rulesets for r in rs.rules]
         self.fields = fields  # the answer's parts: the v1 intent's fields, or the v2 query's
+        self.empty_gold_ids: list[str] = []
         self.n = 0
         self.c: Counter[str] = Counter()
         self.status: Counter[str] = Counter()
@@ -323,6 +324,10 @@ class Summary:
             c["gold_unanswerable"] += (not rec["answerable"]) * times
             c["abstained"] += abstained * times
             c["abstained_right"] += (abstained and not rec["answerable"]) * times
+        if rec.get("gold_result_head") == []:  # a gold with no rows cannot tell right from wrong
+            c["empty_gold"] += times
+            if len(self.empty_gold_ids) < 5:
+                self.empty_gold_ids.append(rec["id"])
         cat = self.cat[rec["category"]]
         cat["n"] += times
         cat["raw"] += correct_raw
@@ -380,6 +385,8 @@ class Summary:
                 "abstained": c["abstained"], "unanswerable_items": c["gold_unanswerable"],
                 "precision": wilson(c["abstained_right"], c["abstained"]),
                 "recall": wilson(c["abstained_right"], c["gold_unanswerable"])}} if c["v2"] else {}),
+            # Flagged, never silent: `evalset check` refuses such golds; a set that has them is suspect.
+            **({"empty_golds": {"n": c["empty_gold"], "first_ids": self.empty_gold_ids}} if c["empty_gold"] else {}),
         }
 
     def _selective(self) -> dict[str, Any]:

@@ -167,3 +167,15 @@ def test_eval_answer_query_end_to_end_against_the_fake_server(tmp_path: Path) ->
     schema = json.loads(manifest["sampling"]["schema_json"])
     assert "unanswerable" in json.dumps(schema) and "customer_id__region" in json.dumps(schema)
     assert len(sent) == 4
+
+
+def test_score_flags_a_gold_with_no_rows(tmp_path: Path) -> None:
+    empty = _write(tmp_path / "empty.jsonl", [{"id": "e", "question": "q", "category": "breakdown", "gold": {
+        "metrics": ["revenue"], "group_by": ["customer_id__region"],
+        "where": [{"field": "customer_id__region", "op": "eq", "values": ["Atlantis"]}]}}])
+    responses = _write(tmp_path / "r.jsonl", [{"id": "e", "text": '{"unanswerable": "no such region"}'}])
+    res = runner.invoke(app, ["score", "--answer", "query", "--evalset", str(empty), "--responses", str(responses),
+                              "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0 and "gold returns no rows" in " ".join(res.output.split()), res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["empty_golds"] == {"n": 1, "first_ids": ["e"]}

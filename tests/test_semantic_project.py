@@ -270,3 +270,28 @@ def test_every_problem_is_reported_in_one_pass(tmp_path: Path, sales_db: Path) -
     code, msg, _ = _run(tmp_path, sales_db, text)
     assert code == 2 and "2 problems" in msg, msg
     assert "not unique" in msg and "fails in DuckDB" in msg, msg
+
+
+def test_dbts_semantic_manifest_json_is_read_directly(tmp_path: Path, sales_db: Path) -> None:
+    """dbt writes target/semantic_manifest.json from the same objects: reading it gives the same
+    metrics, group-bys and SQL as reading the YAML."""
+    from nlq2sql.semantic.catalog import load_catalog
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "sales.yml").write_text(GOOD)
+    from_yaml = load_catalog(tmp_path / "models")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "semantic_manifest.json").write_text(from_yaml.manifest.json())
+    from_json = load_catalog(target / "semantic_manifest.json")
+    assert list(from_json.metrics) == list(from_yaml.metrics)
+    assert from_json.engine.group_bys(("revenue",)) == from_yaml.engine.group_bys(("revenue",))
+    from nlq2sql.semantic.query import MetricQuery
+
+    q = MetricQuery.model_validate({"metrics": ["avg_sale"], "group_by": ["shop__town"]})
+    assert from_json.engine.compile(q) == from_yaml.engine.compile(q)
+    res = runner.invoke(app, ["semantic", "check", str(target / "semantic_manifest.json"), "--db", str(sales_db)])
+    assert res.exit_code == 0, res.output
+    (target / "semantic_manifest.json").write_text('{"metrics": []}')
+    res = runner.invoke(app, ["semantic", "check", str(target / "semantic_manifest.json"), "--db", str(sales_db)])
+    assert res.exit_code == 2 and "not a dbt semantic_manifest.json" in res.output, res.output
