@@ -33,13 +33,16 @@ DECIMAL(16,2) dollars from the raw cents):
   ``raw_supplies``, ``raw_stores``;
 - staging views ``stg_customers``, ``stg_orders``, ``stg_order_items``, ``stg_products``,
   ``stg_supplies``, ``stg_locations``;
-- marts ``order_items`` (product price, supply cost, food/drink flags, order date, and the
-  order's location and customer), ``orders`` (order total, subtotal, tax, cost, item counts,
+- marts ``order_items`` (product name and price, supply cost, food/drink flags, order day),
+  ``orders`` (order total, subtotal, tax, cost, item counts,
   is_food_order, is_drink_order, customer_order_number; orders without items are dropped, as
   dbt's inner join does), ``customers`` (first/last order, lifetime orders and spend,
   customer_type new/returning), ``products``, ``supplies``, ``locations``;
-- ``time_spine_daily(date_day)``: dbt's daily time spine model (2018-01-01 … 2021-12-31),
-  declared in the semantic model's YAML.
+- ``time_spine_daily(date_day)``: dbt's daily time spine model, 2018-01-01 … 2020-08-31 (the
+  simulated period), declared in the semantic model's YAML.  It ends with the data on purpose:
+  MetricFlow joins a cumulative metric's rows to every spine day after them, so each spine day
+  past the last order costs a scan of all items, and an all-time cumulative keeps printing
+  its final value for every such day.
 """
 
 from __future__ import annotations
@@ -190,16 +193,14 @@ _MARTS = {
     "products": "SELECT * FROM stg_products ORDER BY product_id",
     "supplies": "SELECT * FROM stg_supplies ORDER BY supply_id, product_id",
     "locations": "SELECT * FROM stg_locations ORDER BY opened_date, location_name",
-    # order_items: dbt's mart plus the order's location and customer (so a line reaches both
-    # without a hop through orders), its product's type, and the per-item gross profit inputs.
+    # order_items: dbt's mart (an item reaches its order's customer and location through the
+    # order: two hops in the semantic model).
     "order_items": """
         WITH supply_cost_per_product AS (
             SELECT product_id, sum(supply_cost) AS supply_cost FROM stg_supplies GROUP BY 1
         )
-        SELECT i.order_item_id, i.order_id, i.product_id,
-               o.ordered_at, o.location_id, o.customer_id,
-               p.product_name, p.product_type, p.product_price, p.is_food_item, p.is_drink_item,
-               s.supply_cost
+        SELECT i.order_item_id, i.order_id, i.product_id, o.ordered_at,
+               p.product_name, p.product_price, p.is_food_item, p.is_drink_item, s.supply_cost
         FROM stg_order_items i
         LEFT JOIN stg_orders o USING (order_id)
         LEFT JOIN stg_products p USING (product_id)
