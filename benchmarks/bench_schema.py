@@ -1,0 +1,82 @@
+"""Size and grammar-compile time of the v2 answer schema, per shipped warehouse and as it grows.
+
+For each shipped warehouse and schema mode (``flat``, ``branches``): the JSON Schema's bytes,
+its branches and enum sizes, and the time xgrammar (vLLM's default structured-output backend,
+the version vLLM installed) takes to compile it for a real tokenizer, whitespace-free
+(``any_whitespace=False``, as ``--compact-server`` serves), cache off, median of ``--rounds``.
+Then the same for synthetic schemas whose group-by enum holds 100 … 20,000 names, to show
+where compiling a schema per request stops being practical (vLLM compiles each distinct
+schema once and caches it, so the cost is paid on the first request of a run).
+
+    .venv/bin/python benchmarks/bench_schema.py [--tokenizer .cache/models/smollm2-135m] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compile_ms(compiler: Any, schema: dict[str, Any], rounds: int) -> float:
+    text = json.dumps(schema)
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        compiler.compile_json_schema(text, any_whitespace=False)
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def _enum_sizes(schema: dict[str, Any]) -> tuple[int, int]:
+    branches = schema.get("anyOf", [schema])
+    q = [b for b in branches if "metrics" in b.get("properties", {})]
+    return (max(len(b["properties"]["metrics"]["items"]["enum"]) for b in q),
+            max(len(b["properties"]["group_by"]["items"]["enum"]) for b in q))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokenizer", type=Path, default=ROOT / ".cache" / "models" / "smollm2-135m")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--synthetic", default="100,1000,5000,20000", help="group-by enum sizes to synthesise")
+    args = ap.parse_args()
+
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    from nlq2sql.semantic.catalog import load_catalog, shipped_names
+    from nlq2sql.semantic.contract import answer_schema
+
+    tok = AutoTokenizer.from_pretrained(str(args.tokenizer))
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok), cache_enabled=False)
+    print(f"tokenizer {args.tokenizer.name}, xgrammar, whitespace-free, cache off, median of {args.rounds}")
+    print(f"{'warehouse':10} {'mode':9} {'bytes':>7} {'branches':>8} {'metrics':>7} {'group-bys':>9} {'compile ms':>10}")
+    base: dict[str, Any] | None = None
+    for name in shipped_names():
+        cat = load_catalog(name)
+        for mode in ("flat", "branches"):
+            schema = answer_schema(cat, mode)
+            base = base or schema
+            m, g = _enum_sizes(schema)
+            print(f"{name:10} {mode:9} {len(json.dumps(schema)):>7} {len(schema.get('anyOf', [schema])):>8} "
+                  f"{m:>7} {g:>9} {_compile_ms(compiler, schema, args.rounds):>10.0f}")
+    assert base is not None
+    print("\nsynthetic: the first warehouse's flat schema with N group-by names (and N where-fields)")
+    print(f"{'group-bys':>9} {'bytes':>9} {'compile ms':>10}")
+    for n in (int(x) for x in args.synthetic.split(",")):
+        schema = json.loads(json.dumps(base))
+        query = next(b for b in schema.get("anyOf", [schema]) if "metrics" in b.get("properties", {}))
+        names = [f"entity_{i // 50}__dimension_{i}" for i in range(n)]
+        query["properties"]["group_by"]["items"]["enum"] = names
+        query["properties"]["where"]["items"]["properties"]["field"]["enum"] = names
+        print(f"{n:>9} {len(json.dumps(schema)):>9} {_compile_ms(compiler, schema, 1):>10.0f}")
+
+
+if __name__ == "__main__":
+    main()
