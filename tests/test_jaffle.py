@@ -145,6 +145,14 @@ def test_every_gold_compiles_and_returns_rows(db: Path) -> None:
         con.close()
 
 
+def test_evalset_check_accepts_every_set(db: Path) -> None:
+    """The project's own checker (v2 golds, unanswerable items) agrees."""
+    for name in SETS:
+        res = runner.invoke(app, ["evalset", "check", name, "--semantic-model", "jaffle", "--db", str(db)])
+        assert res.exit_code == 0, res.output
+        assert f"{len(_items(name))} v2 items OK" in " ".join(res.output.split()), res.output
+
+
 def test_build_is_deterministic(db: Path, tmp_path: Path) -> None:
     again = build(tmp_path / "again.duckdb", name="jaffle")
     assert _fingerprint(again) == _fingerprint(db)
