@@ -1,8 +1,9 @@
 """``--engine ray``: the client workers as Ray actors, spread over a cluster.
 
-Nothing here is a home-made RPC: items and records travel in Ray queues
-(``ray.util.queue.Queue``), the run's retry budget is one small actor, and each worker is an
-actor running ``workers.serve_items`` — the same body a local worker process runs.  Without
+Nothing here is a home-made RPC: each worker is an async actor running
+``workers.ItemWorker`` (the code a local worker process runs), each item one actor task, so
+the driver knows which items an actor holds and a dead actor is seen at once (its tasks fail
+with ``ActorDiedError``); the run's retry budget is one small actor.  Without
 ``--ray-address`` a local Ray is started for the run (2 CPUs at most, a small object store,
 its session files under the project's cache); with one, the run joins that cluster (every
 node needs nlq2sql installed, as for any Ray job, and must reach the endpoints).
@@ -10,10 +11,11 @@ node needs nlq2sql installed, as for any Ray job, and must reach the endpoints).
 
 from __future__ import annotations
 
-import queue as queue_mod
+import contextlib
+import time
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError, Nlq2SqlError
+from .errors import InputError
 
 if TYPE_CHECKING:
     from .evalset import EvalCase
@@ -46,44 +48,62 @@ class RayEngine:
 
                 ray.init(num_cpus=min(2, os.cpu_count() or 1), object_store_memory=100 * 2**20,
                          include_dashboard=False, log_to_driver=False, configure_logging=False)
-        self.actors: list[Any] = []
-        self.tasks: list[Any] = []
+        self.actors: dict[int, Any] = {}
+        self.refs: dict[Any, tuple[int, str]] = {}  # a task in flight: (worker, what it returns)
+        self.budget_actor: Any = None
 
-    def queues(self, used: int, total: int) -> tuple[Any, Any, Any]:
-        from ray.util.queue import Queue
+    def counter(self, used: int, total: int) -> Any:
+        self.budget_actor = self.ray.remote(num_cpus=0)(_Budget).remote(used, total)
+        return self.budget_actor
 
-        budget = self.ray.remote(num_cpus=0)(_Budget).remote(used, total)
-        return Queue(actor_options={"num_cpus": 0}), Queue(actor_options={"num_cpus": 0}), budget
+    def spawn(self, wid: int, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
+              golds: list[EvalCase]) -> None:
+        # An async actor: each item is one task (``run``), ``slots`` of them at a time, so the
+        # driver knows which items an actor holds and a dead actor's tasks fail (ActorDiedError).
+        actor = self.ray.remote(_Worker).options(num_cpus=0.5, max_concurrency=slots + 2,
+                                                 scheduling_strategy="SPREAD").remote()
+        self.actors[wid] = actor
+        self.refs[actor.setup.remote(cfg, endpoint, slots, budget, golds, time.time())] = (wid, "ready")  # type: ignore[attr-defined]
 
-    def start(self, cfg: EvalConfig, endpoint: tuple[str, str, str], lanes: list[int], inbox: Any,
-              outbox: Any, budget: SharedBudget, deadline: float | None, golds: list[EvalCase]) -> None:
-        worker = self.ray.remote(num_cpus=0.5)(_Worker).options(scheduling_strategy="SPREAD")
-        for n in lanes:
-            actor = worker.remote()
-            self.actors.append(actor)
-            self.tasks.append(actor.run.remote(cfg, endpoint, n, inbox, outbox, budget, deadline, golds))  # type: ignore[attr-defined]
+    def submit(self, wid: int, case: EvalCase) -> None:
+        if wid in self.actors:
+            self.refs[self.actors[wid].run.remote(case)] = (wid, "rec")
 
-    @staticmethod
-    def receive(outbox: Any) -> Any:
-        from ray.util.queue import Empty
+    def end(self, wid: int) -> None:
+        if wid in self.actors:
+            self.refs[self.actors[wid].finish.remote()] = (wid, "done")
 
-        try:
-            return outbox.get(timeout=1.0)
-        except (Empty, queue_mod.Empty):
-            return None
+    def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
+        """Finished tasks within ``timeout``: records, readiness, reports -- and dead actors."""
+        from ray.exceptions import RayActorError, RayTaskError
 
-    def check_alive(self) -> None:
-        done, _ = self.ray.wait(self.tasks, num_returns=len(self.tasks), timeout=0)
-        for ref in done:
+        if not self.refs:
+            time.sleep(timeout)
+            return []
+        ready, _ = self.ray.wait(list(self.refs), num_returns=1, timeout=timeout)
+        if ready:
+            ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
+        events: list[tuple[int, str, Any]] = []
+        for ref in ready:
+            if ref not in self.refs:
+                continue  # its actor was declared dead by an earlier ref in this batch
+            wid, kind = self.refs.pop(ref)
             try:
-                self.ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 -- an actor died: the run cannot finish
-                raise Nlq2SqlError(f"a Ray client worker failed: {type(exc).__name__}: {exc}") from None
+                events.append((wid, kind, self.ray.get(ref)))
+            except RayActorError as exc:  # ActorDiedError and kin: the actor is gone
+                self.refs = {r: v for r, v in self.refs.items() if v[0] != wid}
+                with contextlib.suppress(Exception):
+                    self.ray.kill(self.actors.pop(wid))
+                events.append((wid, "dead", f"Ray actor died ({type(exc).__name__}: {str(exc).splitlines()[0]})"))
+            except RayTaskError as exc:
+                events.append((wid, "error", f"{type(exc).__name__}: {exc}"))
+        return events
 
     def stop(self) -> None:
-        for a in self.actors:
-            self.ray.kill(a)
-        self.actors, self.tasks = [], []
+        for a in [*self.actors.values(), *([self.budget_actor] if self.budget_actor is not None else [])]:
+            with contextlib.suppress(Exception):
+                self.ray.kill(a)
+        self.actors, self.refs = {}, {}
 
 
 class _Budget:
@@ -103,8 +123,20 @@ class _Budget:
 
 
 class _Worker:
-    def run(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, inbox: Any, outbox: Any,
-            budget: SharedBudget, deadline: float | None, golds: list[EvalCase]) -> None:
-        from .workers import serve_items
+    """A client worker as an async Ray actor: ``workers.ItemWorker``, as a worker process runs it."""
 
-        serve_items(cfg, endpoint, slots, inbox, outbox, budget, deadline, None, golds)
+    async def setup(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
+                    golds: list[EvalCase], spawned_at: float) -> dict[str, Any]:
+        import os
+
+        from .workers import ItemWorker
+
+        self.worker = ItemWorker(cfg, endpoint, slots, budget, golds)
+        self.worker.start()
+        return {"pid": os.getpid(), "startup_s": time.time() - spawned_at}
+
+    async def run(self, case: EvalCase) -> dict[str, Any]:
+        return await self.worker.run(case)
+
+    async def finish(self) -> dict[str, Any]:
+        return await self.worker.finish()

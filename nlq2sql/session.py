@@ -23,10 +23,12 @@ __all__ = ["finish_summary", "fleet_summary", "recorded_retries", "session_resul
 
 def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metrics: dict[str, Any],
                    fleet: dict[str, Any] | None, retries_used: int,
-                   harness: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What one session (of one or several processes) adds to the summary."""
+                   harness: dict[str, Any] | None = None, startup_s: float | None = None) -> dict[str, Any]:
+    """What one session (of one or several processes) adds to the summary.  ``startup_s``:
+    how much of ``wall`` went on starting client workers before the first request (their
+    interpreters, imports and warehouses) -- counted in the wall time, so in req/s."""
     load = cfg.load
-    return {"wall_s": wall, "items_this_session": sent, "not_sent": n - sent,
+    return {"wall_s": wall, "items_this_session": sent, "not_sent": n - sent, "startup_s": startup_s,
             "server_metrics": server_metrics, "fleet": fleet, "retries_used": retries_used,
             "harness": harness,
             "load": {"mode": "open-loop Poisson" if load.rate else "closed loop",
@@ -82,6 +84,10 @@ def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
     summary["throughput"] = {
         "items_this_session": session["items_this_session"], "wall_s": session["wall_s"],
         "req_per_s": session["items_this_session"] / session["wall_s"] if session["wall_s"] else None,
+        **({"startup_s": session["startup_s"],
+            "req_per_s_after_startup": (session["items_this_session"] / (session["wall_s"] - session["startup_s"])
+                                        if session["wall_s"] > session["startup_s"] else None)}
+           if session.get("startup_s") is not None else {}),
         "span_s_all_records": (max(ends) - min(starts)) if starts else None,
         "completed_ok": n_ok, "not_sent": session.get("not_sent", 0)}
     summary["load"] = session.get("load")

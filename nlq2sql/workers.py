@@ -21,18 +21,19 @@ the same wherever it was made:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
-import queue as queue_mod
 import signal
 import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .client import RetryBudget
 from .errors import InputError, Nlq2SqlError
@@ -44,14 +45,10 @@ from .records import RECORDS, RecordWriter
 if TYPE_CHECKING:
     from .live import EvalConfig, Progress
 
-__all__ = ["ENGINES", "SharedBudget", "auto_workers", "run_workers", "serve_items", "shares"]
+__all__ = ["ENGINES", "Fleet", "ItemWorker", "LocalEngine", "SharedBudget", "auto_workers", "run_workers",
+           "serve_items", "shares"]
 
 ENGINES = ("local", "ray")
-
-
-class Queue(Protocol):
-    def get(self, block: bool = ..., timeout: float | None = ...) -> Any: ...
-    def put(self, item: Any, block: bool = ..., timeout: float | None = ...) -> None: ...
 
 
 class SharedBudget(RetryBudget):
@@ -145,64 +142,86 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="nlq2sql-parent-watch", daemon=True).start()
 
 
-def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, inbox: Queue, outbox: Queue,
-                budget: RetryBudget, deadline: float | None, parent_pid: int | None,
-                golds: Sequence[EvalCase] = ()) -> None:
-    """A worker's whole life: answer items from ``inbox`` with ``slots`` in flight, send each
-    record to ``outbox``, then a final ``("done", report)``.  ``None`` in the inbox ends a lane.
-    ``golds`` (a case per distinct gold intent) are answered by the warehouse before the first
-    request, as one process does (``ItemRunner.prepare``).  ``parent_pid``: a worker process
-    ends when that driver dies (``die_with_parent``); None for a Ray actor (Ray ends the
-    actors of a driver that died)."""
+class ItemWorker:
+    """One worker's items, in a worker process or a Ray actor (the same code either way): an
+    ``item.ItemRunner`` for this worker's share of the run's concurrency, every distinct gold
+    answered by the warehouse before the first request (``ItemRunner.prepare``, as one
+    process does)."""
+
+    def __init__(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: RetryBudget,
+                 golds: Sequence[EvalCase] = ()) -> None:
+        from .item import ItemRunner
+
+        base_url, model, key = endpoint
+        self.items = ItemRunner(cfg, base_url, model, key, budget, concurrency=slots, sample_metrics=False)
+        self.items.prepare(golds)
+        self.sent = 0
+
+    def start(self) -> None:
+        self.items.start()
+
+    async def run(self, case: EvalCase) -> dict[str, Any]:
+        self.sent += 1
+        return await self.items.run(case)
+
+    async def finish(self) -> dict[str, Any]:
+        await self.items.close()
+        return {"sent": self.sent, "fleet": self.items.fleet(), "harness": self.items.harness(), "pid": os.getpid()}
+
+
+def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection, budget: RetryBudget,
+                parent_pid: int | None, golds: Sequence[EvalCase] = (), spawned_at: float | None = None) -> None:
+    """A worker process's whole life, talking to its driver over its own pipe ``conn`` (no lock
+    shared with other workers: a worker killed mid-write cannot wedge the others).
+
+    Sends ``("ready", info)`` once it can send requests, ``("rec", record)`` per item, and a
+    final ``("done", report)``.  Receives cases, at most ``slots`` outstanding (each is sent at
+    once: the driver's dispatch is the concurrency cap), and ``None``: no more items.
+    ``parent_pid``: the worker ends when that driver dies (``die_with_parent``)."""
     if parent_pid is not None:
         die_with_parent(parent_pid)
     try:
-        report = asyncio.run(_serve(cfg, endpoint, slots, inbox, outbox, budget, deadline, parent_pid, golds))
-        outbox.put(("done", report))
+        asyncio.run(_serve(cfg, endpoint, slots, conn, budget, golds, spawned_at))
     except BaseException as exc:  # noqa: BLE001 -- reported to the driver, which raises
-        outbox.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
 
 
-async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, inbox: Queue, outbox: Queue,
-                 budget: RetryBudget, deadline: float | None, parent_pid: int | None,
-                 golds: Sequence[EvalCase] = ()) -> dict[str, Any]:
-    from .item import ItemRunner
-
-    base_url, model, key = endpoint
-    items = ItemRunner(cfg, base_url, model, key, budget, concurrency=slots, sample_metrics=False)
-    items.prepare(golds)
+async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection,
+                 budget: RetryBudget, golds: Sequence[EvalCase] = (), spawned_at: float | None = None) -> None:
     loop = asyncio.get_running_loop()
-    sent = 0
-    # Blocking queue reads happen in threads, one per lane, so a lane never waits on another's.
-    with ThreadPoolExecutor(slots) as pool:
-        def next_case() -> EvalCase | None:
-            while True:
-                if parent_pid is not None and os.getppid() != parent_pid:
-                    return None  # the driver is gone (killed): stop sending requests
-                try:
-                    return inbox.get(timeout=0.5)  # type: ignore[no-any-return]
-                except queue_mod.Empty:
-                    continue
-                except Exception as exc:  # noqa: BLE001 -- Ray's queue raises its own Empty
-                    if type(exc).__name__ == "Empty":
-                        continue
-                    raise
+    inbox: asyncio.Queue[EvalCase | None] = asyncio.Queue()
 
-        async def lane() -> None:
-            nonlocal sent
-            while deadline is None or time.time() < deadline:
-                case = await loop.run_in_executor(pool, next_case)
-                if case is None:
-                    return
-                sent += 1
-                outbox.put(("rec", await items.run(case)))
+    def read() -> None:  # a thread: the driver's messages never wait on this loop (nor it on them)
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                msg = None  # the driver is gone (its death ends this process too)
+            loop.call_soon_threadsafe(inbox.put_nowait, msg)
+            if msg is None:
+                return
 
-        items.start()
-        try:
-            await asyncio.gather(*(lane() for _ in range(slots)))
-        finally:
-            await items.close()
-    return {"sent": sent, "fleet": items.fleet(), "harness": items.harness(), "pid": os.getpid()}
+    threading.Thread(target=read, name="nlq2sql-inbox", daemon=True).start()
+    worker = ItemWorker(cfg, endpoint, slots, budget, golds)
+    worker.start()
+    conn.send(("ready", {"pid": os.getpid(),
+                         "startup_s": time.time() - spawned_at if spawned_at is not None else None}))
+
+    async def lane() -> None:
+        while True:
+            case = await inbox.get()
+            if case is None:
+                inbox.put_nowait(None)  # one None ends every lane
+                return
+            rec = await worker.run(case)
+            conn.send(("rec", rec))
+
+    try:
+        await asyncio.gather(*(lane() for _ in range(slots)))
+    finally:
+        report = await worker.finish()
+    conn.send(("done", report))
 
 
 def distinct_golds(cases: Sequence[EvalCase]) -> list[EvalCase]:
@@ -242,9 +261,89 @@ def merge_fleets(reports: list[dict[str, Any] | None]) -> dict[str, Any] | None:
             "replicas": list(rows.values()), "server_metrics": None}  # filled in by the driver
 
 
+#: Replacement workers a run may start, per worker it began with, before it gives up.
+RESTARTS_PER_WORKER = 3
+
+
+class Fleet:
+    """The driver's view of its workers: which items each holds, and what was lost.
+
+    Items go out from one queue to whichever worker has a free slot (a worker holds at most
+    its share of the concurrency), and the driver remembers which worker holds which item.
+    When a worker dies (its process ends, its Ray actor dies) the items it held and had not
+    answered go back to the front of the queue, a replacement is started, and the run goes
+    on: each item is recorded exactly once (a record already written is never written
+    again), as in an uninterrupted run."""
+
+    def __init__(self, cases: Sequence[EvalCase], lanes: list[int], t0: float) -> None:
+        self.pending: deque[EvalCase] = deque(cases)
+        self.slots: dict[int, int] = {}
+        self.held: dict[int, dict[str, EvalCase]] = {}
+        self.ready: set[int] = set()
+        self.finished: set[int] = set()
+        self.written: set[str] = set()
+        self.losses: list[dict[str, Any]] = []
+        self.startups: list[float] = []
+        self.first_ready: float | None = None
+        self.t0 = t0
+        self.ended = False
+        self.not_sent = 0
+        self.next_id = 0
+        self.restarts_left = RESTARTS_PER_WORKER * len(lanes)
+
+    def add(self, slots: int) -> int:
+        wid = self.next_id
+        self.next_id += 1
+        self.slots[wid], self.held[wid] = slots, {}
+        return wid
+
+    @property
+    def live(self) -> list[int]:
+        return list(self.held)
+
+    def to_send(self) -> list[tuple[int, EvalCase]]:
+        """Fill every ready worker's free slots from the queue."""
+        out = []
+        for wid in sorted(self.ready & self.held.keys()):
+            held = self.held[wid]
+            while self.pending and len(held) < self.slots[wid]:
+                case = self.pending.popleft()
+                held[case.id] = case
+                out.append((wid, case))
+        return out
+
+    def all_answered(self) -> bool:
+        return not self.pending and not any(self.held.values())
+
+    def lost(self, wid: int, why: str) -> int | None:
+        """Worker ``wid`` died: re-queue what it held; the slots of its replacement (None: none needed)."""
+        held = self.held.pop(wid, {})
+        self.ready.discard(wid)
+        if wid in self.finished:  # it had reported: nothing lost
+            return None
+        cases = list(held.values())
+        self.pending.extendleft(reversed(cases))
+        self.losses.append({"worker": wid, "why": why, "at_s": round(time.time() - self.t0, 3),
+                            "requeued": len(cases), "requeued_ids": [c.id for c in cases][:20]})
+        if self.ended:
+            return None
+        if self.restarts_left <= 0:
+            if not self.held:
+                raise Nlq2SqlError(f"client workers keep dying ({len(self.losses)} lost; the last: {why}); "
+                                   f"{len(self.written)} records are on disk: --resume continues the run")
+            return None
+        self.restarts_left -= 1
+        return self.slots[wid]
+
+
 def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path, cases: list[EvalCase],
                 progress: Progress | None, budget: RetryBudget) -> dict[str, Any]:
-    """Answer ``cases`` with ``cfg.workers`` processes (or Ray actors); write their records here."""
+    """Answer ``cases`` with ``cfg.workers`` processes (or Ray actors); write their records here.
+
+    A worker that dies (SIGKILL, out of memory, a Ray node lost) is noticed at once (its
+    process's sentinel, its actor's failed task); what it held is re-queued and a replacement
+    started (``Fleet``).  The session's wall time counts the workers' start-up
+    (``startup_s`` says how much of it was)."""
     from .item import targets
     from .server_metrics import MetricsSampler
     from .session import session_result
@@ -252,24 +351,22 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
     lanes = shares(cfg.concurrency, cfg.workers)
     t0 = time.time()
     deadline = t0 + cfg.load.duration_s if cfg.load.duration_s else None
-    engine = _ray_engine(cfg) if cfg.engine == "ray" else _local_engine()
-    inbox, outbox, counter = engine.queues(budget.used, budget.total)
-    for c in cases:
-        inbox.put(c)
-    for _ in range(sum(lanes)):
-        inbox.put(None)
+    engine: Any = _ray_engine(cfg) if cfg.engine == "ray" else LocalEngine()
+    counter = engine.counter(budget.used, budget.total)
     golds = distinct_golds(cases)
     shared = SharedBudget(counter, budget.total)
+    fleet = Fleet(cases, lanes, t0)
     counts = {"total": len(cases), "done": 0, "failed": 0, "in_flight": 0}
-    # The session's wall time runs from the first request sent: starting the worker processes
-    # (an interpreter, imports, the warehouse each) is set-up, as it is for one process.
     first = [float("inf")]
+    used = [0]
     reports: list[dict[str, Any]] = []
-
     driver = HarnessMonitor()
-
     # The driver samples every replica's /metrics (the workers sample none), labelled as the pool labels them.
     urls = [u for u, _, _ in targets(cfg, base_url, model, key)]
+    endpoint = (base_url, model, key)
+
+    def spawn(slots: int) -> None:  # from the loop's thread: a worker dies with the thread that started it
+        engine.spawn(fleet.add(slots), cfg, endpoint, slots, shared, golds)
 
     async def drive() -> list[dict[str, Any]]:
         samplers = [MetricsSampler(u, cfg.load.metrics_interval_s) for u in urls]
@@ -277,26 +374,50 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
             smp.start()
         driver.start()
         loop = asyncio.get_running_loop()
-        engine.start(cfg, (base_url, model, key), lanes, inbox, outbox, shared, deadline, golds)
+        for n in lanes:
+            spawn(n)
         try:
             with RecordWriter(out / RECORDS) as writer:
-                while len(reports) < len(lanes):
-                    msg = await loop.run_in_executor(None, engine.receive, outbox)
-                    if msg is None:
-                        engine.check_alive()
-                        continue
-                    kind, body = msg
-                    if kind == "rec":
-                        first[0] = min(first[0], body.get("started") or first[0])
-                        writer.write(body)
-                        counts["done"] += 1
-                        counts["failed"] += body["outcome"] != "ok"
-                        if progress:
-                            progress("update", dict(counts))
-                    elif kind == "done":
-                        reports.append(body)
-                    else:
-                        raise Nlq2SqlError(f"a client worker failed: {body}")
+                while True:
+                    if deadline is not None and time.time() >= deadline and fleet.pending:
+                        fleet.not_sent += len(fleet.pending)  # no request starts after the deadline
+                        fleet.pending.clear()
+                    for wid, case in fleet.to_send():
+                        engine.submit(wid, case)
+                    if not fleet.ended and fleet.all_answered():
+                        fleet.ended = True
+                        for wid in fleet.live:
+                            engine.end(wid)
+                    if fleet.ended and set(fleet.live) <= fleet.finished:
+                        break
+                    counts["in_flight"] = sum(len(h) for h in fleet.held.values())
+                    for wid, kind, body in await loop.run_in_executor(None, engine.poll, 0.5):
+                        if kind == "rec":
+                            fleet.held.get(wid, {}).pop(body["id"], None)
+                            if body["id"] in fleet.written:
+                                continue  # never twice (a worker is declared lost only once drained)
+                            fleet.written.add(body["id"])
+                            first[0] = min(first[0], body.get("started") or first[0])
+                            writer.write(body)
+                            counts["done"] += 1
+                            counts["failed"] += body["outcome"] != "ok"
+                            if progress:
+                                progress("update", dict(counts))
+                        elif kind == "ready":
+                            fleet.ready.add(wid)
+                            fleet.first_ready = fleet.first_ready or time.time()
+                            if body.get("startup_s") is not None:
+                                fleet.startups.append(body["startup_s"])
+                        elif kind == "done":
+                            fleet.finished.add(wid)
+                            reports.append(body)
+                        elif kind == "dead":
+                            slots = fleet.lost(wid, body)
+                            if slots is not None:
+                                spawn(slots)
+                        else:
+                            raise Nlq2SqlError(f"a client worker failed: {body}")
+                used[0] = shared.used  # (a Ray budget actor ends with the engine)
         finally:
             await driver.stop()
             for smp in samplers:
@@ -305,52 +426,108 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
         return [smp.result() for smp in samplers]
 
     per_replica = asyncio.run(drive())
-    sent = sum(r["sent"] for r in reports)
-    fleet = merge_fleets([r["fleet"] for r in reports])
-    if fleet is not None:
-        fleet["server_metrics"] = {f"r{i}": m for i, m in enumerate(per_replica)}
-    return session_result(cfg, time.time() - min(first[0], time.time()), sent, len(cases), per_replica[0],
-                          fleet, shared.used,
-                          merge_harness([driver.result(), *(r["harness"] for r in reports)]))
+    merged = merge_fleets([r["fleet"] for r in reports])
+    if merged is not None:
+        merged["server_metrics"] = {f"r{i}": m for i, m in enumerate(per_replica)}
+    now = time.time()
+    started = min(first[0], now)
+    result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
+                            merge_harness([driver.result(), *(r["harness"] for r in reports)]),
+                            startup_s=max(0.0, started - t0))
+    result["load"].update({
+        "lost_workers": len(fleet.losses), "restarted_workers": fleet.next_id - len(lanes),
+        "requeued_items": sum(x["requeued"] for x in fleet.losses), "worker_losses": fleet.losses,
+        "worker_startup_s": {"first_ready_s": (fleet.first_ready - t0) if fleet.first_ready else None,
+                             "first_request_s": started - t0 if first[0] != float("inf") else None,
+                             "per_worker_s": [round(s, 3) for s in fleet.startups]}})
+    return result
 
 
-class _local_engine:  # noqa: N801 -- used like a function
-    """Worker processes on this machine (spawned: a fresh interpreter, no inherited loop state)."""
+class LocalEngine:
+    """Worker processes on this machine (spawned: a fresh interpreter, no inherited loop state),
+    each with its own pipe to the driver; a dead one is seen by its process sentinel."""
 
     def __init__(self) -> None:
         import multiprocessing as mp
 
         self.ctx = mp.get_context("spawn")
-        self.procs: list[Any] = []
+        self.procs: dict[int, Any] = {}
+        self.conns: dict[int, Connection] = {}
+        self.lock = threading.Lock()
 
-    def queues(self, used: int, total: int) -> tuple[Any, Any, Any]:
-        return self.ctx.Queue(), self.ctx.Queue(), self.ctx.Value("i", used)
+    def counter(self, used: int, total: int) -> Any:
+        return self.ctx.Value("i", used)
 
-    def start(self, cfg: EvalConfig, endpoint: tuple[str, str, str], lanes: list[int], inbox: Any,
-              outbox: Any, budget: SharedBudget, deadline: float | None, golds: list[EvalCase]) -> None:
-        for n in lanes:
-            p = self.ctx.Process(target=serve_items, args=(cfg, endpoint, n, inbox, outbox, budget, deadline,
-                                                           os.getpid(), golds), daemon=True)
-            p.start()
-            self.procs.append(p)
+    def spawn(self, wid: int, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
+              golds: list[EvalCase]) -> None:
+        mine, theirs = self.ctx.Pipe(duplex=True)
+        p = self.ctx.Process(target=serve_items, args=(cfg, endpoint, slots, theirs, budget, os.getpid(), golds,
+                                                       time.time()), daemon=True, name=f"nlq2sql-worker-{wid}")
+        p.start()
+        theirs.close()  # the worker's end lives in the worker: its death is EOF here
+        with self.lock:
+            self.procs[wid], self.conns[wid] = p, mine
 
-    @staticmethod
-    def receive(outbox: Any) -> Any:
+    def submit(self, wid: int, case: EvalCase | None) -> None:
+        conn = self.conns.get(wid)
+        if conn is not None:
+            with contextlib.suppress(OSError):  # a dead worker: its sentinel reports it
+                conn.send(case)
+
+    def end(self, wid: int) -> None:
+        self.submit(wid, None)
+
+    def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
+        """What the workers said (and which died) within ``timeout``."""
+        from multiprocessing.connection import wait
+
+        with self.lock:
+            by_conn = {c: w for w, c in self.conns.items()}
+            by_sentinel = {p.sentinel: w for w, p in self.procs.items()}
+        events: list[tuple[int, str, Any]] = []
+        dead: set[int] = set()
+        for obj in wait([*by_conn, *by_sentinel], timeout):
+            if obj in by_conn:
+                wid = by_conn[obj]  # type: ignore[index]
+                if not self._drain(wid, events):
+                    dead.add(wid)
+            else:
+                dead.add(by_sentinel[obj])  # type: ignore[index]
+        for wid in sorted(dead):
+            self._drain(wid, events)  # what it sent before it died is kept, never re-run
+            p = self.procs[wid]
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+            with self.lock:
+                del self.procs[wid]
+                self.conns.pop(wid).close()
+            code = p.exitcode
+            events.append((wid, "dead", f"worker process {p.pid} ended "
+                           + (f"by signal {signal.Signals(-code).name}" if code is not None and code < 0
+                              else f"with exit code {code}")))
+        return events
+
+    def _drain(self, wid: int, events: list[tuple[int, str, Any]]) -> bool:
+        """Every whole message waiting from ``wid``; False at its end of file (it is gone)."""
+        conn = self.conns.get(wid)
+        if conn is None:
+            return False
         try:
-            return outbox.get(timeout=1.0)
-        except queue_mod.Empty:
-            return None
-
-    def check_alive(self) -> None:
-        dead = [p for p in self.procs if p.exitcode not in (None, 0)]
-        if dead:
-            raise Nlq2SqlError(f"a client worker process died (exit code {dead[0].exitcode})")
+            while conn.poll():
+                events.append((wid, *conn.recv()))
+        except (EOFError, OSError):  # closed, or cut off mid-message by a kill
+            return False
+        return True
 
     def stop(self) -> None:
-        for p in self.procs:
+        for p in self.procs.values():
             if p.is_alive():
                 p.terminate()
             p.join(timeout=10)
+        for c in self.conns.values():
+            c.close()
 
 
 def _ray_engine(cfg: EvalConfig) -> Any:

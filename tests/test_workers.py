@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -155,7 +156,6 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, 
     """As in one process (``ItemRunner.prepare``): a worker has every distinct gold answer in
     its memo when it starts sending, and the driver hands each worker one case per gold."""
     import asyncio
-    import queue
 
     from nlq2sql import workers
     from nlq2sql.client import RetryBudget
@@ -169,16 +169,18 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, 
     repeated = cases + [c.model_copy(update={"id": f"{c.id}-again"}) for c in cases]
     golds = workers.distinct_golds(repeated)
     assert [c.id for c in golds] == [c.id for c in cases]  # one per gold, first seen first
-    inbox: queue.Queue[Any] = queue.Queue()
-    outbox: queue.Queue[Any] = queue.Queue()
+    mine, theirs = multiprocessing.Pipe()
     for c in repeated:
-        inbox.put(c)
-    inbox.put(None)
+        mine.send(c)
+    mine.send(None)
     with FakeServer(tmp_path / "fake", script(), model=MODEL) as f:
         cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=f.url, model=MODEL, limit=5)
-        report = asyncio.run(workers._serve(cfg, (f.url, MODEL, ""), 1, inbox, outbox, RetryBudget(10, 0.1),
-                                            None, None, golds))
-    assert report["sent"] == len(repeated) and outbox.qsize() == len(repeated)
+        asyncio.run(workers._serve(cfg, (f.url, MODEL, ""), 1, theirs, RetryBudget(10, 0.1), golds))
+    got = []
+    while mine.poll():
+        got.append(mine.recv())
+    assert [k for k, _ in got] == ["ready"] + ["rec"] * len(repeated) + ["done"]
+    assert got[-1][1]["sent"] == len(repeated)
     assert memo_at_start == {build_sql(canonicalise(c.gold), wh.catalog) for c in cases}
 
 
