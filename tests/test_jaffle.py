@@ -4,15 +4,15 @@ The warehouse is built once per module into a temporary folder (a few seconds). 
 ``semantic check`` passes (MetricFlow validation, data checks, every metric × reachable dimension);
 every gold of the four v2 eval sets is a MetricFlow query the answer schema can express that
 compiles and returns rows; ids are unique, adversarial items paraphrase held-out items (same
-pair_id, same gold); two builds give the same rows; and the time-bound metrics kept out of the
-shipped layer (``time_bound_metrics.yml``) compile and run when grouped by metric_time.
+pair_id, same gold); two builds give the same rows; the time-bound metrics (offset windows,
+windowed cumulatives) run grouped by metric_time and are MetricFlow's refusal without it; two-hop
+names work in where and as entities.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -174,11 +174,8 @@ TIME_BOUND = {
 
 
 @pytest.fixture(scope="module")
-def with_time_bound(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    folder = tmp_path_factory.mktemp("jaffle-project")
-    shutil.copy(HERE / "semantic_model.yml", folder / "semantic_model.yml")
-    shutil.copy(HERE / "time_bound_metrics.yml", folder / "time_bound_metrics.yml")
-    return load_catalog(folder)
+def with_time_bound() -> Any:
+    return load_catalog("jaffle")  # the time-bound metrics are part of the shipped layer
 
 
 def test_time_bound_metrics_run_by_metric_time(db: Path, with_time_bound: Any) -> None:
@@ -206,35 +203,41 @@ def test_time_bound_metrics_run_by_metric_time(db: Path, with_time_bound: Any) -
         con.close()
 
 
-@pytest.mark.xfail(strict=True, reason="MetricFlow refuses an offset-window or windowed cumulative metric "
-                   "without metric_time, but the engine lists every categorical dimension as a group-by for it "
-                   "and `semantic check` queries each one without metric_time; when this passes, move "
-                   "time_bound_metrics.yml into semantic_model.yml")
-def test_time_bound_metrics_every_listed_group_by_compiles(with_time_bound: Any) -> None:
+def test_time_bound_metrics_without_metric_time_are_metricflows_refusal(with_time_bound: Any) -> None:
+    """Grouped by a dimension alone, MetricFlow refuses them with its reason (an item's compile_error);
+    with metric_time added they compile (what `semantic check` asks)."""
+    from nlq2sql.errors import SqlBuildError
+
     cat = with_time_bound
     for metric in TIME_BOUND:
-        for g in cat.engine.group_bys((metric,)):
-            if not g.startswith(METRIC_TIME):
-                cat.engine.compile(MetricQuery.model_validate({"metrics": [metric], "group_by": [g]}))
+        with pytest.raises(SqlBuildError):
+            cat.engine.compile(MetricQuery.model_validate({"metrics": [metric],
+                                                           "group_by": ["location__location_name"]}))
+        cat.engine.compile(MetricQuery.model_validate({"metrics": [metric],
+                                                       "group_by": ["metric_time__month", "location__location_name"]}))
 
 
-@pytest.mark.xfail(strict=True, reason="the engine writes a where field as "
-                   "Dimension('order__location__location_name'); "
-                   "MetricFlow's filter parser takes one entity link there (a multi-hop path must be "
-                   "Dimension('location__location_name', entity_path=['order'])), so a two-hop where fails to "
-                   "compile although the same name works as a group-by; the eval sets filter on one-hop names only")
-def test_two_hop_where_compiles() -> None:
+def test_two_hop_where_means_the_two_hop_group_by(db: Path) -> None:
+    """A two-hop where field is written with MetricFlow's entity_path: filtering on it gives the rows
+    of grouping by it and keeping that group."""
     cat = load_catalog("jaffle")
-    cat.engine.compile(MetricQuery.model_validate({
-        "metrics": ["revenue"], "group_by": ["product__product_name"],
-        "where": [{"field": "order__location__location_name", "op": "eq", "values": ["Brooklyn"]}]}))
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        q = cat.engine.compile(MetricQuery.model_validate({
+            "metrics": ["revenue"], "group_by": ["order__location__location_name"],
+            "where": [{"field": "order__location__location_name", "op": "eq", "values": ["Brooklyn"]}]}))
+        grouped = cat.engine.compile(MetricQuery.model_validate({
+            "metrics": ["revenue"], "group_by": ["order__location__location_name"]}))
+        rows = con.execute(q.sql, list(q.params)).fetchall()
+        assert rows and rows == [r for r in con.execute(grouped.sql).fetchall() if r[0] == "Brooklyn"]
+    finally:
+        con.close()
 
 
-@pytest.mark.xfail(strict=True, reason="the engine lists a metric's entities by bare name; for revenue (order_items) "
-                   "the customer and location entities are two hops away and MetricFlow only takes them as "
-                   "order__customer / order__location, so the listed 'customer' and 'location' do not compile")
 def test_listed_entities_compile_for_two_hop_metrics() -> None:
+    """Entities two hops away are listed with their path (order__customer), as MetricFlow takes them."""
     cat = load_catalog("jaffle")
-    for g in ("customer", "location"):
-        assert g in cat.engine.group_bys(("revenue",))
+    listed = cat.engine.group_bys(("revenue",))
+    assert {"order__customer", "order__location"} <= set(listed) and not {"customer", "location"} & set(listed)
+    for g in ("order__customer", "order__location"):
         cat.engine.compile(MetricQuery.model_validate({"metrics": ["revenue"], "group_by": [g]}))

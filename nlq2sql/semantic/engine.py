@@ -93,23 +93,47 @@ class Engine:
                 names.update(f"{base}__{g}" for g in GRAINS)
             else:
                 names.add(d.dunder_name)
-        for e in self._mf.entities_for_metrics(list(metrics)):
-            names.add(e.name)
+        names.update(self._entity_names(metrics))
         out = tuple(sorted(names))
         with self._lock:
             self._group_bys[metrics] = out
         return out
 
+    def _entity_names(self, metrics: tuple[str, ...]) -> set[str]:
+        """Entities the metrics can be grouped by, named with their path (``order__customer``): a
+        bare name is only right one hop away (MetricFlow's own listing drops the path)."""
+        from metricflow.engine.metricflow_engine import ENTITY_WITH_ANY_PROPERTIES
+        from metricflow_semantic_interfaces.references import MetricReference
+        from metricflow_semantics.model.semantics.element_filter import GroupByItemSetFilter
+
+        items = self._mf._semantic_manifest_lookup.metric_lookup.get_common_group_by_items(
+            metric_references=tuple(MetricReference(element_name=m) for m in metrics),
+            set_filter=GroupByItemSetFilter.create(any_properties_allowlist=ENTITY_WITH_ANY_PROPERTIES))
+        return {"__".join([*(link.element_name for link in a.spec.entity_links), a.spec.element_name])
+                for a in items.annotated_specs}
+
     def _field(self, name: str) -> str:
-        """A group-by name as MetricFlow's Jinja object (Dimension, TimeDimension, Entity, Metric)."""
+        """A group-by name as MetricFlow's Jinja object (Dimension, TimeDimension, Entity, Metric).
+
+        A multi-hop name (``order__location__location_name``) is written as MetricFlow's filter
+        parser wants it: the last entity and element, with the hops before as ``entity_path``."""
         head, _, grain = name.rpartition("__")
-        if grain in GRAINS and head and (head == METRIC_TIME or head.rpartition("__")[2] in self.time_dimensions):
-            return f"{{{{ TimeDimension('{head}', '{grain}') }}}}"
+        is_time = grain in GRAINS and head and (head == METRIC_TIME or head.rpartition("__")[2] in self.time_dimensions)
+        base = head if is_time else name
+        parts = base.split("__")
+        path = ""
+        if len(parts) > 2:
+            path = ", entity_path=[" + ", ".join(f"'{p}'" for p in parts[:-2]) + "]"
+            base = "__".join(parts[-2:])
+        if is_time:
+            return f"{{{{ TimeDimension('{base}', '{grain}'{path}) }}}}"
         if name in self.entities:
             return f"{{{{ Entity('{name}') }}}}"
         if name in {m.name for m in self.manifest.metrics}:
             return f"{{{{ Metric('{name}', group_by=[]) }}}}"
-        return f"{{{{ Dimension('{name}') }}}}"
+        if len(parts) > 2 and parts[-1] in self.entities:
+            return f"{{{{ Entity('{parts[-1]}', entity_path=[" + ", ".join(f"'{p}'" for p in parts[:-1]) + "]) }}"
+        return f"{{{{ Dimension('{base}'{path}) }}}}"
 
     def _where(self, w: Where, start: int) -> tuple[str, int]:
         def ph(i: int) -> str:
