@@ -592,3 +592,55 @@ def test_resume_equals_uninterrupted_with_retries(forks: ForkServer, tmp_path: P
     # The seeded points cover kills before any retry, and after the budget was spent.
     flat = [k for at in landed for k in at]
     assert len(flat) >= 5 and min(flat) < 3 and any(7 <= k <= 9 for k in flat), landed
+
+
+# ---------------------------------------------------------------------------------------
+# Driver SIGKILLed with --workers 2 / --engine ray, resumed at once
+# ---------------------------------------------------------------------------------------
+
+#: Records on disk when the driver is killed (0: as soon as it started, before any worker is up).
+DRIVER_KILL_POINTS = (0, 4, 9)
+
+
+@pytest.fixture(scope="module")
+def slower_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
+    """0.4 s per answer: 12 items at concurrency 4 take three rounds, so kills land mid-run."""
+    with FakeServer(tmp_path_factory.mktemp("fake-slower"), script(), model=MODEL, delay_s=0.4) as fake:
+        yield fake
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_driver_sigkill_then_immediate_resume_with_workers(engine: str, forks: ForkServer, slower_fake: FakeServer,
+                                                           reference: dict[str, dict[str, Any]],
+                                                           tmp_path: Path) -> None:
+    """Issue 27: the driver of a ``--workers 2`` run (worker processes, or Ray actors) is
+    SIGKILLed -- the driver alone: its workers must stop by themselves -- at several points,
+    the first as soon as it started, and ``--resume`` is started the moment it is dead (no
+    grace for stragglers).  The run ends with every item once and the records of an
+    uninterrupted run."""
+    if engine == "ray":
+        pytest.importorskip("ray")
+    landed = []
+    for k in DRIVER_KILL_POINTS:
+        out = tmp_path / f"kill{k}" / "run"
+        out.parent.mkdir()
+        log = out.parent / "log.txt"
+        flags = ["--workers", "2", "--engine", engine]
+        pid = forks.spawn(eval_argv(slower_fake, out, *flags), log)
+        try:
+            t_end = time.monotonic() + 120
+            while line_count(out) < k and forks.poll(pid) is None and time.monotonic() < t_end:
+                time.sleep(0.005)
+            os.kill(pid, signal.SIGKILL)  # the driver only
+            code = forks.wait(pid)
+            assert code == -signal.SIGKILL, f"exit {code} before the kill: {log.read_text()}"
+            landed.append(line_count(out))
+            # At once: no wait for the dead driver's workers.
+            code = forks.wait(forks.spawn(eval_argv(slower_fake, out, *flags, *mode_flags(out)), log), timeout=300)
+            assert code == 0, log.read_text()[-3000:]
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # what the driver left in its group (Ray's agents)
+                os.killpg(pid, signal.SIGKILL)
+        assert_matches_reference(out, reference)
+    print(f"\n{engine}: driver killed with {landed} records on disk, resumed at once: records = uninterrupted")
+    assert landed[0] == 0 and any(0 < k < N_ITEMS for k in landed), landed
