@@ -84,7 +84,10 @@ def _schema(catalog: Catalog, mode: str, abstain: bool) -> str:
         out.update(branches[0])
     else:
         out["anyOf"] = branches
-    return json.dumps(out, sort_keys=True)
+    # Key order kept as written: grammar backends generate properties in the schema's order, and
+    # sorted keys put group_by before metrics — a small model, shown {"metrics": … first in the
+    # prompt, then fled to the other branch ({"unanswerable": …}) on every question (measured).
+    return json.dumps(out)
 
 
 def answer_schema(catalog: Catalog, mode: str = "flat", *, abstain: bool = True) -> dict[str, Any]:
