@@ -193,6 +193,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any
 def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> dict[str, Any]:
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    compiles_before = wh.catalog.engine.compiles
     evalset: Any = load_query_set(cfg.evalset, wh.catalog) if cfg.answer == "query" else load_evalset(cfg.evalset, wh)
     rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), wh.catalog, wh)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
@@ -279,6 +280,8 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             if interrupts.count:
                 raise KeyboardInterrupt from None
             raise
+    if cfg.workers == 1 and cfg.engine == "local":  # (worker processes compile in their own catalogs)
+        session["compiles"] = wh.catalog.engine.compiles - compiles_before
     return finish_summary(cfg.out, rulesets, session, manifest)
 
 

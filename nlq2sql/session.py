@@ -101,6 +101,8 @@ def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
     # The whole run's, from the records (a resumed run counts its earlier sessions too).
     summary["retries_used"] = retries
     summary["retry_budget"] = dict(manifest.get("retry_budget") or {}, used=retries)
+    if session.get("compiles") is not None:  # distinct MetricFlow compiles this session's process needed
+        summary["compiles"] = session["compiles"]
     summary["records"] = records_digest(out / RECORDS)  # what `compare` checks the records against
     summary["record_version"] = RECORD_VERSION
     write_json_atomic(out / SUMMARY, validated(Summary, summary))

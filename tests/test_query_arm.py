@@ -164,6 +164,7 @@ def test_eval_answer_query_end_to_end_against_the_fake_server(tmp_path: Path) ->
     assert summary["answer"] == "query" and summary["final_accuracy"]["k"] == 2 and summary["n"] == 4
     assert summary["abstention"]["precision"]["k"] == 1 and summary["abstention"]["abstained"] == 2
     assert manifest["answer"] == "query" and manifest["prompt"] == "query" and manifest["guardrails"] == []
+    assert isinstance(summary["compiles"], int)
     schema = json.loads(manifest["sampling"]["schema_json"])
     assert "unanswerable" in json.dumps(schema) and "customer_id__region" in json.dumps(schema)
     assert len(sent) == 4
