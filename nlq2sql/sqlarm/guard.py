@@ -15,6 +15,7 @@ raises: every outcome is a :class:`Verdict`.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import unicodedata
 from collections.abc import Collection, Iterator
@@ -54,6 +55,10 @@ _FORBIDDEN_NODES = tuple(c for c in (getattr(exp, n, None) for n in (
     "Summarize", "Transaction", "Commit", "Rollback", "Export", "Import", "Cache", "Uncache", "Refresh",
     "Kill", "Grant", "Revoke", "Analyze", "Show", "Into", "LoadData")) if isinstance(c, type))
 _TOP_LEVEL = (exp.Select, exp.SetOperation, exp.Subquery)
+#: A statement must open with one of these (after comments and parentheses): checked before any
+#: parser sees it, because DuckDB's parser itself reads files for some statements (IMPORT DATABASE).
+_OPENING_WORDS = frozenset({"select", "with", "from"})
+_OPENING = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*([A-Za-z_]*)", re.S)
 
 
 @dataclass(frozen=True)
@@ -84,20 +89,25 @@ def _char_problem(ch: str) -> str:
     return f"character {ch!r} ({name}{hint}) outside a string literal or quoted identifier"
 
 
-def _lex_problem(sql: str) -> str | None:
+def _scan(sql: str) -> tuple[str | None, int]:
     """Scan as DuckDB does (strings '..' with '' and E'..' escapes, "identifiers", -- and nested
     /* */ comments): outside literals and quoted identifiers only printable ASCII is allowed;
-    ``$`` (parameters, dollar quoting) and nested block comments are refused."""
+    ``$`` (parameters, dollar quoting), nested block comments and anything but comments after a
+    ``;`` are refused — before any parser sees a second statement."""
     i, n = 0, len(sql)
+    ended = False
+    end = n
     while i < n:
         ch = sql[i]
+        if ended and ch in "'\"eE" and not sql.startswith(("--", "/*"), i):
+            return "a second statement after ';' (exactly one SELECT is accepted)", end
         if ch == "'" or (ch in "eE" and i + 1 < n and sql[i + 1] == "'"
                          and (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_"))):
             escape = ch != "'"
             i += 2 if escape else 1
             while True:
                 if i >= n:
-                    return "unterminated string literal"
+                    return "unterminated string literal", end
                 c = sql[i]
                 if escape and c == "\\":
                     i += 2
@@ -114,7 +124,7 @@ def _lex_problem(sql: str) -> str | None:
             j = i + 1
             while True:
                 if j >= n:
-                    return "unterminated quoted identifier"
+                    return "unterminated quoted identifier", end
                 if sql[j] == '"':
                     if j + 1 < n and sql[j + 1] == '"':
                         j += 2
@@ -128,29 +138,37 @@ def _lex_problem(sql: str) -> str | None:
             j = n if j < 0 else j
             bad = next((c for c in sql[i:j] if not (c.isascii() and (c.isprintable() or c == "\t"))), None)
             if bad is not None:
-                return _char_problem(bad) + " (in a comment)"
+                return _char_problem(bad) + " (in a comment)", end
             i = j
             continue
         if sql.startswith("/*", i):
             j = sql.find("*/", i + 2)
             if j < 0:
-                return "unterminated block comment"
+                return "unterminated block comment", end
             body = sql[i + 2:j]
             if "/*" in body:
-                return "nested block comment (parsers disagree on where it ends)"
+                return "nested block comment (parsers disagree on where it ends)", end
             bad = next((c for c in body if not (c.isascii() and (c.isprintable() or c in "\t\r\n"))), None)
             if bad is not None:
-                return _char_problem(bad) + " (in a comment)"
+                return _char_problem(bad) + " (in a comment)", end
             i = j + 2
             continue
+        if ch == ";":
+            if not ended:
+                end = i
+            ended = True
+            i += 1
+            continue
+        if ended and not ch.isspace():
+            return "a second statement after ';' (exactly one SELECT is accepted)", end
         if ch == "$":
-            return "'$' outside a string literal (parameters and dollar-quoted strings are not accepted)"
+            return "'$' outside a string literal (parameters and dollar-quoted strings are not accepted)", end
         if not ch.isascii():
-            return _char_problem(ch)
+            return _char_problem(ch), end
         if not (ch.isprintable() or ch in "\t\r\n"):
-            return f"control character U+{ord(ch):04X} outside a string literal"
+            return f"control character U+{ord(ch):04X} outside a string literal", end
         i += 1
-    return None
+    return None, end
 
 
 _parser_lock = threading.Lock()
@@ -284,9 +302,14 @@ def _check(sql: str, tables: Collection[str], catalog_names: Collection[str]) ->
         return refuse("empty statement")
     if len(sql) > MAX_SQL_CHARS:
         return refuse(f"statement longer than {MAX_SQL_CHARS} characters")
-    lex = _lex_problem(sql)
+    lex, stop = _scan(sql)
     if lex is not None:
         return refuse(lex)
+    sql = sql[:stop]  # what follows a final ';' is only comments and whitespace
+    m = _OPENING.match(sql)
+    first = m.group(1).lower() if m else ""
+    if first not in _OPENING_WORDS:
+        return refuse(f"statement opens with {first.upper() or 'no keyword'!r} (only SELECT, WITH or FROM)")
     status, reason, d_tables, d_ctes, d_funcs, d_tfuncs = _duckdb_view(sql)
     if status != OK:
         return Verdict(status, reason, sql)

@@ -37,6 +37,13 @@ HEAD_CELL_CHARS = 1000
 #: error_final for a statement that did not give rows (the status itself for the others).
 ERROR_OF_STATUS = {REFUSED: "refused", SQL_TIMEOUT: "timeout", SQL_ERROR: "exec_error",
                    SQL_TOO_MANY_ROWS: "too_many_rows"}
+#: Words a SQL statement opens with: an answer opening otherwise is prose, not SQL (``unparsable``).
+_STATEMENT_WORDS = frozenset((
+    "select", "with", "from", "values", "table", "insert", "update", "delete", "merge", "truncate", "create",
+    "drop", "alter", "attach", "detach", "copy", "install", "load", "pragma", "set", "reset", "call", "export",
+    "import", "explain", "describe", "summarize", "show", "use", "begin", "start", "commit", "rollback", "abort",
+    "checkpoint", "vacuum", "analyze", "prepare", "execute", "deallocate", "pivot", "unpivot"))
+_FIRST_WORD = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*([^\W\d]\w*)?", re.S)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 
 
@@ -66,7 +73,13 @@ def parse_sql_answer(text: str) -> tuple[str, str | None]:
         if isinstance(obj, dict) and set(obj) == {UNANSWERABLE} and isinstance(obj[UNANSWERABLE], str):
             return UNANSWERABLE, obj[UNANSWERABLE]
     sql = extract_sql(t)
-    return ("sql", sql) if sql is not None else ("unparsable", None)
+    if sql is None:
+        return "unparsable", None
+    m = _FIRST_WORD.match(sql)
+    word = (m.group(1) or "") if m else ""
+    if word and word.isascii() and word.lower() not in _STATEMENT_WORDS:
+        return "unparsable", None
+    return "sql", sql
 
 
 @lru_cache(maxsize=4096)
@@ -117,7 +130,7 @@ def score_sql(case: QueryCase, raw_text: str | None, executor: Executor, catalog
         kind, payload = parse_sql_answer(raw_text or "")
         if kind == "unparsable":
             status = "truncated" if finish_reason == "length" else "unparsable"
-            reason = "no SQL statement in the answer"
+            reason = "no SQL statement in the answer (prose, or nothing)"
     sql = payload if kind == "sql" else None
     gold_q = catalog.engine.compile(case.gold) if case.gold is not None else None
     gold_rows = executor.run(gold_q) if gold_q is not None else None
