@@ -106,6 +106,9 @@ def check(cfg: BatchConfig) -> None:
                          "ray-vllm to run the model inside Ray Data)", field="--endpoint")
     if cfg.engine == "ray-vllm" and (base.endpoint is not None or base.replicas):
         raise InputError("--engine ray-vllm runs the model inside Ray Data: drop --endpoint", field="--endpoint")
+    from .ray_engine import check_address
+
+    check_address(cfg.ray_address)  # ray:// refused, HOST:PORT must answer
 
 
 def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[EvalCase] | list[Question], EvalSet | None, str]:

@@ -187,6 +187,10 @@ def validate(cfg: EvalConfig) -> None:
                              f"got {cfg.concurrency}", field="--workers")
     if cfg.ray_address is not None and cfg.engine != "ray":
         raise InputError("only with --engine ray", field="--ray-address")
+    if cfg.engine == "ray":
+        from .ray_engine import check_address
+
+        check_address(cfg.ray_address)  # ray:// refused, HOST:PORT must answer: before --out exists
     if cfg.routing not in ROUTINGS:
         raise InputError(f"unknown routing {cfg.routing!r} (known: {', '.join(ROUTINGS)})", field="--routing")
     if cfg.replicas and cfg.endpoint is None:

@@ -12,6 +12,7 @@ node needs nlq2sql installed, as for any Ray job, and must reach the endpoints).
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from .live import EvalConfig
     from .workers import SharedBudget
 
-__all__ = ["RayEngine", "ray_available"]
+__all__ = ["RayEngine", "check_address", "ray_available"]
 
 
 def ray_available() -> bool:
@@ -31,6 +32,53 @@ def ray_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def check_address(address: str | None) -> None:
+    """What can be said of ``--ray-address`` without joining the cluster, in one line each.
+
+    ``ray://`` (Ray Client) is refused: its server end is a separate proxy that must match the
+    driver's Ray exactly, and here (Ray 2.60, a ``ray start --head`` cluster) it failed after
+    30 s with a 23-frame traceback.  Run the driver on the cluster instead (``ray job submit``,
+    docs/scaling.md), or give the GCS address.  ``host:port`` must answer a TCP connection."""
+    if address is None or address == "auto":
+        return
+    if "://" in address:
+        scheme = address.split("://", 1)[0]
+        raise InputError(f"{scheme}:// (Ray Client) is not supported: give the cluster's GCS address "
+                         "(HOST:6379, or auto on a node of the cluster), or submit the run as a Ray job "
+                         "(ray job submit, see docs/scaling.md)", field="--ray-address")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"expected HOST:PORT (the cluster's GCS address) or auto, got {address!r}",
+                         field="--ray-address")
+    import socket
+
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=3):
+            pass
+    except OSError as exc:
+        raise InputError(f"nothing answers at {address} ({exc.strerror or exc}): is the Ray head running "
+                         "(ray start --head)?", field="--ray-address") from None
+
+
+def _token_auth_for(address: str) -> None:
+    """Ray 2.5x+ turns token authentication on for clusters it starts (``ray start --head``
+    writes ``~/.ray/auth_token``), but a driver given an explicit address sends no token unless
+    ``RAY_AUTH_MODE=token``: it retried for 30 s and failed with ``InvalidAuthToken``.  When
+    the mode is unset and a token is available (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
+    ``~/.ray/auth_token``), send it, as Ray itself does for ``auto``."""
+    import os
+
+    if os.environ.get("RAY_AUTH_MODE") is not None:
+        return  # said explicitly: Ray's own rules
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray before token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 class RayEngine:
@@ -42,10 +90,18 @@ class RayEngine:
         self.ray = ray
         if not ray.is_initialized():
             if address:
-                ray.init(address=address, log_to_driver=False)
+                check_address(address)
+                _token_auth_for(address)
+                try:
+                    ray.init(address=address, log_to_driver=False)
+                except (ConnectionError, RuntimeError, ValueError) as exc:
+                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    hint = ("" if os.environ.get("RAY_AUTH_MODE") else
+                            "; a cluster with token authentication needs its token here "
+                            "(RAY_AUTH_TOKEN, or ~/.ray/auth_token: ray get-auth-token)")
+                    raise InputError(f"could not join the Ray cluster at {address}: {first}{hint}",
+                                     field="--ray-address") from None
             else:
-                import os
-
                 ray.init(num_cpus=min(2, os.cpu_count() or 1), object_store_memory=100 * 2**20,
                          include_dashboard=False, log_to_driver=False, configure_logging=False)
         self.actors: dict[int, Any] = {}

@@ -249,6 +249,12 @@ def eval_cmd(
                      workers=parse_workers(workers, concurrency),
                      engine=engine,
                      ray_address=ray_address)
+    if cfg.engine == "ray":  # join (or start) Ray now: a cluster we cannot join is refused before --out exists
+        from ..evalconfig import validate
+        from ..ray_engine import RayEngine
+
+        validate(cfg)
+        RayEngine(cfg.ray_address)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task("eval", total=None, info="starting")
