@@ -134,11 +134,14 @@ class Warehouse:
                      '(filter dates as "YYYY-MM-DD")')
         if self.years:
             lines.append(f"Years in the data: {', '.join(self.years)}")
-        sets = {m: eng.group_bys((m,)) for m in cat.metrics}
-        if len(set(sets.values())) > 1:
-            for m, gbs in sets.items():
-                names = ", ".join(g for g in gbs if not g.startswith("metric_time"))
-                lines.append(f'- "{m}" can be grouped by: {names}')
+        by_set: dict[tuple[str, ...], list[str]] = {}
+        for m in cat.metrics:  # one line per distinct set of group-bys, not per metric: the prompt stays short
+            by_set.setdefault(eng.group_bys((m,)), []).append(m)
+        if len(by_set) > 1:
+            lines.append("Which group-bys each metric reaches (a query's metrics must share its group-bys):")
+            for gbs, ms in by_set.items():
+                names = ", ".join(g for g in gbs if not g.startswith("metric_time") and "__" in g)
+                lines.append(f"- {', '.join(ms)}: {names}")
         return "\n".join(lines)
 
     def vocabulary_text(self) -> str:
