@@ -61,9 +61,9 @@ def batch_cmd(
     actors: Annotated[int, typer.Option(help="Ray actors answering (--engine ray-vllm: vLLM engines).")] = 1,
     engine: Annotated[str, typer.Option(help="ray (actors send requests to --endpoint) | ray-vllm (vLLM runs "
                                         "inside Ray Data: ray.data.llm, no server).")] = "ray",
-    ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster (e.g. ray://head:10001 or "
-                                                    "auto); --out must then be storage every node can write. "
-                                                    "Default: a local Ray.")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster's GCS address (e.g. head:6379 "
+                                                    "or auto; ray:// is refused); --out must then be storage every "
+                                                    "node can write. Default: a local Ray.")] = None,
     max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 128,
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
     limit: Annotated[int | None, typer.Option(help="Only the first K items.")] = None,

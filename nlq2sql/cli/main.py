@@ -212,8 +212,9 @@ def eval_cmd(
                                          "stays global).")] = "1",
     engine: Annotated[str, typer.Option(help="local (this machine's processes) | ray (client workers as Ray "
                                         "actors; needs nlq2sql[ray]).")] = "local",
-    ray_address: Annotated[str | None, typer.Option(help="--engine ray: an existing cluster (e.g. "
-                                                    "ray://head:10001 or auto). Default: a local Ray.")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="--engine ray: an existing cluster's GCS address (e.g. "
+                                                    "head:6379, or auto on one of its nodes; ray:// is "
+                                                    "refused). Default: a local Ray.")] = None,
     answer: Annotated[str, typer.Option(help="intent (v1 intent JSON) | query (v2: a MetricFlow query or "
                                         "{\"unanswerable\": …}, constrained by a schema generated from the "
                                         "manifest, scored by rows; prompt 'query', no guardrails by "
