@@ -116,6 +116,8 @@ def bind_sampling(s: Sampling, catalog: Any, answer: str = "intent") -> Sampling
     intent's, or with ``answer="query"`` the v2 MetricFlow query's (generated from the manifest)."""
     if catalog is None:
         return s
+    if answer == "sql":  # free text: the SQL is checked and sandboxed after, not constrained before
+        return dataclasses.replace(s, structured="none", schema_json=None)
     if answer == "query":
         from .semantic.contract import answer_schema
 

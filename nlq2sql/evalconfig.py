@@ -103,7 +103,8 @@ class EvalConfig:
     samples: int = 1  # self-consistency: answers per item, majority vote (conditions.selfcheck)
     abstain: bool = False  # answer "needs clarification" when the evidence is split
     abstain_below: float | None = None  # … or when the intent-token confidence is below this (implies abstain)
-    answer: str = "intent"  # intent (v1 intent JSON) | query (v2: a MetricFlow query or "unanswerable")
+    answer: str = "intent"  # intent (v1 intent JSON) | query (v2: a MetricFlow query or "unanswerable") | sql
+    sql_timeout_s: float = 10.0  # --answer sql: the per-query time limit of the sandbox
     server: LocalServerSettings = field(default_factory=LocalServerSettings)  # only when endpoint is None
     load: LoadShape = field(default_factory=LoadShape)  # the defaults: a plain closed-loop eval
 
@@ -113,7 +114,7 @@ class EvalConfig:
         return self.abstain or self.abstain_below is not None
 
 
-ANSWERS = ("intent", "query")
+ANSWERS = ("intent", "query", "sql")
 
 
 def _check_answer(cfg: EvalConfig) -> None:
@@ -129,7 +130,7 @@ def _check_answer(cfg: EvalConfig) -> None:
                (cfg.examples > 0, "--examples"), (cfg.workers > 1 or cfg.engine != "local", "--workers / --engine")]
     for bad, what in refused:
         if bad:
-            raise InputError(f"not available with --answer query yet: {what}", field="--answer")
+            raise InputError(f"not available with --answer {cfg.answer} yet: {what}", field="--answer")
 
 
 def validate(cfg: EvalConfig) -> None:

@@ -113,6 +113,11 @@ class ItemRunner:
         self.samplers = ([MetricsSampler(r.cfg.base_url, cfg.load.metrics_interval_s) for r in self.pool.replicas]
                          if sample_metrics else [])
         self.ex = make_executor(self.wh)
+        self.sandbox = None  # the direct-SQL answer's own read-only, locked, time-limited DuckDB
+        if cfg.answer == "sql":
+            from .sqlarm.sandbox import Sandbox
+
+            self.sandbox = Sandbox(self.wh.db_path, timeout_s=cfg.sql_timeout_s)
         self.monitor = HarnessMonitor()
 
     def prepare(self, cases: Iterable[EvalCase | QueryCase]) -> None:
@@ -142,6 +147,8 @@ class ItemRunner:
             await self.pool.close()
         finally:
             self.ex.close()
+            if self.sandbox is not None:
+                self.sandbox.close()
 
     async def run(self, case: EvalCase | QueryCase | Question, scheduled: float | None = None) -> dict[str, Any]:
         """The item's record (a failed request is a recorded outcome, never an exception)."""
@@ -171,7 +178,12 @@ class ItemRunner:
                 case.id, lambda r: complete(r.client, r.cfg, messages, self.sampling, self.budget, self.fail_fast))
         # A question without a gold (``batch --questions``) is answered, not scored: same keys.
         request_error = None if comp.outcome == "ok" else comp.outcome
-        if isinstance(case, QueryCase):  # the v2 answer: scored by rows
+        if isinstance(case, QueryCase) and cfg.answer == "sql":  # SQL the model wrote: guarded, sandboxed
+            from .sqlarm.score import score_sql
+
+            rec = score_sql(case, comp.text, self.ex, self.wh.catalog, sandbox=self.sandbox,
+                            finish_reason=comp.finish_reason, request_error=request_error)
+        elif isinstance(case, QueryCase):  # the v2 answer: scored by rows
             rec = score_query(case, comp.text, self.ex, self.wh.catalog, finish_reason=comp.finish_reason,
                               request_error=request_error)
         else:

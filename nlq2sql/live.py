@@ -194,7 +194,8 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
     compiles_before = wh.catalog.engine.compiles
-    evalset: Any = load_query_set(cfg.evalset, wh.catalog) if cfg.answer == "query" else load_evalset(cfg.evalset, wh)
+    evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql")
+                    else load_evalset(cfg.evalset, wh))
     rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), wh.catalog, wh)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
     bank = load_bank(cfg.example_bank, wh.catalog, cfg.examples) if cfg.examples else None

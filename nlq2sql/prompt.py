@@ -47,7 +47,7 @@ class Prompt:
                 {"role": "user", "content": question}]
 
 
-SLOT = re.compile(r"\{\{\s*(query_vocabulary|vocabulary|year|metric|metric_label|group_by|dimension|dimension_label)"
+SLOT = re.compile(r"\{\{\s*(sql_schema|query_vocabulary|vocabulary|year|metric|metric_label|group_by|dimension|dimension_label)"
                   r"(?::(\d+))?\s*\}\}")
 
 
@@ -62,6 +62,10 @@ def render(template: str, wh: Warehouse) -> str:
             return wh.vocabulary_text()
         if slot == "query_vocabulary":
             return wh.query_vocabulary_text()
+        if slot == "sql_schema":  # the direct-SQL answer: tables and columns the layer reads
+            from .sqlarm.schema_text import schema_text
+
+            return schema_text(cat, wh)
         if slot == "year":
             return wh.years[-1] if wh.years else ""
         if slot.startswith("metric"):

@@ -9,7 +9,10 @@ the number of distinct MetricFlow compiles.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+from collections.abc import Callable, Iterator
 import shutil
 import time
 from pathlib import Path
@@ -31,8 +34,23 @@ from .semantic.contract import PARTS
 __all__ = ["score_query_responses"]
 
 
-def score_query_responses(cfg: ScoreConfig) -> dict[str, Any]:
-    """Score a responses file of v2 answers into ``cfg.out``; returns the summary."""
+@contextlib.contextmanager
+def _scorer(answer: str, wh: Any) -> Iterator[Callable[..., dict[str, Any]]]:
+    """The answer kind's scorer; the SQL answer's shares one sandbox for the run."""
+    if answer != "sql":
+        yield score_query
+        return
+    from .sqlarm.sandbox import Sandbox
+    from .sqlarm.score import score_sql
+
+    with Sandbox(wh.db_path) as box:
+        yield functools.partial(score_sql, sandbox=box)
+
+
+def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[str, Any]:
+    """Score a responses file of v2 answers (``answer="query"``) or of SQL the model wrote
+    (``answer="sql"``: guarded, run in the sandbox, compared by result equivalence) into
+    ``cfg.out``; returns the summary."""
     if cfg.guardrails:
         raise InputError("guardrails act on v1 intents; the query answer takes none yet (pass --guardrails none)",
                          field="--guardrails")
@@ -50,12 +68,12 @@ def score_query_responses(cfg: ScoreConfig) -> dict[str, Any]:
         raise InputError(f"output directory is not writable: {exc.strerror}", path=str(cfg.out)) from None
     started = time.time()
     try:
-        summ = Summary([], fields=PARTS)
+        summ = Summary([], fields=PARTS if answer == ANSWER_KIND else ())
         answered = bytearray(len(ids))
-        with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer:
+        with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer, _scorer(answer, wh) as scorer:
             for resp in read_responses(cfg.responses, ids):
                 pos = ids[resp.id]
-                rec = score_query(qs.cases[pos], resp.text, ex, wh.catalog, finish_reason=resp.finish_reason)
+                rec = scorer(qs.cases[pos], resp.text, ex, wh.catalog, finish_reason=resp.finish_reason)
                 writer.write(rec)
                 summ.add(rec)
                 answered[pos] = 1
@@ -65,13 +83,13 @@ def score_query_responses(cfg: ScoreConfig) -> dict[str, Any]:
                                  f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
                                  path=str(cfg.responses))
             for cid in missing:
-                rec = as_missing(score_query(qs.cases[ids[cid]], None, ex, wh.catalog,
-                                             request_error="no response in file"))
+                rec = as_missing(scorer(qs.cases[ids[cid]], None, ex, wh.catalog,
+                                        request_error="no response in file"))
                 writer.write(rec)
                 summ.add(rec)
             executed = ex.executed
         summary = summ.result()
-        summary.update(distinct_queries_executed=executed, answer=ANSWER_KIND,
+        summary.update(distinct_queries_executed=executed, answer=answer,
                        compiles=wh.catalog.engine.compiles - compiles_before,
                        missing={"n": len(missing), "allowed": cfg.allow_missing, "first_ids": missing[:5]},
                        records=writer.digest(), record_version=RECORD_VERSION)
@@ -80,7 +98,7 @@ def score_query_responses(cfg: ScoreConfig) -> dict[str, Any]:
 
         shown = display_path(Path(cfg.responses))
         write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", qs, [], wh) | {  # type: ignore[arg-type]
-            "answer": ANSWER_KIND, "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
+            "answer": answer, "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
             "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
             "finished": time.time()}))
         if cfg.out.exists():

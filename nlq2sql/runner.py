@@ -170,7 +170,8 @@ def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any
     for rec in iter_records(records_path):
         if summ is None:
             answer = rec.get("answer")
-            summ = Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets)
+            summ = (Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets, fields=())
+                    if answer == "sql" else Summary(rulesets))
         summ.add(rec)
     out = (summ or Summary(rulesets)).result()
     if answer is not None:

@@ -146,22 +146,24 @@ def score(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     semantic_model: SemanticModelOpt = None,
     db: DbOpt = None,
-    answer: Annotated[str, typer.Option(help="What the responses are: 'intent' (v1 intents) or 'query' (v2: a "
-                                        "MetricFlow query or {\"unanswerable\": …}, scored by rows).")] = "intent",
+    answer: Annotated[str, typer.Option(help="What the responses are: 'intent' (v1 intents), 'query' (v2: a "
+                                        "MetricFlow query or {\"unanswerable\": …}, scored by rows) or 'sql' "
+                                        "(SQL the model wrote: guarded, sandboxed, compared by result "
+                                        "equivalence).")] = "intent",
 ) -> None:
     """Re-score raw model outputs offline (no model needed)."""
     from ..report import render_summary
     from ..runner import ScoreConfig, score_responses
 
-    if answer not in ("intent", "query"):
-        raise InputError(f"unknown answer kind {answer!r} (known: intent, query)", field="--answer")
+    if answer not in ("intent", "query", "sql"):
+        raise InputError(f"unknown answer kind {answer!r} (known: intent, query, sql)", field="--answer")
     names = guardrail_names(guardrails) if answer == "intent" or guardrails else ()
     cfg = ScoreConfig(evalset, responses, out, names, force=force, allow_missing=allow_missing,
                       semantic_model=semantic_model, warehouse=db)
-    if answer == "query":
+    if answer in ("query", "sql"):
         from ..query_run import score_query_responses
 
-        summary = score_query_responses(cfg)
+        summary = score_query_responses(cfg, answer)
     else:
         summary = score_responses(cfg)
     if as_json:
@@ -218,7 +220,8 @@ def eval_cmd(
     answer: Annotated[str, typer.Option(help="intent (v1 intent JSON) | query (v2: a MetricFlow query or "
                                         "{\"unanswerable\": …}, constrained by a schema generated from the "
                                         "manifest, scored by rows; prompt 'query', no guardrails by "
-                                        "default).")] = "intent",
+                                        "default) | sql (the model writes DuckDB SQL, free text, guarded and "
+                                        "sandboxed, scored by result equivalence; prompt 'sql').")] = "intent",
 ) -> None:
     """Run an eval set against a live endpoint and score it."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -233,8 +236,8 @@ def eval_cmd(
         raise InputError(f"unknown mode {structured!r} (known: {', '.join(STRUCTURED_MODES)})",
                          field="--structured")
     first, replicas = fleet_args(endpoint, endpoints_file)
-    if answer == "query":  # the v2 answer's own prompt, and no v1 guardrail unless named
-        prompt = "query" if prompt == "baseline" else prompt
+    if answer in ("query", "sql"):  # the answer's own prompt, and no v1 guardrail unless named
+        prompt = answer if prompt == "baseline" else prompt
         names = guardrail_names(guardrails) if guardrails else ()
     else:
         names = guardrail_names(guardrails)
