@@ -47,8 +47,8 @@ class Prompt:
                 {"role": "user", "content": question}]
 
 
-SLOT = re.compile(r"\{\{\s*(sql_schema|query_vocabulary|vocabulary|year|metric|metric_label|group_by|dimension|dimension_label)"
-                  r"(?::(\d+))?\s*\}\}")
+SLOT = re.compile(r"\{\{\s*(sql_schema|query_vocabulary|vocabulary|year|metric|metric_label|group_by|dimension"
+                  r"|dimension_label)(?::(\d+))?\s*\}\}")
 
 
 def render(template: str, wh: Warehouse) -> str:
