@@ -189,7 +189,7 @@ class _Worker:
 
         self.worker = ItemWorker(cfg, endpoint, slots, budget, golds)
         self.worker.start()
-        return {"pid": os.getpid(), "startup_s": time.time() - spawned_at}
+        return {"pid": os.getpid(), "startup_s": time.time() - spawned_at, "phases": self.worker.phases}
 
     async def run(self, case: EvalCase) -> dict[str, Any]:
         return await self.worker.run(case)

@@ -150,12 +150,19 @@ class ItemWorker:
 
     def __init__(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: RetryBudget,
                  golds: Sequence[EvalCase] = ()) -> None:
+        t0 = time.time()
         from .item import ItemRunner
 
+        t1 = time.time()
         base_url, model, key = endpoint
         self.items = ItemRunner(cfg, base_url, model, key, budget, concurrency=slots, sample_metrics=False)
+        t2 = time.time()
         self.items.prepare(golds)
         self.sent = 0
+        #: Where this worker's start-up went: importing the item code, its warehouse and
+        #: prompt (``ItemRunner``), answering the golds.
+        self.phases = {"import_s": round(t1 - t0, 3), "runner_s": round(t2 - t1, 3),
+                       "golds_s": round(time.time() - t2, 3)}
 
     def start(self) -> None:
         self.items.start()
@@ -189,6 +196,7 @@ def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, con
 
 async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection,
                  budget: RetryBudget, golds: Sequence[EvalCase] = (), spawned_at: float | None = None) -> None:
+    entered = time.time()  # the interpreter is up, this module imported, the arguments unpickled
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[EvalCase | None] = asyncio.Queue()
 
@@ -205,8 +213,9 @@ async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, co
     threading.Thread(target=read, name="nlq2sql-inbox", daemon=True).start()
     worker = ItemWorker(cfg, endpoint, slots, budget, golds)
     worker.start()
-    conn.send(("ready", {"pid": os.getpid(),
-                         "startup_s": time.time() - spawned_at if spawned_at is not None else None}))
+    conn.send(("ready", {"pid": os.getpid(), "startup_s": time.time() - spawned_at if spawned_at is not None else None,
+                         "phases": {"interpreter_s": round(entered - spawned_at, 3) if spawned_at else None,
+                                    **worker.phases}}))
 
     async def lane() -> None:
         while True:
@@ -284,6 +293,7 @@ class Fleet:
         self.written: set[str] = set()
         self.losses: list[dict[str, Any]] = []
         self.startups: list[float] = []
+        self.phases: list[dict[str, Any] | None] = []
         self.first_ready: float | None = None
         self.t0 = t0
         self.ended = False
@@ -408,6 +418,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                             fleet.first_ready = fleet.first_ready or time.time()
                             if body.get("startup_s") is not None:
                                 fleet.startups.append(body["startup_s"])
+                                fleet.phases.append(body.get("phases"))
                         elif kind == "done":
                             fleet.finished.add(wid)
                             reports.append(body)
@@ -439,7 +450,8 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
         "requeued_items": sum(x["requeued"] for x in fleet.losses), "worker_losses": fleet.losses,
         "worker_startup_s": {"first_ready_s": (fleet.first_ready - t0) if fleet.first_ready else None,
                              "first_request_s": started - t0 if first[0] != float("inf") else None,
-                             "per_worker_s": [round(s, 3) for s in fleet.startups]}})
+                             "per_worker_s": [round(s, 3) for s in fleet.startups],
+                             "per_worker_phases": fleet.phases}})
     return result
 
 
