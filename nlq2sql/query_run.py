@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -22,11 +21,20 @@ from . import warehouse
 from .errors import InputError
 from .query_score import ANSWER_KIND, score_query
 from .queryset import load_query_set
-from .records import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, prepare_dir, write_json_atomic
+from .records import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, write_json_atomic
 from .results import Manifest as ManifestModel
 from .results import Summary as SummaryModel
 from .results import validated
-from .runner import ScoreConfig, as_missing, make_executor, manifest_base, read_responses
+from .runner import (
+    ScoreConfig,
+    as_missing,
+    make_executor,
+    manifest_base,
+    publish,
+    read_responses,
+    refuse_missing,
+    staging_dir,
+)
 from .score import Summary
 from .semantic import open_warehouse
 from .semantic.contract import PARTS
@@ -58,14 +66,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[s
     compiles_before = wh.catalog.engine.compiles  # golds' and answers' compiles: what this run needed
     qs = load_query_set(cfg.evalset, wh.catalog)
     ids = {c.id: i for i, c in enumerate(qs.cases)}
-    if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
-        prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
-    tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
-    except OSError as exc:
-        raise InputError(f"output directory is not writable: {exc.strerror}", path=str(cfg.out)) from None
+    tmp = staging_dir(cfg)
     started = time.time()
     try:
         summ = Summary([], fields=PARTS if answer == ANSWER_KIND else ())
@@ -78,10 +79,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[s
                 summ.add(rec)
                 answered[pos] = 1
             missing = [cid for cid, pos in ids.items() if not answered[pos]]
-            if missing and not cfg.allow_missing:
-                raise InputError(f"{len(missing)} of {len(ids)} eval set items have no response (first: "
-                                 f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
-                                 path=str(cfg.responses))
+            refuse_missing(missing, len(ids), cfg)
             for cid in missing:
                 rec = as_missing(scorer(qs.cases[ids[cid]], None, ex, wh.catalog,
                                         request_error="no response in file"))
@@ -101,10 +99,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[s
             "answer": answer, "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
             "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
             "finished": time.time()}))
-        if cfg.out.exists():
-            shutil.rmtree(cfg.out)
-        cfg.out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, cfg.out)
+        publish(tmp, cfg.out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return summary

@@ -179,6 +179,36 @@ def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any
     return out
 
 
+def staging_dir(cfg: ScoreConfig) -> Path:
+    """The sibling temp directory a scoring run writes to (renamed into place by :func:`publish`);
+    an existing non-empty ``cfg.out`` is refused first unless ``cfg.force``."""
+    if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
+        prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
+    tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise InputError(f"output directory is not writable: {exc.strerror}", path=str(cfg.out)) from None
+    return tmp
+
+
+def refuse_missing(missing: list[str], n: int, cfg: ScoreConfig) -> None:
+    """Items without a response are bad input unless ``--allow-missing``."""
+    if missing and not cfg.allow_missing:
+        raise InputError(f"{len(missing)} of {n} eval set items have no response (first: "
+                         f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
+                         path=str(cfg.responses))
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Move a finished run directory into place (replacing ``out`` when --force allowed it)."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out)
+
+
 def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
     """Offline re-scoring of a responses file into a run directory.
 
@@ -190,14 +220,7 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
     evalset = index_evalset(cfg.evalset, wh)
     rulesets = load_guardrails(list(cfg.guardrails), wh.catalog, wh)
     ids = evalset.ids
-    if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
-        prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
-    tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
-    except OSError as exc:
-        raise InputError(f"output directory is not writable: {exc.strerror}", path=str(cfg.out)) from None
+    tmp = staging_dir(cfg)
     started = time.time()
     # The eval set lives for the whole run: freezing it keeps the cyclic garbage collector
     # from re-walking it on each collection.
@@ -215,10 +238,7 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
                 summ.add_shared(memo.write(resp.id, evalset.shared[pos], resp.text, resp.finish_reason))
                 answered[pos] = 1
             missing = [cid for cid, pos in ids.items() if not answered[pos]]
-            if missing and not cfg.allow_missing:
-                raise InputError(f"{len(missing)} of {len(ids)} eval set items have no response (first: "
-                                 f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
-                                 path=str(cfg.responses))
+            refuse_missing(missing, len(ids), cfg)
             for cid in missing:
                 rec = score_item(evalset.case(cid), None, rulesets, ex, request_error="no response in file",
                                  catalog=wh.catalog)
@@ -240,10 +260,7 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
             "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
             "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
             "finished": time.time()}))
-        if cfg.out.exists():
-            shutil.rmtree(cfg.out)
-        cfg.out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, cfg.out)
+        publish(tmp, cfg.out)
     finally:
         gc.unfreeze()
         shutil.rmtree(tmp, ignore_errors=True)
