@@ -98,8 +98,7 @@ class Catalog:
 
     @cached_property
     def engine(self) -> Engine:
-        return Engine(self.manifest, spine_sql=SPINE_SQL if self.spine == "generated" else None,
-                      spine_relation=f"{SCHEMA}.{GENERATED_SPINE.table}")
+        return _engine(self.manifest, self.spine)
 
     def __hash__(self) -> int:
         return hash((self.name, self.sha256))
@@ -121,7 +120,7 @@ def _resolve(project: Project) -> Catalog:
         raise SemanticModelError("no metrics defined", path=project.path)
     reachable: set[str] = set()
     try:
-        engine = Engine(manifest)
+        engine = _engine(manifest, "declared" if spine_decl else "generated")
         for m in metrics:
             reachable.update(engine.group_bys((m,)))
     except Exception as exc:  # noqa: BLE001 — MetricFlow's lookups reject what its validator let through
@@ -151,9 +150,16 @@ def _resolve(project: Project) -> Catalog:
             dimensions[key] = DimensionDef(key, d.group_by, d.model, d.table, d.expr, d.description, d.label)
     if not dimensions:
         raise SemanticModelError("no categorical dimension is reachable from the metrics", path=project.path)
-    return Catalog(name=project.name, path=project.path, sha256=project.sha256, metrics=metrics,
-                   dimensions=dimensions, time_sources=tuple(sources),
-                   spine="declared" if spine_decl else "generated", project=project, manifest=manifest)
+    catalog = Catalog(name=project.name, path=project.path, sha256=project.sha256, metrics=metrics,
+                      dimensions=dimensions, time_sources=tuple(sources),
+                      spine="declared" if spine_decl else "generated", project=project, manifest=manifest)
+    catalog.__dict__["engine"] = engine  # the one built to list the group-bys (cached_property's slot)
+    return catalog
+
+
+def _engine(manifest: Any, spine: str) -> Engine:
+    return Engine(manifest, spine_sql=SPINE_SQL if spine == "generated" else None,
+                  spine_relation=f"{SCHEMA}.{GENERATED_SPINE.table}")
 
 
 def _owner(manifest: Any, group_by: str) -> str | None:
