@@ -127,7 +127,8 @@ def _check_answer(cfg: EvalConfig) -> None:
                (cfg.planner != "none", "--planner"), (cfg.link_values != "none", "--link-values"),
                (cfg.samples > 1, "--samples"), (cfg.abstaining, "--abstain / --abstain-below (the v2 answer "
                                                 "abstains itself: {\"unanswerable\": …})"),
-               (cfg.examples > 0, "--examples"), (cfg.workers > 1 or cfg.engine != "local", "--workers / --engine")]
+               (cfg.examples > 0 and cfg.answer == "sql", "--examples (solved SQL examples)"),
+               (cfg.workers > 1 or cfg.engine != "local", "--workers / --engine")]
     for bad, what in refused:
         if bad:
             raise InputError(f"not available with --answer {cfg.answer} yet: {what}", field="--answer")

@@ -99,7 +99,8 @@ class ItemRunner:
             self.rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values),
                                             self.wh.catalog, self.wh)
             self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
-            self.bank = load_bank(cfg.example_bank, self.wh.catalog, cfg.examples) if cfg.examples else None
+            self.bank = (load_bank(cfg.example_bank, self.wh.catalog, cfg.examples, cfg.answer)
+                         if cfg.examples else None)
         self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog, cfg.answer)
         self.values = ValueIndex(self.wh) if cfg.link_values in ("hint", "both") else None
         # Connection pools sized for this process's share of the run's concurrency.

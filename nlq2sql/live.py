@@ -198,7 +198,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
                     else load_evalset(cfg.evalset, wh))
     rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), wh.catalog, wh)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
-    bank = load_bank(cfg.example_bank, wh.catalog, cfg.examples) if cfg.examples else None
+    bank = load_bank(cfg.example_bank, wh.catalog, cfg.examples, cfg.answer) if cfg.examples else None
     if bank is not None:
         bank.check_disjoint(evalset)
     key = api_key(cfg)

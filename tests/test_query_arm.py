@@ -180,3 +180,30 @@ def test_score_flags_a_gold_with_no_rows(tmp_path: Path) -> None:
     assert res.exit_code == 0 and "gold returns no rows" in " ".join(res.output.split()), res.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["empty_golds"] == {"n": 1, "first_ids": ["e"]}
+
+
+def test_example_bank_for_the_v2_answer_writes_metricflow_queries(tmp_path: Path) -> None:
+    """Retrieved examples work with --answer query: the dev bank's solutions become v2 queries
+    (the schema's key order) that parse back to the bank's gold, and the run records their ids."""
+    from fakeserver import FakeServer, script
+
+    from nlq2sql.conditions.examples import load_bank
+    from nlq2sql.semantic.contract import parse_answer
+
+    bank = load_bank(None, CAT, 3, "query")
+    messages, ids = bank.messages([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}],
+                                  "Top 3 regions by revenue", 3)
+    assert len(ids) == 3 and [m["role"] for m in messages] == ["system", *["user", "assistant"] * 3, "user"]
+    cases = {c.id: c for c in bank.cases}
+    for turn, cid in zip(messages[2:-1:2], ids, strict=True):
+        assert turn["content"].startswith('{"metrics"')
+        assert parse_answer(turn["content"], CAT).key() == cases[cid].gold.key()  # type: ignore[union-attr]
+    qs = _set(tmp_path)
+    with FakeServer(tmp_path / "fake", script(default={"kind": "text", "text": json.dumps(GOLD)}),
+                    model="fake-model") as fake:
+        res = runner.invoke(app, ["eval", "--answer", "query", "--evalset", str(qs), "--endpoint", fake.url,
+                                  "--model", "fake-model", "--out", str(tmp_path / "run"), "--examples", "2"])
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    assert all(len(r["example_ids"]) == 2 for r in recs)
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["examples"]["k"] == 2

@@ -9,14 +9,16 @@ sha256 goes in the manifest and the chosen ids in every record.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
-from ..evalset import EvalCase, EvalSet, load_evalset
+from ..evalset import load_evalset
 from ..intent import compact_json
 from ..semantic.catalog import Catalog, display_path
 
@@ -29,11 +31,27 @@ def normalise(question: str) -> str:
     return _SPACE.sub(" ", question.lower()).strip(" ?.!")
 
 
+def _v1_answer(case: Any) -> str:
+    return compact_json(case.gold)
+
+
+def _query_answer(case: Any) -> str:
+    """A v2 bank item's answer as the model should write it: the query in the schema's key order."""
+    if case.gold is None:
+        return json.dumps({"unanswerable": "not in this semantic layer"})
+    g = case.gold
+    return json.dumps({"metrics": list(g.metrics), "group_by": list(g.group_by),
+                       "where": [w.model_dump(mode="json") for w in g.where or ()],
+                       "order_by": [o.model_dump(mode="json") for o in g.order_by or ()], "limit": g.limit})
+
+
 @dataclass
 class ExampleBank:
-    """Solved questions to retrieve from, with a fitted TF-IDF index."""
+    """Solved questions to retrieve from, with a fitted TF-IDF index; ``answer`` writes an item's
+    solution as the assistant turn (a v1 intent, or for ``--answer query`` the MetricFlow query)."""
 
-    evalset: EvalSet
+    evalset: Any  # EvalSet | queryset.QuerySet: a name, path, sha256 and cases with id, question, gold
+    answer: Callable[[Any], str] = _v1_answer
     _vectorizer: Any = field(default=None, repr=False)
     _matrix: Any = field(default=None, repr=False)
 
@@ -45,8 +63,8 @@ class ExampleBank:
         self._matrix = self._vectorizer.fit_transform([c.question for c in self.evalset.cases])
 
     @property
-    def cases(self) -> tuple[EvalCase, ...]:
-        return self.evalset.cases
+    def cases(self) -> tuple[Any, ...]:
+        return self.evalset.cases  # type: ignore[no-any-return]
 
     def manifest(self, k: int) -> dict[str, Any]:
         from pathlib import Path
@@ -55,7 +73,7 @@ class ExampleBank:
                 "bank_sha256": self.evalset.sha256, "bank_size": len(self.cases),
                 "similarity": "tfidf char_wb 2-4 cosine"}
 
-    def check_disjoint(self, tested: EvalSet) -> None:
+    def check_disjoint(self, tested: Any) -> None:
         """Refuse a bank that shares an id or a question with the set under test."""
         ids = {c.id for c in self.cases}
         texts = {normalise(c.question): c.id for c in self.cases}
@@ -70,7 +88,7 @@ class ExampleBank:
                                  f"({case.question!r}) of the eval set under test", path=self.evalset.path,
                                  field="--example-bank")
 
-    def nearest(self, question: str, k: int) -> list[EvalCase]:
+    def nearest(self, question: str, k: int) -> list[Any]:
         """The ``k`` most similar bank items, most similar first (ties: bank order)."""
         if k <= 0:
             return []
@@ -85,15 +103,21 @@ class ExampleBank:
         turns: list[dict[str, str]] = []
         for ex in chosen:
             turns += [{"role": "user", "content": ex.question},
-                      {"role": "assistant", "content": compact_json(ex.gold)}]
+                      {"role": "assistant", "content": self.answer(ex)}]
         return [*base[:-1], *turns, base[-1]], [ex.id for ex in chosen]
 
 
-def load_bank(name_or_path: str | None, catalog: Catalog, k: int) -> ExampleBank:
-    """A bank by name (a set of the warehouse, default ``dev``) or JSONL path."""
+def load_bank(name_or_path: str | None, catalog: Catalog, k: int, answer: str = "intent") -> ExampleBank:
+    """A bank by name (a set of the warehouse, default ``dev``) or JSONL path; with
+    ``answer="query"`` its solutions are MetricFlow queries (v1 lines restated)."""
     if k < 0:
         raise InputError(f"must be at least 0, got {k}", field="--examples")
-    bank = ExampleBank(load_evalset(name_or_path or DEFAULT_BANK, catalog))
+    if answer == "query":
+        from ..queryset import load_query_set
+
+        bank = ExampleBank(load_query_set(name_or_path or DEFAULT_BANK, catalog), _query_answer)
+    else:
+        bank = ExampleBank(load_evalset(name_or_path or DEFAULT_BANK, catalog))
     if k > len(bank.cases):
         raise InputError(f"asks for {k} examples but the bank {bank.evalset.name!r} holds {len(bank.cases)}",
                          field="--examples")
