@@ -66,14 +66,16 @@ def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catal
     gold_q = catalog.engine.compile(case.gold) if case.gold is not None else None
     gold_rows = executor.run(gold_q) if gold_q is not None else None
     ordered = case.gold.ordered if case.gold is not None else False
-    q, rows, failed, exec_error = None, None, None, None
+    q, sql, rows, failed, exec_error = None, None, None, None, None
     if isinstance(pred, MetricQuery):
         try:
-            q = catalog.engine.compile(pred)
-            rows = executor.run(q)
+            compiled = catalog.engine.compile(pred)
+            sql = compiled
+            rows = executor.run(compiled)
+            q = compiled  # only a query that ran is compared, hashed and shown
         except SqlBuildError as exc:
             failed, exec_error = "compile_error", str(exc)
-        except ExecutionError as exc:
+        except ExecutionError as exc:  # e.g. a value DuckDB cannot cast ("2025" for a date)
             failed, exec_error = "exec_error", str(exc)
     if case.gold is None:
         correct = isinstance(pred, Unanswerable)
@@ -92,7 +94,7 @@ def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catal
         "raw_intent": pred_dump, "final_intent": None if pred_dump is None else dict(pred_dump),
         "unanswerable": pred.unanswerable if isinstance(pred, Unanswerable) else None,
         "interventions": [], "guardrail_scope": [],
-        "sql": q.sql if q is not None else None, "params": list(q.params) if q is not None else None,
+        "sql": sql.sql if sql is not None else None, "params": list(sql.params) if sql is not None else None,
         "exec_error": exec_error,
         "result_hash": executor.result_hash(q, ordered=ordered) if q is not None else None,
         "result_rows": len(rows) if rows is not None else None,

@@ -97,6 +97,9 @@ def test_scoring_is_by_rows_and_abstention_is_judged(executor: Executor) -> None
     assert not wrong["correct_final"] and wrong["error_final"] == "wrong_where"
     abstained = score_query(case, '{"unanswerable": "no idea"}', executor, CAT)
     assert abstained["error_final"] == "false_abstention" and abstained["unanswerable"] == "no idea"
+    uncastable = score_query(case, json.dumps({**GOLD, "where": [
+        {"field": "metric_time__year", "op": "eq", "values": ["2025"]}]}), executor, CAT)
+    assert uncastable["error_final"] == "exec_error" and uncastable["sql"] and not uncastable["correct_final"]
     bad = score_query(case, '{"metrics": ["revenue"], "group_by": ["nosuch__x"]}', executor, CAT)
     assert bad["status"] == "schema_invalid" and not bad["correct_final"]
     una = QueryCase(id="c", question="q", gold=None, answerable=False, category="unanswerable")

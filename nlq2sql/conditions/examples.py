@@ -36,13 +36,17 @@ def _v1_answer(case: Any) -> str:
 
 
 def _query_answer(case: Any) -> str:
-    """A v2 bank item's answer as the model should write it: the query in the schema's key order."""
+    """A v2 bank item's answer as the model should write it: the query in the schema's key order,
+    whitespace-free — with spaced examples under a compact grammar, Qwen2.5-Coder-0.5B left
+    ``where`` empty on 40 of 60 items it filled when unconstrained (measured)."""
+    compact = {"separators": (",", ":")}  # as the whitespace-free grammar will make the model write it
     if case.gold is None:
-        return json.dumps({"unanswerable": "not in this semantic layer"})
+        return json.dumps({"unanswerable": "not in this semantic layer"}, **compact)  # type: ignore[arg-type]
     g = case.gold
     return json.dumps({"metrics": list(g.metrics), "group_by": list(g.group_by),
                        "where": [w.model_dump(mode="json") for w in g.where or ()],
-                       "order_by": [o.model_dump(mode="json") for o in g.order_by or ()], "limit": g.limit})
+                       "order_by": [o.model_dump(mode="json") for o in g.order_by or ()], "limit": g.limit},
+                      **compact)  # type: ignore[arg-type]
 
 
 @dataclass
