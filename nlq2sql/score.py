@@ -15,8 +15,6 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import numpy as np
-from scipy.stats import binomtest
-from sklearn.metrics import confusion_matrix
 
 from .conditions.confidence import kind_share
 from .errors import ExecutionError, IntentError, SqlBuildError
@@ -180,12 +178,16 @@ def wilson(k: int, n: int) -> dict[str, Any]:
     """Proportion with its 95 % Wilson interval and the counts behind it."""
     if n == 0:
         return {"value": None, "k": 0, "n": 0, "ci95": None}
+    from scipy.stats import binomtest  # (imported when a summary is made: scoring an item needs none)
+
     ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
     return {"value": k / n, "k": k, "n": n, "ci95": [round(ci.low, 4), round(ci.high, 4)]}
 
 
 def mcnemar_exact(b: int, c: int) -> float:
     """Exact McNemar p-value from the two discordant counts (b: A right/B wrong, c: reverse)."""
+    from scipy.stats import binomtest
+
     return 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
 
 
@@ -351,6 +353,8 @@ class Summary:
         cm = None
         if self.pairs:
             ys, ps = zip(*self.pairs.keys(), strict=True)
+            from sklearn.metrics import confusion_matrix
+
             cm = confusion_matrix(ys, ps, labels=labels,
                                   sample_weight=list(self.pairs.values())).astype(int).tolist()
         majority = self.gold_intents.most_common(1)
