@@ -135,7 +135,7 @@ def test_unknown_name_lists_shipped_sets() -> None:
     with pytest.raises(EvalSetError) as exc:
         load_evalset("nope")
     assert "no eval set named 'nope' for warehouse 'retail'" in str(exc.value)
-    assert "(shipped: adversarial, dev, heldout)" in str(exc.value)
+    assert "(shipped: adversarial, dev, heldout, heldout-v2, unanswerable)" in str(exc.value)
 
 
 def test_missing_file_names_path(tmp_path: Path) -> None:
