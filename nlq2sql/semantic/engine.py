@@ -182,14 +182,7 @@ class Engine:
         with self._lock:
             sql = self._cache.get("saved:" + name)
         if sql is None:
-            try:
-                with self._lock:
-                    sql = self._mf.explain(MetricFlowQueryRequest.create(saved_query_name=name)).sql_statement.sql
-            except Exception as exc:  # noqa: BLE001 — MetricFlow's query errors are many classes
-                raise SqlBuildError(mf_reason(exc)) from None
-            sql = "\n".join(ln for ln in sql.splitlines() if not ln.lstrip().startswith("--"))
-            if self.spine_sql is not None:
-                sql = sql.replace(self.spine_relation, f"({self.spine_sql})")
+            sql = self._explain(MetricFlowQueryRequest.create(saved_query_name=name))
             with self._lock:
                 self._cache["saved:" + name] = sql
                 self.compiles += 1
@@ -205,14 +198,17 @@ class Engine:
         request = MetricFlowQueryRequest.create(metric_names=list(q.metrics), group_by_names=list(q.group_by),
                                                 where_constraints=where or None, order_by_names=order or None,
                                                 limit=q.limit)
+        return _PLACEHOLDER_RE.sub(lambda m: "$" + m.group(1), self._explain(request))
+
+    def _explain(self, request: Any) -> str:
+        """MetricFlow's SQL for a request, as the harness runs it: without MetricFlow's plan
+        comments (whole lines; records keep the SQL compactly) and with a generated spine inlined."""
         try:
             with self._lock:
                 sql = self._mf.explain(request).sql_statement.sql
         except Exception as exc:  # noqa: BLE001 — MetricFlow's query errors are many classes
             raise SqlBuildError(mf_reason(exc)) from None
-        # MetricFlow's plan comments (whole lines) go: records keep the SQL that runs, compactly.
         sql = "\n".join(ln for ln in sql.splitlines() if not ln.lstrip().startswith("--"))
-        sql = _PLACEHOLDER_RE.sub(lambda m: "$" + m.group(1), sql)
         if self.spine_sql is not None:
             sql = sql.replace(self.spine_relation, f"({self.spine_sql})")
         return sql
