@@ -30,9 +30,9 @@ PY = sys.executable
 OURS = r"""
 import json, sys, time
 from pathlib import Path
-from nlq2sql.client import Sampling
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.workers import auto_workers
+from nlq2sql.transport.client import Sampling
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.workers import auto_workers
 url, evalset, out, c, client, workers = sys.argv[1:7]
 w = auto_workers(int(c)) if workers == "auto" else int(workers)
 s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model="noop", concurrency=int(c),

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_server_metrics import FIXTURE, reference  # noqa: E402
 
-from nlq2sql.server_metrics import parse_metrics  # noqa: E402
+from nlq2sql.transport.server_metrics import parse_metrics  # noqa: E402
 
 
 def cpu_ms(fn, text: str, pages: int) -> float:  # type: ignore[no-untyped-def]

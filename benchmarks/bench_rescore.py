@@ -111,7 +111,7 @@ def response_text(gold: dict[str, Any], variant: str) -> str:
 
 def generate(workdir: Path, n: int, *, unique_texts: bool = False, tag: str = "") -> tuple[Path, Path]:
     """An eval set of ``n`` unique ids copied from heldout, and ``n`` responses for it."""
-    from nlq2sql.evalset import load_evalset
+    from nlq2sql.stages.evalset import load_evalset
 
     cases = [c.model_dump(mode="json") for c in load_evalset("heldout").cases]
     es_path = workdir / f"evalset-{n}{tag}.jsonl"
@@ -135,7 +135,7 @@ def generate(workdir: Path, n: int, *, unique_texts: bool = False, tag: str = ""
 
 def measure_score(evalset: str, responses: str, out: str, warehouse: str) -> dict[str, Any]:
     import nlq2sql
-    from nlq2sql.runner import ScoreConfig, score_responses
+    from nlq2sql.stages.pipeline import ScoreConfig, score_responses
 
     # Only the fields this tree's ScoreConfig has (older trees lack allow_missing, semantic_model).
     fields = {f.name for f in dataclasses.fields(ScoreConfig)}
@@ -194,8 +194,8 @@ def measure_stages(evalset: str, responses: str, out: str, warehouse: str, warm_
 
 def measure_read(evalset: str, responses: str) -> dict[str, Any]:
     """Only reading the responses file as a scoring run does (``read_responses``, ids checked)."""
-    from nlq2sql.evalset import index_evalset
-    from nlq2sql.runner import read_responses
+    from nlq2sql.stages.evalset import index_evalset
+    from nlq2sql.stages.pipeline import read_responses
 
     ids = index_evalset(evalset).ids
     started, cpu = time.perf_counter(), _cpu_s()
@@ -208,8 +208,8 @@ def measure_read(evalset: str, responses: str) -> dict[str, Any]:
 def measure_load(evalset: str) -> dict[str, Any]:
     """The eval set as a scoring run holds it: the id index (``index_evalset``) where the tree
     has one, else every case (``load_evalset`` + ``by_id``)."""
-    from nlq2sql import evalset as ev
-    from nlq2sql import runner  # same imports as a scoring run, so only the set differs
+    from nlq2sql.stages import evalset as ev
+    from nlq2sql.stages import pipeline as runner  # same imports as a scoring run, so only the set differs
 
     started, cpu = time.perf_counter(), _cpu_s()
     if hasattr(ev, "index_evalset"):
@@ -243,7 +243,7 @@ def measure_imports() -> dict[str, Any]:
     import duckdb  # noqa: F401
 
     import nlq2sql
-    from nlq2sql import runner  # noqa: F401
+    from nlq2sql.stages import pipeline as runner  # noqa: F401
 
     return {"items": 0, "wall_s": 0.0, "cpu_s": _cpu_s(), "rss_mib": _rss_mib(), "hwm_mib": _hwm_mib(),
             "tree": str(Path(nlq2sql.__file__).resolve().parent.parent)}
@@ -270,7 +270,7 @@ def table_digest(warehouse: str) -> dict[str, Any]:
 
 def prepare(workdir: str, scale: str, *sizes: str) -> dict[str, Any]:
     """Build the private warehouse and generate the files (in a child: see :func:`_rss_mib`)."""
-    from nlq2sql import warehouse
+    from nlq2sql.stages import warehouse
 
     work = Path(workdir)
     out: dict[str, Any] = {"warehouse": str(warehouse.build(work / "warehouse.duckdb", scale=float(scale)))}
@@ -284,10 +284,10 @@ def prepare(workdir: str, scale: str, *sizes: str) -> dict[str, Any]:
 def distinct_queries(run_dir: str, evalset: str, out: str) -> dict[str, Any]:
     """Every distinct (SQL, params) the scoring run executed: predicted ones from the records,
     gold ones rebuilt from the eval set."""
-    from nlq2sql.evalset import load_evalset
-    from nlq2sql.intent import canonicalise
-    from nlq2sql.records import iter_records
-    from nlq2sql.sqlbuild import build_sql
+    from nlq2sql.records.store import iter_records
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.intent import canonicalise
+    from nlq2sql.stages.sqlbuild import build_sql
 
     seen: dict[tuple[str, tuple[str, ...]], None] = {}
     for c in load_evalset(evalset).cases:
@@ -444,7 +444,7 @@ def against(other: Path, *, n: int, scale: float, rounds: int, workdir: Path | N
     """``score N`` for ``other`` and this tree in alternating rounds, on the same input files."""
     other = other.resolve()
     if not (other / "nlq2sql" / "runner.py").is_file():
-        raise SystemExit(f"--against {other}: not a checkout of this repository (no nlq2sql/runner.py)")
+        raise SystemExit(f"--against {other}: not a checkout of this repository (no nlq2sql/stages/pipeline.py)")
     if rounds < 1:
         raise SystemExit("--rounds must be at least 1")
     trees = {"old": other, "new": THIS_TREE}

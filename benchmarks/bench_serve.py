@@ -26,16 +26,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nlq2sql.intent import intent_schema  # noqa: E402
-from nlq2sql.prompt import load_prompt  # noqa: E402
-from nlq2sql.server import LocalServer, ServerConfig, free_port  # noqa: E402
+from nlq2sql.run.server import LocalServer, ServerConfig, free_port  # noqa: E402
+from nlq2sql.stages.intent import intent_schema  # noqa: E402
+from nlq2sql.stages.prompt import load_prompt  # noqa: E402
 
 OURS = r"""
 import json, sys
 from pathlib import Path
-from nlq2sql.client import Sampling
-from nlq2sql.live import EvalConfig, run_eval
-from nlq2sql import prompt as P
+from nlq2sql.transport.client import Sampling
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.stages import prompt as P
 # The benchmark's one-user-message layout (what vLLM's custom dataset sends), same text.
 P.Prompt.messages = lambda self, q: [{"role": "user", "content": self.text + "\n\n" + q}]
 url, model, evalset, out, c, mt = sys.argv[1:7]

@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 CHILD = r"""
 import json, sys
 from pathlib import Path
-from nlq2sql.client import Sampling
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.transport.client import Sampling
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
 url, model, evalset, out, c, client, duration = sys.argv[1:8]
 s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model=model, concurrency=int(c),
                         sampling=Sampling(max_tokens=96), timeout_s=60.0,
@@ -145,7 +145,7 @@ def _lines(path: Path) -> int:
 
 
 def check_records(out: Path, summary: dict[str, Any]) -> tuple[bool, str]:
-    from nlq2sql.records import records_digest
+    from nlq2sql.records.store import records_digest
 
     ids: Counter[str] = Counter()
     outcomes: Counter[str] = Counter()

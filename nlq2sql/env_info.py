@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .paths import PROJECT_ROOT
+from nlq2sql.paths import PROJECT_ROOT
 
 #: The committed outputs' folder (relative to the project), left out of the dirty check.
 OUTPUTS = "reports"

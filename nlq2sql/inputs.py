@@ -16,7 +16,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from nlq2sql.errors import InputError
 
 BOM = b"\xef\xbb\xbf"
 #: Upper bound for request counts (per level, warm-up, repeats of local work): a typo such as

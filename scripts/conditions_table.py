@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from nlq2sql.records import iter_records
-from nlq2sql.score import mcnemar_exact, percentiles, wilson
+from nlq2sql.records.store import iter_records
+from nlq2sql.stages.score import mcnemar_exact, percentiles, wilson
 
 
 def pct(k: int, n: int) -> str:
@@ -79,10 +79,10 @@ CONDITIONS = ("none", "ranking", "values", "ranking+values", "learned:ranking", 
 def guardrail_table(runs: list[Path]) -> list[str]:
     """Each run's recorded answers under every guardrail condition, with per-rule precision and
     the error classes that remain under the best one."""
-    from nlq2sql.runner import rescore_run
+    from nlq2sql.stages.pipeline import rescore_run
 
     out = ["", "## Guardrails re-scored on each run's answers", "",
-           "The same recorded answers under each guardrail condition (`nlq2sql.runner.rescore_run`, no new "
+           "The same recorded answers under each guardrail condition (`nlq2sql.stages.pipeline.rescore_run`, no new "
            "request). McNemar: final correctness against `none` (raw) on the same items. Precision: "
            "interventions whose changed fields equal the gold's.", "",
            "| run | guardrails | final accuracy | interventions | precision | McNemar p vs none (b/c) | "

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 from nlq2sql.experiments import loadcheck
-from nlq2sql.guardrail import load_guardrails
-from nlq2sql.live import fleet_summary
-from nlq2sql.records import MANIFEST, RECORDS, read_json
-from nlq2sql.report import pct
-from nlq2sql.runner import summarise_file
+from nlq2sql.records.store import MANIFEST, RECORDS, read_json
+from nlq2sql.run.live import fleet_summary
+from nlq2sql.stages.guardrail import load_guardrails
+from nlq2sql.stages.pipeline import summarise_file
+from nlq2sql.stages.report import pct
 
 
 def main(root: Path) -> None:

@@ -1,7 +1,7 @@
 """Write the JSON Schemas generated from the models into ``schemas/``.
 
-Run after changing :class:`nlq2sql.intent.Intent`, :class:`nlq2sql.evalset.EvalCase`, the run
-results (:mod:`nlq2sql.results`), the load tools' results (:mod:`nlq2sql.load.results`) or the
+Run after changing :class:`nlq2sql.stages.intent.Intent`, :class:`nlq2sql.stages.evalset.EvalCase`, the run
+results (:mod:`nlq2sql.records.results`), the load tools' results (:mod:`nlq2sql.load.results`) or the
 default warehouse's semantic model (the intent schemas are the ``retail`` vocabulary's);
 ``tests/test_schema.py`` fails while the committed files differ from what the models generate.
 
@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.evalset import EvalCase
-from nlq2sql.intent import intent_schema
 from nlq2sql.load.results import RESULT_MODELS
-from nlq2sql.results import Manifest, Summary
+from nlq2sql.records.results import Manifest, Summary
+from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.intent import intent_schema
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 

@@ -27,13 +27,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nlq2sql.evalset import load_evalset  # noqa: E402
-from nlq2sql.guardrail import load_guardrails  # noqa: E402
-from nlq2sql.learned_guardrail import load_model  # noqa: E402
-from nlq2sql.records import iter_records, read_json  # noqa: E402
-from nlq2sql.runner import ScoreConfig, score_responses  # noqa: E402
-from nlq2sql.score import Summary, mcnemar_exact, wilson  # noqa: E402
+from nlq2sql.records.store import iter_records, read_json  # noqa: E402
 from nlq2sql.semantic import open_warehouse  # noqa: E402
+from nlq2sql.stages.evalset import load_evalset  # noqa: E402
+from nlq2sql.stages.guardrail import load_guardrails  # noqa: E402
+from nlq2sql.stages.learned_guardrail import load_model  # noqa: E402
+from nlq2sql.stages.pipeline import ScoreConfig, score_responses  # noqa: E402
+from nlq2sql.stages.score import Summary, mcnemar_exact, wilson  # noqa: E402
 
 DOC = ROOT / "docs" / "learned-guardrail.md"
 BEGIN, END = "<!-- head-to-head:begin (scripts/learned_guardrail_report.py) -->", "<!-- head-to-head:end -->"

@@ -20,7 +20,7 @@ Recipe (deterministic: same code → same bytes; ``--check`` verifies the commit
 2. **A hand-written part** (``HAND``): questions written by hand in the shipped sets' loose
    style ("gimme", "asap", typos of register), for all three warehouses.
 3. **Disjoint from every shipped set.**  Any candidate whose normalised text (lower case,
-   punctuation → spaces; :func:`nlq2sql.learned_guardrail.normalise_question`) equals a
+   punctuation → spaces; :func:`nlq2sql.stages.learned_guardrail.normalise_question`) equals a
    question of ``evalsets/*.jsonl`` or ``warehouses/*/evalsets/*.jsonl`` is dropped, as are
    duplicates within the set (first kept); the counts dropped are printed.
    ``tests/test_learned_guardrail.py`` asserts the disjointness on the committed file.
@@ -46,8 +46,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nlq2sql.learned_guardrail import normalise_question  # noqa: E402
-from nlq2sql.learned_training import shipped_questions  # noqa: E402
+from nlq2sql.stages.learned_guardrail import normalise_question  # noqa: E402
+from nlq2sql.stages.learned_training import shipped_questions  # noqa: E402
 
 OUT = ROOT / "guardrails" / "training" / "ranking-train.jsonl"
 SEED = 11

@@ -70,7 +70,7 @@ fi
 done_step
 
 step "model $MODEL"
-"$PY" -m nlq2sql.models pull "$MODEL"
+"$PY" -m nlq2sql.run.models pull "$MODEL"
 done_step
 
 echo "setup finished in $(( $(date +%s) - total_start )) s"

@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from nlq2sql.records import iter_records
-from nlq2sql.score import percentiles, wilson
+from nlq2sql.records.store import iter_records
+from nlq2sql.stages.score import percentiles, wilson
 
 
 def pct(k: int, n: int) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nlq2sql import warehouse
-from nlq2sql.execute import Executor
+from nlq2sql.stages import warehouse
+from nlq2sql.stages.execute import Executor
 
 SMALL_SCALE = 0.05
 EVALSETS = ("dev", "heldout", "adversarial")
@@ -69,7 +69,7 @@ def write_jsonl(path: Path, rows: list[object]) -> Path:
 def memo_at_start(monkeypatch: pytest.MonkeyPatch) -> set[object]:
     """The (SQL, params) results in an ``ItemRunner``'s memo when it starts sending requests,
     filled in (in place) as the runner starts: gold answers belong before the clock."""
-    import nlq2sql.item as item
+    import nlq2sql.run.item as item
 
     seen: set[object] = set()
     real_start = item.ItemRunner.start

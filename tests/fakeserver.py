@@ -69,7 +69,7 @@ OK_INTENTS: tuple[dict[str, Any], ...] = (
 )
 SCHEMA_INVALID: dict[str, Any] = {"intent": "pie_chart", "metric": "profit", "dimension": "region",
                                   "time_grain": None, "filters": [], "limit": None, "order": None}
-#: ``nlq2sql.pool.PROBE_QUESTION`` (a test checks they agree; this process imports no nlq2sql).
+#: ``nlq2sql.run.pool.PROBE_QUESTION`` (a test checks they agree; this process imports no nlq2sql).
 PROBE_QUESTION = "nlq2sql health probe: reply with one word."
 SQL_ANSWER = "DROP TABLE order_lines; SELECT * FROM order_lines"
 CONTEXT_OVERFLOW_MESSAGE = (
@@ -116,7 +116,7 @@ def script(*, default: str | Mapping[str, Any] = "ok",
 def by_ids(evalset: str, behaviours: Mapping[str, Iterable[str | Mapping[str, Any]]]
            ) -> dict[str, list[str | Mapping[str, Any]]]:
     """``{item id: behaviours}`` → ``{question: behaviours}`` for ``script(by_question=...)``."""
-    from nlq2sql.evalset import load_evalset
+    from nlq2sql.stages.evalset import load_evalset
 
     questions = {c.id: c.question for c in load_evalset(evalset).cases}
     return {questions[i]: list(bs) for i, bs in behaviours.items()}

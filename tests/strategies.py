@@ -12,7 +12,8 @@ from typing import get_args
 
 from hypothesis import strategies as st
 
-from nlq2sql.intent import (
+from nlq2sql.semantic import default_catalog
+from nlq2sql.stages.intent import (
     Filter,
     Intent,
     IntentKind,
@@ -20,8 +21,7 @@ from nlq2sql.intent import (
     Order,
     TimeGrain,
 )
-from nlq2sql.semantic import default_catalog
-from nlq2sql.warehouse import builder
+from nlq2sql.stages.warehouse import builder
 
 #: The default (retail) warehouse's vocabulary, from its semantic model, and its data's values.
 VOCAB = default_catalog().vocabulary

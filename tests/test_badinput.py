@@ -25,8 +25,8 @@ from fakeserver import FakeServer, free_port, script
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.evalset import EVALSET_DIR
-from nlq2sql.live import EvalConfig, run_eval
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.stages.evalset import EVALSET_DIR
 
 MODEL = "fake-model"
 KEY_ENV = "NLQ2SQL_BADINPUT_KEY"
@@ -555,7 +555,7 @@ def run_case(case: Case, ctx: Ctx, argv: list[str]) -> tuple[int, str, float]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input(case: Case, ctx: Ctx, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nlq2sql import models, server
+    from nlq2sql.run import models, server
 
     def no_model_work(*a: Any, **k: Any) -> Any:
         raise AssertionError("model work started for a bad input")

@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError, RecordError
-from nlq2sql.evalset import EVALSET_DIR
 from nlq2sql.inputs import MAX_JSON_DEPTH, check_json_depth, json_depth, json_object, option_text, parse_json
+from nlq2sql.stages.evalset import EVALSET_DIR
 
 HELDOUT = (EVALSET_DIR / "heldout.jsonl").read_text().splitlines()
 IDS = [json.loads(x)["id"] for x in HELDOUT[:3]]
@@ -57,7 +57,7 @@ def refused(*argv: str, expect: list[str], env: dict[str, str | None] | None = N
 @pytest.fixture(autouse=True)
 def no_model_work(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing here may download a model or start a server (a bad input is refused first)."""
-    from nlq2sql import models, server
+    from nlq2sql.run import models, server
 
     def work(*a: Any, **k: Any) -> Any:
         raise AssertionError("model work started for a bad input")
@@ -144,7 +144,7 @@ def test_deep_responses_line(shape: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("shape", DEEP)
 def test_deep_question_line(shape: str, tmp_path: Path) -> None:
-    from nlq2sql.answer import read_questions
+    from nlq2sql.answers.unscored import read_questions
 
     qs = tmp_path / "q.jsonl"
     qs.write_text(json.dumps({"id": "q1", "question": "revenue by region"}) + "\n" + DEEP[shape] + "\n")
@@ -191,7 +191,7 @@ def test_deep_manifest_and_summary(run_copy: Path, scored_run: Path) -> None:
 
 
 def test_deep_record_on_resume_is_refused(run_copy: Path) -> None:
-    from nlq2sql.records import repair_tail
+    from nlq2sql.records.store import repair_tail
 
     _deepen_record(run_copy, 3)
     with pytest.raises(RecordError, match=r"records\.jsonl:3: JSON nested more than 64"):
@@ -217,7 +217,7 @@ def test_deep_sql_intent(shape: str, tmp_path: Path) -> None:
 
 def test_deep_model_output_is_invalid_json() -> None:
     from nlq2sql.errors import IntentError
-    from nlq2sql.intent import parse_intent
+    from nlq2sql.stages.intent import parse_intent
 
     with pytest.raises(IntentError) as info:
         parse_intent(DEEP_ARRAY)
@@ -225,11 +225,11 @@ def test_deep_model_output_is_invalid_json() -> None:
 
 
 def test_deep_other_files(tmp_path: Path) -> None:
-    from nlq2sql.learned_guardrail import read_artefact
     from nlq2sql.load.capacity import load_model_config
     from nlq2sql.load.results import load_result
-    from nlq2sql.results import load_summary
-    from nlq2sql.stream import decode_event
+    from nlq2sql.records.results import load_summary
+    from nlq2sql.stages.learned_guardrail import read_artefact
+    from nlq2sql.transport.stream import decode_event
 
     deep = tmp_path / "deep.json"
     deep.write_text(DEEP_OBJECT)
@@ -363,8 +363,8 @@ def test_sampling_bounds(command: str, option: str, value: str, message: str, tm
 def test_sampling_bounds_accept_the_edges() -> None:
     from dataclasses import replace
 
-    from nlq2sql.client import Sampling
-    from nlq2sql.evalconfig import MAX_TOKENS, EvalConfig, validate
+    from nlq2sql.run.config import MAX_TOKENS, EvalConfig, validate
+    from nlq2sql.transport.client import Sampling
 
     for temperature, max_tokens in ((0.0, 1), (2.0, MAX_TOKENS)):
         validate(replace(EvalConfig(), sampling=Sampling(temperature=temperature, max_tokens=max_tokens)))

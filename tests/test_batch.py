@@ -18,12 +18,12 @@ import pytest
 from fakeserver import FakeServer, by_ids, script
 from typer.testing import CliRunner
 
-from nlq2sql.batch import BatchConfig, iter_shard_records, run_batch
 from nlq2sql.cli.main import app
-from nlq2sql.client import Sampling
-from nlq2sql.evalset import load_evalset
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.records import iter_records
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.batch import BatchConfig, iter_shard_records, run_batch
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.transport.client import Sampling
 
 pytest.importorskip("ray.data")
 
@@ -53,7 +53,7 @@ def ray_env(cache_root: Path, small_warehouse: Path, tmp_path_factory: pytest.Te
     """The private cache for the whole module (Ray's workers inherit it when Ray starts here)."""
     import ray
 
-    from nlq2sql.ray_engine import RayEngine
+    from nlq2sql.run.ray_engine import RayEngine
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NLQ2SQL_CACHE_DIR", str(cache_root))

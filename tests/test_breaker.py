@@ -1,4 +1,4 @@
-"""Issue 27: replicas that are up but sick.  Each replica's circuit breaker (``nlq2sql.pool``):
+"""Issue 27: replicas that are up but sick.  Each replica's circuit breaker (``nlq2sql.run.pool``):
 consecutive failures or timeouts open it, a half-open probe is a real small chat request
 (not ``/models``) on an exponential back-off, and only a probe chat that succeeds closes it.
 And the accounting across failover: every attempt on every replica is in the record.
@@ -20,13 +20,13 @@ import pytest
 from fakeserver import FakeServer, script
 from typer.testing import CliRunner
 
-from nlq2sql import pool
 from nlq2sql.cli.main import app
-from nlq2sql.client import EndpointConfig
-from nlq2sql.evalset import load_evalset
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.pool import FAILURE_THRESHOLD, PROBE_BACKOFF_MAX_S, Replica, ReplicaSpec
-from nlq2sql.records import iter_records
+from nlq2sql.records.store import iter_records
+from nlq2sql.run import pool
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.pool import FAILURE_THRESHOLD, PROBE_BACKOFF_MAX_S, Replica, ReplicaSpec
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.transport.client import EndpointConfig
 
 MODEL = "fake-model"
 IDS = [c.id for c in load_evalset("heldout").cases]
@@ -99,7 +99,7 @@ def test_a_hanging_replica_is_failed_over_and_nothing_is_lost(tmp_path: Path, fa
                                    "--limit", "30", "--routing", "round-robin", "--concurrency", "4",
                                    "--timeout", "1.5", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    from nlq2sql.records import read_json
+    from nlq2sql.records.store import read_json
 
     summary = read_json(out / "summary.json")
     recs = list(iter_records(out / "records.jsonl"))

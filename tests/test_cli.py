@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from nlq2sql.cli import _common as cli_common
 from nlq2sql.cli import main as cli_main
 from nlq2sql.cli.main import app
-from nlq2sql.evalset import load_evalset
-from nlq2sql.records import iter_records
+from nlq2sql.records.store import iter_records
+from nlq2sql.stages.evalset import load_evalset
 
 runner = CliRunner()
 

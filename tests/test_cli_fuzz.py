@@ -51,8 +51,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.evalset import EVALSET_DIR
-from nlq2sql.live import EvalConfig, run_eval
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.stages.evalset import EVALSET_DIR
 
 MODEL = "fake-model"
 EXAMPLES = int(os.environ.get("NLQ2SQL_FUZZ_EXAMPLES", "6"))
@@ -277,9 +277,10 @@ def finished_run(fake: FakeServer, tmp_path_factory: pytest.TempPathFactory, sma
 @pytest.fixture
 def stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Real work (requests, model downloads, servers, warehouse builds) stops at its door."""
-    from nlq2sql import live, models, server, warehouse
     from nlq2sql.experiments import compare
     from nlq2sql.load import probes
+    from nlq2sql.run import live, models, server
+    from nlq2sql.stages import warehouse
 
     def work(*a: Any, **k: Any) -> Any:
         raise ReachedWork
@@ -290,7 +291,7 @@ def stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(probes, "run_probe", work)
     monkeypatch.setattr(compare, "plots", lambda runs: {})  # rendering, not input handling: slow
     for module, name in (("nlq2sql.view.server", "make_server"),  # `view` without --out: serves
-                         ("nlq2sql.learned_guardrail", "train")):  # `guardrail train`: fits a model
+                         ("nlq2sql.stages.learned_guardrail", "train")):  # `guardrail train`: fits a model
         with contextlib.suppress(ImportError, AttributeError):
             monkeypatch.setattr(importlib.import_module(module), name, work)
     monkeypatch.setattr(server, "subprocess", SimpleNamespace(  # no server process, ever
@@ -411,7 +412,7 @@ def test_readers_refuse_hostile_lines(reader: str, stubbed: None, tmp_path: Path
     from hypothesis import example
     from strategies import hostile_files
 
-    from nlq2sql.answer import read_questions
+    from nlq2sql.answers.unscored import read_questions
     from nlq2sql.errors import InputError
 
     outcomes: Counter[str] = Counter()

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from nlq2sql.client import KEEPALIVE_S, EndpointConfig, RetryBudget, Sampling, _limits, complete
+from nlq2sql.transport.client import KEEPALIVE_S, EndpointConfig, RetryBudget, Sampling, _limits, complete
 
 
 def _stale_error() -> openai.APIConnectionError:
@@ -99,8 +99,8 @@ def test_sdk_and_aiohttp_clients_send_the_same_body_and_record_the_same(tmp_path
 
     from fakeserver import FakeServer, by_ids, script
 
-    from nlq2sql.live import EvalConfig, LoadShape, run_eval
-    from nlq2sql.records import iter_records
+    from nlq2sql.records.store import iter_records
+    from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
 
     log = tmp_path / "requests.jsonl"
     with FakeServer(tmp_path / "fake", script(by_question=by_ids("heldout", {})), model="m", log=log) as fake:

@@ -9,9 +9,9 @@ import pytest
 
 from nlq2sql.conditions.examples import ExampleBank, load_bank, normalise
 from nlq2sql.errors import InputError
-from nlq2sql.evalset import load_evalset
-from nlq2sql.intent import compact_json, parse_intent
 from nlq2sql.semantic import default_catalog
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.intent import compact_json, parse_intent
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +86,9 @@ def test_eval_refuses_an_overlapping_bank_before_any_request(tmp_path: Path) -> 
 
 
 def test_planner_stage_samplings() -> None:
-    from nlq2sql.client import Sampling, _extra_body
     from nlq2sql.conditions.planner import stage_one, stage_two
-    from nlq2sql.intent import INTENTS, branch_schema, intent_schema
+    from nlq2sql.stages.intent import INTENTS, branch_schema, intent_schema
+    from nlq2sql.transport.client import Sampling, _extra_body
 
     one = stage_one(Sampling(max_tokens=160, schema="branches"))
     assert _extra_body(one)["structured_outputs"] == {"choice": list(INTENTS)} and one.max_tokens <= 12

@@ -10,8 +10,8 @@ import pytest
 
 from nlq2sql.conditions.confidence import intent_evidence, kind_share
 from nlq2sql.errors import InputError
-from nlq2sql.evalset import load_evalset
 from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.evalset import load_evalset
 
 
 def lp(p: float) -> float:
@@ -66,13 +66,13 @@ def test_the_planners_bare_choice_and_what_gives_no_evidence() -> None:
 
 
 def test_abstain_below_is_checked(tmp_path: Path) -> None:
-    from nlq2sql.live import EvalConfig, validate
+    from nlq2sql.run.live import EvalConfig, validate
 
     for bad in (0.0, 1.0, 1.5, -0.1):
         with pytest.raises(InputError) as exc:
             validate(EvalConfig(out=tmp_path / "x", endpoint="http://127.0.0.1:9/v1", abstain_below=bad))
         assert exc.value.field == "--abstain-below"
-    from nlq2sql.client import Sampling
+    from nlq2sql.transport.client import Sampling
 
     with pytest.raises(InputError, match="top_logprobs"):
         Sampling(top_logprobs=0)
@@ -89,9 +89,9 @@ def test_eval_abstains_below_the_threshold(tmp_path: Path, client: str) -> None:
     the manifest records what was asked, and re-scoring decides the same."""
     from fakeserver import FakeServer, script
 
-    from nlq2sql.live import EvalConfig, LoadShape, run_eval
-    from nlq2sql.records import iter_records
-    from nlq2sql.runner import rescore_run
+    from nlq2sql.records.store import iter_records
+    from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+    from nlq2sql.stages.pipeline import rescore_run
 
     cases = [c for c in load_evalset("heldout", open_warehouse()).cases if c.gold.intent == "breakdown"][:2]
     by_q = {c.question: [{"kind": "text", "text": compact(c.gold.model_dump(mode="json")), "intent_p": p}]
@@ -132,8 +132,8 @@ def test_a_server_without_logprobs_is_said_not_silently_answered(tmp_path: Path)
     from fakeserver import FakeServer, script
     from rich.console import Console
 
-    from nlq2sql.live import EvalConfig, run_eval
-    from nlq2sql.report import render_summary
+    from nlq2sql.run.live import EvalConfig, run_eval
+    from nlq2sql.stages.report import render_summary
 
     case = next(c for c in load_evalset("heldout", open_warehouse()).cases if c.gold.intent == "breakdown")
     by_q = {case.question: [{"kind": "text", "text": compact(case.gold.model_dump(mode="json")), "intent_p": 0.1,

@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nlq2sql.errors import EvalSetError
-from nlq2sql.evalset import CATEGORY, EVALSET_DIR, _lines, index_evalset, load_evalset, resolve_path
-from nlq2sql.execute import Executor
 from nlq2sql.inputs import reusable_rest, split_id
-from nlq2sql.intent import canonicalise
-from nlq2sql.sqlbuild import build_sql
+from nlq2sql.stages.evalset import CATEGORY, EVALSET_DIR, _lines, index_evalset, load_evalset, resolve_path
+from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.intent import canonicalise
+from nlq2sql.stages.sqlbuild import build_sql
 
 GOLD: dict[str, Any] = {"intent": "breakdown", "metric": "revenue", "dimension": "region",
                         "time_grain": None, "filters": [], "limit": None, "order": None}

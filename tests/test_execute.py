@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.errors import ExecutionError
-from nlq2sql.execute import Executor, normalise, result_hash, rows_equal
-from nlq2sql.sqlbuild import Query
+from nlq2sql.stages.execute import Executor, normalise, result_hash, rows_equal
+from nlq2sql.stages.sqlbuild import Query
 
 HEAVY = Query("SELECT SUM(a.quantity * b.quantity * c.quantity) FROM order_lines a, order_lines b, "
               "order_lines c", ())

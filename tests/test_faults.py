@@ -20,10 +20,10 @@ from fakeserver import FakeServer, by_ids, script
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.client import OUTCOMES
-from nlq2sql.evalset import load_evalset
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.records import iter_records
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.transport.client import OUTCOMES
 
 EVALSET = "heldout"
 MODEL = "fake-model"

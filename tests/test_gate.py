@@ -23,9 +23,9 @@ from nlq2sql.cli import _common as cli_common
 from nlq2sql.cli import main as cli_main
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
-from nlq2sql.evalset import load_evalset
 from nlq2sql.experiments.gate import GateConfig, GateResult, render_junit, run_gate
-from nlq2sql.records import RECORDS, SUMMARY, records_digest
+from nlq2sql.records.store import RECORDS, SUMMARY, records_digest
+from nlq2sql.stages.evalset import load_evalset
 
 runner = CliRunner()
 IDS = [c.id for c in load_evalset("heldout").cases]

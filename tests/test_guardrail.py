@@ -11,17 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import any_intents
 
-from nlq2sql import guardrail
 from nlq2sql.errors import GuardrailError
-from nlq2sql.evalset import EVALSET_DIR
-from nlq2sql.guardrail import (
+from nlq2sql.stages import guardrail
+from nlq2sql.stages.evalset import EVALSET_DIR
+from nlq2sql.stages.guardrail import (
     GUARDRAIL_DIR,
     Intervention,
     apply_all,
     load_guardrails,
     load_ruleset,
 )
-from nlq2sql.intent import Intent
+from nlq2sql.stages.intent import Intent
 
 RANKING = load_ruleset("ranking")
 CONSISTENCY = load_ruleset("consistency")
@@ -204,9 +204,9 @@ def test_sort_rules_follow_the_questions_superlative() -> None:
     """`sort`: never fires on a retail or tpch gold; fixes every flipped top-N direction on retail
     held-out.  (On flights "worst delay" means the highest delay: it misfires there, by design
     of a word list, and the report says so.)"""
-    from nlq2sql.evalset import load_evalset
-    from nlq2sql.intent import canonicalise
     from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.intent import canonicalise
 
     rs = load_ruleset("sort")
     for name in ("retail", "tpch"):

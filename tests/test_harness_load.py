@@ -1,4 +1,4 @@
-"""The harness says when it is the bottleneck (``nlq2sql.harness_load``).
+"""The harness says when it is the bottleneck (``nlq2sql.run.harness_load``).
 
 Starved on purpose: every item's scoring burns CPU inside the event loop, against the
 fault suite's fake server answering at once, so the client (not the server) limits the run.
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from fakeserver import FakeServer, script
 
-from nlq2sql import item
-from nlq2sql.harness_load import HarnessMonitor, judge, merge
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.server_metrics import MetricsSampler
+from nlq2sql.run import item
+from nlq2sql.run.harness_load import HarnessMonitor, judge, merge
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.transport.server_metrics import MetricsSampler
 
 MODEL = "fake-model"
 

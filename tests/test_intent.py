@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from strategies import VOCAB, any_intents, consistent_intents
 
 from nlq2sql.errors import IntentError
-from nlq2sql.intent import (
+from nlq2sql.stages.intent import (
     DEFAULT_TOP_N,
     FIELDS,
     PARSE_CACHE_SIZE,

@@ -1,4 +1,4 @@
-"""The in-process item runner reuses what the run loaded for its manifest (nlq2sql.item)."""
+"""The in-process item runner reuses what the run loaded for its manifest (nlq2sql.run.item)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-import nlq2sql.item as item
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
+import nlq2sql.run.item as item
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
 
 
 def test_in_process_runs_load_warehouse_prompt_guardrails_and_bank_once(tmp_path: Path,
@@ -32,10 +32,10 @@ def test_gold_answers_are_computed_before_the_clock_starts(tmp_path: Path, memo_
     request is sent (``start``), and none is executed again while items are scored."""
     from fakeserver import FakeServer, script
 
-    from nlq2sql.evalset import load_evalset
-    from nlq2sql.intent import canonicalise
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.sqlbuild import build_sql
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.intent import canonicalise
+    from nlq2sql.stages.sqlbuild import build_sql
 
     wh = open_warehouse(None, None)
     golds = {build_sql(canonicalise(c.gold), wh.catalog) for c in load_evalset("heldout", wh).cases[:6]}

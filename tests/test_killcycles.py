@@ -46,7 +46,7 @@ TIMING_FIELDS = ("latency_s", "ttft_s", "itl_mean_s", "itl_max_s", "started", "c
 FORK_SERVER = r'''
 import io, json, os, select, sys, traceback
 import nlq2sql.cli.main as cli
-import nlq2sql.live, nlq2sql.report, nlq2sql.client, nlq2sql.server, rich.progress  # warm
+import nlq2sql.run.live, nlq2sql.stages.report, nlq2sql.transport.client, nlq2sql.run.server, rich.progress  # warm
 ctl = os.fdopen(os.dup(1), "w", buffering=1)
 ctl.write("ready\n")
 buf = b""
@@ -507,7 +507,7 @@ def _faulty_schedule() -> dict[str, Any]:
     """
     from fakeserver import by_ids
 
-    from nlq2sql.evalset import load_evalset
+    from nlq2sql.stages.evalset import load_evalset
 
     ids = [c.id for c in load_evalset(EVALSET).cases]
     return script(by_question=by_ids(EVALSET, {ids[2]: ["500"], ids[6]: ["500", "500"],

@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from nlq2sql import learned_guardrail as lg
-from nlq2sql import learned_training as lt
 from nlq2sql.cli.main import app
 from nlq2sql.conditions.examples import normalise
 from nlq2sql.errors import GuardrailError
-from nlq2sql.evalset import load_evalset
 from nlq2sql.experiments.matrix import condition_table
-from nlq2sql.guardrail import Intervention, RuleSet, load_guardrails, load_ruleset
-from nlq2sql.intent import Intent
-from nlq2sql.records import iter_records
-from nlq2sql.score import mcnemar_exact
+from nlq2sql.records.store import iter_records
+from nlq2sql.stages import learned_guardrail as lg
+from nlq2sql.stages import learned_training as lt
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.guardrail import Intervention, RuleSet, load_guardrails, load_ruleset
+from nlq2sql.stages.intent import Intent
+from nlq2sql.stages.score import mcnemar_exact
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "guardrails" / "training" / "ranking-train.jsonl"

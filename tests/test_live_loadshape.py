@@ -11,8 +11,8 @@ import pytest
 from fakeserver import FakeServer, by_ids, script
 
 from nlq2sql.errors import InputError
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.records import iter_records
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
 
 MODEL = "fake-model"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from fakeserver import free_port
 
-from nlq2sql import live
-from nlq2sql.live import EvalConfig, LoadShape, LocalServerSettings
 from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.run import live
+from nlq2sql.run.live import EvalConfig, LoadShape, LocalServerSettings
 
 
 def _alive(pid: int) -> bool:

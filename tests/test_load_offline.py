@@ -147,11 +147,11 @@ def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Pat
     directory (other settings) is refused without touching it."""
     from dataclasses import replace
 
-    from nlq2sql.client import Sampling
     from nlq2sql.errors import InputError
-    from nlq2sql.live import EvalConfig, LoadShape
     from nlq2sql.load import sweep as sw
     from nlq2sql.load.results import SweepResult, load_result
+    from nlq2sql.run.live import EvalConfig, LoadShape
+    from nlq2sql.transport.client import Sampling
 
     with FakeServer(tmp_path / "fake", delay_s=0.05) as srv:
         base = EvalConfig(evalset="heldout", out=tmp_path / "sw", endpoint=srv.url, model="fake-model",

@@ -13,7 +13,7 @@ from nlq2sql.cli.main import app
 from nlq2sql.errors import RecordError
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import FleetSweepResult, SweepResult, load_result
-from nlq2sql.records import RECORD_VERSION
+from nlq2sql.records.store import RECORD_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""Several endpoints in one run (``nlq2sql.pool``): routing, attribution, failover, health.
+"""Several endpoints in one run (``nlq2sql.run.pool``): routing, attribution, failover, health.
 
 Fake servers here only because a replica must die or misbehave on cue; two real vLLM
 replicas are in ``tests/live/test_replicas_live.py``.
@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
-from nlq2sql.evalset import load_evalset
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.pool import ReplicaSpec, parse_endpoints_file
-from nlq2sql.records import iter_records, read_json
+from nlq2sql.records.store import iter_records, read_json
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.pool import ReplicaSpec, parse_endpoints_file
+from nlq2sql.stages.evalset import load_evalset
 
 MODEL = "fake-model"
 IDS = [c.id for c in load_evalset("heldout").cases]

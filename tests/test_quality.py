@@ -12,7 +12,7 @@ import pytest
 from nlq2sql.errors import Nlq2SqlError
 from nlq2sql.experiments.quality import SEED_TABLE, render
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.records import iter_records, records_digest
+from nlq2sql.records.store import iter_records, records_digest
 
 RUN = PROJECT_ROOT / "reports" / "conditions" / "smollm2-135m-retail-heldout" / "b-contrastive-branches-ex8"
 CONDITIONS = ("none", "ranking")

@@ -11,14 +11,14 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import EvalSetError
-from nlq2sql.evalset import load_evalset
-from nlq2sql.execute import Executor, rows_equal
-from nlq2sql.intent import canonicalise, is_ordered
-from nlq2sql.query_score import score_query
-from nlq2sql.queryset import QueryCase, from_v1, load_query_set
 from nlq2sql.semantic import load_catalog
 from nlq2sql.semantic.query import MetricQuery
-from nlq2sql.sqlbuild import build_sql
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.execute import Executor, rows_equal
+from nlq2sql.stages.intent import canonicalise, is_ordered
+from nlq2sql.stages.query_score import score_query
+from nlq2sql.stages.queryset import QueryCase, from_v1, load_query_set
+from nlq2sql.stages.sqlbuild import build_sql
 
 runner = CliRunner()
 CAT = load_catalog("retail")

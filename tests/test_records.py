@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from nlq2sql import records
 from nlq2sql.errors import RecordError
-from nlq2sql.records import (
+from nlq2sql.records.store import (
     MANIFEST,
     RECORD_VERSION,
     RESUME_KEYS,
@@ -25,6 +24,7 @@ from nlq2sql.records import (
     repair_tail,
     write_json_atomic,
 )
+from nlq2sql.records import store as records
 
 
 def _write(path: Path, n: int) -> None:
@@ -282,8 +282,8 @@ def test_flushing_writer_is_readable_before_close(tmp_path: Path) -> None:
 
 
 def test_a_local_servers_command_line_is_recorded_without_machine_paths() -> None:
-    from nlq2sql.live import recorded_args
     from nlq2sql.paths import PROJECT_ROOT
+    from nlq2sql.run.live import recorded_args
 
     args = [str(PROJECT_ROOT / ".venv" / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
             "--model", "/somewhere/else/models/qwen", "--port", "8000"]

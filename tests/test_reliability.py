@@ -20,11 +20,11 @@ from fakeserver import FakeServer, script
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.client import RetryBudget
 from nlq2sql.errors import InputError
-from nlq2sql.evalset import EVALSET_DIR, load_evalset
-from nlq2sql.live import EvalConfig, run_eval
-from nlq2sql.records import read_finished_run, records_digest
+from nlq2sql.records.store import read_finished_run, records_digest
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.stages.evalset import EVALSET_DIR, load_evalset
+from nlq2sql.transport.client import RetryBudget
 
 MODEL = "fake-model"
 HELDOUT = (EVALSET_DIR / "heldout.jsonl").read_text().splitlines()

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from nlq2sql import score
 from nlq2sql.errors import ExecutionError, InputError
-from nlq2sql.evalset import EvalCase, load_evalset
-from nlq2sql.execute import Executor
-from nlq2sql.guardrail import load_guardrails
-from nlq2sql.records import RecordWriter
-from nlq2sql.rescore import RecordMemo
-from nlq2sql.runner import ScoreConfig, as_missing, read_responses, score_responses
-from nlq2sql.score import Summary, score_item
-from nlq2sql.sqlbuild import Query
+from nlq2sql.records.store import RecordWriter
+from nlq2sql.stages import score
+from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.guardrail import load_guardrails
+from nlq2sql.stages.pipeline import ScoreConfig, as_missing, read_responses, score_responses
+from nlq2sql.stages.rescore import RecordMemo
+from nlq2sql.stages.score import Summary, score_item
+from nlq2sql.stages.sqlbuild import Query
 
 RANKING = load_guardrails(["ranking"])
 

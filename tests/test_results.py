@@ -1,4 +1,4 @@
-"""The run results contract (``nlq2sql.results``): declared keys, a version, old runs load."""
+"""The run results contract (``nlq2sql.records.results``): declared keys, a version, old runs load."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from nlq2sql.errors import RecordError
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.records import RECORD_VERSION
-from nlq2sql.results import Manifest, Summary, load_manifest, load_summary, validated
+from nlq2sql.records.results import Manifest, Summary, load_manifest, load_summary, validated
+from nlq2sql.records.store import RECORD_VERSION
 
 COMMITTED = sorted((PROJECT_ROOT / "reports").rglob("summary.json"))
 

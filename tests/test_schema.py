@@ -11,9 +11,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from nlq2sql.evalset import EvalCase, load_evalset
-from nlq2sql.intent import FIELDS, intent_schema
 from nlq2sql.load.results import RESULT_MODELS
+from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.intent import FIELDS, intent_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "schemas"

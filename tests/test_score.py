@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from scipy.stats import binomtest
 
-from nlq2sql.evalset import EvalCase
-from nlq2sql.execute import Executor
-from nlq2sql.guardrail import load_guardrails
-from nlq2sql.intent import FIELDS, Intent, canonicalise
-from nlq2sql.score import Summary, error_class, mcnemar_exact, percentiles, score_item, wilson, wrong_fields
+from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.guardrail import load_guardrails
+from nlq2sql.stages.intent import FIELDS, Intent, canonicalise
+from nlq2sql.stages.score import Summary, error_class, mcnemar_exact, percentiles, score_item, wilson, wrong_fields
 
 RANKING = load_guardrails(["ranking"])
 BOTH = load_guardrails(["consistency", "ranking"])
@@ -279,8 +279,8 @@ def test_record_intents_are_independent_objects(executor: Executor) -> None:
 
 
 def test_records_keep_the_first_rows_of_both_results(executor: Executor) -> None:
-    from nlq2sql.evalset import load_evalset
-    from nlq2sql.score import RESULT_HEAD_ROWS, score_item
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.score import RESULT_HEAD_ROWS, score_item
 
     case = next(c for c in load_evalset("heldout").cases if c.gold.intent == "breakdown")
     wrong = {**case.gold.model_dump(mode="json"), "intent": "top_n_by_metric", "limit": 2, "order": "asc"}

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from fakeserver import FakeServer, by_ids, script
 
-from nlq2sql.execute import connect_read_only
-from nlq2sql.live import EvalConfig, run_eval
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.prompt import load_prompt
-from nlq2sql.records import iter_records
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.stages.execute import connect_read_only
+from nlq2sql.stages.prompt import load_prompt
 
 MODEL = "fake-model"
 KEY_ENV = "NLQ2SQL_SECRET_TEST_KEY"

@@ -10,9 +10,9 @@ import pytest
 
 from nlq2sql.conditions.selfcheck import abstain_reason, apply_abstention, vote
 from nlq2sql.errors import InputError
-from nlq2sql.evalset import load_evalset
-from nlq2sql.score import Summary
 from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.score import Summary
 
 A = {"intent": "breakdown", "metric": "revenue", "dimension": "region", "time_grain": None, "filters": [],
      "limit": None, "order": None}
@@ -49,8 +49,8 @@ def test_abstention_reasons_and_scoring() -> None:
 def test_selective_summary_and_curve() -> None:
     wh = open_warehouse()
     case = load_evalset("heldout", wh).cases[0]
-    from nlq2sql.runner import make_executor
-    from nlq2sql.score import score_item
+    from nlq2sql.stages.pipeline import make_executor
+    from nlq2sql.stages.score import score_item
 
     summ = Summary([])
     with make_executor(wh) as ex:
@@ -71,8 +71,8 @@ def test_selective_summary_and_curve() -> None:
 
 
 def test_options_are_checked(tmp_path: Path) -> None:
-    from nlq2sql.client import Sampling
-    from nlq2sql.live import EvalConfig, validate
+    from nlq2sql.run.live import EvalConfig, validate
+    from nlq2sql.transport.client import Sampling
 
     url = "http://127.0.0.1:9/v1"
     with pytest.raises(InputError, match="temperature"):
@@ -90,10 +90,10 @@ def test_eval_with_samples_and_abstain(tmp_path: Path) -> None:
     none; the second abstains, the summary says so, and re-scoring decides the same."""
     from fakeserver import FakeServer, script
 
-    from nlq2sql.client import Sampling
-    from nlq2sql.live import EvalConfig, LoadShape, run_eval
-    from nlq2sql.records import iter_records
-    from nlq2sql.runner import rescore_run
+    from nlq2sql.records.store import iter_records
+    from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+    from nlq2sql.stages.pipeline import rescore_run
+    from nlq2sql.transport.client import Sampling
 
     cases = load_evalset("heldout", open_warehouse()).cases[:2]
     gold = [c.gold.model_dump(mode="json") for c in cases]

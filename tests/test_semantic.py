@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from nlq2sql.cli import _common as cli_common
 from nlq2sql.cli import main as cli_main
 from nlq2sql.cli.main import app
-from nlq2sql.intent import Intent, compact_json, compact_regex, consistency_problem, intent_schema
 from nlq2sql.semantic import load_catalog, open_warehouse
-from nlq2sql.sqlbuild import build_sql
+from nlq2sql.stages.intent import Intent, compact_json, compact_regex, consistency_problem, intent_schema
+from nlq2sql.stages.sqlbuild import build_sql
 
 runner = CliRunner()
 
@@ -162,7 +162,7 @@ def test_byo_bad_filter_value_is_an_input_error(library: tuple[Path, Path], tmp_
 
 def test_byo_guardrail_naming_an_unknown_metric_is_a_load_error(library: tuple[Path, Path], tmp_path: Path) -> None:
     from nlq2sql.errors import GuardrailError
-    from nlq2sql.guardrail import load_guardrails
+    from nlq2sql.stages.guardrail import load_guardrails
 
     folder, db = library
     rules = tmp_path / "metric.toml"
@@ -228,7 +228,7 @@ def test_semantic_show_prints_the_contract() -> None:
                                                 ("flights", None, (24, 44, 22))])
 def test_shipped_warehouse_checks(tmp_path: Path, name: str, scale: float | None, sizes: tuple[int, ...]) -> None:
     """Every shipped warehouse passes `semantic check`, and each of its sets `evalset check`."""
-    from nlq2sql import warehouse
+    from nlq2sql.stages import warehouse
 
     db = warehouse.ensure(name=name) if scale is None else warehouse.build(tmp_path / f"{name}.duckdb", scale, name)
     res = runner.invoke(app, ["semantic", "check", name, "--db", str(db), "--json"])
@@ -241,7 +241,7 @@ def test_shipped_warehouse_checks(tmp_path: Path, name: str, scale: float | None
 
 
 def test_shipped_sets_share_no_question() -> None:
-    from nlq2sql.evalset import load_evalset
+    from nlq2sql.stages.evalset import load_evalset
 
     for name in ("retail", "tpch", "flights"):
         cat = load_catalog(name)

@@ -11,11 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from nlq2sql.errors import IntentError, SqlBuildError
-from nlq2sql.execute import Executor
 from nlq2sql.semantic import load_catalog
 from nlq2sql.semantic.contract import answer_schema, parse_answer, part_matches
 from nlq2sql.semantic.engine import Query
 from nlq2sql.semantic.query import MetricQuery, Unanswerable
+from nlq2sql.stages.execute import Executor
 
 CAT = load_catalog("retail")
 
@@ -64,7 +64,7 @@ REFERENCE: list[tuple[dict[str, Any], str, bool]] = [
 @pytest.mark.parametrize("query, reference, ordered", REFERENCE, ids=[str(i) for i in range(len(REFERENCE))])
 def test_metricflow_rows_equal_hand_written_sql(query: dict[str, Any], reference: str, ordered: bool,
                                                 executor: Executor) -> None:
-    from nlq2sql.execute import rows_equal
+    from nlq2sql.stages.execute import rows_equal
 
     q = CAT.engine.compile(MetricQuery.model_validate(query))
     got, want = executor.run(q), executor.run(Query(reference, ()))

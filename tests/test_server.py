@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.errors import ServerError
-from nlq2sql.server import LocalServer, ServerConfig, free_port
+from nlq2sql.run.server import LocalServer, ServerConfig, free_port
 
 
 def test_engine_failure_is_reported_at_once_even_if_the_api_process_lingers(

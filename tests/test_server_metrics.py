@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nlq2sql import server_metrics as sm
+from nlq2sql.transport import server_metrics as sm
 
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm_metrics_cpu_0.32.txt"  # a real CPU vLLM 0.32 page
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.queryset import load_query_set
 from nlq2sql.semantic import load_catalog
+from nlq2sql.stages.queryset import load_query_set
 
 runner = CliRunner()
 CAT = load_catalog("retail")

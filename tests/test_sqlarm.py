@@ -15,14 +15,14 @@ from typing import Any
 import duckdb
 import pytest
 
-from nlq2sql.execute import Executor
-from nlq2sql.queryset import QueryCase, QuerySet, load_query_set
+from nlq2sql.answers.sql import Sandbox, check_sql, compare, extract_sql, schema_text, score_sql
+from nlq2sql.answers.sql.guard import Verdict
+from nlq2sql.answers.sql.schema_text import relationships
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog, default_catalog
 from nlq2sql.semantic.query import MetricQuery
-from nlq2sql.sqlarm import Sandbox, check_sql, compare, extract_sql, schema_text, score_sql
-from nlq2sql.sqlarm.guard import Verdict
-from nlq2sql.sqlarm.schema_text import relationships
+from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.queryset import QueryCase, QuerySet, load_query_set
 
 CANARY = "c4n4ry-s3cr3t-7f1d"
 STOPPED = {"sql_refused", "sql_error", "sql_timeout", "sql_too_many_rows"}
@@ -408,7 +408,7 @@ def test_outcomes_in_the_record(heldout: QuerySet, catalog: Catalog, executor: E
     assert rec["status"] == "request_error" and rec["gold_result_head"]
     rec = _score(case, '{"unanswerable": "no such data"}', executor, catalog, sandbox)
     assert rec["error_final"] == "false_abstention" and rec["unanswerable"] == "no such data"
-    from nlq2sql.query_score import score_query
+    from nlq2sql.stages.query_score import score_query
     keys = set(score_query(case, "{}", executor, catalog))
     assert keys <= set(rec), keys - set(rec)
 

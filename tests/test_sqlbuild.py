@@ -29,13 +29,13 @@ from strategies import (
 from strategies import GRAINS as GRAIN_NAMES
 from strategies import OPS as OP_NAMES
 
-from nlq2sql import sqlbuild
 from nlq2sql.errors import SqlBuildError
-from nlq2sql.execute import Executor
-from nlq2sql.intent import Filter, Intent, canonicalise
 from nlq2sql.semantic import default_catalog
-from nlq2sql.sqlbuild import GRAINS, Query, build_sql
-from nlq2sql.warehouse import builder
+from nlq2sql.stages import sqlbuild
+from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.intent import Filter, Intent, canonicalise
+from nlq2sql.stages.sqlbuild import GRAINS, Query, build_sql
+from nlq2sql.stages.warehouse import builder
 
 VALUES = builder("retail").VALUES
 CATALOG = default_catalog()
@@ -126,8 +126,8 @@ def test_v1_golden_sql_means_the_same(case: dict[str, Any], executor: Executor) 
 
 def test_every_shipped_gold_keeps_its_v1_result_hash(executor: Executor) -> None:
     """Nothing already recorded changes meaning: every gold's result hash equals v1's."""
-    from nlq2sql.evalset import load_evalset
-    from nlq2sql.intent import is_ordered
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.intent import is_ordered
 
     assert GOLD_HASHES_V1["scale"] == 0.05  # the test warehouse's scale (conftest)
     golds = GOLD_HASHES_V1["golds"]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nlq2sql.stream import Accumulator, Completion, NotAnEventStream, StreamEventError
+from nlq2sql.transport.stream import Accumulator, Completion, NotAnEventStream, StreamEventError
 
 
 def ev(content: str | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
@@ -50,7 +50,7 @@ def test_error_events_and_non_objects() -> None:
 def test_sse_reader_yields_data_objects_up_to_done() -> None:
     import asyncio
 
-    from nlq2sql.stream import sse_events
+    from nlq2sql.transport.stream import sse_events
 
     async def body(lines: list[bytes]):  # type: ignore[no-untyped-def]
         for x in lines:
@@ -72,7 +72,7 @@ def test_sse_reader_reads_the_same_events_however_the_body_is_cut(cuts: list[int
     """``iter_any`` hands over whatever one read returned: the events must not depend on it."""
     import asyncio
 
-    from nlq2sql.stream import sse_events
+    from nlq2sql.transport.stream import sse_events
 
     body = (b': keep-alive\r\n\r\ndata: {"a":1,"s":"x\\ny"}\n\nevent: message\ndata:{"b":[2,3]}\r\n\r\n'
             b'data: {"c":null}\n\ndata: [DONE]\n\ndata: {"after":"done"}')
@@ -94,7 +94,7 @@ def test_sse_reader_reads_the_same_events_however_the_body_is_cut(cuts: list[int
 
 def test_event_json_python_accepts_is_still_read() -> None:
     """msgspec refuses NaN/Infinity; Python's JSON reads them: the fallback keeps both alike."""
-    from nlq2sql.stream import decode_event
+    from nlq2sql.transport.stream import decode_event
 
     assert decode_event(b'{"logprob":-Infinity}') == {"logprob": float("-inf")}
     assert decode_event(b'{"choices":[{"delta":{"content":"x"}}]}') == {"choices": [{"delta": {"content": "x"}}]}

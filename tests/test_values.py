@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from nlq2sql.conditions.values import ValueIndex, effective_guardrails, hint_text, value_ruleset
 from nlq2sql.errors import InputError
-from nlq2sql.evalset import load_evalset
-from nlq2sql.guardrail import load_guardrails
-from nlq2sql.intent import Filter, Intent
 from nlq2sql.semantic import Warehouse, open_warehouse
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.guardrail import load_guardrails
+from nlq2sql.stages.intent import Filter, Intent
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_loading_and_effective_guardrails(retail: Warehouse) -> None:
 
 
 def test_unknown_mode_is_an_input_error(tmp_path: Path) -> None:
-    from nlq2sql.live import EvalConfig, validate
+    from nlq2sql.run.live import EvalConfig, validate
 
     with pytest.raises(InputError) as exc:
         validate(EvalConfig(out=tmp_path / "x", endpoint="http://127.0.0.1:9/v1", link_values="always"))
@@ -136,9 +136,9 @@ def test_eval_with_hint_and_repair_records_both(tmp_path: Path) -> None:
     lists the linked values, the `values` rule set is applied and re-scoring drops it."""
     from fakeserver import FakeServer, script
 
-    from nlq2sql.live import EvalConfig, LoadShape, run_eval
-    from nlq2sql.records import iter_records
-    from nlq2sql.runner import rescore_run
+    from nlq2sql.records.store import iter_records
+    from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+    from nlq2sql.stages.pipeline import rescore_run
 
     with FakeServer(tmp_path / "fake", script(), model="fake-model") as fake:
         cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from nlq2sql.report import pct
-from nlq2sql.score import mcnemar_exact
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import mcnemar_exact
 from nlq2sql.view import build_bundle, load_runs, write_bundle
 from nlq2sql.view.server import ViewServer, make_server, serve_in_thread
 

@@ -35,8 +35,8 @@ from test_view import (  # noqa: F401 -- fixtures shared with the first half
     shot,
 )
 
-from nlq2sql.report import pct
-from nlq2sql.score import wilson
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import wilson
 from nlq2sql.view import build_bundle, load_runs, write_bundle
 
 BASE, CONTRA = QWEN_ADV / "adversarial-baseline", QWEN_ADV / "adversarial-contrastive"

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
-from nlq2sql.score import mcnemar_exact
+from nlq2sql.stages.score import mcnemar_exact
 from nlq2sql.view import build_bundle, load_runs
 from nlq2sql.view.bundle import ASSETS, CSP, js_string
 from nlq2sql.view.runs import headline, wilson
@@ -155,7 +155,7 @@ def test_wilson_and_mcnemar_agree_with_the_harness() -> None:
             assert mine[key] == run.summary[key], (run.path, key)
     for k, n in ((0, 60), (3, 20), (2, 29), (59, 60), (60, 60), (17, 1000)):
         ref = wilson(k, n)
-        from nlq2sql.score import wilson as harness_wilson
+        from nlq2sql.stages.score import wilson as harness_wilson
         assert ref == harness_wilson(k, n)
     for b, c in ((0, 0), (0, 5), (5, 0), (3, 4), (10, 2), (40, 61), (1000, 1100), (0, 30)):
         assert view_mcnemar(b, c) == pytest.approx(mcnemar_exact(b, c), rel=1e-9, abs=1e-300), (b, c)

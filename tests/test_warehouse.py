@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from nlq2sql import paths, warehouse
-from nlq2sql.evalset import load_evalset
-from nlq2sql.execute import Executor, connect_read_only
-from nlq2sql.intent import canonicalise
-from nlq2sql.sqlbuild import build_sql
+from nlq2sql import paths
+from nlq2sql.stages import warehouse
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.execute import Executor, connect_read_only
+from nlq2sql.stages.intent import canonicalise
+from nlq2sql.stages.sqlbuild import build_sql
 
 RETAIL = warehouse.builder("retail")
 
@@ -62,7 +63,7 @@ def test_two_calendar_years(small_warehouse: Path) -> None:
 
 
 def test_dimension_values_match_the_allow_lists(executor: Executor) -> None:
-    from nlq2sql.sqlbuild import Query
+    from nlq2sql.stages.sqlbuild import Query
 
     for table, col, field in (("customers", "region", "region"), ("customers", "segment", "segment"),
                               ("channels", "channel_name", "channel"), ("products", "category", "category"),

@@ -28,7 +28,7 @@ import pytest
 from fakeserver import FakeServer, script
 
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.records import iter_records
+from nlq2sql.records.store import iter_records
 
 MODEL, N = "fake-model", 30
 TIMING = {"latency_s", "ttft_s", "itl_mean_s", "itl_max_s", "started", "chunks", "attempts", "retry_waits_s"}

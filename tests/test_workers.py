@@ -21,10 +21,10 @@ import pytest
 from fakeserver import FakeServer, by_ids, script
 
 from nlq2sql.errors import InputError
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.records import iter_records
-from nlq2sql.workers import shares
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.workers import shares
 
 MODEL = "fake-model"
 #: Fields that measure time or effort, not results (as in test_killcycles).
@@ -137,7 +137,7 @@ def test_resume_after_sigkill_is_exact(engine: str, tmp_path: Path) -> None:
 
 def test_workers_sample_every_replicas_metrics(tmp_path: Path) -> None:
     """With workers the driver samples /metrics: of every replica, labelled as the records are."""
-    from nlq2sql.pool import ReplicaSpec
+    from nlq2sql.run.pool import ReplicaSpec
 
     spec = script()
     with FakeServer(tmp_path / "a", spec, model=MODEL) as a, FakeServer(tmp_path / "b", spec, model=MODEL) as b:
@@ -157,12 +157,12 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, 
     its memo when it starts sending, and the driver hands each worker one case per gold."""
     import asyncio
 
-    from nlq2sql import workers
-    from nlq2sql.client import RetryBudget
-    from nlq2sql.evalset import load_evalset
-    from nlq2sql.intent import canonicalise
+    from nlq2sql.run import workers
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.sqlbuild import build_sql
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.intent import canonicalise
+    from nlq2sql.stages.sqlbuild import build_sql
+    from nlq2sql.transport.client import RetryBudget
 
     wh = open_warehouse(None, None)
     cases = list(load_evalset("heldout", wh).cases[:5])

@@ -1,3 +1,3 @@
-from .main import app
+from nlq2sql.cli.main import app
 
 app()

@@ -20,8 +20,8 @@ from rich.markup import escape
 from typer._click import exceptions as click_errors  # typer's own (vendored) click
 from typer.core import TyperGroup
 
-from ..errors import InputError, Nlq2SqlError
-from ..inputs import MAX_JSON_DEPTH, MAX_REQUESTS, at_most
+from nlq2sql.errors import InputError, Nlq2SqlError
+from nlq2sql.inputs import MAX_JSON_DEPTH, MAX_REQUESTS, at_most
 
 
 class OneLineErrors(TyperGroup):
@@ -132,7 +132,7 @@ RoutingOpt = Annotated[str, typer.Option(
 
 def fleet_args(endpoints: list[str] | None, endpoints_file: Path | None) -> tuple[str | None, tuple[Any, ...]]:
     """``--endpoint`` (repeatable) and ``--endpoints-file`` → (first endpoint, the other replicas)."""
-    from ..pool import ReplicaSpec, parse_endpoints_file
+    from nlq2sql.run.pool import ReplicaSpec, parse_endpoints_file
 
     specs = [ReplicaSpec(u) for u in endpoints or ()]
     if endpoints_file is not None:
@@ -147,7 +147,7 @@ def fleet_args(endpoints: list[str] | None, endpoints_file: Path | None) -> tupl
 
 def parse_workers(text: str, concurrency: int) -> int:
     """``--workers N`` or ``auto``."""
-    from ..workers import auto_workers
+    from nlq2sql.run.workers import auto_workers
 
     if text.strip() == "auto":
         return auto_workers(concurrency)
@@ -219,8 +219,8 @@ def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str
     """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``examples``
     (--examples, --example-bank), ``selective`` (--samples, --temperature, --abstain,
     --abstain-below)."""
-    from ..client import Sampling
-    from ..live import EvalConfig
+    from nlq2sql.run.live import EvalConfig
+    from nlq2sql.transport.client import Sampling
 
     semantic_model, db, schema = semantic
     samples, temperature, abstain, abstain_below = selective

@@ -1,4 +1,4 @@
-"""``nlq2sql batch``: an eval set or a question file through Ray Data (``nlq2sql.batch``)."""
+"""``nlq2sql batch``: an eval set or a question file through Ray Data (``nlq2sql.run.batch``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import InputError
-from ..models import DEFAULT_MODEL
-from ._common import (
+from nlq2sql.cli._common import (
     DbOpt,
     EndpointsFileOpt,
     GuardrailsOpt,
@@ -27,6 +25,8 @@ from ._common import (
     guardrail_names,
     handled,
 )
+from nlq2sql.errors import InputError
+from nlq2sql.run.models import DEFAULT_MODEL
 
 BatchEndpointsOpt = Annotated[list[str] | None, typer.Option(
     "--endpoint", help="--engine ray: OpenAI-compatible base URL (…/v1); give it several times for replicas "
@@ -71,10 +71,10 @@ def batch_cmd(
 ) -> None:
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
     the usual summary (all or nothing: no output directory unless every item was answered)."""
-    from ..batch import BatchConfig, run_batch
-    from ..client import Sampling
-    from ..live import EvalConfig
-    from ..report import render_summary
+    from nlq2sql.run.batch import BatchConfig, run_batch
+    from nlq2sql.run.live import EvalConfig
+    from nlq2sql.stages.report import render_summary
+    from nlq2sql.transport.client import Sampling
 
     if (evalset is None) == (questions is None):
         raise InputError("give one of --evalset (scored) or --questions (answered, not scored)", field="--evalset")
@@ -106,7 +106,7 @@ def batch_cmd(
 
 def answers_table(s: dict[str, Any], title: str) -> Table:
     """An unscored batch: how the answers came out (no gold, so no accuracy)."""
-    from ..report import pct
+    from nlq2sql.stages.report import pct
 
     t = Table(title=title, show_header=True)
     t.add_column("measure")

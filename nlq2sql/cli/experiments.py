@@ -9,10 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ..errors import InputError
-from ..inputs import at_most
-from ..models import DEFAULT_MODEL
-from ._common import (
+from nlq2sql.cli._common import (
     AbstainBelowOpt,
     AbstainOpt,
     DbOpt,
@@ -40,6 +37,9 @@ from ._common import (
     handled,
     parse_levels,
 )
+from nlq2sql.errors import InputError
+from nlq2sql.inputs import at_most
+from nlq2sql.run.models import DEFAULT_MODEL
 
 
 @app.command("load-check")
@@ -61,9 +61,9 @@ def load_check(
     semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """Quality under load: are outputs byte-identical at each concurrency? Exit 1 if not."""
-    from ..experiments import loadcheck
-    from ..experiments.common import shared_endpoint
-    from ..records import output_dir
+    from nlq2sql.experiments import loadcheck
+    from nlq2sql.experiments.common import shared_endpoint
+    from nlq2sql.records.store import output_dir
 
     output_dir(out, create=False)
     if runs:
@@ -111,9 +111,9 @@ def compact(
     """Compact vs pretty output: tokens, bytes, latency, and whether compactness was honoured."""
     from dataclasses import replace
 
-    from ..experiments import compact as cx
-    from ..experiments.common import shared_endpoint
-    from ..records import output_dir
+    from nlq2sql.experiments import compact as cx
+    from nlq2sql.experiments.common import shared_endpoint
+    from nlq2sql.records.store import output_dir
 
     output_dir(out, create=False)
     if concurrency < 1:
@@ -151,9 +151,9 @@ def matrix(
     """Prompt × guardrail matrix with CIs and exact McNemar tests; guardrails re-scored offline."""
     from dataclasses import replace
 
-    from ..experiments import matrix as mx
-    from ..experiments.common import shared_endpoint
-    from ..records import output_dir, read_json, require_run
+    from nlq2sql.experiments import matrix as mx
+    from nlq2sql.experiments.common import shared_endpoint
+    from nlq2sql.records.store import output_dir, read_json, require_run
 
     output_dir(out, create=False)
     conds = tuple(g.strip() for g in guardrails.split(",") if g.strip())
@@ -163,7 +163,7 @@ def matrix(
         dirs = {read_json(require_run(d) / "manifest.json").get("prompt", d.name) + f"@{d.name}": d
                 for d in runs}
     else:
-        from ..prompt import load_prompt
+        from nlq2sql.stages.prompt import load_prompt
 
         names = tuple(p.strip() for p in prompts.split(","))
         if not prompts.strip() or not all(names):
@@ -192,7 +192,7 @@ def compare(
     title: Annotated[str, typer.Option(help="Report title.")] = "nlq2sql comparison",
 ) -> None:
     """Side-by-side report of recorded runs: Markdown + self-contained HTML with plots."""
-    from ..experiments.compare import render
+    from nlq2sql.experiments.compare import render
 
     paths = render(list(run_dirs), out, gpu_cost_per_hour, title)
     Console().print(f"wrote {paths['markdown']} and {paths['html']}")
@@ -216,8 +216,8 @@ def gate(
                                              "(default: print only).")] = None,
 ) -> None:
     """Regression gate for CI: exit 1 when the candidate run is worse than the baseline, 2 on bad input."""
-    from ..experiments import gate as gt
-    from ..records import output_dir
+    from nlq2sql.experiments import gate as gt
+    from nlq2sql.records.store import output_dir
 
     cfg = gt.config_from_options(baseline=baseline, candidate=candidate, max_drop=max_drop, alpha=alpha,
                                  max_p95_rise=max_p95_rise, require_identical=require_identical)

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from ..errors import InputError
-from ._common import app, handled
+from nlq2sql.cli._common import app, handled
+from nlq2sql.errors import InputError
 
 guardrail_app = typer.Typer(help="Guardrails: train and inspect the learned guardrail (learned:NAME).",
                             no_args_is_help=True)
@@ -42,8 +42,8 @@ def train(
 ) -> None:
     """Train the learned guardrail (logistic regression on word and character n-grams) and save a
     versioned JSON artefact with the training set's sha256 and 5-fold cross-validated accuracy."""
-    from .. import learned_guardrail as lg
-    from .. import learned_training as lt
+    from nlq2sql.stages import learned_guardrail as lg
+    from nlq2sql.stages import learned_training as lt
 
     if out is not None and out.suffix != ".json":
         raise InputError("the artefact is JSON (never pickle): give a path ending in .json", field="--out")
@@ -76,8 +76,8 @@ def show(
         "--question", help="Classify this question too (repeatable).")] = None,
 ) -> None:
     """A learned guardrail's metadata (verified), and its predictions for the given questions."""
-    from .. import learned_guardrail as lg
-    from ..semantic.catalog import display_path
+    from nlq2sql.semantic.catalog import display_path
+    from nlq2sql.stages import learned_guardrail as lg
 
     model = lg.load_model(ref.removeprefix(lg.PREFIX))
     a = model.artefact

@@ -9,10 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from ..errors import InputError
-from ..inputs import MAX_REQUESTS, at_most
-from ..models import DEFAULT_MODEL
-from ._common import (
+from nlq2sql.cli._common import (
     DbOpt,
     EndpointOpt,
     EndpointsFileOpt,
@@ -33,6 +30,9 @@ from ._common import (
     handled,
     parse_levels,
 )
+from nlq2sql.errors import InputError
+from nlq2sql.inputs import MAX_REQUESTS, at_most
+from nlq2sql.run.models import DEFAULT_MODEL
 
 probe_app = typer.Typer(help="Serving-path probes: serialization verdict, cancel, /health, prefix reuse.",
                         no_args_is_help=True)
@@ -58,7 +58,7 @@ def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str 
                semantic: tuple[str | None, Path | None, str] = (None, None, "flat")) -> Any:
     from dataclasses import replace
 
-    from ..client import STRUCTURED_MODES
+    from nlq2sql.transport.client import STRUCTURED_MODES
 
     if structured not in STRUCTURED_MODES:
         raise InputError(f"unknown mode {structured!r} (known: {', '.join(STRUCTURED_MODES)})",
@@ -120,9 +120,9 @@ def sweep_cmd(
     With several endpoints: the sweep of the whole fleet, then of each replica alone."""
     from dataclasses import replace
 
-    from ..load import modes
-    from ..load import sweep as sw
-    from ..load.analysis import Thresholds
+    from nlq2sql.load import modes
+    from nlq2sql.load import sweep as sw
+    from nlq2sql.load.analysis import Thresholds
 
     levels = parse_levels(concurrency, "--concurrency")
     endpoint_url, replicas = fleet_args(endpoint, endpoints_file)
@@ -160,8 +160,8 @@ def grid_cmd(
     semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """Concurrency × request-length class: req/s, p95 and peak KV usage per cell, as a table and heatmap."""
-    from ..live import bound_endpoint
-    from ..load import grid as gr
+    from nlq2sql.load import grid as gr
+    from nlq2sql.run.live import bound_endpoint
 
     cfg = gr.GridConfig(base=_load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out,
                                         max_num_seqs,
@@ -193,8 +193,8 @@ def probe_serialization(
     expect: Annotated[str | None, typer.Option(help="Exit 1 unless the verdict is this one.")] = None,
 ) -> None:
     """Batched, serialized (upstream or at the engine) or client-bound? Evidence and a verdict."""
-    from ..load import serialization as ser
-    from ..load.sweep import bound_endpoint
+    from nlq2sql.load import serialization as ser
+    from nlq2sql.load.sweep import bound_endpoint
 
     if expect is not None and expect not in ser.VERDICTS:
         raise InputError(f"unknown verdict {expect!r} (known: {', '.join(ser.VERDICTS)})", field="--expect")
@@ -211,10 +211,10 @@ def probe_serialization(
 
 def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None, max_num_seqs: int | None,
            out: Path, **kw: Any) -> None:
-    from ..live import api_key, preflight
-    from ..load.probes import Target, run_probe
-    from ..load.sweep import bound_endpoint
-    from ..records import output_dir
+    from nlq2sql.load.probes import Target, run_probe
+    from nlq2sql.load.sweep import bound_endpoint
+    from nlq2sql.records.store import output_dir
+    from nlq2sql.run.live import api_key, preflight
 
     output_dir(out, create=False)
     base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)
@@ -278,8 +278,8 @@ def probe_prefix(
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-prefix"),
 ) -> None:
     """Shared vs diverse vs leading-unique prefixes: TTFT, prefill share, prefix-cache hit rate."""
-    from ..evalset import load_evalset
-    from ..prompt import load_prompt
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.prompt import load_prompt
 
     if requests < 1 or pad_words < 0 or max_tokens < 1:
         raise InputError("need --requests ≥ 1, --pad-words ≥ 0, --max-tokens ≥ 1", field="--requests")
@@ -308,7 +308,7 @@ def capacity_cmd(
     out: Annotated[Path | None, typer.Option(help="Write capacity.json and capacity.md here.")] = None,
 ) -> None:
     """KV bytes per token vs the server's KV budget; ISL/OSL, max_tokens and context headroom."""
-    from ..load import capacity as cap
+    from nlq2sql.load import capacity as cap
 
     res = cap.run(cap.CapacityConfig(runs=tuple(run or ()), sweep=sweep, model=model, model_config=model_config,
                                      kv_dtype=kv_dtype, endpoint=endpoint, concurrency=concurrency,

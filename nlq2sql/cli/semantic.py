@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import InputError
-from ._common import DbOpt, SchemaOpt, SemanticModelOpt, app, err, handled
+from nlq2sql.cli._common import DbOpt, SchemaOpt, SemanticModelOpt, app, err, handled
+from nlq2sql.errors import InputError
 
 semantic_app = typer.Typer(help="Semantic models (dbt Semantic Layer YAML): check, show, init.",
                            no_args_is_help=True)
@@ -24,8 +24,8 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
                    db: DbOpt = None,
                    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False) -> None:
     """Load, resolve joins, and execute one query per metric × dimension; exit 2 on any failure."""
-    from ..semantic import open_warehouse
-    from ..semantic.tools import check, dumps
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.semantic.tools import check, dumps
 
     wh = open_warehouse(path, db)
     report = check(wh)
@@ -46,8 +46,8 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
 @handled
 def semantic_show(semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat") -> None:
     """Print the derived vocabulary, known values, years, JSON Schema and compact regex (JSON)."""
-    from ..semantic import open_warehouse
-    from ..semantic.tools import dumps, show
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.semantic.tools import dumps, show
 
     sys.stdout.write(dumps(show(open_warehouse(semantic_model, db), schema)) + "\n")
 
@@ -58,7 +58,7 @@ def semantic_init(db: Annotated[Path, typer.Option("--db", help="DuckDB file to 
                   out: Annotated[Path | None, typer.Option(help="Write the YAML here (default: stdout).")] = None,
                   force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False) -> None:
     """Write a starting semantic model from a database's tables and columns, to edit."""
-    from ..semantic.tools import init_yaml
+    from nlq2sql.semantic.tools import init_yaml
 
     if not db.is_file():
         raise InputError("no such database file", path=str(db), field="--db")
@@ -87,9 +87,9 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as 
     """Print the SQL and bound parameters for one intent; with --execute, the result rows."""
     import json
 
-    from ..inputs import option_text
-    from ..semantic import open_warehouse
-    from ..semantic.tools import sql_for
+    from nlq2sql.inputs import option_text
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.semantic.tools import sql_for
 
     intent = option_text(intent, "--intent")  # @FILE: a regular file only (a FIFO would block forever)
     res = sql_for(open_warehouse(semantic_model, db), intent, execute=execute)

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import InputError
-from ._common import app, err, handled
+from nlq2sql.cli._common import app, err, handled
+from nlq2sql.errors import InputError
 
 
 @app.command("view")
@@ -26,8 +26,8 @@ def view_cmd(
     """Browse runs, items, one item, and compare runs item by item: a local page (127.0.0.1 only, read-only)."""
     import signal
 
-    from ..view import build_bundle, load_runs, write_bundle
-    from ..view.server import make_server
+    from nlq2sql.view import build_bundle, load_runs, write_bundle
+    from nlq2sql.view.server import make_server
 
     if out is None and not 0 <= port <= 65535:
         raise InputError(f"must be between 0 and 65535, got {port}", field="--port")

@@ -4,6 +4,6 @@ Each condition is an option of ``eval``/``matrix`` recorded in the manifest (and
 where it chooses something per item), so a run says exactly what the model was shown.
 """
 
-from .examples import ExampleBank, load_bank
+from nlq2sql.conditions.examples import ExampleBank, load_bank
 
 __all__ = ["ExampleBank", "load_bank"]

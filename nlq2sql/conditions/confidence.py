@@ -25,7 +25,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from ..intent import INTENTS
+from nlq2sql.stages.intent import INTENTS
 
 __all__ = ["TOP_LOGPROBS", "intent_evidence", "kind_share"]
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
-from ..evalset import load_evalset
-from ..intent import compact_json
-from ..semantic.catalog import Catalog, display_path
+from nlq2sql.errors import InputError
+from nlq2sql.semantic.catalog import Catalog, display_path
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.intent import compact_json
 
 DEFAULT_BANK = "dev"
 _SPACE = re.compile(r"\s+")
@@ -117,7 +117,7 @@ def load_bank(name_or_path: str | None, catalog: Catalog, k: int, answer: str = 
     if k < 0:
         raise InputError(f"must be at least 0, got {k}", field="--examples")
     if answer == "query":
-        from ..queryset import load_query_set
+        from nlq2sql.stages.queryset import load_query_set
 
         bank = ExampleBank(load_query_set(name_or_path or DEFAULT_BANK, catalog), _query_answer)
     else:

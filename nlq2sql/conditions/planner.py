@@ -4,7 +4,7 @@ intent under that kind's branch schema.
 The first request is vLLM's ``structured_outputs.choice`` over the three kinds (a handful of
 tokens); the second carries only the chosen kind's branch, so the kind cannot change and no
 inconsistent intent can be generated.  Both requests go through the one request path
-(:func:`nlq2sql.client.complete`, the run's retry budget); the record keeps the first
+(:func:`nlq2sql.transport.client.complete`, the run's retry budget); the record keeps the first
 stage's choice, outcome, latency and tokens beside the second's, so the planner's cost in
 requests, tokens and latency is reported next to what it gains.
 """
@@ -15,10 +15,10 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from ..client import Completion, EndpointConfig, RetryBudget, Sampling, complete
-from ..intent import INTENTS, branch_schema
-from ..semantic.catalog import Catalog
-from .confidence import intent_evidence
+from nlq2sql.conditions.confidence import intent_evidence
+from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.stages.intent import INTENTS, branch_schema
+from nlq2sql.transport.client import Completion, EndpointConfig, RetryBudget, Sampling, complete
 
 PLANNERS = ("none", "two-stage")
 #: Tokens the first stage may use: the longest kind is a few tokens in any tokenizer.

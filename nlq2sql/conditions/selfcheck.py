@@ -26,11 +26,11 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from ..client import Completion, EndpointConfig, RetryBudget, Sampling, complete
-from ..errors import IntentError
-from ..intent import canonicalise, parse_intent
-from ..semantic.catalog import Catalog
-from .confidence import kind_share
+from nlq2sql.conditions.confidence import kind_share
+from nlq2sql.errors import IntentError
+from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.stages.intent import canonicalise, parse_intent
+from nlq2sql.transport.client import Completion, EndpointConfig, RetryBudget, Sampling, complete
 
 __all__ = ["MAX_SAMPLES", "abstain_reason", "apply_abstention", "sample_and_vote", "vote"]
 

@@ -28,11 +28,11 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..guardrail import Intervention, Rule, RuleSet, propose
-from ..intent import Intent
+from nlq2sql.stages.guardrail import Intervention, Rule, RuleSet, propose
+from nlq2sql.stages.intent import Intent
 
 if TYPE_CHECKING:
-    from ..semantic import Warehouse
+    from nlq2sql.semantic import Warehouse
 
 __all__ = ["LINK_MODES", "Link", "ValueIndex", "ValueRuleSet", "effective_guardrails", "hint_text"]
 

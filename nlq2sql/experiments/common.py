@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..live import EvalConfig, bound_endpoint
+from nlq2sql.run.live import EvalConfig, bound_endpoint
 
 
 @contextmanager

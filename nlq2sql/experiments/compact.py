@@ -19,13 +19,13 @@ from typing import Any
 
 import httpx
 
-from ..client import Sampling
-from ..intent import compact_regex
-from ..item import whitespace_outside_strings
-from ..live import EvalConfig, run_eval
-from ..records import RECORDS, iter_records, output_dir, write_json_atomic
-from ..score import percentiles
-from ..semantic import load_catalog
+from nlq2sql.records.store import RECORDS, iter_records, output_dir, write_json_atomic
+from nlq2sql.run.item import whitespace_outside_strings
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.semantic import load_catalog
+from nlq2sql.stages.intent import compact_regex
+from nlq2sql.stages.score import percentiles
+from nlq2sql.transport.client import Sampling
 
 ARMS = ("pretty", "prompt-compact", "grammar-compact")
 

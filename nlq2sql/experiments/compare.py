@@ -18,8 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..records import output_dir, read_finished_run  # noqa: E402
-from ..report import pct  # noqa: E402
+from nlq2sql.records.store import output_dir, read_finished_run  # noqa: E402
+from nlq2sql.stages.report import pct  # noqa: E402
 
 
 def load_runs(dirs: list[Path]) -> list[dict[str, Any]]:

@@ -43,9 +43,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scipy.stats import binomtest
 
-from ..errors import InputError, RecordError
-from ..records import RECORDS, SUMMARY, iter_records, output_dir, read_finished_run
-from ..score import percentiles
+from nlq2sql.errors import InputError, RecordError
+from nlq2sql.records.store import RECORDS, SUMMARY, iter_records, output_dir, read_finished_run
+from nlq2sql.stages.score import percentiles
 
 #: Fewest latency samples per run for a p95 the gate will judge.
 MIN_LATENCY_N = 5
@@ -192,7 +192,7 @@ def _check_same_inputs(base_dir: Path, base: dict[str, Any], cand_dir: Path, can
     b_sha, c_sha = _warehouse_sha(base), _warehouse_sha(cand)
     if b_sha == c_sha:  # equal, or both missing: both on the default warehouse
         return
-    from ..semantic import DEFAULT_WAREHOUSE, default_catalog
+    from nlq2sql.semantic import DEFAULT_WAREHOUSE, default_catalog
 
     default = default_catalog().sha256  # a run from before semantic models ran on retail
     b_eff, c_eff = b_sha or default, c_sha or default

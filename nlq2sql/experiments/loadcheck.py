@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..live import EvalConfig, run_eval
-from ..records import RECORDS, iter_records, output_dir, read_finished_run, write_json_atomic
-from ..report import pct
+from nlq2sql.errors import InputError
+from nlq2sql.records.store import RECORDS, iter_records, output_dir, read_finished_run, write_json_atomic
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.stages.report import pct
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def run_across_replicas(cfg: LoadCheckConfig) -> dict[str, Any]:
     """Every item on every replica, at every level: one run per (replica, level, repeat),
     each pinned to its replica.  Identity is then reported across replicas (same level) and
     across levels (same replica) beside the comparison of all runs."""
-    from ..live import preflight
+    from nlq2sql.run.live import preflight
 
     base = cfg.base
     if base.endpoint is None or not base.replicas:

@@ -12,11 +12,11 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from ..live import EvalConfig, run_eval
-from ..records import output_dir, write_json_atomic
-from ..report import pct
-from ..runner import rescore_run
-from ..score import mcnemar_exact
+from nlq2sql.records.store import output_dir, write_json_atomic
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.stages.pipeline import rescore_run
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import mcnemar_exact
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..evalset import load_evalset
-from ..intent import canonicalise, is_ordered
-from ..records import iter_records, output_dir, read_finished_run
-from ..report import pct as report_pct
-from ..runner import make_executor, rescore_run
-from ..score import mcnemar_exact, percentiles
-from ..semantic import open_warehouse
-from ..sqlbuild import build_sql
+from nlq2sql.records.store import iter_records, output_dir, read_finished_run
+from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.intent import canonicalise, is_ordered
+from nlq2sql.stages.pipeline import make_executor, rescore_run
+from nlq2sql.stages.report import pct as report_pct
+from nlq2sql.stages.score import mcnemar_exact, percentiles
+from nlq2sql.stages.sqlbuild import build_sql
 
 __all__ = ["GUARDRAIL_CONDITIONS", "SEED_TABLE", "TARGETS", "RunRow", "collect", "render"]
 
@@ -313,7 +313,7 @@ def thin_curve(curve: list[dict[str, Any]], cuts: tuple[float, ...] = (0.9, 0.8,
 def _plots(rows: list[RunRow]) -> dict[str, str]:
     import matplotlib.pyplot as plt
 
-    from .compare import accuracy_figure, png_base64
+    from nlq2sql.experiments.compare import accuracy_figure, png_base64
 
     figs: dict[str, str] = {}
     figs["accuracy by condition"] = accuracy_figure(

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..inputs import parse_json, read_text
-from ..models import DEFAULT_MODEL
-from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
-from ..score import percentiles
-from .results import CapacityResult, SweepResult, as_model, load_result
+from nlq2sql.errors import InputError
+from nlq2sql.inputs import parse_json, read_text
+from nlq2sql.load.results import CapacityResult, SweepResult, as_model, load_result
+from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
+from nlq2sql.run.models import DEFAULT_MODEL
+from nlq2sql.stages.score import percentiles
 
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "int8": 1.0}
@@ -180,7 +180,7 @@ class CapacityConfig:
 
 def load_model_config(model: str, model_config: Path | None, kv_dtype: str) -> dict[str, Any]:
     """The model's config.json (given, or the local model's), checked to give a KV size."""
-    from ..models import resolve_model
+    from nlq2sql.run.models import resolve_model
 
     if model_config is None:
         path = Path(resolve_model(model)[0]) / "config.json"
@@ -216,9 +216,9 @@ def fetch_metrics(endpoint: str) -> str | None:
 
 def run(cfg: CapacityConfig) -> dict[str, Any]:
     """Validate, read, analyse; write ``capacity.json`` and ``capacity.md`` when ``cfg.out`` is set."""
-    from ..live import check_endpoint_url
-    from ..records import output_dir
-    from .output import write_outputs
+    from nlq2sql.load.output import write_outputs
+    from nlq2sql.records.store import output_dir
+    from nlq2sql.run.live import check_endpoint_url
 
     if cfg.out is not None:
         output_dir(cfg.out, create=False)

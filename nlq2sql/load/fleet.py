@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .output import write_outputs
-from .results import SweepResult, as_model
-from .sweep import Progress, SweepConfig, prepare_out, run_sweep
+from nlq2sql.load.output import write_outputs
+from nlq2sql.load.results import SweepResult, as_model
+from nlq2sql.load.sweep import Progress, SweepConfig, prepare_out, run_sweep
 
 __all__ = ["render_markdown", "run_fleet_sweep"]
 

@@ -25,16 +25,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..evalset import load_evalset
-from ..inputs import MAX_REQUESTS, at_most
-from ..live import EvalConfig
-from ..semantic import load_catalog
-from .levels import run_level
-from .output import write_outputs
-from .render import fmt_num
-from .results import GridResult, as_model
-from .sweep import Progress, begin_levels, check_resume
+from nlq2sql.errors import InputError
+from nlq2sql.inputs import MAX_REQUESTS, at_most
+from nlq2sql.load.levels import run_level
+from nlq2sql.load.output import write_outputs
+from nlq2sql.load.render import fmt_num
+from nlq2sql.load.results import GridResult, as_model
+from nlq2sql.load.sweep import Progress, begin_levels, check_resume
+from nlq2sql.run.live import EvalConfig
+from nlq2sql.semantic import load_catalog
+from nlq2sql.stages.evalset import load_evalset
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..evalset import load_evalset
-from ..inputs import MAX_REQUESTS, at_most
-from ..live import EvalConfig, run_eval
-from ..records import MANIFEST, RECORDS, SUMMARY, iter_records, read_json, write_json_atomic
-from ..score import percentiles
-from ..semantic import load_catalog
+from nlq2sql.inputs import MAX_REQUESTS, at_most
+from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read_json, write_json_atomic
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.semantic import load_catalog
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.score import percentiles
 
 
 def expand_evalset(evalset: str, requests: int, out_dir: Path, semantic_model: str | None = None) -> Path:

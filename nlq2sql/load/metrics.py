@@ -1,6 +1,6 @@
 """One-shot ``/metrics`` scrapes for probes: gauges, counters and histogram sums/counts.
 
-The run-long sampler lives in :mod:`nlq2sql.server_metrics`; probes need single snapshots
+The run-long sampler lives in :mod:`nlq2sql.transport.server_metrics`; probes need single snapshots
 taken at chosen moments (before a request, right after a disconnect) and the server-side
 histograms (TTFT, prefill, decode, queue time) as ``_sum`` / ``_count`` pairs whose deltas
 give means over exactly the probe's requests.  An endpoint without ``/metrics`` yields
@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..server_metrics import parse_metrics
+from nlq2sql.transport.server_metrics import parse_metrics
 
 #: logical name → accepted histogram names (first found wins).
 HISTOGRAMS = {

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import InputError
-from .sweep import Progress, SweepConfig
+from nlq2sql.errors import InputError
+from nlq2sql.load.sweep import Progress, SweepConfig
 
 __all__ = ["SweepJob", "SweepOutcome", "run_job", "validate_job"]
 
@@ -53,12 +53,12 @@ def validate_job(job: SweepJob) -> None:
 
 def run_job(job: SweepJob, progress: Progress | None = None) -> SweepOutcome:
     """Validate, run the kind of sweep ``job`` names, and return its report."""
-    from . import sweep as sw
+    from nlq2sql.load import sweep as sw
 
     validate_job(job)
     cfg, out = job.sweep, job.sweep.base.out
     if job.rates is not None:
-        from . import openloop
+        from nlq2sql.load import openloop
 
         rcfg = openloop.RateSweepConfig(base=cfg.base, rates=job.rates, requests=cfg.requests,
                                         max_in_flight=max(cfg.levels), duration_s=cfg.duration_s,
@@ -78,8 +78,8 @@ def run_job(job: SweepJob, progress: Progress | None = None) -> SweepOutcome:
         return SweepOutcome((out / "server-sweep.md").read_text(), f"{out / 'server-sweep.md'} and one sweep "
                             "per setting")
     elif cfg.base.replicas:
-        from ..live import preflight
-        from . import fleet
+        from nlq2sql.load import fleet
+        from nlq2sql.run.live import preflight
 
         preflight(cfg.base)  # every replica reachable and serving the model before anything is written
         fres = fleet.run_fleet_sweep(cfg, {"endpoint": "fleet", "started_by_us": False}, progress)

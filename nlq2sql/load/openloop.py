@@ -25,16 +25,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..inputs import MAX_REQUESTS, at_most
-from ..live import EvalConfig
-from ..records import RECORDS, iter_records
-from .analysis import cost_per_1k
-from .levels import run_level, stats_from_run
-from .output import write_outputs
-from .render import fmt_lat, fmt_num
-from .results import RateSweepResult, as_model
-from .sweep import Progress, begin_levels, check_resume
+from nlq2sql.errors import InputError
+from nlq2sql.inputs import MAX_REQUESTS, at_most
+from nlq2sql.load.analysis import cost_per_1k
+from nlq2sql.load.levels import run_level, stats_from_run
+from nlq2sql.load.output import write_outputs
+from nlq2sql.load.render import fmt_lat, fmt_num
+from nlq2sql.load.results import RateSweepResult, as_model
+from nlq2sql.load.sweep import Progress, begin_levels, check_resume
+from nlq2sql.records.store import RECORDS, iter_records
+from nlq2sql.run.live import EvalConfig
 
 
 @dataclass(frozen=True)

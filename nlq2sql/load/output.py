@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..records import RECORD_VERSION, write_json_atomic
-from .results import checked
+from nlq2sql.load.results import checked
+from nlq2sql.records.store import RECORD_VERSION, write_json_atomic
 
 __all__ = ["write_outputs"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .contract import _M, Pct, _Result
+from nlq2sql.load.contract import _M, Pct, _Result
 
 __all__ = ["CancelProbeResult", "CancelTrial", "HealthLoop", "HealthProbeResult", "HistMean", "PrefixCache",
            "PrefixProbeResult", "PrefixScenario", "PROBE_MODELS"]

@@ -27,13 +27,13 @@ from typing import Any
 
 import aiohttp
 
-from ..records import output_dir
-from ..score import percentiles
-from ..stream import Accumulator, Completion, StreamEventError, sse_events
-from .contract import Pct
-from .metrics import counter_delta, hist_delta, hit_rate, root_url, scrape
-from .output import write_outputs
-from .probe_results import PROBE_MODELS, CancelProbeResult, HealthProbeResult, HistMean, PrefixProbeResult
+from nlq2sql.load.contract import Pct
+from nlq2sql.load.metrics import counter_delta, hist_delta, hit_rate, root_url, scrape
+from nlq2sql.load.output import write_outputs
+from nlq2sql.load.probe_results import PROBE_MODELS, CancelProbeResult, HealthProbeResult, HistMean, PrefixProbeResult
+from nlq2sql.records.store import output_dir
+from nlq2sql.stages.score import percentiles
+from nlq2sql.transport.stream import Accumulator, Completion, StreamEventError, sse_events
 
 ProbeResult = CancelProbeResult | HealthProbeResult | PrefixProbeResult
 

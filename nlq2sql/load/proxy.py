@@ -82,7 +82,7 @@ class Proxy:
     """Run the proxy as a child process: ``with Proxy(upstream, serialize=True) as px: px.url``."""
 
     def __init__(self, upstream: str, serialize: bool = True, port: int | None = None) -> None:
-        from ..server import free_port
+        from nlq2sql.run.server import free_port
 
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
         self.serialize = serialize

@@ -1,6 +1,6 @@
 """Typed, versioned results of the load tools: level stats and every mode's ``STEM.json``.
 
-Like ``summary.json`` (:mod:`nlq2sql.results`), each mode's result is a contract read by
+Like ``summary.json`` (:mod:`nlq2sql.records.results`), each mode's result is a contract read by
 others (re-rendering, ``capacity`` reading a sweep, fleet and server-sweep roll-ups, a
 team's dashboards), so its keys are declared here with ``extra="forbid"``: the one output
 layer (:func:`.output.write_outputs`) validates a result before anything is written, and
@@ -25,11 +25,11 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import RecordError
-from ..inputs import parse_json, read_text
-from .contract import _M, ClientSeen, Gauge, LevelStats, Pct, ServerSeen, _Result
-from .probe_results import PROBE_MODELS
-from .server_results import CapacityResult, SerializationResult
+from nlq2sql.errors import RecordError
+from nlq2sql.inputs import parse_json, read_text
+from nlq2sql.load.contract import _M, ClientSeen, Gauge, LevelStats, Pct, ServerSeen, _Result
+from nlq2sql.load.probe_results import PROBE_MODELS
+from nlq2sql.load.server_results import CapacityResult, SerializationResult
 
 __all__ = ["CapacityResult", "ClientSeen", "FleetSweepResult", "Gauge", "GridResult", "LevelStats",
            "Pct", "RESULT_MODELS", "RateSweepResult", "SerializationResult", "ServerSeen",

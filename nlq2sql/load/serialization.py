@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..inputs import MAX_REQUESTS, at_most
-from ..live import EvalConfig
-from .output import write_outputs
-from .render import fmt_num
-from .results import SerializationResult, as_model
+from nlq2sql.errors import InputError
+from nlq2sql.inputs import MAX_REQUESTS, at_most
+from nlq2sql.load.output import write_outputs
+from nlq2sql.load.render import fmt_num
+from nlq2sql.load.results import SerializationResult, as_model
+from nlq2sql.run.live import EvalConfig
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
 
@@ -65,9 +65,9 @@ class SerializationConfig:
 
 def request_body(cfg: EvalConfig, question: str) -> dict[str, Any]:
     """The eval's structured-output request as a plain JSON body (non-streaming)."""
-    from ..client import bind_sampling, request_kwargs
-    from ..prompt import load_prompt
-    from ..semantic import open_warehouse
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.prompt import load_prompt
+    from nlq2sql.transport.client import bind_sampling, request_kwargs
 
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
@@ -256,8 +256,8 @@ def evidence(single: dict[str, Any], loaded: dict[str, Any], stair: dict[str, An
 
 def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
         progress: Any = None) -> dict[str, Any]:
-    from .levels import run_level
-    from .sweep import begin_level_sets
+    from nlq2sql.load.levels import run_level
+    from nlq2sql.load.sweep import begin_level_sets
 
     if cfg.level < 2:
         raise InputError(f"must be at least 2, got {cfg.level}", field="--level")
@@ -282,8 +282,8 @@ def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
     loaded = run_level(base, sets[lk], cfg.level, out / lk / "run")
     if progress:
         progress(f"c={cfg.level}: {loaded.get('req_per_s') or 0:.2f} req/s (n={loaded['n']})")
-    from ..evalset import load_evalset
-    from ..semantic import load_catalog
+    from nlq2sql.semantic import load_catalog
+    from nlq2sql.stages.evalset import load_evalset
 
     question = load_evalset(base.evalset, load_catalog(base.semantic_model)).cases[0].question
     stair = run_staircase(str(base.endpoint).rstrip("/") + "/chat/completions", request_body(base, question),

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .contract import _M, LevelStats, Pct, _Result
+from nlq2sql.load.contract import _M, LevelStats, Pct, _Result
 
 __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
            "SerializationResult", "SerializationSettings", "Staircase"]

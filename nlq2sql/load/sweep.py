@@ -33,13 +33,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, RecordError
-from ..inputs import MAX_REQUESTS, at_most
-from ..live import EvalConfig, bound_endpoint
-from .analysis import Thresholds, analyse
-from .output import write_outputs
-from .render import fmt_num, plot, render_markdown
-from .results import SweepResult, as_model, load_result
+from nlq2sql.errors import InputError, RecordError
+from nlq2sql.inputs import MAX_REQUESTS, at_most
+from nlq2sql.load.analysis import Thresholds, analyse
+from nlq2sql.load.output import write_outputs
+from nlq2sql.load.render import fmt_num, plot, render_markdown
+from nlq2sql.load.results import SweepResult, as_model, load_result
+from nlq2sql.run.live import EvalConfig, bound_endpoint
 
 Progress = Callable[[str], None]
 
@@ -150,8 +150,8 @@ def _differing(a: Any, b: Any, at: str = "") -> list[str]:
 
 def _resumable(out: Path, who: str, settings: dict[str, Any]) -> list[Path]:
     """The finished levels of the same job in ``out`` (refusing another job's directory)."""
-    from ..records import read_json
-    from .levels import LEVEL
+    from nlq2sql.load.levels import LEVEL
+    from nlq2sql.records.store import read_json
 
     try:
         got = read_json(out / JOB)
@@ -185,9 +185,9 @@ def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force:
     """:func:`begin_levels` for a mode whose levels use different request counts (the
     serialization probe: few at c=1, more at c=K): one expanded eval set per name, written
     under ``out/<name>`` (the name "" writes it in ``out`` itself)."""
-    from ..live import preflight
-    from ..records import write_json_atomic
-    from .levels import expand_evalset, run_level
+    from nlq2sql.load.levels import expand_evalset, run_level
+    from nlq2sql.records.store import write_json_atomic
+    from nlq2sql.run.live import preflight
 
     if base.endpoint is None:
         raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")
@@ -220,7 +220,7 @@ def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force:
 def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
               progress: Progress | None = None) -> dict[str, Any]:
     """Run every level against ``cfg.base.endpoint`` (must be set); write and return the result."""
-    from .levels import run_level
+    from nlq2sql.load.levels import run_level
 
     validate(cfg)
     out = cfg.base.out
@@ -289,7 +289,7 @@ def write_result(out: Path, result: dict[str, Any]) -> dict[str, Any]:
 
 def rerender(out: Path, cfg: SweepConfig) -> dict[str, Any]:
     """Re-analyse a recorded sweep (new thresholds, SLOs or cost) without re-querying."""
-    from .levels import load_level_dirs
+    from nlq2sql.load.levels import load_level_dirs
 
     typed: SweepResult = load_result(out / "sweep.json", SweepResult)
     stats = load_level_dirs([Path(s.run_dir) for s in typed.levels])

@@ -5,8 +5,15 @@ and one-hop joins, ``binding`` checks the result against a DuckDB database and r
 values the prompt and the eval-set checks need.
 """
 
-from .binding import Warehouse, open_warehouse
-from .catalog import DEFAULT_WAREHOUSE, Catalog, Vocabulary, default_catalog, load_catalog, shipped_names
+from nlq2sql.semantic.binding import Warehouse, open_warehouse
+from nlq2sql.semantic.catalog import (
+           DEFAULT_WAREHOUSE,
+           Catalog,
+           Vocabulary,
+           default_catalog,
+           load_catalog,
+           shipped_names,
+)
 
 __all__ = ["DEFAULT_WAREHOUSE", "Catalog", "Vocabulary", "Warehouse", "default_catalog", "load_catalog",
            "open_warehouse", "shipped_names"]

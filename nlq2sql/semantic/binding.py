@@ -15,8 +15,8 @@ from typing import Any
 
 import duckdb
 
-from ..errors import SemanticModelError
-from .catalog import Catalog, display_path, load_catalog, shipped_names
+from nlq2sql.errors import SemanticModelError
+from nlq2sql.semantic.catalog import Catalog, display_path, load_catalog, shipped_names
 
 #: A dimension with at most this many distinct values has them listed in the prompt.
 PROMPT_VALUES_MAX = 12
@@ -38,7 +38,7 @@ class Warehouse:
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            from ..execute import connect_read_only  # execute -> sqlbuild -> semantic: import late
+            from nlq2sql.stages.execute import connect_read_only  # execute -> sqlbuild -> semantic: import late
 
             try:
                 self._con = connect_read_only(self.db_path)
@@ -54,7 +54,7 @@ class Warehouse:
 
     @cached_property
     def fingerprint(self) -> str:
-        from ..warehouse import fingerprint
+        from nlq2sql.stages.warehouse import fingerprint
 
         return fingerprint(self.db_path)
 
@@ -67,7 +67,7 @@ class Warehouse:
 
     def validate(self) -> None:
         """The data checks MetricFlow cannot make (:mod:`.datacheck`); every problem at once."""
-        from .datacheck import check_data
+        from nlq2sql.semantic.datacheck import check_data
 
         check_data(self.catalog, self.connect(), self.db_path.name)
 
@@ -165,7 +165,7 @@ class Warehouse:
 
 def open_warehouse(semantic_model: str | Path | None = None, db: Path | None = None) -> Warehouse:
     """Load a semantic model (default ``retail``), find its database, and check one against the other."""
-    from ..warehouse import resolve_db
+    from nlq2sql.stages.warehouse import resolve_db
 
     catalog = load_catalog(semantic_model)
     shipped = catalog.name in shipped_names() and (semantic_model is None or not Path(str(semantic_model)).exists()

@@ -15,12 +15,12 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import SemanticModelError
-from ..paths import PROJECT_ROOT
-from .engine import Engine
-from .manifest import GENERATED_SPINE, SCHEMA, build_manifest
-from .mf import mf_reason
-from .project import Problem, Project, SemanticProblems, read_project
+from nlq2sql.errors import SemanticModelError
+from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.semantic.engine import Engine
+from nlq2sql.semantic.manifest import GENERATED_SPINE, SCHEMA, build_manifest
+from nlq2sql.semantic.mf import mf_reason
+from nlq2sql.semantic.project import Problem, Project, SemanticProblems, read_project
 
 __all__ = ["DEFAULT_WAREHOUSE", "SPEC_FILE", "WAREHOUSE_DIR", "YEAR_FIELD", "Catalog", "DimensionDef", "MetricDef",
            "Vocabulary", "default_catalog", "display_path", "load_catalog", "resolve_spec_path", "shipped_names"]

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InputError, IntentError
-from .catalog import Catalog
-from .query import GRAINS, OPS, MetricQuery, Unanswerable
+from nlq2sql.errors import InputError, IntentError
+from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.query import GRAINS, OPS, MetricQuery, Unanswerable
 
 __all__ = ["PARTS", "SCHEMA_MODES", "Answer", "answer_schema", "parse_answer", "part_matches"]
 

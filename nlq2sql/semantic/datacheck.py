@@ -13,8 +13,8 @@ from typing import Any
 
 import duckdb
 
-from .catalog import Catalog
-from .project import Problem, SemanticProblems
+from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.project import Problem, SemanticProblems
 
 __all__ = ["check_data"]
 

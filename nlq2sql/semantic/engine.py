@@ -16,9 +16,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SqlBuildError
-from .mf import mf_reason, quiet
-from .query import GRAINS, METRIC_TIME, MetricQuery, Where
+from nlq2sql.errors import SqlBuildError
+from nlq2sql.semantic.mf import mf_reason, quiet
+from nlq2sql.semantic.query import GRAINS, METRIC_TIME, MetricQuery, Where
 
 __all__ = ["COMPILE_CACHE_SIZE", "Engine", "Query"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .mf import mf_reason, quiet
-from .project import Problem, Project, SemanticProblems, TimeSpine, ref_table
-from .yamlsafe import Doc
+from nlq2sql.semantic.mf import mf_reason, quiet
+from nlq2sql.semantic.project import Problem, Project, SemanticProblems, TimeSpine, ref_table
+from nlq2sql.semantic.yamlsafe import Doc
 
 __all__ = ["GENERATED_SPINE", "LEGACY_SPINE", "build_manifest"]
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SemanticModelError
-from .yamlsafe import Doc, YamlProblem, load_documents
+from nlq2sql.errors import SemanticModelError
+from nlq2sql.semantic.yamlsafe import Doc, YamlProblem, load_documents
 
 __all__ = ["DBT_KEYS", "Problem", "Project", "SemanticProblems", "TimeSpine", "read_project", "ref_table"]
 

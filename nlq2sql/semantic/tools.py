@@ -14,16 +14,16 @@ from typing import Any
 
 import duckdb
 
-from ..errors import InputError, Nlq2SqlError
-from .binding import Warehouse
+from nlq2sql.errors import InputError, Nlq2SqlError
+from nlq2sql.semantic.binding import Warehouse
 
 
 def check(wh: Warehouse) -> dict[str, Any]:
     """Execute, per metric, one query per dimension it reaches and one monthly series; a metric
     that needs ``metric_time`` (cumulative, offset windows) is asked each with the month added.
     Every saved query is compiled and executed too."""
-    from ..execute import Executor
-    from .query import MetricQuery
+    from nlq2sql.semantic.query import MetricQuery
+    from nlq2sql.stages.execute import Executor
 
     cat = wh.catalog
     results: list[dict[str, Any]] = []
@@ -63,8 +63,8 @@ def check(wh: Warehouse) -> dict[str, Any]:
 
 def show(wh: Warehouse, schema: str = "flat") -> dict[str, Any]:
     """The derived vocabulary, values, years and the JSON Schema sent to the server."""
-    from ..intent import compact_regex, intent_schema
-    from .contract import answer_schema
+    from nlq2sql.semantic.contract import answer_schema
+    from nlq2sql.stages.intent import compact_regex, intent_schema
 
     cat = wh.catalog
     return {"semantic_model": cat.name, "path": cat.path, "sha256": cat.sha256, "time_spine": cat.spine,
@@ -88,11 +88,11 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> dict[s
     """
     from pydantic import ValidationError
 
-    from ..errors import IntentError
-    from ..execute import connect_read_only
-    from ..intent import canonicalise, consistency_problem, parse_intent
-    from ..sqlbuild import build_sql
-    from .query import MetricQuery
+    from nlq2sql.errors import IntentError
+    from nlq2sql.semantic.query import MetricQuery
+    from nlq2sql.stages.execute import connect_read_only
+    from nlq2sql.stages.intent import canonicalise, consistency_problem, parse_intent
+    from nlq2sql.stages.sqlbuild import build_sql
 
     try:
         data = json.loads(intent_json)
@@ -142,7 +142,7 @@ def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
     measures, plus a count metric per table.  Meant to be edited, then checked."""
     import yaml
 
-    from ..execute import connect_read_only
+    from nlq2sql.stages.execute import connect_read_only
 
     try:
         con = connect_read_only(db)

@@ -9,7 +9,7 @@ the core imports this package.  :mod:`.discover` finds run directories (at any d
 
 from __future__ import annotations
 
-from .bundle import Bundle, build_bundle, write_bundle
-from .runs import Run, Runs, find_run_dirs, load_runs
+from nlq2sql.view.bundle import Bundle, build_bundle, write_bundle
+from nlq2sql.view.runs import Run, Runs, find_run_dirs, load_runs
 
 __all__ = ["Bundle", "Run", "Runs", "build_bundle", "find_run_dirs", "load_runs", "write_bundle"]

@@ -32,9 +32,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from .cues import CueExplainer
-from .runs import Run, paired
+from nlq2sql.errors import InputError
+from nlq2sql.view.cues import CueExplainer
+from nlq2sql.view.runs import Run, paired
 
 __all__ = ["ASSETS", "CHUNK", "CSP", "LOADER", "Bundle", "build_bundle", "data_script", "dumps", "js_string",
            "run_ids", "run_meta", "write_bundle"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import GuardrailError
-from ..guardrail import VALUES, RuleSet, load_ruleset
+from nlq2sql.errors import GuardrailError
+from nlq2sql.stages.guardrail import VALUES, RuleSet, load_ruleset
 
 __all__ = ["SAFE_NAME", "CueExplainer"]
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..errors import InputError, RecordError
-from ..records import MANIFEST
+from nlq2sql.errors import InputError, RecordError
+from nlq2sql.records.store import MANIFEST
 
 __all__ = ["Discovery", "Found", "discover", "natural", "shown_root", "unique_names"]
 

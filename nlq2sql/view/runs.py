@@ -25,9 +25,9 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, RecordError
-from ..records import MANIFEST, RECORDS, SUMMARY, read_json
-from .discover import discover, unique_names
+from nlq2sql.errors import InputError, RecordError
+from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
+from nlq2sql.view.discover import discover, unique_names
 
 __all__ = ["COLUMNS", "TEXTS", "Run", "Runs", "find_run_dirs", "headline", "load_run", "load_runs", "mcnemar_exact",
            "paired", "text_hash", "wilson"]
@@ -126,7 +126,7 @@ def _clean(obj: Any) -> Any:
 
 
 class _Reader:
-    """Reads records.jsonl like :func:`nlq2sql.records.iter_records` (a torn last line is
+    """Reads records.jsonl like :func:`nlq2sql.records.store.iter_records` (a torn last line is
     skipped, a malformed line before it is an error), keeping each line's text and columns."""
 
     def __init__(self) -> None:

@@ -34,8 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from ..errors import InputError
-from .bundle import CSP
+from nlq2sql.errors import InputError
+from nlq2sql.view.bundle import CSP
 
 HOST = "127.0.0.1"
 #: The page's own files (a run's file is always RUN_FILE_TYPE).

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nlq2sql.server import LocalServer, ServerConfig, free_port
+from nlq2sql.run.server import LocalServer, ServerConfig, free_port
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

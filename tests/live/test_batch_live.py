@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from nlq2sql.batch import iter_shard_records
-from nlq2sql.evalset import load_evalset
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.runner import make_executor
-from nlq2sql.score import score_item
+from nlq2sql.run.batch import iter_shard_records
 from nlq2sql.semantic import open_warehouse
-from nlq2sql.stream import Completion
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.pipeline import make_executor
+from nlq2sql.stages.score import score_item
+from nlq2sql.transport.stream import Completion
 
 pytest.importorskip("ray.data.llm")
 

@@ -19,8 +19,8 @@ import urllib.request
 from pathlib import Path
 
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.server import LocalServer
-from nlq2sql.server_metrics import parse_metrics
+from nlq2sql.run.server import LocalServer
+from nlq2sql.transport.server_metrics import parse_metrics
 
 CANCEL_DEADLINE_S = 5.0
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nlq2sql.client import Sampling
-from nlq2sql.evalset import load_evalset
-from nlq2sql.live import EvalConfig, run_eval
-from nlq2sql.records import iter_records
-from nlq2sql.server import LocalServer
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.server import LocalServer
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.transport.client import Sampling
 
 
 def test_retrieved_examples_are_sent_and_recorded(vllm_server: LocalServer, tmp_path: Path) -> None:

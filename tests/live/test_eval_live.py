@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from nlq2sql.client import Sampling
-from nlq2sql.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.records import iter_records
-from nlq2sql.server import LocalServer
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.server import LocalServer
+from nlq2sql.transport.client import Sampling
 
 
 def _records(out: Path) -> list[dict]:

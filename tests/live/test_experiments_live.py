@@ -8,8 +8,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.records import iter_records
-from nlq2sql.server import LocalServer
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.server import LocalServer
 
 runner = CliRunner()
 

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from nlq2sql.client import Sampling
-from nlq2sql.live import EvalConfig, LoadShape
 from nlq2sql.load import serialization as ser
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.probes import Target, run_probe
 from nlq2sql.load.proxy import Proxy
-from nlq2sql.prompt import load_prompt
-from nlq2sql.server import LocalServer, ServerConfig, free_port
+from nlq2sql.run.live import EvalConfig, LoadShape
+from nlq2sql.run.server import LocalServer, ServerConfig, free_port
+from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.transport.client import Sampling
 
 
 def base(url: str, model: str, out: Path) -> EvalConfig:
@@ -136,7 +136,7 @@ def test_probe_health(vllm_server: LocalServer, tmp_path: Path) -> None:
 
 
 def test_probe_prefix(vllm_server: LocalServer, tmp_path: Path) -> None:
-    from nlq2sql.evalset import load_evalset
+    from nlq2sql.stages.evalset import load_evalset
 
     qs = [c.question for c in load_evalset("heldout").cases]
     r, md = run_probe("prefix", Target(vllm_server.url, vllm_server.model_name), tmp_path,

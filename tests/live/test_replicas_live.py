@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from nlq2sql.client import Sampling
 from nlq2sql.experiments import loadcheck
-from nlq2sql.live import EvalConfig, run_eval
-from nlq2sql.pool import ReplicaSpec
-from nlq2sql.records import iter_records
-from nlq2sql.server import LocalFleet, LocalServer, ServerConfig, free_port
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.pool import ReplicaSpec
+from nlq2sql.run.server import LocalFleet, LocalServer, ServerConfig, free_port
+from nlq2sql.transport.client import Sampling
 
 
 @pytest.fixture(scope="module")

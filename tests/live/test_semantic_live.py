@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from nlq2sql.client import Sampling
-from nlq2sql.intent import parse_intent
-from nlq2sql.live import EvalConfig, run_eval
-from nlq2sql.records import iter_records
+from nlq2sql.records.store import iter_records
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.server import LocalServer
 from nlq2sql.semantic import load_catalog
-from nlq2sql.server import LocalServer
+from nlq2sql.stages.intent import parse_intent
+from nlq2sql.transport.client import Sampling
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from byo_warehouse import build_db, write_evalset, write_model  # noqa: E402

@@ -1,0 +1,105 @@
+"""Offline scoring of v2 answers (``nlq2sql score --answer query``): responses → run directory.
+
+The same contract as v1 re-scoring (:func:`nlq2sql.stages.pipeline.score_responses`): every response
+line checked as it is read, output written to a sibling temp directory and renamed into
+place only at the end, so bad input leaves nothing behind; the summary is the one aggregator
+(:class:`nlq2sql.stages.score.Summary`) over the v2 parts, with abstention precision and recall and
+the number of distinct MetricFlow compiles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.errors import InputError
+from nlq2sql.records.results import Manifest as ManifestModel
+from nlq2sql.records.results import Summary as SummaryModel
+from nlq2sql.records.results import validated
+from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, write_json_atomic
+from nlq2sql.semantic import open_warehouse
+from nlq2sql.semantic.contract import PARTS
+from nlq2sql.stages import warehouse
+from nlq2sql.stages.pipeline import (
+    ScoreConfig,
+    as_missing,
+    make_executor,
+    manifest_base,
+    publish,
+    read_responses,
+    refuse_missing,
+    staging_dir,
+)
+from nlq2sql.stages.query_score import ANSWER_KIND, score_query
+from nlq2sql.stages.queryset import load_query_set
+from nlq2sql.stages.score import Summary
+
+__all__ = ["score_query_responses"]
+
+
+@contextlib.contextmanager
+def _scorer(answer: str, wh: Any) -> Iterator[Callable[..., dict[str, Any]]]:
+    """The answer kind's scorer; the SQL answer's shares one sandbox for the run."""
+    if answer != "sql":
+        yield score_query
+        return
+    from nlq2sql.answers.sql.sandbox import Sandbox
+    from nlq2sql.answers.sql.score import score_sql
+
+    with Sandbox(wh.db_path) as box:
+        yield functools.partial(score_sql, sandbox=box)
+
+
+def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[str, Any]:
+    """Score a responses file of v2 answers (``answer="query"``) or of SQL the model wrote
+    (``answer="sql"``: guarded, run in the sandbox, compared by result equivalence) into
+    ``cfg.out``; returns the summary."""
+    if cfg.guardrails:
+        raise InputError("guardrails act on v1 intents; the query answer takes none yet (pass --guardrails none)",
+                         field="--guardrails")
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    compiles_before = wh.catalog.engine.compiles  # golds' and answers' compiles: what this run needed
+    qs = load_query_set(cfg.evalset, wh.catalog)
+    ids = {c.id: i for i, c in enumerate(qs.cases)}
+    tmp = staging_dir(cfg)
+    started = time.time()
+    try:
+        summ = Summary([], fields=PARTS if answer == ANSWER_KIND else ())
+        answered = bytearray(len(ids))
+        with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer, _scorer(answer, wh) as scorer:
+            for resp in read_responses(cfg.responses, ids):
+                pos = ids[resp.id]
+                rec = scorer(qs.cases[pos], resp.text, ex, wh.catalog, finish_reason=resp.finish_reason)
+                writer.write(rec)
+                summ.add(rec)
+                answered[pos] = 1
+            missing = [cid for cid, pos in ids.items() if not answered[pos]]
+            refuse_missing(missing, len(ids), cfg)
+            for cid in missing:
+                rec = as_missing(scorer(qs.cases[ids[cid]], None, ex, wh.catalog,
+                                        request_error="no response in file"))
+                writer.write(rec)
+                summ.add(rec)
+            executed = ex.executed
+        summary = summ.result()
+        summary.update(distinct_queries_executed=executed, answer=answer,
+                       compiles=wh.catalog.engine.compiles - compiles_before,
+                       missing={"n": len(missing), "allowed": cfg.allow_missing, "first_ids": missing[:5]},
+                       records=writer.digest(), record_version=RECORD_VERSION)
+        write_json_atomic(tmp / SUMMARY, validated(SummaryModel, summary))
+        from nlq2sql.semantic.catalog import display_path
+
+        shown = display_path(Path(cfg.responses))
+        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", qs, [], wh) | {  # type: ignore[arg-type]
+            "answer": answer, "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
+            "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
+            "finished": time.time()}))
+        publish(tmp, cfg.out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summary

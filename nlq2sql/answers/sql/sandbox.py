@@ -1,0 +1,153 @@
+"""Run a guard-accepted SELECT on the warehouse where it can read nothing else and stop nothing.
+
+The second wall behind :mod:`.guard`: a dedicated in-memory DuckDB instance that attaches the
+warehouse file READ_ONLY, then turns external access off (no file, URL, extension or ATTACH
+from here on), turns off Python replacement scans and extension auto-loading, sets its memory
+limit, threads and a zero temp-directory budget (no spilling to disk), and locks its
+configuration so the statement cannot undo any of it.  A dedicated instance, not a cursor of
+the harness's :class:`~nlq2sql.stages.execute.Executor`: DuckDB's limits are per instance, and locking
+the Executor's would lock the harness's too.
+
+Each statement gets a wall-clock limit (a timer interrupts it → ``sql_timeout``), a row cap
+(the result streams; ``fetchmany(cap + 1)`` → ``sql_too_many_rows`` with the first ``cap`` rows
+kept and ``truncated`` set), and DuckDB's errors become ``sql_error`` with their first line.
+Nothing raises out of :meth:`Sandbox.run`: a bad statement is an outcome, never the end of a run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from nlq2sql.answers.sql.guard import REFUSED, SQL_ERROR, Verdict, check_sql
+
+__all__ = ["DEFAULT_MEMORY_LIMIT", "DEFAULT_ROW_CAP", "DEFAULT_TIMEOUT_S", "SQL_TIMEOUT", "SQL_TOO_MANY_ROWS",
+           "Sandbox", "SandboxResult"]
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_ROW_CAP = 10_000
+DEFAULT_MEMORY_LIMIT = "1GB"
+SQL_TIMEOUT = "sql_timeout"
+SQL_TOO_MANY_ROWS = "sql_too_many_rows"
+Row = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """One statement's outcome: ``status`` ∈ ok, sql_refused, sql_error, sql_timeout, sql_too_many_rows."""
+
+    status: str
+    reason: str | None = None
+    columns: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    rows: list[Row] | None = None
+    truncated: bool = False
+    elapsed_s: float = 0.0
+    tables: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class Sandbox:
+    """A locked, read-only DuckDB instance over one warehouse file; one statement at a time."""
+
+    def __init__(self, db_path: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, row_cap: int = DEFAULT_ROW_CAP,
+                 memory_limit: str = DEFAULT_MEMORY_LIMIT, threads: int = 1, alias: str = "warehouse") -> None:
+        if not alias.isidentifier():
+            raise ValueError(f"alias {alias!r} must be a plain identifier")
+        self.path, self.timeout_s, self.row_cap, self.alias = str(db_path), float(timeout_s), int(row_cap), alias
+        self._lock = threading.Lock()
+        con = duckdb.connect(":memory:", config={"threads": int(threads), "memory_limit": memory_limit,
+                                                 "temp_directory": "", "autoload_known_extensions": False,
+                                                 "autoinstall_known_extensions": False})
+        try:
+            con.execute(f"ATTACH {_quote(self.path)} AS {alias} (READ_ONLY)")
+            con.execute(f"USE {alias}")
+            for setting in ("enable_external_access = false", "python_enable_replacements = false",
+                            "allow_community_extensions = false", "max_temp_directory_size = '0KiB'",
+                            "enable_progress_bar = false", "lock_configuration = true"):
+                con.execute(f"SET {setting}")
+            rows = con.execute("SELECT table_name FROM information_schema.tables WHERE table_catalog = $1 "
+                               "AND table_schema = 'main' ORDER BY table_name", [alias]).fetchall()
+        except BaseException:
+            con.close()
+            raise
+        self._con = con
+        #: The warehouse's tables and views (the only relations a statement may read).
+        self.tables: tuple[str, ...] = tuple(str(r[0]) for r in rows)
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check(self, sql: str) -> Verdict:
+        """The guard's verdict on ``sql`` against this warehouse's tables."""
+        return check_sql(sql, self.tables, catalog_names=(self.alias,))
+
+    def execute(self, sql: str) -> SandboxResult:
+        """Guard, then run: the one entry point for untrusted text."""
+        verdict = self.check(sql)
+        if not verdict.accepted:
+            return SandboxResult(verdict.status if verdict.status in (REFUSED, SQL_ERROR) else REFUSED,
+                                 verdict.reason)
+        return self.run(verdict)
+
+    def run(self, verdict: Verdict) -> SandboxResult:
+        """Run an accepted statement under the time limit and row cap; never raises."""
+        if not verdict.accepted:
+            return SandboxResult(REFUSED, verdict.reason or "not accepted by the guard")
+        try:
+            return self._run(verdict)
+        except Exception as exc:  # noqa: BLE001 — nothing a statement does may stop the run
+            return SandboxResult(SQL_ERROR, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+
+    def _run(self, verdict: Verdict) -> SandboxResult:
+        with self._lock:
+            fired = threading.Event()
+
+            def stop() -> None:
+                fired.set()
+                self._con.interrupt()
+
+            timer = threading.Timer(self.timeout_s, stop)
+            start = time.perf_counter()
+            timer.start()
+            try:
+                cur = self._con.execute(verdict.sql)
+                desc = cur.description or []
+                rows = cur.fetchmany(self.row_cap + 1)
+            except duckdb.InterruptException:
+                return SandboxResult(SQL_TIMEOUT, f"query exceeded {self.timeout_s:g}s time limit",
+                                     elapsed_s=time.perf_counter() - start, tables=verdict.tables)
+            except duckdb.Error as exc:
+                if fired.is_set():
+                    return SandboxResult(SQL_TIMEOUT, f"query exceeded {self.timeout_s:g}s time limit",
+                                         elapsed_s=time.perf_counter() - start, tables=verdict.tables)
+                text = str(exc).splitlines()
+                return SandboxResult(SQL_ERROR, text[0] if text else type(exc).__name__,
+                                     elapsed_s=time.perf_counter() - start, tables=verdict.tables)
+            finally:
+                timer.cancel()
+            elapsed = time.perf_counter() - start
+            columns = tuple(str(d[0]) for d in desc)
+            types = tuple(str(d[1]) for d in desc)
+            if len(rows) > self.row_cap:
+                return SandboxResult(SQL_TOO_MANY_ROWS, f"more than {self.row_cap} rows", columns, types,
+                                     rows[:self.row_cap], True, elapsed, verdict.tables)
+            return SandboxResult("ok", None, columns, types, rows, False, elapsed, verdict.tables)

@@ -1,0 +1,203 @@
+"""Score one direct-SQL answer against a v2 gold by its rows: guarded, sandboxed, compared.
+
+The model writes one DuckDB SELECT (bare, or in a ```sql fence) — or abstains with
+``{"unanswerable": "reason"}``.  The statement passes the guard (:mod:`.guard`), runs in the
+sandbox (:mod:`.sandbox`), and its rows are compared with the gold MetricFlow query's rows (run
+by the harness's normal :class:`~nlq2sql.stages.execute.Executor`) under :mod:`.equivalence`'s rules.
+The record has the keys of :func:`nlq2sql.stages.query_score.score_query`'s record, so the summary,
+the viewer, ``compare`` and ``gate`` read it unchanged, plus ``answer: "sql"``,
+``correct_lenient`` / ``error_lenient`` (extra columns allowed) and the sandbox's facts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import lru_cache
+from typing import Any
+
+import sqlglot
+
+from nlq2sql.answers.sql.equivalence import compare, normalise_rows
+from nlq2sql.answers.sql.guard import REFUSED, SQL_ERROR
+from nlq2sql.answers.sql.sandbox import SQL_TIMEOUT, SQL_TOO_MANY_ROWS, Sandbox, SandboxResult
+from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.contract import PARTS
+from nlq2sql.semantic.query import MetricQuery
+from nlq2sql.stages.execute import Executor, result_hash
+from nlq2sql.stages.queryset import QueryCase
+from nlq2sql.stages.score import RESULT_HEAD_ROWS
+
+__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "extract_sql", "gold_columns", "parse_sql_answer", "score_sql"]
+
+ANSWER_KIND = "sql"
+UNANSWERABLE = "unanswerable"
+HEAD_CELL_CHARS = 1000
+#: error_final for a statement that did not give rows (the status itself for the others).
+ERROR_OF_STATUS = {REFUSED: "refused", SQL_TIMEOUT: "timeout", SQL_ERROR: "exec_error",
+                   SQL_TOO_MANY_ROWS: "too_many_rows"}
+#: Words a SQL statement opens with: an answer opening otherwise is prose, not SQL (``unparsable``).
+_STATEMENT_WORDS = frozenset((
+    "select", "with", "from", "values", "table", "insert", "update", "delete", "merge", "truncate", "create",
+    "drop", "alter", "attach", "detach", "copy", "install", "load", "pragma", "set", "reset", "call", "export",
+    "import", "explain", "describe", "summarize", "show", "use", "begin", "start", "commit", "rollback", "abort",
+    "checkpoint", "vacuum", "analyze", "prepare", "execute", "deallocate", "pivot", "unpivot"))
+_FIRST_WORD = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*([^\W\d]\w*)?", re.S)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+
+
+def extract_sql(text: str) -> str | None:
+    """The statement in a model's text: the first ```sql (or ```duckdb, or plain ```) fenced block,
+    else the whole text; trailing semicolons and whitespace dropped.  None when nothing is left."""
+    t = text.strip()
+    if "```" in t:
+        blocks = _FENCE.findall(t)
+        if not blocks:
+            return None
+        chosen = next((b for lang, b in blocks if lang.lower() in ("sql", "duckdb", "")), blocks[0][1])
+        t = chosen.strip()
+    while t.endswith(";"):
+        t = t[:-1].rstrip()
+    return t or None
+
+
+def parse_sql_answer(text: str) -> tuple[str, str | None]:
+    """(``"sql"``, statement) | (``"unanswerable"``, reason) | (``"unparsable"``, None)."""
+    t = text.strip()
+    if t.startswith("{"):
+        try:
+            obj = json.loads(t)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and set(obj) == {UNANSWERABLE} and isinstance(obj[UNANSWERABLE], str):
+            return UNANSWERABLE, obj[UNANSWERABLE]
+    sql = extract_sql(t)
+    if sql is None:
+        return "unparsable", None
+    m = _FIRST_WORD.match(sql)
+    word = (m.group(1) or "") if m else ""
+    if word and word.isascii() and word.lower() not in _STATEMENT_WORDS:
+        return "unparsable", None
+    return "sql", sql
+
+
+@lru_cache(maxsize=4096)
+def gold_columns(sql: str) -> tuple[str, ...]:
+    """The gold SQL's output column names (MetricFlow names them after metrics and group-bys)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+        return tuple(str(n).lower() for n in getattr(tree, "named_selects", []))
+    except Exception:  # noqa: BLE001 — unknown names only lose the tie rule, never the score
+        return ()
+
+
+def _tie_keys(gold: MetricQuery, columns: tuple[str, ...]) -> tuple[int, ...]:
+    keys = [o.field.lower() for o in gold.order_by or ()]
+    if not keys or any(k not in columns for k in keys):
+        return ()
+    return tuple(columns.index(k) for k in keys)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, str) and len(v) > HEAD_CELL_CHARS:
+        return v[:HEAD_CELL_CHARS] + "…"
+    return v
+
+
+def _head(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
+    return [[_jsonable(c) for c in r] for r in rows[:RESULT_HEAD_ROWS]]
+
+
+def _dump(q: MetricQuery | None) -> dict[str, Any]:
+    return {"intent": q.kind, **q.model_dump(mode="json")} if q is not None else {"intent": UNANSWERABLE}
+
+
+def score_sql(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
+              sandbox: Sandbox | None = None, finish_reason: str | None = None,
+              request_error: str | None = None) -> dict[str, Any]:
+    """One item's record: extract the statement, guard it, run it in ``sandbox`` (a temporary one
+    over ``executor``'s warehouse when None), compare its rows with the gold's."""
+    status, reason = "ok", None
+    kind, payload = ("unparsable", None)
+    if request_error is not None:
+        status, reason = "request_error", request_error
+    else:
+        kind, payload = parse_sql_answer(raw_text or "")
+        if kind == "unparsable":
+            status = "truncated" if finish_reason == "length" else "unparsable"
+            reason = "no SQL statement in the answer (prose, or nothing)"
+    sql = payload if kind == "sql" else None
+    gold_q = catalog.engine.compile(case.gold) if case.gold is not None else None
+    gold_rows = executor.run(gold_q) if gold_q is not None else None
+    ordered = case.gold.ordered if case.gold is not None else False
+    res: SandboxResult | None = None
+    if sql is not None:
+        own = sandbox is None
+        box = sandbox if sandbox is not None else Sandbox(executor.path, timeout_s=executor.timeout_s)
+        try:
+            res = box.execute(sql)
+        finally:
+            if own:
+                box.close()
+        if not res.ok:
+            status, reason = res.status, res.reason
+    rows = res.rows if res is not None and res.ok else None
+    strict = lenient = False
+    eq_error: str | None = None
+    if case.gold is None:
+        strict = lenient = kind == UNANSWERABLE
+    elif rows is not None and gold_q is not None and gold_rows is not None:
+        cols = gold_columns(gold_q.sql)
+        eq = compare(rows, gold_rows, ordered=ordered, tie_keys=_tie_keys(case.gold, cols),
+                     pred_width=len(res.columns) if res is not None else None,
+                     gold_width=len(gold_rows[0]) if gold_rows else len(cols))
+        strict, lenient, eq_error = eq.strict, eq.lenient, eq.error
+    error = _error(status, case, kind, strict, eq_error)
+    error_lenient = None if lenient else error
+    norm = normalise_rows(rows) if rows is not None else None
+    head_rows = res.rows if res is not None and res.rows is not None else None
+    raw_intent = ({"intent": ANSWER_KIND, "sql": sql} if kind == "sql"
+                  else {"intent": UNANSWERABLE, UNANSWERABLE: payload} if kind == UNANSWERABLE else None)
+    return {
+        "id": case.id, "question": case.question, "category": case.category, "pair_id": case.pair_id,
+        "answer": ANSWER_KIND, "answerable": case.answerable, "gold_intent": _dump(case.gold),
+        "raw_text": raw_text, "finish_reason": finish_reason,
+        "status": status, "status_reason": reason, "final_status": status, "final_status_reason": reason,
+        "raw_intent": raw_intent, "final_intent": None if raw_intent is None else dict(raw_intent),
+        "unanswerable": payload if kind == UNANSWERABLE else None,
+        "interventions": [], "guardrail_scope": [],
+        "sql": sql, "params": [] if sql is not None else None,
+        "exec_error": reason if status in ERROR_OF_STATUS else None,
+        "result_hash": result_hash(norm, ordered=ordered) if norm is not None else None,
+        "result_rows": len(head_rows) if head_rows is not None else None,
+        "result_head": _head(normalise_rows(head_rows)) if head_rows is not None else None,
+        "result_columns": list(res.columns) if res is not None and res.rows is not None else None,
+        "result_truncated": bool(res.truncated) if res is not None else False,
+        "sql_exec_s": round(res.elapsed_s, 6) if res is not None else None,
+        "gold_result_head": _head(gold_rows) if gold_rows is not None else None,
+        "gold_result_hash": executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
+        "gold_sql": gold_q.sql if gold_q is not None else None,
+        "gold_params": list(gold_q.params) if gold_q is not None else None,
+        "parts": None,
+        "correct_raw": strict, "correct_final": strict, "correct_exec": strict,
+        "correct_lenient": lenient,
+        "error_raw": error, "error_final": error, "error_lenient": error_lenient,
+        "wrong_fields_raw": list(PARTS) if case.gold is not None and not strict else [],
+    }
+
+
+def _error(status: str, case: QueryCase, kind: str, correct: bool, eq_error: str | None) -> str | None:
+    if correct:
+        return None
+    if status != "ok":
+        return ERROR_OF_STATUS.get(status, status)
+    if case.gold is None:
+        return "answered_unanswerable"
+    if kind == UNANSWERABLE:
+        return "false_abstention"
+    return eq_error or "wrong_rows"

@@ -1,0 +1,183 @@
+"""Answering questions that have no gold intent (``nlq2sql batch --questions FILE``).
+
+An eval set is scored; a plain question file (JSONL lines ``{"id", "question"}``) can only be
+*answered*: the model's raw text is parsed, guardrailed, built into SQL and executed, exactly
+as ``score.score_item`` does, but nothing is compared with a gold.
+
+One record schema.  An unscored record has every key an ``eval`` record has, so readers,
+the viewer and the Parquet/JSONL shards need no second layout.  What needs a gold is
+``null``: ``gold_intent``, ``gold_result_head``, ``gold_result_hash``, ``correct_raw``,
+``correct_final``, ``correct_exec``, ``error_raw``, ``error_final``, ``wrong_fields_raw``,
+``category``, ``pair_id`` and each intervention's ``correct``; ``guardrail_scope`` is ``[]``.
+``gold_intent is None`` is the test for "not scored" (an eval record always has one).  The
+answer itself is fully recorded: ``raw_text``, ``status`` / ``final_status`` (with reasons),
+``raw_intent`` / ``final_intent``, ``interventions``, ``sql`` / ``params``, ``result_rows``,
+``result_head`` and ``result_hash`` (or ``exec_error``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.errors import ExecutionError, InputError, IntentError, SqlBuildError
+from nlq2sql.inputs import decode_line, json_object, regular_file
+from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.guardrail import RuleSet, apply_all
+from nlq2sql.stages.intent import (
+    STATUS_INCONSISTENT,
+    STATUS_OK,
+    canonicalise,
+    consistency_problem,
+    is_ordered,
+    parse_intent,
+)
+from nlq2sql.stages.score import RESULT_HEAD_ROWS, TIMING_KEYS, percentiles, wilson
+from nlq2sql.stages.sqlbuild import build_sql
+
+__all__ = ["AnswerSummary", "Question", "answer_item", "read_questions"]
+
+#: Keys a question line may have (a line with ``gold`` belongs to an eval set: ``--evalset``).
+QUESTION_KEYS = ("id", "question")
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question without a gold intent: what ``ItemRunner.run`` needs of an item."""
+
+    id: str
+    question: str
+
+
+def read_questions(path: Path) -> Iterator[Question]:
+    """Stream a question file, naming file, line and field on any problem (ids unique)."""
+    seen: set[str] = set()
+    try:
+        fh = open(regular_file(path, "questions"), "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise InputError(f"cannot read questions: {exc.strerror}", path=str(path)) from None
+    offset = 0
+    with fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = decode_line(raw, path=str(path), line=lineno, offset=offset)
+            offset += len(raw)
+            if not line.strip():
+                raise InputError("empty line", path=str(path), line=lineno)
+            obj = json_object(line, path=str(path), line=lineno)
+            extra = sorted(set(obj) - set(QUESTION_KEYS))
+            if extra:
+                key = "gold" if "gold" in extra else extra[0]
+                hint = " (a line with a gold intent belongs to an eval set: use --evalset)" if key == "gold" else ""
+                raise InputError(f"unknown key {key!r}; a question line has only id and question{hint}",
+                                 path=str(path), line=lineno, field=key)
+            qid, text = obj.get("id"), obj.get("question")
+            if not isinstance(qid, str) or not qid.strip() or len(qid) > 128:
+                raise InputError("missing, empty or non-string id (at most 128 characters)", path=str(path),
+                                 line=lineno, field="id")
+            if qid in seen:
+                raise InputError(f"duplicate id {qid!r}", path=str(path), line=lineno, field="id")
+            if not isinstance(text, str) or not text.strip() or len(text) > 2000:
+                raise InputError("missing, empty or non-string question (at most 2000 characters)",
+                                 path=str(path), line=lineno, field="question")
+            seen.add(qid)
+            yield Question(qid, text)
+    if not seen:
+        raise InputError("no questions in the file", path=str(path))
+
+
+def answer_item(q: Question, raw_text: str | None, rulesets: list[RuleSet], executor: Executor, *,
+                finish_reason: str | None = None, request_error: str | None = None,
+                catalog: Catalog | None = None) -> dict[str, Any]:
+    """``score_item`` without a gold: the same record keys, the gold's side ``null``."""
+    raw = None
+    status, reason = STATUS_OK, None
+    if request_error is not None:
+        status, reason = "request_error", request_error
+    else:
+        try:
+            raw = parse_intent(raw_text or "", catalog)
+        except IntentError as exc:
+            status, reason = exc.status, exc.reason
+            if finish_reason == "length":
+                status = "truncated"
+    final, interventions = (apply_all(rulesets, raw, q.question) if raw is not None else (None, []))
+    if raw is not None:
+        status, reason = _status_of(raw)
+    final_status, final_reason = _status_of(final) if final is not None else (status, reason)
+    final_c = canonicalise(final) if final is not None and final_status == STATUS_OK else None
+    sql, params, query, rows, exec_error = None, None, None, None, None
+    if final_c is not None:
+        try:
+            query = build_sql(final_c, catalog)
+            sql, params = query.sql, list(query.params)
+            rows = executor.run(query)
+        except (SqlBuildError, ExecutionError) as exc:
+            query, exec_error = None, str(exc)
+    return {
+        "id": q.id, "question": q.question, "category": None, "pair_id": None, "gold_intent": None,
+        "raw_text": raw_text, "finish_reason": finish_reason,
+        "status": status, "status_reason": reason,
+        "final_status": final_status, "final_status_reason": final_reason,
+        "raw_intent": raw.model_dump(mode="json") if raw is not None else None,
+        "final_intent": final.model_dump(mode="json") if final is not None else None,
+        "interventions": [dict(iv.as_dict(), correct=None) for iv in interventions], "guardrail_scope": [],
+        "sql": sql, "params": params, "exec_error": exec_error,
+        "result_hash": (executor.result_hash(query, ordered=is_ordered(final_c))
+                        if query is not None and final_c is not None else None),
+        "result_rows": len(rows) if rows is not None else None,
+        "result_head": [list(r) for r in rows[:RESULT_HEAD_ROWS]] if rows is not None else None,
+        "gold_result_head": None, "gold_result_hash": None,
+        "correct_raw": None, "correct_final": None, "correct_exec": None,
+        "error_raw": None, "error_final": None, "wrong_fields_raw": None,
+    }
+
+
+def _status_of(intent: Any) -> tuple[str, str | None]:
+    problem = consistency_problem(intent)
+    return (STATUS_INCONSISTENT, problem) if problem else (STATUS_OK, None)
+
+
+class AnswerSummary:
+    """The summary of unscored records: how the answers came out, no accuracy (no gold)."""
+
+    def __init__(self, rulesets: list[RuleSet]) -> None:
+        self.rule_ids = [r.id for rs in rulesets for r in rs.rules]
+        self.n = 0
+        self.c: Counter[str] = Counter()
+        self.status: Counter[str] = Counter()
+        self.final_status: Counter[str] = Counter()
+        self.intents: Counter[str] = Counter()
+        self.finish: Counter[str] = Counter()
+        self.fired: Counter[str] = Counter()
+        self.timing: dict[str, list[float]] = defaultdict(list)
+
+    def add(self, rec: dict[str, Any]) -> None:
+        self.n += 1
+        self.status[rec["status"]] += 1
+        self.final_status[rec["final_status"]] += 1
+        self.c["schema_valid"] += rec["raw_intent"] is not None
+        self.c["executed"] += rec["result_rows"] is not None
+        self.c["exec_error"] += rec["exec_error"] is not None
+        self.c["intervened"] += bool(rec["interventions"])
+        for iv in rec["interventions"]:
+            self.fired[iv["rule"]] += 1
+        final = rec["final_intent"]
+        self.intents[final["intent"] if final is not None else "invalid"] += 1
+        self.finish[rec.get("finish_reason") or "n/a"] += 1
+        for key in TIMING_KEYS:
+            if rec.get(key) is not None:
+                self.timing[key].append(float(rec[key]))
+
+    def result(self) -> dict[str, Any]:
+        n, c = self.n, self.c
+        return {"n": n, "scored": False,
+                "schema_valid_rate": wilson(c["schema_valid"], n),
+                "executed_rate": wilson(c["executed"], n), "exec_errors": c["exec_error"],
+                "interventions": c["intervened"], "rules_fired": {rid: self.fired[rid] for rid in self.rule_ids},
+                "status_counts": dict(self.status), "final_status_counts": dict(self.final_status),
+                "final_intents": dict(self.intents.most_common()), "finish_reasons": dict(self.finish),
+                "timing": {k: percentiles(v) for k, v in self.timing.items()}}

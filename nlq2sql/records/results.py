@@ -1,0 +1,178 @@
+"""Typed, versioned run results: ``summary.json`` and ``manifest.json`` as pydantic models.
+
+The summary and manifest are contracts other tools read (``compare``, ``gate``, the viewer,
+reports, a team's CI), so their keys are declared here (``extra="forbid"``): a key added
+without being declared fails the write, not a reader months later.  Both carry
+``record_version`` (the one ``records.RECORD_VERSION``).  Old runs still load: keys added
+since version 1 are optional, and ``tests/test_results.py`` loads every committed run under
+``reports/``.  Nested figures whose shape is owned by one stage (the taxonomy, per-rule
+tables, server metrics…) stay dictionaries; the figures every reader uses are typed.
+JSON Schemas: ``schemas/summary.schema.json``, ``schemas/manifest.schema.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from nlq2sql.errors import RecordError
+from nlq2sql.inputs import check_json_depth
+from nlq2sql.records.store import RECORD_VERSION
+
+__all__ = ["Digest", "Manifest", "Rate", "Summary", "load_manifest", "load_summary", "validated"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Rate(_Model):
+    """A proportion with its sample: k of n, and the Wilson 95 % interval."""
+
+    value: float | None
+    k: int
+    n: int
+    ci95: list[float] | None  # None when n = 0
+    label: str | None = None  # the majority baseline names its class
+
+
+class Digest(_Model):
+    """What the records file must hold: its line count and SHA-256."""
+
+    count: int
+    sha256: str
+
+
+class Summary(_Model):
+    record_version: int = RECORD_VERSION
+    n: int
+    raw_accuracy: Rate
+    final_accuracy: Rate
+    execution_accuracy: Rate
+    schema_valid_rate: Rate
+    majority_baseline: Rate
+    interventions: int
+    intervention_precision: Rate
+    intervention_recall: dict[str, Rate]
+    rules: dict[str, Any]
+    field_accuracy: dict[str, Rate]
+    status_counts: dict[str, int]
+    error_taxonomy_raw: dict[str, int]
+    error_taxonomy_final: dict[str, int]
+    finish_reasons: dict[str, int]
+    confusion_matrix: dict[str, Any]
+    per_category: dict[str, Any]
+    timing: dict[str, Any]
+    records: Digest | None = None  # since the summary hash (older runs: absent)
+    # live runs
+    outcomes: dict[str, int] | None = None
+    errors_by_class: dict[str, int] | None = None
+    compactness: dict[str, Any] | None = None
+    throughput: dict[str, Any] | None = None
+    load: dict[str, Any] | None = None
+    server_metrics: dict[str, Any] | None = None
+    retries_used: int | None = None
+    retry_budget: dict[str, Any] | None = None
+    harness: dict[str, Any] | None = None  # client CPU share, loop lag, saturated
+    fleet: dict[str, Any] | None = None  # several replicas: per-replica figures
+    selective: dict[str, Any] | None = None  # --abstain: coverage, accuracy answered, curve
+    abstention: dict[str, Any] | None = None  # v2 answers: unanswerable precision and recall
+    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
+    compiles: int | None = None  # distinct MetricFlow compiles the run needed
+    empty_golds: dict[str, Any] | None = None  # items whose gold returned no rows (flagged)
+    # offline re-scoring
+    distinct_queries_executed: int | None = None
+    missing: dict[str, Any] | None = None
+
+
+class Manifest(_Model):
+    record_version: int = RECORD_VERSION
+    kind: str
+    harness_version: str
+    git_commit: str | None
+    git_dirty: bool | None
+    evalset: str
+    evalset_path: str
+    evalset_sha256: str
+    n_items: int
+    guardrails: list[str]
+    guardrail_artefacts: dict[str, Any] | None = None
+    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
+    semantic_model: str | None = None
+    semantic_model_path: str | None = None
+    semantic_model_sha256: str | None = None
+    db: str | None = None
+    db_sha256: str | None = None
+    started: float | None = None
+    finished: float | None = None
+    resumed_at: float | None = None
+    # offline re-scoring
+    responses: str | None = None  # relative to the project, else the file's name
+    responses_sha256: str | None = None
+    # live runs
+    endpoint: str | None = None
+    model: str | None = None
+    prompt: str | None = None
+    prompt_style: str | None = None
+    prompt_sha256: str | None = None
+    sampling: dict[str, Any] | None = None
+    concurrency: int | None = None
+    limit: int | None = None
+    server: dict[str, Any] | None = None
+    client: str | None = None
+    examples: dict[str, Any] | None = None
+    planner: str | None = None
+    samples: int | None = None  # self-consistency: answers per item (absent: 1)
+    abstain: bool | None = None  # --abstain (absent: off)
+    abstain_below: float | None = None  # --abstain-below P: intent-token confidence threshold
+    timeout_s: float | None = None  # per-request timeout (absent: older runs, 120 s)
+    link_values: str | None = None  # hint | repair | both (conditions.values); absent in older runs
+    load: dict[str, Any] | None = None
+    context_suffix_chars: int | None = None
+    context_suffix_sha256: str | None = None
+    context_prefix_chars: int | None = None  # runs from before the suffix (grid)
+    context_prefix_sha256: str | None = None
+    server_started_by_us: bool | None = None
+    server_args: list[str] | None = None
+    server_startup_s: float | None = None
+    api_key_env: str | None = None
+    retry_budget: dict[str, Any] | None = None
+    routing: str | None = None
+    replicas: list[dict[str, Any]] | None = None
+    engine: dict[str, Any] | None = None
+
+
+def validated(model: type[Summary] | type[Manifest], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` checked against its model before it is written (an undeclared key is a bug here,
+    not a reader's surprise later); returns it unchanged."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        raise AssertionError(f"{model.__name__} does not match its declared contract: {exc}") from None
+    return data
+
+
+def _load(model: type[Summary] | type[Manifest], path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+        check_json_depth(text, path=str(path), cls=RecordError)
+        data = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"cannot read: {exc}", path=str(path)) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise RecordError(f"{first['msg']}", path=str(path),
+                          field=".".join(str(x) for x in first["loc"])) from None
+
+
+def load_summary(path: Path) -> Summary:
+    return _load(Summary, path)  # type: ignore[no-any-return]
+
+
+def load_manifest(path: Path) -> Manifest:
+    return _load(Manifest, path)  # type: ignore[no-any-return]

@@ -1,0 +1,405 @@
+"""Offline batch at scale: an eval set or a question file through Ray Data, records as shards.
+
+Why a second path beside ``eval --engine ray``: ``eval`` streams every record back to one
+driver process, which alone writes ``records.jsonl`` (flushed per item, so a killed run
+resumes exactly).  That is right for measured runs, but the driver is a single writer.  A
+batch of 10⁵–10⁶ questions is a data job: Ray Data takes the items, actors answer them and
+Ray Data's write tasks store the records as Parquet or JSONL **shards** (``out/records/``),
+with no record funnelled through the driver.  The driver only streams the shards at the end
+to compute the usual summary.  (The driver does hold the items it hands to
+``ray.data.from_items``: after the validating first pass, which needs every line anyway.)
+
+What stays the same as ``eval``: each actor answers with one ``item.ItemRunner`` (the same
+client, replica pool, retries, prompt, guardrails and scoring), so a record is the dict
+``eval`` writes; the options are validated by the same ``live.preflight``; the run's retry
+budget is one counter (a Ray actor) for all actors.  What differs: a batch is all or
+nothing -- it is written into a hidden sibling directory renamed into place at the end (as
+``score`` does), so bad input or a failure leaves no output directory, and there is no
+``--resume``.
+
+Shards: a shard is one Ray Data batch of at most ``shard_rows`` items answered by one actor
+(``concurrency`` requests in flight per actor, ``actors`` actors; a record's ``concurrency``
+is its actor's), in item order.  A record holds nested
+values of mixed types (result rows mix strings and numbers, ``params`` too), which Arrow
+cannot type as columns, so every shard stores each record as its JSON text -- the exact
+line ``RecordWriter`` writes to ``records.jsonl``.  JSONL shards *are* such lines
+(``cat out/records/*.jsonl`` is an eval-style ``records.jsonl``); Parquet shards have two
+columns, ``id`` and ``record`` (that JSON text).  ``summary.records.sha256`` hashes those
+lines in shard order, so it is the same for both formats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.answers.unscored import AnswerSummary, Question, read_questions
+from nlq2sql.conditions.values import effective_guardrails
+from nlq2sql.errors import InputError, Nlq2SqlError
+from nlq2sql.inputs import at_most
+from nlq2sql.records.store import MANIFEST, RECORD_VERSION, SUMMARY, encode_json, prepare_dir, write_json_atomic
+from nlq2sql.run.live import EvalConfig, preflight, probe_endpoint, validate
+from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.evalset import EvalCase, EvalSet, load_evalset
+from nlq2sql.stages.guardrail import load_guardrails
+from nlq2sql.stages.pipeline import manifest_base
+from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.stages.score import Summary, percentiles
+from nlq2sql.transport.client import RetryBudget, bind_sampling
+
+__all__ = ["ENGINES", "FORMATS", "SHARDS", "BatchConfig", "iter_shard_records", "run_batch"]
+
+ENGINES = ("ray", "ray-vllm")
+FORMATS = ("parquet", "jsonl")
+SHARDS = "records"  # the shards' folder in the output directory
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    base: EvalConfig = field(default_factory=EvalConfig)  # endpoint(s), model, prompt, guardrails, limit…
+    input: str = "heldout"  # an eval set (name or path), or with ``questions`` a question file
+    questions: bool = False  # ``input`` is JSONL {"id", "question"}: answered, not scored
+    out: Path = Path("runs/batch")
+    shard_rows: int = 1000  # at most this many records per shard (one Ray Data batch)
+    format: str = "parquet"  # parquet | jsonl
+    engine: str = "ray"  # ray (HTTP to the endpoints) | ray-vllm (vLLM inside Ray Data)
+    ray_address: str | None = None  # an existing cluster; default a local Ray
+    concurrency: int = 8  # requests in flight per actor
+    actors: int = 1
+    force: bool = False
+
+
+def item_config(cfg: BatchConfig) -> EvalConfig:
+    """The EvalConfig each actor answers with (its concurrency is the actor's)."""
+    return replace(cfg.base, concurrency=cfg.concurrency, out=cfg.out, workers=1, engine="local",
+                   ray_address=None, resume=False, force=False)
+
+
+def check(cfg: BatchConfig) -> None:
+    """The batch's own options (``live.validate`` checks the rest)."""
+    if cfg.engine not in ENGINES:
+        raise InputError(f"unknown engine {cfg.engine!r} (known: {', '.join(ENGINES)})", field="--engine")
+    if cfg.format not in FORMATS:
+        raise InputError(f"unknown format {cfg.format!r} (known: {', '.join(FORMATS)})", field="--format")
+    if cfg.shard_rows < 1:
+        raise InputError(f"must be at least 1, got {cfg.shard_rows}", field="--shard-rows")
+    at_most(cfg.shard_rows, 1_000_000, "--shard-rows")
+    if cfg.actors < 1:
+        raise InputError(f"must be at least 1, got {cfg.actors}", field="--actors")
+    base = cfg.base
+    if base.load.rate is not None or base.load.duration_s is not None:
+        raise InputError("a batch answers every item: no open loop or duration", field="--rate")
+    if cfg.engine == "ray" and base.endpoint is None:
+        raise InputError("--engine ray sends requests to an endpoint: give --endpoint (or use --engine "
+                         "ray-vllm to run the model inside Ray Data)", field="--endpoint")
+    if cfg.engine == "ray-vllm" and (base.endpoint is not None or base.replicas):
+        raise InputError("--engine ray-vllm runs the model inside Ray Data: drop --endpoint", field="--endpoint")
+    from nlq2sql.run.ray_engine import check_address
+
+    check_address(cfg.ray_address)  # ray:// refused, HOST:PORT must answer
+
+
+def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[EvalCase] | list[Question], EvalSet | None, str]:
+    """The items (first ``limit``), the eval set (None for a question file) and the input's SHA-256."""
+    limit = cfg.base.limit
+    if cfg.questions:
+        qs = list(read_questions(Path(cfg.input)))
+        sha = hashlib.sha256(Path(cfg.input).read_bytes()).hexdigest()
+        return (qs[:limit] if limit else qs), None, sha
+    es = load_evalset(cfg.input, wh)
+    return list(es.cases[:limit] if limit else es.cases), es, es.sha256
+
+
+def run_batch(cfg: BatchConfig) -> dict[str, Any]:
+    """Answer every item with Ray Data, write the shards, ``summary.json`` and ``manifest.json``."""
+    check(cfg)
+    wcfg = item_config(cfg)
+    validate(wcfg)
+    # Local input first (cheap, and what a typo most often is), then the endpoints.
+    wh = open_warehouse(wcfg.semantic_model, wcfg.warehouse)
+    rulesets = load_guardrails(effective_guardrails(wcfg.guardrails, wcfg.link_values), wh.catalog, wh)
+    prompt = load_prompt(wcfg.prompt, wcfg.style, wh)
+    items, evalset, sha = load_items(cfg, wh)
+    key = preflight(wcfg) if cfg.engine == "ray" else ""  # the API key, every endpoint probed
+    if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
+        prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
+    ray, started_ray = _start_ray(cfg)
+    total = RetryBudget.allowed(len(items), wcfg.retry_budget)
+    if evalset is not None:
+        manifest = manifest_base("batch", evalset, rulesets, wh) | {"scored": True}
+    else:
+        manifest = manifest_base("batch", EvalSet(name=Path(cfg.input).stem, path=str(cfg.input), sha256=sha,
+                                                  cases=()), rulesets, wh)
+        for k in ("evalset", "evalset_path", "evalset_sha256"):
+            manifest.pop(k)
+        manifest |= {"questions": Path(cfg.input).name, "questions_sha256": sha, "scored": False}
+    manifest |= {
+        "n_items": len(items), "limit": wcfg.limit, "engine": cfg.engine, "ray_address": cfg.ray_address,
+        "actors": cfg.actors, "concurrency_per_actor": cfg.concurrency, "shard_rows": cfg.shard_rows,
+        "format": cfg.format, "endpoint": wcfg.endpoint, "model": wcfg.model, "prompt": prompt.name,
+        "prompt_style": prompt.style, "prompt_sha256": prompt.sha256, "client": wcfg.client,
+        "sampling": bind_sampling(wcfg.sampling, wh.catalog).as_dict(),
+        "server": asyncio.run(probe_endpoint(wcfg.endpoint, wcfg.model, key)) if wcfg.endpoint else None,
+        "retry_budget": {"fraction": wcfg.retry_budget, "total": total}, "started": time.time()}
+    tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}").absolute()
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        try:
+            (tmp / SHARDS).parent.mkdir(parents=True)
+        except OSError as exc:
+            raise InputError(f"output directory is not writable: {exc.strerror}", path=str(cfg.out)) from None
+        rows = [{"id": c.id, "item": c.model_dump_json() if isinstance(c, EvalCase)
+                 else json.dumps({"id": c.id, "question": c.question})} for c in items]
+        with _quiet_data(ray):
+            if cfg.engine == "ray":
+                session = _answer_over_http(ray, cfg, wcfg, key, rows, tmp / SHARDS, total)
+            else:
+                from nlq2sql.run.batch_vllm import answer_with_vllm
+
+                session = answer_with_vllm(ray, cfg, wcfg, rows, tmp / SHARDS, manifest)
+        summary = summarise_shards(tmp / SHARDS, cfg.format, rulesets, evalset is not None,
+                                   [c.id for c in items], session, manifest)
+        write_json_atomic(tmp / SUMMARY, summary)
+        manifest["finished"] = time.time()
+        write_json_atomic(tmp / MANIFEST, manifest)
+        if cfg.out.exists():
+            shutil.rmtree(cfg.out)
+        cfg.out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, cfg.out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if started_ray:
+            ray.shutdown()
+    return summary
+
+
+def _start_ray(cfg: BatchConfig) -> tuple[Any, bool]:
+    """Ray (joined or started as ``eval --engine ray`` does); True when this call started it."""
+    try:
+        import pyarrow  # noqa: F401
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as exc:
+        raise InputError(f"Ray Data is not installed ({exc.name} is missing): pip install 'nlq2sql[ray]'",
+                         field="--engine") from None
+    started = not ray.is_initialized()
+    if started and cfg.engine == "ray-vllm" and cfg.ray_address is None:
+        from nlq2sql.run.batch_vllm import start_local_ray
+
+        start_local_ray()
+    else:
+        from nlq2sql.run.ray_engine import RayEngine
+
+        RayEngine(cfg.ray_address)
+    return ray, started
+
+
+@contextlib.contextmanager
+def _quiet_data(ray: Any) -> Iterator[None]:
+    """Ray Data in order (deterministic shards), without progress bars or per-run INFO lines."""
+    ctx = ray.data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.print_on_execution_start)
+    log = logging.getLogger("ray.data")
+    level = log.level
+    ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.print_on_execution_start = True, False, False
+    log.setLevel(logging.WARNING)
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, Nlq2SqlError):
+            raise
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise Nlq2SqlError(f"the Ray Data job failed: {type(exc).__name__}: {first}") from exc
+    finally:
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.print_on_execution_start = saved
+        log.setLevel(level)
+
+
+def _answer_over_http(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, key: str, rows: list[dict[str, str]],
+                      dest: Path, total: int) -> dict[str, Any]:
+    from ray.data import ActorPoolStrategy
+
+    from nlq2sql.run.ray_engine import _Budget
+    from nlq2sql.run.workers import SharedBudget
+
+    budget = SharedBudget(ray.remote(num_cpus=0)(_Budget).remote(0, total), total)
+    ds = ray.data.from_items(rows).map_batches(
+        _Answerer, fn_constructor_args=(wcfg, (wcfg.endpoint, wcfg.model, key), budget),
+        batch_size=cfg.shard_rows, batch_format="pyarrow", compute=ActorPoolStrategy(size=cfg.actors),
+        num_cpus=0.5)
+    t0 = time.time()
+    write_shards(ds, cfg, dest)
+    return {"wall_s": time.time() - t0, "items_this_session": len(rows), "not_sent": 0,
+            "server_metrics": {"observed": False, "note": "not sampled by a batch"}, "retries_used": budget.used}
+
+
+class _Answerer:
+    """One per Ray Data actor: an ``ItemRunner`` on an event loop of its own (a thread), so its
+    connections live across batches; each batch is answered with ``concurrency`` in flight."""
+
+    def __init__(self, cfg: EvalConfig, endpoint: tuple[str, str, str], budget: RetryBudget) -> None:
+        self.cfg = cfg
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.items = self._call(self._start(endpoint, budget))
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    async def _start(self, endpoint: tuple[str, str, str], budget: RetryBudget) -> Any:
+        from nlq2sql.run.item import ItemRunner
+
+        items = ItemRunner(self.cfg, *endpoint, budget, concurrency=self.cfg.concurrency, sample_metrics=False)
+        items.start()
+        return items
+
+    async def _answer(self, cases: list[EvalCase | Question]) -> list[dict[str, Any]]:
+        gate = asyncio.Semaphore(self.cfg.concurrency)
+
+        async def one(case: EvalCase | Question) -> dict[str, Any]:
+            async with gate:
+                return await self.items.run(case)  # type: ignore[no-any-return]
+
+        return await asyncio.gather(*(one(c) for c in cases))
+
+    def __call__(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        cases = [parse_item(text) for text in batch.column("item").to_pylist()]
+        # The batch's gold answers from the warehouse before its requests (as one process does).
+        self.items.prepare([c for c in cases if isinstance(c, EvalCase)])
+        recs = self._call(self._answer(cases))
+        return pa.table({"id": [r["id"] for r in recs], "record": [encode_record(r) for r in recs]})
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self.items.close(), self.loop).result(timeout=5)
+
+
+def parse_item(text: str) -> EvalCase | Question:
+    """A row's item: an eval case (it has a gold) or a question."""
+    obj = json.loads(text)
+    return EvalCase.model_validate(obj) if "gold" in obj else Question(obj["id"], obj["question"])
+
+
+def encode_record(rec: dict[str, Any]) -> str:
+    """A record's JSON text: the line ``RecordWriter`` writes, without its newline."""
+    return encode_json({"record_version": RECORD_VERSION, **rec})  # type: ignore[no-any-return]
+
+
+def write_shards(ds: Any, cfg: BatchConfig, dest: Path) -> None:
+    """``ds`` (rows ``id``, ``record``) as shards of at most ``shard_rows`` rows into ``dest``."""
+    remote = {"num_cpus": 0.25}
+    if cfg.format == "parquet":
+        ds.write_parquet(str(dest), min_rows_per_file=cfg.shard_rows, max_rows_per_file=cfg.shard_rows,
+                         ray_remote_args=remote)
+    else:
+        ds.write_datasink(_jsonl_sink(str(dest), cfg.shard_rows), ray_remote_args=remote)
+
+
+def _jsonl_sink(path: str, rows: int) -> Any:
+    """A Ray Data datasink writing the ``record`` column as lines: shards that are records files."""
+    from ray.data.datasource import BlockBasedFileDatasink
+
+    class JsonlRecords(BlockBasedFileDatasink):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(path, file_format="jsonl", min_rows_per_file=rows)
+
+        def write_block_to_file(self, block: Any, file: Any) -> None:
+            for text in block.to_arrow().column("record").to_pylist():
+                file.write(text.encode() + b"\n")
+
+    return JsonlRecords()
+
+
+def shard_files(dest: Path, fmt: str) -> list[Path]:
+    return sorted(p for p in dest.iterdir() if p.is_file() and p.name.endswith("." + fmt)) if dest.is_dir() else []
+
+
+def iter_shard_lines(path: Path) -> Iterator[str]:
+    """The records' JSON texts of one shard, in order."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        for b in pq.ParquetFile(path).iter_batches(columns=["record"], batch_size=1024):
+            yield from b.column(0).to_pylist()
+    else:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                yield line.rstrip("\n")
+
+
+def iter_shard_records(out: Path) -> Iterator[dict[str, Any]]:
+    """Every record of a batch's output directory, in shard order (either format)."""
+    fmt = "parquet" if any((out / SHARDS).glob("*.parquet")) else "jsonl"
+    for f in shard_files(out / SHARDS, fmt):
+        for text in iter_shard_lines(f):
+            yield json.loads(text)
+
+
+def summarise_shards(dest: Path, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
+                     session: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after
+    checking that they hold each item exactly once."""
+    summ: Summary | AnswerSummary = Summary(rulesets) if scored else AnswerSummary(rulesets)
+    digest, seen, shards = hashlib.sha256(), Counter[str](), []
+    outcomes: Counter[str] = Counter()
+    replicas: Counter[str] = Counter()
+    ws, chars, starts, ends, retries = [], [], [], [], 0
+    for f in shard_files(dest, fmt):
+        n = 0
+        for text in iter_shard_lines(f):
+            digest.update(text.encode() + b"\n")
+            rec = json.loads(text)
+            n += 1
+            seen[rec["id"]] += 1
+            summ.add(rec)
+            outcomes[rec.get("outcome") or "n/a"] += 1
+            if rec.get("replica") is not None:
+                replicas[rec["replica"]] += 1
+            if rec.get("whitespace_chars") is not None:
+                ws.append(float(rec["whitespace_chars"]))
+                chars.append(float(rec["chars"]))
+            retries += len(rec.get("retry_waits_s") or ())
+            if rec.get("started") and rec.get("latency_s") is not None:
+                starts.append(rec["started"])
+                ends.append(rec["started"] + rec["latency_s"])
+        shards.append({"file": f"{SHARDS}/{f.name}", "rows": n})
+    missing = [i for i in ids if i not in seen]
+    doubled = [i for i, k in seen.items() if k > 1]
+    if missing or doubled or len(seen) != len(ids):
+        raise Nlq2SqlError(f"the shards do not hold each item once: {len(missing)} missing (first: "
+                           f"{missing[:3]}), {len(doubled)} twice (first: {doubled[:3]})")
+    summary = summ.result()
+    summary["scored"] = scored
+    summary["outcomes"] = dict(outcomes)
+    summary["errors_by_class"] = {k: v for k, v in outcomes.items() if k != "ok"}
+    summary["compactness"] = {"n": len(ws), "outputs_without_whitespace": sum(1 for w in ws if w == 0),
+                              "whitespace_chars": percentiles(ws), "chars": percentiles(chars)}
+    wall, n_items = session["wall_s"], session["items_this_session"]
+    summary["throughput"] = {"items_this_session": n_items, "wall_s": wall,
+                             "req_per_s": n_items / wall if wall else None,
+                             "span_s_all_records": (max(ends) - min(starts)) if starts else None,
+                             "completed_ok": outcomes.get("ok", 0), "not_sent": session.get("not_sent", 0)}
+    summary["load"] = {"mode": "batch (Ray Data)", "engine": manifest["engine"], "actors": manifest["actors"],
+                       "concurrency_per_actor": manifest["concurrency_per_actor"]}
+    summary["server_metrics"] = session["server_metrics"]
+    if replicas:
+        summary["replicas_answered"] = dict(sorted(replicas.items()))
+    summary["retries_used"] = retries
+    summary["retry_budget"] = dict(manifest.get("retry_budget") or {}, used=retries)
+    summary["records"] = {"count": sum(seen.values()), "sha256": digest.hexdigest(), "format": fmt,
+                          "shards": shards}
+    return summary

@@ -1,0 +1,156 @@
+"""``batch --engine ray-vllm``: the model runs inside Ray Data (``ray.data.llm``), no server.
+
+Ray Data's LLM processor (chat template → tokenize → vLLM engine → detokenize, each a Ray
+Data stage) generates every answer with per-row structured outputs (guided JSON: the intent
+schema of the warehouse, as the HTTP path sends it); a post-processing step scores the
+answer with the same ``score_item`` / ``answer_item`` and writes the same record keys.
+
+Made to run on the CPU build of vLLM (0.32) with Ray 2.60; three things stop it otherwise,
+each met here (measured on this machine, see the README's "Batch on Ray Data"):
+
+* the engine stage asks Ray for a ``{"GPU": 1, "CPU": 1}`` bundle per engine unless given a
+  placement group, so on a cluster without GPUs it waits forever ("No available node types
+  can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}"): without GPUs we pass
+  ``placement_group_config={"bundles": [{"CPU": 1}]}``;
+* its engine metrics need Ray Serve (vLLM's ``RayPrometheusMetric`` imports ``ray.serve``;
+  without ``ray[serve]`` the engine dies with "RayPrometheusMetric requires Ray to be
+  installed."): ``log_engine_metrics=False``;
+* a schema given as a dict travels through Arrow, whose nested lists come back as numpy
+  arrays ("Failed to transform json schema into a grammar: Object of type ndarray is not
+  JSON serializable"): the schema goes as its JSON text.
+
+Record fields a server measures and Ray Data does not report are ``null`` (``ttft_s``,
+``itl_*``, ``started``, ``http_status``); ``latency_s`` is the engine's time for the row,
+``finish_reason`` is inferred (``length`` when the answer used all of ``max_tokens``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nlq2sql.conditions.values import effective_guardrails
+from nlq2sql.errors import InputError
+from nlq2sql.run.item import whitespace_outside_strings
+
+if TYPE_CHECKING:
+    from nlq2sql.run.batch import BatchConfig
+    from nlq2sql.run.live import EvalConfig
+
+__all__ = ["answer_with_vllm", "start_local_ray"]
+
+#: Stages other than the engine are light: a fraction of a CPU each, so that a 2-CPU local
+#: Ray has room for the engine (1 CPU), them, the scoring step and the shard writer.
+LIGHT = {"num_cpus": 0.1, "concurrency": 1}
+
+
+def start_local_ray() -> None:
+    """A local Ray for the vLLM engine: every logical CPU of the machine (at least 2)."""
+    import ray
+
+    ray.init(num_cpus=max(2, os.cpu_count() or 1), object_store_memory=200 * 2**20, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+
+
+def _engine_env() -> dict[str, str]:
+    """What ``server.LocalServer`` sets for a local vLLM, for the engine's Ray workers."""
+    from nlq2sql.paths import cache_dir
+
+    return {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "VLLM_CACHE_ROOT": str(cache_dir() / "vllm"), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_DISABLE_COMPILE_CACHE": os.environ.get("VLLM_DISABLE_COMPILE_CACHE", "1")}
+
+
+def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[dict[str, str]], dest: Path,
+                     manifest: dict[str, Any]) -> dict[str, Any]:
+    """Generate, score and write every row; returns the session's part of the summary."""
+    try:
+        from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+    except ImportError as exc:
+        raise InputError(f"ray.data.llm is not available ({exc}): pip install 'nlq2sql[ray]' vllm",
+                         field="--engine") from None
+    from nlq2sql.run.batch import write_shards
+    from nlq2sql.run.models import resolve_model
+
+    if wcfg.sampling.structured not in ("json", "response_format", "none"):
+        raise InputError(f"--engine ray-vllm sends json or no structured outputs, not {wcfg.sampling.structured!r}",
+                         field="--structured")
+    model_path, name = resolve_model(wcfg.model)
+    gpus = ray.cluster_resources().get("GPU", 0)
+    engine_kwargs: dict[str, Any] = {"max_model_len": 2048, "dtype": "bfloat16", "max_num_seqs": cfg.concurrency}
+    if wcfg.server.compact:  # as the local server: whitespace-free structured outputs
+        engine_kwargs["structured_outputs_config"] = {"backend": "xgrammar", "disable_any_whitespace": True}
+    if not gpus:
+        engine_kwargs["enforce_eager"] = True  # as the CPU server runs (no graph capture to do)
+    pcfg = vLLMEngineProcessorConfig(
+        model_source=model_path, engine_kwargs=engine_kwargs, batch_size=cfg.shard_rows,
+        concurrency=cfg.actors, log_engine_metrics=False, runtime_env={"env_vars": _engine_env()},
+        placement_group_config=None if gpus else {"bundles": [{"CPU": 1}]},
+        chat_template_stage=dict(LIGHT), tokenize_stage=dict(LIGHT), detokenize_stage=dict(LIGHT))
+    processor = build_processor(
+        pcfg, preprocess=functools.partial(_prepare, wcfg), postprocess=functools.partial(_finish, wcfg),
+        preprocess_map_kwargs={"num_cpus": 0.1}, postprocess_map_kwargs={"num_cpus": 0.1})
+    manifest.update(model=name, engine_kwargs=engine_kwargs, gpus=gpus)
+    t0 = time.time()
+    write_shards(processor(ray.data.from_items(rows)), cfg, dest)
+    return {"wall_s": time.time() - t0, "items_this_session": len(rows), "not_sent": 0,
+            "server_metrics": {"observed": False, "note": "no server: vLLM ran inside Ray Data"}}
+
+
+@functools.cache
+def _context(cfg: EvalConfig) -> tuple[Any, Any, list[Any], Any, dict[str, Any]]:
+    """Per worker process: warehouse, prompt, guardrails, executor and the sampling params."""
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.guardrail import load_guardrails
+    from nlq2sql.stages.pipeline import make_executor
+    from nlq2sql.stages.prompt import load_prompt
+    from nlq2sql.transport.client import bind_sampling
+
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    s = bind_sampling(cfg.sampling, wh.catalog)
+    params: dict[str, Any] = {"temperature": s.temperature, "max_tokens": s.max_tokens}
+    if s.seed is not None:
+        params["seed"] = s.seed
+    if s.structured != "none":
+        params["structured_outputs"] = {"json": json.dumps(s.json_schema(), separators=(",", ":"))}
+    rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), wh.catalog, wh)
+    return (wh, load_prompt(cfg.prompt, cfg.style, wh), rulesets,
+            make_executor(wh), params)
+
+
+def _prepare(cfg: EvalConfig, row: dict[str, Any]) -> dict[str, Any]:
+    from nlq2sql.run.batch import parse_item
+
+    _, prompt, _, _, params = _context(cfg)
+    case = parse_item(row["item"])
+    return {"id": row["id"], "item": row["item"], "messages": prompt.messages(case.question + cfg.load.context_suffix),
+            "sampling_params": dict(params)}
+
+
+def _finish(cfg: EvalConfig, row: dict[str, Any]) -> dict[str, Any]:
+    from nlq2sql.answers.unscored import Question, answer_item
+    from nlq2sql.run.batch import encode_record, parse_item
+    from nlq2sql.stages.score import score_item
+    from nlq2sql.transport.stream import Completion
+
+    wh, _, rulesets, ex, params = _context(cfg)
+    case = parse_item(row["item"])
+    text = str(row["generated_text"])
+    generated = int(row.get("num_generated_tokens") or 0)
+    latency = row.get("time_taken_llm")
+    comp = Completion(outcome="ok", text=text, attempts=1,
+                      finish_reason="length" if generated >= params["max_tokens"] else "stop",
+                      latency_s=float(latency) if latency is not None and latency >= 0 else None,
+                      prompt_tokens=int(row.get("num_input_tokens") or 0), completion_tokens=generated)
+    scorer = answer_item if isinstance(case, Question) else score_item
+    rec = scorer(case, text, rulesets, ex, finish_reason=comp.finish_reason, catalog=wh.catalog)  # type: ignore[arg-type]
+    rec.update(comp.record_fields())
+    rec["started"] = None
+    rec["concurrency"] = cfg.concurrency
+    rec["whitespace_chars"] = whitespace_outside_strings(text)
+    rec["chars"] = len(text)
+    return {"id": row["id"], "record": encode_record(rec)}

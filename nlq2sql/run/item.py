@@ -1,0 +1,238 @@
+"""One item's live path: prompt → request (over the replica pool) → score → record.
+
+``ItemRunner`` holds what one process needs to answer items (warehouse, guardrails, prompt,
+example bank, replica pool, DuckDB executor) and turns a case into its record.  Every
+engine uses it unchanged: the in-process run (``live``), worker processes and Ray actors
+(``workers``) and Ray Data's batch actors (``batch``), so a record does not depend on where it
+was made.  An item without a gold (``answer.Question``) is answered, not scored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from nlq2sql.answers.unscored import Question, answer_item
+from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence
+from nlq2sql.conditions.examples import load_bank
+from nlq2sql.conditions.planner import plan_and_answer
+from nlq2sql.conditions.selfcheck import apply_abstention, sample_and_vote
+from nlq2sql.conditions.values import ValueIndex, effective_guardrails, hint_text
+from nlq2sql.errors import ExecutionError, SqlBuildError
+from nlq2sql.run.config import targets
+from nlq2sql.run.harness_load import HarnessMonitor
+from nlq2sql.run.pool import FAIL_FAST, Pool
+from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.guardrail import load_guardrails
+from nlq2sql.stages.intent import canonicalise
+from nlq2sql.stages.pipeline import make_executor
+from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.stages.query_score import score_query
+from nlq2sql.stages.queryset import QueryCase
+from nlq2sql.stages.score import score_item
+from nlq2sql.stages.sqlbuild import build_sql
+from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, bind_sampling, complete
+from nlq2sql.transport.server_metrics import MetricsSampler
+
+if TYPE_CHECKING:
+    from nlq2sql.conditions.examples import ExampleBank
+    from nlq2sql.run.config import EvalConfig
+    from nlq2sql.semantic.binding import Warehouse
+    from nlq2sql.stages.guardrail import RuleSet
+    from nlq2sql.stages.prompt import Prompt
+
+__all__ = ["ItemRunner", "Loaded", "request_sampling", "targets", "whitespace_outside_strings"]
+
+
+def request_sampling(cfg: EvalConfig) -> Sampling:
+    """What every request of the run asks for: the run's sampling, with token logprobs when
+    abstention reads the intent-token confidence (``--abstain-below``)."""
+    if cfg.abstain_below is not None and cfg.sampling.top_logprobs is None:
+        return dataclasses.replace(cfg.sampling, top_logprobs=TOP_LOGPROBS)
+    return cfg.sampling
+
+
+def whitespace_outside_strings(text: str) -> int:
+    """Whitespace characters a compact serialiser would not have written."""
+    count, in_str, esc = 0, False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in " \t\r\n":
+            count += 1
+    return count
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """What a run has already loaded for its manifest (warehouse, guardrails, prompt, example
+    bank): handed to the in-process runner so none is loaded, nor the bank's index fitted, twice.
+    Worker processes and Ray actors load their own."""
+
+    wh: Warehouse
+    rulesets: list[RuleSet]
+    prompt: Prompt
+    bank: ExampleBank | None
+
+
+class ItemRunner:
+    """A process's means to answer items; ``start`` inside its event loop, ``close`` after."""
+
+    def __init__(self, cfg: EvalConfig, base_url: str, model: str, key: str, budget: RetryBudget,
+                 *, concurrency: int | None = None, sample_metrics: bool = True,
+                 loaded: Loaded | None = None) -> None:
+        self.cfg = cfg
+        if loaded is not None:
+            self.wh, self.rulesets, self.prompt, self.bank = loaded.wh, loaded.rulesets, loaded.prompt, loaded.bank
+        else:
+            self.wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+            self.rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values),
+                                            self.wh.catalog, self.wh)
+            self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
+            self.bank = (load_bank(cfg.example_bank, self.wh.catalog, cfg.examples, cfg.answer)
+                         if cfg.examples else None)
+        self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog, cfg.answer)
+        self.values = ValueIndex(self.wh) if cfg.link_values in ("hint", "both") else None
+        # Connection pools sized for this process's share of the run's concurrency.
+        ecfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=cfg.timeout_s,
+                              concurrency=concurrency or cfg.concurrency, retry_budget=cfg.retry_budget,
+                              client=cfg.client)
+        self.pool = Pool([dataclasses.replace(ecfg, base_url=u, model=m, api_key=k)
+                          for u, m, k in targets(cfg, base_url, model, key)], cfg.routing)
+        self.fail_fast = FAIL_FAST if self.pool.multi else frozenset()
+        self.budget = budget
+        self.samplers = ([MetricsSampler(r.cfg.base_url, cfg.load.metrics_interval_s) for r in self.pool.replicas]
+                         if sample_metrics else [])
+        self.ex = make_executor(self.wh)
+        self.sandbox = None  # the direct-SQL answer's own read-only, locked, time-limited DuckDB
+        if cfg.answer == "sql":
+            from nlq2sql.answers.sql.sandbox import Sandbox
+
+            self.sandbox = Sandbox(self.wh.db_path, timeout_s=cfg.sql_timeout_s)
+        self.monitor = HarnessMonitor()
+
+    def prepare(self, cases: Iterable[EvalCase | QueryCase]) -> None:
+        """Execute each distinct gold query once, before the clock starts: the answers are the
+        warehouse's, not the endpoint's, so their cost belongs to setting up, not to the measured
+        requests (``vllm bench serve`` prepares its prompts before its clock too).  A gold that
+        fails here is left to fail the same way, recorded, when its item is scored."""
+        for case in cases:
+            with contextlib.suppress(SqlBuildError, ExecutionError):
+                if isinstance(case, QueryCase):
+                    if case.gold is not None:
+                        self.ex.run(self.wh.catalog.engine.compile(case.gold))
+                else:
+                    self.ex.run(build_sql(canonicalise(case.gold), self.wh.catalog))
+
+    def start(self) -> None:
+        for smp in self.samplers:
+            smp.start()
+        self.pool.start()
+        self.monitor.start()
+
+    async def close(self) -> None:
+        try:
+            await self.monitor.stop()
+            for smp in self.samplers:
+                await smp.stop()
+            await self.pool.close()
+        finally:
+            self.ex.close()
+            if self.sandbox is not None:
+                self.sandbox.close()
+
+    async def run(self, case: EvalCase | QueryCase | Question, scheduled: float | None = None) -> dict[str, Any]:
+        """The item's record (a failed request is a recorded outcome, never an exception)."""
+        cfg, pool = self.cfg, self.pool
+        messages = self.prompt.messages(case.question + cfg.load.context_suffix)
+        example_ids: list[str] | None = None
+        if self.bank is not None:
+            messages, example_ids = self.bank.messages(messages, case.question, cfg.examples)
+        linked = None
+        if self.values is not None:  # the hint follows the question itself, not the examples
+            linked = self.values.link(case.question)
+            if linked:
+                messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + hint_text(linked)}]
+        planned: dict[str, Any] = {}
+        if cfg.planner == "two-stage":
+            (comp, planned), rep, trail = await pool.call(
+                case.id, lambda r: plan_and_answer(r.client, r.cfg, messages, self.sampling, self.wh.catalog,
+                                                   self.budget, self.fail_fast),
+                lambda res: res[0])
+        elif cfg.samples > 1:
+            (comp, planned), rep, trail = await pool.call(
+                case.id, lambda r: sample_and_vote(r.client, r.cfg, messages, self.sampling, self.wh.catalog,
+                                                   self.budget, cfg.samples, self.fail_fast),
+                lambda res: res[0])
+        else:
+            comp, rep, trail = await pool.call(
+                case.id, lambda r: complete(r.client, r.cfg, messages, self.sampling, self.budget, self.fail_fast))
+        # A question without a gold (``batch --questions``) is answered, not scored: same keys.
+        request_error = None if comp.outcome == "ok" else comp.outcome
+        if isinstance(case, QueryCase) and cfg.answer == "sql":  # SQL the model wrote: guarded, sandboxed
+            from nlq2sql.answers.sql.score import score_sql
+
+            rec = score_sql(case, comp.text, self.ex, self.wh.catalog, sandbox=self.sandbox,
+                            finish_reason=comp.finish_reason, request_error=request_error)
+        elif isinstance(case, QueryCase):  # the v2 answer: scored by rows
+            rec = score_query(case, comp.text, self.ex, self.wh.catalog, finish_reason=comp.finish_reason,
+                              request_error=request_error)
+        else:
+            scorer = answer_item if isinstance(case, Question) else score_item
+            rec = scorer(case, comp.text, self.rulesets, self.ex, finish_reason=comp.finish_reason,  # type: ignore[arg-type]
+                         request_error=request_error, catalog=self.wh.catalog)
+        rec.update(comp.record_fields())
+        rec["started"] = comp.started
+        if example_ids is not None:
+            rec["example_ids"] = example_ids
+        if linked is not None:
+            rec["linked_values"] = [lk.as_filter() for lk in linked]
+        rec.update(planned)
+        if cfg.abstain_below is not None:
+            if "intent_evidence" not in rec:  # (the planner records its first stage's: the kind was chosen there)
+                rec["intent_evidence"] = intent_evidence(comp.token_logprobs)
+            rec["abstain_below"] = cfg.abstain_below
+        if cfg.abstaining and not isinstance(case, Question):
+            apply_abstention(rec)
+        if pool.multi:  # which replica answered, which failed the item before it, every request on each
+            rec["replica"] = rep.label
+            rec["failed_over_from"] = trail.failed_over_from
+            rec["attempt_log"] = trail.attempt_log(comp.started)
+            rec["latency_e2e_s"] = trail.latency_e2e_s
+        rec["concurrency"] = cfg.concurrency
+        if scheduled is not None:  # open loop: time spent waiting for an in-flight slot
+            rec["scheduled"] = scheduled
+            rec["queued_s"] = max(0.0, comp.started - scheduled)
+            # (answered; with several replicas: to its answer's end, failovers included)
+            done_s = None if comp.latency_s is None else trail.latency_e2e_s if pool.multi else comp.latency_s
+            rec["latency_from_arrival_s"] = rec["queued_s"] + done_s if done_s is not None else None
+        rec["whitespace_chars"] = whitespace_outside_strings(comp.text) if comp.text is not None else None
+        rec["chars"] = len(comp.text) if comp.text is not None else None
+        return rec
+
+    def fleet(self) -> dict[str, Any] | None:
+        """This session's replica events and per-replica /metrics (None with one replica)."""
+        if not self.pool.multi:
+            return None
+        return {"routing": self.cfg.routing, "failovers": self.pool.failovers, "replicas": self.pool.report(),
+                "server_metrics": {r.label: smp.result() for r, smp in zip(self.pool.replicas, self.samplers,
+                                                                             strict=False)}}
+
+    def harness(self) -> dict[str, Any]:
+        """This process's CPU share and event-loop lag: was the client the bottleneck?"""
+        return self.monitor.result()
+
+    def server_metrics(self) -> dict[str, Any]:
+        if not self.samplers:
+            return {"observed": False, "note": "not sampled by this process"}
+        return self.samplers[0].result()

@@ -1,0 +1,321 @@
+"""Live evaluation: evalset × endpoint → records, at a fixed concurrency.
+
+Items are scored and appended to ``records.jsonl`` the moment they complete; ``resume``
+finishes an interrupted run with every item exactly once.  When no endpoint is given, a
+local vLLM is started (and always stopped) for the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.conditions.examples import load_bank
+from nlq2sql.conditions.values import effective_guardrails
+from nlq2sql.records.results import Manifest, validated
+from nlq2sql.records.store import (
+    MANIFEST,
+    RECORDS,
+    RecordWriter,
+    check_resume,
+    prepare_dir,
+    read_json,
+    repair_tail,
+    write_json_atomic,
+)
+from nlq2sql.run.config import (
+    EvalConfig,
+    LoadShape,
+    LocalServerSettings,
+    api_key,
+    check_endpoint_url,
+    preflight,
+    probe_endpoint,
+    targets,
+    validate,
+)
+from nlq2sql.run.item import ItemRunner, Loaded, request_sampling, whitespace_outside_strings
+from nlq2sql.run.scheduler import closed_loop, open_loop
+from nlq2sql.run.session import finish_summary, fleet_summary, recorded_retries, session_result
+from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.guardrail import load_guardrails
+from nlq2sql.stages.pipeline import manifest_base
+from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.stages.queryset import load_query_set
+from nlq2sql.transport.client import RetryBudget, bind_sampling
+
+# The configuration and its checks live in ``evalconfig``; re-exported here, where callers
+# have always found them next to ``run_eval``.
+__all__ = ["EvalConfig", "Interrupts", "LoadShape", "LocalServerSettings", "Progress", "api_key", "bound_endpoint",
+           "check_endpoint_url", "finish_summary", "fleet_summary", "preflight", "probe_endpoint", "recorded_args",
+           "run_eval", "session_result", "validate", "whitespace_outside_strings"]
+
+Progress = Callable[[str, dict[str, int]], None]
+
+
+class Interrupts:
+    """Ctrl-C semantics of a run (installed only in the main thread).
+
+    First SIGINT: inside the request loop, cancel it (in-flight requests are cancelled, so
+    their connections close and the server aborts them; finished records are already on
+    disk); anywhere else, raise ``KeyboardInterrupt`` as usual.  The run then stops a local
+    server it started and the CLI exits 130.  Second SIGINT: exit 130 at once, killing a
+    local server we started rather than waiting for it to stop.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.cancel: Callable[[], None] | None = None
+        self.kill_server: Callable[[], None] | None = None
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count == 1:
+            if self.cancel is not None:
+                self.cancel()
+                return
+            raise KeyboardInterrupt
+        if self.kill_server is not None:
+            with contextlib.suppress(Exception):  # exiting anyway
+                self.kill_server()
+        os.write(2, b"\ninterrupted again: exiting now (records so far are kept)\n")
+        os._exit(130)
+
+
+async def _run(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
+               cases: list[EvalCase], progress: Progress | None,
+               interrupts: Interrupts | None = None, budget: RetryBudget | None = None,
+               loaded: Loaded | None = None) -> dict[str, Any]:
+    if interrupts is not None:
+        loop, main = asyncio.get_running_loop(), asyncio.current_task()
+        assert main is not None
+
+        def cancel() -> None:
+            loop.call_soon_threadsafe(main.cancel)
+
+        interrupts.cancel = cancel
+    try:
+        return await _run_items(cfg, base_url, model, key, out, cases, progress, budget, loaded)
+    finally:
+        if interrupts is not None:
+            interrupts.cancel = None
+
+
+async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
+                     cases: list[EvalCase], progress: Progress | None,
+                     budget: RetryBudget | None = None, loaded: Loaded | None = None) -> dict[str, Any]:
+    """This process answers the items (``--workers``/``--engine ray``: see ``workers``)."""
+    if budget is None:  # a run of exactly these items (``_run_eval`` passes the whole run's)
+        budget = RetryBudget(len(cases), cfg.retry_budget)
+    counts: Counter[str] = Counter(total=len(cases))
+    items = ItemRunner(cfg, base_url, model, key, budget, loaded=loaded)
+    items.prepare(cases)
+    t0 = time.time()
+    load = cfg.load
+    deadline = time.monotonic() + load.duration_s if load.duration_s else None
+    items.start()
+    with RecordWriter(out / RECORDS) as writer:
+        async def handle(case: EvalCase, scheduled: float | None) -> None:
+            counts["in_flight"] += 1
+            if progress:
+                progress("update", dict(counts))
+            rec = await items.run(case, scheduled)
+            counts["in_flight"] -= 1
+            writer.write(rec)
+            counts["done"] += 1
+            counts["failed"] += rec["outcome"] != "ok"
+            if progress:
+                progress("update", dict(counts))
+
+        try:
+            if load.rate:
+                sent = await open_loop(cases, load.rate, cfg.concurrency, handle, seed=load.arrival_seed,
+                                       deadline=deadline)
+            else:
+                sent = await closed_loop(cases, cfg.concurrency, handle, deadline)
+        finally:
+            await items.close()
+    return session_result(cfg, time.time() - t0, sent, len(cases), items.server_metrics(), items.fleet(),
+                          budget.used, items.harness())
+
+
+def recorded_args(args: list[str]) -> list[str]:
+    """A command line as a manifest records it: paths relative to the project, or their name
+    when outside it (the interpreter, a model folder in the cache), never a machine path."""
+    from nlq2sql.paths import PROJECT_ROOT
+
+    out = []
+    for a in args:
+        if a.startswith("/"):
+            try:
+                a = str(Path(a).relative_to(PROJECT_ROOT))  # as given: .venv/bin/python stays itself
+            except ValueError:
+                a = Path(a).name
+        out.append(a)
+    return out
+
+
+def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any]:
+    """Run (or resume) a live evaluation; returns the summary written to ``summary.json``.
+
+    Ctrl-C (SIGINT) cancels in-flight requests, keeps every finished record, stops a local
+    server we started and raises ``KeyboardInterrupt``; a second one exits at once.
+    """
+    with Interrupts() as interrupts:
+        return _run_eval(cfg, progress, interrupts)
+
+
+def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> dict[str, Any]:
+    validate(cfg)
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    compiles_before = wh.catalog.engine.compiles
+    evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql")
+                    else load_evalset(cfg.evalset, wh))
+    rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), wh.catalog, wh)
+    prompt = load_prompt(cfg.prompt, cfg.style, wh)
+    bank = load_bank(cfg.example_bank, wh.catalog, cfg.examples, cfg.answer) if cfg.examples else None
+    if bank is not None:
+        bank.check_disjoint(evalset)
+    key = api_key(cfg)
+    cases = list(evalset.cases[: cfg.limit] if cfg.limit else evalset.cases)
+
+    started: list[Any] = []  # the local server, when there is no endpoint
+
+    def hold(server: Any) -> None:  # before it starts: a second Ctrl-C kills its process group
+        started.append(server)
+        interrupts.kill_server = functools.partial(_kill_group, server)
+
+    with bound_endpoint(cfg, on_server=hold) as (bound, _):
+        assert bound.endpoint is not None
+        server = started[0] if started else None
+        base_url, model = bound.endpoint, bound.model
+        if server is not None:
+            key = "EMPTY"
+        fleet = targets(cfg, base_url, model, key)
+        load = cfg.load
+        facts = asyncio.run(probe_endpoint(base_url, model, key))
+        more_facts = [asyncio.run(probe_endpoint(u, m, k)) for u, m, k in fleet[1:]]
+        manifest = manifest_base("eval", evalset, rulesets, wh) | {
+            "endpoint": base_url if server is None else "local",
+            "model": model, "prompt": prompt.name, "prompt_style": prompt.style,
+            "prompt_sha256": prompt.sha256,
+            "sampling": bind_sampling(request_sampling(cfg), wh.catalog, cfg.answer).as_dict(),
+            **({"answer": cfg.answer} if cfg.answer != "intent" else {}),
+            # Which client engine sent the requests: worker processes or Ray actors, and where.
+            "engine": ({"name": cfg.engine, "workers": cfg.workers, "ray_address": cfg.ray_address}
+                       if cfg.workers > 1 or cfg.engine != "local" else None),
+            "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts, "client": cfg.client,
+            "examples": bank.manifest(cfg.examples) if bank is not None else None,
+            "planner": cfg.planner if cfg.planner != "none" else None,
+            "link_values": cfg.link_values if cfg.link_values != "none" else None,
+            "samples": cfg.samples if cfg.samples > 1 else None,
+            "abstain": True if cfg.abstaining else None,
+            "abstain_below": cfg.abstain_below,
+            "timeout_s": cfg.timeout_s,
+            "load": {"rate": load.rate, "duration_s": load.duration_s,
+                     "arrival_seed": load.arrival_seed if load.rate else None},
+            "context_suffix_chars": len(load.context_suffix),
+            "context_suffix_sha256": (hashlib.sha256(load.context_suffix.encode()).hexdigest()
+                                      if load.context_suffix else None),
+            "server_started_by_us": server is not None,
+            "server_args": recorded_args(server.args) if server is not None else None,
+            "server_startup_s": getattr(server, "startup_s", None),
+            "api_key_env": cfg.api_key_env,
+            **({"routing": cfg.routing,
+                "replicas": [{"label": f"r{i}", "url": u, "model": m, "server": f}
+                             for i, ((u, m, _), f) in enumerate(zip(fleet, [facts, *more_facts], strict=True))]}
+               if len(fleet) > 1 else {}),
+            # Fixed for the whole run (all its items), so a resumed item gets the budget it
+            # would have had uninterrupted: what the recorded items did not use.
+            "retry_budget": {"fraction": cfg.retry_budget,
+                             "total": RetryBudget.allowed(len(cases), cfg.retry_budget)},
+        }
+        prepare_dir(cfg.out, resume=cfg.resume, force=cfg.force)
+        records_path = cfg.out / RECORDS
+        used = 0
+        if cfg.resume:
+            check_resume(cfg.out, manifest)
+            repair_tail(records_path)
+            done, used = recorded_retries(records_path)
+            cases = [c for c in cases if c.id not in done]
+            manifest["retry_budget"] = read_json(cfg.out / MANIFEST).get("retry_budget") \
+                or manifest["retry_budget"]  # a run from before the budget was kept: as now
+            manifest["resumed_at"] = time.time()
+        budget = RetryBudget(0, 0.0, used=used, total=int(manifest["retry_budget"]["total"]))
+        manifest["started"] = time.time()
+        write_json_atomic(cfg.out / MANIFEST, validated(Manifest, manifest))
+        try:
+            if cfg.workers > 1 or cfg.engine != "local":
+                from nlq2sql.run.workers import run_workers
+
+                session = run_workers(cfg, base_url, model, key, cfg.out, cases, progress, budget)
+            else:
+                session = asyncio.run(_run(cfg, base_url, model, key, cfg.out, cases, progress,
+                                           interrupts, budget, Loaded(wh, rulesets, prompt, bank)))
+        except asyncio.CancelledError:
+            if interrupts.count:
+                raise KeyboardInterrupt from None
+            raise
+    if cfg.workers == 1 and cfg.engine == "local":  # (worker processes compile in their own catalogs)
+        session["compiles"] = wh.catalog.engine.compiles - compiles_before
+    return finish_summary(cfg.out, rulesets, session, manifest)
+
+
+def _kill_group(server: Any) -> None:
+    """SIGKILL a local server's process group (it runs in its own session)."""
+    pid = getattr(server, "pid", None)
+    if pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = None
+                   ) -> Iterator[tuple[EvalConfig, dict[str, Any]]]:
+    """``cfg`` bound to its endpoint, or to one local vLLM started (and always stopped) here
+    with ``cfg.server``'s settings: the one way a run starts a local server.
+
+    ``on_server`` is given the ``LocalServer`` before it starts (``run_eval`` keeps it to
+    record its arguments and to kill its process group on a second Ctrl-C)."""
+    if cfg.endpoint is not None:
+        yield cfg, {"started_by_us": False, "endpoint": cfg.endpoint}
+        return
+    from nlq2sql.run.server import LocalServer, ServerConfig, free_port
+
+    local = cfg.server
+    server = LocalServer(ServerConfig(model=cfg.model, port=local.port or free_port(),
+                                      compact=local.compact, max_num_seqs=local.max_num_seqs))
+    if on_server is not None:
+        on_server(server)
+    server.start()
+    try:
+        yield (replace(cfg, endpoint=server.url, model=server.model_name),
+               {"started_by_us": True, "endpoint": "local", "args": server.args[1:],
+                "startup_s": server.startup_s, "max_num_seqs": local.max_num_seqs, "cpu": True})
+    finally:
+        server.stop()

@@ -1,0 +1,198 @@
+"""``--engine ray``: the client workers as Ray actors, spread over a cluster.
+
+Nothing here is a home-made RPC: each worker is an async actor running
+``workers.ItemWorker`` (the code a local worker process runs), each item one actor task, so
+the driver knows which items an actor holds and a dead actor is seen at once (its tasks fail
+with ``ActorDiedError``); the run's retry budget is one small actor.  Without
+``--ray-address`` a local Ray is started for the run (2 CPUs at most, a small object store,
+its session files under the project's cache); with one, the run joins that cluster (every
+node needs nlq2sql installed, as for any Ray job, and must reach the endpoints).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from nlq2sql.errors import InputError
+
+if TYPE_CHECKING:
+    from nlq2sql.run.live import EvalConfig
+    from nlq2sql.run.workers import SharedBudget
+    from nlq2sql.stages.evalset import EvalCase
+
+__all__ = ["RayEngine", "check_address", "ray_available"]
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_address(address: str | None) -> None:
+    """What can be said of ``--ray-address`` without joining the cluster, in one line each.
+
+    ``ray://`` (Ray Client) is refused: its server end is a separate proxy that must match the
+    driver's Ray exactly, and here (Ray 2.60, a ``ray start --head`` cluster) it failed after
+    30 s with a 23-frame traceback.  Run the driver on the cluster instead (``ray job submit``,
+    docs/scaling.md), or give the GCS address.  ``host:port`` must answer a TCP connection."""
+    if address is None or address == "auto":
+        return
+    if "://" in address:
+        scheme = address.split("://", 1)[0]
+        raise InputError(f"{scheme}:// (Ray Client) is not supported: give the cluster's GCS address "
+                         "(HOST:6379, or auto on a node of the cluster), or submit the run as a Ray job "
+                         "(ray job submit, see docs/scaling.md)", field="--ray-address")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"expected HOST:PORT (the cluster's GCS address) or auto, got {address!r}",
+                         field="--ray-address")
+    import socket
+
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=3):
+            pass
+    except OSError as exc:
+        raise InputError(f"nothing answers at {address} ({exc.strerror or exc}): is the Ray head running "
+                         "(ray start --head)?", field="--ray-address") from None
+
+
+def _token_auth_for(address: str) -> None:
+    """Ray 2.5x+ turns token authentication on for clusters it starts (``ray start --head``
+    writes ``~/.ray/auth_token``), but a driver given an explicit address sends no token unless
+    ``RAY_AUTH_MODE=token``: it retried for 30 s and failed with ``InvalidAuthToken``.  When
+    the mode is unset and a token is available (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
+    ``~/.ray/auth_token``), send it, as Ray itself does for ``auto``."""
+    import os
+
+    if os.environ.get("RAY_AUTH_MODE") is not None:
+        return  # said explicitly: Ray's own rules
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray before token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+class RayEngine:
+    def __init__(self, address: str | None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise InputError("Ray is not installed: pip install 'nlq2sql[ray]'", field="--engine") from None
+        self.ray = ray
+        if not ray.is_initialized():
+            if address:
+                check_address(address)
+                _token_auth_for(address)
+                try:
+                    ray.init(address=address, log_to_driver=False)
+                except (ConnectionError, RuntimeError, ValueError) as exc:
+                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    hint = ("" if os.environ.get("RAY_AUTH_MODE") else
+                            "; a cluster with token authentication needs its token here "
+                            "(RAY_AUTH_TOKEN, or ~/.ray/auth_token: ray get-auth-token)")
+                    raise InputError(f"could not join the Ray cluster at {address}: {first}{hint}",
+                                     field="--ray-address") from None
+            else:
+                ray.init(num_cpus=min(2, os.cpu_count() or 1), object_store_memory=100 * 2**20,
+                         include_dashboard=False, log_to_driver=False, configure_logging=False)
+        self.actors: dict[int, Any] = {}
+        self.refs: dict[Any, tuple[int, str]] = {}  # a task in flight: (worker, what it returns)
+        self.budget_actor: Any = None
+
+    def counter(self, used: int, total: int) -> Any:
+        self.budget_actor = self.ray.remote(num_cpus=0)(_Budget).remote(used, total)
+        return self.budget_actor
+
+    def spawn(self, wid: int, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
+              golds: list[EvalCase]) -> None:
+        # An async actor: each item is one task (``run``), ``slots`` of them at a time, so the
+        # driver knows which items an actor holds and a dead actor's tasks fail (ActorDiedError).
+        actor = self.ray.remote(_Worker).options(num_cpus=0.5, max_concurrency=slots + 2,
+                                                 scheduling_strategy="SPREAD").remote()
+        self.actors[wid] = actor
+        self.refs[actor.setup.remote(cfg, endpoint, slots, budget, golds, time.time())] = (wid, "ready")  # type: ignore[attr-defined]
+
+    def submit(self, wid: int, case: EvalCase) -> None:
+        if wid in self.actors:
+            self.refs[self.actors[wid].run.remote(case)] = (wid, "rec")
+
+    def end(self, wid: int) -> None:
+        if wid in self.actors:
+            self.refs[self.actors[wid].finish.remote()] = (wid, "done")
+
+    def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
+        """Finished tasks within ``timeout``: records, readiness, reports -- and dead actors."""
+        from ray.exceptions import RayActorError, RayTaskError
+
+        if not self.refs:
+            time.sleep(timeout)
+            return []
+        ready, _ = self.ray.wait(list(self.refs), num_returns=1, timeout=timeout)
+        if ready:
+            ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
+        events: list[tuple[int, str, Any]] = []
+        for ref in ready:
+            if ref not in self.refs:
+                continue  # its actor was declared dead by an earlier ref in this batch
+            wid, kind = self.refs.pop(ref)
+            try:
+                events.append((wid, kind, self.ray.get(ref)))
+            except RayActorError as exc:  # ActorDiedError and kin: the actor is gone
+                self.refs = {r: v for r, v in self.refs.items() if v[0] != wid}
+                with contextlib.suppress(Exception):
+                    self.ray.kill(self.actors.pop(wid))
+                events.append((wid, "dead", f"Ray actor died ({type(exc).__name__}: {str(exc).splitlines()[0]})"))
+            except RayTaskError as exc:
+                events.append((wid, "error", f"{type(exc).__name__}: {exc}"))
+        return events
+
+    def stop(self) -> None:
+        for a in [*self.actors.values(), *([self.budget_actor] if self.budget_actor is not None else [])]:
+            with contextlib.suppress(Exception):
+                self.ray.kill(a)
+        self.actors, self.refs = {}, {}
+
+
+class _Budget:
+    """The run's retry budget on a cluster: one counter, drawn from by every worker."""
+
+    def __init__(self, used: int, total: int) -> None:
+        self._used, self.total = used, total
+
+    def take(self) -> bool:
+        if self._used >= self.total:
+            return False
+        self._used += 1
+        return True
+
+    def used(self) -> int:
+        return self._used
+
+
+class _Worker:
+    """A client worker as an async Ray actor: ``workers.ItemWorker``, as a worker process runs it."""
+
+    async def setup(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
+                    golds: list[EvalCase], spawned_at: float) -> dict[str, Any]:
+        import os
+
+        from nlq2sql.run.workers import ItemWorker
+
+        self.worker = ItemWorker(cfg, endpoint, slots, budget, golds)
+        self.worker.start()
+        return {"pid": os.getpid(), "startup_s": time.time() - spawned_at, "phases": self.worker.phases}
+
+    async def run(self, case: EvalCase) -> dict[str, Any]:
+        return await self.worker.run(case)
+
+    async def finish(self) -> dict[str, Any]:
+        return await self.worker.finish()

@@ -1,0 +1,147 @@
+"""What a run's sessions add up to: each session's own figures (throughput, load shape, the
+client's CPU and loop lag, the server's /metrics) and the summary re-derived from every record
+on disk, so a resumed run's summary counts all its sessions' items exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nlq2sql.records.results import Manifest, Summary, validated
+from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, records_digest, write_json_atomic
+from nlq2sql.stages.pipeline import summarise_file
+from nlq2sql.stages.score import percentiles
+
+if TYPE_CHECKING:
+    from nlq2sql.run.config import EvalConfig
+
+__all__ = ["finish_summary", "fleet_summary", "recorded_retries", "session_result"]
+
+
+def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metrics: dict[str, Any],
+                   fleet: dict[str, Any] | None, retries_used: int,
+                   harness: dict[str, Any] | None = None, startup_s: float | None = None) -> dict[str, Any]:
+    """What one session (of one or several processes) adds to the summary.  ``startup_s``:
+    how much of ``wall`` went on starting client workers before the first request (their
+    interpreters, imports and warehouses) -- counted in the wall time, so in req/s."""
+    load = cfg.load
+    return {"wall_s": wall, "items_this_session": sent, "not_sent": n - sent, "startup_s": startup_s,
+            "server_metrics": server_metrics, "fleet": fleet, "retries_used": retries_used,
+            "harness": harness,
+            "load": {"mode": "open-loop Poisson" if load.rate else "closed loop",
+                     "offered_rate": load.rate, "max_in_flight": cfg.concurrency,
+                     "duration_s": load.duration_s, "arrival_seed": load.arrival_seed if load.rate else None,
+                     **({"workers": cfg.workers, "engine": cfg.engine} if cfg.workers > 1 or cfg.engine != "local"
+                        else {})}}
+
+
+def recorded_retries(records_path: Path) -> tuple[set[str], int]:
+    """Ids already recorded and the retries they took (one wait recorded per retry).
+
+    Retries spent by items that were in flight when a run died are not counted: those items
+    are redone from their first attempt, exactly as in an uninterrupted run.
+    """
+    from nlq2sql.records.store import iter_records
+
+    done: set[str] = set()
+    used = 0
+    if records_path.exists():
+        for rec in iter_records(records_path):
+            done.add(rec["id"])
+            used += len(rec.get("retry_waits_s") or ())
+    return done, used
+
+
+def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
+                   manifest: dict[str, Any]) -> dict[str, Any]:
+    """Summary from the records on disk (all sessions), plus this session's throughput."""
+    from nlq2sql.records.store import iter_records
+
+    summary = summarise_file(out / RECORDS, rulesets)
+    outcomes: Counter[str] = Counter()
+    ws, chars, starts, ends = [], [], [], []
+    retries = 0
+    for rec in iter_records(out / RECORDS):
+        outcomes[rec.get("outcome") or "n/a"] += 1
+        if rec.get("whitespace_chars") is not None:
+            ws.append(rec["whitespace_chars"])
+            chars.append(rec["chars"])
+        retries += len(rec.get("retry_waits_s") or ())
+        # (with several replicas an item's span is every attempt's: latency_e2e_s, failovers included)
+        took = rec.get("latency_e2e_s") if rec.get("latency_e2e_s") is not None else rec.get("latency_s")
+        if rec.get("started") and took is not None:
+            starts.append(rec["started"])
+            ends.append(rec["started"] + took)
+    summary["outcomes"] = dict(outcomes)
+    summary["errors_by_class"] = {k: v for k, v in outcomes.items() if k != "ok"}
+    summary["compactness"] = {"n": len(ws), "outputs_without_whitespace": sum(1 for w in ws if w == 0),
+                              "whitespace_chars": percentiles([float(w) for w in ws]),
+                              "chars": percentiles([float(c) for c in chars])}
+    n_ok = outcomes.get("ok", 0)
+    summary["throughput"] = {
+        "items_this_session": session["items_this_session"], "wall_s": session["wall_s"],
+        "req_per_s": session["items_this_session"] / session["wall_s"] if session["wall_s"] else None,
+        **({"startup_s": session["startup_s"],
+            "req_per_s_after_startup": (session["items_this_session"] / (session["wall_s"] - session["startup_s"])
+                                        if session["wall_s"] > session["startup_s"] else None)}
+           if session.get("startup_s") is not None else {}),
+        "span_s_all_records": (max(ends) - min(starts)) if starts else None,
+        "completed_ok": n_ok, "not_sent": session.get("not_sent", 0)}
+    summary["load"] = session.get("load")
+    # This session's client: CPU share and event-loop lag, and whether it was saturated.
+    summary["harness"] = session.get("harness")
+    summary["server_metrics"] = session["server_metrics"]
+    if session.get("fleet") or manifest.get("replicas"):
+        summary["fleet"] = fleet_summary(out, manifest, session.get("fleet"))
+        summary["server_metrics"] = {"observed": False,
+                                     "note": "several replicas: see fleet.server_metrics, one per replica"}
+    # The whole run's, from the records (a resumed run counts its earlier sessions too).
+    summary["retries_used"] = retries
+    summary["retry_budget"] = dict(manifest.get("retry_budget") or {}, used=retries)
+    if session.get("compiles") is not None:  # distinct MetricFlow compiles this session's process needed
+        summary["compiles"] = session["compiles"]
+    summary["records"] = records_digest(out / RECORDS)  # what `compare` checks the records against
+    summary["record_version"] = RECORD_VERSION
+    write_json_atomic(out / SUMMARY, validated(Summary, summary))
+    manifest["finished"] = time.time()
+    write_json_atomic(out / MANIFEST, validated(Manifest, manifest))
+    return summary
+
+
+def fleet_summary(out: Path, manifest: dict[str, Any], session: dict[str, Any] | None) -> dict[str, Any]:
+    """Per replica: requests, outcomes and latency from the records (every session of the
+    run), and this session's time out of rotation and events."""
+    from nlq2sql.records.store import iter_records
+
+    per: dict[str, dict[str, Any]] = {}
+    for rec in iter_records(out / RECORDS):
+        label = rec.get("replica")
+        if label is None:
+            continue
+        st = per.setdefault(label, {"requests": 0, "ok": 0, "errors": Counter(), "lat": [],
+                                    "failed_here": 0})
+        st["requests"] += 1
+        if rec.get("outcome") == "ok":
+            st["ok"] += 1
+            if rec.get("latency_s") is not None:
+                st["lat"].append(float(rec["latency_s"]))
+        else:
+            st["errors"][rec.get("outcome") or "n/a"] += 1
+        for lab in rec.get("failed_over_from") or ():
+            per.setdefault(lab, {"requests": 0, "ok": 0, "errors": Counter(), "lat": [],
+                                 "failed_here": 0})["failed_here"] += 1
+    live = {r["label"]: r for r in (session or {}).get("replicas", [])}
+    rows = []
+    for rep in manifest.get("replicas") or []:
+        st = per.get(rep["label"], {"requests": 0, "ok": 0, "errors": Counter(), "lat": [], "failed_here": 0})
+        rows.append({"label": rep["label"], "url": rep["url"], "model": rep["model"],
+                     "answered": st["requests"], "ok": st["ok"], "errors": dict(st["errors"]),
+                     "failed_then_resent": st["failed_here"], "latency_s": percentiles(st["lat"]),
+                     **{k: live[rep["label"]][k] for k in ("out_of_rotation_s", "first_out_after_s",
+                                                          "in_rotation_at_end", "events")
+                        if rep["label"] in live}})
+    return {"routing": manifest.get("routing"), "failovers_this_session": (session or {}).get("failovers"),
+            "replicas": rows, "server_metrics": (session or {}).get("server_metrics")}

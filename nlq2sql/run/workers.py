@@ -1,0 +1,548 @@
+"""Past one core: client worker processes on this machine, or Ray actors on a cluster.
+
+One Python event loop tops out at a few hundred to a thousand streamed requests per second
+(the client benchmark), below what a fleet of replicas serves.  ``--workers N`` runs N
+client processes; ``--engine ray`` runs them as Ray actors, spread over a cluster.  Both
+use the same worker body (``serve_items``) and the same ``item.ItemRunner``, so a record is
+the same wherever it was made:
+
+* items go out from **one queue** (whoever is free takes the next), and the run's
+  concurrency is split over the workers, so the cap stays global;
+* the retry budget is **one** counter for the run (shared memory locally, a Ray actor on a
+  cluster);
+* records stream back to this process, which alone writes ``records.jsonl`` (in completion
+  order, flushed per record), so resume after a kill is exact, as for one process;
+* a worker process dies with its driver: on Linux the kernel kills it the moment the driver
+  dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``, set as the worker starts), and everywhere a
+  watchdog thread ends it within ``PARENT_POLL_S`` of its parent changing -- requests in
+  flight, retry waits and all: a killed driver's workers send nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nlq2sql.errors import InputError, Nlq2SqlError
+from nlq2sql.records.store import RECORDS, RecordWriter
+from nlq2sql.run.harness_load import HarnessMonitor
+from nlq2sql.run.harness_load import merge as merge_harness
+from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.transport.client import RetryBudget
+
+if TYPE_CHECKING:
+    from nlq2sql.run.live import EvalConfig, Progress
+
+__all__ = ["ENGINES", "Fleet", "ItemWorker", "LocalEngine", "SharedBudget", "auto_workers", "run_workers",
+           "serve_items", "shares"]
+
+ENGINES = ("local", "ray")
+
+
+class SharedBudget(RetryBudget):
+    """The run's retry budget as one counter every worker draws from.
+
+    ``take`` is the only call the request path makes; here it goes through ``counter``,
+    a ``multiprocessing.Value`` (local workers) or a Ray actor handle (``engine ray``)."""
+
+    def __init__(self, counter: Any, total: int) -> None:  # noqa: D107 -- no super(): no local count
+        self.counter, self.total = counter, total
+
+    def take(self) -> bool:
+        if hasattr(self.counter, "get_lock"):
+            with self.counter.get_lock():
+                if self.counter.value >= self.total:
+                    return False
+                self.counter.value += 1
+                return True
+        import ray
+
+        return bool(ray.get(self.counter.take.remote()))
+
+    @property  # type: ignore[override]
+    def used(self) -> int:
+        if hasattr(self.counter, "get_lock"):
+            return int(self.counter.value)
+        import ray
+
+        return int(ray.get(self.counter.used.remote()))
+
+    @used.setter
+    def used(self, value: int) -> None:
+        raise AttributeError("a shared budget is only drawn from")
+
+    @property  # type: ignore[override]
+    def left(self) -> int:
+        return max(0, self.total - self.used)
+
+    @left.setter
+    def left(self, value: int) -> None:
+        raise AttributeError("a shared budget is only drawn from")
+
+
+def auto_workers(concurrency: int) -> int:
+    """``--workers auto``: one client process per CPU this process may run on (at most the
+    concurrency).  One event loop saturates one core; more processes than cores only compete."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, concurrency))
+
+
+def shares(concurrency: int, workers: int) -> list[int]:
+    """The run's concurrency split over workers (each at least 1): the cap stays global."""
+    if workers > concurrency:
+        raise InputError(f"{workers} workers need a concurrency of at least {workers}, got {concurrency}",
+                         field="--workers")
+    base, extra = divmod(concurrency, workers)
+    return [base + (i < extra) for i in range(workers)]
+
+
+#: How often a worker's watchdog checks that its driver is still its parent.
+PARENT_POLL_S = 0.1
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """End this process as soon as ``parent_pid`` (the driver that started it) is gone.
+
+    Linux: ``PR_SET_PDEATHSIG`` asks the kernel to SIGKILL us when the parent dies (it fires on
+    the death of the parent's *thread* that started us: ``run_workers`` starts its workers from
+    the thread that runs it, and they are done before it returns).  Checked after setting it, in
+    case the driver died first.  A watchdog thread polls ``getppid`` as well (other systems,
+    and a second line): a reparented worker exits at once, without cleaning up -- whatever it
+    was doing belonged to a run that no longer has a writer."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still holds
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="nlq2sql-parent-watch", daemon=True).start()
+
+
+class ItemWorker:
+    """One worker's items, in a worker process or a Ray actor (the same code either way): an
+    ``item.ItemRunner`` for this worker's share of the run's concurrency, every distinct gold
+    answered by the warehouse before the first request (``ItemRunner.prepare``, as one
+    process does)."""
+
+    def __init__(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: RetryBudget,
+                 golds: Sequence[EvalCase] = ()) -> None:
+        t0 = time.time()
+        from nlq2sql.run.item import ItemRunner
+
+        t1 = time.time()
+        base_url, model, key = endpoint
+        self.items = ItemRunner(cfg, base_url, model, key, budget, concurrency=slots, sample_metrics=False)
+        t2 = time.time()
+        self.items.prepare(golds)
+        self.sent = 0
+        #: Where this worker's start-up went: importing the item code, its warehouse and
+        #: prompt (``ItemRunner``), answering the golds.
+        self.phases = {"import_s": round(t1 - t0, 3), "runner_s": round(t2 - t1, 3),
+                       "golds_s": round(time.time() - t2, 3)}
+
+    def start(self) -> None:
+        self.items.start()
+
+    async def run(self, case: EvalCase) -> dict[str, Any]:
+        self.sent += 1
+        return await self.items.run(case)
+
+    async def finish(self) -> dict[str, Any]:
+        await self.items.close()
+        return {"sent": self.sent, "fleet": self.items.fleet(), "harness": self.items.harness(), "pid": os.getpid()}
+
+
+def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection, budget: RetryBudget,
+                parent_pid: int | None, golds: Sequence[EvalCase] = (), spawned_at: float | None = None) -> None:
+    """A worker process's whole life, talking to its driver over its own pipe ``conn`` (no lock
+    shared with other workers: a worker killed mid-write cannot wedge the others).
+
+    Sends ``("ready", info)`` once it can send requests, ``("rec", record)`` per item, and a
+    final ``("done", report)``.  Receives cases, at most ``slots`` outstanding (each is sent at
+    once: the driver's dispatch is the concurrency cap), and ``None``: no more items.
+    ``parent_pid``: the worker ends when that driver dies (``die_with_parent``)."""
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
+    try:
+        asyncio.run(_serve(cfg, endpoint, slots, conn, budget, golds, spawned_at))
+    except BaseException as exc:  # noqa: BLE001 -- reported to the driver, which raises
+        with contextlib.suppress(OSError):
+            conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
+
+
+async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection,
+                 budget: RetryBudget, golds: Sequence[EvalCase] = (), spawned_at: float | None = None) -> None:
+    entered = time.time()  # the interpreter is up, this module imported, the arguments unpickled
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[EvalCase | None] = asyncio.Queue()
+
+    def read() -> None:  # a thread: the driver's messages never wait on this loop (nor it on them)
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                msg = None  # the driver is gone (its death ends this process too)
+            loop.call_soon_threadsafe(inbox.put_nowait, msg)
+            if msg is None:
+                return
+
+    threading.Thread(target=read, name="nlq2sql-inbox", daemon=True).start()
+    worker = ItemWorker(cfg, endpoint, slots, budget, golds)
+    worker.start()
+    conn.send(("ready", {"pid": os.getpid(), "startup_s": time.time() - spawned_at if spawned_at is not None else None,
+                         "phases": {"interpreter_s": round(entered - spawned_at, 3) if spawned_at else None,
+                                    **worker.phases}}))
+
+    async def lane() -> None:
+        while True:
+            case = await inbox.get()
+            if case is None:
+                inbox.put_nowait(None)  # one None ends every lane
+                return
+            rec = await worker.run(case)
+            conn.send(("rec", rec))
+
+    try:
+        await asyncio.gather(*(lane() for _ in range(slots)))
+    finally:
+        report = await worker.finish()
+    conn.send(("done", report))
+
+
+def distinct_golds(cases: Sequence[EvalCase]) -> list[EvalCase]:
+    """A case per distinct gold intent: what each worker answers from the warehouse before its
+    first request (every worker has its own DuckDB memo, and may be sent any item)."""
+    by_object: dict[int, EvalCase] = {}
+    for c in cases:  # cases of repeated lines share their gold object
+        by_object.setdefault(id(c.gold), c)
+    by_value: dict[str, EvalCase] = {}
+    for c in by_object.values():
+        by_value.setdefault(c.gold.model_dump_json(), c)
+    return list(by_value.values())
+
+
+def merge_fleets(reports: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Each worker saw the replicas on its own (its own circuit breakers): a replica was out
+    when any worker took it out, and the probes are every worker's."""
+    seen = [r for r in reports if r]
+    if not seen:
+        return None
+    rows: dict[str, dict[str, Any]] = {}
+    for w, rep in enumerate(seen):
+        for r in rep["replicas"]:
+            first = r["label"] not in rows
+            row = rows.setdefault(r["label"], {**r, "events": []})
+            row["events"] += [dict(e, worker=w) for e in r["events"]]
+            row["out_of_rotation_s"] = max(row["out_of_rotation_s"], r["out_of_rotation_s"])
+            row["in_rotation_at_end"] = row["in_rotation_at_end"] and r["in_rotation_at_end"]
+            if not first:  # each worker has its own breakers: their probes add up
+                for k in ("probes", "probes_failed"):
+                    row[k] = row.get(k, 0) + r.get(k, 0)
+            firsts = [x for x in (row.get("first_out_after_s"), r["first_out_after_s"]) if x is not None]
+            row["first_out_after_s"] = min(firsts) if firsts else None
+    for row in rows.values():
+        row["events"].sort(key=lambda e: e["t"])
+    return {"routing": seen[0]["routing"], "failovers": sum(r["failovers"] for r in seen),
+            "replicas": list(rows.values()), "server_metrics": None}  # filled in by the driver
+
+
+#: Replacement workers a run may start, per worker it began with, before it gives up.
+RESTARTS_PER_WORKER = 3
+
+
+class Fleet:
+    """The driver's view of its workers: which items each holds, and what was lost.
+
+    Items go out from one queue to whichever worker has a free slot (a worker holds at most
+    its share of the concurrency), and the driver remembers which worker holds which item.
+    When a worker dies (its process ends, its Ray actor dies) the items it held and had not
+    answered go back to the front of the queue, a replacement is started, and the run goes
+    on: each item is recorded exactly once (a record already written is never written
+    again), as in an uninterrupted run."""
+
+    def __init__(self, cases: Sequence[EvalCase], lanes: list[int], t0: float) -> None:
+        self.pending: deque[EvalCase] = deque(cases)
+        self.slots: dict[int, int] = {}
+        self.held: dict[int, dict[str, EvalCase]] = {}
+        self.ready: set[int] = set()
+        self.finished: set[int] = set()
+        self.written: set[str] = set()
+        self.losses: list[dict[str, Any]] = []
+        self.startups: list[float] = []
+        self.phases: list[dict[str, Any] | None] = []
+        self.first_ready: float | None = None
+        self.t0 = t0
+        self.ended = False
+        self.not_sent = 0
+        self.next_id = 0
+        self.restarts_left = RESTARTS_PER_WORKER * len(lanes)
+
+    def add(self, slots: int) -> int:
+        wid = self.next_id
+        self.next_id += 1
+        self.slots[wid], self.held[wid] = slots, {}
+        return wid
+
+    @property
+    def live(self) -> list[int]:
+        return list(self.held)
+
+    def to_send(self) -> list[tuple[int, EvalCase]]:
+        """Fill every ready worker's free slots from the queue."""
+        out = []
+        for wid in sorted(self.ready & self.held.keys()):
+            held = self.held[wid]
+            while self.pending and len(held) < self.slots[wid]:
+                case = self.pending.popleft()
+                held[case.id] = case
+                out.append((wid, case))
+        return out
+
+    def all_answered(self) -> bool:
+        return not self.pending and not any(self.held.values())
+
+    def lost(self, wid: int, why: str) -> int | None:
+        """Worker ``wid`` died: re-queue what it held; the slots of its replacement (None: none needed)."""
+        held = self.held.pop(wid, {})
+        self.ready.discard(wid)
+        if wid in self.finished:  # it had reported: nothing lost
+            return None
+        cases = list(held.values())
+        self.pending.extendleft(reversed(cases))
+        self.losses.append({"worker": wid, "why": why, "at_s": round(time.time() - self.t0, 3),
+                            "requeued": len(cases), "requeued_ids": [c.id for c in cases][:20]})
+        if self.ended:
+            return None
+        if self.restarts_left <= 0:
+            if not self.held:
+                raise Nlq2SqlError(f"client workers keep dying ({len(self.losses)} lost; the last: {why}); "
+                                   f"{len(self.written)} records are on disk: --resume continues the run")
+            return None
+        self.restarts_left -= 1
+        return self.slots[wid]
+
+
+def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path, cases: list[EvalCase],
+                progress: Progress | None, budget: RetryBudget) -> dict[str, Any]:
+    """Answer ``cases`` with ``cfg.workers`` processes (or Ray actors); write their records here.
+
+    A worker that dies (SIGKILL, out of memory, a Ray node lost) is noticed at once (its
+    process's sentinel, its actor's failed task); what it held is re-queued and a replacement
+    started (``Fleet``).  The session's wall time counts the workers' start-up
+    (``startup_s`` says how much of it was)."""
+    from nlq2sql.run.item import targets
+    from nlq2sql.run.session import session_result
+    from nlq2sql.transport.server_metrics import MetricsSampler
+
+    lanes = shares(cfg.concurrency, cfg.workers)
+    t0 = time.time()
+    deadline = t0 + cfg.load.duration_s if cfg.load.duration_s else None
+    engine: Any = _ray_engine(cfg) if cfg.engine == "ray" else LocalEngine()
+    counter = engine.counter(budget.used, budget.total)
+    golds = distinct_golds(cases)
+    shared = SharedBudget(counter, budget.total)
+    fleet = Fleet(cases, lanes, t0)
+    counts = {"total": len(cases), "done": 0, "failed": 0, "in_flight": 0}
+    first = [float("inf")]
+    used = [0]
+    reports: list[dict[str, Any]] = []
+    driver = HarnessMonitor()
+    # The driver samples every replica's /metrics (the workers sample none), labelled as the pool labels them.
+    urls = [u for u, _, _ in targets(cfg, base_url, model, key)]
+    endpoint = (base_url, model, key)
+
+    def spawn(slots: int) -> None:  # from the loop's thread: a worker dies with the thread that started it
+        engine.spawn(fleet.add(slots), cfg, endpoint, slots, shared, golds)
+
+    async def drive() -> list[dict[str, Any]]:
+        samplers = [MetricsSampler(u, cfg.load.metrics_interval_s) for u in urls]
+        for smp in samplers:
+            smp.start()
+        driver.start()
+        loop = asyncio.get_running_loop()
+        for n in lanes:
+            spawn(n)
+        try:
+            with RecordWriter(out / RECORDS) as writer:
+                while True:
+                    if deadline is not None and time.time() >= deadline and fleet.pending:
+                        fleet.not_sent += len(fleet.pending)  # no request starts after the deadline
+                        fleet.pending.clear()
+                    for wid, case in fleet.to_send():
+                        engine.submit(wid, case)
+                    if not fleet.ended and fleet.all_answered():
+                        fleet.ended = True
+                        for wid in fleet.live:
+                            engine.end(wid)
+                    if fleet.ended and set(fleet.live) <= fleet.finished:
+                        break
+                    counts["in_flight"] = sum(len(h) for h in fleet.held.values())
+                    for wid, kind, body in await loop.run_in_executor(None, engine.poll, 0.5):
+                        if kind == "rec":
+                            fleet.held.get(wid, {}).pop(body["id"], None)
+                            if body["id"] in fleet.written:
+                                continue  # never twice (a worker is declared lost only once drained)
+                            fleet.written.add(body["id"])
+                            first[0] = min(first[0], body.get("started") or first[0])
+                            writer.write(body)
+                            counts["done"] += 1
+                            counts["failed"] += body["outcome"] != "ok"
+                            if progress:
+                                progress("update", dict(counts))
+                        elif kind == "ready":
+                            fleet.ready.add(wid)
+                            fleet.first_ready = fleet.first_ready or time.time()
+                            if body.get("startup_s") is not None:
+                                fleet.startups.append(body["startup_s"])
+                                fleet.phases.append(body.get("phases"))
+                        elif kind == "done":
+                            fleet.finished.add(wid)
+                            reports.append(body)
+                        elif kind == "dead":
+                            slots = fleet.lost(wid, body)
+                            if slots is not None:
+                                spawn(slots)
+                        else:
+                            raise Nlq2SqlError(f"a client worker failed: {body}")
+                used[0] = shared.used  # (a Ray budget actor ends with the engine)
+        finally:
+            await driver.stop()
+            for smp in samplers:
+                await smp.stop()
+            engine.stop()
+        return [smp.result() for smp in samplers]
+
+    per_replica = asyncio.run(drive())
+    merged = merge_fleets([r["fleet"] for r in reports])
+    if merged is not None:
+        merged["server_metrics"] = {f"r{i}": m for i, m in enumerate(per_replica)}
+    now = time.time()
+    started = min(first[0], now)
+    result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
+                            merge_harness([driver.result(), *(r["harness"] for r in reports)]),
+                            startup_s=max(0.0, started - t0))
+    result["load"].update({
+        "lost_workers": len(fleet.losses), "restarted_workers": fleet.next_id - len(lanes),
+        "requeued_items": sum(x["requeued"] for x in fleet.losses), "worker_losses": fleet.losses,
+        "worker_startup_s": {"first_ready_s": (fleet.first_ready - t0) if fleet.first_ready else None,
+                             "first_request_s": started - t0 if first[0] != float("inf") else None,
+                             "per_worker_s": [round(s, 3) for s in fleet.startups],
+                             "per_worker_phases": fleet.phases}})
+    return result
+
+
+class LocalEngine:
+    """Worker processes on this machine (spawned: a fresh interpreter, no inherited loop state),
+    each with its own pipe to the driver; a dead one is seen by its process sentinel."""
+
+    def __init__(self) -> None:
+        import multiprocessing as mp
+
+        self.ctx = mp.get_context("spawn")
+        self.procs: dict[int, Any] = {}
+        self.conns: dict[int, Connection] = {}
+        self.lock = threading.Lock()
+
+    def counter(self, used: int, total: int) -> Any:
+        return self.ctx.Value("i", used)
+
+    def spawn(self, wid: int, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
+              golds: list[EvalCase]) -> None:
+        mine, theirs = self.ctx.Pipe(duplex=True)
+        p = self.ctx.Process(target=serve_items, args=(cfg, endpoint, slots, theirs, budget, os.getpid(), golds,
+                                                       time.time()), daemon=True, name=f"nlq2sql-worker-{wid}")
+        p.start()
+        theirs.close()  # the worker's end lives in the worker: its death is EOF here
+        with self.lock:
+            self.procs[wid], self.conns[wid] = p, mine
+
+    def submit(self, wid: int, case: EvalCase | None) -> None:
+        conn = self.conns.get(wid)
+        if conn is not None:
+            with contextlib.suppress(OSError):  # a dead worker: its sentinel reports it
+                conn.send(case)
+
+    def end(self, wid: int) -> None:
+        self.submit(wid, None)
+
+    def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
+        """What the workers said (and which died) within ``timeout``."""
+        from multiprocessing.connection import wait
+
+        with self.lock:
+            by_conn = {c: w for w, c in self.conns.items()}
+            by_sentinel = {p.sentinel: w for w, p in self.procs.items()}
+        events: list[tuple[int, str, Any]] = []
+        dead: set[int] = set()
+        for obj in wait([*by_conn, *by_sentinel], timeout):
+            if obj in by_conn:
+                wid = by_conn[obj]  # type: ignore[index]
+                if not self._drain(wid, events):
+                    dead.add(wid)
+            else:
+                dead.add(by_sentinel[obj])  # type: ignore[index]
+        for wid in sorted(dead):
+            self._drain(wid, events)  # what it sent before it died is kept, never re-run
+            p = self.procs[wid]
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+            with self.lock:
+                del self.procs[wid]
+                self.conns.pop(wid).close()
+            code = p.exitcode
+            events.append((wid, "dead", f"worker process {p.pid} ended "
+                           + (f"by signal {signal.Signals(-code).name}" if code is not None and code < 0
+                              else f"with exit code {code}")))
+        return events
+
+    def _drain(self, wid: int, events: list[tuple[int, str, Any]]) -> bool:
+        """Every whole message waiting from ``wid``; False at its end of file (it is gone)."""
+        conn = self.conns.get(wid)
+        if conn is None:
+            return False
+        try:
+            while conn.poll():
+                events.append((wid, *conn.recv()))
+        except (EOFError, OSError):  # closed, or cut off mid-message by a kill
+            return False
+        return True
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.is_alive():
+                p.terminate()
+            p.join(timeout=10)
+        for c in self.conns.values():
+            c.close()
+
+
+def _ray_engine(cfg: EvalConfig) -> Any:
+    from nlq2sql.run.ray_engine import RayEngine
+
+    return RayEngine(cfg.ray_address)

@@ -1,0 +1,324 @@
+"""Chains the stages: evalset → (client) → intent → guardrail → sqlbuild → execute → score.
+
+This is the only module that knows the order of the stages.  Offline re-scoring reads a
+responses file; live runs (``nlq2sql.run.live``) feed the same ``score_item`` from the client.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nlq2sql import __version__
+from nlq2sql.conditions.selfcheck import apply_abstention
+from nlq2sql.errors import InputError, Nlq2SqlError
+from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
+from nlq2sql.records.results import Manifest as ManifestModel
+from nlq2sql.records.results import Summary as SummaryModel
+from nlq2sql.records.results import validated
+from nlq2sql.records.store import (
+    MANIFEST,
+    RECORD_VERSION,
+    RECORDS,
+    SUMMARY,
+    BulkRecordWriter,
+    iter_records,
+    prepare_dir,
+    write_json_atomic,
+)
+from nlq2sql.semantic import Warehouse, open_warehouse
+from nlq2sql.stages import warehouse
+from nlq2sql.stages.evalset import CaseIndex, EvalSet, index_evalset, load_evalset
+from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.guardrail import RuleSet, load_guardrails
+from nlq2sql.stages.rescore import RecordMemo
+from nlq2sql.stages.score import Summary, score_item
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    evalset: str
+    responses: Path
+    out: Path
+    guardrails: tuple[str, ...] = ("ranking",)
+    warehouse: Path | None = None  # the database (--db); default: the semantic model's shipped build
+    force: bool = False
+    allow_missing: bool = False  # items without a response are expected: status `missing`
+    semantic_model: str | None = None  # name or path (default: retail)
+
+
+@dataclass
+class Response:
+    id: str
+    text: str | None
+    finish_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+#: Distinct response lines (all but the id) whose parse is remembered while reading (bounded).
+RESPONSE_MEMO_SIZE = 4096
+
+
+def read_responses(path: Path, known_ids: Mapping[str, int]) -> Iterator[Response]:
+    """Stream ``{"id", "text"}`` lines, naming file, line and field on any problem.
+
+    ``known_ids`` maps each eval-set id to its position (a duplicate is found by position, so
+    no set of every id read is built).  A line that repeats an earlier one but for its
+    leading id (see :func:`inputs.split_id`) is not parsed again: its text and finish reason
+    are the earlier line's (the same string objects, so later per-text caches hash them
+    once), and only its id is checked.
+    """
+    seen = bytearray(len(known_ids))
+    memo: dict[str, tuple[str | None, str | None]] = {}
+    where = str(path)
+    try:
+        fh = open(regular_file(path, "responses"), "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise InputError(f"cannot read responses: {exc.strerror}", path=where) from None
+    offset = 0
+    with fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = decode_line(raw, path=where, line=lineno, offset=offset)
+            offset += len(raw)
+            split = split_id(line)
+            reused = memo.get(split[1]) if split is not None else None
+            if split is not None and reused is not None:
+                rid = split[0]
+                text, finish = reused
+            else:
+                rid, text, finish = _parse_response(line, where, lineno)
+            if not rid:
+                raise InputError("missing or non-string id", path=where, line=lineno, field="id")
+            pos = known_ids.get(rid)
+            if pos is None:
+                raise InputError(f"unknown id {rid!r} (not in the eval set)", path=where, line=lineno, field="id")
+            if seen[pos]:
+                raise InputError(f"duplicate id {rid!r}", path=where, line=lineno, field="id")
+            seen[pos] = 1
+            if reused is None:
+                if text is not None and not isinstance(text, str):
+                    raise InputError("text must be a string or null", path=where, line=lineno, field="text")
+                finish = finish if isinstance(finish, str) else None
+                if split is not None and reusable_rest(split[1]):
+                    if len(memo) >= RESPONSE_MEMO_SIZE:
+                        memo.clear()
+                    memo[split[1]] = (text, finish)
+            yield Response(rid, text, finish)
+
+
+def _parse_response(line: str, where: str, lineno: int) -> tuple[str, Any, Any]:
+    """(id, text, finish_reason) of one line, as parsed (types of text and finish unchecked)."""
+    if not line.strip():
+        raise InputError("empty line", path=where, line=lineno)
+    obj = json_object(line, path=where, line=lineno)
+    rid = obj.get("id")
+    if not isinstance(rid, str):
+        raise InputError("missing or non-string id", path=where, line=lineno, field="id")
+    return rid, obj.get("text"), obj.get("finish_reason")
+
+
+def as_missing(rec: dict[str, Any]) -> dict[str, Any]:
+    """An item the responses file does not answer (``--allow-missing``): status ``missing``,
+    counted as such (and as wrong), not as a request error -- no request was made."""
+    for key in ("status", "final_status", "error_raw", "error_final"):
+        rec[key] = "missing"
+    rec["status_reason"] = rec["final_status_reason"] = "no response in the responses file"
+    return rec
+
+
+def make_executor(wh: Warehouse | Path | None = None) -> Executor:
+    """An executor on a bound warehouse's database (a path or None: the default warehouse's)."""
+    if isinstance(wh, Warehouse):
+        return Executor(wh.db_path)
+    return Executor(warehouse.ensure(wh))
+
+
+def check_evalset(es: EvalSet, wh: Warehouse) -> dict[str, Any]:
+    """Every gold intent must build, execute and return rows (filter values are checked when
+    the set is loaded against the warehouse)."""
+    from nlq2sql.stages.intent import canonicalise
+    from nlq2sql.stages.sqlbuild import build_sql
+
+    problems: list[str] = []
+    rows = 0
+    with make_executor(wh) as ex:
+        for case in es.cases:
+            try:
+                result = ex.run(build_sql(canonicalise(case.gold), wh.catalog))
+                rows += len(result)
+                if not result:
+                    problems.append(f"{case.id}: gold query returns no rows")
+            except Nlq2SqlError as exc:
+                problems.append(f"{case.id}: {exc}")
+    return {"evalset": es.name, "cases": len(es.cases), "semantic_model": wh.name,
+            "gold_rows": rows, "problems": problems}
+
+
+def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any]:
+    """Re-derive the summary from a records file (reports never trust a cached summary).
+
+    Records of the v2 answer (``"answer": "query"``) are summarised over the query's parts."""
+    from nlq2sql.semantic.contract import PARTS
+
+    summ: Summary | None = None
+    answer = None
+    for rec in iter_records(records_path):
+        if summ is None:
+            answer = rec.get("answer")
+            summ = (Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets, fields=())
+                    if answer == "sql" else Summary(rulesets))
+        summ.add(rec)
+    out = (summ or Summary(rulesets)).result()
+    if answer is not None:
+        out["answer"] = answer
+    return out
+
+
+def staging_dir(cfg: ScoreConfig) -> Path:
+    """The sibling temp directory a scoring run writes to (renamed into place by :func:`publish`);
+    an existing non-empty ``cfg.out`` is refused first unless ``cfg.force``."""
+    if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
+        prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
+    tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise InputError(f"output directory is not writable: {exc.strerror}", path=str(cfg.out)) from None
+    return tmp
+
+
+def refuse_missing(missing: list[str], n: int, cfg: ScoreConfig) -> None:
+    """Items without a response are bad input unless ``--allow-missing``."""
+    if missing and not cfg.allow_missing:
+        raise InputError(f"{len(missing)} of {n} eval set items have no response (first: "
+                         f"{', '.join(missing[:5])}); pass --allow-missing if that is expected",
+                         path=str(cfg.responses))
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Move a finished run directory into place (replacing ``out`` when --force allowed it)."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out)
+
+
+def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
+    """Offline re-scoring of a responses file into a run directory.
+
+    One streaming pass over the responses: every line is checked as it is scored, and output
+    is written to a sibling temp directory renamed into place only at the end, so bad input
+    (a bad line, or items left unanswered without ``--allow-missing``) leaves no artifact.
+    """
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    evalset = index_evalset(cfg.evalset, wh)
+    rulesets = load_guardrails(list(cfg.guardrails), wh.catalog, wh)
+    ids = evalset.ids
+    tmp = staging_dir(cfg)
+    started = time.time()
+    # The eval set lives for the whole run: freezing it keeps the cyclic garbage collector
+    # from re-walking it on each collection.
+    gc.freeze()
+    try:
+        summ = Summary(rulesets)
+        answered = bytearray(len(ids))
+        with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer:
+            # Each distinct (case, answer) is scored and encoded once (RecordMemo): a line is
+            # that encoding with the item's id, raw text (and parse error) filled in; the
+            # summary, which reads none of those, counts each distinct record once.
+            memo = RecordMemo(rulesets, ex, wh.catalog, writer)
+            for resp in read_responses(cfg.responses, ids):
+                pos = ids[resp.id]
+                summ.add_shared(memo.write(resp.id, evalset.shared[pos], resp.text, resp.finish_reason))
+                answered[pos] = 1
+            missing = [cid for cid, pos in ids.items() if not answered[pos]]
+            refuse_missing(missing, len(ids), cfg)
+            for cid in missing:
+                rec = score_item(evalset.case(cid), None, rulesets, ex, request_error="no response in file",
+                                 catalog=wh.catalog)
+                as_missing(rec)
+                writer.write(rec)
+                summ.add(rec)
+            executed = ex.executed
+        summary = summ.result()
+        summary["distinct_queries_executed"] = executed
+        summary["missing"] = {"n": len(missing), "allowed": cfg.allow_missing, "first_ids": missing[:5]}
+        summary["records"] = writer.digest()  # = records_digest(tmp / RECORDS)
+        summary["record_version"] = RECORD_VERSION
+        write_json_atomic(tmp / SUMMARY, validated(SummaryModel, summary))
+        # The responses file as recorded: relative to the project, else its name; and its hash.
+        from nlq2sql.semantic.catalog import display_path
+
+        shown = display_path(Path(cfg.responses))
+        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", evalset, rulesets, wh) | {
+            "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
+            "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
+            "finished": time.time()}))
+        publish(tmp, cfg.out)
+    finally:
+        gc.unfreeze()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summary
+
+
+def manifest_base(kind: str, evalset: EvalSet | CaseIndex, rulesets: list[RuleSet],
+                  wh: Warehouse | None = None) -> dict[str, Any]:
+    from nlq2sql.env_info import git_info
+    from nlq2sql.semantic.catalog import display_path
+
+    # A learned guardrail's artefact (sha256, training-set sha256, …): which model re-scored.
+    learned = {rs.name: rs.provenance() for rs in rulesets if hasattr(rs, "provenance")}
+    return {"record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__, **git_info(),
+            "evalset": evalset.name, "evalset_path": display_path(Path(evalset.path)),
+            "evalset_sha256": evalset.sha256,
+            "n_items": len(evalset.ids) if isinstance(evalset, CaseIndex) else len(evalset.cases),
+            "guardrails": [rs.name for rs in rulesets], **({"guardrail_artefacts": learned} if learned else {}),
+            **(wh.manifest() if wh is not None else {})}
+
+
+def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None = None
+                ) -> tuple[dict[str, Any], dict[str, bool], dict[str, bool]]:
+    """Re-score a recorded run under other guardrails, without re-querying the model.
+
+    Returns (summary, raw correctness by id, final correctness by id) — the by-id maps are
+    what paired tests (McNemar) need.
+    """
+    from nlq2sql.records.store import read_json
+
+    manifest = read_json(run_dir / MANIFEST)
+    wh = open_warehouse(manifest.get("semantic_model_path") or manifest.get("semantic_model"))
+    es = load_evalset(evalset or manifest.get("evalset_path") or manifest["evalset"], wh.catalog)
+    cases = es.by_id()
+    rulesets = load_guardrails(list(guardrails), wh.catalog, wh)
+    summ = Summary(rulesets)
+    raw_ok: dict[str, bool] = {}
+    final_ok: dict[str, bool] = {}
+    with make_executor(wh) as ex:
+        for old in iter_records(run_dir / RECORDS):
+            case = cases.get(old["id"])
+            if case is None:
+                raise InputError(f"record id {old['id']!r} is not in eval set {es.name}",
+                                 path=str(run_dir / RECORDS), field="id")
+            outcome = old.get("outcome", "ok")
+            rec = score_item(case, old.get("raw_text"), rulesets, ex,
+                             finish_reason=old.get("finish_reason"),
+                             request_error=None if outcome in (None, "ok") else outcome,
+                             catalog=wh.catalog)
+            for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s"):
+                rec[key] = old.get(key)
+            if "abstained" in old:  # decided again from the recorded evidence, under these guardrails
+                for key in ("votes", "planner_choice", "intent_evidence", "abstain_below"):
+                    if key in old:
+                        rec[key] = old[key]
+                apply_abstention(rec)
+            summ.add(rec)
+            raw_ok[rec["id"]] = rec["correct_raw"]
+            final_ok[rec["id"]] = rec["correct_final"]
+    return summ.result(), raw_ok, final_ok

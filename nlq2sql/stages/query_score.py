@@ -1,0 +1,110 @@
+"""Score one v2 answer (a MetricFlow query, or an abstention) against a v2 gold, by rows.
+
+Correct means the answer's rows equal the gold's rows (order compared only when the gold
+orders), or, for a question the layer cannot answer, that the model abstained.  The record
+carries the same keys as a v1 record — so the summary, the viewer, ``compare`` and ``gate``
+read it unchanged — with the intents as MetricFlow queries (plus their derived ``intent``
+label), per-part agreement (``parts``) and the abstention (``unanswerable``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nlq2sql.errors import ExecutionError, IntentError, SqlBuildError
+from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.contract import PARTS, parse_answer, part_matches
+from nlq2sql.semantic.query import MetricQuery, Unanswerable
+from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.queryset import QueryCase
+from nlq2sql.stages.score import RESULT_HEAD_ROWS
+
+__all__ = ["ANSWER_KIND", "UNANSWERABLE", "score_query"]
+
+ANSWER_KIND = "query"
+UNANSWERABLE = "unanswerable"
+
+
+def _dump(q: MetricQuery | Unanswerable | None) -> dict[str, Any] | None:
+    if q is None:
+        return None
+    if isinstance(q, Unanswerable):
+        return {"intent": UNANSWERABLE, "unanswerable": q.unanswerable}
+    return {"intent": q.kind, **q.model_dump(mode="json")}
+
+
+def _error(status: str, pred: MetricQuery | Unanswerable | None, case: QueryCase, correct: bool,
+           failed: str | None, parts: dict[str, bool] | None) -> str | None:
+    if correct:
+        return None
+    if status != "ok":
+        return status
+    if case.gold is None:
+        return "answered_unanswerable"
+    if isinstance(pred, Unanswerable):
+        return "false_abstention"
+    if failed is not None:
+        return failed
+    wrong = [p for p in PARTS if parts is not None and not parts[p]]
+    return f"wrong_{wrong[0]}" if wrong else "wrong_rows"
+
+
+def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
+                finish_reason: str | None = None, request_error: str | None = None) -> dict[str, Any]:
+    """One item's record: parse, compile (MetricFlow), execute, compare rows with the gold's."""
+    pred: MetricQuery | Unanswerable | None = None
+    status, reason = "ok", None
+    if request_error is not None:
+        status, reason = "request_error", request_error
+    else:
+        try:
+            pred = parse_answer(raw_text or "", catalog)
+        except IntentError as exc:
+            status, reason = exc.status, exc.reason
+            if finish_reason == "length":
+                status = "truncated"
+    gold_q = catalog.engine.compile(case.gold) if case.gold is not None else None
+    gold_rows = executor.run(gold_q) if gold_q is not None else None
+    ordered = case.gold.ordered if case.gold is not None else False
+    q, sql, rows, failed, exec_error = None, None, None, None, None
+    if isinstance(pred, MetricQuery):
+        try:
+            compiled = catalog.engine.compile(pred)
+            sql = compiled
+            rows = executor.run(compiled)
+            q = compiled  # only a query that ran is compared, hashed and shown
+        except SqlBuildError as exc:
+            failed, exec_error = "compile_error", str(exc)
+        except ExecutionError as exc:  # e.g. a value DuckDB cannot cast ("2025" for a date)
+            failed, exec_error = "exec_error", str(exc)
+    if case.gold is None:
+        correct = isinstance(pred, Unanswerable)
+    else:
+        correct = q is not None and gold_q is not None and executor.same_result(q, gold_q, ordered=ordered)
+    parts = part_matches(pred, case.gold) if isinstance(pred, MetricQuery) and case.gold is not None else None
+    error = _error(status, pred, case, correct, failed, parts)
+    gold_dump = _dump(case.gold) or {"intent": UNANSWERABLE}
+    pred_dump = _dump(pred)
+    return {
+        "id": case.id, "question": case.question, "category": case.category, "pair_id": case.pair_id,
+        "answer": ANSWER_KIND, "answerable": case.answerable, "gold_intent": gold_dump,
+        "raw_text": raw_text, "finish_reason": finish_reason,
+        "status": status, "status_reason": reason, "final_status": status if failed is None else failed,
+        "final_status_reason": reason if failed is None else exec_error,
+        "raw_intent": pred_dump, "final_intent": None if pred_dump is None else dict(pred_dump),
+        "unanswerable": pred.unanswerable if isinstance(pred, Unanswerable) else None,
+        "interventions": [], "guardrail_scope": [],
+        "sql": sql.sql if sql is not None else None, "params": list(sql.params) if sql is not None else None,
+        "exec_error": exec_error,
+        "result_hash": executor.result_hash(q, ordered=ordered) if q is not None else None,
+        "result_rows": len(rows) if rows is not None else None,
+        "result_head": [list(r) for r in rows[:RESULT_HEAD_ROWS]] if rows is not None else None,
+        "gold_result_head": [list(r) for r in gold_rows[:RESULT_HEAD_ROWS]] if gold_rows is not None else None,
+        "gold_result_hash": executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
+        "gold_sql": gold_q.sql if gold_q is not None else None,  # (the viewer shows it beside the answer's)
+        "parts": parts,
+        "correct_raw": correct, "correct_final": correct, "correct_exec": correct,
+        "error_raw": error, "error_final": error,
+        "wrong_fields_raw": [p for p in PARTS if parts is not None and not parts[p]] if parts is not None
+        else (list(PARTS) if case.gold is not None and not correct else []),
+    }

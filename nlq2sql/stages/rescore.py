@@ -1,0 +1,108 @@
+"""Offline re-scoring at scale: each distinct answer to each distinct question is scored once.
+
+A re-scored run is typically many items over few distinct (question, answer) pairs: a large
+eval set repeats a few hundred questions under new ids, and a model gives the same few
+answers to each -- often as different texts (whitespace, key order) with one meaning.  A
+record (:func:`score.score_item`) depends on its case's question, category, pair and gold
+intent, on the finish reason, and on the raw text only through what it parses to -- except
+for fields copied as they are: the case's ``id``, the ``raw_text`` and, for a text that does
+not parse, the parser's reason.  So :class:`RecordMemo` scores each distinct (case, finish
+reason, parsed answer) once, keeps the record's encoding with those fields left open
+(:meth:`RecordWriter.template`), and every later item with the same meaning is one lookup
+and a few string joins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from nlq2sql.errors import IntentError
+from nlq2sql.records.store import RecordWriter
+from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.guardrail import RuleSet
+from nlq2sql.stages.intent import Intent, parse_intent
+from nlq2sql.stages.score import score_item
+
+#: Fields of a record that vary between items scored alike: left open in a remembered record,
+#: filled in per item (the reasons only vary for a text that does not parse: see meaning).
+OPEN_FIELDS = ("id", "raw_text", "status_reason", "final_status_reason")
+#: Entries each of the two memos keeps (bounded: novel texts do not grow memory).
+MEMO_SIZE = 4096
+
+#: A remembered record: the gold intent it was keyed by (kept alive, see RecordMemo), the
+#: record (its OPEN_FIELDS are the first item's), and its encoding around OPEN_FIELDS.
+Entry = tuple[Intent, dict[str, Any], tuple[str, ...]]
+
+
+def meaning(raw_text: str | None, catalog: Catalog | None) -> tuple[Hashable, str | None]:
+    """(what a raw answer parses to, the reason it does not parse or None).
+
+    The first is hashable, and equal for two texts exactly when :func:`score_item` scores them
+    alike but for :data:`OPEN_FIELDS`: an intent's fields (plain str, int or None once
+    validated), or the failure's status -- its reason (a JSON error's position, say) is only
+    copied into ``status_reason`` and ``final_status_reason``.
+    """
+    try:
+        i = parse_intent(raw_text or "", catalog)  # cached per text: score_item's call is free
+    except IntentError as exc:
+        return ("error", exc.status), exc.reason
+    return ("intent", i.intent, i.metric, i.dimension, i.time_grain,
+            tuple((f.field, f.op, f.value) for f in i.filters), i.limit, i.order), None
+
+
+class RecordMemo:
+    """:func:`score_item` for offline re-scoring, remembered per distinct answer to a case,
+    writing each item's record line (:meth:`write`).
+
+    Two bounded memos: by raw text (a repeated text costs one lookup, not even a parse), and
+    by meaning (:func:`meaning`: a new text that parses like an earlier one costs a parse).
+    Cases are keyed by the identity of their gold intent -- cases read from one file share it
+    when their lines are equal but for the id (``evalset.CaseIndex``) -- plus question,
+    category and pair; an entry holds that intent, so its ``id()`` is not reused while the
+    entry lives.  A record whose query failed to execute is not kept: a timeout need not recur.
+    """
+
+    def __init__(self, rulesets: list[RuleSet], executor: Executor, catalog: Catalog | None,
+                 writer: RecordWriter) -> None:
+        self.rulesets, self.executor, self.catalog, self.writer = rulesets, executor, catalog, writer
+        self._by_text: dict[tuple[Any, ...], tuple[Intent, dict[str, Any], tuple[str, ...]]] = {}
+        self._by_meaning: dict[tuple[Any, ...], Entry] = {}
+
+    def write(self, rid: str, case: EvalCase, raw_text: str | None, finish_reason: str | None
+              ) -> dict[str, Any]:
+        """Write the record of item ``rid`` (case ``case``, whose own id may be another item's)
+        and return it for the summary -- shared with items scored alike, so its
+        :data:`OPEN_FIELDS` may be another item's (a summary reads none of them)."""
+        gold = case.gold
+        text_key = (id(gold), case.question, case.category, case.pair_id, finish_reason, raw_text)
+        hit = self._by_text.get(text_key)
+        if hit is None:
+            kind, reason = meaning(raw_text, self.catalog)
+            meaning_key = text_key[:-1] + (kind,)
+            entry = self._by_meaning.get(meaning_key)
+            keep = True
+            if entry is None:
+                rec = score_item(case, raw_text, self.rulesets, self.executor, finish_reason=finish_reason,
+                                 catalog=self.catalog)
+                entry = (gold, rec, self.writer.template(rec, OPEN_FIELDS))
+                keep = rec["exec_error"] is None
+                if keep:
+                    _keep(self._by_meaning, meaning_key, entry)
+            rec = entry[1]  # a text that does not parse brings its own reason
+            reasons = (reason, reason) if reason is not None else (rec["status_reason"], rec["final_status_reason"])
+            # The line but for its id, encoded once per distinct text.
+            hit = (gold, rec, self.writer.fill_last(entry[2], (raw_text, *reasons)))
+            if keep:
+                _keep(self._by_text, text_key, hit)
+        _, rec, pieces = hit
+        self.writer.write_filled(pieces, (rid,))
+        return rec
+
+
+def _keep(memo: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
+    if len(memo) >= MEMO_SIZE:
+        memo.clear()
+    memo[key] = value

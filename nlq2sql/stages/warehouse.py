@@ -1,0 +1,139 @@
+"""Warehouse databases: build a shipped warehouse's data, find it in the cache, fingerprint it.
+
+A shipped warehouse is a folder ``warehouses/NAME/`` with its semantic model, its eval sets
+and ``build.py`` (``VERSION``, ``DEFAULT_SCALE``, ``build(out, scale)``); nothing of any
+warehouse is written in this package.  A user's own data is a DuckDB file, or a folder of
+Parquet/CSV files imported once into a cached DuckDB file (named by the files' hash), so
+the executor always opens one file read-only with external access disabled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+
+import duckdb
+
+from nlq2sql.errors import InputError
+from nlq2sql.paths import cache_dir
+from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, shipped_names
+
+DATA_SUFFIXES = {".parquet": "read_parquet", ".csv": "read_csv_auto", ".tsv": "read_csv_auto"}
+#: The cached file name of the default warehouse at its default scale (kept from v1 layouts).
+DEFAULT_NAME = "warehouse-v2.duckdb"
+
+
+@lru_cache(maxsize=16)
+def builder(name: str = DEFAULT_WAREHOUSE) -> ModuleType:
+    """The ``build.py`` module of a shipped warehouse."""
+    path = WAREHOUSE_DIR / name / "build.py"
+    if "/" in name or not path.is_file():
+        raise InputError(f"no shipped warehouse named {name!r} with a build.py "
+                         f"(shipped: {', '.join(shipped_names())})", field="warehouse")
+    spec = importlib.util.spec_from_file_location(f"nlq2sql_warehouse_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def default_path(name: str = DEFAULT_WAREHOUSE, scale: float | None = None) -> Path:
+    """Where a shipped warehouse's data is cached (versioned, so a stale build is never reused)."""
+    mod = builder(name)
+    scale = mod.DEFAULT_SCALE if scale is None else scale
+    if name == DEFAULT_WAREHOUSE and scale == mod.DEFAULT_SCALE:
+        return cache_dir() / DEFAULT_NAME
+    return cache_dir() / f"{name}-v{mod.VERSION}-s{scale:g}.duckdb"
+
+
+#: Largest scale a build accepts (retail: ~100M order lines; TPC-H: scale factor 1,000, ~1 TB):
+#: beyond it a typo such as ``1e12`` would only fail allocating memory, after a long wait.
+MAX_SCALE = 1000.0
+
+
+def build(out: Path | None = None, scale: float | None = None, name: str = DEFAULT_WAREHOUSE) -> Path:
+    """Write a shipped warehouse's data to ``out`` atomically (temp file, then rename)."""
+    mod = builder(name)
+    scale = mod.DEFAULT_SCALE if scale is None else scale
+    if not (scale > 0) or scale != scale or scale == float("inf"):
+        raise InputError(f"scale must be a positive finite number, got {scale}", field="scale")
+    if scale > MAX_SCALE:
+        raise InputError(f"scale must be at most {MAX_SCALE:g}, got {scale:g}", field="scale")
+    out = Path(out) if out is not None else default_path(name, scale)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        mod.build(tmp, scale)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def ensure(path: Path | None = None, name: str = DEFAULT_WAREHOUSE) -> Path:
+    """Build a shipped warehouse once; later calls reuse it."""
+    path = Path(path) if path is not None else default_path(name)
+    if not path.exists():
+        build(path, name=name)
+    return path
+
+
+def fingerprint(path: Path) -> str:
+    """sha256 of a database file (what the manifest records instead of a machine path)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def import_folder(folder: Path) -> Path:
+    """A folder of Parquet/CSV files → a cached DuckDB file, one table per file (by stem)."""
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in DATA_SUFFIXES and p.is_file())
+    if not files:
+        raise InputError(f"no {'/'.join(sorted(DATA_SUFFIXES))} files in the folder", path=str(folder))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + b"\0" + f.read_bytes())
+    out = cache_dir() / f"imported-{digest.hexdigest()[:16]}.duckdb"
+    if out.exists():
+        return out
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    con = duckdb.connect(str(tmp))
+    try:
+        for f in files:
+            if not f.stem.replace("_", "a").isalnum():
+                raise InputError("file name must be a plain identifier to become a table", path=str(f))
+            reader = DATA_SUFFIXES[f.suffix.lower()]
+            try:
+                con.execute(f'CREATE TABLE "{f.stem}" AS SELECT * FROM {reader}(?)', [str(f)])
+            except duckdb.Error as exc:
+                raise InputError(f"cannot import: {str(exc).splitlines()[0]}", path=str(f)) from None
+        con.execute("CHECKPOINT")
+        con.close()
+        tmp.replace(out)
+    finally:
+        con.close()
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def resolve_db(db: Path | None, semantic_name: str, shipped: bool) -> Path:
+    """The DuckDB file to query: ``--db`` (a file or a folder of data files), else the
+    shipped warehouse's cached build."""
+    if db is not None:
+        if db.is_dir():
+            return import_folder(db)
+        if not db.is_file():
+            raise InputError("no such database file or folder", path=str(db), field="db")
+        return db
+    if not shipped:
+        raise InputError(f"semantic model {semantic_name!r} is not a shipped warehouse: pass --db "
+                         "(its DuckDB file, or a folder of Parquet/CSV files)", field="db")
+    return ensure(name=semantic_name)
