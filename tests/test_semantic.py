@@ -213,6 +213,24 @@ def test_semantic_init_writes_a_model_that_checks(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "--force" in res.output
 
 
+@pytest.mark.parametrize("name, scale", [("retail", 0.2), ("tpch", 0.01), ("flights", 0.2), ("jaffle", 0.05)])
+def test_semantic_init_on_every_shipped_db_checks(tmp_path: Path, name: str, scale: float) -> None:
+    """`semantic init --db` on each shipped warehouse's data writes YAML that MetricFlow validates and
+    `semantic check` passes unchanged — including jaffle, whose raw supplies repeat their id (so that
+    column must not become a primary entity: the data check would call it a fan-out)."""
+    from nlq2sql.stages import warehouse
+
+    db = warehouse.build(tmp_path / f"{name}.duckdb", scale, name)
+    out = tmp_path / "init.yml"
+    res = runner.invoke(app, ["semantic", "init", "--db", str(db), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["semantic", "check", str(out), "--db", str(db), "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert not report["failed"]
+    assert load_catalog(out).metrics
+
+
 def test_semantic_show_prints_the_contract() -> None:
     res = runner.invoke(app, ["semantic", "show", "--schema", "branches"])
     assert res.exit_code == 0, res.output
