@@ -106,11 +106,17 @@ def normalise(b: str | Mapping[str, Any]) -> dict[str, Any]:
 
 def script(*, default: str | Mapping[str, Any] = "ok",
            sequence: Iterable[str | Mapping[str, Any]] = (),
-           by_question: Mapping[str, Iterable[str | Mapping[str, Any]]] | None = None
-           ) -> dict[str, Any]:
-    """A script (validated), ready to hand to :class:`FakeServer`."""
+           by_question: Mapping[str, Iterable[str | Mapping[str, Any]]] | None = None,
+           answers: Mapping[str, str] | None = None, wrong: Mapping[str, str] | None = None,
+           correct_below: int | None = None) -> dict[str, Any]:
+    """A script (validated), ready to hand to :class:`FakeServer`.
+
+    ``answers`` (question → text) replaces the default ``ok`` answer; with ``correct_below`` K,
+    a request arriving while K or more chat requests are in flight (itself included) gets
+    ``wrong[question]`` instead — a simulated engine whose answers degrade under load."""
     return {"default": normalise(default), "sequence": [normalise(b) for b in sequence],
-            "by_question": {q: [normalise(b) for b in bs] for q, bs in (by_question or {}).items()}}
+            "by_question": {q: [normalise(b) for b in bs] for q, bs in (by_question or {}).items()},
+            "answers": dict(answers or {}), "wrong": dict(wrong or {}), "correct_below": correct_below}
 
 
 def by_ids(evalset: str, behaviours: Mapping[str, Iterable[str | Mapping[str, Any]]]
@@ -137,6 +143,10 @@ class _State:
         self.log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
         self.count = 0
         self.chat_count = 0
+        self.answers: dict[str, str] = spec.get("answers") or {}
+        self.wrong: dict[str, str] = spec.get("wrong") or {}
+        self.correct_below: int | None = spec.get("correct_below")
+        self.inflight = 0  # chat requests being answered now (the simulated engine's load)
 
     def pick(self, question: str) -> dict[str, Any]:
         queue = self.by_question.get(question)
@@ -220,11 +230,25 @@ def make_app(state: _State) -> Any:
              "root": state.model, "max_model_len": state.max_model_len}]})
 
     async def chat(request: web.Request) -> web.StreamResponse:
+        state.inflight += 1
+        done = [False]
+        request["release"] = done
         try:
             return await answer(request)
         except (asyncio.CancelledError, ConnectionError):  # the client went away mid-request
             state.note({"path": "(cancelled)"})
             raise
+        finally:
+            if not done[0]:
+                state.inflight -= 1
+
+    def release(request: web.Request) -> None:
+        """Leave the in-flight count before the last bytes go out: a closed-loop client's next
+        request must not find this one still counted."""
+        done = request["release"]
+        if not done[0]:
+            done[0] = True
+            state.inflight -= 1
 
     async def answer(request: web.Request) -> web.StreamResponse:
         state.chat_count += 1
@@ -285,6 +309,9 @@ def make_app(state: _State) -> Any:
             text = SQL_ANSWER
         elif kind == "text":
             text = str(b.get("text", ""))
+        elif question in state.answers:
+            degraded = state.correct_below is not None and state.inflight >= state.correct_below
+            text = state.wrong.get(question, ok_text(question)) if degraded else state.answers[question]
         else:
             text = ok_text(question)
         created = int(time.time())
@@ -323,6 +350,7 @@ def make_app(state: _State) -> Any:
             await resp.write(_chunk(state, rid, created, {"content": piece},
                                     logprobs=_logprobs(piece, float(b.get("intent_p", 0.9)))
                                     if body.get("logprobs") and not b.get("no_logprobs") else None))
+        release(request)
         await resp.write(_chunk(state, rid, created, {"content": ""}, finish=finish))
         if (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(_chunk(state, rid, created, None, usage={

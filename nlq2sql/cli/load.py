@@ -315,3 +315,7 @@ def capacity_cmd(
                                      context=context, margin=margin, out=out))
     md = cap.render_markdown(res)
     Console().print(md, markup=False, highlight=False)
+
+
+# ``tune`` is a load mode too; its command lives in its own module.
+from nlq2sql.cli import tune as _tune  # noqa: E402,F401

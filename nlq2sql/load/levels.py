@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import resource
 import time
 from collections import Counter
@@ -26,8 +27,11 @@ from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.score import percentiles
 
 
-def expand_evalset(evalset: str, requests: int, out_dir: Path, semantic_model: str | None = None) -> Path:
-    """Write ``<name>-x<N>.jsonl``: the set's items cycled to ``requests`` lines, ids ``id#k``."""
+def expand_evalset(evalset: str, requests: int, out_dir: Path, semantic_model: str | None = None,
+                   seed: int | None = None) -> Path:
+    """Write ``<name>-x<N>.jsonl``: the set's items cycled to ``requests`` lines, ids ``id#k``
+    (``seed``: the lines in a seeded random order, so a short set's copies do not arrive in
+    lock-step; the same seed gives the same order, so levels stay paired item by item)."""
     at_most(requests, MAX_REQUESTS, "--requests")
     es = load_evalset(evalset, load_catalog(semantic_model))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -38,6 +42,8 @@ def expand_evalset(evalset: str, requests: int, out_dir: Path, semantic_model: s
         obj = case.model_dump(mode="json")
         obj["id"] = f"{case.id}#{i // len(es.cases) + 1}"
         lines.append(json.dumps(obj, separators=(",", ":")))
+    if seed is not None:
+        random.Random(seed).shuffle(lines)
     path.write_text("\n".join(lines) + "\n")
     return path
 

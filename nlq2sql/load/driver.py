@@ -1,0 +1,328 @@
+"""The one driver of every load mode: endpoint binding, warm-up, resume, the level loop, notes, output.
+
+A load mode (:class:`LoadMode`) says *what* to measure — its settings (one pydantic
+declaration, :class:`LoadSettings` and its subclasses), which level comes next, how one
+level runs, the analysis and the rendering.  This module says *how*, once for all of them,
+so a mode never re-implements the output directory's rules, the ``--resume`` contract or
+the warm-up: :func:`drive` binds the endpoint (an ``--endpoint`` or one local vLLM started
+and always stopped here), prepares ``out`` (refusing a used directory without ``--force``;
+a failure before the first level leaves it as found), writes ``job.json`` so that
+``--resume`` can recognise its own run, runs the uncounted warm-up, then asks the mode for
+levels until it says "done" (adaptive modes such as ``tune`` choose the next level from the
+ones measured), and writes ``STEM.json``/``STEM.md``/plots through
+:func:`.output.write_outputs`.
+
+Modes register by name (:func:`register`); ``MODES`` is the registry the CLI and tests read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shutil
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nlq2sql.errors import InputError, RecordError
+from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.output import Plot, write_outputs
+from nlq2sql.run.live import EvalConfig, bound_endpoint
+
+__all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Progress", "begin_level_sets",
+           "begin_levels", "build_settings", "check_resume", "drive", "fresh_out", "job_settings", "option",
+           "prepare_out", "register", "registry", "run_mode"]
+
+Progress = Callable[[str], None]
+
+
+def option(default: Any, flag: str, **constraints: Any) -> Any:
+    """A settings field and the command-line option a refusal names (``--requests``)."""
+    return Field(default, json_schema_extra={"option": flag}, **constraints)
+
+
+class LoadSettings(BaseModel):
+    """What every mode that sends requests shares; a mode's settings subclass this (one declaration:
+    the constraints here are the validation, and a refusal names the option)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+
+    base: EvalConfig
+    requests: int = option(64, "--requests", ge=1, le=MAX_REQUESTS)
+    warmup: int = option(2, "--warmup", ge=0, le=MAX_REQUESTS)
+    force: bool = False
+    resume: bool = False  # keep the levels a same-settings run in ``out`` finished; rerun the rest
+
+
+S = TypeVar("S", bound=LoadSettings)
+
+
+def build_settings(cls: type[S], **values: Any) -> S:
+    """``cls(**values)``; a violated constraint is one :class:`InputError` naming the option."""
+    try:
+        return cls(**values)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        name = str(e["loc"][0]) if e["loc"] else ""
+        extra = cls.model_fields[name].json_schema_extra if name in cls.model_fields else None
+        flag = extra.get("option") if isinstance(extra, dict) else None
+        got = f", got {e['input']!r}" if "input" in e and not isinstance(e["input"], dict) else ""
+        raise InputError(f"{e['msg']}{got}", field=str(flag or "--" + name.replace("_", "-"))) from None
+
+
+@dataclass
+class LevelContext(Generic[S]):
+    """What a mode's ``run_level`` and ``analyse`` get from the driver."""
+
+    settings: S  # bound: ``settings.base.endpoint`` is set
+    server_info: dict[str, Any]
+    evalsets: dict[str, Path]  # the expanded eval sets (``""``: the mode's only one)
+    notes: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+    @property
+    def out(self) -> Path:
+        return self.settings.base.out
+
+    @property
+    def evalset_path(self) -> Path:
+        return self.evalsets[""]
+
+
+class LoadMode(ABC, Generic[S]):
+    """One kind of load run.  Subclass, set the class attributes, implement the four methods,
+    decorate with :func:`register` — the driver does the rest."""
+
+    name: ClassVar[str]  # registry key (and the ``who`` of ``job.json``)
+    stem: ClassVar[str]  # output files: STEM.json, STEM.md
+    settings_model: ClassVar[type[LoadSettings]]
+    plot: ClassVar[Plot | None] = None
+
+    def check(self, settings: S) -> None:
+        """Cross-field refusals the field constraints cannot say (before anything is touched)."""
+
+    def evalsets(self, settings: S) -> dict[str, int]:
+        """Expanded eval sets to write: name → requests (default: one, ``settings.requests``)."""
+        return {"": settings.requests}
+
+    def order_seed(self, settings: S) -> int | None:
+        """Shuffle the expanded set's order with this seed (None: the set's order, cycled)."""
+        return None
+
+    @abstractmethod
+    def next_level(self, settings: S, done: list[Any]) -> Any | None:
+        """The next level to run given those measured (in order), or None when finished."""
+
+    @abstractmethod
+    def run_level(self, ctx: LevelContext[S], level: Any) -> Any:
+        """Measure one level (a kept one, under ``--resume``, is read back, not re-run)."""
+
+    def describe(self, level: Any, stats: Any) -> str:
+        return f"level {level}: done"
+
+    @abstractmethod
+    def analyse(self, ctx: LevelContext[S], done: list[Any]) -> dict[str, Any]:
+        """The result (JSON-ready, with ``kind``), written as STEM.json."""
+
+    @abstractmethod
+    def render(self, result: dict[str, Any]) -> str:
+        """STEM.md from the result."""
+
+
+MODES: dict[str, type[LoadMode[Any]]] = {}
+M = TypeVar("M", bound=type[LoadMode[Any]])
+#: The package's own modes, imported (and so registered) on first use of the registry; each
+#: imports this module, so this module names them rather than importing them.
+BUILTIN = ("nlq2sql.load.tune",)
+
+
+def registry() -> dict[str, type[LoadMode[Any]]]:
+    """Every registered mode: the built-in ones and any a caller registered (a plugin, a test)."""
+    import importlib
+
+    for name in BUILTIN:
+        importlib.import_module(name)
+    return MODES
+
+
+def register(cls: M) -> M:
+    """Add a mode to :data:`MODES` under ``cls.name`` (one name, one mode)."""
+    if MODES.get(cls.name, cls) is not cls:
+        raise ValueError(f"load mode {cls.name!r} is registered twice")
+    MODES[cls.name] = cls
+    return cls
+
+
+def drive(mode: LoadMode[S], settings: S, progress: Progress | None = None) -> dict[str, Any]:
+    """Run ``mode`` with ``settings`` from binding the endpoint to writing its files; return the result."""
+    check_resume(settings.resume, settings.force)
+    mode.check(settings)
+    with bound_endpoint(settings.base) as (bound, info):
+        s = settings.model_copy(update={"base": bound})
+        paths, notes = begin_level_sets(bound, mode.evalsets(s), s.warmup, s.force, mode.name, job=s,
+                                        resume=s.resume, order_seed=mode.order_seed(s))
+        ctx = LevelContext(settings=s, server_info=info, evalsets=paths, notes=notes)
+        done: list[Any] = []
+        while (level := mode.next_level(s, done)) is not None:
+            stats = mode.run_level(ctx, level)
+            done.append(stats)
+            if progress:
+                progress(mode.describe(level, stats))
+        result = mode.analyse(ctx, done)
+        result.setdefault("elapsed_s", time.time() - ctx.started)
+        return write_outputs(ctx.out, mode.stem, result, mode.render, mode.plot)
+
+
+def run_mode(name: str, progress: Progress | None = None, **values: Any) -> dict[str, Any]:
+    """The library entry a command calls: the registered mode ``name``, its settings built (and
+    checked) from ``values``, driven."""
+    modes = registry()
+    if name not in modes:
+        raise InputError(f"unknown load mode {name!r} (known: {', '.join(sorted(modes))})", field="mode")
+    mode = modes[name]()
+    return drive(mode, build_settings(mode.settings_model, **values), progress)
+
+
+# -- the output directory and --resume ------------------------------------------------------
+
+def prepare_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} exists and is not a directory", field="--out")
+    if out.exists() and any(out.iterdir()) and not force:
+        raise InputError(f"{out} exists and is not empty; pass --force to replace it", field="--out")
+    if out.exists() and force:
+        shutil.rmtree(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {out}: {exc.strerror}", field="--out") from None
+
+
+@contextlib.contextmanager
+def fresh_out(out: Path, force: bool) -> Iterator[None]:
+    """:func:`prepare_out`; when the block then fails, ``out`` is left as it was found before
+    anything was measured: absent, or (an existing directory) empty."""
+    existed = out.is_dir()
+    prepare_out(out, force)
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for p in out.iterdir():
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink()
+        raise
+
+
+def check_resume(resume: bool, force: bool) -> None:
+    """``--resume`` keeps what ``--force`` would replace: refused together, before anything starts."""
+    if resume and force:
+        raise InputError("--resume keeps the finished levels and --force replaces them: pass one of them",
+                         field="--force")
+
+
+#: A multi-level run's settings, written first, so that ``--resume`` can tell its own levels.
+JOB = "job.json"
+
+
+def job_settings(job: Any) -> dict[str, Any]:
+    """What a multi-level run measures, as JSON: its mode's settings and the eval config, less
+    where it writes and how it was asked to start (``out``, ``force``, ``resume``) and the
+    endpoint URL (a local server gets a fresh port each session; the model name stays)."""
+    if isinstance(job, BaseModel):
+        d = job.model_dump(mode="json", exclude={"base", "force", "resume"})
+        d["base"] = dataclasses.asdict(job.base)  # type: ignore[attr-defined]
+    else:
+        d = dataclasses.asdict(job)
+    base = d.get("base") or {}
+    for key in ("force", "resume"):
+        d.pop(key, None)
+        base.pop(key, None)
+    base.pop("out", None)
+    base.pop("endpoint", None)
+    return json.loads(json.dumps(d, sort_keys=True, default=str))  # type: ignore[no-any-return]
+
+
+def _differing(a: Any, b: Any, at: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [x for k in sorted(set(a) | set(b)) for x in _differing(a.get(k), b.get(k), f"{at}.{k}" if at else k)]
+    return [] if a == b else [at or "(all)"]
+
+
+def _resumable(out: Path, who: str, settings: dict[str, Any]) -> list[Path]:
+    """The finished levels of the same job in ``out`` (refusing another job's directory)."""
+    from nlq2sql.load.levels import LEVEL
+    from nlq2sql.records.store import read_json
+
+    try:
+        got = read_json(out / JOB)
+    except RecordError:  # absent or unreadable: not a resumable run
+        raise InputError(f"{out} holds no readable {JOB}: not a multi-level run this version can resume; "
+                         "rerun without --resume (with --force to replace it)", field="--resume") from None
+    if got.get("who") != who or got.get("settings") != settings:
+        diff = [f"mode {got.get('who')!r}"] if got.get("who") != who else \
+            _differing(got.get("settings"), settings)
+        raise InputError(f"{out} holds a run with other settings (differs in: {', '.join(diff[:6])}); rerun "
+                         "without --resume (with --force to replace it)", field="--resume")
+    return sorted(p.parent for p in out.rglob(LEVEL))
+
+
+def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str, *, job: Any = None,
+                 resume: bool = False) -> tuple[Path, list[str]]:
+    """:func:`begin_level_sets` with one expanded eval set; returns its path and the notes so far."""
+    paths, notes = begin_level_sets(base, {"": requests}, warmup, force, who, job=job, resume=resume)
+    return paths[""], notes
+
+
+def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force: bool, who: str, *,
+                     job: Any = None, resume: bool = False, order_seed: int | None = None
+                     ) -> tuple[dict[str, Path], list[str]]:
+    """Common start of every multi-level load run: the fresh out dir, ``job.json``, one expanded
+    eval set per name (written under ``out/<name>``; "" writes it in ``out``) and the uncounted
+    warm-up; returns the eval set paths and the notes so far.
+
+    The options, key and endpoint are checked before the output directory is touched, and a
+    failure before the first level (a bad eval set or prompt, the warm-up failing) leaves it as
+    it was found.  With ``resume`` (``job``: the mode's settings) a directory holding the same
+    job is kept as it is: the levels it finished are kept by :func:`.levels.run_level`."""
+    from nlq2sql.load.levels import expand_evalset, run_level
+    from nlq2sql.records.store import write_json_atomic
+    from nlq2sql.run.live import preflight
+
+    if base.endpoint is None:
+        raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")
+    check_resume(resume, force)
+    preflight(base)
+    notes = []
+    settings = job_settings(job) if job is not None else None
+    kept: list[Path] = []
+    if resume and base.out.is_dir() and any(base.out.iterdir()):
+        kept = _resumable(base.out, who, settings or {})
+        start: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    else:
+        start = fresh_out(base.out, force)
+    with start:
+        if settings is not None:
+            write_json_atomic(base.out / JOB, {"who": who, "settings": settings})
+        paths = {name: expand_evalset(base.evalset, n, base.out / name if name else base.out, base.semantic_model,
+                                      seed=order_seed)
+                 for name, n in sets.items()}
+        if warmup:
+            wpath = expand_evalset(base.evalset, warmup, base.out / "warmup", base.semantic_model)
+            run_level(base, wpath, 1, base.out / "warmup" / "run")
+            notes.append(f"{warmup} warm-up request(s) at c=1 ran first and are not counted.")
+    kept = [p for p in kept if p.parent.name != "warmup"]
+    if kept:
+        notes.append(f"Resumed: {len(kept)} level(s) measured in an earlier session were kept as they were "
+                     f"({', '.join(str(p.relative_to(base.out)) for p in kept)}); the others ran in this one.")
+    return paths, notes
