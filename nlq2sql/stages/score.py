@@ -315,17 +315,23 @@ class Summary:
             for rid in scope:
                 self.rule_scope[rid] += times
                 self.rule_scope_correct[rid] += (rid in fired_ok) * times
-        if "abstained" in rec:
+        v2 = "answerable" in rec  # a v2 record: the model may answer "unanswerable"
+        said_unanswerable = v2 and rec["unanswerable"] is not None
+        if said_unanswerable:  # in the curve at every cut-off: never covered, or right when it is right
+            c["sel_out" if rec["answerable"] else "sel_right"] += times
+        elif "abstained" in rec:
             self.selective[(confidence(rec), not rec["abstained"], bool(rec["answer_correct"]))] += times
             if rec.get("abstain_below") is not None and rec.get("intent_evidence") is None \
                     and rec.get("raw_intent") is not None:
                 self.no_evidence += times
-        if "answerable" in rec:  # a v2 record: abstention judged against the gold's answerability
-            abstained = rec["unanswerable"] is not None
-            c["v2"] += times
-            c["gold_unanswerable"] += (not rec["answerable"]) * times
+        elif v2:
+            self.selective[(confidence(rec), True, bool(rec["correct_final"]))] += times
+        if v2 or "abstained" in rec:  # unanswerable precision and recall, on every set that can abstain
+            abstained = said_unanswerable or bool(rec.get("abstained"))
+            c["abstention_scope"] += times
+            c["gold_unanswerable"] += (v2 and not rec["answerable"]) * times
             c["abstained"] += abstained * times
-            c["abstained_right"] += (abstained and not rec["answerable"]) * times
+            c["abstained_right"] += (abstained and v2 and not rec["answerable"]) * times
         if rec.get("gold_result_head") == []:  # a gold with no rows cannot tell right from wrong
             c["empty_gold"] += times
             if len(self.empty_gold_ids) < 5:
@@ -384,11 +390,11 @@ class Summary:
                                  "final_accuracy": wilson(v["final"], v["n"])}
                              for k, v in sorted(self.cat.items())},
             "timing": {k: percentiles(v) for k, v in self.timing.items()},
-            **({"selective": self._selective()} if self.selective else {}),
+            **({"selective": self._selective()} if self.selective or c["sel_out"] or c["sel_right"] else {}),
             **({"abstention": {
                 "abstained": c["abstained"], "unanswerable_items": c["gold_unanswerable"],
                 "precision": wilson(c["abstained_right"], c["abstained"]),
-                "recall": wilson(c["abstained_right"], c["gold_unanswerable"])}} if c["v2"] else {}),
+                "recall": wilson(c["abstained_right"], c["gold_unanswerable"])}} if c["abstention_scope"] else {}),
             # Flagged, never silent: `evalset check` refuses such golds; a set that has them is suspect.
             **({"empty_golds": {"n": c["empty_gold"], "first_ids": self.empty_gold_ids}} if c["empty_gold"] else {}),
         }
@@ -397,18 +403,26 @@ class Summary:
         """Coverage, accuracy on answered items, and the coverage-accuracy curve: answering only
         items whose confidence (vote share, else intent-token confidence) is at least each observed
         value (an abstention is never correct).  ``min_vote_share`` is the old name of
-        ``min_confidence``, kept so readers of older summaries need no second path."""
+        ``min_confidence``, kept so readers of older summaries need no second path.
+
+        A v2 answer of "unanswerable" is in the curve at every cut-off: on an answerable item it
+        covers nothing (``abstained_answerable``), on an unanswerable one it is a covered, correct
+        answer (``abstained_unanswerable``) — a model that abstains where it should gains accuracy,
+        one that abstains everywhere loses coverage.  v2 answers carry confidence 1 unless a
+        condition measured one, so their curve is one point: coverage and accuracy as answered."""
         sel = self.selective
-        n = sum(sel.values())
-        answered = sum(v for (_, a, _), v in sel.items() if a)
-        right = sum(v for (_, a, ok), v in sel.items() if a and ok)
+        out, right_abstained = self.c["sel_out"], self.c["sel_right"]
+        n = sum(sel.values()) + out + right_abstained
+        answered = sum(v for (_, a, _), v in sel.items() if a) + right_abstained
+        right = sum(v for (_, a, ok), v in sel.items() if a and ok) + right_abstained
         curve = []
-        for t in sorted({share for share, _, _ in sel}, reverse=True):
-            m = sum(v for (share, _, _), v in sel.items() if share >= t)
-            k = sum(v for (share, _, ok), v in sel.items() if share >= t and ok)
+        for t in sorted({share for share, _, _ in sel}, reverse=True) or [1.0]:
+            m = sum(v for (share, _, _), v in sel.items() if share >= t) + right_abstained
+            k = sum(v for (share, _, ok), v in sel.items() if share >= t and ok) + right_abstained
             curve.append({"min_confidence": t, "min_vote_share": t, "coverage": wilson(m, n),
                           "accuracy": wilson(k, m)})
-        return {"n": n, "abstained": n - answered, "coverage": wilson(answered, n),
+        return {"n": n, "abstained": n - answered + right_abstained, "abstained_answerable": out,
+                "abstained_unanswerable": right_abstained, "coverage": wilson(answered, n),
                 "accuracy_answered": wilson(right, answered), "curve": curve,
                 # answered without a confidence read-out (the endpoint streamed no logprobs)
                 "without_logprob_evidence": self.no_evidence}
