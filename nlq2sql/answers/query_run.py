@@ -45,19 +45,19 @@ __all__ = ["score_query_responses"]
 @contextlib.contextmanager
 def _scorer(answer: str, wh: Any) -> Iterator[Callable[..., dict[str, Any]]]:
     """The answer kind's scorer; the SQL answer's shares one sandbox for the run."""
-    if answer != "sql":
+    if answer not in ("sql", "sql-grammar"):
         yield score_query
         return
     from nlq2sql.answers.sql.sandbox import Sandbox
     from nlq2sql.answers.sql.score import score_sql
 
     with Sandbox(wh.db_path) as box:
-        yield functools.partial(score_sql, sandbox=box)
+        yield functools.partial(score_sql, sandbox=box, answer=answer)
 
 
 def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[str, Any]:
     """Score a responses file of v2 answers (``answer="query"``) or of SQL the model wrote
-    (``answer="sql"``: guarded, run in the sandbox, compared by result equivalence) into
+    (``answer="sql"`` or ``"sql-grammar"``: guarded, run in the sandbox, compared by result equivalence) into
     ``cfg.out``; returns the summary."""
     if cfg.guardrails:
         raise InputError("guardrails act on v1 intents; the query answer takes none yet (pass --guardrails none)",

@@ -172,7 +172,7 @@ def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any
         if summ is None:
             answer = rec.get("answer")
             summ = (Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets, fields=())
-                    if answer == "sql" else Summary(rulesets))
+                    if answer in ("sql", "sql-grammar") else Summary(rulesets))
         summ.add(rec)
     out = (summ or Summary(rulesets)).result()
     if answer is not None:

@@ -34,7 +34,7 @@ OUTCOMES: dict[str, bool] = {
     "stream_error": True, "context_overflow": False, "http_4xx": False, "auth_error": False,
     "model_not_found": False, "malformed_response": False,
 }
-STRUCTURED_MODES = ("json", "response_format", "regex", "choice", "none")
+STRUCTURED_MODES = ("json", "response_format", "regex", "choice", "grammar", "none")
 #: aiohttp (the default) = the request the SDK would send, on plain aiohttp: ~4-5x the SDK's
 #: req/s on one core (benchmarks/bench_client.py), so the client is not the bottleneck of a
 #: fast endpoint; sdk = the official openai SDK (AsyncOpenAI on its aiohttp transport), kept
@@ -69,6 +69,9 @@ class Sampling:
     #: warehouse's schema in ``schema`` mode.  Set by :func:`bind_sampling`.
     schema_json: str | None = None
     choices: tuple[str, ...] | None = None  # structured "choice": the answer is one of these strings
+    #: structured "grammar": the xgrammar EBNF sent as ``structured_outputs.grammar`` (the
+    #: ``sql-grammar`` answer's, from the warehouse: ``answers.sql.grammar``).
+    grammar: str | None = None
     #: Ask for each token's logprob and this many alternatives (None: none asked; the
     #: intent-token confidence of ``--abstain-below`` reads them).
     top_logprobs: int | None = None
@@ -84,6 +87,8 @@ class Sampling:
             raise InputError("structured mode 'regex' needs a regex", field="regex")
         if self.structured == "choice" and not self.choices:
             raise InputError("structured mode 'choice' needs choices", field="choices")
+        if self.structured == "grammar" and not self.grammar:
+            raise InputError("structured mode 'grammar' needs a grammar", field="grammar")
         if self.top_logprobs is not None and not 1 <= self.top_logprobs <= 20:
             raise InputError(f"top_logprobs must be between 1 and 20 (vLLM's default cap), got {self.top_logprobs}",
                              field="top_logprobs")
@@ -101,6 +106,10 @@ class Sampling:
         if self.schema != "flat" or self.schema_json is not None:
             d["schema"] = self.schema
             d["schema_json"] = self.schema_json
+        if self.grammar is not None:  # the text itself is the manifest's ``sql_grammar``
+            import hashlib
+
+            d["grammar_sha256"] = hashlib.sha256(self.grammar.encode()).hexdigest()
         return d
 
     def json_schema(self) -> dict[str, Any]:
@@ -111,13 +120,17 @@ class Sampling:
 
 
 
-def bind_sampling(s: Sampling, catalog: Any, answer: str = "intent") -> Sampling:
+def bind_sampling(s: Sampling, catalog: Any, answer: str = "intent", grammar: str | None = None) -> Sampling:
     """The sampling with the warehouse's schema (``s.schema`` mode) fixed into it: the v1
     intent's, or with ``answer="query"`` the v2 MetricFlow query's (generated from the manifest)."""
     if catalog is None:
         return s
     if answer == "sql":  # free text: the SQL is checked and sandboxed after, not constrained before
         return dataclasses.replace(s, structured="none", schema_json=None)
+    if answer == "sql-grammar":  # the warehouse's SQL grammar (``answers.sql.grammar``), bound by the caller
+        if grammar is None:
+            raise ValueError("--answer sql-grammar needs the warehouse's grammar")
+        return dataclasses.replace(s, structured="grammar", schema_json=None, grammar=grammar)
     if answer == "query":
         from nlq2sql.semantic.contract import answer_schema
 
@@ -209,6 +222,8 @@ def _extra_body(s: Sampling) -> dict[str, Any]:
         extra["structured_outputs"] = {"regex": s.regex}
     elif s.structured == "choice":
         extra["structured_outputs"] = {"choice": list(s.choices or ())}
+    elif s.structured == "grammar":
+        extra["structured_outputs"] = {"grammar": s.grammar}
     if s.ignore_eos:
         extra["ignore_eos"] = True
     return extra

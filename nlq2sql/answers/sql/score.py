@@ -29,9 +29,12 @@ from nlq2sql.stages.execute import Executor, result_hash
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS
 
-__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "extract_sql", "gold_columns", "parse_sql_answer", "score_sql"]
+__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "extract_sql", "gold_columns", "parse_sql_answer",
+           "score_sql"]
 
 ANSWER_KIND = "sql"
+#: The arms whose answer is SQL the model wrote (free, or constrained by the warehouse grammar).
+SQL_ANSWERS = ("sql", "sql-grammar")
 UNANSWERABLE = "unanswerable"
 HEAD_CELL_CHARS = 1000
 #: error_final for a statement that did not give rows (the status itself for the others).
@@ -119,9 +122,10 @@ def _dump(q: MetricQuery | None) -> dict[str, Any]:
 
 def score_sql(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
               sandbox: Sandbox | None = None, finish_reason: str | None = None,
-              request_error: str | None = None) -> dict[str, Any]:
+              request_error: str | None = None, answer: str = ANSWER_KIND) -> dict[str, Any]:
     """One item's record: extract the statement, guard it, run it in ``sandbox`` (a temporary one
-    over ``executor``'s warehouse when None), compare its rows with the gold's."""
+    over ``executor``'s warehouse when None), compare its rows with the gold's.  ``answer`` is the
+    arm recorded (``sql``, or ``sql-grammar`` when the grammar constrained the text)."""
     status, reason = "ok", None
     kind, payload = ("unparsable", None)
     if request_error is not None:
@@ -165,7 +169,7 @@ def score_sql(case: QueryCase, raw_text: str | None, executor: Executor, catalog
                   else {"intent": UNANSWERABLE, UNANSWERABLE: payload} if kind == UNANSWERABLE else None)
     return {
         "id": case.id, "question": case.question, "category": case.category, "pair_id": case.pair_id,
-        "answer": ANSWER_KIND, "answerable": case.answerable, "gold_intent": _dump(case.gold),
+        "answer": answer, "answerable": case.answerable, "gold_intent": _dump(case.gold),
         "raw_text": raw_text, "finish_reason": finish_reason,
         "status": status, "status_reason": reason, "final_status": status, "final_status_reason": reason,
         "raw_intent": raw_intent, "final_intent": None if raw_intent is None else dict(raw_intent),

@@ -1,0 +1,191 @@
+"""Answer arms side by side (issue 23): does the semantic layer help, for which model, at what cost?
+
+The arms answer the same items of the same eval set: ``query`` (the v2 answer, a MetricFlow
+query constrained by the manifest's JSON Schema: the issue's "intent" arm for v2 sets), ``sql``
+(the model writes DuckDB SQL, free text) and ``sql-grammar`` (the same prompt, constrained by the
+warehouse's SQL grammar).  All are scored by their rows against the same gold, so correctness is
+comparable item by item: per arm the accuracy with its Wilson CI, per pair an exact McNemar test
+paired on item id, tokens, latency, cost per 1,000 questions (the comparison report's model:
+hourly price ÷ measured completed requests per hour) and one error taxonomy for every arm.
+
+Everything is read from finished run directories (records + manifest + summary), so the report
+is rebuilt offline from what was recorded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.errors import InputError
+from nlq2sql.experiments.compare import cost_per_1k
+from nlq2sql.records.store import RECORDS, output_dir, read_finished_run, write_json_atomic
+from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import mcnemar_exact, percentiles, wilson
+
+__all__ = ["ARMS", "TAXONOMY", "Arm", "arms_table", "common_error", "load_arm", "render_markdown", "run_arms",
+           "write_result"]
+
+#: The arms ``matrix --answers`` runs ("intent" is read as ``query``: the v2 sets' intent).
+ARMS = ("query", "sql", "sql-grammar")
+ALIASES = {"intent": "query"}
+#: The issue's error taxonomy, shared by every arm (``common_error``).
+TAXONOMY = ("unparsable", "refused", "timeout", "execution error", "wrong columns", "wrong rows", "wrong order",
+            "abstention", "request failed")
+
+_COMMON = {
+    "unparsable": "unparsable", "truncated": "unparsable", "schema_invalid": "unparsable",
+    "refused": "refused", "timeout": "timeout", "exec_error": "execution error", "too_many_rows": "execution error",
+    "sql_error": "execution error",
+    "wrong_columns": "wrong columns", "wrong_rows": "wrong rows", "wrong_order": "wrong order",
+    # the query arm names the part of the query that differs: its rows differ accordingly
+    "wrong_metrics": "wrong columns", "wrong_group_by": "wrong columns", "wrong_where": "wrong rows",
+    "wrong_limit": "wrong rows", "wrong_order_by": "wrong order",
+    "answered_unanswerable": "abstention", "false_abstention": "abstention",
+    "request_error": "request failed", "missing": "request failed",
+}
+
+
+def common_error(error: str | None) -> str | None:
+    """An arm's own ``error_final`` in the shared taxonomy (None: correct; unknown kinds kept)."""
+    if error is None:
+        return None
+    return _COMMON.get(error, error)
+
+
+def parse_answers(text: str) -> tuple[str, ...]:
+    """``--answers`` as arms, ``intent`` read as ``query``; unknown or repeated ones refused."""
+    names = [ALIASES.get(a.strip(), a.strip()) for a in text.split(",") if a.strip()]
+    bad = [a for a in names if a not in ARMS]
+    if not names or bad:
+        raise InputError(f"unknown answer arm(s) {', '.join(bad) or repr(text)} (known: intent = query, sql, "
+                         "sql-grammar)", field="--answers")
+    if len(set(names)) < len(names):
+        raise InputError(f"an arm is named twice in {text!r}", field="--answers")
+    return tuple(names)
+
+
+def run_arms(base: EvalConfig, answers: tuple[str, ...]) -> dict[str, Path]:
+    """One live run per arm on the same endpoint, items and conditions; each arm its own prompt."""
+    dirs: dict[str, Path] = {}
+    for answer in answers:
+        out = base.out / f"{base.evalset}-{answer}"
+        prompt = "query" if answer == "query" else "sql"
+        run_eval(replace(base, answer=answer, prompt=prompt, guardrails=(), out=out, force=True, resume=False))
+        dirs[answer] = out
+    return dirs
+
+
+@dataclass
+class Arm:
+    """One recorded run, as the arm table needs it."""
+
+    label: str
+    answer: str
+    model: str
+    evalset: str
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    correct: dict[str, bool]
+    lenient: dict[str, bool]  # extra columns allowed (SQL arms; the query arm: = correct)
+    errors: Counter[str]
+    prompt_tokens: list[float]
+    completion_tokens: list[float]
+    latency_s: list[float]
+
+
+def load_arm(run_dir: Path) -> Arm:
+    import json
+
+    m, s = read_finished_run(run_dir)
+    correct: dict[str, bool] = {}
+    lenient: dict[str, bool] = {}
+    errors: Counter[str] = Counter()
+    pt: list[float] = []
+    ct: list[float] = []
+    lat: list[float] = []
+    with (run_dir / RECORDS).open() as f:
+        for line in f:
+            rec = json.loads(line)
+            correct[rec["id"]] = bool(rec.get("correct_final"))
+            lenient[rec["id"]] = bool(rec.get("correct_lenient", rec.get("correct_final")))
+            errors[common_error(rec.get("error_final")) or "correct"] += 1
+            for key, into in (("prompt_tokens", pt), ("completion_tokens", ct), ("latency_s", lat)):
+                if isinstance(rec.get(key), int | float):
+                    into.append(float(rec[key]))
+    answer = m.get("answer") or "intent"
+    return Arm(f"{answer} · {m.get('model', '?')}", answer, str(m.get("model", "?")), str(m.get("evalset", "?")),
+               m, s, correct, lenient, errors, pt, ct, lat)
+
+
+def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> dict[str, Any]:
+    """Per arm: accuracy (Wilson CI), lenient accuracy, tokens, latency, cost; per pair: McNemar."""
+    rows = []
+    for a in arms:
+        k = sum(a.correct.values())
+        rps = (a.summary.get("throughput") or {}).get("req_per_s")
+        examples = a.manifest.get("examples") or {}
+        grammar = a.manifest.get("sql_grammar") or {}
+        rows.append({
+            "arm": a.answer, "model": a.model, "evalset": a.evalset, "run": a.label,
+            "n": len(a.correct), "accuracy": wilson(k, len(a.correct)),
+            "lenient": wilson(sum(a.lenient.values()), len(a.lenient)),
+            "examples": examples.get("k", 0) if isinstance(examples, dict) else 0,
+            "prompt_tokens": percentiles(a.prompt_tokens), "completion_tokens": percentiles(a.completion_tokens),
+            "latency_s": percentiles(a.latency_s), "req_per_s": rps,
+            "cost_per_1k": cost_per_1k(rps, gpu_cost_per_hour),
+            "grammar_sha256": grammar.get("sha256") if isinstance(grammar, dict) else None,
+            "errors": {t: a.errors.get(t, 0) for t in ("correct", *TAXONOMY) if a.errors.get(t)}
+                      | {t: v for t, v in a.errors.items() if t not in TAXONOMY and t != "correct"},
+        })
+    pairs = []
+    for x, y in combinations(arms, 2):
+        if x.model != y.model or x.evalset != y.evalset:
+            continue
+        common = sorted(set(x.correct) & set(y.correct))
+        b = sum(x.correct[i] and not y.correct[i] for i in common)
+        c = sum(y.correct[i] and not x.correct[i] for i in common)
+        pairs.append({"a": x.answer, "b": y.answer, "model": x.model, "evalset": x.evalset, "n": len(common),
+                      "a_right_b_wrong": b, "b_right_a_wrong": c, "mcnemar_exact_p": mcnemar_exact(b, c)})
+    return {"arms": rows, "pairs": pairs, "gpu_cost_per_hour": gpu_cost_per_hour,
+            "taxonomy_note": "query-arm errors mapped by the part that differs: metrics/group_by -> wrong "
+                             "columns, where/limit -> wrong rows, order_by -> wrong order"}
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return format(v, fmt) if v is not None else "n/a"
+
+
+def render_markdown(table: dict[str, Any], title: str) -> str:
+    lines = [f"## {title}", "",
+             "| model | set | arm | examples | n | accuracy (95 % CI) | lenient | prompt tokens (mean) | "
+             "completion tokens (mean) | latency p50 | latency p95 | cost / 1k |", "|---" * 12 + "|"]
+    for r in table["arms"]:
+        lines.append(f"| {r['model']} | {r['evalset']} | {r['arm']} | {r['examples']} | {r['n']} | "
+                     f"{pct(r['accuracy'])} | {pct(r['lenient'])} | {_num(r['prompt_tokens']['mean'], '.0f')} | "
+                     f"{_num(r['completion_tokens']['mean'], '.1f')} | {_num(r['latency_s']['p50'], '.2f')} s | "
+                     f"{_num(r['latency_s']['p95'], '.2f')} s | "
+                     f"{'$' + format(r['cost_per_1k'], '.4f') if r['cost_per_1k'] is not None else 'n/a'} |")
+    lines += ["", "Paired on item id (final correctness, exact McNemar):", "",
+              "| model | set | A | B | n | A right, B wrong | B right, A wrong | p |", "|---" * 8 + "|"]
+    for p in table["pairs"]:
+        lines.append(f"| {p['model']} | {p['evalset']} | {p['a']} | {p['b']} | {p['n']} | {p['a_right_b_wrong']} | "
+                     f"{p['b_right_a_wrong']} | {p['mcnemar_exact_p']:.4f} |")
+    lines += ["", "Error taxonomy per arm (" + table["taxonomy_note"] + "):", ""]
+    for r in table["arms"]:
+        lines.append(f"- {r['model']} · {r['evalset']} · {r['arm']}: "
+                     + ", ".join(f"{k} {v}" for k, v in r["errors"].items()))
+    if table.get("gpu_cost_per_hour") is not None:
+        lines.append(f"\nCost assumes ${table['gpu_cost_per_hour']}/hour and each run's measured completed "
+                     "requests per second (CPU vLLM: it ranks the arms on this machine, not on a GPU).")
+    return "\n".join(lines) + "\n"
+
+
+def write_result(out: Path, table: dict[str, Any], title: str) -> None:
+    output_dir(out)
+    write_json_atomic(out / "arms.json", table)
+    (out / "arms.md").write_text(render_markdown(table, title))
