@@ -29,7 +29,7 @@ from nlq2sql.semantic.engine import Query
 from nlq2sql.semantic.query import METRIC_TIME, MetricQuery
 from nlq2sql.stages.execute import Executor
 
-__all__ = ["SolvedSql", "Unsupported", "clean_sql", "inline_params", "solve"]
+__all__ = ["SolvedSql", "Unsupported", "clean_sql", "inline_params", "solve", "solved_texts"]
 
 _OPS = {"eq": "=", "neq": "<>", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
@@ -226,3 +226,19 @@ def solve(queries: list[MetricQuery | None], catalog: Catalog, warehouse: Wareho
         out.append(SolvedSql(sql, "clean") if same else
                    SolvedSql(inline_params(compiled.sql, compiled.params), "metricflow"))
     return out
+
+
+def solved_texts(cases: list[Any], warehouse: Warehouse) -> tuple[dict[str, str], dict[str, int]]:
+    """Each bank case's solution as the SQL arms' assistant turn (its id → text): the solved SQL,
+    or the abstention for a case without a gold; and how many of each style."""
+    from nlq2sql.stages.pipeline import make_executor
+
+    with make_executor(warehouse) as ex:
+        solved = solve([c.gold for c in cases], warehouse.catalog, warehouse, ex)
+    texts: dict[str, str] = {}
+    styles: dict[str, int] = {}
+    for case, s in zip(cases, solved, strict=True):
+        texts[case.id] = s.sql if s is not None else '{"unanswerable": "not in this semantic layer"}'
+        style = s.style if s is not None else "unanswerable"
+        styles[style] = styles.get(style, 0) + 1
+    return texts, styles

@@ -1,0 +1,73 @@
+"""The ``sql-grammar`` answer in a run: bind the warehouse's grammar, probe the server with it first.
+
+A grammar the server cannot compile fails *every* request with HTTP 400 ("Invalid grammar
+specification."): without a probe, a run would record N identical request errors and call them
+the arm's accuracy.  So one request carrying the grammar goes first; a refusal is one clear
+error naming the server's reason before any item runs or any output is written.  The grammar
+(text and sha256) goes in the manifest, as the query answer's JSON Schema does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+from nlq2sql.errors import InputError
+
+if TYPE_CHECKING:
+    from nlq2sql.answers.sql.grammar import SqlGrammar
+    from nlq2sql.semantic.binding import Warehouse
+    from nlq2sql.transport.client import Sampling
+
+__all__ = ["GRAMMAR_ANSWER", "grammar_for", "manifest_keys", "probe_grammar", "with_grammar"]
+
+GRAMMAR_ANSWER = "sql-grammar"
+PROBE_TOKENS = 8
+
+
+def grammar_for(answer: str, wh: Warehouse) -> SqlGrammar | None:
+    """The warehouse's SQL grammar for the ``sql-grammar`` answer (None for the others)."""
+    if answer != GRAMMAR_ANSWER:
+        return None
+    from nlq2sql.answers.sql.grammar import sql_grammar
+
+    return sql_grammar(wh.catalog, wh)
+
+
+def with_grammar(s: Sampling, grammar: SqlGrammar | None) -> Sampling:
+    """``s`` constrained by ``grammar`` (unchanged without one)."""
+    if grammar is None:
+        return s
+    return dataclasses.replace(s, structured="grammar", schema_json=None, grammar=grammar.text)
+
+
+def manifest_keys(grammar: SqlGrammar | None) -> dict[str, Any]:
+    return {"sql_grammar": grammar.manifest()} if grammar is not None else {}
+
+
+def probe_grammar(base_url: str, model: str, api_key: str, grammar: SqlGrammar, *, timeout_s: float = 120.0
+                  ) -> str:
+    """One short request constrained by ``grammar``; its text, or :class:`InputError` with the
+    server's reason when it refuses the grammar (or the structured-outputs request itself)."""
+    body = {"model": model, "max_tokens": PROBE_TOKENS, "temperature": 0.0,
+            "messages": [{"role": "user", "content": "Write one SQL SELECT statement."}],
+            "structured_outputs": {"grammar": grammar.text}}
+    req = urllib.request.Request(base_url.rstrip("/") + "/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": f"Bearer {api_key}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 — the run's own endpoint
+            answer = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:300]
+        raise InputError(f"the server refuses the warehouse's SQL grammar (sha256 {grammar.sha256[:12]}): "
+                         f"HTTP {exc.code}: {detail}", field="--answer") from None
+    except (urllib.error.URLError, TimeoutError, ValueError) as exc:
+        raise InputError(f"the SQL-grammar probe request failed: {exc}", field="--answer") from None
+    try:
+        return str(answer["choices"][0]["message"]["content"] or "")
+    except (KeyError, IndexError, TypeError):
+        raise InputError("the SQL-grammar probe got an answer without choices", field="--answer") from None
