@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.conditions.confidence import intent_evidence, kind_share
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
@@ -70,7 +71,8 @@ def test_abstain_below_is_checked(tmp_path: Path) -> None:
 
     for bad in (0.0, 1.0, 1.5, -0.1):
         with pytest.raises(InputError) as exc:
-            validate(EvalConfig(out=tmp_path / "x", endpoint="http://127.0.0.1:9/v1", abstain_below=bad))
+            validate(EvalConfig(out=tmp_path / "x", endpoint="http://127.0.0.1:9/v1",
+                                conditions=REGISTRY.from_options(abstain_below=bad)))
         assert exc.value.field == "--abstain-below"
     from nlq2sql.transport.client import Sampling
 
@@ -98,7 +100,8 @@ def test_eval_abstains_below_the_threshold(tmp_path: Path, client: str) -> None:
             for c, p in zip(cases, (0.9, 0.3), strict=True)}
     with FakeServer(tmp_path / "fake", script(by_question=by_q), model="fake-model") as fake:
         cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
-                         limit=None, concurrency=2, abstain_below=0.5, guardrails=(), client=client,
+                         limit=None, concurrency=2, conditions=REGISTRY.from_options(abstain_below=0.5), guardrails=(),
+                         client=client,
                          load=LoadShape(metrics_interval_s=0.05))
         from dataclasses import replace
 
@@ -142,7 +145,7 @@ def test_a_server_without_logprobs_is_said_not_silently_answered(tmp_path: Path)
     path.write_text(case.model_dump_json() + "\n")
     with FakeServer(tmp_path / "fake", script(by_question=by_q), model="fake-model") as fake:
         cfg = EvalConfig(evalset=str(path), out=tmp_path / "run", endpoint=fake.url, model="fake-model",
-                         abstain_below=0.5, guardrails=())
+                         conditions=REGISTRY.from_options(abstain_below=0.5), guardrails=())
         summary = run_eval(replace(cfg))
     sel = summary["selective"]
     assert sel["without_logprob_evidence"] == 1 and sel["abstained"] == 0 and sel["coverage"]["k"] == 1

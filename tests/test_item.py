@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import nlq2sql.run.item as item
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
 
 
@@ -18,11 +19,12 @@ def test_in_process_runs_load_warehouse_prompt_guardrails_and_bank_once(tmp_path
     def loaded_again(*_: Any, **__: Any) -> Any:
         raise AssertionError("loaded a second time by the item runner")
 
-    for name in ("open_warehouse", "load_guardrails", "load_prompt", "load_bank"):
+    for name in ("open_warehouse", "load_guardrails", "load_prompt", "load_conditions"):
         monkeypatch.setattr(item, name, loaded_again)
     with FakeServer(tmp_path / "fake", script(), model="fake-model") as fake:
         summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
-                                      limit=3, concurrency=2, examples=2, link_values="both",
+                                      limit=3, concurrency=2,
+                                      conditions=REGISTRY.from_options(examples=2, link_values="both"),
                                       load=LoadShape(metrics_interval_s=0.05)))
     assert summary["n"] == 3 and summary["outcomes"] == {"ok": 3}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import RecordError
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.results import Manifest, Summary, load_manifest, load_summary, validated
@@ -23,7 +24,7 @@ def test_there_are_committed_runs_to_check() -> None:
 def test_every_committed_run_loads(path: Path) -> None:
     """Runs recorded by earlier versions (no summary hash, no harness figures…) still load."""
     s = load_summary(path)
-    m = load_manifest(path.parent / "manifest.json")
+    m = load_manifest(path.parent / "manifest.json", REGISTRY.manifest_model())
     assert s.record_version == m.record_version == RECORD_VERSION
     assert s.n == s.raw_accuracy.n and 0 <= s.final_accuracy.k <= s.n
     assert m.n_items >= s.n or m.limit is not None or m.kind != "eval"

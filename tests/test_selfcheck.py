@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.conditions.selfcheck import abstain_reason, apply_abstention, vote
 from nlq2sql.errors import InputError
 from nlq2sql.semantic import open_warehouse
@@ -76,12 +77,14 @@ def test_options_are_checked(tmp_path: Path) -> None:
 
     url = "http://127.0.0.1:9/v1"
     with pytest.raises(InputError, match="temperature"):
-        validate(EvalConfig(out=tmp_path / "x", endpoint=url, samples=3))
+        validate(EvalConfig(out=tmp_path / "x", endpoint=url, conditions=REGISTRY.from_options(samples=3)))
     with pytest.raises(InputError) as exc:
-        validate(EvalConfig(out=tmp_path / "x", endpoint=url, samples=99, sampling=Sampling(temperature=0.7)))
+        validate(EvalConfig(out=tmp_path / "x", endpoint=url, conditions=REGISTRY.from_options(samples=99),
+                            sampling=Sampling(temperature=0.7)))
     assert exc.value.field == "--samples"
     with pytest.raises(InputError, match="planner"):
-        validate(EvalConfig(out=tmp_path / "x", endpoint=url, samples=3, planner="two-stage",
+        validate(EvalConfig(out=tmp_path / "x", endpoint=url,
+                            conditions=REGISTRY.from_options(samples=3, planner="two-stage"),
                             sampling=Sampling(temperature=0.7)))
 
 
@@ -103,7 +106,8 @@ def test_eval_with_samples_and_abstain(tmp_path: Path) -> None:
             cases[1].question: [{"kind": "text", "text": text(t)} for t in (gold[1], wrong[1], other[1])]}
     with FakeServer(tmp_path / "fake", script(by_question=by_q), model="fake-model") as fake:
         cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
-                         limit=2, concurrency=2, samples=3, abstain=True, guardrails=(),
+                         limit=2, concurrency=2, conditions=REGISTRY.from_options(samples=3, abstain=True),
+                         guardrails=(),
                          sampling=Sampling(temperature=0.7, max_tokens=96), load=LoadShape(metrics_interval_s=0.05))
         summary = run_eval(cfg)
         assert len(fake.chat_requests()) == 6

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.conditions.values import ValueIndex, effective_guardrails, hint_text, value_ruleset
 from nlq2sql.errors import InputError
 from nlq2sql.semantic import Warehouse, open_warehouse
@@ -127,7 +128,8 @@ def test_unknown_mode_is_an_input_error(tmp_path: Path) -> None:
     from nlq2sql.run.live import EvalConfig, validate
 
     with pytest.raises(InputError) as exc:
-        validate(EvalConfig(out=tmp_path / "x", endpoint="http://127.0.0.1:9/v1", link_values="always"))
+        validate(EvalConfig(out=tmp_path / "x", endpoint="http://127.0.0.1:9/v1",
+                            conditions=REGISTRY.from_options(link_values="always")))
     assert exc.value.field == "--link-values"
 
 
@@ -142,7 +144,8 @@ def test_eval_with_hint_and_repair_records_both(tmp_path: Path) -> None:
 
     with FakeServer(tmp_path / "fake", script(), model="fake-model") as fake:
         cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
-                         limit=6, concurrency=2, link_values="both", load=LoadShape(metrics_interval_s=0.05))
+                         limit=6, concurrency=2, conditions=REGISTRY.from_options(link_values="both"),
+                         load=LoadShape(metrics_interval_s=0.05))
         summary = run_eval(cfg)
         sent = [json.loads(line)["question"] for line in fake.log.read_text().splitlines()
                 if '"/v1/chat/completions"' in line]

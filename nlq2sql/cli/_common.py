@@ -163,33 +163,44 @@ SemanticModelOpt = Annotated[str | None, typer.Option(
 DbOpt = Annotated[Path | None, typer.Option(
     "--db", help="The DuckDB file (or a folder of Parquet/CSV files) the semantic model describes. "
     "Default: the shipped warehouse's cached build.")]
-ExamplesOpt = Annotated[int, typer.Option(
-    "--examples", help="Retrieved few-shot: the K most similar solved questions from --example-bank as "
-    "user/assistant turns (0: none).")]
-ExampleBankOpt = Annotated[str | None, typer.Option(
-    "--example-bank", help="Bank of solved questions: a set of the warehouse (default dev) or a JSONL path; "
-    "must share no id or question with the set under test.")]
-PlannerOpt = Annotated[str, typer.Option(
-    "--planner", help="none | two-stage (first a constrained choice of the intent kind, then the rest under "
-    "that kind's branch schema: two requests per item).")]
-LinkValuesOpt = Annotated[str, typer.Option(
-    "--link-values", help="Value linking: the warehouse values the question names, as filters: none | hint "
-    "(written after the question) | repair (the 'values' guardrail fixes the answer's filters) | both.")]
 SchemaOpt = Annotated[str, typer.Option(
     "--schema", help="Intent JSON Schema sent to the server: flat (one object; consistency checked in code) "
     "| branches (one anyOf branch per intent kind: inconsistent intents cannot be generated).")]
 
 
-SamplesOpt = Annotated[int, typer.Option(
-    "--samples", help="Self-consistency: answers per item (needs --temperature > 0); the canonical intent "
-    "with most votes is the answer.")]
 TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Sampling temperature (0: greedy).")]
-AbstainOpt = Annotated[bool, typer.Option(
-    "--abstain", help="Answer 'needs clarification' when the evidence is split (no majority among "
-    "--samples, or the planner's kind overruled by a guardrail); scored as selective prediction.")]
-AbstainBelowOpt = Annotated[float | None, typer.Option(
-    "--abstain-below", help="Also abstain when the model's probability of its intent kind, read from vLLM's "
-    "token logprobs (asked for), is below this (0-1); implies --abstain.")]
+def condition_options(fn: F) -> F:
+    """Give a command every registered condition's options, generated from each condition's
+    settings declaration (name, type, default, help); the command receives them as one
+    ``conditions`` argument (a ``ConditionSet``, validated through the settings models, so a bad
+    value is one message naming its option)."""
+    from typing import Literal, get_args, get_origin
+
+    from nlq2sql.conditions.registry import REGISTRY, option
+
+    sig = inspect.signature(fn, eval_str=True)
+    fields = [(n, f) for c in REGISTRY for n, f in c.settings_model.model_fields.items()]
+    extra = []
+    for name, info in fields:
+        kind: Any = str if get_origin(info.annotation) is Literal else info.annotation  # typer reads str choices
+        if any(get_origin(a) is Literal for a in get_args(info.annotation)):
+            kind = str | None
+        extra.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info.default,
+                                       annotation=Annotated[kind, typer.Option(option(name), help=info.description)]))
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        given = {}
+        for name, info in fields:
+            value = kwargs.pop(name, info.default)
+            if value != info.default:
+                given[name] = value
+        return fn(*args, conditions=REGISTRY.from_options(**given), **kwargs)
+
+    params = [p for p in sig.parameters.values() if p.name != "conditions"]
+    wrapper.__signature__ = sig.replace(parameters=[*params, *extra])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in params}, **{p.name: p.annotation for p in extra}}
+    return wrapper  # type: ignore[return-value]
 
 
 def guardrail_names(values: list[str] | None) -> tuple[str, ...]:
@@ -214,22 +225,18 @@ def parse_levels(text: str, option: str) -> tuple[int, ...]:
 def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
           limit: int | None, max_tokens: int, out: Path, guardrails: tuple[str, ...] = ("ranking",),
           semantic: tuple[str | None, Path | None, str] = (None, None, "flat"),
-          examples: tuple[int, str | None] = (0, None), planner: str = "none", link_values: str = "none",
-          selective: tuple[int, float, bool, float | None] = (1, 0.0, False, None)) -> Any:
-    """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``examples``
-    (--examples, --example-bank), ``selective`` (--samples, --temperature, --abstain,
-    --abstain-below)."""
+          conditions: Any = None, temperature: float = 0.0) -> Any:
+    """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``conditions``
+    what :func:`condition_options` gave the command (default: none)."""
     from nlq2sql.run.live import EvalConfig
     from nlq2sql.transport.client import Sampling
 
     semantic_model, db, schema = semantic
-    samples, temperature, abstain, abstain_below = selective
+    extra = {"conditions": conditions} if conditions is not None else {}
     return EvalConfig(evalset=evalset, out=out, endpoint=endpoint, model=model, api_key_env=api_key_env,
                       prompt=prompt, guardrails=guardrails, limit=limit,
                       sampling=Sampling(max_tokens=max_tokens, schema=schema, temperature=temperature),
-                      semantic_model=semantic_model, warehouse=db, examples=examples[0],
-                      example_bank=examples[1], planner=planner, link_values=link_values,
-                      samples=samples, abstain=abstain, abstain_below=abstain_below)
+                      semantic_model=semantic_model, warehouse=db, **extra)
 
 
 EvalsetOpt = Annotated[str, typer.Option(help="Eval set name or path.")]

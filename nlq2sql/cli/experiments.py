@@ -4,34 +4,28 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from nlq2sql.cli._common import (
-    AbstainBelowOpt,
-    AbstainOpt,
     DbOpt,
     EndpointOpt,
     EndpointsFileOpt,
     EndpointsOpt,
     EvalsetOpt,
-    ExampleBankOpt,
-    ExamplesOpt,
     KeyOpt,
     LimitOpt,
-    LinkValuesOpt,
     MaxTokOpt,
     ModelOpt,
-    PlannerOpt,
     PromptOpt,
-    SamplesOpt,
     SchemaOpt,
     SemanticModelOpt,
     TemperatureOpt,
     app,
     base_config,
+    condition_options,
     err,
     fleet_args,
     handled,
@@ -132,6 +126,7 @@ def compact(
 
 @app.command("matrix")
 @handled
+@condition_options
 def matrix(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
     api_key_env: KeyOpt = None,
@@ -144,9 +139,8 @@ def matrix(
     runs: Annotated[list[Path] | None, typer.Option(help="Re-score these recorded runs (one per "
                                                    "prompt) instead of querying.")] = None,
     semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
-    examples: ExamplesOpt = 0, example_bank: ExampleBankOpt = None, planner: PlannerOpt = "none",
-    link_values: LinkValuesOpt = "none", samples: SamplesOpt = 1, temperature: TemperatureOpt = 0.0,
-    abstain: AbstainOpt = False, abstain_below: AbstainBelowOpt = None,
+    temperature: TemperatureOpt = 0.0,
+    conditions: Any = None,  # every registered condition's options (condition_options)
 ) -> None:
     """Prompt × guardrail matrix with CIs and exact McNemar tests; guardrails re-scored offline."""
     from dataclasses import replace
@@ -172,8 +166,7 @@ def matrix(
             load_prompt(name)
         base = replace(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
                  semantic=(semantic_model, db, schema),
-                 examples=(examples, example_bank), planner=planner, link_values=link_values,
-                 selective=(samples, temperature, abstain, abstain_below)),
+                 conditions=conditions, temperature=temperature),
                        concurrency=concurrency)
         with shared_endpoint(base) as bound:
             dirs = mx.run_prompts(mx.MatrixConfig(bound, names, conds))

@@ -12,24 +12,18 @@ from rich.console import Console
 from rich.markup import escape
 
 from nlq2sql.cli._common import (
-    AbstainBelowOpt,
-    AbstainOpt,
     DbOpt,
     EndpointsFileOpt,
     EndpointsOpt,
-    ExampleBankOpt,
-    ExamplesOpt,
     GuardrailsOpt,
     KeyOpt,
-    LinkValuesOpt,
-    PlannerOpt,
     PromptOpt,
     RoutingOpt,
-    SamplesOpt,
     SchemaOpt,
     SemanticModelOpt,
     TemperatureOpt,
     app,
+    condition_options,
     err,
     fleet_args,
     guardrail_names,
@@ -174,6 +168,7 @@ def score(
 
 @app.command("eval")
 @handled
+@condition_options
 def eval_cmd(
     evalset: Annotated[str, typer.Option(help="Eval set name or path.")] = "heldout",
     endpoint: EndpointsOpt = None,
@@ -201,14 +196,7 @@ def eval_cmd(
     semantic_model: SemanticModelOpt = None,
     db: DbOpt = None,
     schema: SchemaOpt = "flat",
-    examples: ExamplesOpt = 0,
-    example_bank: ExampleBankOpt = None,
-    planner: PlannerOpt = "none",
-    link_values: LinkValuesOpt = "none",
-    samples: SamplesOpt = 1,
     temperature: TemperatureOpt = 0.0,
-    abstain: AbstainOpt = False,
-    abstain_below: AbstainBelowOpt = None,
     workers: Annotated[str, typer.Option(help="Client processes, or 'auto' (one per CPU this process may use): "
                                          "items from one queue, the concurrency split over them (the cap "
                                          "stays global).")] = "1",
@@ -222,6 +210,7 @@ def eval_cmd(
                                         "manifest, scored by rows; prompt 'query', no guardrails by "
                                         "default) | sql (the model writes DuckDB SQL, free text, guarded and "
                                         "sandboxed, scored by result equivalence; prompt 'sql').")] = "intent",
+    conditions: Any = None,  # every registered condition's options (condition_options)
 ) -> None:
     """Run an eval set against a live endpoint and score it."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -247,9 +236,7 @@ def eval_cmd(
                      limit=limit, sampling=Sampling(max_tokens=max_tokens, structured=structured, schema=schema,
                                                     temperature=temperature),
                      timeout_s=timeout, resume=resume, force=force, server=LocalServerSettings(compact=compact_server),
-                     client=client, semantic_model=semantic_model, warehouse=db, examples=examples,
-                     example_bank=example_bank, planner=planner, link_values=link_values, samples=samples,
-                     abstain=abstain, abstain_below=abstain_below,
+                     client=client, semantic_model=semantic_model, warehouse=db, conditions=conditions,
                      workers=parse_workers(workers, concurrency),
                      engine=engine,
                      ray_address=ray_address)

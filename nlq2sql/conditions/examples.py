@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
+from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.errors import InputError
 from nlq2sql.semantic.catalog import Catalog, display_path
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.intent import compact_json
+
+__all__ = ["DEFAULT_BANK", "ExampleBank", "Examples", "ExamplesSettings", "load_bank", "normalise"]
 
 DEFAULT_BANK = "dev"
 _SPACE = re.compile(r"\s+")
@@ -126,3 +130,49 @@ def load_bank(name_or_path: str | None, catalog: Catalog, k: int, answer: str = 
         raise InputError(f"asks for {k} examples but the bank {bank.evalset.name!r} holds {len(bank.cases)}",
                          field="--examples")
     return bank
+
+
+class ExamplesSettings(Settings):
+    examples: int = Field(0, ge=0, description="Retrieved few-shot: the K most similar solved questions from "
+                          "--example-bank as user/assistant turns (0: none).")
+    example_bank: str | None = Field(None, description="Bank of solved questions: a set of the warehouse (default "
+                                     "dev) or a JSONL path; must share no id or question with the set under test.")
+
+
+@register
+class Examples(Condition[ExamplesSettings]):
+    """``--examples K``: the bank's K nearest solved questions as turns before the question;
+    the bank's identity in the manifest, the chosen ids in each record (``example_ids``)."""
+
+    name = "examples"
+    settings_model = ExamplesSettings
+    answers = frozenset({"intent", "query"})
+    refusal = " (solved SQL examples)"
+    manifest_keys = ("examples",)
+    manifest_types = {"examples": dict[str, Any]}
+    label_rank = 10.0
+    bank: ExampleBank | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.settings.examples > 0  # a bank named without --examples is not used
+
+    def load(self, wh: Any, answer: str) -> None:
+        self.bank = load_bank(self.settings.example_bank, wh.catalog, self.settings.examples, answer)
+
+    def check_against(self, evalset: Any) -> None:
+        assert self.bank is not None
+        self.bank.check_disjoint(evalset)
+
+    def manifest(self) -> dict[str, Any]:
+        return {"examples": self.bank.manifest(self.settings.examples) if self.bank is not None else None}
+
+    @classmethod
+    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+        ex = manifest.get("examples")
+        return f"{ex['k']} examples" if ex else None
+
+    def before(self, question: str, messages: Messages, trace: dict[str, Any]) -> Messages:
+        assert self.bank is not None
+        messages, trace["example_ids"] = self.bank.messages(messages, question, self.settings.examples)
+        return messages

@@ -12,13 +12,20 @@ requests, tokens and latency is reported next to what it gains.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from nlq2sql.conditions.confidence import intent_evidence
+from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.intent import INTENTS, branch_schema
 from nlq2sql.transport.client import Completion, EndpointConfig, RetryBudget, Sampling, complete
+
+__all__ = ["CHOICE_MAX_TOKENS", "PLANNERS", "Planner", "PlannerSettings", "plan_and_answer", "stage_one",
+           "stage_two"]
 
 PLANNERS = ("none", "two-stage")
 #: Tokens the first stage may use: the longest kind is a few tokens in any tokenizer.
@@ -60,3 +67,37 @@ async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict
     if second.latency_s is not None and first.latency_s is not None:
         fields["latency_total_s"] = first.latency_s + second.latency_s
     return second, fields
+
+
+class PlannerSettings(Settings):
+    planner: Literal["none", "two-stage"] = Field(
+        "none", description="none | two-stage (first a constrained choice of the intent kind, then the rest under "
+        "that kind's branch schema: two requests per item).", json_schema_extra={"noun": "planner"})
+
+
+@register
+class Planner(Condition[PlannerSettings]):
+    """``--planner two-stage``: replaces the item's request with the two stages above."""
+
+    name = "planner"
+    settings_model = PlannerSettings
+    manifest_keys = ("planner",)
+    manifest_types = {"planner": str}
+    label_rank = 30.0
+    replaces_request = True
+    catalog: Catalog | None = None
+
+    def load(self, wh: Any, answer: str) -> None:
+        self.catalog = wh.catalog
+
+    def manifest(self) -> dict[str, Any]:
+        return {"planner": self.settings.planner if self.on else None}
+
+    @classmethod
+    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+        return f"planner {manifest['planner']}" if manifest.get("planner") else None
+
+    async def answer(self, req: Request) -> tuple[Completion, dict[str, Any]]:
+        assert self.catalog is not None
+        return await plan_and_answer(req.client, req.endpoint, req.messages, req.sampling, self.catalog, req.budget,
+                                     req.fail_fast)

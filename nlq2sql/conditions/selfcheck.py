@@ -23,16 +23,21 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from pydantic import Field
+
 from nlq2sql.conditions.confidence import kind_share
-from nlq2sql.errors import IntentError
+from nlq2sql.conditions.registry import Condition, Request, Settings, register
+from nlq2sql.errors import InputError, IntentError
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.intent import canonicalise, parse_intent
 from nlq2sql.transport.client import Completion, EndpointConfig, RetryBudget, Sampling, complete
 
-__all__ = ["MAX_SAMPLES", "abstain_reason", "apply_abstention", "sample_and_vote", "vote"]
+__all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "abstain_reason", "apply_abstention", "sample_and_vote",
+           "vote"]
 
 MAX_SAMPLES = 16
 
@@ -110,3 +115,43 @@ def apply_abstention(rec: dict[str, Any]) -> dict[str, Any]:
         rec["correct_final"] = False
         rec["correct_exec"] = False
     return rec
+
+
+class SelfCheckSettings(Settings):
+    samples: int = Field(1, ge=1, le=MAX_SAMPLES, description="Self-consistency: answers per item (needs "
+                         "--temperature > 0); the canonical intent with most votes is the answer.")
+
+
+@register
+class SelfCheck(Condition[SelfCheckSettings]):
+    """``--samples N``: replaces the item's request with N samples and a vote (record: ``votes``,
+    ``sample_texts``, the samples' tokens)."""
+
+    name = "selfcheck"
+    settings_model = SelfCheckSettings
+    conflicts = ("planner",)
+    manifest_keys = ("samples",)
+    manifest_types = {"samples": int}
+    label_rank = 40.0
+    replaces_request = True
+    catalog: Catalog | None = None
+
+    def check(self, sampling: Sampling) -> None:
+        if not sampling.temperature > 0:
+            raise InputError("self-consistency needs different answers: give --temperature > 0", field="--samples")
+
+    def load(self, wh: Any, answer: str) -> None:
+        self.catalog = wh.catalog
+
+    def manifest(self) -> dict[str, Any]:
+        return {"samples": self.settings.samples if self.on else None}
+
+    @classmethod
+    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+        n = manifest.get("samples") or 1
+        return f"{n} samples" if n > 1 else None
+
+    async def answer(self, req: Request) -> tuple[Completion, dict[str, Any]]:
+        assert self.catalog is not None
+        return await sample_and_vote(req.client, req.endpoint, req.messages, req.sampling, self.catalog, req.budget,
+                                     self.settings.samples, req.fail_fast)

@@ -25,16 +25,21 @@ one with values of the same field ("except AIR and REG AIR"), is linked with ``n
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field
+
+from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.stages.guardrail import Intervention, Rule, RuleSet, propose
 from nlq2sql.stages.intent import Intent
 
 if TYPE_CHECKING:
     from nlq2sql.semantic import Warehouse
 
-__all__ = ["LINK_MODES", "Link", "ValueIndex", "ValueRuleSet", "effective_guardrails", "hint_text"]
+__all__ = ["LINK_MODES", "Link", "ValueIndex", "ValueRuleSet", "Values", "ValuesSettings", "effective_guardrails",
+           "hint_text"]
 
 LINK_MODES = ("none", "hint", "repair", "both")
 YEAR_FIELD = "year"
@@ -248,3 +253,48 @@ def effective_guardrails(guardrails: tuple[str, ...] | list[str], link_values: s
     if link_values in ("repair", "both") and "values" not in names:
         names = (*names, "values")
     return names
+
+
+class ValuesSettings(Settings):
+    link_values: Literal["none", "hint", "repair", "both"] = Field(
+        "none", description="Value linking: the warehouse values the question names, as filters: none | hint "
+        "(written after the question) | repair (the 'values' guardrail fixes the answer's filters) | both.",
+        json_schema_extra={"noun": "mode"})
+
+
+@register
+class Values(Condition[ValuesSettings]):
+    """``--link-values``: the hint after the question (``linked_values`` per record) and/or the
+    ``values`` rule set added to the run's guardrails."""
+
+    name = "values"
+    settings_model = ValuesSettings
+    manifest_keys = ("link_values",)
+    manifest_types = {"link_values": str}
+    label_rank = 20.0
+    neutral = True
+    index: ValueIndex | None = None
+
+    def guardrails(self) -> tuple[str, ...]:
+        return ("values",) if self.settings.link_values in ("repair", "both") else ()
+
+    def load(self, wh: Any, answer: str) -> None:
+        if self.settings.link_values in ("hint", "both"):
+            self.index = ValueIndex(wh)
+
+    def manifest(self) -> dict[str, Any]:
+        return {"link_values": self.settings.link_values if self.on else None}
+
+    @classmethod
+    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+        mode = manifest.get("link_values")
+        return f"values {mode}" if mode and mode != "off" else None
+
+    def before(self, question: str, messages: Messages, trace: dict[str, Any]) -> Messages:
+        if self.index is None:
+            return messages
+        linked = self.index.link(question)  # the hint follows the question itself, not the examples
+        trace["linked_values"] = [lk.as_filter() for lk in linked]
+        if linked:
+            messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + hint_text(linked)}]
+        return messages

@@ -89,6 +89,9 @@ class Summary(_Model):
 
 
 class Manifest(_Model):
+    """The keys every run writes; each condition's own keys are added by the condition registry
+    (``nlq2sql.conditions.registry.REGISTRY.manifest_model()``: validate a whole manifest with that)."""
+
     record_version: int = RECORD_VERSION
     kind: str
     harness_version: str
@@ -123,13 +126,7 @@ class Manifest(_Model):
     limit: int | None = None
     server: dict[str, Any] | None = None
     client: str | None = None
-    examples: dict[str, Any] | None = None
-    planner: str | None = None
-    samples: int | None = None  # self-consistency: answers per item (absent: 1)
-    abstain: bool | None = None  # --abstain (absent: off)
-    abstain_below: float | None = None  # --abstain-below P: intent-token confidence threshold
     timeout_s: float | None = None  # per-request timeout (absent: older runs, 120 s)
-    link_values: str | None = None  # hint | repair | both (conditions.values); absent in older runs
     load: dict[str, Any] | None = None
     context_suffix_chars: int | None = None
     context_suffix_sha256: str | None = None
@@ -174,5 +171,6 @@ def load_summary(path: Path) -> Summary:
     return _load(Summary, path)  # type: ignore[no-any-return]
 
 
-def load_manifest(path: Path) -> Manifest:
-    return _load(Manifest, path)  # type: ignore[no-any-return]
+def load_manifest(path: Path, model: type[Manifest] = Manifest) -> Manifest:
+    """A manifest through ``model``: pass the condition registry's model for a run's conditions."""
+    return _load(model, path)  # type: ignore[no-any-return]

@@ -24,10 +24,10 @@ from nlq2sql.inputs import not_utf8, parse_json, regular_file
 RECORD_VERSION = 1
 MANIFEST, RECORDS, SUMMARY = "manifest.json", "records.jsonl", "summary.json"
 
-#: Manifest keys that must match for ``--resume`` to continue a run.
-RESUME_KEYS = ("kind", "evalset_sha256", "model", "prompt_sha256", "guardrails", "sampling", "examples", "planner",
-               "endpoint", "context_suffix_sha256", "link_values",
-               "samples", "abstain", "abstain_below")
+#: Manifest keys that must match for ``--resume`` to continue a run (with every condition's
+#: keys: the caller adds ``conditions.registry.REGISTRY.manifest_keys()``).
+RESUME_KEYS = ("kind", "evalset_sha256", "model", "prompt_sha256", "guardrails", "sampling", "endpoint",
+               "context_suffix_sha256")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -149,13 +149,13 @@ def prepare_dir(out: Path, *, resume: bool, force: bool) -> None:
         raise RecordError(f"output directory is not writable: {exc.strerror}", path=str(out)) from None
 
 
-def check_resume(out: Path, manifest: dict[str, Any]) -> None:
-    """Refuse to resume a run whose inputs differ, saying what differs."""
+def check_resume(out: Path, manifest: dict[str, Any], keys: tuple[str, ...] = RESUME_KEYS) -> None:
+    """Refuse to resume a run whose ``keys`` differ, saying what differs."""
     if not (out / MANIFEST).exists():
         raise RecordError(f"cannot resume: not a run directory (no {MANIFEST}; a run writes one when "
                           "it starts), and it is not empty", path=str(out))
     old = read_json(out / MANIFEST)
-    diffs = [k for k in RESUME_KEYS if old.get(k) != manifest.get(k)]
+    diffs = [k for k in keys if old.get(k) != manifest.get(k)]
     if diffs:
         detail = "; ".join(f"{k}: was {old.get(k)!r}, now {manifest.get(k)!r}" for k in diffs)
         raise RecordError(f"cannot resume: the run differs ({detail})", path=str(out / MANIFEST))

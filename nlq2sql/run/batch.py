@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.answers.unscored import AnswerSummary, Question, read_questions
-from nlq2sql.conditions.values import effective_guardrails
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import at_most
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, SUMMARY, encode_json, prepare_dir, write_json_atomic
@@ -106,6 +105,8 @@ def check(cfg: BatchConfig) -> None:
                          "ray-vllm to run the model inside Ray Data)", field="--endpoint")
     if cfg.engine == "ray-vllm" and (base.endpoint is not None or base.replicas):
         raise InputError("--engine ray-vllm runs the model inside Ray Data: drop --endpoint", field="--endpoint")
+    if cfg.engine == "ray-vllm":  # it sends no request of ours: no hook could run (nor be recorded)
+        base.conditions.refuse("--engine ray-vllm")
     from nlq2sql.run.ray_engine import check_address
 
     check_address(cfg.ray_address)  # ray:// refused, HOST:PORT must answer
@@ -129,7 +130,7 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
     validate(wcfg)
     # Local input first (cheap, and what a typo most often is), then the endpoints.
     wh = open_warehouse(wcfg.semantic_model, wcfg.warehouse)
-    rulesets = load_guardrails(effective_guardrails(wcfg.guardrails, wcfg.link_values), wh.catalog, wh)
+    rulesets = load_guardrails(wcfg.conditions.guardrails(wcfg.guardrails), wh.catalog, wh)
     prompt = load_prompt(wcfg.prompt, wcfg.style, wh)
     items, evalset, sha = load_items(cfg, wh)
     key = preflight(wcfg) if cfg.engine == "ray" else ""  # the API key, every endpoint probed

@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlq2sql.conditions.values import effective_guardrails
 from nlq2sql.errors import InputError
 from nlq2sql.run.item import whitespace_outside_strings
 
@@ -117,7 +116,7 @@ def _context(cfg: EvalConfig) -> tuple[Any, Any, list[Any], Any, dict[str, Any]]
         params["seed"] = s.seed
     if s.structured != "none":
         params["structured_outputs"] = {"json": json.dumps(s.json_schema(), separators=(",", ":"))}
-    rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), wh.catalog, wh)
+    rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)
     return (wh, load_prompt(cfg.prompt, cfg.style, wh), rulesets,
             make_executor(wh), params)
 

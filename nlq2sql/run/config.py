@@ -19,9 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from nlq2sql.conditions.planner import PLANNERS
-from nlq2sql.conditions.selfcheck import MAX_SAMPLES
-from nlq2sql.conditions.values import LINK_MODES, effective_guardrails
+from nlq2sql.conditions.registry import ConditionSet
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
 from nlq2sql.run.models import DEFAULT_MODEL
@@ -96,22 +94,13 @@ class EvalConfig:
     force: bool = False
     warehouse: Path | None = None  # the database (--db); default: the semantic model's shipped build
     semantic_model: str | None = None  # name or path of the warehouse's semantic model (default: retail)
-    examples: int = 0  # retrieved few-shot: K solved questions from the bank as turns (0: none)
-    planner: str = "none"  # none | two-stage (conditions.planner)
-    example_bank: str | None = None  # a set of the warehouse (default dev) or a JSONL path
-    link_values: str = "none"  # none | hint | repair | both (conditions.values)
-    samples: int = 1  # self-consistency: answers per item, majority vote (conditions.selfcheck)
-    abstain: bool = False  # answer "needs clarification" when the evidence is split
-    abstain_below: float | None = None  # … or when the intent-token confidence is below this (implies abstain)
+    # The conditions applied (examples, planner, value linking, self-consistency, abstention…):
+    # their settings by name, from the registry (``conditions.registry``; none by default).
+    conditions: ConditionSet = field(default_factory=ConditionSet)
     answer: str = "intent"  # intent (v1 intent JSON) | query (v2: a MetricFlow query or "unanswerable") | sql
     sql_timeout_s: float = 10.0  # --answer sql: the per-query time limit of the sandbox
     server: LocalServerSettings = field(default_factory=LocalServerSettings)  # only when endpoint is None
     load: LoadShape = field(default_factory=LoadShape)  # the defaults: a plain closed-loop eval
-
-    @property
-    def abstaining(self) -> bool:
-        """Whether items may answer "needs clarification" (``--abstain`` or ``--abstain-below``)."""
-        return self.abstain or self.abstain_below is not None
 
 
 ANSWERS = ("intent", "query", "sql")
@@ -121,13 +110,10 @@ def _check_answer(cfg: EvalConfig) -> None:
     """The v2 answer takes the conditions that do not read v1 intent fields; the rest are refused by name."""
     if cfg.answer not in ANSWERS:
         raise InputError(f"unknown answer kind {cfg.answer!r} (known: {', '.join(ANSWERS)})", field="--answer")
+    cfg.conditions.validate(cfg.answer, cfg.sampling)  # each condition names the answer kinds it applies to
     if cfg.answer == "intent":
         return
     refused = [(bool(cfg.guardrails), "--guardrails (they rewrite v1 intent fields; pass --guardrails none)"),
-               (cfg.planner != "none", "--planner"), (cfg.link_values != "none", "--link-values"),
-               (cfg.samples > 1, "--samples"), (cfg.abstaining, "--abstain / --abstain-below (the v2 answer "
-                                                "abstains itself: {\"unanswerable\": …})"),
-               (cfg.examples > 0 and cfg.answer == "sql", "--examples (solved SQL examples)"),
                (cfg.workers > 1 or cfg.engine != "local", "--workers / --engine")]
     for bad, what in refused:
         if bad:
@@ -145,23 +131,9 @@ def validate(cfg: EvalConfig) -> None:
     at_most(cfg.sampling.max_tokens, MAX_TOKENS, "--max-tokens")
     if not (cfg.timeout_s > 0 and math.isfinite(cfg.timeout_s)):
         raise InputError(f"must be positive and finite, got {cfg.timeout_s}", field="--timeout")
-    if cfg.planner not in PLANNERS:
-        raise InputError(f"unknown planner {cfg.planner!r} (known: {', '.join(PLANNERS)})", field="--planner")
     if not (0 <= cfg.sampling.temperature <= MAX_TEMPERATURE):
         raise InputError(f"must be between 0 and {MAX_TEMPERATURE:g}, got {cfg.sampling.temperature:g}",
                          field="--temperature")
-    if not 1 <= cfg.samples <= MAX_SAMPLES:
-        raise InputError(f"must be between 1 and {MAX_SAMPLES}, got {cfg.samples}", field="--samples")
-    if cfg.samples > 1 and not cfg.sampling.temperature > 0:
-        raise InputError("self-consistency needs different answers: give --temperature > 0", field="--samples")
-    if cfg.samples > 1 and cfg.planner != "none":
-        raise InputError("--samples and --planner do not combine (yet): choose one", field="--samples")
-    if cfg.abstain_below is not None and not 0 < cfg.abstain_below < 1:
-        raise InputError(f"must be a probability strictly between 0 and 1, got {cfg.abstain_below}",
-                         field="--abstain-below")
-    if cfg.link_values not in LINK_MODES:
-        raise InputError(f"unknown mode {cfg.link_values!r} (known: {', '.join(LINK_MODES)})",
-                         field="--link-values")
     if cfg.client not in CLIENTS:
         raise InputError(f"unknown client {cfg.client!r} (known: {', '.join(CLIENTS)})", field="--client")
     load = cfg.load
@@ -230,7 +202,7 @@ def preflight(cfg: EvalConfig) -> str:
     serves the model).  Multi-level commands call it before creating their output directory
     (their eval set is loaded next, before anything is measured).  Returns the API key."""
     validate(cfg)
-    load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values))
+    load_guardrails(cfg.conditions.guardrails(cfg.guardrails))
     load_prompt(cfg.prompt, cfg.style)
     key = api_key(cfg)
     if cfg.endpoint is not None:

@@ -15,11 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.answers.unscored import Question, answer_item
-from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence
-from nlq2sql.conditions.examples import load_bank
-from nlq2sql.conditions.planner import plan_and_answer
-from nlq2sql.conditions.selfcheck import apply_abstention, sample_and_vote
-from nlq2sql.conditions.values import ValueIndex, effective_guardrails, hint_text
+from nlq2sql.conditions.registry import Condition, Request
 from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.run.config import targets
 from nlq2sql.run.harness_load import HarnessMonitor
@@ -38,21 +34,27 @@ from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, bind
 from nlq2sql.transport.server_metrics import MetricsSampler
 
 if TYPE_CHECKING:
-    from nlq2sql.conditions.examples import ExampleBank
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.stages.guardrail import RuleSet
     from nlq2sql.stages.prompt import Prompt
 
-__all__ = ["ItemRunner", "Loaded", "request_sampling", "targets", "whitespace_outside_strings"]
+__all__ = ["ItemRunner", "Loaded", "load_conditions", "request_sampling", "targets", "whitespace_outside_strings"]
 
 
 def request_sampling(cfg: EvalConfig) -> Sampling:
-    """What every request of the run asks for: the run's sampling, with token logprobs when
-    abstention reads the intent-token confidence (``--abstain-below``)."""
-    if cfg.abstain_below is not None and cfg.sampling.top_logprobs is None:
-        return dataclasses.replace(cfg.sampling, top_logprobs=TOP_LOGPROBS)
-    return cfg.sampling
+    """What every request of the run asks for: the run's sampling as its conditions change it
+    (token logprobs when abstention reads the intent-token confidence, ``--abstain-below``)."""
+    return cfg.conditions.sampling(cfg.sampling)
+
+
+def load_conditions(cfg: EvalConfig, wh: Warehouse) -> list[Condition[Any]]:
+    """The run's conditions, each bound to its settings and loaded for this process (a bank
+    fitted, an index built), in the registry's order."""
+    active = cfg.conditions.active()
+    for c in active:
+        c.load(wh, cfg.answer)
+    return active
 
 
 def whitespace_outside_strings(text: str) -> int:
@@ -75,14 +77,14 @@ def whitespace_outside_strings(text: str) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
-    """What a run has already loaded for its manifest (warehouse, guardrails, prompt, example
-    bank): handed to the in-process runner so none is loaded, nor the bank's index fitted, twice.
-    Worker processes and Ray actors load their own."""
+    """What a run has already loaded for its manifest (warehouse, guardrails, prompt, loaded
+    conditions): handed to the in-process runner so none is loaded, nor a bank's index fitted,
+    twice.  Worker processes and Ray actors load their own."""
 
     wh: Warehouse
     rulesets: list[RuleSet]
     prompt: Prompt
-    bank: ExampleBank | None
+    conditions: list[Condition[Any]]
 
 
 class ItemRunner:
@@ -93,16 +95,16 @@ class ItemRunner:
                  loaded: Loaded | None = None) -> None:
         self.cfg = cfg
         if loaded is not None:
-            self.wh, self.rulesets, self.prompt, self.bank = loaded.wh, loaded.rulesets, loaded.prompt, loaded.bank
+            self.wh, self.rulesets, self.prompt = loaded.wh, loaded.rulesets, loaded.prompt
+            self.conditions = loaded.conditions
         else:
             self.wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
-            self.rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values),
-                                            self.wh.catalog, self.wh)
+            self.rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), self.wh.catalog, self.wh)
             self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
-            self.bank = (load_bank(cfg.example_bank, self.wh.catalog, cfg.examples, cfg.answer)
-                         if cfg.examples else None)
+            self.conditions = load_conditions(cfg, self.wh)
         self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog, cfg.answer)
-        self.values = ValueIndex(self.wh) if cfg.link_values in ("hint", "both") else None
+        # At most one condition replaces the single request (the registry refuses two).
+        self.requester = next((c for c in self.conditions if c.replaces_request), None)
         # Connection pools sized for this process's share of the run's concurrency.
         ecfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=cfg.timeout_s,
                               concurrency=concurrency or cfg.concurrency, retry_budget=cfg.retry_budget,
@@ -155,24 +157,15 @@ class ItemRunner:
         """The item's record (a failed request is a recorded outcome, never an exception)."""
         cfg, pool = self.cfg, self.pool
         messages = self.prompt.messages(case.question + cfg.load.context_suffix)
-        example_ids: list[str] | None = None
-        if self.bank is not None:
-            messages, example_ids = self.bank.messages(messages, case.question, cfg.examples)
-        linked = None
-        if self.values is not None:  # the hint follows the question itself, not the examples
-            linked = self.values.link(case.question)
-            if linked:
-                messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + hint_text(linked)}]
+        trace: dict[str, Any] = {}  # what the conditions chose for this item (record keys)
+        for cond in self.conditions:
+            messages = cond.before(case.question, messages, trace)
         planned: dict[str, Any] = {}
-        if cfg.planner == "two-stage":
+        if self.requester is not None:
+            requester = self.requester
             (comp, planned), rep, trail = await pool.call(
-                case.id, lambda r: plan_and_answer(r.client, r.cfg, messages, self.sampling, self.wh.catalog,
-                                                   self.budget, self.fail_fast),
-                lambda res: res[0])
-        elif cfg.samples > 1:
-            (comp, planned), rep, trail = await pool.call(
-                case.id, lambda r: sample_and_vote(r.client, r.cfg, messages, self.sampling, self.wh.catalog,
-                                                   self.budget, cfg.samples, self.fail_fast),
+                case.id, lambda r: requester.answer(Request(r.client, r.cfg, messages, self.sampling, self.budget,
+                                                            self.fail_fast)),
                 lambda res: res[0])
         else:
             comp, rep, trail = await pool.call(
@@ -193,17 +186,10 @@ class ItemRunner:
                          request_error=request_error, catalog=self.wh.catalog)
         rec.update(comp.record_fields())
         rec["started"] = comp.started
-        if example_ids is not None:
-            rec["example_ids"] = example_ids
-        if linked is not None:
-            rec["linked_values"] = [lk.as_filter() for lk in linked]
+        rec.update(trace)
         rec.update(planned)
-        if cfg.abstain_below is not None:
-            if "intent_evidence" not in rec:  # (the planner records its first stage's: the kind was chosen there)
-                rec["intent_evidence"] = intent_evidence(comp.token_logprobs)
-            rec["abstain_below"] = cfg.abstain_below
-        if cfg.abstaining and not isinstance(case, Question):
-            apply_abstention(rec)
+        for cond in self.conditions:
+            cond.after(rec, comp, scored=not isinstance(case, Question))
         if pool.multi:  # which replica answered, which failed the item before it, every request on each
             rec["replica"] = rep.label
             rec["failed_over_from"] = trail.failed_over_from

@@ -21,12 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.conditions.examples import load_bank
-from nlq2sql.conditions.values import effective_guardrails
-from nlq2sql.records.results import Manifest, validated
+from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.records.results import validated
 from nlq2sql.records.store import (
     MANIFEST,
     RECORDS,
+    RESUME_KEYS,
     RecordWriter,
     check_resume,
     prepare_dir,
@@ -45,7 +45,7 @@ from nlq2sql.run.config import (
     targets,
     validate,
 )
-from nlq2sql.run.item import ItemRunner, Loaded, request_sampling, whitespace_outside_strings
+from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampling, whitespace_outside_strings
 from nlq2sql.run.scheduler import closed_loop, open_loop
 from nlq2sql.run.session import finish_summary, fleet_summary, recorded_retries, session_result
 from nlq2sql.semantic import open_warehouse
@@ -196,11 +196,11 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
     compiles_before = wh.catalog.engine.compiles
     evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql")
                     else load_evalset(cfg.evalset, wh))
-    rulesets = load_guardrails(effective_guardrails(cfg.guardrails, cfg.link_values), wh.catalog, wh)
+    rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
-    bank = load_bank(cfg.example_bank, wh.catalog, cfg.examples, cfg.answer) if cfg.examples else None
-    if bank is not None:
-        bank.check_disjoint(evalset)
+    conditions = load_conditions(cfg, wh)
+    for cond in conditions:
+        cond.check_against(evalset)
     key = api_key(cfg)
     cases = list(evalset.cases[: cfg.limit] if cfg.limit else evalset.cases)
 
@@ -230,12 +230,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "engine": ({"name": cfg.engine, "workers": cfg.workers, "ray_address": cfg.ray_address}
                        if cfg.workers > 1 or cfg.engine != "local" else None),
             "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts, "client": cfg.client,
-            "examples": bank.manifest(cfg.examples) if bank is not None else None,
-            "planner": cfg.planner if cfg.planner != "none" else None,
-            "link_values": cfg.link_values if cfg.link_values != "none" else None,
-            "samples": cfg.samples if cfg.samples > 1 else None,
-            "abstain": True if cfg.abstaining else None,
-            "abstain_below": cfg.abstain_below,
+            **cfg.conditions.manifest(conditions),  # every registered condition's keys (None when off)
             "timeout_s": cfg.timeout_s,
             "load": {"rate": load.rate, "duration_s": load.duration_s,
                      "arrival_seed": load.arrival_seed if load.rate else None},
@@ -259,7 +254,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         records_path = cfg.out / RECORDS
         used = 0
         if cfg.resume:
-            check_resume(cfg.out, manifest)
+            check_resume(cfg.out, manifest, RESUME_KEYS + REGISTRY.manifest_keys())
             repair_tail(records_path)
             done, used = recorded_retries(records_path)
             cases = [c for c in cases if c.id not in done]
@@ -268,7 +263,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             manifest["resumed_at"] = time.time()
         budget = RetryBudget(0, 0.0, used=used, total=int(manifest["retry_budget"]["total"]))
         manifest["started"] = time.time()
-        write_json_atomic(cfg.out / MANIFEST, validated(Manifest, manifest))
+        write_json_atomic(cfg.out / MANIFEST, validated(REGISTRY.manifest_model(), manifest))
         try:
             if cfg.workers > 1 or cfg.engine != "local":
                 from nlq2sql.run.workers import run_workers
@@ -276,7 +271,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
                 session = run_workers(cfg, base_url, model, key, cfg.out, cases, progress, budget)
             else:
                 session = asyncio.run(_run(cfg, base_url, model, key, cfg.out, cases, progress,
-                                           interrupts, budget, Loaded(wh, rulesets, prompt, bank)))
+                                           interrupts, budget, Loaded(wh, rulesets, prompt, conditions)))
         except asyncio.CancelledError:
             if interrupts.count:
                 raise KeyboardInterrupt from None

@@ -10,7 +10,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlq2sql.records.results import Manifest, Summary, validated
+from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.records.results import Summary, validated
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, records_digest, write_json_atomic
 from nlq2sql.stages.pipeline import summarise_file
 from nlq2sql.stages.score import percentiles
@@ -107,7 +108,7 @@ def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
     summary["record_version"] = RECORD_VERSION
     write_json_atomic(out / SUMMARY, validated(Summary, summary))
     manifest["finished"] = time.time()
-    write_json_atomic(out / MANIFEST, validated(Manifest, manifest))
+    write_json_atomic(out / MANIFEST, validated(REGISTRY.manifest_model(), manifest))
     return summary
 
 

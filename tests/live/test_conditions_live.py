@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.store import iter_records
 from nlq2sql.run.live import EvalConfig, run_eval
 from nlq2sql.run.server import LocalServer
@@ -17,7 +18,8 @@ def test_retrieved_examples_are_sent_and_recorded(vllm_server: LocalServer, tmp_
     for k in (0, 4):
         out = tmp_path / f"k{k}"
         run_eval(EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
-                            concurrency=4, limit=4, examples=k, sampling=Sampling(max_tokens=160, schema="branches")))
+                            concurrency=4, limit=4, conditions=REGISTRY.from_options(examples=k),
+                            sampling=Sampling(max_tokens=160, schema="branches")))
         runs[k] = {r["id"]: r for r in iter_records(out / "records.jsonl")}
     dev = {c.id: c for c in load_evalset("dev").cases}
     for rid, rec in runs[4].items():
@@ -35,7 +37,8 @@ def test_retrieved_examples_are_sent_and_recorded(vllm_server: LocalServer, tmp_
 def test_two_stage_planner_chooses_then_answers_within_the_choice(vllm_server: LocalServer, tmp_path: Path) -> None:
     out = tmp_path / "planner"
     summary = run_eval(EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
-                                  concurrency=4, limit=4, planner="two-stage", sampling=Sampling(max_tokens=160)))
+                                  concurrency=4, limit=4, conditions=REGISTRY.from_options(planner="two-stage"),
+                                  sampling=Sampling(max_tokens=160)))
     recs = list(iter_records(out / "records.jsonl"))
     assert len(recs) == 4
     for r in recs:
@@ -53,7 +56,8 @@ def test_abstain_below_reads_the_intent_token_logprobs(vllm_server: LocalServer,
     has a decisive token, and the confidence read from it decides abstention."""
     out = tmp_path / "logprob"
     summary = run_eval(EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
-                                  concurrency=4, limit=4, guardrails=(), abstain_below=0.5,
+                                  concurrency=4, limit=4, guardrails=(),
+                                  conditions=REGISTRY.from_options(abstain_below=0.5),
                                   sampling=Sampling(max_tokens=160, schema="branches")))
     recs = list(iter_records(out / "records.jsonl"))
     assert len(recs) == 4

@@ -1,0 +1,68 @@
+"""Abstention (``--abstain``, ``--abstain-below P``) as a condition: decided over the scored record.
+
+The decision itself (:func:`~nlq2sql.conditions.selfcheck.apply_abstention`) reads only
+recorded fields — the vote, the planner's choice, the intent-token evidence — so offline
+re-scoring decides it again the same way; this module says when it runs and what a run
+records: with ``--abstain-below`` every request asks for token logprobs and each record keeps
+the evidence (``intent_evidence``) and the threshold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import Field
+
+from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence
+from nlq2sql.conditions.registry import Condition, Settings, register
+from nlq2sql.conditions.selfcheck import apply_abstention
+from nlq2sql.transport.client import Completion, Sampling
+
+__all__ = ["Abstain", "AbstainSettings"]
+
+
+class AbstainSettings(Settings):
+    abstain: bool = Field(False, description="Answer 'needs clarification' when the evidence is split (no majority "
+                          "among --samples, or the planner's kind overruled by a guardrail); scored as selective "
+                          "prediction.")
+    abstain_below: float | None = Field(None, gt=0, lt=1, description="Also abstain when the model's probability "
+                                        "of its intent kind, read from vLLM's token logprobs (asked for), is below "
+                                        "this (0-1); implies --abstain.")
+
+
+@register
+class Abstain(Condition[AbstainSettings]):
+    """Selective prediction: an item may answer "needs clarification" instead of guessing."""
+
+    name = "abstain"
+    settings_model = AbstainSettings
+    manifest_keys = ("abstain", "abstain_below")
+    manifest_types = {"abstain": bool, "abstain_below": float}
+    refusal = ' (the v2 answer abstains itself: {"unanswerable": …})'
+    label_rank = 50.0
+    neutral = True
+
+    def sampling(self, s: Sampling) -> Sampling:
+        if self.settings.abstain_below is not None and s.top_logprobs is None:
+            return dataclasses.replace(s, top_logprobs=TOP_LOGPROBS)
+        return s
+
+    def manifest(self) -> dict[str, Any]:
+        return {"abstain": True if self.on else None, "abstain_below": self.settings.abstain_below}
+
+    @classmethod
+    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+        if manifest.get("abstain_below") is not None:
+            return f"abstain below p {manifest['abstain_below']:g}"
+        return "abstain" if manifest.get("abstain") else None
+
+    def after(self, rec: dict[str, Any], comp: Completion, scored: bool) -> None:
+        below = self.settings.abstain_below
+        if below is not None:
+            if "intent_evidence" not in rec:  # (the planner records its first stage's: the kind was chosen there)
+                rec["intent_evidence"] = intent_evidence(comp.token_logprobs)
+            rec["abstain_below"] = below
+        if scored:
+            apply_abstention(rec)
