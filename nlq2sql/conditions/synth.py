@@ -28,10 +28,12 @@ from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.query import MetricQuery, OrderBy, Where
 from nlq2sql.stages.execute import Executor
 
-__all__ = ["DEFAULT_N", "DEFAULT_SEED", "SYNTHETIC", "SYNTHETIC_TAG", "Example", "cached_bank", "synthesize",
-           "to_jsonl", "write_bank"]
+__all__ = ["DEFAULT_N", "DEFAULT_SEED", "GENERATOR_VERSION", "SYNTHETIC", "SYNTHETIC_TAG", "Example", "cached_bank",
+           "synthesize", "to_jsonl", "write_bank"]
 
 DEFAULT_N, DEFAULT_SEED = 200, 0
+#: Part of the cache key: a cached bank made by an older generator is never reused.
+GENERATOR_VERSION = 1
 #: ``--example-bank synthetic``: the generated bank (also the default when a warehouse has no dev set).
 SYNTHETIC = "synthetic"
 #: Every synthetic line is tagged so, and ``seed:S``: a bank file says what made it.
@@ -216,7 +218,7 @@ def _series(rng: random.Random, L: _Layer) -> Example | None:
         when, where = _year_range(rng, L.years, grain)
         when = " " + when
         tags.append("date-range")
-    q = rng.choice(["{G} {w}{t}", "{w} per {g}{t}", "How did {w} develop {g} by {g}{t}?",
+    q = rng.choice(["{G} figures for {w}{t}", "{w}, {g} by {g}{t}", "How did {w} develop {g} by {g}{t}?",
                     "Trend of {w} by {g}{t}"]).format(G=_GRAIN_WORD[grain].capitalize(), g=grain, w=L.label(m),
                                                       t=when)
     return Example(q[0].upper() + q[1:], MetricQuery(metrics=(m,), group_by=(f"metric_time__{grain}",),
@@ -336,7 +338,8 @@ def write_bank(wh: Warehouse, out: Path, n: int = DEFAULT_N, seed: int = DEFAULT
 
 def cached_bank(wh: Warehouse, n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> Path:
     """The generated bank in the cache, keyed by semantic model, data fingerprint, seed and n."""
-    key = hashlib.sha256(f"{wh.catalog.sha256}|{wh.fingerprint}|{seed}|{n}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{GENERATOR_VERSION}|{wh.catalog.sha256}|{wh.fingerprint}|{seed}|{n}".encode()
+                         ).hexdigest()[:16]
     path = cache_dir() / "banks" / f"synthetic-{wh.catalog.name}-{key}.jsonl"
     if not path.is_file():
         write_bank(wh, path, n, seed)
