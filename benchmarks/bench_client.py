@@ -31,7 +31,8 @@ OURS = r"""
 import json, sys, time
 from pathlib import Path
 from nlq2sql.transport.client import Sampling
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.live import run_eval
 from nlq2sql.run.workers import auto_workers
 url, evalset, out, c, client, workers = sys.argv[1:7]
 w = auto_workers(int(c)) if workers == "auto" else int(workers)

@@ -34,7 +34,8 @@ OURS = r"""
 import json, sys
 from pathlib import Path
 from nlq2sql.transport.client import Sampling
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
 from nlq2sql.stages import prompt as P
 # The benchmark's one-user-message layout (what vLLM's custom dataset sends), same text.
 P.Prompt.messages = lambda self, q: [{"role": "user", "content": self.text + "\n\n" + q}]

@@ -48,7 +48,8 @@ CHILD = r"""
 import json, sys
 from pathlib import Path
 from nlq2sql.transport.client import Sampling
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.live import run_eval
 url, model, evalset, out, c, client, duration = sys.argv[1:8]
 s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model=model, concurrency=int(c),
                         sampling=Sampling(max_tokens=96), timeout_s=60.0,

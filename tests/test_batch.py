@@ -20,8 +20,10 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.batch import BatchConfig, iter_shard_records, run_batch
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.batch import BatchConfig, run_batch
+from nlq2sql.run.batch_shards import iter_shard_records
+from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.live import run_eval
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.transport.client import Sampling
 

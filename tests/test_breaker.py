@@ -23,8 +23,10 @@ from typer.testing import CliRunner
 from nlq2sql.cli.main import app
 from nlq2sql.records.store import iter_records
 from nlq2sql.run import pool
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.run.pool import FAILURE_THRESHOLD, PROBE_BACKOFF_MAX_S, Replica, ReplicaSpec
+from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.endpoints import ReplicaSpec
+from nlq2sql.run.live import run_eval
+from nlq2sql.run.pool import FAILURE_THRESHOLD, PROBE_BACKOFF_MAX_S, Replica
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.transport.client import EndpointConfig
 

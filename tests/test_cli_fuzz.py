@@ -51,7 +51,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
 from nlq2sql.stages.evalset import EVALSET_DIR
 
 MODEL = "fake-model"

@@ -100,7 +100,8 @@ def test_sdk_and_aiohttp_clients_send_the_same_body_and_record_the_same(tmp_path
     from fakeserver import FakeServer, by_ids, script
 
     from nlq2sql.records.store import iter_records
-    from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+    from nlq2sql.run.config import EvalConfig, LoadShape
+    from nlq2sql.run.live import run_eval
 
     log = tmp_path / "requests.jsonl"
     with FakeServer(tmp_path / "fake", script(by_question=by_ids("heldout", {})), model="m", log=log) as fake:

@@ -67,7 +67,7 @@ def test_the_planners_bare_choice_and_what_gives_no_evidence() -> None:
 
 
 def test_abstain_below_is_checked(tmp_path: Path) -> None:
-    from nlq2sql.run.live import EvalConfig, validate
+    from nlq2sql.run.config import EvalConfig, validate
 
     for bad in (0.0, 1.0, 1.5, -0.1):
         with pytest.raises(InputError) as exc:
@@ -92,7 +92,8 @@ def test_eval_abstains_below_the_threshold(tmp_path: Path, client: str) -> None:
     from fakeserver import FakeServer, script
 
     from nlq2sql.records.store import iter_records
-    from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+    from nlq2sql.run.config import EvalConfig, LoadShape
+    from nlq2sql.run.live import run_eval
     from nlq2sql.stages.pipeline import rescore_run
 
     cases = [c for c in load_evalset("heldout", open_warehouse()).cases if c.gold.intent == "breakdown"][:2]
@@ -135,7 +136,8 @@ def test_a_server_without_logprobs_is_said_not_silently_answered(tmp_path: Path)
     from fakeserver import FakeServer, script
     from rich.console import Console
 
-    from nlq2sql.run.live import EvalConfig, run_eval
+    from nlq2sql.run.config import EvalConfig
+    from nlq2sql.run.live import run_eval
     from nlq2sql.stages.report import render_summary
 
     case = next(c for c in load_evalset("heldout", open_warehouse()).cases if c.gold.intent == "breakdown")

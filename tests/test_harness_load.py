@@ -15,8 +15,9 @@ import pytest
 from fakeserver import FakeServer, script
 
 from nlq2sql.run import item
+from nlq2sql.run.config import EvalConfig, LoadShape
 from nlq2sql.run.harness_load import HarnessMonitor, judge, merge
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.live import run_eval
 from nlq2sql.transport.server_metrics import MetricsSampler
 
 MODEL = "fake-model"

@@ -9,7 +9,8 @@ import pytest
 
 import nlq2sql.run.item as item
 from nlq2sql.conditions.registry import REGISTRY
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.live import run_eval
 
 
 def test_in_process_runs_load_warehouse_prompt_guardrails_and_bank_once(tmp_path: Path,

@@ -12,7 +12,8 @@ from fakeserver import FakeServer, by_ids, script
 
 from nlq2sql.errors import InputError
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.live import run_eval
 
 MODEL = "fake-model"
 

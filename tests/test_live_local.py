@@ -13,7 +13,7 @@ from fakeserver import free_port
 
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.run import live
-from nlq2sql.run.live import EvalConfig, LoadShape, LocalServerSettings
+from nlq2sql.run.config import EvalConfig, LoadShape, LocalServerSettings
 
 
 def _alive(pid: int) -> bool:

@@ -14,7 +14,7 @@ from fakeserver import FakeServer
 from nlq2sql.errors import InputError
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register, registry, run_mode
 from nlq2sql.load.levels import run_level
-from nlq2sql.run.live import EvalConfig
+from nlq2sql.run.config import EvalConfig
 
 
 class PairSettings(LoadSettings):

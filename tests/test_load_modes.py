@@ -10,8 +10,8 @@ import pytest
 from nlq2sql.errors import InputError
 from nlq2sql.load.modes import SweepJob, run_job, validate_job
 from nlq2sql.load.sweep import SweepConfig
-from nlq2sql.run.live import EvalConfig
-from nlq2sql.run.pool import ReplicaSpec
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.endpoints import ReplicaSpec
 
 
 def _job(tmp_path: Path, **kw: object) -> SweepJob:

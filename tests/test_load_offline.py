@@ -150,7 +150,7 @@ def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Pat
     from nlq2sql.errors import InputError
     from nlq2sql.load import sweep as sw
     from nlq2sql.load.results import SweepResult, load_result
-    from nlq2sql.run.live import EvalConfig, LoadShape
+    from nlq2sql.run.config import EvalConfig, LoadShape
     from nlq2sql.transport.client import Sampling
 
     with FakeServer(tmp_path / "fake", delay_s=0.05) as srv:

@@ -134,7 +134,7 @@ def test_grid_and_rate_sweeps_refuse_resume_with_force_before_any_server(tmp_pat
     from nlq2sql.errors import InputError
     from nlq2sql.load import grid as gr
     from nlq2sql.load import openloop as ol
-    from nlq2sql.run.live import EvalConfig
+    from nlq2sql.run.config import EvalConfig
 
     base = EvalConfig(evalset="dev", out=tmp_path / "out")
     for check, cfg in ((gr.validate, gr.GridConfig(base=base, resume=True, force=True)),

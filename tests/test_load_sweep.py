@@ -217,7 +217,7 @@ def test_parse_server_sweep() -> None:
 
 
 def test_validate_rejects_bad_config() -> None:
-    from nlq2sql.run.live import EvalConfig
+    from nlq2sql.run.config import EvalConfig
 
     with pytest.raises(InputError):
         sw.validate(sw.SweepConfig(base=EvalConfig(), requests=0))
@@ -228,7 +228,7 @@ def test_validate_rejects_bad_config() -> None:
 def test_a_library_caller_gets_the_threshold_checks_the_cli_has(tmp_path: Path) -> None:
     from nlq2sql.load.analysis import Thresholds
     from nlq2sql.load.sweep import SweepConfig, validate
-    from nlq2sql.run.live import EvalConfig
+    from nlq2sql.run.config import EvalConfig
 
     base = EvalConfig(out=tmp_path / "s")
     validate(SweepConfig(base=base, levels=(1, 2)))  # the defaults pass

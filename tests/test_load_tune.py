@@ -19,7 +19,7 @@ from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
 from nlq2sql.load.driver import build_settings, run_mode
 from nlq2sql.load.tune import Probe, TuneSettings, bisect_next, judge, parse_slo, probe_from_records
-from nlq2sql.run.live import EvalConfig
+from nlq2sql.run.config import EvalConfig
 from nlq2sql.stages.evalset import load_evalset
 
 K = 4  # the simulated engine answers correctly only while fewer than K requests are in flight

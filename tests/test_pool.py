@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
 from nlq2sql.records.store import iter_records, read_json
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
-from nlq2sql.run.pool import ReplicaSpec, parse_endpoints_file
+from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.endpoints import ReplicaSpec, parse_endpoints_file
+from nlq2sql.run.live import run_eval
 from nlq2sql.stages.evalset import load_evalset
 
 MODEL = "fake-model"

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from nlq2sql.errors import RecordError
+from nlq2sql.records import store as records
 from nlq2sql.records.store import (
     MANIFEST,
     RECORD_VERSION,
@@ -24,7 +25,6 @@ from nlq2sql.records.store import (
     repair_tail,
     write_json_atomic,
 )
-from nlq2sql.records import store as records
 
 
 def _write(path: Path, n: int) -> None:

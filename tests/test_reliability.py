@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
 from nlq2sql.records.store import read_finished_run, records_digest
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
 from nlq2sql.stages.evalset import EVALSET_DIR, load_evalset
 from nlq2sql.transport.client import RetryBudget
 

@@ -72,7 +72,7 @@ def test_selective_summary_and_curve() -> None:
 
 
 def test_options_are_checked(tmp_path: Path) -> None:
-    from nlq2sql.run.live import EvalConfig, validate
+    from nlq2sql.run.config import EvalConfig, validate
     from nlq2sql.transport.client import Sampling
 
     url = "http://127.0.0.1:9/v1"
@@ -94,7 +94,8 @@ def test_eval_with_samples_and_abstain(tmp_path: Path) -> None:
     from fakeserver import FakeServer, script
 
     from nlq2sql.records.store import iter_records
-    from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+    from nlq2sql.run.config import EvalConfig, LoadShape
+    from nlq2sql.run.live import run_eval
     from nlq2sql.stages.pipeline import rescore_run
     from nlq2sql.transport.client import Sampling
 

@@ -125,7 +125,7 @@ def test_loading_and_effective_guardrails(retail: Warehouse) -> None:
 
 
 def test_unknown_mode_is_an_input_error(tmp_path: Path) -> None:
-    from nlq2sql.run.live import EvalConfig, validate
+    from nlq2sql.run.config import EvalConfig, validate
 
     with pytest.raises(InputError) as exc:
         validate(EvalConfig(out=tmp_path / "x", endpoint="http://127.0.0.1:9/v1",
@@ -139,7 +139,8 @@ def test_eval_with_hint_and_repair_records_both(tmp_path: Path) -> None:
     from fakeserver import FakeServer, script
 
     from nlq2sql.records.store import iter_records
-    from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+    from nlq2sql.run.config import EvalConfig, LoadShape
+    from nlq2sql.run.live import run_eval
     from nlq2sql.stages.pipeline import rescore_run
 
     with FakeServer(tmp_path / "fake", script(), model="fake-model") as fake:

@@ -23,7 +23,8 @@ from fakeserver import FakeServer, by_ids, script
 from nlq2sql.errors import InputError
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.live import run_eval
 from nlq2sql.run.workers import shares
 
 MODEL = "fake-model"
@@ -137,7 +138,7 @@ def test_resume_after_sigkill_is_exact(engine: str, tmp_path: Path) -> None:
 
 def test_workers_sample_every_replicas_metrics(tmp_path: Path) -> None:
     """With workers the driver samples /metrics: of every replica, labelled as the records are."""
-    from nlq2sql.run.pool import ReplicaSpec
+    from nlq2sql.run.endpoints import ReplicaSpec
 
     spec = script()
     with FakeServer(tmp_path / "a", spec, model=MODEL) as a, FakeServer(tmp_path / "b", spec, model=MODEL) as b:
@@ -157,7 +158,7 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, 
     its memo when it starts sending, and the driver hands each worker one case per gold."""
     import asyncio
 
-    from nlq2sql.run import workers
+    from nlq2sql.run import worker, workers
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.evalset import load_evalset
     from nlq2sql.stages.intent import canonicalise
@@ -175,7 +176,7 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, 
     mine.send(None)
     with FakeServer(tmp_path / "fake", script(), model=MODEL) as f:
         cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=f.url, model=MODEL, limit=5)
-        asyncio.run(workers._serve(cfg, (f.url, MODEL, ""), 1, theirs, RetryBudget(10, 0.1), golds))
+        asyncio.run(worker._serve(cfg, (f.url, MODEL, ""), 1, theirs, RetryBudget(10, 0.1), golds))
     got = []
     while mine.poll():
         got.append(mine.recv())

@@ -132,7 +132,7 @@ RoutingOpt = Annotated[str, typer.Option(
 
 def fleet_args(endpoints: list[str] | None, endpoints_file: Path | None) -> tuple[str | None, tuple[Any, ...]]:
     """``--endpoint`` (repeatable) and ``--endpoints-file`` → (first endpoint, the other replicas)."""
-    from nlq2sql.run.pool import ReplicaSpec, parse_endpoints_file
+    from nlq2sql.run.endpoints import ReplicaSpec, parse_endpoints_file
 
     specs = [ReplicaSpec(u) for u in endpoints or ()]
     if endpoints_file is not None:
@@ -228,7 +228,7 @@ def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str
           conditions: Any = None, temperature: float = 0.0) -> Any:
     """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``conditions``
     what :func:`condition_options` gave the command (default: none)."""
-    from nlq2sql.run.live import EvalConfig
+    from nlq2sql.run.config import EvalConfig
     from nlq2sql.transport.client import Sampling
 
     semantic_model, db, schema = semantic

@@ -72,7 +72,7 @@ def batch_cmd(
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
     the usual summary (all or nothing: no output directory unless every item was answered)."""
     from nlq2sql.run.batch import BatchConfig, run_batch
-    from nlq2sql.run.live import EvalConfig
+    from nlq2sql.run.config import EvalConfig
     from nlq2sql.stages.report import render_summary
     from nlq2sql.transport.client import Sampling
 

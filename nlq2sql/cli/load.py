@@ -214,7 +214,7 @@ def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None,
     from nlq2sql.load.probes import Target, run_probe
     from nlq2sql.load.sweep import bound_endpoint
     from nlq2sql.records.store import output_dir
-    from nlq2sql.run.live import api_key, preflight
+    from nlq2sql.run.config import api_key, preflight
 
     output_dir(out, create=False)
     base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)

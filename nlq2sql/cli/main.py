@@ -215,7 +215,8 @@ def eval_cmd(
     """Run an eval set against a live endpoint and score it."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from nlq2sql.run.live import EvalConfig, LocalServerSettings, run_eval
+    from nlq2sql.run.config import EvalConfig, LocalServerSettings
+    from nlq2sql.run.live import run_eval
     from nlq2sql.stages.report import render_summary
     from nlq2sql.transport.client import STRUCTURED_MODES, Sampling
 

@@ -23,7 +23,8 @@ from typing import Any
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.compare import cost_per_1k
 from nlq2sql.records.store import RECORDS, output_dir, read_finished_run, write_json_atomic
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact, percentiles, wilson
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from nlq2sql.run.live import EvalConfig, bound_endpoint
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import bound_endpoint
 
 
 @contextmanager

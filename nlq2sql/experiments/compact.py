@@ -20,8 +20,9 @@ from typing import Any
 import httpx
 
 from nlq2sql.records.store import RECORDS, iter_records, output_dir, write_json_atomic
+from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.item import whitespace_outside_strings
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.live import run_eval
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.intent import compact_regex
 from nlq2sql.stages.score import percentiles

@@ -14,7 +14,8 @@ from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.records.store import RECORDS, iter_records, output_dir, read_finished_run, write_json_atomic
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
 
 
@@ -41,7 +42,7 @@ def run_across_replicas(cfg: LoadCheckConfig) -> dict[str, Any]:
     """Every item on every replica, at every level: one run per (replica, level, repeat),
     each pinned to its replica.  Identity is then reported across replicas (same level) and
     across levels (same replica) beside the comparison of all runs."""
-    from nlq2sql.run.live import preflight
+    from nlq2sql.run.config import preflight
 
     base = cfg.base
     if base.endpoint is None or not base.replicas:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.records.store import output_dir, write_json_atomic
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
 from nlq2sql.stages.pipeline import rescore_run
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact

@@ -218,7 +218,7 @@ def run(cfg: CapacityConfig) -> dict[str, Any]:
     """Validate, read, analyse; write ``capacity.json`` and ``capacity.md`` when ``cfg.out`` is set."""
     from nlq2sql.load.output import write_outputs
     from nlq2sql.records.store import output_dir
-    from nlq2sql.run.live import check_endpoint_url
+    from nlq2sql.run.endpoints import check_endpoint_url
 
     if cfg.out is not None:
         output_dir(cfg.out, create=False)

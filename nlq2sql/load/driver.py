@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
 from nlq2sql.load.output import Plot, write_outputs
-from nlq2sql.run.live import EvalConfig, bound_endpoint
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Progress", "begin_level_sets",
            "begin_levels", "build_settings", "check_resume", "drive", "fresh_out", "job_settings", "option",
@@ -297,7 +298,7 @@ def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force:
     job is kept as it is: the levels it finished are kept by :func:`.levels.run_level`."""
     from nlq2sql.load.levels import expand_evalset, run_level
     from nlq2sql.records.store import write_json_atomic
-    from nlq2sql.run.live import preflight
+    from nlq2sql.run.config import preflight
 
     if base.endpoint is None:
         raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")

@@ -32,7 +32,7 @@ from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import GridResult, as_model
 from nlq2sql.load.sweep import Progress, begin_levels, check_resume
-from nlq2sql.run.live import EvalConfig
+from nlq2sql.run.config import EvalConfig
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.evalset import load_evalset
 

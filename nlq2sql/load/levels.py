@@ -21,7 +21,8 @@ from typing import Any
 
 from nlq2sql.inputs import MAX_REQUESTS, at_most
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read_json, write_json_atomic
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.score import percentiles

@@ -79,7 +79,7 @@ def run_job(job: SweepJob, progress: Progress | None = None) -> SweepOutcome:
                             "per setting")
     elif cfg.base.replicas:
         from nlq2sql.load import fleet
-        from nlq2sql.run.live import preflight
+        from nlq2sql.run.config import preflight
 
         preflight(cfg.base)  # every replica reachable and serving the model before anything is written
         fres = fleet.run_fleet_sweep(cfg, {"endpoint": "fleet", "started_by_us": False}, progress)

@@ -33,7 +33,7 @@ from nlq2sql.inputs import MAX_REQUESTS, at_most
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import SerializationResult, as_model
-from nlq2sql.run.live import EvalConfig
+from nlq2sql.run.config import EvalConfig
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
 

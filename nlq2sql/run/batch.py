@@ -39,30 +39,30 @@ import os
 import shutil
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.answers.unscored import AnswerSummary, Question, read_questions
+from nlq2sql.answers.unscored import Question, read_questions
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import at_most
-from nlq2sql.records.store import MANIFEST, RECORD_VERSION, SUMMARY, encode_json, prepare_dir, write_json_atomic
-from nlq2sql.run.live import EvalConfig, preflight, probe_endpoint, validate
+from nlq2sql.records.store import MANIFEST, SUMMARY, prepare_dir, write_json_atomic
+from nlq2sql.run.batch_shards import FORMATS, SHARDS, encode_record, parse_item, summarise_shards, write_shards
+from nlq2sql.run.config import EvalConfig, preflight, probe_endpoint, validate
+from nlq2sql.run.endpoints import check_address
+from nlq2sql.run.ray_engine import BudgetCounter, RayEngine, start_local_ray
+from nlq2sql.run.worker import SharedBudget
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, EvalSet, load_evalset
 from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.pipeline import manifest_base
 from nlq2sql.stages.prompt import load_prompt
-from nlq2sql.stages.score import Summary, percentiles
 from nlq2sql.transport.client import RetryBudget, bind_sampling
 
-__all__ = ["ENGINES", "FORMATS", "SHARDS", "BatchConfig", "iter_shard_records", "run_batch"]
+__all__ = ["ENGINES", "BatchConfig", "check", "item_config", "load_items", "run_batch"]
 
 ENGINES = ("ray", "ray-vllm")
-FORMATS = ("parquet", "jsonl")
-SHARDS = "records"  # the shards' folder in the output directory
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,6 @@ def check(cfg: BatchConfig) -> None:
         raise InputError("--engine ray-vllm runs the model inside Ray Data: drop --endpoint", field="--endpoint")
     if cfg.engine == "ray-vllm":  # it sends no request of ours: no hook could run (nor be recorded)
         base.conditions.refuse("--engine ray-vllm")
-    from nlq2sql.run.ray_engine import check_address
-
     check_address(cfg.ray_address)  # ray:// refused, HOST:PORT must answer
 
 
@@ -197,12 +195,8 @@ def _start_ray(cfg: BatchConfig) -> tuple[Any, bool]:
                          field="--engine") from None
     started = not ray.is_initialized()
     if started and cfg.engine == "ray-vllm" and cfg.ray_address is None:
-        from nlq2sql.run.batch_vllm import start_local_ray
-
         start_local_ray()
     else:
-        from nlq2sql.run.ray_engine import RayEngine
-
         RayEngine(cfg.ray_address)
     return ray, started
 
@@ -232,16 +226,13 @@ def _answer_over_http(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, key: str, ro
                       dest: Path, total: int) -> dict[str, Any]:
     from ray.data import ActorPoolStrategy
 
-    from nlq2sql.run.ray_engine import _Budget
-    from nlq2sql.run.workers import SharedBudget
-
-    budget = SharedBudget(ray.remote(num_cpus=0)(_Budget).remote(0, total), total)
+    budget = SharedBudget(ray.remote(num_cpus=0)(BudgetCounter).remote(0, total), total)
     ds = ray.data.from_items(rows).map_batches(
         _Answerer, fn_constructor_args=(wcfg, (wcfg.endpoint, wcfg.model, key), budget),
         batch_size=cfg.shard_rows, batch_format="pyarrow", compute=ActorPoolStrategy(size=cfg.actors),
         num_cpus=0.5)
     t0 = time.time()
-    write_shards(ds, cfg, dest)
+    write_shards(ds, cfg.format, cfg.shard_rows, dest)
     return {"wall_s": time.time() - t0, "items_this_session": len(rows), "not_sent": 0,
             "server_metrics": {"observed": False, "note": "not sampled by a batch"}, "retries_used": budget.used}
 
@@ -289,118 +280,3 @@ class _Answerer:
             asyncio.run_coroutine_threadsafe(self.items.close(), self.loop).result(timeout=5)
 
 
-def parse_item(text: str) -> EvalCase | Question:
-    """A row's item: an eval case (it has a gold) or a question."""
-    obj = json.loads(text)
-    return EvalCase.model_validate(obj) if "gold" in obj else Question(obj["id"], obj["question"])
-
-
-def encode_record(rec: dict[str, Any]) -> str:
-    """A record's JSON text: the line ``RecordWriter`` writes, without its newline."""
-    return encode_json({"record_version": RECORD_VERSION, **rec})  # type: ignore[no-any-return]
-
-
-def write_shards(ds: Any, cfg: BatchConfig, dest: Path) -> None:
-    """``ds`` (rows ``id``, ``record``) as shards of at most ``shard_rows`` rows into ``dest``."""
-    remote = {"num_cpus": 0.25}
-    if cfg.format == "parquet":
-        ds.write_parquet(str(dest), min_rows_per_file=cfg.shard_rows, max_rows_per_file=cfg.shard_rows,
-                         ray_remote_args=remote)
-    else:
-        ds.write_datasink(_jsonl_sink(str(dest), cfg.shard_rows), ray_remote_args=remote)
-
-
-def _jsonl_sink(path: str, rows: int) -> Any:
-    """A Ray Data datasink writing the ``record`` column as lines: shards that are records files."""
-    from ray.data.datasource import BlockBasedFileDatasink
-
-    class JsonlRecords(BlockBasedFileDatasink):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__(path, file_format="jsonl", min_rows_per_file=rows)
-
-        def write_block_to_file(self, block: Any, file: Any) -> None:
-            for text in block.to_arrow().column("record").to_pylist():
-                file.write(text.encode() + b"\n")
-
-    return JsonlRecords()
-
-
-def shard_files(dest: Path, fmt: str) -> list[Path]:
-    return sorted(p for p in dest.iterdir() if p.is_file() and p.name.endswith("." + fmt)) if dest.is_dir() else []
-
-
-def iter_shard_lines(path: Path) -> Iterator[str]:
-    """The records' JSON texts of one shard, in order."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for b in pq.ParquetFile(path).iter_batches(columns=["record"], batch_size=1024):
-            yield from b.column(0).to_pylist()
-    else:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                yield line.rstrip("\n")
-
-
-def iter_shard_records(out: Path) -> Iterator[dict[str, Any]]:
-    """Every record of a batch's output directory, in shard order (either format)."""
-    fmt = "parquet" if any((out / SHARDS).glob("*.parquet")) else "jsonl"
-    for f in shard_files(out / SHARDS, fmt):
-        for text in iter_shard_lines(f):
-            yield json.loads(text)
-
-
-def summarise_shards(dest: Path, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
-                     session: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
-    """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after
-    checking that they hold each item exactly once."""
-    summ: Summary | AnswerSummary = Summary(rulesets) if scored else AnswerSummary(rulesets)
-    digest, seen, shards = hashlib.sha256(), Counter[str](), []
-    outcomes: Counter[str] = Counter()
-    replicas: Counter[str] = Counter()
-    ws, chars, starts, ends, retries = [], [], [], [], 0
-    for f in shard_files(dest, fmt):
-        n = 0
-        for text in iter_shard_lines(f):
-            digest.update(text.encode() + b"\n")
-            rec = json.loads(text)
-            n += 1
-            seen[rec["id"]] += 1
-            summ.add(rec)
-            outcomes[rec.get("outcome") or "n/a"] += 1
-            if rec.get("replica") is not None:
-                replicas[rec["replica"]] += 1
-            if rec.get("whitespace_chars") is not None:
-                ws.append(float(rec["whitespace_chars"]))
-                chars.append(float(rec["chars"]))
-            retries += len(rec.get("retry_waits_s") or ())
-            if rec.get("started") and rec.get("latency_s") is not None:
-                starts.append(rec["started"])
-                ends.append(rec["started"] + rec["latency_s"])
-        shards.append({"file": f"{SHARDS}/{f.name}", "rows": n})
-    missing = [i for i in ids if i not in seen]
-    doubled = [i for i, k in seen.items() if k > 1]
-    if missing or doubled or len(seen) != len(ids):
-        raise Nlq2SqlError(f"the shards do not hold each item once: {len(missing)} missing (first: "
-                           f"{missing[:3]}), {len(doubled)} twice (first: {doubled[:3]})")
-    summary = summ.result()
-    summary["scored"] = scored
-    summary["outcomes"] = dict(outcomes)
-    summary["errors_by_class"] = {k: v for k, v in outcomes.items() if k != "ok"}
-    summary["compactness"] = {"n": len(ws), "outputs_without_whitespace": sum(1 for w in ws if w == 0),
-                              "whitespace_chars": percentiles(ws), "chars": percentiles(chars)}
-    wall, n_items = session["wall_s"], session["items_this_session"]
-    summary["throughput"] = {"items_this_session": n_items, "wall_s": wall,
-                             "req_per_s": n_items / wall if wall else None,
-                             "span_s_all_records": (max(ends) - min(starts)) if starts else None,
-                             "completed_ok": outcomes.get("ok", 0), "not_sent": session.get("not_sent", 0)}
-    summary["load"] = {"mode": "batch (Ray Data)", "engine": manifest["engine"], "actors": manifest["actors"],
-                       "concurrency_per_actor": manifest["concurrency_per_actor"]}
-    summary["server_metrics"] = session["server_metrics"]
-    if replicas:
-        summary["replicas_answered"] = dict(sorted(replicas.items()))
-    summary["retries_used"] = retries
-    summary["retry_budget"] = dict(manifest.get("retry_budget") or {}, used=retries)
-    summary["records"] = {"count": sum(seen.values()), "sha256": digest.hexdigest(), "format": fmt,
-                          "shards": shards}
-    return summary

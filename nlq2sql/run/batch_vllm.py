@@ -34,25 +34,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError
+from nlq2sql.run.batch_shards import encode_record, parse_item, write_shards
 from nlq2sql.run.item import whitespace_outside_strings
 
 if TYPE_CHECKING:
     from nlq2sql.run.batch import BatchConfig
-    from nlq2sql.run.live import EvalConfig
+    from nlq2sql.run.config import EvalConfig
 
-__all__ = ["answer_with_vllm", "start_local_ray"]
+__all__ = ["answer_with_vllm"]
 
 #: Stages other than the engine are light: a fraction of a CPU each, so that a 2-CPU local
 #: Ray has room for the engine (1 CPU), them, the scoring step and the shard writer.
 LIGHT = {"num_cpus": 0.1, "concurrency": 1}
-
-
-def start_local_ray() -> None:
-    """A local Ray for the vLLM engine: every logical CPU of the machine (at least 2)."""
-    import ray
-
-    ray.init(num_cpus=max(2, os.cpu_count() or 1), object_store_memory=200 * 2**20, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
 
 
 def _engine_env() -> dict[str, str]:
@@ -72,7 +65,6 @@ def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[di
     except ImportError as exc:
         raise InputError(f"ray.data.llm is not available ({exc}): pip install 'nlq2sql[ray]' vllm",
                          field="--engine") from None
-    from nlq2sql.run.batch import write_shards
     from nlq2sql.run.models import resolve_model
 
     if wcfg.sampling.structured not in ("json", "response_format", "none"):
@@ -95,7 +87,7 @@ def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[di
         preprocess_map_kwargs={"num_cpus": 0.1}, postprocess_map_kwargs={"num_cpus": 0.1})
     manifest.update(model=name, engine_kwargs=engine_kwargs, gpus=gpus)
     t0 = time.time()
-    write_shards(processor(ray.data.from_items(rows)), cfg, dest)
+    write_shards(processor(ray.data.from_items(rows)), cfg.format, cfg.shard_rows, dest)
     return {"wall_s": time.time() - t0, "items_this_session": len(rows), "not_sent": 0,
             "server_metrics": {"observed": False, "note": "no server: vLLM ran inside Ray Data"}}
 
@@ -122,7 +114,6 @@ def _context(cfg: EvalConfig) -> tuple[Any, Any, list[Any], Any, dict[str, Any]]
 
 
 def _prepare(cfg: EvalConfig, row: dict[str, Any]) -> dict[str, Any]:
-    from nlq2sql.run.batch import parse_item
 
     _, prompt, _, _, params = _context(cfg)
     case = parse_item(row["item"])
@@ -132,7 +123,6 @@ def _prepare(cfg: EvalConfig, row: dict[str, Any]) -> dict[str, Any]:
 
 def _finish(cfg: EvalConfig, row: dict[str, Any]) -> dict[str, Any]:
     from nlq2sql.answers.unscored import Question, answer_item
-    from nlq2sql.run.batch import encode_record, parse_item
     from nlq2sql.stages.score import score_item
     from nlq2sql.transport.stream import Completion
 

@@ -11,8 +11,6 @@ import asyncio
 import json
 import math
 import os
-import re
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +20,8 @@ import aiohttp
 from nlq2sql.conditions.registry import ConditionSet
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
+from nlq2sql.run.endpoints import ROUTINGS, ReplicaSpec, check_address, check_endpoint_url
 from nlq2sql.run.models import DEFAULT_MODEL
-from nlq2sql.run.pool import ROUTINGS, ReplicaSpec
 from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.transport.client import CLIENTS, Sampling
@@ -33,11 +31,9 @@ from nlq2sql.transport.client import CLIENTS, Sampling
 MAX_TOKENS = 1_000_000
 #: Sampling temperature range, as OpenAI's API defines it.
 MAX_TEMPERATURE = 2.0
-#: A URL's user-info part (``//user:password@``), looked for before the URL is parsed or echoed.
-_USERINFO = re.compile(r"//[^/?#]*@")
 
-__all__ = ["EvalConfig", "LoadShape", "LocalServerSettings", "api_key", "check_endpoint_url", "preflight",
-           "probe_endpoint", "targets", "validate"]
+__all__ = ["EvalConfig", "LoadShape", "LocalServerSettings", "api_key", "preflight", "probe_endpoint", "targets",
+           "validate"]
 
 
 @dataclass(frozen=True)
@@ -162,8 +158,6 @@ def validate(cfg: EvalConfig) -> None:
     if cfg.ray_address is not None and cfg.engine != "ray":
         raise InputError("only with --engine ray", field="--ray-address")
     if cfg.engine == "ray":
-        from nlq2sql.run.ray_engine import check_address
-
         check_address(cfg.ray_address)  # ray:// refused, HOST:PORT must answer: before --out exists
     if cfg.routing not in ROUTINGS:
         raise InputError(f"unknown routing {cfg.routing!r} (known: {', '.join(ROUTINGS)})", field="--routing")
@@ -175,25 +169,6 @@ def validate(cfg: EvalConfig) -> None:
         if spec.url in seen:
             raise InputError(f"{spec.url} is given twice", field="--endpoint")
         seen.add(spec.url)
-
-
-def check_endpoint_url(url: str) -> None:
-    """An endpoint must be an http(s) URL with a host (``http://host:8000/v1``) and no
-    credentials in it (``user:password@``: the key goes in an environment variable, named with
-    ``--api-key-env``, so it is never echoed, logged or recorded in a manifest)."""
-    if _USERINFO.search(url):
-        raise InputError("the URL must not carry credentials (user:password@host): put the API key in an "
-                         "environment variable and name it with --api-key-env (in an endpoints file: its KEY_ENV "
-                         "column)", field="--endpoint")
-    try:
-        parts = urllib.parse.urlsplit(url)
-        parts.port  # noqa: B018 -- raises ValueError on a port that is not a number
-    except ValueError as exc:
-        raise InputError(f"not a valid URL: {url!r} ({exc})", field="--endpoint") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        what = f"scheme {parts.scheme}://" if parts.scheme else "no scheme"
-        raise InputError(f"{url!r} is not an http(s) URL ({what}; expected e.g. http://host:8000/v1)",
-                         field="--endpoint")
 
 
 def preflight(cfg: EvalConfig) -> str:

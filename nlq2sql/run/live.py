@@ -36,18 +36,14 @@ from nlq2sql.records.store import (
 )
 from nlq2sql.run.config import (
     EvalConfig,
-    LoadShape,
-    LocalServerSettings,
     api_key,
-    check_endpoint_url,
-    preflight,
     probe_endpoint,
     targets,
     validate,
 )
-from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampling, whitespace_outside_strings
+from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampling
 from nlq2sql.run.scheduler import closed_loop, open_loop
-from nlq2sql.run.session import finish_summary, fleet_summary, recorded_retries, session_result
+from nlq2sql.run.session import finish_summary, recorded_retries, session_result
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, load_evalset
 from nlq2sql.stages.guardrail import load_guardrails
@@ -56,11 +52,8 @@ from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.transport.client import RetryBudget, bind_sampling
 
-# The configuration and its checks live in ``evalconfig``; re-exported here, where callers
-# have always found them next to ``run_eval``.
-__all__ = ["EvalConfig", "Interrupts", "LoadShape", "LocalServerSettings", "Progress", "api_key", "bound_endpoint",
-           "check_endpoint_url", "finish_summary", "fleet_summary", "preflight", "probe_endpoint", "recorded_args",
-           "run_eval", "session_result", "validate", "whitespace_outside_strings"]
+# The configuration and its checks live in ``run.config``, the session's figures in ``run.session``.
+__all__ = ["Interrupts", "Progress", "bound_endpoint", "recorded_args", "run_eval"]
 
 Progress = Callable[[str, dict[str, int]], None]
 

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from nlq2sql.errors import InputError
+from nlq2sql.run.endpoints import ROUTINGS
 from nlq2sql.transport.client import (
     ATTEMPT_WATCH,
     Completion,
@@ -47,13 +48,9 @@ from nlq2sql.transport.client import (
     make_client,
 )
 
-__all__ = ["FAILURE_THRESHOLD", "PROBE_QUESTION", "REPLICA_FAULTS", "ROUTINGS", "Pool", "Replica", "ReplicaSpec",
-           "Trail", "parse_endpoints_file"]
+__all__ = ["FAILURE_THRESHOLD", "FAIL_FAST", "FLAP_WINDOW_S", "PROBE_BACKOFF_MAX_S", "PROBE_QUESTION",
+           "REPLICA_FAULTS", "Pool", "Replica", "Trail", "healthy", "probe_chat", "split_concurrency"]
 
-#: How an item picks its replica. least-inflight: the one with fewest requests in flight
-#: (ties: the lowest index); round-robin: in turn; sticky: by a hash of the item id, so an
-#: item is answered by the same replica in every run (reproducible attribution).
-ROUTINGS = ("least-inflight", "round-robin", "sticky")
 #: Outcomes that mean the replica, not the request, failed: they count against its breaker,
 #: and the item fails over to another replica.
 REPLICA_FAULTS = frozenset({"connection_error", "stream_error", "http_5xx", "timeout"})
@@ -79,46 +76,6 @@ PROBE_QUESTION = "nlq2sql health probe: reply with one word."
 PROBE_SAMPLING = Sampling(max_tokens=1, temperature=0.0, seed=0, structured="none")
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ReplicaSpec:
-    """One endpoint of a fleet: its URL, and optionally its own model name and key variable."""
-
-    url: str
-    model: str | None = None
-    api_key_env: str | None = None
-
-
-def parse_endpoints_file(path: str) -> tuple[ReplicaSpec, ...]:
-    """``--endpoints-file``: one ``URL [MODEL [KEY_ENV]]`` per line; ``#`` comments, blanks skipped."""
-    from nlq2sql.inputs import decode_line, regular_file
-
-    specs: list[ReplicaSpec] = []
-    try:
-        raw_lines = open(regular_file(path, "endpoints file"), "rb").read().splitlines()  # noqa: SIM115
-    except OSError as exc:
-        raise InputError(f"cannot read endpoints file: {exc.strerror}", path=path) from None
-    for lineno, raw in enumerate(raw_lines, start=1):
-        line = decode_line(raw, path=path, line=lineno, offset=0).split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split()
-        if len(parts) > 3:
-            raise InputError(f"expected 'URL [MODEL [KEY_ENV]]', got {len(parts)} fields",
-                             path=path, line=lineno)
-        from nlq2sql.run.live import check_endpoint_url
-
-        try:
-            check_endpoint_url(parts[0])
-        except InputError as exc:
-            raise InputError(str(exc).removeprefix("--endpoint: "), path=path, line=lineno,
-                             field="url") from None
-        specs.append(ReplicaSpec(parts[0], parts[1] if len(parts) > 1 else None,
-                                 parts[2] if len(parts) > 2 else None))
-    if not specs:
-        raise InputError("no endpoint in the file", path=path)
-    return tuple(specs)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """``--engine ray``: the client workers as Ray actors, spread over a cluster.
 
 Nothing here is a home-made RPC: each worker is an async actor running
-``workers.ItemWorker`` (the code a local worker process runs), each item one actor task, so
+``worker.ItemWorker`` (the code a local worker process runs), each item one actor task, so
 the driver knows which items an actor holds and a dead actor is seen at once (its tasks fail
 with ``ActorDiedError``); the run's retry budget is one small actor.  Without
 ``--ray-address`` a local Ray is started for the run (2 CPUs at most, a small object store,
@@ -17,13 +17,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError
+from nlq2sql.run.endpoints import check_address
 
 if TYPE_CHECKING:
-    from nlq2sql.run.live import EvalConfig
-    from nlq2sql.run.workers import SharedBudget
+    from nlq2sql.run.config import EvalConfig
+    from nlq2sql.run.worker import SharedBudget
     from nlq2sql.stages.evalset import EvalCase
 
-__all__ = ["RayEngine", "check_address", "ray_available"]
+__all__ = ["BudgetCounter", "RayEngine", "ray_available", "start_local_ray"]
 
 
 def ray_available() -> bool:
@@ -34,32 +35,12 @@ def ray_available() -> bool:
     return True
 
 
-def check_address(address: str | None) -> None:
-    """What can be said of ``--ray-address`` without joining the cluster, in one line each.
+def start_local_ray() -> None:
+    """A local Ray for ``batch --engine ray-vllm``'s engine: every logical CPU of the machine (at least 2)."""
+    import ray
 
-    ``ray://`` (Ray Client) is refused: its server end is a separate proxy that must match the
-    driver's Ray exactly, and here (Ray 2.60, a ``ray start --head`` cluster) it failed after
-    30 s with a 23-frame traceback.  Run the driver on the cluster instead (``ray job submit``,
-    docs/scaling.md), or give the GCS address.  ``host:port`` must answer a TCP connection."""
-    if address is None or address == "auto":
-        return
-    if "://" in address:
-        scheme = address.split("://", 1)[0]
-        raise InputError(f"{scheme}:// (Ray Client) is not supported: give the cluster's GCS address "
-                         "(HOST:6379, or auto on a node of the cluster), or submit the run as a Ray job "
-                         "(ray job submit, see docs/scaling.md)", field="--ray-address")
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"expected HOST:PORT (the cluster's GCS address) or auto, got {address!r}",
-                         field="--ray-address")
-    import socket
-
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=3):
-            pass
-    except OSError as exc:
-        raise InputError(f"nothing answers at {address} ({exc.strerror or exc}): is the Ray head running "
-                         "(ray start --head)?", field="--ray-address") from None
+    ray.init(num_cpus=max(2, os.cpu_count() or 1), object_store_memory=200 * 2**20, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
 
 
 def _token_auth_for(address: str) -> None:
@@ -109,7 +90,7 @@ class RayEngine:
         self.budget_actor: Any = None
 
     def counter(self, used: int, total: int) -> Any:
-        self.budget_actor = self.ray.remote(num_cpus=0)(_Budget).remote(used, total)
+        self.budget_actor = self.ray.remote(num_cpus=0)(BudgetCounter).remote(used, total)
         return self.budget_actor
 
     def spawn(self, wid: int, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
@@ -162,7 +143,7 @@ class RayEngine:
         self.actors, self.refs = {}, {}
 
 
-class _Budget:
+class BudgetCounter:
     """The run's retry budget on a cluster: one counter, drawn from by every worker."""
 
     def __init__(self, used: int, total: int) -> None:
@@ -179,13 +160,13 @@ class _Budget:
 
 
 class _Worker:
-    """A client worker as an async Ray actor: ``workers.ItemWorker``, as a worker process runs it."""
+    """A client worker as an async Ray actor: ``worker.ItemWorker``, as a worker process runs it."""
 
     async def setup(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
                     golds: list[EvalCase], spawned_at: float) -> dict[str, Any]:
         import os
 
-        from nlq2sql.run.workers import ItemWorker
+        from nlq2sql.run.worker import ItemWorker
 
         self.worker = ItemWorker(cfg, endpoint, slots, budget, golds)
         self.worker.start()

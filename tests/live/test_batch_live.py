@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.run.batch import iter_shard_records
+from nlq2sql.run.batch_shards import iter_shard_records
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.pipeline import make_executor

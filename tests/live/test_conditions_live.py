@@ -7,7 +7,8 @@ from pathlib import Path
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
 from nlq2sql.run.server import LocalServer
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.transport.client import Sampling

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.live import EvalConfig, LoadShape, run_eval
+from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.live import run_eval
 from nlq2sql.run.server import LocalServer
 from nlq2sql.transport.client import Sampling
 

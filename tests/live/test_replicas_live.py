@@ -18,8 +18,9 @@ import pytest
 
 from nlq2sql.experiments import loadcheck
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.live import EvalConfig, run_eval
-from nlq2sql.run.pool import ReplicaSpec
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.endpoints import ReplicaSpec
+from nlq2sql.run.live import run_eval
 from nlq2sql.run.server import LocalFleet, LocalServer, ServerConfig, free_port
 from nlq2sql.transport.client import Sampling
 

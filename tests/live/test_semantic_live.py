@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.live import EvalConfig, run_eval
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
 from nlq2sql.run.server import LocalServer
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.intent import parse_intent

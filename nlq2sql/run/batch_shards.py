@@ -1,0 +1,143 @@
+"""A batch's output: record shards (Parquet or JSONL) and the summary streamed back from them.
+
+Both batch engines (``run.batch`` over HTTP, ``run.batch_vllm`` inside Ray Data) write the
+same shards through here and read the same items, so neither engine imports the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.answers.unscored import AnswerSummary, Question
+from nlq2sql.errors import Nlq2SqlError
+from nlq2sql.records.store import RECORD_VERSION, encode_json
+from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.score import Summary, percentiles
+
+__all__ = ["FORMATS", "SHARDS", "encode_record", "iter_shard_lines", "iter_shard_records", "parse_item",
+           "shard_files", "summarise_shards", "write_shards"]
+
+FORMATS = ("parquet", "jsonl")
+SHARDS = "records"  # the shards' folder in the output directory
+
+
+def parse_item(text: str) -> EvalCase | Question:
+    """A row's item: an eval case (it has a gold) or a question."""
+    obj = json.loads(text)
+    return EvalCase.model_validate(obj) if "gold" in obj else Question(obj["id"], obj["question"])
+
+
+def encode_record(rec: dict[str, Any]) -> str:
+    """A record's JSON text: the line ``RecordWriter`` writes, without its newline."""
+    return encode_json({"record_version": RECORD_VERSION, **rec})  # type: ignore[no-any-return]
+
+
+def write_shards(ds: Any, fmt: str, shard_rows: int, dest: Path) -> None:
+    """``ds`` (rows ``id``, ``record``) as ``fmt`` shards of at most ``shard_rows`` rows into ``dest``."""
+    remote = {"num_cpus": 0.25}
+    if fmt == "parquet":
+        ds.write_parquet(str(dest), min_rows_per_file=shard_rows, max_rows_per_file=shard_rows,
+                         ray_remote_args=remote)
+    else:
+        ds.write_datasink(_jsonl_sink(str(dest), shard_rows), ray_remote_args=remote)
+
+
+def _jsonl_sink(path: str, rows: int) -> Any:
+    """A Ray Data datasink writing the ``record`` column as lines: shards that are records files."""
+    from ray.data.datasource import BlockBasedFileDatasink
+
+    class JsonlRecords(BlockBasedFileDatasink):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(path, file_format="jsonl", min_rows_per_file=rows)
+
+        def write_block_to_file(self, block: Any, file: Any) -> None:
+            for text in block.to_arrow().column("record").to_pylist():
+                file.write(text.encode() + b"\n")
+
+    return JsonlRecords()
+
+
+def shard_files(dest: Path, fmt: str) -> list[Path]:
+    return sorted(p for p in dest.iterdir() if p.is_file() and p.name.endswith("." + fmt)) if dest.is_dir() else []
+
+
+def iter_shard_lines(path: Path) -> Iterator[str]:
+    """The records' JSON texts of one shard, in order."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        for b in pq.ParquetFile(path).iter_batches(columns=["record"], batch_size=1024):
+            yield from b.column(0).to_pylist()
+    else:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                yield line.rstrip("\n")
+
+
+def iter_shard_records(out: Path) -> Iterator[dict[str, Any]]:
+    """Every record of a batch's output directory, in shard order (either format)."""
+    fmt = "parquet" if any((out / SHARDS).glob("*.parquet")) else "jsonl"
+    for f in shard_files(out / SHARDS, fmt):
+        for text in iter_shard_lines(f):
+            yield json.loads(text)
+
+
+def summarise_shards(dest: Path, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
+                     session: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after
+    checking that they hold each item exactly once."""
+    summ: Summary | AnswerSummary = Summary(rulesets) if scored else AnswerSummary(rulesets)
+    digest, seen, shards = hashlib.sha256(), Counter[str](), []
+    outcomes: Counter[str] = Counter()
+    replicas: Counter[str] = Counter()
+    ws, chars, starts, ends, retries = [], [], [], [], 0
+    for f in shard_files(dest, fmt):
+        n = 0
+        for text in iter_shard_lines(f):
+            digest.update(text.encode() + b"\n")
+            rec = json.loads(text)
+            n += 1
+            seen[rec["id"]] += 1
+            summ.add(rec)
+            outcomes[rec.get("outcome") or "n/a"] += 1
+            if rec.get("replica") is not None:
+                replicas[rec["replica"]] += 1
+            if rec.get("whitespace_chars") is not None:
+                ws.append(float(rec["whitespace_chars"]))
+                chars.append(float(rec["chars"]))
+            retries += len(rec.get("retry_waits_s") or ())
+            if rec.get("started") and rec.get("latency_s") is not None:
+                starts.append(rec["started"])
+                ends.append(rec["started"] + rec["latency_s"])
+        shards.append({"file": f"{SHARDS}/{f.name}", "rows": n})
+    missing = [i for i in ids if i not in seen]
+    doubled = [i for i, k in seen.items() if k > 1]
+    if missing or doubled or len(seen) != len(ids):
+        raise Nlq2SqlError(f"the shards do not hold each item once: {len(missing)} missing (first: "
+                           f"{missing[:3]}), {len(doubled)} twice (first: {doubled[:3]})")
+    summary = summ.result()
+    summary["scored"] = scored
+    summary["outcomes"] = dict(outcomes)
+    summary["errors_by_class"] = {k: v for k, v in outcomes.items() if k != "ok"}
+    summary["compactness"] = {"n": len(ws), "outputs_without_whitespace": sum(1 for w in ws if w == 0),
+                              "whitespace_chars": percentiles(ws), "chars": percentiles(chars)}
+    wall, n_items = session["wall_s"], session["items_this_session"]
+    summary["throughput"] = {"items_this_session": n_items, "wall_s": wall,
+                             "req_per_s": n_items / wall if wall else None,
+                             "span_s_all_records": (max(ends) - min(starts)) if starts else None,
+                             "completed_ok": outcomes.get("ok", 0), "not_sent": session.get("not_sent", 0)}
+    summary["load"] = {"mode": "batch (Ray Data)", "engine": manifest["engine"], "actors": manifest["actors"],
+                       "concurrency_per_actor": manifest["concurrency_per_actor"]}
+    summary["server_metrics"] = session["server_metrics"]
+    if replicas:
+        summary["replicas_answered"] = dict(sorted(replicas.items()))
+    summary["retries_used"] = retries
+    summary["retry_budget"] = dict(manifest.get("retry_budget") or {}, used=retries)
+    summary["records"] = {"count": sum(seen.values()), "sha256": digest.hexdigest(), "format": fmt,
+                          "shards": shards}
+    return summary
