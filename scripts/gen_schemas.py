@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.load.results import RESULT_MODELS
-from nlq2sql.records.results import Manifest, Summary
+from nlq2sql.records.results import Summary
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.intent import intent_schema
 
@@ -34,7 +35,7 @@ def generated() -> dict[str, str]:
         "intent-branches.schema.json": render(intent_schema(None, "branches")),
         "evalset-line.schema.json": render(EvalCase.model_json_schema()),
         "summary.schema.json": render(Summary.model_json_schema()),
-        "manifest.schema.json": render(Manifest.model_json_schema()),
+        "manifest.schema.json": render(REGISTRY.manifest_model().model_json_schema()),  # with every condition's keys
         **{f"{kind}.schema.json": render(model.model_json_schema(by_alias=True))
            for kind, model in RESULT_MODELS.items()},
     }

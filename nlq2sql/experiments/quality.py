@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.store import iter_records, output_dir, read_finished_run
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
@@ -76,18 +77,7 @@ class RunRow:
     def condition(self) -> str:
         m = self.manifest
         parts = [str(m.get("prompt")), str(m.get("sampling", {}).get("schema") or "flat")]
-        if m.get("examples"):
-            parts.append(f"{m['examples']['k']} examples")
-        if m.get("link_values") and m["link_values"] != "off":
-            parts.append(f"values {m['link_values']}")
-        if m.get("planner"):
-            parts.append(f"planner {m['planner']}")
-        if (m.get("samples") or 1) > 1:
-            parts.append(f"{m['samples']} samples")
-        if m.get("abstain_below") is not None:
-            parts.append(f"abstain below p {m['abstain_below']:g}")
-        elif m.get("abstain"):
-            parts.append("abstain")
+        parts += REGISTRY.labels(m)  # each condition's label, from the registry
         parts.append("+".join(m.get("guardrails") or []) or "no guardrail")
         return " · ".join(parts)
 
@@ -95,7 +85,7 @@ class RunRow:
     def is_baseline(self) -> bool:
         m = self.manifest
         return (m.get("prompt") == "baseline" and (m.get("sampling", {}).get("schema") or "flat") == "flat"
-                and not m.get("examples") and not m.get("planner") and (m.get("samples") or 1) == 1)
+                and not REGISTRY.changes_baseline(m))
 
 
 def _gold_same(path: Path, manifest: dict[str, Any]) -> tuple[int, int]:

@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError
 from nlq2sql.view.cues import CueExplainer
 from nlq2sql.view.runs import Run, paired
@@ -62,10 +63,10 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
+#: The run's own facts; every registered condition's manifest keys follow (``run_meta``).
 _MANIFEST_FACTS = ("kind", "model", "prompt", "prompt_style", "guardrails", "evalset", "n_items", "concurrency",
                    "client", "endpoint", "sampling", "harness_version", "git_commit", "git_dirty", "started",
-                   "finished", "limit", "evalset_sha256", "prompt_sha256", "semantic_model", "examples",
-                   "link_values", "planner", "samples", "abstain", "abstain_below")
+                   "finished", "limit", "evalset_sha256", "prompt_sha256", "semantic_model")
 
 
 def _finite(obj: Any) -> Any:
@@ -89,7 +90,8 @@ def run_ids(runs: list[Run]) -> list[str]:
 def run_meta(run: Run, *, raw_files: bool, run_id: str | None = None) -> dict[str, Any]:
     m = run.manifest
     server: dict[str, Any] = m["server"] if isinstance(m.get("server"), dict) else {}
-    facts = {k: m.get(k) for k in _MANIFEST_FACTS}
+    facts = {k: m.get(k) for k in (*_MANIFEST_FACTS, *REGISTRY.manifest_keys())}
+    facts["condition_labels"] = REGISTRY.labels(m)  # the runs table's "conditions" column
     facts["server_version"] = server.get("server_version")
     facts["max_model_len"] = server.get("max_model_len")
     files = sorted(p.name for p in run.path.iterdir() if p.is_file()) if raw_files else []

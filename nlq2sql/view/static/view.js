@@ -224,14 +224,11 @@
   }
 
   // ------------------------------------------------------------------ runs
-  // What the model was shown and how it was asked, from the manifest (docs/conditions.md).
+  // What the model was shown and how it was asked, from the manifest (docs/conditions.md): the
+  // schema, then each condition's label as the condition registry wrote it (bundle.run_meta).
   function conditions(f, s) {
     const parts = ["schema " + (s.schema ? str(s.schema) : "flat")];
-    if (f.examples && typeof f.examples === "object") parts.push(str(f.examples.k) + " examples (" + str(f.examples.bank) + ")");
-    if (f.link_values && f.link_values !== "none") parts.push("values " + str(f.link_values));
-    if (f.planner && f.planner !== "none") parts.push("planner " + str(f.planner));
-    if (typeof f.samples === "number" && f.samples > 1) parts.push(f.samples + " samples");
-    if (f.abstain) parts.push("abstain");
+    if (Array.isArray(f.condition_labels)) f.condition_labels.forEach(function (x) { parts.push(str(x)); });
     return parts.join(" · ");
   }
 
