@@ -28,6 +28,14 @@ holds request headers, so no API key is ever written.  A replica pool's half-ope
 (a chat request whose question is ``PROBE_QUESTION``) is answered like any request (by the
 script: a server failing every chat request fails the probe too) and logged with
 ``"probe": true``; ``chat_requests()`` leaves probes out, ``probe_requests()`` lists them.
+The structured-output canary (``nlq2sql.run.canary``; its question is ``CANARY_QUESTION``)
+bypasses the script and is logged with ``"canary": true``: by default the fake *conforms*
+(``{"color":"red"}``); ``"canary": "ignore"`` in the script (or ``--canary ignore``) makes it
+answer what the prompt asks, as a server that drops ``structured_outputs`` would, and
+``"whitespace"`` a conforming value with spaces (a server without the compact grammar).
+Started in vLLM's place it prints vLLM's ``structured_outputs_config=...`` start-up line
+for the ``--structured-outputs-config`` it was given (``--effective-backend`` overrides the
+backend it reports, as a server that did not take the flag would).
 
 Test side: :class:`FakeServer` starts, waits for and stops such a process.
 """
@@ -71,6 +79,11 @@ SCHEMA_INVALID: dict[str, Any] = {"intent": "pie_chart", "metric": "profit", "di
                                   "time_grain": None, "filters": [], "limit": None, "order": None}
 #: ``nlq2sql.run.pool.PROBE_QUESTION`` (a test checks they agree; this process imports no nlq2sql).
 PROBE_QUESTION = "nlq2sql health probe: reply with one word."
+#: ``nlq2sql.run.canary.CANARY_QUESTION`` (a test checks they agree).
+CANARY_QUESTION = ('nlq2sql structured-output canary. Reply with exactly this JSON and nothing else: '
+                   '{ "color" : "purple" , "size" : 7 }')
+CANARY_REPLIES = {"conform": '{"color":"red"}', "ignore": '{ "color" : "purple" , "size" : 7 }',
+                  "whitespace": '{ "color": "red" }'}
 SQL_ANSWER = "DROP TABLE order_lines; SELECT * FROM order_lines"
 CONTEXT_OVERFLOW_MESSAGE = (
     "This model's maximum context length is 2048 tokens. However, you requested 4096 tokens "
@@ -147,6 +160,7 @@ class _State:
         self.wrong: dict[str, str] = spec.get("wrong") or {}
         self.correct_below: int | None = spec.get("correct_below")
         self.inflight = 0  # chat requests being answered now (the simulated engine's load)
+        self.canary = str(spec.get("canary") or "conform")
 
     def pick(self, question: str) -> dict[str, Any]:
         queue = self.by_question.get(question)
@@ -260,10 +274,14 @@ def make_app(state: _State) -> Any:
         messages = body.get("messages") or []
         users = [m.get("content", "") for m in messages if m.get("role") == "user"]
         question = users[-1] if users else ""
-        b = state.pick(question)
+        canary = question == CANARY_QUESTION  # outside the script: it must not eat a scripted behaviour
+        state.chat_count -= canary  # … nor count as one of the run's chat requests
+        b = {"kind": "text", "text": CANARY_REPLIES[state.canary]} if canary else state.pick(question)
         kind = b["kind"]
         state.note({"path": "/v1/chat/completions", "n": state.chat_count, "question": question,
                     "probe": question == PROBE_QUESTION, "behaviour": kind, "auth_ok": authorised(request),
+                    **({"canary": state.canary, "structured_outputs": body.get("structured_outputs"),
+                        "response_format": body.get("response_format")} if canary else {}),
                     "body_sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(),
                     "stream": bool(body.get("stream")), "model": body.get("model"),
                     "logprobs": body.get("logprobs"), "top_logprobs": body.get("top_logprobs"),
@@ -320,7 +338,7 @@ def make_app(state: _State) -> Any:
         completion_tokens = len(text) // 4 + 1
 
         if not body.get("stream"):
-            if state.delay_s:
+            if state.delay_s and not canary:
                 await asyncio.sleep(state.delay_s)
             return web.json_response({
                 "id": rid, "object": "chat.completion", "created": created, "model": state.model,
@@ -334,7 +352,7 @@ def make_app(state: _State) -> Any:
         await resp.prepare(request)
         await resp.write(_chunk(state, rid, created, {"role": "assistant", "content": ""}))
         pieces = _pieces(text)
-        pause = state.delay_s / max(1, len(pieces))
+        pause = 0.0 if canary else state.delay_s / max(1, len(pieces))
         for i, piece in enumerate(pieces):
             if pause:
                 await asyncio.sleep(pause)
@@ -372,6 +390,8 @@ async def _serve(args: argparse.Namespace) -> None:
     from aiohttp import web
 
     spec = json.loads(Path(args.script).read_text()) if args.script else {}
+    if args.canary:
+        spec["canary"] = args.canary
     model = args.served_model_name or args.model or "fake-model"
     state = _State(spec, Path(args.log) if args.log else None, model, args.delay, args.max_model_len,
                    args.require_key_env)
@@ -408,8 +428,16 @@ def main(argv: list[str] | None = None) -> None:
                    help="keep trying to bind the port this long (a standby for a restart)")
     p.add_argument("--ignore-sigterm", action="store_true", help="a server slow to stop")
     p.add_argument("--pid-file", default=None)
-    # Accept (and ignore) vLLM's own arguments, so LocalServer can start this in its place.
+    p.add_argument("--canary", choices=sorted(CANARY_REPLIES), default=None)
+    p.add_argument("--structured-outputs-config", default=None)
+    p.add_argument("--effective-backend", default=None)
+    # Accept (and ignore) vLLM's other arguments, so LocalServer can start this in its place.
     args, _unknown = p.parse_known_args(argv)
+    so = json.loads(args.structured_outputs_config) if args.structured_outputs_config else {}
+    print("INFO [core.py:133] Initializing a V1 LLM engine (fake) with config: structured_outputs_config="
+          f"StructuredOutputsConfig(backend='{args.effective_backend or so.get('backend', 'auto')}', "
+          f"disable_any_whitespace={bool(so.get('disable_any_whitespace'))}, disable_additional_properties=False, "
+          "reasoning_parser='')", flush=True)
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(KeyboardInterrupt):
@@ -511,11 +539,17 @@ class FakeServer:
     def chat_requests(self) -> list[dict[str, Any]]:
         """Every chat-completions request an item made (by any process sharing this log): a
         replica pool's half-open probes are left out (``probe_requests``)."""
-        return [e for e in self.entries() if e.get("path") == "/v1/chat/completions" and not e.get("probe")]
+        return [e for e in self.entries() if e.get("path") == "/v1/chat/completions" and not e.get("probe")
+                and not e.get("canary")]
+
+    def canary_requests(self) -> list[dict[str, Any]]:
+        """The structured-output canaries this server received (never part of the script)."""
+        return [e for e in self.entries() if e.get("canary")]
 
     def probe_requests(self) -> list[dict[str, Any]]:
         """The replica pool's half-open probe chats this server received."""
-        return [e for e in self.entries() if e.get("path") == "/v1/chat/completions" and e.get("probe")]
+        return [e for e in self.entries() if e.get("path") == "/v1/chat/completions" and e.get("probe")
+                and not e.get("canary")]
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

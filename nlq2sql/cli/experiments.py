@@ -31,6 +31,7 @@ from nlq2sql.cli._common import (
     handled,
     parse_levels,
 )
+from nlq2sql.cli._serving import BatchInvariantOpt, check_local_only
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
 from nlq2sql.run.models import DEFAULT_MODEL
@@ -53,11 +54,13 @@ def load_check(
                                                    "of querying.")] = None,
     allow_diff: Annotated[bool, typer.Option(help="Exit 0 even when outputs diverge.")] = False,
     semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    batch_invariant: BatchInvariantOpt = False,
 ) -> None:
-    """Quality under load: are outputs byte-identical at each concurrency? Exit 1 if not."""
+    """Quality under load: are outputs byte-identical at each concurrency (and, with --repeats,
+    run to run at one concurrency)? Exit 1 if not."""
     from nlq2sql.experiments import loadcheck
-    from nlq2sql.experiments.common import shared_endpoint
     from nlq2sql.records.store import output_dir
+    from nlq2sql.run.live import bound_endpoint
 
     output_dir(out, create=False)
     if runs:
@@ -70,6 +73,7 @@ def load_check(
             raise InputError(f"must be at least 1, got {repeats}", field="--repeats")
         at_most(repeats, 1000, "--repeats")
         first, replicas = fleet_args(endpoint, endpoints_file)
+        check_local_only(first, "auto", batch_invariant)
         if across_replicas and not replicas:
             raise InputError("needs at least two endpoints (--endpoint A --endpoint B)", field="--across-replicas")
         if len(levels) * repeats * (1 + len(replicas) if across_replicas else 1) < 2:
@@ -77,14 +81,19 @@ def load_check(
                              "repeat(s); give two levels or --repeats 2", field="--concurrency")
         base = replace(base_config(evalset, first, model, api_key_env, prompt, limit, max_tokens, out,
                              semantic=(semantic_model, db, schema)), replicas=replicas)
+        base = replace(base, server=replace(base.server, batch_invariant=batch_invariant))
         lc = loadcheck.LoadCheckConfig(base, levels, repeats, across_replicas=across_replicas)
         if across_replicas:
             result = loadcheck.run_across_replicas(lc)
         else:
-            with shared_endpoint(base) as bound:
-                result = loadcheck.compare_runs(loadcheck.run_levels(replace(lc, base=bound)))
+            with bound_endpoint(base) as (bound, info):  # one local server for every level, when started here
+                dirs = loadcheck.run_levels(replace(lc, base=bound))
+                result = loadcheck.compare_runs(dirs) | loadcheck.split_identity(dirs)
+                result["server"] = {"started_by_us": info.get("started_by_us"),
+                                    "batch_invariant": info.get("batch_invariant"),
+                                    "structured_outputs": info.get("structured_outputs")}
     if runs:
-        result = loadcheck.compare_runs(dirs)
+        result = loadcheck.compare_runs(dirs) | loadcheck.split_identity(dirs)
     loadcheck.write_result(out, result)
     Console().print(loadcheck.render_markdown(result), markup=False, highlight=False)
     if result["divergent"] and not allow_diff:
@@ -210,13 +219,14 @@ def gate(
 ) -> None:
     """Regression gate for CI: exit 1 when the candidate run is worse than the baseline, 2 on bad input."""
     from nlq2sql.experiments import gate as gt
+    from nlq2sql.experiments.repeated import gate as run_gate
     from nlq2sql.records.store import output_dir
 
     cfg = gt.config_from_options(baseline=baseline, candidate=candidate, max_drop=max_drop, alpha=alpha,
                                  max_p95_rise=max_p95_rise, require_identical=require_identical)
     if out is not None:
         output_dir(out, create=False)  # refused before anything is read
-    result = gt.run_gate(cfg)
+    result = run_gate(cfg)  # two repeated runs (eval --repeats): also paired over every repeat
     if out is not None:
         gt.write_outputs(result, out)
     Console().print(gt.render_markdown(result), markup=False, highlight=False, soft_wrap=True, end="")

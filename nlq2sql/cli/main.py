@@ -30,6 +30,7 @@ from nlq2sql.cli._common import (
     handled,
     parse_workers,
 )
+from nlq2sql.cli._serving import BatchInvariantOpt, StructuredBackendOpt, check_local_only
 from nlq2sql.errors import InputError
 from nlq2sql.run.models import DEFAULT_MODEL
 
@@ -189,6 +190,11 @@ def eval_cmd(
     force: Annotated[bool, typer.Option(help="Replace an existing run directory.")] = False,
     compact_server: Annotated[bool, typer.Option(help="Local server: whitespace-free structured outputs "
                                                  "(server-wide; on by default).")] = True,
+    structured_backend: StructuredBackendOpt = "auto",
+    batch_invariant: BatchInvariantOpt = False,
+    repeats: Annotated[int, typer.Option(help="Run the same items N times, each repeat in its own seeded "
+                                         "order (OUT/r0 … OUT/rN-1, summary across repeats in "
+                                         "OUT/repeats.json); --resume finishes each repeat once.")] = 1,
     max_failure_rate: Annotated[float, typer.Option(help="Exit 1 when more items than this fail.")] = 0.05,
     client: Annotated[str, typer.Option(help="aiohttp (default: the request the SDK would send, on plain "
                                         "aiohttp; ~4-5x the SDK's req/s per core) | sdk (the official openai "
@@ -226,6 +232,7 @@ def eval_cmd(
         raise InputError(f"unknown mode {structured!r} (known: {', '.join(STRUCTURED_MODES)})",
                          field="--structured")
     first, replicas = fleet_args(endpoint, endpoints_file)
+    check_local_only(first, structured_backend, batch_invariant)
     if answer in ("query", "sql"):  # the answer's own prompt, and no v1 guardrail unless named
         prompt = answer if prompt == "baseline" else prompt
         names = guardrail_names(guardrails) if guardrails else ()
@@ -236,7 +243,9 @@ def eval_cmd(
                      concurrency=concurrency,
                      limit=limit, sampling=Sampling(max_tokens=max_tokens, structured=structured, schema=schema,
                                                     temperature=temperature),
-                     timeout_s=timeout, resume=resume, force=force, server=LocalServerSettings(compact=compact_server),
+                     timeout_s=timeout, resume=resume, force=force, server=LocalServerSettings(
+                         compact=compact_server, structured_backend=structured_backend,
+                         batch_invariant=batch_invariant),
                      client=client, semantic_model=semantic_model, warehouse=db, conditions=conditions,
                      workers=parse_workers(workers, concurrency),
                      engine=engine,
@@ -256,12 +265,39 @@ def eval_cmd(
                        info=f"done {c.get('done', 0)} failed {c.get('failed', 0)} "
                             f"in flight {c.get('in_flight', 0)}")
 
-        summary = run_eval(cfg, progress)
-    render_summary(summary, title=f"{evalset} · {model} · {prompt} · c={concurrency}")
+        if repeats > 1:
+            result = _eval_repeats(cfg, repeats, progress)
+        else:
+            summary = run_eval(cfg, progress)
+    if repeats > 1:
+        from nlq2sql.run.repeats import render_repeats, repeat_dirs
+
+        Console().print(render_repeats(result), markup=False, highlight=False, soft_wrap=True)
+        failed = n = 0
+        for d in repeat_dirs(cfg.out)[:repeats]:
+            s = json.loads((d / "summary.json").read_text())
+            failed, n = failed + sum(s.get("errors_by_class", {}).values()), n + s["n"]
+        summary = {"n": n, "errors_by_class": {"all": failed}}
+    else:
+        render_summary(summary, title=f"{evalset} · {model} · {prompt} · c={concurrency}")
     failed = sum(summary.get("errors_by_class", {}).values())
     if summary["n"] and failed / summary["n"] > max_failure_rate:
         err.print(f"{failed}/{summary['n']} items failed (> {max_failure_rate:.0%})")
         raise typer.Exit(1)
+
+
+def _eval_repeats(cfg: Any, repeats: int, progress: Any) -> dict[str, Any]:
+    """``eval --repeats N``: one local server (when none is given) for every repeat."""
+    from nlq2sql.records.store import write_json_atomic
+    from nlq2sql.run.live import bound_endpoint, run_eval
+    from nlq2sql.run.repeats import REPEATS_FILE, check_repeats_out, run_repeats
+
+    check_repeats_out(cfg, repeats)  # before a local server starts
+    with bound_endpoint(cfg) as (bound, info):
+        result = run_repeats(bound, repeats, lambda c: run_eval(c, progress))
+    result["server"] = {k: info.get(k) for k in ("started_by_us", "structured_outputs", "batch_invariant")}
+    write_json_atomic(cfg.out / REPEATS_FILE, result)
+    return result
 
 
 @app.command("serve")
@@ -272,6 +308,8 @@ def serve(
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM --max-num-seqs.")] = None,
     max_model_len: Annotated[int, typer.Option(help="vLLM --max-model-len.")] = 2048,
     compact: Annotated[bool, typer.Option(help="Server-wide whitespace-free structured outputs.")] = True,
+    structured_backend: StructuredBackendOpt = "auto",
+    batch_invariant: BatchInvariantOpt = False,
     dtype: Annotated[str, typer.Option(help="vLLM --dtype (bfloat16 | float32 | float16).")] = "bfloat16",
     replicas: Annotated[int, typer.Option(help="Start N replicas of the model on consecutive free ports "
                                           "from --port (each its own process and log).")] = 1,
@@ -283,7 +321,7 @@ def serve(
     import signal
     import time
 
-    from nlq2sql.run.server import LocalFleet, ServerConfig, is_port_in_use
+    from nlq2sql.run.server import LocalFleet, ServerConfig, check_server_settings, is_port_in_use
 
     # Fail fast, before any model work (resolving a model may download and convert it).
     if not 1 <= port <= 65535:
@@ -296,9 +334,11 @@ def serve(
         raise InputError(f"must be between 1 and 64, got {replicas}", field="--replicas")
     if gpus_per_replica is not None and gpus_per_replica < 1:
         raise InputError(f"must be at least 1, got {gpus_per_replica}", field="--gpus-per-replica")
-    fleet = LocalFleet(ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs,
-                                    max_model_len=max_model_len, compact=compact, dtype=dtype),
-                       replicas, gpus_per_replica)
+    config = ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                          compact=compact, dtype=dtype, structured_backend=structured_backend,
+                          batch_invariant=batch_invariant)
+    check_server_settings(config)  # an unknown backend, compact without whitespace control, batch-invariant on CPU
+    fleet = LocalFleet(config, replicas, gpus_per_replica)
     # A background job in a script starts with SIGINT ignored, so `kill -INT` would never
     # arrive: handle both INT and TERM explicitly, so the server we started is always stopped.
     def _term(*_: object) -> None:
@@ -309,8 +349,12 @@ def serve(
     try:
         fleet.start()
         for srv in fleet.servers:
+            so = srv.structured or {}
             Console().print(f"serving {srv.model_name} at {srv.url} (pid {srv.pid}, ready in "
-                            f"{srv.startup_s:.1f} s)", soft_wrap=True)  # one line: scripts read it
+                            f"{srv.startup_s:.1f} s; structured-output backend {so.get('backend', 'unknown')}"
+                            f"{', whitespace-free' if so.get('disable_any_whitespace') else ''}"
+                            f"{', batch-invariant' if batch_invariant else ''})",
+                            soft_wrap=True)  # one line: scripts read it
         if replicas > 1:
             Console().print("use: " + " ".join(f"--endpoint {u}" for u in fleet.urls), soft_wrap=True)
         Console().print("Ctrl-C stops " + ("it" if replicas == 1 else "them all"))
@@ -342,9 +386,11 @@ def models_pull(name: Annotated[str, typer.Argument(help="Registered model alias
 # Register the experiment and load commands (they import ``app`` from here).
 from nlq2sql.cli import (  # noqa: E402,F401
     batch,
+    examples,
     experiments,
     guardrail,
     load,
     semantic,
+    serving,
     view,  # noqa: E402,F401
 )

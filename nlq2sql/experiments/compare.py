@@ -132,7 +132,12 @@ def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
 
 def render(dirs: list[Path], out: Path, gpu_cost_per_hour: float | None = None,
            title: str = "nlq2sql comparison") -> dict[str, Path]:
-    runs = load_runs(dirs)
+    from nlq2sql.experiments.repeated import repeats_section
+    from nlq2sql.run.repeats import repeat_dirs
+
+    # A repeated run (eval --repeats: OUT/r0 …) is tabled by its first repeat, and compared over
+    # all its repeats, item-paired with clustered errors, in its own section below.
+    runs = load_runs([(repeat_dirs(d) or [d])[0] for d in dirs])
     output_dir(out, create=False)  # refused before any plotting
     table = rows(runs, gpu_cost_per_hour)
     md = [f"# {title}", "", "| " + " | ".join(h for _, h in COLUMNS) + " |",
@@ -140,6 +145,7 @@ def render(dirs: list[Path], out: Path, gpu_cost_per_hour: float | None = None,
     md += ["| " + " | ".join(str(row[k]) for k, _ in COLUMNS) + " |" for row in table]
     if gpu_cost_per_hour is not None:
         md.append(f"\nCost assumes ${gpu_cost_per_hour}/hour and the measured req/s of each run.")
+    md += repeats_section(dirs)
     md.append("\nCPU timings are CPU timings: they rank configurations on this machine, not GPUs.")
     figs = plots(runs)
     output_dir(out)

@@ -8,6 +8,7 @@ reported with the first differing position and both texts.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from nlq2sql.records.store import RECORDS, iter_records, output_dir, read_finish
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
+
+__all__ = ["LoadCheckConfig", "compare_runs", "render_markdown", "run_across_replicas", "run_levels", "split_identity",
+           "write_result"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,32 @@ def run_across_replicas(cfg: LoadCheckConfig) -> dict[str, Any]:
             f"r{i}": _identity(compare_runs([d for lv in cfg.levels for d in dirs[(i, lv)]]))
             for i in range(len(urls))}
     return result
+
+
+_RUN_NAME = re.compile(r"c(\d+)-r(\d+)")
+
+
+def split_identity(dirs: list[Path]) -> dict[str, Any]:
+    """Identity run-to-run at the same concurrency (repeats of one level: plain nondeterminism)
+    beside identity across levels on the first repeat (batch effects), for runs named
+    ``c{level}-r{repeat}``; only the groups with at least two runs."""
+    by_level: dict[int, list[Path]] = {}
+    first: dict[int, Path] = {}
+    for d in dirs:
+        m = _RUN_NAME.fullmatch(d.name)
+        if m is None:
+            continue
+        level, rep = int(m.group(1)), int(m.group(2))
+        by_level.setdefault(level, []).append(d)
+        if rep == 0:
+            first[level] = d
+    out: dict[str, Any] = {}
+    same = {f"c{lv}": _identity(compare_runs(ds)) for lv, ds in sorted(by_level.items()) if len(ds) > 1}
+    if same:
+        out["run_to_run"] = same
+    if len(first) > 1:
+        out["across_levels_first_repeat"] = _identity(compare_runs([first[lv] for lv in sorted(first)]))
+    return out
 
 
 def _identity(res: dict[str, Any]) -> dict[str, Any]:
@@ -150,10 +180,30 @@ def _run_name(run: str) -> str:
     return f"{p.parent.name}/{p.name}" if p.parent.name.startswith("replica") else p.name
 
 
+def _split_lines(result: dict[str, Any]) -> list[str]:
+    """Run-to-run at one level (nondeterminism) and across levels (batch effects), when measured."""
+    rows = [(f"run to run at {key}", r) for key, r in (result.get("run_to_run") or {}).items()]
+    if result.get("across_levels_first_repeat"):
+        rows.append(("across levels (first repeat)", result["across_levels_first_repeat"]))
+    if not rows:
+        return []
+    lines = ["| identity | runs | items byte-identical | intents differ | divergent ids |", "|---|---|---|---|---|"]
+    for what, r in rows:
+        ids = ", ".join(r["divergent_ids"][:5]) + (" …" if len(r["divergent_ids"]) > 5 else "")
+        lines.append(f"| {what} | {r['runs']} | {r['identical_items']} / {r['items']} | "
+                     f"{r['intent_divergent_items']} | {ids or 'none'} |")
+    server = result.get("server") or {}
+    if server:
+        lines.append("")
+        lines.append(f"Server: batch-invariant {server.get('batch_invariant')}, structured-output backend "
+                     f"{(server.get('structured_outputs') or {}).get('backend') or 'unknown'}.")
+    return [*lines, ""]
+
+
 def _identity_lines(result: dict[str, Any]) -> list[str]:
     """Across replicas (same level) and across concurrency (same replica), when measured."""
     if "across_replicas" not in result:
-        return []
+        return _split_lines(result)
     lines = ["| identity | runs | items byte-identical | intents differ | divergent ids |", "|---|---|---|---|---|"]
     for what, table in (("across replicas at", result["across_replicas"]),
                         ("across concurrency on", result.get("across_concurrency") or {})):

@@ -140,6 +140,9 @@ class Manifest(_Model):
     routing: str | None = None
     replicas: list[dict[str, Any]] | None = None
     engine: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None  # a server we started: backend asked and logged
+    structured_canary: dict[str, Any] | None = None  # the canary's reply and verdict (run.canary)
+    batch_invariant: bool | None = None  # a server we started: VLLM_BATCH_INVARIANT
 
 
 def validated(model: type[Summary] | type[Manifest], data: dict[str, Any]) -> dict[str, Any]:

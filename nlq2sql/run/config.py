@@ -44,6 +44,8 @@ class LocalServerSettings:
     compact: bool = True  # whitespace-free structured outputs (--compact-server)
     max_num_seqs: int | None = None  # vLLM --max-num-seqs (default: vLLM's)
     port: int | None = None  # default: a free port
+    structured_backend: str = "auto"  # vLLM's structured-output backend (server.STRUCTURED_BACKENDS)
+    batch_invariant: bool = False  # VLLM_BATCH_INVARIANT=1 (refused where the platform has no kernels)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class LoadShape:
     arrival_seed: int = 0
     context_suffix: str = ""  # text after every question (length classes for `grid`)
     metrics_interval_s: float = 0.25  # how often the server's /metrics is sampled during the run
+    order_seed: int | None = None  # shuffle the items with this seed (eval --repeats: one order per repeat)
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,12 @@ def validate(cfg: EvalConfig) -> None:
                          field="--force")
     if cfg.endpoint is not None:
         check_endpoint_url(cfg.endpoint)
+    else:  # the local server's settings, refused before it starts (batch-invariant asks vLLM's platform)
+        from nlq2sql.run.server import ServerConfig, check_server_settings
+
+        local = cfg.server
+        check_server_settings(ServerConfig(compact=local.compact, structured_backend=local.structured_backend,
+                                           batch_invariant=local.batch_invariant))
     if cfg.workers < 1:
         raise InputError(f"must be at least 1, got {cfg.workers}", field="--workers")
     if cfg.engine not in ("local", "ray"):
@@ -181,8 +190,12 @@ def preflight(cfg: EvalConfig) -> str:
     load_prompt(cfg.prompt, cfg.style)
     key = api_key(cfg)
     if cfg.endpoint is not None:
+        from nlq2sql.run.canary import require_constraints
+
+        structured = "none" if cfg.answer == "sql" else cfg.sampling.structured  # SQL answers are free text
         for url, model, k in targets(cfg, cfg.endpoint, cfg.model, key):
             asyncio.run(probe_endpoint(url, model, k))
+            require_constraints(url, model, k, structured, compact=False, client=cfg.client)
     return key
 
 

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import random
 import signal
 import threading
 import time
@@ -34,6 +35,7 @@ from nlq2sql.records.store import (
     repair_tail,
     write_json_atomic,
 )
+from nlq2sql.run.canary import require_constraints
 from nlq2sql.run.config import (
     EvalConfig,
     api_key,
@@ -196,6 +198,8 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         cond.check_against(evalset)
     key = api_key(cfg)
     cases = list(evalset.cases[: cfg.limit] if cfg.limit else evalset.cases)
+    if cfg.load.order_seed is not None:  # a repeat's own order (the same items; batching differs)
+        random.Random(cfg.load.order_seed).shuffle(cases)
 
     started: list[Any] = []  # the local server, when there is no endpoint
 
@@ -226,13 +230,17 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             **cfg.conditions.manifest(conditions),  # every registered condition's keys (None when off)
             "timeout_s": cfg.timeout_s,
             "load": {"rate": load.rate, "duration_s": load.duration_s,
-                     "arrival_seed": load.arrival_seed if load.rate else None},
+                     "arrival_seed": load.arrival_seed if load.rate else None,
+                     **({"order_seed": load.order_seed} if load.order_seed is not None else {})},
             "context_suffix_chars": len(load.context_suffix),
             "context_suffix_sha256": (hashlib.sha256(load.context_suffix.encode()).hexdigest()
                                       if load.context_suffix else None),
             "server_started_by_us": server is not None,
             "server_args": recorded_args(server.args) if server is not None else None,
             "server_startup_s": getattr(server, "startup_s", None),
+            # The backend the engine reported at start-up (its log), beside the one asked for.
+            "structured_outputs": server_structured(cfg, server),
+            "batch_invariant": cfg.server.batch_invariant if server is not None else None,
             "api_key_env": cfg.api_key_env,
             **({"routing": cfg.routing,
                 "replicas": [{"label": f"r{i}", "url": u, "model": m, "server": f}
@@ -243,6 +251,13 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "retry_budget": {"fraction": cfg.retry_budget,
                              "total": RetryBudget.allowed(len(cases), cfg.retry_budget)},
         }
+        # A server that ignores the schema would make every figure below meaningless: checked
+        # with one short request before anything is written (resumed runs too).
+        canary = require_constraints(base_url, model, key, manifest["sampling"]["structured"],
+                                     compact=bool((manifest["structured_outputs"] or {})
+                                                  .get("disable_any_whitespace")),
+                                     client=cfg.client)
+        manifest["structured_canary"] = canary.as_dict() if canary is not None else None
         prepare_dir(cfg.out, resume=cfg.resume, force=cfg.force)
         records_path = cfg.out / RECORDS
         used = 0
@@ -274,6 +289,18 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
     return finish_summary(cfg.out, rulesets, session, manifest)
 
 
+def server_structured(cfg: EvalConfig, server: Any) -> dict[str, Any] | None:
+    """The structured-output setting of a server this run started: asked (``cfg.server``) and
+    effective (what its engine logged; None where the log did not say).  None for an endpoint."""
+    if server is None:
+        return None
+    effective = getattr(server, "structured", None)
+    return {"requested_backend": cfg.server.structured_backend, "requested_compact": cfg.server.compact,
+            "backend": (effective or {}).get("backend"),
+            "disable_any_whitespace": (effective or {}).get("disable_any_whitespace"),
+            "source": "server log" if effective else None}
+
+
 def _kill_group(server: Any) -> None:
     """SIGKILL a local server's process group (it runs in its own session)."""
     pid = getattr(server, "pid", None)
@@ -297,13 +324,16 @@ def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = No
 
     local = cfg.server
     server = LocalServer(ServerConfig(model=cfg.model, port=local.port or free_port(),
-                                      compact=local.compact, max_num_seqs=local.max_num_seqs))
+                                      compact=local.compact, max_num_seqs=local.max_num_seqs,
+                                      structured_backend=local.structured_backend,
+                                      batch_invariant=local.batch_invariant))
     if on_server is not None:
         on_server(server)
     server.start()
     try:
         yield (replace(cfg, endpoint=server.url, model=server.model_name),
                {"started_by_us": True, "endpoint": "local", "args": server.args[1:],
-                "startup_s": server.startup_s, "max_num_seqs": local.max_num_seqs, "cpu": True})
+                "startup_s": server.startup_s, "max_num_seqs": local.max_num_seqs, "cpu": True,
+                "structured_outputs": server_structured(cfg, server), "batch_invariant": local.batch_invariant})
     finally:
         server.stop()

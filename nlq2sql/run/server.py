@@ -24,9 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from nlq2sql.errors import ServerError
+from nlq2sql.errors import InputError, ServerError
 from nlq2sql.paths import cache_dir
 from nlq2sql.run.models import DEFAULT_MODEL, resolve_model
+from nlq2sql.run.serving import (
+    COMPACT_BACKENDS,
+    STRUCTURED_BACKENDS,
+    batch_invariant_refusal,
+    effective_structured_outputs,
+    platform_device,
+)
 
 COMPACT_STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
 STOP_GRACE_S = 15.0
@@ -49,6 +56,28 @@ class ServerConfig:
     # One replica per GPU group on a multi-GPU box (``serve --replicas N --gpus-per-replica G``):
     # the devices this server may see.  The CPU build ignores it.
     visible_devices: str | None = None
+    # vLLM's structured-output backend (STRUCTURED_BACKENDS).  "auto" with ``compact`` is xgrammar:
+    # vLLM takes the whitespace-free switch only with a named backend.
+    structured_backend: str = "auto"
+    # VLLM_BATCH_INVARIANT=1 (check ``batch_invariant_refusal`` first: the CPU build has no kernels).
+    batch_invariant: bool = False
+
+    def structured_outputs_config(self) -> str | None:
+        """The ``--structured-outputs-config`` value, or None for vLLM's default (auto, whitespace allowed)."""
+        if self.structured_backend not in STRUCTURED_BACKENDS:
+            raise InputError(f"unknown structured-output backend {self.structured_backend!r} "
+                             f"(known: {', '.join(STRUCTURED_BACKENDS)})", field="--structured-backend")
+        if self.compact:
+            backend = "xgrammar" if self.structured_backend == "auto" else self.structured_backend
+            if backend not in COMPACT_BACKENDS:
+                raise InputError(f"whitespace-free structured outputs (compact, on by default) need one of "
+                                 f"{', '.join(COMPACT_BACKENDS)}; {backend} cannot drop whitespace: turn "
+                                 "compact off (serve --no-compact, eval --no-compact-server)",
+                                 field="--structured-backend")
+            return json.dumps({"backend": backend, "disable_any_whitespace": True})
+        if self.structured_backend == "auto":
+            return None
+        return json.dumps({"backend": self.structured_backend})
 
 
 def is_port_in_use(host: str, port: int) -> bool:
@@ -98,6 +127,16 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
+def check_server_settings(config: ServerConfig) -> None:
+    """Refuse, before anything starts or is written, a backend vLLM does not have, compact with
+    a backend that cannot drop whitespace, and batch-invariant mode where vLLM has no kernels."""
+    config.structured_outputs_config()
+    if config.batch_invariant:
+        why = batch_invariant_refusal(platform_device())
+        if why is not None:
+            raise InputError(f"refused: {why}", field="--batch-invariant")
+
+
 class LocalServer:
     """A vLLM server child process. ``with LocalServer(ServerConfig(...)) as srv: srv.url``."""
 
@@ -111,6 +150,8 @@ class LocalServer:
         self.log_path: Path | None = None
         self.startup_s: float | None = None
         self.warmup_s: float | None = None
+        #: What the engine reported at start-up (``effective_structured_outputs``), once started.
+        self.structured: dict[str, Any] | None = None
         host = _client_host(self.config.host)
         self.base_url = f"http://{host}:{self.config.port}"
         self.url = f"{self.base_url}/v1"
@@ -137,8 +178,9 @@ class LocalServer:
                 "--max-model-len", str(c.max_model_len), "--dtype", c.dtype]
         if c.max_num_seqs is not None:
             args += ["--max-num-seqs", str(c.max_num_seqs)]
-        if c.compact:
-            args += ["--structured-outputs-config", COMPACT_STRUCTURED_OUTPUTS]
+        so = c.structured_outputs_config()
+        if so is not None:
+            args += ["--structured-outputs-config", so]
         return args + list(c.extra_args)
 
     def build_env(self) -> dict[str, str]:
@@ -152,6 +194,7 @@ class LocalServer:
                     # attribute 'finalize_loading'"), and a start killed mid-compile leaves a
                     # partial artifact that makes the *next* start fail with an ImportError.
                     VLLM_DISABLE_COMPILE_CACHE=os.environ.get("VLLM_DISABLE_COMPILE_CACHE", "1"),
+                    VLLM_BATCH_INVARIANT="1" if self.config.batch_invariant else "0",
                     **({"CUDA_VISIBLE_DEVICES": self.config.visible_devices}
                        if self.config.visible_devices is not None else {}))
 
@@ -178,6 +221,7 @@ class LocalServer:
         try:
             self._wait_healthy(t0 + c.startup_timeout_s)
             self.startup_s = time.monotonic() - t0
+            self.structured = effective_structured_outputs(self.log_path)
             t1 = time.monotonic()
             self._warm_up()
             self.warmup_s = time.monotonic() - t1

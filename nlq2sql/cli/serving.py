@@ -1,0 +1,59 @@
+"""The ``backends`` command: the structured-output backends of the installed vLLM, side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from nlq2sql.cli._common import DbOpt, EvalsetOpt, ModelOpt, PromptOpt, SchemaOpt, SemanticModelOpt, app, handled
+from nlq2sql.errors import InputError
+from nlq2sql.run.models import DEFAULT_MODEL
+
+__all__ = ["backends"]
+
+
+@app.command("backends")
+@handled
+def backends(
+    evalset: EvalsetOpt = "heldout", model: ModelOpt = DEFAULT_MODEL, prompt: PromptOpt = "baseline",
+    limit: Annotated[int, typer.Option(help="Items per backend.")] = 20,
+    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 128,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight (1: the first request's grammar "
+                                             "compile is measured alone).")] = 1,
+    backend: Annotated[list[str] | None, typer.Option(help="A backend to run (repeat; default: every one "
+                                                      "vLLM names).")] = None,
+    compact: Annotated[bool, typer.Option(help="Whitespace-free grammar (xgrammar and guidance only; the "
+                                          "others are reported as unable to start).")] = False,
+    out: Annotated[Path, typer.Option(help="Output directory (one run per backend under it).")] = Path(
+        "runs/backends"),
+    port: Annotated[int, typer.Option(help="Port of each backend's server (one at a time).")] = 8100,
+    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+) -> None:
+    """One local vLLM per structured-output backend, the same items each: schema-valid rate,
+    accuracy, tokens, TTFT/e2e, first-request grammar compile; a backend that cannot start is
+    reported with its error."""
+    from dataclasses import replace
+
+    from nlq2sql.cli._common import base_config
+    from nlq2sql.experiments import backends as exp
+    from nlq2sql.records.store import output_dir
+    from nlq2sql.run.config import validate
+    from nlq2sql.run.serving import STRUCTURED_BACKENDS
+
+    chosen = tuple(backend or STRUCTURED_BACKENDS)
+    for b in chosen:
+        if b not in STRUCTURED_BACKENDS:
+            raise InputError(f"unknown backend {b!r} (known: {', '.join(STRUCTURED_BACKENDS)})", field="--backend")
+    if len(set(chosen)) != len(chosen):
+        raise InputError("a backend is named twice", field="--backend")
+    output_dir(out, create=False)
+    base = replace(base_config(evalset, None, model, None, prompt, limit, max_tokens, out,
+                               semantic=(semantic_model, db, schema)), concurrency=concurrency)
+    base = replace(base, server=replace(base.server, port=port))
+    validate(base)
+    result = exp.run_backends(exp.BackendsConfig(base, chosen, compact))
+    exp.write_result(out, result)
+    Console().print(exp.render_markdown(result), markup=False, highlight=False)

@@ -1,0 +1,152 @@
+"""Structured-output backends side by side: one local vLLM per backend, the same items each.
+
+The backend is a server-wide setting, so a team never sees how xgrammar, guidance, outlines and
+lm-format-enforcer differ unless someone runs them on its own schema: which keywords each
+enforces (schema-valid rate, measured on the bytes against the schema that was sent), what it
+does to accuracy and tokens, and what the grammar costs (TTFT/e2e, and the first request's
+compile -- the first item's TTFT over the median of the rest, at concurrency 1).  Backends run
+one after another (two CPU servers do not fit beside each other here); one that cannot start,
+or whose canary shows it does not enforce the schema, is reported with its error.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from nlq2sql.errors import Nlq2SqlError
+from nlq2sql.records.store import MANIFEST, RECORDS, iter_records, output_dir, read_json, write_json_atomic
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import run_eval
+from nlq2sql.run.serving import COMPACT_BACKENDS, STRUCTURED_BACKENDS
+from nlq2sql.stages.score import percentiles, wilson
+
+__all__ = ["BackendsConfig", "backend_config", "backend_row", "render_markdown", "run_backends", "summarise_backends",
+           "write_result"]
+
+
+@dataclass(frozen=True)
+class BackendsConfig:
+    base: EvalConfig  # no endpoint: each backend gets its own local server, started and stopped here
+    backends: tuple[str, ...] = STRUCTURED_BACKENDS
+    compact: bool = False  # whitespace-free grammar (only xgrammar and guidance take it)
+
+
+def backend_config(cfg: BackendsConfig, backend: str) -> EvalConfig:
+    server = replace(cfg.base.server, structured_backend=backend, compact=cfg.compact)
+    return replace(cfg.base, server=server, out=cfg.base.out / backend, force=True, resume=False)
+
+
+def run_backends(cfg: BackendsConfig) -> dict[str, Any]:
+    """Run every backend; one that fails is recorded with its error and the rest still run."""
+    if cfg.base.endpoint is not None:
+        raise ValueError("the backends experiment starts its own servers (no endpoint)")
+    errors: dict[str, str] = {}
+    for backend in cfg.backends:
+        if cfg.compact and backend not in (*COMPACT_BACKENDS, "auto"):
+            errors[backend] = f"cannot start with the compact grammar ({backend} cannot drop whitespace)"
+            continue
+        try:
+            run_eval(backend_config(cfg, backend))
+        except Nlq2SqlError as exc:  # a server that does not start, a canary that trips
+            errors[backend] = " ".join(str(exc).split())[:600]
+    return summarise_backends(cfg.base.out, cfg.backends, errors)
+
+
+def summarise_backends(out: Path, backends: tuple[str, ...], errors: dict[str, str]) -> dict[str, Any]:
+    """The comparison, from the run directories' records (re-runnable on recorded runs)."""
+    rows = []
+    for backend in backends:
+        if backend in errors:
+            rows.append({"backend": backend, "error": errors[backend]})
+            continue
+        rows.append(backend_row(out / backend, backend))
+    return {"backends": rows}
+
+
+def _schema_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    sampling = manifest.get("sampling") or {}
+    raw = sampling.get("schema_json")
+    return json.loads(raw) if raw else None
+
+
+def backend_row(run: Path, backend: str) -> dict[str, Any]:
+    """One backend's figures from its finished run."""
+    manifest = read_json(run / MANIFEST)
+    summary = read_json(run / "summary.json")
+    schema = _schema_of(manifest)
+    recs = sorted(iter_records(run / RECORDS), key=lambda r: r.get("started") or 0.0)
+    ok = [r for r in recs if r.get("outcome") == "ok"]
+    valid = 0
+    for r in ok:
+        try:
+            value = json.loads(r.get("raw_text") or "")
+            if schema is not None:
+                jsonschema.validate(value, schema)
+            valid += 1
+        except (json.JSONDecodeError, jsonschema.ValidationError):
+            pass
+    ttfts = [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]
+    compile_s = (ttfts[0] - statistics.median(ttfts[1:])) if len(ttfts) >= 3 else None
+    timing = summary.get("timing") or {}
+    so = manifest.get("structured_outputs") or {}
+    return {"backend": backend, "run": run.name, "n": summary["n"],
+            "effective_backend": so.get("backend"), "whitespace_free": so.get("disable_any_whitespace"),
+            "canary": (manifest.get("structured_canary") or {}).get("passed"),
+            "json_schema_valid": wilson(valid, len(recs)),
+            "schema_valid_rate": summary.get("schema_valid_rate"),
+            "accuracy": summary.get("final_accuracy"),
+            "finish_length": (summary.get("finish_reasons") or {}).get("length", 0),
+            "completion_tokens": percentiles([r["completion_tokens"] for r in ok
+                                              if r.get("completion_tokens") is not None]),
+            "ttft_s": timing.get("ttft_s"), "latency_s": timing.get("latency_s"),
+            "first_request_compile_s": compile_s,
+            "canary_latency_s": (manifest.get("structured_canary") or {}).get("latency_s"),
+            "server_startup_s": manifest.get("server_startup_s"), "concurrency": manifest.get("concurrency"),
+            "model": manifest.get("model"), "evalset": manifest.get("evalset"),
+            "git_commit": manifest.get("git_commit")}
+
+
+def _rate(r: dict[str, Any] | None) -> str:
+    if not r or r.get("value") is None:
+        return "n/a"
+    lo, hi = r.get("ci95") or (None, None)
+    ci = f" [{lo:.0%}, {hi:.0%}]" if lo is not None else ""
+    return f"{r['value']:.0%} ({r['k']}/{r['n']}){ci}"
+
+
+def _s(d: dict[str, Any] | None, k: str) -> str:
+    v = (d or {}).get(k)
+    return f"{v:.2f}" if isinstance(v, int | float) else "n/a"
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    lines = ["| backend (asked → logged) | n | canary | JSON-schema-valid | harness schema-valid | accuracy | "
+             "cut at max_tokens | tokens p50 | TTFT p50 / p95 s | e2e p50 / p95 s | first-request compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    errors = []
+    for row in result["backends"]:
+        if "error" in row:
+            errors.append(f"- **{row['backend']}** did not run: {row['error']}")
+            continue
+        compile_s = row["first_request_compile_s"]
+        lines.append(
+            f"| {row['backend']} → {row['effective_backend'] or 'unknown'}"
+            f"{' (whitespace-free)' if row['whitespace_free'] else ''} | {row['n']} | "
+            f"{'passed' if row['canary'] else row['canary']} | {_rate(row['json_schema_valid'])} | "
+            f"{_rate(row['schema_valid_rate'])} | {_rate(row['accuracy'])} | {row['finish_length']} | "
+            f"{_s(row['completion_tokens'], 'p50')} | {_s(row['ttft_s'], 'p50')} / {_s(row['ttft_s'], 'p95')} | "
+            f"{_s(row['latency_s'], 'p50')} / {_s(row['latency_s'], 'p95')} | "
+            f"{f'{compile_s:.2f}' if compile_s is not None else 'n/a'} |")
+    return "\n".join(lines + ([""] + errors if errors else [])) + "\n"
+
+
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    output_dir(out)
+    write_json_atomic(out / "backends.json", result)
+    (out / "backends.md").write_text(render_markdown(result))

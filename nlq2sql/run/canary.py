@@ -1,0 +1,149 @@
+"""The structured-output canary: one short request whose constraint the server must enforce.
+
+A server that silently ignores ``structured_outputs`` (vLLM's removed ``guided_json`` field
+answers HTTP 200, unconstrained; a backend has dropped keywords in past releases; a gateway
+may strip the field) is the worst failure this harness can have: every later number would
+measure free text as if it were constrained.  So before a run writes anything it asks the
+model to echo JSON that breaks the canary schema three ways at once -- an enum value outside
+the vocabulary, an extra property, and (under the compact grammar) whitespace between tokens.
+A server that enforces the schema cannot produce any of them; one that does not, given that
+instruction, produces at least one.  A violation stops the run with one clear line (exit 2).
+
+A reply cut off by ``max_tokens`` is judged on what it wrote: it passes only while it is still
+a prefix of an allowed answer (a weak model under the grammar may spell slowly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from nlq2sql.errors import InputError
+from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete, make_client
+
+__all__ = ["CANARY_QUESTION", "CANARY_SCHEMA", "CanaryResult", "ConstraintsNotEnforced", "canary_modes",
+           "canary_verdict", "check_constraints", "require_constraints"]
+
+#: The last user message of the canary request (the fake test server recognises it).
+CANARY_QUESTION = ('nlq2sql structured-output canary. Reply with exactly this JSON and nothing else: '
+                   '{ "color" : "purple" , "size" : 7 }')
+ALLOWED = ("red", "green")
+CANARY_SCHEMA: dict[str, Any] = {
+    "type": "object", "properties": {"color": {"type": "string", "enum": list(ALLOWED)}},
+    "required": ["color"], "additionalProperties": False}
+#: Allowed answers, compact: a reply cut by max_tokens must still be a prefix of one of these.
+_ALLOWED_TEXTS = tuple(json.dumps({"color": c}, separators=(",", ":")) for c in ALLOWED)
+MAX_TOKENS = 32
+#: Structured modes a canary can check (regex/choice runs carry their own constraint, "none" none).
+_MODES = ("json", "response_format")
+
+
+class ConstraintsNotEnforced(InputError):
+    """The server answered the canary outside its schema: the run must not start."""
+
+
+@dataclass(frozen=True)
+class CanaryResult:
+    """What the canary saw; recorded in the manifest (``structured_canary``)."""
+
+    passed: bool
+    reason: str | None
+    text: str | None
+    finish_reason: str | None
+    structured: str
+    compact_checked: bool
+    latency_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "reason": self.reason, "text": (self.text or "")[:200],
+                "finish_reason": self.finish_reason, "structured": self.structured,
+                "compact_checked": self.compact_checked,
+                "latency_s": round(self.latency_s, 3) if self.latency_s is not None else None}
+
+
+def canary_modes() -> tuple[str, ...]:
+    """The structured modes a run is canaried in."""
+    return _MODES
+
+
+def _strip_ws(text: str) -> str:
+    out, in_str, esc = [], False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in " \t\r\n":
+            continue
+        out.append(ch)
+    return "".join(out)
+
+
+def canary_verdict(text: str | None, finish_reason: str | None, compact: bool) -> str | None:
+    """Why ``text`` violates the canary schema (None: it does not).  ``compact``: the server is
+    known to run the whitespace-free grammar, so whitespace between tokens is a violation too."""
+    text = text or ""
+    bare = _strip_ws(text)
+    if compact and len(bare) != len(text):
+        return f"whitespace between JSON tokens under the compact grammar: {text[:80]!r}"
+    if finish_reason == "length":  # cut short: what it wrote must still lead to an allowed answer
+        if any(a.startswith(bare) for a in _ALLOWED_TEXTS):
+            return None
+        return f"the reply left the schema before max_tokens: {text[:80]!r}"
+    try:
+        value = json.loads(bare)
+    except json.JSONDecodeError:
+        return f"the reply is not JSON: {text[:80]!r}"
+    if not isinstance(value, dict):
+        return f"the reply is not a JSON object: {text[:80]!r}"
+    extra = sorted(set(value) - {"color"})
+    if extra:
+        return f"a property the schema forbids ({', '.join(extra)}): {text[:80]!r}"
+    if value.get("color") not in ALLOWED:
+        return f"an enum value outside the schema ({value.get('color')!r}): {text[:80]!r}"
+    return None
+
+
+async def check_constraints(base_url: str, model: str, key: str, structured: str, *, compact: bool,
+                            client: str = "aiohttp", timeout_s: float = 60.0) -> CanaryResult:
+    """Send the canary in the run's structured mode and judge the reply.  An HTTP failure is
+    raised (the server cannot serve even a two-value enum), never taken for a pass."""
+    sampling = Sampling(max_tokens=MAX_TOKENS, temperature=0.0, structured=structured,
+                        schema_json=json.dumps(CANARY_SCHEMA, separators=(",", ":")))
+    cfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=timeout_s, concurrency=1,
+                         client=client)
+    http = make_client(cfg)
+    try:
+        out = await complete(http, cfg, [{"role": "user", "content": CANARY_QUESTION}], sampling,
+                             RetryBudget(1, 2.0))
+    finally:
+        await http.close()
+    if out.outcome != "ok":
+        raise ConstraintsNotEnforced(f"the structured-output canary request to {base_url} failed "
+                                     f"({out.outcome}: {out.error})", field="--endpoint")
+    reason = canary_verdict(out.text, out.finish_reason, compact)
+    return CanaryResult(passed=reason is None, reason=reason, text=out.text, finish_reason=out.finish_reason,
+                        structured=structured, compact_checked=compact, latency_s=out.latency_s)
+
+
+def require_constraints(base_url: str, model: str, key: str, structured: str, *, compact: bool,
+                        client: str = "aiohttp") -> CanaryResult | None:
+    """Run the canary (modes that carry a JSON Schema only) and refuse a server that ignores it."""
+    if structured not in _MODES:
+        return None
+    t0 = time.monotonic()
+    result = asyncio.run(check_constraints(base_url, model, key, structured, compact=compact, client=client))
+    if not result.passed:
+        raise ConstraintsNotEnforced(
+            f"constraints are not enforced by this server ({base_url}, structured mode {structured}): the "
+            f"canary's reply broke its schema -- {result.reason}; nothing was written "
+            f"(checked in {time.monotonic() - t0:.1f} s)", field="--endpoint")
+    return result

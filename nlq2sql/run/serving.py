@@ -1,0 +1,82 @@
+"""What the local vLLM is asked to be beyond its model: the structured-output backend and
+batch-invariant mode -- and what it says it became.
+
+The backend is a server setting (vLLM ignores a per-request one), so a run records the backend
+the engine *logged* at start-up, not the flag it was given.  Batch invariance is checked against
+the platform of the interpreter that will serve: the installed vLLM has kernels for it only on
+GPUs (and XPU), and a CPU run must be refused with the reason rather than silently unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.errors import ServerError
+
+__all__ = ["BATCH_INVARIANT_DEVICES", "COMPACT_BACKENDS", "STRUCTURED_BACKENDS", "batch_invariant_refusal",
+           "effective_structured_outputs", "platform_device"]
+
+#: vLLM's structured-output backends (``StructuredOutputsConfig.backend`` in 0.32).
+STRUCTURED_BACKENDS = ("auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer")
+#: The backends that can drop whitespace between JSON tokens (vLLM refuses
+#: ``disable_any_whitespace`` with the others, and with ``auto``).
+COMPACT_BACKENDS = ("xgrammar", "guidance")
+#: The engine's configuration as vLLM logs it at start-up (``core.py``: "Initializing a V1 LLM
+#: engine ... structured_outputs_config=StructuredOutputsConfig(backend='xgrammar', ...)").
+_SO_LINE = re.compile(r"structured_outputs_config=StructuredOutputsConfig\(backend='([^']*)', "
+                      r"disable_any_whitespace=(True|False)")
+#: Devices on which the installed vLLM implements batch-invariant kernels
+#: (``model_executor/determinism/batch_invariant.py``: CUDA/ROCm Triton or cuBLAS settings, XPU Triton).
+BATCH_INVARIANT_DEVICES = ("cuda", "rocm", "xpu")
+
+
+def effective_structured_outputs(log: Path | None) -> dict[str, Any] | None:
+    """The structured-output configuration the engine *reports* at start-up (its log), not the one
+    asked for: {"backend", "disable_any_whitespace"}; None when the log does not say."""
+    if log is None:
+        return None
+    try:
+        with open(log, "rb") as fh:
+            text = fh.read(4 << 20).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    found = _SO_LINE.findall(text)
+    if not found:
+        return None
+    backend, compact = found[-1]  # the engine core's line comes after the API server's
+    return {"backend": backend, "disable_any_whitespace": compact == "True", "source": "server log"}
+
+def platform_device(python: str | None = None) -> str:
+    """The device type the installed vLLM runs on (``current_platform.device_type``), asked of
+    the interpreter that will run the server (importing vLLM takes seconds: asked once)."""
+    return _device_of(python or os.environ.get("NLQ2SQL_VLLM_PYTHON") or sys.executable)
+
+
+@functools.lru_cache(maxsize=4)
+def _device_of(python: str) -> str:
+    try:
+        done = subprocess.run([python, "-c", "from vllm.platforms import current_platform as p;"
+                               "print('rocm' if p.is_rocm() else p.device_type)"],
+                              capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, VLLM_NO_USAGE_STATS="1"))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServerError(f"cannot ask vLLM for its platform: {exc}") from exc
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise ServerError(f"cannot ask vLLM for its platform: {done.stderr.strip()[-300:]}")
+    return lines[-1].strip()
+
+
+def batch_invariant_refusal(device: str) -> str | None:
+    """Why batch-invariant mode cannot be turned on for ``device`` (None: it can)."""
+    if device in BATCH_INVARIANT_DEVICES:
+        return None
+    return (f"the installed vLLM implements batch-invariant mode (VLLM_BATCH_INVARIANT) only on "
+            f"{', '.join(BATCH_INVARIANT_DEVICES)} (Triton / cuBLAS kernels); this platform is {device!r}, "
+            "where the flag would install GPU kernels over CPU operators or do nothing")

@@ -1,0 +1,36 @@
+"""serve / eval local-server options: the structured-output backend and batch-invariant mode are
+refused with the reason (exit 2, nothing started or written) where vLLM cannot honour them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from nlq2sql.cli.main import app
+from nlq2sql.run.serving import batch_invariant_refusal, platform_device
+
+
+def test_batch_invariant_is_refused_on_this_platform_with_the_reason(tmp_path: Path) -> None:
+    device = platform_device()  # asked of the installed vLLM, not assumed
+    why = batch_invariant_refusal(device)
+    if why is None:  # a GPU box: the flag is taken, nothing to refuse
+        return
+    res = CliRunner().invoke(app, ["serve", "--batch-invariant", "--port", "8199"])
+    assert res.exit_code == 2 and "--batch-invariant" in res.output and device in res.output
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["eval", "--batch-invariant", "--limit", "1", "--out", str(out)])
+    assert res.exit_code == 2 and "only on" in res.output and not out.exists()
+
+
+def test_backend_options_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["serve", "--structured-backend", "outlines", "--port", "8199"])
+    assert res.exit_code == 2 and "cannot drop whitespace" in res.output
+    res = CliRunner().invoke(app, ["serve", "--structured-backend", "llguidance", "--port", "8199"])
+    assert res.exit_code == 2 and "unknown structured-output backend" in res.output
+    res = CliRunner().invoke(app, ["eval", "--endpoint", "http://127.0.0.1:9/v1", "--structured-backend",
+                                   "guidance", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "only for a local server" in res.output
+    res = CliRunner().invoke(app, ["backends", "--backend", "xgrammar", "--backend", "xgrammar",
+                                   "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "named twice" in res.output and not (tmp_path / "b").exists()
