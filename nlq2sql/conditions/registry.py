@@ -38,7 +38,7 @@ __all__ = ["ANSWERS", "REGISTRY", "Condition", "ConditionSet", "Messages", "Regi
            "register"]
 
 #: The answer kinds a run may ask for (``--answer``).
-ANSWERS = ("intent", "query", "sql")
+ANSWERS = ("intent", "query", "sql", "sql-grammar")
 
 Messages = list[dict[str, str]]
 
@@ -66,6 +66,12 @@ class Request:
     fail_fast: frozenset[str]
 
 
+#: Each condition class by its settings model, recorded when the class is *defined*: a worker
+#: process or Ray actor that unpickles a run's settings imports the module declaring them, and so
+#: can apply the condition without any registration of its own (registration is the driver's).
+_DECLARED: dict[type[Settings], type[Condition[Any]]] = {}
+
+
 class Condition(Generic[S]):
     """One condition bound to its settings.  Subclasses set the class variables and override the
     hooks they need; every hook has a do-nothing default."""
@@ -85,6 +91,11 @@ class Condition(Generic[S]):
     neutral: ClassVar[bool] = False
     #: Whether it replaces the item's single request (``answer``): at most one such per run.
     replaces_request: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "settings_model" in cls.__dict__:
+            _DECLARED[cls.settings_model] = cls
 
     def __init__(self, settings: S) -> None:
         self.settings = settings
@@ -305,7 +316,9 @@ class ConditionSet:
         return [c(mine.get(c.name, c.settings_model())) for c in REGISTRY]
 
     def active(self) -> list[Condition[Any]]:
-        return [c for c in self.bound() if c.on]
+        """The conditions that are on, bound to their settings, in registry order (each found from
+        its settings' class: this works in a worker that registered nothing)."""
+        return [_DECLARED[type(s)](s) for _, s in self._items]
 
     def validate(self, answer: str, sampling: Sampling) -> None:
         """Each condition's own rules, its answer kinds and its conflicts, refused by name."""
