@@ -9,6 +9,7 @@ sha256 goes in the manifest and the chosen ids in every record.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -19,12 +20,16 @@ import numpy as np
 from pydantic import Field
 
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
-from nlq2sql.errors import InputError
+from nlq2sql.conditions.synth import SYNTHETIC, SYNTHETIC_TAG, cached_bank
+from nlq2sql.errors import EvalSetError, InputError
+from nlq2sql.paths import cache_dir
+from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog, display_path
-from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.evalset import load_evalset, resolve_path
 from nlq2sql.stages.intent import compact_json
 
-__all__ = ["DEFAULT_BANK", "ExampleBank", "Examples", "ExamplesSettings", "load_bank", "normalise"]
+__all__ = ["DEFAULT_BANK", "ExampleBank", "Examples", "ExamplesSettings", "load_bank", "normalise",
+           "synthetic_origin"]
 
 DEFAULT_BANK = "dev"
 _SPACE = re.compile(r"\s+")
@@ -77,9 +82,13 @@ class ExampleBank:
     def manifest(self, k: int) -> dict[str, Any]:
         from pathlib import Path
 
-        return {"k": k, "bank": self.evalset.name, "bank_path": display_path(Path(self.evalset.path)),
+        shown = display_path(Path(self.evalset.path))
+        if shown.startswith("/"):  # a generated bank in a cache outside the project: no machine path recorded
+            with contextlib.suppress(ValueError):
+                shown = "cache:" + str(Path(self.evalset.path).resolve().relative_to(cache_dir().resolve()))
+        return {"k": k, "bank": self.evalset.name, "bank_path": shown,
                 "bank_sha256": self.evalset.sha256, "bank_size": len(self.cases),
-                "similarity": "tfidf char_wb 2-4 cosine"}
+                "similarity": "tfidf char_wb 2-4 cosine", **synthetic_origin(self.cases)}
 
     def check_disjoint(self, tested: Any) -> None:
         """Refuse a bank that shares an id or a question with the set under test."""
@@ -115,17 +124,47 @@ class ExampleBank:
         return [*base[:-1], *turns, base[-1]], [ex.id for ex in chosen]
 
 
-def load_bank(name_or_path: str | None, catalog: Catalog, k: int, answer: str = "intent") -> ExampleBank:
-    """A bank by name (a set of the warehouse, default ``dev``) or JSONL path; with
-    ``answer="query"`` its solutions are MetricFlow queries (v1 lines restated)."""
+def _has_set(name: str, warehouse: str) -> bool:
+    try:
+        resolve_path(name, warehouse)
+    except EvalSetError:
+        return False
+    return True
+
+
+def synthetic_origin(cases: Any) -> dict[str, Any]:
+    """``synthetic`` (and its ``seed``) when every bank line says :mod:`.synth` made it."""
+    tags = [set(c.tags) for c in cases]
+    if not tags or not all(SYNTHETIC_TAG in t for t in tags):
+        return {"synthetic": False}
+    seeds = {x.removeprefix("seed:") for t in tags for x in t if x.startswith("seed:")}
+    seed = int(next(iter(seeds))) if len(seeds) == 1 and next(iter(seeds)).lstrip("-").isdigit() else None
+    return {"synthetic": True, "seed": seed}
+
+
+def load_bank(name_or_path: str | None, source: Catalog | Warehouse, k: int, answer: str = "intent") -> ExampleBank:
+    """A bank by name (a set of the warehouse, default ``dev``; ``synthetic``: generated from the
+    layer, :mod:`.synth`) or JSONL path; with ``answer="query"`` its solutions are MetricFlow
+    queries (v1 lines restated).  A warehouse with no dev set gets the synthetic bank."""
     if k < 0:
         raise InputError(f"must be at least 0, got {k}", field="--examples")
+    catalog = source.catalog if isinstance(source, Warehouse) else source
+    name = name_or_path or DEFAULT_BANK
+    if name == SYNTHETIC or (name_or_path is None and not _has_set(DEFAULT_BANK, catalog.name)):
+        why = "" if name == SYNTHETIC else f" (warehouse {catalog.name!r} has no {DEFAULT_BANK} set)"
+        if answer != "query":
+            raise InputError(f"the synthetic bank{why} holds MetricFlow queries: use it with --answer query, "
+                             "or name a bank of v1 intents", field="--example-bank")
+        if not isinstance(source, Warehouse):
+            raise InputError(f"the synthetic bank{why} is generated from the warehouse's data, which this "
+                             "caller did not give", field="--example-bank")
+        name = str(cached_bank(source))
     if answer == "query":
         from nlq2sql.stages.queryset import load_query_set
 
-        bank = ExampleBank(load_query_set(name_or_path or DEFAULT_BANK, catalog), _query_answer)
+        bank = ExampleBank(load_query_set(name, catalog), _query_answer)
     else:
-        bank = ExampleBank(load_evalset(name_or_path or DEFAULT_BANK, catalog))
+        bank = ExampleBank(load_evalset(name, catalog))
     if k > len(bank.cases):
         raise InputError(f"asks for {k} examples but the bank {bank.evalset.name!r} holds {len(bank.cases)}",
                          field="--examples")
@@ -136,7 +175,9 @@ class ExamplesSettings(Settings):
     examples: int = Field(0, ge=0, description="Retrieved few-shot: the K most similar solved questions from "
                           "--example-bank as user/assistant turns (0: none).")
     example_bank: str | None = Field(None, description="Bank of solved questions: a set of the warehouse (default "
-                                     "dev) or a JSONL path; must share no id or question with the set under test.")
+                                     "dev), 'synthetic' (generated from the semantic layer and data: the default "
+                                     "when the warehouse has no dev set) or a JSONL path; must share no id or "
+                                     "question with the set under test.")
 
 
 @register
@@ -146,8 +187,7 @@ class Examples(Condition[ExamplesSettings]):
 
     name = "examples"
     settings_model = ExamplesSettings
-    answers = frozenset({"intent", "query"})
-    refusal = " (solved SQL examples)"
+    answers = frozenset({"intent", "query", "sql", "sql-grammar"})  # the SQL arms: solved SQL (.sql_examples)
     manifest_keys = ("examples",)
     manifest_types = {"examples": dict[str, Any]}
     label_rank = 10.0
@@ -158,7 +198,12 @@ class Examples(Condition[ExamplesSettings]):
         return self.settings.examples > 0  # a bank named without --examples is not used
 
     def load(self, wh: Any, answer: str) -> None:
-        self.bank = load_bank(self.settings.example_bank, wh.catalog, self.settings.examples, answer)
+        if answer in ("sql", "sql-grammar"):
+            from nlq2sql.conditions.sql_examples import sql_bank
+
+            self.bank = sql_bank(self.settings.example_bank, wh, self.settings.examples)
+            return
+        self.bank = load_bank(self.settings.example_bank, wh, self.settings.examples, answer)
 
     def check_against(self, evalset: Any) -> None:
         assert self.bank is not None
