@@ -202,3 +202,43 @@ def test_arms_side_by_side_from_records(tmp_path: Path) -> None:
     assert parse_answers("intent,sql,sql-grammar") == ("query", "sql", "sql-grammar")
     with pytest.raises(InputError, match="unknown answer arm"):
         parse_answers("query,prose")
+
+
+def test_eval_sql_grammar_with_solved_sql_examples(tmp_path: Path) -> None:
+    """``eval --answer sql-grammar --examples 2`` end to end on the fake server: the grammar probe goes
+    first, the manifest records the grammar as it records a JSON Schema, the examples are solved SQL."""
+    from fakeserver import FakeServer, script
+
+    wh = open_warehouse("retail")
+    qs = load_query_set("heldout-v2", wh.catalog)
+    cases = [c for c in qs.cases if c.gold is not None][:2]
+    with make_executor(wh) as ex:
+        solved = solve([c.gold for c in cases], wh.catalog, wh, ex)
+    by_q = {c.question: [{"kind": "text", "text": s.sql}] for c, s in zip(cases, solved, strict=True) if s}
+    with FakeServer(tmp_path / "fake", script(by_question=by_q), model="fake-model") as fake:
+        res = runner.invoke(app, ["eval", "--answer", "sql-grammar", "--examples", "2", "--evalset", "heldout-v2",
+                                  "--endpoint", fake.url, "--model", "fake-model", "--limit", "2",
+                                  "--out", str(tmp_path / "run")])
+        chats = fake.chat_requests()
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    recs = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    g = sql_grammar(wh.catalog, wh)
+    assert manifest["answer"] == "sql-grammar" and manifest["prompt"] == "sql"
+    assert manifest["sampling"]["structured"] == "grammar"
+    assert (manifest["sampling"]["grammar"], manifest["sampling"]["grammar_sha256"]) == (g.text, g.sha256)
+    sols = manifest["examples"]["solutions"]  # retail's dev bank: 20 golds, each clean SQL or MetricFlow's
+    assert manifest["examples"]["k"] == 2 and sols["kind"] == "sql"
+    assert sols["clean"] + sols.get("metricflow", 0) == 20 and sols["clean"] >= 15
+    assert {r["answer"] for r in recs} == {"sql-grammar"} and all(len(r["example_ids"]) == 2 for r in recs)
+    assert all(r["correct_final"] for r in recs), [r["error_final"] for r in recs]
+    grammar_probe, *items = chats  # the grammar's probe first, then one request per item
+    assert grammar_probe["question"] == "Write one SQL SELECT statement." and not grammar_probe["stream"]
+    assert len(items) == 2 and all(c["stream"] for c in items)
+
+
+def test_sql_grammar_refuses_what_it_cannot_take(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["eval", "--answer", "sql-grammar", "--guardrails", "ranking", "--evalset", "heldout-v2",
+                              "--endpoint", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "--guardrails" in res.output
+    assert not (tmp_path / "run").exists()

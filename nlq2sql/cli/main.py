@@ -144,18 +144,19 @@ def score(
     answer: Annotated[str, typer.Option(help="What the responses are: 'intent' (v1 intents), 'query' (v2: a "
                                         "MetricFlow query or {\"unanswerable\": …}, scored by rows) or 'sql' "
                                         "(SQL the model wrote: guarded, sandboxed, compared by result "
-                                        "equivalence).")] = "intent",
+                                        "equivalence) or 'sql-grammar' (the same, under the grammar).")] = "intent",
 ) -> None:
     """Re-score raw model outputs offline (no model needed)."""
     from nlq2sql.stages.pipeline import ScoreConfig, score_responses
     from nlq2sql.stages.report import render_summary
 
-    if answer not in ("intent", "query", "sql"):
-        raise InputError(f"unknown answer kind {answer!r} (known: intent, query, sql)", field="--answer")
+    if answer not in ("intent", "query", "sql", "sql-grammar"):
+        raise InputError(f"unknown answer kind {answer!r} (known: intent, query, sql, sql-grammar)",
+                         field="--answer")
     names = guardrail_names(guardrails) if answer == "intent" or guardrails else ()
     cfg = ScoreConfig(evalset, responses, out, names, force=force, allow_missing=allow_missing,
                       semantic_model=semantic_model, warehouse=db)
-    if answer in ("query", "sql"):
+    if answer in ("query", "sql", "sql-grammar"):
         from nlq2sql.answers.query_run import score_query_responses
 
         summary = score_query_responses(cfg, answer)
@@ -215,7 +216,8 @@ def eval_cmd(
                                         "{\"unanswerable\": …}, constrained by a schema generated from the "
                                         "manifest, scored by rows; prompt 'query', no guardrails by "
                                         "default) | sql (the model writes DuckDB SQL, free text, guarded and "
-                                        "sandboxed, scored by result equivalence; prompt 'sql').")] = "intent",
+                                        "sandboxed, scored by result equivalence; prompt 'sql') | sql-grammar (the "
+                                        "same, constrained by a SQL grammar from the warehouse).")] = "intent",
     conditions: Any = None,  # every registered condition's options (condition_options)
 ) -> None:
     """Run an eval set against a live endpoint and score it."""
@@ -233,8 +235,8 @@ def eval_cmd(
                          field="--structured")
     first, replicas = fleet_args(endpoint, endpoints_file)
     check_local_only(first, structured_backend, batch_invariant)
-    if answer in ("query", "sql"):  # the answer's own prompt, and no v1 guardrail unless named
-        prompt = answer if prompt == "baseline" else prompt
+    if answer in ("query", "sql", "sql-grammar"):  # the answer's own prompt, and no v1 guardrail unless named
+        prompt = ("sql" if answer == "sql-grammar" else answer) if prompt == "baseline" else prompt
         names = guardrail_names(guardrails) if guardrails else ()
     else:
         names = guardrail_names(guardrails)

@@ -130,7 +130,7 @@ def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> dict[
         k = sum(a.correct.values())
         rps = (a.summary.get("throughput") or {}).get("req_per_s")
         examples = a.manifest.get("examples") or {}
-        grammar = a.manifest.get("sql_grammar") or {}
+        sampling = a.manifest.get("sampling") or {}
         rows.append({
             "arm": a.answer, "model": a.model, "evalset": a.evalset, "run": a.label,
             "n": len(a.correct), "accuracy": wilson(k, len(a.correct)),
@@ -139,7 +139,7 @@ def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> dict[
             "prompt_tokens": percentiles(a.prompt_tokens), "completion_tokens": percentiles(a.completion_tokens),
             "latency_s": percentiles(a.latency_s), "req_per_s": rps,
             "cost_per_1k": cost_per_1k(rps, gpu_cost_per_hour),
-            "grammar_sha256": grammar.get("sha256") if isinstance(grammar, dict) else None,
+            "grammar_sha256": sampling.get("grammar_sha256") if isinstance(sampling, dict) else None,
             "errors": {t: a.errors.get(t, 0) for t in ("correct", *TAXONOMY) if a.errors.get(t)}
                       | {t: v for t, v in a.errors.items() if t not in TAXONOMY and t != "correct"},
         })

@@ -102,7 +102,7 @@ class EvalConfig:
     load: LoadShape = field(default_factory=LoadShape)  # the defaults: a plain closed-loop eval
 
 
-ANSWERS = ("intent", "query", "sql")
+ANSWERS = ("intent", "query", "sql", "sql-grammar")
 
 
 def _check_answer(cfg: EvalConfig) -> None:
@@ -192,7 +192,7 @@ def preflight(cfg: EvalConfig) -> str:
     if cfg.endpoint is not None:
         from nlq2sql.run.canary import require_constraints
 
-        structured = "none" if cfg.answer == "sql" else cfg.sampling.structured  # SQL answers are free text
+        structured = "none" if cfg.answer in ("sql", "sql-grammar") else cfg.sampling.structured  # SQL: probed apart
         for url, model, k in targets(cfg, cfg.endpoint, cfg.model, key):
             asyncio.run(probe_endpoint(url, model, k))
             require_constraints(url, model, k, structured, compact=False, client=cfg.client)

@@ -14,12 +14,14 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from nlq2sql.answers.sql.score import SQL_ANSWERS
 from nlq2sql.answers.unscored import Question, answer_item
 from nlq2sql.conditions.registry import Condition, Request
 from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.run.config import targets
 from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.pool import FAIL_FAST, Pool
+from nlq2sql.run.sql_grammar import grammar_for
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.guardrail import load_guardrails
@@ -102,7 +104,9 @@ class ItemRunner:
             self.rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), self.wh.catalog, self.wh)
             self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
             self.conditions = load_conditions(cfg, self.wh)
-        self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog, cfg.answer)
+        grammar = grammar_for(cfg.answer, self.wh)  # --answer sql-grammar: the warehouse's SQL grammar
+        self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog, cfg.answer,
+                                      grammar=grammar.text if grammar is not None else None)
         # At most one condition replaces the single request (the registry refuses two).
         self.requester = next((c for c in self.conditions if c.replaces_request), None)
         # Connection pools sized for this process's share of the run's concurrency.
@@ -117,7 +121,7 @@ class ItemRunner:
                          if sample_metrics else [])
         self.ex = make_executor(self.wh)
         self.sandbox = None  # the direct-SQL answer's own read-only, locked, time-limited DuckDB
-        if cfg.answer == "sql":
+        if cfg.answer in SQL_ANSWERS:
             from nlq2sql.answers.sql.sandbox import Sandbox
 
             self.sandbox = Sandbox(self.wh.db_path, timeout_s=cfg.sql_timeout_s)
@@ -172,11 +176,11 @@ class ItemRunner:
                 case.id, lambda r: complete(r.client, r.cfg, messages, self.sampling, self.budget, self.fail_fast))
         # A question without a gold (``batch --questions``) is answered, not scored: same keys.
         request_error = None if comp.outcome == "ok" else comp.outcome
-        if isinstance(case, QueryCase) and cfg.answer == "sql":  # SQL the model wrote: guarded, sandboxed
+        if isinstance(case, QueryCase) and cfg.answer in SQL_ANSWERS:  # SQL the model wrote: guarded, sandboxed
             from nlq2sql.answers.sql.score import score_sql
 
             rec = score_sql(case, comp.text, self.ex, self.wh.catalog, sandbox=self.sandbox,
-                            finish_reason=comp.finish_reason, request_error=request_error)
+                            finish_reason=comp.finish_reason, request_error=request_error, answer=cfg.answer)
         elif isinstance(case, QueryCase):  # the v2 answer: scored by rows
             rec = score_query(case, comp.text, self.ex, self.wh.catalog, finish_reason=comp.finish_reason,
                               request_error=request_error)

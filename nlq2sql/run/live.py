@@ -46,6 +46,7 @@ from nlq2sql.run.config import (
 from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampling
 from nlq2sql.run.scheduler import closed_loop, open_loop
 from nlq2sql.run.session import finish_summary, recorded_retries, session_result
+from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, load_evalset
 from nlq2sql.stages.guardrail import load_guardrails
@@ -189,7 +190,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
     compiles_before = wh.catalog.engine.compiles
-    evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql")
+    evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql", "sql-grammar")
                     else load_evalset(cfg.evalset, wh))
     rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
@@ -216,12 +217,17 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         fleet = targets(cfg, base_url, model, key)
         load = cfg.load
         facts = asyncio.run(probe_endpoint(base_url, model, key))
+        grammar = grammar_for(cfg.answer, wh)
+        if grammar is not None:  # a grammar the server refuses fails every request: one clear error first
+            for url, mdl, k in fleet:
+                probe_grammar(url, mdl, k, grammar, timeout_s=cfg.timeout_s)
         more_facts = [asyncio.run(probe_endpoint(u, m, k)) for u, m, k in fleet[1:]]
         manifest = manifest_base("eval", evalset, rulesets, wh) | {
             "endpoint": base_url if server is None else "local",
             "model": model, "prompt": prompt.name, "prompt_style": prompt.style,
             "prompt_sha256": prompt.sha256,
-            "sampling": bind_sampling(request_sampling(cfg), wh.catalog, cfg.answer).as_dict(),
+            "sampling": bind_sampling(request_sampling(cfg), wh.catalog, cfg.answer,
+                                      grammar=grammar.text if grammar is not None else None).as_dict(),
             **({"answer": cfg.answer} if cfg.answer != "intent" else {}),
             # Which client engine sent the requests: worker processes or Ray actors, and where.
             "engine": ({"name": cfg.engine, "workers": cfg.workers, "ray_address": cfg.ray_address}

@@ -4,7 +4,7 @@ A grammar the server cannot compile fails *every* request with HTTP 400 ("Invali
 specification."): without a probe, a run would record N identical request errors and call them
 the arm's accuracy.  So one request carrying the grammar goes first; a refusal is one clear
 error naming the server's reason before any item runs or any output is written.  The grammar
-(text and sha256) goes in the manifest, as the query answer's JSON Schema does.
+(text and sha256) goes in the manifest's ``sampling``, as the query answer's JSON Schema does.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 import json
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.errors import InputError
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.transport.client import Sampling
 
-__all__ = ["GRAMMAR_ANSWER", "grammar_for", "manifest_keys", "probe_grammar", "with_grammar"]
+__all__ = ["GRAMMAR_ANSWER", "grammar_for", "probe_grammar", "with_grammar"]
 
 GRAMMAR_ANSWER = "sql-grammar"
 PROBE_TOKENS = 8
@@ -42,10 +42,6 @@ def with_grammar(s: Sampling, grammar: SqlGrammar | None) -> Sampling:
     if grammar is None:
         return s
     return dataclasses.replace(s, structured="grammar", schema_json=None, grammar=grammar.text)
-
-
-def manifest_keys(grammar: SqlGrammar | None) -> dict[str, Any]:
-    return {"sql_grammar": grammar.manifest()} if grammar is not None else {}
 
 
 def probe_grammar(base_url: str, model: str, api_key: str, grammar: SqlGrammar, *, timeout_s: float = 120.0

@@ -106,9 +106,10 @@ class Sampling:
         if self.schema != "flat" or self.schema_json is not None:
             d["schema"] = self.schema
             d["schema_json"] = self.schema_json
-        if self.grammar is not None:  # the text itself is the manifest's ``sql_grammar``
+        if self.grammar is not None:  # recorded as the JSON Schema is: the text and its sha256
             import hashlib
 
+            d["grammar"] = self.grammar
             d["grammar_sha256"] = hashlib.sha256(self.grammar.encode()).hexdigest()
         return d
 
