@@ -9,6 +9,8 @@ from typing import Any
 
 from nlq2sql.paths import PROJECT_ROOT
 
+__all__ = ["OUTPUTS", "git_info", "git_state"]
+
 #: The committed outputs' folder (relative to the project), left out of the dirty check.
 OUTPUTS = "reports"
 

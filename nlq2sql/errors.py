@@ -7,6 +7,9 @@ can turn bad *input* into one clear message with exit code 2.
 
 from __future__ import annotations
 
+__all__ = ["ClientError", "EvalSetError", "ExecutionError", "GuardrailError", "InputError", "IntentError",
+           "Nlq2SqlError", "RecordError", "SemanticModelError", "ServerError", "SqlBuildError"]
+
 
 class Nlq2SqlError(Exception):
     """Root of every error nlq2sql raises on purpose."""

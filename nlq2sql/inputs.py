@@ -119,8 +119,9 @@ def read_text(path: str | Path, what: str = "") -> str:
         raise not_utf8(moved, path=str(p), line=data.count(b"\n", 0, at) + 1, line_offset=0) from None
 
 
-__all__ = ["MAX_JSON_DEPTH", "check_json_depth", "decode_line", "json_depth", "json_object", "not_utf8",
-           "option_text", "parse_json", "read_text", "regular_file", "reusable_rest", "split_id"]
+__all__ = ["BOM", "MAX_JSON_DEPTH", "MAX_REQUESTS", "at_most", "check_json_depth", "decode_line", "json_depth",
+           "json_object", "not_utf8", "option_text", "parse_json", "read_text", "regular_file", "reusable_rest",
+           "split_id"]
 
 
 def json_object(text: str, *, path: str, line: int, cls: type[InputError] = InputError) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from pathlib import Path
 from nlq2sql.experiments import loadcheck
 from nlq2sql.records.store import MANIFEST, RECORDS, read_json
 from nlq2sql.run.session import fleet_summary
-from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.pipeline import summarise_file
 from nlq2sql.stages.report import pct
+from nlq2sql.stages.rulesets import load_guardrails
 
 
 def main(root: Path) -> None:

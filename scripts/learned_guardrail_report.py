@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 from nlq2sql.records.store import iter_records, read_json  # noqa: E402
 from nlq2sql.semantic import open_warehouse  # noqa: E402
 from nlq2sql.stages.evalset import load_evalset  # noqa: E402
-from nlq2sql.stages.guardrail import load_guardrails  # noqa: E402
 from nlq2sql.stages.learned_guardrail import load_model  # noqa: E402
 from nlq2sql.stages.pipeline import ScoreConfig, score_responses  # noqa: E402
+from nlq2sql.stages.rulesets import load_guardrails  # noqa: E402
 from nlq2sql.stages.score import Summary, mcnemar_exact, wilson  # noqa: E402
 
 DOC = ROOT / "docs" / "learned-guardrail.md"

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nlq2sql.conditions.selfcheck import apply_abstention
 from nlq2sql.semantic import load_catalog
 from nlq2sql.semantic.query import MetricQuery
+from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.query_score import score_query
 from nlq2sql.stages.queryset import QueryCase

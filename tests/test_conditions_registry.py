@@ -24,7 +24,7 @@ from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.run.config import EvalConfig, LoadShape, validate
 from nlq2sql.run.live import run_eval
-from nlq2sql.transport.client import Completion
+from nlq2sql.transport.stream import Completion
 
 MODEL = "fake-model"
 SENTENCE = " Answer with the intent only."
@@ -186,3 +186,47 @@ def test_eval_options_are_generated_from_the_settings(tmp_path: Path) -> None:
                                    "http://127.0.0.1:9/v1", "--out", str(tmp_path / "run")])
     assert res.exit_code == 2 and "--samples: must be between 1 and 16, got 99" in res.output
     assert not (tmp_path / "run").exists()
+
+
+def test_every_ray_engine_applies_the_built_in_conditions(tmp_path: Path, cache_root: Path,
+                                                          small_warehouse: Path) -> None:
+    """``eval --engine ray`` (actors) and ``batch --engine ray`` (Ray Data) record what the
+    in-process run records for the same conditions: the chosen examples, the linked values and
+    the abstention decision per item, and the conditions in the manifest."""
+    pytest.importorskip("ray.data")
+    import ray
+
+    from nlq2sql.run.batch import BatchConfig, run_batch
+    from nlq2sql.run.batch_shards import iter_shard_records
+    from nlq2sql.run.ray_engine import RayEngine
+
+    conds = REGISTRY.from_options(examples=1, link_values="hint", abstain=True)
+    keys = ("example_ids", "linked_values", "abstained", "abstain_reason", "correct_final")
+
+    def picked(recs: Iterator[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
+        return {r["id"]: tuple(r[k] for k in keys) for r in recs}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NLQ2SQL_CACHE_DIR", str(cache_root))  # Ray's workers inherit it when Ray starts here
+        started = not ray.is_initialized()
+        RayEngine(None)
+        try:
+            with FakeServer(tmp_path / "fake", script(), model=MODEL) as fake:
+                cfg = EvalConfig(evalset="heldout", out=tmp_path / "one", endpoint=fake.url, model=MODEL, limit=6,
+                                 concurrency=2, timeout_s=10.0, conditions=conds,
+                                 load=LoadShape(metrics_interval_s=0.1))
+                run_eval(cfg)
+                run_eval(replace(cfg, out=tmp_path / "ray", workers=2, engine="ray"))
+                run_batch(BatchConfig(base=replace(cfg, out=tmp_path / "batch"), input="heldout",
+                                      out=tmp_path / "batch", format="jsonl", concurrency=2, actors=2))
+        finally:
+            if started:
+                ray.shutdown()
+    one = picked(iter_records(tmp_path / "one" / RECORDS))
+    assert len(one) == 6 and all(v[0] and v[2] is not None for v in one.values())
+    assert picked(iter_records(tmp_path / "ray" / RECORDS)) == one
+    assert picked(iter_shard_records(tmp_path / "batch")) == one
+    m_one, m_ray, m_batch = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("one", "ray", "batch"))
+    for m in (m_ray, m_batch):
+        assert {k: m[k] for k in REGISTRY.manifest_keys()} == {k: m_one[k] for k in REGISTRY.manifest_keys()}
+    assert m_one["examples"]["k"] == 1 and m_one["link_values"] == "hint" and m_one["abstain"] is True

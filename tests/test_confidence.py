@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from nlq2sql.conditions.confidence import intent_evidence, kind_share
+from nlq2sql.conditions.confidence import intent_evidence
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError
 from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.abstention import kind_share
 from nlq2sql.stages.evalset import load_evalset
 
 

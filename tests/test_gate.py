@@ -23,7 +23,8 @@ from nlq2sql.cli import _common as cli_common
 from nlq2sql.cli import main as cli_main
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
-from nlq2sql.experiments.gate import GateConfig, GateResult, render_junit, run_gate
+from nlq2sql.experiments.gate import GateConfig, GateResult, run_gate
+from nlq2sql.experiments.gate_report import render_junit
 from nlq2sql.records.store import RECORDS, SUMMARY, records_digest
 from nlq2sql.stages.evalset import load_evalset
 

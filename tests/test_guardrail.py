@@ -14,14 +14,9 @@ from strategies import any_intents
 from nlq2sql.errors import GuardrailError
 from nlq2sql.stages import guardrail
 from nlq2sql.stages.evalset import EVALSET_DIR
-from nlq2sql.stages.guardrail import (
-    GUARDRAIL_DIR,
-    Intervention,
-    apply_all,
-    load_guardrails,
-    load_ruleset,
-)
+from nlq2sql.stages.guardrail import GUARDRAIL_DIR, Intervention, apply_all
 from nlq2sql.stages.intent import Intent
+from nlq2sql.stages.rulesets import load_guardrails, load_ruleset
 
 RANKING = load_ruleset("ranking")
 CONSISTENCY = load_ruleset("consistency")

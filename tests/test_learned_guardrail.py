@@ -20,8 +20,9 @@ from nlq2sql.records.store import iter_records
 from nlq2sql.stages import learned_guardrail as lg
 from nlq2sql.stages import learned_training as lt
 from nlq2sql.stages.evalset import load_evalset
-from nlq2sql.stages.guardrail import Intervention, RuleSet, load_guardrails, load_ruleset
+from nlq2sql.stages.guardrail import Intervention, RuleSet
 from nlq2sql.stages.intent import Intent
+from nlq2sql.stages.rulesets import load_guardrails, load_ruleset
 from nlq2sql.stages.score import mcnemar_exact
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,9 +14,9 @@ from nlq2sql.records.store import RecordWriter
 from nlq2sql.stages import score
 from nlq2sql.stages.evalset import EvalCase, load_evalset
 from nlq2sql.stages.execute import Executor
-from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.pipeline import ScoreConfig, as_missing, read_responses, score_responses
 from nlq2sql.stages.rescore import RecordMemo
+from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import Summary, score_item
 from nlq2sql.stages.sqlbuild import Query
 

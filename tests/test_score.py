@@ -11,8 +11,8 @@ from scipy.stats import binomtest
 
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.execute import Executor
-from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.intent import FIELDS, Intent, canonicalise
+from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import Summary, error_class, mcnemar_exact, percentiles, score_item, wilson, wrong_fields
 
 RANKING = load_guardrails(["ranking"])

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from nlq2sql.conditions.registry import REGISTRY
-from nlq2sql.conditions.selfcheck import abstain_reason, apply_abstention, vote
+from nlq2sql.conditions.selfcheck import vote
 from nlq2sql.errors import InputError
 from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.abstention import abstain_reason, apply_abstention
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.score import Summary
 

@@ -162,7 +162,7 @@ def test_byo_bad_filter_value_is_an_input_error(library: tuple[Path, Path], tmp_
 
 def test_byo_guardrail_naming_an_unknown_metric_is_a_load_error(library: tuple[Path, Path], tmp_path: Path) -> None:
     from nlq2sql.errors import GuardrailError
-    from nlq2sql.stages.guardrail import load_guardrails
+    from nlq2sql.stages.rulesets import load_guardrails
 
     folder, db = library
     rules = tmp_path / "metric.toml"

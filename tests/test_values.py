@@ -11,12 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nlq2sql.conditions.registry import REGISTRY
-from nlq2sql.conditions.values import ValueIndex, effective_guardrails, hint_text, value_ruleset
+from nlq2sql.conditions.values import effective_guardrails
 from nlq2sql.errors import InputError
 from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.stages.evalset import load_evalset
-from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.intent import Filter, Intent
+from nlq2sql.stages.rulesets import load_guardrails
+from nlq2sql.stages.value_links import ValueIndex, hint_text, value_ruleset
 
 
 @pytest.fixture(scope="module")

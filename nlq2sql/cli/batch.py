@@ -20,6 +20,7 @@ from nlq2sql.cli._common import (
     RoutingOpt,
     SemanticModelOpt,
     app,
+    condition_options,
     err,
     fleet_args,
     guardrail_names,
@@ -35,6 +36,7 @@ BatchEndpointsOpt = Annotated[list[str] | None, typer.Option(
 
 @app.command("batch")
 @handled
+@condition_options
 def batch_cmd(
     evalset: Annotated[str | None, typer.Option(help="Eval set name or path: every item is scored.")] = None,
     questions: Annotated[Path | None, typer.Option(
@@ -68,6 +70,7 @@ def batch_cmd(
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
     limit: Annotated[int | None, typer.Option(help="Only the first K items.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    conditions: Any = None,  # every registered condition's options (condition_options)
 ) -> None:
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
     the usual summary (all or nothing: no output directory unless every item was answered)."""
@@ -82,7 +85,7 @@ def batch_cmd(
     base = EvalConfig(endpoint=first, replicas=replicas, routing=routing, model=model, api_key_env=api_key_env,
                       prompt=prompt, guardrails=guardrail_names(guardrails), limit=limit, concurrency=concurrency,
                       sampling=Sampling(max_tokens=max_tokens), timeout_s=timeout, semantic_model=semantic_model,
-                      warehouse=db)
+                      warehouse=db, conditions=conditions)
     cfg = BatchConfig(base=base, input=str(questions if questions is not None else evalset),
                       questions=questions is not None, out=out, shard_rows=shard_rows, format=format,
                       engine=engine, ray_address=ray_address, concurrency=concurrency, actors=actors, force=force)

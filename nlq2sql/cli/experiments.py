@@ -36,6 +36,8 @@ from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
 from nlq2sql.run.models import DEFAULT_MODEL
 
+__all__ = ["compact", "compare", "gate", "load_check", "matrix"]
+
 
 @app.command("load-check")
 @handled
@@ -219,6 +221,7 @@ def gate(
 ) -> None:
     """Regression gate for CI: exit 1 when the candidate run is worse than the baseline, 2 on bad input."""
     from nlq2sql.experiments import gate as gt
+    from nlq2sql.experiments.gate_report import render_markdown, write_outputs
     from nlq2sql.experiments.repeated import gate as run_gate
     from nlq2sql.records.store import output_dir
 
@@ -228,8 +231,8 @@ def gate(
         output_dir(out, create=False)  # refused before anything is read
     result = run_gate(cfg)  # two repeated runs (eval --repeats): also paired over every repeat
     if out is not None:
-        gt.write_outputs(result, out)
-    Console().print(gt.render_markdown(result), markup=False, highlight=False, soft_wrap=True, end="")
+        write_outputs(result, out)
+    Console().print(render_markdown(result), markup=False, highlight=False, soft_wrap=True, end="")
     if result.exit_code:
         err.print(f"gate failed: {', '.join(c.id for c in result.failed)}", highlight=False)
         raise typer.Exit(result.exit_code)

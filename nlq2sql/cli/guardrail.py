@@ -13,6 +13,8 @@ from rich.console import Console
 from nlq2sql.cli._common import app, handled
 from nlq2sql.errors import InputError
 
+__all__ = ["guardrail_app", "show", "train"]
+
 guardrail_app = typer.Typer(help="Guardrails: train and inspect the learned guardrail (learned:NAME).",
                             no_args_is_help=True)
 app.add_typer(guardrail_app, name="guardrail")

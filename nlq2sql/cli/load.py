@@ -34,6 +34,9 @@ from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS, at_most
 from nlq2sql.run.models import DEFAULT_MODEL
 
+__all__ = ["LocalSeqsOpt", "capacity_cmd", "grid_cmd", "probe_app", "probe_cancel", "probe_health", "probe_prefix",
+           "probe_serialization", "sweep_cmd"]
+
 probe_app = typer.Typer(help="Serving-path probes: serialization verdict, cancel, /health, prefix reuse.",
                         no_args_is_help=True)
 app.add_typer(probe_app, name="probe")

@@ -34,6 +34,9 @@ from nlq2sql.cli._serving import BatchInvariantOpt, StructuredBackendOpt, check_
 from nlq2sql.errors import InputError
 from nlq2sql.run.models import DEFAULT_MODEL
 
+__all__ = ["app", "db_app", "db_build", "eval_cmd", "evalset_app", "evalset_check", "models_app", "models_pull",
+           "score", "serve"]
+
 db_app = typer.Typer(help="The synthetic DuckDB warehouse.", no_args_is_help=True)
 evalset_app = typer.Typer(help="Eval sets.", no_args_is_help=True)
 models_app = typer.Typer(help="Models for the local server.", no_args_is_help=True)

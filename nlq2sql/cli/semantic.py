@@ -13,6 +13,8 @@ from rich.markup import escape
 from nlq2sql.cli._common import DbOpt, SchemaOpt, SemanticModelOpt, app, err, handled
 from nlq2sql.errors import InputError
 
+__all__ = ["semantic_app", "semantic_check", "semantic_init", "semantic_show", "sql_cmd"]
+
 semantic_app = typer.Typer(help="Semantic models (dbt Semantic Layer YAML): check, show, init.",
                            no_args_is_help=True)
 app.add_typer(semantic_app, name="semantic")

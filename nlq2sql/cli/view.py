@@ -11,6 +11,8 @@ import typer
 from nlq2sql.cli._common import app, err, handled
 from nlq2sql.errors import InputError
 
+__all__ = ["view_cmd"]
+
 
 @app.command("view")
 @handled

@@ -1,6 +1,6 @@
 """Abstention (``--abstain``, ``--abstain-below P``) as a condition: decided over the scored record.
 
-The decision itself (:func:`~nlq2sql.conditions.selfcheck.apply_abstention`) reads only
+The decision itself (:func:`~nlq2sql.stages.abstention.apply_abstention`) reads only
 recorded fields — the vote, the planner's choice, the intent-token evidence — so offline
 re-scoring decides it again the same way; this module says when it runs and what a run
 records: with ``--abstain-below`` every request asks for token logprobs and each record keeps
@@ -17,8 +17,9 @@ from pydantic import Field
 
 from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence
 from nlq2sql.conditions.registry import Condition, Settings, register
-from nlq2sql.conditions.selfcheck import apply_abstention
-from nlq2sql.transport.client import Completion, Sampling
+from nlq2sql.stages.abstention import apply_abstention
+from nlq2sql.transport.client import Sampling
+from nlq2sql.transport.stream import Completion
 
 __all__ = ["Abstain", "AbstainSettings"]
 

@@ -6,7 +6,7 @@ the first whose text, together with the value generated before it, fits exactly 
 (``top`` → ``top_n_by_metric``; a ``t`` alone would still be ``top_n…`` or ``time_series``).
 At that token the alternatives the server offered are grouped by the kind each would have
 started; the **confidence** is the chosen kind's share of that mass.  Abstention reads the
-share of the kind finally answered (:func:`kind_share`): when a guardrail overrules the
+share of the kind finally answered (:func:`nlq2sql.stages.abstention.kind_share`): when a guardrail overrules the
 model, its confidence is what the model gave the guardrail's kind.  Alternatives that fit
 no kind or several are left out: under the JSON-Schema constraint vLLM reports the masked
 tokens at about -9999, so the mass left is the mass the grammar allowed.
@@ -27,7 +27,7 @@ from typing import Any
 
 from nlq2sql.stages.intent import INTENTS
 
-__all__ = ["TOP_LOGPROBS", "intent_evidence", "kind_share"]
+__all__ = ["TOP_LOGPROBS", "intent_evidence"]
 
 #: Alternatives asked per token: enough for all three kinds plus grammar-masked fillers.
 TOP_LOGPROBS = 8
@@ -51,15 +51,6 @@ def _kinds(value: str) -> set[str]:
         if k.startswith(value) or (value.startswith(k) and value[len(k):len(k) + 1] in ('"', "")):
             out.add(k)
     return out
-
-
-def kind_share(evidence: dict[str, Any], kind: str | None) -> float:
-    """The share of the model's offered mass on ``kind`` — the kind actually answered, which a
-    guardrail may have changed (the model's own share of its raw kind when None)."""
-    if kind is None or kind == evidence["kind"]:
-        return float(evidence["confidence"])
-    total = sum(evidence["kinds"].values())
-    return float(evidence["kinds"].get(kind, 0.0)) / total if total > 0 else 0.0
 
 
 def intent_evidence(tokens: Tokens | None) -> dict[str, Any] | None:

@@ -22,7 +22,8 @@ from nlq2sql.conditions.confidence import intent_evidence
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.intent import INTENTS, branch_schema
-from nlq2sql.transport.client import Completion, EndpointConfig, RetryBudget, Sampling, complete
+from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
+from nlq2sql.transport.stream import Completion
 
 __all__ = ["CHOICE_MAX_TOKENS", "PLANNERS", "Planner", "PlannerSettings", "plan_and_answer", "stage_one",
            "stage_two"]

@@ -32,7 +32,8 @@ from nlq2sql.records.results import Manifest
 
 if TYPE_CHECKING:
     from nlq2sql.semantic.binding import Warehouse
-    from nlq2sql.transport.client import Completion, EndpointConfig, RetryBudget, Sampling
+    from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling
+    from nlq2sql.transport.stream import Completion
 
 __all__ = ["ANSWERS", "REGISTRY", "Condition", "ConditionSet", "Messages", "Registry", "Request", "Settings",
            "register"]

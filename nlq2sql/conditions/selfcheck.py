@@ -29,15 +29,14 @@ from typing import Any
 
 from pydantic import Field
 
-from nlq2sql.conditions.confidence import kind_share
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.errors import InputError, IntentError
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.intent import canonicalise, parse_intent
-from nlq2sql.transport.client import Completion, EndpointConfig, RetryBudget, Sampling, complete
+from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
+from nlq2sql.transport.stream import Completion
 
-__all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "abstain_reason", "apply_abstention", "sample_and_vote",
-           "vote"]
+__all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "sample_and_vote", "vote"]
 
 MAX_SAMPLES = 16
 
@@ -86,35 +85,6 @@ async def sample_and_vote(client: Any, ecfg: EndpointConfig, messages: list[dict
     fields["votes"] = v
     chosen = ok[v["winner"]] if v["winner"] is not None else ok[0]
     return chosen, fields
-
-
-def abstain_reason(rec: dict[str, Any]) -> str | None:
-    """Why an item abstains, from its record (None: it answers)."""
-    votes = rec.get("votes")
-    if votes is not None and (votes["winner"] is None or votes["tie"]):
-        return "no majority among samples"
-    choice = rec.get("planner_choice")
-    final = rec.get("final_intent")
-    if choice is not None and final is not None and final.get("intent") != choice:
-        return f"planner chose {choice}, guardrail made it {final.get('intent')}"
-    below, ev = rec.get("abstain_below"), rec.get("intent_evidence")
-    if below is not None and ev is not None:
-        share = kind_share(ev, (final or {}).get("intent"))
-        if share < below:
-            return f"intent-token confidence {share:.2f} < {below:g}"
-    return None
-
-
-def apply_abstention(rec: dict[str, Any]) -> dict[str, Any]:
-    """Decide and record abstention on a scored record (in place; returns it)."""
-    reason = abstain_reason(rec)
-    rec["abstained"] = reason is not None
-    rec["abstain_reason"] = reason
-    rec["answer_correct"] = bool(rec["correct_final"])
-    if reason is not None:
-        rec["correct_final"] = False
-        rec["correct_exec"] = False
-    return rec
 
 
 class SelfCheckSettings(Settings):

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
 
+__all__ = ["shared_endpoint"]
+
 
 @contextmanager
 def shared_endpoint(cfg: EvalConfig) -> Iterator[EvalConfig]:

@@ -28,6 +28,8 @@ from nlq2sql.stages.intent import compact_regex
 from nlq2sql.stages.score import percentiles
 from nlq2sql.transport.client import Sampling
 
+__all__ = ["ARMS", "CompactConfig", "analyse", "arm_config", "render_markdown", "retokenize", "run", "write_result"]
+
 ARMS = ("pretty", "prompt-compact", "grammar-compact")
 
 

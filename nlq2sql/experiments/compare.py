@@ -15,6 +15,8 @@ from typing import Any
 
 import matplotlib
 
+__all__ = ["COLUMNS", "accuracy_figure", "cost_per_1k", "load_runs", "plots", "png_base64", "render", "rows"]
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 

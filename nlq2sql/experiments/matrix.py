@@ -19,6 +19,8 @@ from nlq2sql.stages.pipeline import rescore_run
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact
 
+__all__ = ["MatrixConfig", "condition_table", "render_markdown", "run_prompts", "write_result"]
+
 
 @dataclass(frozen=True)
 class MatrixConfig:

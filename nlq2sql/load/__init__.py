@@ -5,5 +5,7 @@ saturation point and the SLO operating points; ``serialization`` says, with evid
 whether concurrent requests reach the engine as batched work; ``probes`` measure
 cancellation, ``/health`` under prefill and prefix-cache reuse.
 
-Nothing in the evaluation core imports this package; it builds on ``nlq2sql.run.live``.
+Nothing in the evaluation core imports this package; it builds on ``nlq2sql.run`` (config, live).
 """
+
+__all__: list[str] = []

@@ -28,6 +28,9 @@ from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read
 from nlq2sql.run.models import DEFAULT_MODEL
 from nlq2sql.stages.score import percentiles
 
+__all__ = ["DTYPE_BYTES", "CapacityConfig", "analyse", "context_budget", "dtype_bytes", "fetch_metrics", "kv_need",
+           "kv_per_token", "load_model_config", "render_markdown", "run", "run_dirs", "server_budget"]
+
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "int8": 1.0}
 

@@ -16,6 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nlq2sql.transport.server_metrics import parse_metrics
 
+__all__ = ["EXTRA_COUNTERS", "HISTOGRAMS", "counter_delta", "hist_delta", "hit_rate", "parse_snapshot", "root_url",
+           "scrape"]
+
 #: logical name → accepted histogram names (first found wins).
 HISTOGRAMS = {
     "ttft": ("vllm:time_to_first_token_seconds",),

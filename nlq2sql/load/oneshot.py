@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+__all__ = ["main"]
+
 
 def main(argv: list[str]) -> int:
     url, body_path, start_at = argv[0], argv[1], float(argv[2])

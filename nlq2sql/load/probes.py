@@ -35,6 +35,9 @@ from nlq2sql.records.store import output_dir
 from nlq2sql.stages.score import percentiles
 from nlq2sql.transport.stream import Accumulator, Completion, StreamEventError, sse_events
 
+__all__ = ["FILLER", "SCENARIOS", "ProbeResult", "Target", "cancel_probe", "filler", "health_probe",
+           "prefix_messages", "prefix_probe", "render_markdown", "run_probe", "stream_chat", "wait_idle", "write"]
+
 ProbeResult = CancelProbeResult | HealthProbeResult | PrefixProbeResult
 
 _FILLER_TEXT = ("the store sells office furniture and electronics to customers in five regions while "

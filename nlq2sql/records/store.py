@@ -21,6 +21,10 @@ from typing import Any, Self
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import not_utf8, parse_json, regular_file
 
+__all__ = ["BULK_BLOCK", "MANIFEST", "RECORDS", "RECORD_VERSION", "RESUME_KEYS", "SUMMARY", "BulkRecordWriter",
+           "RecordWriter", "check_resume", "done_ids", "encode_json", "iter_records", "output_dir", "prepare_dir",
+           "read_finished_run", "read_json", "records_digest", "repair_tail", "require_run", "write_json_atomic"]
+
 RECORD_VERSION = 1
 MANIFEST, RECORDS, SUMMARY = "manifest.json", "records.jsonl", "summary.json"
 

@@ -51,6 +51,7 @@ from nlq2sql.records.store import MANIFEST, SUMMARY, prepare_dir, write_json_ato
 from nlq2sql.run.batch_shards import FORMATS, SHARDS, encode_record, parse_item, summarise_shards, write_shards
 from nlq2sql.run.config import EvalConfig, preflight, probe_endpoint, validate
 from nlq2sql.run.endpoints import check_address
+from nlq2sql.run.item import load_conditions, request_sampling
 from nlq2sql.run.ray_engine import BudgetCounter, RayEngine, start_local_ray
 from nlq2sql.run.worker import SharedBudget
 from nlq2sql.semantic import open_warehouse
@@ -131,6 +132,9 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
     rulesets = load_guardrails(wcfg.conditions.guardrails(wcfg.guardrails), wh.catalog, wh)
     prompt = load_prompt(wcfg.prompt, wcfg.style, wh)
     items, evalset, sha = load_items(cfg, wh)
+    conditions = load_conditions(wcfg, wh)  # the driver's copies: the manifest and the overlap check
+    for cond in conditions if evalset is not None else ():
+        cond.check_against(evalset)
     key = preflight(wcfg) if cfg.engine == "ray" else ""  # the API key, every endpoint probed
     if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
         prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
@@ -149,7 +153,9 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
         "actors": cfg.actors, "concurrency_per_actor": cfg.concurrency, "shard_rows": cfg.shard_rows,
         "format": cfg.format, "endpoint": wcfg.endpoint, "model": wcfg.model, "prompt": prompt.name,
         "prompt_style": prompt.style, "prompt_sha256": prompt.sha256, "client": wcfg.client,
-        "sampling": bind_sampling(wcfg.sampling, wh.catalog).as_dict(),
+        "sampling": bind_sampling(request_sampling(wcfg), wh.catalog).as_dict(),
+        # The conditions the actors apply (their keys only when some are on: older batches unchanged).
+        **(wcfg.conditions.manifest(conditions) if wcfg.conditions else {}),
         "server": asyncio.run(probe_endpoint(wcfg.endpoint, wcfg.model, key)) if wcfg.endpoint else None,
         "retry_budget": {"fraction": wcfg.retry_budget, "total": total}, "started": time.time()}
     tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}").absolute()

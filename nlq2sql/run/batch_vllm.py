@@ -96,9 +96,9 @@ def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[di
 def _context(cfg: EvalConfig) -> tuple[Any, Any, list[Any], Any, dict[str, Any]]:
     """Per worker process: warehouse, prompt, guardrails, executor and the sampling params."""
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.guardrail import load_guardrails
     from nlq2sql.stages.pipeline import make_executor
     from nlq2sql.stages.prompt import load_prompt
+    from nlq2sql.stages.rulesets import load_guardrails
     from nlq2sql.transport.client import bind_sampling
 
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)

@@ -22,8 +22,8 @@ from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
 from nlq2sql.run.endpoints import ROUTINGS, ReplicaSpec, check_address, check_endpoint_url
 from nlq2sql.run.models import DEFAULT_MODEL
-from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import CLIENTS, Sampling
 
 #: Largest --max-tokens: far above any model's context (a typo such as 99999999999999999999 is

@@ -24,12 +24,12 @@ from nlq2sql.run.pool import FAIL_FAST, Pool
 from nlq2sql.run.sql_grammar import grammar_for
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase
-from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.intent import canonicalise
 from nlq2sql.stages.pipeline import make_executor
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.query_score import score_query
 from nlq2sql.stages.queryset import QueryCase
+from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import score_item
 from nlq2sql.stages.sqlbuild import build_sql
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, bind_sampling, complete

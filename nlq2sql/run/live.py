@@ -49,10 +49,10 @@ from nlq2sql.run.session import finish_summary, recorded_retries, session_result
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, load_evalset
-from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.pipeline import manifest_base
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.queryset import load_query_set
+from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import RetryBudget, bind_sampling
 
 # The configuration and its checks live in ``run.config``, the session's figures in ``run.session``.

@@ -24,6 +24,9 @@ from pathlib import Path
 from nlq2sql.errors import InputError, ServerError
 from nlq2sql.paths import PROJECT_ROOT, cache_dir
 
+__all__ = ["DEFAULT_MODEL", "MARKER", "REGISTRY", "ModelSpec", "is_complete", "main", "model_dir", "models_dir",
+           "pull", "resolve_model"]
+
 DEFAULT_MODEL = "smollm2-135m"
 MARKER = "nlq2sql-model.json"  # written last, inside the temp folder, before the rename
 

@@ -38,15 +38,8 @@ import aiohttp
 
 from nlq2sql.errors import InputError
 from nlq2sql.run.endpoints import ROUTINGS
-from nlq2sql.transport.client import (
-    ATTEMPT_WATCH,
-    Completion,
-    EndpointConfig,
-    RetryBudget,
-    Sampling,
-    complete,
-    make_client,
-)
+from nlq2sql.transport.client import ATTEMPT_WATCH, EndpointConfig, RetryBudget, Sampling, complete, make_client
+from nlq2sql.transport.stream import Completion
 
 __all__ = ["FAILURE_THRESHOLD", "FAIL_FAST", "FLAP_WINDOW_S", "PROBE_BACKOFF_MAX_S", "PROBE_QUESTION",
            "REPLICA_FAULTS", "Pool", "Replica", "Trail", "healthy", "probe_chat", "split_concurrency"]

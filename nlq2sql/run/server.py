@@ -35,6 +35,9 @@ from nlq2sql.run.serving import (
     platform_device,
 )
 
+__all__ = ["COMPACT_STRUCTURED_OUTPUTS", "STOP_GRACE_S", "LocalFleet", "LocalServer", "ServerConfig",
+           "check_server_settings", "free_port", "is_port_in_use"]
+
 COMPACT_STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})
 STOP_GRACE_S = 15.0
 

@@ -18,6 +18,8 @@ import duckdb
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.semantic.catalog import Catalog, display_path, load_catalog, shipped_names
 
+__all__ = ["PROMPT_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "open_warehouse"]
+
 #: A dimension with at most this many distinct values has them listed in the prompt.
 PROMPT_VALUES_MAX = 12
 #: Values fetched per dimension for eval-set checks (beyond it: checked by a query each).

@@ -17,7 +17,7 @@ from nlq2sql.semantic.mf import mf_reason, quiet
 from nlq2sql.semantic.project import Problem, Project, SemanticProblems, TimeSpine, ref_table
 from nlq2sql.semantic.yamlsafe import Doc
 
-__all__ = ["GENERATED_SPINE", "LEGACY_SPINE", "build_manifest"]
+__all__ = ["GENERATED_SPINE", "LEGACY_SPINE", "SCHEMA", "build_manifest"]
 
 #: dbt's legacy convention: a table of this name with a ``date_day`` column.
 LEGACY_SPINE = TimeSpine(table="metricflow_time_spine", column="date_day")

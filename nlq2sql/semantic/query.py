@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["GRAINS", "OPS", "MetricQuery", "OrderBy", "Unanswerable", "Value", "Where"]
+__all__ = ["GRAINS", "METRIC_TIME", "OPS", "MetricQuery", "OrderBy", "Unanswerable", "Value", "Where"]
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 Value = Annotated[str, Field(max_length=128)] | int | float

@@ -17,6 +17,8 @@ import duckdb
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.semantic.binding import Warehouse
 
+__all__ = ["check", "dumps", "init_yaml", "show", "sql_for"]
+
 
 def check(wh: Warehouse) -> dict[str, Any]:
     """Execute, per metric, one query per dimension it reaches and one monthly series; a metric

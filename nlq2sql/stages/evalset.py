@@ -20,6 +20,9 @@ from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, Catalog, default_catalog
 from nlq2sql.stages.intent import Intent, consistency_problem, vocabulary_problem
 
+__all__ = ["BLOCK", "CASE_MEMO_SIZE", "CATEGORY", "EVALSET_DIR", "ID_MAX_LENGTH", "CaseIndex", "EvalCase", "EvalSet",
+           "evalset_dir", "index_evalset", "load_evalset", "parse_line", "resolve_path"]
+
 EVALSET_DIR = PROJECT_ROOT / "evalsets"
 #: Longest case id.
 ID_MAX_LENGTH = 128

@@ -22,6 +22,9 @@ import duckdb
 from nlq2sql.errors import ExecutionError
 from nlq2sql.semantic.engine import Query
 
+__all__ = ["DEFAULT_TIMEOUT_S", "FLOAT_DIGITS", "READ_ONLY_CONFIG", "Executor", "Row", "connect_read_only",
+           "normalise", "result_hash", "rows_equal"]
+
 FLOAT_DIGITS = 9
 DEFAULT_TIMEOUT_S = 10.0
 Row = tuple[Any, ...]

@@ -15,18 +15,18 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from nlq2sql.errors import GuardrailError
 from nlq2sql.inputs import read_text, regular_file
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.semantic.catalog import Catalog, Vocabulary
+from nlq2sql.semantic.catalog import Vocabulary
 from nlq2sql.stages.intent import Intent, consistency_problem
 
-if TYPE_CHECKING:
-    from nlq2sql.semantic import Warehouse
+__all__ = ["GUARDRAIL_DIR", "NUMBER_WORDS", "VALUES", "Cue", "Intervention", "Rule", "RuleSet", "apply_all",
+           "check_vocabulary", "propose", "read_ruleset"]
 
 GUARDRAIL_DIR = PROJECT_ROOT / "guardrails"
 NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -187,13 +187,9 @@ def _null(v: Any) -> Any:
     return None if v == NULL else v
 
 
-def load_ruleset(name_or_path: str | Path) -> RuleSet:
-    """Load a rule set by name (``guardrails/NAME.toml``) or by path; ``learned:NAME`` is a
-    trained classifier (:mod:`nlq2sql.stages.learned_guardrail`)."""
-    if isinstance(name_or_path, str) and name_or_path.startswith("learned:"):
-        from nlq2sql.stages.learned_guardrail import load_learned
-
-        return load_learned(name_or_path.removeprefix("learned:"))
+def read_ruleset(name_or_path: str | Path) -> RuleSet:
+    """Read a TOML rule set by name (``guardrails/NAME.toml``) or by path (the other kinds of
+    rule set, ``learned:NAME`` and ``values``, are loaded by :mod:`nlq2sql.stages.rulesets`)."""
     path = Path(name_or_path)
     if path.suffix != ".toml":
         path = GUARDRAIL_DIR / f"{name_or_path}.toml"
@@ -264,32 +260,6 @@ def check_vocabulary(rs: RuleSet, vocab: Vocabulary, path: str | None = None) ->
             if fld in allowed and value not in allowed[fld]:
                 raise GuardrailError(f"rule {rule.id!r} names {fld} {value!r}, which is not in the "
                                      f"semantic model's vocabulary", path=path or rs.name, field=f"{rule.id}.{key}")
-
-
-def load_guardrails(names: list[str] | tuple[str, ...], catalog: Catalog | None = None,
-                    warehouse: Warehouse | None = None) -> list[RuleSet]:
-    """Load rule sets by name; ``none`` (or an empty list) means no guardrail.  With a
-    semantic model, every metric/dimension a rule names must be in its vocabulary.
-
-    ``values`` (value linking, :mod:`nlq2sql.conditions.values`) is built from the bound
-    warehouse's values; without one (a preflight check) it is only recognised."""
-    out: list[RuleSet] = []
-    for n in names:
-        if not n or n == "none":
-            continue
-        if n == VALUES:
-            if warehouse is not None:
-                from nlq2sql.conditions.values import value_ruleset
-
-                out.append(value_ruleset(warehouse))
-            continue
-        out.append(load_ruleset(n))
-    if warehouse is not None and catalog is None:
-        catalog = warehouse.catalog
-    if catalog is not None:
-        for rs in out:
-            check_vocabulary(rs, catalog.vocabulary)
-    return out
 
 
 def apply_all(rulesets: list[RuleSet], intent: Intent, question: str

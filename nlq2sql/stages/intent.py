@@ -19,6 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nlq2sql.errors import InputError, IntentError
 from nlq2sql.semantic.catalog import Catalog, Vocabulary, default_catalog
 
+__all__ = ["DEFAULT_TOP_N", "FIELDS", "INTENTS", "OPS", "ORDERS", "PARSE_CACHE_SIZE", "SCHEMA_MODES",
+           "STATUS_INCONSISTENT", "STATUS_INVALID_JSON", "STATUS_OK", "STATUS_SCHEMA_INVALID", "TIME_GRAINS",
+           "Filter", "Intent", "IntentKind", "Name", "Op", "Order", "TimeGrain", "branch_schema", "canonicalise",
+           "compact_json", "compact_regex", "consistency_problem", "intent_schema", "is_ordered", "parse_intent",
+           "vocabulary_problem"]
+
 IntentKind = Literal["breakdown", "top_n_by_metric", "time_series"]
 TimeGrain = Literal["month", "quarter", "year"]
 Op = Literal["eq", "neq"]

@@ -43,6 +43,12 @@ from nlq2sql.inputs import parse_json
 from nlq2sql.stages.guardrail import GUARDRAIL_DIR, NUMBER_WORDS, Intervention, Rule, RuleSet, propose
 from nlq2sql.stages.intent import Intent
 
+__all__ = ["C", "COMMON", "COUNTS", "CV_FOLDS", "DEFAULT_NAME", "DEFAULT_THRESHOLD", "DEFAULT_TRAINING", "DIGITS",
+           "FEATURES", "FORMAT", "FORMAT_VERSION", "HEADS", "LABELS", "LEARNED_DIR", "MEMO_SIZE", "NUMBER", "PREFIX",
+           "PREPROCESS", "RANDOM_STATE", "RULE_TO_BREAKDOWN", "RULE_TO_RANKING", "SAFE_NAME", "TRAINING_DIR",
+           "TRAIN_KEYS", "LearnedModel", "LearnedRuleSet", "Prediction", "artefact_path", "canonical_sha256",
+           "load_learned", "load_model", "normalise_question", "numbers_in", "prepare", "read_artefact"]
+
 PREFIX = "learned:"
 LEARNED_DIR = GUARDRAIL_DIR / "learned"
 TRAINING_DIR = GUARDRAIL_DIR / "training"

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql import __version__
-from nlq2sql.conditions.selfcheck import apply_abstention
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
 from nlq2sql.records.results import Manifest as ManifestModel
@@ -34,11 +33,17 @@ from nlq2sql.records.store import (
 )
 from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.stages import warehouse
+from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.stages.evalset import CaseIndex, EvalSet, index_evalset, load_evalset
 from nlq2sql.stages.execute import Executor
-from nlq2sql.stages.guardrail import RuleSet, load_guardrails
+from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.rescore import RecordMemo
+from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import Summary, score_item
+
+__all__ = ["RESPONSE_MEMO_SIZE", "Response", "ScoreConfig", "as_missing", "check_evalset", "make_executor",
+           "manifest_base", "publish", "read_responses", "refuse_missing", "rescore_run", "score_responses",
+           "staging_dir", "summarise_file"]
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ from nlq2sql.inputs import read_text, regular_file
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.semantic import Warehouse
 
+__all__ = ["PROMPT_DIR", "SLOT", "STYLES", "Prompt", "load_prompt", "render"]
+
 PROMPT_DIR = PROJECT_ROOT / "prompts"
 
 #: Output-style suffixes used by the compact-vs-pretty experiment.

@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+__all__ = ["fleet_table", "pct", "render_summary", "secs", "summary_rows"]
+
 
 def pct(p: dict[str, Any] | None) -> str:
     """"63.3 % [50.7–74.4] (38/60)": value, 95 % CI and the counts behind it."""

@@ -26,6 +26,8 @@ from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.intent import Intent, parse_intent
 from nlq2sql.stages.score import score_item
 
+__all__ = ["MEMO_SIZE", "OPEN_FIELDS", "Entry", "RecordMemo", "meaning"]
+
 #: Fields of a record that vary between items scored alike: left open in a remembered record,
 #: filled in per item (the reasons only vary for a text that does not parse: see meaning).
 OPEN_FIELDS = ("id", "raw_text", "status_reason", "final_status_reason")

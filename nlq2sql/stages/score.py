@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from nlq2sql.conditions.confidence import kind_share
 from nlq2sql.errors import ExecutionError, IntentError, SqlBuildError
 from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.stages.abstention import kind_share
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import Intervention, RuleSet, apply_all
@@ -34,6 +34,9 @@ from nlq2sql.stages.intent import (
     parse_intent,
 )
 from nlq2sql.stages.sqlbuild import build_sql
+
+__all__ = ["PENDING_MAX", "RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "Summary", "confidence", "error_class",
+           "mcnemar_exact", "percentiles", "score_item", "wilson", "wrong_fields"]
 
 #: Primary error classes, most basic first.
 TAXONOMY = ("request_error", "truncated", "invalid_json", "schema_invalid", "inconsistent",

@@ -22,6 +22,9 @@ from nlq2sql.errors import InputError
 from nlq2sql.paths import cache_dir
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, shipped_names
 
+__all__ = ["DATA_SUFFIXES", "DEFAULT_NAME", "MAX_SCALE", "build", "builder", "default_path", "ensure", "fingerprint",
+           "import_folder", "resolve_db"]
+
 DATA_SUFFIXES = {".parquet": "read_parquet", ".csv": "read_csv_auto", ".tsv": "read_csv_auto"}
 #: The cached file name of the default warehouse at its default scale (kept from v1 layouts).
 DEFAULT_NAME = "warehouse-v2.duckdb"

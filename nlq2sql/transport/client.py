@@ -28,6 +28,10 @@ from nlq2sql.stages.intent import intent_schema
 from nlq2sql.transport.rawclient import RawClient, stream_once
 from nlq2sql.transport.stream import Accumulator, Completion, HTTPStatusError, StreamEventError, Transport
 
+__all__ = ["ATTEMPT_WATCH", "CLIENTS", "KEEPALIVE_S", "OUTCOMES", "STRUCTURED_MODES", "AttemptWatch",
+           "EndpointConfig", "RetryBudget", "Sampling", "bind_sampling", "classify", "complete", "make_client",
+           "redact", "request_kwargs", "unsent"]
+
 #: outcome → retried?  (the docs list the same table)
 OUTCOMES: dict[str, bool] = {
     "ok": False, "http_429": True, "http_5xx": True, "timeout": True, "connection_error": True,

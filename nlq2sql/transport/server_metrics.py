@@ -15,6 +15,8 @@ from typing import Any
 
 import aiohttp
 
+__all__ = ["COUNTERS", "GAUGES", "MetricsSampler", "parse_metrics"]
+
 #: logical name → accepted metric names (first found wins), newest first.
 GAUGES = {
     "running": ("vllm:num_requests_running",),

@@ -13,7 +13,8 @@ import re
 from typing import Any
 
 from nlq2sql.errors import GuardrailError
-from nlq2sql.stages.guardrail import VALUES, RuleSet, load_ruleset
+from nlq2sql.stages.guardrail import VALUES, RuleSet
+from nlq2sql.stages.rulesets import load_ruleset
 
 __all__ = ["SAFE_NAME", "CueExplainer"]
 

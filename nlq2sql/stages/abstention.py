@@ -1,0 +1,51 @@
+"""Abstention, decided from a scored record: what ``--abstain`` and ``--abstain-below`` change.
+
+The decision reads only recorded evidence (the samples' votes, the planner's choice, the
+intent token's confidence), so scoring and re-scoring offline (``stages.pipeline``) take it
+here, below the conditions that record that evidence (``conditions.selfcheck``,
+``conditions.planner``, ``conditions.confidence``, ``conditions.abstain``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["abstain_reason", "apply_abstention", "kind_share"]
+
+
+def kind_share(evidence: dict[str, Any], kind: str | None) -> float:
+    """The share of the model's offered mass on ``kind`` — the kind actually answered, which a
+    guardrail may have changed (the model's own share of its raw kind when None)."""
+    if kind is None or kind == evidence["kind"]:
+        return float(evidence["confidence"])
+    total = sum(evidence["kinds"].values())
+    return float(evidence["kinds"].get(kind, 0.0)) / total if total > 0 else 0.0
+
+
+def abstain_reason(rec: dict[str, Any]) -> str | None:
+    """Why an item abstains, from its record (None: it answers)."""
+    votes = rec.get("votes")
+    if votes is not None and (votes["winner"] is None or votes["tie"]):
+        return "no majority among samples"
+    choice = rec.get("planner_choice")
+    final = rec.get("final_intent")
+    if choice is not None and final is not None and final.get("intent") != choice:
+        return f"planner chose {choice}, guardrail made it {final.get('intent')}"
+    below, ev = rec.get("abstain_below"), rec.get("intent_evidence")
+    if below is not None and ev is not None:
+        share = kind_share(ev, (final or {}).get("intent"))
+        if share < below:
+            return f"intent-token confidence {share:.2f} < {below:g}"
+    return None
+
+
+def apply_abstention(rec: dict[str, Any]) -> dict[str, Any]:
+    """Decide and record abstention on a scored record (in place; returns it)."""
+    reason = abstain_reason(rec)
+    rec["abstained"] = reason is not None
+    rec["abstain_reason"] = reason
+    rec["answer_correct"] = bool(rec["correct_final"])
+    if reason is not None:
+        rec["correct_final"] = False
+        rec["correct_exec"] = False
+    return rec
