@@ -56,9 +56,9 @@ from nlq2sql.run.ray_engine import BudgetCounter, RayEngine, start_local_ray
 from nlq2sql.run.worker import SharedBudget
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, EvalSet, load_evalset
-from nlq2sql.stages.guardrail import load_guardrails
 from nlq2sql.stages.pipeline import manifest_base
 from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import RetryBudget, bind_sampling
 
 __all__ = ["ENGINES", "BatchConfig", "check", "item_config", "load_items", "run_batch"]
