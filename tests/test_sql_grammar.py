@@ -242,3 +242,31 @@ def test_sql_grammar_refuses_what_it_cannot_take(tmp_path: Path) -> None:
                               "--endpoint", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "run")])
     assert res.exit_code == 2 and "--guardrails" in res.output
     assert not (tmp_path / "run").exists()
+
+
+def test_matrix_answers_from_recorded_runs(tmp_path: Path) -> None:
+    """``matrix --answers … --runs …`` puts recorded arms side by side; a bad arm is refused first."""
+    cat = open_warehouse("retail").catalog
+    qs = load_query_set("heldout-v2", cat)
+    case = next(c for c in qs.cases if c.gold is not None)
+    q = cat.engine.compile(case.gold)  # type: ignore[arg-type]
+    dirs = []
+    gold = json.dumps(case.gold.model_dump(mode="json"))  # type: ignore[union-attr]
+    for arm, text in (("sql", inline_params(q.sql, q.params)), ("query", gold)):
+        responses = tmp_path / f"{arm}.jsonl"
+        responses.write_text(json.dumps({"id": case.id, "text": text}) + "\n")
+        res = runner.invoke(app, ["score", "--answer", arm, "--evalset", "heldout-v2", "--responses", str(responses),
+                                  "--out", str(tmp_path / arm), "--allow-missing"])
+        assert res.exit_code == 0, res.output
+        dirs += ["--runs", str(tmp_path / arm)]
+    res = runner.invoke(app, ["matrix", "--answers", "intent,sql", *dirs, "--out", str(tmp_path / "m"),
+                              "--gpu-cost-per-hour", "1"])
+    assert res.exit_code == 0, res.output
+    table = json.loads((tmp_path / "m" / "arms.json").read_text())
+    assert [r["arm"] for r in table["arms"]] == ["sql", "query"]
+    assert all(r["accuracy"]["k"] == 1 for r in table["arms"]) and table["pairs"][0]["mcnemar_exact_p"] == 1.0
+    assert (tmp_path / "m" / "arms.md").read_text().count("| sql |") >= 1
+    res = runner.invoke(app, ["matrix", "--answers", "sql,prose", "--out", str(tmp_path / "bad")])
+    assert res.exit_code == 2 and "unknown answer arm" in res.output and not (tmp_path / "bad").exists()
+    res = runner.invoke(app, ["matrix", "--answers", "sql-grammar", *dirs, "--out", str(tmp_path / "bad")])
+    assert res.exit_code == 2 and "not named in --answers" in res.output

@@ -151,9 +151,27 @@ def matrix(
                                                    "prompt) instead of querying.")] = None,
     semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
     temperature: TemperatureOpt = 0.0,
+    answers: Annotated[str | None, typer.Option(help="Answer arms side by side instead (--prompts and --guardrails "
+                                                "then do not apply): comma-separated query (the v2 sets' intent; "
+                                                "'intent' is read as query), sql, sql-grammar.")] = None,
+    gpu_cost_per_hour: Annotated[float | None, typer.Option(help="--answers: for cost per 1,000 questions.")] = None,
     conditions: Any = None,  # every registered condition's options (condition_options)
 ) -> None:
-    """Prompt × guardrail matrix with CIs and exact McNemar tests; guardrails re-scored offline."""
+    """Prompt × guardrail matrix with CIs and exact McNemar tests; guardrails re-scored offline.  With
+    --answers: the answer arms side by side (accuracy, McNemar per pair, tokens, latency, cost, errors)."""
+    if answers is not None:
+        from dataclasses import replace as with_
+
+        from nlq2sql.experiments.arms import matrix_arms
+
+        def base() -> Any:
+            return with_(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
+                                     semantic=(semantic_model, db, schema), conditions=conditions,
+                                     temperature=temperature), concurrency=concurrency)
+
+        md = matrix_arms(answers, runs, out, base, gpu_cost_per_hour, f"Answer arms · {evalset} · {model}")
+        Console().print(md, markup=False, highlight=False)
+        return
     from dataclasses import replace
 
     from nlq2sql.experiments import matrix as mx

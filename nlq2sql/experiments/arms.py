@@ -15,6 +15,7 @@ is rebuilt offline from what was recorded.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
@@ -28,8 +29,8 @@ from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact, percentiles, wilson
 
-__all__ = ["ARMS", "TAXONOMY", "Arm", "arms_table", "common_error", "load_arm", "render_markdown", "run_arms",
-           "write_result"]
+__all__ = ["ARMS", "TAXONOMY", "Arm", "arms_table", "common_error", "load_arm", "matrix_arms", "parse_answers",
+           "render_markdown", "run_arms", "write_result"]
 
 #: The arms ``matrix --answers`` runs ("intent" is read as ``query``: the v2 sets' intent).
 ARMS = ("query", "sql", "sql-grammar")
@@ -184,6 +185,33 @@ def render_markdown(table: dict[str, Any], title: str) -> str:
         lines.append(f"\nCost assumes ${table['gpu_cost_per_hour']}/hour and each run's measured completed "
                      "requests per second (CPU vLLM: it ranks the arms on this machine, not on a GPU).")
     return "\n".join(lines) + "\n"
+
+
+def matrix_arms(answers: str, runs: list[Path] | None, out: Path, base: Callable[[], EvalConfig],
+                gpu_cost_per_hour: float | None, title: str) -> str:
+    """``matrix --answers``: the recorded ``runs`` side by side, or one live run per arm on one
+    endpoint (every arm's configuration checked before a server starts); the table written to
+    ``out`` (``arms.json``, ``arms.md``); returns the Markdown."""
+    from nlq2sql.experiments.common import shared_endpoint
+    from nlq2sql.records.store import output_dir as check_out
+    from nlq2sql.run.config import validate
+
+    check_out(out, create=False)
+    wanted = parse_answers(answers)
+    if runs:
+        arms = [load_arm(d) for d in runs]
+        if stray := sorted({a.answer for a in arms} - set(wanted)):
+            raise InputError(f"--runs holds arm(s) {', '.join(stray)} not named in --answers {answers!r}",
+                             field="--runs")
+    else:
+        cfg = base()
+        for answer in wanted:  # bad input is refused before any server starts
+            validate(replace(cfg, answer=answer, prompt="query" if answer == "query" else "sql", guardrails=()))
+        with shared_endpoint(cfg) as bound:
+            arms = [load_arm(d) for d in run_arms(bound, wanted).values()]
+    table = arms_table(arms, gpu_cost_per_hour)
+    write_result(out, table, title)
+    return render_markdown(table, title)
 
 
 def write_result(out: Path, table: dict[str, Any], title: str) -> None:

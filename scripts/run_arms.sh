@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Issue 23: does the semantic layer help? Three answer arms on the same items, per model and set:
+# query (a MetricFlow query, JSON-Schema constrained), sql (DuckDB SQL, free text) and sql-grammar
+# (the same prompt under the warehouse's SQL grammar), each with K retrieved solved examples.
+# Runs `nlq2sql matrix --answers` per (warehouse, set) against one local server per model, then
+# renders reports/arms/README.md from the run records (scripts/arms_report.py).
+# Refuses a dirty tree unless ALLOW_DIRTY=1 (the report names the commit the runs came from).
+# Usage: [MODELS="qwen2.5-coder-0.5b smollm2-135m"] [SETS="retail:heldout-v2 retail:adversarial ..."]
+#        [EXAMPLES=8] [PORT=8230] [ENDPOINT=URL (one model)] [LIMIT=K] scripts/run_arms.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+N="$PY -m nlq2sql.cli"
+MODELS=${MODELS:-qwen2.5-coder-0.5b}
+SETS=${SETS:-retail:heldout-v2 retail:adversarial jaffle:heldout}
+EXAMPLES=${EXAMPLES:-8}
+OUT=${REPORTS_DIR:-reports/arms}
+LIMIT=${LIMIT:+--limit $LIMIT}
+source scripts/_common.sh
+require_clean_tree
+mkdir -p "$OUT"
+for model in $MODELS; do
+    endpoint=${ENDPOINT:-}
+    if [[ -z "$endpoint" ]]; then
+        mkdir -p "$OUT/$model"
+        $N serve --model "$model" --port "${PORT:-8230}" --max-model-len 4096 > "$OUT/$model/serve.log" 2>&1 &
+        SERVER=$!
+        trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
+        until grep -q "serving .* at" "$OUT/$model/serve.log" 2>/dev/null; do
+            kill -0 $SERVER 2>/dev/null || { cat "$OUT/$model/serve.log"; exit 1; }
+            sleep 2
+        done
+        endpoint=$(grep "^serving " "$OUT/$model/serve.log" | grep -o "http://[^ ]*/v1" | head -1)
+    fi
+    for spec in $SETS; do
+        wh=${spec%%:*}; set=${spec#*:}
+        dir="$OUT/$model/$wh-$set"
+        rm -rf "$dir"
+        # shellcheck disable=SC2086
+        $N matrix --answers query,sql,sql-grammar --examples "$EXAMPLES" --endpoint "$endpoint" --model "$model" \
+            --semantic-model "$wh" --evalset "$set" --max-tokens 256 --concurrency ${CONCURRENCY:-8} \
+            --gpu-cost-per-hour 1.0 $LIMIT --out "$dir" > "$OUT/$model/$wh-$set.log" 2>&1 \
+            || { tail -5 "$OUT/$model/$wh-$set.log"; exit 1; }
+        echo "done $model $wh $set"
+    done
+    if [[ -z "${ENDPOINT:-}" ]]; then
+        kill -TERM $SERVER; wait $SERVER 2>/dev/null || true; trap - EXIT
+    fi
+done
+$PY scripts/arms_report.py "$OUT" > "$OUT/README.md"
+cat "$OUT/README.md"
