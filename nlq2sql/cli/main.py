@@ -226,6 +226,7 @@ def eval_cmd(
     """Run an eval set against a live endpoint and score it."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from nlq2sql.cli.serving import eval_repeats
     from nlq2sql.run.config import EvalConfig, LocalServerSettings
     from nlq2sql.run.live import run_eval
     from nlq2sql.stages.report import render_summary
@@ -270,39 +271,13 @@ def eval_cmd(
                        info=f"done {c.get('done', 0)} failed {c.get('failed', 0)} "
                             f"in flight {c.get('in_flight', 0)}")
 
-        if repeats > 1:
-            result = _eval_repeats(cfg, repeats, progress)
-        else:
-            summary = run_eval(cfg, progress)
-    if repeats > 1:
-        from nlq2sql.run.repeats import render_repeats, repeat_dirs
-
-        Console().print(render_repeats(result), markup=False, highlight=False, soft_wrap=True)
-        failed = n = 0
-        for d in repeat_dirs(cfg.out)[:repeats]:
-            s = json.loads((d / "summary.json").read_text())
-            failed, n = failed + sum(s.get("errors_by_class", {}).values()), n + s["n"]
-        summary = {"n": n, "errors_by_class": {"all": failed}}
-    else:
+        summary = eval_repeats(cfg, repeats, progress) if repeats > 1 else run_eval(cfg, progress)
+    if repeats == 1:
         render_summary(summary, title=f"{evalset} · {model} · {prompt} · c={concurrency}")
     failed = sum(summary.get("errors_by_class", {}).values())
     if summary["n"] and failed / summary["n"] > max_failure_rate:
         err.print(f"{failed}/{summary['n']} items failed (> {max_failure_rate:.0%})")
         raise typer.Exit(1)
-
-
-def _eval_repeats(cfg: Any, repeats: int, progress: Any) -> dict[str, Any]:
-    """``eval --repeats N``: one local server (when none is given) for every repeat."""
-    from nlq2sql.records.store import write_json_atomic
-    from nlq2sql.run.live import bound_endpoint, run_eval
-    from nlq2sql.run.repeats import REPEATS_FILE, check_repeats_out, run_repeats
-
-    check_repeats_out(cfg, repeats)  # before a local server starts
-    with bound_endpoint(cfg) as (bound, info):
-        result = run_repeats(bound, repeats, lambda c: run_eval(c, progress))
-    result["server"] = {k: info.get(k) for k in ("started_by_us", "structured_outputs", "batch_invariant")}
-    write_json_atomic(cfg.out / REPEATS_FILE, result)
-    return result
 
 
 @app.command("serve")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -12,7 +12,7 @@ from nlq2sql.cli._common import DbOpt, EvalsetOpt, ModelOpt, PromptOpt, SchemaOp
 from nlq2sql.errors import InputError
 from nlq2sql.run.models import DEFAULT_MODEL
 
-__all__ = ["backends"]
+__all__ = ["backends", "eval_repeats"]
 
 
 @app.command("backends")
@@ -57,3 +57,26 @@ def backends(
     result = exp.run_backends(exp.BackendsConfig(base, chosen, compact))
     exp.write_result(out, result)
     Console().print(exp.render_markdown(result), markup=False, highlight=False)
+
+
+def eval_repeats(cfg: Any, repeats: int, progress: Any) -> dict[str, Any]:
+    """``eval --repeats N``: one local server (when none is given) for every repeat; prints the
+    summary across repeats and returns the items and failures of all repeats (for
+    ``--max-failure-rate``)."""
+    import json
+
+    from nlq2sql.records.store import SUMMARY, write_json_atomic
+    from nlq2sql.run.live import bound_endpoint, run_eval
+    from nlq2sql.run.repeats import REPEATS_FILE, check_repeats_out, render_repeats, repeat_dirs, run_repeats
+
+    check_repeats_out(cfg, repeats)  # before a local server starts
+    with bound_endpoint(cfg) as (bound, info):
+        result = run_repeats(bound, repeats, lambda c: run_eval(c, progress))
+    result["server"] = {k: info.get(k) for k in ("started_by_us", "structured_outputs", "batch_invariant")}
+    write_json_atomic(cfg.out / REPEATS_FILE, result)
+    Console().print(render_repeats(result), markup=False, highlight=False, soft_wrap=True)
+    failed = n = 0
+    for d in repeat_dirs(cfg.out)[:repeats]:
+        s = json.loads((d / SUMMARY).read_text())
+        failed, n = failed + sum(s.get("errors_by_class", {}).values()), n + s["n"]
+    return {"n": n, "errors_by_class": {"all": failed}}
