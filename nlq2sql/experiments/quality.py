@@ -280,7 +280,25 @@ def markdown(rows: list[RunRow]) -> str:
         for r, curve in curves:
             lines += [f"| {'/'.join(r.group)} `{r.label}` | {_cut(p):.2f} | {pct(p['coverage'])} | "
                       f"{pct(p['accuracy'])} |" for p in thin_curve(curve)]
+    lines += abstention_lines(rows)
     return "\n".join(lines) + "\n"
+
+
+def abstention_lines(rows: list[RunRow]) -> list[str]:
+    """Unanswerable precision and recall of every run that could abstain (issue 22: on every set)."""
+    runs = [(r, r.summary["abstention"]) for r in rows if r.summary.get("abstention")]
+    if not runs:
+        return []
+    lines = ["", "## Abstention: unanswerable precision and recall", "",
+             "Precision: abstentions on unanswerable items ÷ abstentions; recall: ÷ unanswerable items "
+             "(— where the set holds none). The curve above counts an abstention on an answerable item as "
+             "not covered and one on an unanswerable item as covered and correct.", "",
+             "| run | abstained | unanswerable items | precision | recall |", "|---|---|---|---|---|"]
+    for r, ab in runs:
+        lines.append(f"| {'/'.join(r.group)} `{r.label}` | {ab['abstained']} | {ab['unanswerable_items']} | "
+                     f"{pct(ab['precision']) if ab['precision']['n'] else '—'} | "
+                     f"{pct(ab['recall']) if ab['recall']['n'] else '—'} |")
+    return lines
 
 
 def _cut(point: dict[str, Any]) -> float:
