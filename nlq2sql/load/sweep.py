@@ -39,7 +39,8 @@ from nlq2sql.load.analysis import Thresholds, analyse
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
 from nlq2sql.load.results import SweepResult, as_model, load_result
-from nlq2sql.run.live import EvalConfig, bound_endpoint
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.live import bound_endpoint
 
 Progress = Callable[[str], None]
 
@@ -187,7 +188,7 @@ def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force:
     under ``out/<name>`` (the name "" writes it in ``out`` itself)."""
     from nlq2sql.load.levels import expand_evalset, run_level
     from nlq2sql.records.store import write_json_atomic
-    from nlq2sql.run.live import preflight
+    from nlq2sql.run.config import preflight
 
     if base.endpoint is None:
         raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")
