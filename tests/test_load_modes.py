@@ -34,8 +34,8 @@ def test_impossible_combinations_name_the_option(tmp_path: Path, kw: dict, field
 
 def test_a_fleet_is_a_closed_loop_sweep_only(tmp_path: Path) -> None:
     job = _job(tmp_path)
-    fleet = replace(job, sweep=replace(job.sweep, base=replace(job.sweep.base,
-                                                               replicas=(ReplicaSpec("http://127.0.0.1:8/v1"),))))
+    fleet = replace(job, sweep=job.sweep.but(base=replace(job.sweep.base,
+                                                          replicas=(ReplicaSpec("http://127.0.0.1:8/v1"),))))
     validate_job(fleet)  # alone it is fine
     for kw in ({"rates": (1.0,)}, {"server_sweep": "max-num-seqs=1"}, {"reanalyse": True}):
         with pytest.raises(InputError) as exc:
@@ -50,7 +50,7 @@ def test_a_fleet_is_a_closed_loop_sweep_only(tmp_path: Path) -> None:
 ])
 def test_resume_is_for_closed_loop_and_rate_sweeps(tmp_path: Path, kw: dict, sweep_kw: dict, field: str) -> None:
     job = _job(tmp_path, **kw)
-    job = replace(job, sweep=replace(job.sweep, resume=True, **sweep_kw))
+    job = replace(job, sweep=job.sweep.but(resume=True, **sweep_kw))
     with pytest.raises(InputError) as exc:
         run_job(job)
     assert exc.value.field == field

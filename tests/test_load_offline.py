@@ -145,7 +145,6 @@ def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Pat
     """An interrupted sweep resumes: a finished level (its level.json) is kept as measured, a
     level without one runs again from its start, and the result lists both; another sweep's
     directory (other settings) is refused without touching it."""
-    from dataclasses import replace
 
     from nlq2sql.errors import InputError
     from nlq2sql.load import sweep as sw
@@ -162,7 +161,7 @@ def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Pat
         # The session "died" during c=2: its level never finished.
         (tmp_path / "sw" / "levels" / "c2" / "level.json").unlink()
         sent = len(srv.chat_requests())
-        again = sw.run_sweep(replace(cfg, resume=True))
+        again = sw.run_sweep(cfg.but(resume=True))
         assert len(srv.chat_requests()) - sent == 4  # only c=2's four requests were sent again
         assert json.loads((tmp_path / "sw" / "levels" / "c1" / "level.json").read_text()) == c1
         assert [lv["concurrency"] for lv in again["levels"]] == [1, 2]
@@ -172,7 +171,7 @@ def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Pat
 
         before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "sw").rglob("*"))
         with pytest.raises(InputError, match=r"other settings \(differs in: requests\)"):
-            sw.run_sweep(replace(cfg, requests=8, resume=True))
+            sw.run_sweep(cfg.but(requests=8, resume=True))
         with pytest.raises(InputError, match="pass one of them"):
-            sw.run_sweep(replace(cfg, resume=True, force=True))
+            sw.run_sweep(cfg.but(resume=True, force=True))
         assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "sw").rglob("*")) == before

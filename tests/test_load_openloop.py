@@ -130,16 +130,16 @@ def test_grid_cli_end_to_end(fake: FakeServer, tmp_path: Path) -> None:
 
 
 def test_grid_and_rate_sweeps_refuse_resume_with_force_before_any_server(tmp_path: Path) -> None:
-    """Refused by the modes' own validate (run before a local server would start), one check for all."""
+    """Refused by the driver before a local server would start (no endpoint here), one check for all."""
     from nlq2sql.errors import InputError
     from nlq2sql.load import grid as gr
     from nlq2sql.load import openloop as ol
     from nlq2sql.run.config import EvalConfig
 
     base = EvalConfig(evalset="dev", out=tmp_path / "out")
-    for check, cfg in ((gr.validate, gr.GridConfig(base=base, resume=True, force=True)),
-                       (ol.validate, ol.RateSweepConfig(base=base, rates=(1.0,), resume=True, force=True))):
+    for run, cfg in ((gr.run_grid, gr.GridConfig(base=base, resume=True, force=True)),
+                     (ol.run_rate_sweep, ol.RateSweepConfig(base=base, rates=(1.0,), resume=True, force=True))):
         with pytest.raises(InputError) as exc:
-            check(cfg)  # type: ignore[operator]
+            run(cfg)  # type: ignore[operator]
         assert exc.value.field == "--force"
     assert not (tmp_path / "out").exists()

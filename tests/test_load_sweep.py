@@ -219,23 +219,25 @@ def test_parse_server_sweep() -> None:
 def test_validate_rejects_bad_config() -> None:
     from nlq2sql.run.config import EvalConfig
 
-    with pytest.raises(InputError):
-        sw.validate(sw.SweepConfig(base=EvalConfig(), requests=0))
-    with pytest.raises(InputError):
-        sw.validate(sw.SweepConfig(base=EvalConfig(), slo_p95=(-1.0,)))
+    with pytest.raises(InputError) as exc:
+        sw.SweepConfig(base=EvalConfig(), requests=0)
+    assert exc.value.field == "--requests"
+    with pytest.raises(InputError) as exc:
+        sw.SweepConfig(base=EvalConfig(), slo_p95=(-1.0,))
+    assert exc.value.field == "--slo-p95"
 
 
 def test_a_library_caller_gets_the_threshold_checks_the_cli_has(tmp_path: Path) -> None:
     from nlq2sql.load.analysis import Thresholds
-    from nlq2sql.load.sweep import SweepConfig, validate
+    from nlq2sql.load.sweep import SweepConfig
     from nlq2sql.run.config import EvalConfig
 
     base = EvalConfig(out=tmp_path / "s")
-    validate(SweepConfig(base=base, levels=(1, 2)))  # the defaults pass
+    SweepConfig(base=base, levels=(1, 2))  # the defaults pass
     for th, field in ((Thresholds(efficiency=1.5), "--efficiency-threshold"),
                       (Thresholds(marginal=-0.1), "--marginal-threshold"),
                       (Thresholds(flat_pct=float("nan")), "--flat-pct")):
         with pytest.raises(InputError) as exc:
-            validate(SweepConfig(base=base, levels=(1, 2), thresholds=th))
+            SweepConfig(base=base, levels=(1, 2), thresholds=th)
         assert exc.value.field == field
     assert not (tmp_path / "s").exists()

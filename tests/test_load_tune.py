@@ -17,8 +17,10 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
-from nlq2sql.load.driver import build_settings, run_mode
-from nlq2sql.load.tune import Probe, TuneSettings, bisect_next, judge, parse_slo, probe_from_records
+from nlq2sql.load.driver import build_settings
+from nlq2sql.load.modes import run_mode
+from nlq2sql.load.slo import parse_slo
+from nlq2sql.load.tune import Probe, TuneSettings, bisect_next, judge, probe_from_records
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.stages.evalset import load_evalset
 

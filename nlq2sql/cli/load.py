@@ -97,6 +97,9 @@ def sweep_cmd(
     arrival_seed: Annotated[int, typer.Option(help="Seed of the Poisson arrival schedule.")] = 0,
     slo_p95: Annotated[list[str] | None, typer.Option(help="p95 target in seconds (repeat or comma-separate) "
                                                       "for the SLO policy table.")] = None,
+    slo: Annotated[list[str] | None, typer.Option(help="Per-request SLO of correct goodput (correct answers/s "
+                                                  "whose request met every one), e.g. e2e_p95<=8s; repeat.")
+                   ] = None,
     gpu_cost_per_hour: Annotated[float | None, typer.Option(help="For cost per 1,000 queries.")] = None,
     max_tokens: MaxTokOpt = 96,
     structured: Annotated[str, typer.Option(help="json | response_format | none")] = "json",
@@ -126,6 +129,7 @@ def sweep_cmd(
     from nlq2sql.load import modes
     from nlq2sql.load import sweep as sw
     from nlq2sql.load.analysis import Thresholds
+    from nlq2sql.load.slo import parse_slo
 
     levels = parse_levels(concurrency, "--concurrency")
     endpoint_url, replicas = fleet_args(endpoint, endpoints_file)
@@ -136,7 +140,7 @@ def sweep_cmd(
                     p95_rise_pct=flat_pct)
     cfg = sw.SweepConfig(base=base, levels=levels, requests=requests, slo_p95=_floats(slo_p95, "--slo-p95"),
                          gpu_cost_per_hour=gpu_cost_per_hour, thresholds=th, warmup=warmup, force=force,
-                         duration_s=duration, resume=resume)
+                         duration_s=duration, resume=resume, slo=tuple(parse_slo(x) for x in slo or ()))
     done = modes.run_job(modes.SweepJob(cfg, rates=_floats([rate], "--rate") if rate is not None else None,
                                         server_sweep=server_sweep, reanalyse=reanalyse), _say)
     Console().print(done.markdown, markup=False, highlight=False)
@@ -164,18 +168,12 @@ def grid_cmd(
 ) -> None:
     """Concurrency × request-length class: req/s, p95 and peak KV usage per cell, as a table and heatmap."""
     from nlq2sql.load import grid as gr
-    from nlq2sql.run.live import bound_endpoint
 
     cfg = gr.GridConfig(base=_load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out,
-                                        max_num_seqs,
-                 semantic=(semantic_model, db, schema)),
+                                        max_num_seqs, semantic=(semantic_model, db, schema)),
                         levels=parse_levels(concurrency, "--concurrency"), classes=gr.parse_classes(classes),
                         requests=requests, warmup=warmup, force=force, resume=resume)
-    gr.validate(cfg)
-    with bound_endpoint(cfg.base) as (bound, info):
-        from dataclasses import replace
-
-        res = gr.run_grid(replace(cfg, base=bound), info, _say)
+    res = gr.run_grid(cfg, None, _say)
     Console().print(gr.render_markdown(res), markup=False, highlight=False)
     err.print(f"wrote {out / 'grid.json'}, {out / 'grid.md'} and {out / 'grid.png'}")
 
@@ -197,15 +195,13 @@ def probe_serialization(
 ) -> None:
     """Batched, serialized (upstream or at the engine) or client-bound? Evidence and a verdict."""
     from nlq2sql.load import serialization as ser
-    from nlq2sql.load.sweep import bound_endpoint
 
     if expect is not None and expect not in ser.VERDICTS:
         raise InputError(f"unknown verdict {expect!r} (known: {', '.join(ser.VERDICTS)})", field="--expect")
     base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out, max_num_seqs)
-    with bound_endpoint(base) as (bound, info):
-        res = ser.run(ser.SerializationConfig(base=bound, level=level, requests_single=requests_single,
-                                              requests_level=requests_level, staircase=staircase,
-                                              force=force), info, _say)
+    res = ser.run(ser.SerializationConfig(base=base, level=level, requests_single=requests_single,
+                                          requests_level=requests_level, staircase=staircase, force=force),
+                  None, _say)
     Console().print(ser.render_markdown(res), markup=False, highlight=False)
     if expect is not None and res["verdict"] != expect:
         err.print(f"verdict {res['verdict']!r}, expected {expect!r}")
@@ -215,9 +211,9 @@ def probe_serialization(
 def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None, max_num_seqs: int | None,
            out: Path, **kw: Any) -> None:
     from nlq2sql.load.probes import Target, run_probe
-    from nlq2sql.load.sweep import bound_endpoint
     from nlq2sql.records.store import output_dir
     from nlq2sql.run.config import api_key, preflight
+    from nlq2sql.run.live import bound_endpoint
 
     output_dir(out, create=False)
     base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)

@@ -63,8 +63,8 @@ def tune_cmd(
     conditions: Any = None,
 ) -> None:
     """The load to deploy at: most correct answers per second within the SLO, accuracy held."""
-    from nlq2sql.load.driver import run_mode
-    from nlq2sql.load.tune import parse_slo
+    from nlq2sql.load.modes import run_mode
+    from nlq2sql.load.slo import parse_slo
 
     slos = tuple(parse_slo(s) for s in slo)  # a bad SLO is refused before anything starts
     base = base_config(evalset, endpoint, model, api_key_env, prompt, None, max_tokens, out,

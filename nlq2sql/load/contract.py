@@ -89,6 +89,8 @@ class LevelStats(_M):
     wall_s: float | None
     req_per_s: float | None
     goodput_per_s: float | None
+    # Correct answers per second whose request met every per-request SLO (--slo); absent: no SLO given.
+    correct_goodput_per_s: float | None = None
     output_tok_per_s: float | None
     output_tokens: int
     errors: dict[str, int]

@@ -12,7 +12,8 @@ levels until it says "done" (adaptive modes such as ``tune`` choose the next lev
 ones measured), and writes ``STEM.json``/``STEM.md``/plots through
 :func:`.output.write_outputs`.
 
-Modes register by name (:func:`register`); ``MODES`` is the registry the CLI and tests read.
+Modes register by name (:func:`register`) into ``MODES``; :mod:`.modes` imports the package's
+own modes (so this module never imports one) and is the library entry (``run_mode``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
@@ -38,7 +39,7 @@ from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Progress", "begin_level_sets",
            "begin_levels", "build_settings", "check_resume", "drive", "fresh_out", "job_settings", "option",
-           "prepare_out", "register", "registry", "run_mode"]
+           "prepare_out", "register"]
 
 Progress = Callable[[str], None]
 
@@ -50,7 +51,8 @@ def option(default: Any, flag: str, **constraints: Any) -> Any:
 
 class LoadSettings(BaseModel):
     """What every mode that sends requests shares; a mode's settings subclass this (one declaration:
-    the constraints here are the validation, and a refusal names the option)."""
+    the field constraints are the validation, and a violated one is an :class:`InputError` naming
+    the option, however the settings were built — the CLI, a library caller or a test)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
 
@@ -60,21 +62,30 @@ class LoadSettings(BaseModel):
     force: bool = False
     resume: bool = False  # keep the levels a same-settings run in ``out`` finished; rerun the rest
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _named(cls, data: Any, handler: Any) -> Any:
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            name = str(e["loc"][0]) if e["loc"] else ""
+            extra = cls.model_fields[name].json_schema_extra if name in cls.model_fields else None
+            flag = extra.get("option") if isinstance(extra, dict) else None
+            got = f", got {e['input']!r}" if "input" in e and not isinstance(e["input"], dict) else ""
+            raise InputError(f"{e['msg']}{got}", field=str(flag or "--" + name.replace("_", "-"))) from None
+
+    def but(self: S, **changes: Any) -> S:
+        """A copy with ``changes``, validated again (``model_copy`` would not check them)."""
+        return type(self)(**(dict(self) | changes))
+
 
 S = TypeVar("S", bound=LoadSettings)
 
 
 def build_settings(cls: type[S], **values: Any) -> S:
-    """``cls(**values)``; a violated constraint is one :class:`InputError` naming the option."""
-    try:
-        return cls(**values)
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        name = str(e["loc"][0]) if e["loc"] else ""
-        extra = cls.model_fields[name].json_schema_extra if name in cls.model_fields else None
-        flag = extra.get("option") if isinstance(extra, dict) else None
-        got = f", got {e['input']!r}" if "input" in e and not isinstance(e["input"], dict) else ""
-        raise InputError(f"{e['msg']}{got}", field=str(flag or "--" + name.replace("_", "-"))) from None
+    """``cls(**values)`` (kept as the one name the CLI calls; refusals are :class:`InputError`)."""
+    return cls(**values)
 
 
 @dataclass
@@ -104,6 +115,10 @@ class LoadMode(ABC, Generic[S]):
     stem: ClassVar[str]  # output files: STEM.json, STEM.md
     settings_model: ClassVar[type[LoadSettings]]
     plot: ClassVar[Plot | None] = None
+
+    def who(self) -> str:
+        """The name ``job.json`` records (``--resume`` refuses another mode's directory)."""
+        return self.name
 
     def check(self, settings: S) -> None:
         """Cross-field refusals the field constraints cannot say (before anything is touched)."""
@@ -138,18 +153,6 @@ class LoadMode(ABC, Generic[S]):
 
 MODES: dict[str, type[LoadMode[Any]]] = {}
 M = TypeVar("M", bound=type[LoadMode[Any]])
-#: The package's own modes, imported (and so registered) on first use of the registry; each
-#: imports this module, so this module names them rather than importing them.
-BUILTIN = ("nlq2sql.load.tune",)
-
-
-def registry() -> dict[str, type[LoadMode[Any]]]:
-    """Every registered mode: the built-in ones and any a caller registered (a plugin, a test)."""
-    import importlib
-
-    for name in BUILTIN:
-        importlib.import_module(name)
-    return MODES
 
 
 def register(cls: M) -> M:
@@ -160,13 +163,19 @@ def register(cls: M) -> M:
     return cls
 
 
-def drive(mode: LoadMode[S], settings: S, progress: Progress | None = None) -> dict[str, Any]:
-    """Run ``mode`` with ``settings`` from binding the endpoint to writing its files; return the result."""
+def drive(mode: LoadMode[S], settings: S, progress: Progress | None = None,
+          server_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``mode`` with ``settings`` from binding the endpoint to writing its files; return the result.
+
+    ``server_info``: what the caller knows of an endpoint it bound itself (a server sweep's
+    local server), recorded instead of the bare URL."""
     check_resume(settings.resume, settings.force)
     mode.check(settings)
     with bound_endpoint(settings.base) as (bound, info):
-        s = settings.model_copy(update={"base": bound})
-        paths, notes = begin_level_sets(bound, mode.evalsets(s), s.warmup, s.force, mode.name, job=s,
+        if server_info is not None and settings.base.endpoint is not None:
+            info = server_info
+        s = settings.but(base=bound)
+        paths, notes = begin_level_sets(bound, mode.evalsets(s), s.warmup, s.force, mode.who(), job=s,
                                         resume=s.resume, order_seed=mode.order_seed(s))
         ctx = LevelContext(settings=s, server_info=info, evalsets=paths, notes=notes)
         done: list[Any] = []
@@ -178,16 +187,6 @@ def drive(mode: LoadMode[S], settings: S, progress: Progress | None = None) -> d
         result = mode.analyse(ctx, done)
         result.setdefault("elapsed_s", time.time() - ctx.started)
         return write_outputs(ctx.out, mode.stem, result, mode.render, mode.plot)
-
-
-def run_mode(name: str, progress: Progress | None = None, **values: Any) -> dict[str, Any]:
-    """The library entry a command calls: the registered mode ``name``, its settings built (and
-    checked) from ``values``, driven."""
-    modes = registry()
-    if name not in modes:
-        raise InputError(f"unknown load mode {name!r} (known: {', '.join(sorted(modes))})", field="mode")
-    mode = modes[name]()
-    return drive(mode, build_settings(mode.settings_model, **values), progress)
 
 
 # -- the output directory and --resume ------------------------------------------------------

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from nlq2sql.load.driver import Progress, prepare_out
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult, as_model
-from nlq2sql.load.sweep import Progress, SweepConfig, prepare_out, run_sweep
+from nlq2sql.load.sweep import SweepConfig, run_sweep
 
 __all__ = ["render_markdown", "run_fleet_sweep"]
 
@@ -45,11 +46,11 @@ def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
         raise ValueError("a fleet sweep needs several endpoints")
     out = cfg.base.out
     prepare_out(out, cfg.force)  # refuses a used directory unless --force
-    results = {"whole": run_sweep(replace(cfg, base=replace(cfg.base, out=out / "whole")), server_info, progress)}
+    results = {"whole": run_sweep(cfg.but(base=replace(cfg.base, out=out / "whole")), server_info, progress)}
     for label, pinned in members(cfg):
         if progress:
             progress(f"replica {label} alone: {pinned.endpoint}")
-        results[label] = run_sweep(replace(cfg, base=pinned), {"endpoint": pinned.endpoint}, progress)
+        results[label] = run_sweep(cfg.but(base=pinned), {"endpoint": pinned.endpoint}, progress)
     rows = {k: _peak(v) for k, v in results.items()}
     alone = [rows[k]["peak_req_per_s"] for k in rows if k != "whole"]
     whole = rows["whole"]["peak_req_per_s"]

@@ -23,15 +23,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
-from nlq2sql.inputs import MAX_REQUESTS, at_most
+from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
 from nlq2sql.load.levels import run_level
-from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import GridResult, as_model
-from nlq2sql.load.sweep import Progress, begin_levels, check_resume
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.evalset import load_evalset
@@ -92,27 +91,17 @@ def context_block(evalset: str, pad_tokens: int, semantic_model: str | None = No
             + "\n".join(lines))
 
 
-@dataclass(frozen=True)
-class GridConfig:
-    base: EvalConfig
-    levels: tuple[int, ...] = (1, 4, 16)
-    classes: tuple[LengthClass, ...] = DEFAULT_CLASSES
-    requests: int = 16
-    warmup: int = 1
-    force: bool = False
-    resume: bool = False  # keep the cells a same-settings grid in ``out`` finished; rerun the rest
+class GridConfig(LoadSettings):
+    """A grid's settings (the one declaration)."""
 
+    levels: tuple[int, ...] = option((1, 4, 16), "--concurrency", min_length=1)
+    classes: tuple[LengthClass, ...] = option(DEFAULT_CLASSES, "--classes", min_length=1)
+    requests: int = option(16, "--requests", ge=1, le=MAX_REQUESTS)
+    warmup: int = option(1, "--warmup", ge=0, le=MAX_REQUESTS)
 
-def validate(cfg: GridConfig) -> None:
-    check_resume(cfg.resume, cfg.force)
-    if not cfg.levels or any(c < 1 for c in cfg.levels):
-        raise InputError("every level must be at least 1", field="--concurrency")
-    if cfg.requests < 1:
-        raise InputError(f"must be at least 1, got {cfg.requests}", field="--requests")
-    if cfg.warmup < 0:
-        raise InputError(f"must be at least 0, got {cfg.warmup}", field="--warmup")
-    at_most(cfg.requests, MAX_REQUESTS, "--requests")
-    at_most(cfg.warmup, MAX_REQUESTS, "--warmup")
+    def model_post_init(self, _context: Any) -> None:
+        if any(c < 1 for c in self.levels):
+            raise InputError("every level must be at least 1", field="--concurrency")
 
 
 def cell_config(base: EvalConfig, cls: LengthClass) -> EvalConfig:
@@ -197,40 +186,63 @@ def heatmap(result: GridResult | dict[str, Any], out: Path) -> str:
     return path.name
 
 
+@register
+class GridMode(LoadMode[GridConfig]):
+    """Every length class at every concurrency: class by class, lowest concurrency first."""
+
+    name: ClassVar[str] = "grid"
+    stem: ClassVar[str] = "grid"
+    settings_model: ClassVar[type[LoadSettings]] = GridConfig
+
+    @property
+    def plot(self) -> Any:  # type: ignore[override]
+        return ("plot", heatmap)
+
+    def who(self) -> str:
+        return "run_grid"  # what job.json said before the driver: older grids still resume
+
+    def next_level(self, settings: GridConfig, done: list[Any]) -> tuple[LengthClass, int] | None:
+        cells = [(k, c) for k in settings.classes for c in sorted(set(settings.levels))]
+        return cells[len(done)] if len(done) < len(cells) else None
+
+    def run_level(self, ctx: LevelContext[GridConfig], level: Any) -> dict[str, Any]:
+        cls, c = level
+        st = run_level(cell_config(ctx.settings.base, cls), ctx.evalset_path, c,
+                       ctx.out / "cells" / f"{cls.name}-c{c}", reuse=ctx.settings.resume)
+        if cls.out_tokens and st["ok"]:
+            got = (st["completion_tokens"] or {}).get("p50")
+            if got is not None and got != cls.out_tokens:
+                ctx.notes.append(f"{cls.name} c={c}: median output {got:.0f} tokens, not the {cls.out_tokens} "
+                                 "asked (the endpoint may not honour ignore_eos).")
+        return cell(st, cls)
+
+    def describe(self, level: Any, stats: Any) -> str:
+        return (f"{level[0].name} c={level[1]}: {stats['ok']}/{stats['n']} ok, "
+                f"{fmt_num(stats.get('req_per_s'), '{:.3f}')} req/s")
+
+    def analyse(self, ctx: LevelContext[GridConfig], done: list[Any]) -> dict[str, Any]:
+        cfg, info = ctx.settings, ctx.server_info
+        local = bool(info.get("started_by_us"))
+        return {
+            "kind": "grid", "created": time.time(), "elapsed_s": time.time() - ctx.started,
+            "model": cfg.base.model, "evalset": cfg.base.evalset, "server": info,
+            "endpoint_label": "local vLLM started for the grid" if local else str(info.get("endpoint")),
+            "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
+                          "they are not GPU numbers.") if local else None,
+            "config": {"levels": sorted(set(cfg.levels)), "requests": cfg.requests,
+                       "classes": [{"name": c.name, "pad_tokens": c.pad_tokens, "out_tokens": c.out_tokens,
+                                    "describe": c.describe()} for c in cfg.classes]},
+            "cells": done, "notes": ctx.notes,
+        }
+
+    def render(self, result: dict[str, Any]) -> str:
+        return render_markdown(result)
+
+
 def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
              progress: Progress | None = None) -> dict[str, Any]:
-    validate(cfg)
-    out = cfg.base.out
-    path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_grid", job=cfg,
-                               resume=cfg.resume)
-    cells, t0 = [], time.time()
-    levels = tuple(sorted(set(cfg.levels)))
-    for cls in cfg.classes:
-        ccfg = cell_config(cfg.base, cls)
-        for c in levels:
-            st = run_level(ccfg, path, c, out / "cells" / f"{cls.name}-c{c}", reuse=cfg.resume)
-            cells.append(cell(st, cls))
-            if progress:
-                progress(f"{cls.name} c={c}: {st['ok']}/{st['n']} ok, {fmt_num(st.get('req_per_s'), '{:.3f}')} req/s")
-            if cls.out_tokens and st["ok"]:
-                got = (st["completion_tokens"] or {}).get("p50")
-                if got is not None and got != cls.out_tokens:
-                    notes.append(f"{cls.name} c={c}: median output {got:.0f} tokens, not the {cls.out_tokens} "
-                                 "asked (the endpoint may not honour ignore_eos).")
-    info = server_info or {"endpoint": cfg.base.endpoint}
-    local = bool(info.get("started_by_us"))
-    result = {
-        "kind": "grid", "created": time.time(), "elapsed_s": time.time() - t0,
-        "model": cfg.base.model, "evalset": cfg.base.evalset, "server": info,
-        "endpoint_label": "local vLLM started for the grid" if local else str(info.get("endpoint")),
-        "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
-                      "they are not GPU numbers.") if local else None,
-        "config": {"levels": list(levels), "requests": cfg.requests,
-                   "classes": [{"name": c.name, "pad_tokens": c.pad_tokens, "out_tokens": c.out_tokens,
-                                "describe": c.describe()} for c in cfg.classes]},
-        "cells": cells, "notes": notes,
-    }
-    return write_outputs(out, "grid", result, render_markdown, ("plot", heatmap))
+    """Run every cell (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
+    return drive(GridMode(), cfg, progress, server_info=server_info)
 
 
-__all__ = ["GridConfig", "LengthClass", "DEFAULT_CLASSES", "parse_classes", "context_block", "run_grid"]
+__all__ = ["DEFAULT_CLASSES", "GridConfig", "GridMode", "LengthClass", "context_block", "parse_classes", "run_grid"]

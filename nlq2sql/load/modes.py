@@ -1,5 +1,7 @@
 """Which load run ``nlq2sql sweep`` means, and the one place that decides it.
 
+It is also the registry's front door: :func:`run_mode` runs any registered load mode by name.
+
 One command covers five runs — a closed-loop concurrency sweep, an open-loop rate sweep
 (``rates``), a server sweep restarting a local vLLM per setting, a fleet sweep (several
 endpoints: the whole, then each replica) and the re-analysis of a recorded sweep.  Which
@@ -10,12 +12,32 @@ combination gets the same message and exit code as the command line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 from nlq2sql.errors import InputError
-from nlq2sql.load.sweep import Progress, SweepConfig
+from nlq2sql.load import grid, openloop, serialization, sweep, tune
+from nlq2sql.load.driver import MODES, LoadMode, Progress, drive
+from nlq2sql.load.sweep import SweepConfig
 
-__all__ = ["SweepJob", "SweepOutcome", "run_job", "validate_job"]
+__all__ = ["BUILTIN", "SweepJob", "SweepOutcome", "registry", "run_job", "run_mode", "validate_job"]
+
+#: The package's own load modes (importing them registers them with the driver).
+BUILTIN = (sweep.SweepMode, openloop.RateSweepMode, grid.GridMode, serialization.SerializationMode, tune.TuneMode)
+
+
+def registry() -> dict[str, type[LoadMode[Any]]]:
+    """Every registered mode by name: the built-in ones and any a caller registered (a plugin, a test)."""
+    return MODES
+
+
+def run_mode(name: str, progress: Progress | None = None, **values: Any) -> dict[str, Any]:
+    """The library entry a command calls: the registered mode ``name``, its settings built (and
+    checked: a bad value is an :class:`InputError` naming its option) from ``values``, driven."""
+    if name not in MODES:
+        raise InputError(f"unknown load mode {name!r} (known: {', '.join(sorted(MODES))})", field="mode")
+    mode = MODES[name]()
+    return drive(mode, mode.settings_model(**values), progress)
 
 
 @dataclass(frozen=True)
@@ -63,13 +85,10 @@ def run_job(job: SweepJob, progress: Progress | None = None) -> SweepOutcome:
         rcfg = openloop.RateSweepConfig(base=cfg.base, rates=job.rates, requests=cfg.requests,
                                         max_in_flight=max(cfg.levels), duration_s=cfg.duration_s,
                                         slo_p95=cfg.slo_p95, gpu_cost_per_hour=cfg.gpu_cost_per_hour,
-                                        warmup=cfg.warmup, force=cfg.force, resume=cfg.resume)
-        openloop.validate(rcfg)
-        with sw.bound_endpoint(cfg.base) as (bound, info):
-            rres = openloop.run_rate_sweep(replace(rcfg, base=bound), info, progress)
+                                        warmup=cfg.warmup, force=cfg.force, resume=cfg.resume, slo=cfg.slo)
+        rres = openloop.run_rate_sweep(rcfg, None, progress)
         return SweepOutcome(openloop.render_markdown(rres),
                             f"{out / 'rate-sweep.json'}, {out / 'rate-sweep.md'} and a plot")
-    sw.validate(cfg)
     if job.reanalyse:
         res = sw.rerender(out, cfg)
     elif job.server_sweep:
@@ -86,6 +105,5 @@ def run_job(job: SweepJob, progress: Progress | None = None) -> SweepOutcome:
         return SweepOutcome(fleet.render_markdown(fres),
                             f"{out / 'fleet-sweep.json'}, {out / 'fleet-sweep.md'} and one sweep per replica")
     else:
-        with sw.bound_endpoint(cfg.base) as (bound, info):
-            res = sw.run_sweep(replace(cfg, base=bound), info, progress)
+        res = sw.run_sweep(cfg, None, progress)
     return SweepOutcome(sw.render_markdown(res), f"{out / 'sweep.json'}, {out / 'sweep.md'} and plots")

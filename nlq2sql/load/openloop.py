@@ -21,53 +21,103 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
-from nlq2sql.inputs import MAX_REQUESTS, at_most
 from nlq2sql.load.analysis import cost_per_1k
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
 from nlq2sql.load.levels import run_level, stats_from_run
-from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_lat, fmt_num
 from nlq2sql.load.results import RateSweepResult, as_model
-from nlq2sql.load.sweep import Progress, begin_levels, check_resume
+from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.store import RECORDS, iter_records
-from nlq2sql.run.live import EvalConfig
 
 
-@dataclass(frozen=True)
-class RateSweepConfig:
-    base: EvalConfig
-    rates: tuple[float, ...]
-    requests: int = 64  # per level: the schedule's length (or the cap with duration_s)
-    max_in_flight: int = 32
-    duration_s: float | None = None
-    slo_p95: tuple[float, ...] = ()
-    gpu_cost_per_hour: float | None = None
-    warmup: int = 2
-    force: bool = False
-    resume: bool = False  # keep the rates a same-settings sweep in ``out`` finished; rerun the rest
-    growth: float = 1.5  # sustained: late-arrival median latency ≤ growth × early-arrival median
+class RateSweepConfig(LoadSettings):
+    """An open-loop rate sweep's settings (the one declaration)."""
+
+    rates: tuple[float, ...] = option((), "--rate", min_length=1)
+    requests: int = option(64, "--requests", ge=3, le=100_000)  # per level: the schedule's length (or the cap)
+    max_in_flight: int = option(32, "--concurrency", ge=1)
+    duration_s: float | None = option(None, "--duration", gt=0, allow_inf_nan=False)
+    slo_p95: tuple[float, ...] = option((), "--slo-p95")
+    gpu_cost_per_hour: float | None = option(None, "--gpu-cost-per-hour", ge=0)
+    growth: float = option(1.5, "--growth", gt=1, allow_inf_nan=False)  # sustained: late ≤ growth × early median
+    slo: tuple[Slo, ...] = option((), "--slo")  # per-request SLO of correct goodput
+
+    _slos = field_validator("slo", mode="before")(parse_slos)
+
+    @model_validator(mode="after")
+    def _checks(self) -> RateSweepConfig:
+        if any(not (r > 0 and math.isfinite(r)) for r in self.rates):
+            raise InputError("every rate must be positive and finite (requests per second)", field="--rate")
+        return self
 
 
-def validate(cfg: RateSweepConfig) -> None:
-    check_resume(cfg.resume, cfg.force)
-    if not cfg.rates or any(not (r > 0 and math.isfinite(r)) for r in cfg.rates):
-        raise InputError("every rate must be positive and finite (requests per second)", field="--rate")
-    if cfg.requests < 3:
-        raise InputError(f"must be at least 3 in rate mode, got {cfg.requests}", field="--requests")
-    if cfg.max_in_flight < 1:
-        raise InputError(f"must be at least 1, got {cfg.max_in_flight}", field="--concurrency")
-    if cfg.duration_s is not None and not (cfg.duration_s > 0 and math.isfinite(cfg.duration_s)):
-        raise InputError(f"must be positive and finite, got {cfg.duration_s}", field="--duration")
-    if cfg.warmup < 0:
-        raise InputError(f"must be at least 0, got {cfg.warmup}", field="--warmup")
-    at_most(cfg.requests, MAX_REQUESTS, "--requests")
-    at_most(cfg.warmup, MAX_REQUESTS, "--warmup")
-    if not (cfg.growth > 1 and math.isfinite(cfg.growth)):
-        raise InputError(f"must be above 1, got {cfg.growth}", field="--growth")
+@register
+class RateSweepMode(LoadMode[RateSweepConfig]):
+    """Open loop: one level per offered rate, lowest first, at most ``max_in_flight`` in flight."""
+
+    name: ClassVar[str] = "rate-sweep"
+    stem: ClassVar[str] = "rate-sweep"
+    settings_model: ClassVar[type[LoadSettings]] = RateSweepConfig
+
+    @property
+    def plot(self) -> Any:  # type: ignore[override]
+        return ("plot", plot)
+
+    def who(self) -> str:
+        return "run_rate_sweep"  # what job.json said before the driver: older sweeps still resume
+
+    def next_level(self, settings: RateSweepConfig, done: list[Any]) -> float | None:
+        rates = sorted(set(settings.rates))
+        return rates[len(done)] if len(done) < len(rates) else None
+
+    def run_level(self, ctx: LevelContext[RateSweepConfig], level: Any) -> dict[str, Any]:
+        s = ctx.settings
+        base = replace(s.base, load=replace(s.base.load, duration_s=s.duration_s))
+        d = ctx.out / "levels" / f"r{level:g}"
+        run_level(base, ctx.evalset_path, s.max_in_flight, d, rate=level, reuse=s.resume)
+        st = rate_level(d)
+        if s.slo:
+            st["correct_goodput_per_s"] = correct_goodput(list(iter_records(d / RECORDS)), st.get("wall_s"),
+                                                          s.slo, open_loop=True)
+        if st.get("not_sent"):
+            ctx.notes.append(f"rate {level:g}: the {s.duration_s:g} s duration ended the schedule after "
+                             f"{st['n']} arrivals ({st['not_sent']} of the cap not sent).")
+        return st
+
+    def describe(self, level: Any, stats: Any) -> str:
+        return (f"rate {level:g}/s: {stats['ok']}/{stats['n']} ok, achieved "
+                f"{fmt_num(stats.get('req_per_s'), '{:.3f}')} req/s, p95 from arrival "
+                f"{fmt_num((stats['latency_from_arrival_s'] or {}).get('p95'))} s")
+
+    def analyse(self, ctx: LevelContext[RateSweepConfig], done: list[Any]) -> dict[str, Any]:
+        cfg, info = ctx.settings, ctx.server_info
+        local = bool(info.get("started_by_us"))
+        return {
+            "kind": "rate-sweep", "created": time.time(), "elapsed_s": time.time() - ctx.started,
+            "model": cfg.base.model, "evalset": cfg.base.evalset, "server": info,
+            "endpoint_label": "local vLLM started for the sweep" if local else str(info.get("endpoint")),
+            "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
+                          "they are not GPU numbers.") if local else None,
+            "config": {"rates": sorted(set(cfg.rates)), "requests": cfg.requests,
+                       "max_in_flight": cfg.max_in_flight, "duration_s": cfg.duration_s,
+                       "arrival_seed": cfg.base.load.arrival_seed, "slo_p95": list(cfg.slo_p95),
+                       "gpu_cost_per_hour": cfg.gpu_cost_per_hour, "max_tokens": cfg.base.sampling.max_tokens,
+                       "structured": cfg.base.sampling.structured, "growth": cfg.growth,
+                       **({"slo": [x.text for x in cfg.slo]} if cfg.slo else {})},
+            "levels": done,
+            "analysis": analyse_rates(done, cfg.growth, cfg.slo_p95, cfg.gpu_cost_per_hour),
+            "notes": ctx.notes,
+        }
+
+    def render(self, result: dict[str, Any]) -> str:
+        return render_markdown(result)
 
 
 def arrival_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -145,10 +195,11 @@ def render_markdown(result: RateSweepResult | dict[str, Any]) -> str:
           f"max_tokens {cfg.max_tokens}."]
     if res.cpu_label:
         md.append(f"\n**{res.cpu_label}**")
-    md += ["", "| offered req/s | realised arrivals/s | n (ok) | achieved req/s | goodput/s "
+    cg = f"| correct goodput/s ({' & '.join(cfg.slo)}) " if cfg.slo else ""
+    md += ["", "| offered req/s | realised arrivals/s | n (ok) | achieved req/s | goodput/s " + cg +
            "| from arrival p50 / p95 / p99 (s) | client queue p50 / p95 / p99 (s) | TTFT p50 / p95 / p99 (s) "
            "| late ÷ early median | client in flight peak | server waiting peak (samples) | sustained |",
-           "|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|---|"]
+           "|---:|---:|---:|---:|---:|" + ("---:|" if cfg.slo else "") + "---|---|---|---:|---:|---|---|"]
     for s, r in zip(res.levels, a.rows, strict=True):
         w = s.server.waiting
         wait = f"{w.peak:.0f} (n={w.n})" if w.n and w.peak is not None else "not observed"
@@ -156,7 +207,8 @@ def render_markdown(result: RateSweepResult | dict[str, Any]) -> str:
                   f"| {fmt_num(s.arrivals.realised_rate if s.arrivals else None, '{:.3f}')} "
                   f"| {s.n} ({s.ok}) | {fmt_num(s.req_per_s, '{:.3f}')} "
                   f"| {fmt_num(s.goodput_per_s, '{:.3f}')} "
-                  f"| {fmt_lat(s.latency_from_arrival_s)} | {fmt_lat(s.queued_s)} "
+                  + (f"| {fmt_num(s.correct_goodput_per_s, '{:.3f}')} " if cfg.slo else "")
+                  + f"| {fmt_lat(s.latency_from_arrival_s)} | {fmt_lat(s.queued_s)} "
                   f"| {fmt_lat(s.ttft_s, fmt='{:.3f}')} "
                   f"| {fmt_num(r.growth)} | {r.inflight_peak if r.inflight_peak is not None else 'n/a'} "
                   f"| {wait} | {_VERDICT[r.sustained]} |")
@@ -209,42 +261,9 @@ def plot(result: RateSweepResult | dict[str, Any], out: Path) -> str:
 
 def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = None,
                    progress: Progress | None = None) -> dict[str, Any]:
-    """Run each offered rate against ``cfg.base.endpoint``; write rate-sweep.json/.md and a plot."""
-    validate(cfg)
-    out = cfg.base.out
-    path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_rate_sweep", job=cfg,
-                               resume=cfg.resume)
-    base = replace(cfg.base, load=replace(cfg.base.load, duration_s=cfg.duration_s))
-    levels, t0 = [], time.time()
-    for rate in sorted(set(cfg.rates)):
-        d = out / "levels" / f"r{rate:g}"
-        run_level(base, path, cfg.max_in_flight, d, rate=rate, reuse=cfg.resume)
-        st = rate_level(d)
-        levels.append(st)
-        if st.get("not_sent"):
-            notes.append(f"rate {rate:g}: the {cfg.duration_s:g} s duration ended the schedule after "
-                         f"{st['n']} arrivals ({st['not_sent']} of the cap not sent).")
-        if progress:
-            progress(f"rate {rate:g}/s: {st['ok']}/{st['n']} ok, achieved {fmt_num(st.get('req_per_s'), '{:.3f}')} "
-                     f"req/s, p95 from arrival {fmt_num((st['latency_from_arrival_s'] or {}).get('p95'))} s")
-    info = server_info or {"endpoint": cfg.base.endpoint}
-    local = bool(info.get("started_by_us"))
-    result = {
-        "kind": "rate-sweep", "created": time.time(), "elapsed_s": time.time() - t0,
-        "model": cfg.base.model, "evalset": cfg.base.evalset, "server": info,
-        "endpoint_label": "local vLLM started for the sweep" if local else str(info.get("endpoint")),
-        "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
-                      "they are not GPU numbers.") if local else None,
-        "config": {"rates": sorted(set(cfg.rates)), "requests": cfg.requests, "max_in_flight": cfg.max_in_flight,
-                   "duration_s": cfg.duration_s, "arrival_seed": cfg.base.load.arrival_seed,
-                   "slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour,
-                   "max_tokens": cfg.base.sampling.max_tokens, "structured": cfg.base.sampling.structured,
-                   "growth": cfg.growth},
-        "levels": levels,
-        "analysis": analyse_rates(levels, cfg.growth, cfg.slo_p95, cfg.gpu_cost_per_hour),
-        "notes": notes,
-    }
-    return write_outputs(out, "rate-sweep", result, render_markdown, ("plot", plot))
+    """Run each offered rate (a local server is started when ``cfg.base`` has no endpoint); write
+    rate-sweep.json/.md and a plot."""
+    return drive(RateSweepMode(), cfg, progress, server_info=server_info)
 
 
-__all__ = ["RateSweepConfig", "run_rate_sweep", "analyse_rates", "arrival_stats", "render_markdown"]
+__all__ = ["RateSweepConfig", "RateSweepMode", "analyse_rates", "arrival_stats", "render_markdown", "run_rate_sweep"]

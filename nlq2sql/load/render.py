@@ -36,17 +36,22 @@ def _gauge(g: Gauge) -> str:
     return f"{g.peak:.0f} / {g.mean:.1f} (n={g.n})"
 
 
-def level_table(levels: list[LevelStats], analysis: SweepAnalysis, cost_per_hour: float | None) -> list[str]:
+def level_table(levels: list[LevelStats], analysis: SweepAnalysis, cost_per_hour: float | None,
+                slo: list[str] | None = None) -> list[str]:
+    """The per-level table; with per-request SLOs, a correct-goodput column beside goodput."""
     eff = {r.concurrency: r for r in analysis.scaling}
-    md = ["| c | n (ok) | req/s | goodput/s | out tok/s | e2e p50 / p95 / p99 (s) | TTFT p50 / p95 / p99 (s) "
+    cg = f" correct goodput/s ({' & '.join(slo)}) |" if slo else ""
+    md = [f"| c | n (ok) | req/s | goodput/s |{cg} out tok/s | e2e p50 / p95 / p99 (s) | TTFT p50 / p95 / p99 (s) "
           "| ITL p50 / p95 / p99 (ms) | efficiency | marginal | errors | cost / 1k |",
-          "|---:|---:|---:|---:|---:|---|---|---|---:|---:|---|---:|"]
+          "|---:|---:|---:|---:|" + ("---:|" if slo else "") + "---:|---|---|---|---:|---:|---|---:|"]
     for s in levels:
         r = eff.get(s.concurrency)
         errs = ", ".join(f"{k} {v}" for k, v in s.errors.items()) or "none"
         cost = cost_per_1k(s.req_per_s, cost_per_hour)
         md.append(f"| {s.concurrency} | {s.n} ({s.ok}) | {fmt_num(s.req_per_s)} "
-                  f"| {fmt_num(s.goodput_per_s)} | {fmt_num(s.output_tok_per_s, '{:.1f}')} "
+                  f"| {fmt_num(s.goodput_per_s)} | "
+                  + (f"{fmt_num(s.correct_goodput_per_s)} | " if slo else "")
+                  + f"{fmt_num(s.output_tok_per_s, '{:.1f}')} "
                   f"| {fmt_lat(s.latency_s)} | {fmt_lat(s.ttft_s, fmt='{:.3f}')} "
                   f"| {fmt_lat(s.itl_s, 1000, '{:.1f}')} | {fmt_num(r.efficiency if r else None, '{:.0%}')} "
                   f"| {fmt_num(r.marginal if r else None)} | {errs} | {fmt_num(cost, '${:.4f}')} |")
@@ -85,8 +90,10 @@ def render_markdown(result: SweepResult | dict[str, Any]) -> str:
     md += ["", "## Throughput and latency", "",
            "req/s and goodput count requests that completed (goodput: schema-valid *and* correct "
            "final answers) over the level's wall time; percentiles are over completed requests "
-           "(n ok); ITL is each request's mean inter-token gap.", ""]
-    md += level_table(levels, a, cost)
+           "(n ok); ITL is each request's mean inter-token gap."
+           + (" Correct goodput counts a correct final answer only when its request also met every "
+              "per-request SLO (each limit applied to the request itself)." if cfg.slo else ""), ""]
+    md += level_table(levels, a, cost, cfg.slo)
     md += ["", "## Server and client during each level", "",
            "Server gauges come from its own /metrics, sampled every "
            f"{levels[0].server.interval_s or 'n/a'} s (peak / mean, sample count); "

@@ -58,6 +58,7 @@ class SweepSettings(_M):
     prompt: str
     warmup: int
     duration_s: float | None = None
+    slo: list[str] = []  # per-request SLOs of correct goodput (none: the column is not shown)
 
 
 class ScalingRow(_M):
@@ -175,6 +176,7 @@ class RateSettings(_M):
     max_tokens: int
     structured: str
     growth: float
+    slo: list[str] = []  # per-request SLOs of correct goodput (none: the column is not shown)
 
 
 class RateRow(_M):

@@ -24,13 +24,14 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
-from nlq2sql.inputs import MAX_REQUESTS, at_most
-from nlq2sql.load.output import write_outputs
+from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
+from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import SerializationResult, as_model
 from nlq2sql.run.config import EvalConfig
@@ -48,17 +49,20 @@ class VerdictThresholds:
     engine_queue_mean: float = 0.5  # mean server waiting at or above: a queue at the engine
 
 
-@dataclass(frozen=True)
-class SerializationConfig:
-    base: EvalConfig  # bound to an endpoint
-    level: int = 8
-    requests_single: int = 6
-    requests_level: int = 24
-    staircase: int = 4
-    solo_runs: int = 2
-    warmup: int = 2  # uncounted requests first, so a cold server does not flatter the speedup
-    thresholds: VerdictThresholds = field(default_factory=VerdictThresholds)
-    force: bool = False
+class SerializationConfig(LoadSettings):
+    """The probe's settings (the one declaration); ``base`` bound to an endpoint or not (a local server)."""
+
+    level: int = option(8, "--level", ge=2, le=MAX_REQUESTS)
+    requests_single: int = option(6, "--requests-single", ge=1, le=MAX_REQUESTS)
+    requests_level: int = option(24, "--requests-level", ge=1, le=MAX_REQUESTS)
+    staircase: int = option(4, "--staircase", ge=2, le=256)  # one OS process each
+    solo_runs: int = option(2, "--solo-runs", ge=1, le=64)
+    warmup: int = option(2, "--warmup", ge=0, le=MAX_REQUESTS)  # uncounted: a cold server must not flatter
+    thresholds: VerdictThresholds = VerdictThresholds()
+
+    def model_post_init(self, _context: Any) -> None:
+        if self.requests_level < self.level:
+            raise InputError("need ≥ 1 request at c=1 and at least --level requests at c=level", field="--requests")
 
 
 # -- staircase --------------------------------------------------------------------------
@@ -254,56 +258,58 @@ def evidence(single: dict[str, Any], loaded: dict[str, Any], stair: dict[str, An
 
 # -- run + render -------------------------------------------------------------------------
 
+@register
+class SerializationMode(LoadMode[SerializationConfig]):
+    """Two levels (c=1 and c=K, each on its own expanded set), then the staircase and the verdict."""
+
+    name: ClassVar[str] = "serialization"
+    stem: ClassVar[str] = "serialization"
+    settings_model: ClassVar[type[LoadSettings]] = SerializationConfig
+
+    def evalsets(self, settings: SerializationConfig) -> dict[str, int]:
+        return {"c1": settings.requests_single, f"c{settings.level}": settings.requests_level}
+
+    def next_level(self, settings: SerializationConfig, done: list[Any]) -> int | None:
+        levels = (1, settings.level)
+        return levels[len(done)] if len(done) < len(levels) else None
+
+    def run_level(self, ctx: LevelContext[SerializationConfig], level: Any) -> dict[str, Any]:
+        return run_level(ctx.settings.base, ctx.evalsets[f"c{level}"], level, ctx.out / f"c{level}" / "run")
+
+    def describe(self, level: Any, stats: Any) -> str:
+        return f"c={level}: {stats.get('req_per_s') or 0:.2f} req/s (n={stats['n']})"
+
+    def analyse(self, ctx: LevelContext[SerializationConfig], done: list[Any]) -> dict[str, Any]:
+        from nlq2sql.semantic import load_catalog
+        from nlq2sql.stages.evalset import load_evalset
+
+        cfg, base, out, info = ctx.settings, ctx.settings.base, ctx.out, ctx.server_info
+        single, loaded = done
+        question = load_evalset(base.evalset, load_catalog(base.semantic_model)).cases[0].question
+        stair = run_staircase(str(base.endpoint).rstrip("/") + "/chat/completions", request_body(base, question),
+                              cfg.staircase, cfg.solo_runs, out / "staircase", base.api_key_env)
+        ev = evidence(single, loaded, stair)
+        verdict = decide(ev, cfg.thresholds)
+        if (stair.get("solo_spread") or 1) > 2:
+            verdict["caveats"].append(f"single service times varied ×{stair['solo_spread']:.1f} during the "
+                                      "staircase (other work on the machine?): the fastest was used")
+        return {"kind": "serialization", "created": time.time(), "elapsed_s": time.time() - ctx.started,
+                "endpoint": base.endpoint if not info.get("started_by_us") else "local",
+                "model": base.model, "server": info,
+                "config": {"level": cfg.level, "requests_single": cfg.requests_single, "warmup": cfg.warmup,
+                           "requests_level": cfg.requests_level, "staircase": cfg.staircase,
+                           "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured},
+                "thresholds": asdict(cfg.thresholds), "verdict": verdict["verdict"], "rule": verdict["rule"],
+                "caveats": verdict["caveats"], "evidence": ev, "levels": [single, loaded], "staircase": stair}
+
+    def render(self, result: dict[str, Any]) -> str:
+        return render_markdown(result)
+
+
 def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
-        progress: Any = None) -> dict[str, Any]:
-    from nlq2sql.load.levels import run_level
-    from nlq2sql.load.sweep import begin_level_sets
-
-    if cfg.level < 2:
-        raise InputError(f"must be at least 2, got {cfg.level}", field="--level")
-    if cfg.requests_single < 1 or cfg.requests_level < cfg.level:
-        raise InputError("need ≥ 1 request at c=1 and at least --level requests at c=level",
-                         field="--requests")
-    if cfg.staircase < 2:
-        raise InputError(f"must be at least 2, got {cfg.staircase}", field="--staircase")
-    at_most(cfg.staircase, 256, "--staircase")  # one OS process each
-    at_most(cfg.requests_single, MAX_REQUESTS, "--requests-single")
-    at_most(cfg.requests_level, MAX_REQUESTS, "--requests-level")
-    base, out = cfg.base, cfg.base.out
-    t0 = time.time()
-    # The one start of every load mode: endpoint and options checked, a fresh out dir, both
-    # expanded eval sets and the warm-up; nothing measured yet, so a failure leaves nothing.
-    lk = f"c{cfg.level}"
-    sets, _ = begin_level_sets(base, {"c1": cfg.requests_single, lk: cfg.requests_level}, cfg.warmup,
-                               cfg.force, "probe serialization")
-    single = run_level(base, sets["c1"], 1, out / "c1" / "run")
-    if progress:
-        progress(f"c=1: {single.get('req_per_s') or 0:.2f} req/s (n={single['n']})")
-    loaded = run_level(base, sets[lk], cfg.level, out / lk / "run")
-    if progress:
-        progress(f"c={cfg.level}: {loaded.get('req_per_s') or 0:.2f} req/s (n={loaded['n']})")
-    from nlq2sql.semantic import load_catalog
-    from nlq2sql.stages.evalset import load_evalset
-
-    question = load_evalset(base.evalset, load_catalog(base.semantic_model)).cases[0].question
-    stair = run_staircase(str(base.endpoint).rstrip("/") + "/chat/completions", request_body(base, question),
-                          cfg.staircase, cfg.solo_runs, out / "staircase", base.api_key_env)
-    if progress:
-        progress(f"staircase: index {stair.get('index')}")
-    ev = evidence(single, loaded, stair)
-    verdict = decide(ev, cfg.thresholds)
-    if (stair.get("solo_spread") or 1) > 2:
-        verdict["caveats"].append(f"single service times varied ×{stair['solo_spread']:.1f} during the staircase "
-                                  "(other work on the machine?): the fastest was used")
-    result = {"kind": "serialization", "created": time.time(), "elapsed_s": time.time() - t0,
-              "endpoint": base.endpoint if not (server_info or {}).get("started_by_us") else "local",
-              "model": base.model, "server": server_info or {},
-              "config": {"level": cfg.level, "requests_single": cfg.requests_single, "warmup": cfg.warmup,
-                         "requests_level": cfg.requests_level, "staircase": cfg.staircase,
-                         "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured},
-              "thresholds": asdict(cfg.thresholds), "verdict": verdict["verdict"], "rule": verdict["rule"],
-              "caveats": verdict["caveats"], "evidence": ev, "levels": [single, loaded], "staircase": stair}
-    return write_outputs(out, "serialization", result, render_markdown)
+        progress: Progress | None = None) -> dict[str, Any]:
+    """Measure and decide (a local server is started when ``cfg.base`` has no endpoint); write and return."""
+    return drive(SerializationMode(), cfg, progress, server_info=server_info)
 
 
 def render_markdown(result: SerializationResult | dict[str, Any]) -> str:
@@ -355,3 +361,7 @@ def render_markdown(result: SerializationResult | dict[str, Any]) -> str:
            "single service times: ≈ 1 when the k-th request finishes at ≈ k× the single service time "
            "(serialized), ≈ 0 when all finish together (batched)."]
     return "\n".join(md) + "\n"
+
+
+__all__ = ["VERDICTS", "SerializationConfig", "SerializationMode", "VerdictThresholds", "decide", "evidence",
+           "render_markdown", "run", "run_staircase", "staircase_index"]

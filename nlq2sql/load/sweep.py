@@ -21,244 +21,116 @@ the tables and plots :mod:`.render`, each usable on a result read back from ``sw
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import json
 import math
 import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from nlq2sql.errors import InputError, RecordError
-from nlq2sql.inputs import MAX_REQUESTS, at_most
+from pydantic import field_validator, model_validator
+
+from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import Thresholds, analyse
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, prepare_out, register
+from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
 from nlq2sql.load.results import SweepResult, as_model, load_result
-from nlq2sql.run.config import EvalConfig
+from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
+from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.run.live import bound_endpoint
 
-Progress = Callable[[str], None]
+__all__ = ["SweepConfig", "SweepMode", "assemble", "parse_server_sweep", "rerender", "run_server_sweep",
+           "run_sweep", "write_result"]
 
 
-@dataclass(frozen=True)
-class SweepConfig:
-    base: EvalConfig
-    levels: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-    requests: int = 64
-    slo_p95: tuple[float, ...] = ()
-    gpu_cost_per_hour: float | None = None
-    thresholds: Thresholds = field(default_factory=Thresholds)
-    warmup: int = 2
-    force: bool = False
-    duration_s: float | None = None  # per level: stop sending after this long (requests = the cap)
-    resume: bool = False  # keep the levels a same-settings sweep in ``out`` finished; rerun the rest
+class SweepConfig(LoadSettings):
+    """A concurrency sweep's settings (the one declaration: CLI, library and ``job.json`` read it)."""
+
+    levels: tuple[int, ...] = option((1, 2, 4, 8, 16, 32), "--concurrency", min_length=1)
+    slo_p95: tuple[float, ...] = option((), "--slo-p95")
+    gpu_cost_per_hour: float | None = option(None, "--gpu-cost-per-hour", ge=0)
+    thresholds: Thresholds = Thresholds()
+    duration_s: float | None = option(None, "--duration", gt=0, allow_inf_nan=False)
+    slo: tuple[Slo, ...] = option((), "--slo")  # per-request SLO of correct goodput
+
+    _slos = field_validator("slo", mode="before")(parse_slos)
+
+    @model_validator(mode="after")
+    def _checks(self) -> SweepConfig:
+        if any(c < 1 for c in self.levels):
+            raise InputError("every level must be at least 1", field="--concurrency")
+        if any(not (t > 0 and math.isfinite(t)) for t in self.slo_p95):
+            raise InputError("p95 targets must be positive, finite seconds", field="--slo-p95")
+        th = self.thresholds
+        for name, v in (("--efficiency-threshold", th.efficiency), ("--marginal-threshold", th.marginal),
+                        ("--flat-pct", th.flat_pct), ("--flat-pct", th.p95_rise_pct)):
+            if not 0 <= v <= 1:  # also refuses NaN
+                raise InputError(f"must be between 0 and 1, got {v}", field=name)
+        return self
 
 
-# -- running ----------------------------------------------------------------------------
+@register
+class SweepMode(LoadMode[SweepConfig]):
+    """Closed loop: one level per concurrency, lowest first."""
 
-def prepare_out(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out} exists and is not a directory", field="--out")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise InputError(f"{out} exists and is not empty; pass --force to replace it", field="--out")
-    if out.exists() and force:
-        shutil.rmtree(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create {out}: {exc.strerror}", field="--out") from None
+    name: ClassVar[str] = "sweep"
+    stem: ClassVar[str] = "sweep"
+    settings_model: ClassVar[type[LoadSettings]] = SweepConfig
+    plot = ("plots", plot)
 
+    def who(self) -> str:
+        return "run_sweep"  # what job.json said before the driver: older sweeps still resume
 
-@contextlib.contextmanager
-def fresh_out(out: Path, force: bool) -> Iterator[None]:
-    """:func:`prepare_out`; when the block then fails, ``out`` is left as it was found before
-    anything was measured: absent, or (an existing directory) empty."""
-    existed = out.is_dir()
-    prepare_out(out, force)
-    try:
-        yield
-    except BaseException:
-        if not existed:
-            shutil.rmtree(out, ignore_errors=True)
-        else:
-            for p in out.iterdir():
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink()
-        raise
+    def next_level(self, settings: SweepConfig, done: list[Any]) -> int | None:
+        levels = sorted(set(settings.levels))
+        return levels[len(done)] if len(done) < len(levels) else None
 
+    def run_level(self, ctx: LevelContext[SweepConfig], level: Any) -> dict[str, Any]:
+        s = ctx.settings
+        base = replace(s.base, load=replace(s.base.load, duration_s=s.duration_s))
+        d = ctx.out / "levels" / f"c{level}"
+        st = run_level(base, ctx.evalset_path, level, d, reuse=s.resume)
+        if s.slo:
+            st["correct_goodput_per_s"] = correct_goodput(list(iter_records(d / RECORDS)), st.get("wall_s"), s.slo)
+        return st
 
-def check_resume(resume: bool, force: bool) -> None:
-    """``--resume`` keeps what ``--force`` would replace: every multi-level mode's ``validate``
-    refuses the pair before a local server is started, and :func:`begin_level_sets` again."""
-    if resume and force:
-        raise InputError("--resume keeps the finished levels and --force replaces them: pass one of them",
-                         field="--force")
+    def describe(self, level: Any, stats: Any) -> str:
+        return (f"c={level}: {stats['ok']}/{stats['n']} ok, {fmt_num(stats.get('req_per_s'))} req/s, "
+                f"p95 {fmt_num((stats['latency_s'] or {}).get('p95'))} s")
 
+    def analyse(self, ctx: LevelContext[SweepConfig], done: list[Any]) -> dict[str, Any]:
+        cfg, stats, notes = ctx.settings, done, ctx.notes
+        for st in stats:
+            if st.get("not_sent"):
+                notes.append(f"c={st['concurrency']}: the {cfg.duration_s:g} s duration ended the level; "
+                             f"{st['n']} requests sent, {st['not_sent']} of the {cfg.requests}-request cap not sent.")
+        for c in sorted(set(cfg.levels)):
+            if cfg.duration_s is None and cfg.requests < 4 * c:
+                notes.append(f"c={c}: {cfg.requests} requests = {cfg.requests / c:.1f}× the concurrency, so "
+                             "ramp-up and drain are a large part of the level (≥ 4× recommended).")
+        loads = [v for s in stats for k, v in (s.get("machine") or {}).items() if k.startswith("loadavg")]
+        if loads:
+            notes.append(f"Machine load average (1 min) ranged {min(loads):.1f}–{max(loads):.1f} on "
+                         f"{os.cpu_count()} CPUs at level starts and ends (it includes the harness and a local "
+                         "server; more means other processes competed for the CPU).")
+        errs = sum(sum(s["errors"].values()) for s in stats)
+        if errs:
+            notes.append(f"{errs} request(s) failed across levels; see the errors column.")
+        if not stats[0]["server"]["observed"]:
+            notes.append("The endpoint exposes no readable /metrics: server running/waiting, KV usage and "
+                         "prefix hits are not observed (not zero).")
+        return assemble(cfg, stats, ctx.server_info, notes)
 
-def validate(cfg: SweepConfig) -> None:
-    check_resume(cfg.resume, cfg.force)
-    if not cfg.levels or any(c < 1 for c in cfg.levels):
-        raise InputError("every level must be at least 1", field="--concurrency")
-    if cfg.requests < 1:
-        raise InputError(f"must be at least 1, got {cfg.requests}", field="--requests")
-    if cfg.warmup < 0:
-        raise InputError(f"must be at least 0, got {cfg.warmup}", field="--warmup")
-    at_most(cfg.requests, MAX_REQUESTS, "--requests")
-    at_most(cfg.warmup, MAX_REQUESTS, "--warmup")
-    if cfg.duration_s is not None and not (cfg.duration_s > 0 and math.isfinite(cfg.duration_s)):
-        raise InputError(f"must be positive and finite, got {cfg.duration_s}", field="--duration")
-    if any(not (t > 0 and math.isfinite(t)) for t in cfg.slo_p95):
-        raise InputError("p95 targets must be positive, finite seconds", field="--slo-p95")
-    if cfg.gpu_cost_per_hour is not None and cfg.gpu_cost_per_hour < 0:
-        raise InputError("must not be negative", field="--gpu-cost-per-hour")
-    th = cfg.thresholds
-    for name, v in (("--efficiency-threshold", th.efficiency), ("--marginal-threshold", th.marginal),
-                    ("--flat-pct", th.flat_pct), ("--flat-pct", th.p95_rise_pct)):
-        if not 0 <= v <= 1:  # also refuses NaN
-            raise InputError(f"must be between 0 and 1, got {v}", field=name)
-
-
-#: A multi-level run's settings, written first, so that ``--resume`` can tell its own levels.
-JOB = "job.json"
-
-
-def job_settings(job: Any) -> dict[str, Any]:
-    """What a multi-level run measures, as JSON: its mode's settings and the eval config, less
-    where it writes and how it was asked to start (``out``, ``force``, ``resume``) and the
-    endpoint URL (a local server gets a fresh port each session; the model name stays)."""
-    d = dataclasses.asdict(job)
-    base = d.get("base") or {}
-    for key in ("force", "resume"):
-        d.pop(key, None)
-        base.pop(key, None)
-    base.pop("out", None)
-    base.pop("endpoint", None)
-    return json.loads(json.dumps(d, sort_keys=True, default=str))  # type: ignore[no-any-return]
-
-
-def _differing(a: Any, b: Any, at: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [x for k in sorted(set(a) | set(b)) for x in _differing(a.get(k), b.get(k), f"{at}.{k}" if at else k)]
-    return [] if a == b else [at or "(all)"]
-
-
-def _resumable(out: Path, who: str, settings: dict[str, Any]) -> list[Path]:
-    """The finished levels of the same job in ``out`` (refusing another job's directory)."""
-    from nlq2sql.load.levels import LEVEL
-    from nlq2sql.records.store import read_json
-
-    try:
-        got = read_json(out / JOB)
-    except RecordError:  # absent or unreadable: not a resumable run
-        raise InputError(f"{out} holds no readable {JOB}: not a multi-level run this version can resume; "
-                         "rerun without --resume (with --force to replace it)", field="--resume") from None
-    if got.get("who") != who or got.get("settings") != settings:
-        diff = [f"mode {got.get('who')!r}"] if got.get("who") != who else \
-            _differing(got.get("settings"), settings)
-        raise InputError(f"{out} holds a run with other settings (differs in: {', '.join(diff[:6])}); rerun "
-                         "without --resume (with --force to replace it)", field="--resume")
-    return sorted(p.parent for p in out.rglob(LEVEL))
-
-
-def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str, *, job: Any = None,
-                 resume: bool = False) -> tuple[Path, list[str]]:
-    """Common start of every multi-level load run: bound endpoint, fresh out dir, the expanded
-    eval set and the uncounted warm-up; returns the eval set path and the notes so far.
-
-    The options, key and endpoint are checked before the output directory is touched, and a
-    failure before the first level (a bad eval set or prompt, the warm-up failing) leaves it
-    as it was found: a command that measured nothing leaves nothing behind.  With ``resume``
-    (``job``: the mode's config) a directory holding the same job is kept as it is: the levels
-    it finished are kept by :func:`.levels.run_level`, the others run again from the start."""
-    paths, notes = begin_level_sets(base, {"": requests}, warmup, force, who, job=job, resume=resume)
-    return paths[""], notes
-
-
-def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force: bool, who: str, *,
-                     job: Any = None, resume: bool = False) -> tuple[dict[str, Path], list[str]]:
-    """:func:`begin_levels` for a mode whose levels use different request counts (the
-    serialization probe: few at c=1, more at c=K): one expanded eval set per name, written
-    under ``out/<name>`` (the name "" writes it in ``out`` itself)."""
-    from nlq2sql.load.levels import expand_evalset, run_level
-    from nlq2sql.records.store import write_json_atomic
-    from nlq2sql.run.config import preflight
-
-    if base.endpoint is None:
-        raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")
-    check_resume(resume, force)
-    preflight(base)
-    notes = []
-    settings = job_settings(job) if job is not None else None
-    kept: list[Path] = []
-    if resume and base.out.is_dir() and any(base.out.iterdir()):
-        kept = _resumable(base.out, who, settings or {})
-        start: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    else:
-        start = fresh_out(base.out, force)
-    with start:
-        if settings is not None:
-            write_json_atomic(base.out / JOB, {"who": who, "settings": settings})
-        paths = {name: expand_evalset(base.evalset, n, base.out / name if name else base.out, base.semantic_model)
-                 for name, n in sets.items()}
-        if warmup:
-            wpath = expand_evalset(base.evalset, warmup, base.out / "warmup", base.semantic_model)
-            run_level(base, wpath, 1, base.out / "warmup" / "run")
-            notes.append(f"{warmup} warm-up request(s) at c=1 ran first and are not counted.")
-    kept = [p for p in kept if p.parent.name != "warmup"]
-    if kept:
-        notes.append(f"Resumed: {len(kept)} level(s) measured in an earlier session were kept as they were "
-                     f"({', '.join(str(p.relative_to(base.out)) for p in kept)}); the others ran in this one.")
-    return paths, notes
+    def render(self, result: dict[str, Any]) -> str:
+        return render_markdown(result)
 
 
 def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
               progress: Progress | None = None) -> dict[str, Any]:
-    """Run every level against ``cfg.base.endpoint`` (must be set); write and return the result."""
-    from nlq2sql.load.levels import run_level
-
-    validate(cfg)
-    out = cfg.base.out
-    levels_sorted = tuple(sorted(set(cfg.levels)))
-    evalset_path, notes = begin_levels(cfg.base, cfg.requests, cfg.warmup, cfg.force, "run_sweep", job=cfg,
-                                       resume=cfg.resume)
-    stats = []
-    t0 = time.time()
-    level_base = replace(cfg.base, load=replace(cfg.base.load, duration_s=cfg.duration_s))
-    for c in levels_sorted:
-        st = run_level(level_base, evalset_path, c, out / "levels" / f"c{c}", reuse=cfg.resume)
-        stats.append(st)
-        if progress:
-            progress(f"c={c}: {st['ok']}/{st['n']} ok, {fmt_num(st.get('req_per_s'))} req/s, "
-                     f"p95 {fmt_num((st['latency_s'] or {}).get('p95'))} s")
-    for st in stats:
-        if st.get("not_sent"):
-            notes.append(f"c={st['concurrency']}: the {cfg.duration_s:g} s duration ended the level; "
-                         f"{st['n']} requests sent, {st['not_sent']} of the {cfg.requests}-request cap not sent.")
-    for c in levels_sorted:
-        if cfg.duration_s is None and cfg.requests < 4 * c:
-            notes.append(f"c={c}: {cfg.requests} requests = {cfg.requests / c:.1f}× the concurrency, so "
-                         "ramp-up and drain are a large part of the level (≥ 4× recommended).")
-    loads = [v for s in stats for k, v in (s.get("machine") or {}).items() if k.startswith("loadavg")]
-    if loads:
-        notes.append(f"Machine load average (1 min) ranged {min(loads):.1f}–{max(loads):.1f} on "
-                     f"{os.cpu_count()} CPUs at level starts and ends (it includes the harness and a local "
-                     "server; more means other processes competed for the CPU).")
-    errs = sum(sum(s["errors"].values()) for s in stats)
-    if errs:
-        notes.append(f"{errs} request(s) failed across levels; see the errors column.")
-    if not stats[0]["server"]["observed"]:
-        notes.append("The endpoint exposes no readable /metrics: server running/waiting, KV usage and "
-                     "prefix hits are not observed (not zero).")
-    result = assemble(cfg, stats, server_info or {"endpoint": cfg.base.endpoint}, notes)
-    result["elapsed_s"] = time.time() - t0
-    return write_result(out, result)
+    """Run every level (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
+    return drive(SweepMode(), cfg, progress, server_info=server_info)
 
 
 def assemble(cfg: SweepConfig, stats: list[dict[str, Any]], server_info: dict[str, Any],
@@ -277,7 +149,8 @@ def assemble(cfg: SweepConfig, stats: list[dict[str, Any]], server_info: dict[st
         "config": {"levels": sorted(set(cfg.levels)), "requests": cfg.requests,
                    "slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour,
                    "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured,
-                   "prompt": base.prompt, "warmup": cfg.warmup, "duration_s": cfg.duration_s},
+                   "prompt": base.prompt, "warmup": cfg.warmup, "duration_s": cfg.duration_s,
+                   **({"slo": [x.text for x in cfg.slo]} if cfg.slo else {})},
         "levels": stats,
         "analysis": analyse(stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour),
         "notes": notes,
@@ -332,7 +205,6 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
     if cfg.base.endpoint is not None:
         raise InputError("--server-sweep restarts a local server; it cannot be used with --endpoint",
                          field="--server-sweep")
-    validate(cfg)
     prepare_out(cfg.base.out, cfg.force)
     runs = []
     for v in values:
@@ -341,7 +213,7 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
             progress(f"starting a local server with {knob.replace('_', '-')}={v}")
         setting: dict[str, Any] = {knob: v}
         with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, info):
-            res = run_sweep(replace(cfg, base=replace(bound, out=sub), force=True), info, progress)
+            res = run_sweep(cfg.but(base=replace(bound, out=sub), force=True), info, progress)
         runs.append({"value": v, "dir": str(sub), "result": res})
     combined = {"kind": "server-sweep", "knob": knob, "values": list(values),
                 "settings": [summarise_setting(r) for r in runs]}

@@ -20,52 +20,22 @@ decisions and equals an uninterrupted one.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import Plot
+from nlq2sql.load.slo import Slo, is_correct, parse_slos, request_value
+from nlq2sql.load.tune_report import assemble, plot_curve, render_markdown
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.stages.score import mcnemar_exact, wilson
 
-__all__ = ["CI_METHOD", "Probe", "Slo", "TuneMode", "TuneSettings", "bisect_next", "judge", "parse_slo",
-           "probe_from_records"]
-
-#: SLO metric → the record field a request is judged on (open loop: e2e from arrival).
-METRICS = {"e2e": "latency_s", "ttft": "ttft_s", "itl": "itl_mean_s"}
-_SLO = re.compile(r"^\s*(e2e|ttft|itl)_(p50|p90|p95|p99)\s*<=\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*$")
-CI_METHOD = ("95 % Wilson interval on the share of requests that were correct within the SLO, times the "
-             "probe's request rate n / wall (wall taken as fixed)")
-
-
-class Slo(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    metric: Literal["e2e", "ttft", "itl"]
-    pct: int
-    limit_s: float
-
-    @property
-    def text(self) -> str:
-        return f"{self.metric}_p{self.pct}<={self.limit_s:g}s"
-
-
-def parse_slo(text: str) -> Slo:
-    """``e2e_p95<=8s`` / ``ttft_p99<=500ms`` → :class:`Slo`."""
-    m = _SLO.match(text)
-    if not m:
-        raise InputError(f"expected METRIC_pNN<=VALUE[s|ms] with METRIC one of e2e, ttft, itl and NN one of "
-                         f"50, 90, 95, 99; got {text!r}", field="--slo")
-    value = float(m.group(3)) / (1000.0 if m.group(4) == "ms" else 1.0)
-    if not (value > 0 and math.isfinite(value)):
-        raise InputError(f"the limit must be positive, got {text!r}", field="--slo")
-    return Slo(metric=m.group(1), pct=int(m.group(2)[1:]), limit_s=value)  # type: ignore[arg-type]
-
+__all__ = ["Probe", "TuneMode", "TuneSettings", "bisect_next", "judge", "probe_from_records", "tune_result"]
 
 class TuneSettings(LoadSettings):
     by: Literal["concurrency", "rate"] = option("concurrency", "--by")
@@ -79,10 +49,7 @@ class TuneSettings(LoadSettings):
     order_seed: int = option(0, "--seed")
     requests: int = option(32, "--requests", ge=4, le=100_000)
 
-    @field_validator("slo", mode="before")
-    @classmethod
-    def _parse(cls, v: Any) -> Any:
-        return tuple(parse_slo(x) if isinstance(x, str) else x for x in v or ())
+    _slos = field_validator("slo", mode="before")(parse_slos)
 
     @model_validator(mode="after")
     def _range(self) -> TuneSettings:
@@ -120,15 +87,10 @@ def probe_from_records(load: float, run_dir: Path, records: list[dict[str, Any]]
                        slos: tuple[Slo, ...], open_loop: bool) -> Probe:
     """A probe's counts from its scored records (pure: used on fresh and on resumed probes alike)."""
     def value(r: dict[str, Any], s: Slo) -> float | None:
-        key = "latency_from_arrival_s" if open_loop and s.metric == "e2e" else METRICS[s.metric]
-        v = r.get(key)
-        if v is None and key == "latency_from_arrival_s":
-            v = r.get("latency_s")
-        return float(v) if v is not None else None
+        return request_value(r, s, open_loop)
 
     ok = [r for r in records if r.get("outcome") == "ok"]
-    correct = {str(r["id"]): bool(r.get("outcome") == "ok" and r.get("raw_intent") is not None
-                                  and r.get("correct_final")) for r in records}
+    correct = {str(r["id"]): is_correct(r) for r in records}
     within = [r for r in records if correct[str(r["id"])]
               and all((v := value(r, s)) is not None and v <= s.limit_s for s in slos)]
     observed: dict[str, float | None] = {}
@@ -201,11 +163,7 @@ class TuneMode(LoadMode[TuneSettings]):
     stem: ClassVar[str] = "tune"
     settings_model: ClassVar[type[LoadSettings]] = TuneSettings
 
-    @property
-    def plot(self) -> Plot:  # type: ignore[override]
-        from nlq2sql.load.tune_report import plot_curve
-
-        return ("plot", plot_curve)
+    plot: ClassVar[Plot | None] = ("plot", plot_curve)
 
     def order_seed(self, settings: TuneSettings) -> int | None:
         return settings.order_seed
@@ -221,8 +179,8 @@ class TuneMode(LoadMode[TuneSettings]):
         else:
             d = ctx.out / "probes" / f"r{load:g}"
             st = run_level(s.base, ctx.evalset_path, s.max_in_flight, d, rate=load, reuse=s.resume)
-        return probe_from_records(load, d, list(iter_records(d / RECORDS)), st.get("wall_s"), s.slo,
-                                  s.by == "rate")
+        return probe_from_records(load, d.relative_to(ctx.out), list(iter_records(d / RECORDS)), st.get("wall_s"),
+                                  s.slo, s.by == "rate")
 
     def describe(self, level: Any, stats: Any) -> str:
         p: Probe = stats
@@ -230,11 +188,12 @@ class TuneMode(LoadMode[TuneSettings]):
                 f"correct goodput {p.correct_goodput_per_s or 0:.3f}/s, SLO {'met' if p.slo_met else 'missed'}")
 
     def analyse(self, ctx: LevelContext[TuneSettings], done: list[Any]) -> dict[str, Any]:
-        from nlq2sql.load.tune_report import assemble
-
-        return assemble(ctx.settings, done, ctx.server_info, ctx.notes)
+        return tune_result(ctx.settings, done, ctx.server_info, ctx.notes)
 
     def render(self, result: dict[str, Any]) -> str:
-        from nlq2sql.load.tune_report import render_markdown
-
         return render_markdown(result)
+
+
+def tune_result(s: TuneSettings, done: list[Probe], server_info: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The result from the probes (in the order run): each judged against the first, then the picks."""
+    return assemble(s, done, [judge(p, done[0], s) for p in done], server_info, notes)

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlq2sql.load.render import fmt_num
-from nlq2sql.load.tune import CI_METHOD, Probe, TuneSettings, judge
 
-__all__ = ["assemble", "plot_curve", "render_markdown"]
+if TYPE_CHECKING:
+    from nlq2sql.load.tune import Probe, TuneSettings
+
+__all__ = ["CI_METHOD", "assemble", "plot_curve", "render_markdown"]
+
+CI_METHOD = ("95 % Wilson interval on the share of requests that were correct within the SLO, times the "
+             "probe's request rate n / wall (wall taken as fixed)")
 
 
 def _pick(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -22,13 +27,15 @@ def _pick(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(ok, key=lambda r: (r["correct_goodput_per_s"], r["load"])) if ok else None
 
 
-def assemble(s: TuneSettings, done: list[Probe], server_info: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+def assemble(s: TuneSettings, done: list[Probe], verdicts: list[dict[str, Any]], server_info: dict[str, Any],
+             notes: list[str]) -> dict[str, Any]:
+    """The result: each probe (in the order run) with its verdict against the baseline, then the picks."""
     base = done[0] if done else None
     rows = []
-    for i, p in enumerate(done):
+    for i, (p, v) in enumerate(zip(done, verdicts, strict=True)):
         row = p.model_dump(mode="json", exclude={"items"})
         row["order"] = i + 1
-        row.update(judge(p, base, s) if base is not None else {})
+        row.update(v)
         rows.append(row)
     rows.sort(key=lambda r: r["load"])
     op = _pick(rows)
@@ -138,13 +145,17 @@ def plot_curve(r: dict[str, Any], out: Path) -> str:
     if op:
         ax.axvline(op["load"], color="tab:green", linestyle="--", label=f"operating point {op['load']:g}")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("concurrency" if r["config"]["by"] == "concurrency" else "offered rate (req/s)")
     ax.set_ylabel("per second")
     ax2 = ax.twinx()
     ax2.plot(xs, [p["accuracy"] for p in rows], "s--", color="tab:orange", label="accuracy")
     ax2.set_ylim(0, 1.05)
     ax2.set_ylabel("accuracy")
-    fig.legend(fontsize=8, loc="upper left")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower right")
     ax.set_title(f"{r['model']}: correct goodput under {' & '.join(r['config']['slo'])} (x: not eligible)",
                  fontsize=9)
     fig.tight_layout()
