@@ -20,14 +20,15 @@ from typing import Any
 import jsonschema
 
 from nlq2sql.errors import Nlq2SqlError
+from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.store import MANIFEST, RECORDS, iter_records, output_dir, read_json, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.run.serving import COMPACT_BACKENDS, STRUCTURED_BACKENDS
 from nlq2sql.stages.score import percentiles, wilson
 
-__all__ = ["BackendsConfig", "backend_config", "backend_row", "render_markdown", "run_backends", "summarise_backends",
-           "write_result"]
+__all__ = ["BackendsConfig", "backend_config", "backend_row", "clean_error", "render_markdown", "run_backends",
+           "summarise_backends", "write_result"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,15 @@ def run_backends(cfg: BackendsConfig) -> dict[str, Any]:
         try:
             run_eval(backend_config(cfg, backend))
         except Nlq2SqlError as exc:  # a server that does not start, a canary that trips
-            errors[backend] = " ".join(str(exc).split())[:600]
+            errors[backend] = clean_error(str(exc))
     return summarise_backends(cfg.base.out, cfg.backends, errors)
+
+
+def clean_error(message: str) -> str:
+    """An error as a report may keep it: one line, bounded, paths relative to the project (a log
+    path or a traceback line must not carry this machine's directories)."""
+    message = message.replace(str(PROJECT_ROOT) + "/", "").replace(str(PROJECT_ROOT), ".")
+    return " ".join(message.split())[:600]
 
 
 def summarise_backends(out: Path, backends: tuple[str, ...], errors: dict[str, str]) -> dict[str, Any]:
@@ -63,7 +71,7 @@ def summarise_backends(out: Path, backends: tuple[str, ...], errors: dict[str, s
     rows = []
     for backend in backends:
         if backend in errors:
-            rows.append({"backend": backend, "error": errors[backend]})
+            rows.append({"backend": backend, "error": clean_error(errors[backend])})
             continue
         rows.append(backend_row(out / backend, backend))
     return {"backends": rows}
