@@ -270,7 +270,7 @@ def table_digest(warehouse: str) -> dict[str, Any]:
 
 def prepare(workdir: str, scale: str, *sizes: str) -> dict[str, Any]:
     """Build the private warehouse and generate the files (in a child: see :func:`_rss_mib`)."""
-    from nlq2sql.stages import warehouse
+    from nlq2sql.semantic import warehouse
 
     work = Path(workdir)
     out: dict[str, Any] = {"warehouse": str(warehouse.build(work / "warehouse.duckdb", scale=float(scale)))}

@@ -33,7 +33,8 @@ from nlq2sql.stages.evalset import load_evalset  # noqa: E402
 from nlq2sql.stages.learned_guardrail import load_model  # noqa: E402
 from nlq2sql.stages.pipeline import ScoreConfig, score_responses  # noqa: E402
 from nlq2sql.stages.rulesets import load_guardrails  # noqa: E402
-from nlq2sql.stages.score import Summary, mcnemar_exact, wilson  # noqa: E402
+from nlq2sql.stages.score import mcnemar_exact, wilson  # noqa: E402
+from nlq2sql.stages.summary import Summary  # noqa: E402
 
 DOC = ROOT / "docs" / "learned-guardrail.md"
 BEGIN, END = "<!-- head-to-head:begin (scripts/learned_guardrail_report.py) -->", "<!-- head-to-head:end -->"

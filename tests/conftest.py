@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nlq2sql.stages import warehouse
+from nlq2sql.semantic import warehouse
 from nlq2sql.stages.execute import Executor
 
 SMALL_SCALE = 0.05

@@ -13,6 +13,7 @@ from typing import get_args
 from hypothesis import strategies as st
 
 from nlq2sql.semantic import default_catalog
+from nlq2sql.semantic.warehouse import builder
 from nlq2sql.stages.intent import (
     Filter,
     Intent,
@@ -21,7 +22,6 @@ from nlq2sql.stages.intent import (
     Order,
     TimeGrain,
 )
-from nlq2sql.stages.warehouse import builder
 
 #: The default (retail) warehouse's vocabulary, from its semantic model, and its data's values.
 VOCAB = default_catalog().vocabulary

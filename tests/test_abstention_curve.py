@@ -14,7 +14,7 @@ from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.query_score import score_query
 from nlq2sql.stages.queryset import QueryCase
-from nlq2sql.stages.score import Summary
+from nlq2sql.stages.summary import Summary
 
 CAT = load_catalog("retail")
 GOLD = {"metrics": ["revenue"], "group_by": ["customer_id__region"]}

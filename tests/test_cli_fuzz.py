@@ -281,7 +281,7 @@ def stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     from nlq2sql.experiments import compare
     from nlq2sql.load import probes
     from nlq2sql.run import live, models, server
-    from nlq2sql.stages import warehouse
+    from nlq2sql.semantic import warehouse
 
     def work(*a: Any, **k: Any) -> Any:
         raise ReachedWork

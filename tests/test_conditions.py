@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nlq2sql.conditions.examples import ExampleBank, load_bank, normalise
+from nlq2sql.conditions.example_bank import ExampleBank, load_bank, normalise
 from nlq2sql.errors import InputError
 from nlq2sql.semantic import default_catalog
 from nlq2sql.stages.evalset import load_evalset

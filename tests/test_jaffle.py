@@ -24,7 +24,7 @@ from nlq2sql.cli.main import app
 from nlq2sql.semantic import load_catalog
 from nlq2sql.semantic.contract import MAX_GROUP_BY, MAX_LIMIT, MAX_METRICS, MAX_ORDER, MAX_VALUES, MAX_WHERE
 from nlq2sql.semantic.query import METRIC_TIME, MetricQuery
-from nlq2sql.stages.warehouse import build, builder
+from nlq2sql.semantic.warehouse import build, builder
 
 runner = CliRunner()
 HERE = Path(__file__).resolve().parents[1] / "warehouses" / "jaffle"

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.conditions.examples import normalise
+from nlq2sql.conditions.example_bank import normalise
 from nlq2sql.errors import GuardrailError
 from nlq2sql.experiments.matrix import condition_table
 from nlq2sql.records.store import iter_records

@@ -190,7 +190,7 @@ def test_example_bank_for_the_v2_answer_writes_metricflow_queries(tmp_path: Path
     (the schema's key order) that parse back to the bank's gold, and the run records their ids."""
     from fakeserver import FakeServer, script
 
-    from nlq2sql.conditions.examples import load_bank
+    from nlq2sql.conditions.example_bank import load_bank
     from nlq2sql.semantic.contract import parse_answer
 
     bank = load_bank(None, CAT, 3, "query")

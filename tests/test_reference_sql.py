@@ -21,10 +21,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from nlq2sql.semantic import load_catalog
+from nlq2sql.semantic import load_catalog, warehouse
 from nlq2sql.semantic.query import MetricQuery
-from nlq2sql.stages import warehouse
-from nlq2sql.stages.execute import connect_read_only, normalise, rows_equal
+from nlq2sql.semantic.warehouse import connect_read_only
+from nlq2sql.stages.execute import normalise, rows_equal
 
 Case = tuple[str, dict[str, Any], str]
 

@@ -11,14 +11,15 @@ import pytest
 
 from nlq2sql.errors import ExecutionError, InputError
 from nlq2sql.records.store import RecordWriter
-from nlq2sql.stages import score
+from nlq2sql.stages import summary
 from nlq2sql.stages.evalset import EvalCase, load_evalset
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.pipeline import ScoreConfig, as_missing, read_responses, score_responses
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import Summary, score_item
+from nlq2sql.stages.score import score_item
 from nlq2sql.stages.sqlbuild import Query
+from nlq2sql.stages.summary import Summary
 
 RANKING = load_guardrails(["ranking"])
 
@@ -85,7 +86,7 @@ def test_failed_query_is_not_remembered(tmp_path: Path, executor: Executor) -> N
 def test_shared_adds_give_the_same_summary(executor: Executor, monkeypatch: pytest.MonkeyPatch,
                                            pending_max: int) -> None:
     """Figures and the order of every table's keys, whatever the flushes; timings keep their order."""
-    monkeypatch.setattr(score, "PENDING_MAX", pending_max)
+    monkeypatch.setattr(summary, "PENDING_MAX", pending_max)
     recs = [score_item(case, text, RANKING, executor, finish_reason=finish) for case, text, finish in items()]
     recs[5] = {**recs[5], "latency_s": 0.25}
     recs[30] = {**recs[30], "latency_s": 0.5, "ttft_s": 0.1}

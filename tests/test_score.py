@@ -13,7 +13,8 @@ from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.intent import FIELDS, Intent, canonicalise
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import Summary, error_class, mcnemar_exact, percentiles, score_item, wilson, wrong_fields
+from nlq2sql.stages.score import error_class, mcnemar_exact, percentiles, score_item, wilson, wrong_fields
+from nlq2sql.stages.summary import Summary
 
 RANKING = load_guardrails(["ranking"])
 BOTH = load_guardrails(["consistency", "ranking"])

@@ -25,7 +25,7 @@ from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.store import iter_records
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
-from nlq2sql.stages.execute import connect_read_only
+from nlq2sql.semantic.warehouse import connect_read_only
 from nlq2sql.stages.prompt import load_prompt
 
 MODEL = "fake-model"

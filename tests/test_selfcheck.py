@@ -14,7 +14,7 @@ from nlq2sql.errors import InputError
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.abstention import abstain_reason, apply_abstention
 from nlq2sql.stages.evalset import load_evalset
-from nlq2sql.stages.score import Summary
+from nlq2sql.stages.summary import Summary
 
 A = {"intent": "breakdown", "metric": "revenue", "dimension": "region", "time_grain": None, "filters": [],
      "limit": None, "order": None}

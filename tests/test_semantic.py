@@ -218,7 +218,7 @@ def test_semantic_init_on_every_shipped_db_checks(tmp_path: Path, name: str, sca
     """`semantic init --db` on each shipped warehouse's data writes YAML that MetricFlow validates and
     `semantic check` passes unchanged — including jaffle, whose raw supplies repeat their id (so that
     column must not become a primary entity: the data check would call it a fan-out)."""
-    from nlq2sql.stages import warehouse
+    from nlq2sql.semantic import warehouse
 
     db = warehouse.build(tmp_path / f"{name}.duckdb", scale, name)
     out = tmp_path / "init.yml"
@@ -246,7 +246,7 @@ def test_semantic_show_prints_the_contract() -> None:
                                                 ("flights", None, (24, 44, 22))])
 def test_shipped_warehouse_checks(tmp_path: Path, name: str, scale: float | None, sizes: tuple[int, ...]) -> None:
     """Every shipped warehouse passes `semantic check`, and each of its sets `evalset check`."""
-    from nlq2sql.stages import warehouse
+    from nlq2sql.semantic import warehouse
 
     db = warehouse.ensure(name=name) if scale is None else warehouse.build(tmp_path / f"{name}.duckdb", scale, name)
     res = runner.invoke(app, ["semantic", "check", name, "--db", str(db), "--json"])

@@ -15,12 +15,12 @@ from typing import Any
 import duckdb
 import pytest
 
-from nlq2sql.answers.sql import Sandbox, check_sql, compare, extract_sql, schema_text, score_sql
+from nlq2sql.answers.sql import Sandbox, check_sql, compare, extract_sql, score_sql
 from nlq2sql.answers.sql.guard import Verdict
-from nlq2sql.answers.sql.schema_text import relationships
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog, default_catalog
 from nlq2sql.semantic.query import MetricQuery
+from nlq2sql.semantic.schema_text import relationships, schema_text
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.queryset import QueryCase, QuerySet, load_query_set
 

@@ -31,11 +31,11 @@ from strategies import OPS as OP_NAMES
 
 from nlq2sql.errors import SqlBuildError
 from nlq2sql.semantic import default_catalog
+from nlq2sql.semantic.warehouse import builder
 from nlq2sql.stages import sqlbuild
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.intent import Filter, Intent, canonicalise
 from nlq2sql.stages.sqlbuild import GRAINS, Query, build_sql
-from nlq2sql.stages.warehouse import builder
 
 VALUES = builder("retail").VALUES
 CATALOG = default_catalog()

@@ -12,15 +12,15 @@ import pytest
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.conditions.examples import load_bank, normalise
+from nlq2sql.conditions.example_bank import load_bank, normalise
 from nlq2sql.conditions.synth import SYNTHETIC_TAG, synthesize, to_jsonl
 from nlq2sql.errors import InputError
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import SPEC_FILE, WAREHOUSE_DIR
+from nlq2sql.semantic.warehouse import build
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.queryset import check_query_set, load_query_set
-from nlq2sql.stages.warehouse import build
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]

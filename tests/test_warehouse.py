@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from nlq2sql import paths
-from nlq2sql.stages import warehouse
+from nlq2sql.semantic import warehouse
+from nlq2sql.semantic.warehouse import connect_read_only
 from nlq2sql.stages.evalset import load_evalset
-from nlq2sql.stages.execute import Executor, connect_read_only
+from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.intent import canonicalise
 from nlq2sql.stages.sqlbuild import build_sql
 

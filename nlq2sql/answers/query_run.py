@@ -3,7 +3,7 @@
 The same contract as v1 re-scoring (:func:`nlq2sql.stages.pipeline.score_responses`): every response
 line checked as it is read, output written to a sibling temp directory and renamed into
 place only at the end, so bad input leaves nothing behind; the summary is the one aggregator
-(:class:`nlq2sql.stages.score.Summary`) over the v2 parts, with abstention precision and recall and
+(:class:`nlq2sql.stages.summary.Summary`) over the v2 parts, with abstention precision and recall and
 the number of distinct MetricFlow compiles.
 """
 
@@ -22,9 +22,8 @@ from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.results import validated
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, write_json_atomic
-from nlq2sql.semantic import open_warehouse
+from nlq2sql.semantic import open_warehouse, warehouse
 from nlq2sql.semantic.contract import PARTS
-from nlq2sql.stages import warehouse
 from nlq2sql.stages.pipeline import (
     ScoreConfig,
     as_missing,
@@ -37,7 +36,7 @@ from nlq2sql.stages.pipeline import (
 )
 from nlq2sql.stages.query_score import ANSWER_KIND, score_query
 from nlq2sql.stages.queryset import load_query_set
-from nlq2sql.stages.score import Summary
+from nlq2sql.stages.summary import Summary
 
 __all__ = ["score_query_responses"]
 

@@ -29,6 +29,8 @@ from nlq2sql.cli._common import (
 from nlq2sql.errors import InputError
 from nlq2sql.run.models import DEFAULT_MODEL
 
+__all__ = ["BatchEndpointsOpt", "answers_table", "batch_cmd"]
+
 BatchEndpointsOpt = Annotated[list[str] | None, typer.Option(
     "--endpoint", help="--engine ray: OpenAI-compatible base URL (…/v1); give it several times for replicas "
     "of one model (items are routed over all of them).")]

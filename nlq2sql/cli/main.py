@@ -58,7 +58,7 @@ def db_build(
     """Build a shipped warehouse's DuckDB data (deterministic; nothing downloaded at run time)."""
     import os
 
-    from nlq2sql.stages.warehouse import MAX_SCALE, build
+    from nlq2sql.semantic.warehouse import MAX_SCALE, build
 
     if scale is not None and not scale > 0:
         raise InputError(f"must be positive, got {scale}", field="--scale")

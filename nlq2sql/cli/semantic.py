@@ -1,4 +1,4 @@
-"""``nlq2sql semantic check|show|init`` and ``nlq2sql sql``: thin wrappers over semantic.tools."""
+"""``nlq2sql semantic check|show|init`` and ``nlq2sql sql``: thin wrappers over stages.semantic_tools."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
                    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False) -> None:
     """Load, resolve joins, and execute one query per metric × dimension; exit 2 on any failure."""
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.semantic.tools import check, dumps
+    from nlq2sql.stages.semantic_tools import check, dumps
 
     wh = open_warehouse(path, db)
     report = check(wh)
@@ -49,7 +49,7 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
 def semantic_show(semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat") -> None:
     """Print the derived vocabulary, known values, years, JSON Schema and compact regex (JSON)."""
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.semantic.tools import dumps, show
+    from nlq2sql.stages.semantic_tools import dumps, show
 
     sys.stdout.write(dumps(show(open_warehouse(semantic_model, db), schema)) + "\n")
 
@@ -60,7 +60,7 @@ def semantic_init(db: Annotated[Path, typer.Option("--db", help="DuckDB file to 
                   out: Annotated[Path | None, typer.Option(help="Write the YAML here (default: stdout).")] = None,
                   force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False) -> None:
     """Write a starting semantic model from a database's tables and columns, to edit."""
-    from nlq2sql.semantic.tools import init_yaml
+    from nlq2sql.stages.semantic_tools import init_yaml
 
     if not db.is_file():
         raise InputError("no such database file", path=str(db), field="--db")
@@ -91,7 +91,7 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as 
 
     from nlq2sql.inputs import option_text
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.semantic.tools import sql_for
+    from nlq2sql.stages.semantic_tools import sql_for
 
     intent = option_text(intent, "--intent")  # @FILE: a regular file only (a FIFO would block forever)
     res = sql_for(open_warehouse(semantic_model, db), intent, execute=execute)

@@ -14,6 +14,6 @@ from nlq2sql.conditions import values  # noqa: F401
 from nlq2sql.conditions import selfcheck  # noqa: F401
 from nlq2sql.conditions import abstain  # noqa: F401
 # isort: on
-from nlq2sql.conditions.examples import ExampleBank, load_bank
+from nlq2sql.conditions.example_bank import ExampleBank, load_bank
 
 __all__ = ["ExampleBank", "load_bank"]

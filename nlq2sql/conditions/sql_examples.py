@@ -1,6 +1,6 @@
 """Retrieved examples for the SQL arms (``--answer sql|sql-grammar --examples K``): solved SQL.
 
-The same bank and the same retrieval as the query arm (:class:`~nlq2sql.conditions.examples.ExampleBank`,
+The same bank and the same retrieval as the query arm (:class:`~nlq2sql.conditions.example_bank.ExampleBank`,
 TF-IDF over the questions), but each assistant turn is the bank item's gold written as SQL: the
 clean one-line SELECT of :mod:`nlq2sql.answers.sql.solved` where it returns the gold's rows
 (checked by executing it when the bank loads), else MetricFlow's compiled SQL with its parameters
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nlq2sql.conditions.examples import DEFAULT_BANK, ExampleBank
+from nlq2sql.conditions.example_bank import DEFAULT_BANK, ExampleBank
 from nlq2sql.errors import InputError
 from nlq2sql.semantic.binding import Warehouse
 

@@ -17,7 +17,8 @@ from nlq2sql.answers.unscored import AnswerSummary, Question
 from nlq2sql.errors import Nlq2SqlError
 from nlq2sql.records.store import RECORD_VERSION, encode_json
 from nlq2sql.stages.evalset import EvalCase
-from nlq2sql.stages.score import Summary, percentiles
+from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.summary import Summary
 
 __all__ = ["FORMATS", "SHARDS", "encode_record", "iter_shard_lines", "iter_shard_records", "parse_item",
            "shard_files", "summarise_shards", "write_shards"]

@@ -17,6 +17,7 @@ import duckdb
 
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.semantic.catalog import Catalog, display_path, load_catalog, shipped_names
+from nlq2sql.semantic.warehouse import connect_read_only, fingerprint, resolve_db
 
 __all__ = ["PROMPT_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "open_warehouse"]
 
@@ -40,8 +41,6 @@ class Warehouse:
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            from nlq2sql.stages.execute import connect_read_only  # execute -> sqlbuild -> semantic: import late
-
             try:
                 self._con = connect_read_only(self.db_path)
             except duckdb.Error as exc:
@@ -56,8 +55,6 @@ class Warehouse:
 
     @cached_property
     def fingerprint(self) -> str:
-        from nlq2sql.stages.warehouse import fingerprint
-
         return fingerprint(self.db_path)
 
     def manifest(self) -> dict[str, Any]:
@@ -167,8 +164,6 @@ class Warehouse:
 
 def open_warehouse(semantic_model: str | Path | None = None, db: Path | None = None) -> Warehouse:
     """Load a semantic model (default ``retail``), find its database, and check one against the other."""
-    from nlq2sql.stages.warehouse import resolve_db
-
     catalog = load_catalog(semantic_model)
     shipped = catalog.name in shipped_names() and (semantic_model is None or not Path(str(semantic_model)).exists()
                                                    or catalog.path.startswith("warehouses/"))

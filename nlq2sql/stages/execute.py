@@ -21,23 +21,13 @@ import duckdb
 
 from nlq2sql.errors import ExecutionError
 from nlq2sql.semantic.engine import Query
+from nlq2sql.semantic.warehouse import connect_read_only
 
-__all__ = ["DEFAULT_TIMEOUT_S", "FLOAT_DIGITS", "READ_ONLY_CONFIG", "Executor", "Row", "connect_read_only",
-           "normalise", "result_hash", "rows_equal"]
+__all__ = ["DEFAULT_TIMEOUT_S", "FLOAT_DIGITS", "Executor", "Row", "normalise", "result_hash", "rows_equal"]
 
 FLOAT_DIGITS = 9
 DEFAULT_TIMEOUT_S = 10.0
 Row = tuple[Any, ...]
-#: The one configuration every read-only connection opens with: DuckDB refuses a second
-#: connection to an open file under a different configuration, so there is only this one.
-READ_ONLY_CONFIG: dict[str, str | bool | int | float | list[str]] = {"enable_external_access": False}
-
-
-def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
-    """A read-only connection without external access (raises ``duckdb.Error``)."""
-    return duckdb.connect(str(path), read_only=True, config=READ_ONLY_CONFIG)
-
-
 def _cell(value: Any) -> Any:
     if isinstance(value, (decimal.Decimal, float)):
         return float(f"{float(value):.{FLOAT_DIGITS}g}")

@@ -13,7 +13,7 @@ Four logistic-regression heads share one feature union of TF-IDF word (1–2) an
   had the most …"), or absent.
 
 Two rules, with the same :class:`~nlq2sql.stages.guardrail.Intervention` records as the lexical
-rule sets (so :class:`~nlq2sql.stages.score.Summary` reports precision and recall per rule):
+rule sets (so :class:`~nlq2sql.stages.summary.Summary` reports precision and recall per rule):
 ``learned_false_ranking`` (``top_n_by_metric`` → ``breakdown`` when P(breakdown) ≥ the
 artefact's threshold; limit from a written row count, order from the sort head) and
 ``learned_false_breakdown`` (``breakdown`` → ``top_n_by_metric`` when P(ranking) ≥ the

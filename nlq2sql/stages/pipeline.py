@@ -31,15 +31,15 @@ from nlq2sql.records.store import (
     prepare_dir,
     write_json_atomic,
 )
-from nlq2sql.semantic import Warehouse, open_warehouse
-from nlq2sql.stages import warehouse
+from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.stages.evalset import CaseIndex, EvalSet, index_evalset, load_evalset
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import Summary, score_item
+from nlq2sql.stages.score import score_item
+from nlq2sql.stages.summary import Summary
 
 __all__ = ["RESPONSE_MEMO_SIZE", "Response", "ScoreConfig", "as_missing", "check_evalset", "make_executor",
            "manifest_base", "publish", "read_responses", "refuse_missing", "rescore_run", "score_responses",

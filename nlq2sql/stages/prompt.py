@@ -21,6 +21,7 @@ from nlq2sql.errors import InputError
 from nlq2sql.inputs import read_text, regular_file
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.semantic import Warehouse
+from nlq2sql.semantic.schema_text import schema_text
 
 __all__ = ["PROMPT_DIR", "SLOT", "STYLES", "Prompt", "load_prompt", "render"]
 
@@ -65,8 +66,6 @@ def render(template: str, wh: Warehouse) -> str:
         if slot == "query_vocabulary":
             return wh.query_vocabulary_text()
         if slot == "sql_schema":  # the direct-SQL answer: tables and columns the layer reads
-            from nlq2sql.answers.sql.schema_text import schema_text
-
             return schema_text(cat, wh)
         if slot == "year":
             return wh.years[-1] if wh.years else ""

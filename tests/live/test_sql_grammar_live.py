@@ -13,13 +13,13 @@ from sqlglot import exp
 from xgrammar.testing import _is_grammar_accept_string
 
 from nlq2sql.answers.sql.grammar import SqlGrammar, sql_grammar
-from nlq2sql.answers.sql.schema_text import describe_tables
 from nlq2sql.errors import InputError
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.run.server import LocalServer
 from nlq2sql.run.sql_grammar import probe_grammar
 from nlq2sql.semantic import open_warehouse
+from nlq2sql.semantic.schema_text import describe_tables
 from nlq2sql.transport.client import Sampling
 
 

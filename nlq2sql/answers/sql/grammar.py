@@ -22,9 +22,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from nlq2sql.answers.sql.schema_text import describe_tables
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.schema_text import describe_tables
 
 __all__ = ["AGGREGATES", "CAST_TYPES", "FUNCTIONS", "GRAINS", "SqlGrammar", "check_compiles", "grammar_text",
            "sql_grammar"]

@@ -21,12 +21,12 @@ import sqlglot
 from sqlglot import exp
 
 from nlq2sql.answers.sql.equivalence import compare
-from nlq2sql.answers.sql.schema_text import describe_tables
 from nlq2sql.errors import ExecutionError
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.engine import Query
 from nlq2sql.semantic.query import METRIC_TIME, MetricQuery
+from nlq2sql.semantic.schema_text import describe_tables
 from nlq2sql.stages.execute import Executor
 
 __all__ = ["SolvedSql", "Unsupported", "clean_sql", "inline_params", "solve", "solved_texts"]

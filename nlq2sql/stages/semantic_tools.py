@@ -1,5 +1,8 @@
 """What the ``semantic`` and ``sql`` commands do, as library calls (same checks for any caller).
 
+A stage, not part of ``semantic/``: checking a model means building and executing queries
+(:mod:`.sqlbuild`, :mod:`.execute`, :mod:`.intent`), which sit above the semantic layer.
+
 ``check``: every metric × dimension (and every metric as a time series) builds and runs
 on the database, so a model that loads but cannot answer is caught before an eval.
 ``init``: a starting YAML from a database's tables and columns, for a person to edit.
@@ -92,7 +95,7 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> dict[s
 
     from nlq2sql.errors import IntentError
     from nlq2sql.semantic.query import MetricQuery
-    from nlq2sql.stages.execute import connect_read_only
+    from nlq2sql.semantic.warehouse import connect_read_only
     from nlq2sql.stages.intent import canonicalise, consistency_problem, parse_intent
     from nlq2sql.stages.sqlbuild import build_sql
 
@@ -144,7 +147,7 @@ def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
     measures, plus a count metric per table.  Meant to be edited, then checked."""
     import yaml
 
-    from nlq2sql.stages.execute import connect_read_only
+    from nlq2sql.semantic.warehouse import connect_read_only
 
     try:
         con = connect_read_only(db)

@@ -1,10 +1,12 @@
-"""Warehouse databases: build a shipped warehouse's data, find it in the cache, fingerprint it.
+"""Warehouse databases: build a shipped warehouse's data, find it in the cache, fingerprint it, open it.
 
 A shipped warehouse is a folder ``warehouses/NAME/`` with its semantic model, its eval sets
 and ``build.py`` (``VERSION``, ``DEFAULT_SCALE``, ``build(out, scale)``); nothing of any
 warehouse is written in this package.  A user's own data is a DuckDB file, or a folder of
 Parquet/CSV files imported once into a cached DuckDB file (named by the files' hash), so
-the executor always opens one file read-only with external access disabled.
+the executor always opens one file read-only with external access disabled
+(``connect_read_only``).  The semantic layer binds its model to such a file
+(:mod:`nlq2sql.semantic.binding`); the stages query it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,13 @@ from nlq2sql.errors import InputError
 from nlq2sql.paths import cache_dir
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, shipped_names
 
-__all__ = ["DATA_SUFFIXES", "DEFAULT_NAME", "MAX_SCALE", "build", "builder", "default_path", "ensure", "fingerprint",
-           "import_folder", "resolve_db"]
+__all__ = ["DATA_SUFFIXES", "DEFAULT_NAME", "MAX_SCALE", "READ_ONLY_CONFIG", "build", "builder", "connect_read_only",
+           "default_path", "ensure", "fingerprint", "import_folder", "resolve_db"]
+
+#: The one configuration every read-only connection opens with: DuckDB refuses a second
+#: connection to an open file under a different configuration, so there is only this one.
+READ_ONLY_CONFIG: dict[str, str | bool | int | float | list[str]] = {"enable_external_access": False}
+
 
 DATA_SUFFIXES = {".parquet": "read_parquet", ".csv": "read_csv_auto", ".tsv": "read_csv_auto"}
 #: The cached file name of the default warehouse at its default scale (kept from v1 layouts).
@@ -140,3 +147,8 @@ def resolve_db(db: Path | None, semantic_name: str, shipped: bool) -> Path:
         raise InputError(f"semantic model {semantic_name!r} is not a shipped warehouse: pass --db "
                          "(its DuckDB file, or a folder of Parquet/CSV files)", field="db")
     return ensure(name=semantic_name)
+
+
+def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection without external access (raises ``duckdb.Error``)."""
+    return duckdb.connect(str(path), read_only=True, config=READ_ONLY_CONFIG)

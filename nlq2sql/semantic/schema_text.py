@@ -6,6 +6,8 @@ layer's descriptions of models, entities, dimensions and measures), how tables j
 entity → the model where that entity is primary), a few known values of small categorical
 columns, and how each metric is computed.  All of it is read from the catalog and the data, in a
 fixed order, so the same warehouse always gives the same bytes (prompts are cached and compared).
+It lives in the semantic layer (as the vocabulary texts do) so the prompt stage renders it
+without importing the SQL answer.
 """
 
 from __future__ import annotations

@@ -1,0 +1,240 @@
+"""Streaming summary of scored records: accuracy, error classes, guardrail precision and recall,
+selective prediction, timings.
+
+Kept apart from per-item scoring (:mod:`nlq2sql.stages.score`): a summary reads records, old
+or new, and never scores one; scoring an item needs none of this.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from nlq2sql.stages.abstention import kind_share
+from nlq2sql.stages.guardrail import RuleSet
+from nlq2sql.stages.intent import (
+    FIELDS,
+    INTENTS,
+)
+from nlq2sql.stages.score import TIMING_KEYS, percentiles, wilson
+
+__all__ = ["PENDING_MAX", "Summary", "confidence"]
+
+#: Distinct records :meth:`Summary.add_shared` tallies before adding them (bounded).
+PENDING_MAX = 4096
+
+
+def confidence(rec: dict[str, Any]) -> float:
+    """The item's confidence for the coverage-accuracy curve: its vote share under
+    self-consistency, else its intent-token confidence, else 1 (nothing said otherwise)."""
+    votes = rec.get("votes")
+    if votes:
+        return round(float(votes["share"]), 4)
+    ev = rec.get("intent_evidence")
+    if ev:  # the model's share on the kind answered (a guardrail may have changed it)
+        return round(kind_share(ev, (rec.get("final_intent") or {}).get("intent")), 2)
+    return 1.0
+
+
+class Summary:
+    """Streaming aggregation of records: memory grows with classes, not with items."""
+
+    def __init__(self, rulesets: list[RuleSet], fields: tuple[str, ...] = FIELDS) -> None:
+        self.rule_ids = [r.id for rs in rulesets for r in rs.rules]
+        self.fields = fields  # the answer's parts: the v1 intent's fields, or the v2 query's
+        self.empty_gold_ids: list[str] = []
+        self.n = 0
+        self.c: Counter[str] = Counter()
+        self.status: Counter[str] = Counter()
+        self.errors_raw: Counter[str] = Counter()
+        self.errors_final: Counter[str] = Counter()
+        self.finish: Counter[str] = Counter()
+        self.gold_intents: Counter[str] = Counter()
+        self.pairs: Counter[tuple[str, str]] = Counter()
+        self.field_wrong: Counter[str] = Counter()
+        self.rule_fired: Counter[str] = Counter()
+        self.rule_correct: Counter[str] = Counter()
+        self.rule_scope: Counter[str] = Counter()
+        self.rule_scope_correct: Counter[str] = Counter()
+        self.cat: dict[str, Counter[str]] = defaultdict(Counter)
+        self.timing: dict[str, list[float]] = defaultdict(list)
+        # selective prediction (``--abstain``): (confidence, answered, answer correct) → items
+        self.selective: Counter[tuple[float, bool, bool]] = Counter()
+        # --abstain-below items whose request succeeded but carried no logprobs: not judged
+        self.no_evidence = 0
+        # add_shared's tally, id(rec) → [rec, times], first seen first: counted in (n and every
+        # table) when flushed -- by add, field_ok and result.
+        self._pending: dict[int, list[Any]] = {}
+
+    def add(self, rec: dict[str, Any]) -> None:
+        """Count one record."""
+        if self._pending:
+            self._flush()
+        self._add(rec, 1)
+
+    def add_shared(self, rec: dict[str, Any]) -> None:
+        """Count one record that may be passed again as the same object (re-scoring's
+        remembered records, :class:`nlq2sql.stages.rescore.RecordMemo`): the same figures as :meth:`add`.
+
+        Each distinct object is added once, with its count, in the order first seen -- which
+        also keeps the order of keys in every table (first seen first).  A record with
+        timings is added at once: timing samples keep their order.
+        """
+        entry = self._pending.get(id(rec))
+        if entry is not None:
+            entry[1] += 1
+            return
+        if any(key in rec for key in TIMING_KEYS):
+            self.add(rec)
+            return
+        if len(self._pending) >= PENDING_MAX:
+            self._flush()
+        self._pending[id(rec)] = [rec, 1]  # holds rec, so its id() is not reused meanwhile
+
+    def _flush(self) -> None:
+        for rec, times in self._pending.values():
+            self._add(rec, times)
+        self._pending.clear()
+
+    def _add(self, rec: dict[str, Any], times: int) -> None:
+        self.n += times
+        c = self.c
+        correct_raw, correct_final = bool(rec["correct_raw"]) * times, bool(rec["correct_final"]) * times
+        c["correct_raw"] += correct_raw
+        c["correct_final"] += correct_final
+        c["correct_exec"] += bool(rec["correct_exec"]) * times
+        raw_intent = rec["raw_intent"]
+        c["schema_valid"] += (raw_intent is not None) * times
+        ivs = rec["interventions"]
+        if ivs:
+            c["intervened"] += times
+            c["intervened_correct"] += all(iv["correct"] for iv in ivs) * times
+            for iv in ivs:
+                self.rule_fired[iv["rule"]] += times
+                self.rule_correct[iv["rule"]] += bool(iv["correct"]) * times
+        self.status[rec["status"]] += times
+        self.errors_raw[rec["error_raw"] or "correct"] += times
+        self.errors_final[rec["error_final"] or "correct"] += times
+        self.finish[rec.get("finish_reason") or "n/a"] += times
+        gold_kind = rec["gold_intent"]["intent"]
+        self.gold_intents[gold_kind] += times
+        self.pairs[(gold_kind, raw_intent["intent"] if raw_intent else "invalid")] += times
+        for f in set(rec["wrong_fields_raw"]):
+            self.field_wrong[f] += times
+        scope = rec["guardrail_scope"]
+        if scope:
+            fired_ok = {iv["rule"] for iv in ivs if iv["correct"]}
+            for rid in scope:
+                self.rule_scope[rid] += times
+                self.rule_scope_correct[rid] += (rid in fired_ok) * times
+        v2 = "answerable" in rec  # a v2 record: the model may answer "unanswerable"
+        said_unanswerable = v2 and rec["unanswerable"] is not None
+        if said_unanswerable:  # in the curve at every cut-off: never covered, or right when it is right
+            c["sel_out" if rec["answerable"] else "sel_right"] += times
+        elif "abstained" in rec:
+            self.selective[(confidence(rec), not rec["abstained"], bool(rec["answer_correct"]))] += times
+            if rec.get("abstain_below") is not None and rec.get("intent_evidence") is None \
+                    and rec.get("raw_intent") is not None:
+                self.no_evidence += times
+        elif v2:
+            self.selective[(confidence(rec), True, bool(rec["correct_final"]))] += times
+        if v2 or "abstained" in rec:  # unanswerable precision and recall, on every set that can abstain
+            abstained = said_unanswerable or bool(rec.get("abstained"))
+            c["abstention_scope"] += times
+            c["gold_unanswerable"] += (v2 and not rec["answerable"]) * times
+            c["abstained"] += abstained * times
+            c["abstained_right"] += (abstained and v2 and not rec["answerable"]) * times
+        if rec.get("gold_result_head") == []:  # a gold with no rows cannot tell right from wrong
+            c["empty_gold"] += times
+            if len(self.empty_gold_ids) < 5:
+                self.empty_gold_ids.append(rec["id"])
+        cat = self.cat[rec["category"]]
+        cat["n"] += times
+        cat["raw"] += correct_raw
+        cat["final"] += correct_final
+        for key in TIMING_KEYS:
+            value = rec.get(key)
+            if value is not None:
+                self.timing[key].extend([float(value)] * times)
+
+    @property
+    def field_ok(self) -> dict[str, int]:
+        """Per field: items whose raw intent had that field right."""
+        self._flush()
+        return {f: self.n - self.field_wrong[f] for f in self.fields}
+
+    def result(self) -> dict[str, Any]:
+        self._flush()
+        n, c = self.n, self.c
+        seen = {k for pair in self.pairs for k in pair} - {*INTENTS, "invalid"}
+        labels = list(INTENTS) + sorted(seen) + ["invalid"]  # v2 adds "unanswerable"
+        cm = None
+        if self.pairs:
+            ys, ps = zip(*self.pairs.keys(), strict=True)
+            from sklearn.metrics import confusion_matrix
+
+            cm = confusion_matrix(ys, ps, labels=labels,
+                                  sample_weight=list(self.pairs.values())).astype(int).tolist()
+        majority = self.gold_intents.most_common(1)
+        rules = {rid: {"interventions": self.rule_fired[rid],
+                       "precision": wilson(self.rule_correct[rid], self.rule_fired[rid]),
+                       "recall": wilson(self.rule_scope_correct[rid], self.rule_scope[rid]),
+                       "scope": self.rule_scope[rid]} for rid in self.rule_ids}
+        return {
+            "n": n,
+            "raw_accuracy": wilson(c["correct_raw"], n),
+            "final_accuracy": wilson(c["correct_final"], n),
+            "execution_accuracy": wilson(c["correct_exec"], n),
+            "schema_valid_rate": wilson(c["schema_valid"], n),
+            "interventions": c["intervened"],
+            "intervention_precision": wilson(c["intervened_correct"], c["intervened"]),
+            "intervention_recall": {rid: r["recall"] for rid, r in rules.items()},
+            "rules": rules,
+            "majority_baseline": {"label": majority[0][0] if majority else None,
+                                  **wilson(majority[0][1] if majority else 0, n)},
+            "field_accuracy": {f: wilson(ok, n) for f, ok in self.field_ok.items()},
+            "status_counts": dict(self.status),
+            "error_taxonomy_raw": dict(self.errors_raw.most_common()),
+            "error_taxonomy_final": dict(self.errors_final.most_common()),
+            "finish_reasons": dict(self.finish),
+            "confusion_matrix": {"labels": labels, "rows_gold_cols_pred": cm},
+            "per_category": {k: {"n": v["n"], "raw_accuracy": wilson(v["raw"], v["n"]),
+                                 "final_accuracy": wilson(v["final"], v["n"])}
+                             for k, v in sorted(self.cat.items())},
+            "timing": {k: percentiles(v) for k, v in self.timing.items()},
+            **({"selective": self._selective()} if self.selective or c["sel_out"] or c["sel_right"] else {}),
+            **({"abstention": {
+                "abstained": c["abstained"], "unanswerable_items": c["gold_unanswerable"],
+                "precision": wilson(c["abstained_right"], c["abstained"]),
+                "recall": wilson(c["abstained_right"], c["gold_unanswerable"])}} if c["abstention_scope"] else {}),
+            # Flagged, never silent: `evalset check` refuses such golds; a set that has them is suspect.
+            **({"empty_golds": {"n": c["empty_gold"], "first_ids": self.empty_gold_ids}} if c["empty_gold"] else {}),
+        }
+
+    def _selective(self) -> dict[str, Any]:
+        """Coverage, accuracy on answered items, and the coverage-accuracy curve: answering only
+        items whose confidence (vote share, else intent-token confidence) is at least each observed
+        value (an abstention is never correct).  ``min_vote_share`` is the old name of
+        ``min_confidence``, kept so readers of older summaries need no second path.
+
+        A v2 answer of "unanswerable" is in the curve at every cut-off: on an answerable item it
+        covers nothing (``abstained_answerable``), on an unanswerable one it is a covered, correct
+        answer (``abstained_unanswerable``) — a model that abstains where it should gains accuracy,
+        one that abstains everywhere loses coverage.  v2 answers carry confidence 1 unless a
+        condition measured one, so their curve is one point: coverage and accuracy as answered."""
+        sel = self.selective
+        out, right_abstained = self.c["sel_out"], self.c["sel_right"]
+        n = sum(sel.values()) + out + right_abstained
+        answered = sum(v for (_, a, _), v in sel.items() if a) + right_abstained
+        right = sum(v for (_, a, ok), v in sel.items() if a and ok) + right_abstained
+        curve = []
+        for t in sorted({share for share, _, _ in sel}, reverse=True) or [1.0]:
+            m = sum(v for (share, _, _), v in sel.items() if share >= t) + right_abstained
+            k = sum(v for (share, _, ok), v in sel.items() if share >= t and ok) + right_abstained
+            curve.append({"min_confidence": t, "min_vote_share": t, "coverage": wilson(m, n),
+                          "accuracy": wilson(k, m)})
+        return {"n": n, "abstained": n - answered + right_abstained, "abstained_answerable": out,
+                "abstained_unanswerable": right_abstained, "coverage": wilson(answered, n),
+                "accuracy_answered": wilson(right, answered), "curve": curve,
+                # answered without a confidence read-out (the endpoint streamed no logprobs)
+                "without_logprob_evidence": self.no_evidence}
