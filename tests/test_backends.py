@@ -35,6 +35,7 @@ def test_each_backend_on_its_own_server_and_a_failed_start_reported(
                                                                                "records.jsonl").exists()
     for name in ("xgrammar", "guidance"):
         row = rows[name]
+        assert "error" not in row, row
         assert row["effective_backend"] == name and row["whitespace_free"] is False and row["canary"] is True
         assert row["n"] == 4 and row["json_schema_valid"]["n"] == 4  # the fake's answers fit the intent schema
         assert row["json_schema_valid"]["k"] == 4 and row["first_request_compile_s"] is not None
