@@ -21,8 +21,8 @@ require_clean_tree
 mkdir -p "$OUT"
 for model in $MODELS; do
     endpoint=${ENDPOINT:-}
+    mkdir -p "$OUT/$model"
     if [[ -z "$endpoint" ]]; then
-        mkdir -p "$OUT/$model"
         $N serve --model "$model" --port "${PORT:-8230}" --max-model-len 4096 > "$OUT/$model/serve.log" 2>&1 &
         SERVER=$!
         trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
