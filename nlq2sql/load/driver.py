@@ -43,6 +43,24 @@ __all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Progress
 
 Progress = Callable[[str], None]
 
+#: pydantic's bound errors, said the way every other option's bound is (``inputs.at_most``).
+_BOUNDS = {"less_than_equal": ("le", "at most"), "greater_than_equal": ("ge", "at least"),
+           "less_than": ("lt", "less than"), "greater_than": ("gt", "more than")}
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:,}" if isinstance(x, int | float) and not isinstance(x, bool) else repr(x)
+
+
+def _bound_message(e: Any) -> str:
+    """One validation error as a sentence: ``must be at most 1,000,000, got 99,999,…``."""
+    bound = _BOUNDS.get(e.get("type", ""))
+    ctx = e.get("ctx") or {}
+    if bound and bound[0] in ctx and "input" in e:
+        return f"must be {bound[1]} {_fmt(ctx[bound[0]])}, got {_fmt(e['input'])}"
+    got = f", got {e['input']!r}" if "input" in e and not isinstance(e["input"], dict) else ""
+    return f"{e['msg']}{got}"
+
 
 def option(default: Any, flag: str, **constraints: Any) -> Any:
     """A settings field and the command-line option a refusal names (``--requests``)."""
@@ -72,8 +90,7 @@ class LoadSettings(BaseModel):
             name = str(e["loc"][0]) if e["loc"] else ""
             extra = cls.model_fields[name].json_schema_extra if name in cls.model_fields else None
             flag = extra.get("option") if isinstance(extra, dict) else None
-            got = f", got {e['input']!r}" if "input" in e and not isinstance(e["input"], dict) else ""
-            raise InputError(f"{e['msg']}{got}", field=str(flag or "--" + name.replace("_", "-"))) from None
+            raise InputError(_bound_message(e), field=str(flag or "--" + name.replace("_", "-"))) from None
 
     def but(self: S, **changes: Any) -> S:
         """A copy with ``changes``, validated again (``model_copy`` would not check them)."""
