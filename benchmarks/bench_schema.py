@@ -56,7 +56,8 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(str(args.tokenizer))
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok), cache_enabled=False)
     print(f"tokenizer {args.tokenizer.name}, xgrammar, whitespace-free, cache off, median of {args.rounds}")
-    print(f"{'warehouse':10} {'mode':9} {'bytes':>7} {'branches':>8} {'metrics':>7} {'group-bys':>9} {'compile ms':>10}")
+    print(f"{'warehouse':10} {'mode':9} {'bytes':>7} {'branches':>8} {'metrics':>7} {'group-bys':>9} "
+          f"{'compile ms':>10}")
     base: dict[str, Any] | None = None
     for name in shipped_names():
         cat = load_catalog(name)

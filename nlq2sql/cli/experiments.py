@@ -164,12 +164,12 @@ def matrix(
 
         from nlq2sql.experiments.arms import matrix_arms
 
-        def base() -> Any:
+        def arm_base() -> Any:
             return with_(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
                                      semantic=(semantic_model, db, schema), conditions=conditions,
                                      temperature=temperature), concurrency=concurrency)
 
-        md = matrix_arms(answers, runs, out, base, gpu_cost_per_hour, f"Answer arms · {evalset} · {model}")
+        md = matrix_arms(answers, runs, out, arm_base, gpu_cost_per_hour, f"Answer arms · {evalset} · {model}")
         Console().print(md, markup=False, highlight=False)
         return
     from dataclasses import replace

@@ -213,7 +213,13 @@ class LocalServer:
         env = self.build_env()
         logs = cache_dir() / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        self.log_path = logs / f"vllm-{c.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        # One file per start: two starts on one port within a second (a backend whose engine died at
+        # once, then the next) must not share a log, or the second reads the first's failure.
+        stem = f"vllm-{c.port}-{time.strftime('%Y%m%d-%H%M%S')}"
+        n = 0
+        while (logs / f"{stem}{f'-{n}' if n else ''}.log").exists():
+            n += 1
+        self.log_path = logs / f"{stem}{f'-{n}' if n else ''}.log"
         self._rpc_before = set(os.listdir(self._rpc_dir))
         self._log = self.log_path.open("ab")
         t0 = time.monotonic()
