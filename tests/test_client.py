@@ -121,3 +121,19 @@ def test_sdk_and_aiohttp_clients_send_the_same_body_and_record_the_same(tmp_path
         if e.get("path") == "/v1/chat/completions" and not e.get("canary"):  # the items' requests
             bodies.setdefault(e["question"], set()).add(e["body_sha256"])
     assert len(bodies) == 6 and all(len(v) == 1 for v in bodies.values())
+
+
+def test_workers_do_not_load_the_openai_sdk() -> None:
+    """The aiohttp client is the default: a worker process (item runner, worker body) must not pay
+    for importing the SDK; only ``--client sdk`` loads it (and classify still knows its errors)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nlq2sql.run.worker, nlq2sql.run.workers, nlq2sql.run.item; "
+            "assert 'openai' not in sys.modules, 'openai loaded'; "
+            "from nlq2sql.transport.client import EndpointConfig, make_client, classify; "
+            "c = make_client(EndpointConfig(base_url='http://127.0.0.1:9/v1', model='m', client='sdk')); "
+            "import openai; print(classify(openai.APIConnectionError(request=None))[0])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "connection_error"

@@ -1,11 +1,9 @@
 """Endpoint calls: structured outputs, streamed timings, classified failures, bounded retries.
 
-One ``AsyncOpenAI`` client on the aiohttp transport with a connection pool at least as
-large as the concurrency — the client must never be the serializer.  Every request is
-streamed so TTFT and inter-token gaps are measured, not inferred.  Failures become a
-classified ``outcome``; retryable ones are retried with exponential backoff and jitter,
-honouring ``Retry-After``, under a per-run retry budget so a sick server is not stormed.
-"""
+One client with a connection pool at least as large as the concurrency (the client must never be
+the serializer).  Every request is streamed so TTFT and inter-token gaps are measured, not inferred.
+Failures become a classified ``outcome``; retryable ones are retried with backoff and jitter,
+honouring ``Retry-After``, under a per-run retry budget so a sick server is not stormed."""
 
 from __future__ import annotations
 
@@ -14,15 +12,17 @@ import dataclasses
 import functools
 import json
 import random
+import sys
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import openai
-from openai import AsyncOpenAI, DefaultAioHttpClient
+
+if TYPE_CHECKING:  # the SDK loads only with the sdk client: workers on aiohttp never import it
+    from openai import AsyncOpenAI
 
 from nlq2sql.stages.intent import intent_schema
 from nlq2sql.transport.rawclient import RawClient, stream_once
@@ -123,8 +123,6 @@ class Sampling:
         return intent_schema(None, self.schema)
 
 
-
-
 def bind_sampling(s: Sampling, catalog: Any, answer: str = "intent", grammar: str | None = None) -> Sampling:
     """The sampling with the warehouse's schema (``s.schema`` mode) fixed into it: the v1
     intent's, or with ``answer="query"`` the v2 MetricFlow query's (generated from the manifest)."""
@@ -148,10 +146,8 @@ def bind_sampling(s: Sampling, catalog: Any, answer: str = "intent", grammar: st
 class RetryBudget:
     """A per-run cap on retries: total requests ≤ items × (1 + fraction).
 
-    ``items`` is every item of the *run*, not of one session, and ``used`` the retries the
-    items already recorded took: a resumed run continues the same budget, so each item gets
-    what it would have had in an uninterrupted run (``live`` keeps the total in the manifest).
-    """
+    ``items`` is every item of the *run* and ``used`` the retries recorded items took: a resumed run
+    continues the same budget, as an uninterrupted one would (``live`` keeps the total in the manifest)."""
 
     def __init__(self, items: int, fraction: float, *, used: int = 0, total: int | None = None) -> None:
         self.total = self.allowed(items, fraction) if total is None else total
@@ -186,8 +182,9 @@ def make_client(cfg: EndpointConfig) -> AsyncOpenAI | RawClient:
     connector_limit = max(100, cfg.concurrency * 2)
     if cfg.client == "aiohttp":
         return RawClient(cfg.base_url, cfg.api_key, connector_limit, KEEPALIVE_S, cfg.timeout_s)
-    http = DefaultAioHttpClient(timeout=cfg.timeout_s,
-                                limits=_limits(connector_limit))
+    from openai import AsyncOpenAI, DefaultAioHttpClient
+
+    http = DefaultAioHttpClient(timeout=cfg.timeout_s, limits=_limits(connector_limit))
     return AsyncOpenAI(base_url=cfg.base_url, api_key=cfg.api_key, max_retries=0,
                        timeout=cfg.timeout_s, http_client=http)
 
@@ -270,12 +267,16 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 def classify(exc: BaseException) -> tuple[str, int | None, float | None]:
     """Exception → (outcome, HTTP status, Retry-After seconds)."""
-    if isinstance(exc, (openai.APIStatusError, HTTPStatusError)):
+    oa = sys.modules.get("openai")  # an SDK error can only exist once the SDK is loaded
+
+    def sdk(*names: str) -> tuple[type, ...]:
+        return tuple(getattr(oa, n) for n in names) if oa is not None else ()
+    if isinstance(exc, (HTTPStatusError, *sdk("APIStatusError"))):
         if isinstance(exc, HTTPStatusError):
             code, ra = exc.status, exc.retry_after
         else:
-            code = exc.status_code
-            ra = exc.response.headers.get("retry-after") if exc.response is not None else None
+            e: Any = exc  # the SDK's APIStatusError
+            code, ra = e.status_code, (e.response.headers.get("retry-after") if e.response is not None else None)
         retry_after = None
         if ra:
             try:
@@ -295,21 +296,21 @@ def classify(exc: BaseException) -> tuple[str, int | None, float | None]:
                             or "too long" in text):
             return "context_overflow", code, None
         return "http_4xx", code, None
-    if isinstance(exc, (asyncio.TimeoutError, openai.APITimeoutError)):
+    if isinstance(exc, (asyncio.TimeoutError, *sdk("APITimeoutError"))):
         # The aiohttp transport reports a refused connection as ConnectTimeout: not a timeout.
         if any(isinstance(e, (aiohttp.ClientConnectorError, ConnectionError)) for e in _causes(exc)):
             return "connection_error", None, None
         return "timeout", None, None
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, sdk("APIConnectionError")):
         return "connection_error", None, None
     if isinstance(exc, StreamEventError | aiohttp.ClientPayloadError):
         return "stream_error", None, None
     if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError):
         return "connection_error", None, None
-    if isinstance(exc, (json.JSONDecodeError, openai.APIResponseValidationError, ValueError,
+    if isinstance(exc, (json.JSONDecodeError, *sdk("APIResponseValidationError"), ValueError,
                         KeyError, TypeError, AttributeError)):
         return "malformed_response", None, None
-    if isinstance(exc, (aiohttp.ClientError, openai.APIError, ConnectionError)):
+    if isinstance(exc, (aiohttp.ClientError, *sdk("APIError"), ConnectionError)):
         return "stream_error", None, None
     return "stream_error", None, None
 
