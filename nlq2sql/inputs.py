@@ -121,7 +121,7 @@ def read_text(path: str | Path, what: str = "") -> str:
 
 __all__ = ["BOM", "MAX_JSON_DEPTH", "MAX_REQUESTS", "at_most", "check_json_depth", "decode_line", "json_depth",
            "json_object", "not_utf8", "option_text", "parse_json", "read_text", "regular_file", "reusable_rest",
-           "split_id"]
+           "split_id", "strip_whitespace_outside_strings"]
 
 
 def json_object(text: str, *, path: str, line: int, cls: type[InputError] = InputError) -> dict[str, Any]:
@@ -214,6 +214,27 @@ def parse_json(text: str, *, path: str | None, line: int | None = None, cls: typ
         raise cls(f"malformed JSON ({str(exc).split(':')[0]})", path=path, line=line, field=field) from None
     except RecursionError:  # not reached after the depth check; kept so no reader ever shows one
         raise cls(_too_deep(), path=path, line=line, field=field) from None
+
+
+def strip_whitespace_outside_strings(text: str) -> str:
+    """``text`` without the whitespace between JSON tokens (what a compact serialiser would not have
+    written); whitespace inside string literals is kept.  One scanner for the compact-output count
+    and the structured-output canary."""
+    out, in_str, esc = [], False, False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in " \t\r\n":
+            continue
+        out.append(ch)
+    return "".join(out)
 
 
 def option_text(value: str, option: str) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nlq2sql.errors import InputError
+from nlq2sql.inputs import strip_whitespace_outside_strings
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete, make_client
 
 __all__ = ["CANARY_QUESTION", "CANARY_SCHEMA", "CanaryResult", "ConstraintsNotEnforced", "canary_modes",
@@ -69,29 +70,11 @@ def canary_modes() -> tuple[str, ...]:
     return _MODES
 
 
-def _strip_ws(text: str) -> str:
-    out, in_str, esc = [], False, False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in " \t\r\n":
-            continue
-        out.append(ch)
-    return "".join(out)
-
-
 def canary_verdict(text: str | None, finish_reason: str | None, compact: bool) -> str | None:
     """Why ``text`` violates the canary schema (None: it does not).  ``compact``: the server is
     known to run the whitespace-free grammar, so whitespace between tokens is a violation too."""
     text = text or ""
-    bare = _strip_ws(text)
+    bare = strip_whitespace_outside_strings(text)
     if compact and len(bare) != len(text):
         return f"whitespace between JSON tokens under the compact grammar: {text[:80]!r}"
     if finish_reason == "length":  # cut short: what it wrote must still lead to an allowed answer

@@ -18,6 +18,7 @@ from nlq2sql.answers.sql.score import SQL_ANSWERS
 from nlq2sql.answers.unscored import Question, answer_item
 from nlq2sql.conditions.registry import Condition, Request
 from nlq2sql.errors import ExecutionError, SqlBuildError
+from nlq2sql.inputs import strip_whitespace_outside_strings
 from nlq2sql.run.config import targets
 from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.pool import FAIL_FAST, Pool
@@ -61,20 +62,7 @@ def load_conditions(cfg: EvalConfig, wh: Warehouse) -> list[Condition[Any]]:
 
 def whitespace_outside_strings(text: str) -> int:
     """Whitespace characters a compact serialiser would not have written."""
-    count, in_str, esc = 0, False, False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in " \t\r\n":
-            count += 1
-    return count
+    return len(text) - len(strip_whitespace_outside_strings(text))
 
 
 @dataclasses.dataclass(frozen=True)
