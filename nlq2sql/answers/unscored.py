@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.errors import ExecutionError, InputError, IntentError, SqlBuildError
+from nlq2sql.errors import ExecutionError, InputError, SqlBuildError
 from nlq2sql.inputs import decode_line, json_object, regular_file
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.execute import Executor
@@ -36,7 +36,7 @@ from nlq2sql.stages.intent import (
     is_ordered,
     parse_intent,
 )
-from nlq2sql.stages.score import RESULT_HEAD_ROWS, TIMING_KEYS, percentiles, wilson
+from nlq2sql.stages.score import RESULT_HEAD_ROWS, TIMING_KEYS, parse_or_status, percentiles, wilson
 from nlq2sql.stages.sqlbuild import build_sql
 
 __all__ = ["AnswerSummary", "Question", "answer_item", "read_questions"]
@@ -93,17 +93,7 @@ def answer_item(q: Question, raw_text: str | None, rulesets: list[RuleSet], exec
                 finish_reason: str | None = None, request_error: str | None = None,
                 catalog: Catalog | None = None) -> dict[str, Any]:
     """``score_item`` without a gold: the same record keys, the gold's side ``null``."""
-    raw = None
-    status, reason = STATUS_OK, None
-    if request_error is not None:
-        status, reason = "request_error", request_error
-    else:
-        try:
-            raw = parse_intent(raw_text or "", catalog)
-        except IntentError as exc:
-            status, reason = exc.status, exc.reason
-            if finish_reason == "length":
-                status = "truncated"
+    raw, status, reason = parse_or_status(lambda t: parse_intent(t, catalog), raw_text, finish_reason, request_error)
     final, interventions = (apply_all(rulesets, raw, q.question) if raw is not None else (None, []))
     if raw is not None:
         status, reason = _status_of(raw)

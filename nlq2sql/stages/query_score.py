@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from nlq2sql.errors import ExecutionError, IntentError, SqlBuildError
+from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import PARTS, parse_answer, part_matches
 from nlq2sql.semantic.query import MetricQuery, Unanswerable
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.queryset import QueryCase
-from nlq2sql.stages.score import RESULT_HEAD_ROWS
+from nlq2sql.stages.score import RESULT_HEAD_ROWS, parse_or_status
 
 __all__ = ["ANSWER_KIND", "UNANSWERABLE", "score_query"]
 
@@ -52,17 +52,9 @@ def _error(status: str, pred: MetricQuery | Unanswerable | None, case: QueryCase
 def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
                 finish_reason: str | None = None, request_error: str | None = None) -> dict[str, Any]:
     """One item's record: parse, compile (MetricFlow), execute, compare rows with the gold's."""
-    pred: MetricQuery | Unanswerable | None = None
-    status, reason = "ok", None
-    if request_error is not None:
-        status, reason = "request_error", request_error
-    else:
-        try:
-            pred = parse_answer(raw_text or "", catalog)
-        except IntentError as exc:
-            status, reason = exc.status, exc.reason
-            if finish_reason == "length":
-                status = "truncated"
+    pred: MetricQuery | Unanswerable | None
+    pred, status, reason = parse_or_status(lambda t: parse_answer(t, catalog), raw_text, finish_reason,
+                                           request_error)
     gold_q = catalog.engine.compile(case.gold) if case.gold is not None else None
     gold_rows = executor.run(gold_q) if gold_q is not None else None
     ordered = case.gold.ordered if case.gold is not None else False

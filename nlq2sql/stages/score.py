@@ -11,7 +11,8 @@ Definitions (also in the README):
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,8 +33,10 @@ from nlq2sql.stages.intent import (
 )
 from nlq2sql.stages.sqlbuild import build_sql
 
-__all__ = ["RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "error_class", "mcnemar_exact", "percentiles", "score_item",
-           "wilson", "wrong_fields"]
+__all__ = ["RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "error_class", "mcnemar_exact", "parse_or_status",
+           "percentiles", "score_item", "wilson", "wrong_fields"]
+
+T = TypeVar("T")
 
 #: Primary error classes, most basic first.
 TAXONOMY = ("request_error", "truncated", "invalid_json", "schema_invalid", "inconsistent",
@@ -85,6 +88,18 @@ def _status_of(intent: Intent | None, status: str) -> tuple[str, str | None]:
     return (STATUS_INCONSISTENT, problem) if problem else (STATUS_OK, None)
 
 
+def parse_or_status(parse: Callable[[str], T], raw_text: str | None, finish_reason: str | None,
+                    request_error: str | None) -> tuple[T | None, str, str | None]:
+    """The answer parsed, or why not: ``request_error`` when the request failed, the parser's
+    status otherwise (``truncated`` when the reply was cut at max_tokens).  Every scorer starts here."""
+    if request_error is not None:
+        return None, "request_error", request_error
+    try:
+        return parse(raw_text or ""), STATUS_OK, None
+    except IntentError as exc:
+        return None, ("truncated" if finish_reason == "length" else exc.status), exc.reason
+
+
 def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
                *, finish_reason: str | None = None, request_error: str | None = None,
                catalog: Catalog | None = None) -> dict[str, Any]:
@@ -94,17 +109,7 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
     its database.
     """
     gold = canonicalise(case.gold)
-    raw: Intent | None = None
-    status, reason = STATUS_OK, None
-    if request_error is not None:
-        status, reason = "request_error", request_error
-    else:
-        try:
-            raw = parse_intent(raw_text or "", catalog)
-        except IntentError as exc:
-            status, reason = exc.status, exc.reason
-            if finish_reason == "length":
-                status = "truncated"
+    raw, status, reason = parse_or_status(lambda t: parse_intent(t, catalog), raw_text, finish_reason, request_error)
     if raw is not None:
         status, reason = _status_of(raw, status)
 
