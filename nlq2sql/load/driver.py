@@ -24,7 +24,7 @@ import json
 import shutil
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -38,8 +38,8 @@ from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Progress", "begin_level_sets",
-           "begin_levels", "build_settings", "check_resume", "drive", "fresh_out", "job_settings", "option",
-           "prepare_out", "register"]
+           "begin_levels", "build_settings", "check_resume", "drive", "fresh_out", "job_settings", "next_in",
+           "option", "prepare_out", "register"]
 
 Progress = Callable[[str], None]
 
@@ -170,6 +170,12 @@ class LoadMode(ABC, Generic[S]):
 
 MODES: dict[str, type[LoadMode[Any]]] = {}
 M = TypeVar("M", bound=type[LoadMode[Any]])
+L = TypeVar("L")
+
+
+def next_in(levels: Sequence[L], done: Sequence[object]) -> L | None:
+    """A fixed list's next level: the first not yet measured (levels run in list order)."""
+    return levels[len(done)] if len(done) < len(levels) else None
 
 
 def register(cls: M) -> M:

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import GridResult, as_model
@@ -194,16 +194,13 @@ class GridMode(LoadMode[GridConfig]):
     stem: ClassVar[str] = "grid"
     settings_model: ClassVar[type[LoadSettings]] = GridConfig
 
-    @property
-    def plot(self) -> Any:  # type: ignore[override]
-        return ("plot", heatmap)
+    plot = ("plot", heatmap)
 
     def who(self) -> str:
         return "run_grid"  # what job.json said before the driver: older grids still resume
 
     def next_level(self, settings: GridConfig, done: list[Any]) -> tuple[LengthClass, int] | None:
-        cells = [(k, c) for k in settings.classes for c in sorted(set(settings.levels))]
-        return cells[len(done)] if len(done) < len(cells) else None
+        return next_in([(k, c) for k in settings.classes for c in sorted(set(settings.levels))], done)
 
     def run_level(self, ctx: LevelContext[GridConfig], level: Any) -> dict[str, Any]:
         cls, c = level

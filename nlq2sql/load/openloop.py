@@ -29,7 +29,7 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import cost_per_1k
-from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
 from nlq2sql.load.results import RateSweepResult, as_model
@@ -74,8 +74,7 @@ class RateSweepMode(LoadMode[RateSweepConfig]):
         return "run_rate_sweep"  # what job.json said before the driver: older sweeps still resume
 
     def next_level(self, settings: RateSweepConfig, done: list[Any]) -> float | None:
-        rates = sorted(set(settings.rates))
-        return rates[len(done)] if len(done) < len(rates) else None
+        return next_in(sorted(set(settings.rates)), done)
 
     def run_level(self, ctx: LevelContext[RateSweepConfig], level: Any) -> dict[str, Any]:
         s = ctx.settings

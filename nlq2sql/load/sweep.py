@@ -32,7 +32,17 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import Thresholds, analyse
-from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, prepare_out, register
+from nlq2sql.load.driver import (
+    LevelContext,
+    LoadMode,
+    LoadSettings,
+    Progress,
+    drive,
+    next_in,
+    option,
+    prepare_out,
+    register,
+)
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
@@ -84,8 +94,7 @@ class SweepMode(LoadMode[SweepConfig]):
         return "run_sweep"  # what job.json said before the driver: older sweeps still resume
 
     def next_level(self, settings: SweepConfig, done: list[Any]) -> int | None:
-        levels = sorted(set(settings.levels))
-        return levels[len(done)] if len(done) < len(levels) else None
+        return next_in(sorted(set(settings.levels)), done)
 
     def run_level(self, ctx: LevelContext[SweepConfig], level: Any) -> dict[str, Any]:
         s = ctx.settings
