@@ -16,17 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.records.store import iter_records
+from nlq2sql.stages import report
 from nlq2sql.stages.score import mcnemar_exact, wilson
 
 ZERO_SHOT_TARGET = 0.60
 
 
 def pct(k: int, n: int) -> str:
-    w = wilson(k, n)
-    if not n:
-        return "n/a"
-    lo, hi = w["ci95"]
-    return f"{100 * k / n:.1f} % [{100 * lo:.1f}–{100 * hi:.1f}] ({k}/{n})"
+    return report.pct(wilson(k, n)) if n else "n/a"
 
 
 def load(run: Path) -> tuple[dict[str, Any], dict[str, bool]]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.errors import ExecutionError, InputError, SqlBuildError
+from nlq2sql.errors import InputError
 from nlq2sql.inputs import decode_line, json_object, regular_file
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.execute import Executor
@@ -36,8 +36,7 @@ from nlq2sql.stages.intent import (
     is_ordered,
     parse_intent,
 )
-from nlq2sql.stages.score import RESULT_HEAD_ROWS, TIMING_KEYS, parse_or_status, percentiles, wilson
-from nlq2sql.stages.sqlbuild import build_sql
+from nlq2sql.stages.score import RESULT_HEAD_ROWS, TIMING_KEYS, parse_or_status, percentiles, run_intent, wilson
 
 __all__ = ["AnswerSummary", "Question", "answer_item", "read_questions"]
 
@@ -99,14 +98,7 @@ def answer_item(q: Question, raw_text: str | None, rulesets: list[RuleSet], exec
         status, reason = _status_of(raw)
     final_status, final_reason = _status_of(final) if final is not None else (status, reason)
     final_c = canonicalise(final) if final is not None and final_status == STATUS_OK else None
-    sql, params, query, rows, exec_error = None, None, None, None, None
-    if final_c is not None:
-        try:
-            query = build_sql(final_c, catalog)
-            sql, params = query.sql, list(query.params)
-            rows = executor.run(query)
-        except (SqlBuildError, ExecutionError) as exc:
-            query, exec_error = None, str(exc)
+    sql, params, query, rows, exec_error = run_intent(final_c, catalog, executor)
     return {
         "id": q.id, "question": q.question, "category": None, "pair_id": None, "gold_intent": None,
         "raw_text": raw_text, "finish_reason": finish_reason,

@@ -18,6 +18,7 @@ import numpy as np
 
 from nlq2sql.errors import ExecutionError, IntentError, SqlBuildError
 from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.engine import Query
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import Intervention, RuleSet, apply_all
@@ -34,7 +35,7 @@ from nlq2sql.stages.intent import (
 from nlq2sql.stages.sqlbuild import build_sql
 
 __all__ = ["RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "error_class", "mcnemar_exact", "parse_or_status",
-           "percentiles", "score_item", "wilson", "wrong_fields"]
+           "percentiles", "run_intent", "score_item", "wilson", "wrong_fields"]
 
 T = TypeVar("T")
 
@@ -100,6 +101,22 @@ def parse_or_status(parse: Callable[[str], T], raw_text: str | None, finish_reas
         return None, ("truncated" if finish_reason == "length" else exc.status), exc.reason
 
 
+def run_intent(intent: Intent | None, catalog: Catalog | None, executor: Executor
+               ) -> tuple[str | None, list[Any] | None, Query | None, Any, str | None]:
+    """A canonical intent compiled and executed: (sql, params, query, rows, error).  A build failure
+    leaves everything but the error None; an execution failure keeps the SQL that failed (the record
+    shows it) but not the query; no intent, nothing."""
+    if intent is None:
+        return None, None, None, None, None
+    sql, params = None, None
+    try:
+        q = build_sql(intent, catalog)
+        sql, params = q.sql, list(q.params)
+        return sql, params, q, executor.run(q), None
+    except (SqlBuildError, ExecutionError) as exc:
+        return sql, params, None, None, str(exc)
+
+
 def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
                *, finish_reason: str | None = None, request_error: str | None = None,
                catalog: Catalog | None = None) -> dict[str, Any]:
@@ -125,14 +142,7 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
     gold_q = build_sql(gold, catalog)
     executor.run(gold_q)
     ordered = is_ordered(gold)
-    sql, params, q, rows, exec_error = None, None, None, None, None
-    if final_c is not None:
-        try:
-            q = build_sql(final_c, catalog)
-            sql, params = q.sql, list(q.params)
-            rows = executor.run(q)
-        except (SqlBuildError, ExecutionError) as exc:
-            q, exec_error = None, str(exc)
+    sql, params, q, rows, exec_error = run_intent(final_c, catalog, executor)
 
     # Each intent is dumped once; canonicalise returns an already canonical intent itself.
     gold_dump = gold.model_dump(mode="json")
