@@ -133,7 +133,9 @@ def test_workers_do_not_load_the_openai_sdk() -> None:
             "assert 'openai' not in sys.modules, 'openai loaded'; "
             "from nlq2sql.transport.client import EndpointConfig, make_client, classify; "
             "c = make_client(EndpointConfig(base_url='http://127.0.0.1:9/v1', model='m', client='sdk')); "
-            "import openai; print(classify(openai.APIConnectionError(request=None))[0])")
+            "import openai, httpx; "
+            "req = httpx.Request('POST', 'http://127.0.0.1:9/v1/chat/completions'); "
+            "print(classify(openai.APIConnectionError(request=req))[0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "connection_error"
