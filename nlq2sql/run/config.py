@@ -113,7 +113,7 @@ def _check_answer(cfg: EvalConfig) -> None:
     if cfg.answer == "intent":
         return
     refused = [(bool(cfg.guardrails), "--guardrails (they rewrite v1 intent fields; pass --guardrails none)"),
-               (cfg.workers > 1 or cfg.engine != "local", "--workers / --engine")]
+               (cfg.answer != "query" and (cfg.workers > 1 or cfg.engine != "local"), "--workers / --engine")]
     for bad, what in refused:
         if bad:
             raise InputError(f"not available with --answer {cfg.answer} yet: {what}", field="--answer")

@@ -71,11 +71,13 @@ def shares(concurrency: int, workers: int) -> list[int]:
 
 
 def distinct_golds(cases: Sequence[EvalCase]) -> list[EvalCase]:
-    """A case per distinct gold intent: what each worker answers from the warehouse before its
-    first request (every worker has its own DuckDB memo, and may be sent any item)."""
+    """A case per distinct gold (a v1 intent or a v2 query): what each worker answers from the
+    warehouse before its first request (every worker has its own DuckDB memo, and may be sent any
+    item).  A v2 item without a gold (unanswerable) has nothing to answer in advance."""
     by_object: dict[int, EvalCase] = {}
     for c in cases:  # cases of repeated lines share their gold object
-        by_object.setdefault(id(c.gold), c)
+        if c.gold is not None:
+            by_object.setdefault(id(c.gold), c)
     by_value: dict[str, EvalCase] = {}
     for c in by_object.values():
         by_value.setdefault(c.gold.model_dump_json(), c)

@@ -33,6 +33,12 @@ def _dump(q: MetricQuery | Unanswerable | None) -> dict[str, Any] | None:
     return {"intent": q.kind, **q.model_dump(mode="json")}
 
 
+def _head(rows: list[Any], ordered: bool) -> list[list[Any]]:
+    """The first rows shown: in the query's order, else sorted -- DuckDB returns an unordered
+    query's rows in any order, and a record must not depend on the run (or worker) that made it."""
+    return [list(r) for r in (rows if ordered else sorted(rows, key=repr))[:RESULT_HEAD_ROWS]]
+
+
 def _error(status: str, pred: MetricQuery | Unanswerable | None, case: QueryCase, correct: bool,
            failed: str | None, parts: dict[str, bool] | None) -> str | None:
     if correct:
@@ -90,8 +96,8 @@ def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catal
         "exec_error": exec_error,
         "result_hash": executor.result_hash(q, ordered=ordered) if q is not None else None,
         "result_rows": len(rows) if rows is not None else None,
-        "result_head": [list(r) for r in rows[:RESULT_HEAD_ROWS]] if rows is not None else None,
-        "gold_result_head": [list(r) for r in gold_rows[:RESULT_HEAD_ROWS]] if gold_rows is not None else None,
+        "result_head": _head(rows, isinstance(pred, MetricQuery) and pred.ordered) if rows is not None else None,
+        "gold_result_head": _head(gold_rows, ordered) if gold_rows is not None else None,
         "gold_result_hash": executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
         "gold_sql": gold_q.sql if gold_q is not None else None,  # (the viewer shows it beside the answer's)
         "parts": parts,
