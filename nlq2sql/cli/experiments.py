@@ -155,10 +155,20 @@ def matrix(
                                                 "then do not apply): comma-separated query (the v2 sets' intent; "
                                                 "'intent' is read as query), sql, sql-grammar.")] = None,
     gpu_cost_per_hour: Annotated[float | None, typer.Option(help="--answers: for cost per 1,000 questions.")] = None,
+    repeats: Annotated[int, typer.Option(help="Run each prompt N times in seeded orders (OUT/EVALSET-PROMPT/r0 …): "
+                                         "accuracy and latency mean ± CI across repeats, pairs compared item "
+                                         "by item over repeats (SE clustered by pair_id).")] = 1,
     conditions: Any = None,  # every registered condition's options (condition_options)
 ) -> None:
     """Prompt × guardrail matrix with CIs and exact McNemar tests; guardrails re-scored offline.  With
     --answers: the answer arms side by side (accuracy, McNemar per pair, tokens, latency, cost, errors)."""
+    from nlq2sql.run.repeats import MAX_REPEATS
+
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise InputError(f"must be between 1 and {MAX_REPEATS}, got {repeats}", field="--repeats")
+    if repeats > 1 and (answers is not None or runs):
+        raise InputError("repeats the prompt × guardrail matrix's live runs: not with --answers or --runs "
+                         "(give --runs a repeated run's directory instead)", field="--repeats")
     if answers is not None:
         from dataclasses import replace as with_
 
@@ -183,8 +193,10 @@ def matrix(
     if not conds:
         raise InputError(f"give at least one condition, got {guardrails!r}", field="--guardrails")
     if runs:
-        dirs = {read_json(require_run(d) / "manifest.json").get("prompt", d.name) + f"@{d.name}": d
-                for d in runs}
+        from nlq2sql.run.repeats import repeat_dirs
+
+        dirs = {read_json(require_run((repeat_dirs(d) or [d])[0]) / "manifest.json").get("prompt", d.name)
+                + f"@{d.name}": d for d in runs}  # a repeated run (OUT/r0 …) is re-scored repeat by repeat
     else:
         from nlq2sql.stages.prompt import load_prompt
 
@@ -198,7 +210,7 @@ def matrix(
                  conditions=conditions, temperature=temperature),
                        concurrency=concurrency)
         with shared_endpoint(base) as bound:
-            dirs = mx.run_prompts(mx.MatrixConfig(bound, names, conds))
+            dirs = mx.run_prompts(mx.MatrixConfig(bound, names, conds, repeats))
     table = mx.condition_table(dirs, conds)
     mx.write_result(out, table, f"Condition matrix · {evalset} · {model}")
     Console().print(mx.render_markdown(table, f"Condition matrix · {evalset} · {model}"),

@@ -3,6 +3,11 @@
 The model is queried once per (prompt, item); every guardrail condition is re-scored
 from the recorded raw outputs, so conditions differ only in what they claim to differ in.
 Pairs of conditions on the same items get an exact McNemar test on final correctness.
+
+With ``repeats`` N each prompt is a repeated run (``eval --repeats``: ``r0 … r{N-1}``, seeded
+orders); every repeat is re-scored under every condition, the table shows the first repeat,
+and a section adds accuracy and latency as mean ± CI across repeats and, per pair, the
+difference paired item by item over the repeats with standard errors clustered by ``pair_id``.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.records.store import output_dir, write_json_atomic
+from nlq2sql.records.store import RECORDS, iter_records, output_dir, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
+from nlq2sql.run.repeats import Z95, cluster_mean, finals_means, mean_ci, paired_means, repeat_dirs, run_repeats
 from nlq2sql.stages.pipeline import rescore_run
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact
@@ -27,38 +33,72 @@ class MatrixConfig:
     base: EvalConfig
     prompts: tuple[str, ...] = ("baseline", "contrastive")
     guardrails: tuple[str, ...] = ("none", "ranking")
+    repeats: int = 1
 
 
 def run_prompts(cfg: MatrixConfig) -> dict[str, Path]:
-    """One live run per prompt, recorded without guardrails (they are applied offline)."""
+    """One live run per prompt (a repeated one with ``repeats`` > 1), recorded without
+    guardrails (they are applied offline)."""
     dirs = {}
     for prompt in cfg.prompts:
         out = cfg.base.out / f"{cfg.base.evalset}-{prompt}"
-        run_eval(replace(cfg.base, prompt=prompt, guardrails=(), out=out, force=True, resume=False))
+        run = replace(cfg.base, prompt=prompt, guardrails=(), out=out, force=True, resume=False)
+        if cfg.repeats > 1:
+            run_repeats(run, cfg.repeats, run_eval)
+        else:
+            run_eval(run)
         dirs[prompt] = out
     return dirs
 
 
 def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> dict[str, Any]:
-    """Re-score each recorded prompt run under each guardrail condition."""
+    """Re-score each recorded prompt run (every repeat of a repeated one) under each guardrail
+    condition."""
     conditions: list[dict[str, Any]] = []
-    finals: dict[str, dict[str, bool]] = {}
+    finals: dict[str, list[dict[str, bool]]] = {}
+    clusters: dict[str, str] = {}
     for prompt, run_dir in runs.items():
+        reps = repeat_dirs(run_dir) or [run_dir]
+        for d in reps:
+            clusters.update({str(r["id"]): str(r.get("pair_id") or r["id"]) for r in iter_records(d / RECORDS)})
         for g in guardrails:
             names = tuple(x for x in g.split("+") if x and x != "none")
-            summary, _, final_ok = rescore_run(run_dir, names)
+            scored = [rescore_run(d, names) for d in reps]
             label = prompt if not names else f"{prompt} + {'+'.join(names)}"
-            finals[label] = final_ok
-            conditions.append({"condition": label, "prompt": prompt, "guardrails": list(names),
-                               "run": str(run_dir), "summary": summary})
+            finals[label] = [final_ok for _, _, final_ok in scored]
+            row = {"condition": label, "prompt": prompt, "guardrails": list(names), "run": str(reps[0]),
+                   "summary": scored[0][0]}
+            if len(reps) > 1:
+                row["repeats"] = _across_repeats([s for s, _, _ in scored], finals[label], clusters)
+            conditions.append(row)
     pairs = []
     for a, b in combinations(finals, 2):
-        common = sorted(set(finals[a]) & set(finals[b]))
-        b_only = sum(finals[a][i] and not finals[b][i] for i in common)
-        c_only = sum(finals[b][i] and not finals[a][i] for i in common)
-        pairs.append({"a": a, "b": b, "n": len(common), "a_right_b_wrong": b_only,
-                      "b_right_a_wrong": c_only, "mcnemar_exact_p": mcnemar_exact(b_only, c_only)})
+        fa, fb = finals[a][0], finals[b][0]  # McNemar on the first repeat (one answer per item)
+        common = sorted(set(fa) & set(fb))
+        b_only = sum(fa[i] and not fb[i] for i in common)
+        c_only = sum(fb[i] and not fa[i] for i in common)
+        pair = {"a": a, "b": b, "n": len(common), "a_right_b_wrong": b_only,
+                "b_right_a_wrong": c_only, "mcnemar_exact_p": mcnemar_exact(b_only, c_only)}
+        if len(finals[a]) > 1 or len(finals[b]) > 1:
+            pair["over_repeats"] = paired_means(finals_means(finals[a]), finals_means(finals[b]), clusters,
+                                                len(finals[a]), len(finals[b]))
+        pairs.append(pair)
     return {"conditions": conditions, "pairs": pairs}
+
+
+def _across_repeats(summaries: list[dict[str, Any]], finals: list[dict[str, bool]],
+                    clusters: dict[str, str]) -> dict[str, Any]:
+    """One condition over its repeats: final accuracy and latency mean ± CI across repeats, and
+    the item-level accuracy with its standard error clustered by ``pair_id``."""
+    def timing(s: dict[str, Any], q: str) -> float | None:
+        return ((s.get("timing") or {}).get("latency_s") or {}).get(q)
+
+    return {"repeats": len(summaries),
+            "per_repeat_accuracy": [(s.get("final_accuracy") or {}).get("value") for s in summaries],
+            "accuracy": mean_ci([(s.get("final_accuracy") or {}).get("value") for s in summaries]),
+            "latency_p50_s": mean_ci([timing(s, "p50") for s in summaries]),
+            "latency_p95_s": mean_ci([timing(s, "p95") for s in summaries]),
+            "item_level_accuracy": cluster_mean(finals_means(finals), clusters)}
 
 
 def render_markdown(table: dict[str, Any], title: str = "Condition matrix") -> str:
@@ -76,11 +116,47 @@ def render_markdown(table: dict[str, Any], title: str = "Condition matrix") -> s
     for p in table["pairs"]:
         lines.append(f"| {p['a']} | {p['b']} | {p['n']} | {p['a_right_b_wrong']} | "
                      f"{p['b_right_a_wrong']} | {p['mcnemar_exact_p']:.4f} |")
+    lines += _repeats_lines(table)
     lines += ["", "Error taxonomy (final) per condition:", ""]
     for c in table["conditions"]:
         tax = ", ".join(f"{k} {v}" for k, v in c["summary"]["error_taxonomy_final"].items())
         lines.append(f"- {c['condition']}: {tax}")
     return "\n".join(lines) + "\n"
+
+
+def _repeats_lines(table: dict[str, Any]) -> list[str]:
+    """The repeated runs' section: across repeats per condition, then each pair over repeats."""
+    rows = [c for c in table["conditions"] if "repeats" in c]
+    if not rows:
+        return []
+
+    def ci(d: dict[str, Any], fmt: str) -> str:
+        if d.get("mean") is None:
+            return "n/a"
+        return fmt.format(d["mean"]) + (f" [{fmt.format(d['ci95'][0])}, {fmt.format(d['ci95'][1])}]"
+                                        if d.get("ci95") else "")
+
+    lines = ["", "Across repeats (the table above shows the first repeat; mean [95 % t-interval] across "
+             "repeats; item-level: each item's fraction of repeats right, ± 1.96·SE clustered by pair_id):", "",
+             "| condition | repeats | final accuracy | item-level accuracy | e2e p50 s | e2e p95 s |",
+             "|---|---|---|---|---|---|"]
+    for c in rows:
+        r, il = c["repeats"], c["repeats"]["item_level_accuracy"]
+        item = (f"{il['mean']:.1%} ± {Z95 * il['se_cluster']:.1%} ({il['n_clusters']} clusters / "
+                f"{il['n_items']} items)" if il.get("se_cluster") is not None else "n/a")
+        lines.append(f"| {c['condition']} | {r['repeats']} | {ci(r['accuracy'], '{:.1%}')} | {item} | "
+                     f"{ci(r['latency_p50_s'], '{:.2f}')} | {ci(r['latency_p95_s'], '{:.2f}')} |")
+    lines += ["", "Paired over repeats (B − A, item by item, SE clustered by pair_id; normal two-sided p):", "",
+              "| A | B | items (clusters) | B − A [95 % CI] | p |", "|---|---|---|---|---|"]
+    for p in table["pairs"]:
+        d = p.get("over_repeats")
+        if d is None or d.get("mean") is None:
+            continue
+        diff = f"{100 * d['mean']:+.1f} pp" + (f" [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}]"
+                                               if d.get("ci95") else "")
+        lines.append(f"| {p['a']} | {p['b']} | {d['n_items']} ({d['n_clusters']}) | {diff} | "
+                     f"{d['p_two_sided']:.3g} |")
+    return lines
 
 
 def write_result(out: Path, table: dict[str, Any], title: str) -> None:

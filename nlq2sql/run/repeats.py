@@ -24,8 +24,8 @@ from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.store import RECORDS, SUMMARY, iter_records, read_finished_run, write_json_atomic
 from nlq2sql.run.config import EvalConfig, validate
 
-__all__ = ["REPEATS_FILE", "check_repeats_out", "cluster_mean", "item_means", "paired_difference", "render_repeats",
-           "repeat_dirs", "run_repeats", "summarise_repeats"]
+__all__ = ["MAX_REPEATS", "REPEATS_FILE", "check_repeats_out", "cluster_mean", "finals_means", "item_means", "mean_ci",
+           "paired_difference", "paired_means", "render_repeats", "repeat_dirs", "run_repeats", "summarise_repeats"]
 
 REPEATS_FILE = "repeats.json"
 MAX_REPEATS = 100
@@ -81,7 +81,7 @@ def run_repeats(cfg: EvalConfig, repeats: int, run: Callable[[EvalConfig], dict[
     return result
 
 
-def _mean_ci(values: list[float]) -> dict[str, Any]:
+def mean_ci(values: list[float | None]) -> dict[str, Any]:
     """Mean across repeats with a t-interval (repeats are few: a normal interval would be too narrow)."""
     from scipy.stats import t
 
@@ -99,14 +99,26 @@ def _mean_ci(values: list[float]) -> dict[str, Any]:
 def item_means(dirs: list[Path]) -> tuple[dict[str, float], dict[str, str]]:
     """Per item: the fraction of repeats it was right in (final correctness), and its cluster
     (``pair_id``, else its own id).  Items missing from a repeat count over the repeats they are in."""
-    right: dict[str, list[bool]] = {}
+    finals: list[dict[str, bool]] = []
     cluster: dict[str, str] = {}
     for d in dirs:
+        right: dict[str, bool] = {}
         for rec in iter_records(d / RECORDS):
             item = str(rec["id"])
-            right.setdefault(item, []).append(bool(rec.get("correct_final")))
+            right[item] = bool(rec.get("correct_final"))
             cluster[item] = str(rec.get("pair_id") or item)
-    return {i: sum(v) / len(v) for i, v in right.items()}, cluster
+        finals.append(right)
+    return finals_means(finals), cluster
+
+
+def finals_means(finals: list[dict[str, bool]]) -> dict[str, float]:
+    """Per item, the fraction of the repeats (one ``{id: correct}`` map each) it was right in,
+    over the repeats it is in (also for correctness re-scored offline, as the matrix's guardrails)."""
+    right: dict[str, list[bool]] = {}
+    for rep in finals:
+        for item, ok in rep.items():
+            right.setdefault(item, []).append(ok)
+    return {i: sum(v) / len(v) for i, v in right.items()}
 
 
 def cluster_mean(values: dict[str, float], cluster: dict[str, str]) -> dict[str, Any]:
@@ -129,17 +141,23 @@ def cluster_mean(values: dict[str, float], cluster: dict[str, str]) -> dict[str,
 def paired_difference(base: list[Path], cand: list[Path]) -> dict[str, Any]:
     """Candidate minus baseline accuracy, paired item by item over the repeats (each item's
     fraction right), with the standard error clustered by ``pair_id``; two-sided normal p."""
-    from scipy.stats import norm
-
     b, cluster = item_means(base)
     c, cluster_c = item_means(cand)
+    return paired_means(b, c, {**cluster_c, **cluster}, len(base), len(cand))
+
+
+def paired_means(b: dict[str, float], c: dict[str, float], cluster: dict[str, str], base_repeats: int,
+                 cand_repeats: int) -> dict[str, Any]:
+    """``c`` minus ``b`` over their shared items (per-item fractions right), SE clustered by
+    ``cluster``; two-sided normal p."""
+    from scipy.stats import norm
+
     shared = sorted(b.keys() & c.keys())
-    diff = {i: c[i] - b[i] for i in shared}
-    res = cluster_mean(diff, {**cluster_c, **cluster})
+    res = cluster_mean({i: c[i] - b[i] for i in shared}, cluster)
     se, mean = res["se_cluster"], res["mean"]
     res["p_two_sided"] = (float(2 * norm.sf(abs(mean) / se)) if se else (1.0 if not mean else 0.0)) \
         if mean is not None else None
-    res.update({"baseline_repeats": len(base), "candidate_repeats": len(cand),
+    res.update({"baseline_repeats": base_repeats, "candidate_repeats": cand_repeats,
                 "baseline_only": len(b.keys() - c.keys()), "candidate_only": len(c.keys() - b.keys())})
     return res
 
@@ -162,7 +180,7 @@ def summarise_repeats(out: Path) -> dict[str, Any]:
     means, cluster = item_means(dirs)
     flaky = sum(0 < v < 1 for v in means.values())
     return {"repeats": len(dirs), "per_repeat": per,
-            "across_repeats": {k: _mean_ci([r[k] for r in per]) for k in (
+            "across_repeats": {k: mean_ci([r[k] for r in per]) for k in (
                 "accuracy", "raw_accuracy", "latency_p50_s", "latency_p95_s", "ttft_p50_s", "req_per_s")},
             "item_level_accuracy": cluster_mean(means, cluster),
             "items": {"always_right": sum(v == 1 for v in means.values()),
