@@ -1,9 +1,13 @@
 """Issue 23's report: every recorded arm under a directory, side by side per model and set.
 
 Reads the run directories ``scripts/run_arms.sh`` wrote (``<out>/<model>/<warehouse>-<set>/<set>-<arm>/``)
-and prints Markdown: one table per (model, set) with accuracy (Wilson 95 % CI), lenient accuracy,
-tokens, latency, cost per 1,000 questions, exact McNemar per pair and the shared error taxonomy,
-and the commit(s) the runs came from.  Nothing is measured here: records only.
+and prints Markdown: an overview (per model × warehouse × set: accuracy per arm with its Wilson 95 % CI
+and the exact McNemar p of query vs each SQL arm), abstention precision and recall of the query arm
+per warehouse (unanswerable sets hold only unanswerable items, so precision needs the answerable
+sets' false abstentions too), issue 22's targets for the main-job model, then one table per
+(model, set) with tokens, latency, cost per 1,000 questions, McNemar per pair and the error taxonomy.
+Nothing is measured here: records only (the targets also read ``reports/main-job`` and
+``reports/synthetic-bank``).
 Usage: python scripts/arms_report.py reports/arms > reports/arms/README.md
 """
 
@@ -12,8 +16,162 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from nlq2sql.experiments.arms import ARMS, Arm, arms_table, load_arm, render_markdown
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import wilson
+
+PROJECT = Path(__file__).resolve().parent.parent
+#: Issue 22's targets are for the main-job model.
+TARGET_MODEL = "qwen2.5-coder-0.5b"
+Group = dict[tuple[str, str, str], list[Arm]]
+
+
+def _p(table: dict[str, Any], a: str, b: str) -> str:
+    for p in table["pairs"]:
+        if {p["a"], p["b"]} == {a, b}:
+            return f"{p['mcnemar_exact_p']:.3f} ({p['a_right_b_wrong']}/{p['b_right_a_wrong']})"
+    return "–"
+
+
+def overview(groups: Group) -> list[str]:
+    lines = ["## Overview", "",
+             "Final accuracy per arm (Wilson 95 % CI, k/n); McNemar: exact two-sided p, paired on item id "
+             "(in brackets: only query right / only the SQL arm right). Unanswerable sets run the query arm "
+             "only: its accuracy there is the share of questions it correctly called unanswerable.", "",
+             "| model | warehouse | set | n | query | sql | sql-grammar | p query vs sql | p query vs sql-grammar |",
+             "|---" * 9 + "|"]
+    for (model, wh, evalset), group in sorted(groups.items()):
+        table = arms_table(group)
+        by = {r["arm"]: r for r in table["arms"]}
+        cells = [pct(by[a]["accuracy"]) if a in by else "–" for a in ARMS]
+        n = max(r["n"] for r in table["arms"])
+        lines.append(f"| {model} | {wh} | {evalset} | {n} | {' | '.join(cells)} | {_p(table, 'query', 'sql')} | "
+                     f"{_p(table, 'query', 'sql-grammar')} |")
+    return lines + [""]
+
+
+def _abstention(arms: list[Arm]) -> tuple[int, int, int]:
+    """(abstained, abstained rightly, unanswerable items) over the query-arm runs given."""
+    said = right = items = 0
+    for a in arms:
+        ab = a.summary.get("abstention") or {}
+        said += int(ab.get("abstained") or 0)
+        right += int((ab.get("precision") or {}).get("k") or 0)
+        items += int(ab.get("unanswerable_items") or 0)
+    return said, right, items
+
+
+def abstention_rows(groups: Group) -> dict[tuple[str, str], tuple[int, int, int, list[str]]]:
+    """Per (model, warehouse): the query arm's abstentions pooled over every recorded set."""
+    out: dict[tuple[str, str], tuple[int, int, int, list[str]]] = {}
+    for (model, wh, evalset), group in sorted(groups.items()):
+        q = [a for a in group if a.answer == "query"]
+        if not q:
+            continue
+        said, right, items = _abstention(q)
+        s0, r0, i0, sets = out.get((model, wh), (0, 0, 0, []))
+        out[(model, wh)] = (s0 + said, r0 + right, i0 + items, [*sets, f"{evalset} ({said} abstained)"])
+    return out
+
+
+def abstention(groups: Group) -> list[str]:
+    lines = ["## Abstention (query arm)", "",
+             "The query arm may answer `{\"unanswerable\": …}`. The unanswerable sets hold only unanswerable "
+             "questions and the held-out/adversarial sets only answerable ones, so per warehouse the sets are "
+             "pooled: precision = right abstentions / all abstentions (false ones come from the answerable "
+             "sets), recall = right abstentions / unanswerable questions.", "",
+             "| model | warehouse | sets (abstentions) | abstained | precision (95 % CI) | recall (95 % CI) |",
+             "|---" * 6 + "|"]
+    rows = abstention_rows(groups)
+    for (model, wh), (said, right, items, sets) in rows.items():
+        lines.append(f"| {model} | {wh} | {', '.join(sets)} | {said} | {pct(wilson(right, said))} | "
+                     f"{pct(wilson(right, items))} |")
+    for model in sorted({m for m, _ in rows}):
+        said = sum(v[0] for (m, _), v in rows.items() if m == model)
+        right = sum(v[1] for (m, _), v in rows.items() if m == model)
+        items = sum(v[2] for (m, _), v in rows.items() if m == model)
+        lines.append(f"| {model} | **all** | every set above | {said} | {pct(wilson(right, said))} | "
+                     f"{pct(wilson(right, items))} |")
+    return lines + [""]
+
+
+def _summary(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**missed**")
+
+
+def _acc(group: list[Arm] | None) -> tuple[dict[str, Any] | None, Arm | None]:
+    q = next((a for a in group or [] if a.answer == "query"), None)
+    return (wilson(sum(q.correct.values()), len(q.correct)) if q else None), q
+
+
+def targets(groups: Group, root: Path) -> list[str]:
+    """Issue 22's targets for the main-job model, each with its figure and where it comes from."""
+    rows: list[tuple[str, str, str, bool | None]] = []
+    main = PROJECT / "reports" / "main-job"
+    for name in ("heldout",):
+        s = _summary(main / name / "summary.json")
+        if s:
+            acc = s["final_accuracy"]
+            rows.append(("retail held-out ≥ 85 % (v1 main job)", pct(acc), f"reports/main-job/{name}",
+                         acc["value"] >= 0.85))
+    acc, _ = _acc(groups.get((TARGET_MODEL, "retail", "heldout-v2")))
+    if acc:
+        rows.append(("retail held-out ≥ 85 % (v2, query arm)", pct(acc),
+                     f"{root.name}/{TARGET_MODEL}/retail-heldout-v2", acc["value"] >= 0.85))
+    for wh in sorted({w for (m, w, _) in groups if m == TARGET_MODEL}):
+        held = next((groups[(TARGET_MODEL, wh, s)] for s in ("heldout-v2", "heldout")
+                     if (TARGET_MODEL, wh, s) in groups), None)
+        h, _ = _acc(held)
+        adv, qa = _acc(groups.get((TARGET_MODEL, wh, "adversarial")))
+        if not (adv and qa):
+            continue
+        base = qa.summary.get("majority_baseline") or {}
+        ok = None if h is None or base.get("value") is None else (
+            adv["value"] >= h["value"] - 0.15 and adv["value"] > base["value"])
+        rows.append((f"{wh} adversarial ≥ held-out − 15 points and > majority baseline (query arm)",
+                     f"{pct(adv)} vs held-out {pct(h) if h else 'not run'} − 15 = "
+                     f"{(h['value'] - 0.15) * 100:.1f} % and baseline {base.get('value', 0) * 100:.1f} % "
+                     f"({base.get('label')})" if h else pct(adv),
+                     f"{root.name}/{TARGET_MODEL}/{wh}-adversarial", ok))
+    mh, ma = _summary(main / "heldout" / "summary.json"), _summary(main / "adversarial" / "summary.json")
+    if mh and ma:
+        h, a, base = mh["final_accuracy"], ma["final_accuracy"], ma["majority_baseline"]
+        rows.append(("retail adversarial ≥ held-out − 15 points and > majority baseline (v1 main job)",
+                     f"{pct(a)} vs held-out {h['value'] * 100:.1f} % − 15 = {(h['value'] - 0.15) * 100:.1f} % and "
+                     f"baseline {base['value'] * 100:.1f} % ({base['label']})", "reports/main-job/adversarial",
+                     a["value"] >= h["value"] - 0.15 and a["value"] > base["value"]))
+    for d in sorted((PROJECT / "reports" / "synthetic-bank").glob("*-synthetic")):
+        s = _summary(d / "summary.json")
+        if s:
+            acc = s["final_accuracy"]
+            rows.append((f"{d.name.removesuffix('-synthetic')} zero-shot (synthetic bank only) ≥ 60 %", pct(acc),
+                         f"reports/synthetic-bank/{d.name}", acc["value"] >= 0.60))
+    ab = abstention_rows(groups)
+    pooled = [v for (m, _), v in ab.items() if m == TARGET_MODEL]
+    for label, vals in [(wh, [v]) for (m, wh), v in ab.items() if m == TARGET_MODEL] + [("all warehouses", pooled)]:
+        said, right, items = sum(v[0] for v in vals), sum(v[1] for v in vals), sum(v[2] for v in vals)
+        if not items:
+            continue
+        prec, rec = wilson(right, said), wilson(right, items)
+        ok = said > 0 and right / said >= 0.8 and right / items >= 0.6
+        rows.append((f"{label}: unanswerable precision ≥ 0.8 at recall ≥ 0.6 (query arm, sets pooled)",
+                     f"precision {pct(prec)}, recall {pct(rec)}", f"{root.name}/{TARGET_MODEL}/*", ok))
+    for name in ("heldout", "adversarial"):
+        s = _summary(main / name / "summary.json")
+        if s and s.get("intervention_precision"):
+            ip = s["intervention_precision"]
+            rows.append((f"guardrail intervention precision ≥ 0.95 ({name}, v1 main job)", pct(ip),
+                         f"reports/main-job/{name}", ip["value"] is not None and ip["value"] >= 0.95))
+    lines = [f"## Issue 22's targets ({TARGET_MODEL}, final accuracy)", "",
+             "| target | figure | from | verdict |", "|---" * 4 + "|"]
+    lines += [f"| {t} | {fig} | `{src}` | {_verdict(ok)} |" for t, fig, src, ok in rows]
+    return lines + [""]
 
 
 def main(root: Path) -> str:
@@ -21,16 +179,20 @@ def main(root: Path) -> str:
     if not runs:
         raise SystemExit(f"no recorded runs under {root}")
     arms = [load_arm(d) for d in runs]
-    groups: dict[tuple[str, str, str], list[Arm]] = {}
+    groups: Group = {}
     for a in arms:
         wh = a.manifest.get("semantic_model") or "?"
         groups.setdefault((a.model, str(wh), a.evalset), []).append(a)
+    order = {a: i for i, a in enumerate(ARMS)}
+    for group in groups.values():
+        group.sort(key=lambda a: order.get(a.answer, 99))
     commits = sorted({str(a.manifest.get("git_commit"))[:12] for a in arms})
     dirty = sorted({str(a.manifest.get("git_dirty")) for a in arms})
     m0 = arms[0].manifest
     lines = ["# Does the semantic layer help? Answer arms side by side (issue 23)", "",
-             f"Generated by `scripts/arms_report.py` from the records under `{root}` (runs by `scripts/run_arms.sh`). "
-             f"Commit(s) of the runs: {', '.join(commits)}; uncommitted changes when run: {', '.join(dirty)}. "
+             f"Generated by `scripts/arms_report.py` from the records under `{root.name}` (runs by "
+             f"`scripts/run_arms.sh`). Commit(s) of the runs: {', '.join(commits)}; uncommitted changes when run: "
+             f"{', '.join(dirty)}. "
              f"Arms: `query` (the v2 answer: a MetricFlow query constrained by the manifest's JSON Schema — the "
              f"issue's *intent* arm for v2 sets), `sql` (DuckDB SQL, free text, guarded and sandboxed) and "
              f"`sql-grammar` (the same prompt under the warehouse's SQL grammar); all scored by rows against the "
@@ -38,9 +200,8 @@ def main(root: Path) -> str:
              f"arms). max_tokens {m0['sampling']['max_tokens']}, temperature {m0['sampling']['temperature']}. "
              "Latency is CPU vLLM latency (2 cores, shared with other work): it ranks the arms on this machine, "
              "it is not a GPU figure. Cost per 1k assumes $1/hour and each run's measured completed requests/s.", ""]
-    order = {a: i for i, a in enumerate(ARMS)}
+    lines += overview(groups) + abstention(groups) + targets(groups, root)
     for (model, wh, evalset), group in sorted(groups.items()):
-        group.sort(key=lambda a: order.get(a.answer, 99))
         table = arms_table(group, gpu_cost_per_hour=1.0)
         lines.append(render_markdown(table, f"{model} · {wh} · {evalset}"))
         ex = [a.manifest.get("examples") or {} for a in group]

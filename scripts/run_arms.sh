@@ -4,15 +4,20 @@
 # (the same prompt under the warehouse's SQL grammar), each with K retrieved solved examples.
 # Runs `nlq2sql matrix --answers` per (warehouse, set) against one local server per model, then
 # renders reports/arms/README.md from the run records (scripts/arms_report.py).
+# UNANSWERABLE sets run the query arm only (the SQL arms have no abstention to score).
+# A (model, set) whose directory already holds a finished matrix (its arms.json) is skipped, so an
+# interrupted run continues where it stopped; any other directory is run again from the start.
 # Refuses a dirty tree unless ALLOW_DIRTY=1 (the report names the commit the runs came from).
-# Usage: [MODELS="qwen2.5-coder-0.5b smollm2-135m"] [SETS="retail:heldout-v2 retail:adversarial ..."]
-#        [EXAMPLES=8] [PORT=8230] [ENDPOINT=URL (one model)] [LIMIT=K] scripts/run_arms.sh
+# Usage: [MODELS="smollm2-135m qwen2.5-coder-0.5b"] [SETS="retail:heldout-v2 retail:adversarial ..."]
+#        [UNANSWERABLE="retail:unanswerable ..."] [EXAMPLES=8] [PORT=8230] [TIMEOUT=600]
+#        [ENDPOINT=URL (one model)] [LIMIT=K] scripts/run_arms.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 N="$PY -m nlq2sql.cli"
-MODELS=${MODELS:-qwen2.5-coder-0.5b}
-SETS=${SETS:-retail:heldout-v2 retail:adversarial jaffle:heldout}
+MODELS=${MODELS:-smollm2-135m qwen2.5-coder-0.5b}
+SETS=${SETS-retail:heldout-v2 retail:adversarial tpch:heldout-v2 tpch:adversarial flights:heldout-v2 flights:adversarial jaffle:heldout jaffle:adversarial}
+UNANSWERABLE=${UNANSWERABLE-retail:unanswerable tpch:unanswerable flights:unanswerable jaffle:unanswerable}
 EXAMPLES=${EXAMPLES:-8}
 OUT=${REPORTS_DIR:-reports/arms}
 LIMIT=${LIMIT:+--limit $LIMIT}
@@ -20,6 +25,17 @@ source scripts/_common.sh
 require_clean_tree
 mkdir -p "$OUT"
 for model in $MODELS; do
+    todo=()  # "arms:warehouse:set" for every set whose matrix has not finished (no arms.json yet)
+    for spec in $SETS; do todo+=("query,sql,sql-grammar:$spec"); done
+    for spec in $UNANSWERABLE; do todo+=("query:$spec"); done
+    pending=()
+    for job in "${todo[@]}"; do
+        spec=${job#*:}
+        if [[ -f "$OUT/$model/${spec%%:*}-${spec#*:}/arms.json" ]]; then echo "skip $model $spec (finished)"
+        else pending+=("$job"); fi
+    done
+    [[ ${#pending[@]} -gt 0 ]] || continue
+    todo=("${pending[@]}")
     endpoint=${ENDPOINT:-}
     mkdir -p "$OUT/$model"
     if [[ -z "$endpoint" ]]; then
@@ -32,16 +48,16 @@ for model in $MODELS; do
         done
         endpoint=$(grep "^serving " "$OUT/$model/serve.log" | grep -o "http://[^ ]*/v1" | head -1)
     fi
-    for spec in $SETS; do
-        wh=${spec%%:*}; set=${spec#*:}
+    for job in "${todo[@]}"; do
+        answers=${job%%:*}; spec=${job#*:}; wh=${spec%%:*}; set=${spec#*:}
         dir="$OUT/$model/$wh-$set"
         rm -rf "$dir"
         # shellcheck disable=SC2086
-        $N matrix --answers query,sql,sql-grammar --examples "$EXAMPLES" --endpoint "$endpoint" --model "$model" \
+        $N matrix --answers "$answers" --examples "$EXAMPLES" --endpoint "$endpoint" --model "$model" \
             --semantic-model "$wh" --evalset "$set" --max-tokens 256 --concurrency ${CONCURRENCY:-8} \
-            --gpu-cost-per-hour 1.0 $LIMIT --out "$dir" > "$OUT/$model/$wh-$set.log" 2>&1 \
+            --timeout "${TIMEOUT:-600}" --gpu-cost-per-hour 1.0 $LIMIT --out "$dir" > "$OUT/$model/$wh-$set.log" 2>&1 \
             || { tail -5 "$OUT/$model/$wh-$set.log"; exit 1; }
-        echo "done $model $wh $set"
+        echo "done $model $wh $set $(date -u +%H:%M:%S)"
     done
     if [[ -z "${ENDPOINT:-}" ]]; then
         kill -TERM $SERVER; wait $SERVER 2>/dev/null || true; trap - EXIT

@@ -155,6 +155,7 @@ def matrix(
                                                 "then do not apply): comma-separated query (the v2 sets' intent; "
                                                 "'intent' is read as query), sql, sql-grammar.")] = None,
     gpu_cost_per_hour: Annotated[float | None, typer.Option(help="--answers: for cost per 1,000 questions.")] = None,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
     repeats: Annotated[int, typer.Option(help="Run each prompt N times in seeded orders (OUT/EVALSET-PROMPT/r0 …): "
                                          "accuracy and latency mean ± CI across repeats, pairs compared item "
                                          "by item over repeats (SE clustered by pair_id).")] = 1,
@@ -177,7 +178,7 @@ def matrix(
         def arm_base() -> Any:
             return with_(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
                                      semantic=(semantic_model, db, schema), conditions=conditions,
-                                     temperature=temperature), concurrency=concurrency)
+                                     temperature=temperature), concurrency=concurrency, timeout_s=timeout)
 
         md = matrix_arms(answers, runs, out, arm_base, gpu_cost_per_hour, f"Answer arms · {evalset} · {model}")
         Console().print(md, markup=False, highlight=False)
@@ -208,7 +209,7 @@ def matrix(
         base = replace(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
                  semantic=(semantic_model, db, schema),
                  conditions=conditions, temperature=temperature),
-                       concurrency=concurrency)
+                       concurrency=concurrency, timeout_s=timeout)
         with shared_endpoint(base) as bound:
             dirs = mx.run_prompts(mx.MatrixConfig(bound, names, conds, repeats))
     table = mx.condition_table(dirs, conds)
