@@ -16,14 +16,15 @@ import threading
 from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import not_utf8, parse_json, regular_file
 
 __all__ = ["BULK_BLOCK", "MANIFEST", "RECORDS", "RECORD_VERSION", "RESUME_KEYS", "SUMMARY", "BulkRecordWriter",
-           "RecordWriter", "check_resume", "done_ids", "encode_json", "iter_records", "output_dir", "prepare_dir",
-           "read_finished_run", "read_json", "records_digest", "repair_tail", "require_run", "write_json_atomic"]
+           "FlatRecord", "RecordWriter", "check_resume", "done_ids", "encode_json", "iter_records", "output_dir",
+           "prepare_dir", "read_finished_run", "read_json", "records_digest", "repair_tail", "require_run",
+           "write_json_atomic"]
 
 RECORD_VERSION = 1
 MANIFEST, RECORDS, SUMMARY = "manifest.json", "records.jsonl", "summary.json"
@@ -214,6 +215,12 @@ def done_ids(path: Path) -> set[str]:
     return {r["id"] for r in iter_records(path)} if path.exists() else set()
 
 
+class FlatRecord(Protocol):
+    """A typed record (:class:`nlq2sql.records.item.ItemRecord`): written as its flat JSON object."""
+
+    def to_json_dict(self) -> dict[str, Any]: ...
+
+
 #: The one encoding of a record line, for every writer of records (and Ray Data's shards).  Its
 #: output is ASCII (``ensure_ascii``, the default): :func:`_encode_value` relies on it.
 encode_json = json.JSONEncoder(separators=(",", ":"), default=str).encode
@@ -240,7 +247,12 @@ class RecordWriter:
         self._fh.write(line)
         self._fh.flush()
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: dict[str, Any] | FlatRecord) -> None:
+        """One record's line: a typed record as its flat object (it carries its ``record_version``),
+        a dict (the bulk re-scorers' records) with the current one first."""
+        if not isinstance(record, dict):
+            self._emit(self._dumps(record.to_json_dict()) + "\n")
+            return
         self._emit(self._dumps({"record_version": RECORD_VERSION, **record}) + "\n")
 
     def template(self, record: dict[str, Any], holes: tuple[str, ...]) -> tuple[str, ...]:

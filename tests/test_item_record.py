@@ -1,0 +1,92 @@
+"""The typed item record (``records.item.ItemRecord``) is the flat record on disk, byte for byte.
+
+Every committed ``records.jsonl`` is read through the type and written back: each line must come
+out identical, with its keys in the type's layout (no line needs the ``key_order`` fallback).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nlq2sql.errors import RecordError
+from nlq2sql.records.item import UNSCORED, ItemRecord, iter_item_records
+from nlq2sql.records.store import RecordWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _committed() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "*records.jsonl"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    return [ROOT / p for p in out]
+
+
+def test_every_committed_record_round_trips_byte_identically() -> None:
+    files = _committed()
+    assert files, "no committed records to guard"
+    lines = 0
+    for path in files:
+        raw = path.read_bytes().splitlines(keepends=True)
+        recs = list(iter_item_records(path))
+        assert len(recs) == len(raw), path
+        for lineno, (line, rec) in enumerate(zip(raw, recs, strict=True), start=1):
+            assert rec.to_line().encode() == line, f"{path}:{lineno}"
+            assert rec.key_order is None, f"{path}:{lineno} keys not in the record layout's order"
+            lines += 1
+    assert lines >= 1000
+
+
+def test_parts_hold_what_readers_ask() -> None:
+    path = next(p for p in _committed() if "fleet" in p.parts)
+    rec = next(iter_item_records(path))
+    assert rec.request.replica is not None and rec.outcome == rec.request.outcome
+    assert rec.judgement is not None and rec.scored and rec.judgement.gold_intent is not None
+    assert rec.answer.status in ("ok", "schema_invalid", "inconsistent", "invalid_json", "truncated", "request_error")
+    v2 = next(iter_item_records(next(p for p in _committed() if p.parent.name == "adversarial-query")))
+    assert v2.answer.answer == "query" and v2.judgement is not None and isinstance(v2.judgement.answerable, bool)
+    traced = next(iter_item_records(next(p for p in _committed() if "logprob-abstain" in p.parent.name)))
+    assert list(traced.traces)[:2] == ["example_ids", "linked_values"] and "abstained" in traced.traces
+
+
+def test_an_unscored_record_has_no_judgement_and_the_gold_keys_null() -> None:
+    rec = ItemRecord(id="q1", question="Revenue by region?")
+    data = rec.to_json_dict()
+    assert not rec.scored and rec.judgement is None
+    assert data["gold_intent"] is None and data["correct_final"] is None and data["guardrail_scope"] == []
+    back = ItemRecord.from_json(json.loads(rec.to_line()))
+    assert back.judgement is None and back == rec
+    assert ItemRecord(id="q1", question="Revenue by region?", judgement=UNSCORED).to_line() == rec.to_line()
+
+
+def test_a_line_in_another_key_order_keeps_its_order() -> None:
+    data = {"record_version": 1, "question": "q", "id": "a", "category": None, "pair_id": None, "status": "ok"}
+    rec = ItemRecord.from_json(data)
+    assert rec.key_order is not None and rec.to_line() == json.dumps(data, separators=(",", ":")) + "\n"
+
+
+@pytest.mark.parametrize(("line", "field"), [
+    ({"record_version": 1, "question": "q"}, "id"),
+    ({"record_version": 1, "id": "a", "question": "q", "correct_final": "yes"}, "correct_final"),
+    ({"record_version": 1, "id": "a", "question": "q", "latency_s": "fast"}, "latency_s"),
+])
+def test_a_line_that_is_not_a_record_names_file_line_and_key(tmp_path: Path, line: dict[str, object],
+                                                               field: str) -> None:
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps({"record_version": 1, "id": "ok", "question": "q"}) + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(RecordError) as err:
+        list(iter_item_records(path))
+    assert err.value.line == 2 and err.value.field == field and str(path) in str(err.value)
+
+
+def test_the_writer_writes_a_typed_record_as_its_line(tmp_path: Path) -> None:
+    path = next(p for p in _committed() if "conditions" in p.parts)
+    recs = list(iter_item_records(path))[:5]
+    out = tmp_path / "records.jsonl"
+    with RecordWriter(out) as writer:
+        for rec in recs:
+            writer.write(rec)
+    assert out.read_bytes() == b"".join(path.read_bytes().splitlines(keepends=True)[:5])
