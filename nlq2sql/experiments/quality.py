@@ -377,11 +377,13 @@ def _md_table_html(lines: list[str]) -> str:
     return "\n".join(out)
 
 
-def render(run_dirs: list[Path], out: Path, conditions: tuple[str, ...] = GUARDRAIL_CONDITIONS) -> dict[str, Path]:
-    """Write ``quality.md`` and a self-contained ``quality.html`` into ``out`` (refused when it is a file)."""
+def render(run_dirs: list[Path], out: Path, conditions: tuple[str, ...] = GUARDRAIL_CONDITIONS,
+           extra: list[str] | None = None) -> dict[str, Path]:
+    """Write ``quality.md`` and a self-contained ``quality.html`` into ``out`` (refused when it is a file);
+    ``extra``: Markdown lines appended (the answer arms' section, :mod:`.quality_arms`)."""
     output_dir(out, create=False)
     rows = collect(run_dirs, conditions)
-    md = markdown(rows)
+    md = markdown(rows) + "".join(line + "\n" for line in extra or ())
     figs = _plots(rows)
     output_dir(out)
     md_path, html_path = out / "quality.md", out / "quality.html"

@@ -1,0 +1,132 @@
+"""The quality report's answer-arm section (issues 22 and 23): v2 and SQL runs, re-scored from records.
+
+The v1 condition runs are re-scored by :func:`nlq2sql.stages.pipeline.rescore_run` (intent parser,
+guardrails, SQL builder); a run whose manifest names an ``answer`` arm (``query``: a MetricFlow
+query; ``sql`` / ``sql-grammar``: SQL the model wrote) is re-scored here instead, by that arm's own
+scorer over the recorded raw text against the warehouse rebuilt from its recipe (the SQL arms in
+the sandbox), so the section is re-derived like the rest of the report, and it says how many
+items agree with what the run recorded.  Per model × warehouse × set: each arm's final accuracy,
+the exact McNemar p against the query arm on the same items, and unanswerable precision and recall.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.records.store import RECORDS, iter_records, read_finished_run
+from nlq2sql.semantic import Warehouse, open_warehouse
+from nlq2sql.semantic.contract import PARTS
+from nlq2sql.stages.pipeline import make_executor
+from nlq2sql.stages.query_score import ANSWER_KIND, score_query
+from nlq2sql.stages.queryset import load_query_set
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import mcnemar_exact, wilson
+from nlq2sql.stages.summary import Summary
+
+__all__ = ["ARM_ANSWERS", "ArmRun", "arm_lines", "collect_arms", "is_arm_run"]
+
+#: The answer arms this section re-scores (a manifest without ``answer`` is a v1 intent run).
+ARM_ANSWERS = ("query", "sql", "sql-grammar")
+
+
+def is_arm_run(manifest: dict[str, Any]) -> bool:
+    return manifest.get("answer") in ARM_ANSWERS
+
+
+@dataclass
+class ArmRun:
+    """One arm run, re-derived: its summary, correctness by item id, and agreement with the record."""
+
+    path: Path
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    final_ok: dict[str, bool]
+    same_as_recorded: int
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        m = self.manifest
+        return str(m.get("model")), str(m.get("semantic_model")), str(m.get("evalset"))
+
+
+@contextlib.contextmanager
+def _scorer(answer: str, wh: Warehouse) -> Iterator[Callable[..., dict[str, Any]]]:
+    """The arm's scorer; the SQL arms share one sandbox per run (as ``score --answer sql`` does)."""
+    if answer == ANSWER_KIND:
+        yield score_query
+        return
+    from nlq2sql.answers.sql.sandbox import Sandbox
+    from nlq2sql.answers.sql.score import score_sql
+
+    with Sandbox(wh.db_path) as box:
+        yield functools.partial(score_sql, sandbox=box, answer=answer)
+
+
+def rescore_arm(run_dir: Path) -> ArmRun:
+    """Re-score one arm run from its records (refused when they no longer match its summary)."""
+    manifest, _ = read_finished_run(run_dir)
+    answer = str(manifest["answer"])
+    wh = open_warehouse(manifest.get("semantic_model_path") or manifest.get("semantic_model"))
+    cases = {c.id: c for c in load_query_set(manifest.get("evalset_path") or manifest["evalset"], wh.catalog).cases}
+    summ = Summary([], fields=PARTS if answer == ANSWER_KIND else ())
+    final_ok: dict[str, bool] = {}
+    same = 0
+    with make_executor(wh) as ex, _scorer(answer, wh) as scorer:
+        for old in iter_records(run_dir / RECORDS):
+            outcome = old.get("outcome", "ok")
+            rec = scorer(cases[old["id"]], old.get("raw_text"), ex, wh.catalog, finish_reason=old.get("finish_reason"),
+                         request_error=None if outcome in (None, "ok") else outcome)
+            for key in ("latency_s", "completion_tokens", "prompt_tokens"):
+                rec[key] = old.get(key)
+            summ.add(rec)
+            final_ok[rec["id"]] = bool(rec["correct_final"])
+            same += final_ok[rec["id"]] == bool(old.get("correct_final"))
+    return ArmRun(run_dir, manifest, summ.result(), final_ok, same)
+
+
+def collect_arms(run_dirs: list[Path]) -> list[ArmRun]:
+    return [rescore_arm(d) for d in run_dirs]
+
+
+def _abstention(s: dict[str, Any]) -> str:
+    ab = s.get("abstention") or {}
+    if not ab:
+        return "—"
+    prec, rec = ab["precision"], ab["recall"]
+    return (f"{ab['abstained']} · P {pct(prec) if prec['n'] else '—'} · "
+            f"R {pct(rec) if rec['n'] else '—'}")
+
+
+def arm_lines(runs: list[ArmRun]) -> list[str]:
+    """The section's Markdown lines (empty when no arm run was given)."""
+    if not runs:
+        return []
+    lines = ["", "## Answer arms: query vs SQL (issues 22 and 23), re-scored from records", "",
+             "Each arm's recorded raw answers re-scored by the arm's own scorer against the rebuilt warehouse "
+             "(`query`: the v2 MetricFlow query; `sql`/`sql-grammar`: the model's SQL, guarded and sandboxed, "
+             "scored by result equivalence). McNemar: exact two-sided p against the query arm on the same items "
+             "(b/c: only query right / only this arm right). Abstained · unanswerable precision · recall. "
+             "Same: items whose re-derived correctness equals the recorded one. Full tables: `reports/arms/`.", "",
+             "| model | warehouse | set | arm | n | final | McNemar vs query | abstention | same as recorded |",
+             "|---" * 9 + "|"]
+    order = {a: i for i, a in enumerate(ARM_ANSWERS)}
+    runs = sorted(runs, key=lambda r: (r.key, order.get(str(r.manifest["answer"]), 9)))
+    for r in runs:
+        answer = str(r.manifest["answer"])
+        q = next((x for x in runs if x.key == r.key and x.manifest["answer"] == ANSWER_KIND), None)
+        vs = "—"
+        if q is not None and q is not r:
+            common = sorted(set(q.final_ok) & set(r.final_ok))
+            b = sum(q.final_ok[i] and not r.final_ok[i] for i in common)
+            c = sum(r.final_ok[i] and not q.final_ok[i] for i in common)
+            vs = f"{mcnemar_exact(b, c):.3g} ({b}/{c})"
+        k, n = sum(r.final_ok.values()), len(r.final_ok)
+        model, wh, evalset = r.key
+        lines.append(f"| {model} | {wh} | {evalset} | {answer} | {n} | {pct(wilson(k, n))} | {vs} | "
+                     f"{_abstention(r.summary)} | {r.same_as_recorded}/{n} |")
+    return lines
