@@ -27,16 +27,8 @@ from nlq2sql.errors import InputError
 from nlq2sql.inputs import decode_line, json_object, regular_file
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.execute import Executor
-from nlq2sql.stages.guardrail import RuleSet, apply_all
-from nlq2sql.stages.intent import (
-    STATUS_INCONSISTENT,
-    STATUS_OK,
-    canonicalise,
-    consistency_problem,
-    is_ordered,
-    parse_intent,
-)
-from nlq2sql.stages.score import RESULT_HEAD_ROWS, TIMING_KEYS, parse_or_status, percentiles, run_intent, wilson
+from nlq2sql.stages.guardrail import RuleSet
+from nlq2sql.stages.score import TIMING_KEYS, intent_record, percentiles, wilson
 
 __all__ = ["AnswerSummary", "Question", "answer_item", "read_questions"]
 
@@ -91,36 +83,10 @@ def read_questions(path: Path) -> Iterator[Question]:
 def answer_item(q: Question, raw_text: str | None, rulesets: list[RuleSet], executor: Executor, *,
                 finish_reason: str | None = None, request_error: str | None = None,
                 catalog: Catalog | None = None) -> dict[str, Any]:
-    """``score_item`` without a gold: the same record keys, the gold's side ``null``."""
-    raw, status, reason = parse_or_status(lambda t: parse_intent(t, catalog), raw_text, finish_reason, request_error)
-    final, interventions = (apply_all(rulesets, raw, q.question) if raw is not None else (None, []))
-    if raw is not None:
-        status, reason = _status_of(raw)
-    final_status, final_reason = _status_of(final) if final is not None else (status, reason)
-    final_c = canonicalise(final) if final is not None and final_status == STATUS_OK else None
-    sql, params, query, rows, exec_error = run_intent(final_c, catalog, executor)
-    return {
-        "id": q.id, "question": q.question, "category": None, "pair_id": None, "gold_intent": None,
-        "raw_text": raw_text, "finish_reason": finish_reason,
-        "status": status, "status_reason": reason,
-        "final_status": final_status, "final_status_reason": final_reason,
-        "raw_intent": raw.model_dump(mode="json") if raw is not None else None,
-        "final_intent": final.model_dump(mode="json") if final is not None else None,
-        "interventions": [dict(iv.as_dict(), correct=None) for iv in interventions], "guardrail_scope": [],
-        "sql": sql, "params": params, "exec_error": exec_error,
-        "result_hash": (executor.result_hash(query, ordered=is_ordered(final_c))
-                        if query is not None and final_c is not None else None),
-        "result_rows": len(rows) if rows is not None else None,
-        "result_head": [list(r) for r in rows[:RESULT_HEAD_ROWS]] if rows is not None else None,
-        "gold_result_head": None, "gold_result_hash": None,
-        "correct_raw": None, "correct_final": None, "correct_exec": None,
-        "error_raw": None, "error_final": None, "wrong_fields_raw": None,
-    }
-
-
-def _status_of(intent: Any) -> tuple[str, str | None]:
-    problem = consistency_problem(intent)
-    return (STATUS_INCONSISTENT, problem) if problem else (STATUS_OK, None)
+    """``score_item`` without a gold (the one builder, :func:`~nlq2sql.stages.score.intent_record`):
+    the same record keys, the gold's side ``null``."""
+    return intent_record(q.id, q.question, raw_text, rulesets, executor, gold=None, finish_reason=finish_reason,
+                         request_error=request_error, catalog=catalog).to_json_dict(version=False)
 
 
 class AnswerSummary:

@@ -201,14 +201,17 @@ class ItemRecord(msgspec.Struct, kw_only=True):
         return self.judgement is not None and self.judgement.scored
 
     def _part(self, name: str) -> _Part:
-        if name == _J:
-            return self.judgement if self.judgement is not None else UNSCORED
+        if name == _J:  # (a record never shares a nested object with another: UNSCORED's list is copied)
+            if self.judgement is not None:
+                return self.judgement
+            return msgspec.structs.replace(UNSCORED, guardrail_scope=[])
         part: _Part = getattr(self, name)
         return part
 
-    def to_json_dict(self) -> dict[str, Json]:
-        """The flat record as written: ``record_version`` first, then :data:`LAYOUT`."""
-        out: dict[str, Json] = {"record_version": self.record_version}
+    def to_json_dict(self, *, version: bool = True) -> dict[str, Json]:
+        """The flat record as written: ``record_version`` first, then :data:`LAYOUT` (``version=False``:
+        without it, as the scorers have always returned a record -- the writer puts it first)."""
+        out: dict[str, Json] = {"record_version": self.record_version} if version else {}
         parts = {name: self._part(name) for name in _PART_TYPES}
         for entry in LAYOUT:
             if entry is None:
@@ -219,7 +222,7 @@ class ItemRecord(msgspec.Struct, kw_only=True):
             if value is not UNSET:
                 out[key] = value
         if self.key_order is not None:
-            return {k: out[k] for k in self.key_order}
+            return {k: out[k] for k in self.key_order if k in out}
         return out
 
     def to_line(self) -> str:

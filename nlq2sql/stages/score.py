@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from nlq2sql.errors import ExecutionError, IntentError, SqlBuildError
+from nlq2sql.records.item import AnswerPart, ItemRecord, Judgement
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.engine import Query
 from nlq2sql.stages.evalset import EvalCase
@@ -35,7 +36,7 @@ from nlq2sql.stages.intent import (
 from nlq2sql.stages.sqlbuild import build_sql
 
 __all__ = ["RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "error_class", "mcnemar_exact", "parse_or_status",
-           "percentiles", "run_intent", "score_item", "wilson", "wrong_fields"]
+           "intent_record", "percentiles", "run_intent", "score_item", "wilson", "wrong_fields"]
 
 T = TypeVar("T")
 
@@ -120,12 +121,21 @@ def run_intent(intent: Intent | None, catalog: Catalog | None, executor: Executo
 def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
                *, finish_reason: str | None = None, request_error: str | None = None,
                catalog: Catalog | None = None) -> dict[str, Any]:
-    """Score one raw model answer: parse, guardrail, build, execute, compare.
+    """Score one raw model answer (parse, guardrail, build, execute, compare): :func:`intent_record`
+    as the flat record (re-scoring's templates and the offline summaries work on it)."""
+    return intent_record(case.id, case.question, raw_text, rulesets, executor, gold=case.gold,
+                         category=case.category, pair_id=case.pair_id, finish_reason=finish_reason,
+                         request_error=request_error, catalog=catalog).to_json_dict(version=False)
 
-    ``catalog`` is the warehouse's semantic model (default ``retail``); ``executor`` runs on
-    its database.
-    """
-    gold = canonicalise(case.gold)
+
+def intent_record(item_id: str, question: str, raw_text: str | None, rulesets: list[RuleSet],
+                  executor: Executor, *, gold: Intent | None, category: str | None = None,
+                  pair_id: str | None = None, finish_reason: str | None = None,
+                  request_error: str | None = None, catalog: Catalog | None = None) -> ItemRecord:
+    """One v1 item's record, scored or not: parse, guardrail, build, execute -- and, when the item
+    has a ``gold``, compare (its :class:`Judgement`; without one the record carries
+    :data:`~nlq2sql.records.item.UNSCORED`).  ``catalog`` is the warehouse's semantic model
+    (default ``retail``); ``executor`` runs on its database."""
     raw, status, reason = parse_or_status(lambda t: parse_intent(t, catalog), raw_text, finish_reason, request_error)
     if raw is not None:
         status, reason = _status_of(raw, status)
@@ -133,60 +143,60 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
     final: Intent | None = raw
     interventions: list[Intervention] = []
     if raw is not None:
-        final, interventions = apply_all(rulesets, raw, case.question)
+        final, interventions = apply_all(rulesets, raw, question)
     final_status, final_reason = _status_of(final, status) if raw is not None else (status, reason)
 
     raw_c = canonicalise(raw) if raw is not None and status == STATUS_OK else None
     final_c = canonicalise(final) if final is not None and final_status == STATUS_OK else None
 
-    gold_q = build_sql(gold, catalog)
-    executor.run(gold_q)
-    ordered = is_ordered(gold)
+    gold_c = canonicalise(gold) if gold is not None else None
+    gold_q = build_sql(gold_c, catalog) if gold_c is not None else None
+    if gold_q is not None:
+        executor.run(gold_q)  # (the gold first, as always: its rows are then the executor's to reuse)
     sql, params, q, rows, exec_error = run_intent(final_c, catalog, executor)
+    ordered = is_ordered(gold_c) if gold_c is not None else final_c is not None and is_ordered(final_c)
 
     # Each intent is dumped once; canonicalise returns an already canonical intent itself.
-    gold_dump = gold.model_dump(mode="json")
     raw_dump = raw.model_dump(mode="json") if raw is not None else None
     final_dump = raw_dump if final is raw else final.model_dump(mode="json") if final is not None else None
-    raw_c_dump = None if raw_c is None else raw_dump if raw_c is raw else raw_c.model_dump(mode="json")
-    final_c_dump = (None if final_c is None else final_dump if final_c is final
-                    else final_c.model_dump(mode="json"))
-
-    # Which rules could have helped this item (for recall), and were their changes right?
-    scope: list[str] = []
-    if raw_dump is not None:
-        for rs in rulesets:
-            scope += rs.scope(raw_dump, gold_dump)
-    ivs = []
-    for iv in interventions:
-        d = iv.as_dict()
-        d["correct"] = final_c_dump is not None and all(final_c_dump[f] == gold_dump[f] for f in iv.fields)
-        ivs.append(d)
-
-    return {
-        "id": case.id, "question": case.question, "category": case.category,
-        "pair_id": case.pair_id, "gold_intent": gold_dump,
-        "raw_text": raw_text, "finish_reason": finish_reason,
-        "status": status, "status_reason": reason,
-        "final_status": final_status, "final_status_reason": final_reason,
-        "raw_intent": raw_dump,
-        "final_intent": _copy_dump(final_dump) if final_dump is raw_dump else final_dump,
-        "interventions": ivs, "guardrail_scope": scope,
-        "sql": sql, "params": params, "exec_error": exec_error,
-        "result_hash": executor.result_hash(q, ordered=ordered) if q is not None else None,
-        "result_rows": len(rows) if rows is not None else None,
+    answer = AnswerPart(
+        raw_text=raw_text, finish_reason=finish_reason, status=status, status_reason=reason,
+        final_status=final_status, final_status_reason=final_reason, raw_intent=raw_dump,
+        final_intent=_copy_dump(final_dump) if final_dump is raw_dump else final_dump,
+        interventions=[iv.as_dict() for iv in interventions], sql=sql, params=params, exec_error=exec_error,
+        result_hash=executor.result_hash(q, ordered=ordered) if q is not None else None,
+        result_rows=len(rows) if rows is not None else None,
         # The first rows of both results, so a reader (or `nlq2sql view`) sees *how* they differ.
-        "result_head": [list(r) for r in rows[:RESULT_HEAD_ROWS]] if rows is not None else None,
-        "gold_result_head": [list(r) for r in executor.run(gold_q)[:RESULT_HEAD_ROWS]],
-        "gold_result_hash": executor.result_hash(gold_q, ordered=ordered),
-        # Dumps of two intents are equal exactly when the intents are (all values are plain).
-        "correct_raw": raw_c_dump is not None and raw_c_dump == gold_dump,
-        "correct_final": final_c_dump is not None and final_c_dump == gold_dump,
-        "correct_exec": q is not None and executor.same_result(q, gold_q, ordered=ordered),
-        "error_raw": _classify(status, raw_c_dump, gold_dump),
-        "error_final": _classify(final_status, final_c_dump, gold_dump),
-        "wrong_fields_raw": _diff(raw_c_dump, gold_dump) if raw_c_dump is not None else list(FIELDS),
-    }
+        result_head=[list(r) for r in rows[:RESULT_HEAD_ROWS]] if rows is not None else None)
+    judgement: Judgement | None = None
+    if gold_c is not None and gold_q is not None:
+        gold_dump = gold_c.model_dump(mode="json")
+        raw_c_dump = None if raw_c is None else raw_dump if raw_c is raw else raw_c.model_dump(mode="json")
+        final_c_dump = (None if final_c is None else final_dump if final_c is final
+                        else final_c.model_dump(mode="json"))
+        # Which rules could have helped this item (for recall), and were their changes right?
+        scope: list[str] = []
+        if raw_dump is not None:
+            for rs in rulesets:
+                scope += rs.scope(raw_dump, gold_dump)
+        for iv, d in zip(interventions, answer.interventions or [], strict=True):
+            d["correct"] = final_c_dump is not None and all(final_c_dump[f] == gold_dump[f] for f in iv.fields)
+        judgement = Judgement(
+            gold_intent=gold_dump, guardrail_scope=scope,
+            gold_result_head=[list(r) for r in executor.run(gold_q)[:RESULT_HEAD_ROWS]],
+            gold_result_hash=executor.result_hash(gold_q, ordered=ordered),
+            # Dumps of two intents are equal exactly when the intents are (all values are plain).
+            correct_raw=raw_c_dump is not None and raw_c_dump == gold_dump,
+            correct_final=final_c_dump is not None and final_c_dump == gold_dump,
+            correct_exec=q is not None and executor.same_result(q, gold_q, ordered=ordered),
+            error_raw=_classify(status, raw_c_dump, gold_dump),
+            error_final=_classify(final_status, final_c_dump, gold_dump),
+            wrong_fields_raw=_diff(raw_c_dump, gold_dump) if raw_c_dump is not None else list(FIELDS))
+    else:
+        for d in answer.interventions or []:
+            d["correct"] = None
+    return ItemRecord(id=item_id, question=question, category=category, pair_id=pair_id, answer=answer,
+                      judgement=judgement)
 
 
 def wilson(k: int, n: int) -> dict[str, Any]:
