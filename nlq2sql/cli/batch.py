@@ -53,9 +53,12 @@ def batch_cmd(
     guardrails: GuardrailsOpt = None,
     semantic_model: SemanticModelOpt = None,
     db: DbOpt = None,
-    out: Annotated[Path, typer.Option(help="Output directory: records/ (shards), summary.json, "
-                                      "manifest.json.")] = Path("runs/batch"),
+    out: Annotated[str, typer.Option(help="Output directory: records/ (shards), summary.json, manifest.json; "
+                                     "a path, or a file://, s3:// or gs:// URI (pyarrow's filesystems: "
+                                     "credentials from the environment).")] = "runs/batch",
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted batch in --out: finished shards are "
+                                         "kept, the rest answered (nothing there: a fresh start).")] = False,
     format: Annotated[str, typer.Option("--format", help="Shard format: parquet (columns id, record: the "
                                         "record's JSON text) | jsonl (record lines, as records.jsonl).")] = "parquet",
     shard_rows: Annotated[int, typer.Option(help="At most this many records per shard (one Ray Data "
@@ -75,7 +78,7 @@ def batch_cmd(
     conditions: Any = None,  # every registered condition's options (condition_options)
 ) -> None:
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
-    the usual summary (all or nothing: no output directory unless every item was answered)."""
+    the usual summary.  Shards are written whole; an interrupted batch continues with --resume."""
     from nlq2sql.run.batch import BatchConfig, run_batch
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.stages.report import render_summary
@@ -90,11 +93,13 @@ def batch_cmd(
                       warehouse=db, conditions=conditions)
     cfg = BatchConfig(base=base, input=str(questions if questions is not None else evalset),
                       questions=questions is not None, out=out, shard_rows=shard_rows, format=format,
-                      engine=engine, ray_address=ray_address, concurrency=concurrency, actors=actors, force=force)
+                      engine=engine, ray_address=ray_address, concurrency=concurrency, actors=actors, force=force,
+                      resume=resume)
     try:
         summary = run_batch(cfg)
     except KeyboardInterrupt:
-        err.print("interrupted: nothing was written (a batch is all or nothing)")
+        err.print(f"interrupted: the shards finished so far are kept in {out}; --resume continues the batch"
+                  if engine == "ray" else "interrupted: nothing was kept (--engine ray-vllm is all or nothing)")
         raise typer.Exit(130) from None
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
@@ -106,7 +111,7 @@ def batch_cmd(
         Console().print(answers_table(summary, title))
     shards = summary["records"]["shards"]
     Console().print(f"{summary['records']['count']} records in {len(shards)} {format} shard"
-                    f"{'s' * (len(shards) != 1)} under {out / 'records'}")
+                    f"{'s' * (len(shards) != 1)} under {out.rstrip('/')}/records")
 
 
 def answers_table(s: dict[str, Any], title: str) -> Table:

@@ -12,12 +12,14 @@ to compute the usual summary.  (The driver does hold the items it hands to
 What stays the same as ``eval``: each actor answers with one ``item.ItemRunner`` (the same
 client, replica pool, retries, prompt, guardrails and scoring), so a record is the dict
 ``eval`` writes; the options are validated by the same ``live.preflight``; the run's retry
-budget is one counter (a Ray actor) for all actors.  What differs: a batch is all or
-nothing -- it is written into a hidden sibling directory renamed into place at the end (as
-``score`` does), so bad input or a failure leaves no output directory, and there is no
-``--resume``.
+budget is one counter (a Ray actor) for all actors.  What differs: the output is shards, each
+written whole by the actor that answered it (``batch_out``: a local directory, or ``s3://`` /
+``gs://`` / ``file://`` through pyarrow's filesystems), ``summary.json`` last.  A batch
+killed at any point is continued by ``--resume``: finished shards are kept, the rest are
+answered, and the shards, records and summary equal an uninterrupted run's.
 
-Shards: a shard is one Ray Data batch of at most ``shard_rows`` items answered by one actor
+Shards: shard *k* holds the input's *k*-th run of ``shard_rows`` items (a fixed cut, so a
+resumed batch puts every item where an uninterrupted one does), answered by one actor
 (``concurrency`` requests in flight per actor, ``actors`` actors; a record's ``concurrency``
 is its actor's), in item order.  A record holds nested
 values of mixed types (result rows mix strings and numbers, ``params`` too), which Arrow
@@ -35,8 +37,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -45,10 +45,12 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.answers.unscored import Question, read_questions
-from nlq2sql.errors import InputError, Nlq2SqlError
+from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.errors import InputError, Nlq2SqlError, RecordError
 from nlq2sql.inputs import at_most
-from nlq2sql.records.store import MANIFEST, SUMMARY, prepare_dir, write_json_atomic
-from nlq2sql.run.batch_shards import FORMATS, SHARDS, encode_record, parse_item, summarise_shards, write_shards
+from nlq2sql.records.store import MANIFEST, RESUME_KEYS, SUMMARY
+from nlq2sql.run.batch_out import SHARDS, BatchOut
+from nlq2sql.run.batch_shards import FORMATS, encode_record, parse_item, summarise_shards
 from nlq2sql.run.config import EvalConfig, preflight, probe_endpoint, validate
 from nlq2sql.run.endpoints import check_address
 from nlq2sql.run.item import load_conditions, request_sampling
@@ -71,7 +73,7 @@ class BatchConfig:
     base: EvalConfig = field(default_factory=EvalConfig)  # endpoint(s), model, prompt, guardrails, limit…
     input: str = "heldout"  # an eval set (name or path), or with ``questions`` a question file
     questions: bool = False  # ``input`` is JSONL {"id", "question"}: answered, not scored
-    out: Path = Path("runs/batch")
+    out: Path | str = Path("runs/batch")  # a directory, or a file:// s3:// gs:// URI (batch_out)
     shard_rows: int = 1000  # at most this many records per shard (one Ray Data batch)
     format: str = "parquet"  # parquet | jsonl
     engine: str = "ray"  # ray (HTTP to the endpoints) | ray-vllm (vLLM inside Ray Data)
@@ -79,11 +81,12 @@ class BatchConfig:
     concurrency: int = 8  # requests in flight per actor
     actors: int = 1
     force: bool = False
+    resume: bool = False  # continue an interrupted batch in ``out`` (nothing there: start it)
 
 
 def item_config(cfg: BatchConfig) -> EvalConfig:
     """The EvalConfig each actor answers with (its concurrency is the actor's)."""
-    return replace(cfg.base, concurrency=cfg.concurrency, out=cfg.out, workers=1, engine="local",
+    return replace(cfg.base, concurrency=cfg.concurrency, out=Path(str(cfg.out)), workers=1, engine="local",
                    ray_address=None, resume=False, force=False)
 
 
@@ -108,6 +111,12 @@ def check(cfg: BatchConfig) -> None:
         raise InputError("--engine ray-vllm runs the model inside Ray Data: drop --endpoint", field="--endpoint")
     if cfg.engine == "ray-vllm":  # it sends no request of ours: no hook could run (nor be recorded)
         base.conditions.refuse("--engine ray-vllm")
+    if cfg.resume and cfg.force:
+        raise InputError("--resume keeps what is there, --force replaces it: give one", field="--resume")
+    if cfg.resume and cfg.engine == "ray-vllm":
+        raise InputError("--engine ray-vllm writes through Ray Data's own writers and cannot resume: "
+                         "use --engine ray (or --force to start again)", field="--resume")
+    BatchOut.open(cfg.out)  # an unsupported scheme is refused before anything starts
     check_address(cfg.ray_address)  # ray:// refused, HOST:PORT must answer
 
 
@@ -123,8 +132,13 @@ def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[EvalCase] | list[Questio
 
 
 def run_batch(cfg: BatchConfig) -> dict[str, Any]:
-    """Answer every item with Ray Data, write the shards, ``summary.json`` and ``manifest.json``."""
+    """Answer every item with Ray Data, write the shards, ``summary.json`` and ``manifest.json``.
+
+    With ``resume``, a batch interrupted at any point continues: its finished shards are kept
+    (each checked to hold its items), the others are answered; the result equals an
+    uninterrupted run's.  Nothing there yet: a fresh start."""
     check(cfg)
+    store = BatchOut.open(cfg.out)
     wcfg = item_config(cfg)
     validate(wcfg)
     # Local input first (cheap, and what a typo most often is), then the endpoints.
@@ -136,10 +150,101 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
     for cond in conditions if evalset is not None else ():
         cond.check_against(evalset)
     key = preflight(wcfg) if cfg.engine == "ray" else ""  # the API key, every endpoint probed
-    if cfg.out.exists() and (not cfg.out.is_dir() or (not cfg.force and any(cfg.out.iterdir()))):
-        prepare_dir(cfg.out, resume=False, force=False)  # raises the standard message
-    ray, started_ray = _start_ray(cfg)
+    state = _out_state(cfg, store)
+    if state == "complete":
+        return store.read_json(SUMMARY)  # type: ignore[no-any-return]
     total = RetryBudget.allowed(len(items), wcfg.retry_budget)
+    manifest = _manifest(cfg, wcfg, evalset, rulesets, wh, sha, len(items), prompt, conditions, key, total)
+    resuming = state == "run"
+    if resuming:
+        old = store.read_json(MANIFEST)
+        keys = (*RESUME_KEYS, *RESUME_BATCH, *REGISTRY.manifest_keys())
+        if diffs := [k for k in keys if old.get(k) != manifest.get(k)]:
+            detail = "; ".join(f"{k}: was {old.get(k)!r}, now {manifest.get(k)!r}" for k in diffs)
+            raise RecordError(f"cannot resume: the batch differs ({detail})", path=f"{cfg.out}/{MANIFEST}")
+        manifest = old | {"sessions": [*old.get("sessions", []), {"started": manifest["started"]}]}
+    ray, started_ray = _start_ray(cfg)
+    plan = [items[i:i + cfg.shard_rows] for i in range(0, len(items), cfg.shard_rows)]
+    ok = False
+    try:
+        if resuming:
+            store.sweep_temps()
+            done, used = _finished(store, cfg.format, plan)
+        else:
+            if cfg.force:
+                store.clear()
+            store.make(manifest)
+            done, used = set(), 0
+        with _quiet_data(ray):
+            if cfg.engine == "ray":
+                session = _answer_over_http(ray, cfg, wcfg, key, plan, done, store, total, used)
+            else:
+                from nlq2sql.run.batch_vllm import answer_with_vllm
+
+                rows = [{"id": c.id, "item": item_text(c)} for c in items]
+                session = answer_with_vllm(ray, cfg, wcfg, rows, store, manifest)
+        summary = summarise_shards(store, cfg.format, rulesets, evalset is not None,
+                                   [c.id for c in items], session, manifest)
+        summary["resumed"] = {"sessions": 1 + len(manifest.get("sessions", [])), "shards_kept": len(done)}
+        manifest["finished"] = time.time()
+        store.write_json(MANIFEST, manifest)
+        store.write_json(SUMMARY, summary)  # last: a summary says the batch is complete
+        ok = True
+    finally:
+        if not ok and cfg.engine == "ray-vllm" and not resuming:
+            with contextlib.suppress(OSError):
+                store.remove()  # Ray Data's own shards cannot be resumed: all or nothing
+        if started_ray:
+            ray.shutdown()
+    return summary
+
+
+#: Beyond eval's resume keys, what fixes a batch's shards: the same items cut the same way.
+RESUME_BATCH = ("evalset_sha256", "questions_sha256", "n_items", "limit", "shard_rows", "format", "engine")
+
+
+def item_text(case: EvalCase | Question) -> str:
+    """An item as the actors get it (``batch_shards.parse_item`` reads it back)."""
+    if isinstance(case, EvalCase):
+        return case.model_dump_json()
+    return json.dumps({"id": case.id, "question": case.question})
+
+
+def _out_state(cfg: BatchConfig, store: BatchOut) -> str:
+    """What is at ``--out``, checked against ``--resume`` / ``--force`` before anything is started."""
+    state = store.state()
+    if state == "file":
+        raise InputError("output path exists and is not a directory", path=str(cfg.out))
+    if cfg.resume:
+        if state == "other":
+            raise RecordError("cannot resume: not a batch directory (no manifest.json), and it is not empty",
+                              path=str(cfg.out))
+        return state if state in ("run", "complete") else "fresh"
+    if state in ("absent", "empty") or cfg.force:
+        return "fresh"
+    raise RecordError("output directory exists; pass --resume to continue it or --force to replace it",
+                      path=str(cfg.out))
+
+
+def _finished(store: BatchOut, fmt: str, plan: list[list[Any]]) -> tuple[set[int], int]:
+    """The shards a killed run finished (each must hold exactly its items), and the retries they used."""
+    done, used = set(), 0
+    for name in store.shards(fmt):
+        k = store.shard_index(name)
+        ids = []
+        for text in store.shard_lines(name):
+            rec = json.loads(text)
+            ids.append(rec["id"])
+            used += len(rec.get("retry_waits_s") or ())
+        if k is None or k >= len(plan) or ids != [c.id for c in plan[k]]:
+            raise RecordError("cannot resume: this shard does not hold the items the batch puts there "
+                              "(another input or --shard-rows?)", path=f"{store.uri}/{SHARDS}/{name}")
+        done.add(k)
+    return done, used
+
+
+def _manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, rulesets: list[Any], wh: Any, sha: str,
+              n: int, prompt: Any, conditions: list[Any], key: str, total: int) -> dict[str, Any]:
     if evalset is not None:
         manifest = manifest_base("batch", evalset, rulesets, wh) | {"scored": True}
     else:
@@ -148,46 +253,17 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
         for k in ("evalset", "evalset_path", "evalset_sha256"):
             manifest.pop(k)
         manifest |= {"questions": Path(cfg.input).name, "questions_sha256": sha, "scored": False}
-    manifest |= {
-        "n_items": len(items), "limit": wcfg.limit, "engine": cfg.engine, "ray_address": cfg.ray_address,
+    return manifest | {
+        "n_items": n, "limit": wcfg.limit, "engine": cfg.engine, "ray_address": cfg.ray_address,
         "actors": cfg.actors, "concurrency_per_actor": cfg.concurrency, "shard_rows": cfg.shard_rows,
-        "format": cfg.format, "endpoint": wcfg.endpoint, "model": wcfg.model, "prompt": prompt.name,
+        "format": cfg.format, "out": cfg.out if "://" in str(cfg.out) else None,
+        "endpoint": wcfg.endpoint, "model": wcfg.model, "prompt": prompt.name,
         "prompt_style": prompt.style, "prompt_sha256": prompt.sha256, "client": wcfg.client,
         "sampling": bind_sampling(request_sampling(wcfg), wh.catalog).as_dict(),
         # The conditions the actors apply (their keys only when some are on: older batches unchanged).
         **(wcfg.conditions.manifest(conditions) if wcfg.conditions else {}),
         "server": asyncio.run(probe_endpoint(wcfg.endpoint, wcfg.model, key)) if wcfg.endpoint else None,
         "retry_budget": {"fraction": wcfg.retry_budget, "total": total}, "started": time.time()}
-    tmp = cfg.out.with_name(f".{cfg.out.name}.partial-{os.getpid()}").absolute()
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        try:
-            (tmp / SHARDS).parent.mkdir(parents=True)
-        except OSError as exc:
-            raise InputError(f"output directory is not writable: {exc.strerror}", path=str(cfg.out)) from None
-        rows = [{"id": c.id, "item": c.model_dump_json() if isinstance(c, EvalCase)
-                 else json.dumps({"id": c.id, "question": c.question})} for c in items]
-        with _quiet_data(ray):
-            if cfg.engine == "ray":
-                session = _answer_over_http(ray, cfg, wcfg, key, rows, tmp / SHARDS, total)
-            else:
-                from nlq2sql.run.batch_vllm import answer_with_vllm
-
-                session = answer_with_vllm(ray, cfg, wcfg, rows, tmp / SHARDS, manifest)
-        summary = summarise_shards(tmp / SHARDS, cfg.format, rulesets, evalset is not None,
-                                   [c.id for c in items], session, manifest)
-        write_json_atomic(tmp / SUMMARY, summary)
-        manifest["finished"] = time.time()
-        write_json_atomic(tmp / MANIFEST, manifest)
-        if cfg.out.exists():
-            shutil.rmtree(cfg.out)
-        cfg.out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, cfg.out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if started_ray:
-            ray.shutdown()
-    return summary
 
 
 def _start_ray(cfg: BatchConfig) -> tuple[Any, bool]:
@@ -228,18 +304,26 @@ def _quiet_data(ray: Any) -> Iterator[None]:
         log.setLevel(level)
 
 
-def _answer_over_http(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, key: str, rows: list[dict[str, str]],
-                      dest: Path, total: int) -> dict[str, Any]:
+def _answer_over_http(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, key: str, plan: list[list[Any]],
+                      done: set[int], store: BatchOut, total: int, used: int) -> dict[str, Any]:
+    """Each row of the Ray dataset is one shard still to do: an actor answers its items and
+    writes it whole (``BatchOut.write_shard``), so a kill at any point loses at most the shards
+    in flight, and none is ever half there."""
     from ray.data import ActorPoolStrategy
 
-    budget = SharedBudget(ray.remote(num_cpus=0)(BudgetCounter).remote(0, total), total)
-    ds = ray.data.from_items(rows).map_batches(
-        _Answerer, fn_constructor_args=(wcfg, (wcfg.endpoint, wcfg.model, key), budget),
-        batch_size=cfg.shard_rows, batch_format="pyarrow", compute=ActorPoolStrategy(size=cfg.actors),
-        num_cpus=0.5)
+    rows = [{"shard": k, "items": json.dumps([item_text(c) for c in cases])}
+            for k, cases in enumerate(plan) if k not in done]
+    budget = SharedBudget(ray.remote(num_cpus=0)(BudgetCounter).remote(used, total), total)
     t0 = time.time()
-    write_shards(ds, cfg.format, cfg.shard_rows, dest)
-    return {"wall_s": time.time() - t0, "items_this_session": len(rows), "not_sent": 0,
+    if rows:
+        ds = ray.data.from_items(rows).map_batches(
+            _Answerer, fn_constructor_args=(wcfg, (wcfg.endpoint, wcfg.model, key), budget, store.uri, cfg.format),
+            batch_size=1, batch_format="pyarrow", compute=ActorPoolStrategy(size=min(cfg.actors, len(rows))),
+            num_cpus=0.5)
+        for _ in ds.iter_batches(batch_size=None):
+            pass  # the shards are written by the actors; this drives the job
+    n = sum(len(cases) for k, cases in enumerate(plan) if k not in done)
+    return {"wall_s": time.time() - t0, "items_this_session": n, "not_sent": 0,
             "server_metrics": {"observed": False, "note": "not sampled by a batch"}, "retries_used": budget.used}
 
 
@@ -247,8 +331,9 @@ class _Answerer:
     """One per Ray Data actor: an ``ItemRunner`` on an event loop of its own (a thread), so its
     connections live across batches; each batch is answered with ``concurrency`` in flight."""
 
-    def __init__(self, cfg: EvalConfig, endpoint: tuple[str, str, str], budget: RetryBudget) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: EvalConfig, endpoint: tuple[str, str, str], budget: RetryBudget, out: str,
+                 fmt: str) -> None:
+        self.cfg, self.store, self.fmt = cfg, BatchOut.open(out), fmt
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.items = self._call(self._start(endpoint, budget))
@@ -275,11 +360,15 @@ class _Answerer:
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
 
-        cases = [parse_item(text) for text in batch.column("item").to_pylist()]
-        # The batch's gold answers from the warehouse before its requests (as one process does).
-        self.items.prepare([c for c in cases if isinstance(c, EvalCase)])
-        recs = self._call(self._answer(cases))
-        return pa.table({"id": [r["id"] for r in recs], "record": [encode_record(r) for r in recs]})
+        written = []
+        for k, items in zip(batch.column("shard").to_pylist(), batch.column("items").to_pylist(), strict=True):
+            cases = [parse_item(text) for text in json.loads(items)]
+            # The shard's gold answers from the warehouse before its requests (as one process does).
+            self.items.prepare([c for c in cases if isinstance(c, EvalCase)])
+            recs = self._call(self._answer(cases))
+            written.append(self.store.write_shard(k, self.fmt, [r["id"] for r in recs],
+                                                  [encode_record(r) for r in recs]))
+        return pa.table({"shard": written})
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

@@ -16,15 +16,15 @@ from typing import Any
 from nlq2sql.answers.unscored import AnswerSummary, Question
 from nlq2sql.errors import Nlq2SqlError
 from nlq2sql.records.store import RECORD_VERSION, encode_json
+from nlq2sql.run.batch_out import SHARDS, BatchOut
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.score import percentiles
 from nlq2sql.stages.summary import Summary
 
-__all__ = ["FORMATS", "SHARDS", "encode_record", "iter_shard_lines", "iter_shard_records", "parse_item",
-           "shard_files", "summarise_shards", "write_shards"]
+__all__ = ["FORMATS", "encode_record", "iter_shard_records", "parse_item", "summarise_shards",
+           "write_shards"]
 
 FORMATS = ("parquet", "jsonl")
-SHARDS = "records"  # the shards' folder in the output directory
 
 
 def parse_item(text: str) -> EvalCase | Question:
@@ -38,23 +38,26 @@ def encode_record(rec: dict[str, Any]) -> str:
     return encode_json({"record_version": RECORD_VERSION, **rec})  # type: ignore[no-any-return]
 
 
-def write_shards(ds: Any, fmt: str, shard_rows: int, dest: Path) -> None:
-    """``ds`` (rows ``id``, ``record``) as ``fmt`` shards of at most ``shard_rows`` rows into ``dest``."""
+def write_shards(ds: Any, fmt: str, shard_rows: int, out: BatchOut) -> None:
+    """``ds`` (rows ``id``, ``record``) as ``fmt`` shards of at most ``shard_rows`` rows, written by
+    Ray Data's own write tasks into ``out`` (``--engine ray-vllm``; the HTTP engine writes whole
+    shards itself, ``BatchOut.write_shard``)."""
     remote = {"num_cpus": 0.25}
+    dest = out.path(SHARDS)
     if fmt == "parquet":
-        ds.write_parquet(str(dest), min_rows_per_file=shard_rows, max_rows_per_file=shard_rows,
+        ds.write_parquet(dest, filesystem=out.fs, min_rows_per_file=shard_rows, max_rows_per_file=shard_rows,
                          ray_remote_args=remote)
     else:
-        ds.write_datasink(_jsonl_sink(str(dest), shard_rows), ray_remote_args=remote)
+        ds.write_datasink(_jsonl_sink(dest, out.fs, shard_rows), ray_remote_args=remote)
 
 
-def _jsonl_sink(path: str, rows: int) -> Any:
+def _jsonl_sink(path: str, fs: Any, rows: int) -> Any:
     """A Ray Data datasink writing the ``record`` column as lines: shards that are records files."""
     from ray.data.datasource import BlockBasedFileDatasink
 
     class JsonlRecords(BlockBasedFileDatasink):  # type: ignore[misc]
         def __init__(self) -> None:
-            super().__init__(path, file_format="jsonl", min_rows_per_file=rows)
+            super().__init__(path, file_format="jsonl", min_rows_per_file=rows, filesystem=fs)
 
         def write_block_to_file(self, block: Any, file: Any) -> None:
             for text in block.to_arrow().column("record").to_pylist():
@@ -63,32 +66,16 @@ def _jsonl_sink(path: str, rows: int) -> Any:
     return JsonlRecords()
 
 
-def shard_files(dest: Path, fmt: str) -> list[Path]:
-    return sorted(p for p in dest.iterdir() if p.is_file() and p.name.endswith("." + fmt)) if dest.is_dir() else []
-
-
-def iter_shard_lines(path: Path) -> Iterator[str]:
-    """The records' JSON texts of one shard, in order."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for b in pq.ParquetFile(path).iter_batches(columns=["record"], batch_size=1024):
-            yield from b.column(0).to_pylist()
-    else:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                yield line.rstrip("\n")
-
-
-def iter_shard_records(out: Path) -> Iterator[dict[str, Any]]:
-    """Every record of a batch's output directory, in shard order (either format)."""
-    fmt = "parquet" if any((out / SHARDS).glob("*.parquet")) else "jsonl"
-    for f in shard_files(out / SHARDS, fmt):
-        for text in iter_shard_lines(f):
+def iter_shard_records(out: Path | str) -> Iterator[dict[str, Any]]:
+    """Every record of a batch's output directory (a path or URI), in shard order (either format)."""
+    store = BatchOut.open(out)
+    fmt = "parquet" if store.shards("parquet") else "jsonl"
+    for name in store.shards(fmt):
+        for text in store.shard_lines(name):
             yield json.loads(text)
 
 
-def summarise_shards(dest: Path, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
+def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
                      session: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
     """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after
     checking that they hold each item exactly once."""
@@ -97,9 +84,9 @@ def summarise_shards(dest: Path, fmt: str, rulesets: list[Any], scored: bool, id
     outcomes: Counter[str] = Counter()
     replicas: Counter[str] = Counter()
     ws, chars, starts, ends, retries = [], [], [], [], 0
-    for f in shard_files(dest, fmt):
+    for name in out.shards(fmt):
         n = 0
-        for text in iter_shard_lines(f):
+        for text in out.shard_lines(name):
             digest.update(text.encode() + b"\n")
             rec = json.loads(text)
             n += 1
@@ -115,7 +102,7 @@ def summarise_shards(dest: Path, fmt: str, rulesets: list[Any], scored: bool, id
             if rec.get("started") and rec.get("latency_s") is not None:
                 starts.append(rec["started"])
                 ends.append(rec["started"] + rec["latency_s"])
-        shards.append({"file": f"{SHARDS}/{f.name}", "rows": n})
+        shards.append({"file": f"{SHARDS}/{name}", "rows": n})
     missing = [i for i in ids if i not in seen]
     doubled = [i for i, k in seen.items() if k > 1]
     if missing or doubled or len(seen) != len(ids):

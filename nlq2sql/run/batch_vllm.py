@@ -30,7 +30,6 @@ import functools
 import json
 import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError
@@ -39,6 +38,7 @@ from nlq2sql.run.item import whitespace_outside_strings
 
 if TYPE_CHECKING:
     from nlq2sql.run.batch import BatchConfig
+    from nlq2sql.run.batch_out import BatchOut
     from nlq2sql.run.config import EvalConfig
 
 __all__ = ["answer_with_vllm"]
@@ -57,7 +57,7 @@ def _engine_env() -> dict[str, str]:
             "VLLM_DISABLE_COMPILE_CACHE": os.environ.get("VLLM_DISABLE_COMPILE_CACHE", "1")}
 
 
-def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[dict[str, str]], dest: Path,
+def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[dict[str, str]], dest: BatchOut,
                      manifest: dict[str, Any]) -> dict[str, Any]:
     """Generate, score and write every row; returns the session's part of the summary."""
     try:
