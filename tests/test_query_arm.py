@@ -130,7 +130,10 @@ def test_score_cli_answer_query_writes_a_run_with_abstention_figures(tmp_path: P
     assert [r["error_final"] for r in recs] == [None, "wrong_limit", None, "invalid_json"]
     res = runner.invoke(app, ["score", "--answer", "query", "--evalset", str(qs), "--responses", str(responses),
                               "--out", str(tmp_path / "run2"), "--guardrails", "ranking"])
-    assert res.exit_code == 2 and "guardrails" in res.output and not (tmp_path / "run2").exists()
+    assert res.exit_code == 0, res.output  # the v2 answer takes guardrails (tests/test_query_conditions.py)
+    ranked = json.loads((tmp_path / "run2" / "summary.json").read_text())
+    assert "false_ranking" in ranked["rules"] and ranked["interventions"] == 0  # "Top 2 …" is a ranking
+    assert json.loads((tmp_path / "run2" / "manifest.json").read_text())["guardrails"] == ["ranking"]
 
 
 def test_evalset_check_on_a_v2_set(tmp_path: Path) -> None:

@@ -73,3 +73,125 @@ def test_workers_write_the_records_one_process_writes_for_the_v2_answer(tmp_path
     assert one["abstention"] == two["abstention"] and two["abstention"]["abstained"] >= 1
     manifest = json.loads((tmp_path / "workers" / "manifest.json").read_text())
     assert manifest["answer"] == "query" and manifest["engine"]["workers"] == 2
+
+
+# -- self-consistency and abstention on v2 --------------------------------------------------------
+CAT = None
+
+
+def catalog() -> Any:
+    global CAT
+    if CAT is None:
+        from nlq2sql.semantic import load_catalog
+
+        CAT = load_catalog("retail")
+    return CAT
+
+
+GOLD = {"metrics": ["revenue", "orders"], "group_by": ["customer_id__region", "channel_id__channel"],
+        "where": [{"field": "customer_id__region", "op": "in", "values": ["North", "South"]}]}
+SAME = {"group_by": ["channel_id__channel", "customer_id__region"], "metrics": ["orders", "revenue"],  # reordered
+        "where": [{"field": "customer_id__region", "op": "in", "values": ["South", "North"]}], "order_by": None,
+        "limit": None}
+OTHER = {"metrics": ["units"], "group_by": ["customer_id__region"]}
+
+
+def test_vote_over_canonical_v2_queries_with_abstentions_as_votes() -> None:
+    from nlq2sql.conditions.selfcheck import vote
+
+    t = json.dumps
+    v = vote([t(GOLD), t(SAME), t(OTHER)], catalog(), "query")
+    assert (v["winner"], v["votes"], v["valid"], v["distinct"], v["tie"]) == (0, 2, 3, 2, False)
+    no = [t({"unanswerable": "no cost data"}), t(OTHER), t({"unanswerable": "we hold no margins"})]
+    v = vote(no, catalog(), "query")
+    assert (v["winner"], v["votes"], v["distinct"]) == (0, 2, 2)  # two reasons, one abstention vote
+    v = vote([t(GOLD), t(OTHER), "not json", t({"metrics": ["nope"]})], catalog(), "query")
+    assert v["tie"] and v["valid"] == 2
+    # the v1 vote is unchanged: a v2 text is no intent
+    assert vote([t(GOLD)], catalog())["winner"] is None
+
+
+
+
+def test_query_evidence_reads_answering_then_the_first_metric() -> None:
+    import math
+
+    from nlq2sql.conditions.confidence import query_evidence
+
+    metrics = tuple(catalog().metrics)
+    lp = math.log
+    answered = [('{"', lp(0.99), []), ("metrics", lp(0.8), [("metrics", lp(0.8)), ("un", lp(0.2))]),
+                ('":["', lp(1.0), []), ("rev", lp(0.6), [("rev", lp(0.6)), ("units", lp(0.3)), ("@@", lp(0.1))]),
+                ('enue"]}', lp(1.0), [])]
+    ev = query_evidence(answered, metrics)
+    assert ev is not None and ev["over"] == "metric" and ev["kind"] == "revenue"
+    assert ev["answer_share"] == 0.8 and ev["confidence"] == round(0.8 * round(0.6 / 0.9, 4), 4)
+    abstained = [('{"un', lp(0.7), [('{"un', lp(0.7)), ('{"metrics', lp(0.3))]), ('answerable":"x"}', 0.0, [])]
+    ev = query_evidence(abstained, metrics)
+    assert ev is not None and ev["over"] == "answer" and ev["kind"] == "unanswerable" and ev["confidence"] == 0.7
+    assert query_evidence(None, metrics) is None and query_evidence([("oops", 0.0, [])], metrics) is None
+
+
+def test_samples_and_abstain_on_the_v2_answer_against_the_fake_server(tmp_path: Path) -> None:
+    """Three samples per item: a majority of equal queries written differently answers; two
+    abstentions out-vote a query; three different queries abstain -- on an answerable item that is
+    wrong, on an unanswerable one right (declining is what it asks)."""
+    from nlq2sql.conditions.registry import REGISTRY
+    from nlq2sql.stages.pipeline import rescore_run
+    from nlq2sql.transport.client import Sampling
+
+    items = [{"id": "a", "question": "Revenue and orders by region and channel for North and South", "gold": GOLD,
+              "answerable": True, "category": "breakdown"},
+             {"id": "b", "question": "Gross margin by region?", "gold": None, "answerable": False,
+              "category": "unanswerable"},
+             {"id": "c", "question": "Units by region", "gold": OTHER, "answerable": True, "category": "breakdown"},
+             {"id": "d", "question": "Shelf space by region?", "gold": None, "answerable": False,
+              "category": "unanswerable"}]
+    path = tmp_path / "v2.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in items))
+    t = json.dumps
+    abstain = t({"unanswerable": "no such data"})
+    by_q = {items[0]["question"]: [t(GOLD), t(OTHER), t(SAME)],
+            items[1]["question"]: [abstain, t(OTHER), t({"unanswerable": "no margin data"})],
+            items[2]["question"]: [t(GOLD), t(OTHER), abstain],
+            items[3]["question"]: [t(GOLD), t(OTHER), t(SAME | {"limit": 3})]}
+    with FakeServer(tmp_path / "fake", script(by_question={q: [{"kind": "text", "text": x} for x in xs]
+                                                           for q, xs in by_q.items()}), model=MODEL) as fake:
+        summary = run_eval(EvalConfig(evalset=str(path), out=tmp_path / "run", endpoint=fake.url, model=MODEL,
+                                      answer="query", guardrails=(), concurrency=2, timeout_s=30.0,
+                                      conditions=REGISTRY.from_options(samples=3, abstain=True),
+                                      sampling=Sampling(temperature=0.7, max_tokens=256),
+                                      load=LoadShape(metrics_interval_s=0.05)))
+        assert len(fake.chat_requests()) == 12
+    recs = {r["id"]: r for r in iter_records(tmp_path / "run" / "records.jsonl")}
+    a, b, c, d = (recs[k] for k in "abcd")
+    assert a["votes"]["votes"] == 2 and not a["abstained"] and a["correct_final"]
+    assert b["votes"]["votes"] == 2 and b["unanswerable"] is not None and b["correct_final"] and not b["abstained"]
+    assert c["votes"]["distinct"] == 3 and c["abstained"] and not c["correct_final"]
+    assert d["votes"]["distinct"] == 3 and d["abstained"] and d["correct_final"]  # declined: right
+    assert summary["final_accuracy"]["k"] == 3
+    assert summary["abstention"]["abstained"] == 3 and summary["abstention"]["precision"]["k"] == 2
+    assert summary["abstention"]["recall"]["k"] == 2
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["samples"] == 3 and manifest["abstain"] is True and manifest["answer"] == "query"
+    again, _, final_ok = rescore_run(tmp_path / "run", ())  # decided again from the recorded votes
+    assert final_ok == {"a": True, "b": True, "c": False, "d": True}
+    assert again["abstention"] == summary["abstention"]
+
+
+def test_abstain_below_on_the_v2_answer_records_its_evidence(tmp_path: Path) -> None:
+    """``--abstain-below`` with ``--answer query``: logprobs are asked for, each answer's evidence
+    (answering, then its first metric) is recorded and judged against the threshold."""
+    from nlq2sql.conditions.registry import REGISTRY
+
+    evalset, items = v2_set(tmp_path)
+    summary = run_v2(tmp_path, "below", evalset, scripted_answers(items),
+                     conditions=REGISTRY.from_options(abstain_below=0.5))
+    recs = list(iter_records(tmp_path / "below" / "records.jsonl"))
+    manifest = json.loads((tmp_path / "below" / "manifest.json").read_text())
+    assert manifest["abstain_below"] == 0.5 and manifest["sampling"]["top_logprobs"]
+    kinds = {r["intent_evidence"]["over"] for r in recs}
+    assert kinds == {"metric", "answer"}  # queries and abstentions both read
+    # the fake server offers no alternative that names another metric: the model is sure
+    assert all(r["intent_evidence"]["confidence"] == 1.0 and not r["abstained"] for r in recs)
+    assert summary["selective"]["without_logprob_evidence"] == 0

@@ -24,6 +24,7 @@ from nlq2sql.records.results import validated
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, write_json_atomic
 from nlq2sql.semantic import open_warehouse, warehouse
 from nlq2sql.semantic.contract import PARTS
+from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.pipeline import (
     ScoreConfig,
     as_missing,
@@ -36,16 +37,17 @@ from nlq2sql.stages.pipeline import (
 )
 from nlq2sql.stages.query_score import ANSWER_KIND, score_query
 from nlq2sql.stages.queryset import load_query_set
+from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["score_query_responses"]
 
 
 @contextlib.contextmanager
-def _scorer(answer: str, wh: Any) -> Iterator[Callable[..., dict[str, Any]]]:
+def _scorer(answer: str, wh: Any, rulesets: list[RuleSet]) -> Iterator[Callable[..., dict[str, Any]]]:
     """The answer kind's scorer; the SQL answer's shares one sandbox for the run."""
     if answer not in ("sql", "sql-grammar"):
-        yield score_query
+        yield functools.partial(score_query, rulesets=rulesets)
         return
     from nlq2sql.answers.sql.sandbox import Sandbox
     from nlq2sql.answers.sql.score import score_sql
@@ -58,19 +60,21 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[s
     """Score a responses file of v2 answers (``answer="query"``) or of SQL the model wrote
     (``answer="sql"`` or ``"sql-grammar"``: guarded, run in the sandbox, compared by result equivalence) into
     ``cfg.out``; returns the summary."""
-    if cfg.guardrails:
-        raise InputError("guardrails act on v1 intents; the query answer takes none yet (pass --guardrails none)",
-                         field="--guardrails")
+    if cfg.guardrails and answer != ANSWER_KIND:
+        raise InputError(f"guardrails act on intents and queries; --answer {answer} takes none (pass --guardrails "
+                         "none)", field="--guardrails")
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    rulesets = load_guardrails(cfg.guardrails, wh.catalog, wh)  # on the v2 query: stages.query_guard
     compiles_before = wh.catalog.engine.compiles  # golds' and answers' compiles: what this run needed
     qs = load_query_set(cfg.evalset, wh.catalog)
     ids = {c.id: i for i, c in enumerate(qs.cases)}
     tmp = staging_dir(cfg)
     started = time.time()
     try:
-        summ = Summary([], fields=PARTS if answer == ANSWER_KIND else ())
+        summ = Summary(rulesets, fields=PARTS if answer == ANSWER_KIND else ())
         answered = bytearray(len(ids))
-        with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer, _scorer(answer, wh) as scorer:
+        with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer, \
+                _scorer(answer, wh, rulesets) as scorer:
             for resp in read_responses(cfg.responses, ids):
                 pos = ids[resp.id]
                 rec = scorer(qs.cases[pos], resp.text, ex, wh.catalog, finish_reason=resp.finish_reason)
@@ -94,7 +98,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[s
         from nlq2sql.semantic.catalog import display_path
 
         shown = display_path(Path(cfg.responses))
-        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", qs, [], wh) | {  # type: ignore[arg-type]
+        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", qs, rulesets, wh) | {  # type: ignore[arg-type]
             "answer": answer, "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
             "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
             "finished": time.time()}))

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence
+from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence, query_evidence
 from nlq2sql.conditions.registry import Condition, Settings, register
 from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.transport.client import Sampling
@@ -41,9 +41,14 @@ class Abstain(Condition[AbstainSettings]):
     settings_model = AbstainSettings
     manifest_keys = ("abstain", "abstain_below")
     manifest_types = {"abstain": bool, "abstain_below": float}
-    refusal = ' (the v2 answer abstains itself: {"unanswerable": …})'
+    answers = frozenset({"intent", "query"})  # on v2: the vote's split, or the answer/metric token's confidence
     label_rank = 50.0
     neutral = True
+    metrics: tuple[str, ...] | None = None  # the v2 answer: its evidence is read over these names
+
+    def load(self, wh: Any, answer: str) -> None:
+        if answer == "query":
+            self.metrics = tuple(wh.catalog.metrics)
 
     def sampling(self, s: Sampling) -> Sampling:
         if self.settings.abstain_below is not None and s.top_logprobs is None:
@@ -63,7 +68,8 @@ class Abstain(Condition[AbstainSettings]):
         below = self.settings.abstain_below
         if below is not None:
             if "intent_evidence" not in rec:  # (the planner records its first stage's: the kind was chosen there)
-                rec["intent_evidence"] = intent_evidence(comp.token_logprobs)
+                rec["intent_evidence"] = (query_evidence(comp.token_logprobs, self.metrics)
+                                          if self.metrics is not None else intent_evidence(comp.token_logprobs))
             rec["abstain_below"] = below
         if scored:
             apply_abstention(rec)

@@ -27,11 +27,14 @@ from typing import Any
 
 from nlq2sql.stages.intent import INTENTS
 
-__all__ = ["TOP_LOGPROBS", "intent_evidence"]
+__all__ = ["TOP_LOGPROBS", "intent_evidence", "query_evidence"]
 
 #: Alternatives asked per token: enough for all three kinds plus grammar-masked fillers.
 TOP_LOGPROBS = 8
 _KEY = re.compile(r'"intent"\s*:\s*"')
+_OPEN = re.compile(r'\s*\{\s*"')
+_METRICS = re.compile(r'"metrics"\s*:\s*\[\s*"')
+_ANSWER_KEYS = ("metrics", "unanswerable")
 
 Tokens = list[tuple[str, float, list[tuple[str, float]]]]
 
@@ -44,10 +47,10 @@ def _value_start(joined: str) -> int | None:
     return m.end() if m else None
 
 
-def _kinds(value: str) -> set[str]:
-    """The kinds a value prefix (possibly running past the closing quote) is consistent with."""
+def _kinds(value: str, names: tuple[str, ...] = INTENTS) -> set[str]:
+    """The names a value prefix (possibly running past the closing quote) is consistent with."""
     out = set()
-    for k in INTENTS:
+    for k in names:
         if k.startswith(value) or (value.startswith(k) and value[len(k):len(k) + 1] in ('"', "")):
             out.add(k)
     return out
@@ -64,6 +67,12 @@ def intent_evidence(tokens: Tokens | None) -> dict[str, Any] | None:
     start = _value_start(joined)
     if start is None:
         return None
+    return _decide(tokens, joined, start, INTENTS)
+
+
+def _decide(tokens: Tokens, joined: str, start: int, names: tuple[str, ...]) -> dict[str, Any] | None:
+    """At the first token after ``start`` whose text fits exactly one of ``names``: that name, and
+    its share of the mass the offered alternatives put on each name."""
     pos = 0
     for i, (tok, lp, alts) in enumerate(tokens):
         end = pos + len(tok)
@@ -72,7 +81,7 @@ def intent_evidence(tokens: Tokens | None) -> dict[str, Any] | None:
             lead = joined[pos:start] if pos < start else ""  # this token's text before the value
 
             def fits(t: str, before: str = before, lead: str = lead) -> set[str]:
-                return _kinds(before + t[len(lead):]) if t.startswith(lead) else set()
+                return _kinds(before + t[len(lead):], names) if t.startswith(lead) else set()
 
             chosen = fits(tok)
             if not chosen:
@@ -92,3 +101,25 @@ def intent_evidence(tokens: Tokens | None) -> dict[str, Any] | None:
                         "confidence": round(mass[kind] / total, 4) if total > 0 else 1.0}
         pos = end
     return None
+
+
+def query_evidence(tokens: Tokens | None, metrics: tuple[str, ...]) -> dict[str, Any] | None:
+    """The v2 answer's confidence, from two decisive tokens: answering or abstaining (the first
+    key, ``metrics`` or ``unanswerable``), then -- for a query -- its first metric.  An abstention's
+    confidence is its share at the first; a query's, the product of both shares (``over`` says which:
+    ``answer`` or ``metric``; ``answer_share`` keeps the first)."""
+    if not tokens:
+        return None
+    joined = "".join(t for t, _, _ in tokens)
+    m = _OPEN.match(joined)
+    first = _decide(tokens, joined, m.end(), _ANSWER_KEYS) if m else None
+    if first is None:
+        return None
+    if first["kind"] != "metrics":
+        return {"over": "answer", **first}
+    m = _METRICS.search(joined)
+    second = _decide(tokens, joined, m.end(), metrics) if m else None
+    if second is None:
+        return None
+    return {"over": "metric", **second, "answer_share": first["confidence"],
+            "confidence": round(first["confidence"] * second["confidence"], 4)}

@@ -32,7 +32,9 @@ from pydantic import Field
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.errors import InputError, IntentError
 from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.contract import parse_answer
 from nlq2sql.stages.intent import canonicalise, parse_intent
+from nlq2sql.stages.query_guard import canonical_key
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.stream import Completion
 
@@ -41,16 +43,24 @@ __all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "sample_and_vote", "
 MAX_SAMPLES = 16
 
 
-def vote(texts: list[str | None], catalog: Catalog | None) -> dict[str, Any]:
-    """Majority over canonical intents: the winner's sample index, its votes, valid samples, tie."""
+def _key(text: str, catalog: Catalog | None, answer: str) -> str:
+    """The canonical form a sample votes with: a v1 intent's, or a v2 query's (every abstention
+    one vote: :func:`~nlq2sql.stages.query_guard.canonical_key`)."""
+    if answer == "query":
+        assert catalog is not None
+        return canonical_key(parse_answer(text, catalog))
+    return json.dumps(canonicalise(parse_intent(text, catalog)).model_dump(mode="json"), sort_keys=True)
+
+
+def vote(texts: list[str | None], catalog: Catalog | None, answer: str = "intent") -> dict[str, Any]:
+    """Majority over canonical intents (or v2 queries): the winner's sample index, its votes,
+    valid samples, tie."""
     keys: list[str | None] = []
     for text in texts:
         try:
-            intent = canonicalise(parse_intent(text or "", catalog))
+            keys.append(_key(text or "", catalog, answer))
         except IntentError:
             keys.append(None)
-            continue
-        keys.append(json.dumps(intent.model_dump(mode="json"), sort_keys=True))
     counts = Counter(k for k in keys if k is not None)
     ranked = counts.most_common()
     if not ranked:
@@ -64,7 +74,8 @@ def vote(texts: list[str | None], catalog: Catalog | None) -> dict[str, Any]:
 
 async def sample_and_vote(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
                           catalog: Catalog, budget: RetryBudget, n: int,
-                          fail_fast: frozenset[str] = frozenset()) -> tuple[Completion, dict[str, Any]]:
+                          fail_fast: frozenset[str] = frozenset(), answer: str = "intent"
+                          ) -> tuple[Completion, dict[str, Any]]:
     """N samples for one item, concurrently: (the winning completion, the record's vote fields)."""
     # Unseeded: vLLM 0.32's CPU engine dies on seeded sampling at temperature > 0 once such
     # requests share a batch ("RuntimeError: CPU Generator does not use offset" in the worker's
@@ -78,8 +89,8 @@ async def sample_and_vote(client: Any, ecfg: EndpointConfig, messages: list[dict
                               "samples_completion_tokens": sum(c.completion_tokens or 0 for c in comps),
                               "samples_failed": n - len(ok)}
     if not ok:
-        return comps[0], fields | {"votes": vote([], catalog)}
-    v = vote([c.text for c in comps if c.outcome == "ok"], catalog)
+        return comps[0], fields | {"votes": vote([], catalog, answer)}
+    v = vote([c.text for c in comps if c.outcome == "ok"], catalog, answer)
     v["n"] = n  # failed samples count in the denominator of the share: they did not agree
     v["share"] = v["votes"] / n
     fields["votes"] = v
@@ -99,12 +110,14 @@ class SelfCheck(Condition[SelfCheckSettings]):
 
     name = "selfcheck"
     settings_model = SelfCheckSettings
+    answers = frozenset({"intent", "query"})  # on v2 the vote is over canonical queries, abstentions included
     conflicts = ("planner",)
     manifest_keys = ("samples",)
     manifest_types = {"samples": int}
     label_rank = 40.0
     replaces_request = True
     catalog: Catalog | None = None
+    answer_kind = "intent"
 
     def check(self, sampling: Sampling) -> None:
         if not sampling.temperature > 0:
@@ -112,6 +125,7 @@ class SelfCheck(Condition[SelfCheckSettings]):
 
     def load(self, wh: Any, answer: str) -> None:
         self.catalog = wh.catalog
+        self.answer_kind = answer
 
     def manifest(self) -> dict[str, Any]:
         return {"samples": self.settings.samples if self.on else None}
@@ -124,4 +138,4 @@ class SelfCheck(Condition[SelfCheckSettings]):
     async def answer(self, req: Request) -> tuple[Completion, dict[str, Any]]:
         assert self.catalog is not None
         return await sample_and_vote(req.client, req.endpoint, req.messages, req.sampling, self.catalog, req.budget,
-                                     self.settings.samples, req.fail_fast)
+                                     self.settings.samples, req.fail_fast, self.answer_kind)

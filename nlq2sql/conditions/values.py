@@ -26,6 +26,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
+from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.stages.query_guard import link_where, where_hint
 from nlq2sql.stages.value_links import ValueIndex, hint_text
 
 __all__ = ["LINK_MODES", "Values", "ValuesSettings", "effective_guardrails"]
@@ -55,11 +57,13 @@ class Values(Condition[ValuesSettings]):
 
     name = "values"
     settings_model = ValuesSettings
+    answers = frozenset({"intent", "query"})  # on v2: MetricFlow's names, ``where`` items (stages.query_guard)
     manifest_keys = ("link_values",)
     manifest_types = {"link_values": str}
     label_rank = 20.0
     neutral = True
     index: ValueIndex | None = None
+    catalog: Catalog | None = None  # set for the v2 answer: its hint is written as ``where`` items
 
     def guardrails(self) -> tuple[str, ...]:
         return ("values",) if self.settings.link_values in ("repair", "both") else ()
@@ -67,6 +71,8 @@ class Values(Condition[ValuesSettings]):
     def load(self, wh: Any, answer: str) -> None:
         if self.settings.link_values in ("hint", "both"):
             self.index = ValueIndex(wh)
+        if answer == "query":
+            self.catalog = wh.catalog
 
     def manifest(self) -> dict[str, Any]:
         return {"link_values": self.settings.link_values if self.on else None}
@@ -80,7 +86,13 @@ class Values(Condition[ValuesSettings]):
         if self.index is None:
             return messages
         linked = self.index.link(question)  # the hint follows the question itself, not the examples
-        trace["linked_values"] = [lk.as_filter() for lk in linked]
-        if linked:
-            messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + hint_text(linked)}]
+        if self.catalog is not None:  # the v2 answer: where items in MetricFlow's names
+            where = link_where(linked, self.catalog)
+            trace["linked_values"] = [w.model_dump(mode="json") for w in where]
+            hint = where_hint(where)
+        else:
+            trace["linked_values"] = [lk.as_filter() for lk in linked]
+            hint = hint_text(linked)
+        if hint:
+            messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + hint}]
         return messages

@@ -171,7 +171,7 @@ class ItemRunner:
                             finish_reason=comp.finish_reason, request_error=request_error, answer=cfg.answer)
         elif isinstance(case, QueryCase):  # the v2 answer: scored by rows
             rec = score_query(case, comp.text, self.ex, self.wh.catalog, finish_reason=comp.finish_reason,
-                              request_error=request_error)
+                              request_error=request_error, rulesets=self.rulesets)
         else:
             scorer = answer_item if isinstance(case, Question) else score_item
             rec = scorer(case, comp.text, self.rulesets, self.ex, finish_reason=comp.finish_reason,  # type: ignore[arg-type]

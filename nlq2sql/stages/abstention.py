@@ -16,8 +16,8 @@ __all__ = ["abstain_reason", "apply_abstention", "kind_share"]
 def kind_share(evidence: dict[str, Any], kind: str | None) -> float:
     """The share of the model's offered mass on ``kind`` — the kind actually answered, which a
     guardrail may have changed (the model's own share of its raw kind when None)."""
-    if kind is None or kind == evidence["kind"]:
-        return float(evidence["confidence"])
+    if kind is None or kind == evidence["kind"] or evidence.get("over", "intent") != "intent":
+        return float(evidence["confidence"])  # (a v2 answer's: over answering and its metric, no kind)
     total = sum(evidence["kinds"].values())
     return float(evidence["kinds"].get(kind, 0.0)) / total if total > 0 else 0.0
 
@@ -46,6 +46,8 @@ def apply_abstention(rec: dict[str, Any]) -> dict[str, Any]:
     rec["abstain_reason"] = reason
     rec["answer_correct"] = bool(rec["correct_final"])
     if reason is not None:
-        rec["correct_final"] = False
-        rec["correct_exec"] = False
+        # Declining a question the layer cannot answer (a v2 item marked unanswerable) is right.
+        declined_rightly = rec.get("answerable") is False
+        rec["correct_final"] = declined_rightly
+        rec["correct_exec"] = declined_rightly
     return rec

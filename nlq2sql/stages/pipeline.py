@@ -296,13 +296,18 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     what paired tests (McNemar) need.
     """
     from nlq2sql.records.store import read_json
+    from nlq2sql.semantic.contract import PARTS
+    from nlq2sql.stages.query_score import score_query
+    from nlq2sql.stages.queryset import load_query_set
 
     manifest = read_json(run_dir / MANIFEST)
     wh = open_warehouse(manifest.get("semantic_model_path") or manifest.get("semantic_model"))
-    es = load_evalset(evalset or manifest.get("evalset_path") or manifest["evalset"], wh.catalog)
-    cases = es.by_id()
+    v2 = manifest.get("answer") == "query"  # the v2 answer: guardrails on its queries (stages.query_guard)
+    name = evalset or manifest.get("evalset_path") or manifest["evalset"]
+    es: Any = load_query_set(name, wh.catalog) if v2 else load_evalset(name, wh.catalog)
+    cases = {c.id: c for c in es.cases} if v2 else es.by_id()
     rulesets = load_guardrails(list(guardrails), wh.catalog, wh)
-    summ = Summary(rulesets)
+    summ = Summary(rulesets, fields=PARTS) if v2 else Summary(rulesets)
     raw_ok: dict[str, bool] = {}
     final_ok: dict[str, bool] = {}
     with make_executor(wh) as ex:
@@ -312,10 +317,11 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
                 raise InputError(f"record id {old['id']!r} is not in eval set {es.name}",
                                  path=str(run_dir / RECORDS), field="id")
             outcome = old.get("outcome", "ok")
-            rec = score_item(case, old.get("raw_text"), rulesets, ex,
-                             finish_reason=old.get("finish_reason"),
-                             request_error=None if outcome in (None, "ok") else outcome,
-                             catalog=wh.catalog)
+            request_error = None if outcome in (None, "ok") else outcome
+            rec = (score_query(case, old.get("raw_text"), ex, wh.catalog, finish_reason=old.get("finish_reason"),
+                               request_error=request_error, rulesets=rulesets) if v2 else
+                   score_item(case, old.get("raw_text"), rulesets, ex, finish_reason=old.get("finish_reason"),
+                              request_error=request_error, catalog=wh.catalog))
             for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s"):
                 rec[key] = old.get(key)
             if "abstained" in old:  # decided again from the recorded evidence, under these guardrails

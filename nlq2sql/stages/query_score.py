@@ -9,6 +9,7 @@ label), per-part agreement (``parts``) and the abstention (``unanswerable``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from nlq2sql.errors import ExecutionError, SqlBuildError
@@ -16,6 +17,8 @@ from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import PARTS, parse_answer, part_matches
 from nlq2sql.semantic.query import MetricQuery, Unanswerable
 from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.guardrail import Intervention, RuleSet
+from nlq2sql.stages.query_guard import apply_query_guardrails, intervention_correct, query_scope
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS, parse_or_status
 
@@ -55,54 +58,90 @@ def _error(status: str, pred: MetricQuery | Unanswerable | None, case: QueryCase
     return f"wrong_{wrong[0]}" if wrong else "wrong_rows"
 
 
+def _run(q: MetricQuery, executor: Executor, catalog: Catalog) -> tuple[Any, Any, str | None, str | None]:
+    """A query compiled (MetricFlow) and executed: (compiled, rows, failure class, error)."""
+    try:
+        compiled = catalog.engine.compile(q)
+    except SqlBuildError as exc:
+        return None, None, "compile_error", str(exc)
+    try:
+        return compiled, executor.run(compiled), None, None
+    except ExecutionError as exc:  # e.g. a value DuckDB cannot cast ("2025" for a date)
+        return compiled, None, "exec_error", str(exc)
+
+
 def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
-                finish_reason: str | None = None, request_error: str | None = None) -> dict[str, Any]:
-    """One item's record: parse, compile (MetricFlow), execute, compare rows with the gold's."""
+                finish_reason: str | None = None, request_error: str | None = None,
+                rulesets: Sequence[RuleSet] = ()) -> dict[str, Any]:
+    """One item's record: parse, guardrails (on the query: :mod:`.query_guard`), compile
+    (MetricFlow), execute, compare rows with the gold's; the raw answer is judged too when a rule
+    changed it."""
+    rules = list(rulesets)
     pred: MetricQuery | Unanswerable | None
     pred, status, reason = parse_or_status(lambda t: parse_answer(t, catalog), raw_text, finish_reason,
                                            request_error)
+    final: MetricQuery | Unanswerable | None = pred
+    found: list[Intervention] = []
+    if isinstance(pred, MetricQuery) and rules:
+        final, found = apply_query_guardrails(rules, pred, case.question, catalog)
     gold_q = catalog.engine.compile(case.gold) if case.gold is not None else None
     gold_rows = executor.run(gold_q) if gold_q is not None else None
     ordered = case.gold.ordered if case.gold is not None else False
     q, sql, rows, failed, exec_error = None, None, None, None, None
-    if isinstance(pred, MetricQuery):
-        try:
-            compiled = catalog.engine.compile(pred)
-            sql = compiled
-            rows = executor.run(compiled)
-            q = compiled  # only a query that ran is compared, hashed and shown
-        except SqlBuildError as exc:
-            failed, exec_error = "compile_error", str(exc)
-        except ExecutionError as exc:  # e.g. a value DuckDB cannot cast ("2025" for a date)
-            failed, exec_error = "exec_error", str(exc)
-    if case.gold is None:
-        correct = isinstance(pred, Unanswerable)
-    else:
-        correct = q is not None and gold_q is not None and executor.same_result(q, gold_q, ordered=ordered)
+    if isinstance(final, MetricQuery):
+        sql, rows, failed, exec_error = _run(final, executor, catalog)
+        q = sql if failed is None else None  # only a query that ran is compared, hashed and shown
+
+    def right(query: Any) -> bool:
+        if case.gold is None:
+            return isinstance(pred, Unanswerable)
+        return query is not None and gold_q is not None and executor.same_result(query, gold_q, ordered=ordered)
+
+    correct = right(q)
+    correct_raw, error_raw = correct, None
+    if found:  # the model's own answer, before the rules: judged the same way
+        assert isinstance(pred, MetricQuery)
+        raw_sql, _, raw_failed, _ = _run(pred, executor, catalog)
+        correct_raw = raw_failed is None and right(raw_sql)
+        raw_parts = part_matches(pred, case.gold) if case.gold is not None else None
+        error_raw = _error(status, pred, case, correct_raw, raw_failed, raw_parts)
     parts = part_matches(pred, case.gold) if isinstance(pred, MetricQuery) and case.gold is not None else None
-    error = _error(status, pred, case, correct, failed, parts)
+    final_parts = (part_matches(final, case.gold) if found and isinstance(final, MetricQuery)
+                   and case.gold is not None else parts)
+    error = _error(status, final, case, correct, failed, final_parts)
+    if not found:
+        error_raw = error
     gold_dump = _dump(case.gold) or {"intent": UNANSWERABLE}
     pred_dump = _dump(pred)
+    final_dump = _dump(final)
+    ivs, scope = [], []
+    if found or (isinstance(pred, MetricQuery) and rules and case.gold is not None):
+        assert isinstance(pred, MetricQuery)
+        for iv in found:
+            ivs.append(iv.as_dict() | {"correct": case.gold is not None and intervention_correct(
+                iv, final if isinstance(final, MetricQuery) and failed is None else None, case.gold, catalog, rules)})
+        if case.gold is not None:
+            scope = query_scope(rules, pred, case.gold, catalog)
     return {
         "id": case.id, "question": case.question, "category": case.category, "pair_id": case.pair_id,
         "answer": ANSWER_KIND, "answerable": case.answerable, "gold_intent": gold_dump,
         "raw_text": raw_text, "finish_reason": finish_reason,
         "status": status, "status_reason": reason, "final_status": status if failed is None else failed,
         "final_status_reason": reason if failed is None else exec_error,
-        "raw_intent": pred_dump, "final_intent": None if pred_dump is None else dict(pred_dump),
+        "raw_intent": pred_dump, "final_intent": None if final_dump is None else dict(final_dump),
         "unanswerable": pred.unanswerable if isinstance(pred, Unanswerable) else None,
-        "interventions": [], "guardrail_scope": [],
+        "interventions": ivs, "guardrail_scope": scope,
         "sql": sql.sql if sql is not None else None, "params": list(sql.params) if sql is not None else None,
         "exec_error": exec_error,
         "result_hash": executor.result_hash(q, ordered=ordered) if q is not None else None,
         "result_rows": len(rows) if rows is not None else None,
-        "result_head": _head(rows, isinstance(pred, MetricQuery) and pred.ordered) if rows is not None else None,
+        "result_head": _head(rows, isinstance(final, MetricQuery) and final.ordered) if rows is not None else None,
         "gold_result_head": _head(gold_rows, ordered) if gold_rows is not None else None,
         "gold_result_hash": executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
         "gold_sql": gold_q.sql if gold_q is not None else None,  # (the viewer shows it beside the answer's)
         "parts": parts,
-        "correct_raw": correct, "correct_final": correct, "correct_exec": correct,
-        "error_raw": error, "error_final": error,
+        "correct_raw": correct_raw, "correct_final": correct, "correct_exec": correct,
+        "error_raw": error_raw, "error_final": error,
         "wrong_fields_raw": [p for p in PARTS if parts is not None and not parts[p]] if parts is not None
-        else (list(PARTS) if case.gold is not None and not correct else []),
+        else (list(PARTS) if case.gold is not None and not correct_raw else []),
     }

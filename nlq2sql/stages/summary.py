@@ -131,6 +131,8 @@ class Summary:
         said_unanswerable = v2 and rec["unanswerable"] is not None
         if said_unanswerable:  # in the curve at every cut-off: never covered, or right when it is right
             c["sel_out" if rec["answerable"] else "sel_right"] += times
+        elif v2 and rec.get("abstained") and not rec["answerable"]:  # declined rightly: as said_unanswerable
+            c["sel_right"] += times
         elif "abstained" in rec:
             self.selective[(confidence(rec), not rec["abstained"], bool(rec["answer_correct"]))] += times
             if rec.get("abstain_below") is not None and rec.get("intent_evidence") is None \
