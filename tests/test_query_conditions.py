@@ -195,3 +195,83 @@ def test_abstain_below_on_the_v2_answer_records_its_evidence(tmp_path: Path) -> 
     # the fake server offers no alternative that names another metric: the model is sure
     assert all(r["intent_evidence"]["confidence"] == 1.0 and not r["abstained"] for r in recs)
     assert summary["selective"]["without_logprob_evidence"] == 0
+
+
+# -- value linking and guardrails on v2 -----------------------------------------------------------
+PHONE = {"field": "channel_id__channel", "op": "neq", "values": ["Phone"]}
+GUARDED = [  # (question, gold, the model's answer): each wrong in the way one rule repairs
+    ("Revenue by region excluding the Phone channel",
+     {"metrics": ["revenue"], "group_by": ["customer_id__region"], "where": [PHONE]},
+     {"metrics": ["revenue"], "group_by": ["customer_id__region"], "where": [PHONE | {"op": "eq"}]}),
+    ("Units by category", {"metrics": ["units"], "group_by": ["product_id__category"]},
+     {"metrics": ["units"], "group_by": ["product_id__category"], "order_by": [{"field": "units", "descending": True}],
+      "limit": 3}),
+    ("The 2 categories with the fewest units",
+     {"metrics": ["units"], "group_by": ["product_id__category"], "order_by": [{"field": "units", "descending": False}],
+      "limit": 2},
+     {"metrics": ["units"], "group_by": ["product_id__category"], "order_by": [{"field": "units", "descending": True}],
+      "limit": 2}),
+    ("Orders by channel in North and South",  # right already: no rule may touch it
+     {"metrics": ["orders"], "group_by": ["channel_id__channel"],
+      "where": [{"field": "customer_id__region", "op": "in", "values": ["North", "South"]}]},
+     {"metrics": ["orders"], "group_by": ["channel_id__channel"],
+      "where": [{"field": "customer_id__region", "op": "in", "values": ["South", "North"]}]}),
+]
+
+
+def guarded_set(tmp: Path) -> Path:
+    path = tmp / "guarded.jsonl"
+    path.write_text("".join(json.dumps({"id": f"g{i}", "question": q, "gold": g, "answerable": True,
+                                        "category": "breakdown"}) + "\n" for i, (q, g, _) in enumerate(GUARDED)))
+    return path
+
+
+def test_value_links_are_where_items_and_the_hint_names_them() -> None:
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.query_guard import link_where, where_hint
+    from nlq2sql.stages.value_links import ValueIndex
+
+    wh = open_warehouse()
+    idx = ValueIndex(wh)
+    got = [w.model_dump(mode="json") for w in link_where(idx.link("Orders by channel in North and South in 2025, "
+                                                                  "excluding the Phone channel"), wh.catalog)]
+    assert {"field": "customer_id__region", "op": "in", "values": ["North", "South"]} in got
+    assert {"field": "metric_time__day", "op": "between", "values": ["2025-01-01", "2025-12-31"]} in got
+    assert PHONE in got and len(got) == 3
+    assert where_hint([]) == "" and '"op":"in"' in where_hint(link_where(idx.link("North and South"), wh.catalog))
+
+
+def test_guardrails_and_value_linking_on_the_v2_answer_live(tmp_path: Path) -> None:
+    """``--answer query --guardrails ranking,sort --link-values both`` on the fake server: the
+    prompt carries the linked values as where items, each rule repairs its item (raw wrong, final
+    right), the right answer is left alone, and precision and recall per rule are the summary's;
+    re-scoring without guardrails gives back the raw answers' accuracy."""
+    from nlq2sql.conditions.registry import REGISTRY
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.pipeline import rescore_run
+    from nlq2sql.stages.query_guard import link_where, where_hint
+    from nlq2sql.stages.value_links import ValueIndex
+
+    wh = open_warehouse()
+    idx = ValueIndex(wh)
+    sent_as = {q: q + where_hint(link_where(idx.link(q), wh.catalog)) for q, _, _ in GUARDED}
+    assert sent_as[GUARDED[0][0]] != GUARDED[0][0]  # the Phone channel is linked
+    answers = {sent_as[q]: json.dumps(a) for q, _, a in GUARDED}
+    summary = run_v2(tmp_path, "guarded", guarded_set(tmp_path), answers, guardrails=("ranking", "sort"),
+                     conditions=REGISTRY.from_options(link_values="both"))
+    recs = {r["question"]: r for r in iter_records(tmp_path / "guarded" / "records.jsonl")}
+    fired = {q: [iv["rule"] for iv in recs[q]["interventions"]] for q, _, _ in GUARDED}
+    assert fired == {GUARDED[0][0]: ["values:op"], GUARDED[1][0]: ["false_ranking"], GUARDED[2][0]: ["sort_asc"],
+                     GUARDED[3][0]: []}
+    assert recs[GUARDED[0][0]]["linked_values"] == [PHONE]
+    for q, _, _ in GUARDED[:3]:
+        assert not recs[q]["correct_raw"] and recs[q]["correct_final"], q
+        assert all(iv["correct"] for iv in recs[q]["interventions"])
+    assert summary["raw_accuracy"]["k"] == 1 and summary["final_accuracy"]["k"] == 4
+    assert summary["interventions"] == 3 and summary["intervention_precision"]["k"] == 3
+    for rule in ("values:op", "false_ranking", "sort_asc"):
+        assert summary["rules"][rule]["recall"] == {**summary["rules"][rule]["recall"], "k": 1, "n": 1}, rule
+    manifest = json.loads((tmp_path / "guarded" / "manifest.json").read_text())
+    assert manifest["guardrails"] == ["ranking", "sort", "values"] and manifest["link_values"] == "both"
+    bare, raw_ok, final_ok = rescore_run(tmp_path / "guarded", ())
+    assert bare["final_accuracy"]["k"] == 1 and raw_ok == final_ok

@@ -112,7 +112,8 @@ def _check_answer(cfg: EvalConfig) -> None:
     cfg.conditions.validate(cfg.answer, cfg.sampling)  # each condition names the answer kinds it applies to
     if cfg.answer == "intent":
         return
-    refused = [(bool(cfg.guardrails), "--guardrails (they rewrite v1 intent fields; pass --guardrails none)"),
+    refused = [(cfg.answer != "query" and bool(cfg.guardrails),
+                "--guardrails (they rewrite intent and query fields; pass --guardrails none)"),
                (cfg.answer != "query" and (cfg.workers > 1 or cfg.engine != "local"), "--workers / --engine")]
     for bad, what in refused:
         if bad:
