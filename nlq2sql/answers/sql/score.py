@@ -22,6 +22,7 @@ import sqlglot
 from nlq2sql.answers.sql.equivalence import compare, normalise_rows
 from nlq2sql.answers.sql.guard import REFUSED, SQL_ERROR
 from nlq2sql.answers.sql.sandbox import SQL_TIMEOUT, SQL_TOO_MANY_ROWS, Sandbox, SandboxResult
+from nlq2sql.records.item import AnswerPart, ItemRecord, Judgement
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import PARTS
 from nlq2sql.semantic.query import MetricQuery
@@ -30,7 +31,7 @@ from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS
 
 __all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "extract_sql", "gold_columns", "parse_sql_answer",
-           "score_sql"]
+           "score_sql", "sql_record"]
 
 ANSWER_KIND = "sql"
 #: The arms whose answer is SQL the model wrote (free, or constrained by the warehouse grammar).
@@ -123,6 +124,14 @@ def _dump(q: MetricQuery | None) -> dict[str, Any]:
 def score_sql(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
               sandbox: Sandbox | None = None, finish_reason: str | None = None,
               request_error: str | None = None, answer: str = ANSWER_KIND) -> dict[str, Any]:
+    """:func:`sql_record` as the flat record (the offline scorers' summaries work on it)."""
+    return sql_record(case, raw_text, executor, catalog, sandbox=sandbox, finish_reason=finish_reason,
+                      request_error=request_error, answer=answer).to_json_dict(version=False)
+
+
+def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
+               sandbox: Sandbox | None = None, finish_reason: str | None = None,
+               request_error: str | None = None, answer: str = ANSWER_KIND) -> ItemRecord:
     """One item's record: extract the statement, guard it, run it in ``sandbox`` (a temporary one
     over ``executor``'s warehouse when None), compare its rows with the gold's.  ``answer`` is the
     arm recorded (``sql``, or ``sql-grammar`` when the grammar constrained the text)."""
@@ -167,32 +176,30 @@ def score_sql(case: QueryCase, raw_text: str | None, executor: Executor, catalog
     head_rows = res.rows if res is not None and res.rows is not None else None
     raw_intent = ({"intent": ANSWER_KIND, "sql": sql} if kind == "sql"
                   else {"intent": UNANSWERABLE, UNANSWERABLE: payload} if kind == UNANSWERABLE else None)
-    return {
-        "id": case.id, "question": case.question, "category": case.category, "pair_id": case.pair_id,
-        "answer": answer, "answerable": case.answerable, "gold_intent": _dump(case.gold),
-        "raw_text": raw_text, "finish_reason": finish_reason,
-        "status": status, "status_reason": reason, "final_status": status, "final_status_reason": reason,
-        "raw_intent": raw_intent, "final_intent": None if raw_intent is None else dict(raw_intent),
-        "unanswerable": payload if kind == UNANSWERABLE else None,
-        "interventions": [], "guardrail_scope": [],
-        "sql": sql, "params": [] if sql is not None else None,
-        "exec_error": reason if status in ERROR_OF_STATUS else None,
-        "result_hash": result_hash(norm, ordered=ordered) if norm is not None else None,
-        "result_rows": len(head_rows) if head_rows is not None else None,
-        "result_head": _head(normalise_rows(head_rows)) if head_rows is not None else None,
-        "result_columns": list(res.columns) if res is not None and res.rows is not None else None,
-        "result_truncated": bool(res.truncated) if res is not None else False,
-        "sql_exec_s": round(res.elapsed_s, 6) if res is not None else None,
-        "gold_result_head": _head(gold_rows) if gold_rows is not None else None,
-        "gold_result_hash": executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
-        "gold_sql": gold_q.sql if gold_q is not None else None,
-        "gold_params": list(gold_q.params) if gold_q is not None else None,
-        "parts": None,
-        "correct_raw": strict, "correct_final": strict, "correct_exec": strict,
-        "correct_lenient": lenient,
-        "error_raw": error, "error_final": error, "error_lenient": error_lenient,
-        "wrong_fields_raw": list(PARTS) if case.gold is not None and not strict else [],
-    }
+    part = AnswerPart(
+        answer=answer, raw_text=raw_text, finish_reason=finish_reason, status=status, status_reason=reason,
+        final_status=status, final_status_reason=reason, raw_intent=raw_intent,
+        final_intent=None if raw_intent is None else dict(raw_intent),
+        unanswerable=payload if kind == UNANSWERABLE else None, interventions=[],
+        sql=sql, params=[] if sql is not None else None,
+        exec_error=reason if status in ERROR_OF_STATUS else None,
+        result_hash=result_hash(norm, ordered=ordered) if norm is not None else None,
+        result_rows=len(head_rows) if head_rows is not None else None,
+        result_head=_head(normalise_rows(head_rows)) if head_rows is not None else None,
+        result_columns=list(res.columns) if res is not None and res.rows is not None else None,
+        result_truncated=bool(res.truncated) if res is not None else False,
+        sql_exec_s=round(res.elapsed_s, 6) if res is not None else None)
+    judgement = Judgement(
+        answerable=case.answerable, gold_intent=_dump(case.gold), guardrail_scope=[],
+        gold_result_head=_head(gold_rows) if gold_rows is not None else None,
+        gold_result_hash=executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
+        gold_sql=gold_q.sql if gold_q is not None else None,
+        gold_params=list(gold_q.params) if gold_q is not None else None, parts=None,
+        correct_raw=strict, correct_final=strict, correct_exec=strict, correct_lenient=lenient,
+        error_raw=error, error_final=error, error_lenient=error_lenient,
+        wrong_fields_raw=list(PARTS) if case.gold is not None and not strict else [])
+    return ItemRecord(id=case.id, question=case.question, category=case.category, pair_id=case.pair_id,
+                      answer=part, judgement=judgement)
 
 
 def _error(status: str, case: QueryCase, kind: str, correct: bool, eq_error: str | None) -> str | None:
