@@ -32,7 +32,12 @@ The structured-output canary (``nlq2sql.run.canary``; its question is ``CANARY_Q
 bypasses the script and is logged with ``"canary": true``: by default the fake *conforms*
 (``{"color":"red"}``); ``"canary": "ignore"`` in the script (or ``--canary ignore``) makes it
 answer what the prompt asks, as a server that drops ``structured_outputs`` would, and
-``"whitespace"`` a conforming value with spaces (a server without the compact grammar).
+``"whitespace"`` a conforming value with spaces (a server without the compact grammar).  A
+conforming reply follows the canary's constraint kind (a choice: ``red``); ``"canary_ignores":
+["grammar", …]`` makes it ignore only those kinds (json, response_format, regex, choice, grammar),
+as a server that enforces JSON Schemas but drops a grammar field would.  ``"server_info_backend":
+B`` serves vLLM's dev-mode ``/server_info`` naming backend B (404 otherwise, as vLLM without
+``VLLM_SERVER_DEV_MODE``).
 Started in vLLM's place it prints vLLM's ``structured_outputs_config=...`` start-up line
 for the ``--structured-outputs-config`` it was given (``--effective-backend`` overrides the
 backend it reports, as a server that did not take the flag would).
@@ -161,6 +166,18 @@ class _State:
         self.correct_below: int | None = spec.get("correct_below")
         self.inflight = 0  # chat requests being answered now (the simulated engine's load)
         self.canary = str(spec.get("canary") or "conform")
+        self.canary_ignores = frozenset(spec.get("canary_ignores") or ())
+        self.server_info_backend: str | None = spec.get("server_info_backend")
+
+    def canary_reply(self, body: dict[str, Any]) -> str:
+        """The canary's answer under this request's constraint kind."""
+        so = body.get("structured_outputs") or {}
+        kind = "response_format" if body.get("response_format") else next(iter(so), "none")
+        if self.canary == "ignore" or kind in self.canary_ignores:
+            return CANARY_REPLIES["ignore"]
+        if kind == "choice" and self.canary == "conform":
+            return str(so["choice"][0])
+        return CANARY_REPLIES[self.canary]
 
     def pick(self, question: str) -> dict[str, Any]:
         queue = self.by_question.get(question)
@@ -235,6 +252,14 @@ def make_app(state: _State) -> Any:
         state.note({"path": "/version"})
         return web.json_response({"version": "fake-0.1"})
 
+    async def server_info(request: web.Request) -> web.Response:
+        state.note({"path": "/server_info"})
+        if state.server_info_backend is None:  # vLLM serves it only in dev mode
+            return web.json_response({"detail": "Not Found"}, status=404)
+        return web.json_response({"vllm_config": (
+            "model='m', structured_outputs_config=StructuredOutputsConfig(backend="
+            f"'{state.server_info_backend}', disable_any_whitespace=False, disable_additional_properties=False)")})
+
     async def models(request: web.Request) -> web.Response:
         state.note({"path": "/v1/models", "auth_ok": authorised(request)})
         if not authorised(request):
@@ -276,7 +301,7 @@ def make_app(state: _State) -> Any:
         question = users[-1] if users else ""
         canary = question == CANARY_QUESTION  # outside the script: it must not eat a scripted behaviour
         state.chat_count -= canary  # … nor count as one of the run's chat requests
-        b = {"kind": "text", "text": CANARY_REPLIES[state.canary]} if canary else state.pick(question)
+        b = {"kind": "text", "text": state.canary_reply(body)} if canary else state.pick(question)
         kind = b["kind"]
         state.note({"path": "/v1/chat/completions", "n": state.chat_count, "question": question,
                     "probe": question == PROBE_QUESTION, "behaviour": kind, "auth_ok": authorised(request),
@@ -381,6 +406,7 @@ def make_app(state: _State) -> Any:
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_get("/version", version)
+    app.router.add_get("/server_info", server_info)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
     return app

@@ -86,6 +86,7 @@ class Planner(Condition[PlannerSettings]):
     manifest_types = {"planner": str}
     label_rank = 30.0
     replaces_request = True
+    constraint_modes = ("choice",)  # the first stage: structured_outputs.choice
     catalog: Catalog | None = None
 
     def load(self, wh: Any, answer: str) -> None:

@@ -92,6 +92,8 @@ class Condition(Generic[S]):
     neutral: ClassVar[bool] = False
     #: Whether it replaces the item's single request (``answer``): at most one such per run.
     replaces_request: ClassVar[bool] = False
+    #: Constraint modes its own requests carry besides the run's (the canary checks each).
+    constraint_modes: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -9,6 +9,13 @@ the vocabulary, an extra property, and (under the compact grammar) whitespace be
 A server that enforces the schema cannot produce any of them; one that does not, given that
 instruction, produces at least one.  A violation stops the run with one clear line (exit 2).
 
+Every constraint mode the harness sends is canaried in its own kind: the JSON Schema (``json``,
+``response_format``), a regex (the compact experiment's), a choice (the two-stage planner's first
+stage) and a grammar (the ``sql-grammar`` answer's), each a constraint whose language is the same
+two answers (``{"color":"red"}`` / ``{"color":"green"}``; the choice: ``red`` / ``green``), so
+one reply judges them all.  A server that enforces JSON Schemas but drops a regex or grammar
+field is as silent as one that drops them all.
+
 A reply cut off by ``max_tokens`` is judged on what it wrote: it passes only while it is still
 a prefix of an allowed answer (a weak model under the grammar may spell slowly).
 """
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +33,9 @@ from nlq2sql.errors import InputError
 from nlq2sql.inputs import strip_whitespace_outside_strings
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete, make_client
 
-__all__ = ["CANARY_QUESTION", "CANARY_SCHEMA", "CanaryResult", "ConstraintsNotEnforced", "canary_modes",
-           "canary_verdict", "check_constraints", "require_constraints"]
+__all__ = ["ALLOWED", "CANARY_GRAMMAR", "CANARY_QUESTION", "CANARY_REGEX", "CANARY_SCHEMA", "CanaryResult",
+           "ConstraintsNotEnforced", "canary_modes", "canary_verdict", "check_constraints", "choice_verdict",
+           "require_constraints", "run_modes"]
 
 #: The last user message of the canary request (the fake test server recognises it).
 CANARY_QUESTION = ('nlq2sql structured-output canary. Reply with exactly this JSON and nothing else: '
@@ -38,8 +47,11 @@ CANARY_SCHEMA: dict[str, Any] = {
 #: Allowed answers, compact: a reply cut by max_tokens must still be a prefix of one of these.
 _ALLOWED_TEXTS = tuple(json.dumps({"color": c}, separators=(",", ":")) for c in ALLOWED)
 MAX_TOKENS = 32
-#: Structured modes a canary can check (regex/choice runs carry their own constraint, "none" none).
-_MODES = ("json", "response_format")
+#: The same language as a regex and as an xgrammar EBNF grammar (the dialect of the SQL grammar).
+CANARY_REGEX = r'\{"color":"(red|green)"\}'
+CANARY_GRAMMAR = 'root ::= "{\\"color\\":\\"" ("red" | "green") "\\"}"'
+#: Structured modes a canary checks: every constraint kind the harness sends ("none" carries none).
+_MODES = ("json", "response_format", "regex", "choice", "grammar")
 
 
 class ConstraintsNotEnforced(InputError):
@@ -57,17 +69,36 @@ class CanaryResult:
     structured: str
     compact_checked: bool
     latency_s: float | None
+    #: The run's other constraint modes, each canaried too (the planner's choice, …).
+    also: tuple[CanaryResult, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "reason": self.reason, "text": (self.text or "")[:200],
                 "finish_reason": self.finish_reason, "structured": self.structured,
                 "compact_checked": self.compact_checked,
-                "latency_s": round(self.latency_s, 3) if self.latency_s is not None else None}
+                "latency_s": round(self.latency_s, 3) if self.latency_s is not None else None,
+                **({"also": [a.as_dict() for a in self.also]} if self.also else {})}
 
 
 def canary_modes() -> tuple[str, ...]:
     """The structured modes a run is canaried in."""
     return _MODES
+
+
+def run_modes(structured: str, answer: str, condition_modes: Iterable[str] = ()) -> tuple[str, ...]:
+    """The constraint modes a run's requests carry, first its own: the sampling's (the
+    ``sql-grammar`` answer: a grammar; free ``sql``: none), then its conditions' (the planner's
+    choice); only those a canary checks, each once."""
+    own = "grammar" if answer == "sql-grammar" else "none" if answer == "sql" else structured
+    return tuple(dict.fromkeys(m for m in (own, *condition_modes) if m in _MODES))
+
+
+def choice_verdict(text: str | None, finish_reason: str | None) -> str | None:
+    """Why ``text`` is not one of the canary's choices (None: it is)."""
+    text = text or ""
+    if text in ALLOWED or (finish_reason == "length" and any(a.startswith(text) for a in ALLOWED)):
+        return None
+    return f"a reply outside the choices {'/'.join(ALLOWED)}: {text[:80]!r}"
 
 
 def canary_verdict(text: str | None, finish_reason: str | None, compact: bool) -> str | None:
@@ -100,7 +131,10 @@ async def check_constraints(base_url: str, model: str, key: str, structured: str
     """Send the canary in the run's structured mode and judge the reply.  An HTTP failure is
     raised (the server cannot serve even a two-value enum), never taken for a pass."""
     sampling = Sampling(max_tokens=MAX_TOKENS, temperature=0.0, structured=structured,
-                        schema_json=json.dumps(CANARY_SCHEMA, separators=(",", ":")))
+                        schema_json=json.dumps(CANARY_SCHEMA, separators=(",", ":")),
+                        regex=CANARY_REGEX if structured == "regex" else None,
+                        choices=ALLOWED if structured == "choice" else None,
+                        grammar=CANARY_GRAMMAR if structured == "grammar" else None)
     cfg = EndpointConfig(base_url=base_url, model=model, api_key=key, timeout_s=timeout_s, concurrency=1,
                          client=client)
     http = make_client(cfg)
@@ -112,21 +146,31 @@ async def check_constraints(base_url: str, model: str, key: str, structured: str
     if out.outcome != "ok":
         raise ConstraintsNotEnforced(f"the structured-output canary request to {base_url} failed "
                                      f"({out.outcome}: {out.error})", field="--endpoint")
-    reason = canary_verdict(out.text, out.finish_reason, compact)
+    exact = structured in ("regex", "grammar")  # their language has no whitespace at all
+    reason = (choice_verdict(out.text, out.finish_reason) if structured == "choice"
+              else canary_verdict(out.text, out.finish_reason, compact or exact))
     return CanaryResult(passed=reason is None, reason=reason, text=out.text, finish_reason=out.finish_reason,
                         structured=structured, compact_checked=compact, latency_s=out.latency_s)
 
 
-def require_constraints(base_url: str, model: str, key: str, structured: str, *, compact: bool,
-                        client: str = "aiohttp") -> CanaryResult | None:
-    """Run the canary (modes that carry a JSON Schema only) and refuse a server that ignores it."""
-    if structured not in _MODES:
+def require_constraints(base_url: str, model: str, key: str, structured: str | tuple[str, ...], *,
+                        compact: bool, client: str = "aiohttp") -> CanaryResult | None:
+    """Run the canary in each of the run's constraint modes (``run_modes``; one mode may be given
+    as a string) and refuse a server that ignores any; the first mode's result carries the others."""
+    modes = [m for m in ((structured,) if isinstance(structured, str) else structured) if m in _MODES]
+    results: list[CanaryResult] = []
+    for mode in dict.fromkeys(modes):
+        t0 = time.monotonic()
+        result = asyncio.run(check_constraints(base_url, model, key, mode, compact=compact, client=client))
+        if not result.passed:
+            raise ConstraintsNotEnforced(
+                f"constraints are not enforced by this server ({base_url}, structured mode {mode}): the "
+                f"canary's reply broke its {'schema' if mode in ('json', 'response_format') else mode} -- "
+                f"{result.reason}; nothing was written (checked in {time.monotonic() - t0:.1f} s)",
+                field="--endpoint")
+        results.append(result)
+    if not results:
         return None
-    t0 = time.monotonic()
-    result = asyncio.run(check_constraints(base_url, model, key, structured, compact=compact, client=client))
-    if not result.passed:
-        raise ConstraintsNotEnforced(
-            f"constraints are not enforced by this server ({base_url}, structured mode {structured}): the "
-            f"canary's reply broke its schema -- {result.reason}; nothing was written "
-            f"(checked in {time.monotonic() - t0:.1f} s)", field="--endpoint")
-    return result
+    first = results[0]
+    return CanaryResult(first.passed, first.reason, first.text, first.finish_reason, first.structured,
+                        first.compact_checked, first.latency_s, tuple(results[1:]))

@@ -191,12 +191,14 @@ def preflight(cfg: EvalConfig) -> str:
     load_prompt(cfg.prompt, cfg.style)
     key = api_key(cfg)
     if cfg.endpoint is not None:
-        from nlq2sql.run.canary import require_constraints
+        from nlq2sql.run.canary import require_constraints, run_modes
 
-        structured = "none" if cfg.answer in ("sql", "sql-grammar") else cfg.sampling.structured  # SQL: probed apart
+        # Every constraint mode the run sends: its own (sql-grammar: a grammar) and its conditions'.
+        modes = run_modes(cfg.sampling.structured, cfg.answer,
+                          [m for c in cfg.conditions.active() for m in c.constraint_modes])
         for url, model, k in targets(cfg, cfg.endpoint, cfg.model, key):
             asyncio.run(probe_endpoint(url, model, k))
-            require_constraints(url, model, k, structured, compact=False, client=cfg.client)
+            require_constraints(url, model, k, modes, compact=False, client=cfg.client)
     return key
 
 

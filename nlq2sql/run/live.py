@@ -35,7 +35,7 @@ from nlq2sql.records.store import (
     repair_tail,
     write_json_atomic,
 )
-from nlq2sql.run.canary import require_constraints
+from nlq2sql.run.canary import require_constraints, run_modes
 from nlq2sql.run.config import (
     EvalConfig,
     api_key,
@@ -45,6 +45,7 @@ from nlq2sql.run.config import (
 )
 from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampling
 from nlq2sql.run.scheduler import closed_loop, open_loop
+from nlq2sql.run.serving import endpoint_structured_outputs
 from nlq2sql.run.session import finish_summary, recorded_retries, session_result
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
@@ -244,8 +245,9 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "server_started_by_us": server is not None,
             "server_args": recorded_args(server.args) if server is not None else None,
             "server_startup_s": getattr(server, "startup_s", None),
-            # The backend the engine reported at start-up (its log), beside the one asked for.
-            "structured_outputs": server_structured(cfg, server),
+            # The backend the engine reported at start-up (its log), beside the one asked for; an
+            # endpoint's: what it reports (vLLM's /server_info), else "unknown (external endpoint)".
+            "structured_outputs": server_structured(cfg, server) or endpoint_structured_outputs(base_url, key),
             "batch_invariant": cfg.server.batch_invariant if server is not None else None,
             "api_key_env": cfg.api_key_env,
             **({"routing": cfg.routing,
@@ -259,7 +261,9 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         }
         # A server that ignores the schema would make every figure below meaningless: checked
         # with one short request before anything is written (resumed runs too).
-        canary = require_constraints(base_url, model, key, manifest["sampling"]["structured"],
+        modes = run_modes(manifest["sampling"]["structured"], cfg.answer,
+                          [m for c in cfg.conditions.active() for m in c.constraint_modes])
+        canary = require_constraints(base_url, model, key, modes,
                                      compact=bool((manifest["structured_outputs"] or {})
                                                   .get("disable_any_whitespace")),
                                      client=cfg.client)

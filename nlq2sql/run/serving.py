@@ -14,13 +14,15 @@ import os
 import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import ServerError
 
-__all__ = ["BATCH_INVARIANT_DEVICES", "COMPACT_BACKENDS", "STRUCTURED_BACKENDS", "batch_invariant_refusal",
-           "effective_structured_outputs", "platform_device"]
+__all__ = ["BATCH_INVARIANT_DEVICES", "COMPACT_BACKENDS", "STRUCTURED_BACKENDS", "UNKNOWN_BACKEND",
+           "batch_invariant_refusal", "effective_structured_outputs", "endpoint_structured_outputs", "platform_device"]
 
 #: vLLM's structured-output backends (``StructuredOutputsConfig.backend`` in 0.32).
 STRUCTURED_BACKENDS = ("auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer")
@@ -34,6 +36,8 @@ _SO_LINE = re.compile(r"structured_outputs_config=StructuredOutputsConfig\(backe
 #: Devices on which the installed vLLM implements batch-invariant kernels
 #: (``model_executor/determinism/batch_invariant.py``: CUDA/ROCm Triton or cuBLAS settings, XPU Triton).
 BATCH_INVARIANT_DEVICES = ("cuda", "rocm", "xpu")
+#: The backend of an endpoint the run did not start, when it does not say.
+UNKNOWN_BACKEND = "unknown (external endpoint)"
 
 
 def effective_structured_outputs(log: Path | None) -> dict[str, Any] | None:
@@ -51,6 +55,27 @@ def effective_structured_outputs(log: Path | None) -> dict[str, Any] | None:
         return None
     backend, compact = found[-1]  # the engine core's line comes after the API server's
     return {"backend": backend, "disable_any_whitespace": compact == "True", "source": "server log"}
+
+def endpoint_structured_outputs(base_url: str, key: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The structured-output backend an endpoint this run did not start reports, if it does.
+    vLLM's ``/server_info`` (served with ``VLLM_SERVER_DEV_MODE=1``) holds the engine config, with
+    the same ``structured_outputs_config=…`` text as the start-up log; ``/version`` and ``/metrics``
+    do not name the backend.  Otherwise the backend is :data:`UNKNOWN_BACKEND` (the canary still
+    runs: it is what shows whether the constraints hold)."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    req = urllib.request.Request(root + "/server_info?config_format=text",
+                                 headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 — the run's own endpoint
+            text = resp.read(4 << 20).decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        text = ""
+    found = _SO_LINE.findall(text)
+    if not found:
+        return {"backend": UNKNOWN_BACKEND, "disable_any_whitespace": None, "source": None}
+    backend, compact = found[-1]
+    return {"backend": backend, "disable_any_whitespace": compact == "True", "source": "endpoint /server_info"}
+
 
 def platform_device(python: str | None = None) -> str:
     """The device type the installed vLLM runs on (``current_platform.device_type``), asked of

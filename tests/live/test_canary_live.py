@@ -1,6 +1,8 @@
 """The structured-output canary on the real CPU vLLM (SmolLM2, the session server, compact grammar):
-it passes in both schema-carrying modes, the server's log names the backend the manifest records,
-and the same prompt without the schema does break the canary's schema (the check can fail)."""
+it passes in every constraint mode the harness sends (JSON Schema, response_format, regex, choice,
+grammar), the server's log names the backend the manifest records (its /server_info, off outside vLLM's
+dev mode, does not: an endpoint's backend is then "unknown"), and the same prompt without the
+constraint does break the canary's schema (the check can fail)."""
 
 from __future__ import annotations
 
@@ -9,22 +11,27 @@ import json
 
 import pytest
 
-from nlq2sql.run.canary import CANARY_QUESTION, canary_verdict, check_constraints
+from nlq2sql.run.canary import ALLOWED, CANARY_QUESTION, canary_verdict, check_constraints
 from nlq2sql.run.server import LocalServer
-from nlq2sql.run.serving import effective_structured_outputs
+from nlq2sql.run.serving import UNKNOWN_BACKEND, effective_structured_outputs, endpoint_structured_outputs
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete, make_client
 
 
-@pytest.mark.parametrize("structured", ["json", "response_format"])
+@pytest.mark.parametrize("structured", ["json", "response_format", "regex", "choice", "grammar"])
 def test_the_canary_passes_on_a_server_that_enforces_the_schema(vllm_server: LocalServer, structured: str) -> None:
     res = asyncio.run(check_constraints(vllm_server.url, vllm_server.model_name, "EMPTY", structured, compact=True))
     assert res.passed, res
-    assert json.loads(res.text or "") in ({"color": "red"}, {"color": "green"}) or res.finish_reason == "length"
+    if structured == "choice":
+        assert res.text in ALLOWED
+    else:
+        assert json.loads(res.text or "") in ({"color": "red"}, {"color": "green"}) or res.finish_reason == "length"
 
 
 def test_the_log_names_the_backend(vllm_server: LocalServer) -> None:
     assert effective_structured_outputs(vllm_server.log_path) == {
         "backend": "xgrammar", "disable_any_whitespace": True, "source": "server log"}
+    # As an endpoint (no log to read): vLLM outside dev mode serves no /server_info.
+    assert endpoint_structured_outputs(vllm_server.url, "EMPTY")["backend"] == UNKNOWN_BACKEND
 
 
 def test_without_the_schema_the_same_model_breaks_it(vllm_server: LocalServer) -> None:
