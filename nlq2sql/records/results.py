@@ -107,6 +107,7 @@ class Manifest(_Model):
     semantic_model: str | None = None
     semantic_model_path: str | None = None
     semantic_model_sha256: str | None = None
+    time_spine: str | None = None  # declared | legacy | generated: what MetricFlow compiled against
     db: str | None = None
     db_sha256: str | None = None
     started: float | None = None

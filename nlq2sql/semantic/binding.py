@@ -17,9 +17,10 @@ import duckdb
 
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.semantic.catalog import Catalog, display_path, load_catalog, shipped_names
+from nlq2sql.semantic.manifest import LEGACY_SPINE, SCHEMA
 from nlq2sql.semantic.warehouse import connect_read_only, fingerprint, resolve_db
 
-__all__ = ["PROMPT_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "open_warehouse"]
+__all__ = ["PROMPT_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "has_legacy_spine", "open_warehouse"]
 
 #: A dimension with at most this many distinct values has them listed in the prompt.
 PROMPT_VALUES_MAX = 12
@@ -58,9 +59,10 @@ class Warehouse:
         return fingerprint(self.db_path)
 
     def manifest(self) -> dict[str, Any]:
-        """What a run records about its warehouse: names, relative path, hashes; no machine path."""
+        """What a run records about its warehouse: names, relative path, hashes, which time spine
+        MetricFlow compiled against; no machine path."""
         return {"semantic_model": self.catalog.name, "semantic_model_path": self.catalog.path,
-                "semantic_model_sha256": self.catalog.sha256,
+                "semantic_model_sha256": self.catalog.sha256, "time_spine": self.catalog.spine,
                 "db": display_path(self.db_path) if not str(display_path(self.db_path)).startswith("/")
                 else self.db_path.name, "db_sha256": self.fingerprint}
 
@@ -169,5 +171,16 @@ def open_warehouse(semantic_model: str | Path | None = None, db: Path | None = N
                                                    or catalog.path.startswith("warehouses/"))
     path = resolve_db(db, catalog.name, shipped)
     wh = Warehouse(catalog, path)
+    if catalog.spine == "generated" and has_legacy_spine(wh.connect()):  # dbt's convention before 1.9
+        wh.catalog = load_catalog(semantic_model, legacy_spine=True)
     wh.validate()
     return wh
+
+
+def has_legacy_spine(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the database holds dbt's legacy time spine: a ``metricflow_time_spine`` table (or
+    view) with a ``date_day`` column, in the schema MetricFlow's SQL names."""
+    row = con.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = ? AND "
+                      "table_name = ? AND column_name = ? LIMIT 1",
+                      [SCHEMA, LEGACY_SPINE.table, LEGACY_SPINE.column]).fetchone()
+    return row is not None

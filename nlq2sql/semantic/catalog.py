@@ -18,7 +18,7 @@ from typing import Any
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.semantic.engine import Engine
-from nlq2sql.semantic.manifest import GENERATED_SPINE, SCHEMA, build_manifest
+from nlq2sql.semantic.manifest import GENERATED_SPINE, LEGACY_SPINE, SCHEMA, build_manifest
 from nlq2sql.semantic.mf import mf_reason
 from nlq2sql.semantic.project import Problem, Project, SemanticProblems, read_project
 
@@ -84,7 +84,7 @@ class Catalog:
     metrics: dict[str, MetricDef]
     dimensions: dict[str, DimensionDef]
     time_sources: tuple[TimeSource, ...]
-    spine: str  # "declared" | "generated"
+    spine: str  # "declared" | "legacy" (dbt's metricflow_time_spine table in the database) | "generated"
     project: Project = field(repr=False)
     manifest: Any = field(repr=False)
 
@@ -101,26 +101,30 @@ class Catalog:
         return _engine(self.manifest, self.spine)
 
     def __hash__(self) -> int:
-        return hash((self.name, self.sha256))
+        return hash((self.name, self.sha256, self.spine))
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Catalog) and (self.name, self.sha256) == (other.name, other.sha256)
+    def __eq__(self, other: object) -> bool:  # the spine too: the same layer compiles other SQL on another spine
+        return isinstance(other, Catalog) and (self.name, self.sha256, self.spine) == (other.name, other.sha256,
+                                                                                       other.spine)
 
 
 def _value(x: Any) -> str:
     return str(getattr(x, "value", x)).lower()
 
 
-def _resolve(project: Project) -> Catalog:
+def _resolve(project: Project, legacy: bool = False) -> Catalog:
+    """``legacy``: the database holds dbt's legacy spine (``metricflow_time_spine.date_day``), used
+    when the project declares none (the binding looks; :func:`nlq2sql.semantic.binding.open_warehouse`)."""
     spine_decl = project.declared_spine
-    manifest = build_manifest(project, spine_decl or GENERATED_SPINE)
+    kind = "declared" if spine_decl else "legacy" if legacy else "generated"
+    manifest = build_manifest(project, spine_decl or (LEGACY_SPINE if legacy else GENERATED_SPINE))
     metrics = {m.name: MetricDef(m.name, m.label or m.name, m.description or "", _value(m.type))
                for m in manifest.metrics}
     if not metrics:
         raise SemanticModelError("no metrics defined", path=project.path)
     reachable: set[str] = set()
     try:
-        engine = _engine(manifest, "declared" if spine_decl else "generated")
+        engine = _engine(manifest, kind)
         for m in metrics:
             reachable.update(engine.group_bys((m,)))
     except Exception as exc:  # noqa: BLE001 — MetricFlow's lookups reject what its validator let through
@@ -152,7 +156,7 @@ def _resolve(project: Project) -> Catalog:
         raise SemanticModelError("no categorical dimension is reachable from the metrics", path=project.path)
     catalog = Catalog(name=project.name, path=project.path, sha256=project.sha256, metrics=metrics,
                       dimensions=dimensions, time_sources=tuple(sources),
-                      spine="declared" if spine_decl else "generated", project=project, manifest=manifest)
+                      spine=kind, project=project, manifest=manifest)
     catalog.__dict__["engine"] = engine  # the one built to list the group-bys (cached_property's slot)
     return catalog
 
@@ -201,19 +205,21 @@ def display_path(path: Path) -> str:
 
 
 @lru_cache(maxsize=16)
-def _load(path: str, mtime: float, name: str) -> Catalog:
+def _load(path: str, mtime: float, name: str, legacy: bool = False) -> Catalog:
     p = Path(path)
-    return _resolve(read_project(p, name=name, display=display_path(p)))
+    return _resolve(read_project(p, name=name, display=display_path(p)), legacy)
 
 
-def load_catalog(name_or_path: str | Path | None = None) -> Catalog:
-    """Load and validate a semantic layer (default: the shipped ``retail``); cached per file."""
+def load_catalog(name_or_path: str | Path | None = None, *, legacy_spine: bool = False) -> Catalog:
+    """Load and validate a semantic layer (default: the shipped ``retail``); cached per file.
+    ``legacy_spine``: compile against dbt's legacy ``metricflow_time_spine`` table when the project
+    declares no spine (the database has one: the binding decides)."""
     path, name = resolve_spec_path(name_or_path or DEFAULT_WAREHOUSE)
     try:
         mtime = max(f.stat().st_mtime for f in ([path] if path.is_file() else path.rglob("*")))
     except (OSError, ValueError):
         mtime = 0.0
-    return _load(str(path), mtime, name)
+    return _load(str(path), mtime, name, legacy_spine)
 
 
 def default_catalog() -> Catalog:
