@@ -161,9 +161,9 @@ def test_eval_answer_query_end_to_end_against_the_fake_server(tmp_path: Path) ->
                                   "--model", "fake-model", "--out", str(tmp_path / "run"), "--concurrency", "2"])
         assert res.exit_code == 0, res.output
         sent = fake.chat_requests()
-        refused = runner.invoke(app, ["eval", "--answer", "query", "--evalset", str(qs), "--endpoint", fake.url,
+        refused = runner.invoke(app, ["eval", "--answer", "sql", "--evalset", str(qs), "--endpoint", fake.url,
                                       "--model", "fake-model", "--out", str(tmp_path / "run2"), "--planner",
-                                      "two-stage"])
+                                      "two-stage"])  # (the v2 query answer takes the planner: test_query_conditions)
     assert refused.exit_code == 2 and "--planner" in refused.output and not (tmp_path / "run2").exists()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())

@@ -275,3 +275,64 @@ def test_guardrails_and_value_linking_on_the_v2_answer_live(tmp_path: Path) -> N
     assert manifest["guardrails"] == ["ranking", "sort", "values"] and manifest["link_values"] == "both"
     bare, raw_ok, final_ok = rescore_run(tmp_path / "guarded", ())
     assert bare["final_accuracy"]["k"] == 1 and raw_ok == final_ok
+
+
+# -- the two-stage planner on v2 ------------------------------------------------------------------
+def test_planner_stages_for_the_v2_answer() -> None:
+    """Stage one chooses among the derived kinds and abstaining; stage two's schema is the run's v2
+    schema cut to that kind, so a generated answer cannot be another kind."""
+    import jsonschema
+
+    from nlq2sql.conditions.planner import stage_one, stage_two
+    from nlq2sql.transport.client import Sampling, bind_sampling
+
+    base = bind_sampling(Sampling(), catalog(), "query")
+    one = stage_one(base, ("breakdown", "top_n_by_metric", "time_series", "unanswerable"))
+    assert one.structured == "choice" and one.choices is not None and "unanswerable" in one.choices
+    ts = {"metrics": ["units"], "group_by": ["metric_time__month"], "where": [], "order_by": [], "limit": None}
+    top = {"metrics": ["units"], "group_by": ["product_id__category"], "where": [],
+           "order_by": [{"field": "units", "descending": True}], "limit": 2}
+    flat = {**top, "order_by": [], "limit": None}
+    no = {"unanswerable": "no cost data"}
+    valid = {kind: jsonschema.Draft202012Validator(json.loads(stage_two(base, catalog(), kind, "query").schema_json
+                                                              or "{}"))
+             for kind in ("breakdown", "top_n_by_metric", "time_series", "unanswerable")}
+    accepts = {kind: [name for name, x in (("ts", ts), ("top", top), ("flat", flat), ("no", no)) if v.is_valid(x)]
+               for kind, v in valid.items()}
+    assert accepts == {"breakdown": ["flat"], "top_n_by_metric": ["top"], "time_series": ["ts"], "unanswerable": ["no"]}
+
+
+def test_planner_on_the_v2_answer_against_the_fake_server(tmp_path: Path) -> None:
+    """Two requests per item (the kind, then the query); a chosen ``unanswerable`` abstains; with
+    ``--abstain`` an item whose chosen kind a guardrail overrules abstains."""
+    from nlq2sql.conditions.registry import REGISTRY
+
+    items = [{"id": "t", "question": "Top 2 categories by units", "gold": GUARDED[2][1] | {
+              "order_by": [{"field": "units", "descending": True}]}, "answerable": True, "category": "top_n"},
+             {"id": "u", "question": "Units by category", "gold": GUARDED[1][1], "answerable": True,
+              "category": "breakdown"},
+             {"id": "n", "question": "Gross margin by region?", "gold": None, "answerable": False,
+              "category": "unanswerable"}]
+    path = tmp_path / "v2.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in items))
+    ranked = {"metrics": ["units"], "group_by": ["product_id__category"],
+              "order_by": [{"field": "units", "descending": True}], "limit": 2}
+    by_q = {"Top 2 categories by units": ["top_n_by_metric", json.dumps(ranked)],
+            "Units by category": ["top_n_by_metric", json.dumps(ranked | {"limit": 3})],  # the rule undoes it
+            "Gross margin by region?": ["unanswerable", json.dumps({"unanswerable": "no cost data"})]}
+    with FakeServer(tmp_path / "fake", script(by_question={q: [{"kind": "text", "text": x} for x in xs]
+                                                           for q, xs in by_q.items()}), model=MODEL) as fake:
+        summary = run_eval(EvalConfig(evalset=str(path), out=tmp_path / "run", endpoint=fake.url, model=MODEL,
+                                      answer="query", guardrails=("ranking",), concurrency=1, timeout_s=30.0,
+                                      conditions=REGISTRY.from_options(planner="two-stage", abstain=True),
+                                      load=LoadShape(metrics_interval_s=0.05)))
+        assert len(fake.chat_requests()) == 6
+    recs = {r["id"]: r for r in iter_records(tmp_path / "run" / "records.jsonl")}
+    assert [recs[k]["planner_choice"] for k in "tun"] == ["top_n_by_metric", "top_n_by_metric", "unanswerable"]
+    assert all(r["requests"] == 2 for r in recs.values())
+    assert recs["t"]["correct_final"] and not recs["t"]["abstained"]
+    assert recs["u"]["interventions"][0]["rule"] == "false_ranking" and recs["u"]["abstained"]
+    assert recs["u"]["abstain_reason"] == "planner chose top_n_by_metric, guardrail made it breakdown"
+    assert recs["n"]["correct_final"] and recs["n"]["unanswerable"] == "no cost data"
+    assert summary["final_accuracy"]["k"] == 2
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["planner"] == "two-stage"

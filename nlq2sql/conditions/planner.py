@@ -11,6 +11,7 @@ requests, tokens and latency is reported next to what it gains.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import replace
@@ -21,48 +22,91 @@ from pydantic import Field
 from nlq2sql.conditions.confidence import intent_evidence
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.query import METRIC_TIME
 from nlq2sql.stages.intent import INTENTS, branch_schema
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.stream import Completion
 
-__all__ = ["CHOICE_MAX_TOKENS", "PLANNERS", "Planner", "PlannerSettings", "plan_and_answer", "stage_one",
-           "stage_two"]
+__all__ = ["CHOICE_MAX_TOKENS", "PLANNERS", "UNANSWERABLE", "Planner", "PlannerSettings", "plan_and_answer",
+           "query_kind_schema", "stage_one", "stage_two"]
 
 PLANNERS = ("none", "two-stage")
+#: The v2 answer's fourth choice: abstain (its second stage is the abstention branch alone).
+UNANSWERABLE = "unanswerable"
 #: Tokens the first stage may use: the longest kind is a few tokens in any tokenizer.
 CHOICE_MAX_TOKENS = 12
 
 
-def stage_one(base: Sampling) -> Sampling:
-    return replace(base, structured="choice", choices=INTENTS, max_tokens=CHOICE_MAX_TOKENS, regex=None,
+def stage_one(base: Sampling, choices: tuple[str, ...] = INTENTS) -> Sampling:
+    return replace(base, structured="choice", choices=choices, max_tokens=CHOICE_MAX_TOKENS, regex=None,
                    schema_json=None)
 
 
-def stage_two(base: Sampling, catalog: Catalog, kind: str) -> Sampling:
-    return replace(base, structured="json", regex=None,
-                   schema_json=json.dumps(branch_schema(kind, catalog), separators=(",", ":")))
+def stage_two(base: Sampling, catalog: Catalog, kind: str, answer: str = "intent") -> Sampling:
+    schema = query_kind_schema(json.loads(base.schema_json or "{}"), kind) if answer == "query" else \
+        branch_schema(kind, catalog)
+    return replace(base, structured="json", regex=None, schema_json=json.dumps(schema, separators=(",", ":")))
+
+
+def _time(name: str) -> bool:
+    return name == METRIC_TIME or name.startswith(METRIC_TIME + "__")
+
+
+def _query_branch(branch: dict[str, Any], kind: str) -> dict[str, Any]:
+    """One query branch of the v2 schema narrowed to a derived kind: a time series groups by a
+    ``metric_time`` grain first; a ranking orders (at least one item) and limits; a breakdown
+    neither groups by time nor limits.  So the chosen kind cannot change in the second stage."""
+    out = copy.deepcopy(branch)
+    props = out["properties"]
+    names = props["group_by"]["items"]["enum"]
+    plain = {"type": "string", "enum": [g for g in names if not _time(g)]}
+    if kind == "time_series":
+        props["group_by"] |= {"prefixItems": [{"type": "string", "enum": [g for g in names if _time(g)]}],
+                              "minItems": 1}
+    else:
+        props["group_by"]["items"] = plain
+    if kind == "top_n_by_metric":
+        props["order_by"]["minItems"] = 1
+        props["limit"] = next(b for b in props["limit"]["anyOf"] if b.get("type") == "integer")
+    elif kind == "breakdown":
+        props["limit"] = {"type": "null"}
+    return out
+
+
+def query_kind_schema(schema: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The run's v2 answer schema (``bind_sampling``'s, in its ``flat``/``branches`` mode) cut to the
+    kind the first stage chose: ``unanswerable`` keeps the abstention alone."""
+    branches = schema.get("anyOf") or [{k: v for k, v in schema.items() if k not in ("$schema", "title")}]
+    if kind == UNANSWERABLE:
+        kept = [b for b in branches if "unanswerable" in b.get("properties", {})]
+    else:
+        kept = [_query_branch(b, kind) for b in branches if "metrics" in b.get("properties", {})]
+    head = {k: schema[k] for k in ("$schema", "title") if k in schema}
+    return head | (kept[0] if len(kept) == 1 else {"anyOf": kept})
 
 
 async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
-                          catalog: Catalog, budget: RetryBudget,
-                          fail_fast: frozenset[str] = frozenset()) -> tuple[Completion, dict[str, Any]]:
-    """Both stages for one item: (the answer's completion, the planner's record fields)."""
-    first = await complete(client, ecfg, messages, stage_one(base), budget, fail_fast)
+                          catalog: Catalog, budget: RetryBudget, fail_fast: frozenset[str] = frozenset(),
+                          answer: str = "intent") -> tuple[Completion, dict[str, Any]]:
+    """Both stages for one item: (the answer's completion, the planner's record fields).  With the
+    v2 answer the first stage chooses among the derived kinds and abstaining (``unanswerable``)."""
+    kinds = (*INTENTS, UNANSWERABLE) if answer == "query" else INTENTS
+    first = await complete(client, ecfg, messages, stage_one(base, kinds), budget, fail_fast)
     choice = (first.text or "").strip()
     fields: dict[str, Any] = {
-        "planner": "two-stage", "planner_choice": choice if choice in INTENTS else None,
+        "planner": "two-stage", "planner_choice": choice if choice in kinds else None,
         "planner_outcome": first.outcome, "planner_latency_s": first.latency_s,
         "planner_prompt_tokens": first.prompt_tokens, "planner_completion_tokens": first.completion_tokens,
         "requests": 1,
     }
-    if first.token_logprobs is not None:  # --abstain-below: the kind was decided here
+    if first.token_logprobs is not None and answer != "query":  # --abstain-below: the kind was decided here
         fields["intent_evidence"] = intent_evidence(first.token_logprobs)
     if first.outcome != "ok":
         return first, fields  # the item failed in stage one: recorded as that failure
-    if choice not in INTENTS:  # cannot happen under the choice constraint; never guess
+    if choice not in kinds:  # cannot happen under the choice constraint; never guess
         first.outcome, first.error = "malformed_response", f"planner chose {choice!r}, not an intent kind"
         return first, fields
-    second = await complete(client, ecfg, messages, stage_two(base, catalog, choice), budget,
+    second = await complete(client, ecfg, messages, stage_two(base, catalog, choice, answer), budget,
                             fail_fast)
     fields["requests"] = 2
     if second.latency_s is not None and first.latency_s is not None:
@@ -87,10 +131,13 @@ class Planner(Condition[PlannerSettings]):
     label_rank = 30.0
     replaces_request = True
     constraint_modes = ("choice",)  # the first stage: structured_outputs.choice
+    answers = frozenset({"intent", "query"})  # v2: the derived kinds and "unanswerable" (query_kind_schema)
     catalog: Catalog | None = None
+    answer_kind = "intent"
 
     def load(self, wh: Any, answer: str) -> None:
         self.catalog = wh.catalog
+        self.answer_kind = answer
 
     def manifest(self) -> dict[str, Any]:
         return {"planner": self.settings.planner if self.on else None}
@@ -102,4 +149,4 @@ class Planner(Condition[PlannerSettings]):
     async def answer(self, req: Request) -> tuple[Completion, dict[str, Any]]:
         assert self.catalog is not None
         return await plan_and_answer(req.client, req.endpoint, req.messages, req.sampling, self.catalog, req.budget,
-                                     req.fail_fast)
+                                     req.fail_fast, self.answer_kind)
