@@ -90,3 +90,15 @@ def test_the_writer_writes_a_typed_record_as_its_line(tmp_path: Path) -> None:
         for rec in recs:
             writer.write(rec)
     assert out.read_bytes() == b"".join(path.read_bytes().splitlines(keepends=True)[:5])
+
+
+def test_a_scorers_dict_without_its_version_reads_in_layout_order_and_takes_later_parts() -> None:
+    """A scorer's record has no ``record_version`` (the writer adds it): read back, it is in layout
+    order, and the request keys set afterwards are written in their place."""
+    path = next(p for p in _committed() if "fleet" in p.parts)
+    data = json.loads(path.read_bytes().splitlines()[0])
+    core = {k: v for k, v in data.items() if k != "record_version" and k not in ("outcome", "concurrency")}
+    rec = ItemRecord.from_json(core)
+    assert rec.key_order is None
+    rec.request.outcome, rec.request.concurrency = data["outcome"], data["concurrency"]
+    assert rec.to_line().encode() == path.read_bytes().splitlines(keepends=True)[0]

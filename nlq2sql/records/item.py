@@ -221,8 +221,8 @@ class ItemRecord(msgspec.Struct, kw_only=True):
             value = getattr(self, key) if owner == _I else getattr(parts[owner], key)
             if value is not UNSET:
                 out[key] = value
-        if self.key_order is not None:
-            return {k: out[k] for k in self.key_order if k in out}
+        if self.key_order is not None:  # that line's order; a key set since then follows, as dict.update adds it
+            return {**{k: out[k] for k in self.key_order if k in out}, **out}
         return out
 
     def to_line(self) -> str:
@@ -262,9 +262,23 @@ class ItemRecord(msgspec.Struct, kw_only=True):
                   answer=parts[_A], judgement=None if judgement == UNSCORED else judgement,  # type: ignore[arg-type]
                   request=parts[_R], traces=traces, load=parts[_L], record_version=version)  # type: ignore[arg-type]
         order = tuple(data)
-        if tuple(rec.to_json_dict()) != order:
+        if tuple(rec.to_json_dict(version="record_version" in data)) != order:
             rec.key_order = order
         return rec
+
+    def merge(self, fields: Mapping[str, Json]) -> None:
+        """Add keys a condition chose (its trace, or a replacing request's fields): each to the part
+        that owns it (:data:`LAYOUT`), any other to ``traces`` -- where ``dict.update`` put them."""
+        for key, value in fields.items():
+            owner = _PART_OF.get(key)
+            if owner is None:
+                self.traces[key] = value
+            elif owner == _I:
+                setattr(self, key, value)
+            else:
+                if owner == _J and self.judgement is None:
+                    self.judgement = msgspec.structs.replace(UNSCORED, guardrail_scope=[])
+                setattr(self._part(owner), key, value)
 
     # -- what readers ask most, through the parts --------------------------------------------
     @property

@@ -15,10 +15,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.answers.sql.score import SQL_ANSWERS
-from nlq2sql.answers.unscored import Question, answer_item
+from nlq2sql.answers.unscored import Question
 from nlq2sql.conditions.registry import Condition, Request
 from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.inputs import strip_whitespace_outside_strings
+from nlq2sql.records.item import ItemRecord, LoadStamp, RequestPart
 from nlq2sql.run.config import targets
 from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.pool import FAIL_FAST, Pool
@@ -31,10 +32,11 @@ from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.query_score import score_query
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import score_item
+from nlq2sql.stages.score import intent_record
 from nlq2sql.stages.sqlbuild import build_sql
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, bind_sampling, complete
 from nlq2sql.transport.server_metrics import MetricsSampler
+from nlq2sql.transport.stream import Completion
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
@@ -42,7 +44,8 @@ if TYPE_CHECKING:
     from nlq2sql.stages.guardrail import RuleSet
     from nlq2sql.stages.prompt import Prompt
 
-__all__ = ["ItemRunner", "Loaded", "load_conditions", "request_sampling", "targets", "whitespace_outside_strings"]
+__all__ = ["ItemRunner", "Loaded", "load_conditions", "request_part", "request_sampling", "targets",
+           "whitespace_outside_strings"]
 
 
 def request_sampling(cfg: EvalConfig) -> Sampling:
@@ -63,6 +66,15 @@ def load_conditions(cfg: EvalConfig, wh: Warehouse) -> list[Condition[Any]]:
 def whitespace_outside_strings(text: str) -> int:
     """Whitespace characters a compact serialiser would not have written."""
     return len(text) - len(strip_whitespace_outside_strings(text))
+
+
+def request_part(comp: Completion) -> RequestPart:
+    """How the item's request went, as its record keeps it (its ``finish_reason`` is the answer's)."""
+    return RequestPart(outcome=comp.outcome, http_status=comp.http_status, error=comp.error, attempts=comp.attempts,
+                       latency_s=comp.latency_s, ttft_s=comp.ttft_s, itl_mean_s=comp.itl_mean_s,
+                       itl_max_s=comp.itl_max_s, chunks=comp.chunks, prompt_tokens=comp.prompt_tokens,
+                       completion_tokens=comp.completion_tokens, cached_tokens=comp.cached_tokens,
+                       retry_waits_s=comp.retry_waits_s, unsent_retries=comp.unsent_retries, started=comp.started)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +158,10 @@ class ItemRunner:
                 self.sandbox.close()
 
     async def run(self, case: EvalCase | QueryCase | Question, scheduled: float | None = None) -> dict[str, Any]:
+        """:meth:`record` as the flat dict, for engines that ship records across processes."""
+        return (await self.record(case, scheduled)).to_json_dict(version=False)
+
+    async def record(self, case: EvalCase | QueryCase | Question, scheduled: float | None = None) -> ItemRecord:
         """The item's record (a failed request is a recorded outcome, never an exception)."""
         cfg, pool = self.cfg, self.pool
         messages = self.prompt.messages(case.question + cfg.load.context_suffix)
@@ -165,37 +181,43 @@ class ItemRunner:
         # A question without a gold (``batch --questions``) is answered, not scored: same keys.
         request_error = None if comp.outcome == "ok" else comp.outcome
         if isinstance(case, QueryCase) and cfg.answer in SQL_ANSWERS:  # SQL the model wrote: guarded, sandboxed
-            from nlq2sql.answers.sql.score import score_sql
+            from nlq2sql.answers.sql.score import sql_record
 
-            rec = score_sql(case, comp.text, self.ex, self.wh.catalog, sandbox=self.sandbox,
-                            finish_reason=comp.finish_reason, request_error=request_error, answer=cfg.answer)
-        elif isinstance(case, QueryCase):  # the v2 answer: scored by rows
-            rec = score_query(case, comp.text, self.ex, self.wh.catalog, finish_reason=comp.finish_reason,
-                              request_error=request_error, rulesets=self.rulesets)
+            rec = sql_record(case, comp.text, self.ex, self.wh.catalog, sandbox=self.sandbox,
+                             finish_reason=comp.finish_reason, request_error=request_error, answer=cfg.answer)
+        elif isinstance(case, QueryCase):  # the v2 answer: scored by rows (its scorer still returns the dict)
+            rec = ItemRecord.from_json(score_query(case, comp.text, self.ex, self.wh.catalog,
+                                                   finish_reason=comp.finish_reason, request_error=request_error,
+                                                   rulesets=self.rulesets))
         else:
-            scorer = answer_item if isinstance(case, Question) else score_item
-            rec = scorer(case, comp.text, self.rulesets, self.ex, finish_reason=comp.finish_reason,  # type: ignore[arg-type]
-                         request_error=request_error, catalog=self.wh.catalog)
-        rec.update(comp.record_fields())
-        rec["started"] = comp.started
-        rec.update(trace)
-        rec.update(planned)
-        for cond in self.conditions:
-            cond.after(rec, comp, scored=not isinstance(case, Question))
+            rec = intent_record(case.id, case.question, comp.text, self.rulesets, self.ex,
+                                gold=None if isinstance(case, Question) else case.gold,
+                                category=getattr(case, "category", None), pair_id=getattr(case, "pair_id", None),
+                                finish_reason=comp.finish_reason, request_error=request_error,
+                                catalog=self.wh.catalog)
+        rec.request = request_part(comp)
+        rec.merge(trace)
+        rec.merge(planned)
+        if self.conditions:  # the hooks see the record as the flat dict it is on disk (their JSON edge)
+            flat = rec.to_json_dict()
+            for cond in self.conditions:
+                cond.after(flat, comp, scored=not isinstance(case, Question))
+            rec = ItemRecord.from_json(flat)
+        req = rec.request
         if pool.multi:  # which replica answered, which failed the item before it, every request on each
-            rec["replica"] = rep.label
-            rec["failed_over_from"] = trail.failed_over_from
-            rec["attempt_log"] = trail.attempt_log(comp.started)
-            rec["latency_e2e_s"] = trail.latency_e2e_s
-        rec["concurrency"] = cfg.concurrency
+            req.replica = rep.label
+            req.failed_over_from = trail.failed_over_from
+            req.attempt_log = trail.attempt_log(comp.started)
+            req.latency_e2e_s = trail.latency_e2e_s
+        req.concurrency = cfg.concurrency
         if scheduled is not None:  # open loop: time spent waiting for an in-flight slot
-            rec["scheduled"] = scheduled
-            rec["queued_s"] = max(0.0, comp.started - scheduled)
+            queued = max(0.0, comp.started - scheduled)
             # (answered; with several replicas: to its answer's end, failovers included)
             done_s = None if comp.latency_s is None else trail.latency_e2e_s if pool.multi else comp.latency_s
-            rec["latency_from_arrival_s"] = rec["queued_s"] + done_s if done_s is not None else None
-        rec["whitespace_chars"] = whitespace_outside_strings(comp.text) if comp.text is not None else None
-        rec["chars"] = len(comp.text) if comp.text is not None else None
+            rec.load = LoadStamp(scheduled=scheduled, queued_s=queued,
+                                 latency_from_arrival_s=queued + done_s if done_s is not None else None)
+        req.whitespace_chars = whitespace_outside_strings(comp.text) if comp.text is not None else None
+        req.chars = len(comp.text) if comp.text is not None else None
         return rec
 
     def fleet(self) -> dict[str, Any] | None:

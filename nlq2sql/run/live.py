@@ -141,11 +141,11 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
             counts["in_flight"] += 1
             if progress:
                 progress("update", dict(counts))
-            rec = await items.run(case, scheduled)
+            rec = await items.record(case, scheduled)
             counts["in_flight"] -= 1
             writer.write(rec)
             counts["done"] += 1
-            counts["failed"] += rec["outcome"] != "ok"
+            counts["failed"] += rec.outcome != "ok"
             if progress:
                 progress("update", dict(counts))
 
