@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fakeserver import FakeServer, script
 
 from nlq2sql.paths import PROJECT_ROOT
@@ -57,13 +58,14 @@ def run_v2(tmp: Path, name: str, evalset: Path, answers: dict[str, str], **kw: A
                                    load=LoadShape(metrics_interval_s=0.1), **({"guardrails": ()} | kw)))
 
 
-def test_workers_write_the_records_one_process_writes_for_the_v2_answer(tmp_path: Path) -> None:
-    """``--workers 2 --answer query``: the answer kind travels to the workers, and each record
-    (scored by rows, abstentions judged) equals the in-process run's."""
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_workers_write_the_records_one_process_writes_for_the_v2_answer(engine: str, tmp_path: Path) -> None:
+    """``--workers 2 --answer query`` (worker processes, or Ray actors): the answer kind travels to
+    the workers, and each record (scored by rows, abstentions judged) equals the in-process run's."""
     evalset, items = v2_set(tmp_path)
     answers = scripted_answers(items)
     one = run_v2(tmp_path, "single", evalset, answers)
-    two = run_v2(tmp_path, "workers", evalset, answers, workers=2)
+    two = run_v2(tmp_path, "workers", evalset, answers, workers=2, engine=engine)
     single, got = results(tmp_path / "single"), results(tmp_path / "workers")
     assert got.keys() == single.keys() and len(got) == len(items)
     for item_id, rec in single.items():
@@ -72,7 +74,7 @@ def test_workers_write_the_records_one_process_writes_for_the_v2_answer(tmp_path
     assert one["final_accuracy"] == two["final_accuracy"] and 0 < one["final_accuracy"]["k"] < len(items)
     assert one["abstention"] == two["abstention"] and two["abstention"]["abstained"] >= 1
     manifest = json.loads((tmp_path / "workers" / "manifest.json").read_text())
-    assert manifest["answer"] == "query" and manifest["engine"]["workers"] == 2
+    assert manifest["answer"] == "query" and manifest["engine"] == {"name": engine, "workers": 2, "ray_address": None}
 
 
 # -- self-consistency and abstention on v2 --------------------------------------------------------
