@@ -338,3 +338,34 @@ def test_planner_on_the_v2_answer_against_the_fake_server(tmp_path: Path) -> Non
     assert recs["n"]["correct_final"] and recs["n"]["unanswerable"] == "no cost data"
     assert summary["final_accuracy"]["k"] == 2
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["planner"] == "two-stage"
+
+
+def test_the_values_repair_on_where_items() -> None:
+    """drop a value the question never names (an ``in`` list trimmed), flip the polarity the wording
+    asks for, add a named value to the item of its field (eq North + South → in), never a second
+    eq item on one field (that would match no row)."""
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.semantic.contract import parse_answer
+    from nlq2sql.stages.query_guard import apply_query_guardrails
+    from nlq2sql.stages.rulesets import load_guardrails
+
+    wh = open_warehouse()
+    rs = load_guardrails(["values"], wh.catalog, wh)
+
+    def repair(question: str, where: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+        q = parse_answer(json.dumps({"metrics": ["orders"], "group_by": ["channel_id__channel"], "where": where}),
+                         wh.catalog)
+        final, ivs = apply_query_guardrails(rs, q, question, wh.catalog)  # type: ignore[arg-type]
+        return [w.model_dump(mode="json") for w in final.where or ()], [iv.rule for iv in ivs]
+
+    region = "customer_id__region"
+    assert repair("Orders by channel in North and South", [{"field": region, "op": "eq", "values": ["North"]}]) == (
+        [{"field": region, "op": "in", "values": ["North", "South"]}], ["values:add"])
+    assert repair("Orders by channel in the North", [{"field": region, "op": "in", "values": ["North", "West"]}]) == (
+        [{"field": region, "op": "in", "values": ["North"]}], ["values:drop"])
+    assert repair("Orders by channel outside the North and South regions",
+                  [{"field": region, "op": "in", "values": ["North", "South"]}])[1] == []  # "outside": not a cue
+    assert repair("Orders by channel, excluding North and South",
+                  [{"field": region, "op": "in", "values": ["North", "South"]}]) == (
+        [{"field": region, "op": "not_in", "values": ["North", "South"]}], ["values:op"])
+    assert repair("Orders by channel", []) == ([], [])

@@ -177,8 +177,25 @@ def _repair_values(rs: ValueRuleSet, q: MetricQuery, question: str, catalog: Cat
     if missing:
         short = {d.group_by: name for name, d in catalog.dimensions.items()}
         extra = link_where(tuple(Link(short[lk.field], lk.op, lk.value, 0, 0) for lk in missing), catalog)
-        step("values:add", [*(q.where or ()), *extra])
+        step("values:add", _merge([*(q.where or ())], extra))
     return q, found
+
+
+def _merge(where: list[Where], extra: list[Where]) -> list[Where]:
+    """``extra`` added to ``where``: a value joins the item of its field and polarity (eq North +
+    South → in [North, South]; two eq items on one field would match no row), else a new item."""
+    out = list(where)
+    for new in extra:
+        positive = new.op in _POSITIVE
+        at = next((i for i, w in enumerate(out) if w.field == new.field and w.op in _NEGATED
+                   and (w.op in _POSITIVE) == positive), None)
+        if at is None:
+            out.append(new)
+            continue
+        values = tuple(dict.fromkeys((*out[at].values, *new.values)))
+        out[at] = Where(field=new.field, op=("in" if positive else "not_in") if len(values) > 1 else out[at].op,
+                        values=values)
+    return out
 
 
 def _dump_where(q: MetricQuery) -> list[dict[str, Any]]:
