@@ -32,7 +32,9 @@ The structured-output canary (``nlq2sql.run.canary``; its question is ``CANARY_Q
 bypasses the script and is logged with ``"canary": true``: by default the fake *conforms*
 (``{"color":"red"}``); ``"canary": "ignore"`` in the script (or ``--canary ignore``) makes it
 answer what the prompt asks, as a server that drops ``structured_outputs`` would, and
-``"whitespace"`` a conforming value with spaces (a server without the compact grammar).  A
+``"whitespace"`` a conforming value with spaces (a server without the compact grammar).
+``"any_model": true`` in the script makes it answer whatever model a request names, giving its own
+name in the response (a one-model server that ignores the field: a stranger on a re-bound port).  A
 conforming reply follows the canary's constraint kind (a choice: ``red``); ``"canary_ignores":
 ["grammar", …]`` makes it ignore only those kinds (json, response_format, regex, choice, grammar),
 as a server that enforces JSON Schemas but drops a grammar field would.  ``"server_info_backend":
@@ -168,6 +170,9 @@ class _State:
         self.canary = str(spec.get("canary") or "conform")
         self.canary_ignores = frozenset(spec.get("canary_ignores") or ())
         self.server_info_backend: str | None = spec.get("server_info_backend")
+        #: A server that ignores the requested model name (one model per server, as llama.cpp's
+        #: or a bare proxy): it answers any, naming its own in the response.
+        self.any_model = bool(spec.get("any_model"))
 
     def canary_reply(self, body: dict[str, Any]) -> str:
         """The canary's answer under this request's constraint kind."""
@@ -319,7 +324,7 @@ def make_app(state: _State) -> Any:
                                       "message": f"Incorrect API key provided: {auth}"}, status=401)
         if not authorised(request):
             return unauthorised()
-        if body.get("model") != state.model:
+        if body.get("model") != state.model and not state.any_model:
             return web.json_response({"object": "error", "code": 404, "type": "NotFoundError",
                                       "message": f"The model `{body.get('model')}` does not exist."},
                                      status=404)

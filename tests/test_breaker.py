@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -269,3 +270,43 @@ def test_probe_back_off_doubles_is_capped_and_a_flapping_replica_keeps_it() -> N
     fresh.state = "closed"
     fresh.trip("much later", 1.0)  # long after it came back: a fresh start
     assert round(fresh.next_probe - time.monotonic()) == 1
+
+
+def test_a_stranger_on_a_dead_replicas_port_is_not_taken_back(tmp_path: Path, fakes: list[FakeServer]) -> None:
+    """Issue 27: a replica is killed and its port re-bound by another server -- one serving
+    another model that ignores the requested model name, so it answers the half-open probe's
+    chat with HTTP 200.  The probe checks who answered (every chunk names the run's model): the
+    stranger stays out and no item goes to it (before, a probe answered with HTTP 200 closed the
+    breaker whoever answered)."""
+    a = fake(fakes, tmp_path, delay_s=0.2)
+    b = fake(fakes, tmp_path, script(sequence=["ok", "die"]), delay_s=0.2)
+    stranger = FakeServer(tmp_path / "fake", {**script(), "any_model": True}, model="someone-elses-model", port=b.port,
+                          bind_retry_s=60, delay_s=0.2)
+    fakes.append(stranger)
+    stranger.start(wait=False)
+    summary, recs = run(tmp_path, [a.url, b.url], 40, concurrency=2, timeout_s=10.0)
+    assert summary["outcomes"] == {"ok": 40}
+    r1 = events(summary, "r1")
+    assert stranger.probe_requests(), "the stranger was never probed: the test did not test"
+    assert not stranger.chat_requests(), "an item was sent to the stranger"
+    assert [e["event"] for e in r1["events"]] == ["out"] and not r1["in_rotation_at_end"]
+    assert all(r["replica"] == "r0" for r in recs if r["started"] > r1["events"][0]["t"])
+
+
+def test_the_probe_needs_the_runs_model_in_every_chunk(tmp_path: Path, fakes: list[FakeServer]) -> None:
+    import asyncio
+
+    ours = fake(fakes, tmp_path)
+    cfg = EndpointConfig(base_url=ours.url, model=MODEL, api_key="k", timeout_s=5.0)
+    assert asyncio.run(pool.probe_answer(cfg)) == "ok"
+    other = FakeServer(tmp_path / "fake", {**script(), "any_model": True}, model="other")
+    fakes.append(other)
+    other.start()
+    assert (asyncio.run(pool.probe_answer(replace(cfg, base_url=other.url)))
+            == "answered by another model ('other', not 'fake-model')")
+    strict = FakeServer(tmp_path / "fake", script(), model="other")  # vLLM's way: 404 for a model it lacks
+    fakes.append(strict)
+    strict.start()
+    assert asyncio.run(pool.probe_answer(replace(cfg, base_url=strict.url))) == "HTTP 404"
+    dead = fake(fakes, tmp_path, script(default="reset"))
+    assert asyncio.run(pool.probe_answer(replace(cfg, base_url=dead.url))) != "ok"

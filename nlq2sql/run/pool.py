@@ -11,10 +11,10 @@ off: at once; HTTP 5xx or a timeout: ``FAILURE_THRESHOLD`` in a row) or a failin
 another replica (a failover, not a retry: the retry budget is not charged), so no item is
 lost or counted twice.  *Half-open*: after a back-off (``probe_interval_s``, doubled after
 each failed probe, capped at ``PROBE_BACKOFF_MAX_S``) one small **real chat request**
-(``PROBE_QUESTION``, one token) is sent; only its success closes the breaker again -- a
-replica whose ``/models`` answers while its chat requests fail or hang stays out.  A
-replica that opens again soon after closing (``FLAP_WINDOW_S``) keeps its longer back-off,
-so a sick one cannot flap in and out every second.
+(``PROBE_QUESTION``, one token) is sent; only its success -- answered by the run's model --
+closes the breaker: a replica whose ``/models`` answers while its chat requests fail or hang
+stays out, and so does a stranger on its port.  One that opens again soon after closing
+(``FLAP_WINDOW_S``) keeps its longer back-off: a sick one cannot flap every second.
 
 Every request an item makes, on every replica, is logged (``Trail.attempt_log``: replica,
 outcome, when, how long), and the item's ``attempts``, ``retry_waits_s`` and end-to-end
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -38,11 +39,12 @@ import aiohttp
 
 from nlq2sql.errors import InputError
 from nlq2sql.run.endpoints import ROUTINGS
-from nlq2sql.transport.client import ATTEMPT_WATCH, EndpointConfig, RetryBudget, Sampling, complete, make_client
+from nlq2sql.transport.client import ATTEMPT_WATCH, EndpointConfig, Sampling, make_client
 from nlq2sql.transport.stream import Completion
 
 __all__ = ["FAILURE_THRESHOLD", "FAIL_FAST", "FLAP_WINDOW_S", "PROBE_BACKOFF_MAX_S", "PROBE_QUESTION",
-           "REPLICA_FAULTS", "Pool", "Replica", "Trail", "healthy", "probe_chat", "split_concurrency"]
+           "REPLICA_FAULTS", "Pool", "Replica", "Trail", "healthy", "probe_answer", "probe_chat",
+           "split_concurrency"]
 
 #: Outcomes that mean the replica, not the request, failed: they count against its breaker,
 #: and the item fails over to another replica.
@@ -58,12 +60,9 @@ OPEN_AT_ONCE = frozenset({"connection_error", "stream_error"})
 FAILURE_THRESHOLD = 3
 #: Rate limiting says nothing about the replica's health: neither a failure nor a success.
 NEUTRAL = frozenset({"http_429"})
-#: The longest wait between two half-open probes of one replica.
-PROBE_BACKOFF_MAX_S = 30.0
-#: A replica that opens again within this long of closing keeps (and doubles) its back-off.
-FLAP_WINDOW_S = 30.0
-#: A probe gives up after this long (or the run's request timeout, if shorter).
-PROBE_TIMEOUT_S = 10.0
+PROBE_BACKOFF_MAX_S = 30.0  # the longest wait between two half-open probes of one replica
+FLAP_WINDOW_S = 30.0  # opened again within this long of closing: it keeps (and doubles) its back-off
+PROBE_TIMEOUT_S = 10.0  # a probe gives up after this long (or the run's request timeout, if shorter)
 #: The half-open probe: a real chat request, as small as one can be (one token, no schema).
 PROBE_QUESTION = "nlq2sql health probe: reply with one word."
 PROBE_SAMPLING = Sampling(max_tokens=1, temperature=0.0, seed=0, structured="none")
@@ -87,6 +86,7 @@ class Replica:
     probes: int = 0  # probes sent this open spell
     probes_total: int = 0
     probes_failed: int = 0
+    last_probe: str | None = None  # the last probe's verdict: ok, or why not
     events: list[dict[str, Any]] = field(default_factory=list)  # out of / back in rotation
     down_since: float | None = None
     out_s: float = 0.0
@@ -150,7 +150,7 @@ class Replica:
                 "in_rotation_at_end": self.healthy, "out_of_rotation_s": round(out_s, 3),
                 "first_out_after_s": next((round(e["t"] - t0, 3) for e in self.events
                                            if e["event"] == "out"), None),
-                "probes": self.probes_total, "probes_failed": self.probes_failed,
+                "probes": self.probes_total, "probes_failed": self.probes_failed, "last_probe": self.last_probe,
                 "events": [dict(e, after_s=round(e["t"] - t0, 3)) for e in self.events]}
 
 
@@ -341,12 +341,43 @@ class Pool:
 
 
 async def probe_chat(r: Replica) -> bool:
-    """One small real chat request to the replica (one token, no schema, not retried, not
-    charged to the run's budget): does it answer chat, not only ``/models``?"""
-    cfg = replace(r.cfg, timeout_s=min(r.cfg.timeout_s, PROBE_TIMEOUT_S), max_attempts=1)
-    comp = await complete(r.client, cfg, [{"role": "user", "content": PROBE_QUESTION}], PROBE_SAMPLING,
-                          RetryBudget(0, 0.0))
-    return comp.outcome == "ok"
+    """The half-open probe of ``r`` (``probe_answer``); ``r.last_probe`` says why one failed."""
+    r.last_probe = await probe_answer(r.cfg)
+    return r.last_probe == "ok"
+
+
+async def probe_answer(cfg: EndpointConfig) -> str:
+    """One small real chat request (one token, no schema, not retried, not charged to the run's
+    budget), streamed as every request is: ``ok`` only when every chunk names the model this run
+    asked for, else why not.  A replica killed and its port re-bound by another server (one that
+    ignores the requested model, as one-model servers do) answers a chat too, under its own name."""
+    body = {"model": cfg.model, "messages": [{"role": "user", "content": PROBE_QUESTION}], "stream": True,
+            "max_tokens": PROBE_SAMPLING.max_tokens, "temperature": PROBE_SAMPLING.temperature,
+            "seed": PROBE_SAMPLING.seed}
+    timeout = aiohttp.ClientTimeout(total=min(cfg.timeout_s, PROBE_TIMEOUT_S))
+    done = False
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as sess, sess.post(
+                cfg.base_url.rstrip("/") + "/chat/completions", json=body,
+                headers={"Authorization": f"Bearer {cfg.api_key}"}) as resp:
+            if resp.status != 200:
+                return f"HTTP {resp.status}"
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                chunk = json.loads(data)
+                if not isinstance(chunk, dict) or "error" in chunk:
+                    return "an error event in the stream"
+                if chunk.get("model") != cfg.model:
+                    return f"answered by another model ({str(chunk.get('model'))[:80]!r}, not {cfg.model!r})"
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        return f"{type(exc).__name__}: {str(exc)[:120]}"
+    return "ok" if done else "the stream ended before [DONE]"
 
 
 async def healthy(sess: aiohttp.ClientSession, cfg: EndpointConfig) -> bool:
