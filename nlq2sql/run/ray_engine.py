@@ -24,7 +24,18 @@ if TYPE_CHECKING:
     from nlq2sql.run.worker import SharedBudget
     from nlq2sql.stages.evalset import EvalCase
 
-__all__ = ["BudgetCounter", "RayEngine", "ray_available", "start_local_ray"]
+__all__ = ["MAX_CHUNK", "BudgetCounter", "RayEngine", "chunk_size", "ray_available", "start_local_ray"]
+
+#: The most items one actor task carries.  A task per item cost a round trip through Ray's
+#: task machinery each way per item (``benchmarks/bench_ray.py``: 0.35x one process's req/s
+#: after start-up), so an actor's free slots are filled by tasks of several items; few enough
+#: that a task's slowest answer holds back only a few finished ones.
+MAX_CHUNK = 16
+
+
+def chunk_size(slots: int) -> int:
+    """Items per task for an actor with ``slots`` in flight: a quarter of them (1 to ``MAX_CHUNK``)."""
+    return max(1, min(MAX_CHUNK, slots // 4))
 
 
 def ray_available() -> bool:
@@ -87,6 +98,7 @@ class RayEngine:
                          include_dashboard=False, log_to_driver=False, configure_logging=False)
         self.actors: dict[int, Any] = {}
         self.refs: dict[Any, tuple[int, str]] = {}  # a task in flight: (worker, what it returns)
+        self.chunks: dict[int, int] = {}  # items per task, per worker
         self.budget_actor: Any = None
 
     def counter(self, used: int, total: int) -> Any:
@@ -100,11 +112,17 @@ class RayEngine:
         actor = self.ray.remote(_Worker).options(num_cpus=0.5, max_concurrency=slots + 2,
                                                  scheduling_strategy="SPREAD").remote()
         self.actors[wid] = actor
+        self.chunks[wid] = chunk_size(slots)
         self.refs[actor.setup.remote(cfg, endpoint, slots, budget, golds, time.time())] = (wid, "ready")  # type: ignore[attr-defined]
 
-    def submit(self, wid: int, case: EvalCase) -> None:
-        if wid in self.actors:
-            self.refs[self.actors[wid].run.remote(case)] = (wid, "rec")
+    def submit(self, wid: int, cases: list[EvalCase]) -> None:
+        """``cases`` to worker ``wid``, in tasks of up to its chunk size (each case's record comes
+        back with its task; a dead actor fails the task, and the driver re-queues what it held)."""
+        if wid not in self.actors:
+            return
+        k = self.chunks.get(wid, 1)
+        for i in range(0, len(cases), k):
+            self.refs[self.actors[wid].run_many.remote(cases[i:i + k])] = (wid, "recs")
 
     def end(self, wid: int) -> None:
         if wid in self.actors:
@@ -126,7 +144,11 @@ class RayEngine:
                 continue  # its actor was declared dead by an earlier ref in this batch
             wid, kind = self.refs.pop(ref)
             try:
-                events.append((wid, kind, self.ray.get(ref)))
+                body = self.ray.get(ref)
+                if kind == "recs":
+                    events.extend((wid, "rec", rec) for rec in body)
+                else:
+                    events.append((wid, kind, body))
             except RayActorError as exc:  # ActorDiedError and kin: the actor is gone
                 self.refs = {r: v for r, v in self.refs.items() if v[0] != wid}
                 with contextlib.suppress(Exception):
@@ -172,8 +194,10 @@ class _Worker:
         self.worker.start()
         return {"pid": os.getpid(), "startup_s": time.time() - spawned_at, "phases": self.worker.phases}
 
-    async def run(self, case: EvalCase) -> dict[str, Any]:
-        return await self.worker.run(case)
+    async def run_many(self, cases: list[EvalCase]) -> list[dict[str, Any]]:
+        import asyncio
+
+        return list(await asyncio.gather(*(self.worker.run(c) for c in cases)))
 
     async def finish(self) -> dict[str, Any]:
         return await self.worker.finish()

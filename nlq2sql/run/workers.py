@@ -231,8 +231,11 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                     if deadline is not None and time.time() >= deadline and fleet.pending:
                         fleet.not_sent += len(fleet.pending)  # no request starts after the deadline
                         fleet.pending.clear()
+                    sends: dict[int, list[EvalCase]] = {}
                     for wid, case in fleet.to_send():
-                        engine.submit(wid, case)
+                        sends.setdefault(wid, []).append(case)
+                    for wid, batch in sends.items():
+                        engine.submit(wid, batch)  # one message (Ray: a few tasks) per worker
                     if not fleet.ended and fleet.all_answered():
                         fleet.ended = True
                         for wid in fleet.live:
@@ -319,14 +322,18 @@ class LocalEngine:
         with self.lock:
             self.procs[wid], self.conns[wid] = p, mine
 
-    def submit(self, wid: int, case: EvalCase | None) -> None:
+    def submit(self, wid: int, cases: list[EvalCase]) -> None:
+        for case in cases:
+            self._send(wid, case)
+
+    def _send(self, wid: int, case: EvalCase | None) -> None:
         conn = self.conns.get(wid)
         if conn is not None:
             with contextlib.suppress(OSError):  # a dead worker: its sentinel reports it
                 conn.send(case)
 
     def end(self, wid: int) -> None:
-        self.submit(wid, None)
+        self._send(wid, None)
 
     def poll(self, timeout: float) -> list[tuple[int, str, Any]]:
         """What the workers said (and which died) within ``timeout``."""
