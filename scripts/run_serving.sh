@@ -24,8 +24,9 @@ source scripts/_common.sh
 require_clean_tree
 mkdir -p "$RUNS"
 
-start_server() {  # start_server MODEL: one local vLLM (prompts with 8 examples need 4096 tokens)
-    $N serve --model "$1" --port "$PORT" --max-model-len 4096 > "$RUNS/serve-$1.log" 2>&1 &
+start_server() {  # start_server MODEL: one local vLLM (prompts with 8 examples need 4096 tokens);
+    # dev mode serves /server_info, so the runs (all --endpoint) record the backend the server reports
+    VLLM_SERVER_DEV_MODE=1 $N serve --model "$1" --port "$PORT" --max-model-len 4096 > "$RUNS/serve-$1.log" 2>&1 &
     SERVER=$!
     trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
     until grep -q "serving .* at" "$RUNS/serve-$1.log" 2>/dev/null; do
