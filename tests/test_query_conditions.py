@@ -174,6 +174,8 @@ def test_samples_and_abstain_on_the_v2_answer_against_the_fake_server(tmp_path: 
     assert summary["final_accuracy"]["k"] == 3
     assert summary["abstention"]["abstained"] == 3 and summary["abstention"]["precision"]["k"] == 2
     assert summary["abstention"]["recall"]["k"] == 2
+    sel = summary["selective"]  # declining an unanswerable item is covered and right, as saying so is
+    assert (sel["abstained_unanswerable"], sel["coverage"]["k"], sel["accuracy_answered"]["k"]) == (2, 3, 3)
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["samples"] == 3 and manifest["abstain"] is True and manifest["answer"] == "query"
     again, _, final_ok = rescore_run(tmp_path / "run", ())  # decided again from the recorded votes
