@@ -68,7 +68,8 @@ def test_every_v2_set_has_a_curve_and_precision_recall(executor: Executor) -> No
 def test_v1_abstain_runs_keep_their_curve_and_gain_precision() -> None:
     """The v1 --abstain curve is over the vote share as before; its abstentions are all on answerable items."""
     s = Summary([])
-    base: dict[str, Any] = {"id": "x", "category": "breakdown", "status": "ok", "error_raw": None, "error_final": None,
+    base: dict[str, Any] = {"id": "x", "question": "q", "category": "breakdown", "status": "ok", "error_raw": None,
+            "error_final": None,
             "finish_reason": "stop", "gold_intent": {"intent": "breakdown"}, "raw_intent": {"intent": "breakdown"},
             "final_intent": {"intent": "breakdown"}, "wrong_fields_raw": [], "guardrail_scope": [],
             "interventions": [], "correct_raw": True, "correct_final": True, "correct_exec": True,

@@ -18,13 +18,14 @@ answer itself is fully recorded: ``raw_text``, ``status`` / ``final_status`` (wi
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import decode_line, json_object, regular_file
+from nlq2sql.records.item import ItemRecord, present
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
@@ -103,22 +104,27 @@ class AnswerSummary:
         self.fired: Counter[str] = Counter()
         self.timing: dict[str, list[float]] = defaultdict(list)
 
-    def add(self, rec: dict[str, Any]) -> None:
+    def add(self, record: ItemRecord | Mapping[str, Any]) -> None:
+        """Count one record (a flat one, as Ray Data's shards hold them, is read through the type)."""
+        rec = record if isinstance(record, ItemRecord) else ItemRecord.from_json(record)
+        ans = rec.answer
         self.n += 1
-        self.status[rec["status"]] += 1
-        self.final_status[rec["final_status"]] += 1
-        self.c["schema_valid"] += rec["raw_intent"] is not None
-        self.c["executed"] += rec["result_rows"] is not None
-        self.c["exec_error"] += rec["exec_error"] is not None
-        self.c["intervened"] += bool(rec["interventions"])
-        for iv in rec["interventions"]:
+        self.status[present(ans.status) or ""] += 1
+        self.final_status[present(ans.final_status) or ""] += 1
+        self.c["schema_valid"] += present(ans.raw_intent) is not None
+        self.c["executed"] += present(ans.result_rows) is not None
+        self.c["exec_error"] += present(ans.exec_error) is not None
+        ivs = present(ans.interventions) or []
+        self.c["intervened"] += bool(ivs)
+        for iv in ivs:
             self.fired[iv["rule"]] += 1
-        final = rec["final_intent"]
+        final = present(ans.final_intent)
         self.intents[final["intent"] if final is not None else "invalid"] += 1
-        self.finish[rec.get("finish_reason") or "n/a"] += 1
+        self.finish[present(ans.finish_reason) or "n/a"] += 1
         for key in TIMING_KEYS:
-            if rec.get(key) is not None:
-                self.timing[key].append(float(rec[key]))
+            value = rec.get(key)
+            if value is not None:
+                self.timing[key].append(float(value))
 
     def result(self) -> dict[str, Any]:
         n, c = self.n, self.c

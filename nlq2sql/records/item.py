@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -31,11 +31,18 @@ from nlq2sql.errors import RecordError
 from nlq2sql.records.store import RECORD_VERSION, encode_json, iter_records
 
 __all__ = ["LAYOUT", "UNSCORED", "AnswerPart", "ItemRecord", "Judgement", "LoadStamp", "RequestPart",
-           "iter_item_records"]
+           "iter_item_records", "present"]
+
+T = TypeVar("T")
 
 #: A JSON value as parsed (an intent dump, a result row, a condition's trace): the JSON edge.
 Json = Any
 Num = int | float
+
+
+def present(value: T | None | UnsetType) -> T | None:
+    """A part's field as a reader wants it: None when the record does not have the key."""
+    return None if value is UNSET else value  # type: ignore[return-value]
 
 
 class _Part(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -285,6 +292,15 @@ class ItemRecord(msgspec.Struct, kw_only=True):
     def outcome(self) -> str | None:
         o = self.request.outcome
         return None if o is UNSET else o
+
+    def get(self, key: str) -> Json:
+        """A flat key's value wherever it lives (a part, or a condition's trace), None when absent:
+        for figures whose keys span owners (``stages.score.TIMING_KEYS``: the request's timings and a
+        planner's or self-consistency's)."""
+        owner = _PART_OF.get(key)
+        if owner is None:
+            return self.traces.get(key)
+        return getattr(self, key) if owner == _I else present(getattr(self._part(owner), key))
 
     def retries(self) -> int:
         """Retries the item's request took (one wait recorded per retry)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Summary, validated
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, records_digest, write_json_atomic
 from nlq2sql.stages.pipeline import summarise_file
@@ -45,37 +46,39 @@ def recorded_retries(records_path: Path) -> tuple[set[str], int]:
     Retries spent by items that were in flight when a run died are not counted: those items
     are redone from their first attempt, exactly as in an uninterrupted run.
     """
-    from nlq2sql.records.store import iter_records
-
     done: set[str] = set()
     used = 0
     if records_path.exists():
-        for rec in iter_records(records_path):
-            done.add(rec["id"])
-            used += len(rec.get("retry_waits_s") or ())
+        for rec in iter_item_records(records_path):
+            done.add(rec.id)
+            used += rec.retries()
     return done, used
 
 
 def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
                    manifest: dict[str, Any]) -> dict[str, Any]:
     """Summary from the records on disk (all sessions), plus this session's throughput."""
-    from nlq2sql.records.store import iter_records
-
     summary = summarise_file(out / RECORDS, rulesets)
     outcomes: Counter[str] = Counter()
-    ws, chars, starts, ends = [], [], [], []
+    ws: list[int] = []
+    chars: list[int] = []
+    starts: list[float] = []
+    ends: list[float] = []
     retries = 0
-    for rec in iter_records(out / RECORDS):
-        outcomes[rec.get("outcome") or "n/a"] += 1
-        if rec.get("whitespace_chars") is not None:
-            ws.append(rec["whitespace_chars"])
-            chars.append(rec["chars"])
-        retries += len(rec.get("retry_waits_s") or ())
+    for rec in iter_item_records(out / RECORDS):
+        req = rec.request
+        outcomes[rec.outcome or "n/a"] += 1
+        white, size = present(req.whitespace_chars), present(req.chars)
+        if white is not None and size is not None:
+            ws.append(white)
+            chars.append(size)
+        retries += rec.retries()
         # (with several replicas an item's span is every attempt's: latency_e2e_s, failovers included)
-        took = rec.get("latency_e2e_s") if rec.get("latency_e2e_s") is not None else rec.get("latency_s")
-        if rec.get("started") and took is not None:
-            starts.append(rec["started"])
-            ends.append(rec["started"] + took)
+        e2e = present(req.latency_e2e_s)
+        took, started = e2e if e2e is not None else present(req.latency_s), present(req.started)
+        if started and took is not None:
+            starts.append(started)
+            ends.append(started + took)
     summary["outcomes"] = dict(outcomes)
     summary["errors_by_class"] = {k: v for k, v in outcomes.items() if k != "ok"}
     summary["compactness"] = {"n": len(ws), "outputs_without_whitespace": sum(1 for w in ws if w == 0),
@@ -115,23 +118,23 @@ def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
 def fleet_summary(out: Path, manifest: dict[str, Any], session: dict[str, Any] | None) -> dict[str, Any]:
     """Per replica: requests, outcomes and latency from the records (every session of the
     run), and this session's time out of rotation and events."""
-    from nlq2sql.records.store import iter_records
-
     per: dict[str, dict[str, Any]] = {}
-    for rec in iter_records(out / RECORDS):
-        label = rec.get("replica")
+    for rec in iter_item_records(out / RECORDS):
+        req = rec.request
+        label = present(req.replica)
         if label is None:
             continue
         st = per.setdefault(label, {"requests": 0, "ok": 0, "errors": Counter(), "lat": [],
                                     "failed_here": 0})
         st["requests"] += 1
-        if rec.get("outcome") == "ok":
+        latency = present(req.latency_s)
+        if rec.outcome == "ok":
             st["ok"] += 1
-            if rec.get("latency_s") is not None:
-                st["lat"].append(float(rec["latency_s"]))
+            if latency is not None:
+                st["lat"].append(float(latency))
         else:
-            st["errors"][rec.get("outcome") or "n/a"] += 1
-        for lab in rec.get("failed_over_from") or ():
+            st["errors"][rec.outcome or "n/a"] += 1
+        for lab in present(req.failed_over_from) or ():
             per.setdefault(lab, {"requests": 0, "ok": 0, "errors": Counter(), "lat": [],
                                  "failed_here": 0})["failed_here"] += 1
     live = {r["label"]: r for r in (session or {}).get("replicas", [])}

@@ -18,6 +18,7 @@ from typing import Any
 from nlq2sql import __version__
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
+from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.results import validated
@@ -173,9 +174,9 @@ def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any
 
     summ: Summary | None = None
     answer = None
-    for rec in iter_records(records_path):
+    for rec in iter_item_records(records_path):
         if summ is None:
-            answer = rec.get("answer")
+            answer = present(rec.answer.answer)
             summ = (Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets, fields=())
                     if answer in ("sql", "sql-grammar") else Summary(rulesets))
         summ.add(rec)

@@ -8,8 +8,10 @@ or new, and never scores one; scoring an item needs none of this.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from typing import Any
 
+from nlq2sql.records.item import UNSCORED, ItemRecord, present
 from nlq2sql.stages.abstention import kind_share
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.intent import (
@@ -24,15 +26,15 @@ __all__ = ["PENDING_MAX", "Summary", "confidence"]
 PENDING_MAX = 4096
 
 
-def confidence(rec: dict[str, Any]) -> float:
+def confidence(rec: ItemRecord) -> float:
     """The item's confidence for the coverage-accuracy curve: its vote share under
     self-consistency, else its intent-token confidence, else 1 (nothing said otherwise)."""
-    votes = rec.get("votes")
+    votes = rec.traces.get("votes")
     if votes:
         return round(float(votes["share"]), 4)
-    ev = rec.get("intent_evidence")
+    ev = rec.traces.get("intent_evidence")
     if ev:  # the model's share on the kind answered (a guardrail may have changed it)
-        return round(kind_share(ev, (rec.get("final_intent") or {}).get("intent")), 2)
+        return round(kind_share(ev, (present(rec.answer.final_intent) or {}).get("intent")), 2)
     return 1.0
 
 
@@ -66,13 +68,13 @@ class Summary:
         # table) when flushed -- by add, field_ok and result.
         self._pending: dict[int, list[Any]] = {}
 
-    def add(self, rec: dict[str, Any]) -> None:
-        """Count one record."""
+    def add(self, rec: ItemRecord | Mapping[str, Any]) -> None:
+        """Count one record (a flat one, as the offline scorers still make them, is read through the type)."""
         if self._pending:
             self._flush()
         self._add(rec, 1)
 
-    def add_shared(self, rec: dict[str, Any]) -> None:
+    def add_shared(self, rec: Mapping[str, Any]) -> None:
         """Count one record that may be passed again as the same object (re-scoring's
         remembered records, :class:`nlq2sql.stages.rescore.RecordMemo`): the same figures as :meth:`add`.
 
@@ -96,61 +98,65 @@ class Summary:
             self._add(rec, times)
         self._pending.clear()
 
-    def _add(self, rec: dict[str, Any], times: int) -> None:
+    def _add(self, record: ItemRecord | Mapping[str, Any], times: int) -> None:
+        rec = record if isinstance(record, ItemRecord) else ItemRecord.from_json(record)
+        ans, j, traces = rec.answer, rec.judgement or UNSCORED, rec.traces
         self.n += times
         c = self.c
-        correct_raw, correct_final = bool(rec["correct_raw"]) * times, bool(rec["correct_final"]) * times
+        correct_raw, correct_final = bool(present(j.correct_raw)) * times, bool(present(j.correct_final)) * times
         c["correct_raw"] += correct_raw
         c["correct_final"] += correct_final
-        c["correct_exec"] += bool(rec["correct_exec"]) * times
-        raw_intent = rec["raw_intent"]
+        c["correct_exec"] += bool(present(j.correct_exec)) * times
+        raw_intent = present(ans.raw_intent)
         c["schema_valid"] += (raw_intent is not None) * times
-        ivs = rec["interventions"]
+        ivs = present(ans.interventions) or []
         if ivs:
             c["intervened"] += times
             c["intervened_correct"] += all(iv["correct"] for iv in ivs) * times
             for iv in ivs:
                 self.rule_fired[iv["rule"]] += times
                 self.rule_correct[iv["rule"]] += bool(iv["correct"]) * times
-        self.status[rec["status"]] += times
-        self.errors_raw[rec["error_raw"] or "correct"] += times
-        self.errors_final[rec["error_final"] or "correct"] += times
-        self.finish[rec.get("finish_reason") or "n/a"] += times
-        gold_kind = rec["gold_intent"]["intent"]
+        self.status[present(ans.status) or ""] += times
+        self.errors_raw[present(j.error_raw) or "correct"] += times
+        self.errors_final[present(j.error_final) or "correct"] += times
+        self.finish[present(ans.finish_reason) or "n/a"] += times
+        gold = present(j.gold_intent)
+        gold_kind: str = gold["intent"] if gold is not None else "none"  # (a summary is of scored records)
         self.gold_intents[gold_kind] += times
         self.pairs[(gold_kind, raw_intent["intent"] if raw_intent else "invalid")] += times
-        for f in set(rec["wrong_fields_raw"]):
+        for f in set(present(j.wrong_fields_raw) or ()):
             self.field_wrong[f] += times
-        scope = rec["guardrail_scope"]
+        scope = present(j.guardrail_scope)
         if scope:
             fired_ok = {iv["rule"] for iv in ivs if iv["correct"]}
             for rid in scope:
                 self.rule_scope[rid] += times
                 self.rule_scope_correct[rid] += (rid in fired_ok) * times
-        v2 = "answerable" in rec  # a v2 record: the model may answer "unanswerable"
-        said_unanswerable = v2 and rec["unanswerable"] is not None
+        answerable = present(j.answerable)
+        v2 = answerable is not None  # a v2 record: the model may answer "unanswerable"
+        said_unanswerable = v2 and present(ans.unanswerable) is not None
         if said_unanswerable:  # in the curve at every cut-off: never covered, or right when it is right
-            c["sel_out" if rec["answerable"] else "sel_right"] += times
-        elif v2 and rec.get("abstained") and not rec["answerable"]:  # declined rightly: as said_unanswerable
+            c["sel_out" if answerable else "sel_right"] += times
+        elif v2 and traces.get("abstained") and not answerable:  # declined rightly: as said_unanswerable
             c["sel_right"] += times
-        elif "abstained" in rec:
-            self.selective[(confidence(rec), not rec["abstained"], bool(rec["answer_correct"]))] += times
-            if rec.get("abstain_below") is not None and rec.get("intent_evidence") is None \
-                    and rec.get("raw_intent") is not None:
+        elif "abstained" in traces:
+            self.selective[(confidence(rec), not traces["abstained"], bool(traces["answer_correct"]))] += times
+            if traces.get("abstain_below") is not None and traces.get("intent_evidence") is None \
+                    and raw_intent is not None:
                 self.no_evidence += times
         elif v2:
-            self.selective[(confidence(rec), True, bool(rec["correct_final"]))] += times
-        if v2 or "abstained" in rec:  # unanswerable precision and recall, on every set that can abstain
-            abstained = said_unanswerable or bool(rec.get("abstained"))
+            self.selective[(confidence(rec), True, bool(present(j.correct_final)))] += times
+        if v2 or "abstained" in traces:  # unanswerable precision and recall, on every set that can abstain
+            abstained = said_unanswerable or bool(traces.get("abstained"))
             c["abstention_scope"] += times
-            c["gold_unanswerable"] += (v2 and not rec["answerable"]) * times
+            c["gold_unanswerable"] += (v2 and not answerable) * times
             c["abstained"] += abstained * times
-            c["abstained_right"] += (abstained and v2 and not rec["answerable"]) * times
-        if rec.get("gold_result_head") == []:  # a gold with no rows cannot tell right from wrong
+            c["abstained_right"] += (abstained and v2 and not answerable) * times
+        if present(j.gold_result_head) == []:  # a gold with no rows cannot tell right from wrong
             c["empty_gold"] += times
             if len(self.empty_gold_ids) < 5:
-                self.empty_gold_ids.append(rec["id"])
-        cat = self.cat[rec["category"]]
+                self.empty_gold_ids.append(rec.id)
+        cat = self.cat[rec.category]  # type: ignore[index]
         cat["n"] += times
         cat["raw"] += correct_raw
         cat["final"] += correct_final
