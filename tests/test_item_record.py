@@ -15,6 +15,7 @@ import pytest
 from nlq2sql.errors import RecordError
 from nlq2sql.records.item import UNSCORED, ItemRecord, iter_item_records
 from nlq2sql.records.store import RecordWriter
+from nlq2sql.stages.execute import Executor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,3 +103,46 @@ def test_a_scorers_dict_without_its_version_reads_in_layout_order_and_takes_late
     assert rec.key_order is None
     rec.request.outcome, rec.request.concurrency = data["outcome"], data["concurrency"]
     assert rec.to_line().encode() == path.read_bytes().splitlines(keepends=True)[0]
+
+
+@pytest.mark.parametrize("answer", [
+    {"intent": "top_n_by_metric", "metric": "revenue", "dimension": "region", "time_grain": None,
+     "filters": [], "limit": 3, "order": "desc"},
+    {"intent": "breakdown", "metric": "revenue", "dimension": "region", "time_grain": None, "filters": [],
+     "limit": None, "order": None},
+    "not json",
+])
+def test_one_builder_for_scored_and_unscored_items(executor: Executor, answer: object) -> None:
+    """``intent_record`` makes both: the answer part is the same with or without a gold; without
+    one the judgement is absent and the record has the scored record's keys, the gold's side null."""
+    from nlq2sql.answers.unscored import Question, answer_item
+    from nlq2sql.stages.evalset import EvalCase
+    from nlq2sql.stages.intent import Intent
+    from nlq2sql.stages.rulesets import load_guardrails
+    from nlq2sql.stages.score import intent_record, score_item
+
+    rules = load_guardrails(["ranking"])
+    gold = Intent.model_validate({"intent": "breakdown", "metric": "revenue", "dimension": "region",
+                                  "time_grain": None, "filters": [], "limit": None, "order": None})
+    raw = answer if isinstance(answer, str) else json.dumps(answer)
+    question = "Revenue by region"
+    scored = intent_record("c1", question, raw, rules, executor, gold=gold, category="breakdown")
+    unscored = intent_record("c1", question, raw, rules, executor, gold=None)
+    assert scored.scored and not unscored.scored and unscored.judgement is None
+    same = ("raw_text", "status", "final_status", "raw_intent", "final_intent", "sql", "params", "result_rows",
+            "result_head")
+    assert all(getattr(scored.answer, k) == getattr(unscored.answer, k) for k in same)
+    flat = score_item(EvalCase(id="c1", question=question, gold=gold, category="breakdown"), raw, rules, executor)
+    bare = answer_item(Question("c1", question), raw, rules, executor)
+    assert list(flat) == list(bare) and "record_version" not in flat  # (the writer puts the version first)
+    assert bare["gold_intent"] is None and bare["correct_final"] is None and bare["guardrail_scope"] == []
+    assert [iv["rule"] for iv in flat["interventions"]] == [iv["rule"] for iv in bare["interventions"]]
+    assert all(isinstance(iv["correct"], bool) for iv in flat["interventions"])
+    assert all(iv["correct"] is None for iv in bare["interventions"])
+    if isinstance(answer, str):
+        assert flat["correct_final"] is False and flat["status"] == bare["status"] != "ok"
+    else:  # the ranking rule repairs the top-N answer to the gold's breakdown: right after the rules
+        assert flat["correct_final"] is True and flat["correct_raw"] is (answer["intent"] == "breakdown")
+        assert bool(bare["interventions"]) is (answer["intent"] != "breakdown")
+    for rec in (scored, unscored):
+        assert ItemRecord.from_json(json.loads(rec.to_line())).to_line() == rec.to_line()
