@@ -175,7 +175,8 @@ def targets(groups: Group, root: Path) -> list[str]:
 
 
 def main(root: Path) -> str:
-    runs = sorted(p.parent for p in root.glob("*/*/*/manifest.json"))
+    # a set's runs count once its matrix finished (arms.json): an interrupted set is left out
+    runs = sorted(p.parent for p in root.glob("*/*/*/manifest.json") if (p.parent.parent / "arms.json").is_file())
     if not runs:
         raise SystemExit(f"no recorded runs under {root}")
     arms = [load_arm(d) for d in runs]
