@@ -14,7 +14,7 @@ Keep it short on a shared machine (the defaults take about two minutes here):
 
     python benchmarks/bench_ray.py --requests 1500 --concurrency 64 --rounds 2
 
-"Ray: 2 actors, 1 item per task" is the dispatch before it was batched (``ray_engine.MAX_CHUNK``
+"Ray: 2 actors; 1 item per task" is the dispatch before it was batched (``ray_engine.MAX_CHUNK``
 set to 1 in the driver), kept for the side-by-side figure.
 """
 
@@ -56,7 +56,7 @@ if __name__ == "__main__":
 
 #: name: (workers, engine, items per Ray task: "-" the default)
 VARIANTS = {"one process": ("1", "local", "-"), "Ray: 2 actors": ("2", "ray", "-"),
-            "Ray: 2 actors, 1 item per task": ("2", "ray", "1"), "2 worker processes": ("2", "local", "-")}
+            "Ray: 2 actors; 1 item per task": ("2", "ray", "1"), "2 worker processes": ("2", "local", "-")}
 
 
 def one(url: str, evalset: Path, out: Path, c: int, workers: str, engine: str, chunk: str) -> dict[str, float]:
