@@ -23,6 +23,7 @@ from nlq2sql.records.store import iter_records
 from nlq2sql.run.batch import BatchConfig, run_batch
 from nlq2sql.run.batch_shards import iter_shard_records
 from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.endpoints import ReplicaSpec
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.transport.client import Sampling
@@ -31,7 +32,8 @@ pytest.importorskip("ray.data")
 
 MODEL = "fake-model"
 #: Fields that measure time or effort, not results (as in test_workers).
-TIMING = {"latency_s", "ttft_s", "itl_mean_s", "itl_max_s", "started", "chunks", "attempts", "retry_waits_s"}
+TIMING = {"latency_s", "ttft_s", "itl_mean_s", "itl_max_s", "started", "chunks", "attempts", "retry_waits_s",
+          "sql_exec_s"}
 SPEC = {"ho-003": ["500", "ok"], "ho-010": ["context_overflow"]}
 N, SHARD = 20, 8
 #: Summary figures that are results (the rest measure time).
@@ -186,3 +188,118 @@ def test_an_unreachable_endpoint_and_a_taken_out_dir_exit_2(tmp_path: Path) -> N
         res = CliRunner().invoke(app, ["batch", "--evalset", "heldout", "--endpoint", f.url, "--model", MODEL,
                                        "--out", str(out)])
     assert res.exit_code == 2 and "--force" in res.output and (out / "keep").exists()
+
+
+def sql_script(tmp: Path, name: str) -> FakeServer:
+    """A fake whose answers are SQL: the gold's own for two items, a file read, prose (v2 golds)."""
+    from nlq2sql.answers.sql.solved import solve
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.pipeline import make_executor
+    from nlq2sql.stages.queryset import load_query_set
+
+    wh = open_warehouse("retail")
+    cases = [c for c in load_query_set("heldout-v2", wh.catalog).cases if c.gold is not None][:4]
+    with make_executor(wh) as ex:
+        solved = solve([c.gold for c in cases[:2]], wh.catalog, wh, ex)
+    texts = [s.sql for s in solved if s] + [f"SELECT * FROM read_csv('{tmp / 'secret.csv'}')", "Revenue went up."]
+    assert len(texts) == 4
+    by_q = {c.question: [{"kind": "text", "text": t}] for c, t in zip(cases, texts, strict=True)}
+    return FakeServer(tmp / f"fake-{name}", script(by_question=by_q), model=MODEL, delay_s=0.02)
+
+
+def test_batch_answers_sql_as_eval_does_and_sql_grammar_records_its_grammar(ray_env: Path) -> None:
+    """Issue 23: ``batch --answer sql`` writes the records ``eval --answer sql`` writes for the same
+    items; ``--answer sql-grammar`` sends the grammar's probe before any item and records the grammar
+    in the manifest as eval does."""
+    from nlq2sql.answers.sql.grammar import sql_grammar
+    from nlq2sql.semantic import open_warehouse
+
+    (ray_env / "secret.csv").write_text("TOPSECRET-42\n")
+    base = ["--evalset", "heldout-v2", "--model", MODEL, "--limit", "4", "--concurrency", "2"]
+    with sql_script(ray_env, "eval-sql") as f:
+        res = CliRunner().invoke(app, ["eval", "--answer", "sql", *base, "--endpoint", f.url,
+                                       "--out", str(ray_env / "eval-sql")])
+    assert res.exit_code == 0, res.output
+    evaluated = {r["id"]: strip(r) for r in iter_records(ray_env / "eval-sql" / "records.jsonl")}
+    eval_summary = json.loads((ray_env / "eval-sql" / "summary.json").read_text())
+    for answer in ("sql", "sql-grammar"):
+        out = ray_env / f"batch-{answer}"
+        with sql_script(ray_env, f"batch-{answer}") as f:
+            res = CliRunner().invoke(app, ["batch", "--answer", answer, *base, "--endpoint", f.url, "--out", str(out),
+                                           "--shard-rows", "2", "--json"])
+            chats = f.chat_requests()
+        assert res.exit_code == 0, res.output
+        recs = {r["id"]: strip(r) for r in iter_shard_records(out)}
+        summary = json.loads((out / "summary.json").read_text())
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert summary["answer"] == manifest["answer"] == answer and manifest["prompt"] == "sql"
+        assert [r["status"] for r in recs.values()][2:] == ["sql_refused", "unparsable"]
+        assert summary["final_accuracy"] == eval_summary["final_accuracy"] and summary["final_accuracy"]["k"] == 2
+        if answer == "sql":
+            differ = {i: sorted(k for k in recs[i].keys() | evaluated[i].keys()
+                                if recs[i].get(k) != evaluated[i].get(k)) for i in recs}
+            assert recs == evaluated, differ  # the same records as eval's, timings aside
+            assert manifest["sampling"]["structured"] == "none" and len(chats) == 4
+        else:
+            wh = open_warehouse("retail")
+            g = sql_grammar(wh.catalog, wh)
+            assert {r["answer"] for r in recs.values()} == {"sql-grammar"}
+            assert (manifest["sampling"]["grammar"], manifest["sampling"]["grammar_sha256"]) == (g.text, g.sha256)
+            probe, *items = chats  # the grammar's probe first, then one request per item
+            assert probe["question"] == "Write one SQL SELECT statement." and len(items) == 4
+        assert "TOPSECRET-42" not in "".join(json.dumps(r) for r in recs.values())
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--answer", "sql", "--questions", "{qfile}"], "not available with --answer sql: --questions"),
+    (["--answer", "sql-grammar", "--evalset", "heldout-v2", "--guardrails", "ranking"], "--guardrails"),
+    (["--answer", "query", "--evalset", "heldout-v2"], "a batch answers intent, sql, sql-grammar, not 'query'"),
+])
+def test_an_answer_with_an_option_it_cannot_take_exits_2_before_any_request(args: list[str], message: str,
+                                                                              tmp_path: Path) -> None:
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text('{"id": "a", "question": "revenue by region"}\n')
+    out = tmp_path / "out"
+    with FakeServer(tmp_path / "fake", script(), model=MODEL) as f:
+        res = CliRunner().invoke(app, ["batch", *[a.format(qfile=qfile) for a in args], "--endpoint", f.url,
+                                       "--model", MODEL, "--out", str(out)])
+        assert not f.chat_requests()
+    assert res.exit_code == 2, res.output
+    assert message in " ".join(res.output.split()) and len(res.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_grammar_the_server_refuses_is_one_error_before_any_item(tmp_path: Path) -> None:
+    refusing = {"default": {"kind": "status", "status": 400}}  # every chat request: HTTP 400
+    out = tmp_path / "out"
+    with FakeServer(tmp_path / "fake", script(**refusing), model=MODEL) as f:
+        res = CliRunner().invoke(app, ["batch", "--answer", "sql-grammar", "--evalset", "heldout-v2", "--endpoint",
+                                       f.url, "--model", MODEL, "--out", str(out)])
+        chats = f.chat_requests()
+    assert res.exit_code == 2, res.output
+    assert "refuses the warehouse's SQL grammar" in res.output and "HTTP 400" in res.output
+    assert [c["question"] for c in chats] == ["Write one SQL SELECT statement."]  # the probe, no item
+    assert not out.exists()
+
+
+def test_ray_vllm_takes_no_sql_answer() -> None:
+    from nlq2sql.errors import InputError
+    from nlq2sql.run.batch import check
+
+    with pytest.raises(InputError, match="not available with --answer sql: --engine ray-vllm"):
+        check(BatchConfig(base=EvalConfig(answer="sql", model=MODEL), engine="ray-vllm"))
+
+
+def test_a_batch_over_two_replicas_lists_them_and_its_records_name_them(ray_env: Path) -> None:
+    """Issue 27: ``batch`` lists its replicas in the manifest, labelled as its records name them."""
+    out = ray_env / "batch-fleet"
+    with fake(ray_env, "r0") as a, fake(ray_env, "r1") as b:
+        summary = run_batch(batch_config(a.url, out, base=EvalConfig(
+            endpoint=a.url, replicas=(ReplicaSpec(b.url),), model=MODEL, limit=8, timeout_s=10.0,
+            routing="round-robin")))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["routing"] == "round-robin"
+    assert manifest["replicas"] == [{"label": "r0", "url": a.url, "model": MODEL},
+                                    {"label": "r1", "url": b.url, "model": MODEL}]
+    assert {r["replica"] for r in iter_shard_records(out)} == {"r0", "r1"}
+    assert sum(summary["replicas_answered"].values()) == 8

@@ -71,6 +71,10 @@ def batch_cmd(
     ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster's GCS address (e.g. head:6379 "
                                                     "or auto; ray:// is refused); --out must then be storage every "
                                                     "node can write. Default: a local Ray.")] = None,
+    answer: Annotated[str, typer.Option(help="intent (v1 intent JSON) | sql (DuckDB SQL the model writes, "
+                                        "guarded, sandboxed, scored by result rows; the eval set's v2 golds) | "
+                                        "sql-grammar (the same under the warehouse's SQL grammar: checked with one "
+                                        "request first, recorded in the manifest).")] = "intent",
     max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 128,
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
     limit: Annotated[int | None, typer.Option(help="Only the first K items.")] = None,
@@ -87,8 +91,12 @@ def batch_cmd(
     if (evalset is None) == (questions is None):
         raise InputError("give one of --evalset (scored) or --questions (answered, not scored)", field="--evalset")
     first, replicas = fleet_args(endpoint, endpoints_file)
+    names = guardrail_names(guardrails)
+    if answer in ("sql", "sql-grammar"):  # as eval: the answer's own prompt, no v1 guardrail unless named
+        prompt = "sql" if prompt == "baseline" else prompt
+        names = names if guardrails else ()
     base = EvalConfig(endpoint=first, replicas=replicas, routing=routing, model=model, api_key_env=api_key_env,
-                      prompt=prompt, guardrails=guardrail_names(guardrails), limit=limit, concurrency=concurrency,
+                      prompt=prompt, guardrails=names, limit=limit, concurrency=concurrency, answer=answer,
                       sampling=Sampling(max_tokens=max_tokens), timeout_s=timeout, semantic_model=semantic_model,
                       warehouse=db, conditions=conditions)
     cfg = BatchConfig(base=base, input=str(questions if questions is not None else evalset),

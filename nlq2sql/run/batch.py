@@ -51,21 +51,25 @@ from nlq2sql.inputs import at_most
 from nlq2sql.records.store import MANIFEST, RESUME_KEYS, SUMMARY
 from nlq2sql.run.batch_out import SHARDS, BatchOut
 from nlq2sql.run.batch_shards import FORMATS, encode_record, parse_item, summarise_shards
-from nlq2sql.run.config import EvalConfig, preflight, probe_endpoint, validate
+from nlq2sql.run.config import EvalConfig, preflight, probe_endpoint, targets, validate
 from nlq2sql.run.endpoints import check_address
 from nlq2sql.run.item import load_conditions, request_sampling
 from nlq2sql.run.ray_engine import BudgetCounter, RayEngine, start_local_ray
+from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.run.worker import SharedBudget
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, EvalSet, load_evalset
 from nlq2sql.stages.pipeline import manifest_base
 from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.stages.queryset import QueryCase, load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import RetryBudget, bind_sampling
 
-__all__ = ["ENGINES", "BatchConfig", "check", "item_config", "load_items", "run_batch"]
+__all__ = ["ANSWERS", "ENGINES", "BatchConfig", "check", "item_config", "load_items", "run_batch"]
 
 ENGINES = ("ray", "ray-vllm")
+#: What a batch's model writes: the v1 intent, or DuckDB SQL (free, or under the warehouse's grammar).
+ANSWERS = ("intent", "sql", "sql-grammar")
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,11 @@ def check(cfg: BatchConfig) -> None:
         raise InputError("--engine ray-vllm runs the model inside Ray Data: drop --endpoint", field="--endpoint")
     if cfg.engine == "ray-vllm":  # it sends no request of ours: no hook could run (nor be recorded)
         base.conditions.refuse("--engine ray-vllm")
+    if base.answer not in ANSWERS:
+        raise InputError(f"a batch answers {', '.join(ANSWERS)}, not {base.answer!r}", field="--answer")
+    if base.answer != "intent" and (cfg.questions or cfg.engine == "ray-vllm"):
+        what = "--questions (a question file is answered as v1 intents)" if cfg.questions else "--engine ray-vllm"
+        raise InputError(f"not available with --answer {base.answer}: {what}", field="--answer")
     if cfg.resume and cfg.force:
         raise InputError("--resume keeps what is there, --force replaces it: give one", field="--resume")
     if cfg.resume and cfg.engine == "ray-vllm":
@@ -120,14 +129,14 @@ def check(cfg: BatchConfig) -> None:
     check_address(cfg.ray_address)  # ray:// refused, HOST:PORT must answer
 
 
-def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[EvalCase] | list[Question], EvalSet | None, str]:
+def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[Any], Any, str]:
     """The items (first ``limit``), the eval set (None for a question file) and the input's SHA-256."""
     limit = cfg.base.limit
     if cfg.questions:
         qs = list(read_questions(Path(cfg.input)))
         sha = hashlib.sha256(Path(cfg.input).read_bytes()).hexdigest()
         return (qs[:limit] if limit else qs), None, sha
-    es = load_evalset(cfg.input, wh)
+    es = load_evalset(cfg.input, wh) if cfg.base.answer == "intent" else load_query_set(cfg.input, wh.catalog)
     return list(es.cases[:limit] if limit else es.cases), es, es.sha256
 
 
@@ -151,10 +160,17 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
         cond.check_against(evalset)
     key = preflight(wcfg) if cfg.engine == "ray" else ""  # the API key, every endpoint probed
     state = _out_state(cfg, store)
+    grammar = grammar_for(wcfg.answer, wh)
+    if grammar is not None and state != "complete":  # a grammar the server refuses: one error, no request
+        for url, mdl, k in targets(wcfg, wcfg.endpoint or "", wcfg.model, key):
+            probe_grammar(url, mdl, k, grammar, timeout_s=wcfg.timeout_s)
     if state == "complete":
         return store.read_json(SUMMARY)  # type: ignore[no-any-return]
     total = RetryBudget.allowed(len(items), wcfg.retry_budget)
     manifest = _manifest(cfg, wcfg, evalset, rulesets, wh, sha, len(items), prompt, conditions, key, total)
+    if grammar is not None:
+        manifest["sampling"] = bind_sampling(request_sampling(wcfg), wh.catalog, wcfg.answer,
+                                             grammar=grammar.text).as_dict()
     resuming = state == "run"
     if resuming:
         old = store.read_json(MANIFEST)
@@ -203,9 +219,9 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
 RESUME_BATCH = ("evalset_sha256", "questions_sha256", "n_items", "limit", "shard_rows", "format", "engine")
 
 
-def item_text(case: EvalCase | Question) -> str:
+def item_text(case: EvalCase | QueryCase | Question) -> str:
     """An item as the actors get it (``batch_shards.parse_item`` reads it back)."""
-    if isinstance(case, EvalCase):
+    if isinstance(case, EvalCase | QueryCase):
         return case.model_dump_json()
     return json.dumps({"id": case.id, "question": case.question})
 
@@ -258,8 +274,13 @@ def _manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, rules
         "actors": cfg.actors, "concurrency_per_actor": cfg.concurrency, "shard_rows": cfg.shard_rows,
         "format": cfg.format, "out": cfg.out if "://" in str(cfg.out) else None,
         "endpoint": wcfg.endpoint, "model": wcfg.model, "prompt": prompt.name,
+        # Every replica the actors route over (labels as the records name them), as eval's manifest lists them.
+        **({"routing": wcfg.routing, "replicas": [{"label": f"r{i}", "url": u, "model": m} for i, (u, m, _)
+                                                  in enumerate(targets(wcfg, wcfg.endpoint or "", wcfg.model, key))]}
+           if wcfg.replicas else {}),
         "prompt_style": prompt.style, "prompt_sha256": prompt.sha256, "client": wcfg.client,
-        "sampling": bind_sampling(request_sampling(wcfg), wh.catalog).as_dict(),
+        "sampling": bind_sampling(request_sampling(wcfg), wh.catalog, wcfg.answer).as_dict(),
+        **({"answer": wcfg.answer} if wcfg.answer != "intent" else {}),
         # The conditions the actors apply (their keys only when some are on: older batches unchanged).
         **(wcfg.conditions.manifest(conditions) if wcfg.conditions else {}),
         "server": asyncio.run(probe_endpoint(wcfg.endpoint, wcfg.model, key)) if wcfg.endpoint else None,
@@ -348,10 +369,10 @@ class _Answerer:
         items.start()
         return items
 
-    async def _answer(self, cases: list[EvalCase | Question]) -> list[dict[str, Any]]:
+    async def _answer(self, cases: list[EvalCase | QueryCase | Question]) -> list[dict[str, Any]]:
         gate = asyncio.Semaphore(self.cfg.concurrency)
 
-        async def one(case: EvalCase | Question) -> dict[str, Any]:
+        async def one(case: EvalCase | QueryCase | Question) -> dict[str, Any]:
             async with gate:
                 return await self.items.run(case)  # type: ignore[no-any-return]
 
@@ -362,9 +383,9 @@ class _Answerer:
 
         written = []
         for k, items in zip(batch.column("shard").to_pylist(), batch.column("items").to_pylist(), strict=True):
-            cases = [parse_item(text) for text in json.loads(items)]
+            cases = [parse_item(text, self.cfg.answer) for text in json.loads(items)]
             # The shard's gold answers from the warehouse before its requests (as one process does).
-            self.items.prepare([c for c in cases if isinstance(c, EvalCase)])
+            self.items.prepare([c for c in cases if isinstance(c, EvalCase | QueryCase)])
             recs = self._call(self._answer(cases))
             written.append(self.store.write_shard(k, self.fmt, [r["id"] for r in recs],
                                                   [encode_record(r) for r in recs]))

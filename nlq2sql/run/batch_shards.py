@@ -18,6 +18,7 @@ from nlq2sql.errors import Nlq2SqlError
 from nlq2sql.records.store import RECORD_VERSION, encode_json
 from nlq2sql.run.batch_out import SHARDS, BatchOut
 from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import percentiles
 from nlq2sql.stages.summary import Summary
 
@@ -27,10 +28,12 @@ __all__ = ["FORMATS", "encode_record", "iter_shard_records", "parse_item", "summ
 FORMATS = ("parquet", "jsonl")
 
 
-def parse_item(text: str) -> EvalCase | Question:
-    """A row's item: an eval case (it has a gold) or a question."""
+def parse_item(text: str, answer: str = "intent") -> EvalCase | QueryCase | Question:
+    """A row's item: an eval case (it has a gold; a v2 one for the query and SQL answers) or a question."""
     obj = json.loads(text)
-    return EvalCase.model_validate(obj) if "gold" in obj else Question(obj["id"], obj["question"])
+    if "gold" not in obj:
+        return Question(obj["id"], obj["question"])
+    return EvalCase.model_validate(obj) if answer == "intent" else QueryCase.model_validate(obj)
 
 
 def encode_record(rec: dict[str, Any]) -> str:
@@ -79,7 +82,10 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
                      session: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
     """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after
     checking that they hold each item exactly once."""
-    summ: Summary | AnswerSummary = Summary(rulesets) if scored else AnswerSummary(rulesets)
+    answer = manifest.get("answer") or "intent"
+    # As ``pipeline.summarise_file``: the SQL answers have no parts to score field by field.
+    summ: Summary | AnswerSummary = (AnswerSummary(rulesets) if not scored else Summary(rulesets)
+                                     if answer == "intent" else Summary(rulesets, fields=()))
     digest, seen, shards = hashlib.sha256(), Counter[str](), []
     outcomes: Counter[str] = Counter()
     replicas: Counter[str] = Counter()
@@ -110,6 +116,8 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
                            f"{missing[:3]}), {len(doubled)} twice (first: {doubled[:3]})")
     summary = summ.result()
     summary["scored"] = scored
+    if answer != "intent":
+        summary["answer"] = answer
     summary["outcomes"] = dict(outcomes)
     summary["errors_by_class"] = {k: v for k, v in outcomes.items() if k != "ok"}
     summary["compactness"] = {"n": len(ws), "outputs_without_whitespace": sum(1 for w in ws if w == 0),
