@@ -9,7 +9,8 @@
 #              (reports/repeats/, README rendered from the records by scripts/repeats_report.py).
 # Refuses a dirty tree unless ALLOW_DIRTY=1 (the reports name the commit the runs came from).
 # Usage: [STEPS="backends tune repeats"] [MODELS="smollm2-135m qwen2.5-coder-0.5b"] [LIMIT=8]
-#        [REQUESTS=12] [PORT=8251] scripts/run_serving.sh
+#        [REQUESTS=12] [PORT=8251] [SLOS="60:8 45:4 30:8"] [ENDPOINT=URL (one model, a server started
+#        elsewhere, e.g. without nlq2sql serve's 600 s start-up limit on a loaded machine)] scripts/run_serving.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -20,12 +21,15 @@ LIMIT=${LIMIT:-8}
 REQUESTS=${REQUESTS:-12}
 PORT=${PORT:-8251}
 RUNS=${RUNS_DIR:-runs/serving}
+SLOS=${SLOS:-60:8 45:4 30:8}
+ENDPOINT_GIVEN=${ENDPOINT:-}
 source scripts/_common.sh
 require_clean_tree
 mkdir -p "$RUNS"
 
 start_server() {  # start_server MODEL: one local vLLM (prompts with 8 examples need 4096 tokens);
     # dev mode serves /server_info, so the runs (all --endpoint) record the backend the server reports
+    if [[ -n "${ENDPOINT_GIVEN:-}" ]]; then ENDPOINT=$ENDPOINT_GIVEN; return; fi
     VLLM_SERVER_DEV_MODE=1 $N serve --model "$1" --port "$PORT" --max-model-len 4096 > "$RUNS/serve-$1.log" 2>&1 &
     SERVER=$!
     trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
@@ -37,6 +41,7 @@ start_server() {  # start_server MODEL: one local vLLM (prompts with 8 examples 
 }
 
 stop_server() {
+    [[ -n "${ENDPOINT_GIVEN:-}" ]] && return
     kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true; trap - EXIT
 }
 
@@ -54,7 +59,7 @@ for step in $STEPS; do
         start_server smollm2-135m
         # The Qwen curve's condition (README "Choosing an operating point"): contrastive prompt, branch
         # schema, 8 examples, value linking, learned ranking + sort, max_tokens 128, --min-accuracy 0.5.
-        for spec in "60:8" "45:4" "30:8"; do
+        for spec in $SLOS; do
             slo=${spec%%:*}; hi=${spec#*:}
             name=c1-c$hi-e2e-p95-${slo}s
             rm -rf "$RUNS/tune-$name"
