@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,36 @@ def overview(groups: Group) -> list[str]:
         n = max(r["n"] for r in table["arms"])
         lines.append(f"| {model} | {wh} | {evalset} | {n} | {' | '.join(cells)} | {_p(table, 'query', 'sql')} | "
                      f"{_p(table, 'query', 'sql-grammar')} |")
+    return lines + [""]
+
+
+def pooled(groups: Group) -> list[str]:
+    """Per model, every set that ran all three arms pooled (items keyed by warehouse/set/id):
+    accuracy, McNemar against the query arm, and what each arm costs in tokens and latency."""
+    lines = ["## Pooled over the answerable sets (every set with all three arms)", "",
+             "| model | arm | sets | n | accuracy (95 % CI) | McNemar vs query (only query / only this) | "
+             "prompt tokens (mean) | completion tokens (mean) | latency p50 / p95 |", "|---" * 9 + "|"]
+    for model in sorted({m for m, _, _ in groups}):
+        full = {k: g for k, g in groups.items() if k[0] == model and {a.answer for a in g} >= set(ARMS)}
+        if not full:
+            continue
+        arms = []
+        for arm in ARMS:
+            runs = [(f"{wh}/{es}", a) for (_, wh, es), g in sorted(full.items()) for a in g if a.answer == arm]
+            arms.append(Arm(arm, arm, model, "pooled", {}, {},
+                            {f"{k}/{i}": v for k, a in runs for i, v in a.correct.items()},
+                            {f"{k}/{i}": v for k, a in runs for i, v in a.lenient.items()},
+                            sum((a.errors for _, a in runs), Counter()),
+                            [t for _, a in runs for t in a.prompt_tokens],
+                            [t for _, a in runs for t in a.completion_tokens],
+                            [t for _, a in runs for t in a.latency_s]))
+        table = arms_table(arms)
+        for r in table["arms"]:
+            lat = r["latency_s"]
+            lines.append(f"| {model} | {r['arm']} | {len(full)} | {r['n']} | {pct(r['accuracy'])} | "
+                         f"{_p(table, 'query', r['arm']) if r['arm'] != 'query' else '—'} | "
+                         f"{r['prompt_tokens']['mean']:.0f} | {r['completion_tokens']['mean']:.1f} | "
+                         f"{lat['p50']:.1f} / {lat['p95']:.1f} s |")
     return lines + [""]
 
 
@@ -201,7 +232,7 @@ def main(root: Path) -> str:
              f"arms). max_tokens {m0['sampling']['max_tokens']}, temperature {m0['sampling']['temperature']}. "
              "Latency is CPU vLLM latency (2 cores, shared with other work): it ranks the arms on this machine, "
              "it is not a GPU figure. Cost per 1k assumes $1/hour and each run's measured completed requests/s.", ""]
-    lines += overview(groups) + abstention(groups) + targets(groups, root)
+    lines += overview(groups) + pooled(groups) + abstention(groups) + targets(groups, root)
     for (model, wh, evalset), group in sorted(groups.items()):
         table = arms_table(group, gpu_cost_per_hour=1.0)
         lines.append(render_markdown(table, f"{model} · {wh} · {evalset}"))
