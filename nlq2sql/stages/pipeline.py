@@ -28,7 +28,6 @@ from nlq2sql.records.store import (
     RECORDS,
     SUMMARY,
     BulkRecordWriter,
-    iter_records,
     prepare_dir,
     write_json_atomic,
 )
@@ -312,23 +311,24 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     raw_ok: dict[str, bool] = {}
     final_ok: dict[str, bool] = {}
     with make_executor(wh) as ex:
-        for old in iter_records(run_dir / RECORDS):
-            case = cases.get(old["id"])
+        for old in iter_item_records(run_dir / RECORDS):
+            case = cases.get(old.id)
             if case is None:
-                raise InputError(f"record id {old['id']!r} is not in eval set {es.name}",
+                raise InputError(f"record id {old.id!r} is not in eval set {es.name}",
                                  path=str(run_dir / RECORDS), field="id")
-            outcome = old.get("outcome", "ok")
+            outcome = old.outcome
             request_error = None if outcome in (None, "ok") else outcome
-            rec = (score_query(case, old.get("raw_text"), ex, wh.catalog, finish_reason=old.get("finish_reason"),
+            raw_text, finish = present(old.answer.raw_text), present(old.answer.finish_reason)
+            rec = (score_query(case, raw_text, ex, wh.catalog, finish_reason=finish,
                                request_error=request_error, rulesets=rulesets) if v2 else
-                   score_item(case, old.get("raw_text"), rulesets, ex, finish_reason=old.get("finish_reason"),
+                   score_item(case, raw_text, rulesets, ex, finish_reason=finish,
                               request_error=request_error, catalog=wh.catalog))
             for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s"):
                 rec[key] = old.get(key)
-            if "abstained" in old:  # decided again from the recorded evidence, under these guardrails
+            if "abstained" in old.traces:  # decided again from the recorded evidence, under these guardrails
                 for key in ("votes", "planner_choice", "intent_evidence", "abstain_below"):
-                    if key in old:
-                        rec[key] = old[key]
+                    if key in old.traces:
+                        rec[key] = old.traces[key]
                 apply_abstention(rec)
             summ.add(rec)
             raw_ok[rec["id"]] = rec["correct_raw"]
