@@ -167,10 +167,8 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
     if state == "complete":
         return store.read_json(SUMMARY)  # type: ignore[no-any-return]
     total = RetryBudget.allowed(len(items), wcfg.retry_budget)
-    manifest = _manifest(cfg, wcfg, evalset, rulesets, wh, sha, len(items), prompt, conditions, key, total)
-    if grammar is not None:
-        manifest["sampling"] = bind_sampling(request_sampling(wcfg), wh.catalog, wcfg.answer,
-                                             grammar=grammar.text).as_dict()
+    manifest = _manifest(cfg, wcfg, evalset, rulesets, wh, sha, len(items), prompt, conditions, key, total,
+                         grammar.text if grammar is not None else None)
     resuming = state == "run"
     if resuming:
         old = store.read_json(MANIFEST)
@@ -260,7 +258,8 @@ def _finished(store: BatchOut, fmt: str, plan: list[list[Any]]) -> tuple[set[int
 
 
 def _manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, rulesets: list[Any], wh: Any, sha: str,
-              n: int, prompt: Any, conditions: list[Any], key: str, total: int) -> dict[str, Any]:
+              n: int, prompt: Any, conditions: list[Any], key: str, total: int, grammar: str | None
+              ) -> dict[str, Any]:
     if evalset is not None:
         manifest = manifest_base("batch", evalset, rulesets, wh) | {"scored": True}
     else:
@@ -279,7 +278,7 @@ def _manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, rules
                                                   in enumerate(targets(wcfg, wcfg.endpoint or "", wcfg.model, key))]}
            if wcfg.replicas else {}),
         "prompt_style": prompt.style, "prompt_sha256": prompt.sha256, "client": wcfg.client,
-        "sampling": bind_sampling(request_sampling(wcfg), wh.catalog, wcfg.answer).as_dict(),
+        "sampling": bind_sampling(request_sampling(wcfg), wh.catalog, wcfg.answer, grammar=grammar).as_dict(),
         **({"answer": wcfg.answer} if wcfg.answer != "intent" else {}),
         # The conditions the actors apply (their keys only when some are on: older batches unchanged).
         **(wcfg.conditions.manifest(conditions) if wcfg.conditions else {}),
