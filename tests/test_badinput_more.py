@@ -408,3 +408,26 @@ def test_matrix_empty_prompt_name(prompts: str, tmp_path: Path) -> None:
 def test_matrix_unknown_prompt_refused_before_any_server(tmp_path: Path) -> None:
     refused("matrix", "--prompts", "baseline,nosuchprompt", "--out", str(tmp_path / "out"),
             expect=["no prompt 'nosuchprompt'"])
+
+
+@pytest.mark.parametrize("kind", ["v1", "v2"])
+def test_a_gold_limit_of_true_is_refused_not_read_as_one(kind: str, tmp_path: Path) -> None:
+    """JSON ``true`` is not an integer: a gold ``"limit": true`` once became the limit 1."""
+    if kind == "v1":
+        gold = json.loads(HELDOUT[0])["gold"] | {"limit": True, "order": "desc", "intent": "top_n_by_metric"}
+    else:
+        gold = {"metrics": ["revenue"], "group_by": ["customer_id__region"],
+                "order_by": [{"field": "revenue", "descending": True}], "limit": True}
+    path = tmp_path / "limit.jsonl"
+    path.write_text(json.dumps({"id": "x-1", "question": "q", "gold": gold}) + "\n")
+    refused("evalset", "check", str(path), expect=[f"{path}:1", "gold", "limit"])
+
+
+def test_semantic_init_out_a_directory_leaves_nothing(small_warehouse: Path, tmp_path: Path) -> None:
+    """``--out DIR --force`` once left ``DIR.tmp`` behind after the move into a directory failed."""
+    target = tmp_path / "models"
+    target.mkdir()
+    refused("semantic", "init", "--db", str(small_warehouse), "--out", str(target), "--force",
+            expect=[str(target), "--out", "is a directory"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
+    assert not any(target.iterdir())

@@ -64,6 +64,8 @@ def semantic_init(db: Annotated[Path, typer.Option("--db", help="DuckDB file to 
 
     if not db.is_file():
         raise InputError("no such database file", path=str(db), field="--db")
+    if out is not None and out.is_dir():
+        raise InputError("is a directory; give a file name for the YAML", path=str(out), field="--out")
     if out is not None and out.exists() and not force:
         raise InputError("exists; pass --force to overwrite", path=str(out), field="--out")
     text = init_yaml(db)
@@ -71,8 +73,11 @@ def semantic_init(db: Annotated[Path, typer.Option("--db", help="DuckDB file to 
         sys.stdout.write(text)
     else:
         tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out)
+        try:
+            tmp.write_text(text)
+            tmp.replace(out)
+        finally:  # nothing half-written: the temporary file never outlives a failed move
+            tmp.unlink(missing_ok=True)
         Console().print(f"wrote {out}")
 
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal, get_args
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from nlq2sql.errors import InputError, IntentError
 from nlq2sql.semantic.catalog import Catalog, Vocabulary, default_catalog
@@ -67,7 +67,7 @@ class Intent(BaseModel):
     dimension: Name | None
     time_grain: TimeGrain | None
     filters: list[Filter] = Field(max_length=3)
-    limit: int | None = Field(ge=1, le=100)
+    limit: StrictInt | None = Field(ge=1, le=100)  # strict: a JSON true is not the limit 1
     order: Order | None
 
     def key(self) -> str:
