@@ -120,8 +120,8 @@ def read_text(path: str | Path, what: str = "") -> str:
 
 
 __all__ = ["BOM", "MAX_JSON_DEPTH", "MAX_REQUESTS", "at_most", "check_json_depth", "decode_line", "json_depth",
-           "json_object", "not_utf8", "option_text", "parse_json", "read_text", "regular_file", "reusable_rest",
-           "split_id", "strip_whitespace_outside_strings"]
+           "json_object", "not_a_boolean", "not_utf8", "option_text", "parse_json", "read_text", "regular_file",
+           "reusable_rest", "split_id", "strip_whitespace_outside_strings"]
 
 
 def json_object(text: str, *, path: str, line: int, cls: type[InputError] = InputError) -> dict[str, Any]:
@@ -246,3 +246,11 @@ def option_text(value: str, option: str) -> str:
     if not path:
         raise InputError("'@' must be followed by a file name", field=option)
     return read_text(path, f"{option} file")
+
+
+def not_a_boolean(value: object) -> object:
+    """A pydantic before-validator for integer fields read from JSON: ``true`` is not the integer 1
+    (pydantic's lax int would take it; the JSON Schema does not, and an integral 5.0 stays 5)."""
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not a boolean")
+    return value

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from nlq2sql.inputs import not_a_boolean
 
 __all__ = ["GRAINS", "METRIC_TIME", "OPS", "MetricQuery", "OrderBy", "Unanswerable", "Value", "Where"]
 
@@ -57,15 +59,7 @@ class MetricQuery(_Strict):
     group_by: tuple[Name, ...] = Field(default=(), max_length=8)
     where: tuple[Where, ...] | None = Field(default=None, max_length=8)
     order_by: tuple[OrderBy, ...] | None = Field(default=None, max_length=8)
-    limit: int | None = Field(default=None, ge=1, le=10_000)
-
-    @field_validator("limit", mode="before")
-    @classmethod
-    def _not_a_boolean(cls, value: object) -> object:
-        """JSON ``true`` is not the limit 1 (pydantic's lax int would take it)."""
-        if isinstance(value, bool):
-            raise ValueError("must be an integer, not a boolean")
-        return value
+    limit: Annotated[int, BeforeValidator(not_a_boolean)] | None = Field(default=None, ge=1, le=10_000)
 
     @field_validator("metrics", "group_by", mode="after")
     @classmethod

@@ -14,9 +14,10 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal, get_args
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from nlq2sql.errors import InputError, IntentError
+from nlq2sql.inputs import not_a_boolean
 from nlq2sql.semantic.catalog import Catalog, Vocabulary, default_catalog
 
 __all__ = ["DEFAULT_TOP_N", "FIELDS", "INTENTS", "OPS", "ORDERS", "PARSE_CACHE_SIZE", "SCHEMA_MODES",
@@ -67,16 +68,8 @@ class Intent(BaseModel):
     dimension: Name | None
     time_grain: TimeGrain | None
     filters: list[Filter] = Field(max_length=3)
-    limit: int | None = Field(ge=1, le=100)
+    limit: Annotated[int, BeforeValidator(not_a_boolean)] | None = Field(ge=1, le=100)
     order: Order | None
-
-    @field_validator("limit", mode="before")
-    @classmethod
-    def _not_a_boolean(cls, value: object) -> object:
-        """JSON ``true`` is not the limit 1 (the JSON Schema agrees; an integral 5.0 stays 5)."""
-        if isinstance(value, bool):
-            raise ValueError("must be an integer, not a boolean")
-        return value
 
     def key(self) -> str:
         """Stable text of the intent: equal keys ⇔ equal intents."""
