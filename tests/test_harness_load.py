@@ -36,7 +36,7 @@ def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,
     assert h["saturated"] is False, h
     assert h["loop_lag_ms"]["n"] > 10 and 0 < h["cpu_share_of_core"] < 0.9
 
-    real = item.score_item
+    real = item.intent_record
 
     def hog(*a: Any, **k: Any) -> Any:
         t = time.process_time()
@@ -44,7 +44,7 @@ def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,
             pass
         return real(*a, **k)
 
-    monkeypatch.setattr(item, "score_item", hog)
+    monkeypatch.setattr(item, "intent_record", hog)
     with FakeServer(tmp_path / "fast", script(), model=MODEL) as f:
         starved = evaluate(f, tmp_path / "starved")
     h = starved["harness"]

@@ -59,7 +59,7 @@ class MetricQuery(_Strict):
     group_by: tuple[Name, ...] = Field(default=(), max_length=8)
     where: tuple[Where, ...] | None = Field(default=None, max_length=8)
     order_by: tuple[OrderBy, ...] | None = Field(default=None, max_length=8)
-    limit: Annotated[int, BeforeValidator(not_a_boolean)] | None = Field(default=None, ge=1, le=10_000)
+    limit: Annotated[int, Field(ge=1, le=10_000), BeforeValidator(not_a_boolean)] | None = None
 
     @field_validator("metrics", "group_by", mode="after")
     @classmethod

@@ -68,7 +68,7 @@ class Intent(BaseModel):
     dimension: Name | None
     time_grain: TimeGrain | None
     filters: list[Filter] = Field(max_length=3)
-    limit: Annotated[int, BeforeValidator(not_a_boolean)] | None = Field(ge=1, le=100)
+    limit: Annotated[int, Field(ge=1, le=100), BeforeValidator(not_a_boolean)] | None
     order: Order | None
 
     def key(self) -> str:

@@ -133,7 +133,8 @@ def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catal
         "interventions": ivs, "guardrail_scope": scope,
         "sql": sql.sql if sql is not None else None, "params": list(sql.params) if sql is not None else None,
         "exec_error": exec_error,
-        "result_hash": executor.result_hash(q, ordered=ordered) if q is not None else None,
+        "result_hash": (executor.result_hash(q, ordered=ordered and isinstance(final, MetricQuery) and final.ordered)
+                        if q is not None else None),  # an unordered answer's rows come in any order
         "result_rows": len(rows) if rows is not None else None,
         "result_head": _head(rows, isinstance(final, MetricQuery) and final.ordered) if rows is not None else None,
         "gold_result_head": _head(gold_rows, ordered) if gold_rows is not None else None,

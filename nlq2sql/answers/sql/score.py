@@ -30,8 +30,8 @@ from nlq2sql.stages.execute import Executor, result_hash
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS
 
-__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "extract_sql", "gold_columns", "parse_sql_answer",
-           "score_sql", "sql_record"]
+__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "extract_sql", "gold_columns", "orders_rows",
+           "parse_sql_answer", "score_sql", "sql_record"]
 
 ANSWER_KIND = "sql"
 #: The arms whose answer is SQL the model wrote (free, or constrained by the warehouse grammar).
@@ -113,8 +113,20 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _head(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
-    return [[_jsonable(c) for c in r] for r in rows[:RESULT_HEAD_ROWS]]
+def _head(rows: list[tuple[Any, ...]], ordered: bool) -> list[list[Any]]:
+    """The first rows shown: in the statement's order, else sorted -- an unordered result comes back
+    from DuckDB in any order, and a record must not depend on the run (or worker) that made it."""
+    shown = rows if ordered else sorted(rows, key=repr)
+    return [[_jsonable(c) for c in r] for r in shown[:RESULT_HEAD_ROWS]]
+
+
+def orders_rows(sql: str) -> bool:
+    """Whether the statement's outermost query has an ORDER BY (its row order means something)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return False
+    return tree is not None and tree.args.get("order") is not None
 
 
 def _dump(q: MetricQuery | None) -> dict[str, Any]:
@@ -173,6 +185,7 @@ def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalo
     error = _error(status, case, kind, strict, eq_error)
     error_lenient = None if lenient else error
     norm = normalise_rows(rows) if rows is not None else None
+    own_order = sql is not None and orders_rows(sql)
     head_rows = res.rows if res is not None and res.rows is not None else None
     raw_intent = ({"intent": ANSWER_KIND, "sql": sql} if kind == "sql"
                   else {"intent": UNANSWERABLE, UNANSWERABLE: payload} if kind == UNANSWERABLE else None)
@@ -183,15 +196,15 @@ def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalo
         unanswerable=payload if kind == UNANSWERABLE else None, interventions=[],
         sql=sql, params=[] if sql is not None else None,
         exec_error=reason if status in ERROR_OF_STATUS else None,
-        result_hash=result_hash(norm, ordered=ordered) if norm is not None else None,
+        result_hash=result_hash(norm, ordered=ordered and own_order) if norm is not None else None,
         result_rows=len(head_rows) if head_rows is not None else None,
-        result_head=_head(normalise_rows(head_rows)) if head_rows is not None else None,
+        result_head=_head(normalise_rows(head_rows), own_order) if head_rows is not None else None,
         result_columns=list(res.columns) if res is not None and res.rows is not None else None,
         result_truncated=bool(res.truncated) if res is not None else False,
         sql_exec_s=round(res.elapsed_s, 6) if res is not None else None)
     judgement = Judgement(
         answerable=case.answerable, gold_intent=_dump(case.gold), guardrail_scope=[],
-        gold_result_head=_head(gold_rows) if gold_rows is not None else None,
+        gold_result_head=_head(gold_rows, ordered) if gold_rows is not None else None,
         gold_result_hash=executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
         gold_sql=gold_q.sql if gold_q is not None else None,
         gold_params=list(gold_q.params) if gold_q is not None else None, parts=None,
