@@ -8,18 +8,27 @@ require_clean_tree() {
     fi
 }
 
-# serve_local OUT MODEL PORT [REPLICAS]: start `nlq2sql serve` in the background, wait until every
-# replica is ready, stop it on exit.  Sets ENDPOINTS (one URL per replica) and ENDPOINT (the first).
+# serve_local OUT MODEL PORT [REPLICAS [SERVE ARGS...]]: start `nlq2sql serve` in the background
+# (its log: $SERVE_LOG, default OUT/serve.log), wait until every replica is ready, stop it on exit
+# (or at stop_local).  Extra arguments go to `serve` (e.g. --max-model-len 4096 for prompts with 8
+# jaffle examples).  Sets ENDPOINTS (one URL per replica) and ENDPOINT (the first).
 serve_local() {
     local out=$1 model=$2 port=$3 replicas=${4:-1}
+    shift $(( $# < 4 ? $# : 4 ))
+    local log=${SERVE_LOG:-$out/serve.log}
     mkdir -p "$out"
-    $N serve --model "$model" --port "$port" --replicas "$replicas" > "$out/serve.log" 2>&1 &
+    $N serve --model "$model" --port "$port" --replicas "$replicas" "$@" > "$log" 2>&1 &
     SERVER=$!
     trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
-    until [[ $(grep -c "serving .* at" "$out/serve.log" 2>/dev/null) -ge $replicas ]]; do
-        kill -0 $SERVER 2>/dev/null || { cat "$out/serve.log"; exit 1; }
+    until [[ $(grep -c "serving .* at" "$log" 2>/dev/null) -ge $replicas ]]; do
+        kill -0 $SERVER 2>/dev/null || { cat "$log"; exit 1; }
         sleep 2
     done
-    ENDPOINTS=$(grep "^serving " "$out/serve.log" | grep -o "http://[^ ]*/v1")
+    ENDPOINTS=$(grep "^serving " "$log" | grep -o "http://[^ ]*/v1")
     ENDPOINT=$(echo "$ENDPOINTS" | head -1)
+}
+
+# stop_local: stop the server serve_local started (scripts that serve one model after another).
+stop_local() {
+    kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true; trap - EXIT
 }

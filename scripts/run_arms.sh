@@ -21,6 +21,7 @@ UNANSWERABLE=${UNANSWERABLE-retail:unanswerable tpch:unanswerable flights:unansw
 EXAMPLES=${EXAMPLES:-8}
 OUT=${REPORTS_DIR:-reports/arms}
 LIMIT=${LIMIT:+--limit $LIMIT}
+ENDPOINT_GIVEN=${ENDPOINT:-}
 source scripts/_common.sh
 require_clean_tree
 mkdir -p "$OUT"
@@ -36,17 +37,11 @@ for model in $MODELS; do
     done
     [[ ${#pending[@]} -gt 0 ]] || continue
     todo=("${pending[@]}")
-    endpoint=${ENDPOINT:-}
+    endpoint=$ENDPOINT_GIVEN
     mkdir -p "$OUT/$model"
     if [[ -z "$endpoint" ]]; then
-        $N serve --model "$model" --port "${PORT:-8230}" --max-model-len 4096 > "$OUT/$model/serve.log" 2>&1 &
-        SERVER=$!
-        trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
-        until grep -q "serving .* at" "$OUT/$model/serve.log" 2>/dev/null; do
-            kill -0 $SERVER 2>/dev/null || { cat "$OUT/$model/serve.log"; exit 1; }
-            sleep 2
-        done
-        endpoint=$(grep "^serving " "$OUT/$model/serve.log" | grep -o "http://[^ ]*/v1" | head -1)
+        serve_local "$OUT/$model" "$model" "${PORT:-8230}" 1 --max-model-len 4096
+        endpoint=$ENDPOINT
     fi
     for job in "${todo[@]}"; do
         answers=${job%%:*}; spec=${job#*:}; wh=${spec%%:*}; set=${spec#*:}
@@ -59,9 +54,7 @@ for model in $MODELS; do
             || { tail -5 "$OUT/$model/$wh-$set.log"; exit 1; }
         echo "done $model $wh $set $(date -u +%H:%M:%S)"
     done
-    if [[ -z "${ENDPOINT:-}" ]]; then
-        kill -TERM $SERVER; wait $SERVER 2>/dev/null || true; trap - EXIT
-    fi
+    [[ -n "$ENDPOINT_GIVEN" ]] || stop_local
 done
 $PY scripts/arms_report.py "$OUT" > "$OUT/README.md"
 cat "$OUT/README.md"

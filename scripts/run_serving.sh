@@ -30,19 +30,12 @@ mkdir -p "$RUNS"
 start_server() {  # start_server MODEL: one local vLLM (prompts with 8 examples need 4096 tokens);
     # dev mode serves /server_info, so the runs (all --endpoint) record the backend the server reports
     if [[ -n "${ENDPOINT_GIVEN:-}" ]]; then ENDPOINT=$ENDPOINT_GIVEN; return; fi
-    VLLM_SERVER_DEV_MODE=1 $N serve --model "$1" --port "$PORT" --max-model-len 4096 > "$RUNS/serve-$1.log" 2>&1 &
-    SERVER=$!
-    trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
-    until grep -q "serving .* at" "$RUNS/serve-$1.log" 2>/dev/null; do
-        kill -0 $SERVER 2>/dev/null || { cat "$RUNS/serve-$1.log"; exit 1; }
-        sleep 2
-    done
-    ENDPOINT=$(grep "^serving " "$RUNS/serve-$1.log" | grep -o "http://[^ ]*/v1" | head -1)
+    VLLM_SERVER_DEV_MODE=1 SERVE_LOG="$RUNS/serve-$1.log" serve_local "$RUNS" "$1" "$PORT" 1 --max-model-len 4096
 }
 
 stop_server() {
     [[ -n "${ENDPOINT_GIVEN:-}" ]] && return
-    kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true; trap - EXIT
+    stop_local
 }
 
 for step in $STEPS; do

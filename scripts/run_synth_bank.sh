@@ -16,15 +16,7 @@ source scripts/_common.sh
 require_clean_tree
 if [[ -z "${ENDPOINT:-}" ]]; then
     # the jaffle prompt with 8 examples needs more than the default 2,048-token context
-    mkdir -p "$OUT"
-    $N serve --model "$MODEL" --port "${PORT:-8310}" --max-model-len 4096 > "$OUT/serve.log" 2>&1 &
-    SERVER=$!
-    trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
-    until grep -q "serving .* at" "$OUT/serve.log" 2>/dev/null; do
-        kill -0 $SERVER 2>/dev/null || { cat "$OUT/serve.log"; exit 1; }
-        sleep 2
-    done
-    ENDPOINT=$(grep "^serving " "$OUT/serve.log" | grep -o "http://[^ ]*/v1" | head -1)
+    serve_local "$OUT" "$MODEL" "${PORT:-8310}" 1 --max-model-len 4096
 fi
 mkdir -p "$OUT"
 for item in $WAREHOUSES; do

@@ -1,0 +1,149 @@
+"""Unanswerable precision and recall at every confidence cut-off, from the records (issue 22).
+
+A run with ``--abstain-below P`` records each item's confidence (``intent_evidence``: for a v2
+answer the model's share on answering at all times its share on the first metric) and the answer
+before abstention (``answer_correct``).  The threshold used in the run is one point; the records
+hold the whole curve: at cut-off ``t`` an item abstains when the model said "unanswerable" or its
+confidence is below ``t``.  Pooling a warehouse's held-out run (every item answerable) with its
+unanswerable run gives what a team deploying the abstention needs: of the questions declined, how
+many should have been (precision); of the questions that cannot be answered, how many were
+declined (recall); and what the answerable questions lose (coverage, accuracy on answered).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import wilson
+
+__all__ = ["MIN_RECALL", "CutPoint", "Decision", "best_at_recall", "cut", "decisions", "render", "sweep"]
+
+#: Issue 22's bar: unanswerable precision >= 0.8 at recall >= 0.6.
+MIN_RECALL, MIN_PRECISION = 0.6, 0.8
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one record says about abstaining: the facts every cut-off is decided from."""
+
+    id: str
+    answerable: bool
+    said_unanswerable: bool
+    confidence: float | None
+    answer_correct: bool
+
+
+def decisions(records: Iterable[dict[str, Any]]) -> list[Decision]:
+    """One :class:`Decision` per record (a JSON edge: records are read as written)."""
+    out = []
+    for rec in records:
+        ev = rec.get("intent_evidence") or {}
+        conf = ev.get("confidence")
+        said = rec.get("unanswerable") is not None
+        correct = rec.get("answer_correct")
+        if correct is None:  # a run without --abstain: its final correctness is the answer's
+            correct = rec.get("correct_final")
+        out.append(Decision(id=str(rec["id"]), answerable=rec.get("answerable") is not False, said_unanswerable=said,
+                            confidence=None if conf is None else float(conf),
+                            answer_correct=bool(correct) and not said))
+    return out
+
+
+@dataclass(frozen=True)
+class CutPoint:
+    """The pooled items decided at one cut-off."""
+
+    threshold: float
+    n: int
+    unanswerable: int
+    abstained: int
+    abstained_right: int
+    answered_answerable: int
+    answered_right: int
+
+    @property
+    def precision(self) -> dict[str, Any]:
+        return wilson(self.abstained_right, self.abstained)
+
+    @property
+    def recall(self) -> dict[str, Any]:
+        return wilson(self.abstained_right, self.unanswerable)
+
+    @property
+    def accuracy(self) -> dict[str, Any]:
+        """Final accuracy over every item (a right abstention counts right, a wrong one wrong)."""
+        return wilson(self.answered_right + self.abstained_right, self.n)
+
+    @property
+    def coverage(self) -> dict[str, Any]:
+        """Share of the answerable items still answered."""
+        return wilson(self.answered_answerable, self.n - self.unanswerable)
+
+
+def cut(items: list[Decision], threshold: float) -> CutPoint:
+    """Abstain where the model said "unanswerable" or its confidence is below ``threshold``."""
+    abstained = abstained_right = answered = right = 0
+    for d in items:
+        declines = d.said_unanswerable or (d.confidence is not None and d.confidence < threshold)
+        if declines:
+            abstained += 1
+            abstained_right += not d.answerable
+        elif d.answerable:
+            answered += 1
+            right += d.answer_correct
+    return CutPoint(threshold=threshold, n=len(items), unanswerable=sum(not d.answerable for d in items),
+                    abstained=abstained, abstained_right=abstained_right, answered_answerable=answered,
+                    answered_right=right)
+
+
+def sweep(items: list[Decision]) -> list[CutPoint]:
+    """Every distinct cut-off the records allow, from "only explicit abstentions" (0) upward."""
+    levels = sorted({0.0} | {d.confidence for d in items if d.confidence is not None} | {1.0})
+    out, seen = [], set()
+    for t in levels:
+        p = cut(items, t if t < 1.0 else 1.0 + 1e-9)
+        key = (p.abstained, p.abstained_right, p.answered_right)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def best_at_recall(points: list[CutPoint], min_recall: float = MIN_RECALL) -> CutPoint | None:
+    """The point of highest precision among those whose recall reaches ``min_recall``."""
+    ok = [p for p in points if p.unanswerable and p.abstained_right / p.unanswerable >= min_recall]
+    return max(ok, key=lambda p: (p.abstained_right / max(p.abstained, 1), -p.threshold)) if ok else None
+
+
+def _row(label: str, p: CutPoint) -> str:
+    prec = pct(p.precision) if p.abstained else "—"
+    return (f"| {label} | {p.threshold:.3g} | {p.abstained} | {prec} | {pct(p.recall)} | {pct(p.coverage)} | "
+            f"{pct(p.accuracy)} |")
+
+
+def render(groups: dict[str, list[Decision]], run_threshold: float | None) -> list[str]:
+    """Markdown: per group, the run's own cut-off, the best precision at recall >= 0.6 (met or
+    missed against precision 0.8), and the explicit-abstention-only point."""
+    head = ["| group | cut-off | abstained | precision | recall | coverage (answerable) | final accuracy |",
+            "|---|---|---|---|---|---|---|"]
+    lines, verdicts = [*head], []
+    for name, items in groups.items():
+        points = sweep(items)
+        lines.append(_row(f"{name} · said unanswerable only", cut(items, 0.0)))
+        if run_threshold is not None:
+            lines.append(_row(f"{name} · the run's cut-off", cut(items, run_threshold)))
+        best = best_at_recall(points)
+        if best is None:
+            top = max(points, key=lambda p: p.abstained_right)
+            verdicts.append(f"- {name}: recall never reaches {MIN_RECALL:.0%} (at most {top.abstained_right}/"
+                            f"{top.unanswerable}, abstaining on {top.abstained} of {top.n}) — **missed**")
+            continue
+        lines.append(_row(f"{name} · best precision at recall ≥ {MIN_RECALL:.0%}", best))
+        met = best.abstained_right / best.abstained >= MIN_PRECISION
+        verdicts.append(f"- {name}: precision {best.abstained_right}/{best.abstained} at recall "
+                        f"{best.abstained_right}/{best.unanswerable} (cut-off {best.threshold:.3g}) — "
+                        f"**{'met' if met else 'missed'}** (target precision ≥ {MIN_PRECISION:.0%})")
+    return [*lines, "", *verdicts]
