@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -34,3 +35,28 @@ def test_backend_options_are_checked_before_anything_starts(tmp_path: Path) -> N
     res = CliRunner().invoke(app, ["backends", "--backend", "xgrammar", "--backend", "xgrammar",
                                    "--out", str(tmp_path / "b")])
     assert res.exit_code == 2 and "named twice" in res.output and not (tmp_path / "b").exists()
+
+
+def test_serve_startup_timeout_is_checked_and_reaches_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25: a loaded machine can need more than 600 s to start vLLM: ``--startup-timeout``."""
+    from nlq2sql.run import server
+
+    for bad in ("0", "-5", "nan", "100000"):
+        res = CliRunner().invoke(app, ["serve", "--startup-timeout", bad, "--port", "8199"])
+        assert res.exit_code == 2 and "--startup-timeout" in res.output, (bad, res.output)
+    seen: list[float] = []
+
+    class Fleet:
+        def __init__(self, config: server.ServerConfig, *_: object) -> None:
+            seen.append(config.startup_timeout_s)
+
+        def start(self) -> None:
+            raise KeyboardInterrupt  # stop at once: what matters is the configuration it got
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(server, "LocalFleet", Fleet)
+    CliRunner().invoke(app, ["serve", "--startup-timeout", "1800", "--port", "8199"])
+    CliRunner().invoke(app, ["serve", "--port", "8199"])
+    assert seen == [1800.0, 600.0]

@@ -296,6 +296,9 @@ def serve(
     gpus_per_replica: Annotated[int | None, typer.Option(
         help="Multi-GPU box: replica i sees GPUs i·G … i·G+G-1 (CUDA_VISIBLE_DEVICES); the CPU build "
              "ignores it.")] = None,
+    startup_timeout: Annotated[float, typer.Option(
+        help="Seconds each replica may take to become healthy (a loaded 2-core machine can need more "
+             "than the default).")] = 600.0,
 ) -> None:
     """Start local vLLM replicas, wait until healthy and warm, serve until Ctrl-C or SIGTERM."""
     import signal
@@ -314,9 +317,12 @@ def serve(
         raise InputError(f"must be between 1 and 64, got {replicas}", field="--replicas")
     if gpus_per_replica is not None and gpus_per_replica < 1:
         raise InputError(f"must be at least 1, got {gpus_per_replica}", field="--gpus-per-replica")
+    if not (0 < startup_timeout <= 86_400):
+        raise InputError(f"must be more than 0 and at most 86400 seconds, got {startup_timeout:g}",
+                         field="--startup-timeout")
     config = ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                           compact=compact, dtype=dtype, structured_backend=structured_backend,
-                          batch_invariant=batch_invariant)
+                          batch_invariant=batch_invariant, startup_timeout_s=startup_timeout)
     check_server_settings(config)  # an unknown backend, compact without whitespace control, batch-invariant on CPU
     fleet = LocalFleet(config, replicas, gpus_per_replica)
     # A background job in a script starts with SIGINT ignored, so `kill -INT` would never
