@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nlq2sql.experiments.abstention import best_at_recall, cut, decisions, render, sweep
+from nlq2sql.experiments.abstention import best_at_recall, cut, decisions, leave_one_out, render, sweep
 
 
 def rec(i: int, answerable: bool, conf: float | None, right: bool = False, said: bool = False) -> dict[str, Any]:
@@ -57,3 +58,18 @@ def test_recall_grows_with_the_cut_off(spec: list[tuple[bool, float | None, bool
     rights = [p.abstained_right for p in sorted(points, key=lambda p: p.threshold)]
     assert rights == sorted(rights)
     assert all(p.abstained_right <= p.abstained and p.abstained_right <= p.unanswerable for p in points)
+
+
+def test_a_cut_off_chosen_on_the_other_groups_is_applied_to_each() -> None:
+    # group a: confident when right, unsure when unanswerable -> a cut-off near 0.5 works;
+    # group b: the same shape shifted up -> the cut-off chosen on b is too high for a
+    a = decisions([rec(0, True, 0.9, right=True), rec(1, False, 0.4), rec(2, False, 0.45)])
+    b = decisions([rec(3, True, 0.99, right=True), rec(4, False, 0.8), rec(5, False, 0.85), rec(6, True, 0.95)])
+    moved = leave_one_out({"a": a, "b": b})
+    on_a, on_b = moved["a"], moved["b"]
+    assert on_a is not None and on_b is not None
+    assert on_a.threshold == pytest.approx(0.9)  # chosen on b: halfway between 0.85 (declined) and 0.95 (kept)
+    assert (on_a.abstained, on_a.abstained_right) == (2, 2)
+    assert on_b.threshold == pytest.approx(0.675)  # chosen on a: halfway between 0.45 and 0.9
+    assert (on_b.abstained, on_b.abstained_right) == (0, 0)  # too low for b: nothing of b declined
+    assert any("other warehouses" in x for x in render({"a": a, "b": b}, None, moved))

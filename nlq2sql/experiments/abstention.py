@@ -19,7 +19,8 @@ from typing import Any
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import wilson
 
-__all__ = ["MIN_RECALL", "CutPoint", "Decision", "best_at_recall", "cut", "decisions", "render", "sweep"]
+__all__ = ["MIN_RECALL", "CutPoint", "Decision", "best_at_recall", "cut", "decisions", "leave_one_out", "render",
+           "sweep"]
 
 #: Issue 22's bar: unanswerable precision >= 0.8 at recall >= 0.6.
 MIN_RECALL, MIN_PRECISION = 0.6, 0.8
@@ -100,16 +101,14 @@ def cut(items: list[Decision], threshold: float) -> CutPoint:
 
 
 def sweep(items: list[Decision]) -> list[CutPoint]:
-    """Every distinct cut-off the records allow, from "only explicit abstentions" (0) upward."""
-    levels = sorted({0.0} | {d.confidence for d in items if d.confidence is not None} | {1.0})
-    out, seen = [], set()
-    for t in levels:
-        p = cut(items, t if t < 1.0 else 1.0 + 1e-9)
-        key = (p.abstained, p.abstained_right, p.answered_right)
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-    return out
+    """Every distinct way to cut the records, from "only explicit abstentions" (0) upward; each
+    cut-off sits halfway between two neighbouring confidences (so a cut-off carried to other
+    items is not fitted to the last item it kept), the last one above every confidence."""
+    seen_conf = sorted({d.confidence for d in items if d.confidence is not None})
+    levels = [0.0] + [(lo + hi) / 2 for lo, hi in zip(seen_conf, seen_conf[1:], strict=False)]
+    if seen_conf:
+        levels.append(max(seen_conf[-1], 1.0) + 1e-9)
+    return [cut(items, t) for t in levels]
 
 
 def best_at_recall(points: list[CutPoint], min_recall: float = MIN_RECALL) -> CutPoint | None:
@@ -118,15 +117,28 @@ def best_at_recall(points: list[CutPoint], min_recall: float = MIN_RECALL) -> Cu
     return max(ok, key=lambda p: (p.abstained_right / max(p.abstained, 1), -p.threshold)) if ok else None
 
 
+def leave_one_out(groups: dict[str, list[Decision]]) -> dict[str, CutPoint | None]:
+    """Each group at the cut-off chosen on the *other* groups pooled (best precision at recall >=
+    0.6 there): the figure a team gets on a warehouse whose threshold it could not tune."""
+    out: dict[str, CutPoint | None] = {}
+    for name, items in groups.items():
+        rest = [d for other, ds in groups.items() if other != name for d in ds]
+        chosen = best_at_recall(sweep(rest)) if rest else None
+        out[name] = cut(items, chosen.threshold) if chosen is not None else None
+    return out
+
+
 def _row(label: str, p: CutPoint) -> str:
     prec = pct(p.precision) if p.abstained else "—"
     return (f"| {label} | {p.threshold:.3g} | {p.abstained} | {prec} | {pct(p.recall)} | {pct(p.coverage)} | "
             f"{pct(p.accuracy)} |")
 
 
-def render(groups: dict[str, list[Decision]], run_threshold: float | None) -> list[str]:
+def render(groups: dict[str, list[Decision]], run_threshold: float | None,
+           transferred: dict[str, CutPoint | None] | None = None) -> list[str]:
     """Markdown: per group, the run's own cut-off, the best precision at recall >= 0.6 (met or
-    missed against precision 0.8), and the explicit-abstention-only point."""
+    missed against precision 0.8), the explicit-abstention-only point and, when given, the cut-off
+    transferred from the other groups (:func:`leave_one_out`)."""
     head = ["| group | cut-off | abstained | precision | recall | coverage (answerable) | final accuracy |",
             "|---|---|---|---|---|---|---|"]
     lines, verdicts = [*head], []
@@ -135,6 +147,9 @@ def render(groups: dict[str, list[Decision]], run_threshold: float | None) -> li
         lines.append(_row(f"{name} · said unanswerable only", cut(items, 0.0)))
         if run_threshold is not None:
             lines.append(_row(f"{name} · the run's cut-off", cut(items, run_threshold)))
+        moved = (transferred or {}).get(name)
+        if moved is not None:
+            lines.append(_row(f"{name} · cut-off chosen on the other warehouses", moved))
         best = best_at_recall(points)
         if best is None:
             top = max(points, key=lambda p: p.abstained_right)
