@@ -111,9 +111,10 @@ def response_text(gold: dict[str, Any], variant: str) -> str:
 
 def generate(workdir: Path, n: int, *, unique_texts: bool = False, tag: str = "") -> tuple[Path, Path]:
     """An eval set of ``n`` unique ids copied from heldout, and ``n`` responses for it."""
+    from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.evalset import load_evalset
 
-    cases = [c.model_dump(mode="json") for c in load_evalset("heldout").cases]
+    cases = [c.model_dump(mode="json") for c in load_evalset("heldout", open_warehouse("retail")).cases]
     es_path = workdir / f"evalset-{n}{tag}.jsonl"
     resp_path = workdir / f"responses-{n}{tag}.jsonl"
     with open(es_path, "w") as es, open(resp_path, "w") as rs:
@@ -194,10 +195,11 @@ def measure_stages(evalset: str, responses: str, out: str, warehouse: str, warm_
 
 def measure_read(evalset: str, responses: str) -> dict[str, Any]:
     """Only reading the responses file as a scoring run does (``read_responses``, ids checked)."""
+    from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.evalset import index_evalset
     from nlq2sql.stages.pipeline import read_responses
 
-    ids = index_evalset(evalset).ids
+    ids = index_evalset(evalset, open_warehouse("retail")).ids
     started, cpu = time.perf_counter(), _cpu_s()
     n = sum(1 for _ in read_responses(Path(responses), ids))
     wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
@@ -208,15 +210,16 @@ def measure_read(evalset: str, responses: str) -> dict[str, Any]:
 def measure_load(evalset: str) -> dict[str, Any]:
     """The eval set as a scoring run holds it: the id index (``index_evalset``) where the tree
     has one, else every case (``load_evalset`` + ``by_id``)."""
+    from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages import evalset as ev
     from nlq2sql.stages import pipeline as runner  # same imports as a scoring run, so only the set differs
 
     started, cpu = time.perf_counter(), _cpu_s()
     if hasattr(ev, "index_evalset"):
-        held: Any = ev.index_evalset(evalset)
+        held: Any = ev.index_evalset(evalset, open_warehouse("retail"))
         items = len(held.ids)
     else:
-        held = ev.load_evalset(evalset).by_id()
+        held = ev.load_evalset(evalset, open_warehouse("retail")).by_id()
         items = len(held)
     wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
     assert runner and held
@@ -285,13 +288,15 @@ def distinct_queries(run_dir: str, evalset: str, out: str) -> dict[str, Any]:
     """Every distinct (SQL, params) the scoring run executed: predicted ones from the records,
     gold ones rebuilt from the eval set."""
     from nlq2sql.records.store import iter_records
+    from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.evalset import load_evalset
     from nlq2sql.stages.intent import canonicalise
     from nlq2sql.stages.sqlbuild import build_sql
 
     seen: dict[tuple[str, tuple[str, ...]], None] = {}
-    for c in load_evalset(evalset).cases:
-        q = build_sql(canonicalise(c.gold))
+    wh = open_warehouse("retail")  # the generated sets are retail's
+    for c in load_evalset(evalset, wh).cases:
+        q = build_sql(canonicalise(c.gold), wh.catalog)
         seen[(q.sql, q.params)] = None
     for rec in iter_records(Path(run_dir) / "records.jsonl"):
         if rec["sql"] is not None:

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nlq2sql.run.server import LocalServer, ServerConfig, free_port  # noqa: E402
+from nlq2sql.semantic.binding import open_warehouse  # noqa: E402
 from nlq2sql.stages.intent import intent_schema  # noqa: E402
 from nlq2sql.stages.prompt import load_prompt  # noqa: E402
 
@@ -74,7 +75,8 @@ def main() -> None:
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
     counts = [int(x) for x in args.requests.split(",")]
-    prompt = load_prompt("baseline")
+    wh = open_warehouse("retail")  # the held-out set below is retail's
+    prompt = load_prompt("baseline", "default", wh)
     src = [json.loads(x) for x in (ROOT / "evalsets" / "heldout.jsonl").read_text().splitlines()]
     rows = []
     with tempfile.TemporaryDirectory() as tmp, \
@@ -97,7 +99,8 @@ def main() -> None:
                                      str(custom), "--custom-output-len", str(args.max_tokens),
                                      "--skip-chat-template", "--num-prompts", str(n), "--max-concurrency", str(c),
                                      "--temperature", "0",
-                                     "--extra-body", json.dumps({"structured_outputs": {"json": intent_schema()}})]))
+                                     "--extra-body",
+                                     json.dumps({"structured_outputs": {"json": intent_schema(wh.catalog)}})]))
             rows.append((c, n, ours_r, theirs_r))
     print(f"\nreal local CPU vLLM ({srv.model_name}, compact structured outputs), max_tokens {args.max_tokens}, "
           f"{args.rounds} alternating rounds per level (medians; ratio spread = min–max of per-round ratios)")

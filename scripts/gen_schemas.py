@@ -18,6 +18,7 @@ from typing import Any
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.load.results import RESULT_MODELS
 from nlq2sql.records.results import Summary
+from nlq2sql.semantic.catalog import load_catalog
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.intent import intent_schema
 
@@ -30,9 +31,10 @@ def render(schema: dict[str, Any]) -> str:
 
 def generated() -> dict[str, str]:
     """File name → text the models generate now."""
+    retail = load_catalog("retail")  # the shipped intent schemas are the retail warehouse's
     return {
-        "intent.schema.json": render(intent_schema()),
-        "intent-branches.schema.json": render(intent_schema(None, "branches")),
+        "intent.schema.json": render(intent_schema(retail)),
+        "intent-branches.schema.json": render(intent_schema(retail, "branches")),
         "evalset-line.schema.json": render(EvalCase.model_json_schema()),
         "summary.schema.json": render(Summary.model_json_schema()),
         "manifest.schema.json": render(REGISTRY.manifest_model().model_json_schema()),  # with every condition's keys

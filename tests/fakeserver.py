@@ -142,9 +142,10 @@ def script(*, default: str | Mapping[str, Any] = "ok",
 def by_ids(evalset: str, behaviours: Mapping[str, Iterable[str | Mapping[str, Any]]]
            ) -> dict[str, list[str | Mapping[str, Any]]]:
     """``{item id: behaviours}`` → ``{question: behaviours}`` for ``script(by_question=...)``."""
+    from nlq2sql.semantic.binding import open_warehouse
     from nlq2sql.stages.evalset import load_evalset
 
-    questions = {c.id: c.question for c in load_evalset(evalset).cases}
+    questions = {c.id: c.question for c in load_evalset(evalset, open_warehouse("retail")).cases}
     return {questions[i]: list(bs) for i, bs in behaviours.items()}
 
 

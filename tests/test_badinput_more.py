@@ -21,6 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from retail import RETAIL
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -220,7 +221,7 @@ def test_deep_model_output_is_invalid_json() -> None:
     from nlq2sql.stages.intent import parse_intent
 
     with pytest.raises(IntentError) as info:
-        parse_intent(DEEP_ARRAY)
+        parse_intent(DEEP_ARRAY, RETAIL)
     assert info.value.status == "invalid_json"
 
 

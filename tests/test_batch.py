@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, by_ids, script
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -96,7 +97,7 @@ def test_batch_writes_the_records_and_summary_eval_writes(
     assert [p.suffix for p in shards] == [f".{fmt}"] * 3
     assert [s["rows"] for s in summary["records"]["shards"]] == [8, 8, 4]
     recs = list(iter_shard_records(out))
-    assert [r["id"] for r in recs] == [c.id for c in load_evalset("heldout").cases[:N]]  # in item order
+    assert [r["id"] for r in recs] == [c.id for c in load_evalset("heldout", retail_wh()).cases[:N]]  # in item order
     assert {r["id"]: strip(r) for r in recs} == {i: strip(r) for i, r in eval_recs.items()}
     assert recs[0].keys() == eval_recs[recs[0]["id"]].keys()
     got = {r["id"]: r for r in recs}
@@ -128,7 +129,7 @@ def test_batch_writes_the_records_and_summary_eval_writes(
 def test_a_question_file_is_answered_in_the_same_record_schema(
         ray_env: Path, evaluated: tuple[dict[str, Any], dict[str, dict[str, Any]]]) -> None:
     _, eval_recs = evaluated
-    cases = load_evalset("heldout").cases[:4]
+    cases = load_evalset("heldout", retail_wh()).cases[:4]
     qfile = ray_env / "questions.jsonl"
     qfile.write_text("".join(json.dumps({"id": f"q{i}", "question": c.question}) + "\n" for i, c in enumerate(cases)))
     out = ray_env / "answers"
@@ -167,7 +168,7 @@ def test_a_question_file_is_answered_in_the_same_record_schema(
 def test_bad_input_exits_2_and_leaves_nothing(args: list[str], message: str, tmp_path: Path) -> None:
     qfile, gold = tmp_path / "q.jsonl", tmp_path / "gold.jsonl"
     qfile.write_text('{"id": "a", "question": "revenue by region"}\n{"id": "b", "question": \n')
-    gold.write_text(load_evalset("heldout").cases[0].model_dump_json() + "\n")
+    gold.write_text(load_evalset("heldout", retail_wh()).cases[0].model_dump_json() + "\n")
     out = tmp_path / "out"
     args = [a.format(qfile=qfile, gold=gold) for a in args]
     res = CliRunner().invoke(app, ["batch", *args, "--endpoint", "http://127.0.0.1:9/v1", "--out", str(out)])

@@ -19,6 +19,7 @@ from typing import Any
 import fakeserver
 import pytest
 from fakeserver import FakeServer, script
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -32,7 +33,7 @@ from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.transport.client import EndpointConfig
 
 MODEL = "fake-model"
-IDS = [c.id for c in load_evalset("heldout").cases]
+IDS = [c.id for c in load_evalset("heldout", retail_wh()).cases]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from retail import retail_wh
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -28,7 +29,7 @@ def wide_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def gold_responses(path: Path, evalset: str = "heldout", **text_over: Any) -> Path:
     rows = [{"id": c.id, "text": json.dumps({**c.gold.model_dump(mode="json"), **text_over}),
-             "finish_reason": "stop"} for c in load_evalset(evalset).cases]
+             "finish_reason": "stop"} for c in load_evalset(evalset, retail_wh()).cases]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -36,7 +37,7 @@ def gold_responses(path: Path, evalset: str = "heldout", **text_over: Any) -> Pa
 def false_ranking_responses(path: Path) -> Path:
     """A model that ranks every plain breakdown: top 10, descending."""
     rows = []
-    for c in load_evalset("heldout").cases:
+    for c in load_evalset("heldout", retail_wh()).cases:
         gold = c.gold.model_dump(mode="json")
         if c.gold.intent == "breakdown":
             gold.update(intent="top_n_by_metric", limit=10, order="desc")
@@ -148,7 +149,7 @@ def test_existing_output_needs_force(tmp_path: Path) -> None:
 def test_evalset_check_shipped(name: str) -> None:
     res = runner.invoke(app, ["evalset", "check", name])
     assert res.exit_code == 0, res.output
-    n = len(load_evalset(name).cases)
+    n = len(load_evalset(name, retail_wh()).cases)
     assert f"{n} items OK" in res.stdout and "every gold intent executes" in res.stdout
 
 
@@ -180,7 +181,7 @@ def test_false_ranking_model_is_repaired_on_heldout(tmp_path: Path) -> None:
                 "--guardrails", "consistency,ranking")
     assert res.exit_code == 0
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
-    n_breakdown = sum(c.gold.intent == "breakdown" for c in load_evalset("heldout").cases)
+    n_breakdown = sum(c.gold.intent == "breakdown" for c in load_evalset("heldout", retail_wh()).cases)
     assert s["raw_accuracy"]["k"] == 60 - n_breakdown
     assert s["error_taxonomy_raw"]["false_ranking"] == n_breakdown
     assert s["final_accuracy"]["value"] > s["raw_accuracy"]["value"]

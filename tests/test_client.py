@@ -11,8 +11,17 @@ import aiohttp
 import httpx
 import openai
 import pytest
+from retail import RETAIL
 
-from nlq2sql.transport.client import KEEPALIVE_S, EndpointConfig, RetryBudget, Sampling, _limits, complete
+from nlq2sql.transport.client import (
+    KEEPALIVE_S,
+    EndpointConfig,
+    RetryBudget,
+    Sampling,
+    _limits,
+    bind_sampling,
+    complete,
+)
 
 
 def _stale_error() -> openai.APIConnectionError:
@@ -62,7 +71,7 @@ class _Client:
 def _run(client: _Client, budget: RetryBudget) -> Any:
     cfg = EndpointConfig(base_url="http://x/v1", model="m", max_attempts=2)
     return asyncio.run(complete(client, cfg, [{"role": "user", "content": "q"}],  # type: ignore[arg-type]
-                                Sampling(), budget))
+                                bind_sampling(Sampling(), RETAIL), budget))
 
 
 def test_keepalive_below_vllm_default() -> None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from retail import RETAIL, retail_wh
 
 from nlq2sql.conditions.example_bank import ExampleBank, load_bank, normalise
 from nlq2sql.errors import InputError
@@ -42,7 +43,7 @@ def test_messages_insert_solved_turns_before_the_question(bank: ExampleBank) -> 
     for (q, a), cid in zip(zip(msgs[1:-1:2], msgs[2:-1:2], strict=True), ids, strict=True):
         assert q["content"] == by_id[cid].question
         assert a["content"] == compact_json(by_id[cid].gold)
-        assert parse_intent(a["content"]) == by_id[cid].gold  # a valid intent in the warehouse's vocabulary
+        assert parse_intent(a["content"], RETAIL) == by_id[cid].gold  # a valid intent in the warehouse's vocabulary
 
 
 def test_shipped_dev_banks_are_disjoint_from_heldout_and_adversarial() -> None:
@@ -63,7 +64,7 @@ def test_overlap_by_id_or_question_is_refused(bank: ExampleBank, tmp_path: Path)
     same_q.write_text(json.dumps({"id": "other-1", "question": "  " + first.question.upper() + " ?",
                                   "gold": first.gold.model_dump(mode="json"), "category": "x"}) + "\n")
     with pytest.raises(InputError, match="asks the same question"):
-        bank.check_disjoint(load_evalset(same_q))
+        bank.check_disjoint(load_evalset(same_q, retail_wh()))
     assert normalise(" Revenue  by REGION? ") == "revenue by region"
 
 
@@ -94,10 +95,10 @@ def test_planner_stage_samplings() -> None:
     assert _extra_body(one)["structured_outputs"] == {"choice": list(INTENTS)} and one.max_tokens <= 12
     two = stage_two(Sampling(max_tokens=160), default_catalog(), "time_series")
     sent = _extra_body(two)["structured_outputs"]["json"]
-    assert sent == branch_schema("time_series") and sent["properties"]["intent"]["const"] == "time_series"
-    assert {**sent, "title": ""} != {**intent_schema(None, "branches"), "title": ""}
+    assert sent == branch_schema("time_series", RETAIL) and sent["properties"]["intent"]["const"] == "time_series"
+    assert {**sent, "title": ""} != {**intent_schema(RETAIL, "branches"), "title": ""}
     with pytest.raises(InputError, match="unknown intent kind"):
-        branch_schema("pie")
+        branch_schema("pie", RETAIL)
     with pytest.raises(InputError, match="needs choices"):
         Sampling(structured="choice")
     with pytest.raises(InputError, match="unknown structured mode"):

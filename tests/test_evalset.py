@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from retail import RETAIL, retail_wh
 
 from nlq2sql.errors import EvalSetError
 from nlq2sql.inputs import reusable_rest, split_id
@@ -34,18 +35,18 @@ OK1, OK2 = line(id="a1"), line(id="a2")
 
 @pytest.mark.parametrize("name, size", [("dev", 20), ("heldout", 60), ("adversarial", 24)])
 def test_shipped_sets_load_and_execute(name: str, size: int, executor: Executor) -> None:
-    es = load_evalset(name)
+    es = load_evalset(name, retail_wh())
     assert es.name == name and len(es.cases) == size
     assert es.sha256 == hashlib.sha256(Path(es.path).read_bytes()).hexdigest()
     assert all(CATEGORY.match(c.category) for c in es.cases)
     assert len(es.by_id()) == size
     for c in es.cases:
-        assert executor.run(build_sql(canonicalise(c.gold))), c.id
+        assert executor.run(build_sql(canonicalise(c.gold), RETAIL)), c.id
 
 
 def test_heldout_pairs_contrast_breakdown_and_top_n() -> None:
     pairs: dict[str, set[str]] = {}
-    for c in load_evalset("heldout").cases:
+    for c in load_evalset("heldout", retail_wh()).cases:
         if c.pair_id:
             pairs.setdefault(c.pair_id, set()).add(c.gold.intent)
     assert pairs and all(v == {"breakdown", "top_n_by_metric"} for v in pairs.values())
@@ -54,9 +55,9 @@ def test_heldout_pairs_contrast_breakdown_and_top_n() -> None:
 def test_load_by_path(tmp_path: Path) -> None:
     path = tmp_path / "mine.jsonl"
     path.write_text(OK1 + "\n" + OK2 + "\n")
-    es = load_evalset(str(path))
+    es = load_evalset(str(path), retail_wh())
     assert es.name == "mine" and [c.id for c in es.cases] == ["a1", "a2"]
-    assert resolve_path("heldout") == EVALSET_DIR / "heldout.jsonl"
+    assert resolve_path("heldout", "retail") == EVALSET_DIR / "heldout.jsonl"
 
 
 # (title, file text, line number or None, field or None, message fragment)
@@ -109,7 +110,7 @@ def test_bad_input_names_file_line_and_field(tmp_path: Path, title: str, text: s
     path = tmp_path / "bad.jsonl"
     path.write_text(text)
     with pytest.raises(EvalSetError) as exc:
-        load(str(path))
+        load(str(path), retail_wh())
     msg = str(exc.value)
     assert (exc.value.path, exc.value.line, exc.value.field) == (str(path), lineno, field)
     where = str(path) + (f":{lineno}" if lineno is not None else "")
@@ -127,13 +128,13 @@ def test_first_problem_wins(tmp_path: Path) -> None:
     path = tmp_path / "two-problems.jsonl"
     path.write_text(OK1 + "\n" + line(id="a2", category="pie chart!") + "\n" + "{\n")
     with pytest.raises(EvalSetError) as exc:
-        load_evalset(str(path))
+        load_evalset(str(path), retail_wh())
     assert exc.value.line == 2
 
 
 def test_unknown_name_lists_shipped_sets() -> None:
     with pytest.raises(EvalSetError) as exc:
-        load_evalset("nope")
+        load_evalset("nope", retail_wh())
     assert "no eval set named 'nope' for warehouse 'retail'" in str(exc.value)
     assert "(shipped: adversarial, dev, heldout, heldout-v2, unanswerable)" in str(exc.value)
 
@@ -141,7 +142,7 @@ def test_unknown_name_lists_shipped_sets() -> None:
 def test_missing_file_names_path(tmp_path: Path) -> None:
     path = tmp_path / "missing.jsonl"
     with pytest.raises(EvalSetError) as exc:
-        load_evalset(str(path))
+        load_evalset(str(path), retail_wh())
     assert str(exc.value).startswith(f"{path}: cannot read")
 
 
@@ -169,15 +170,15 @@ def test_crlf_file_and_gc_state(tmp_path: Path) -> None:
     path = tmp_path / "crlf.jsonl"
     path.write_bytes((OK1 + "\r\n" + OK2 + "\r\n").encode())
     assert gc.isenabled()
-    assert [c.id for c in load_evalset(str(path)).cases] == ["a1", "a2"]
+    assert [c.id for c in load_evalset(str(path), retail_wh()).cases] == ["a1", "a2"]
     assert gc.isenabled(), "the collector is re-enabled after loading"
     path.write_bytes((OK1 + "\n{oops\n").encode())
     with pytest.raises(EvalSetError):
-        load_evalset(str(path))
+        load_evalset(str(path), retail_wh())
     assert gc.isenabled(), "... and after a failed load"
     gc.disable()
     try:
-        load_evalset("dev")
+        load_evalset("dev", retail_wh())
         assert not gc.isenabled(), "a disabled collector stays disabled"
     finally:
         gc.enable()
@@ -206,7 +207,7 @@ def test_index_equals_load(tmp_path: Path) -> None:
     lines[5] = line(id="r5", question="revenue by region 2")[:-1] + ', "id": "r5b"}'
     lines[7] = line(id="r\u00e9", question="revenue by region 1", tags=["\u2713"])
     path.write_text("\n".join(lines) + "\n")
-    es, ix = load_evalset(str(path)), index_evalset(str(path))
+    es, ix = load_evalset(str(path), retail_wh()), index_evalset(str(path), retail_wh())
     assert (ix.name, ix.path, ix.sha256) == (es.name, es.path, es.sha256)
     assert list(ix.ids) == [c.id for c in es.cases] and "r5b" in ix.ids
     assert list(ix.ids.values()) == list(range(len(es.cases)))

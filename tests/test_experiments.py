@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+from retail import RETAIL, retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -21,7 +22,7 @@ runner = CliRunner()
 
 def _responses(path: Path, *, rank_breakdowns: bool = False, change: str | None = None) -> Path:
     rows = []
-    for c in load_evalset("heldout").cases:
+    for c in load_evalset("heldout", retail_wh()).cases:
         gold = c.gold.model_dump(mode="json")
         if rank_breakdowns and c.gold.intent == "breakdown":
             gold.update(intent="top_n_by_metric", limit=10, order="desc")
@@ -89,8 +90,8 @@ def test_compare_writes_markdown_and_self_contained_html(tmp_path: Path) -> None
 
 
 def test_compact_regex_accepts_exactly_compact_intents() -> None:
-    rx = re.compile(compact_regex())
-    for case in load_evalset("heldout").cases:
+    rx = re.compile(compact_regex(RETAIL))
+    for case in load_evalset("heldout", retail_wh()).cases:
         text = compact_json(case.gold)
         assert rx.fullmatch(text)
         assert not rx.fullmatch(json.dumps(case.gold.model_dump(mode="json")))  # with spaces

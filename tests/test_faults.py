@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, by_ids, script
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -29,8 +30,8 @@ from nlq2sql.transport.client import OUTCOMES
 EVALSET = "heldout"
 MODEL = "fake-model"
 MAX_ATTEMPTS = 4  # client.EndpointConfig default
-IDS = [c.id for c in load_evalset(EVALSET).cases]
-QUESTION = {c.id: c.question for c in load_evalset(EVALSET).cases}
+IDS = [c.id for c in load_evalset(EVALSET, retail_wh()).cases]
+QUESTION = {c.id: c.question for c in load_evalset(EVALSET, retail_wh()).cases}
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from retail import retail_wh
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -29,7 +30,7 @@ from nlq2sql.records.store import RECORDS, SUMMARY, records_digest
 from nlq2sql.stages.evalset import load_evalset
 
 runner = CliRunner()
-IDS = [c.id for c in load_evalset("heldout").cases]
+IDS = [c.id for c in load_evalset("heldout", retail_wh()).cases]
 N = len(IDS)
 
 #: run name → {item id: how that item is answered wrong} (every other item: its gold intent)
@@ -47,7 +48,7 @@ RUNS: dict[str, dict[str, str]] = {
 
 def _responses(path: Path, wrong: dict[str, str]) -> Path:
     rows = []
-    for case in load_evalset("heldout").cases:
+    for case in load_evalset("heldout", retail_wh()).cases:
         gold = case.gold.model_dump(mode="json")
         how = wrong.get(case.id)
         if how == "metric":
@@ -75,7 +76,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, cache_root: Path, small_wareh
             made[name] = root / name
         dev = root / "dev.jsonl"
         dev.write_text("".join(json.dumps({"id": c.id, "text": json.dumps(c.gold.model_dump(mode="json"))})
-                               + "\n" for c in load_evalset("dev").cases))
+                               + "\n" for c in load_evalset("dev", retail_wh()).cases))
         res = runner.invoke(app, ["score", "--evalset", "dev", "--responses", str(dev), "--out", str(root / "dev")])
         assert res.exit_code == 0, res.output
         made["dev"] = root / "dev"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from retail import RETAIL
 from strategies import VOCAB, any_intents, consistent_intents
 
 from nlq2sql.errors import IntentError
@@ -37,8 +38,8 @@ def _text(**over: Any) -> str:
 
 
 def test_parse_accepts_exact_shape_in_any_key_order_and_whitespace() -> None:
-    a = parse_intent(_text())
-    b = parse_intent(json.dumps(dict(reversed(list(BASE.items()))), indent=4))
+    a = parse_intent(_text(), RETAIL)
+    b = parse_intent(json.dumps(dict(reversed(list(BASE.items()))), indent=4), RETAIL)
     assert a == b and a.intent == "breakdown" and a.dimension == "region"
 
 
@@ -48,13 +49,13 @@ def test_parse_accepts_exact_shape_in_any_key_order_and_whitespace() -> None:
 ])
 def test_invalid_json(text: str) -> None:
     with pytest.raises(IntentError) as exc:
-        parse_intent(text)
+        parse_intent(text, RETAIL)
     assert exc.value.status == STATUS_INVALID_JSON
 
 
 def test_none_text_is_invalid_json() -> None:
     with pytest.raises(IntentError) as exc:
-        parse_intent(None)  # type: ignore[arg-type]
+        parse_intent(None, RETAIL)  # type: ignore[arg-type]
     assert exc.value.status == STATUS_INVALID_JSON
 
 
@@ -83,13 +84,13 @@ def test_none_text_is_invalid_json() -> None:
 ])
 def test_schema_invalid_names_the_field(obj: Any, where: str) -> None:
     with pytest.raises(IntentError) as exc:
-        parse_intent(json.dumps(obj))
+        parse_intent(json.dumps(obj), RETAIL)
     assert exc.value.status == STATUS_SCHEMA_INVALID
     assert exc.value.reason.startswith(f"{where}: ")
 
 
 def test_integral_float_limit_is_schema_valid_and_becomes_int() -> None:
-    intent = parse_intent(_text(limit=5.0))
+    intent = parse_intent(_text(limit=5.0), RETAIL)
     assert intent.limit == 5 and isinstance(intent.limit, int)
 
 
@@ -98,7 +99,7 @@ def test_errors_are_fresh_per_call() -> None:
     errs = []
     for _ in range(2):
         with pytest.raises(IntentError) as exc:
-            parse_intent(_text(metric="profit"))
+            parse_intent(_text(metric="profit"), RETAIL)
         errs.append(exc.value)
     assert errs[0] is not errs[1]
     assert (errs[0].status, errs[0].reason) == (errs[1].status, errs[1].reason)
@@ -115,18 +116,18 @@ def test_errors_are_fresh_per_call() -> None:
     ({"intent": "time_series", "time_grain": "month"}, None),
 ])
 def test_consistency(over: dict[str, Any], problem: str | None) -> None:
-    intent = parse_intent(_text(**over))  # schema-valid either way
+    intent = parse_intent(_text(**over), RETAIL)  # schema-valid either way
     assert consistency_problem(intent) == problem
 
 
 def test_canonical_defaults() -> None:
-    top = canonicalise(parse_intent(_text(intent="top_n_by_metric")))
+    top = canonicalise(parse_intent(_text(intent="top_n_by_metric"), RETAIL))
     assert (top.limit, top.order) == (DEFAULT_TOP_N, "desc")
-    kept = canonicalise(parse_intent(_text(intent="top_n_by_metric", limit=3, order="asc")))
+    kept = canonicalise(parse_intent(_text(intent="top_n_by_metric", limit=3, order="asc"), RETAIL))
     assert (kept.limit, kept.order) == (3, "asc")
-    series = canonicalise(parse_intent(_text(intent="time_series", time_grain="month", order="desc")))
+    series = canonicalise(parse_intent(_text(intent="time_series", time_grain="month", order="desc"), RETAIL))
     assert series.order is None
-    plain = canonicalise(parse_intent(_text(limit=10)))
+    plain = canonicalise(parse_intent(_text(limit=10), RETAIL))
     assert (plain.limit, plain.order) == (10, None)
 
 
@@ -135,33 +136,33 @@ def test_canonical_filters_are_stripped_deduplicated_sorted() -> None:
         {"field": "year", "op": "eq", "value": "2025"},
         {"field": "region", "op": "neq", "value": " West"},
         {"field": "region", "op": "neq", "value": "West"},
-    ]))
+    ]), RETAIL)
     assert canonicalise(raw).filters == [
         Filter(field="region", op="neq", value="West"), Filter(field="year", op="eq", value="2025")]
     two = parse_intent(_text(filters=[{"field": "segment", "op": "neq", "value": "B"},
                                       {"field": "region", "op": "eq", "value": "North "},
-                                      {"field": "region", "op": "eq", "value": "East"}]))
+                                      {"field": "region", "op": "eq", "value": "East"}]), RETAIL)
     assert [(f.field, f.value) for f in canonicalise(two).filters] == [
         ("region", "East"), ("region", "North"), ("segment", "B")]
 
 
 def test_equal_meanings_compare_equal() -> None:
-    a = canonicalise(parse_intent(_text(intent="top_n_by_metric")))
-    b = canonicalise(parse_intent(_text(intent="top_n_by_metric", limit=5, order="desc")))
+    a = canonicalise(parse_intent(_text(intent="top_n_by_metric"), RETAIL))
+    b = canonicalise(parse_intent(_text(intent="top_n_by_metric", limit=5, order="desc"), RETAIL))
     assert a == b and a.key() == b.key()
-    c = canonicalise(parse_intent(_text(intent="top_n_by_metric", limit=6)))
+    c = canonicalise(parse_intent(_text(intent="top_n_by_metric", limit=6), RETAIL))
     assert a != c and a.key() != c.key()
 
 
 def test_is_ordered() -> None:
-    assert not is_ordered(parse_intent(_text()))
-    assert is_ordered(parse_intent(_text(order="asc")))
-    assert is_ordered(parse_intent(_text(intent="top_n_by_metric")))
-    assert is_ordered(parse_intent(_text(intent="time_series", time_grain="year")))
+    assert not is_ordered(parse_intent(_text(), RETAIL))
+    assert is_ordered(parse_intent(_text(order="asc"), RETAIL))
+    assert is_ordered(parse_intent(_text(intent="top_n_by_metric"), RETAIL))
+    assert is_ordered(parse_intent(_text(intent="time_series", time_grain="year"), RETAIL))
 
 
 def test_compact_json_is_whitespace_free_in_schema_key_order() -> None:
-    text = compact_json(parse_intent(_text(filters=[{"field": "region", "op": "eq", "value": "a b"}])))
+    text = compact_json(parse_intent(_text(filters=[{"field": "region", "op": "eq", "value": "a b"}]), RETAIL))
     assert list(json.loads(text)) == list(FIELDS)
     assert " " not in text.replace("a b", "")
 
@@ -169,11 +170,11 @@ def test_compact_json_is_whitespace_free_in_schema_key_order() -> None:
 @settings(max_examples=200, deadline=None)
 @given(intent=any_intents)
 def test_round_trip_and_canonical_idempotence(intent: Intent) -> None:
-    assert parse_intent(compact_json(intent)) == intent
-    assert parse_intent(json.dumps(intent.model_dump(mode="json"), indent=2)) == intent
+    assert parse_intent(compact_json(intent), RETAIL) == intent
+    assert parse_intent(json.dumps(intent.model_dump(mode="json"), indent=2), RETAIL) == intent
     once = canonicalise(intent)
     assert canonicalise(once) == once
-    assert once.key() == canonicalise(parse_intent(intent.key())).key()
+    assert once.key() == canonicalise(parse_intent(intent.key(), RETAIL)).key()
 
 
 @settings(max_examples=100, deadline=None)
@@ -238,7 +239,7 @@ def test_parse_fast_path_agrees_with_json_schema(obj: Any, indent: int | None) -
     text = json.dumps(obj, indent=indent)
     expected = _reference_parse(text)
     try:
-        got: Intent | tuple[str, str] = parse_intent(text)
+        got: Intent | tuple[str, str] = parse_intent(text, RETAIL)
     except IntentError as exc:
         got = (exc.status, exc.reason)
     assert got == expected
@@ -249,20 +250,20 @@ def test_parse_fast_path_agrees_with_json_schema(obj: Any, indent: int | None) -
 
 def test_parse_cache_is_bounded_and_transparent() -> None:
     text = _text(metric="units")
-    first, second = parse_intent(text), parse_intent(text)
+    first, second = parse_intent(text, RETAIL), parse_intent(text, RETAIL)
     assert first == second and first.metric == "units"
     info = _parse_cached.cache_info()
     assert info.maxsize == PARSE_CACHE_SIZE and info.hits >= 1
     # Non-text input bypasses the cache and still yields the documented status.
     with pytest.raises(IntentError) as exc:
-        parse_intent(["not", "text"])  # type: ignore[arg-type]
+        parse_intent(["not", "text"], RETAIL)  # type: ignore[arg-type]
     assert exc.value.status == STATUS_INVALID_JSON
 
 
 def test_canonicalise_returns_equal_intent_for_canonical_input() -> None:
     raw = parse_intent(_text(filters=[{"field": "region", "op": "eq", "value": "East"},
-                                      {"field": "year", "op": "eq", "value": "2024"}]))
+                                      {"field": "year", "op": "eq", "value": "2024"}]), RETAIL)
     assert canonicalise(raw) == raw
     unsorted = parse_intent(_text(filters=[{"field": "year", "op": "eq", "value": "2024"},
-                                           {"field": "region", "op": "eq", "value": "East"}]))
+                                           {"field": "region", "op": "eq", "value": "East"}]), RETAIL)
     assert canonicalise(unsorted) == raw and canonicalise(unsorted) != unsorted

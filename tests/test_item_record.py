@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from retail import RETAIL
 
 from nlq2sql.errors import RecordError
 from nlq2sql.records.item import UNSCORED, ItemRecord, iter_item_records
@@ -126,14 +127,15 @@ def test_one_builder_for_scored_and_unscored_items(executor: Executor, answer: o
                                   "time_grain": None, "filters": [], "limit": None, "order": None})
     raw = answer if isinstance(answer, str) else json.dumps(answer)
     question = "Revenue by region"
-    scored = intent_record("c1", question, raw, rules, executor, gold=gold, category="breakdown")
-    unscored = intent_record("c1", question, raw, rules, executor, gold=None)
+    scored = intent_record("c1", question, raw, rules, executor, gold=gold, category="breakdown", catalog=RETAIL)
+    unscored = intent_record("c1", question, raw, rules, executor, gold=None, catalog=RETAIL)
     assert scored.scored and not unscored.scored and unscored.judgement is None
     same = ("raw_text", "status", "final_status", "raw_intent", "final_intent", "sql", "params", "result_rows",
             "result_head")
     assert all(getattr(scored.answer, k) == getattr(unscored.answer, k) for k in same)
-    flat = score_item(EvalCase(id="c1", question=question, gold=gold, category="breakdown"), raw, rules, executor)
-    bare = answer_item(Question("c1", question), raw, rules, executor)
+    flat = score_item(EvalCase(id="c1", question=question, gold=gold, category="breakdown"), raw, rules, executor,
+                      catalog=RETAIL)
+    bare = answer_item(Question("c1", question), raw, rules, executor, catalog=RETAIL)
     assert list(flat) == list(bare) and "record_version" not in flat  # (the writer puts the version first)
     assert bare["gold_intent"] is None and bare["correct_final"] is None and bare["guardrail_scope"] == []
     assert [iv["rule"] for iv in flat["interventions"]] == [iv["rule"] for iv in bare["interventions"]]

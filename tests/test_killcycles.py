@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, free_port, script
+from retail import retail_wh
 
 from nlq2sql.paths import PROJECT_ROOT
 
@@ -509,7 +510,7 @@ def _faulty_schedule() -> dict[str, Any]:
 
     from nlq2sql.stages.evalset import load_evalset
 
-    ids = [c.id for c in load_evalset(EVALSET).cases]
+    ids = [c.id for c in load_evalset(EVALSET, retail_wh()).cases]
     return script(by_question=by_ids(EVALSET, {ids[2]: ["500"], ids[6]: ["500", "500"],
                                                 ids[9]: ["500"]}))
 

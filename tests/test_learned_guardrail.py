@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -196,7 +197,7 @@ def test_a_tampered_artefact_is_refused(tmp_path: Path, change: Any, message: st
         load_ruleset(f"learned:{path}")
     resp = tmp_path / "r.jsonl"
     resp.write_text("".join(json.dumps({"id": c.id, "text": c.gold.model_dump_json()}) + "\n"
-                            for c in load_evalset("heldout").cases))
+                            for c in load_evalset("heldout", retail_wh()).cases))
     res = runner.invoke(app, ["score", "--evalset", "heldout", "--responses", str(resp), "--out",
                               str(tmp_path / "run"), "--guardrails", f"learned:{path}"])
     assert res.exit_code == 2 and message in res.stderr
@@ -284,7 +285,7 @@ def test_a_ranking_needs_a_dimension(learned: RuleSet) -> None:
 def false_ranking_responses(path: Path, evalset: str) -> Path:
     """A model that ranks every plain breakdown: top 10, descending (as in test_cli.py)."""
     rows = []
-    for c in load_evalset(evalset).cases:
+    for c in load_evalset(evalset, retail_wh()).cases:
         gold = c.gold.model_dump(mode="json")
         if c.gold.intent == "breakdown":
             gold.update(intent="top_n_by_metric", limit=10, order="desc")
@@ -312,7 +313,7 @@ def _rules_from_records(records: list[dict[str, Any]]) -> dict[str, dict[str, in
 def test_head_to_head_on_retail_false_ranking_model(tmp_path: Path, evalset: str) -> None:
     resp = false_ranking_responses(tmp_path / "r.jsonl", evalset)
     finals: dict[str, dict[str, bool]] = {}
-    n_breakdown = sum(c.gold.intent == "breakdown" for c in load_evalset(evalset).cases)
+    n_breakdown = sum(c.gold.intent == "breakdown" for c in load_evalset(evalset, retail_wh()).cases)
     for guardrail, rules in (("ranking", ["false_ranking"]),
                              ("learned:ranking", ["learned_false_ranking", "learned_false_breakdown"])):
         out = tmp_path / guardrail.replace(":", "-")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from retail import retail_wh
 
 from nlq2sql.errors import InputError
 from nlq2sql.load import analysis as an
@@ -202,9 +203,9 @@ def test_inflight_timeline() -> None:
 
 def test_expand_evalset_cycles_with_unique_ids(tmp_path: Path) -> None:
     path = expand_evalset("dev", 45, tmp_path)
-    es = load_evalset(path)  # a valid eval set in its own right
+    es = load_evalset(path, retail_wh())  # a valid eval set in its own right
     ids = [c.id for c in es.cases]
-    n = len(load_evalset("dev").cases)
+    n = len(load_evalset("dev", retail_wh()).cases)
     assert len(ids) == 45 == len(set(ids))
     assert ids[0].endswith("#1") and ids[n].endswith("#2") and ids[n].split("#")[0] == ids[0].split("#")[0]
 

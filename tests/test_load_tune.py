@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, script
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -30,7 +31,7 @@ DELAY = 0.15
 
 def _degrading_script() -> dict[str, Any]:
     answers, wrong = {}, {}
-    for c in load_evalset("dev").cases:
+    for c in load_evalset("dev", retail_wh()).cases:
         gold = c.gold.model_dump(mode="json")  # type: ignore[union-attr]
         answers[c.question] = json.dumps(gold)
         bad = dict(gold, metric="orders" if gold.get("metric") != "orders" else "revenue")

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from fakeserver import FakeServer, script
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -25,7 +26,7 @@ def _ids(run: Path) -> list[str]:
 def test_matrix_repeats_across_repeats_and_paired_over_repeats(tmp_path: Path) -> None:
     from nlq2sql.stages.evalset import load_evalset
 
-    cases = load_evalset("heldout").cases[:N_ITEMS]
+    cases = load_evalset("heldout", retail_wh()).cases[:N_ITEMS]
     gold = [{"kind": "text", "text": c.gold.model_dump_json()} for c in cases]
     # Requests per question: baseline r0, r1, r2, then contrastive r0, r1, r2 (concurrency 1).
     # Items 0-1 right everywhere; items 2-3 right under baseline only; item 4 right in baseline's

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from fakeserver import FakeServer, script
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -24,7 +25,7 @@ from nlq2sql.run.live import run_eval
 from nlq2sql.stages.evalset import load_evalset
 
 MODEL = "fake-model"
-IDS = [c.id for c in load_evalset("heldout").cases]
+IDS = [c.id for c in load_evalset("heldout", retail_wh()).cases]
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, script
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -76,14 +77,14 @@ def test_evalset_bom_and_crlf_accepted_non_utf8_located(tmp_path: Path) -> None:
     plain.write_text("\n".join(HELDOUT[:3]) + "\n")
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(HELDOUT[:3]).encode() + b"\r\n")
-    assert load_evalset(bom).cases == load_evalset(plain).cases
+    assert load_evalset(bom, retail_wh()).cases == load_evalset(plain, retail_wh()).cases
     bad = tmp_path / "bad.jsonl"
     lines = [x.encode() for x in HELDOUT[:3]]
     lines[2] = lines[2].replace(b"by", b"by \xe9", 1)
     bad.write_bytes(b"\n".join(lines) + b"\n")
     offset = len(lines[0]) + len(lines[1]) + 2 + lines[2].index(b"\xe9")
     with pytest.raises(InputError) as exc:
-        load_evalset(bad)
+        load_evalset(bad, retail_wh())
     assert f"bad.jsonl:3: not UTF-8: byte 0xe9 at byte offset {offset} of the file" in str(exc.value)
 
 

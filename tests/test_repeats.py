@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from fakeserver import FakeServer, script
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -78,7 +79,7 @@ def test_gate_and_compare_pair_items_over_repeats(tmp_path: Path) -> None:
     from nlq2sql.stages.evalset import load_evalset
 
     base, cand = tmp_path / "base", tmp_path / "cand"
-    cases = load_evalset("heldout").cases[:N_ITEMS]
+    cases = load_evalset("heldout", retail_wh()).cases[:N_ITEMS]
     gold = {c.question: [{"kind": "text", "text": c.gold.model_dump_json()}] * 2 for c in cases}
     with FakeServer(tmp_path / "fb", script(by_question=gold), model="m") as fake:  # every answer right
         _eval(fake, base, "--repeats", "2")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from retail import RETAIL, retail_wh
 
 from nlq2sql.errors import ExecutionError, InputError
 from nlq2sql.records.store import RecordWriter
@@ -38,7 +39,7 @@ def answers(gold: dict[str, Any]) -> list[tuple[str | None, str | None]]:
 def items() -> list[tuple[EvalCase, str | None, str | None]]:
     """Held-out cases, each under several ids (sharing one gold intent, as an index shares it)."""
     out = []
-    for n, case in enumerate(load_evalset("heldout").cases[:12]):
+    for n, case in enumerate(load_evalset("heldout", retail_wh()).cases[:12]):
         for k, (text, finish) in enumerate(answers(case.gold.model_dump(mode="json"))):
             copy = case.model_copy(update={"id": f"{case.id}-{k}"}) if (n + k) % 2 else case
             out.append((copy, text, finish))
@@ -48,9 +49,9 @@ def items() -> list[tuple[EvalCase, str | None, str | None]]:
 def test_remembered_records_are_the_records(tmp_path: Path, executor: Executor) -> None:
     """Each line written from a RecordMemo equals score_item's record for that item, byte for byte."""
     with RecordWriter(tmp_path / "each.jsonl") as each, RecordWriter(tmp_path / "memo.jsonl") as mem:
-        memo = RecordMemo(RANKING, executor, None, mem)
+        memo = RecordMemo(RANKING, executor, RETAIL, mem)
         for case, text, finish in items() * 2:
-            each.write(score_item(case, text, RANKING, executor, finish_reason=finish))
+            each.write(score_item(case, text, RANKING, executor, finish_reason=finish, catalog=RETAIL))
             memo.write(case.id, case, text, finish)
     assert (tmp_path / "each.jsonl").read_bytes() == (tmp_path / "memo.jsonl").read_bytes()
     assert 0 < len(memo._by_meaning) < len(memo._by_text) < len(items())
@@ -74,10 +75,10 @@ class FlakyExecutor:
 
 def test_failed_query_is_not_remembered(tmp_path: Path, executor: Executor) -> None:
     case, text, _ = items()[9]  # a false ranking: its query is not the gold query
-    rec = score_item(case, text, [], executor)
+    rec = score_item(case, text, [], executor, catalog=RETAIL)
     flaky = FlakyExecutor(executor, Query(rec["sql"], tuple(rec["params"])))
     with RecordWriter(tmp_path / "r.jsonl") as w:
-        memo = RecordMemo([], flaky, None, w)  # type: ignore[arg-type]
+        memo = RecordMemo([], flaky, RETAIL, w)  # type: ignore[arg-type]
         assert memo.write("a", case, text, "stop")["exec_error"] == "query exceeded 10s timeout"
         assert memo.write("b", case, text, "stop")["exec_error"] is None
 
@@ -87,7 +88,8 @@ def test_shared_adds_give_the_same_summary(executor: Executor, monkeypatch: pyte
                                            pending_max: int) -> None:
     """Figures and the order of every table's keys, whatever the flushes; timings keep their order."""
     monkeypatch.setattr(summary, "PENDING_MAX", pending_max)
-    recs = [score_item(case, text, RANKING, executor, finish_reason=finish) for case, text, finish in items()]
+    recs = [score_item(case, text, RANKING, executor, finish_reason=finish, catalog=RETAIL)
+            for case, text, finish in items()]
     recs[5] = {**recs[5], "latency_s": 0.25}
     recs[30] = {**recs[30], "latency_s": 0.5, "ttft_s": 0.1}
     order = [recs[i % len(recs)] for i in (7, 3, 3, 100, 7, 5, 30, 3, 41, 5, *range(len(recs)), 7, 30)]
@@ -102,7 +104,7 @@ def test_shared_adds_give_the_same_summary(executor: Executor, monkeypatch: pyte
 def _files(tmp_path: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
     """An eval set of repeated lines and a responses file of repeated answers, in another order,
     with lines that must not be reused (escaped id, a second "id" key) and items left out."""
-    cases = [c.model_dump(mode="json") for c in load_evalset("heldout").cases[:6]]
+    cases = [c.model_dump(mode="json") for c in load_evalset("heldout", retail_wh()).cases[:6]]
     es_lines, rs = [], []
     for i in range(60):
         case = {**cases[i % 6], "id": f"x{i}"}
@@ -123,18 +125,20 @@ def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Exec
     """End to end: records byte for byte, and every summary figure, as scoring item by item."""
     es_path, rs_path, rs = _files(tmp_path)
     summary = score_responses(ScoreConfig(str(es_path), rs_path, tmp_path / "run", allow_missing=True))
-    es = load_evalset(str(es_path))
+    es = load_evalset(str(es_path), retail_wh())
     cases = es.by_id()
     summ = Summary(RANKING)
     with RecordWriter(tmp_path / "expected.jsonl") as w:
         for r in rs:
-            rec = score_item(cases[r["id"]], r["text"], RANKING, executor, finish_reason=r["finish_reason"])
+            rec = score_item(cases[r["id"]], r["text"], RANKING, executor, finish_reason=r["finish_reason"],
+                             catalog=RETAIL)
             w.write(rec)
             summ.add(rec)
         answered = {r["id"] for r in rs}
         for case in es.cases:
             if case.id not in answered:
-                rec = as_missing(score_item(case, None, RANKING, executor, request_error="no response in file"))
+                rec = as_missing(score_item(case, None, RANKING, executor, request_error="no response in file",
+                                            catalog=RETAIL))
                 w.write(rec)
                 summ.add(rec)
     assert (tmp_path / "run" / "records.jsonl").read_bytes() == (tmp_path / "expected.jsonl").read_bytes()

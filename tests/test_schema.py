@@ -10,6 +10,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from retail import RETAIL, retail_wh
 
 from nlq2sql.load.results import RESULT_MODELS
 from nlq2sql.stages.evalset import EvalCase, load_evalset
@@ -40,7 +41,7 @@ def _walk(node: Any, path: str = "#") -> list[tuple[str, dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("name, generate", [
-    ("intent.schema.json", intent_schema),
+    ("intent.schema.json", lambda: intent_schema(RETAIL)),
     ("evalset-line.schema.json", EvalCase.model_json_schema),
 ])
 def test_committed_schema_matches_models(name: str, generate: Any) -> None:
@@ -67,13 +68,13 @@ def test_gen_script_writes_exactly_the_committed_files(tmp_path: Path, monkeypat
 
 
 def test_intent_schema_uses_no_conditional_or_reference_keywords() -> None:
-    for path, node in _walk(intent_schema()):
+    for path, node in _walk(intent_schema(RETAIL)):
         for kw in ("if", "then", "else", "oneOf", "allOf", "not", "$ref", "$defs", "definitions"):
             assert kw not in node, f"{path} uses {kw!r}"
 
 
 def test_intent_schema_is_closed_and_requires_every_key() -> None:
-    schema = intent_schema()
+    schema = intent_schema(RETAIL)
     assert schema["type"] == "object"
     assert schema["additionalProperties"] is False
     assert list(schema["properties"]) == list(FIELDS) and len(FIELDS) == 7
@@ -84,7 +85,7 @@ def test_intent_schema_is_closed_and_requires_every_key() -> None:
 
 
 def test_every_number_string_and_array_is_bounded() -> None:
-    schema = intent_schema()
+    schema = intent_schema(RETAIL)
     numeric = [(p, n) for p, n in _walk(schema) if n.get("type") in ("integer", "number")]
     assert numeric, "limit must be a bounded integer"
     for path, node in numeric:
@@ -102,7 +103,7 @@ def test_shipped_evalsets_validate_against_the_line_schema() -> None:
     line_schema = json.loads((SCHEMAS / "evalset-line.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(line_schema)
     for name in ("dev", "heldout", "adversarial"):
-        es = load_evalset(name)
+        es = load_evalset(name, retail_wh())
         for raw in Path(es.path).read_text().splitlines():
             errors = list(validator.iter_errors(json.loads(raw)))
             assert not errors, (name, raw, errors[0].message)

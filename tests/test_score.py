@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import pytest
+from retail import RETAIL, retail_wh
 from scipy.stats import binomtest
 
 from nlq2sql.stages.evalset import EvalCase
@@ -114,7 +115,7 @@ def test_wrong_fields() -> None:
 def test_correct_answer(executor: Executor) -> None:
     gold = intent(intent="top_n_by_metric", limit=3, order="desc")
     rec = score_item(case("Top 3 regions by revenue", gold), json.dumps(gold.model_dump(), indent=2),
-                     RANKING, executor, finish_reason="stop")
+                     RANKING, executor, finish_reason="stop", catalog=RETAIL)
     assert rec["status"] == rec["final_status"] == "ok"
     assert rec["correct_raw"] and rec["correct_final"] and rec["correct_exec"]
     assert rec["error_raw"] is None and rec["error_final"] is None and rec["wrong_fields_raw"] == []
@@ -126,13 +127,14 @@ def test_correct_answer(executor: Executor) -> None:
 
 def test_default_top_n_equals_explicit(executor: Executor) -> None:
     gold = intent(intent="top_n_by_metric", limit=5, order="desc")
-    rec = score_item(case("Top regions by revenue", gold), text(gold, limit=None, order=None), [], executor)
+    rec = score_item(case("Top regions by revenue", gold), text(gold, limit=None, order=None), [], executor,
+                     catalog=RETAIL)
     assert rec["correct_raw"] and rec["correct_exec"]
 
 
 def test_schema_invalid(executor: Executor) -> None:
     rec = score_item(case("revenue by region", intent()), text(intent(), metric="profit"), RANKING,
-                     executor)
+                     executor, catalog=RETAIL)
     assert rec["status"] == rec["final_status"] == "schema_invalid"
     assert rec["status_reason"].startswith("metric: ")
     assert rec["raw_intent"] is None and rec["final_intent"] is None and rec["sql"] is None
@@ -152,14 +154,14 @@ def test_schema_invalid(executor: Executor) -> None:
     (None, "stop", "invalid_json"),
 ])
 def test_unparseable(executor: Executor, raw: str | None, finish: str | None, status: str) -> None:
-    rec = score_item(case("revenue by region", intent()), raw, RANKING, executor, finish_reason=finish)
+    rec = score_item(case("revenue by region", intent()), raw, RANKING, executor, finish_reason=finish, catalog=RETAIL)
     assert rec["status"] == rec["error_raw"] == rec["error_final"] == status
     assert rec["finish_reason"] == finish and not rec["correct_final"]
 
 
 def test_request_error(executor: Executor) -> None:
     rec = score_item(case("revenue by region", intent()), None, RANKING, executor,
-                     request_error="timeout after 120 s")
+                     request_error="timeout after 120 s", catalog=RETAIL)
     assert (rec["status"], rec["status_reason"]) == ("request_error", "timeout after 120 s")
     assert rec["error_final"] == "request_error" and not rec["correct_exec"]
 
@@ -167,13 +169,13 @@ def test_request_error(executor: Executor) -> None:
 def test_inconsistent_without_and_with_repair(executor: Executor) -> None:
     gold = intent()
     raw = text(gold, time_grain="month")
-    rec = score_item(case("revenue by region", gold), raw, RANKING, executor)
+    rec = score_item(case("revenue by region", gold), raw, RANKING, executor, catalog=RETAIL)
     assert rec["status"] == rec["final_status"] == "inconsistent"
     assert rec["status_reason"] == "time_grain must be null for breakdown"
     assert rec["raw_intent"]["time_grain"] == "month" and rec["sql"] is None
     assert rec["error_raw"] == "inconsistent" and not rec["correct_final"]
 
-    fixed = score_item(case("revenue by region", gold), raw, BOTH, executor)
+    fixed = score_item(case("revenue by region", gold), raw, BOTH, executor, catalog=RETAIL)
     assert fixed["status"] == "inconsistent" and fixed["final_status"] == "ok"
     assert not fixed["correct_raw"] and fixed["correct_final"] and fixed["correct_exec"]
     assert [iv["rule"] for iv in fixed["interventions"]] == ["stray_time_grain"]
@@ -184,7 +186,7 @@ def test_inconsistent_without_and_with_repair(executor: Executor) -> None:
 def test_false_ranking_repaired(executor: Executor) -> None:
     gold = intent()
     rec = score_item(case("revenue by region", gold),
-                     text(gold, intent="top_n_by_metric", limit=10, order="desc"), RANKING, executor)
+                     text(gold, intent="top_n_by_metric", limit=10, order="desc"), RANKING, executor, catalog=RETAIL)
     assert rec["error_raw"] == "false_ranking" and rec["error_final"] is None
     assert not rec["correct_raw"] and rec["correct_final"] and rec["correct_exec"]
     iv = rec["interventions"][0]
@@ -197,7 +199,8 @@ def test_false_ranking_repaired(executor: Executor) -> None:
 def test_bound_filter_values_in_record(executor: Executor) -> None:
     gold = intent(filters=[{"field": "region", "op": "eq", "value": "North"}])
     rec = score_item(case("revenue in the North by region", gold),
-                     text(gold, filters=[{"field": "region", "op": "eq", "value": " North "}]), [], executor)
+                     text(gold, filters=[{"field": "region", "op": "eq", "value": " North "}]), [], executor,
+                     catalog=RETAIL)
     assert rec["correct_raw"] and rec["params"] == ["North"] and "North" not in rec["sql"]
     assert rec["result_rows"] == 1
 
@@ -207,15 +210,16 @@ def test_bound_filter_values_in_record(executor: Executor) -> None:
 
 def _tiny_set(executor: Executor) -> list[dict[str, Any]]:
     top10 = {"intent": "top_n_by_metric", "limit": 10, "order": "desc"}
-    a = score_item(case("revenue by region", intent(), "A"), text(intent(), **top10), RANKING, executor)
+    a = score_item(case("revenue by region", intent(), "A"), text(intent(), **top10), RANKING, executor, catalog=RETAIL)
     b_gold = intent(intent="top_n_by_metric", limit=3, order="desc")
-    b = score_item(case("Top 3 regions by revenue", b_gold, "B", "top_n"), text(b_gold), RANKING, executor)
+    b = score_item(case("Top 3 regions by revenue", b_gold, "B", "top_n"), text(b_gold), RANKING, executor,
+                   catalog=RETAIL)
     c_gold = intent(order="desc")
     c = score_item(case("revenue by region for the board", c_gold, "C"), text(c_gold, **top10), RANKING,
-                   executor)
-    d = score_item(case("revenue by region", intent(), "D"), "{oops", RANKING, executor)
+                   executor, catalog=RETAIL)
+    d = score_item(case("revenue by region", intent(), "D"), "{oops", RANKING, executor, catalog=RETAIL)
     e = score_item(case("revenue by region, best guess", intent(), "E"), text(intent(), **top10), RANKING,
-                   executor)
+                   executor, catalog=RETAIL)
     return [a, b, c, d, e]
 
 
@@ -271,11 +275,11 @@ def test_summary_empty() -> None:
 
 def test_record_intents_are_independent_objects(executor: Executor) -> None:
     gold = intent(filters=[{"field": "year", "op": "eq", "value": "2024"}])
-    rec = score_item(case("revenue by region in 2024", gold), text(gold), RANKING, executor)
+    rec = score_item(case("revenue by region in 2024", gold), text(gold), RANKING, executor, catalog=RETAIL)
     assert rec["interventions"] == [] and rec["raw_intent"] == rec["final_intent"]
     rec["final_intent"]["filters"].append({"field": "region", "op": "eq", "value": "North"})
     assert len(rec["raw_intent"]["filters"]) == 1, "mutating one record field leaves the others alone"
-    again = score_item(case("revenue by region in 2024", gold), text(gold), RANKING, executor)
+    again = score_item(case("revenue by region in 2024", gold), text(gold), RANKING, executor, catalog=RETAIL)
     assert again["raw_intent"]["filters"] == [{"field": "year", "op": "eq", "value": "2024"}]
 
 
@@ -283,9 +287,9 @@ def test_records_keep_the_first_rows_of_both_results(executor: Executor) -> None
     from nlq2sql.stages.evalset import load_evalset
     from nlq2sql.stages.score import RESULT_HEAD_ROWS, score_item
 
-    case = next(c for c in load_evalset("heldout").cases if c.gold.intent == "breakdown")
+    case = next(c for c in load_evalset("heldout", retail_wh()).cases if c.gold.intent == "breakdown")
     wrong = {**case.gold.model_dump(mode="json"), "intent": "top_n_by_metric", "limit": 2, "order": "asc"}
-    rec = score_item(case, json.dumps(wrong), [], executor)
+    rec = score_item(case, json.dumps(wrong), [], executor, catalog=RETAIL)
     assert len(rec["result_head"]) == 2 and 0 < len(rec["gold_result_head"]) <= RESULT_HEAD_ROWS
     assert rec["result_head"] != rec["gold_result_head"][:2] or rec["correct_exec"]
     json.dumps(rec)  # rows are plain JSON values (dates as ISO text, decimals as floats)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, by_ids, script
+from retail import retail_wh
 
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.store import iter_records
@@ -123,7 +124,7 @@ def test_question_text_cannot_change_what_is_executed(tmp_path: Path, small_ware
         assert word not in bound["sql"]
     assert HOSTILE_VALUE in bound["params"] and bound["result_rows"] == 0
     # The question went to the server as the user message only; the system prompt is ours.
-    baseline = load_prompt("baseline")
+    baseline = load_prompt("baseline", "default", retail_wh())
     sha = hashlib.sha256(baseline.text.encode()).hexdigest()
     assert {e["question"] for e in seen} == {INJECTION, INJECTION_2}
     assert all(e["system_prompt_sha256"] == sha for e in seen)

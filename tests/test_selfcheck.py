@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from retail import RETAIL
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.conditions.selfcheck import vote
@@ -27,12 +28,12 @@ def text(d: dict[str, Any], **kw: Any) -> str:
 
 def test_vote_majority_over_canonical_intents() -> None:
     # the same intent written two ways (key order, spacing) is one vote
-    v = vote([text(A), text(dict(reversed(A.items())), indent=1), text(B)], None)
+    v = vote([text(A), text(dict(reversed(A.items())), indent=1), text(B)], RETAIL)
     assert (v["winner"], v["votes"], v["valid"], v["tie"], v["distinct"]) == (0, 2, 3, False, 2)
-    assert vote([text(A), text(B)], None)["tie"] is True
-    v = vote(["not json", text(B), "{}"], None)
+    assert vote([text(A), text(B)], RETAIL)["tie"] is True
+    v = vote(["not json", text(B), "{}"], RETAIL)
     assert (v["winner"], v["votes"], v["valid"]) == (1, 1, 1)
-    assert vote(["nope"], None)["winner"] is None
+    assert vote(["nope"], RETAIL)["winner"] is None
 
 
 def test_abstention_reasons_and_scoring() -> None:

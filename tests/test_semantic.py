@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from byo_warehouse import CASES, build_db, write_evalset, write_model
 from hypothesis import assume, given, settings
+from retail import RETAIL
 from rich.console import Console
 from strategies import VOCAB, any_intents
 from typer.testing import CliRunner
@@ -56,7 +57,7 @@ def test_joins_are_metricflows_left_outer_joins() -> None:
         "customer_id__region", "customer_id__segment", "product_id__category", "product_id__product",
         "channel_id__channel"}
     q = build_sql(Intent.model_validate({"intent": "breakdown", "metric": "revenue", "dimension": "region",
-                                         "time_grain": None, "filters": [], "limit": None, "order": None}))
+                                         "time_grain": None, "filters": [], "limit": None, "order": None}), RETAIL)
     assert "LEFT OUTER JOIN" in q.sql and "\nJOIN" not in q.sql
 
 
@@ -71,8 +72,8 @@ def _validates(schema: dict[str, object], obj: object) -> bool:
 @given(intent=any_intents)
 def test_branch_schema_accepts_exactly_the_consistent_intents(intent: Intent) -> None:
     obj = intent.model_dump(mode="json")
-    assert _validates(intent_schema(None, "flat"), obj)
-    assert _validates(intent_schema(None, "branches"), obj) == (consistency_problem(intent) is None)
+    assert _validates(intent_schema(RETAIL, "flat"), obj)
+    assert _validates(intent_schema(RETAIL, "branches"), obj) == (consistency_problem(intent) is None)
 
 
 @settings(max_examples=300, deadline=None)
@@ -83,12 +84,12 @@ def test_branch_regex_matches_the_branch_schema(intent: Intent) -> None:
     text = compact_json(intent)
     # the regex's filter values exclude escapes (a constrained decoder then cannot emit them)
     assume("\\" not in text)
-    assert re.fullmatch(compact_regex(None, "flat"), text)
-    assert bool(re.fullmatch(compact_regex(None, "branches"), text)) == (consistency_problem(intent) is None)
+    assert re.fullmatch(compact_regex(RETAIL, "flat"), text)
+    assert bool(re.fullmatch(compact_regex(RETAIL, "branches"), text)) == (consistency_problem(intent) is None)
 
 
 def test_branch_schema_shape() -> None:
-    schema = intent_schema(None, "branches")
+    schema = intent_schema(RETAIL, "branches")
     assert [b["properties"]["intent"]["const"] for b in schema["anyOf"]] == [
         "breakdown", "top_n_by_metric", "time_series"]
     for branch in schema["anyOf"]:
@@ -235,7 +236,7 @@ def test_semantic_show_prints_the_contract() -> None:
     res = runner.invoke(app, ["semantic", "show", "--schema", "branches"])
     assert res.exit_code == 0, res.output
     shown = json.loads(res.stdout)
-    assert shown["schema"] == intent_schema(None, "branches")
+    assert shown["schema"] == intent_schema(RETAIL, "branches")
     assert shown["dimensions"]["channel"]["values"] == ["Online", "Partner", "Phone", "Retail"]
 
 

@@ -17,6 +17,7 @@ import pytest
 import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from retail import RETAIL, retail_wh
 from strategies import (
     DIMENSIONS,
     FILTER_FIELDS,
@@ -70,11 +71,11 @@ def check_values_bound(intent: Intent, q: Query) -> None:
     canon = canonicalise(intent)
     placeholder = canon.model_copy(update={"filters": [
         Filter(field=f.field, op=f.op, value=f.value if f.field == "year" else "v") for f in canon.filters]})
-    assert build_sql(placeholder).sql == q.sql, "SQL text depends on a filter value"
+    assert build_sql(placeholder, RETAIL).sql == q.sql, "SQL text depends on a filter value"
     for f in canon.filters:
         if f.field != "year":
             assert f.value in q.params
-            if f.value and f.value not in build_sql(placeholder).sql:
+            if f.value and f.value not in build_sql(placeholder, RETAIL).sql:
                 assert f.value not in q.sql
 
 
@@ -101,7 +102,7 @@ def test_golden_table_covers_every_shape() -> None:
 def test_golden_sql(case: dict[str, Any], executor: Executor) -> None:
     """MetricFlow's SQL returns exactly the rows the home-made builder's SQL text returned."""
     intent = canonicalise(Intent.model_validate(case["intent"]))
-    q = build_sql(intent)
+    q = build_sql(intent, RETAIL)
     check_allow_listed(q)
     rows = executor.run(q)
     assert rows == executor.run(Query(case["sql"].replace("?", "{}").format(
@@ -118,7 +119,7 @@ def test_golden_sql(case: dict[str, Any], executor: Executor) -> None:
 @pytest.mark.parametrize("case", GOLDEN_V1, ids=[c["title"] for c in GOLDEN_V1])
 def test_v1_golden_sql_means_the_same(case: dict[str, Any], executor: Executor) -> None:
     """The semantic-model builder returns exactly the rows the v1 SQL text returned."""
-    q = build_sql(canonicalise(Intent.model_validate(case["intent"])))
+    q = build_sql(canonicalise(Intent.model_validate(case["intent"])), RETAIL)
     v1 = executor.run(Query(case["sql"].replace("?", "{}").format(
         *(f"${i}" for i in range(1, len(case["params"]) + 1))), tuple(case["params"])))
     assert v1 and executor.run(q) == v1
@@ -133,9 +134,10 @@ def test_every_shipped_gold_keeps_its_v1_result_hash(executor: Executor) -> None
     golds = GOLD_HASHES_V1["golds"]
     seen = 0
     for name in ("dev", "heldout", "adversarial"):
-        for c in load_evalset(name).cases:
+        for c in load_evalset(name, retail_wh()).cases:
             g = canonicalise(c.gold)
-            assert executor.result_hash(build_sql(g), ordered=is_ordered(g)) == golds[f"{name}/{c.id}"]["result_hash"]
+            got = executor.result_hash(build_sql(g, RETAIL), ordered=is_ordered(g))
+            assert got == golds[f"{name}/{c.id}"]["result_hash"]
             seen += 1
     assert seen == len(golds) == 104
 
@@ -143,8 +145,8 @@ def test_every_shipped_gold_keeps_its_v1_result_hash(executor: Executor) -> None
 def test_top_n_rows_are_ranked_with_deterministic_ties(executor: Executor) -> None:
     base: dict[str, Any] = {"intent": "top_n_by_metric", "metric": "units", "dimension": "product",
             "time_grain": None, "filters": [], "limit": 36, "order": None}
-    desc = executor.run(build_sql(canonicalise(Intent.model_validate(base))))
-    asc = executor.run(build_sql(canonicalise(Intent.model_validate({**base, "order": "asc"}))))
+    desc = executor.run(build_sql(canonicalise(Intent.model_validate(base)), RETAIL))
+    asc = executor.run(build_sql(canonicalise(Intent.model_validate({**base, "order": "asc"})), RETAIL))
     assert [r[1] for r in desc] == sorted((r[1] for r in desc), reverse=True)
     assert [r[1] for r in asc] == sorted(r[1] for r in asc)
     assert sorted(desc) == sorted(asc)
@@ -157,22 +159,22 @@ def test_builder_rejects_what_is_not_allow_listed() -> None:
     good = Intent(intent="breakdown", metric="revenue", dimension="region", time_grain=None,
                   filters=[], limit=None, order=None)
     with pytest.raises(SqlBuildError, match="metric"):
-        build_sql(good.model_construct(**{**dict(good), "metric": "revenue; DROP TABLE x"}))
+        build_sql(good.model_construct(**{**dict(good), "metric": "revenue; DROP TABLE x"}), RETAIL)
     with pytest.raises(SqlBuildError, match="dimension"):
-        build_sql(good.model_construct(**{**dict(good), "dimension": "c.region) --"}))
+        build_sql(good.model_construct(**{**dict(good), "dimension": "c.region) --"}), RETAIL)
     with pytest.raises(SqlBuildError, match="needs a dimension"):
-        build_sql(good.model_construct(**{**dict(good), "dimension": None}))
+        build_sql(good.model_construct(**{**dict(good), "dimension": None}), RETAIL)
     with pytest.raises(SqlBuildError, match="time_grain"):
-        build_sql(good.model_construct(**{**dict(good), "intent": "time_series", "time_grain": "fortnight"}))
+        build_sql(good.model_construct(**{**dict(good), "intent": "time_series", "time_grain": "fortnight"}), RETAIL)
     bad_filter = Filter.model_construct(field="region", op="LIKE", value="x")
     with pytest.raises(SqlBuildError, match="op"):
-        build_sql(good.model_construct(**{**dict(good), "filters": [bad_filter]}))
+        build_sql(good.model_construct(**{**dict(good), "filters": [bad_filter]}), RETAIL)
 
 
 def test_vocabulary_is_closed() -> None:
     """The checker itself rejects a second statement, an inlined value and a stray literal."""
     ok = build_sql(canonicalise(Intent.model_validate(
-        next(c["intent"] for c in GOLDEN if c["params"]))))
+        next(c["intent"] for c in GOLDEN if c["params"]))), RETAIL)
     check_allow_listed(ok)
     for sql in (ok.sql + "; DROP TABLE x", ok.sql.replace("$1", "'North'"), "DELETE FROM order_lines"):
         with pytest.raises(AssertionError):
@@ -186,7 +188,7 @@ def test_vocabulary_is_closed() -> None:
 @given(intent=consistent_intents())
 def test_every_consistent_intent_executes(intent: Intent, executor: Executor) -> None:
     canon = canonicalise(intent)
-    q = build_sql(canon)
+    q = build_sql(canon, RETAIL)
     check_allow_listed(q)
     check_values_bound(intent, q)
     rows = executor.run(q)
@@ -199,7 +201,7 @@ def test_every_consistent_intent_executes(intent: Intent, executor: Executor) ->
 @settings(max_examples=200, deadline=None)
 @given(intent=consistent_intents(values=st.sampled_from(HOSTILE)))
 def test_hostile_values_never_reach_sql_text(intent: Intent, executor: Executor) -> None:
-    q = build_sql(canonicalise(intent))
+    q = build_sql(canonicalise(intent), RETAIL)
     for bad in ("DROP", "DELETE", ";", "--", "1=1", "x'"):
         assert bad not in q.sql
     check_allow_listed(q)
@@ -215,7 +217,7 @@ def test_security_fuzz_10k(executor: Executor) -> None:
               suppress_health_check=[HealthCheck.too_slow])
     @given(intent=fast_consistent_intents)
     def fuzz(intent: Intent) -> None:
-        q = build_sql(canonicalise(intent))
+        q = build_sql(canonicalise(intent), RETAIL)
         check_allow_listed(q)
         check_values_bound(intent, q)
         if len(seen) % 40 == 0:
@@ -241,15 +243,15 @@ def test_sqlbuild_module_exposes_only_allow_lists() -> None:
 
 def test_build_cache_shares_equal_queries_and_tolerates_constructed_intents() -> None:
     raw = {**GOLDEN[0]["intent"]}
-    a = build_sql(canonicalise(Intent.model_validate(raw)))
-    b = build_sql(canonicalise(Intent.model_validate(json.loads(json.dumps(raw)))))
+    a = build_sql(canonicalise(Intent.model_validate(raw)), RETAIL)
+    b = build_sql(canonicalise(Intent.model_validate(json.loads(json.dumps(raw)))), RETAIL)
     assert a is b
     assert len(sqlbuild._CACHE) <= sqlbuild.BUILD_CACHE_SIZE
     good = Intent.model_validate(raw)
     unhashable = good.model_construct(**{**dict(good), "filters": [
         Filter.model_construct(field="region", op="eq", value=["not", "hashable"])]})
     with pytest.raises(SqlBuildError, match="not a valid intent"):
-        build_sql(unhashable)
+        build_sql(unhashable, RETAIL)
 
 
 def test_compiles_are_cached_per_shape_not_per_value() -> None:
@@ -258,7 +260,7 @@ def test_compiles_are_cached_per_shape_not_per_value() -> None:
             "limit": None, "order": None}
     before = CATALOG.engine.compiles
     qs = [build_sql(canonicalise(Intent.model_validate({**base, "filters": [
-        {"field": "region", "op": "eq", "value": v}]}))) for v in ("North", "South", "East", "x' OR 1=1 --")]
+        {"field": "region", "op": "eq", "value": v}]})), RETAIL) for v in ("North", "South", "East", "x' OR 1=1 --")]
     assert CATALOG.engine.compiles - before <= 1
     assert len({q.sql for q in qs}) == 1 and [q.params for q in qs] == [
         ("North",), ("South",), ("East",), ("x' OR 1=1 --",)]

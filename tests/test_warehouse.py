@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from retail import RETAIL as RETAIL_MODEL
+from retail import retail_wh
 
 from nlq2sql import paths
 from nlq2sql.semantic import warehouse
@@ -84,8 +86,8 @@ def test_money_is_exact_decimal(small_warehouse: Path) -> None:
 def test_build_is_deterministic(tmp_path: Path, small_warehouse: Path) -> None:
     """Two independent builds return byte-identical results for every gold query."""
     other = warehouse.build(tmp_path / "again.duckdb", scale=0.05)
-    queries = {build_sql(canonicalise(c.gold)) for name in ("dev", "heldout", "adversarial")
-               for c in load_evalset(name).cases}
+    queries = {build_sql(canonicalise(c.gold), RETAIL_MODEL) for name in ("dev", "heldout", "adversarial")
+               for c in load_evalset(name, retail_wh()).cases}
     dumps = []
     for path in (small_warehouse, other):
         con = connect_read_only(path)

@@ -82,8 +82,8 @@ def read_questions(path: Path) -> Iterator[Question]:
 
 
 def answer_item(q: Question, raw_text: str | None, rulesets: list[RuleSet], executor: Executor, *,
-                finish_reason: str | None = None, request_error: str | None = None,
-                catalog: Catalog | None = None) -> dict[str, Any]:
+                catalog: Catalog, finish_reason: str | None = None,
+                request_error: str | None = None) -> dict[str, Any]:
     """``score_item`` without a gold (the one builder, :func:`~nlq2sql.stages.score.intent_record`):
     the same record keys, the gold's side ``null``."""
     return intent_record(q.id, q.question, raw_text, rulesets, executor, gold=None, finish_reason=finish_reason,

@@ -205,7 +205,7 @@ def matrix(
         if not prompts.strip() or not all(names):
             raise InputError(f"give comma-separated prompt names, none empty, got {prompts!r}", field="--prompts")
         for name in names:  # a bad prompt is refused before any server starts
-            load_prompt(name)
+            load_prompt(name, "default", None)  # the file only (the run renders it for its warehouse)
         base = replace(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
                  semantic=(semantic_model, db, schema),
                  conditions=conditions, temperature=temperature),

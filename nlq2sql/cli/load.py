@@ -275,8 +275,10 @@ def probe_prefix(
     max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 32,
     max_num_seqs: LocalSeqsOpt = None,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-prefix"),
+    semantic_model: SemanticModelOpt = None, db: DbOpt = None,
 ) -> None:
     """Shared vs diverse vs leading-unique prefixes: TTFT, prefill share, prefix-cache hit rate."""
+    from nlq2sql.semantic.binding import open_warehouse
     from nlq2sql.stages.evalset import load_evalset
     from nlq2sql.stages.prompt import load_prompt
 
@@ -284,8 +286,9 @@ def probe_prefix(
         raise InputError("need --requests ≥ 1, --pad-words ≥ 0, --max-tokens ≥ 1", field="--requests")
     at_most(requests, MAX_REQUESTS, "--requests")
     at_most(pad_words, MAX_REQUESTS, "--pad-words")
-    questions = [c.question for c in load_evalset(evalset).cases]
-    _probe("prefix", endpoint, model, api_key_env, max_num_seqs, out, system=load_prompt(prompt).text,
+    wh = open_warehouse(semantic_model, db)  # the CLI's warehouse (default retail, as --semantic-model says)
+    questions = [c.question for c in load_evalset(evalset, wh).cases]
+    _probe("prefix", endpoint, model, api_key_env, max_num_seqs, out, system=load_prompt(prompt, "default", wh).text,
            questions=questions, requests=requests, pad_words=pad_words, max_tokens=max_tokens)
 
 

@@ -43,16 +43,15 @@ __all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "sample_and_vote", "
 MAX_SAMPLES = 16
 
 
-def _key(text: str, catalog: Catalog | None, answer: str) -> str:
+def _key(text: str, catalog: Catalog, answer: str) -> str:
     """The canonical form a sample votes with: a v1 intent's, or a v2 query's (every abstention
     one vote: :func:`~nlq2sql.stages.query_guard.canonical_key`)."""
     if answer == "query":
-        assert catalog is not None
         return canonical_key(parse_answer(text, catalog))
     return json.dumps(canonicalise(parse_intent(text, catalog)).model_dump(mode="json"), sort_keys=True)
 
 
-def vote(texts: list[str | None], catalog: Catalog | None, answer: str = "intent") -> dict[str, Any]:
+def vote(texts: list[str | None], catalog: Catalog, answer: str = "intent") -> dict[str, Any]:
     """Majority over canonical intents (or v2 queries): the winner's sample index, its votes,
     valid samples, tie."""
     keys: list[str | None] = []

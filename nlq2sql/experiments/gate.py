@@ -176,6 +176,12 @@ def _read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, 
     return manifest, summary, records
 
 
+#: The warehouse of a run recorded before manifests named their semantic model (no
+#: ``semantic_model_sha256``): ``retail`` was then the only one.  A fact about old records,
+#: not a default for new ones.
+LEGACY_WAREHOUSE = "retail"
+
+
 def _warehouse_sha(manifest: dict[str, Any]) -> str | None:
     sha = manifest.get("semantic_model_sha256")
     return sha if isinstance(sha, str) else None
@@ -194,14 +200,14 @@ def _check_same_inputs(base_dir: Path, base: dict[str, Any], cand_dir: Path, can
     b_sha, c_sha = _warehouse_sha(base), _warehouse_sha(cand)
     if b_sha == c_sha:  # equal, or both missing: both on the default warehouse
         return
-    from nlq2sql.semantic import DEFAULT_WAREHOUSE, default_catalog
+    from nlq2sql.semantic.catalog import load_catalog
 
-    default = default_catalog().sha256  # a run from before semantic models ran on retail
-    b_eff, c_eff = b_sha or default, c_sha or default
+    legacy = load_catalog(LEGACY_WAREHOUSE).sha256
+    b_eff, c_eff = b_sha or legacy, c_sha or legacy
     if b_eff != c_eff:
         def name(m: dict[str, Any], sha: str | None) -> str:
-            return f"{m.get('semantic_model') or DEFAULT_WAREHOUSE}" + ("" if sha else " (not recorded: "
-                                                                          "the default)")
+            return f"{m.get('semantic_model') or LEGACY_WAREHOUSE}" + ("" if sha else " (not recorded: "
+                                                                         "the default)")
         raise InputError(f"different warehouses: the baseline ran on {name(base, b_sha)} "
                          f"(semantic model sha256 {b_eff[:12]}…), the candidate on {name(cand, c_sha)} "
                          f"({c_eff[:12]}…); a gate compares runs on the same warehouse",

@@ -188,7 +188,7 @@ def preflight(cfg: EvalConfig) -> str:
     (their eval set is loaded next, before anything is measured).  Returns the API key."""
     validate(cfg)
     load_guardrails(cfg.conditions.guardrails(cfg.guardrails))
-    load_prompt(cfg.prompt, cfg.style)
+    load_prompt(cfg.prompt, cfg.style, None)  # the file only: rendered once the warehouse is open
     key = api_key(cfg)
     if cfg.endpoint is not None:
         from nlq2sql.run.canary import require_constraints, run_modes

@@ -17,7 +17,7 @@ from nlq2sql.errors import EvalSetError
 from nlq2sql.inputs import BOM, json_object, not_utf8, regular_file, reusable_rest, split_id
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.semantic.binding import Warehouse
-from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, Catalog, default_catalog
+from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, Catalog
 from nlq2sql.stages.intent import Intent, consistency_problem, vocabulary_problem
 
 __all__ = ["BLOCK", "CASE_MEMO_SIZE", "CATEGORY", "EVALSET_DIR", "ID_MAX_LENGTH", "CaseIndex", "EvalCase", "EvalSet",
@@ -55,12 +55,12 @@ class EvalSet(BaseModel):
         return {c.id: c for c in self.cases}
 
 
-def evalset_dir(warehouse: str = DEFAULT_WAREHOUSE) -> Path:
+def evalset_dir(warehouse: str) -> Path:
     """Where a shipped warehouse's sets live (the default warehouse's in ``evalsets/``)."""
     return EVALSET_DIR if warehouse == DEFAULT_WAREHOUSE else WAREHOUSE_DIR / warehouse / "evalsets"
 
 
-def resolve_path(name_or_path: str | Path, warehouse: str = DEFAULT_WAREHOUSE) -> Path:
+def resolve_path(name_or_path: str | Path, warehouse: str) -> Path:
     """A shipped set by name (``heldout``, of the given warehouse) or any JSONL path."""
     path = Path(name_or_path)
     if path.suffix == ".jsonl" or path.exists() or path.is_symlink():  # a dangling link: say so
@@ -77,7 +77,7 @@ def _field_of(err: Mapping[str, Any]) -> str:
     return ".".join(str(p) for p in err["loc"]) or "(line)"
 
 
-def parse_line(text: str, *, path: str, line: int, catalog: Catalog | Warehouse | None = None) -> EvalCase:
+def parse_line(text: str, *, path: str, line: int, catalog: Catalog | Warehouse) -> EvalCase:
     """One JSONL line → EvalCase, or EvalSetError naming file, line and field."""
     obj = json_object(text, path=path, line=line, cls=EvalSetError)
     try:
@@ -92,7 +92,7 @@ def parse_line(text: str, *, path: str, line: int, catalog: Catalog | Warehouse 
     if problem:
         raise EvalSetError(f"inconsistent gold intent: {problem}", path=path, line=line, field="gold")
     wh = catalog if isinstance(catalog, Warehouse) else None
-    cat = wh.catalog if wh is not None else catalog if isinstance(catalog, Catalog) else default_catalog()
+    cat = catalog.catalog if isinstance(catalog, Warehouse) else catalog
     vocab = vocabulary_problem(case.gold, cat)
     if vocab:
         raise EvalSetError(vocab[1], path=path, line=line, field=f"gold.{vocab[0]}")
@@ -114,7 +114,7 @@ class _CaseMemo:
     the set also holds far less memory.
     """
 
-    def __init__(self, catalog: Catalog | Warehouse | None) -> None:
+    def __init__(self, catalog: Catalog | Warehouse) -> None:
         self.catalog = catalog
         self.memo: dict[str, EvalCase] = {}
 
@@ -191,20 +191,17 @@ def _duplicate(rid: str, first_line: int, path: Path, line: int) -> EvalSetError
     return EvalSetError(f"duplicate id {rid!r} (first on line {first_line})", path=str(path), line=line, field="id")
 
 
-def _bound(name_or_path: str | Path, catalog: Catalog | Warehouse | None) -> tuple[Path, Catalog | Warehouse]:
-    if catalog is None:
-        from nlq2sql.semantic import open_warehouse
-
-        catalog = open_warehouse()
+def _bound(name_or_path: str | Path, catalog: Catalog | Warehouse) -> tuple[Path, Catalog | Warehouse]:
     return resolve_path(name_or_path, catalog.name), catalog
 
 
-def load_evalset(name_or_path: str | Path, catalog: Catalog | Warehouse | None = None) -> EvalSet:
+def load_evalset(name_or_path: str | Path, catalog: Catalog | Warehouse) -> EvalSet:
     """Load and validate a whole set; the first problem raises with its location.
 
     Gold intents are checked against a warehouse's vocabulary; given a bound
-    :class:`~nlq2sql.semantic.Warehouse` (or nothing: the default one), their filter values
-    must also occur in its data.  A bare :class:`Catalog` checks names only (no database).
+    :class:`~nlq2sql.semantic.Warehouse`, their filter values must also occur in its data.
+    A bare :class:`Catalog` checks names only (no database).  There is no default warehouse:
+    the caller names one (the CLI's default is chosen at the CLI).
     """
     path, catalog = _bound(name_or_path, catalog)
     cases: list[EvalCase] = []
@@ -243,7 +240,7 @@ class CaseIndex:
         return case if case.id == cid else case.model_copy(update={"id": cid})
 
 
-def index_evalset(name_or_path: str | Path, catalog: Catalog | Warehouse | None = None) -> CaseIndex:
+def index_evalset(name_or_path: str | Path, catalog: Catalog | Warehouse) -> CaseIndex:
     """:func:`load_evalset`'s checks and errors, into a :class:`CaseIndex`."""
     path, catalog = _bound(name_or_path, catalog)
     ids: dict[str, int] = {}

@@ -18,7 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from nlq2sql.errors import InputError, IntentError
 from nlq2sql.inputs import not_a_boolean
-from nlq2sql.semantic.catalog import Catalog, Vocabulary, default_catalog
+from nlq2sql.semantic.catalog import Catalog, Vocabulary
 
 __all__ = ["DEFAULT_TOP_N", "FIELDS", "INTENTS", "OPS", "ORDERS", "PARSE_CACHE_SIZE", "SCHEMA_MODES",
            "STATUS_INCONSISTENT", "STATUS_INVALID_JSON", "STATUS_OK", "STATUS_SCHEMA_INVALID", "TIME_GRAINS",
@@ -139,7 +139,7 @@ def _schema(vocab: Vocabulary, mode: str) -> dict[str, Any]:
     return out
 
 
-def intent_schema(catalog: Catalog | None = None, mode: str = "flat") -> dict[str, Any]:
+def intent_schema(catalog: Catalog, mode: str = "flat") -> dict[str, Any]:
     """JSON Schema sent to the server, generated from a warehouse's vocabulary.
 
     ``flat``: one object, all seven keys required, every value from the vocabulary;
@@ -148,16 +148,16 @@ def intent_schema(catalog: Catalog | None = None, mode: str = "flat") -> dict[st
     No ``$ref``/``if``/``then``/``oneOf``: every grammar backend accepts both.
     The result is shared (cached): treat it as read-only.
     """
-    return _schema((catalog or default_catalog()).vocabulary, mode)
+    return _schema(catalog.vocabulary, mode)
 
 
-def branch_schema(kind: str, catalog: Catalog | None = None) -> dict[str, Any]:
+def branch_schema(kind: str, catalog: Catalog) -> dict[str, Any]:
     """The schema of one intent kind alone (the planner's second stage: the kind is chosen)."""
     if kind not in INTENTS:
         raise InputError(f"unknown intent kind {kind!r} (known: {', '.join(INTENTS)})", field="intent")
     out: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema",
                            "title": f"nlq2sql intent ({kind})"}
-    out.update(_branch(kind, (catalog or default_catalog()).vocabulary))
+    out.update(_branch(kind, catalog.vocabulary))
     return out
 
 
@@ -218,17 +218,17 @@ def _parse(text: Any, vocab: Vocabulary) -> Intent | tuple[str, str]:
 _parse_cached = lru_cache(maxsize=PARSE_CACHE_SIZE)(_parse)
 
 
-def parse_intent(text: str, catalog: Catalog | None = None) -> Intent:
+def parse_intent(text: str, catalog: Catalog) -> Intent:
     """Raw model text → schema-valid Intent, or IntentError with a status.
 
     Only a complete JSON object is accepted: no markdown fences, no prose repair, so the
     schema-validity figure measures the model and the decoder, not our leniency.  Names
-    must be in the warehouse's vocabulary (default: the shipped ``retail``).
+    must be in the given warehouse's vocabulary (there is no default warehouse).
     Cross-field consistency is checked separately (:func:`consistency_problem`) because
     guardrails may repair it, and "schema-valid but inconsistent" is its own status.
     Outcomes are cached by text (Intents are immutable; each failure raises a new error).
     """
-    vocab = (catalog or default_catalog()).vocabulary
+    vocab = catalog.vocabulary
     result = _parse_cached(text, vocab) if isinstance(text, str) else _parse(text, vocab)
     if isinstance(result, tuple):
         raise IntentError(*result)
@@ -308,7 +308,7 @@ def _regex_object(kinds: tuple[str, ...], vocab: Vocabulary, *, dimension_null: 
             + ',"limit":' + limit + ',"order":' + _alt(ORDERS, True) + '\\}')
 
 
-def compact_regex(catalog: Catalog | None = None, mode: str = "flat") -> str:
+def compact_regex(catalog: Catalog, mode: str = "flat") -> str:
     """A regex accepting exactly the whitespace-free intents, keys in schema order.
 
     Sent as ``structured_outputs.regex`` it makes whitespace impossible *in generation*
@@ -316,7 +316,7 @@ def compact_regex(catalog: Catalog | None = None, mode: str = "flat") -> str:
     Built from the same vocabulary as :func:`intent_schema` (and, for ``branches``, the
     same three branches), so the two cannot drift apart.
     """
-    vocab = (catalog or default_catalog()).vocabulary
+    vocab = catalog.vocabulary
     if mode == "flat":
         return _regex_object(INTENTS, vocab, dimension_null=True, grain_null=None)
     if mode == "branches":

@@ -80,9 +80,10 @@ def render(template: str, wh: Warehouse) -> str:
     return SLOT.sub(fill, template)
 
 
-def load_prompt(name_or_path: str | Path, style: str = "default", wh: Warehouse | None = None) -> Prompt:
+def load_prompt(name_or_path: str | Path, style: str, wh: Warehouse | None) -> Prompt:
     """A shipped prompt by name (``baseline``, ``contrastive``) or a text file path, rendered
-    for a bound warehouse (default: the default warehouse)."""
+    for the bound warehouse ``wh``; ``wh=None`` (no default warehouse) reads and checks the file
+    only: its slots stay unfilled (a preflight check; never sent)."""
     if style not in STYLES:
         raise InputError(f"unknown prompt style {style!r} (known: {', '.join(STYLES)})")
     path = Path(name_or_path)
@@ -96,10 +97,6 @@ def load_prompt(name_or_path: str | Path, style: str = "default", wh: Warehouse 
     text = read_text(path, "prompt").strip()
     if not text:
         raise InputError("prompt file is empty", path=str(path))
-    if SLOT.search(text):
-        if wh is None:
-            from nlq2sql.semantic import open_warehouse
-
-            wh = open_warehouse()
+    if wh is not None and SLOT.search(text):
         text = render(text, wh)
     return Prompt(name=path.stem, text=text, style=style)

@@ -39,7 +39,7 @@ MEMO_SIZE = 4096
 Entry = tuple[Intent, dict[str, Any], tuple[str, ...]]
 
 
-def meaning(raw_text: str | None, catalog: Catalog | None) -> tuple[Hashable, str | None]:
+def meaning(raw_text: str | None, catalog: Catalog) -> tuple[Hashable, str | None]:
     """(what a raw answer parses to, the reason it does not parse or None).
 
     The first is hashable, and equal for two texts exactly when :func:`score_item` scores them
@@ -67,7 +67,7 @@ class RecordMemo:
     entry lives.  A record whose query failed to execute is not kept: a timeout need not recur.
     """
 
-    def __init__(self, rulesets: list[RuleSet], executor: Executor, catalog: Catalog | None,
+    def __init__(self, rulesets: list[RuleSet], executor: Executor, catalog: Catalog,
                  writer: RecordWriter) -> None:
         self.rulesets, self.executor, self.catalog, self.writer = rulesets, executor, catalog, writer
         self._by_text: dict[tuple[Any, ...], tuple[Intent, dict[str, Any], tuple[str, ...]]] = {}

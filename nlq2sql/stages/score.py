@@ -102,7 +102,7 @@ def parse_or_status(parse: Callable[[str], T], raw_text: str | None, finish_reas
         return None, ("truncated" if finish_reason == "length" else exc.status), exc.reason
 
 
-def run_intent(intent: Intent | None, catalog: Catalog | None, executor: Executor
+def run_intent(intent: Intent | None, catalog: Catalog, executor: Executor
                ) -> tuple[str | None, list[Any] | None, Query | None, Any, str | None]:
     """A canonical intent compiled and executed: (sql, params, query, rows, error).  A build failure
     leaves everything but the error None; an execution failure keeps the SQL that failed (the record
@@ -119,8 +119,8 @@ def run_intent(intent: Intent | None, catalog: Catalog | None, executor: Executo
 
 
 def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
-               *, finish_reason: str | None = None, request_error: str | None = None,
-               catalog: Catalog | None = None) -> dict[str, Any]:
+               *, catalog: Catalog, finish_reason: str | None = None,
+               request_error: str | None = None) -> dict[str, Any]:
     """Score one raw model answer (parse, guardrail, build, execute, compare): :func:`intent_record`
     as the flat record (re-scoring's templates and the offline summaries work on it)."""
     return intent_record(case.id, case.question, raw_text, rulesets, executor, gold=case.gold,
@@ -129,13 +129,13 @@ def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], ex
 
 
 def intent_record(item_id: str, question: str, raw_text: str | None, rulesets: list[RuleSet],
-                  executor: Executor, *, gold: Intent | None, category: str | None = None,
+                  executor: Executor, *, gold: Intent | None, catalog: Catalog, category: str | None = None,
                   pair_id: str | None = None, finish_reason: str | None = None,
-                  request_error: str | None = None, catalog: Catalog | None = None) -> ItemRecord:
+                  request_error: str | None = None) -> ItemRecord:
     """One v1 item's record, scored or not: parse, guardrail, build, execute -- and, when the item
     has a ``gold``, compare (its :class:`Judgement`; without one the record carries
     :data:`~nlq2sql.records.item.UNSCORED`).  ``catalog`` is the warehouse's semantic model
-    (default ``retail``); ``executor`` runs on its database."""
+    (required: there is no default warehouse); ``executor`` runs on its database."""
     raw, status, reason = parse_or_status(lambda t: parse_intent(t, catalog), raw_text, finish_reason, request_error)
     if raw is not None:
         status, reason = _status_of(raw, status)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from nlq2sql.errors import SqlBuildError
-from nlq2sql.semantic.catalog import YEAR_FIELD, Catalog, default_catalog
+from nlq2sql.semantic.catalog import YEAR_FIELD, Catalog
 from nlq2sql.semantic.engine import Query
 from nlq2sql.semantic.query import MetricQuery, OrderBy, Where
 from nlq2sql.stages.intent import Intent
@@ -81,12 +81,12 @@ BUILD_CACHE_SIZE = 4096
 _CACHE: dict[tuple[Catalog, str], Query] = {}
 
 
-def build_sql(intent: Intent, catalog: Catalog | None = None) -> Query:
+def build_sql(intent: Intent, catalog: Catalog) -> Query:
     """SQL for a *canonical* intent (see :func:`nlq2sql.stages.intent.canonicalise`), compiled by MetricFlow.
 
     Results are cached by (catalog, intent text): a Query is immutable, so equal intents share it.
     """
-    cat = catalog or default_catalog()
+    cat = catalog
     key = (cat, intent.key())
     hit = _CACHE.get(key)
     if hit is None:

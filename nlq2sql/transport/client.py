@@ -69,8 +69,8 @@ class Sampling:
     regex: str | None = None
     ignore_eos: bool = False  # vLLM extension: generate exactly max_tokens (fixed output lengths)
     schema: str = "flat"  # flat | branches (intent.SCHEMA_MODES)
-    #: The exact JSON Schema sent (from the warehouse's semantic model); None: the default
-    #: warehouse's schema in ``schema`` mode.  Set by :func:`bind_sampling`.
+    #: The exact JSON Schema sent (from the warehouse's semantic model; set by
+    #: :func:`bind_sampling`); None: not bound yet (structured JSON refuses to send it).
     schema_json: str | None = None
     choices: tuple[str, ...] | None = None  # structured "choice": the answer is one of these strings
     #: structured "grammar": the xgrammar EBNF sent as ``structured_outputs.grammar`` (the
@@ -118,9 +118,9 @@ class Sampling:
         return d
 
     def json_schema(self) -> dict[str, Any]:
-        if self.schema_json is not None:
-            return json.loads(self.schema_json)  # type: ignore[no-any-return]
-        return intent_schema(None, self.schema)
+        if self.schema_json is None:  # no default warehouse to take one from (bind_sampling sets it)
+            raise ValueError("structured JSON needs the warehouse's schema: bind the sampling first")
+        return json.loads(self.schema_json)  # type: ignore[no-any-return]
 
 
 def bind_sampling(s: Sampling, catalog: Any, answer: str = "intent", grammar: str | None = None) -> Sampling:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from retail import retail_wh
 
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.run.batch_shards import iter_shard_records
@@ -30,7 +31,7 @@ def eval_record_keys() -> set[str]:
     """The keys ``ItemRunner`` gives a record of one endpoint (no examples, no planner)."""
     wh = open_warehouse(None, None)
     with make_executor(wh) as ex:
-        rec = score_item(load_evalset("heldout").cases[0], None, [], ex, catalog=wh.catalog)
+        rec = score_item(load_evalset("heldout", retail_wh()).cases[0], None, [], ex, catalog=wh.catalog)
     return set(rec) | set(Completion().record_fields()) | {"record_version", "started", "concurrency",
                                                               "whitespace_chars", "chars"}
 
@@ -43,7 +44,7 @@ def test_batch_ray_vllm_answers_with_structured_outputs(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout)
     recs = list(iter_shard_records(out))
-    assert [r["id"] for r in recs] == [c.id for c in load_evalset("heldout").cases[:6]]
+    assert [r["id"] for r in recs] == [c.id for c in load_evalset("heldout", retail_wh()).cases[:6]]
     assert [s["rows"] for s in summary["records"]["shards"]] == [4, 2]
     assert set(recs[0]) == eval_record_keys()
     for r in recs:

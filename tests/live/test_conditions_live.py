@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from retail import retail_wh
+
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.store import iter_records
 from nlq2sql.run.config import EvalConfig
@@ -22,7 +24,7 @@ def test_retrieved_examples_are_sent_and_recorded(vllm_server: LocalServer, tmp_
                             concurrency=4, limit=4, conditions=REGISTRY.from_options(examples=k),
                             sampling=Sampling(max_tokens=160, schema="branches")))
         runs[k] = {r["id"]: r for r in iter_records(out / "records.jsonl")}
-    dev = {c.id: c for c in load_evalset("dev").cases}
+    dev = {c.id: c for c in load_evalset("dev", retail_wh()).cases}
     for rid, rec in runs[4].items():
         assert len(rec["example_ids"]) == 4 and set(rec["example_ids"]) <= set(dev)
         # the server counted the four solved turns: measured on its side, not assumed

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 import pytest
+from retail import retail_wh
 
 from nlq2sql.load import serialization as ser
 from nlq2sql.load import sweep as sw
@@ -138,10 +139,10 @@ def test_probe_health(vllm_server: LocalServer, tmp_path: Path) -> None:
 def test_probe_prefix(vllm_server: LocalServer, tmp_path: Path) -> None:
     from nlq2sql.stages.evalset import load_evalset
 
-    qs = [c.question for c in load_evalset("heldout").cases]
+    qs = [c.question for c in load_evalset("heldout", retail_wh()).cases]
     r, md = run_probe("prefix", Target(vllm_server.url, vllm_server.model_name), tmp_path,
-                      system=load_prompt("baseline").text, questions=qs, requests=3, pad_words=300,
-                      max_tokens=8)
+                      system=load_prompt("baseline", "default", retail_wh()).text, questions=qs, requests=3,
+                      pad_words=300, max_tokens=8)
     print(md)
     sc = r["scenarios"]
     rates = {k: v["prefix_cache"]["rate"] for k, v in sc.items()}

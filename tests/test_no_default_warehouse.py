@@ -1,0 +1,78 @@
+"""No core function falls back to a warehouse it was not given (issue 24).
+
+The shipped ``retail`` is the CLI's default (``--semantic-model``), chosen at the CLI edge; a
+library call that forgets its catalog must fail loudly, not silently score against retail.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from retail import RETAIL
+
+from nlq2sql.answers.unscored import Question, answer_item
+from nlq2sql.stages.evalset import index_evalset, load_evalset, parse_line, resolve_path
+from nlq2sql.stages.intent import Intent, branch_schema, compact_regex, intent_schema, parse_intent
+from nlq2sql.stages.prompt import SLOT, load_prompt
+from nlq2sql.stages.score import intent_record, score_item
+from nlq2sql.stages.sqlbuild import build_sql
+from nlq2sql.transport.client import Sampling, bind_sampling, request_kwargs
+
+#: (function, the parameter naming its warehouse)
+CORE: list[tuple[Callable[..., Any], str]] = [
+    (parse_intent, "catalog"), (intent_schema, "catalog"), (branch_schema, "catalog"), (compact_regex, "catalog"),
+    (build_sql, "catalog"), (parse_line, "catalog"), (load_evalset, "catalog"), (index_evalset, "catalog"),
+    (resolve_path, "warehouse"), (score_item, "catalog"), (intent_record, "catalog"), (answer_item, "catalog"),
+    (load_prompt, "wh"),
+]
+
+INTENT = Intent.model_validate({"intent": "breakdown", "metric": "revenue", "dimension": "region",
+                                "time_grain": None, "filters": [], "limit": None, "order": None})
+
+
+@pytest.mark.parametrize(("fn", "param"), CORE, ids=[f.__name__ for f, _ in CORE])
+def test_the_warehouse_parameter_has_no_default(fn: Callable[..., Any], param: str) -> None:
+    p = inspect.signature(fn).parameters[param]
+    assert p.default is inspect.Parameter.empty, f"{fn.__name__}({param}=...) must be given, not defaulted"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: parse_intent('{"intent": "breakdown"}'),  # type: ignore[call-arg]
+    lambda: build_sql(INTENT),  # type: ignore[call-arg]
+    lambda: intent_schema(),  # type: ignore[call-arg]
+    lambda: compact_regex(),  # type: ignore[call-arg]
+    lambda: branch_schema("breakdown"),  # type: ignore[call-arg]
+    lambda: load_evalset("heldout"),  # type: ignore[call-arg]
+    lambda: resolve_path("heldout"),  # type: ignore[call-arg]
+    lambda: answer_item(Question("q1", "revenue by region"), None, [], None),  # type: ignore[call-arg, arg-type]
+], ids=["parse_intent", "build_sql", "intent_schema", "compact_regex", "branch_schema", "load_evalset",
+        "resolve_path", "answer_item"])
+def test_a_call_without_a_warehouse_is_refused(call: Callable[[], Any]) -> None:
+    with pytest.raises(TypeError, match="missing|required"):
+        call()
+
+
+def test_given_a_warehouse_the_same_calls_work() -> None:
+    """The refusal above is about the missing argument, not a broken function."""
+    assert parse_intent(INTENT.model_dump_json(), RETAIL) == INTENT
+    assert "region" in build_sql(INTENT, RETAIL).sql.lower()
+    assert intent_schema(RETAIL)["properties"]["metric"]["enum"][0] in RETAIL.metrics
+
+
+def test_an_unbound_json_sampling_is_refused_not_given_retail() -> None:
+    """A JSON-constrained request whose schema was never bound to a warehouse raises; it used to
+    send the retail schema whatever the run's warehouse."""
+    msgs = [{"role": "user", "content": "q"}]
+    with pytest.raises(ValueError, match="bind the sampling"):
+        request_kwargs("m", msgs, Sampling())
+    bound = request_kwargs("m", msgs, bind_sampling(Sampling(), RETAIL))
+    assert bound["extra_body"]["structured_outputs"]["json"] == intent_schema(RETAIL)
+
+
+def test_a_prompt_read_without_a_warehouse_keeps_its_slots() -> None:
+    """``load_prompt(..., wh=None)`` checks the file only; it never fills retail's names in."""
+    bare = load_prompt("baseline", "default", None)
+    assert SLOT.search(bare.text), "the baseline prompt has warehouse slots"
