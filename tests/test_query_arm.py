@@ -7,16 +7,18 @@ import json
 from pathlib import Path
 
 import pytest
+from retail import retail_wh
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import EvalSetError
+from nlq2sql.records.item import ItemRecord, present
 from nlq2sql.semantic import load_catalog
 from nlq2sql.semantic.query import MetricQuery
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.execute import Executor, rows_equal
 from nlq2sql.stages.intent import canonicalise, is_ordered
-from nlq2sql.stages.query_score import score_query
+from nlq2sql.stages.query_score import query_record, score_query
 from nlq2sql.stages.queryset import QueryCase, from_v1, load_query_set
 from nlq2sql.stages.sqlbuild import build_sql
 
@@ -48,13 +50,13 @@ def _set(tmp_path: Path) -> Path:
 def test_every_shipped_v1_gold_restated_as_a_query_returns_its_rows(executor: Executor) -> None:
     n = 0
     for name in ("dev", "heldout", "adversarial"):
-        for case in load_evalset(name).cases:
+        for case in load_evalset(name, retail_wh()).cases:
             gold = canonicalise(case.gold)
             q = from_v1(case.gold, CAT)
             # A ranking still orders; a time series no longer asks for an order (its rows are a multiset).
             assert q.ordered == (gold.intent == "top_n_by_metric" or gold.order is not None
                                  or gold.limit is not None), case.id
-            assert rows_equal(executor.run(CAT.engine.compile(q)), executor.run(build_sql(gold)),
+            assert rows_equal(executor.run(CAT.engine.compile(q)), executor.run(build_sql(gold, CAT)),
                               ordered=q.ordered and is_ordered(gold)), case.id
             n += 1
     assert n == 104
@@ -109,6 +111,23 @@ def test_scoring_is_by_rows_and_abstention_is_judged(executor: Executor) -> None
     asc = {**TOP, "order_by": [{"field": "units", "descending": False}]}
     assert score_query(top, json.dumps(TOP), executor, CAT)["correct_final"]
     assert not score_query(top, json.dumps(asc), executor, CAT)["correct_final"], "the gold orders: order counts"
+
+
+def test_the_record_is_built_typed_and_the_dict_is_its_flat_view(executor: Executor) -> None:
+    """One builder (:func:`query_record`): ``score_query`` is its flat view, key for key and in the
+    layout's order, and the line the live runner writes from the type is the offline writer's."""
+    case = QueryCase(id="a", question="q", gold=MetricQuery.model_validate(GOLD), category="breakdown")
+    una = QueryCase(id="c", question="q", gold=None, answerable=False, category="unanswerable")
+    for item, text, error in [(case, json.dumps(GOLD), None), (case, json.dumps({**GOLD, "where": []}), None),
+                              (case, '{"unanswerable": "no idea"}', None), (una, '{"unanswerable": "n/a"}', None),
+                              (case, '{"metrics": ["nope"]}', None), (case, None, "timeout")]:
+        rec = query_record(item, text, executor, CAT, request_error=error)
+        flat = score_query(item, text, executor, CAT, request_error=error)
+        assert isinstance(rec, ItemRecord) and rec.judgement is not None
+        assert rec.to_json_dict(version=False) == flat and list(rec.to_json_dict(version=False)) == list(flat)
+        assert ItemRecord.from_json(flat).to_line() == rec.to_line()
+        assert present(rec.judgement.correct_final) is flat["correct_final"]
+        assert present(rec.answer.status) == flat["status"] and rec.answer.answer == "query"
 
 
 def test_score_cli_answer_query_writes_a_run_with_abstention_figures(tmp_path: Path) -> None:

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.records.store import RECORDS, iter_records, read_finished_run
+from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.store import RECORDS, read_finished_run
 from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.pipeline import make_executor
-from nlq2sql.stages.query_score import ANSWER_KIND, score_query
+from nlq2sql.stages.query_score import ANSWER_KIND, query_record
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact, wilson
@@ -55,16 +56,16 @@ class ArmRun:
 
 
 @contextlib.contextmanager
-def _scorer(answer: str, wh: Warehouse) -> Iterator[Callable[..., dict[str, Any]]]:
-    """The arm's scorer; the SQL arms share one sandbox per run (as ``score --answer sql`` does)."""
+def _scorer(answer: str, wh: Warehouse) -> Iterator[Callable[..., ItemRecord]]:
+    """The arm's record builder; the SQL arms share one sandbox per run (as ``score --answer sql`` does)."""
     if answer == ANSWER_KIND:
-        yield score_query
+        yield query_record
         return
     from nlq2sql.answers.sql.sandbox import Sandbox
-    from nlq2sql.answers.sql.score import score_sql
+    from nlq2sql.answers.sql.score import sql_record
 
     with Sandbox(wh.db_path) as box:
-        yield functools.partial(score_sql, sandbox=box, answer=answer)
+        yield functools.partial(sql_record, sandbox=box, answer=answer)
 
 
 def rescore_arm(run_dir: Path) -> ArmRun:
@@ -77,15 +78,19 @@ def rescore_arm(run_dir: Path) -> ArmRun:
     final_ok: dict[str, bool] = {}
     same = 0
     with make_executor(wh) as ex, _scorer(answer, wh) as scorer:
-        for old in iter_records(run_dir / RECORDS):
-            outcome = old.get("outcome", "ok")
-            rec = scorer(cases[old["id"]], old.get("raw_text"), ex, wh.catalog, finish_reason=old.get("finish_reason"),
+        for old in iter_item_records(run_dir / RECORDS):
+            outcome = old.outcome
+            rec = scorer(cases[old.id], present(old.answer.raw_text), ex, wh.catalog,
+                         finish_reason=present(old.answer.finish_reason),
                          request_error=None if outcome in (None, "ok") else outcome)
-            for key in ("latency_s", "completion_tokens", "prompt_tokens"):
-                rec[key] = old.get(key)
+            was, now = old.request, rec.request
+            now.latency_s, now.completion_tokens = present(was.latency_s), present(was.completion_tokens)
+            now.prompt_tokens = present(was.prompt_tokens)
             summ.add(rec)
-            final_ok[rec["id"]] = bool(rec["correct_final"])
-            same += final_ok[rec["id"]] == bool(old.get("correct_final"))
+            assert rec.judgement is not None  # an arm's scorer always judges (its sets have golds)
+            final_ok[rec.id] = bool(present(rec.judgement.correct_final))
+            old_final = present(old.judgement.correct_final) if old.judgement is not None else None
+            same += final_ok[rec.id] == bool(old_final)
     return ArmRun(run_dir, manifest, summ.result(), final_ok, same)
 
 

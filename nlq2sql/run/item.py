@@ -29,7 +29,7 @@ from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.intent import canonicalise
 from nlq2sql.stages.pipeline import make_executor
 from nlq2sql.stages.prompt import load_prompt
-from nlq2sql.stages.query_score import score_query
+from nlq2sql.stages.query_score import query_record
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import intent_record
@@ -185,10 +185,9 @@ class ItemRunner:
 
             rec = sql_record(case, comp.text, self.ex, self.wh.catalog, sandbox=self.sandbox,
                              finish_reason=comp.finish_reason, request_error=request_error, answer=cfg.answer)
-        elif isinstance(case, QueryCase):  # the v2 answer: scored by rows (its scorer still returns the dict)
-            rec = ItemRecord.from_json(score_query(case, comp.text, self.ex, self.wh.catalog,
-                                                   finish_reason=comp.finish_reason, request_error=request_error,
-                                                   rulesets=self.rulesets))
+        elif isinstance(case, QueryCase):  # the v2 answer: scored by rows
+            rec = query_record(case, comp.text, self.ex, self.wh.catalog, finish_reason=comp.finish_reason,
+                               request_error=request_error, rulesets=self.rulesets)
         else:
             rec = intent_record(case.id, case.question, comp.text, self.rulesets, self.ex,
                                 gold=None if isinstance(case, Question) else case.gold,

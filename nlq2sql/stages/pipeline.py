@@ -18,7 +18,7 @@ from typing import Any
 from nlq2sql import __version__
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
-from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.results import validated
@@ -38,7 +38,7 @@ from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import score_item
+from nlq2sql.stages.score import intent_record, score_item
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["RESPONSE_MEMO_SIZE", "Response", "ScoreConfig", "as_missing", "check_evalset", "make_executor",
@@ -297,7 +297,7 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     """
     from nlq2sql.records.store import read_json
     from nlq2sql.semantic.contract import PARTS
-    from nlq2sql.stages.query_score import score_query
+    from nlq2sql.stages.query_score import query_record
     from nlq2sql.stages.queryset import load_query_set
 
     manifest = read_json(run_dir / MANIFEST)
@@ -319,18 +319,19 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
             outcome = old.outcome
             request_error = None if outcome in (None, "ok") else outcome
             raw_text, finish = present(old.answer.raw_text), present(old.answer.finish_reason)
-            rec = (score_query(case, raw_text, ex, wh.catalog, finish_reason=finish,
-                               request_error=request_error, rulesets=rulesets) if v2 else
-                   score_item(case, raw_text, rulesets, ex, finish_reason=finish,
-                              request_error=request_error, catalog=wh.catalog))
-            for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s"):
-                rec[key] = old.get(key)
+            rec = (query_record(case, raw_text, ex, wh.catalog, finish_reason=finish,
+                                request_error=request_error, rulesets=rulesets) if v2 else
+                   intent_record(case.id, case.question, raw_text, rulesets, ex, gold=case.gold, catalog=wh.catalog,
+                                 category=case.category, pair_id=case.pair_id, finish_reason=finish,
+                                 request_error=request_error))
+            rec.merge({key: old.get(key) for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens",
+                                                     "itl_mean_s")})
             if "abstained" in old.traces:  # decided again from the recorded evidence, under these guardrails
-                for key in ("votes", "planner_choice", "intent_evidence", "abstain_below"):
-                    if key in old.traces:
-                        rec[key] = old.traces[key]
-                apply_abstention(rec)
+                rec.merge({key: old.traces[key] for key in ("votes", "planner_choice", "intent_evidence",
+                                                            "abstain_below") if key in old.traces})
+                rec = ItemRecord.from_json(apply_abstention(rec.to_json_dict()))  # (it decides on the flat record)
             summ.add(rec)
-            raw_ok[rec["id"]] = rec["correct_raw"]
-            final_ok[rec["id"]] = rec["correct_final"]
+            assert rec.judgement is not None  # every re-scored item has its gold
+            raw_ok[rec.id] = bool(present(rec.judgement.correct_raw))
+            final_ok[rec.id] = bool(present(rec.judgement.correct_final))
     return summ.result(), raw_ok, final_ok

@@ -2,9 +2,10 @@
 
 Correct means the answer's rows equal the gold's rows (order compared only when the gold
 orders), or, for a question the layer cannot answer, that the model abstained.  The record
-carries the same keys as a v1 record — so the summary, the viewer, ``compare`` and ``gate``
-read it unchanged — with the intents as MetricFlow queries (plus their derived ``intent``
-label), per-part agreement (``parts``) and the abstention (``unanswerable``).
+(:func:`query_record`, an :class:`~nlq2sql.records.item.ItemRecord`) carries the same keys as a v1
+record — so the summary, the viewer, ``compare`` and ``gate`` read it unchanged — with the intents
+as MetricFlow queries (plus their derived ``intent`` label), per-part agreement (``parts``) and
+the abstention (``unanswerable``).  :func:`score_query` is its flat view, for the offline writers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nlq2sql.errors import ExecutionError, SqlBuildError
+from nlq2sql.records.item import AnswerPart, ItemRecord, Judgement
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import PARTS, parse_answer, part_matches
 from nlq2sql.semantic.query import MetricQuery, Unanswerable
@@ -22,7 +24,7 @@ from nlq2sql.stages.query_guard import apply_query_guardrails, intervention_corr
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS, parse_or_status
 
-__all__ = ["ANSWER_KIND", "UNANSWERABLE", "score_query"]
+__all__ = ["ANSWER_KIND", "UNANSWERABLE", "query_record", "score_query"]
 
 ANSWER_KIND = "query"
 UNANSWERABLE = "unanswerable"
@@ -73,6 +75,14 @@ def _run(q: MetricQuery, executor: Executor, catalog: Catalog) -> tuple[Any, Any
 def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
                 finish_reason: str | None = None, request_error: str | None = None,
                 rulesets: Sequence[RuleSet] = ()) -> dict[str, Any]:
+    """:func:`query_record` as the flat record (the offline writers and summaries work on it)."""
+    return query_record(case, raw_text, executor, catalog, finish_reason=finish_reason,
+                        request_error=request_error, rulesets=rulesets).to_json_dict(version=False)
+
+
+def query_record(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
+                 finish_reason: str | None = None, request_error: str | None = None,
+                 rulesets: Sequence[RuleSet] = ()) -> ItemRecord:
     """One item's record: parse, guardrails (on the query: :mod:`.query_guard`), compile
     (MetricFlow), execute, compare rows with the gold's; the raw answer is judged too when a rule
     changed it."""
@@ -122,27 +132,26 @@ def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catal
                 iv, final if isinstance(final, MetricQuery) and failed is None else None, case.gold, catalog, rules)})
         if case.gold is not None:
             scope = query_scope(rules, pred, case.gold, catalog)
-    return {
-        "id": case.id, "question": case.question, "category": case.category, "pair_id": case.pair_id,
-        "answer": ANSWER_KIND, "answerable": case.answerable, "gold_intent": gold_dump,
-        "raw_text": raw_text, "finish_reason": finish_reason,
-        "status": status, "status_reason": reason, "final_status": status if failed is None else failed,
-        "final_status_reason": reason if failed is None else exec_error,
-        "raw_intent": pred_dump, "final_intent": None if final_dump is None else dict(final_dump),
-        "unanswerable": pred.unanswerable if isinstance(pred, Unanswerable) else None,
-        "interventions": ivs, "guardrail_scope": scope,
-        "sql": sql.sql if sql is not None else None, "params": list(sql.params) if sql is not None else None,
-        "exec_error": exec_error,
-        "result_hash": (executor.result_hash(q, ordered=ordered and isinstance(final, MetricQuery) and final.ordered)
-                        if q is not None else None),  # an unordered answer's rows come in any order
-        "result_rows": len(rows) if rows is not None else None,
-        "result_head": _head(rows, isinstance(final, MetricQuery) and final.ordered) if rows is not None else None,
-        "gold_result_head": _head(gold_rows, ordered) if gold_rows is not None else None,
-        "gold_result_hash": executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
-        "gold_sql": gold_q.sql if gold_q is not None else None,  # (the viewer shows it beside the answer's)
-        "parts": parts,
-        "correct_raw": correct_raw, "correct_final": correct, "correct_exec": correct,
-        "error_raw": error_raw, "error_final": error,
-        "wrong_fields_raw": [p for p in PARTS if parts is not None and not parts[p]] if parts is not None
-        else (list(PARTS) if case.gold is not None and not correct_raw else []),
-    }
+    answer = AnswerPart(
+        answer=ANSWER_KIND, raw_text=raw_text, finish_reason=finish_reason,
+        status=status, status_reason=reason, final_status=status if failed is None else failed,
+        final_status_reason=reason if failed is None else exec_error,
+        raw_intent=pred_dump, final_intent=None if final_dump is None else dict(final_dump),
+        unanswerable=pred.unanswerable if isinstance(pred, Unanswerable) else None, interventions=ivs,
+        sql=sql.sql if sql is not None else None, params=list(sql.params) if sql is not None else None,
+        exec_error=exec_error,
+        result_hash=(executor.result_hash(q, ordered=ordered and isinstance(final, MetricQuery) and final.ordered)
+                     if q is not None else None),  # an unordered answer's rows come in any order
+        result_rows=len(rows) if rows is not None else None,
+        result_head=_head(rows, isinstance(final, MetricQuery) and final.ordered) if rows is not None else None)
+    judgement = Judgement(
+        answerable=case.answerable, gold_intent=gold_dump, guardrail_scope=scope,
+        gold_result_head=_head(gold_rows, ordered) if gold_rows is not None else None,
+        gold_result_hash=executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
+        gold_sql=gold_q.sql if gold_q is not None else None,  # (the viewer shows it beside the answer's)
+        parts=parts, correct_raw=correct_raw, correct_final=correct, correct_exec=correct,
+        error_raw=error_raw, error_final=error,
+        wrong_fields_raw=[p for p in PARTS if parts is not None and not parts[p]] if parts is not None
+        else (list(PARTS) if case.gold is not None and not correct_raw else []))
+    return ItemRecord(id=case.id, question=case.question, category=case.category, pair_id=case.pair_id,
+                      answer=answer, judgement=judgement)
