@@ -366,6 +366,9 @@ def test_refuses_duplicate_ids_and_records_without_correctness(runs: dict[str, P
     bad = copy(runs["same"], tmp_path / "x")
     rewrite_records(bad, lambda i, r: {k: v for k, v in r.items() if k != "correct_final"} if i == 2 else r)
     refused(gate(runs["base"], bad), f"{bad / RECORDS}:3: field 'correct_final'")
+    odd = copy(runs["same"], tmp_path / "i")  # read through the record type: a value of the wrong type is named
+    rewrite_records(odd, lambda i, r: {**r, "id": 7} if i == 4 else r)
+    refused(gate(runs["base"], odd), f"{odd / RECORDS}:5: field 'id'", "not a valid record")
 
 
 def test_refuses_what_is_not_a_run(runs: dict[str, Path], tmp_path: Path) -> None:

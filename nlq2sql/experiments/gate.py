@@ -43,7 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scipy.stats import binomtest
 
 from nlq2sql.errors import InputError, RecordError
-from nlq2sql.records.store import RECORDS, SUMMARY, iter_records, read_finished_run
+from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run
 from nlq2sql.stages.score import percentiles
 
 __all__ = ["Check", "Flip", "GateConfig", "GateResult", "ItemResult", "RunInfo", "Status", "config_from_options",
@@ -150,7 +151,7 @@ def config_from_options(**options: Any) -> GateConfig:
         raise InputError(f"{e['msg']}, got {e.get('input')!r}", field="--" + name.replace("_", "-")) from None
 
 
-def _read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, dict[str, Any]]]:
+def _read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, ItemRecord]]:
     """(manifest, summary, records by id), refused unless the records match the summary."""
     manifest, summary = read_finished_run(run_dir)  # missing files, changed records, count vs n
     if not isinstance(manifest, dict) or not isinstance(summary, dict):
@@ -159,17 +160,14 @@ def _read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, 
     if not isinstance(summary.get("n"), int):
         raise RecordError("no item count 'n': cannot check the records against it",
                           path=str(run_dir / SUMMARY))
-    records: dict[str, dict[str, Any]] = {}
-    for lineno, rec in enumerate(iter_records(path), start=1):
-        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
-            raise RecordError("a record must be a JSON object with a string id", path=str(path), line=lineno,
-                              field="id")
-        if not isinstance(rec.get("correct_final"), bool):
+    records: dict[str, ItemRecord] = {}
+    for lineno, rec in enumerate(iter_item_records(path), start=1):  # (a line that is no record: refused)
+        if rec.judgement is None or not isinstance(rec.judgement.correct_final, bool):
             raise RecordError("missing or non-boolean correct_final", path=str(path), line=lineno,
                               field="correct_final")
-        if rec["id"] in records:
-            raise RecordError(f"duplicate id {rec['id']!r}", path=str(path), line=lineno, field="id")
-        records[rec["id"]] = rec
+        if rec.id in records:
+            raise RecordError(f"duplicate id {rec.id!r}", path=str(path), line=lineno, field="id")
+        records[rec.id] = rec
     if len(records) != summary["n"]:
         raise RecordError(f"{len(records)} readable records, but the summary counts {summary['n']}",
                           path=str(path))
@@ -360,23 +358,23 @@ def run_gate(cfg: GateConfig) -> GateResult:
     base_valid = cand_valid = 0
     for item_id in paired_ids:
         b, c = brecs[item_id], crecs[item_id]
-        be, ce = b.get("error_final"), c.get("error_final")
+        bj, cj = b.judgement, c.judgement
+        assert bj is not None and cj is not None  # (_read_run: every record has its boolean correct_final)
+        b_ok, c_ok = bool(bj.correct_final), bool(cj.correct_final)
+        be, ce = present(bj.error_final), present(cj.error_final)
         for counts, e in ((base_err, be), (cand_err, ce)):
             if e is not None:
                 counts[str(e)] = counts.get(str(e), 0) + 1
-        base_valid += b.get("raw_intent") is not None
-        cand_valid += c.get("raw_intent") is not None
+        base_valid += present(b.answer.raw_intent) is not None
+        cand_valid += present(c.answer.raw_intent) is not None
         for lat, rec in ((base_lat, b), (cand_lat, c)):
-            v = rec.get("latency_s")
+            v = present(rec.request.latency_s)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 lat.append(float(v))
-        q = c.get("question", b.get("question"))
-        items.append(ItemResult(id=item_id, question=q if isinstance(q, str) else None,
-                                baseline_correct=b["correct_final"], candidate_correct=c["correct_final"],
-                                flip=_flip(b["correct_final"], c["correct_final"]),
-                                baseline_error=None if be is None else str(be),
+        items.append(ItemResult(id=item_id, question=c.question, baseline_correct=b_ok, candidate_correct=c_ok,
+                                flip=_flip(b_ok, c_ok), baseline_error=None if be is None else str(be),
                                 candidate_error=None if ce is None else str(ce),
-                                identical=b.get("raw_text") == c.get("raw_text")))
+                                identical=present(b.answer.raw_text) == present(c.answer.raw_text)))
     n = len(items)
     rw = sum(i.flip == "right_to_wrong" for i in items)
     wr = sum(i.flip == "wrong_to_right" for i in items)
