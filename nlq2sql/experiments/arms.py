@@ -21,8 +21,11 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from msgspec import UNSET
+
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.compare import cost_per_1k
+from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.store import RECORDS, output_dir, read_finished_run, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
@@ -101,8 +104,6 @@ class Arm:
 
 
 def load_arm(run_dir: Path) -> Arm:
-    import json
-
     m, s = read_finished_run(run_dir)
     correct: dict[str, bool] = {}
     lenient: dict[str, bool] = {}
@@ -110,15 +111,16 @@ def load_arm(run_dir: Path) -> Arm:
     pt: list[float] = []
     ct: list[float] = []
     lat: list[float] = []
-    with (run_dir / RECORDS).open() as f:
-        for line in f:
-            rec = json.loads(line)
-            correct[rec["id"]] = bool(rec.get("correct_final"))
-            lenient[rec["id"]] = bool(rec.get("correct_lenient", rec.get("correct_final")))
-            errors[common_error(rec.get("error_final")) or "correct"] += 1
-            for key, into in (("prompt_tokens", pt), ("completion_tokens", ct), ("latency_s", lat)):
-                if isinstance(rec.get(key), int | float):
-                    into.append(float(rec[key]))
+    for rec in iter_item_records(run_dir / RECORDS):
+        j = rec.judgement
+        final = present(j.correct_final) if j is not None else None
+        correct[rec.id] = bool(final)
+        lenient[rec.id] = bool(final if j is None or j.correct_lenient is UNSET else j.correct_lenient)
+        errors[common_error(present(j.error_final) if j is not None else None) or "correct"] += 1
+        for v, into in ((rec.request.prompt_tokens, pt), (rec.request.completion_tokens, ct),
+                        (rec.request.latency_s, lat)):
+            if isinstance(v, int | float):
+                into.append(float(v))
     answer = m.get("answer") or "intent"
     return Arm(f"{answer} · {m.get('model', '?')}", answer, str(m.get("model", "?")), str(m.get("evalset", "?")),
                m, s, correct, lenient, errors, pt, ct, lat)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError
-from nlq2sql.records.store import RECORDS, iter_records, output_dir, read_finished_run, write_json_atomic
+from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.store import RECORDS, output_dir, read_finished_run, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
@@ -120,9 +121,9 @@ def compare_runs(dirs: list[Path]) -> dict[str, Any]:
         raise InputError(f"needs at least 2 runs to compare, got {len(dirs)}", field="--runs")
     for d in dirs:
         manifest, summary = read_finished_run(d)
-        for rec in iter_records(d / RECORDS):
-            texts.setdefault(rec["id"], []).append(rec.get("raw_text"))
-            intents.setdefault(rec["id"], []).append(rec.get("raw_intent"))
+        for rec in iter_item_records(d / RECORDS):
+            texts.setdefault(rec.id, []).append(present(rec.answer.raw_text))
+            intents.setdefault(rec.id, []).append(present(rec.answer.raw_intent))
         t = summary.get("timing", {})
         runs.append({"run": str(d), "concurrency": manifest.get("concurrency"), "n": summary["n"],
                      "raw_accuracy": summary["raw_accuracy"], "final_accuracy": summary["final_accuracy"],

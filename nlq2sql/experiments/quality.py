@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.conditions.registry import REGISTRY
-from nlq2sql.records.store import iter_records, output_dir, read_finished_run
+from nlq2sql.records.item import iter_item_records
+from nlq2sql.records.store import output_dir, read_finished_run
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.intent import canonicalise, is_ordered
@@ -98,8 +99,8 @@ def _gold_same(path: Path, manifest: dict[str, Any]) -> tuple[int, int]:
         cases = load_evalset(manifest.get("evalset_path") or manifest["evalset"], wh.catalog).by_id()
         same = n = 0
         with make_executor(wh) as ex:
-            for r in iter_records(path / "records.jsonl"):
-                gold = canonicalise(cases[r["id"]].gold)
+            for r in iter_item_records(path / "records.jsonl"):
+                gold = canonicalise(cases[r.id].gold)
                 n += 1
                 same += ex.result_hash(build_sql(gold, wh.catalog), ordered=is_ordered(gold)) == r.get(
                     "gold_result_hash")
@@ -111,7 +112,7 @@ def _gold_same(path: Path, manifest: dict[str, Any]) -> tuple[int, int]:
 def _cost(path: Path) -> dict[str, Any]:
     """What the condition spent per item: every sample's and the planner's tokens, requests, latency."""
     tokens, requests, latency = [], [], []
-    for r in iter_records(path / "records.jsonl"):
+    for r in iter_item_records(path / "records.jsonl"):  # (keys of the request and of conditions' traces)
         spent = r.get("samples_completion_tokens")
         if spent is None:
             spent = r.get("completion_tokens")

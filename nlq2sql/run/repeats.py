@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError, RecordError
-from nlq2sql.records.store import RECORDS, SUMMARY, iter_records, read_finished_run, write_json_atomic
+from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run, write_json_atomic
 from nlq2sql.run.config import EvalConfig, validate
 
 __all__ = ["MAX_REPEATS", "REPEATS_FILE", "check_repeats_out", "cluster_mean", "finals_means", "item_means", "mean_ci",
@@ -103,10 +104,10 @@ def item_means(dirs: list[Path]) -> tuple[dict[str, float], dict[str, str]]:
     cluster: dict[str, str] = {}
     for d in dirs:
         right: dict[str, bool] = {}
-        for rec in iter_records(d / RECORDS):
-            item = str(rec["id"])
-            right[item] = bool(rec.get("correct_final"))
-            cluster[item] = str(rec.get("pair_id") or item)
+        for rec in iter_item_records(d / RECORDS):
+            item = rec.id
+            right[item] = bool(present(rec.judgement.correct_final)) if rec.judgement is not None else False
+            cluster[item] = rec.pair_id or item
         finals.append(right)
     return finals_means(finals), cluster
 
