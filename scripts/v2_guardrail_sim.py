@@ -46,7 +46,7 @@ def main() -> None:
     names = ap.parse_args().guardrails.split(",")
     total: Counter[str] = Counter()
     for name, files in SETS.items():
-        wh = open_warehouse(None if name == "retail" else name)
+        wh = open_warehouse(name)
         cat = wh.catalog
         rulesets = load_guardrails(names, cat, wh)
         c: Counter[str] = Counter()

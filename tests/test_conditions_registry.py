@@ -74,7 +74,7 @@ def system_sha(sentence: str) -> str:
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.prompt import load_prompt
 
-    system = load_prompt("baseline", "default", open_warehouse(None, None)).messages("q")[0]["content"]
+    system = load_prompt("baseline", "default", open_warehouse("retail")).messages("q")[0]["content"]
     return hashlib.sha256((system + sentence).encode()).hexdigest()
 
 

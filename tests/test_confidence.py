@@ -97,7 +97,7 @@ def test_eval_abstains_below_the_threshold(tmp_path: Path, client: str) -> None:
     from nlq2sql.run.live import run_eval
     from nlq2sql.stages.pipeline import rescore_run
 
-    cases = [c for c in load_evalset("heldout", open_warehouse()).cases if c.gold.intent == "breakdown"][:2]
+    cases = [c for c in load_evalset("heldout", open_warehouse("retail")).cases if c.gold.intent == "breakdown"][:2]
     by_q = {c.question: [{"kind": "text", "text": compact(c.gold.model_dump(mode="json")), "intent_p": p}]
             for c, p in zip(cases, (0.9, 0.3), strict=True)}
     with FakeServer(tmp_path / "fake", script(by_question=by_q), model="fake-model") as fake:
@@ -141,7 +141,7 @@ def test_a_server_without_logprobs_is_said_not_silently_answered(tmp_path: Path)
     from nlq2sql.run.live import run_eval
     from nlq2sql.stages.report import render_summary
 
-    case = next(c for c in load_evalset("heldout", open_warehouse()).cases if c.gold.intent == "breakdown")
+    case = next(c for c in load_evalset("heldout", open_warehouse("retail")).cases if c.gold.intent == "breakdown")
     by_q = {case.question: [{"kind": "text", "text": compact(case.gold.model_dump(mode="json")), "intent_p": 0.1,
                              "no_logprobs": True}]}
     path = tmp_path / "one.jsonl"

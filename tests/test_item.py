@@ -40,7 +40,7 @@ def test_gold_answers_are_computed_before_the_clock_starts(tmp_path: Path, memo_
     from nlq2sql.stages.intent import canonicalise
     from nlq2sql.stages.sqlbuild import build_sql
 
-    wh = open_warehouse(None, None)
+    wh = open_warehouse("retail")
     golds = {build_sql(canonicalise(c.gold), wh.catalog) for c in load_evalset("heldout", wh).cases[:6]}
     with FakeServer(tmp_path / "fake", script(), model="fake-model") as fake:
         summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",

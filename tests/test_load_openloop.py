@@ -104,9 +104,9 @@ def test_parse_classes_and_context_block() -> None:
     for bad in ("nope", "x:1", "x:-1:2", "short,short", ""):
         with pytest.raises(InputError):
             parse_classes(bad)
-    block = context_block("dev", 200)
+    block = context_block("dev", 200, "retail")
     assert 800 <= len(block) <= 1100 and block.startswith("\n\nFor context only")
-    assert context_block("dev", 0) == ""
+    assert context_block("dev", 0, "retail") == ""
 
 
 def test_grid_cli_end_to_end(fake: FakeServer, tmp_path: Path) -> None:

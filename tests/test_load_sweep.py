@@ -202,7 +202,7 @@ def test_inflight_timeline() -> None:
 
 
 def test_expand_evalset_cycles_with_unique_ids(tmp_path: Path) -> None:
-    path = expand_evalset("dev", 45, tmp_path)
+    path = expand_evalset("dev", 45, tmp_path, "retail")
     es = load_evalset(path, retail_wh())  # a valid eval set in its own right
     ids = [c.id for c in es.cases]
     n = len(load_evalset("dev", retail_wh()).cases)

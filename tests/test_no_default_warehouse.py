@@ -14,6 +14,13 @@ import pytest
 from retail import RETAIL
 
 from nlq2sql.answers.unscored import Question, answer_item
+from nlq2sql.cli._common import CLI_WAREHOUSE
+from nlq2sql.load.grid import context_block
+from nlq2sql.load.levels import expand_evalset
+from nlq2sql.records.results import LEGACY_WAREHOUSE, manifest_warehouse
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.semantic.binding import open_warehouse
+from nlq2sql.semantic.catalog import load_catalog
 from nlq2sql.stages.evalset import index_evalset, load_evalset, parse_line, resolve_path
 from nlq2sql.stages.intent import Intent, branch_schema, compact_regex, intent_schema, parse_intent
 from nlq2sql.stages.prompt import SLOT, load_prompt
@@ -26,7 +33,8 @@ CORE: list[tuple[Callable[..., Any], str]] = [
     (parse_intent, "catalog"), (intent_schema, "catalog"), (branch_schema, "catalog"), (compact_regex, "catalog"),
     (build_sql, "catalog"), (parse_line, "catalog"), (load_evalset, "catalog"), (index_evalset, "catalog"),
     (resolve_path, "warehouse"), (score_item, "catalog"), (intent_record, "catalog"), (answer_item, "catalog"),
-    (load_prompt, "wh"),
+    (load_prompt, "wh"), (open_warehouse, "semantic_model"), (load_catalog, "name_or_path"),
+    (expand_evalset, "semantic_model"), (context_block, "semantic_model"),
 ]
 
 INTENT = Intent.model_validate({"intent": "breakdown", "metric": "revenue", "dimension": "region",
@@ -48,8 +56,10 @@ def test_the_warehouse_parameter_has_no_default(fn: Callable[..., Any], param: s
     lambda: load_evalset("heldout"),  # type: ignore[call-arg]
     lambda: resolve_path("heldout"),  # type: ignore[call-arg]
     lambda: answer_item(Question("q1", "revenue by region"), None, [], None),  # type: ignore[call-arg, arg-type]
+    lambda: open_warehouse(),  # type: ignore[call-arg]
+    lambda: load_catalog(),  # type: ignore[call-arg]
 ], ids=["parse_intent", "build_sql", "intent_schema", "compact_regex", "branch_schema", "load_evalset",
-        "resolve_path", "answer_item"])
+        "resolve_path", "answer_item", "open_warehouse", "load_catalog"])
 def test_a_call_without_a_warehouse_is_refused(call: Callable[[], Any]) -> None:
     with pytest.raises(TypeError, match="missing|required"):
         call()
@@ -76,3 +86,21 @@ def test_a_prompt_read_without_a_warehouse_keeps_its_slots() -> None:
     """``load_prompt(..., wh=None)`` checks the file only; it never fills retail's names in."""
     bare = load_prompt("baseline", "default", None)
     assert SLOT.search(bare.text), "the baseline prompt has warehouse slots"
+
+
+def test_the_cli_and_config_name_their_default_and_old_manifests_their_warehouse() -> None:
+    """retail is chosen visibly at the edges: the CLI option's default, the run config's field, and
+    for a manifest recorded before runs named their semantic model, the legacy warehouse."""
+    from typer.main import get_command
+
+    from nlq2sql.cli.main import app
+
+    assert CLI_WAREHOUSE == EvalConfig().semantic_model == LEGACY_WAREHOUSE == "retail"
+    for name in ("eval", "score", "batch"):
+        cmd = get_command(app).commands[name]  # type: ignore[attr-defined]
+        opt = next(p for p in cmd.params if "--semantic-model" in getattr(p, "opts", []))
+        assert opt.default == CLI_WAREHOUSE, name
+    assert manifest_warehouse({}) == LEGACY_WAREHOUSE
+    assert manifest_warehouse({"semantic_model": "tpch"}) == "tpch"
+    named = {"semantic_model": "x", "semantic_model_path": "warehouses/x/m.yml"}
+    assert manifest_warehouse(named) == "warehouses/x/m.yml"

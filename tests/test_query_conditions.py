@@ -235,7 +235,7 @@ def test_value_links_are_where_items_and_the_hint_names_them() -> None:
     from nlq2sql.stages.query_guard import link_where, where_hint
     from nlq2sql.stages.value_links import ValueIndex
 
-    wh = open_warehouse()
+    wh = open_warehouse("retail")
     idx = ValueIndex(wh)
     got = [w.model_dump(mode="json") for w in link_where(idx.link("Orders by channel in North and South in 2025, "
                                                                   "excluding the Phone channel"), wh.catalog)]
@@ -256,7 +256,7 @@ def test_guardrails_and_value_linking_on_the_v2_answer_live(tmp_path: Path) -> N
     from nlq2sql.stages.query_guard import link_where, where_hint
     from nlq2sql.stages.value_links import ValueIndex
 
-    wh = open_warehouse()
+    wh = open_warehouse("retail")
     idx = ValueIndex(wh)
     sent_as = {q: q + where_hint(link_where(idx.link(q), wh.catalog)) for q, _, _ in GUARDED}
     assert sent_as[GUARDED[0][0]] != GUARDED[0][0]  # the Phone channel is linked
@@ -351,7 +351,7 @@ def test_the_values_repair_on_where_items() -> None:
     from nlq2sql.stages.query_guard import apply_query_guardrails
     from nlq2sql.stages.rulesets import load_guardrails
 
-    wh = open_warehouse()
+    wh = open_warehouse("retail")
     rs = load_guardrails(["values"], wh.catalog, wh)
 
     def repair(question: str, where: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:

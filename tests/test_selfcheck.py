@@ -50,7 +50,7 @@ def test_abstention_reasons_and_scoring() -> None:
 
 
 def test_selective_summary_and_curve() -> None:
-    wh = open_warehouse()
+    wh = open_warehouse("retail")
     case = load_evalset("heldout", wh).cases[0]
     from nlq2sql.stages.pipeline import make_executor
     from nlq2sql.stages.score import score_item
@@ -101,7 +101,7 @@ def test_eval_with_samples_and_abstain(tmp_path: Path) -> None:
     from nlq2sql.stages.pipeline import rescore_run
     from nlq2sql.transport.client import Sampling
 
-    cases = load_evalset("heldout", open_warehouse()).cases[:2]
+    cases = load_evalset("heldout", open_warehouse("retail")).cases[:2]
     gold = [c.gold.model_dump(mode="json") for c in cases]
     wrong = [{**g, "metric": "units" if g["metric"] != "units" else "orders"} for g in gold]
     other = [{**g, "metric": "customers" if g["metric"] != "customers" else "revenue"} for g in gold]

@@ -156,7 +156,8 @@ def test_eval_with_hint_and_repair_records_both(tmp_path: Path) -> None:
     recs = {r["id"]: r for r in iter_records(cfg.out / "records.jsonl")}
     ho1 = recs["ho-001"]  # "Sales by region in 2025"
     assert ho1["linked_values"] == [{"field": "year", "op": "eq", "value": "2025"}]
-    assert "Sales by region in 2025" + hint_text(ValueIndex(open_warehouse()).link("Sales by region in 2025")) in sent
+    linked = ValueIndex(open_warehouse("retail")).link("Sales by region in 2025")
+    assert "Sales by region in 2025" + hint_text(linked) in sent
     assert recs["ho-003"]["linked_values"] == []  # nothing named: the question goes out unchanged
     assert "Number of orders by product category" in sent
     rules = {i["rule"] for r in recs.values() for i in r["interventions"]}

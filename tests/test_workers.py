@@ -165,7 +165,7 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, 
     from nlq2sql.stages.sqlbuild import build_sql
     from nlq2sql.transport.client import RetryBudget
 
-    wh = open_warehouse(None, None)
+    wh = open_warehouse("retail")
     cases = list(load_evalset("heldout", wh).cases[:5])
     repeated = cases + [c.model_copy(update={"id": f"{c.id}-again"}) for c in cases]
     golds = workers.distinct_golds(repeated)

@@ -157,9 +157,12 @@ def parse_workers(text: str, concurrency: int) -> int:
         raise InputError(f"expected a number or 'auto', got {text!r}", field="--workers") from None
 
 
-SemanticModelOpt = Annotated[str | None, typer.Option(
+#: The CLI's warehouse when ``--semantic-model`` is not given: chosen here, at the edge (library
+#: functions take theirs as an argument, with no default: issue 24).
+CLI_WAREHOUSE = "retail"
+SemanticModelOpt = Annotated[str, typer.Option(
     "--semantic-model", help="Warehouse semantic model: a shipped name (retail, tpch, flights) or a dbt "
-    "Semantic Layer YAML file/folder. Default: retail.")]
+    "Semantic Layer YAML file/folder.")]
 DbOpt = Annotated[Path | None, typer.Option(
     "--db", help="The DuckDB file (or a folder of Parquet/CSV files) the semantic model describes. "
     "Default: the shipped warehouse's cached build.")]
@@ -224,7 +227,7 @@ def parse_levels(text: str, option: str) -> tuple[int, ...]:
 
 def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
           limit: int | None, max_tokens: int, out: Path, guardrails: tuple[str, ...] = ("ranking",),
-          semantic: tuple[str | None, Path | None, str] = (None, None, "flat"),
+          semantic: tuple[str, Path | None, str] = (CLI_WAREHOUSE, None, "flat"),
           conditions: Any = None, temperature: float = 0.0) -> Any:
     """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``conditions``
     what :func:`condition_options` gave the command (default: none)."""

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nlq2sql.cli._common import (
+    CLI_WAREHOUSE,
     DbOpt,
     EndpointsFileOpt,
     GuardrailsOpt,
@@ -51,7 +52,7 @@ def batch_cmd(
     api_key_env: KeyOpt = None,
     prompt: PromptOpt = "baseline",
     guardrails: GuardrailsOpt = None,
-    semantic_model: SemanticModelOpt = None,
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE,
     db: DbOpt = None,
     out: Annotated[str, typer.Option(help="Output directory: records/ (shards), summary.json, manifest.json; "
                                      "a path, or a file://, s3:// or gs:// URI (pyarrow's filesystems: "

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from nlq2sql.cli._common import DbOpt, SemanticModelOpt, app, handled
+from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SemanticModelOpt, app, handled
 from nlq2sql.errors import InputError
 
 __all__ = ["examples_app"]
@@ -21,7 +21,7 @@ app.add_typer(examples_app, name="examples")
 @handled
 def examples_synth(
     out: Annotated[Path, typer.Option("--out", help="Write the bank (JSONL, a v2 eval set's format) here.")],
-    semantic_model: SemanticModelOpt = None, db: DbOpt = None,
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
     n: Annotated[int, typer.Option("--n", help="How many examples (fewer when the layer cannot make so many "
                                                "distinct ones).")] = 200,
     seed: Annotated[int, typer.Option("--seed", help="Random seed: the same seed, layer and data give the "

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from nlq2sql.cli._common import (
+    CLI_WAREHOUSE,
     DbOpt,
     EndpointOpt,
     EndpointsFileOpt,
@@ -55,7 +56,7 @@ def load_check(
     runs: Annotated[list[Path] | None, typer.Option(help="Compare these recorded run dirs instead "
                                                    "of querying.")] = None,
     allow_diff: Annotated[bool, typer.Option(help="Exit 0 even when outputs diverge.")] = False,
-    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
     batch_invariant: BatchInvariantOpt = False,
 ) -> None:
     """Quality under load: are outputs byte-identical at each concurrency (and, with --repeats,
@@ -111,7 +112,7 @@ def compact(
     limit: LimitOpt = None, max_tokens: MaxTokOpt = 160,
     concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 1,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/compact"),
-    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """Compact vs pretty output: tokens, bytes, latency, and whether compactness was honoured."""
     from dataclasses import replace
@@ -149,7 +150,7 @@ def matrix(
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/matrix"),
     runs: Annotated[list[Path] | None, typer.Option(help="Re-score these recorded runs (one per "
                                                    "prompt) instead of querying.")] = None,
-    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
     temperature: TemperatureOpt = 0.0,
     answers: Annotated[str | None, typer.Option(help="Answer arms side by side instead (--prompts and --guardrails "
                                                 "then do not apply): comma-separated query (the v2 sets' intent; "

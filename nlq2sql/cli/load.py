@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from nlq2sql.cli._common import (
+    CLI_WAREHOUSE,
     DbOpt,
     EndpointOpt,
     EndpointsFileOpt,
@@ -58,7 +59,7 @@ def _floats(values: list[str] | None, option: str) -> tuple[float, ...]:
 
 def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
                max_tokens: int, structured: str, out: Path, max_num_seqs: int | None,
-               semantic: tuple[str | None, Path | None, str] = (None, None, "flat")) -> Any:
+               semantic: tuple[str, Path | None, str] = (CLI_WAREHOUSE, None, "flat")) -> Any:
     from dataclasses import replace
 
     from nlq2sql.transport.client import STRUCTURED_MODES
@@ -118,7 +119,7 @@ def sweep_cmd(
     reanalyse: Annotated[bool, typer.Option(help="Re-analyse the sweep already in --out (new thresholds, "
                                             "SLOs or cost) without sending requests.")] = False,
     resume: ResumeLevelsOpt = False,
-    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
     endpoints_file: EndpointsFileOpt = None, routing: RoutingOpt = "least-inflight",
 ) -> None:
     """Concurrency sweep on real eval prompts: req/s, goodput, latency, knee, saturation, SLO, cost.
@@ -164,7 +165,7 @@ def grid_cmd(
                    ] = Path("runs/grid"),
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
     resume: ResumeLevelsOpt = False,
-    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """Concurrency × request-length class: req/s, p95 and peak KV usage per cell, as a table and heatmap."""
     from nlq2sql.load import grid as gr
@@ -275,7 +276,7 @@ def probe_prefix(
     max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 32,
     max_num_seqs: LocalSeqsOpt = None,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-prefix"),
-    semantic_model: SemanticModelOpt = None, db: DbOpt = None,
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
 ) -> None:
     """Shared vs diverse vs leading-unique prefixes: TTFT, prefill share, prefix-cache hit rate."""
     from nlq2sql.semantic.binding import open_warehouse

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from nlq2sql.cli._common import (
+    CLI_WAREHOUSE,
     DbOpt,
     EndpointsFileOpt,
     EndpointsOpt,
@@ -107,7 +108,7 @@ def _check_query_set(path: str, wh: Any) -> None:
 @evalset_app.command("check")
 @handled
 def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSONL path.")],
-                  semantic_model: SemanticModelOpt = None, db: DbOpt = None) -> None:
+                  semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None) -> None:
     """Validate an eval set: every line, id, gold intent against the warehouse's vocabulary, that
     every gold executes and returns rows, and that every filter value occurs in the data."""
     from nlq2sql.semantic import open_warehouse
@@ -142,7 +143,7 @@ def score(
                                                 "recorded with status 'missing' (scored wrong), not "
                                                 "refused.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    semantic_model: SemanticModelOpt = None,
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE,
     db: DbOpt = None,
     answer: Annotated[str, typer.Option(help="What the responses are: 'intent' (v1 intents), 'query' (v2: a "
                                         "MetricFlow query or {\"unanswerable\": …}, scored by rows) or 'sql' "
@@ -203,7 +204,7 @@ def eval_cmd(
     client: Annotated[str, typer.Option(help="aiohttp (default: the request the SDK would send, on plain "
                                         "aiohttp; ~4-5x the SDK's req/s per core) | sdk (the official openai "
                                         "SDK).")] = "aiohttp",
-    semantic_model: SemanticModelOpt = None,
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE,
     db: DbOpt = None,
     schema: SchemaOpt = "flat",
     temperature: TemperatureOpt = 0.0,

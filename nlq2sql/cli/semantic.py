@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from nlq2sql.cli._common import DbOpt, SchemaOpt, SemanticModelOpt, app, err, handled
+from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SchemaOpt, SemanticModelOpt, app, err, handled
 from nlq2sql.errors import InputError
 
 __all__ = ["semantic_app", "semantic_check", "semantic_init", "semantic_show", "sql_cmd"]
@@ -46,7 +46,8 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
 
 @semantic_app.command("show")
 @handled
-def semantic_show(semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat") -> None:
+def semantic_show(semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
+                  schema: SchemaOpt = "flat") -> None:
     """Print the derived vocabulary, known values, years, JSON Schema and compact regex (JSON)."""
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.semantic_tools import dumps, show
@@ -89,7 +90,7 @@ def _exact(value: object) -> object:
 @app.command("sql")
 @handled
 def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as JSON text (or @FILE).")],
-            semantic_model: SemanticModelOpt = None, db: DbOpt = None,
+            semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
             execute: Annotated[bool, typer.Option(help="Run it and print the rows as JSON lines.")] = False) -> None:
     """Print the SQL and bound parameters for one intent; with --execute, the result rows."""
     import json

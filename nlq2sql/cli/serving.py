@@ -8,7 +8,17 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from nlq2sql.cli._common import DbOpt, EvalsetOpt, ModelOpt, PromptOpt, SchemaOpt, SemanticModelOpt, app, handled
+from nlq2sql.cli._common import (
+    CLI_WAREHOUSE,
+    DbOpt,
+    EvalsetOpt,
+    ModelOpt,
+    PromptOpt,
+    SchemaOpt,
+    SemanticModelOpt,
+    app,
+    handled,
+)
 from nlq2sql.errors import InputError
 from nlq2sql.run.models import DEFAULT_MODEL
 
@@ -30,7 +40,7 @@ def backends(
     out: Annotated[Path, typer.Option(help="Output directory (one run per backend under it).")] = Path(
         "runs/backends"),
     port: Annotated[int, typer.Option(help="Port of each backend's server (one at a time).")] = 8100,
-    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """One local vLLM per structured-output backend, the same items each: schema-valid rate,
     accuracy, tokens, TTFT/e2e, first-request grammar compile; a backend that cannot start is

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from nlq2sql.cli._common import (
+    CLI_WAREHOUSE,
     DbOpt,
     EndpointOpt,
     EvalsetOpt,
@@ -59,7 +60,7 @@ def tune_cmd(
                    ] = Path("runs/tune"),
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
     resume: ResumeLevelsOpt = False,
-    semantic_model: SemanticModelOpt = None, db: DbOpt = None, schema: SchemaOpt = "flat",
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
     conditions: Any = None,
 ) -> None:
     """The load to deploy at: most correct answers per second within the SLO, accuracy held."""

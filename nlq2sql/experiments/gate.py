@@ -44,6 +44,7 @@ from scipy.stats import binomtest
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.results import LEGACY_WAREHOUSE
 from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run
 from nlq2sql.stages.score import percentiles
 
@@ -172,12 +173,6 @@ def _read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, 
         raise RecordError(f"{len(records)} readable records, but the summary counts {summary['n']}",
                           path=str(path))
     return manifest, summary, records
-
-
-#: The warehouse of a run recorded before manifests named their semantic model (no
-#: ``semantic_model_sha256``): ``retail`` was then the only one.  A fact about old records,
-#: not a default for new ones.
-LEGACY_WAREHOUSE = "retail"
 
 
 def _warehouse_sha(manifest: dict[str, Any]) -> str | None:

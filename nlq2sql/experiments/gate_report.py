@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from nlq2sql.experiments.gate import Flip, GateResult, RunInfo
+from nlq2sql.records.results import LEGACY_WAREHOUSE
 from nlq2sql.records.store import output_dir
 
 __all__ = ["render_junit", "render_markdown", "write_outputs"]
@@ -20,7 +21,7 @@ def _run_line(label: str, r: RunInfo) -> str:
     g = "+".join(r.guardrails) or "none"
     who = r.model or (f"{r.kind} run (no model recorded)" if r.kind else "?")
     return (f"- **{label}**: `{r.path}` — {who} · prompt {r.prompt or '?'} · guardrails {g} · "
-            f"{r.evalset or '?'} on {r.semantic_model or 'retail'} · n={r.n}")
+            f"{r.evalset or '?'} on {r.semantic_model or LEGACY_WAREHOUSE} · n={r.n}")
 
 
 def _cell(text: str | None) -> str:

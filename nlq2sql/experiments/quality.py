@@ -1,13 +1,12 @@
 """The quality report: every recorded condition × model × warehouse, re-derived from records.
 
-Each run's answers are re-scored from its ``records.jsonl`` (``runner.rescore_run``: the
-recorded raw text through today's intent parser, guardrails and SQL builder, against the
-warehouse rebuilt from its recipe), under its own guardrails and under a fixed set of
-guardrail conditions, so the lexical and learned rules meet head to head on the same
-answers.  Nothing is read from a summary except to check that the records still match it
-(``read_finished_run``); the database fingerprint is compared with the recorded one, so a
-figure re-derived on different data says so.  Markdown and one self-contained HTML file
-(plots inline, every string escaped, no remote resource).
+Each run's answers are re-scored from its ``records.jsonl`` (``runner.rescore_run``: the recorded raw text
+through today's intent parser, guardrails and SQL builder, against the warehouse rebuilt from its recipe),
+under its own guardrails and under a fixed set of guardrail conditions, so the lexical and learned rules meet
+head to head on the same answers. Nothing is read from a summary except to check that the records still match
+it (``read_finished_run``); the database fingerprint is compared with the recorded one, so a figure re-derived
+on different data says so. Markdown and one self-contained HTML file (plots inline, every string escaped, no
+remote resource).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from typing import Any
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.item import iter_item_records
+from nlq2sql.records.results import manifest_warehouse
 from nlq2sql.records.store import output_dir, read_finished_run
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
@@ -94,7 +94,7 @@ def _gold_same(path: Path, manifest: dict[str, Any]) -> tuple[int, int]:
 
     A database file's bytes are not a stable witness (a rebuilt DuckDB file of the same rows
     hashes differently), so the data is compared where it matters: each gold query's result."""
-    wh = open_warehouse(manifest.get("semantic_model_path") or manifest.get("semantic_model"))
+    wh = open_warehouse(manifest_warehouse(manifest))
     try:
         cases = load_evalset(manifest.get("evalset_path") or manifest["evalset"], wh.catalog).by_id()
         same = n = 0
@@ -113,9 +113,8 @@ def _cost(path: Path) -> dict[str, Any]:
     """What the condition spent per item: every sample's and the planner's tokens, requests, latency."""
     tokens, requests, latency = [], [], []
     for r in iter_item_records(path / "records.jsonl"):  # (keys of the request and of conditions' traces)
-        spent = r.get("samples_completion_tokens")
-        if spent is None:
-            spent = r.get("completion_tokens")
+        own = r.get("samples_completion_tokens")
+        spent = own if own is not None else r.get("completion_tokens")
         if spent is not None:
             tokens.append(float(spent) + float(r.get("planner_completion_tokens") or 0))
         requests.append(float(r.get("requests") or 1))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.results import manifest_warehouse
 from nlq2sql.records.store import RECORDS, read_finished_run
 from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.semantic.contract import PARTS
@@ -72,7 +73,7 @@ def rescore_arm(run_dir: Path) -> ArmRun:
     """Re-score one arm run from its records (refused when they no longer match its summary)."""
     manifest, _ = read_finished_run(run_dir)
     answer = str(manifest["answer"])
-    wh = open_warehouse(manifest.get("semantic_model_path") or manifest.get("semantic_model"))
+    wh = open_warehouse(manifest_warehouse(manifest))
     cases = {c.id: c for c in load_query_set(manifest.get("evalset_path") or manifest["evalset"], wh.catalog).cases}
     summ = Summary([], fields=PARTS if answer == ANSWER_KIND else ())
     final_ok: dict[str, bool] = {}

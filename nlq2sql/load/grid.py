@@ -76,7 +76,7 @@ def parse_classes(text: str) -> tuple[LengthClass, ...]:
     return tuple(out)
 
 
-def context_block(evalset: str, pad_tokens: int, semantic_model: str | None = None) -> str:
+def context_block(evalset: str, pad_tokens: int, semantic_model: str) -> str:
     """About ``pad_tokens`` tokens of context built from the eval set's own questions."""
     if pad_tokens <= 0:
         return ""

@@ -28,7 +28,7 @@ from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.score import percentiles
 
 
-def expand_evalset(evalset: str, requests: int, out_dir: Path, semantic_model: str | None = None,
+def expand_evalset(evalset: str, requests: int, out_dir: Path, semantic_model: str,
                    seed: int | None = None) -> Path:
     """Write ``<name>-x<N>.jsonl``: the set's items cycled to ``requests`` lines, ids ``id#k``
     (``seed``: the lines in a seeded random order, so a short set's copies do not arrive in

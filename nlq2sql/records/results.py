@@ -22,7 +22,17 @@ from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
 from nlq2sql.records.store import RECORD_VERSION
 
-__all__ = ["Digest", "Manifest", "Rate", "Summary", "load_manifest", "load_summary", "validated"]
+__all__ = ["LEGACY_WAREHOUSE", "Digest", "Manifest", "Rate", "Summary", "load_manifest", "load_summary",
+           "manifest_warehouse", "validated"]
+
+#: The warehouse of a run recorded before manifests named their semantic model: ``retail``, then
+#: the only one.  A fact about old records, not a default for new runs.
+LEGACY_WAREHOUSE = "retail"
+
+
+def manifest_warehouse(manifest: dict[str, Any]) -> str:
+    """The semantic model a recorded run ran on: its path, else its name, else :data:`LEGACY_WAREHOUSE`."""
+    return str(manifest.get("semantic_model_path") or manifest.get("semantic_model") or LEGACY_WAREHOUSE)
 
 
 class _Model(BaseModel):

@@ -22,6 +22,7 @@ from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
 from nlq2sql.run.endpoints import ROUTINGS, ReplicaSpec, check_address, check_endpoint_url
 from nlq2sql.run.models import DEFAULT_MODEL
+from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import CLIENTS, Sampling
@@ -92,7 +93,7 @@ class EvalConfig:
     resume: bool = False
     force: bool = False
     warehouse: Path | None = None  # the database (--db); default: the semantic model's shipped build
-    semantic_model: str | None = None  # name or path of the warehouse's semantic model (default: retail)
+    semantic_model: str = DEFAULT_WAREHOUSE  # name or path of the warehouse's semantic model (the CLI's default)
     # The conditions applied (examples, planner, value linking, self-consistency, abstention…):
     # their settings by name, from the registry (``conditions.registry``; none by default).
     conditions: ConditionSet = field(default_factory=ConditionSet)

@@ -164,10 +164,11 @@ class Warehouse:
         return "\n".join(lines)
 
 
-def open_warehouse(semantic_model: str | Path | None = None, db: Path | None = None) -> Warehouse:
-    """Load a semantic model (default ``retail``), find its database, and check one against the other."""
+def open_warehouse(semantic_model: str | Path, db: Path | None = None) -> Warehouse:
+    """Load a semantic model (a shipped name or a path: no default), find its database, and check
+    one against the other."""
     catalog = load_catalog(semantic_model)
-    shipped = catalog.name in shipped_names() and (semantic_model is None or not Path(str(semantic_model)).exists()
+    shipped = catalog.name in shipped_names() and (not Path(str(semantic_model)).exists()
                                                    or catalog.path.startswith("warehouses/"))
     path = resolve_db(db, catalog.name, shipped)
     wh = Warehouse(catalog, path)

@@ -210,11 +210,11 @@ def _load(path: str, mtime: float, name: str, legacy: bool = False) -> Catalog:
     return _resolve(read_project(p, name=name, display=display_path(p)), legacy)
 
 
-def load_catalog(name_or_path: str | Path | None = None, *, legacy_spine: bool = False) -> Catalog:
-    """Load and validate a semantic layer (default: the shipped ``retail``); cached per file.
+def load_catalog(name_or_path: str | Path, *, legacy_spine: bool = False) -> Catalog:
+    """Load and validate a semantic layer (a shipped name or a path: no default); cached per file.
     ``legacy_spine``: compile against dbt's legacy ``metricflow_time_spine`` table when the project
     declares no spine (the database has one: the binding decides)."""
-    path, name = resolve_spec_path(name_or_path or DEFAULT_WAREHOUSE)
+    path, name = resolve_spec_path(name_or_path)
     try:
         mtime = max(f.stat().st_mtime for f in ([path] if path.is_file() else path.rglob("*")))
     except (OSError, ValueError):

@@ -21,7 +21,7 @@ from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
-from nlq2sql.records.results import validated
+from nlq2sql.records.results import manifest_warehouse, validated
 from nlq2sql.records.store import (
     MANIFEST,
     RECORD_VERSION,
@@ -32,6 +32,7 @@ from nlq2sql.records.store import (
     write_json_atomic,
 )
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
+from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.stages.evalset import CaseIndex, EvalSet, index_evalset, load_evalset
 from nlq2sql.stages.execute import Executor
@@ -55,7 +56,7 @@ class ScoreConfig:
     warehouse: Path | None = None  # the database (--db); default: the semantic model's shipped build
     force: bool = False
     allow_missing: bool = False  # items without a response are expected: status `missing`
-    semantic_model: str | None = None  # name or path (default: retail)
+    semantic_model: str = DEFAULT_WAREHOUSE  # name or path (the CLI's default, retail)
 
 
 @dataclass
@@ -301,7 +302,7 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     from nlq2sql.stages.queryset import load_query_set
 
     manifest = read_json(run_dir / MANIFEST)
-    wh = open_warehouse(manifest.get("semantic_model_path") or manifest.get("semantic_model"))
+    wh = open_warehouse(manifest_warehouse(manifest))
     v2 = manifest.get("answer") == "query"  # the v2 answer: guardrails on its queries (stages.query_guard)
     name = evalset or manifest.get("evalset_path") or manifest["evalset"]
     es: Any = load_query_set(name, wh.catalog) if v2 else load_evalset(name, wh.catalog)

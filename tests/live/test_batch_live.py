@@ -29,7 +29,7 @@ pytest.importorskip("ray.data.llm")
 
 def eval_record_keys() -> set[str]:
     """The keys ``ItemRunner`` gives a record of one endpoint (no examples, no planner)."""
-    wh = open_warehouse(None, None)
+    wh = open_warehouse("retail")
     with make_executor(wh) as ex:
         rec = score_item(load_evalset("heldout", retail_wh()).cases[0], None, [], ex, catalog=wh.catalog)
     return set(rec) | set(Completion().record_fields()) | {"record_version", "started", "concurrency",
