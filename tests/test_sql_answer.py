@@ -68,3 +68,24 @@ def test_eval_answer_sql_against_the_fake_server(tmp_path: Path) -> None:
     assert summary["answer"] == "sql" and summary["final_accuracy"]["k"] == 1 and summary["n"] == 4
     assert manifest["prompt"] == "sql" and manifest["sampling"]["structured"] == "none"
     assert "schema_json" not in manifest["sampling"]
+
+
+def test_a_statement_nested_past_the_parser_is_an_outcome_and_unordered_rows_are_shown_sorted() -> None:
+    """A model's SQL nested thousands deep (seen in a recorded run) must not crash the scorer;
+    an answer without ORDER BY is hashed and shown order-free, so two runs record the same."""
+    from nlq2sql.answers.sql.score import orders_rows, sql_record
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.execute import Executor
+
+    deep = "SELECT " + "CAST(" * 3000 + "1" + " AS INT)" * 3000
+    assert orders_rows(deep) is False and orders_rows("SELECT 1 ORDER BY 1") is True
+    wh = open_warehouse("retail")
+    case = load_query_set("heldout", CAT).cases[0]
+    with Executor(wh.db_path) as ex:
+        rec = sql_record(case, deep, ex, CAT).to_json_dict()
+        assert rec["status"] != "ok" and rec["correct_final"] is False
+        plain = "SELECT region FROM customers GROUP BY region"
+        a = sql_record(case, plain, ex, CAT).to_json_dict()
+        b = sql_record(case, plain + " ORDER BY region DESC", ex, CAT).to_json_dict()
+    assert a["result_head"] == sorted(a["result_head"], key=repr)
+    assert b["result_head"] == sorted(b["result_head"], key=repr, reverse=True)

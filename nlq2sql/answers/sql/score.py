@@ -124,7 +124,7 @@ def orders_rows(sql: str) -> bool:
     """Whether the statement's outermost query has an ORDER BY (its row order means something)."""
     try:
         tree = sqlglot.parse_one(sql, read="duckdb")
-    except sqlglot.errors.SqlglotError:
+    except (sqlglot.errors.SqlglotError, RecursionError):  # (a statement nested past the parser's depth)
         return False
     return tree is not None and tree.args.get("order") is not None
 
@@ -185,7 +185,7 @@ def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalo
     error = _error(status, case, kind, strict, eq_error)
     error_lenient = None if lenient else error
     norm = normalise_rows(rows) if rows is not None else None
-    own_order = sql is not None and orders_rows(sql)
+    own_order = sql is not None and rows is not None and orders_rows(sql)  # only a statement that ran
     head_rows = res.rows if res is not None and res.rows is not None else None
     raw_intent = ({"intent": ANSWER_KIND, "sql": sql} if kind == "sql"
                   else {"intent": UNANSWERABLE, UNANSWERABLE: payload} if kind == UNANSWERABLE else None)
