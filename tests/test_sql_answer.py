@@ -73,12 +73,14 @@ def test_eval_answer_sql_against_the_fake_server(tmp_path: Path) -> None:
 def test_a_statement_nested_past_the_parser_is_an_outcome_and_unordered_rows_are_shown_sorted() -> None:
     """A model's SQL nested thousands deep (seen in a recorded run) must not crash the scorer;
     an answer without ORDER BY is hashed and shown order-free, so two runs record the same."""
-    from nlq2sql.answers.sql.score import orders_rows, sql_record
+    from nlq2sql.answers.sql.guard import check_sql
+    from nlq2sql.answers.sql.score import sql_record
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.execute import Executor
 
     deep = "SELECT " + "CAST(" * 3000 + "1" + " AS INT)" * 3000
-    assert orders_rows(deep) is False and orders_rows("SELECT 1 ORDER BY 1") is True
+    assert check_sql(deep, ("customers",)).ordered is False
+    assert check_sql("SELECT 1 ORDER BY 1", ()).ordered is True and check_sql("SELECT 1", ()).ordered is False
     wh = open_warehouse("retail")
     case = load_query_set("heldout", CAT).cases[0]
     with Executor(wh.db_path) as ex:

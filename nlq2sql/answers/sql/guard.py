@@ -70,6 +70,7 @@ class Verdict:
     reason: str | None
     sql: str
     tables: tuple[str, ...] = field(default=())
+    ordered: bool = False  # the outermost query has an ORDER BY: its rows' order means something
 
     @property
     def accepted(self) -> bool:
@@ -246,41 +247,43 @@ def _func_name(f: exp.Func) -> str:
     return str(f.name) if isinstance(f, exp.Anonymous) else str(f.sql_name())
 
 
-def _sqlglot_view(sql: str) -> tuple[str | None, list[exp.Table], set[str], set[str], set[str]]:
-    """sqlglot's reading: (refusal, tables, CTE names, functions, table functions)."""
+def _sqlglot_view(sql: str) -> tuple[str | None, list[exp.Table], set[str], set[str], set[str], bool]:
+    """sqlglot's reading: (refusal, tables, CTE names, functions, table functions, whether the
+    outermost query has an ORDER BY)."""
     try:
         stmts = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError) as exc:
-        return f"sqlglot cannot parse it: {str(exc).splitlines()[0][:200]}", [], set(), set(), set()
+        return f"sqlglot cannot parse it: {str(exc).splitlines()[0][:200]}", [], set(), set(), set(), False
     except Exception as exc:  # noqa: BLE001 — sqlglot raises more than its own errors on odd input
-        return f"sqlglot failed on it: {type(exc).__name__}", [], set(), set(), set()
+        return f"sqlglot failed on it: {type(exc).__name__}", [], set(), set(), set(), False
     if len(stmts) != 1:
-        return f"{len(stmts)} statements (exactly one SELECT is accepted)", [], set(), set(), set()
+        return f"{len(stmts)} statements (exactly one SELECT is accepted)", [], set(), set(), set(), False
     tree = stmts[0]
     if not isinstance(tree, _TOP_LEVEL):
         what = type(tree).__name__
-        return f"a {what} statement (only SELECT or WITH ... SELECT is accepted)", [], set(), set(), set()
+        return f"a {what} statement (only SELECT or WITH ... SELECT is accepted)", [], set(), set(), set(), False
     tables: list[exp.Table] = []
     ctes: set[str] = set()
     funcs: set[str] = set()
     table_funcs: set[str] = set()
     for node in tree.walk():
         if isinstance(node, _FORBIDDEN_NODES):
-            return f"{type(node).__name__} inside the statement", [], set(), set(), set()
+            return f"{type(node).__name__} inside the statement", [], set(), set(), set(), False
         if isinstance(node, (exp.Placeholder, exp.Parameter)):
-            return "parameters are not accepted", [], set(), set(), set()
+            return "parameters are not accepted", [], set(), set(), set(), False
         if isinstance(node, exp.CTE):
             ctes.add(node.alias_or_name.lower())
         elif isinstance(node, exp.Table):
             if isinstance(node.this, exp.Func):
                 table_funcs.add(_func_name(node.this).lower())
             elif not isinstance(node.this, exp.Identifier):
-                return f"a table that is not a plain name: {node.sql(dialect='duckdb')[:80]}", [], set(), set(), set()
+                what = node.sql(dialect="duckdb")[:80]
+                return f"a table that is not a plain name: {what}", [], set(), set(), set(), False
             else:
                 tables.append(node)
         elif isinstance(node, exp.Func):
             funcs.add(_func_name(node).lower())
-    return None, tables, ctes, funcs, table_funcs
+    return None, tables, ctes, funcs, table_funcs, tree.args.get("order") is not None
 
 
 def check_sql(sql: str, tables: Collection[str], *, catalog_names: Collection[str] = ()) -> Verdict:
@@ -313,7 +316,7 @@ def _check(sql: str, tables: Collection[str], catalog_names: Collection[str]) ->
     status, reason, d_tables, d_ctes, d_funcs, d_tfuncs = _duckdb_view(sql)
     if status != OK:
         return Verdict(status, reason, sql)
-    g_reason, g_tables, g_ctes, g_funcs, g_tfuncs = _sqlglot_view(sql)
+    g_reason, g_tables, g_ctes, g_funcs, g_tfuncs, ordered = _sqlglot_view(sql)
     if g_reason is not None:
         return refuse(g_reason)
     for name in sorted({*d_funcs, *d_tfuncs, *g_funcs, *g_tfuncs}):
@@ -338,4 +341,4 @@ def _check(sql: str, tables: Collection[str], catalog_names: Collection[str]) ->
             return refuse(f"table {name!r} is not in the warehouse (nor a CTE of the statement)")
         if low in known and low not in used:
             used.append(low)
-    return Verdict(OK, None, sql, tuple(used))
+    return Verdict(OK, None, sql, tuple(used), ordered)

@@ -49,6 +49,7 @@ class SandboxResult:
     truncated: bool = False
     elapsed_s: float = 0.0
     tables: tuple[str, ...] = field(default=())
+    ordered: bool = False  # the guard's reading: the statement orders its rows
 
     @property
     def ok(self) -> bool:
@@ -149,5 +150,5 @@ class Sandbox:
             types = tuple(str(d[1]) for d in desc)
             if len(rows) > self.row_cap:
                 return SandboxResult(SQL_TOO_MANY_ROWS, f"more than {self.row_cap} rows", columns, types,
-                                     rows[:self.row_cap], True, elapsed, verdict.tables)
-            return SandboxResult("ok", None, columns, types, rows, False, elapsed, verdict.tables)
+                                     rows[:self.row_cap], True, elapsed, verdict.tables, verdict.ordered)
+            return SandboxResult("ok", None, columns, types, rows, False, elapsed, verdict.tables, verdict.ordered)

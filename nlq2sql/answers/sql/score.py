@@ -30,8 +30,8 @@ from nlq2sql.stages.execute import Executor, result_hash
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS
 
-__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "extract_sql", "gold_columns", "orders_rows",
-           "parse_sql_answer", "score_sql", "sql_record"]
+__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "extract_sql", "gold_columns", "parse_sql_answer",
+           "score_sql", "sql_record"]
 
 ANSWER_KIND = "sql"
 #: The arms whose answer is SQL the model wrote (free, or constrained by the warehouse grammar).
@@ -120,15 +120,6 @@ def _head(rows: list[tuple[Any, ...]], ordered: bool) -> list[list[Any]]:
     return [[_jsonable(c) for c in r] for r in shown[:RESULT_HEAD_ROWS]]
 
 
-def orders_rows(sql: str) -> bool:
-    """Whether the statement's outermost query has an ORDER BY (its row order means something)."""
-    try:
-        tree = sqlglot.parse_one(sql, read="duckdb")
-    except (sqlglot.errors.SqlglotError, RecursionError):  # (a statement nested past the parser's depth)
-        return False
-    return tree is not None and tree.args.get("order") is not None
-
-
 def _dump(q: MetricQuery | None) -> dict[str, Any]:
     return {"intent": q.kind, **q.model_dump(mode="json")} if q is not None else {"intent": UNANSWERABLE}
 
@@ -185,8 +176,8 @@ def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalo
     error = _error(status, case, kind, strict, eq_error)
     error_lenient = None if lenient else error
     norm = normalise_rows(rows) if rows is not None else None
-    own_order = sql is not None and rows is not None and orders_rows(sql)  # only a statement that ran
     head_rows = res.rows if res is not None and res.rows is not None else None
+    own_order = res is not None and res.ordered  # the guard's reading: the statement orders its rows
     raw_intent = ({"intent": ANSWER_KIND, "sql": sql} if kind == "sql"
                   else {"intent": UNANSWERABLE, UNANSWERABLE: payload} if kind == UNANSWERABLE else None)
     part = AnswerPart(
