@@ -79,6 +79,12 @@ class CutPoint:
         return wilson(self.answered_right + self.abstained_right, self.n)
 
     @property
+    def meets_target(self) -> bool:
+        """Issue 22's bar at this cut-off: precision >= 0.8 and recall >= 0.6."""
+        return (self.abstained > 0 and self.abstained_right / self.abstained >= MIN_PRECISION
+                and self.unanswerable > 0 and self.abstained_right / self.unanswerable >= MIN_RECALL)
+
+    @property
     def coverage(self) -> dict[str, Any]:
         """Share of the answerable items still answered."""
         return wilson(self.answered_answerable, self.n - self.unanswerable)
@@ -157,7 +163,7 @@ def render(groups: dict[str, list[Decision]], run_threshold: float | None,
                             f"{top.unanswerable}, abstaining on {top.abstained} of {top.n}) — **missed**")
             continue
         lines.append(_row(f"{name} · best precision at recall ≥ {MIN_RECALL:.0%}", best))
-        met = best.abstained_right / best.abstained >= MIN_PRECISION
+        met = best.meets_target  # (best_at_recall already holds recall >= 0.6)
         verdicts.append(f"- {name}: precision {best.abstained_right}/{best.abstained} at recall "
                         f"{best.abstained_right}/{best.unanswerable} (cut-off {best.threshold:.3g}) — "
                         f"**{'met' if met else 'missed'}** (target precision ≥ {MIN_PRECISION:.0%})")
