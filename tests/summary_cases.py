@@ -1,0 +1,129 @@
+"""The summaries a golden fixture pins (``tests/fixtures/summary-golden.json``): every committed run's
+records summarised as scored and as unscored items, through each way the code summarises records.
+
+Each case is the summary's JSON text as ``records.store.write_json_atomic`` writes it, so comparing
+hashes is comparing the bytes written.  The golden was captured before the scored and unscored
+aggregators became one (``stages.summary.Summary``), from the two of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.run.batch_out import BatchOut
+from nlq2sql.run.batch_shards import summarise_shards
+from nlq2sql.semantic.contract import PARTS
+from nlq2sql.stages.guardrail import Rule, RuleSet
+from nlq2sql.stages.summary import Summary
+
+__all__ = ["GOLDEN", "ROOT", "SHARD_RUNS", "cases", "committed_runs", "rulesets_for", "text"]
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "fixtures" / "summary-golden.json"
+#: Runs whose shard summaries are pinned too (small: the viewer's fixtures).
+SHARD_RUNS = ("tests/fixtures/view-runs/heldout-smollm2-135m",
+              "tests/fixtures/view-runs/qwen2.5-coder-0.5b/matrix-adversarial/adversarial-baseline")
+SESSION: dict[str, Any] = {"wall_s": 2.0, "items_this_session": 3, "not_sent": 0,
+                           "server_metrics": {"observed": False}}
+MANIFEST: dict[str, Any] = {"engine": "ray-data", "actors": 2, "concurrency_per_actor": 4,
+                            "retry_budget": {"max": 5}}
+
+
+def text(data: Any) -> str:
+    """As ``write_json_atomic`` writes it."""
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+
+def committed_runs() -> list[str]:
+    """Every committed records file, relative to the repository."""
+    out = subprocess.run(["git", "ls-files", "*records.jsonl"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    return sorted(out)
+
+
+def rulesets_for(recs: list[ItemRecord]) -> list[RuleSet]:
+    """Rules named by the records (fired or in scope), and one that never fires."""
+    ids: set[str] = set()
+    for rec in recs:
+        ids.update(iv["rule"] for iv in present(rec.answer.interventions) or [])
+        if rec.judgement is not None:
+            ids.update(present(rec.judgement.guardrail_scope) or [])
+    rules = tuple(Rule(id=rid, field="intent", from_values=(), to=None) for rid in [*sorted(ids), "never-fired"])
+    return [RuleSet(name="golden", rules=rules)]
+
+
+def _fields(answer: str | None) -> tuple[str, ...] | None:
+    """As ``pipeline.summarise_file``: the v2 query's parts, none for SQL, else the default."""
+    return PARTS if answer == "query" else () if answer in ("sql", "sql-grammar") else None
+
+
+def scored_summary(recs: list[ItemRecord], rulesets: list[RuleSet], answer: str | None) -> dict[str, Any]:
+    fields = _fields(answer)
+    summ = Summary(rulesets) if fields is None else Summary(rulesets, fields=fields)
+    for rec in recs:
+        summ.add(rec)
+    return summ.result()
+
+
+def shared_summary(flat: list[dict[str, Any]], rulesets: list[RuleSet], answer: str | None) -> dict[str, Any]:
+    """Re-scoring's way: the same objects passed twice (``add_shared``)."""
+    fields = _fields(answer)
+    summ = Summary(rulesets) if fields is None else Summary(rulesets, fields=fields)
+    for rec in flat + flat:
+        summ.add_shared(rec)
+    return summ.result()
+
+
+def unscored_summary(recs: list[ItemRecord], rulesets: list[RuleSet]) -> dict[str, Any]:
+    from nlq2sql.answers.unscored import AnswerSummary
+
+    summ = AnswerSummary(rulesets)
+    for rec in recs:
+        summ.add(rec)
+    return summ.result()
+
+
+def shard_summary(tmp: Path, lines: list[str], rulesets: list[RuleSet], scored: bool, answer: str | None
+                  ) -> dict[str, Any]:
+    """``batch``'s summary of its shards (two shards of the lines)."""
+    store = BatchOut.open(tmp)
+    store.make({"kind": "batch"})
+    half = max(1, len(lines) // 2)
+    for index, chunk in enumerate((lines[:half], lines[half:])):
+        if chunk:
+            store.write_shard(index, "jsonl", [json.loads(t)["id"] for t in chunk], chunk)
+    ids = [json.loads(t)["id"] for t in lines]
+    manifest = dict(MANIFEST, **({"answer": answer} if answer else {}))
+    return summarise_shards(store, "jsonl", rulesets, scored, ids, dict(SESSION), manifest)
+
+
+def cases(tmp: Path, runs: list[str] | None = None) -> Iterator[tuple[str, str]]:
+    """(name, summary JSON text) for each run (default: every committed one) and every way of summarising it."""
+    for rel in committed_runs() if runs is None else runs:
+        recs = list(iter_item_records(ROOT / rel))
+        if not recs:
+            continue
+        answer = present(recs[0].answer.answer)
+        rulesets = rulesets_for(recs)
+        bare = [msgspec.structs.replace(rec, judgement=None) for rec in recs]  # the same answers, no gold
+        yield f"{rel}:records", hashlib.sha256((ROOT / rel).read_bytes()).hexdigest()
+        yield f"{rel}:scored", text(scored_summary(recs, rulesets, answer))
+        yield f"{rel}:shared", text(shared_summary([r.to_json_dict() for r in recs], rulesets, answer))
+        yield f"{rel}:unscored", text(unscored_summary(recs, rulesets))
+        yield f"{rel}:unscored-bare", text(unscored_summary(bare, rulesets))
+        yield f"{rel}:scored-bare", text(scored_summary(bare, rulesets, answer))
+        run = rel.rsplit("/", 1)[0]
+        if run in SHARD_RUNS:
+            for scored, these in ((True, recs), (False, bare)):
+                lines = [r.to_line().rstrip("\n") for r in these]
+                out = tmp / f"{run.replace('/', '_')}-{scored}"
+                yield f"{rel}:shards-{'scored' if scored else 'unscored'}", text(
+                    shard_summary(out, lines, rulesets, scored, answer))
