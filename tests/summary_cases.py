@@ -3,7 +3,8 @@ records summarised as scored and as unscored items, through each way the code su
 
 Each case is the summary's JSON text as ``records.store.write_json_atomic`` writes it, so comparing
 hashes is comparing the bytes written.  The golden was captured before the scored and unscored
-aggregators became one (``stages.summary.Summary``), from the two of them.
+aggregators became one (``stages.summary.Summary``), from the two of them (the unscored one was
+``answers.unscored.AnswerSummary``).
 """
 
 from __future__ import annotations
@@ -83,9 +84,7 @@ def shared_summary(flat: list[dict[str, Any]], rulesets: list[RuleSet], answer: 
 
 
 def unscored_summary(recs: list[ItemRecord], rulesets: list[RuleSet]) -> dict[str, Any]:
-    from nlq2sql.answers.unscored import AnswerSummary
-
-    summ = AnswerSummary(rulesets)
+    summ = Summary(rulesets, scored=False)
     for rec in recs:
         summ.add(rec)
     return summ.result()

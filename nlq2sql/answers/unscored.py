@@ -12,26 +12,25 @@ the viewer and the Parquet/JSONL shards need no second layout.  What needs a gol
 ``gold_intent is None`` is the test for "not scored" (an eval record always has one).  The
 answer itself is fully recorded: ``raw_text``, ``status`` / ``final_status`` (with reasons),
 ``raw_intent`` / ``final_intent``, ``interventions``, ``sql`` / ``params``, ``result_rows``,
-``result_head`` and ``result_hash`` (or ``exec_error``).
+``result_head`` and ``result_hash`` (or ``exec_error``).  Their summary is
+``stages.summary.Summary(..., scored=False)``: the one aggregator, reporting no accuracy.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import decode_line, json_object, regular_file
-from nlq2sql.records.item import ItemRecord, present
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
-from nlq2sql.stages.score import TIMING_KEYS, intent_record, percentiles, wilson
+from nlq2sql.stages.score import intent_record
 
-__all__ = ["AnswerSummary", "Question", "answer_item", "read_questions"]
+__all__ = ["Question", "answer_item", "read_questions"]
 
 #: Keys a question line may have (a line with ``gold`` belongs to an eval set: ``--evalset``).
 QUESTION_KEYS = ("id", "question")
@@ -89,49 +88,3 @@ def answer_item(q: Question, raw_text: str | None, rulesets: list[RuleSet], exec
     return intent_record(q.id, q.question, raw_text, rulesets, executor, gold=None, finish_reason=finish_reason,
                          request_error=request_error, catalog=catalog).to_json_dict(version=False)
 
-
-class AnswerSummary:
-    """The summary of unscored records: how the answers came out, no accuracy (no gold)."""
-
-    def __init__(self, rulesets: list[RuleSet]) -> None:
-        self.rule_ids = [r.id for rs in rulesets for r in rs.rules]
-        self.n = 0
-        self.c: Counter[str] = Counter()
-        self.status: Counter[str] = Counter()
-        self.final_status: Counter[str] = Counter()
-        self.intents: Counter[str] = Counter()
-        self.finish: Counter[str] = Counter()
-        self.fired: Counter[str] = Counter()
-        self.timing: dict[str, list[float]] = defaultdict(list)
-
-    def add(self, record: ItemRecord | Mapping[str, Any]) -> None:
-        """Count one record (a flat one, as Ray Data's shards hold them, is read through the type)."""
-        rec = record if isinstance(record, ItemRecord) else ItemRecord.from_json(record)
-        ans = rec.answer
-        self.n += 1
-        self.status[present(ans.status) or ""] += 1
-        self.final_status[present(ans.final_status) or ""] += 1
-        self.c["schema_valid"] += present(ans.raw_intent) is not None
-        self.c["executed"] += present(ans.result_rows) is not None
-        self.c["exec_error"] += present(ans.exec_error) is not None
-        ivs = present(ans.interventions) or []
-        self.c["intervened"] += bool(ivs)
-        for iv in ivs:
-            self.fired[iv["rule"]] += 1
-        final = present(ans.final_intent)
-        self.intents[final["intent"] if final is not None else "invalid"] += 1
-        self.finish[present(ans.finish_reason) or "n/a"] += 1
-        for key in TIMING_KEYS:
-            value = rec.get(key)
-            if value is not None:
-                self.timing[key].append(float(value))
-
-    def result(self) -> dict[str, Any]:
-        n, c = self.n, self.c
-        return {"n": n, "scored": False,
-                "schema_valid_rate": wilson(c["schema_valid"], n),
-                "executed_rate": wilson(c["executed"], n), "exec_errors": c["exec_error"],
-                "interventions": c["intervened"], "rules_fired": {rid: self.fired[rid] for rid in self.rule_ids},
-                "status_counts": dict(self.status), "final_status_counts": dict(self.final_status),
-                "final_intents": dict(self.intents.most_common()), "finish_reasons": dict(self.finish),
-                "timing": {k: percentiles(v) for k, v in self.timing.items()}}

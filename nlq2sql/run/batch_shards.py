@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.answers.unscored import AnswerSummary, Question
+from nlq2sql.answers.unscored import Question
 from nlq2sql.errors import Nlq2SqlError
 from nlq2sql.records.store import RECORD_VERSION, encode_json
 from nlq2sql.run.batch_out import SHARDS, BatchOut
@@ -84,8 +84,7 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
     checking that they hold each item exactly once."""
     answer = manifest.get("answer") or "intent"
     # As ``pipeline.summarise_file``: the SQL answers have no parts to score field by field.
-    summ: Summary | AnswerSummary = (AnswerSummary(rulesets) if not scored else Summary(rulesets)
-                                     if answer == "intent" else Summary(rulesets, fields=()))
+    summ = Summary(rulesets, scored=scored) if answer == "intent" else Summary(rulesets, fields=(), scored=scored)
     digest, seen, shards = hashlib.sha256(), Counter[str](), []
     outcomes: Counter[str] = Counter()
     replicas: Counter[str] = Counter()

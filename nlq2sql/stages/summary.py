@@ -1,5 +1,7 @@
-"""Streaming summary of scored records: accuracy, error classes, guardrail precision and recall,
-selective prediction, timings.
+"""Streaming summary of records: accuracy, error classes, guardrail precision and recall,
+selective prediction, timings -- or, for records without a gold (``batch --questions``), how the
+answers came out.  One aggregator for both: status, finish reasons, timings and interventions are
+counted by one code path; only what the summary reports differs (``scored``).
 
 Kept apart from per-item scoring (:mod:`nlq2sql.stages.score`): a summary reads records, old
 or new, and never scores one; scoring an item needs none of this.
@@ -39,15 +41,19 @@ def confidence(rec: ItemRecord) -> float:
 
 
 class Summary:
-    """Streaming aggregation of records: memory grows with classes, not with items."""
+    """Streaming aggregation of records: memory grows with classes, not with items.
+    ``scored=False``: a summary of answers without a gold (no accuracy), from the same counts."""
 
-    def __init__(self, rulesets: list[RuleSet], fields: tuple[str, ...] = FIELDS) -> None:
+    def __init__(self, rulesets: list[RuleSet], fields: tuple[str, ...] = FIELDS, *, scored: bool = True) -> None:
         self.rule_ids = [r.id for rs in rulesets for r in rs.rules]
         self.fields = fields  # the answer's parts: the v1 intent's fields, or the v2 query's
+        self.scored = scored
         self.empty_gold_ids: list[str] = []
         self.n = 0
         self.c: Counter[str] = Counter()
         self.status: Counter[str] = Counter()
+        self.final_status: Counter[str] = Counter()
+        self.final_intents: Counter[str] = Counter()
         self.errors_raw: Counter[str] = Counter()
         self.errors_final: Counter[str] = Counter()
         self.finish: Counter[str] = Counter()
@@ -117,6 +123,11 @@ class Summary:
                 self.rule_fired[iv["rule"]] += times
                 self.rule_correct[iv["rule"]] += bool(iv["correct"]) * times
         self.status[present(ans.status) or ""] += times
+        self.final_status[present(ans.final_status) or ""] += times
+        final = present(ans.final_intent)
+        self.final_intents[final["intent"] if final is not None else "invalid"] += times
+        c["executed"] += (present(ans.result_rows) is not None) * times
+        c["exec_error"] += (present(ans.exec_error) is not None) * times
         self.errors_raw[present(j.error_raw) or "correct"] += times
         self.errors_final[present(j.error_final) or "correct"] += times
         self.finish[present(ans.finish_reason) or "n/a"] += times
@@ -173,6 +184,8 @@ class Summary:
 
     def result(self) -> dict[str, Any]:
         self._flush()
+        if not self.scored:
+            return self._answers()
         n, c = self.n, self.c
         seen = {k for pair in self.pairs for k in pair} - {*INTENTS, "invalid"}
         labels = list(INTENTS) + sorted(seen) + ["invalid"]  # v2 adds "unanswerable"
@@ -218,6 +231,17 @@ class Summary:
             # Flagged, never silent: `evalset check` refuses such golds; a set that has them is suspect.
             **({"empty_golds": {"n": c["empty_gold"], "first_ids": self.empty_gold_ids}} if c["empty_gold"] else {}),
         }
+
+    def _answers(self) -> dict[str, Any]:
+        """The summary of records without a gold: how the answers came out, no accuracy."""
+        n, c = self.n, self.c
+        return {"n": n, "scored": False,
+                "schema_valid_rate": wilson(c["schema_valid"], n),
+                "executed_rate": wilson(c["executed"], n), "exec_errors": c["exec_error"],
+                "interventions": c["intervened"], "rules_fired": {rid: self.rule_fired[rid] for rid in self.rule_ids},
+                "status_counts": dict(self.status), "final_status_counts": dict(self.final_status),
+                "final_intents": dict(self.final_intents.most_common()), "finish_reasons": dict(self.finish),
+                "timing": {k: percentiles(v) for k, v in self.timing.items()}}
 
     def _selective(self) -> dict[str, Any]:
         """Coverage, accuracy on answered items, and the coverage-accuracy curve: answering only
