@@ -1,6 +1,7 @@
 """Size and grammar-compile time of the v2 answer schema, per shipped warehouse and as it grows.
 
-For each shipped warehouse and schema mode (``flat``, ``branches``): the JSON Schema's bytes,
+For each shipped warehouse and schema mode (``flat``, ``branches``), without and with the known
+values of small categorical fields pinned (``pinned``: how many fields): the JSON Schema's bytes,
 its branches and enum sizes, and the time xgrammar (vLLM's default structured-output backend,
 the version vLLM installed) takes to compile it for a real tokenizer, whitespace-free
 (``any_whitespace=False``, as ``--compact-server`` serves), cache off, median of ``--rounds``.
@@ -50,23 +51,27 @@ def main() -> None:
     import xgrammar as xgr
     from transformers import AutoTokenizer
 
-    from nlq2sql.semantic.catalog import load_catalog, shipped_names
+    from nlq2sql.semantic.binding import open_warehouse
+    from nlq2sql.semantic.catalog import shipped_names
     from nlq2sql.semantic.contract import answer_schema
 
     tok = AutoTokenizer.from_pretrained(str(args.tokenizer))
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok), cache_enabled=False)
     print(f"tokenizer {args.tokenizer.name}, xgrammar, whitespace-free, cache off, median of {args.rounds}")
-    print(f"{'warehouse':10} {'mode':9} {'bytes':>7} {'branches':>8} {'metrics':>7} {'group-bys':>9} "
+    print(f"{'warehouse':10} {'mode':9} {'pinned':>6} {'bytes':>7} {'branches':>8} {'metrics':>7} {'group-bys':>9} "
           f"{'compile ms':>10}")
     base: dict[str, Any] | None = None
     for name in shipped_names():
-        cat = load_catalog(name)
+        wh = open_warehouse(name)
         for mode in ("flat", "branches"):
-            schema = answer_schema(cat, mode)
-            base = base or schema
-            m, g = _enum_sizes(schema)
-            print(f"{name:10} {mode:9} {len(json.dumps(schema)):>7} {len(schema.get('anyOf', [schema])):>8} "
-                  f"{m:>7} {g:>9} {_compile_ms(compiler, schema, args.rounds):>10.0f}")
+            # As a run sends it: with the bound warehouse's known values of small categorical fields.
+            for values in ((), wh.schema_values):
+                schema = answer_schema(wh.catalog, mode, values=values)
+                base = base or schema
+                m, g = _enum_sizes(schema)
+                print(f"{name:10} {mode:9} {len(values):>6} {len(json.dumps(schema)):>7} "
+                      f"{len(schema.get('anyOf', [schema])):>8} {m:>7} {g:>9} "
+                      f"{_compile_ms(compiler, schema, args.rounds):>10.0f}")
     assert base is not None
     print("\nsynthetic: the first warehouse's flat schema with N group-by names (and N where-fields)")
     print(f"{'group-bys':>9} {'bytes':>9} {'compile ms':>10}")
@@ -75,7 +80,9 @@ def main() -> None:
         query = next(b for b in schema.get("anyOf", [schema]) if "metrics" in b.get("properties", {}))
         names = [f"entity_{i // 50}__dimension_{i}" for i in range(n)]
         query["properties"]["group_by"]["items"]["enum"] = names
-        query["properties"]["where"]["items"]["properties"]["field"]["enum"] = names
+        where = query["properties"]["where"]["items"]
+        generic = where["anyOf"][-1] if "anyOf" in where else where  # the free-value condition
+        generic["properties"]["field"]["enum"] = names
         print(f"{n:>9} {len(json.dumps(schema)):>9} {_compile_ms(compiler, schema, 1):>10.0f}")
 
 

@@ -105,6 +105,59 @@ def test_schema_accepts_what_parse_accepts_and_names_come_from_metricflow() -> N
     assert parse_answer('{"unanswerable": "no margin data"}', CAT) == Unanswerable(unanswerable="no margin data")
 
 
+def test_known_values_pin_a_small_fields_where_and_only_that_fields() -> None:
+    from nlq2sql.semantic.binding import open_warehouse
+    from nlq2sql.transport.client import Sampling, bind_sampling
+
+    wh = open_warehouse("retail")
+    known = dict(wh.schema_values)
+    # Small categorical fields, by every entity path; a 30-product list too; no entity, no time.
+    assert set(known["customer_id__region"]) == {"Central", "East", "North", "South", "West"}
+    assert "product_id__product" in known and "customer_id" not in known
+    assert not any(name.startswith("metric_time") for name in known)
+    base = {"metrics": ["revenue"], "group_by": [], "order_by": [], "limit": None}
+    for mode in ("flat", "branches"):
+        schema = answer_schema(CAT, mode, values=wh.schema_values)
+        jsonschema.validate({**base, "where": [{"field": "customer_id__region", "op": "in",
+                                                "values": ["North", "South"]}]}, schema)
+        jsonschema.validate({**base, "where": [{"field": "metric_time__day", "op": "gte",
+                                                "values": ["2024-01-01"]}]}, schema)
+        for bad in (["north"], ["North "], ["Atlantis"], [3]):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate({**base, "where": [{"field": "customer_id__region", "op": "in",
+                                                        "values": bad}]}, schema)
+        # Without the warehouse's values any short value is allowed (a bare catalog knows no data).
+        jsonschema.validate({**base, "where": [{"field": "customer_id__region", "op": "eq", "values": ["Atlantis"]}]},
+                            answer_schema(CAT, mode))
+    bound = json.loads(bind_sampling(Sampling(), wh, "query").schema_json or "")
+    assert bound == answer_schema(CAT, "flat", values=wh.schema_values)
+    assert json.loads(bind_sampling(Sampling(), CAT, "query").schema_json or "") == answer_schema(CAT, "flat")
+
+
+@pytest.mark.parametrize("warehouse", ["retail", "tpch", "flights", "jaffle"])
+def test_every_shipped_gold_is_an_answer_its_warehouses_schema_allows(warehouse: str) -> None:
+    """The values pinned by the schema are the values the golds use: a model constrained by it
+    can still write every gold."""
+    from nlq2sql.semantic.binding import open_warehouse
+    from nlq2sql.stages.evalset import evalset_dir
+    from nlq2sql.stages.queryset import load_query_set
+
+    wh = open_warehouse(warehouse)
+    validator = jsonschema.Draft202012Validator(answer_schema(wh.catalog, "flat", values=wh.schema_values))
+    checked = 0
+    for path in sorted(evalset_dir(warehouse).glob("*.jsonl")):
+        for case in load_query_set(path, wh.catalog).cases:
+            if case.gold is None:
+                continue
+            gold = case.gold.model_dump(mode="json")
+            answer = {k: gold.get(k) or ([] if k in ("group_by", "where", "order_by") else gold.get(k))
+                      for k in ("metrics", "group_by", "where", "order_by", "limit")}
+            errors = [e.message for e in validator.iter_errors(answer)]
+            assert not errors, (path.name, case.id, errors[:1])
+            checked += 1
+    assert checked >= 100
+
+
 @pytest.mark.parametrize("text, status", [
     ("not json", "invalid_json"), ("[" * 5000, "invalid_json"), ('{"metrics": ["profit"]}', "schema_invalid"),
     ('{"metrics": ["revenue"], "group_by": ["region"]}', "schema_invalid"), ('{"unanswerable": ""}', "schema_invalid"),

@@ -278,7 +278,7 @@ def _manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, rules
                                                   in enumerate(targets(wcfg, wcfg.endpoint or "", wcfg.model, key))]}
            if wcfg.replicas else {}),
         "prompt_style": prompt.style, "prompt_sha256": prompt.sha256, "client": wcfg.client,
-        "sampling": bind_sampling(request_sampling(wcfg), wh.catalog, wcfg.answer, grammar=grammar).as_dict(),
+        "sampling": bind_sampling(request_sampling(wcfg), wh, wcfg.answer, grammar=grammar).as_dict(),
         **({"answer": wcfg.answer} if wcfg.answer != "intent" else {}),
         # The conditions the actors apply (their keys only when some are on: older batches unchanged).
         **(wcfg.conditions.manifest(conditions) if wcfg.conditions else {}),

@@ -105,7 +105,7 @@ class ItemRunner:
             self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
             self.conditions = load_conditions(cfg, self.wh)
         grammar = grammar_for(cfg.answer, self.wh)  # --answer sql-grammar: the warehouse's SQL grammar
-        self.sampling = bind_sampling(request_sampling(cfg), self.wh.catalog, cfg.answer,
+        self.sampling = bind_sampling(request_sampling(cfg), self.wh, cfg.answer,
                                       grammar=grammar.text if grammar is not None else None)
         # At most one condition replaces the single request (the registry refuses two).
         self.requester = next((c for c in self.conditions if c.replaces_request), None)

@@ -227,7 +227,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             "endpoint": base_url if server is None else "local",
             "model": model, "prompt": prompt.name, "prompt_style": prompt.style,
             "prompt_sha256": prompt.sha256,
-            "sampling": bind_sampling(request_sampling(cfg), wh.catalog, cfg.answer,
+            "sampling": bind_sampling(request_sampling(cfg), wh, cfg.answer,
                                       grammar=grammar.text if grammar is not None else None).as_dict(),
             **({"answer": cfg.answer} if cfg.answer != "intent" else {}),
             # Which client engine sent the requests: worker processes or Ray actors, and where.

@@ -20,10 +20,16 @@ from nlq2sql.semantic.catalog import Catalog, display_path, load_catalog, shippe
 from nlq2sql.semantic.manifest import LEGACY_SPINE, SCHEMA
 from nlq2sql.semantic.warehouse import connect_read_only, fingerprint, resolve_db
 
-__all__ = ["PROMPT_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "has_legacy_spine", "open_warehouse"]
+__all__ = ["PROMPT_VALUES_MAX", "SCHEMA_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "has_legacy_spine",
+           "open_warehouse"]
 
 #: A dimension with at most this many distinct values has them listed in the prompt.
 PROMPT_VALUES_MAX = 12
+#: A categorical dimension with at most this many distinct values, not all numbers, has them as
+#: the v2 answer schema's enum for ``where[].values`` (a number-valued one, as a price, is compared
+#: with values the data need not hold: ``price > 5``).  32 takes in tpch's 25 nations and brands and
+#: flights' 16 airlines, not its 101 destinations.
+SCHEMA_VALUES_MAX = 32
 #: Values fetched per dimension for eval-set checks (beyond it: checked by a query each).
 VALUES_FETCH_MAX = 1000
 
@@ -86,6 +92,20 @@ class Warehouse:
                                f"WHERE v IS NOT NULL ORDER BY v LIMIT {VALUES_FETCH_MAX + 1}").fetchall()
             out[name] = tuple(r[0] for r in rows)
         return out
+
+    @cached_property
+    def schema_values(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """``(group-by name, known values)`` for every name the metrics reach whose dimension is
+        small and categorical (:data:`SCHEMA_VALUES_MAX`), sorted: the v2 schema constrains a
+        ``where`` on that field to values the data holds (a hashable tuple: the schema is cached)."""
+        cat = self.catalog
+        out: list[tuple[str, tuple[str, ...]]] = []
+        for name in sorted({g for m in cat.metrics for g in cat.engine.group_bys((m,))}):
+            d = cat.dimension_of(name)
+            vals = self._values[d.name] if d is not None else ()
+            if 0 < len(vals) <= SCHEMA_VALUES_MAX and not all(_is_number(v) for v in vals):
+                out.append((name, vals))
+        return tuple(out)
 
     def values(self, dimension: str) -> tuple[str, ...] | None:
         """All values of a dimension as strings, or None when there are too many to list."""
@@ -162,6 +182,14 @@ class Warehouse:
         if self.years:
             lines.append(f'- "year" (filters only): one of {", ".join(self.years)}')
         return "\n".join(lines)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def open_warehouse(semantic_model: str | Path, db: Path | None = None) -> Warehouse:

@@ -107,6 +107,15 @@ class Catalog:
         return isinstance(other, Catalog) and (self.name, self.sha256, self.spine) == (other.name, other.sha256,
                                                                                        other.spine)
 
+    def dimension_of(self, group_by: str) -> DimensionDef | None:
+        """The categorical dimension a group-by name reaches, by whichever entity path
+        (``customer__region`` and ``order__customer__region`` are one dimension); None for an
+        entity, a time dimension or a name no semantic model owns."""
+        owner = _owner(self.manifest, group_by)
+        dim = group_by.rsplit("__", 1)[-1]
+        return next((d for d in self.dimensions.values()
+                     if d.model == owner and d.group_by.rsplit("__", 1)[-1] == dim), None)
+
 
 def _value(x: Any) -> str:
     return str(getattr(x, "value", x)).lower()

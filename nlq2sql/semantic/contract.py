@@ -4,7 +4,8 @@ A model answers with a MetricFlow query (:class:`~.query.MetricQuery`) or with
 ``{"unanswerable": "reason"}``.  The schema's names come from MetricFlow: metric names, the
 group-by names MetricFlow accepts (``flat``: any metric's; ``branches``: one branch per
 metric listing only the group-bys valid for it, so an invalid metric × group-by pair cannot
-be generated), and every number is bounded.  Cross-part rules the schema cannot carry (a
+be generated), the values the data holds for a small categorical field's ``where`` (given the
+bound warehouse), and every number is bounded.  Cross-part rules the schema cannot carry (a
 group-by no chosen metric reaches) are MetricFlow's compile errors, recorded per item.
 """
 
@@ -20,7 +21,7 @@ from nlq2sql.errors import InputError, IntentError
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import GRAINS, OPS, MetricQuery, Unanswerable
 
-__all__ = ["PARTS", "SCHEMA_MODES", "Answer", "answer_schema", "parse_answer", "part_matches"]
+__all__ = ["PARTS", "SCHEMA_MODES", "Answer", "KnownValues", "answer_schema", "parse_answer", "part_matches"]
 
 SCHEMA_MODES = ("flat", "branches")
 PARTS = ("metrics", "group_by", "where", "order_by", "limit")
@@ -32,9 +33,29 @@ def _enum(values: list[str] | tuple[str, ...]) -> dict[str, Any]:
     return {"type": "string", "enum": list(values)}
 
 
-def _query(metrics: list[str], group_bys: list[str], all_metrics: list[str]) -> dict[str, Any]:
+#: ``(field, known values)`` pairs: a ``where`` on such a field may only name those values.
+KnownValues = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _condition(fields: list[str], values: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": False, "required": ["field", "op", "values"],
+            "properties": {"field": _enum(fields), "op": _enum(OPS),
+                           "values": {"type": "array", "items": values, "minItems": 1, "maxItems": MAX_VALUES}}}
+
+
+def _where_item(fields: list[str], known: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """One ``where`` condition: a field with known values takes only those (one branch per such
+    field, so the grammar ties the values to the field); any other field takes a short string or
+    a number."""
+    free = [f for f in fields if f not in known]
+    generic = _condition(free, {"anyOf": [{"type": "string", "maxLength": 64}, {"type": "number"}]})
+    pinned = [_condition([f], _enum(known[f])) for f in fields if f in known]
+    return {"anyOf": [*pinned, generic]} if pinned else generic
+
+
+def _query(metrics: list[str], group_bys: list[str], all_metrics: list[str],
+           known: dict[str, tuple[str, ...]]) -> dict[str, Any]:
     fields = sorted(set(group_bys) | {f"metric_time__{g}" for g in GRAINS})
-    value = {"anyOf": [{"type": "string", "maxLength": 64}, {"type": "number"}]}
     return {
         "type": "object", "additionalProperties": False,
         "required": ["metrics", "group_by", "where", "order_by", "limit"],
@@ -43,10 +64,7 @@ def _query(metrics: list[str], group_bys: list[str], all_metrics: list[str]) -> 
             # a name given twice is read once (MetricQuery de-duplicates).
             "metrics": {"type": "array", "items": _enum(metrics), "minItems": 1, "maxItems": MAX_METRICS},
             "group_by": {"type": "array", "items": _enum(group_bys), "maxItems": MAX_GROUP_BY},
-            "where": {"type": "array", "maxItems": MAX_WHERE, "items": {
-                "type": "object", "additionalProperties": False, "required": ["field", "op", "values"],
-                "properties": {"field": _enum(fields), "op": _enum(OPS),
-                               "values": {"type": "array", "items": value, "minItems": 1, "maxItems": MAX_VALUES}}}},
+            "where": {"type": "array", "maxItems": MAX_WHERE, "items": _where_item(fields, known)},
             "order_by": {"type": "array", "maxItems": MAX_ORDER, "items": {
                 "type": "object", "additionalProperties": False, "required": ["field", "descending"],
                 "properties": {"field": _enum(sorted(set(group_bys) | set(all_metrics))),
@@ -61,19 +79,20 @@ _UNANSWERABLE = {"type": "object", "additionalProperties": False, "required": ["
 
 
 @lru_cache(maxsize=32)
-def _schema(catalog: Catalog, mode: str, abstain: bool) -> str:
+def _schema(catalog: Catalog, mode: str, abstain: bool, values: KnownValues) -> str:
     metrics = list(catalog.metrics)
+    known = dict(values)
     eng = catalog.engine
     branches: list[dict[str, Any]]
     if mode == "flat":
         union = sorted({g for m in metrics for g in eng.group_bys((m,))})
-        branches = [_query(metrics, union, metrics)]
+        branches = [_query(metrics, union, metrics, known)]
     elif mode == "branches":
         # One branch per distinct group-by set: its metrics may be combined, its group-bys are valid for all.
         by_set: dict[tuple[str, ...], list[str]] = {}
         for m in metrics:
             by_set.setdefault(eng.group_bys((m,)), []).append(m)
-        branches = [_query(ms, list(gbs), metrics) for gbs, ms in by_set.items()]
+        branches = [_query(ms, list(gbs), metrics, known) for gbs, ms in by_set.items()]
     else:
         raise InputError(f"unknown schema mode {mode!r} (known: {', '.join(SCHEMA_MODES)})", field="--schema")
     if abstain:
@@ -90,9 +109,12 @@ def _schema(catalog: Catalog, mode: str, abstain: bool) -> str:
     return json.dumps(out)
 
 
-def answer_schema(catalog: Catalog, mode: str = "flat", *, abstain: bool = True) -> dict[str, Any]:
-    """The JSON Schema a v2 answer is constrained by (a fresh copy: callers may change it)."""
-    return json.loads(_schema(catalog, mode, abstain))  # type: ignore[no-any-return]
+def answer_schema(catalog: Catalog, mode: str = "flat", *, abstain: bool = True,
+                  values: KnownValues = ()) -> dict[str, Any]:
+    """The JSON Schema a v2 answer is constrained by (a fresh copy: callers may change it).
+    ``values``: the known values of small categorical fields (the bound warehouse's
+    :attr:`~nlq2sql.semantic.binding.Warehouse.schema_values`); without them any value is allowed."""
+    return json.loads(_schema(catalog, mode, abstain, tuple(values)))  # type: ignore[no-any-return]
 
 
 def parse_answer(text: str, catalog: Catalog) -> Answer:

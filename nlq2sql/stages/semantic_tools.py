@@ -81,7 +81,7 @@ def show(wh: Warehouse, schema: str = "flat") -> dict[str, Any]:
                               for q in cat.manifest.saved_queries},
             "years": list(wh.years), "filter_fields": list(cat.vocabulary.filter_fields),
             "schema_mode": schema, "schema": intent_schema(cat, schema),
-            "query_schema": answer_schema(cat, schema),  # the v2 answer's (--answer query)
+            "query_schema": answer_schema(cat, schema, values=wh.schema_values),  # the v2 answer's (--answer query)
             "compact_regex": compact_regex(cat, schema)}
 
 

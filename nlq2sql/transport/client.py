@@ -123,10 +123,10 @@ class Sampling:
         return json.loads(self.schema_json)  # type: ignore[no-any-return]
 
 
-def bind_sampling(s: Sampling, catalog: Any, answer: str = "intent", grammar: str | None = None) -> Sampling:
-    """The sampling with the warehouse's schema (``s.schema`` mode) fixed into it: the v1
-    intent's, or with ``answer="query"`` the v2 MetricFlow query's (generated from the manifest)."""
-    if catalog is None:
+def bind_sampling(s: Sampling, source: Any, answer: str = "intent", grammar: str | None = None) -> Sampling:
+    """The sampling with the warehouse's schema (``s.schema`` mode) fixed into it: the v1 intent's, or the v2
+    query's (``answer="query"``), with a bound warehouse's known values of small categorical fields."""
+    if (catalog := getattr(source, "catalog", source)) is None:
         return s
     if answer == "sql":  # free text: the SQL is checked and sandboxed after, not constrained before
         return dataclasses.replace(s, structured="none", schema_json=None)
@@ -137,7 +137,7 @@ def bind_sampling(s: Sampling, catalog: Any, answer: str = "intent", grammar: st
     if answer == "query":
         from nlq2sql.semantic.contract import answer_schema
 
-        schema = answer_schema(catalog, s.schema)
+        schema = answer_schema(catalog, s.schema, values=getattr(source, "schema_values", ()))
     else:
         schema = intent_schema(catalog, s.schema)
     return dataclasses.replace(s, schema_json=json.dumps(schema, separators=(",", ":")))
