@@ -9,8 +9,15 @@ client of its own.  Any other scheme is refused in one line before anything is w
 
 Why shards are written whole: an object store has no append and no directory rename, and a
 resumed batch must tell a finished shard from a torn one.  So a shard is written under a
-hidden temporary name and moved to ``records/shard-NNNNNN.<fmt>`` when complete; a shard
-file that exists is complete, and ``summary.json`` (written last) says the batch is.
+hidden temporary name and moved to ``records/shard-NNNNNN.<fmt>`` when complete (on a bucket a
+server-side copy: the object appears whole or not at all); a shard file that exists is
+complete, and ``summary.json`` (written last) says the batch is.  What is written when:
+``manifest.json`` first, then ``records/``, the shards as they finish (in any order), the
+manifest again (its ``finished``) and ``summary.json`` last.
+
+Why credentials in the URI are refused: ``--out`` is recorded in the manifest and named in
+messages, and pyarrow would take ``s3://KEY:SECRET@bucket`` as keys.  They come from the
+environment (``AWS_*``, GCP's default credentials) or the node's role, never from ``--out``.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import parse_json
@@ -59,6 +67,7 @@ class BatchOut:
         if scheme not in SCHEMES:
             raise InputError(f"{scheme}:// is not supported: give a local path, or a file://, s3:// or gs:// URI",
                              field="--out")
+        _no_credentials(text)
         try:
             fs, root = pafs.FileSystem.from_uri(text)
         except (OSError, ValueError, TypeError) as exc:  # ArrowInvalid is a ValueError
@@ -189,6 +198,30 @@ class BatchOut:
         yield from data.splitlines()
 
 
+#: Query parameters that would carry a credential (pyarrow takes none of them from a URI but
+#: the user name and password; refused all the same, so that none is ever recorded).
+_SECRET_PARAM = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
+
+
+def _no_credentials(uri: str) -> None:
+    """Refuse a URI that carries credentials (its user info or a query parameter), naming neither."""
+    try:
+        parts = urlsplit(uri)
+        userinfo = "@" in parts.netloc
+        params = [k for k, _ in parse_qsl(parts.query, keep_blank_values=True) if _SECRET_PARAM.search(k)]
+    except ValueError:  # e.g. an invalid port or bracket: refused without echoing it
+        raise InputError("not a valid URI", field="--out") from None
+    if userinfo or params:
+        what = "a user info part, KEY:SECRET@" if userinfo else f"the query parameter {params[0]!r}"
+        raise InputError(f"credentials are not taken from the URI (it has {what}): they come from the environment "
+                         "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, GCP's default credentials) or the node's "
+                         "role", field="--out")
+
+
 def _safe(uri: str) -> str:
-    """A URI for messages: its query string (which may carry keys) left out."""
-    return uri.split("?", 1)[0]
+    """A URI for messages: its query string and any user info (which may carry keys) left out."""
+    base = uri.split("?", 1)[0]
+    scheme, sep, rest = base.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        rest = rest.split("@", 1)[1]
+    return scheme + sep + rest

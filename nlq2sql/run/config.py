@@ -11,6 +11,7 @@ import asyncio
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,8 @@ MAX_TOKENS = 1_000_000
 #: Sampling temperature range, as OpenAI's API defines it.
 MAX_TEMPERATURE = 2.0
 
-__all__ = ["EvalConfig", "LoadShape", "LocalServerSettings", "api_key", "preflight", "probe_endpoint", "targets",
-           "validate"]
+__all__ = ["EvalConfig", "LoadShape", "LocalServerSettings", "api_key", "check_local_out", "preflight",
+           "probe_endpoint", "targets", "validate"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,14 @@ def _check_answer(cfg: EvalConfig) -> None:
     for bad, what in refused:
         if bad:
             raise InputError(f"not available with --answer {cfg.answer} yet: {what}", field="--answer")
+
+
+def check_local_out(out: Path | str) -> None:
+    """A run that appends ``records.jsonl`` item by item needs a local or mounted directory: an
+    object store cannot append, and ``Path`` would turn ``s3://b/x`` into a local ``s3:/b/x``."""
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]+:/", str(out)):
+        raise InputError("eval appends records.jsonl item by item, which object storage cannot: give a local or "
+                         "mounted directory (nlq2sql batch writes to s3:// or gs://)", field="--out")
 
 
 def validate(cfg: EvalConfig) -> None:

@@ -39,6 +39,7 @@ from nlq2sql.run.canary import require_constraints, run_modes
 from nlq2sql.run.config import (
     EvalConfig,
     api_key,
+    check_local_out,
     probe_endpoint,
     targets,
     validate,
@@ -188,6 +189,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any
 
 
 def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> dict[str, Any]:
+    check_local_out(cfg.out)
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
     compiles_before = wh.catalog.engine.compiles
