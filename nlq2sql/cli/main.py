@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from nlq2sql.cli._common import (
     CLI_WAREHOUSE,
@@ -35,14 +34,11 @@ from nlq2sql.cli._serving import BatchInvariantOpt, StructuredBackendOpt, check_
 from nlq2sql.errors import InputError
 from nlq2sql.run.models import DEFAULT_MODEL
 
-__all__ = ["app", "db_app", "db_build", "eval_cmd", "evalset_app", "evalset_check", "models_app", "models_pull",
-           "score", "serve"]
+__all__ = ["app", "db_app", "db_build", "eval_cmd", "models_app", "models_pull", "score", "serve"]
 
 db_app = typer.Typer(help="The synthetic DuckDB warehouse.", no_args_is_help=True)
-evalset_app = typer.Typer(help="Eval sets.", no_args_is_help=True)
 models_app = typer.Typer(help="Models for the local server.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-app.add_typer(evalset_app, name="evalset")
 app.add_typer(models_app, name="models")
 
 
@@ -71,64 +67,6 @@ def db_build(
         if not force:
             raise InputError("exists; pass --force to overwrite", path=str(out), field="--out")
     Console().print(f"wrote {build(out, scale, warehouse)}")
-
-
-def _is_v2_set(path: str, warehouse_name: str) -> bool:
-    """A set whose first item's gold is a MetricFlow query (or null: unanswerable) is a v2 set."""
-    from nlq2sql.inputs import parse_json, read_text
-    from nlq2sql.stages.evalset import resolve_path
-
-    p = resolve_path(path, warehouse_name)
-    first = next((ln for ln in read_text(p, "eval set").splitlines() if ln.strip()), "")
-    try:
-        obj = parse_json(first, path=str(p), line=1)
-    except (InputError, ValueError):
-        return False  # the v1 loader reports the problem with its own message
-    gold = obj.get("gold", {}) if isinstance(obj, dict) else {}
-    return gold is None or (isinstance(gold, dict) and "metrics" in gold)
-
-
-def _check_query_set(path: str, wh: Any) -> None:
-    from nlq2sql.stages.pipeline import make_executor
-    from nlq2sql.stages.queryset import check_query_set, load_query_set
-
-    qs = load_query_set(path, wh.catalog)
-    with make_executor(wh) as ex:
-        problems = check_query_set(qs, wh.catalog, ex)
-    for p in problems:
-        err.print(f"{qs.path}: {escape(p['id'])}: {escape(p['problem'])}", highlight=False, soft_wrap=True)
-    if problems:
-        raise InputError(f"{len(problems)} gold queries fail or return no rows on warehouse {wh.name!r}",
-                         path=qs.path)
-    unanswerable = sum(1 for c in qs.cases if c.gold is None)
-    Console().print(f"{qs.path}: {len(qs.cases)} v2 items OK ({unanswerable} unanswerable); every gold "
-                    f"compiles with MetricFlow on {wh.name!r} and returns rows")
-
-
-@evalset_app.command("check")
-@handled
-def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSONL path.")],
-                  semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None) -> None:
-    """Validate an eval set: every line, id, gold intent against the warehouse's vocabulary, that
-    every gold executes and returns rows, and that every filter value occurs in the data."""
-    from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.evalset import load_evalset
-    from nlq2sql.stages.pipeline import check_evalset
-
-    wh = open_warehouse(semantic_model, db)
-    if _is_v2_set(path, wh.catalog.name):
-        return _check_query_set(path, wh)
-    es = load_evalset(path, wh)
-    report = check_evalset(es, wh)
-    if report["problems"]:
-        for p in report["problems"]:
-            err.print(f"{es.path}: {escape(p)}", highlight=False, soft_wrap=True)
-        raise InputError(f"{len(report['problems'])} gold intent(s) fail on warehouse {wh.name!r}", path=es.path)
-    cats: dict[str, int] = {}
-    for c in es.cases:
-        cats[c.category] = cats.get(c.category, 0) + 1
-    Console().print(f"{es.path}: {len(es.cases)} items OK ({', '.join(f'{k} {v}' for k, v in cats.items())}); "
-                    f"every gold intent executes on {wh.name!r} and returns rows")
 
 
 @app.command("score")
@@ -373,6 +311,7 @@ def models_pull(name: Annotated[str, typer.Argument(help="Registered model alias
 # Register the experiment and load commands (they import ``app`` from here).
 from nlq2sql.cli import (  # noqa: E402,F401
     batch,
+    evalsets,
     examples,
     experiments,
     guardrail,

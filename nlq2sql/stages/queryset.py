@@ -11,6 +11,7 @@ and, checked against the data, return rows.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,11 @@ from nlq2sql.inputs import json_object, read_text
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import MetricQuery, OrderBy
 from nlq2sql.stages.evalset import CATEGORY, ID_MAX_LENGTH, resolve_path
-from nlq2sql.stages.execute import Executor
-from nlq2sql.stages.intent import Intent, canonicalise
+from nlq2sql.stages.execute import Executor, rows_equal
+from nlq2sql.stages.intent import Intent, canonicalise, is_ordered
 from nlq2sql.stages.sqlbuild import to_query
 
-__all__ = ["QueryCase", "QuerySet", "check_query_set", "from_v1", "load_query_set"]
+__all__ = ["QueryCase", "QuerySet", "Upgrade", "check_query_set", "from_v1", "load_query_set", "upgrade_v1_set"]
 
 
 class QueryCase(BaseModel):
@@ -131,3 +132,47 @@ def check_query_set(qs: QuerySet, catalog: Catalog, executor: Executor) -> list[
             problems.append({"id": case.id, "problem": "the gold returns no rows (an empty gold cannot tell "
                                                        "a right answer from a wrong one)"})
     return problems
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """A v1 set restated as v2: its lines (written only when ``problems`` is empty)."""
+
+    path: str
+    lines: tuple[str, ...]
+    problems: tuple[str, ...]
+    ordered: int  # golds whose order is compared
+
+
+def upgrade_v1_set(name_or_path: str | Path, wh: Any, executor: Executor) -> Upgrade:
+    """Every gold of a v1 set (``wh``: the bound warehouse, so filter values are checked against its
+    data) as the MetricFlow query it means, each checked to return the rows the v1 gold returns
+    (in order where both order: a v1 time series is compared as a multiset in v2, as v2 runs read
+    it).  Every problem is reported, not only the first."""
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.sqlbuild import build_sql
+
+    es = load_evalset(name_or_path, wh)
+    cat = wh.catalog
+    lines: list[str] = []
+    problems: list[str] = []
+    ordered = 0
+    for case in es.cases:
+        q = from_v1(case.gold, cat)
+        both = q.ordered and is_ordered(case.gold)
+        try:
+            same = rows_equal(executor.run(cat.engine.compile(q)), executor.run(build_sql(canonicalise(case.gold), cat)),
+                              ordered=both)
+        except Exception as exc:  # noqa: BLE001 — any failure of a gold is a reported problem
+            problems.append(f"{case.id}: {exc}")
+            continue
+        if not same:
+            problems.append(f"{case.id}: the v2 query's rows differ from the v1 gold's")
+            continue
+        ordered += both
+        new = QueryCase(id=case.id, question=case.question, gold=q, answerable=True, category=case.category,
+                        pair_id=case.pair_id, tags=case.tags)
+        dump = new.model_dump(mode="json", exclude_defaults=True)
+        head = {k: dump.pop(k) for k in ("id", "question", "gold")}
+        lines.append(json.dumps(head | {"answerable": True} | dump, ensure_ascii=False))
+    return Upgrade(path=es.path, lines=tuple(lines), problems=tuple(problems), ordered=ordered)

@@ -1,0 +1,112 @@
+"""``nlq2sql evalset check|upgrade``: an eval set against its warehouse, and a v1 set restated as v2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SemanticModelOpt, app, err, handled
+from nlq2sql.errors import InputError
+
+__all__ = ["evalset_app", "evalset_check", "evalset_upgrade"]
+
+evalset_app = typer.Typer(help="Eval sets.", no_args_is_help=True)
+app.add_typer(evalset_app, name="evalset")
+
+
+def _is_v2_set(path: str, warehouse_name: str) -> bool:
+    """A set whose first item's gold is a MetricFlow query (or null: unanswerable) is a v2 set."""
+    from nlq2sql.inputs import parse_json, read_text
+    from nlq2sql.stages.evalset import resolve_path
+
+    p = resolve_path(path, warehouse_name)
+    first = next((ln for ln in read_text(p, "eval set").splitlines() if ln.strip()), "")
+    try:
+        obj = parse_json(first, path=str(p), line=1)
+    except (InputError, ValueError):
+        return False  # the v1 loader reports the problem with its own message
+    gold = obj.get("gold", {}) if isinstance(obj, dict) else {}
+    return gold is None or (isinstance(gold, dict) and "metrics" in gold)
+
+
+def _check_query_set(path: str, wh: Any) -> None:
+    from nlq2sql.stages.pipeline import make_executor
+    from nlq2sql.stages.queryset import check_query_set, load_query_set
+
+    qs = load_query_set(path, wh.catalog)
+    with make_executor(wh) as ex:
+        problems = check_query_set(qs, wh.catalog, ex)
+    for p in problems:
+        err.print(f"{qs.path}: {escape(p['id'])}: {escape(p['problem'])}", highlight=False, soft_wrap=True)
+    if problems:
+        raise InputError(f"{len(problems)} gold queries fail or return no rows on warehouse {wh.name!r}",
+                         path=qs.path)
+    unanswerable = sum(1 for c in qs.cases if c.gold is None)
+    Console().print(f"{qs.path}: {len(qs.cases)} v2 items OK ({unanswerable} unanswerable); every gold "
+                    f"compiles with MetricFlow on {wh.name!r} and returns rows")
+
+
+@evalset_app.command("check")
+@handled
+def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSONL path.")],
+                  semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None) -> None:
+    """Validate an eval set: every line, id, gold intent against the warehouse's vocabulary, that
+    every gold executes and returns rows, and that every filter value occurs in the data."""
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.pipeline import check_evalset
+
+    wh = open_warehouse(semantic_model, db)
+    if _is_v2_set(path, wh.catalog.name):
+        return _check_query_set(path, wh)
+    es = load_evalset(path, wh)
+    report = check_evalset(es, wh)
+    if report["problems"]:
+        for p in report["problems"]:
+            err.print(f"{es.path}: {escape(p)}", highlight=False, soft_wrap=True)
+        raise InputError(f"{len(report['problems'])} gold intent(s) fail on warehouse {wh.name!r}", path=es.path)
+    cats: dict[str, int] = {}
+    for c in es.cases:
+        cats[c.category] = cats.get(c.category, 0) + 1
+    Console().print(f"{es.path}: {len(es.cases)} items OK ({', '.join(f'{k} {v}' for k, v in cats.items())}); "
+                    f"every gold intent executes on {wh.name!r} and returns rows")
+
+
+@evalset_app.command("upgrade")
+@handled
+def evalset_upgrade(path: Annotated[str, typer.Argument(help="A v1 eval set: name or JSONL path.")],
+                    out: Annotated[Path, typer.Option(help="Write the v2 set here (JSONL).")],
+                    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
+                    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False) -> None:
+    """Restate a v1 set's golds as MetricFlow queries (v2), each checked to return the rows its v1
+    gold returns; any difference is reported (every one) and nothing is written."""
+    from nlq2sql.semantic import open_warehouse
+    from nlq2sql.stages.pipeline import make_executor
+    from nlq2sql.stages.queryset import upgrade_v1_set
+
+    if out.is_dir():
+        raise InputError("is a directory; give a file name for the set", path=str(out), field="--out")
+    if out.exists() and not force:
+        raise InputError("exists; pass --force to overwrite", path=str(out), field="--out")
+    wh = open_warehouse(semantic_model, db)
+    if _is_v2_set(path, wh.catalog.name):
+        raise InputError("is already a v2 set (its golds are MetricFlow queries)", path=path)
+    with make_executor(wh) as ex:
+        up = upgrade_v1_set(path, wh, ex)
+    for problem in up.problems:
+        err.print(f"{up.path}: {escape(problem)}", highlight=False, soft_wrap=True)
+    if up.problems:
+        raise InputError(f"{len(up.problems)} gold(s) do not return their v1 rows as v2 queries; nothing written",
+                         path=up.path)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        tmp.write_text("".join(line + "\n" for line in up.lines), encoding="utf-8")
+        tmp.replace(out)
+    finally:  # nothing half-written: the temporary file never outlives a failed move
+        tmp.unlink(missing_ok=True)
+    Console().print(f"wrote {out}: {len(up.lines)} v2 items, each returning its v1 gold's rows "
+                    f"({up.ordered} compared in order)", highlight=False)
