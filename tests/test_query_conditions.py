@@ -4,6 +4,7 @@ suite's fake server (deterministic scripted answers), v1 records unchanged elsew
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -307,8 +308,9 @@ def test_planner_stages_for_the_v2_answer() -> None:
 
 
 def test_planner_on_the_v2_answer_against_the_fake_server(tmp_path: Path) -> None:
-    """Two requests per item (the kind, then the query); a chosen ``unanswerable`` abstains; with
-    ``--abstain`` an item whose chosen kind a guardrail overrules abstains."""
+    """Two requests per item (the kind, asked in words, then the query); a chosen ``unanswerable``
+    abstains; with ``--abstain`` an item whose chosen kind a guardrail overrules abstains."""
+    from nlq2sql.conditions.planner import KIND_QUESTION
     from nlq2sql.conditions.registry import REGISTRY
 
     items = [{"id": "t", "question": "Top 2 categories by units", "gold": GUARDED[2][1] | {
@@ -330,7 +332,18 @@ def test_planner_on_the_v2_answer_against_the_fake_server(tmp_path: Path) -> Non
                                       answer="query", guardrails=("ranking",), concurrency=1, timeout_s=30.0,
                                       conditions=REGISTRY.from_options(planner="two-stage", abstain=True),
                                       load=LoadShape(metrics_interval_s=0.05)))
-        assert len(fake.chat_requests()) == 6
+        requests = fake.chat_requests()
+        assert len(requests) == 6
+    # Stage one's system message is the prompt's plus the kind question; stage two's is the prompt's.
+    systems = [r["system_prompt_sha256"] for r in requests]
+    assert len(set(systems)) == 2 and systems.count(systems[0]) == 3
+    from nlq2sql.semantic.binding import open_warehouse
+    from nlq2sql.stages.prompt import load_prompt
+
+    man = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    prompt = load_prompt(man["prompt"], man["prompt_style"], open_warehouse("retail")).messages("x")[0]["content"]
+    assert {hashlib.sha256(prompt.encode()).hexdigest(),
+            hashlib.sha256((prompt + KIND_QUESTION).encode()).hexdigest()} == set(systems)
     recs = {r["id"]: r for r in iter_records(tmp_path / "run" / "records.jsonl")}
     assert [recs[k]["planner_choice"] for k in "tun"] == ["top_n_by_metric", "top_n_by_metric", "unanswerable"]
     assert all(r["requests"] == 2 for r in recs.values())

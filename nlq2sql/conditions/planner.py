@@ -27,8 +27,8 @@ from nlq2sql.stages.intent import INTENTS, branch_schema
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.stream import Completion
 
-__all__ = ["CHOICE_MAX_TOKENS", "PLANNERS", "UNANSWERABLE", "Planner", "PlannerSettings", "plan_and_answer",
-           "query_kind_schema", "stage_one", "stage_two"]
+__all__ = ["CHOICE_MAX_TOKENS", "KIND_QUESTION", "PLANNERS", "UNANSWERABLE", "Planner", "PlannerSettings",
+           "kind_messages", "plan_and_answer", "query_kind_schema", "stage_one", "stage_two"]
 
 PLANNERS = ("none", "two-stage")
 #: The v2 answer's fourth choice: abstain (its second stage is the abstention branch alone).
@@ -40,6 +40,28 @@ CHOICE_MAX_TOKENS = 12
 def stage_one(base: Sampling, choices: tuple[str, ...] = INTENTS) -> Sampling:
     return replace(base, structured="choice", choices=choices, max_tokens=CHOICE_MAX_TOKENS, regex=None,
                    schema_json=None)
+
+
+#: The v2 first stage's question.  The v2 prompt never names the kinds (a query has no ``intent``
+#: field, unlike v1's), so without it the choice fell to the words' priors: on the four adversarial
+#: sets the first stage chose only ``unanswerable`` (47 of 97) or ``top_n_by_metric`` (49), once
+#: ``breakdown``, and 3 of 97 answers were right (reports/conditions-v2).
+KIND_QUESTION = (
+    "\n\nFirst step: do not write the query yet. Answer with one word, the kind of answer the "
+    "question needs:\n"
+    "- breakdown: totals of metrics, overall or per group (no time grouping, no top/bottom N)\n"
+    "- time_series: metrics per day, week, month, quarter or year (grouped by a metric_time grain)\n"
+    "- top_n_by_metric: the top or bottom N groups by a metric (ordered, with a limit)\n"
+    "- unanswerable: the metrics and group-bys listed cannot answer it")
+
+
+def kind_messages(messages: list[dict[str, str]], answer: str) -> list[dict[str, str]]:
+    """The first stage's messages: v2 adds :data:`KIND_QUESTION` to the system message (the
+    question stays the last user message, as every request has it); v1's schema already names
+    the kinds (its ``intent`` field), so its messages are the prompt's."""
+    if answer != "query" or not messages or messages[0].get("role") != "system":
+        return messages
+    return [{**messages[0], "content": messages[0]["content"] + KIND_QUESTION}, *messages[1:]]
 
 
 def stage_two(base: Sampling, catalog: Catalog, kind: str, answer: str = "intent") -> Sampling:
@@ -91,7 +113,7 @@ async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict
     """Both stages for one item: (the answer's completion, the planner's record fields).  With the
     v2 answer the first stage chooses among the derived kinds and abstaining (``unanswerable``)."""
     kinds = (*INTENTS, UNANSWERABLE) if answer == "query" else INTENTS
-    first = await complete(client, ecfg, messages, stage_one(base, kinds), budget, fail_fast)
+    first = await complete(client, ecfg, kind_messages(messages, answer), stage_one(base, kinds), budget, fail_fast)
     choice = (first.text or "").strip()
     fields: dict[str, Any] = {
         "planner": "two-stage", "planner_choice": choice if choice in kinds else None,
