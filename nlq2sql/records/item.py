@@ -173,6 +173,9 @@ LAYOUT: Final[tuple[tuple[str, str] | None, ...]] = (
     ("whitespace_chars", _R), ("chars", _R),
 )
 _PART_OF: Final = {entry[0]: entry[1] for entry in LAYOUT if entry is not None}
+#: Each key's place in :data:`LAYOUT` (``record_version`` first): a line's keys in this order are written back in it.
+_RANK: Final = {"record_version": -1, **{entry[0]: i for i, entry in enumerate(LAYOUT) if entry is not None}}
+_TRACE_RANK: Final = LAYOUT.index(None)
 _PART_TYPES: Final = {_A: AnswerPart, _J: Judgement, _R: RequestPart, _L: LoadStamp}
 
 
@@ -268,9 +271,8 @@ class ItemRecord(msgspec.Struct, kw_only=True):
         rec = cls(id=ident.id, question=ident.question, category=ident.category, pair_id=ident.pair_id,
                   answer=parts[_A], judgement=None if judgement == UNSCORED else judgement,  # type: ignore[arg-type]
                   request=parts[_R], traces=traces, load=parts[_L], record_version=version)  # type: ignore[arg-type]
-        order = tuple(data)
-        if tuple(rec.to_json_dict(version="record_version" in data)) != order:
-            rec.key_order = order
+        if not _in_layout(data) and tuple(rec.to_json_dict(version="record_version" in data)) != tuple(data):
+            rec.key_order = tuple(data)
         return rec
 
     def merge(self, fields: Mapping[str, Json]) -> None:
@@ -306,6 +308,20 @@ class ItemRecord(msgspec.Struct, kw_only=True):
         """Retries the item's request took (one wait recorded per retry)."""
         waits = self.request.retry_waits_s
         return 0 if waits is UNSET else len(waits)
+
+
+def _in_layout(data: Mapping[str, Json]) -> bool:
+    """Whether the line's keys are certainly those :meth:`ItemRecord.to_json_dict` writes, in its
+    order (a cheap check; when it is not certain, the caller compares with what is written)."""
+    if "category" not in data or "pair_id" not in data:  # written even when absent
+        return False
+    last = -2
+    for key in data:
+        rank = _RANK.get(key, _TRACE_RANK)
+        if rank < last:
+            return False
+        last = rank
+    return True
 
 
 def iter_item_records(path: Path) -> Iterator[ItemRecord]:

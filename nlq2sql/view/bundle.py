@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.conditions.registry import REGISTRY
-from nlq2sql.errors import InputError
+from nlq2sql.errors import InputError, RecordError
+from nlq2sql.records.item import ItemRecord, present
 from nlq2sql.view.cues import CueExplainer
 from nlq2sql.view.runs import Run, paired
 
@@ -166,11 +167,21 @@ class Bundle(Mapping[str, bytes]):
             if run.cols["interventions"][i]:
                 if self._explainer is None:
                     self._explainer = CueExplainer()
-                rec = json.loads(run.lines[i])
-                question = rec.get("question") if isinstance(rec.get("question"), str) else ""
-                cues[str(i - lo)] = self._explainer.explain(run.guardrails, question, rec["interventions"])
+                question, ivs = _cue_inputs(json.loads(run.lines[i]))
+                cues[str(i - lo)] = self._explainer.explain(run.guardrails, question, ivs)
         body = '{"records":[' + ",".join(run.lines[lo:hi]) + '],"cues":' + dumps(_finite(cues)) + "}"
         return data_script(f"r{run.key}-c{j}", body)
+
+
+def _cue_inputs(obj: dict[str, Any]) -> tuple[str, list[Any]]:
+    """An item's question and interventions: through the record type, or (a line that is not a
+    record, shown as read) from the parsed object."""
+    try:
+        rec = ItemRecord.from_json(obj)
+    except RecordError:
+        question = obj.get("question")
+        return question if isinstance(question, str) else "", obj["interventions"]
+    return rec.question, present(rec.answer.interventions) or []
 
 
 def build_bundle(runs: list[Run], *, raw_files: bool = False) -> Bundle:

@@ -10,6 +10,11 @@ run does not hide the others.
 A run is read in one pass and kept compact, so 100k items stay cheap: each record's JSON
 text as it was written (handed to the page verbatim, parsed there only when the item is
 opened) plus a few columns per item for the table, the plots and the comparison.
+
+A line is read through the record type (:class:`~nlq2sql.records.item.ItemRecord`).  A line
+from elsewhere may be JSON with an id but not a record (a value of the wrong type, a key
+missing): it is still shown, its columns read tolerantly from the parsed object, and the run
+carries a note naming the first such line and field.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError, RecordError
+from nlq2sql.records.item import UNSCORED, ItemRecord, present
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
 from nlq2sql.view.discover import discover, unique_names
 
@@ -133,6 +139,9 @@ class _Reader:
         self.cols: dict[str, list[Any]] = {k: [] for k in COLUMNS}
         self.texts: dict[str, list[str | None]] = {k: [] for k in TEXTS}
         self.lines: list[str] = []
+        self._appends = [self.cols[k].append for k in COLUMNS] + [self.texts[k].append for k in TEXTS]
+        self.untyped = 0  # lines shown that are not records (read tolerantly)
+        self.first_untyped: str | None = None
         self._special = False
 
     def _constant(self, name: str) -> float:
@@ -167,36 +176,64 @@ class _Reader:
                 raise RecordError("missing or not a string", path=str(path), line=lineno, field="id")
             if self._special:
                 text = json.dumps(_clean(rec))
-            self.add(rec, text.strip())
+            try:
+                typed = ItemRecord.from_json(rec, path=RECORDS, line=lineno)
+            except RecordError as exc:
+                self.untyped += 1
+                if self.first_untyped is None:
+                    self.first_untyped = str(exc)
+                self.add(rec, text.strip())
+            else:
+                self.add(typed, text.strip())
 
-    def add(self, rec: dict[str, Any], text: str) -> None:
-        c = self.cols
-        ivs = rec.get("interventions")
-        ivs = ivs if isinstance(ivs, list) else []
-        c["id"].append(str(rec["id"]))
-        question = rec.get("question")
-        c["question"].append(question if isinstance(question, str) else _str(question) or "")
-        c["category"].append(_str(rec.get("category")) or "")
-        for key in ("status", "final_status", "error_raw", "error_final", "outcome"):
-            c[key].append(_str(rec.get(key)))
-        for key in ("correct_raw", "correct_final", "correct_exec"):
-            c[key].append(1 if rec.get(key) is True else 0)
-        c["schema_valid"].append(0 if rec.get("raw_intent") is None else 1)
-        for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens"):
-            c[key].append(_num(rec.get(key)))
-        c["interventions"].append(len(ivs))
-        c["interventions_ok"].append(1 if ivs and all(isinstance(iv, dict) and iv.get("correct") is True
-                                                      for iv in ivs) else 0)
-        c["raw_hash"].append(text_hash(rec.get("raw_text")))
-        gold, raw = rec.get("gold_intent"), rec.get("raw_intent")
-        # the kinds the summary's confusion matrix counts: gold's intent, the raw answer's (or invalid)
-        c["gold_kind"].append(_str(gold.get("intent")) if isinstance(gold, dict) else None)
-        c["pred_kind"].append((_str(raw.get("intent")) or "invalid") if isinstance(raw, dict) else "invalid")
-        c["rules"].append([str(iv.get("rule")) for iv in ivs if isinstance(iv, dict)] or None)
-        for key in TEXTS:
-            v = rec.get(key)
-            self.texts[key].append(v if isinstance(v, str) else None)
+    def add(self, record: ItemRecord | dict[str, Any], text: str) -> None:
+        """Append one item's columns and texts (:data:`COLUMNS`, :data:`TEXTS`)."""
+        row = _row(record) if isinstance(record, ItemRecord) else _loose_row(record)
+        for append, value in zip(self._appends, row, strict=True):
+            append(value)
         self.lines.append(text)
+
+
+def _kinds(gold: Any, raw: Any) -> tuple[str | None, str | None]:
+    """The kinds the summary's confusion matrix counts: gold's intent, the raw answer's (or invalid)."""
+    return (_str(gold.get("intent")) if isinstance(gold, dict) else None,
+            (_str(raw.get("intent")) or "invalid") if isinstance(raw, dict) else "invalid")
+
+
+def _row(rec: ItemRecord) -> tuple[Any, ...]:
+    """A record's :data:`COLUMNS` and :data:`TEXTS`, read through its parts."""
+    ans, j, req = rec.answer, rec.judgement or UNSCORED, rec.request
+    ivs = present(ans.interventions) or []
+    raw_intent, raw_text = present(ans.raw_intent), present(ans.raw_text)
+    return (rec.id, rec.question, rec.category or "", present(ans.status), present(ans.final_status),
+            present(j.error_raw), present(j.error_final), int(present(j.correct_raw) is True),
+            int(present(j.correct_final) is True), int(present(j.correct_exec) is True), int(raw_intent is not None),
+            _num(present(req.latency_s)), _num(present(req.ttft_s)), _num(present(req.completion_tokens)),
+            len(ivs), int(bool(ivs) and all(iv.get("correct") is True for iv in ivs)), rec.outcome,
+            text_hash(raw_text), _num(present(req.prompt_tokens)), *_kinds(present(j.gold_intent), raw_intent),
+            [str(iv.get("rule")) for iv in ivs] or None, raw_text, present(ans.sql))
+
+
+def _loose_row(rec: dict[str, Any]) -> tuple[Any, ...]:
+    """The same of a line that is JSON with an id but not a record: each value checked for its type."""
+    ivs = rec.get("interventions")
+    ivs = ivs if isinstance(ivs, list) else []
+    question = rec.get("question")
+
+    def text(key: str) -> str | None:
+        v = rec.get(key)
+        return v if isinstance(v, str) else None
+
+    return (str(rec["id"]), question if isinstance(question, str) else _str(question) or "",
+            _str(rec.get("category")) or "", _str(rec.get("status")), _str(rec.get("final_status")),
+            _str(rec.get("error_raw")), _str(rec.get("error_final")),
+            *(1 if rec.get(key) is True else 0 for key in ("correct_raw", "correct_final", "correct_exec")),
+            0 if rec.get("raw_intent") is None else 1, _num(rec.get("latency_s")), _num(rec.get("ttft_s")),
+            _num(rec.get("completion_tokens")), len(ivs),
+            1 if ivs and all(isinstance(iv, dict) and iv.get("correct") is True for iv in ivs) else 0,
+            _str(rec.get("outcome")), text_hash(rec.get("raw_text")), _num(rec.get("prompt_tokens")),
+            *_kinds(rec.get("gold_intent"), rec.get("raw_intent")),
+            [str(iv.get("rule")) for iv in ivs if isinstance(iv, dict)] or None, text("raw_text"), text("sql"))
 
 
 def load_run(key: int, path: Path, shown: str | None = None) -> Run:
@@ -221,6 +258,9 @@ def load_run(key: int, path: Path, shown: str | None = None) -> Run:
     else:
         notes.append("summary.json missing (an unfinished run?): headline figures computed from records.jsonl")
         summary = headline(reader.cols)
+    if reader.untyped:
+        notes.append(f"{reader.untyped} line(s) of records.jsonl are not records, shown as read "
+                     f"(first: {reader.first_untyped})")
     ids = reader.cols["id"]
     if len(set(ids)) != len(ids):
         notes.append(f"{len(ids) - len(set(ids))} duplicate item ids in records.jsonl")
