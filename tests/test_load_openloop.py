@@ -30,15 +30,16 @@ def _level(rate: float, growth_late: float, n: int = 9, ok: int | None = None, p
     recs = [{"scheduled": 100.0 + i, "latency_from_arrival_s": 1.0 if i < n // 3 else growth_late}
             for i in range(n)]
     return {"offered_rate": rate, "n": n, "ok": n if ok is None else ok, "req_per_s": rate * 0.9,
-            "arrivals": arrival_stats(recs), "latency_from_arrival_s": {"n": n, "p95": p95},
+            "arrivals": arrival_stats(recs).model_dump(), "latency_from_arrival_s": {"n": n, "p95": p95},
             "client": {"inflight_peak": peak}}
 
 
 def test_arrival_stats_growth_and_realised_rate() -> None:
     a = arrival_stats([{"scheduled": 10.0 + 0.5 * i, "latency_from_arrival_s": 1.0 + i} for i in range(9)])
-    assert a["realised_rate"] == pytest.approx(2.0)
-    assert a["early_median_s"] == 2.0 and a["late_median_s"] == 8.0 and a["growth"] == pytest.approx(4.0)
-    assert arrival_stats([])["growth"] is None
+    assert a.realised_rate == pytest.approx(2.0)
+    assert a.early_median_s == 2.0 and a.late_median_s == 8.0 and a.growth == pytest.approx(4.0)
+    assert list(a.model_dump()) == ["n", "realised_rate", "early_median_s", "late_median_s", "growth"]  # as written
+    assert arrival_stats([]).growth is None
 
 
 def test_analyse_rates_picks_highest_sustained_and_slo() -> None:

@@ -5,72 +5,74 @@ from __future__ import annotations
 import pytest
 
 from nlq2sql.load.metrics import counter_delta, hist_delta, hit_rate, parse_snapshot
-from nlq2sql.load.serialization import VerdictThresholds, decide, staircase_index
+from nlq2sql.load.serialization import VerdictThresholds, decide, evidence, staircase_index
+from nlq2sql.load.server_results import Evidence
 
 TH = VerdictThresholds()
 
 
-def ev(**kw: object) -> dict:
-    base = {"level": 8, "speedup": 3.5, "inflight_mean": 7.6, "inflight_peak": 8, "server_observed": True,
-            "running_peak": 8, "running_mean": 7.2, "waiting_peak": 0, "waiting_mean": 0.0,
-            "client_cpu_share": 0.2, "staircase_index": 0.05}
+def ev(**kw: object) -> Evidence:
+    base: dict[str, object] = dict.fromkeys(Evidence.model_fields)  # the figures no rule reads: None
+    base |= {"level": 8, "n_1": 6, "n_k": 24, "speedup": 3.5, "inflight_mean": 7.6, "inflight_peak": 8,
+             "server_observed": True, "running_peak": 8, "running_mean": 7.2, "waiting_peak": 0, "waiting_mean": 0.0,
+             "client_cpu_share": 0.2, "staircase_index": 0.05}
     base.update(kw)
-    return base
+    return Evidence.model_validate(base)
 
 
 def test_batched() -> None:
     d = decide(ev(), TH)
-    assert d["verdict"] == "batched" and "×3.50" in d["rule"] and not d["caveats"]
+    assert d.verdict == "batched" and "×3.50" in d.rule and not d.caveats
 
 
 def test_serialized_at_engine() -> None:
     # max-num-seqs 1: the engine runs one, the rest wait inside it.
     d = decide(ev(speedup=1.02, running_peak=1, running_mean=0.98, waiting_peak=7, waiting_mean=6.4,
                   staircase_index=0.97), TH)
-    assert d["verdict"] == "serialized-at-engine" and "6.4 waited" in d["rule"] and not d["caveats"]
+    assert d.verdict == "serialized-at-engine" and "6.4 waited" in d.rule and not d.caveats
     d = decide(ev(speedup=3.0, running_peak=1, running_mean=0.75, waiting_mean=2.3, staircase_index=0.99), TH)
-    assert d["verdict"] == "serialized-at-engine" and "load curve disagrees" in d["caveats"][0]
+    assert d.verdict == "serialized-at-engine" and "load curve disagrees" in d.caveats[0]
 
 
 def test_serialized_upstream() -> None:
     # A lock in front: the client holds 7.5 in flight, the engine sees one and queues nothing.
     d = decide(ev(speedup=0.98, running_peak=1, running_mean=0.9, waiting_peak=0, waiting_mean=0.0,
                   staircase_index=1.01), TH)
-    assert d["verdict"] == "serialized-upstream" and "saw only 0.9" in d["rule"]
+    assert d.verdict == "serialized-upstream" and "saw only 0.9" in d.rule
 
 
 def test_seed_before_fix_without_metrics_is_serialized_but_unplaced() -> None:
     # Seed 002 before the fix: flat 0.31 req/s, staircase 1x/2x/3x, no scheduler metrics.
     d = decide(ev(speedup=1.0, server_observed=False, running_peak=None, running_mean=None,
                   waiting_peak=None, waiting_mean=None, staircase_index=1.0), TH)
-    assert d["verdict"] == "inconclusive" and "serialized somewhere beyond the client" in d["rule"]
-    assert any("not observed" in c for c in d["caveats"])
+    assert d.verdict == "inconclusive" and "serialized somewhere beyond the client" in d.rule
+    assert any("not observed" in c for c in d.caveats)
 
 
 def test_batched_without_metrics() -> None:
     d = decide(ev(server_observed=False, running_peak=None, running_mean=None), TH)
-    assert d["verdict"] == "batched" and "endpoint-level" in d["rule"]
+    assert d.verdict == "batched" and "endpoint-level" in d.rule
 
 
 def test_client_bound_by_cpu_and_by_missing_concurrency() -> None:
     d = decide(ev(speedup=1.1, client_cpu_share=0.97, running_peak=2, running_mean=1.1), TH)
-    assert d["verdict"] == "client-bound" and "97% of a core" in d["rule"]
+    assert d.verdict == "client-bound" and "97% of a core" in d.rule
     d = decide(ev(inflight_mean=1.0, speedup=1.0), TH)
-    assert d["verdict"] == "client-bound" and "did not issue" in d["rule"]
+    assert d.verdict == "client-bound" and "did not issue" in d.rule
     # A busy harness that still scaled is a caveat, not the verdict.
     d = decide(ev(client_cpu_share=0.9), TH)
-    assert d["verdict"] == "batched" and any("may cap" in c for c in d["caveats"])
+    assert d.verdict == "batched" and any("may cap" in c for c in d.caveats)
 
 
 def test_contradicting_staircase_makes_it_inconclusive() -> None:
-    assert decide(ev(staircase_index=0.95), TH)["verdict"] == "inconclusive"
+    assert decide(ev(staircase_index=0.95), TH).verdict == "inconclusive"
     d = decide(ev(speedup=1.0, running_peak=1, running_mean=1.0, waiting_mean=6.0, staircase_index=0.05), TH)
-    assert d["verdict"] == "inconclusive" and "disagrees" in d["rule"]
+    assert d.verdict == "inconclusive" and "disagrees" in d.rule
 
 
 def test_engine_batches_but_does_not_gain() -> None:
     d = decide(ev(speedup=1.2, running_mean=7.0), TH)
-    assert d["verdict"] == "batched" and any("engine itself is the limit" in c for c in d["caveats"])
+    assert d.verdict == "batched" and any("engine itself is the limit" in c for c in d.caveats)
 
 
 def test_staircase_index() -> None:
@@ -111,3 +113,19 @@ def test_snapshot_deltas() -> None:
     assert hist_delta(a, b, "prefill") == {"n": 4, "mean": pytest.approx(0.3)}
     assert hist_delta(a, b, "decode")["note"] == "not observed"
     assert hit_rate(None, b)["rate"] is None and counter_delta(a, None, "generation_tokens") is None
+
+
+def test_evidence_is_written_as_the_flat_figures_it_was() -> None:
+    """The typed evidence dumps to the keys, order and values the result has always had."""
+    gauge = {"n": 5, "peak": 3.0, "mean": 1.5}
+    single = {"concurrency": 1, "n": 6, "req_per_s": 0.5, "latency_s": {"p95": 2.0}}
+    loaded = {"concurrency": 8, "n": 24, "req_per_s": 1.75, "latency_s": {"p95": 4.0},
+              "server": {"observed": True, "samples": 9, "running": gauge, "waiting": {"n": 0}},
+              "client": {"inflight_mean": 7.5, "inflight_peak": 8, "cpu_share_of_core": 0.25,
+                         "cpu_ms_per_request": 3.5}}
+    assert evidence(single, loaded, {"index": 0.1}).model_dump() == {
+        "level": 8, "thr_1": 0.5, "thr_k": 1.75, "n_1": 6, "n_k": 24, "speedup": 3.5, "p95_1": 2.0, "p95_k": 4.0,
+        "p95_ratio": 2.0, "inflight_mean": 7.5, "inflight_peak": 8, "server_observed": True, "server_samples": 9,
+        "running_peak": 3.0, "running_mean": 1.5, "running_n": 5, "waiting_peak": None, "waiting_mean": None,
+        "waiting_n": 0, "client_cpu_share": 0.25, "client_cpu_ms_per_request": 3.5, "staircase_index": 0.1}
+    assert list(evidence(single, loaded, None).model_dump()) == list(Evidence.model_fields)

@@ -29,6 +29,7 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import cost_per_1k
+from nlq2sql.load.contract import Arrivals
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
@@ -119,25 +120,23 @@ class RateSweepMode(LoadMode[RateSweepConfig]):
         return render_markdown(result)
 
 
-def arrival_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+def arrival_stats(records: list[dict[str, Any]]) -> Arrivals:
     """Realised arrival rate and queue growth (late vs early arrivals) from one level's records."""
     arr = sorted((r["scheduled"], r.get("latency_from_arrival_s")) for r in records if r.get("scheduled"))
-    out: dict[str, Any] = {"n": len(arr), "realised_rate": None, "early_median_s": None,
-                           "late_median_s": None, "growth": None}
-    if len(arr) >= 2 and arr[-1][0] > arr[0][0]:
-        out["realised_rate"] = (len(arr) - 1) / (arr[-1][0] - arr[0][0])
+    rate = (len(arr) - 1) / (arr[-1][0] - arr[0][0]) if len(arr) >= 2 and arr[-1][0] > arr[0][0] else None
     third = len(arr) // 3
     early = [v for _, v in arr[:third] if v is not None]
     late = [v for _, v in arr[len(arr) - third:] if v is not None] if third else []
-    if early and late:
-        out["early_median_s"], out["late_median_s"] = statistics.median(early), statistics.median(late)
-        out["growth"] = out["late_median_s"] / out["early_median_s"] if out["early_median_s"] else None
-    return out
+    if not (early and late):
+        return Arrivals(n=len(arr), realised_rate=rate, early_median_s=None, late_median_s=None, growth=None)
+    e, la = statistics.median(early), statistics.median(late)
+    return Arrivals(n=len(arr), realised_rate=rate, early_median_s=e, late_median_s=la, growth=la / e if e else None)
 
 
 def rate_level(run_dir: Path) -> dict[str, Any]:
+    """A level's stats (as ``level.json`` holds them) with its arrivals."""
     st = stats_from_run(run_dir)
-    st["arrivals"] = arrival_stats(list(iter_records(run_dir / RECORDS)))
+    st["arrivals"] = arrival_stats(list(iter_records(run_dir / RECORDS))).model_dump()
     return st
 
 

@@ -34,9 +34,19 @@ from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, 
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import SerializationResult, as_model
+from nlq2sql.load.server_results import Evidence
 from nlq2sql.run.config import EvalConfig
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
+
+
+@dataclass
+class Verdict:
+    """What :func:`decide` concludes: the verdict, the rule that fired, and caveats."""
+
+    verdict: str
+    rule: str
+    caveats: list[str]
 
 
 @dataclass(frozen=True)
@@ -158,38 +168,31 @@ def run_staircase(url: str, body: dict[str, Any], n: int, solo_runs: int, workdi
 
 # -- verdict (pure) -----------------------------------------------------------------------
 
-def decide(ev: dict[str, Any], th: VerdictThresholds) -> dict[str, Any]:
-    """Evidence → verdict, the rule that fired, and caveats.
-
-    ``ev`` keys: level, speedup, inflight_mean, inflight_peak, server_observed,
-    running_peak, running_mean, waiting_peak, waiting_mean, client_cpu_share,
-    staircase_index (any may be None).
-    """
-    k = ev["level"]
-    sp = ev.get("speedup")
+def decide(ev: Evidence, th: VerdictThresholds) -> Verdict:
+    """Evidence → verdict, the rule that fired, and caveats (any figure of ``ev`` may be None)."""
+    k = ev.level
+    sp = ev.speedup
     scaled = sp is not None and sp >= th.scaled_speedup
     flat = sp is not None and sp < th.flat_speedup
-    st = ev.get("staircase_index")
+    st = ev.staircase_index
     stair = st is not None and st >= th.staircase_serial
     parallel = st is not None and st <= th.staircase_parallel
-    cpu = ev.get("client_cpu_share")
-    infl = ev.get("inflight_mean")
+    cpu = ev.client_cpu_share
+    infl = ev.inflight_mean
     caveats: list[str] = []
 
-    def out(verdict: str, rule: str) -> dict[str, Any]:
+    def out(verdict: str, rule: str) -> Verdict:
         serial = verdict.startswith("serialized")
         if verdict == "batched" and stair:
             caveats.append(f"the process staircase (index {st:.2f}) says serialized")
-            return {"verdict": "inconclusive", "rule": rule + "; but the staircase disagrees",
-                    "caveats": caveats}
+            return Verdict("inconclusive", rule + "; but the staircase disagrees", caveats)
         if serial and scaled:
             caveats.append(f"the load curve disagrees (throughput ×{sp:.2f} from c=1 to c={k}): the c=1 level "
                            "may have been slowed by other work; the server's own gauges decided")
         if serial and parallel:
             caveats.append(f"the process staircase (index {st:.2f}) says parallel")
-            return {"verdict": "inconclusive", "rule": rule + "; but the staircase disagrees",
-                    "caveats": caveats}
-        return {"verdict": verdict, "rule": rule, "caveats": caveats}
+            return Verdict("inconclusive", rule + "; but the staircase disagrees", caveats)
+        return Verdict(verdict, rule, caveats)
 
     if infl is not None and infl < 0.5 * k:
         return out("client-bound", f"the client held only {infl:.1f} requests in flight on average at "
@@ -199,9 +202,9 @@ def decide(ev: dict[str, Any], th: VerdictThresholds) -> dict[str, Any]:
                                    f"gained only ×{sp:.2f}")
     if cpu is not None and cpu >= th.client_cpu_share:
         caveats.append(f"the harness used {cpu:.0%} of a core: it may cap the measured throughput")
-    if ev.get("server_observed"):
-        rp, rm = ev.get("running_peak") or 0, ev.get("running_mean") or 0.0
-        wm = ev.get("waiting_mean") or 0.0
+    if ev.server_observed:
+        rp, rm = ev.running_peak or 0, ev.running_mean or 0.0
+        wm = ev.waiting_mean or 0.0
         if rp <= 1:
             if wm >= th.engine_queue_mean:
                 return out("serialized-at-engine",
@@ -226,34 +229,32 @@ def decide(ev: dict[str, Any], th: VerdictThresholds) -> dict[str, Any]:
     if scaled and not stair:
         return out("batched", f"throughput rose ×{sp:.2f} from c=1 to c={k} (endpoint-level evidence)")
     if flat and (stair or st is None):
-        return {"verdict": "inconclusive", "caveats": caveats,
-                "rule": f"throughput flat (×{sp:.2f}) and the process staircase "
-                        f"{'index ' + format(st, '.2f') if st is not None else 'not run'}: serialized "
-                        "somewhere beyond the client, but where (engine or upstream) is not observed"}
+        return Verdict("inconclusive", f"throughput flat (×{sp:.2f}) and the process staircase "
+                       f"{'index ' + format(st, '.2f') if st is not None else 'not run'}: serialized "
+                       "somewhere beyond the client, but where (engine or upstream) is not observed", caveats)
     return out("inconclusive", f"throughput rose ×{sp:.2f}; staircase index "
                                f"{'n/a' if st is None else format(st, '.2f')}")
 
 
-def evidence(single: dict[str, Any], loaded: dict[str, Any], stair: dict[str, Any] | None
-             ) -> dict[str, Any]:
-    """The verdict's inputs from two level stats and the staircase."""
+def evidence(single: dict[str, Any], loaded: dict[str, Any], stair: dict[str, Any] | None) -> Evidence:
+    """The verdict's inputs from two level stats (as written in ``level.json``) and the staircase."""
     t1, tk = single.get("req_per_s"), loaded.get("req_per_s")
     p1, pk = (single.get("latency_s") or {}).get("p95"), (loaded.get("latency_s") or {}).get("p95")
     sv, c = loaded["server"], loaded.get("client") or {}
-    return {
-        "level": loaded["concurrency"],
-        "thr_1": t1, "thr_k": tk, "n_1": single["n"], "n_k": loaded["n"],
-        "speedup": tk / t1 if t1 and tk else None,
-        "p95_1": p1, "p95_k": pk, "p95_ratio": pk / p1 if p1 and pk else None,
-        "inflight_mean": c.get("inflight_mean"), "inflight_peak": c.get("inflight_peak"),
-        "server_observed": sv["observed"], "server_samples": sv.get("samples"),
-        "running_peak": sv["running"].get("peak"), "running_mean": sv["running"].get("mean"),
-        "running_n": sv["running"].get("n"),
-        "waiting_peak": sv["waiting"].get("peak"), "waiting_mean": sv["waiting"].get("mean"),
-        "waiting_n": sv["waiting"].get("n"),
-        "client_cpu_share": c.get("cpu_share_of_core"), "client_cpu_ms_per_request": c.get("cpu_ms_per_request"),
-        "staircase_index": (stair or {}).get("index"),
-    }
+    return Evidence(
+        level=loaded["concurrency"],
+        thr_1=t1, thr_k=tk, n_1=single["n"], n_k=loaded["n"],
+        speedup=tk / t1 if t1 and tk else None,
+        p95_1=p1, p95_k=pk, p95_ratio=pk / p1 if p1 and pk else None,
+        inflight_mean=c.get("inflight_mean"), inflight_peak=c.get("inflight_peak"),
+        server_observed=sv["observed"], server_samples=sv.get("samples"),
+        running_peak=sv["running"].get("peak"), running_mean=sv["running"].get("mean"),
+        running_n=sv["running"].get("n"),
+        waiting_peak=sv["waiting"].get("peak"), waiting_mean=sv["waiting"].get("mean"),
+        waiting_n=sv["waiting"].get("n"),
+        client_cpu_share=c.get("cpu_share_of_core"), client_cpu_ms_per_request=c.get("cpu_ms_per_request"),
+        staircase_index=(stair or {}).get("index"),
+    )
 
 
 # -- run + render -------------------------------------------------------------------------
@@ -291,7 +292,7 @@ class SerializationMode(LoadMode[SerializationConfig]):
         ev = evidence(single, loaded, stair)
         verdict = decide(ev, cfg.thresholds)
         if (stair.get("solo_spread") or 1) > 2:
-            verdict["caveats"].append(f"single service times varied ×{stair['solo_spread']:.1f} during the "
+            verdict.caveats.append(f"single service times varied ×{stair['solo_spread']:.1f} during the "
                                       "staircase (other work on the machine?): the fastest was used")
         return {"kind": "serialization", "created": time.time(), "elapsed_s": time.time() - ctx.started,
                 "endpoint": base.endpoint if not info.get("started_by_us") else "local",
@@ -299,8 +300,9 @@ class SerializationMode(LoadMode[SerializationConfig]):
                 "config": {"level": cfg.level, "requests_single": cfg.requests_single, "warmup": cfg.warmup,
                            "requests_level": cfg.requests_level, "staircase": cfg.staircase,
                            "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured},
-                "thresholds": asdict(cfg.thresholds), "verdict": verdict["verdict"], "rule": verdict["rule"],
-                "caveats": verdict["caveats"], "evidence": ev, "levels": [single, loaded], "staircase": stair}
+                "thresholds": asdict(cfg.thresholds), "verdict": verdict.verdict, "rule": verdict.rule,
+                "caveats": verdict.caveats, "evidence": ev.model_dump(), "levels": [single, loaded],
+                "staircase": stair}
 
     def render(self, result: dict[str, Any]) -> str:
         return render_markdown(result)
@@ -363,5 +365,5 @@ def render_markdown(result: SerializationResult | dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-__all__ = ["VERDICTS", "SerializationConfig", "SerializationMode", "VerdictThresholds", "decide", "evidence",
+__all__ = ["VERDICTS", "SerializationConfig", "SerializationMode", "Verdict", "VerdictThresholds", "decide", "evidence",
            "render_markdown", "run", "run_staircase", "staircase_index"]
