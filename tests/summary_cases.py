@@ -25,7 +25,7 @@ from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.guardrail import Rule, RuleSet
 from nlq2sql.stages.summary import Summary
 
-__all__ = ["GOLDEN", "ROOT", "SHARD_RUNS", "cases", "committed_runs", "rulesets_for", "text"]
+__all__ = ["GOLDEN", "ROOT", "SHARD_RUNS", "at_commit", "cases", "committed_runs", "rulesets_for", "text"]
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "fixtures" / "summary-golden.json"
@@ -104,16 +104,38 @@ def shard_summary(tmp: Path, lines: list[str], rulesets: list[RuleSet], scored: 
     return summarise_shards(store, "jsonl", rulesets, scored, ids, dict(SESSION), manifest)
 
 
-def cases(tmp: Path, runs: list[str] | None = None) -> Iterator[tuple[str, str]]:
-    """(name, summary JSON text) for each run (default: every committed one) and every way of summarising it."""
-    for rel in committed_runs() if runs is None else runs:
-        recs = list(iter_item_records(ROOT / rel))
+def at_commit(commit: str, paths: list[str], tmp: Path) -> dict[str, Path]:
+    """Each committed file as it was at ``commit`` (a report re-run later does not move the golden),
+    copied under ``tmp``: one ``git cat-file --batch``."""
+    out = subprocess.run(["git", "cat-file", "--batch"], cwd=ROOT, capture_output=True, check=True,
+                         input="".join(f"{commit}:{p}\n" for p in paths).encode()).stdout
+    files, pos = {}, 0
+    for rel in paths:
+        header_end = out.index(b"\n", pos)
+        header = out[pos:header_end].split()
+        assert len(header) == 3 and header[1] == b"blob", f"{commit}:{rel}: {header!r}"
+        size = int(header[2])
+        dest = tmp / "at" / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(out[header_end + 1:header_end + 1 + size])
+        files[rel] = dest
+        pos = header_end + 1 + size + 1
+    return files
+
+
+def cases(tmp: Path, runs: list[str] | None = None, commit: str | None = None) -> Iterator[tuple[str, str]]:
+    """(name, summary JSON text) for each run (default: every committed one) and every way of
+    summarising it; ``commit``: the records as they were at that commit (default: the working tree)."""
+    rels = committed_runs() if runs is None else runs
+    paths = {rel: ROOT / rel for rel in rels} if commit is None else at_commit(commit, rels, tmp)
+    for rel in rels:
+        recs = list(iter_item_records(paths[rel]))
         if not recs:
             continue
         answer = present(recs[0].answer.answer)
         rulesets = rulesets_for(recs)
         bare = [msgspec.structs.replace(rec, judgement=None) for rec in recs]  # the same answers, no gold
-        yield f"{rel}:records", hashlib.sha256((ROOT / rel).read_bytes()).hexdigest()
+        yield f"{rel}:records", hashlib.sha256(paths[rel].read_bytes()).hexdigest()
         yield f"{rel}:scored", text(scored_summary(recs, rulesets, answer))
         yield f"{rel}:shared", text(shared_summary([r.to_json_dict() for r in recs], rulesets, answer))
         yield f"{rel}:unscored", text(unscored_summary(recs, rulesets))

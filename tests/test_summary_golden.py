@@ -1,8 +1,8 @@
 """One aggregator, the same summaries: every committed run's records summarised as scored and as
 unscored items (and re-scoring's shared adds, and ``batch``'s shard summary) give the JSON text
 pinned in ``tests/fixtures/summary-golden.json``, captured from the two aggregators before they
-became one.  The runs are the golden's (a run committed later is not in it); a records file that
-changed since is named (the golden then needs a re-capture from a commit whose summaries are trusted)."""
+became one.  The runs are the golden's, their records read as they were at the golden's commit
+(``git cat-file``), so a report re-run or added later does not move it."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ def test_every_summary_is_byte_identical_to_the_golden(tmp_path: Path) -> None:
     pinned, full = golden["sha256"], golden["full"]
     runs = sorted({name.rsplit(":", 1)[0] for name in pinned})
     seen: list[str] = []
-    for name, text in cases(tmp_path, runs):
+    for name, text in cases(tmp_path, runs, golden["commit"]):
         seen.append(name)
         assert name in pinned, f"{name}: not in the golden"
         if name.endswith(":records"):
-            assert text == pinned[name], f"{name}: the committed records changed since the golden was captured"
+            assert text == pinned[name], f"{name}: not the records the golden was captured from"
             continue
         if name in full:
             assert text == full[name], name
