@@ -161,8 +161,8 @@ def upgrade_v1_set(name_or_path: str | Path, wh: Any, executor: Executor) -> Upg
         q = from_v1(case.gold, cat)
         both = q.ordered and is_ordered(case.gold)
         try:
-            same = rows_equal(executor.run(cat.engine.compile(q)), executor.run(build_sql(canonicalise(case.gold), cat)),
-                              ordered=both)
+            v1_rows = executor.run(build_sql(canonicalise(case.gold), cat))
+            same = rows_equal(executor.run(cat.engine.compile(q)), v1_rows, ordered=both)
         except Exception as exc:  # noqa: BLE001 — any failure of a gold is a reported problem
             problems.append(f"{case.id}: {exc}")
             continue
