@@ -284,8 +284,9 @@ def test_guardrails_and_value_linking_on_the_v2_answer_live(tmp_path: Path) -> N
 
 # -- the two-stage planner on v2 ------------------------------------------------------------------
 def test_planner_stages_for_the_v2_answer() -> None:
-    """Stage one chooses among the derived kinds and abstaining; stage two's schema is the run's v2
-    schema cut to that kind, so a generated answer cannot be another kind."""
+    """Stage one chooses among the derived kinds; stage two's schema is the run's v2 schema cut to
+    that kind, with abstaining kept, so a generated answer cannot be another kind (an older run's
+    ``unanswerable`` choice keeps the abstention alone)."""
     import jsonschema
 
     from nlq2sql.conditions.planner import stage_one, stage_two
@@ -304,7 +305,8 @@ def test_planner_stages_for_the_v2_answer() -> None:
              for kind in ("breakdown", "top_n_by_metric", "time_series", "unanswerable")}
     accepts = {kind: [name for name, x in (("ts", ts), ("top", top), ("flat", flat), ("no", no)) if v.is_valid(x)]
                for kind, v in valid.items()}
-    assert accepts == {"breakdown": ["flat"], "top_n_by_metric": ["top"], "time_series": ["ts"], "unanswerable": ["no"]}
+    assert accepts == {"breakdown": ["flat", "no"], "top_n_by_metric": ["top", "no"], "time_series": ["ts", "no"],
+                       "unanswerable": ["no"]}
 
 
 def test_planner_on_the_v2_answer_against_the_fake_server(tmp_path: Path) -> None:
@@ -325,7 +327,7 @@ def test_planner_on_the_v2_answer_against_the_fake_server(tmp_path: Path) -> Non
               "order_by": [{"field": "units", "descending": True}], "limit": 2}
     by_q = {"Top 2 categories by units": ["top_n_by_metric", json.dumps(ranked)],
             "Units by category": ["top_n_by_metric", json.dumps(ranked | {"limit": 3})],  # the rule undoes it
-            "Gross margin by region?": ["unanswerable", json.dumps({"unanswerable": "no cost data"})]}
+            "Gross margin by region?": ["breakdown", json.dumps({"unanswerable": "no cost data"})]}
     with FakeServer(tmp_path / "fake", script(by_question={q: [{"kind": "text", "text": x} for x in xs]
                                                            for q, xs in by_q.items()}), model=MODEL) as fake:
         summary = run_eval(EvalConfig(evalset=str(path), out=tmp_path / "run", endpoint=fake.url, model=MODEL,
@@ -345,12 +347,13 @@ def test_planner_on_the_v2_answer_against_the_fake_server(tmp_path: Path) -> Non
     assert {hashlib.sha256(prompt.encode()).hexdigest(),
             hashlib.sha256((prompt + KIND_QUESTION).encode()).hexdigest()} == set(systems)
     recs = {r["id"]: r for r in iter_records(tmp_path / "run" / "records.jsonl")}
-    assert [recs[k]["planner_choice"] for k in "tun"] == ["top_n_by_metric", "top_n_by_metric", "unanswerable"]
+    assert [recs[k]["planner_choice"] for k in "tun"] == ["top_n_by_metric", "top_n_by_metric", "breakdown"]
     assert all(r["requests"] == 2 for r in recs.values())
     assert recs["t"]["correct_final"] and not recs["t"]["abstained"]
     assert recs["u"]["interventions"][0]["rule"] == "false_ranking" and recs["u"]["abstained"]
     assert recs["u"]["abstain_reason"] == "planner chose top_n_by_metric, guardrail made it breakdown"
     assert recs["n"]["correct_final"] and recs["n"]["unanswerable"] == "no cost data"
+    assert recs["n"].get("abstain_reason") is None  # the model abstained: no guardrail overruled a kind
     assert summary["final_accuracy"]["k"] == 2
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["planner"] == "two-stage"
 

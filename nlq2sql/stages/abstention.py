@@ -29,7 +29,7 @@ def abstain_reason(rec: dict[str, Any]) -> str | None:
         return "no majority among samples"
     choice = rec.get("planner_choice")
     final = rec.get("final_intent")
-    if choice is not None and final is not None and final.get("intent") != choice:
+    if choice is not None and final is not None and final.get("intent") not in (choice, "unanswerable"):
         return f"planner chose {choice}, guardrail made it {final.get('intent')}"
     below, ev = rec.get("abstain_below"), rec.get("intent_evidence")
     if below is not None and ev is not None:
