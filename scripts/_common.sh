@@ -28,6 +28,14 @@ serve_local() {
     ENDPOINT=$(echo "$ENDPOINTS" | head -1)
 }
 
+# serve_unless_endpoint OUT MODEL PORT [REPLICAS [SERVE ARGS...]]: the endpoint the caller gave
+# ($ENDPOINT), else a local server (serve_local, same arguments) that stops when the script exits.
+serve_unless_endpoint() {
+    if [[ -z "${ENDPOINT:-}" ]]; then
+        serve_local "$@"
+    fi
+}
+
 # stop_local: stop the server serve_local started (scripts that serve one model after another).
 stop_local() {
     kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true; trap - EXIT

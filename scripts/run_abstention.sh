@@ -18,9 +18,7 @@ LIMIT=${LIMIT:+--limit $LIMIT}
 source scripts/_common.sh
 require_clean_tree
 mkdir -p "$OUT/$MODEL"
-if [[ -z "${ENDPOINT:-}" ]]; then
-    serve_local "$OUT/$MODEL" "$MODEL" "${PORT:-8240}" 1 --max-model-len 4096
-fi
+serve_unless_endpoint "$OUT/$MODEL" "$MODEL" "${PORT:-8240}" 1 --max-model-len 4096
 for spec in $SETS; do
     wh=${spec%%:*}; set=${spec#*:}; dir="$OUT/$MODEL/$wh-$set"
     if [[ -f "$dir/summary.json" ]]; then echo "skip $wh $set (finished)"; continue; fi

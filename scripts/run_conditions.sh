@@ -20,9 +20,7 @@ ARMS=${ARMS:-a-baseline-flat b-contrastive-branches-ex8 c-contrastive-branches-e
 source scripts/_common.sh
 require_clean_tree
 mkdir -p "$OUT"
-if [[ -z "${ENDPOINT:-}" ]]; then
-    serve_local "$OUT" "$MODEL" "${PORT:-8125}"
-fi
+serve_unless_endpoint "$OUT" "$MODEL" "${PORT:-8125}"
 for arm in $ARMS; do
     tokens=160
     case $arm in

@@ -18,9 +18,7 @@ LIMIT=${LIMIT:+--limit $LIMIT}
 source scripts/_common.sh
 require_clean_tree
 mkdir -p "$OUT"
-if [[ -z "${ENDPOINT:-}" ]]; then
-    serve_local "$OUT" "$MODEL" "${PORT:-8250}" 1 --max-model-len 4096
-fi
+serve_unless_endpoint "$OUT" "$MODEL" "${PORT:-8250}" 1 --max-model-len 4096
 if [[ $ANSWER == intent ]]; then shape=(--prompt contrastive --schema branches); else shape=(--answer query); fi
 for set in $SETS; do
     # shellcheck disable=SC2086

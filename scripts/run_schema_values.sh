@@ -15,9 +15,7 @@ OUT=${REPORTS_DIR:-reports/schema-values}
 source scripts/_common.sh
 require_clean_tree
 mkdir -p "$OUT"
-if [[ -z "${ENDPOINT:-}" ]]; then
-    serve_local "$OUT" "$MODEL" "${PORT:-8240}" 1 --max-model-len 4096
-fi
+serve_unless_endpoint "$OUT" "$MODEL" "${PORT:-8240}" 1 --max-model-len 4096
 for spec in $SETS; do
     wh=${spec%%:*} set=${spec#*:}
     ENDPOINT=$ENDPOINT MODEL=$MODEL WAREHOUSE=$wh EVALSET=$set ARMS=q-ex8 REPORTS_DIR="$OUT/$wh-$set" \

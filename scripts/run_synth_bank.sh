@@ -14,10 +14,8 @@ WAREHOUSES=${WAREHOUSES:-retail:heldout-v2 jaffle:heldout tpch:heldout-v2 flight
 LIMIT=${LIMIT:+--limit $LIMIT}
 source scripts/_common.sh
 require_clean_tree
-if [[ -z "${ENDPOINT:-}" ]]; then
-    # the jaffle prompt with 8 examples needs more than the default 2,048-token context
-    serve_local "$OUT" "$MODEL" "${PORT:-8310}" 1 --max-model-len 4096
-fi
+# the jaffle prompt with 8 examples needs more than the default 2,048-token context
+serve_unless_endpoint "$OUT" "$MODEL" "${PORT:-8310}" 1 --max-model-len 4096
 mkdir -p "$OUT"
 for item in $WAREHOUSES; do
     wh=${item%%:*}; set=${item#*:}

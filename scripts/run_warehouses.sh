@@ -14,9 +14,7 @@ WAREHOUSES=${WAREHOUSES:-retail tpch flights}
 LIMIT=${LIMIT:+--limit $LIMIT}
 source scripts/_common.sh
 require_clean_tree
-if [[ -z "${ENDPOINT:-}" ]]; then
-    serve_local "$OUT" "$MODEL" "${PORT:-8124}"
-fi
+serve_unless_endpoint "$OUT" "$MODEL" "${PORT:-8124}"
 mkdir -p "$OUT"
 for wh in $WAREHOUSES; do
     for schema in flat branches; do
