@@ -60,3 +60,28 @@ def test_serve_startup_timeout_is_checked_and_reaches_the_server(monkeypatch: py
     CliRunner().invoke(app, ["serve", "--startup-timeout", "1800", "--port", "8199"])
     CliRunner().invoke(app, ["serve", "--port", "8199"])
     assert seen == [1800.0, 600.0]
+
+
+def test_evals_own_server_takes_startup_timeout_and_context(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The server ``eval`` starts (no --endpoint) gets ``--startup-timeout`` and ``--max-model-len``
+    as ``serve``'s does; bad values are refused before anything is written."""
+    from nlq2sql.run import server
+
+    for opt, bad in (("--startup-timeout", "0"), ("--startup-timeout", "1e9"), ("--max-model-len", "16")):
+        res = CliRunner().invoke(app, ["eval", "--evalset", "dev", opt, bad, "--out", str(tmp_path / "x")])
+        assert res.exit_code == 2 and opt in res.output, (opt, bad, res.output)
+        assert not (tmp_path / "x").exists()
+    seen: list[tuple[float, int]] = []
+
+    class Stop(Exception):
+        pass
+
+    def start(self: server.LocalServer) -> None:
+        seen.append((self.config.startup_timeout_s, self.config.max_model_len))
+        raise Stop  # what matters is the configuration it got
+
+    monkeypatch.setattr(server.LocalServer, "start", start)
+    for args in (["--startup-timeout", "1800", "--max-model-len", "4096"], []):
+        CliRunner().invoke(app, ["eval", "--evalset", "dev", "--limit", "1", *args, "--out", str(tmp_path / "r"),
+                                 "--force"])
+    assert seen == [(1800.0, 4096), (600.0, 2048)]

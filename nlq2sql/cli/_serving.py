@@ -1,5 +1,6 @@
 """Options for the local vLLM's serving decisions, shared by ``serve``, ``eval``, ``load-check``
-and ``backends``: the structured-output backend and batch-invariant mode."""
+and ``backends``: the structured-output backend, batch-invariant mode, the context length and how
+long start-up may take."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import typer
 from nlq2sql.errors import InputError
 from nlq2sql.run.serving import STRUCTURED_BACKENDS
 
-__all__ = ["BatchInvariantOpt", "StructuredBackendOpt", "check_local_only"]
+__all__ = ["BatchInvariantOpt", "MaxModelLenOpt", "StartupTimeoutOpt", "StructuredBackendOpt", "check_local_only",
+           "check_startup_timeout"]
 
 StructuredBackendOpt = Annotated[str, typer.Option(
     help=f"Local server: vLLM's structured-output backend ({' | '.join(STRUCTURED_BACKENDS)}); auto with the "
@@ -18,6 +20,20 @@ StructuredBackendOpt = Annotated[str, typer.Option(
 BatchInvariantOpt = Annotated[bool, typer.Option(
     help="Local server: vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1); refused with the reason where "
          "the installed vLLM has no batch-invariant kernels for this platform (CPU).")]
+
+MaxModelLenOpt = Annotated[int, typer.Option(
+    help="vLLM --max-model-len (a local server's context; jaffle's v2 prompts with 8 examples need 4096).")]
+StartupTimeoutOpt = Annotated[float, typer.Option(
+    help="Seconds each local replica may take to become healthy (a loaded 2-core machine can need more "
+         "than the default).")]
+
+
+def check_startup_timeout(seconds: float, max_model_len: int = 2048) -> None:
+    """Bounds of the local server's start-up settings, checked before any model work."""
+    if not (0 < seconds <= 86_400):
+        raise InputError(f"must be more than 0 and at most 86400 seconds, got {seconds:g}", field="--startup-timeout")
+    if not 128 <= max_model_len <= 1_048_576:
+        raise InputError(f"must be between 128 and 1048576 tokens, got {max_model_len}", field="--max-model-len")
 
 
 def check_local_only(endpoint: object, structured_backend: str, batch_invariant: bool) -> None:

@@ -30,7 +30,14 @@ from nlq2sql.cli._common import (
     handled,
     parse_workers,
 )
-from nlq2sql.cli._serving import BatchInvariantOpt, StructuredBackendOpt, check_local_only
+from nlq2sql.cli._serving import (
+    BatchInvariantOpt,
+    MaxModelLenOpt,
+    StartupTimeoutOpt,
+    StructuredBackendOpt,
+    check_local_only,
+    check_startup_timeout,
+)
 from nlq2sql.errors import InputError
 from nlq2sql.run.models import DEFAULT_MODEL
 
@@ -135,6 +142,8 @@ def eval_cmd(
                                                  "(server-wide; on by default).")] = True,
     structured_backend: StructuredBackendOpt = "auto",
     batch_invariant: BatchInvariantOpt = False,
+    max_model_len: MaxModelLenOpt = 2048,
+    startup_timeout: StartupTimeoutOpt = 600.0,
     repeats: Annotated[int, typer.Option(help="Run the same items N times, each repeat in its own seeded "
                                          "order (OUT/r0 … OUT/rN-1, summary across repeats in "
                                          "OUT/repeats.json); --resume finishes each repeat once.")] = 1,
@@ -178,6 +187,7 @@ def eval_cmd(
                          field="--structured")
     first, replicas = fleet_args(endpoint, endpoints_file)
     check_local_only(first, structured_backend, batch_invariant)
+    check_startup_timeout(startup_timeout, max_model_len)
     if answer in ("query", "sql", "sql-grammar"):  # the answer's own prompt, and no v1 guardrail unless named
         prompt = ("sql" if answer == "sql-grammar" else answer) if prompt == "baseline" else prompt
         names = guardrail_names(guardrails) if guardrails else ()
@@ -190,7 +200,8 @@ def eval_cmd(
                                                     temperature=temperature),
                      timeout_s=timeout, resume=resume, force=force, server=LocalServerSettings(
                          compact=compact_server, structured_backend=structured_backend,
-                         batch_invariant=batch_invariant),
+                         batch_invariant=batch_invariant, max_model_len=max_model_len,
+                         startup_timeout_s=startup_timeout),
                      client=client, semantic_model=semantic_model, warehouse=db, conditions=conditions,
                      workers=parse_workers(workers, concurrency),
                      engine=engine,
@@ -225,7 +236,7 @@ def serve(
     model: Annotated[str, typer.Option(help="Model alias or HF folder.")] = DEFAULT_MODEL,
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM --max-num-seqs.")] = None,
-    max_model_len: Annotated[int, typer.Option(help="vLLM --max-model-len.")] = 2048,
+    max_model_len: MaxModelLenOpt = 2048,
     compact: Annotated[bool, typer.Option(help="Server-wide whitespace-free structured outputs.")] = True,
     structured_backend: StructuredBackendOpt = "auto",
     batch_invariant: BatchInvariantOpt = False,
@@ -235,9 +246,7 @@ def serve(
     gpus_per_replica: Annotated[int | None, typer.Option(
         help="Multi-GPU box: replica i sees GPUs i·G … i·G+G-1 (CUDA_VISIBLE_DEVICES); the CPU build "
              "ignores it.")] = None,
-    startup_timeout: Annotated[float, typer.Option(
-        help="Seconds each replica may take to become healthy (a loaded 2-core machine can need more "
-             "than the default).")] = 600.0,
+    startup_timeout: StartupTimeoutOpt = 600.0,
 ) -> None:
     """Start local vLLM replicas, wait until healthy and warm, serve until Ctrl-C or SIGTERM."""
     import signal
@@ -256,9 +265,7 @@ def serve(
         raise InputError(f"must be between 1 and 64, got {replicas}", field="--replicas")
     if gpus_per_replica is not None and gpus_per_replica < 1:
         raise InputError(f"must be at least 1, got {gpus_per_replica}", field="--gpus-per-replica")
-    if not (0 < startup_timeout <= 86_400):
-        raise InputError(f"must be more than 0 and at most 86400 seconds, got {startup_timeout:g}",
-                         field="--startup-timeout")
+    check_startup_timeout(startup_timeout, max_model_len)
     config = ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                           compact=compact, dtype=dtype, structured_backend=structured_backend,
                           batch_invariant=batch_invariant, startup_timeout_s=startup_timeout)

@@ -338,7 +338,8 @@ def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = No
     server = LocalServer(ServerConfig(model=cfg.model, port=local.port or free_port(),
                                       compact=local.compact, max_num_seqs=local.max_num_seqs,
                                       structured_backend=local.structured_backend,
-                                      batch_invariant=local.batch_invariant))
+                                      batch_invariant=local.batch_invariant, max_model_len=local.max_model_len,
+                                      startup_timeout_s=local.startup_timeout_s))
     if on_server is not None:
         on_server(server)
     server.start()
