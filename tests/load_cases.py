@@ -38,6 +38,7 @@ from nlq2sql.load import capacity, tune_report
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.analysis import Thresholds, analyse
 from nlq2sql.load.driver import LevelContext, LoadMode
+from nlq2sql.load.figures import Level
 from nlq2sql.load.grid import GridConfig, GridMode, LengthClass, cell
 from nlq2sql.load.levels import LEVEL, stats_from_run
 from nlq2sql.load.openloop import RateSweepConfig, RateSweepMode, rate_level
@@ -69,12 +70,12 @@ METRICS = ('# TYPE vllm:cache_config_info gauge\n'
            'vllm:cache_config_info{block_size="16",cache_dtype="auto",num_gpu_blocks="4096"} 1.0\n')
 
 
-def committed_run_dirs() -> list[str]:
-    """Every committed run directory (manifest, summary and records), relative to the repository."""
+def committed_run_dirs(commit: str) -> list[str]:
+    """Every run directory (manifest, summary and records) committed at ``commit``, relative to the repository."""
     import subprocess
 
-    files = set(subprocess.run(["git", "ls-files", *(f"*{f}" for f in RUN_FILES)], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.split())
+    files = set(subprocess.run(["git", "ls-tree", "-r", "--name-only", commit], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.split("\n"))
     dirs = {f.rsplit("/", 1)[0] for f in files if f.endswith("/records.jsonl")}
     return sorted(d for d in dirs if all(f"{d}/{f}" in files for f in RUN_FILES))
 
@@ -193,7 +194,7 @@ def _set_cases(name: str, runs: dict[int, Path]) -> Iterator[tuple[str, str]]:
 
 def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
     """(name, text written) for every case; inputs as they were at ``commit``."""
-    dirs = committed_run_dirs()
+    dirs = committed_run_dirs(commit)
     wanted = {d.format(c) for n, d in SETS.items() for c in LEVELS[n]}
     extra = ["reports/sweep-cpu-smollm2/sweep.json", *(f"reports/tune/{d}/tune.json" for d in (
         "smollm2-135m-heldout/c1-c8-e2e-p95-60s", "smollm2-135m-heldout/c1-c8-e2e-p95-30s",
@@ -221,7 +222,8 @@ def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     sweep = json.loads(files["reports/sweep-cpu-smollm2/sweep.json"].read_text())
     yield "sweep-cpu-smollm2:sweep.md", sw.render_markdown(sweep)
     th = Thresholds(**sweep["analysis"]["thresholds"])
-    yield "sweep-cpu-smollm2:analysis", text(as_dict(analyse(sweep["levels"], th, tuple(sweep["config"]["slo_p95"]),
+    levels = [Level.from_json(s) for s in sweep["levels"]]
+    yield "sweep-cpu-smollm2:analysis", text(as_dict(analyse(levels, th, tuple(sweep["config"]["slo_p95"]),
                                                              sweep["config"]["gpu_cost_per_hour"])))
     for rel in extra[1:]:
         yield f"{rel}:md", tune_report.render_markdown(json.loads(files[rel].read_text()))

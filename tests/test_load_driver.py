@@ -13,6 +13,7 @@ from fakeserver import FakeServer
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
+from nlq2sql.load.figures import Level
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.modes import registry, run_mode
 from nlq2sql.run.config import EvalConfig
@@ -39,17 +40,17 @@ class PairMode(LoadMode[PairSettings]):
         levels = (settings.low, settings.high)
         return levels[len(done)] if len(done) < len(levels) else None
 
-    def run_level(self, ctx: LevelContext[PairSettings], level: Any) -> dict[str, Any]:
+    def run_level(self, ctx: LevelContext[PairSettings], level: Any) -> Level:
         return run_level(ctx.settings.base, ctx.evalset_path, level, ctx.out / f"c{level}",
                          reuse=ctx.settings.resume)
 
     def describe(self, level: Any, stats: Any) -> str:
-        return f"c={level}: {stats['ok']}/{stats['n']}"
+        return f"c={level}: {stats.ok}/{stats.n}"
 
     def analyse(self, ctx: LevelContext[PairSettings], done: list[Any]) -> dict[str, Any]:
         lo, hi = done
-        return {"levels": [lo["concurrency"], hi["concurrency"]], "ok": [lo["ok"], hi["ok"]],
-                "ratio": hi["req_per_s"] / lo["req_per_s"], "notes": ctx.notes}
+        return {"levels": [lo.concurrency, hi.concurrency], "ok": [lo.ok, hi.ok],
+                "ratio": hi.req_per_s / lo.req_per_s, "notes": ctx.notes}
 
     def render(self, result: dict[str, Any]) -> str:
         return f"# pair\n\nc={result['levels'][1]} / c={result['levels'][0]}: {result['ratio']:.2f}x\n"

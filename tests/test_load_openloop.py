@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+import msgspec
 import pytest
 from fakeserver import FakeServer
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
+from nlq2sql.load.figures import Level, LevelArrivals, LevelClient
+from nlq2sql.load.levels import level_stats
 from nlq2sql.load.openloop import analyse_rates, arrival_stats
 
 runner = CliRunner()
@@ -26,12 +28,15 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
 
 
 def _level(rate: float, growth_late: float, n: int = 9, ok: int | None = None, p95: float = 1.0,
-           peak: int = 2) -> dict[str, Any]:
+           peak: int = 2) -> Level:
     recs = [{"scheduled": 100.0 + i, "latency_from_arrival_s": 1.0 if i < n // 3 else growth_late}
             for i in range(n)]
-    return {"offered_rate": rate, "n": n, "ok": n if ok is None else ok, "req_per_s": rate * 0.9,
-            "arrivals": arrival_stats(recs).model_dump(), "latency_from_arrival_s": {"n": n, "p95": p95},
-            "client": {"inflight_peak": peak}}
+    st = level_stats([], None, None, 2)
+    return msgspec.structs.replace(
+        st, offered_rate=rate, n=n, ok=n if ok is None else ok, req_per_s=rate * 0.9,
+        arrivals=LevelArrivals(**arrival_stats(recs).model_dump()), latency_from_arrival_s={"n": n, "p95": p95},
+        client=LevelClient(cpu_s=None, cpu_share_of_core=None, cpu_ms_per_request=None, inflight_peak=peak,
+                           inflight_mean=None, inflight_n=n))
 
 
 def test_arrival_stats_growth_and_realised_rate() -> None:
@@ -47,11 +52,11 @@ def test_analyse_rates_picks_highest_sustained_and_slo() -> None:
               _level(4.0, 1.0, ok=8, p95=1.0), _level(8.0, 1.0, peak=9)]
     a = analyse_rates(levels, growth=1.5, slo=(2.5, 5.0, 0.5), cost_per_hour=3.6)
     # 4.0: one failed; 8.0: all 9 arrivals in flight at once (one batch) — too short to judge.
-    assert [r["sustained"] for r in a["rows"]] == [True, True, False, False, None]
-    assert a["too_short"] == [8.0]
-    assert a["max_sustained_rate"] == 1.0 and a["first_unsustained_rate"] == 2.0
-    assert a["cost_per_1k_at_max_sustained"] == pytest.approx(3.6 / (0.9 * 3600) * 1000)
-    assert [p["rate"] for p in a["slo_policy"]] == [0.5, 1.0, None]
+    assert [r.sustained for r in a.rows] == [True, True, False, False, None]
+    assert a.too_short == [8.0]
+    assert a.max_sustained_rate == 1.0 and a.first_unsustained_rate == 2.0
+    assert a.cost_per_1k_at_max_sustained == pytest.approx(3.6 / (0.9 * 3600) * 1000)
+    assert [p.rate for p in a.slo_policy] == [0.5, 1.0, None]
 
 
 def test_rate_sweep_cli_finds_the_known_capacity(fake: FakeServer, tmp_path: Path) -> None:

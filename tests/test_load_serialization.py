@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from nlq2sql.load.figures import Level
 from nlq2sql.load.metrics import counter_delta, hist_delta, hit_rate, parse_snapshot
 from nlq2sql.load.serialization import VerdictThresholds, decide, evidence, staircase_index
 from nlq2sql.load.server_results import Evidence
@@ -115,14 +116,28 @@ def test_snapshot_deltas() -> None:
     assert hit_rate(None, b)["rate"] is None and counter_delta(a, None, "generation_tokens") is None
 
 
+def _level(c: int, n: int, thr: float, p95: float, server: dict | None = None, client: dict | None = None) -> Level:
+    off = {"n": 0, "peak": None, "mean": None, "note": "not observed"}
+    pct = {"n": n, "mean": 1.0, "p50": 1.0, "p95": p95, "p99": p95}
+    return Level.from_json({
+        "concurrency": c, "n": n, "ok": n, "good": n, "schema_valid": n, "wall_s": n / thr, "req_per_s": thr,
+        "goodput_per_s": thr, "output_tok_per_s": thr, "output_tokens": n, "errors": {}, "finish_reasons": {},
+        "latency_s": pct, "ttft_s": pct, "itl_s": pct, "completion_tokens": pct, "prompt_tokens": pct,
+        "server": server or {"observed": False, "samples": 0, "interval_s": None, "running": off, "waiting": off,
+                             "kv_cache_usage": off, "prefix_cache_hit_rate": None},
+        **({"client": client} if client else {})})
+
+
 def test_evidence_is_written_as_the_flat_figures_it_was() -> None:
     """The typed evidence dumps to the keys, order and values the result has always had."""
     gauge = {"n": 5, "peak": 3.0, "mean": 1.5}
-    single = {"concurrency": 1, "n": 6, "req_per_s": 0.5, "latency_s": {"p95": 2.0}}
-    loaded = {"concurrency": 8, "n": 24, "req_per_s": 1.75, "latency_s": {"p95": 4.0},
-              "server": {"observed": True, "samples": 9, "running": gauge, "waiting": {"n": 0}},
-              "client": {"inflight_mean": 7.5, "inflight_peak": 8, "cpu_share_of_core": 0.25,
-                         "cpu_ms_per_request": 3.5}}
+    off = {"n": 0, "peak": None, "mean": None, "note": "not observed"}
+    single = _level(1, 6, 0.5, 2.0)
+    loaded = _level(8, 24, 1.75, 4.0,
+                    server={"observed": True, "samples": 9, "interval_s": 0.5, "running": gauge, "waiting": off,
+                            "kv_cache_usage": off, "prefix_cache_hit_rate": None},
+                    client={"cpu_s": 1.0, "cpu_share_of_core": 0.25, "cpu_ms_per_request": 3.5, "inflight_peak": 8,
+                            "inflight_mean": 7.5, "inflight_n": 24})
     assert evidence(single, loaded, {"index": 0.1}).model_dump() == {
         "level": 8, "thr_1": 0.5, "thr_k": 1.75, "n_1": 6, "n_k": 24, "speedup": 3.5, "p95_1": 2.0, "p95_k": 4.0,
         "p95_ratio": 2.0, "inflight_mean": 7.5, "inflight_peak": 8, "server_observed": True, "server_samples": 9,

@@ -12,7 +12,8 @@ from nlq2sql.errors import InputError
 from nlq2sql.load import analysis as an
 from nlq2sql.load import render as rn
 from nlq2sql.load import sweep as sw
-from nlq2sql.load.levels import expand_evalset, inflight, level_stats
+from nlq2sql.load.figures import Level, plain
+from nlq2sql.load.levels import expand_evalset, inflight, intervals, level_stats
 from nlq2sql.stages.evalset import load_evalset
 
 TH = an.Thresholds()
@@ -29,85 +30,85 @@ SEED_BEFORE = {1: (0.31, 3.6), 2: (0.31, 6.3), 4: (0.31, 12.8), 8: (0.31, 25.6),
 SEED_BEYOND = {32: (6.63, 5.16), 40: (6.94, 8.54), 48: (6.93, 8.67)}
 
 
-def pts(table: dict[int, tuple[float, float]]) -> list[dict]:
-    return [{"concurrency": c, "req_per_s": t, "p95": p, "n": 150} for c, (t, p) in sorted(table.items())]
+def pts(table: dict[int, tuple[float, float]]) -> list[an.Point]:
+    return [an.Point(concurrency=c, req_per_s=t, p95=p, n=150) for c, (t, p) in sorted(table.items())]
 
 
 def test_efficiency_matches_seed_table() -> None:
     rows = an.scaling([(c, t) for c, (t, _) in SEED_KNEE.items()])
     for r in rows:
-        assert r["efficiency"] == pytest.approx(SEED_EFFICIENCY[r["concurrency"]], abs=0.01)
+        assert r.efficiency == pytest.approx(SEED_EFFICIENCY[r.concurrency], abs=0.01)
     # The seed's worked example: at 16, perfect scaling would be 4.96 req/s; 4.21 is ~85 %.
-    r16 = next(r for r in rows if r["concurrency"] == 16)
-    assert r16["req_per_s"] / r16["efficiency"] == pytest.approx(4.96)
+    r16 = next(r for r in rows if r.concurrency == 16)
+    assert r16.req_per_s / r16.efficiency == pytest.approx(4.96)
 
 
 def test_efficiency_with_external_baseline_matches_repeated_sweep() -> None:
     # The seed's clean repeat at 12/16/20/24 used thr(1) = 0.31 from the main sweep.
     rows = an.scaling([(12, 3.19), (16, 4.06), (20, 4.64), (24, 5.26)], baseline=(1, 0.31))
-    assert [round(r["efficiency"], 2) for r in rows] == [0.86, 0.82, 0.75, 0.71]
+    assert [round(r.efficiency, 2) for r in rows] == [0.86, 0.82, 0.75, 0.71]
 
 
 def test_baseline_is_lowest_level_when_one_is_missing() -> None:
     rows = an.scaling([(4, 2.0), (8, 3.0)])
-    assert rows[0]["efficiency"] == pytest.approx(1.0)
-    assert rows[1]["efficiency"] == pytest.approx(3.0 * 4 / (8 * 2.0))
-    assert rows[1]["marginal"] == pytest.approx((3.0 - 2.0) / (4 * 0.5))
+    assert rows[0].efficiency == pytest.approx(1.0)
+    assert rows[1].efficiency == pytest.approx(3.0 * 4 / (8 * 2.0))
+    assert rows[1].marginal == pytest.approx((3.0 - 2.0) / (4 * 0.5))
     a = an.analyse([_level(4, 2.0, 1.0), _level(8, 3.0, 1.2)], TH)
-    assert a["baseline_level"] == 4 and "c=4" in a["baseline_note"]
+    assert a.baseline_level == 4 and "c=4" in a.baseline_note
 
 
 def test_knee_on_seed_numbers() -> None:
     rows = an.scaling([(c, t) for c, (t, _) in SEED_KNEE.items()])
     knee = an.find_knee(rows, TH)
     # Efficient through 16, bends at 18 (77 % < 80 %; 16→18 bought only 0.13 of a lane per request).
-    assert knee["level"] == 18 and knee["last_efficient"] == 16
-    assert any("efficiency 77% < 80%" in r for r in knee["reasons"])
-    assert any("marginal" in r for r in knee["reasons"])
+    assert knee.level == 18 and knee.last_efficient == 16
+    assert any("efficiency 77% < 80%" in r for r in knee.reasons)
+    assert any("marginal" in r for r in knee.reasons)
     # Without the dense 18 point, the knee is 24 (75.7 %), still after 16.
     rows = an.scaling([(c, t) for c, (t, _) in SEED_KNEE.items() if c != 18])
-    assert an.find_knee(rows, TH)["level"] == 24
+    assert an.find_knee(rows, TH).level == 24
 
 
 def test_knee_by_marginal_gain_alone() -> None:
     # Efficiency stays high but the last step buys almost nothing.
     rows = an.scaling([(1, 1.0), (2, 2.0), (4, 3.9), (5, 4.0)])
     knee = an.find_knee(rows, an.Thresholds(efficiency=0.5))
-    assert knee["level"] == 5 and knee["reasons"] == ["marginal gain 0.10 < 0.50 lane/request"]
+    assert knee.level == 5 and knee.reasons == ["marginal gain 0.10 < 0.50 lane/request"]
 
 
 def test_knee_none_and_single_level() -> None:
     rows = an.scaling([(1, 1.0), (2, 1.95), (4, 3.8)])
-    assert an.find_knee(rows, TH)["level"] is None
-    assert an.find_knee(rows, TH)["last_efficient"] == 4
-    assert an.find_knee(an.scaling([(1, 1.0)]), TH)["level"] is None
+    assert an.find_knee(rows, TH).level is None
+    assert an.find_knee(rows, TH).last_efficient == 4
+    assert an.find_knee(an.scaling([(1, 1.0)]), TH).level is None
 
 
 def test_serialized_curve_knees_at_two_and_saturates_at_one() -> None:
     rows = an.scaling([(c, t) for c, (t, _) in SEED_BEFORE.items()])
-    assert an.find_knee(rows, TH)["level"] == 2
+    assert an.find_knee(rows, TH).level == 2
     sat = an.find_saturation(pts(SEED_BEFORE), TH)
-    assert sat["level"] == 1 and sat["next"] == 2 and sat["p95_rise"] > 0.5
+    assert sat.level == 1 and sat.next == 2 and sat.p95_rise > 0.5
     sig = an.serialized_signature(pts(SEED_BEFORE), TH)
-    assert sig["present"] and sig["speedup"] == pytest.approx(1.0) and sig["p95_ratio"] > 25
-    assert not an.serialized_signature(pts(SEED_KNEE), TH)["present"]
+    assert sig.present and sig.speedup == pytest.approx(1.0) and sig.p95_ratio > 25
+    assert not an.serialized_signature(pts(SEED_KNEE), TH).present
 
 
 def test_saturation_beyond_32() -> None:
     sat = an.find_saturation(pts(SEED_BEYOND), TH)
-    assert sat["level"] == 32 and sat["next"] == 40
-    assert sat["throughput_gain"] == pytest.approx(6.94 / 6.63 - 1)
-    assert an.find_saturation(pts(SEED_KNEE), TH)["level"] is None
+    assert sat.level == 32 and sat.next == 40
+    assert sat.throughput_gain == pytest.approx(6.94 / 6.63 - 1)
+    assert an.find_saturation(pts(SEED_KNEE), TH).level is None
 
 
 def test_slo_policy_reproduces_seed() -> None:
     pol = an.slo_policy(pts(SEED_KNEE), [4.0, 4.5, 5.0, 3.0], cost_per_hour=1.0)
-    by = {p["p95_target_s"]: p for p in pol}
-    assert by[4.0]["level"] == 16  # "p95 below 4 seconds: use the 16-request region"
-    assert by[4.5]["level"] == 24  # "below 4.5 seconds: the 20-24 request region"
-    assert by[5.0]["level"] == 32  # "lowest cost per query with p95 below 5 seconds: 32"
-    assert by[5.0]["cost_per_1k"] == pytest.approx(0.0404, abs=0.0005)
-    assert by[3.0]["level"] is None and "lowest p95 3.24 s at c=1" in by[3.0]["note"]
+    by = {p.p95_target_s: p for p in pol}
+    assert by[4.0].level == 16  # "p95 below 4 seconds: use the 16-request region"
+    assert by[4.5].level == 24  # "below 4.5 seconds: the 20-24 request region"
+    assert by[5.0].level == 32  # "lowest cost per query with p95 below 5 seconds: 32"
+    assert by[5.0].cost_per_1k == pytest.approx(0.0404, abs=0.0005)
+    assert by[3.0].level is None and "lowest p95 3.24 s at c=1" in by[3.0].note
 
 
 def test_cost_per_1k_matches_seed() -> None:
@@ -121,7 +122,7 @@ def test_cost_per_1k_matches_seed() -> None:
 NOT_OBSERVED = {"n": 0, "peak": None, "mean": None, "note": "not observed"}
 
 
-def _level(c: int, thr: float, p95: float, observed: bool = True) -> dict:
+def _level(c: int, thr: float, p95: float, observed: bool = True) -> Level:
     """A synthetic level in level_stats' shape (the declared LevelStats contract)."""
     n = 32
     server = {"observed": observed, "samples": 40 if observed else 0, "interval_s": 0.25,
@@ -129,7 +130,7 @@ def _level(c: int, thr: float, p95: float, observed: bool = True) -> dict:
               "waiting": {"n": 40, "peak": 0, "mean": 0.0} if observed else NOT_OBSERVED,
               "kv_cache_usage": {"n": 40, "peak": 0.02, "mean": 0.01} if observed else NOT_OBSERVED,
               "prefix_cache_hit_rate": 0.9 if observed else None}
-    return {"concurrency": c, "n": n, "ok": n, "good": n // 2, "schema_valid": n, "wall_s": n / thr,
+    return Level.from_json({"concurrency": c, "n": n, "ok": n, "good": n // 2, "schema_valid": n, "wall_s": n / thr,
             "req_per_s": thr, "goodput_per_s": thr / 2, "output_tok_per_s": thr * 40, "output_tokens": 40 * n,
             "errors": {}, "finish_reasons": {"stop": n},
             "latency_s": {"n": n, "p50": p95 * 0.8, "p95": p95, "p99": p95 * 1.1, "mean": p95 * 0.8},
@@ -139,16 +140,16 @@ def _level(c: int, thr: float, p95: float, observed: bool = True) -> dict:
             "prompt_tokens": {"n": n, "p50": 300, "p95": 310, "p99": 311, "mean": 300},
             "server": server, "run_dir": f"levels/c{c}",
             "client": {"cpu_s": 1.0, "wall_s": n / thr, "cpu_share_of_core": 0.1, "cpu_ms_per_request": 30.0,
-                       "n": n, "inflight_peak": c, "inflight_mean": c * 0.95, "inflight_n": n}}
+                       "n": n, "inflight_peak": c, "inflight_mean": c * 0.95, "inflight_n": n}})
 
 
-def _result(levels: list[dict], cost: float | None = 1.0, slo: tuple[float, ...] = (4.0,)) -> dict:
-    return {"kind": "sweep", "model": "m", "evalset": "heldout", "endpoint_label": "http://x/v1",
+def _result(levels: list[Level], cost: float | None = 1.0, slo: tuple[float, ...] = (4.0,)) -> dict:
+    return plain({"kind": "sweep", "model": "m", "evalset": "heldout", "endpoint_label": "http://x/v1",
             "cpu_label": "CPU-only", "server": {"endpoint": "http://x/v1"},
-            "config": {"levels": [s["concurrency"] for s in levels], "requests": 32, "slo_p95": list(slo),
+            "config": {"levels": [s.concurrency for s in levels], "requests": 32, "slo_p95": list(slo),
                        "gpu_cost_per_hour": cost, "max_tokens": 96, "structured": "json", "prompt": "baseline",
                        "warmup": 0},
-            "levels": levels, "analysis": an.analyse(levels, TH, slo, cost), "notes": ["a note"]}
+            "levels": levels, "analysis": an.analyse(levels, TH, slo, cost), "notes": ["a note"]})
 
 
 def test_render_and_plots_from_synthetic_levels(tmp_path: Path) -> None:
@@ -185,20 +186,20 @@ def test_level_stats_from_records() -> None:
     recs.append({"outcome": "ok", "raw_intent": None, "correct_final": False, "completion_tokens": 96,
                  "latency_s": 2.0, "ttft_s": 0.1, "started": 101.0, "finish_reason": "length"})
     st = level_stats(recs, 10.0, {"observed": False, "note": "no /metrics samples: not observed"}, 4)
-    assert st["n"] == 6 and st["ok"] == 5 and st["good"] == 2 and st["schema_valid"] == 4
-    assert st["req_per_s"] == pytest.approx(0.5) and st["goodput_per_s"] == pytest.approx(0.2)
-    assert st["output_tok_per_s"] == pytest.approx((40 + 96) / 10)
-    assert st["errors"] == {"timeout": 1} and st["finish_reasons"]["length"] == 1
-    assert st["latency_s"]["n"] == 5
-    assert st["server"]["observed"] is False and st["server"]["running"]["note"] == "not observed"
-    assert st["_inflight"]["inflight_peak"] == 4
+    assert st.n == 6 and st.ok == 5 and st.good == 2 and st.schema_valid == 4
+    assert st.req_per_s == pytest.approx(0.5) and st.goodput_per_s == pytest.approx(0.2)
+    assert st.output_tok_per_s == pytest.approx((40 + 96) / 10)
+    assert st.errors == {"timeout": 1} and st.finish_reasons["length"] == 1
+    assert st.latency_s["n"] == 5
+    assert st.server.observed is False and st.server.running.note == "not observed"
+    assert inflight(intervals(recs)).inflight_peak == 4
 
 
 def test_inflight_timeline() -> None:
-    assert inflight([(0, 2), (1, 3)]) == {"inflight_peak": 2, "inflight_mean": pytest.approx(4 / 3),
-                                          "inflight_n": 2}
-    assert inflight([(0, 1), (1, 2)])["inflight_peak"] == 1  # back-to-back is not overlap
-    assert inflight([])["inflight_peak"] is None
+    assert inflight([(0, 2), (1, 3)]).to_json() == {"inflight_peak": 2, "inflight_mean": pytest.approx(4 / 3),
+                                                    "inflight_n": 2}
+    assert inflight([(0, 1), (1, 2)]).inflight_peak == 1  # back-to-back is not overlap
+    assert inflight([]).inflight_peak is None
 
 
 def test_expand_evalset_cycles_with_unique_ids(tmp_path: Path) -> None:

@@ -6,9 +6,11 @@ What each figure means is in :mod:`nlq2sql.load.sweep`'s docstring.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
-__all__ = ["Thresholds", "analyse", "cost_per_1k", "find_knee", "find_saturation", "scaling",
+from nlq2sql.load.figures import UNSET, Fig, Level, Num, UnsetType
+
+__all__ = ["Knee", "LevelCost", "Point", "Saturation", "ScalingRow", "Signature", "SloPick", "SweepAnalysis",
+           "Thresholds", "analyse", "cost_per_1k", "find_knee", "find_saturation", "points", "scaling",
            "serialized_signature", "slo_policy"]
 
 
@@ -28,6 +30,78 @@ class Thresholds:
                 f"while p95 rises > {self.p95_rise_pct:.0%}")
 
 
+# The analysis as written into ``sweep.json`` (fields in the file's order; see :mod:`.figures`).
+
+class ScalingRow(Fig):
+    concurrency: int
+    req_per_s: Num | None
+    efficiency: Num | None
+    marginal: Num | None
+
+
+class Knee(Fig):
+    level: int | None
+    last_efficient: int | None
+    reasons: list[str]
+
+
+class Saturation(Fig):
+    level: int | None
+    next: int | UnsetType = UNSET
+    throughput_gain: Num | UnsetType = UNSET
+    p95_rise: Num | UnsetType = UNSET
+    note: str | UnsetType = UNSET  # not reached
+
+
+class SloPick(Fig):
+    p95_target_s: Num
+    level: int | None
+    req_per_s: Num | UnsetType = UNSET
+    p95_s: Num | UnsetType = UNSET
+    n: int | None | UnsetType = UNSET
+    cost_per_1k: Num | None | UnsetType = UNSET
+    note: str | UnsetType = UNSET  # no level meets the target
+
+
+class Signature(Fig):
+    speedup: Num
+    concurrency_ratio: Num
+    p95_ratio: Num
+    present: bool
+
+
+class LevelCost(Fig):
+    concurrency: int
+    per_1k_queries: Num | None
+    per_1k_correct: Num | None
+
+
+class SweepAnalysis(Fig):
+    baseline_level: int | None
+    baseline_note: str | None
+    scaling: list[ScalingRow]
+    knee: Knee
+    saturation: Saturation
+    slo_policy: list[SloPick]
+    serialized_signature: Signature | None
+    cost: list[LevelCost] | None
+    thresholds: dict[str, float]
+    thresholds_text: str
+
+
+class Point(Fig):
+    """One level as the analysis reads it (not written)."""
+
+    concurrency: int
+    req_per_s: Num | None
+    p95: Num | None
+    n: int | None = None
+
+
+def points(levels: list[Level]) -> list[Point]:
+    return [Point(concurrency=s.concurrency, req_per_s=s.req_per_s, p95=s.p95(), n=s.n) for s in levels]
+
+
 
 def cost_per_1k(req_per_s: float | None, cost_per_hour: float | None) -> float | None:
     """Hourly cost ÷ hourly completed requests × 1000; None when either is unknown or zero."""
@@ -37,7 +111,7 @@ def cost_per_1k(req_per_s: float | None, cost_per_hour: float | None) -> float |
 
 
 def scaling(points: list[tuple[int, float | None]], baseline: tuple[int, float] | None = None
-            ) -> list[dict[str, Any]]:
+            ) -> list[ScalingRow]:
     """Efficiency and marginal gain per level from (concurrency, req/s), sorted by concurrency.
 
     The baseline is (1, thr(1)) when level 1 was swept; otherwise the lowest level L, with
@@ -55,100 +129,96 @@ def scaling(points: list[tuple[int, float | None]], baseline: tuple[int, float] 
         marg = None
         if prev is not None and lane and thr is not None and prev[1] is not None and c > prev[0]:
             marg = (thr - prev[1]) / ((c - prev[0]) * lane)
-        out.append({"concurrency": c, "req_per_s": thr, "efficiency": eff, "marginal": marg})
+        out.append(ScalingRow(concurrency=c, req_per_s=thr, efficiency=eff, marginal=marg))
         prev = (c, thr)
     return out
 
 
-def find_knee(rows: list[dict[str, Any]], th: Thresholds) -> dict[str, Any]:
+def find_knee(rows: list[ScalingRow], th: Thresholds) -> Knee:
     """First level whose efficiency or marginal gain falls below its threshold."""
     for i, r in enumerate(rows):
         if i == 0:
             continue
         reasons = []
-        if r["efficiency"] is not None and r["efficiency"] < th.efficiency:
-            reasons.append(f"efficiency {r['efficiency']:.0%} < {th.efficiency:.0%}")
-        if r["marginal"] is not None and r["marginal"] < th.marginal:
-            reasons.append(f"marginal gain {r['marginal']:.2f} < {th.marginal:.2f} lane/request")
+        if r.efficiency is not None and r.efficiency < th.efficiency:
+            reasons.append(f"efficiency {r.efficiency:.0%} < {th.efficiency:.0%}")
+        if r.marginal is not None and r.marginal < th.marginal:
+            reasons.append(f"marginal gain {r.marginal:.2f} < {th.marginal:.2f} lane/request")
         if reasons:
-            return {"level": r["concurrency"], "last_efficient": rows[i - 1]["concurrency"],
-                    "reasons": reasons}
+            return Knee(level=r.concurrency, last_efficient=rows[i - 1].concurrency, reasons=reasons)
     if len(rows) < 2:
-        return {"level": None, "last_efficient": None, "reasons": ["needs at least two levels"]}
-    return {"level": None, "last_efficient": rows[-1]["concurrency"],
-            "reasons": ["scaling stayed above both thresholds at every level swept"]}
+        return Knee(level=None, last_efficient=None, reasons=["needs at least two levels"])
+    return Knee(level=None, last_efficient=rows[-1].concurrency,
+                reasons=["scaling stayed above both thresholds at every level swept"])
 
 
-def find_saturation(points: list[dict[str, Any]], th: Thresholds) -> dict[str, Any]:
-    """First level L after which throughput is flat while p95 climbs.
+def _measured(points: list[Point]) -> list[tuple[Point, float, float]]:
+    return [(p, p.req_per_s, p.p95) for p in points if p.req_per_s and p.p95]
 
-    ``points``: dicts with concurrency, req_per_s and p95, sorted by concurrency.
-    """
-    pts = [p for p in points if p.get("req_per_s") and p.get("p95")]
-    for a, b in zip(pts, pts[1:], strict=False):
-        gain = b["req_per_s"] / a["req_per_s"] - 1
-        rise = b["p95"] / a["p95"] - 1
+
+def find_saturation(points: list[Point], th: Thresholds) -> Saturation:
+    """First level L after which throughput is flat while p95 climbs (``points`` sorted by concurrency)."""
+    pts = _measured(points)
+    for (a, a_thr, a_p95), (b, b_thr, b_p95) in zip(pts, pts[1:], strict=False):
+        gain = b_thr / a_thr - 1
+        rise = b_p95 / a_p95 - 1
         if gain < th.flat_pct and rise > th.p95_rise_pct:
-            return {"level": a["concurrency"], "next": b["concurrency"], "throughput_gain": gain,
-                    "p95_rise": rise}
-    return {"level": None, "note": "not reached within the levels swept"}
+            return Saturation(level=a.concurrency, next=b.concurrency, throughput_gain=gain, p95_rise=rise)
+    return Saturation(level=None, note="not reached within the levels swept")
 
 
-def slo_policy(points: list[dict[str, Any]], targets: tuple[float, ...] | list[float],
-               cost_per_hour: float | None = None) -> list[dict[str, Any]]:
+def slo_policy(points: list[Point], targets: tuple[float, ...] | list[float],
+               cost_per_hour: float | None = None) -> list[SloPick]:
     """For each p95 target: the level with the highest throughput whose p95 meets it."""
     out = []
     for t in targets:
-        ok = [p for p in points if p.get("p95") is not None and p["p95"] <= t and p.get("req_per_s")]
+        ok = [(p, p.req_per_s, p.p95) for p in points if p.p95 is not None and p.p95 <= t and p.req_per_s]
         if not ok:
-            measured = [p for p in points if p.get("p95") is not None]
-            low = min(measured, key=lambda p: p["p95"]) if measured else None
-            out.append({"p95_target_s": t, "level": None,
-                        "note": (f"no level meets it (lowest p95 {low['p95']:.2f} s at "
-                                 f"c={low['concurrency']})" if low else "no measured level")})
+            measured = [(p, p.p95) for p in points if p.p95 is not None]
+            low = min(measured, key=lambda x: x[1]) if measured else None
+            out.append(SloPick(p95_target_s=t, level=None,
+                               note=(f"no level meets it (lowest p95 {low[1]:.2f} s at "
+                                     f"c={low[0].concurrency})" if low else "no measured level")))
             continue
-        best = max(ok, key=lambda p: (p["req_per_s"], -p["concurrency"]))
-        out.append({"p95_target_s": t, "level": best["concurrency"], "req_per_s": best["req_per_s"],
-                    "p95_s": best["p95"], "n": best.get("n"),
-                    "cost_per_1k": cost_per_1k(best["req_per_s"], cost_per_hour)})
+        best, thr, p95 = max(ok, key=lambda x: (x[1], -x[0].concurrency))
+        out.append(SloPick(p95_target_s=t, level=best.concurrency, req_per_s=thr, p95_s=p95, n=best.n,
+                           cost_per_1k=cost_per_1k(thr, cost_per_hour)))
     return out
 
 
-def serialized_signature(points: list[dict[str, Any]], th: Thresholds) -> dict[str, Any] | None:
+def serialized_signature(points: list[Point], th: Thresholds) -> Signature | None:
     """Seed 002's lost-concurrency signature: flat throughput while p95 grows ~linearly in c."""
-    pts = [p for p in points if p.get("req_per_s") and p.get("p95")]
+    pts = _measured(points)
     if len(pts) < 2:
         return None
-    lo, hi = pts[0], pts[-1]
-    speedup = hi["req_per_s"] / lo["req_per_s"]
-    conc_ratio = hi["concurrency"] / lo["concurrency"]
-    p95_ratio = hi["p95"] / lo["p95"]
+    (lo, lo_thr, lo_p95), (hi, hi_thr, hi_p95) = pts[0], pts[-1]
+    speedup = hi_thr / lo_thr
+    conc_ratio = hi.concurrency / lo.concurrency
+    p95_ratio = hi_p95 / lo_p95
     flat = speedup < 1 + 2 * th.flat_pct
     linear = p95_ratio >= 0.5 * conc_ratio
-    return {"speedup": speedup, "concurrency_ratio": conc_ratio, "p95_ratio": p95_ratio,
-            "present": bool(flat and linear and conc_ratio >= 2)}
+    return Signature(speedup=speedup, concurrency_ratio=conc_ratio, p95_ratio=p95_ratio,
+                     present=bool(flat and linear and conc_ratio >= 2))
 
 
-def analyse(levels: list[dict[str, Any]], th: Thresholds, slo: tuple[float, ...] = (),
-            cost_per_hour: float | None = None) -> dict[str, Any]:
+def analyse(levels: list[Level], th: Thresholds, slo: tuple[float, ...] = (),
+            cost_per_hour: float | None = None) -> SweepAnalysis:
     """Everything derived from the measured levels (sorted by concurrency)."""
-    levels = sorted(levels, key=lambda s: s["concurrency"])
-    rows = scaling([(s["concurrency"], s.get("req_per_s")) for s in levels])
-    pts = [{"concurrency": s["concurrency"], "req_per_s": s.get("req_per_s"),
-            "p95": (s.get("latency_s") or {}).get("p95"), "n": s.get("n")} for s in levels]
-    base = rows[0]["concurrency"] if rows else None
-    return {
-        "baseline_level": base,
-        "baseline_note": None if base == 1 else
+    levels = sorted(levels, key=lambda s: s.concurrency)
+    rows = scaling([(s.concurrency, s.req_per_s) for s in levels])
+    pts = points(levels)
+    base = rows[0].concurrency if rows else None
+    return SweepAnalysis(
+        baseline_level=base,
+        baseline_note=None if base == 1 else
         f"level 1 not swept: efficiency uses c={base} as the baseline (thr(N)·{base} / (N·thr({base})))",
-        "scaling": rows,
-        "knee": find_knee(rows, th),
-        "saturation": find_saturation(pts, th),
-        "slo_policy": slo_policy(pts, slo, cost_per_hour),
-        "serialized_signature": serialized_signature(pts, th),
-        "cost": [{"concurrency": s["concurrency"],
-                  "per_1k_queries": cost_per_1k(s.get("req_per_s"), cost_per_hour),
-                  "per_1k_correct": cost_per_1k(s.get("goodput_per_s"), cost_per_hour)}
-                 for s in levels] if cost_per_hour is not None else None,
-        "thresholds": asdict(th), "thresholds_text": th.describe(),
-    }
+        scaling=rows,
+        knee=find_knee(rows, th),
+        saturation=find_saturation(pts, th),
+        slo_policy=slo_policy(pts, slo, cost_per_hour),
+        serialized_signature=serialized_signature(pts, th),
+        cost=[LevelCost(concurrency=s.concurrency, per_1k_queries=cost_per_1k(s.req_per_s, cost_per_hour),
+                        per_1k_correct=cost_per_1k(s.goodput_per_s, cost_per_hour))
+              for s in levels] if cost_per_hour is not None else None,
+        thresholds=asdict(th), thresholds_text=th.describe(),
+    )

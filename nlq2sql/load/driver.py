@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.figures import Fig
 from nlq2sql.load.output import Plot, write_outputs
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
@@ -160,8 +161,8 @@ class LoadMode(ABC, Generic[S]):
         return f"level {level}: done"
 
     @abstractmethod
-    def analyse(self, ctx: LevelContext[S], done: list[Any]) -> dict[str, Any]:
-        """The result (JSON-ready, with ``kind``), written as STEM.json."""
+    def analyse(self, ctx: LevelContext[S], done: list[Any]) -> dict[str, Any] | Fig:
+        """The result (with ``kind``; typed in the file's order, or JSON-ready), written as STEM.json."""
 
     @abstractmethod
     def render(self, result: dict[str, Any]) -> str:
@@ -207,7 +208,8 @@ def drive(mode: LoadMode[S], settings: S, progress: Progress | None = None,
             done.append(stats)
             if progress:
                 progress(mode.describe(level, stats))
-        result = mode.analyse(ctx, done)
+        typed = mode.analyse(ctx, done)
+        result = typed.to_json() if isinstance(typed, Fig) else typed
         result.setdefault("elapsed_s", time.time() - ctx.started)
         return write_outputs(ctx.out, mode.stem, result, mode.render, mode.plot)
 

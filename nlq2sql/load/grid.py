@@ -25,9 +25,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+import msgspec
+
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
+from nlq2sql.load.figures import Fig, Level, Num
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import GridResult, as_model
@@ -112,15 +115,62 @@ def cell_config(base: EvalConfig, cls: LengthClass) -> EvalConfig:
     return replace(base, sampling=sampling, load=replace(base.load, context_suffix=suffix))
 
 
-def cell(st: dict[str, Any], cls: LengthClass) -> dict[str, Any]:
-    kv = st["server"].get("kv_cache_usage") or {}
-    return {"class": cls.name, "concurrency": st["concurrency"], "n": st["n"], "ok": st["ok"],
-            "req_per_s": st.get("req_per_s"), "output_tok_per_s": st.get("output_tok_per_s"),
-            "p95_s": (st["latency_s"] or {}).get("p95"), "ttft_p95_s": (st["ttft_s"] or {}).get("p95"),
-            "prompt_tokens_p50": (st["prompt_tokens"] or {}).get("p50"),
-            "completion_tokens_p50": (st["completion_tokens"] or {}).get("p50"),
-            "kv_peak": kv.get("peak"), "kv_samples": kv.get("n", 0),
-            "errors": st["errors"], "finish_reasons": st["finish_reasons"], "run_dir": st["run_dir"]}
+# The result as written into ``grid.json`` (fields in the file's order; see :mod:`.figures`).
+
+class Cell(Fig):
+    """One (length class, concurrency) cell of the grid."""
+
+    cls: str = msgspec.field(name="class")
+    concurrency: int
+    n: int
+    ok: int
+    req_per_s: Num | None
+    output_tok_per_s: Num | None
+    p95_s: Num | None
+    ttft_p95_s: Num | None
+    prompt_tokens_p50: Num | None
+    completion_tokens_p50: Num | None
+    kv_peak: Num | None
+    kv_samples: int
+    errors: dict[str, int]
+    finish_reasons: dict[str, int]
+    run_dir: str
+
+
+class GridClassOut(Fig):
+    name: str
+    pad_tokens: int
+    out_tokens: int
+    describe: str
+
+
+class GridSettingsOut(Fig):
+    levels: list[int]
+    requests: int
+    classes: list[GridClassOut]
+
+
+class GridOut(Fig, kw_only=True):
+    kind: str = "grid"
+    created: float
+    elapsed_s: float
+    model: str
+    evalset: str
+    server: dict[str, Any]  # the endpoint's facts, open by nature
+    endpoint_label: str
+    cpu_label: str | None
+    config: GridSettingsOut
+    cells: list[Cell]
+    notes: list[str]
+
+
+def cell(st: Level, cls: LengthClass) -> Cell:
+    kv = st.server.kv_cache_usage
+    return Cell(cls=cls.name, concurrency=st.concurrency, n=st.n, ok=st.ok, req_per_s=st.req_per_s,
+                output_tok_per_s=st.output_tok_per_s, p95_s=st.latency_s.get("p95"),
+                ttft_p95_s=st.ttft_s.get("p95"), prompt_tokens_p50=st.prompt_tokens.get("p50"),
+                completion_tokens_p50=st.completion_tokens.get("p50"), kv_peak=kv.peak, kv_samples=kv.n,
+                errors=st.errors, finish_reasons=st.finish_reasons, run_dir=str(st.run_dir))
 
 
 def render_markdown(result: GridResult | dict[str, Any]) -> str:
@@ -202,35 +252,35 @@ class GridMode(LoadMode[GridConfig]):
     def next_level(self, settings: GridConfig, done: list[Any]) -> tuple[LengthClass, int] | None:
         return next_in([(k, c) for k in settings.classes for c in sorted(set(settings.levels))], done)
 
-    def run_level(self, ctx: LevelContext[GridConfig], level: Any) -> dict[str, Any]:
+    def run_level(self, ctx: LevelContext[GridConfig], level: Any) -> Cell:
         cls, c = level
         st = run_level(cell_config(ctx.settings.base, cls), ctx.evalset_path, c,
                        ctx.out / "cells" / f"{cls.name}-c{c}", reuse=ctx.settings.resume)
-        if cls.out_tokens and st["ok"]:
-            got = (st["completion_tokens"] or {}).get("p50")
+        if cls.out_tokens and st.ok:
+            got = st.completion_tokens.get("p50")
             if got is not None and got != cls.out_tokens:
                 ctx.notes.append(f"{cls.name} c={c}: median output {got:.0f} tokens, not the {cls.out_tokens} "
                                  "asked (the endpoint may not honour ignore_eos).")
         return cell(st, cls)
 
     def describe(self, level: Any, stats: Any) -> str:
-        return (f"{level[0].name} c={level[1]}: {stats['ok']}/{stats['n']} ok, "
-                f"{fmt_num(stats.get('req_per_s'), '{:.3f}')} req/s")
+        return (f"{level[0].name} c={level[1]}: {stats.ok}/{stats.n} ok, "
+                f"{fmt_num(stats.req_per_s, '{:.3f}')} req/s")
 
-    def analyse(self, ctx: LevelContext[GridConfig], done: list[Any]) -> dict[str, Any]:
+    def analyse(self, ctx: LevelContext[GridConfig], done: list[Any]) -> GridOut:
         cfg, info = ctx.settings, ctx.server_info
         local = bool(info.get("started_by_us"))
-        return {
-            "kind": "grid", "created": time.time(), "elapsed_s": time.time() - ctx.started,
-            "model": cfg.base.model, "evalset": cfg.base.evalset, "server": info,
-            "endpoint_label": "local vLLM started for the grid" if local else str(info.get("endpoint")),
-            "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
-                          "they are not GPU numbers.") if local else None,
-            "config": {"levels": sorted(set(cfg.levels)), "requests": cfg.requests,
-                       "classes": [{"name": c.name, "pad_tokens": c.pad_tokens, "out_tokens": c.out_tokens,
-                                    "describe": c.describe()} for c in cfg.classes]},
-            "cells": done, "notes": ctx.notes,
-        }
+        return GridOut(
+            created=time.time(), elapsed_s=time.time() - ctx.started,
+            model=cfg.base.model, evalset=cfg.base.evalset, server=info,
+            endpoint_label="local vLLM started for the grid" if local else str(info.get("endpoint")),
+            cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
+                       "they are not GPU numbers.") if local else None,
+            config=GridSettingsOut(levels=sorted(set(cfg.levels)), requests=cfg.requests,
+                                   classes=[GridClassOut(name=c.name, pad_tokens=c.pad_tokens,
+                                                         out_tokens=c.out_tokens, describe=c.describe())
+                                            for c in cfg.classes]),
+            cells=done, notes=ctx.notes)
 
     def render(self, result: dict[str, Any]) -> str:
         return render_markdown(result)
@@ -242,4 +292,5 @@ def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
     return drive(GridMode(), cfg, progress, server_info=server_info)
 
 
-__all__ = ["DEFAULT_CLASSES", "GridConfig", "GridMode", "LengthClass", "context_block", "parse_classes", "run_grid"]
+__all__ = ["DEFAULT_CLASSES", "Cell", "GridClassOut", "GridConfig", "GridMode", "GridOut", "GridSettingsOut",
+           "LengthClass", "context_block", "parse_classes", "run_grid"]

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
-from nlq2sql.load.analysis import Thresholds, analyse
+from nlq2sql.load.analysis import SweepAnalysis, Thresholds, analyse
 from nlq2sql.load.driver import (
     LevelContext,
     LoadMode,
@@ -43,6 +43,7 @@ from nlq2sql.load.driver import (
     prepare_out,
     register,
 )
+from nlq2sql.load.figures import UNSET, Fig, Level, LevelClient, LevelMachine, Num, UnsetType, present
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
@@ -51,7 +52,8 @@ from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.run.live import bound_endpoint
 
-__all__ = ["SweepConfig", "SweepMode", "assemble", "parse_server_sweep", "rerender", "run_server_sweep",
+__all__ = ["SweepConfig", "SweepMode", "SweepOut", "SweepSettingsOut", "assemble",
+           "parse_server_sweep", "rerender", "run_server_sweep",
            "run_sweep", "write_result"]
 
 
@@ -96,38 +98,39 @@ class SweepMode(LoadMode[SweepConfig]):
     def next_level(self, settings: SweepConfig, done: list[Any]) -> int | None:
         return next_in(sorted(set(settings.levels)), done)
 
-    def run_level(self, ctx: LevelContext[SweepConfig], level: Any) -> dict[str, Any]:
+    def run_level(self, ctx: LevelContext[SweepConfig], level: Any) -> Level:
         s = ctx.settings
         base = replace(s.base, load=replace(s.base.load, duration_s=s.duration_s))
         d = ctx.out / "levels" / f"c{level}"
         st = run_level(base, ctx.evalset_path, level, d, reuse=s.resume)
         if s.slo:
-            st["correct_goodput_per_s"] = correct_goodput(list(iter_records(d / RECORDS)), st.get("wall_s"), s.slo)
+            st.correct_goodput_per_s = correct_goodput(list(iter_records(d / RECORDS)), st.wall_s, s.slo)
         return st
 
     def describe(self, level: Any, stats: Any) -> str:
-        return (f"c={level}: {stats['ok']}/{stats['n']} ok, {fmt_num(stats.get('req_per_s'))} req/s, "
-                f"p95 {fmt_num((stats['latency_s'] or {}).get('p95'))} s")
+        return (f"c={level}: {stats.ok}/{stats.n} ok, {fmt_num(stats.req_per_s)} req/s, "
+                f"p95 {fmt_num(stats.p95())} s")
 
-    def analyse(self, ctx: LevelContext[SweepConfig], done: list[Any]) -> dict[str, Any]:
-        cfg, stats, notes = ctx.settings, done, ctx.notes
+    def analyse(self, ctx: LevelContext[SweepConfig], done: list[Any]) -> SweepOut:
+        cfg, notes = ctx.settings, ctx.notes
+        stats: list[Level] = done
         for st in stats:
-            if st.get("not_sent"):
-                notes.append(f"c={st['concurrency']}: the {cfg.duration_s:g} s duration ended the level; "
-                             f"{st['n']} requests sent, {st['not_sent']} of the {cfg.requests}-request cap not sent.")
+            if st.not_sent:
+                notes.append(f"c={st.concurrency}: the {cfg.duration_s:g} s duration ended the level; "
+                             f"{st.n} requests sent, {st.not_sent} of the {cfg.requests}-request cap not sent.")
         for c in sorted(set(cfg.levels)):
             if cfg.duration_s is None and cfg.requests < 4 * c:
                 notes.append(f"c={c}: {cfg.requests} requests = {cfg.requests / c:.1f}× the concurrency, so "
                              "ramp-up and drain are a large part of the level (≥ 4× recommended).")
-        loads = [v for s in stats for k, v in (s.get("machine") or {}).items() if k.startswith("loadavg")]
+        loads = [v for s in stats if (m := present(s.machine)) for v in (m.loadavg_1m_start, m.loadavg_1m_end)]
         if loads:
             notes.append(f"Machine load average (1 min) ranged {min(loads):.1f}–{max(loads):.1f} on "
                          f"{os.cpu_count()} CPUs at level starts and ends (it includes the harness and a local "
                          "server; more means other processes competed for the CPU).")
-        errs = sum(sum(s["errors"].values()) for s in stats)
+        errs = sum(sum(s.errors.values()) for s in stats)
         if errs:
             notes.append(f"{errs} request(s) failed across levels; see the errors column.")
-        if not stats[0]["server"]["observed"]:
+        if not stats[0].server.observed:
             notes.append("The endpoint exposes no readable /metrics: server running/waiting, KV usage and "
                          "prefix hits are not observed (not zero).")
         return assemble(cfg, stats, ctx.server_info, notes)
@@ -136,37 +139,65 @@ class SweepMode(LoadMode[SweepConfig]):
         return render_markdown(result)
 
 
+class SweepSettingsOut(Fig):
+    """``sweep.json``'s ``config``: what the sweep measured, as written."""
+
+    levels: list[int]
+    requests: int
+    slo_p95: list[float]
+    gpu_cost_per_hour: Num | None
+    max_tokens: int
+    structured: str
+    prompt: str
+    warmup: int
+    duration_s: Num | None
+    slo: list[str] | UnsetType = UNSET  # per-request SLOs (none given: absent)
+
+
+class SweepOut(Fig, kw_only=True):
+    """``sweep.json`` as the sweep builds it (the driver adds ``elapsed_s``, the output layer the rest)."""
+
+    kind: str = "sweep"
+    created: float
+    model: str
+    evalset: str
+    endpoint_label: str
+    cpu_label: str | None
+    server: dict[str, Any]  # the endpoint's facts, open by nature
+    config: SweepSettingsOut
+    levels: list[Level]
+    analysis: SweepAnalysis
+    notes: list[str]
+
+
 def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
               progress: Progress | None = None) -> dict[str, Any]:
     """Run every level (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
     return drive(SweepMode(), cfg, progress, server_info=server_info)
 
 
-def assemble(cfg: SweepConfig, stats: list[dict[str, Any]], server_info: dict[str, Any],
-             notes: list[str]) -> dict[str, Any]:
+def assemble(cfg: SweepConfig, stats: list[Level], server_info: dict[str, Any], notes: list[str]) -> SweepOut:
     base = cfg.base
     local = bool(server_info.get("started_by_us"))
-    return {
-        "kind": "sweep", "created": time.time(),
-        "model": base.model, "evalset": base.evalset,
-        "endpoint_label": ("local vLLM started for the sweep" + (
+    return SweepOut(
+        created=time.time(), model=base.model, evalset=base.evalset,
+        endpoint_label=("local vLLM started for the sweep" + (
             f" (max-num-seqs {server_info.get('max_num_seqs')})" if server_info.get("max_num_seqs") else "")
-                           if local else str(server_info.get("endpoint"))),
-        "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
-                      "they are not GPU numbers.") if local else None,
-        "server": server_info,
-        "config": {"levels": sorted(set(cfg.levels)), "requests": cfg.requests,
-                   "slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour,
-                   "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured,
-                   "prompt": base.prompt, "warmup": cfg.warmup, "duration_s": cfg.duration_s,
-                   **({"slo": [x.text for x in cfg.slo]} if cfg.slo else {})},
-        "levels": stats,
-        "analysis": analyse(stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour),
-        "notes": notes,
-    }
+                        if local else str(server_info.get("endpoint"))),
+        cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
+                   "they are not GPU numbers.") if local else None,
+        server=server_info,
+        config=SweepSettingsOut(levels=sorted(set(cfg.levels)), requests=cfg.requests, slo_p95=list(cfg.slo_p95),
+                                gpu_cost_per_hour=cfg.gpu_cost_per_hour, max_tokens=base.sampling.max_tokens,
+                                structured=base.sampling.structured, prompt=base.prompt, warmup=cfg.warmup,
+                                duration_s=cfg.duration_s, slo=[x.text for x in cfg.slo] if cfg.slo else UNSET),
+        levels=stats,
+        analysis=analyse(stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour),
+        notes=notes,
+    )
 
 
-def write_result(out: Path, result: dict[str, Any]) -> dict[str, Any]:
+def write_result(out: Path, result: dict[str, Any] | Fig) -> dict[str, Any]:
     return write_outputs(out, "sweep", result, render_markdown, ("plots", plot))
 
 
@@ -177,9 +208,10 @@ def rerender(out: Path, cfg: SweepConfig) -> dict[str, Any]:
     typed: SweepResult = load_result(out / "sweep.json", SweepResult)
     stats = load_level_dirs([Path(s.run_dir) for s in typed.levels])
     for s, o in zip(stats, sorted(typed.levels, key=lambda x: x.concurrency), strict=False):
-        s["client"] = o.client.model_dump()  # measured live; a re-read run cannot measure it again
+        s.client = LevelClient(**o.client.model_dump())  # measured live; a re-read run cannot measure it again
         if o.machine is not None:
-            s["machine"] = o.machine.model_dump()
+            s.machine = LevelMachine(**o.machine.model_dump())
+    # The file as read (its declared fields, in the contract's order), with the levels and analysis redone.
     old = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
     old["levels"] = stats
     old["config"].update({"slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour})

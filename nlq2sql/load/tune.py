@@ -179,7 +179,7 @@ class TuneMode(LoadMode[TuneSettings]):
         else:
             d = ctx.out / "probes" / f"r{load:g}"
             st = run_level(s.base, ctx.evalset_path, s.max_in_flight, d, rate=load, reuse=s.resume)
-        return probe_from_records(load, d.relative_to(ctx.out), list(iter_records(d / RECORDS)), st.get("wall_s"),
+        return probe_from_records(load, d.relative_to(ctx.out), list(iter_records(d / RECORDS)), st.wall_s,
                                   s.slo, s.by == "rate")
 
     def describe(self, level: Any, stats: Any) -> str:
