@@ -115,8 +115,8 @@ class KvPerToken(_M):
     formula: str
     attention_layers: int
     layers: int
-    kv_heads: int
-    head_dim: int
+    kv_heads: int | None  # None: MLA (one compressed latent per layer, no KV heads)
+    head_dim: int | None
     attention_heads: int
     kv_dtype: str
     dtype_bytes: int
