@@ -192,6 +192,33 @@ def _set_cases(name: str, runs: dict[int, Path]) -> Iterator[tuple[str, str]]:
         yield f"{name}:capacity-{tag}.md", (out / "capacity.md").read_text()
 
 
+#: Committed load-check results, re-rendered from the file (across replicas, repeats, levels).
+LOADCHECKS = ("reports/fleet/across-replicas/loadcheck.json", "reports/smollm2-135m/load-check/loadcheck.json",
+              "reports/repeats/smollm2-135m/loadcheck/loadcheck.json",
+              "reports/repeats/qwen2.5-coder-0.5b/loadcheck/loadcheck.json")
+
+
+def _read_loadcheck(path: Path) -> Any:
+    data = json.loads(path.read_text())
+    return getattr(loadcheck, "LoadCheck", None) and loadcheck.LoadCheck.from_json(data) or data
+
+
+def _loadcheck(name: str, runs: list[Path]) -> Iterator[tuple[str, str]]:
+    """As ``load-check`` writes a local run: the comparison, the identity split, the server."""
+    res = loadcheck.compare_runs(runs)
+    split = loadcheck.split_identity(runs)
+    res = res.with_split(split) if hasattr(res, "with_split") else res | split
+    server = {"started_by_us": False, "batch_invariant": True, "structured_outputs": {"backend": "xgrammar"}}
+    if isinstance(res, dict):
+        res["server"] = server
+    else:
+        res.server = server
+    out = Path(name.replace(":", "-"))
+    loadcheck.write_result(out, res)
+    yield f"{name}:loadcheck.json", (out / "loadcheck.json").read_text()
+    yield f"{name}:loadcheck.md", (out / "loadcheck.md").read_text()
+
+
 def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
     """(name, text written) for every case; inputs as they were at ``commit``."""
     dirs = committed_run_dirs(commit)
@@ -199,7 +226,8 @@ def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     extra = ["reports/sweep-cpu-smollm2/sweep.json", *(f"reports/tune/{d}/tune.json" for d in (
         "smollm2-135m-heldout/c1-c8-e2e-p95-60s", "smollm2-135m-heldout/c1-c8-e2e-p95-30s",
         "smollm2-135m-heldout/c1-c4-e2e-p95-45s", "qwen2.5-coder-0.5b-heldout/c1-c8-e2e-p95-60s",
-        "qwen2.5-coder-0.5b-heldout/c1-e2e-p95-30s", "qwen2.5-coder-0.5b-heldout/c1-c4-e2e-p95-45s"))]
+        "qwen2.5-coder-0.5b-heldout/c1-e2e-p95-30s", "qwen2.5-coder-0.5b-heldout/c1-c4-e2e-p95-45s")),
+             *LOADCHECKS]
     files = at_commit(commit, [f"{d}/{f}" for d in sorted(set(dirs) | wanted) for f in RUN_FILES] + extra, tmp)
     work = tmp / "at"
     monkeypatch.chdir(work)  # every path written into a result is relative
@@ -219,6 +247,10 @@ def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
         res = loadcheck.compare_runs(runs)
         yield f"{name}:loadcheck.json", text(as_dict(res))
         yield f"{name}:loadcheck.md", loadcheck.render_markdown(res)
+        runs = [Path(f"reports/repeats/{name}/loadcheck/c{c}-r{r}") for c in (1, 4) for r in range(3)]
+        yield from _loadcheck(f"{name}:repeats", runs)
+    for rel in LOADCHECKS:
+        yield f"{rel}:md", loadcheck.render_markdown(_read_loadcheck(files[rel]))
     sweep = json.loads(files["reports/sweep-cpu-smollm2/sweep.json"].read_text())
     yield "sweep-cpu-smollm2:sweep.md", sw.render_markdown(sweep)
     th = Thresholds(**sweep["analysis"]["thresholds"])
@@ -226,4 +258,5 @@ def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     yield "sweep-cpu-smollm2:analysis", text(as_dict(analyse(levels, th, tuple(sweep["config"]["slo_p95"]),
                                                              sweep["config"]["gpu_cost_per_hour"])))
     for rel in extra[1:]:
-        yield f"{rel}:md", tune_report.render_markdown(json.loads(files[rel].read_text()))
+        if rel.endswith("tune.json"):
+            yield f"{rel}:md", tune_report.render_markdown(json.loads(files[rel].read_text()))
