@@ -59,7 +59,7 @@ def test_load_check_identical_runs_pass(tmp_path: Path) -> None:
     a, b = _run(tmp_path, "a"), _run(tmp_path, "b")
     res = runner.invoke(app, ["load-check", "--runs", str(a), "--runs", str(b), "--out", str(tmp_path / "lc")])
     assert res.exit_code == 0, res.output
-    assert loadcheck.compare_runs([a, b])["identical_items"] == 60
+    assert loadcheck.compare_runs([a, b]).identical_items == 60
 
 
 def test_matrix_rescoring_recorded_outputs(tmp_path: Path) -> None:

@@ -91,16 +91,16 @@ def load_check(
         else:
             with bound_endpoint(base) as (bound, info):  # one local server for every level, when started here
                 dirs = loadcheck.run_levels(replace(lc, base=bound))
-                result = loadcheck.compare_runs(dirs) | loadcheck.split_identity(dirs)
-                result["server"] = {"started_by_us": info.get("started_by_us"),
-                                    "batch_invariant": info.get("batch_invariant"),
-                                    "structured_outputs": info.get("structured_outputs")}
+                result = loadcheck.compare_runs(dirs).with_split(loadcheck.split_identity(dirs))
+                result.server = {"started_by_us": info.get("started_by_us"),
+                                 "batch_invariant": info.get("batch_invariant"),
+                                 "structured_outputs": info.get("structured_outputs")}
     if runs:
-        result = loadcheck.compare_runs(dirs) | loadcheck.split_identity(dirs)
+        result = loadcheck.compare_runs(dirs).with_split(loadcheck.split_identity(dirs))
     loadcheck.write_result(out, result)
     Console().print(loadcheck.render_markdown(result), markup=False, highlight=False)
-    if result["divergent"] and not allow_diff:
-        err.print(f"{len(result['divergent'])} item(s) diverged across runs")
+    if result.divergent and not allow_diff:
+        err.print(f"{len(result.divergent)} item(s) diverged across runs")
         raise typer.Exit(1)
 
 

@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError
+from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.store import RECORDS, output_dir, read_finished_run, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
 
-__all__ = ["LoadCheckConfig", "compare_runs", "render_markdown", "run_across_replicas", "run_levels", "split_identity",
-           "write_result"]
+__all__ = ["Divergent", "Identity", "LoadCheck", "LoadCheckConfig", "ReplicaLabel", "RunFigures", "Split",
+           "compare_runs", "render_markdown", "run_across_replicas", "run_levels", "split_identity", "write_result"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,75 @@ def run_levels(cfg: LoadCheckConfig) -> list[Path]:
     return dirs
 
 
-def run_across_replicas(cfg: LoadCheckConfig) -> dict[str, Any]:
+# ``loadcheck.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+
+#: A summary's accuracy as ``summary.json`` holds it (the Wilson figures: value, ci95, n, …).
+Share = dict[str, Any]
+
+
+class RunFigures(Fig):
+    run: str
+    concurrency: int | None
+    n: int
+    raw_accuracy: Share | None
+    final_accuracy: Share | None
+    req_per_s: Num | None
+    latency_s: Pct | None
+    ttft_s: Pct | None
+
+
+class Divergent(Fig, kw_only=True):
+    """One item whose output differs between runs (or that some runs lack: ``reason``)."""
+
+    id: str
+    reason: str | UnsetType = UNSET
+    first_run: str | UnsetType = UNSET
+    other_run: str | UnsetType = UNSET
+    first_diff_at: int | UnsetType = UNSET
+    text_a: str | None | UnsetType = UNSET
+    text_b: str | None | UnsetType = UNSET
+    intents_equal: bool | UnsetType = UNSET
+
+
+class Identity(Fig):
+    items: int
+    runs: int
+    identical_items: int
+    intent_divergent_items: int
+    divergent_ids: list[str]
+
+
+class ReplicaLabel(Fig):
+    label: str
+    url: str | None
+    model: str
+
+
+class Split(Fig, kw_only=True):
+    run_to_run: dict[str, Identity] | UnsetType = UNSET  # repeats of one level: plain nondeterminism
+    across_levels_first_repeat: Identity | UnsetType = UNSET  # batch effects
+
+
+class LoadCheck(Fig, kw_only=True):
+    items: int
+    runs: list[RunFigures]
+    identical_items: int
+    intent_divergent_items: int
+    divergent: list[Divergent]
+    run_to_run: dict[str, Identity] | UnsetType = UNSET
+    across_levels_first_repeat: Identity | UnsetType = UNSET
+    server: dict[str, Any] | UnsetType = UNSET  # the local server's facts, open by nature
+    replicas: list[ReplicaLabel] | UnsetType = UNSET
+    across_replicas: dict[str, Identity] | UnsetType = UNSET
+    across_concurrency: dict[str, Identity] | UnsetType = UNSET
+
+    def with_split(self, split: Split) -> LoadCheck:
+        """This comparison with the identity split of the same runs (``split_identity``)."""
+        self.run_to_run, self.across_levels_first_repeat = split.run_to_run, split.across_levels_first_repeat
+        return self
+
+
+def run_across_replicas(cfg: LoadCheckConfig) -> LoadCheck:
     """Every item on every replica, at every level: one run per (replica, level, repeat),
     each pinned to its replica.  Identity is then reported across replicas (same level) and
     across levels (same replica) beside the comparison of all runs."""
@@ -64,12 +133,12 @@ def run_across_replicas(cfg: LoadCheckConfig) -> dict[str, Any]:
             dirs.setdefault((i, level), []).append(d)
     every = [d for ds in dirs.values() for d in ds]
     result = compare_runs(every)
-    result["replicas"] = [{"label": f"r{i}", "url": u, "model": m} for i, (u, m, _) in enumerate(urls)]
-    result["across_replicas"] = {
+    result.replicas = [ReplicaLabel(label=f"r{i}", url=u, model=m) for i, (u, m, _) in enumerate(urls)]
+    result.across_replicas = {
         f"c{level}": _identity(compare_runs([d for i in range(len(urls)) for d in dirs[(i, level)]]))
         for level in cfg.levels}
     if len(cfg.levels) * cfg.repeats > 1:
-        result["across_concurrency"] = {
+        result.across_concurrency = {
             f"r{i}": _identity(compare_runs([d for lv in cfg.levels for d in dirs[(i, lv)]]))
             for i in range(len(urls))}
     return result
@@ -78,7 +147,7 @@ def run_across_replicas(cfg: LoadCheckConfig) -> dict[str, Any]:
 _RUN_NAME = re.compile(r"c(\d+)-r(\d+)")
 
 
-def split_identity(dirs: list[Path]) -> dict[str, Any]:
+def split_identity(dirs: list[Path]) -> Split:
     """Identity run-to-run at the same concurrency (repeats of one level: plain nondeterminism)
     beside identity across levels on the first repeat (batch effects), for runs named
     ``c{level}-r{repeat}``; only the groups with at least two runs."""
@@ -92,19 +161,18 @@ def split_identity(dirs: list[Path]) -> dict[str, Any]:
         by_level.setdefault(level, []).append(d)
         if rep == 0:
             first[level] = d
-    out: dict[str, Any] = {}
+    out = Split()
     same = {f"c{lv}": _identity(compare_runs(ds)) for lv, ds in sorted(by_level.items()) if len(ds) > 1}
     if same:
-        out["run_to_run"] = same
+        out.run_to_run = same
     if len(first) > 1:
-        out["across_levels_first_repeat"] = _identity(compare_runs([first[lv] for lv in sorted(first)]))
+        out.across_levels_first_repeat = _identity(compare_runs([first[lv] for lv in sorted(first)]))
     return out
 
 
-def _identity(res: dict[str, Any]) -> dict[str, Any]:
-    return {"items": res["items"], "runs": len(res["runs"]), "identical_items": res["identical_items"],
-            "intent_divergent_items": res["intent_divergent_items"],
-            "divergent_ids": [d["id"] for d in res["divergent"]]}
+def _identity(res: LoadCheck) -> Identity:
+    return Identity(items=res.items, runs=len(res.runs), identical_items=res.identical_items,
+                    intent_divergent_items=res.intent_divergent_items, divergent_ids=[d.id for d in res.divergent])
 
 
 def _first_diff(a: str | None, b: str | None) -> int:
@@ -112,7 +180,7 @@ def _first_diff(a: str | None, b: str | None) -> int:
     return len(os.path.commonprefix([a, b]))
 
 
-def compare_runs(dirs: list[Path]) -> dict[str, Any]:
+def compare_runs(dirs: list[Path]) -> LoadCheck:
     """Per-item identity across runs, plus per-run accuracy and latency figures."""
     runs = []
     texts: dict[str, list[str | None]] = {}
@@ -125,54 +193,55 @@ def compare_runs(dirs: list[Path]) -> dict[str, Any]:
             texts.setdefault(rec.id, []).append(present(rec.answer.raw_text))
             intents.setdefault(rec.id, []).append(present(rec.answer.raw_intent))
         t = summary.get("timing", {})
-        runs.append({"run": str(d), "concurrency": manifest.get("concurrency"), "n": summary["n"],
-                     "raw_accuracy": summary["raw_accuracy"], "final_accuracy": summary["final_accuracy"],
-                     "req_per_s": (summary.get("throughput") or {}).get("req_per_s"),
-                     "latency_s": t.get("latency_s"), "ttft_s": t.get("ttft_s")})
-    divergent: list[dict[str, Any]] = []
+        runs.append(RunFigures(run=str(d), concurrency=manifest.get("concurrency"), n=summary["n"],
+                               raw_accuracy=summary["raw_accuracy"], final_accuracy=summary["final_accuracy"],
+                               req_per_s=(summary.get("throughput") or {}).get("req_per_s"),
+                               latency_s=t.get("latency_s"), ttft_s=t.get("ttft_s")))
+    divergent: list[Divergent] = []
     intent_divergent = 0
     for item_id, vals in sorted(texts.items()):
         if len(vals) != len(dirs):
-            divergent.append({"id": item_id, "reason": f"present in {len(vals)} of {len(dirs)} runs"})
+            divergent.append(Divergent(id=item_id, reason=f"present in {len(vals)} of {len(dirs)} runs"))
             continue
         if any(v != vals[0] for v in vals[1:]):
             j = next(i for i, v in enumerate(vals) if v != vals[0])
-            divergent.append({"id": item_id, "first_run": str(dirs[0]), "other_run": str(dirs[j]),
-                              "first_diff_at": _first_diff(vals[0], vals[j]),
-                              "text_a": vals[0], "text_b": vals[j],
-                              "intents_equal": all(x == intents[item_id][0] for x in intents[item_id])})
+            divergent.append(Divergent(id=item_id, first_run=str(dirs[0]), other_run=str(dirs[j]),
+                                       first_diff_at=_first_diff(vals[0], vals[j]), text_a=vals[0], text_b=vals[j],
+                                       intents_equal=all(x == intents[item_id][0] for x in intents[item_id])))
         intent_divergent += any(x != intents[item_id][0] for x in intents[item_id])
     n = len(texts)
-    return {"items": n, "runs": runs, "identical_items": n - len(divergent),
-            "intent_divergent_items": intent_divergent, "divergent": divergent}
+    return LoadCheck(items=n, runs=runs, identical_items=n - len(divergent), intent_divergent_items=intent_divergent,
+                     divergent=divergent)
 
 
-def render_markdown(result: dict[str, Any]) -> str:
-    lines = [f"## Quality under load: {result['identical_items']} / {result['items']} items "
-             f"byte-identical across {len(result['runs'])} runs "
-             f"({result['intent_divergent_items']} with differing parsed intents)", "",
-             *_identity_lines(result),
+def render_markdown(result: LoadCheck | dict[str, Any]) -> str:
+    """The report, from the typed result (a written one is read into it first)."""
+    res = result if isinstance(result, LoadCheck) else LoadCheck.from_json(result)
+    lines = [f"## Quality under load: {res.identical_items} / {res.items} items "
+             f"byte-identical across {len(res.runs)} runs "
+             f"({res.intent_divergent_items} with differing parsed intents)", "",
+             *_identity_lines(res),
              "| run | concurrency | n | raw accuracy | final accuracy | req/s | p50 | p95 | p99 | TTFT p50 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["runs"]:
-        lat, ttft = r["latency_s"] or {}, r["ttft_s"] or {}
+    for r in res.runs:
+        lat, ttft = r.latency_s or {}, r.ttft_s or {}
 
-        def s(d: dict[str, Any], k: str) -> str:
+        def s(d: Pct, k: str) -> str:
             return f"{d[k]:.2f} s" if d.get(k) is not None else "n/a"
-        rps = f"{r['req_per_s']:.2f}" if r["req_per_s"] else "n/a"
-        lines.append(f"| {_run_name(r['run'])} | {r['concurrency']} | {r['n']} | {pct(r['raw_accuracy'])} | "
-                     f"{pct(r['final_accuracy'])} | {rps} | {s(lat, 'p50')} | {s(lat, 'p95')} | "
+        rps = f"{r.req_per_s:.2f}" if r.req_per_s else "n/a"
+        lines.append(f"| {_run_name(r.run)} | {r.concurrency} | {r.n} | {pct(r.raw_accuracy)} | "
+                     f"{pct(r.final_accuracy)} | {rps} | {s(lat, 'p50')} | {s(lat, 'p95')} | "
                      f"{s(lat, 'p99')} | {s(ttft, 'p50')} |")
-    if result["divergent"]:
+    if res.divergent:
         lines += ["", "### Divergent items", ""]
-        for d in result["divergent"]:
-            if "text_a" in d:
-                lines.append(f"- `{d['id']}` differs at byte {d['first_diff_at']} "
-                             f"({Path(d['first_run']).name} vs {Path(d['other_run']).name}; intents "
-                             f"{'equal' if d['intents_equal'] else 'differ'}):\n  - `{d['text_a']}`\n"
-                             f"  - `{d['text_b']}`")
+        for d in res.divergent:
+            if not isinstance(d.text_a, UnsetType):
+                lines.append(f"- `{d.id}` differs at byte {d.first_diff_at} "
+                             f"({Path(str(d.first_run)).name} vs {Path(str(d.other_run)).name}; intents "
+                             f"{'equal' if d.intents_equal else 'differ'}):\n  - `{d.text_a}`\n"
+                             f"  - `{d.text_b}`")
             else:
-                lines.append(f"- `{d['id']}`: {d['reason']}")
+                lines.append(f"- `{d.id}`: {d.reason}")
     return "\n".join(lines) + "\n"
 
 
@@ -181,19 +250,22 @@ def _run_name(run: str) -> str:
     return f"{p.parent.name}/{p.name}" if p.parent.name.startswith("replica") else p.name
 
 
-def _split_lines(result: dict[str, Any]) -> list[str]:
+def _identity_row(what: str, r: Identity) -> str:
+    ids = ", ".join(r.divergent_ids[:5]) + (" …" if len(r.divergent_ids) > 5 else "")
+    return (f"| {what} | {r.runs} | {r.identical_items} / {r.items} | "
+            f"{r.intent_divergent_items} | {ids or 'none'} |")
+
+
+def _split_lines(result: LoadCheck) -> list[str]:
     """Run-to-run at one level (nondeterminism) and across levels (batch effects), when measured."""
-    rows = [(f"run to run at {key}", r) for key, r in (result.get("run_to_run") or {}).items()]
-    if result.get("across_levels_first_repeat"):
-        rows.append(("across levels (first repeat)", result["across_levels_first_repeat"]))
+    rows = [(f"run to run at {key}", r) for key, r in (present(result.run_to_run) or {}).items()]
+    if (across := present(result.across_levels_first_repeat)) is not None:
+        rows.append(("across levels (first repeat)", across))
     if not rows:
         return []
     lines = ["| identity | runs | items byte-identical | intents differ | divergent ids |", "|---|---|---|---|---|"]
-    for what, r in rows:
-        ids = ", ".join(r["divergent_ids"][:5]) + (" …" if len(r["divergent_ids"]) > 5 else "")
-        lines.append(f"| {what} | {r['runs']} | {r['identical_items']} / {r['items']} | "
-                     f"{r['intent_divergent_items']} | {ids or 'none'} |")
-    server = result.get("server") or {}
+    lines += [_identity_row(what, r) for what, r in rows]
+    server = present(result.server) or {}
     if server:
         lines.append("")
         lines.append(f"Server: batch-invariant {server.get('batch_invariant')}, structured-output backend "
@@ -201,22 +273,19 @@ def _split_lines(result: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _identity_lines(result: dict[str, Any]) -> list[str]:
+def _identity_lines(result: LoadCheck) -> list[str]:
     """Across replicas (same level) and across concurrency (same replica), when measured."""
-    if "across_replicas" not in result:
+    if (replicas := present(result.across_replicas)) is None:
         return _split_lines(result)
     lines = ["| identity | runs | items byte-identical | intents differ | divergent ids |", "|---|---|---|---|---|"]
-    for what, table in (("across replicas at", result["across_replicas"]),
-                        ("across concurrency on", result.get("across_concurrency") or {})):
-        for key, r in table.items():
-            ids = ", ".join(r["divergent_ids"][:5]) + (" …" if len(r["divergent_ids"]) > 5 else "")
-            lines.append(f"| {what} {key} | {r['runs']} | {r['identical_items']} / {r['items']} | "
-                         f"{r['intent_divergent_items']} | {ids or 'none'} |")
-    urls = ", ".join(f"{r['label']} = {r['url']}" for r in result.get("replicas", []))
+    for what, table in (("across replicas at", replicas),
+                        ("across concurrency on", present(result.across_concurrency) or {})):
+        lines += [_identity_row(f"{what} {key}", r) for key, r in table.items()]
+    urls = ", ".join(f"{r.label} = {r.url}" for r in present(result.replicas) or [])
     return [*lines, "", f"Replicas: {urls}.", ""]
 
 
-def write_result(out: Path, result: dict[str, Any]) -> None:
+def write_result(out: Path, result: LoadCheck) -> None:
     output_dir(out)
-    write_json_atomic(out / "loadcheck.json", result)
+    write_json_atomic(out / "loadcheck.json", result.to_json())
     (out / "loadcheck.md").write_text(render_markdown(result))
