@@ -57,8 +57,8 @@ def main(root: Path) -> None:
                 if len(ds) < 2:
                     continue
                 res = loadcheck.compare_runs(ds)
-                print(f"| {what} {key} | {len(ds)} | {res['identical_items']} / {res['items']} | "
-                      f"{res['intent_divergent_items']} |")
+                print(f"| {what} {key} | {len(ds)} | {res.identical_items} / {res.items} | "
+                      f"{res.intent_divergent_items} |")
 
 
 if __name__ == "__main__":

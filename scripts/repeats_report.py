@@ -60,20 +60,21 @@ def model_section(root: Path) -> list[str]:
                   "### eval --repeats", ""]
         body = render_repeats(summarise_repeats(eval_dir)).splitlines()[2:]  # its own "## N repeats" heading dropped
         lines += body
-        same = _brief(compare_runs(reps))
+        same = _brief(compare_runs(reps).to_json())
         lines += ["", "Raw replies across the eval's repeats (each repeat its own seeded order, so an item's "
                   "batch differs too):", "", *HEAD, _identity_row("across the eval's repeats", same), ""]
     runs = sorted(d for d in lc_dir.glob("c*-r*") if d.is_dir()) if lc_dir.is_dir() else []
     if runs:
-        split = split_identity(runs)
+        split = split_identity(runs).to_json()
         lines += ["### load-check --repeats", "", *HEAD]
         for level, r in (split.get("run_to_run") or {}).items():
             lines.append(_identity_row(f"run to run at {level}", r))
         if split.get("across_levels_first_repeat"):
             lines.append(_identity_row("across levels (first repeat)", split["across_levels_first_repeat"]))
-        lines.append(_identity_row("all runs", _brief(compare_runs(runs))))
+        every = compare_runs(runs).to_json()
+        lines.append(_identity_row("all runs", _brief(every)))
         by_level: dict[int, list[dict[str, Any]]] = {}
-        for r in compare_runs(runs)["runs"]:
+        for r in every["runs"]:
             by_level.setdefault(int(r["concurrency"]), []).append(r)
         lines += ["", "| concurrency | repeats | final accuracy (each) | req/s mean [95 % CI] | "
                   "e2e p95 s mean [95 % CI] |", "|---|---|---|---|---|"]
