@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from probe_cases import probe_cases
 from summary_cases import ROOT, at_commit, text
 
 from nlq2sql.experiments import loadcheck
@@ -257,6 +258,7 @@ def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     levels = [Level.from_json(s) for s in sweep["levels"]]
     yield "sweep-cpu-smollm2:analysis", text(as_dict(analyse(levels, th, tuple(sweep["config"]["slo_p95"]),
                                                              sweep["config"]["gpu_cost_per_hour"])))
+    yield from probe_cases(monkeypatch)
     for rel in extra[1:]:
         if rel.endswith("tune.json"):
             yield f"{rel}:md", tune_report.render_markdown(json.loads(files[rel].read_text()))
