@@ -76,9 +76,9 @@ def _items_per_order(key_i: str, key_o: str, where: str = "TRUE") -> str:
 
 def _cumulative(grain: str, where: str = "TRUE") -> str:
     """All-time revenue up to the end of each period (its last spine day), for periods with revenue by then."""
-    return (f"SELECT t.p, (SELECT {REV} FROM order_items i WHERE i.ordered_at <= t.last) AS r FROM "
-            f"(SELECT DATE_TRUNC('{grain}', date_day) AS p, MAX(date_day) AS last FROM time_spine_daily "
-            f"WHERE {where} GROUP BY 1) t WHERE r IS NOT NULL")
+    return (f"SELECT t.p, {REV} FROM (SELECT DATE_TRUNC('{grain}', date_day) AS p, MAX(date_day) AS last "
+            f"FROM time_spine_daily WHERE {where} GROUP BY 1) t JOIN order_items i ON i.ordered_at <= t.last "
+            "GROUP BY 1")
 
 
 # gold id -> hand-written reference SQL (columns: the gold's group-bys in order, then its metrics)
@@ -128,6 +128,8 @@ GOLDS: dict[str, str] = {
     "jf-ho-030": f"SELECT DATE_TRUNC('month', o.ordered_at), {TOTAL} FROM {O_FROM} "
                  f"WHERE c.customer_type = 'returning' AND {_day('2020-01-01', '2020-12-31')} GROUP BY 1",
     "jf-ho-031": f"SELECT l.location_name, DATE_TRUNC('year', i.ordered_at), {PROFIT} FROM {I_FROM} GROUP BY 1, 2",
+    "jf-ho-032": f"SELECT DATE_TRUNC('month', o.ordered_at), {ORDERS} FROM {O_FROM} "
+                 f"WHERE l.location_name = 'Philadelphia' AND {_day('2018-09-01', '2019-02-28')} GROUP BY 1",
     "jf-ho-033": f"SELECT o.customer_id, {TOTAL} AS t FROM {O_FROM} WHERE {_day('2019-01-01', '2019-12-31')} "
                  "GROUP BY 1 ORDER BY t DESC, 1 LIMIT 10",
     # locations_opened is counted on opened_date (two stores open in 2021, after the orders end)
@@ -141,10 +143,21 @@ GOLDS: dict[str, str] = {
                  f"WHERE {_day('2020-01-01', '2020-12-31')} GROUP BY 1",
     "jf-ho-040": f"SELECT DATE_TRUNC('day', i.ordered_at) AS d, {REV} AS r FROM {I_FROM} "
                  f"WHERE {_day('2020-01-01', '2020-12-31', 'i.ordered_at')} GROUP BY 1 ORDER BY r DESC, d LIMIT 5",
+    "jf-ho-041": f"SELECT DATE_TRUNC('week', i.ordered_at), {ITEMS} FROM {I_FROM} "
+                 f"WHERE {_day('2020-08-01', '2020-08-31', 'i.ordered_at')} GROUP BY 1",
     "jf-ho-042": f"SELECT i.is_food_item, {REV}, {PROFIT} FROM {I_FROM} GROUP BY 1",
     "jf-ho-043": "SELECT c.customer_type, AVG(c.count_lifetime_orders) FROM customers c GROUP BY 1",
     "jf-ho-044": f"SELECT l.location_name, {ACTIVE} AS n FROM {O_FROM} WHERE {_day('2020-01-01', '2020-12-31')} "
                  "GROUP BY 1 ORDER BY n DESC, 1 LIMIT 1",
+    # orders (orders) and revenue (order_items) aggregated in their own models, joined on the quarter
+    "jf-ho-045": "SELECT COALESCE(a.q, b.q), a.n, b.r FROM "
+                 f"(SELECT DATE_TRUNC('quarter', o.ordered_at) AS q, {ORDERS} AS n FROM {O_FROM} "
+                 f"WHERE {_day('2019-01-01', '2019-12-31')} GROUP BY 1) a FULL JOIN "
+                 f"(SELECT DATE_TRUNC('quarter', i.ordered_at) AS q, {REV} AS r FROM {I_FROM} "
+                 f"WHERE {_day('2019-01-01', '2019-12-31', 'i.ordered_at')} GROUP BY 1) b ON a.q = b.q",
+    "jf-ho-046": f"SELECT DATE_TRUNC('month', o.ordered_at), SUM(o.tax_paid) FROM {O_FROM} "
+                 "WHERE l.location_name = 'Chicago' GROUP BY 1",
+    "jf-ho-047": f"SELECT l.location_name, {SIZE}, {TOTAL} FROM {O_FROM} GROUP BY 1, 2",
     "jf-ho-048": _cumulative("quarter"),
     "jf-ho-049": f"SELECT p.product_type, l.location_name, {ITEMS} FROM {I_FROM} "
                  f"WHERE {_day('2020-07-01', '2020-07-31', 'i.ordered_at')} GROUP BY 1, 2",
@@ -152,25 +165,47 @@ GOLDS: dict[str, str] = {
                  f"WHERE {_day('2019-01-01', '2019-12-31')} GROUP BY 1",
     "jf-ho-051": f"SELECT l.location_name, {DRINK_ORD} FROM {O_FROM} WHERE l.location_name NOT IN ('Philadelphia') "
                  "GROUP BY 1",
+    "jf-ho-052": f"SELECT DATE_TRUNC('month', o.ordered_at), {ORDERS} FROM {O_FROM} "
+                 f"WHERE o.customer_order_number = 1 AND {_day('2020-01-01', '2020-12-31')} GROUP BY 1",
     "jf-ho-053": f"SELECT l.location_name, {ORDERS} FROM {O_FROM} WHERE {SIZE} = '4+ items' GROUP BY 1",
     "jf-ho-054": f"SELECT p.product_price, {REV} FROM {I_FROM} GROUP BY 1",
     "jf-ho-055": f"SELECT DATE_TRUNC('month', o.ordered_at) AS m, {ORDERS} AS n FROM {O_FROM} "
                  "GROUP BY 1 ORDER BY n DESC, m LIMIT 3",
     "jf-ho-056": f"SELECT DATE_TRUNC('quarter', i.ordered_at), {MARGIN} FROM {I_FROM} "
                  "WHERE p.product_type = 'jaffle' GROUP BY 1",
+    "jf-ho-057": f"SELECT p.product_type, {REV}, {COST}, {PROFIT} FROM {I_FROM} "
+                 f"WHERE {_day('2020-01-01', '2020-12-31', 'i.ordered_at')} GROUP BY 1",
+    "jf-ho-058": f"SELECT DATE_TRUNC('week', o.ordered_at), {ACTIVE} FROM {O_FROM} "
+                 f"WHERE l.location_name = 'San Francisco' AND {_day('2020-05-01', '2020-05-31')} GROUP BY 1",
     "jf-ho-059": f"SELECT l.location_name, {ORDERS} FROM {O_FROM} WHERE c.customer_type = 'returning' GROUP BY 1",
     "jf-ho-060": f"SELECT o.customer_order_number, {ORDERS} FROM {O_FROM} "
                  "WHERE o.customer_order_number IN (1, 2, 3) GROUP BY 1",
     "jf-ho-061": f"SELECT l.location_name, {AOV} AS a FROM {O_FROM} GROUP BY 1 ORDER BY a, 1 LIMIT 2",
     "jf-ho-062": f"SELECT {SIZE}, DATE_TRUNC('year', o.ordered_at), {FOOD_ORD} FROM {O_FROM} GROUP BY 1, 2",
+    "jf-dev-001": f"SELECT p.product_name, {REV} FROM {I_FROM} GROUP BY 1",
+    "jf-dev-002": f"SELECT l.location_name, {ORDERS} FROM {O_FROM} GROUP BY 1",
+    "jf-dev-003": f"SELECT DATE_TRUNC('month', o.ordered_at), {ORDERS} FROM {O_FROM} "
+                  f"WHERE {_day('2019-01-01', '2019-12-31')} GROUP BY 1",
+    "jf-dev-004": f"SELECT p.product_name, {REV} AS r FROM {I_FROM} GROUP BY 1 ORDER BY r DESC, 1 LIMIT 3",
+    "jf-dev-005": f"SELECT DATE_TRUNC('month', o.ordered_at), {AOV} FROM {O_FROM} "
+                  f"WHERE {_day('2020-01-01', '2020-12-31')} GROUP BY 1",
+    "jf-dev-006": f"SELECT p.product_type, {PROFIT} FROM {I_FROM} GROUP BY 1",
+    "jf-dev-007": f"SELECT DATE_TRUNC('quarter', i.ordered_at), {DRINK_REV} FROM {I_FROM} GROUP BY 1",
     "jf-dev-008": "SELECT c.customer_type, COUNT(DISTINCT c.customer_id) FROM customers c GROUP BY 1",
+    "jf-dev-009": f"SELECT c.customer_type, {REV} FROM {I_FROM} GROUP BY 1",
     "jf-dev-010": _cumulative("month", _day("2020-01-01", "2020-12-31", "date_day")),
+    "jf-dev-011": f"SELECT DATE_TRUNC('week', i.ordered_at), {ITEMS} FROM {I_FROM} "
+                  f"WHERE {_day('2020-03-01', '2020-03-31', 'i.ordered_at')} GROUP BY 1",
+    "jf-dev-012": f"SELECT DATE_TRUNC('year', o.ordered_at), SUM(o.tax_paid) FROM {O_FROM} GROUP BY 1",
     "jf-dev-013": "SELECT DATE_TRUNC('month', o.ordered_at), " + FOOD_RATE + f" FROM {O_FROM} "
                   f"WHERE {_day('2019-01-01', '2019-12-31')} GROUP BY 1",
     "jf-dev-014": f"SELECT o.customer_id, {TOTAL} AS t FROM {O_FROM} GROUP BY 1 ORDER BY t DESC, 1 LIMIT 5",
     "jf-dev-015": f"SELECT l.location_name, MEDIAN(o.order_total) FROM {O_FROM} "
                   f"WHERE {_day('2020-01-01', '2020-12-31')} GROUP BY 1",
     "jf-dev-016": f"SELECT {SIZE}, o.is_food_order, {ORDERS} FROM {O_FROM} GROUP BY 1, 2",
+    "jf-dev-017": f"SELECT p.product_name, {COST} FROM {I_FROM} "
+                  f"WHERE {_day('2020-01-01', '2020-12-31', 'i.ordered_at')} GROUP BY 1",
+    "jf-dev-018": f"SELECT DATE_TRUNC('year', o.ordered_at), {ACTIVE} FROM {O_FROM} GROUP BY 1",
     "jf-dev-019": f"SELECT DATE_TRUNC('month', o.ordered_at), {ORDERS} FROM {O_FROM} "
                   f"WHERE o.customer_order_number = 1 AND {_day('2019-01-01', '2019-12-31')} GROUP BY 1",
     "jf-dev-020": f"SELECT DATE_TRUNC('month', i.ordered_at), p.product_name, {REV} FROM {I_FROM} "
@@ -179,6 +214,7 @@ GOLDS: dict[str, str] = {
     "jf-dev-021": _items_per_order(SIZE, SIZE),
     "jf-dev-022": "SELECT l.location_name, COUNT(l.location_id) FROM locations l GROUP BY 1",
     "jf-dev-023": "SELECT DATE_TRUNC('year', o.ordered_at), QUANTILE_CONT(o.order_total, 0.9) FROM orders o GROUP BY 1",
+    "jf-dev-024": f"SELECT l.location_name, {FOOD_REV} FROM {I_FROM} GROUP BY 1",
 }
 
 # what no gold asks: gt on a dimension and on metric_time, eq on a month, a value with a trailing space,
