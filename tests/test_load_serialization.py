@@ -110,10 +110,10 @@ def test_snapshot_deltas() -> None:
     a, b = parse_snapshot(METRICS_A), parse_snapshot(METRICS_B)
     assert a["running"] == 2 and a["waiting"] == 1 and a["kv_cache_usage"] == pytest.approx(0.05)
     assert counter_delta(a, b, "generation_tokens") == 30
-    assert hit_rate(a, b) == {"rate": pytest.approx(0.9), "hits": 900, "queries": 1000}
-    assert hist_delta(a, b, "prefill") == {"n": 4, "mean": pytest.approx(0.3)}
-    assert hist_delta(a, b, "decode")["note"] == "not observed"
-    assert hit_rate(None, b)["rate"] is None and counter_delta(a, None, "generation_tokens") is None
+    assert hit_rate(a, b).to_json() == {"rate": pytest.approx(0.9), "hits": 900, "queries": 1000}
+    assert hist_delta(a, b, "prefill").to_json() == {"n": 4, "mean": pytest.approx(0.3)}
+    assert hist_delta(a, b, "decode").note == "not observed"
+    assert hit_rate(None, b).rate is None and counter_delta(a, None, "generation_tokens") is None
 
 
 def _level(c: int, n: int, thr: float, p95: float, server: dict | None = None, client: dict | None = None) -> Level:

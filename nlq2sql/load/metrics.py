@@ -14,10 +14,11 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
 from nlq2sql.transport.server_metrics import parse_metrics
 
-__all__ = ["EXTRA_COUNTERS", "HISTOGRAMS", "counter_delta", "hist_delta", "hit_rate", "parse_snapshot", "root_url",
-           "scrape"]
+__all__ = ["EXTRA_COUNTERS", "HISTOGRAMS", "HistMeanSeen", "PrefixHits", "counter_delta", "hist_delta", "hit_rate",
+           "parse_snapshot", "root_url", "scrape"]
 
 #: logical name → accepted histogram names (first found wins).
 HISTOGRAMS = {
@@ -84,21 +85,37 @@ def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, n
     return float(after[name]) - float(before[name])
 
 
-def hist_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str
-               ) -> dict[str, Any]:
+class HistMeanSeen(Fig):
+    """Mean of a server histogram over the requests between two snapshots, with its count."""
+
+    n: int
+    mean: Num | None
+    note: str | UnsetType = UNSET  # "not observed"
+
+
+class PrefixHits(Fig):
+    """Prefix-cache hit rate in tokens, from the server's counters (hits / queries)."""
+
+    rate: Num | None
+    hits: int | None
+    queries: int | None
+    note: str | UnsetType = UNSET  # "not observed"
+
+
+def hist_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str) -> HistMeanSeen:
     """Mean of a server histogram over the requests between two snapshots, with its count."""
     b = (before or {}).get("hist", {}).get(name)
     a = (after or {}).get("hist", {}).get(name)
     if a is None or b is None:
-        return {"n": 0, "mean": None, "note": "not observed"}
+        return HistMeanSeen(n=0, mean=None, note="not observed")
     n = a[1] - b[1]
-    return {"n": int(n), "mean": (a[0] - b[0]) / n if n > 0 else None}
+    return HistMeanSeen(n=int(n), mean=(a[0] - b[0]) / n if n > 0 else None)
 
 
-def hit_rate(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+def hit_rate(before: dict[str, Any] | None, after: dict[str, Any] | None) -> PrefixHits:
     """Prefix-cache hit rate (tokens) from counter deltas: hits / queries."""
     q = counter_delta(before, after, "prefix_cache_queries")
     h = counter_delta(before, after, "prefix_cache_hits")
     if q is None or h is None:
-        return {"rate": None, "hits": None, "queries": None, "note": "not observed"}
-    return {"rate": h / q if q > 0 else None, "hits": int(h), "queries": int(q)}
+        return PrefixHits(rate=None, hits=None, queries=None, note="not observed")
+    return PrefixHits(rate=h / q if q > 0 else None, hits=int(h), queries=int(q))

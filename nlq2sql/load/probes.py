@@ -28,17 +28,29 @@ from typing import Any
 import aiohttp
 
 from nlq2sql.load.contract import Pct
+from nlq2sql.load.figures import UnsetType
 from nlq2sql.load.metrics import counter_delta, hist_delta, hit_rate, root_url, scrape
 from nlq2sql.load.output import write_outputs
+from nlq2sql.load.probe_figures import (
+    CancelOut,
+    CancelTrialOut,
+    HealthLoopOut,
+    HealthOut,
+    PrefillRequestsOut,
+    PrefixOut,
+    ScenarioOut,
+    Stream,
+)
 from nlq2sql.load.probe_results import PROBE_MODELS, CancelProbeResult, HealthProbeResult, HistMean, PrefixProbeResult
 from nlq2sql.records.store import output_dir
 from nlq2sql.stages.score import percentiles
 from nlq2sql.transport.stream import Accumulator, Completion, StreamEventError, sse_events
 
-__all__ = ["FILLER", "SCENARIOS", "ProbeResult", "Target", "cancel_probe", "filler", "health_probe",
+__all__ = ["FILLER", "SCENARIOS", "ProbeOut", "ProbeResult", "Stream", "Target", "cancel_probe", "filler", "health_probe",
            "prefix_messages", "prefix_probe", "render_markdown", "run_probe", "stream_chat", "wait_idle", "write"]
 
 ProbeResult = CancelProbeResult | HealthProbeResult | PrefixProbeResult
+ProbeOut = CancelOut | HealthOut | PrefixOut
 
 _FILLER_TEXT = ("the store sells office furniture and electronics to customers in five regions while "
           "analysts track revenue orders units and average order value by month quarter and year "
@@ -59,38 +71,37 @@ def filler(words: int, offset: int = 0) -> str:
 
 
 async def stream_chat(sess: aiohttp.ClientSession, t: Target, body: dict[str, Any],
-                      stop_after: int | None = None, timeout_s: float = 300) -> dict[str, Any]:
+                      stop_after: int | None = None, timeout_s: float = 300) -> Stream:
     """One streamed chat request over raw SSE; optionally disconnect after ``stop_after`` tokens.
 
     Returns client TTFT / latency, content chunks received (≈ tokens: vLLM sends one
     token per chunk by default), finish reason and usage when the stream ran to the end.
     """
     body = dict(body, stream=True, stream_options={"include_usage": True})
-    out: dict[str, Any] = {"status": None, "error": None, "ttft_s": None, "latency_s": None,
-                           "chunks": 0, "finish_reason": None, "usage": None, "disconnected": False}
+    out = Stream(status=None, error=None, ttft_s=None, latency_s=None, chunks=0, finish_reason=None, usage=None,
+                 disconnected=False, t_start=time.time())
     acc = Accumulator(Completion())
-    out["t_start"] = time.time()
     try:
         async with asyncio.timeout(timeout_s), sess.post(
                 t.base_url.rstrip("/") + "/chat/completions", json=body,
                 headers={"Authorization": f"Bearer {t.key}"}) as resp:
-            out["status"] = resp.status
+            out.status = resp.status
             if resp.status != 200:
-                out["error"] = (await resp.text())[:300]
+                out.error = (await resp.text())[:300]
                 return out
             async with contextlib.aclosing(sse_events(resp.content)) as events:
                 async for obj in events:
                     acc.event(obj)
                     if stop_after is not None and acc.content_chunks >= stop_after:
-                        out["disconnected"] = True
-                        out["t_disconnect"] = time.time()
+                        out.disconnected = True
+                        out.t_disconnect = time.time()
                         resp.close()  # drop the connection: the server should abort the request
                         break
     except (TimeoutError, aiohttp.ClientError, ValueError, StreamEventError) as exc:
-        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        out.error = f"{type(exc).__name__}: {str(exc)[:200]}"
     comp = acc.end(require_finish=False)
-    out.update(ttft_s=comp.ttft_s, latency_s=comp.latency_s, chunks=acc.content_chunks,
-               finish_reason=comp.finish_reason, usage=acc.usage_raw)
+    out.ttft_s, out.latency_s, out.chunks = comp.ttft_s, comp.latency_s, acc.content_chunks
+    out.finish_reason, out.usage = comp.finish_reason, acc.usage_raw
     return out
 
 
@@ -108,7 +119,7 @@ async def wait_idle(sess: aiohttp.ClientSession, t: Target, timeout_s: float = 3
 # -- cancel -----------------------------------------------------------------------------
 
 async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, trials: int = 3,
-                       poll_s: float = 0.02, settle_s: float = 0.5) -> dict[str, Any]:
+                       poll_s: float = 0.02, settle_s: float = 0.5) -> CancelOut:
     body = {"model": t.model, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "messages": [{"role": "user", "content": "Count from 1 to 10000, one number per line."}]}
     rows = []
@@ -117,56 +128,53 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
             before = await wait_idle(sess, t)
             busy = before is not None and (before.get("running", 0) or before.get("waiting", 0))
             r = await stream_chat(sess, t, body, stop_after=k_tokens)
-            if r["status"] == 400 and "ignore_eos" in (r["error"] or ""):
+            if r.status == 400 and "ignore_eos" in (r.error or ""):
                 body.pop("ignore_eos")
                 r = await stream_chat(sess, t, body, stop_after=k_tokens)
-            row: dict[str, Any] = {"received_tokens": r["chunks"], "disconnected": r["disconnected"],
-                                   "error": r["error"], "finish_reason": r["finish_reason"],
-                                   "server_busy_before": bool(busy)}
+
+            def row(**measured: Any) -> CancelTrialOut:
+                return CancelTrialOut(received_tokens=r.chunks, disconnected=r.disconnected, error=r.error,
+                                      finish_reason=r.finish_reason, server_busy_before=bool(busy), **measured)
             if before is None:
-                row.update(to_idle_s=None, polls=0, tokens_after_disconnect=None,
-                           note="/metrics not observed")
-                rows.append(row)
+                rows.append(row(to_idle_s=None, polls=0, tokens_after_disconnect=None, note="/metrics not observed"))
                 continue
-            if not r["disconnected"]:
-                row.update(to_idle_s=None, polls=0, tokens_after_disconnect=None,
-                           note="stream ended before k tokens: nothing to cancel")
-                rows.append(row)
+            if not r.disconnected or isinstance(r.t_disconnect, UnsetType):
+                rows.append(row(to_idle_s=None, polls=0, tokens_after_disconnect=None,
+                                note="stream ended before k tokens: nothing to cancel"))
                 continue
             # The zero is seen by a scrape sent at t_sent: running reached 0 after the previous
             # scrape was sent (lower bound) and before this one returned (upper bound).
-            polls, to_idle, lower, prev_sent = 0, None, None, r["t_disconnect"]
-            deadline = r["t_disconnect"] + 60
+            t_disc = r.t_disconnect
+            polls, to_idle, lower, prev_sent = 0, None, None, t_disc
+            deadline = t_disc + 60
             while time.time() < deadline:
                 t_sent = time.time()
                 snap = await scrape(sess, t.base_url)
                 polls += 1
                 if snap is not None and snap.get("running", 1) == 0:
-                    to_idle = time.time() - r["t_disconnect"]
-                    lower = prev_sent - r["t_disconnect"]
+                    to_idle = time.time() - t_disc
+                    lower = prev_sent - t_disc
                     break
                 prev_sent = t_sent
                 await asyncio.sleep(poll_s)
             await asyncio.sleep(settle_s)
             after = await scrape(sess, t.base_url)
             gen = counter_delta(before, after, "generation_tokens")
-            row.update(to_idle_s=to_idle, to_idle_lower_s=lower, polls=polls,
-                       generated_total=None if gen is None else int(gen),
-                       tokens_after_disconnect=None if gen is None else int(gen) - r["chunks"],
-                       would_have_generated=max_tokens - r["chunks"])
-            rows.append(row)
-    idle = [x["to_idle_s"] for x in rows if x.get("to_idle_s") is not None]
-    after_tok = [float(x["tokens_after_disconnect"]) for x in rows if x.get("tokens_after_disconnect") is not None]
-    return {"probe": "cancel", "k_tokens": k_tokens, "max_tokens": max_tokens, "trials": rows,
-            "poll_interval_s": poll_s, "to_idle_s": percentiles(idle),
-            "tokens_after_disconnect": percentiles(after_tok),
-            "ignore_eos": "ignore_eos" in body}
+            rows.append(row(to_idle_s=to_idle, to_idle_lower_s=lower, polls=polls,
+                            generated_total=None if gen is None else int(gen),
+                            tokens_after_disconnect=None if gen is None else int(gen) - r.chunks,
+                            would_have_generated=max_tokens - r.chunks))
+    idle = [x.to_idle_s for x in rows if x.to_idle_s is not None]
+    after_tok = [float(x.tokens_after_disconnect) for x in rows if x.tokens_after_disconnect is not None]
+    return CancelOut(k_tokens=k_tokens, max_tokens=max_tokens, trials=rows, poll_interval_s=poll_s,
+                     to_idle_s=percentiles(idle), tokens_after_disconnect=percentiles(after_tok),
+                     ignore_eos="ignore_eos" in body)
 
 
 # -- health -----------------------------------------------------------------------------
 
 async def _health_loop(sess: aiohttp.ClientSession, url: str, stop: asyncio.Event, interval_s: float,
-                       limit: int) -> dict[str, Any]:
+                       limit: int) -> HealthLoopOut:
     rtts: list[float] = []
     errors: list[str] = []
     while not stop.is_set() and len(rtts) + len(errors) < limit:
@@ -182,13 +190,12 @@ async def _health_loop(sess: aiohttp.ClientSession, url: str, stop: asyncio.Even
             errors.append(type(exc).__name__)
         await asyncio.sleep(interval_s)
     p = percentiles(rtts)
-    return {"n": len(rtts) + len(errors), "ok": len(rtts), "errors": len(errors),
-            "error_kinds": sorted(set(errors)), "p50_s": p["p50"], "p95_s": p["p95"],
-            "max_s": max(rtts) if rtts else None}
+    return HealthLoopOut(n=len(rtts) + len(errors), ok=len(rtts), errors=len(errors), error_kinds=sorted(set(errors)),
+                         p50_s=p["p50"], p95_s=p["p95"], max_s=max(rtts) if rtts else None)
 
 
 async def health_probe(t: Target, prefill_words: int = 1200, parallel: int = 4, max_tokens: int = 16,
-                       interval_s: float = 0.05, idle_count: int = 40) -> dict[str, Any]:
+                       interval_s: float = 0.05, idle_count: int = 40) -> HealthOut:
     url = root_url(t.base_url) + "/health"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as sess:
         await wait_idle(sess, t)
@@ -206,16 +213,14 @@ async def health_probe(t: Target, prefill_words: int = 1200, parallel: int = 4, 
         stop.set()
         busy = await loop_task
         after = await scrape(sess, t.base_url)
-    ok = [r for r in reqs if r["status"] == 200 and not r["error"]]
-    return {"probe": "health", "interval_s": interval_s, "idle": idle, "under_prefill": busy,
-            "prefill_requests": {"n": len(reqs), "ok": len(ok), "parallel": parallel,
-                                 "errors": [r["error"] for r in reqs if r["error"]],
-                                 "prompt_tokens": percentiles([float(r["usage"]["prompt_tokens"])
-                                                               for r in ok if r.get("usage")]),
-                                 "ttft_s": percentiles([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
-                                 "load_wall_s": load_s},
-            "server_prefill_s": hist_delta(before, after, "prefill"),
-            "server_ttft_s": hist_delta(before, after, "ttft")}
+    ok = [r for r in reqs if r.status == 200 and not r.error]
+    return HealthOut(
+        interval_s=interval_s, idle=idle, under_prefill=busy,
+        prefill_requests=PrefillRequestsOut(
+            n=len(reqs), ok=len(ok), parallel=parallel, errors=[r.error for r in reqs if r.error],
+            prompt_tokens=percentiles([float(r.usage["prompt_tokens"]) for r in ok if r.usage]),
+            ttft_s=percentiles([r.ttft_s for r in ok if r.ttft_s is not None]), load_wall_s=load_s),
+        server_prefill_s=hist_delta(before, after, "prefill"), server_ttft_s=hist_delta(before, after, "ttft"))
 
 
 # -- prefix -----------------------------------------------------------------------------
@@ -240,9 +245,9 @@ def prefix_messages(scenario: str, system: str, question: str, pad_words: int) -
 
 
 async def prefix_probe(t: Target, system: str, questions: list[str], requests: int = 8,
-                       pad_words: int = 600, max_tokens: int = 32) -> dict[str, Any]:
-    out: dict[str, Any] = {"probe": "prefix", "requests_per_scenario": requests, "pad_words": pad_words,
-                           "max_tokens": max_tokens, "concurrency": 1, "scenarios": {}}
+                       pad_words: int = 600, max_tokens: int = 32) -> PrefixOut:
+    out = PrefixOut(requests_per_scenario=requests, pad_words=pad_words, max_tokens=max_tokens, concurrency=1,
+                    scenarios={})
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as sess:
         await wait_idle(sess, t)
         # Warm the shared prefix once (not measured), so "shared" is the warm best case.
@@ -257,24 +262,23 @@ async def prefix_probe(t: Target, system: str, questions: list[str], requests: i
                 rows.append(await stream_chat(sess, t, body))
             await asyncio.sleep(0.3)
             after = await scrape(sess, t.base_url)
-            ok = [r for r in rows if r["status"] == 200 and not r["error"]]
+            ok = [r for r in rows if r.status == 200 and not r.error]
             pre, e2e = hist_delta(before, after, "prefill"), hist_delta(before, after, "e2e")
-            cached = [float((r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-                      for r in ok if r.get("usage")]
-            out["scenarios"][sc] = {
-                "n": len(rows), "ok": len(ok), "errors": [r["error"] for r in rows if r["error"]],
-                "client_ttft_s": percentiles([r["ttft_s"] for r in ok if r["ttft_s"] is not None]),
-                "client_latency_s": percentiles([r["latency_s"] for r in ok]),
-                "prompt_tokens": percentiles([float(r["usage"]["prompt_tokens"]) for r in ok if r.get("usage")]),
-                "cached_tokens_reported": percentiles(cached) if any(cached) else
+            cached = [float((r.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+                      for r in ok if r.usage]
+            out.scenarios[sc] = ScenarioOut(
+                n=len(rows), ok=len(ok), errors=[r.error for r in rows if r.error],
+                client_ttft_s=percentiles([r.ttft_s for r in ok if r.ttft_s is not None]),
+                client_latency_s=percentiles([r.latency_s for r in ok if r.latency_s is not None]),
+                prompt_tokens=percentiles([float(r.usage["prompt_tokens"]) for r in ok if r.usage]),
+                cached_tokens_reported=percentiles(cached) if any(cached) else
                 {"n": len(cached), "note": "not reported by the server (or zero)"},
-                "prefix_cache": hit_rate(before, after),
-                "server_ttft_s": hist_delta(before, after, "ttft"),
-                "server_prefill_s": pre, "server_decode_s": hist_delta(before, after, "decode"),
-                "server_queue_s": hist_delta(before, after, "queue"), "server_e2e_s": e2e,
-                "prefill_share": (pre["mean"] / e2e["mean"] if pre.get("mean") is not None and e2e.get("mean")
-                                  else None),
-            }
+                prefix_cache=hit_rate(before, after),
+                server_ttft_s=hist_delta(before, after, "ttft"),
+                server_prefill_s=pre, server_decode_s=hist_delta(before, after, "decode"),
+                server_queue_s=hist_delta(before, after, "queue"), server_e2e_s=e2e,
+                prefill_share=pre.mean / e2e.mean if pre.mean is not None and e2e.mean else None,
+            )
     return out
 
 
@@ -352,13 +356,15 @@ def render_markdown(result: ProbeResult | dict[str, Any], title: str) -> str:
 
 
 def write(out: Path, r: dict[str, Any], title: str) -> Path:
+    """``r`` (a probe's result as JSON) checked and written as ``PROBE.json``/``PROBE.md``."""
     output_dir(out)
     write_outputs(out, r["probe"], r, lambda res: render_markdown(res, title))
     return out / f"{r['probe']}.md"
 
 
 def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[dict[str, Any], str]:
-    """Run one probe synchronously; returns the result and its Markdown."""
+    """Run one probe synchronously; returns the result as written and its Markdown."""
+    r: ProbeOut
     if name == "cancel":
         r = asyncio.run(cancel_probe(t, **kw))
     elif name == "health":
@@ -367,7 +373,7 @@ def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[dict[str, Any
         r = asyncio.run(prefix_probe(t, **kw))
     else:
         raise ValueError(name)
-    r["kind"] = f"probe-{name}"
-    r["endpoint"], r["model"], r["created"] = t.base_url, t.model, time.time()
-    path = write(out, r, f"{name} probe · {t.model}")
-    return r, path.read_text()
+    r.kind, r.endpoint, r.model, r.created = f"probe-{name}", t.base_url, t.model, time.time()
+    data = r.to_json()
+    path = write(out, data, f"{name} probe · {t.model}")
+    return data, path.read_text()
