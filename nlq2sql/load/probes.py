@@ -46,8 +46,9 @@ from nlq2sql.records.store import output_dir
 from nlq2sql.stages.score import percentiles
 from nlq2sql.transport.stream import Accumulator, Completion, StreamEventError, sse_events
 
-__all__ = ["FILLER", "SCENARIOS", "ProbeOut", "ProbeResult", "Stream", "Target", "cancel_probe", "filler", "health_probe",
-           "prefix_messages", "prefix_probe", "render_markdown", "run_probe", "stream_chat", "wait_idle", "write"]
+__all__ = ["FILLER", "SCENARIOS", "ProbeOut", "ProbeResult", "Stream", "Target", "cancel_probe", "filler",
+           "health_probe", "prefix_messages", "prefix_probe", "render_markdown", "run_probe", "stream_chat",
+           "wait_idle", "write"]
 
 ProbeResult = CancelProbeResult | HealthProbeResult | PrefixProbeResult
 ProbeOut = CancelOut | HealthOut | PrefixOut
@@ -131,16 +132,13 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
             if r.status == 400 and "ignore_eos" in (r.error or ""):
                 body.pop("ignore_eos")
                 r = await stream_chat(sess, t, body, stop_after=k_tokens)
-
-            def row(**measured: Any) -> CancelTrialOut:
-                return CancelTrialOut(received_tokens=r.chunks, disconnected=r.disconnected, error=r.error,
-                                      finish_reason=r.finish_reason, server_busy_before=bool(busy), **measured)
             if before is None:
-                rows.append(row(to_idle_s=None, polls=0, tokens_after_disconnect=None, note="/metrics not observed"))
+                rows.append(_trial(r, busy, to_idle_s=None, polls=0, tokens_after_disconnect=None,
+                                   note="/metrics not observed"))
                 continue
             if not r.disconnected or isinstance(r.t_disconnect, UnsetType):
-                rows.append(row(to_idle_s=None, polls=0, tokens_after_disconnect=None,
-                                note="stream ended before k tokens: nothing to cancel"))
+                rows.append(_trial(r, busy, to_idle_s=None, polls=0, tokens_after_disconnect=None,
+                                   note="stream ended before k tokens: nothing to cancel"))
                 continue
             # The zero is seen by a scrape sent at t_sent: running reached 0 after the previous
             # scrape was sent (lower bound) and before this one returned (upper bound).
@@ -160,15 +158,20 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
             await asyncio.sleep(settle_s)
             after = await scrape(sess, t.base_url)
             gen = counter_delta(before, after, "generation_tokens")
-            rows.append(row(to_idle_s=to_idle, to_idle_lower_s=lower, polls=polls,
-                            generated_total=None if gen is None else int(gen),
-                            tokens_after_disconnect=None if gen is None else int(gen) - r.chunks,
-                            would_have_generated=max_tokens - r.chunks))
+            rows.append(_trial(r, busy, to_idle_s=to_idle, to_idle_lower_s=lower, polls=polls,
+                               generated_total=None if gen is None else int(gen),
+                               tokens_after_disconnect=None if gen is None else int(gen) - r.chunks,
+                               would_have_generated=max_tokens - r.chunks))
     idle = [x.to_idle_s for x in rows if x.to_idle_s is not None]
     after_tok = [float(x.tokens_after_disconnect) for x in rows if x.tokens_after_disconnect is not None]
     return CancelOut(k_tokens=k_tokens, max_tokens=max_tokens, trials=rows, poll_interval_s=poll_s,
                      to_idle_s=percentiles(idle), tokens_after_disconnect=percentiles(after_tok),
                      ignore_eos="ignore_eos" in body)
+
+
+def _trial(r: Stream, busy: Any, **measured: Any) -> CancelTrialOut:
+    return CancelTrialOut(received_tokens=r.chunks, disconnected=r.disconnected, error=r.error,
+                          finish_reason=r.finish_reason, server_busy_before=bool(busy), **measured)
 
 
 # -- health -----------------------------------------------------------------------------
