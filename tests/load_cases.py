@@ -44,7 +44,8 @@ from nlq2sql.load.grid import GridConfig, GridMode, LengthClass, cell
 from nlq2sql.load.levels import LEVEL, stats_from_run
 from nlq2sql.load.openloop import RateSweepConfig, RateSweepMode, rate_level
 from nlq2sql.load.output import write_outputs
-from nlq2sql.records.store import write_json_atomic
+from nlq2sql.load.tune import TuneSettings, probe_from_records, tune_result
+from nlq2sql.records.store import RECORDS, iter_records, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 
 __all__ = ["GOLDEN", "RUN_FILES", "SETS", "cases", "committed_run_dirs"]
@@ -220,6 +221,27 @@ def _loadcheck(name: str, runs: list[Path]) -> Iterator[tuple[str, str]]:
     yield f"{name}:loadcheck.md", (out / "loadcheck.md").read_text()
 
 
+def _tune(run: Path, written: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """A committed tune re-derived from its probes' runs (in the order run): as configured, and stricter."""
+    cfg = written["config"]
+    for tag, over in (("as-run", {}), ("strict", {"min_accuracy": 0.95, "alpha": 0.5})):
+        out = Path(f"{run.name}-{run.parent.name}-{tag}")
+        kw = {k: cfg[k] for k in ("by", "min_accuracy", "alpha", "lo", "hi", "probes", "requests", "order_seed",
+                                  "warmup")} | over
+        s = TuneSettings(base=_base(str(out)), slo=tuple(cfg["slo"]), **kw)
+        done = []
+        for row in sorted(written["probes"], key=lambda r: r["order"]):
+            d = run / row["run_dir"]
+            wall = as_dict(stats_from_run(d))["wall_s"]
+            done.append(probe_from_records(row["load"], Path(row["run_dir"]), list(iter_records(d / RECORDS)), wall,
+                                           s.slo, s.by == "rate"))
+        server = {"started_by_us": True, "endpoint": "local", "max_num_seqs": 4}
+        result = as_dict(tune_result(s, done, server, ["a note"]))
+        write_outputs(out, "tune", result, tune_report.render_markdown, ("plot", lambda _r, _o: "tune.png"))
+        yield f"{run}:tune-{tag}.json", (out / "tune.json").read_text()
+        yield f"{run}:tune-{tag}.md", (out / "tune.md").read_text()
+
+
 def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
     """(name, text written) for every case; inputs as they were at ``commit``."""
     dirs = committed_run_dirs(commit)
@@ -262,3 +284,4 @@ def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     for rel in extra[1:]:
         if rel.endswith("tune.json"):
             yield f"{rel}:md", tune_report.render_markdown(json.loads(files[rel].read_text()))
+            yield from _tune(Path(rel).parent, json.loads(files[rel].read_text()))
