@@ -87,8 +87,8 @@ def test_bisection_and_mcnemar_on_synthetic_probes(tmp_path: Path) -> None:
     assert bisect_next(s, []) == 1
     base = _probe(1, 36)
     assert bisect_next(s, [base]) == 16
-    assert judge(_probe(16, 20), base, s)["significantly_worse"]  # 16 items lost, none gained
-    assert not judge(_probe(4, 34), base, s)["significantly_worse"]  # 2 lost: within noise
+    assert judge(_probe(16, 20), base, s).significantly_worse  # 16 items lost, none gained
+    assert not judge(_probe(4, 34), base, s).significantly_worse  # 2 lost: within noise
     assert bisect_next(s, [base, _probe(16, 20)]) == 4  # geometric midpoint of 1 and 16
     assert bisect_next(s, [base, _probe(16, 20), _probe(4, 36)]) == 8
     assert bisect_next(s, [base, _probe(16, 20), _probe(4, 36), _probe(8, 36, slo_met=False)]) == 6

@@ -31,7 +31,7 @@ from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, re
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import Plot
 from nlq2sql.load.slo import Slo, is_correct, parse_slos, request_value
-from nlq2sql.load.tune_report import assemble, plot_curve, render_markdown
+from nlq2sql.load.tune_report import TuneOut, TuneVerdict, assemble, plot_curve, render_markdown
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.stages.score import mcnemar_exact, wilson
 
@@ -112,7 +112,7 @@ def probe_from_records(load: float, run_dir: Path, records: list[dict[str, Any]]
                  slo_observed=observed, slo_met=met, items=correct)
 
 
-def judge(p: Probe, baseline: Probe, s: TuneSettings) -> dict[str, Any]:
+def judge(p: Probe, baseline: Probe, s: TuneSettings) -> TuneVerdict:
     """Eligibility of ``p`` against the bound and the baseline: McNemar on the items both answered."""
     shared = sorted(set(p.items) & set(baseline.items))
     b = sum(1 for i in shared if baseline.items[i] and not p.items[i])  # right at baseline, wrong here
@@ -124,8 +124,8 @@ def judge(p: Probe, baseline: Probe, s: TuneSettings) -> dict[str, Any]:
     acc_ok = p.accuracy is not None and p.accuracy >= s.min_accuracy
     reasons = ([] if p.slo_met else ["SLO missed"]) + ([] if acc_ok else ["accuracy below the bound"]) + \
         (["accuracy significantly below the baseline"] if worse else [])
-    return {"b_baseline_only": b, "c_probe_only": c, "p_one_sided": p_one, "significantly_worse": worse,
-            "accuracy_ok": acc_ok, "eligible": not reasons, "why_not": reasons}
+    return TuneVerdict(b_baseline_only=b, c_probe_only=c, p_one_sided=p_one, significantly_worse=worse,
+                       accuracy_ok=acc_ok, eligible=not reasons, why_not=reasons)
 
 
 def _mid(a: float, b: float, integer: bool) -> float | None:
@@ -142,10 +142,10 @@ def bisect_next(s: TuneSettings, done: list[Probe]) -> float | None:
     if not done:
         return s.lo
     if len(done) == 1:
-        return s.hi if judge(done[0], done[0], s)["eligible"] else None
+        return s.hi if judge(done[0], done[0], s).eligible else None
     if len(done) >= s.probes:
         return None
-    verdict = {p.load: judge(p, done[0], s)["eligible"] for p in done}
+    verdict = {p.load: judge(p, done[0], s).eligible for p in done}
     a = max((x for x, ok in verdict.items() if ok), default=None)
     if a is None:
         return None
@@ -187,13 +187,13 @@ class TuneMode(LoadMode[TuneSettings]):
         return (f"probe {level:g}: accuracy {p.correct}/{p.n}, correct within SLO {p.correct_in_slo}, "
                 f"correct goodput {p.correct_goodput_per_s or 0:.3f}/s, SLO {'met' if p.slo_met else 'missed'}")
 
-    def analyse(self, ctx: LevelContext[TuneSettings], done: list[Any]) -> dict[str, Any]:
+    def analyse(self, ctx: LevelContext[TuneSettings], done: list[Any]) -> TuneOut:
         return tune_result(ctx.settings, done, ctx.server_info, ctx.notes)
 
     def render(self, result: dict[str, Any]) -> str:
         return render_markdown(result)
 
 
-def tune_result(s: TuneSettings, done: list[Probe], server_info: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+def tune_result(s: TuneSettings, done: list[Probe], server_info: dict[str, Any], notes: list[str]) -> TuneOut:
     """The result from the probes (in the order run): each judged against the first, then the picks."""
     return assemble(s, done, [judge(p, done[0], s) for p in done], server_info, notes)

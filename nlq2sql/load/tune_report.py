@@ -10,66 +10,151 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nlq2sql.load.figures import Fig, Num
 from nlq2sql.load.render import fmt_num
 
 if TYPE_CHECKING:
     from nlq2sql.load.tune import Probe, TuneSettings
 
-__all__ = ["CI_METHOD", "assemble", "plot_curve", "render_markdown"]
+__all__ = ["CI_METHOD", "OperatingPoint", "ProbeRow", "TuneOut", "TuneSettingsOut", "TuneVerdict", "assemble",
+           "plot_curve", "render_markdown"]
 
 CI_METHOD = ("95 % Wilson interval on the share of requests that were correct within the SLO, times the "
              "probe's request rate n / wall (wall taken as fixed)")
 
 
-def _pick(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+# ``tune.json`` as built (fields in the file's order; see :mod:`.figures`).
+
+class TuneVerdict(Fig):
+    """A probe judged against the baseline: McNemar on the items both answered, and the bounds."""
+
+    b_baseline_only: int  # right at the baseline, wrong here
+    c_probe_only: int
+    p_one_sided: Num
+    significantly_worse: bool
+    accuracy_ok: bool
+    eligible: bool
+    why_not: list[str]
+
+
+class ProbeRow(Fig, kw_only=True):
+    """One probe as written: its counts (``tune.Probe`` less the items), when it ran, its verdict."""
+
+    load: Num
+    run_dir: str
+    n: int
+    ok: int
+    correct: int
+    correct_in_slo: int
+    wall_s: Num | None
+    req_per_s: Num | None
+    goodput_per_s: Num | None
+    correct_goodput_per_s: Num | None
+    correct_goodput_ci95: list[Num] | None
+    accuracy: Num | None
+    accuracy_ci95: list[Num] | None
+    slo_observed: dict[str, Num | None]
+    slo_met: bool
+    order: int
+    b_baseline_only: int
+    c_probe_only: int
+    p_one_sided: Num
+    significantly_worse: bool
+    accuracy_ok: bool
+    eligible: bool
+    why_not: list[str]
+
+
+class OperatingPoint(Fig):
+    load: Num
+    correct_goodput_per_s: Num | None
+    correct_goodput_ci95: list[Num] | None
+    accuracy: Num | None
+    accuracy_ci95: list[Num] | None
+    req_per_s: Num | None
+    n: int
+
+
+class TuneSettingsOut(Fig):
+    by: str
+    slo: list[str]
+    min_accuracy: Num
+    alpha: Num
+    lo: Num
+    hi: Num
+    probes: int
+    requests: int
+    order_seed: int
+    max_in_flight: int | None  # open loop only
+    warmup: int
+    max_tokens: int
+    structured: str
+    prompt: str
+
+
+class TuneOut(Fig, kw_only=True):
+    kind: str = "tune"
+    created: float
+    model: str
+    evalset: str
+    endpoint_label: str
+    cpu_label: str | None
+    server: dict[str, Any]  # the endpoint's facts, open by nature
+    config: TuneSettingsOut
+    ci_method: str
+    probes: list[ProbeRow]
+    operating_point: OperatingPoint | None
+    accuracy_moved_at: Num | None
+    accuracy_below_bound_at: Num | None
+    slo_missed_at: Num | None
+    notes: list[str]
+
+
+def _pick(rows: list[ProbeRow]) -> ProbeRow | None:
     """The eligible probe with the highest correct goodput; ties go to the higher load."""
-    ok = [r for r in rows if r["eligible"] and r["correct_goodput_per_s"] is not None]
-    return max(ok, key=lambda r: (r["correct_goodput_per_s"], r["load"])) if ok else None
+    ok = [(r.correct_goodput_per_s, r.load, r) for r in rows if r.eligible and r.correct_goodput_per_s is not None]
+    return max(ok, key=lambda x: (x[0], x[1]))[2] if ok else None
 
 
-def assemble(s: TuneSettings, done: list[Probe], verdicts: list[dict[str, Any]], server_info: dict[str, Any],
-             notes: list[str]) -> dict[str, Any]:
+def assemble(s: TuneSettings, done: list[Probe], verdicts: list[TuneVerdict], server_info: dict[str, Any],
+             notes: list[str]) -> TuneOut:
     """The result: each probe (in the order run) with its verdict against the baseline, then the picks."""
     base = done[0] if done else None
-    rows = []
-    for i, (p, v) in enumerate(zip(done, verdicts, strict=True)):
-        row = p.model_dump(mode="json", exclude={"items"})
-        row["order"] = i + 1
-        row.update(v)
-        rows.append(row)
-    rows.sort(key=lambda r: r["load"])
+    rows = [ProbeRow(**p.model_dump(mode="json", exclude={"items"}), order=i + 1, **v.to_json())
+            for i, (p, v) in enumerate(zip(done, verdicts, strict=True))]
+    rows.sort(key=lambda r: r.load)
     op = _pick(rows)
-    moved = next((r["load"] for r in rows if r.get("significantly_worse")), None)
-    below = next((r["load"] for r in rows if not r.get("accuracy_ok", True)), None)
-    slo_broke = next((r["load"] for r in rows if not r["slo_met"]), None)
-    if base is not None and not rows[0]["eligible"]:
-        notes.append(f"The baseline itself is not eligible ({', '.join(rows[0]['why_not'])}): no load meets "
+    moved = next((r.load for r in rows if r.significantly_worse), None)
+    below = next((r.load for r in rows if not r.accuracy_ok), None)
+    slo_broke = next((r.load for r in rows if not r.slo_met), None)
+    if base is not None and not rows[0].eligible:
+        notes.append(f"The baseline itself is not eligible ({', '.join(rows[0].why_not)}): no load meets "
                      "these bounds on this endpoint; the search stopped there.")
-    if op is not None and op["load"] == max(r["load"] for r in rows):
+    if op is not None and op.load == max(r.load for r in rows):
         notes.append("The highest load tried is the operating point: raise --hi to search further.")
-    if any(r["n"] < 30 for r in rows):
+    if any(r.n < 30 for r in rows):
         notes.append("Fewer than 30 requests per probe: the McNemar test has little power; a drop in "
                      "accuracy may go undetected (raise --requests).")
     local = bool(server_info.get("started_by_us"))
-    return {
-        "kind": "tune", "created": time.time(),
-        "model": s.base.model, "evalset": s.base.evalset,
-        "endpoint_label": "local vLLM started for the tune" if local else str(server_info.get("endpoint")),
-        "cpu_label": ("CPU-only vLLM on this machine: these timings rank configurations here; "
-                      "they are not GPU numbers.") if local else None,
-        "server": server_info,
-        "config": {"by": s.by, "slo": [x.text for x in s.slo], "min_accuracy": s.min_accuracy,
-                   "alpha": s.alpha, "lo": s.lo, "hi": s.hi, "probes": s.probes, "requests": s.requests,
-                   "order_seed": s.order_seed, "max_in_flight": s.max_in_flight if s.by == "rate" else None,
-                   "warmup": s.warmup, "max_tokens": s.base.sampling.max_tokens,
-                   "structured": s.base.sampling.structured, "prompt": s.base.prompt},
-        "ci_method": CI_METHOD,
-        "probes": rows,
-        "operating_point": op and {k: op[k] for k in ("load", "correct_goodput_per_s", "correct_goodput_ci95",
-                                                      "accuracy", "accuracy_ci95", "req_per_s", "n")},
-        "accuracy_moved_at": moved, "accuracy_below_bound_at": below, "slo_missed_at": slo_broke,
-        "notes": notes,
-    }
+    return TuneOut(
+        created=time.time(), model=s.base.model, evalset=s.base.evalset,
+        endpoint_label="local vLLM started for the tune" if local else str(server_info.get("endpoint")),
+        cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
+                   "they are not GPU numbers.") if local else None,
+        server=server_info,
+        config=TuneSettingsOut(by=s.by, slo=[x.text for x in s.slo], min_accuracy=s.min_accuracy, alpha=s.alpha,
+                               lo=s.lo, hi=s.hi, probes=s.probes, requests=s.requests, order_seed=s.order_seed,
+                               max_in_flight=s.max_in_flight if s.by == "rate" else None, warmup=s.warmup,
+                               max_tokens=s.base.sampling.max_tokens, structured=s.base.sampling.structured,
+                               prompt=s.base.prompt),
+        ci_method=CI_METHOD,
+        probes=rows,
+        operating_point=None if op is None else OperatingPoint(
+            load=op.load, correct_goodput_per_s=op.correct_goodput_per_s, correct_goodput_ci95=op.correct_goodput_ci95,
+            accuracy=op.accuracy, accuracy_ci95=op.accuracy_ci95, req_per_s=op.req_per_s, n=op.n),
+        accuracy_moved_at=moved, accuracy_below_bound_at=below, slo_missed_at=slo_broke,
+        notes=notes,
+    )
 
 
 def _unit(by: str) -> str:
