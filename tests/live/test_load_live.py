@@ -160,11 +160,12 @@ def test_capacity_budget_from_real_metrics(vllm_server: LocalServer) -> None:
     with urllib.request.urlopen(vllm_server.base_url + "/metrics", timeout=10) as resp:
         budget = cap.server_budget(resp.read().decode())
     config = _json.loads((Path(vllm_server.model_path) / "config.json").read_text())
-    per_token = cap.kv_per_token(config)["bytes_per_token"]
+    per_token = cap.kv_per_token(config).bytes_per_token
     print(budget, per_token)
-    assert budget["observed"] and budget["tokens"] > 0
+    assert budget.observed and isinstance(budget.tokens, int) and budget.tokens > 0
+    assert isinstance(budget.block_size, int)
     # The server's 1 GiB KV space, divided by our bytes per token, is its token budget (block-rounded).
-    assert abs(budget["tokens"] - 2**30 / per_token) <= budget["block_size"]
+    assert abs(budget.tokens - 2**30 / per_token) <= budget.block_size
 
 
 def test_serialization_max_num_seqs_1_is_serialized_at_engine(
