@@ -80,9 +80,9 @@ def main() -> None:
         query = next(b for b in schema.get("anyOf", [schema]) if "metrics" in b.get("properties", {}))
         names = [f"entity_{i // 50}__dimension_{i}" for i in range(n)]
         query["properties"]["group_by"]["items"]["enum"] = names
-        where = query["properties"]["where"]["items"]
-        generic = where["anyOf"][-1] if "anyOf" in where else where  # the free-value condition
-        generic["properties"]["field"]["enum"] = names
+        for cond in query["properties"]["where"]["items"]["anyOf"]:
+            if len(cond["properties"]["field"]["enum"]) > 1:  # the free-value conditions (one per arity)
+                cond["properties"]["field"]["enum"] = names
         print(f"{n:>9} {len(json.dumps(schema)):>9} {_compile_ms(compiler, schema, 1):>10.0f}")
 
 

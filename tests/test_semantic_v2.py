@@ -134,6 +134,26 @@ def test_known_values_pin_a_small_fields_where_and_only_that_fields() -> None:
     assert json.loads(bind_sampling(Sampling(), CAT, "query").schema_json or "") == answer_schema(CAT, "flat")
 
 
+def test_the_schema_counts_each_operators_values() -> None:
+    """Whatever the grammar lets the model write, ``Where`` accepts: one value for eq…lte, two for
+    between, a list for in/not_in — pinned fields and free ones alike (a live SmolLM2 answer once
+    wrote ``eq`` with ten values, schema-valid and refused by the parser)."""
+    from nlq2sql.semantic.binding import open_warehouse
+
+    wh = open_warehouse("retail")
+    base = {"metrics": ["revenue"], "group_by": [], "order_by": [], "limit": None}
+    for values in ((), wh.schema_values):
+        validator = jsonschema.Draft202012Validator(answer_schema(CAT, "flat", values=values))
+        for field, v in (("customer_id__region", "North"), ("metric_time__day", "2024-01-01")):
+            for op in ("eq", "neq", "gt", "gte", "lt", "lte", "in", "not_in", "between"):
+                for n in (1, 2, 3):
+                    answer = {**base, "where": [{"field": field, "op": op, "values": [v] * n}]}
+                    ok = validator.is_valid(answer)
+                    assert ok == (n == 2 if op == "between" else n == 1 or op in ("in", "not_in")), (field, op, n)
+                    if ok:
+                        MetricQuery.model_validate(answer)
+
+
 @pytest.mark.parametrize("warehouse", ["retail", "tpch", "flights", "jaffle"])
 def test_every_shipped_gold_is_an_answer_its_warehouses_schema_allows(warehouse: str) -> None:
     """The values pinned by the schema are the values the golds use: a model constrained by it

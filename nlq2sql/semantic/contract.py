@@ -37,20 +37,28 @@ def _enum(values: list[str] | tuple[str, ...]) -> dict[str, Any]:
 KnownValues = tuple[tuple[str, tuple[str, ...]], ...]
 
 
-def _condition(fields: list[str], values: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "additionalProperties": False, "required": ["field", "op", "values"],
-            "properties": {"field": _enum(fields), "op": _enum(OPS),
-                           "values": {"type": "array", "items": values, "minItems": 1, "maxItems": MAX_VALUES}}}
+#: How many values each operator takes (``Where``'s rule), so a constrained answer never breaks it.
+_ARITY: tuple[tuple[tuple[str, ...], int, int], ...] = (
+    (tuple(o for o in OPS if o not in ("in", "not_in", "between")), 1, 1), (("in", "not_in"), 1, MAX_VALUES),
+    (("between",), 2, 2))
+
+
+def _conditions(fields: list[str], values: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"type": "object", "additionalProperties": False, "required": ["field", "op", "values"],
+             "properties": {"field": _enum(fields), "op": _enum(ops),
+                            "values": {"type": "array", "items": values, "minItems": lo, "maxItems": hi}}}
+            for ops, lo, hi in _ARITY]
 
 
 def _where_item(fields: list[str], known: dict[str, tuple[str, ...]]) -> dict[str, Any]:
-    """One ``where`` condition: a field with known values takes only those (one branch per such
-    field, so the grammar ties the values to the field); any other field takes a short string or
-    a number."""
+    """One ``where`` condition, as ``Where`` accepts it: one value for eq…lte, two for between,
+    a list for in/not_in (one branch per arity, so the grammar counts them); a field with known
+    values takes only those (its own branches, so the grammar ties the values to the field); any
+    other field takes a short string or a number."""
     free = [f for f in fields if f not in known]
-    generic = _condition(free, {"anyOf": [{"type": "string", "maxLength": 64}, {"type": "number"}]})
-    pinned = [_condition([f], _enum(known[f])) for f in fields if f in known]
-    return {"anyOf": [*pinned, generic]} if pinned else generic
+    pinned = [c for f in fields if f in known for c in _conditions([f], _enum(known[f]))]
+    return {"anyOf": [*pinned, *_conditions(free, {"anyOf": [{"type": "string", "maxLength": 64},
+                                                             {"type": "number"}]})]}
 
 
 def _query(metrics: list[str], group_bys: list[str], all_metrics: list[str],
