@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.experiments import loadcheck
+from nlq2sql.records.item import present
 from nlq2sql.records.store import iter_records
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoints import ReplicaSpec
@@ -55,8 +56,9 @@ def test_two_replicas_serve_one_run_and_answer_identically(vllm_server: LocalSer
     result = loadcheck.run_across_replicas(loadcheck.LoadCheckConfig(
         cfg(vllm_server, second, tmp_path / "lc", limit=4), levels=(1,), repeats=1, across_replicas=True))
     print(loadcheck.render_markdown(result))
-    assert result["across_replicas"]["c1"]["runs"] == 2
-    assert result["across_replicas"]["c1"]["identical_items"] == 4, result["divergent"]
+    across = present(result.across_replicas)
+    assert across is not None and across["c1"].runs == 2
+    assert across["c1"].identical_items == 4, result.divergent
 
 
 def test_a_replica_killed_mid_run_loses_nothing(vllm_server: LocalServer, second: LocalServer,
