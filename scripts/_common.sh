@@ -1,8 +1,11 @@
 # Shared by the report scripts (sourced): refuse a dirty tree, start local vLLM replicas.
 
 # Committed reports name the commit they came from: refuse uncommitted changes unless ALLOW_DIRTY=1.
+# require_clean_tree: refuse uncommitted changes to tracked files outside reports/ (what a run's
+# manifest calls git_dirty: reports/ holds the runs' own outputs, which a script re-running a
+# committed report rewrites as it goes).
 require_clean_tree() {
-    if [[ -z "${ALLOW_DIRTY:-}" && -n "$(git status --porcelain --untracked-files=no)" ]]; then
+    if [[ -z "${ALLOW_DIRTY:-}" && -n "$(git status --porcelain --untracked-files=no -- . ':(exclude)reports')" ]]; then
         echo "refusing: the working tree has uncommitted changes (ALLOW_DIRTY=1 to override)" >&2
         exit 2
     fi
