@@ -29,7 +29,8 @@ def main(argv: list[str]) -> int:
     lines = ["# Known values pinned in the v2 schema: does it change the answers?", "",
              f"{MODEL}, `--answer query --examples 8`, max_tokens 256, temperature 0, on the local CPU vLLM.",
              "*Unpinned*: the committed query arm (`reports/arms`); *pinned*: the same arm re-run with the",
-             "schema's `where` values pinned to the data's values for small categorical fields (issue 21).",
+             "schema's `where` values pinned to the data's values for small categorical fields and each",
+             "operator's number of values counted (issue 21), at the commit the last column names.",
              "Gained/lost: items right in one run only; p: exact two-sided McNemar on those.", "",
              "| set | n | unpinned | pinned | gained | lost | p | raw answers differing | commits |",
              "|---|---|---|---|---|---|---|---|---|"]
