@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from nlq2sql.errors import InputError, IntentError
 from nlq2sql.semantic.catalog import Catalog
-from nlq2sql.semantic.query import GRAINS, OPS, MetricQuery, Unanswerable
+from nlq2sql.semantic.query import ARITY, GRAINS, OPS, MetricQuery, Unanswerable
 
 __all__ = ["PARTS", "SCHEMA_MODES", "Answer", "KnownValues", "answer_schema", "parse_answer", "part_matches"]
 
@@ -37,10 +37,16 @@ def _enum(values: list[str] | tuple[str, ...]) -> dict[str, Any]:
 KnownValues = tuple[tuple[str, tuple[str, ...]], ...]
 
 
-#: How many values each operator takes (``Where``'s rule), so a constrained answer never breaks it.
-_ARITY: tuple[tuple[tuple[str, ...], int, int], ...] = (
-    (tuple(o for o in OPS if o not in ("in", "not_in", "between")), 1, 1), (("in", "not_in"), 1, MAX_VALUES),
-    (("between",), 2, 2))
+def _by_arity() -> tuple[tuple[tuple[str, ...], int, int], ...]:
+    """The operators grouped by how many values they take (``Where``'s :data:`~.query.ARITY`), so a
+    constrained answer never breaks it; a list is bounded by :data:`MAX_VALUES`."""
+    groups: dict[tuple[int, int | None], list[str]] = {}
+    for op in OPS:
+        groups.setdefault(ARITY[op], []).append(op)
+    return tuple((tuple(ops), least, MAX_VALUES if most is None else most) for (least, most), ops in groups.items())
+
+
+_ARITY = _by_arity()
 
 
 def _conditions(fields: list[str], values: dict[str, Any]) -> list[dict[str, Any]]:

@@ -16,14 +16,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from nlq2sql.inputs import not_a_boolean
 
-__all__ = ["GRAINS", "METRIC_TIME", "OPS", "MetricQuery", "OrderBy", "Unanswerable", "Value", "Where"]
+__all__ = ["ARITY", "GRAINS", "METRIC_TIME", "OPS", "MetricQuery", "OrderBy", "Unanswerable", "Value", "Where"]
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 Value = Annotated[str, Field(max_length=128)] | int | float
 Op = Literal["eq", "neq", "in", "not_in", "gt", "gte", "lt", "lte", "between"]
 OPS: tuple[str, ...] = ("eq", "neq", "in", "not_in", "gt", "gte", "lt", "lte", "between")
 GRAINS: tuple[str, ...] = ("day", "week", "month", "quarter", "year")
-_ONE = frozenset({"eq", "neq", "gt", "gte", "lt", "lte"})
+#: How many values each operator takes, ``(least, most)``; most ``None``: as many as ``Where`` allows.
+ARITY: dict[str, tuple[int, int | None]] = {
+    op: (2, 2) if op == "between" else (1, None) if op in ("in", "not_in") else (1, 1) for op in OPS}
+_EXACTLY = {1: "one value", 2: "two values"}
 METRIC_TIME = "metric_time"
 
 
@@ -40,10 +43,9 @@ class Where(_Strict):
 
     @model_validator(mode="after")
     def _arity(self) -> Where:
-        if self.op in _ONE and len(self.values) != 1:
-            raise ValueError(f"op {self.op!r} takes exactly one value, got {len(self.values)}")
-        if self.op == "between" and len(self.values) != 2:
-            raise ValueError(f"op 'between' takes exactly two values, got {len(self.values)}")
+        least, most = ARITY[self.op]
+        if most is not None and not least <= len(self.values) <= most:
+            raise ValueError(f"op {self.op!r} takes exactly {_EXACTLY[most]}, got {len(self.values)}")
         return self
 
 
