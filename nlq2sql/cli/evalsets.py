@@ -84,6 +84,7 @@ def evalset_upgrade(path: Annotated[str, typer.Argument(help="A v1 eval set: nam
                     force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False) -> None:
     """Restate a v1 set's golds as MetricFlow queries (v2), each checked to return the rows its v1
     gold returns; any difference is reported (every one) and nothing is written."""
+    from nlq2sql.records.store import write_text_atomic
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.pipeline import make_executor
     from nlq2sql.stages.queryset import upgrade_v1_set
@@ -102,11 +103,6 @@ def evalset_upgrade(path: Annotated[str, typer.Argument(help="A v1 eval set: nam
     if up.problems:
         raise InputError(f"{len(up.problems)} gold(s) do not return their v1 rows as v2 queries; nothing written",
                          path=up.path)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        tmp.write_text("".join(line + "\n" for line in up.lines), encoding="utf-8")
-        tmp.replace(out)
-    finally:  # nothing half-written: the temporary file never outlives a failed move
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(out, "".join(line + "\n" for line in up.lines))
     Console().print(f"wrote {out}: {len(up.lines)} v2 items, each returning its v1 gold's rows "
                     f"({up.ordered} compared in order)", highlight=False)

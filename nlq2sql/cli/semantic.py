@@ -61,6 +61,7 @@ def semantic_init(db: Annotated[Path, typer.Option("--db", help="DuckDB file to 
                   out: Annotated[Path | None, typer.Option(help="Write the YAML here (default: stdout).")] = None,
                   force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False) -> None:
     """Write a starting semantic model from a database's tables and columns, to edit."""
+    from nlq2sql.records.store import write_text_atomic
     from nlq2sql.stages.semantic_tools import init_yaml
 
     if not db.is_file():
@@ -73,12 +74,7 @@ def semantic_init(db: Annotated[Path, typer.Option("--db", help="DuckDB file to 
     if out is None:
         sys.stdout.write(text)
     else:
-        tmp = out.with_name(out.name + ".tmp")
-        try:
-            tmp.write_text(text)
-            tmp.replace(out)
-        finally:  # nothing half-written: the temporary file never outlives a failed move
-            tmp.unlink(missing_ok=True)
+        write_text_atomic(out, text)  # nothing half-written, no temp file left
         Console().print(f"wrote {out}")
 
 

@@ -24,7 +24,7 @@ from nlq2sql.inputs import not_utf8, parse_json, regular_file
 __all__ = ["BULK_BLOCK", "MANIFEST", "RECORDS", "RECORD_VERSION", "RESUME_KEYS", "SUMMARY", "BulkRecordWriter",
            "FlatRecord", "RecordWriter", "check_resume", "done_ids", "encode_json", "iter_records", "output_dir",
            "prepare_dir", "read_finished_run", "read_json", "records_digest", "repair_tail", "require_run",
-           "write_json_atomic"]
+           "write_json_atomic", "write_text_atomic"]
 
 RECORD_VERSION = 1
 MANIFEST, RECORDS, SUMMARY = "manifest.json", "records.jsonl", "summary.json"
@@ -35,11 +35,20 @@ RESUME_KEYS = ("kind", "evalset_sha256", "model", "prompt_sha256", "guardrails",
                "context_suffix_sha256")
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file via a temp file and rename, so readers never see half of it and a failed
+    write leaves neither half a file nor the temp file."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON via a temp file and rename, so readers never see half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def read_json(path: Path) -> Any:
