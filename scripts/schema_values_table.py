@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from scipy.stats import binomtest
+from nlq2sql.stages.score import mcnemar_exact
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "qwen2.5-coder-0.5b"
@@ -46,13 +46,13 @@ def main(argv: list[str]) -> int:
         gained = sum(1 for k in new if new[k].get("correct_final") and not old[k].get("correct_final"))
         lost = sum(1 for k in new if old[k].get("correct_final") and not new[k].get("correct_final"))
         differ = sum(1 for k in new if new[k].get("raw_text") != old[k].get("raw_text"))
-        p = binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
+        p = mcnemar_exact(gained, lost)
         lines.append(f"| {name} | {len(new)} | {ok_old} | {ok_new} | {gained} | {lost} | {p:.2f} | {differ} | "
                      f"{_commit(base)} → {_commit(run / 'q-ex8')} |")
         for i, v in enumerate((len(new), ok_old, ok_new, gained, lost, differ)):
             tot[i] += v
     n, a, b, g, lo, d = tot
-    p = binomtest(g, g + lo).pvalue if g + lo else 1.0
+    p = mcnemar_exact(g, lo)
     lines.append(f"| **pooled** | {n} | {a} ({a / n:.1%}) | {b} ({b / n:.1%}) | {g} | {lo} | {p:.2f} | {d} | |")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
