@@ -33,15 +33,15 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
     report = check(wh)
     if as_json:
         sys.stdout.write(dumps(report) + "\n")
-    for f in report["failed"]:
-        err.print(f"{escape(f['metric'])} × {escape(f['dimension'])}: {escape(f['error'])}", highlight=False)
-    if report["failed"]:
-        raise InputError(f"{len(report['failed'])} of {report['queries']} queries failed", path=wh.catalog.path)
+    for f in report.failed:
+        err.print(f"{escape(f.metric)} × {escape(f.dimension)}: {escape(str(f.error))}", highlight=False)
+    if report.failed:
+        raise InputError(f"{len(report.failed)} of {report.queries} queries failed", path=wh.catalog.path)
     if not as_json:
-        Console().print(f"{wh.catalog.path}: valid for MetricFlow; {report['metrics']} metrics × "
-                        f"{report['dimensions']} dimensions OK; {report['queries']} queries ran on {wh.db_path.name} "
-                        f"({report['compiles']} compiles); time spine: {report['time_spine']}; saved queries: "
-                        f"{len(report['saved_queries'])}", highlight=False)
+        Console().print(f"{wh.catalog.path}: valid for MetricFlow; {report.metrics} metrics × "
+                        f"{report.dimensions} dimensions OK; {report.queries} queries ran on {wh.db_path.name} "
+                        f"({report.compiles} compiles); time spine: {report.time_spine}; saved queries: "
+                        f"{len(report.saved_queries)}", highlight=False)
 
 
 @semantic_app.command("show")
@@ -91,15 +91,17 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as 
     """Print the SQL and bound parameters for one intent; with --execute, the result rows."""
     import json
 
+    from msgspec import UNSET
+
     from nlq2sql.inputs import option_text
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.semantic_tools import sql_for
 
     intent = option_text(intent, "--intent")  # @FILE: a regular file only (a FIFO would block forever)
     res = sql_for(open_warehouse(semantic_model, db), intent, execute=execute)
-    sys.stdout.write(res["sql"] + ";\n")
-    sys.stdout.write("-- params: " + json.dumps(res["params"], default=str) + "\n")
-    if "columns" in res:
-        sys.stdout.write(json.dumps(res["columns"]) + "\n")
-    for row in res.get("rows", []):
+    sys.stdout.write(res.sql + ";\n")
+    sys.stdout.write("-- params: " + json.dumps(res.params, default=str) + "\n")
+    if res.columns is not UNSET:
+        sys.stdout.write(json.dumps(res.columns) + "\n")
+    for row in res.rows or []:
         sys.stdout.write(json.dumps(row, default=_exact) + "\n")

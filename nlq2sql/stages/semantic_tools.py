@@ -16,14 +16,91 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.semantic.binding import Warehouse
 
-__all__ = ["check", "dumps", "init_yaml", "show", "sql_for"]
+__all__ = ["CheckReport", "DimensionShown", "MetricShown", "QueryCheck", "ShowReport", "SqlResult", "check", "dumps",
+           "init_yaml", "show", "sql_for"]
 
 
-def check(wh: Warehouse) -> dict[str, Any]:
+class QueryCheck(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One query ``check`` ran: what it asked, and its row count or the error that stopped it."""
+
+    metric: str
+    dimension: str
+    ok: bool
+    rows: int | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
+class CheckReport(msgspec.Struct, kw_only=True):
+    """What ``semantic check`` found (``--json`` prints it as it stands, in this key order)."""
+
+    semantic_model: str
+    path: str
+    sha256: str
+    engine: str
+    metrics: int
+    dimensions: int
+    time_spine: str | None
+    saved_queries: list[str]
+    compiles: int
+    queries: int
+    failed: list[QueryCheck]
+    results: list[QueryCheck]
+
+
+class MetricShown(msgspec.Struct, kw_only=True):
+    label: str
+    type: str
+    description: str
+    group_by: list[str]
+
+
+class DimensionShown(msgspec.Struct, kw_only=True):
+    group_by: str
+    model: str
+    expr: str
+    values: tuple[str, ...] | None
+
+
+class ShowReport(msgspec.Struct, kw_only=True):
+    """What ``semantic show`` prints: the derived vocabulary, values and years, and the JSON Schemas
+    and regex sent to the server (those stay JSON documents: they are sent as they are)."""
+
+    semantic_model: str
+    path: str
+    sha256: str
+    time_spine: str | None
+    metrics: dict[str, MetricShown]
+    dimensions: dict[str, DimensionShown]
+    saved_queries: dict[str, str]
+    years: list[str]
+    filter_fields: list[str]
+    schema_mode: str
+    schema: dict[str, Any]
+    query_schema: dict[str, Any]
+    compact_regex: str
+
+
+class SqlResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One intent's SQL (``nlq2sql sql``): the v2 query as compiled (with its kind) or the v1 intent
+    as canonicalised (each a model's JSON dump), its parameters, and with ``execute`` the rows as
+    DuckDB returned them."""
+
+    intent: dict[str, Any] | UnsetType = UNSET
+    query: dict[str, Any] | UnsetType = UNSET
+    kind: str | UnsetType = UNSET
+    sql: str
+    params: list[Any]
+    columns: list[str] | UnsetType = UNSET
+    rows: list[list[Any]] | UnsetType = UNSET
+
+
+def check(wh: Warehouse) -> CheckReport:
     """Execute, per metric, one query per dimension it reaches and one monthly series; a metric
     that needs ``metric_time`` (cumulative, offset windows) is asked each with the month added.
     Every saved query is compiled and executed too."""
@@ -31,21 +108,21 @@ def check(wh: Warehouse) -> dict[str, Any]:
     from nlq2sql.stages.execute import Executor
 
     cat = wh.catalog
-    results: list[dict[str, Any]] = []
+    results: list[QueryCheck] = []
 
-    def run(ex: Executor, entry: dict[str, Any], make: Any) -> None:
+    def run(ex: Executor, asked: tuple[str, str], make: Any) -> None:
+        metric, dimension = asked
         try:
             rows = ex.run(make())
-            entry.update(ok=True, rows=len(rows))
+            results.append(QueryCheck(metric=metric, dimension=dimension, ok=True, rows=len(rows)))
         except Nlq2SqlError as exc:
-            entry.update(ok=False, error=str(exc))
-        results.append(entry)
+            results.append(QueryCheck(metric=metric, dimension=dimension, ok=False, error=str(exc)))
 
     with Executor(wh.db_path) as ex:
         for metric in cat.metrics:
             reachable = set(cat.engine.group_bys((metric,)))
             month = MetricQuery(metrics=(metric,), group_by=("metric_time__month",))
-            run(ex, {"metric": metric, "dimension": "(time series, month)"}, lambda q=month: cat.engine.compile(q))
+            run(ex, (metric, "(time series, month)"), lambda q=month: cat.engine.compile(q))
             for d, dd in cat.dimensions.items():
                 if dd.group_by not in reachable:
                     continue
@@ -54,38 +131,39 @@ def check(wh: Warehouse) -> dict[str, Any]:
                     cat.engine.compile(q)
                 except Nlq2SqlError:  # e.g. a cumulative metric: asked per month
                     q = MetricQuery(metrics=(metric,), group_by=("metric_time__month", dd.group_by))
-                run(ex, {"metric": metric, "dimension": d}, lambda q=q: cat.engine.compile(q))
+                run(ex, (metric, d), lambda q=q: cat.engine.compile(q))
         for sq in cat.manifest.saved_queries:
-            run(ex, {"metric": f"saved query {sq.name}", "dimension": ""},
+            run(ex, (f"saved query {sq.name}", ""),
                 lambda name=sq.name: cat.engine.compile_saved(name))
-    failed = [r for r in results if not r["ok"]]
+    failed = [r for r in results if not r.ok]
     cat = wh.catalog
-    return {"semantic_model": cat.name, "path": cat.path, "sha256": cat.sha256, "engine": "metricflow",
-            "metrics": len(cat.metrics), "dimensions": len(cat.dimensions), "time_spine": cat.spine,
-            "saved_queries": [q.name for q in cat.manifest.saved_queries],
-            "compiles": cat.engine.compiles, "queries": len(results), "failed": failed, "results": results}
+    return CheckReport(semantic_model=cat.name, path=cat.path, sha256=cat.sha256, engine="metricflow",
+                       metrics=len(cat.metrics), dimensions=len(cat.dimensions), time_spine=cat.spine,
+                       saved_queries=[q.name for q in cat.manifest.saved_queries],
+                       compiles=cat.engine.compiles, queries=len(results), failed=failed, results=results)
 
 
-def show(wh: Warehouse, schema: str = "flat") -> dict[str, Any]:
+def show(wh: Warehouse, schema: str = "flat") -> ShowReport:
     """The derived vocabulary, values, years and the JSON Schema sent to the server."""
     from nlq2sql.semantic.contract import answer_schema
     from nlq2sql.stages.intent import compact_regex, intent_schema
 
     cat = wh.catalog
-    return {"semantic_model": cat.name, "path": cat.path, "sha256": cat.sha256, "time_spine": cat.spine,
-            "metrics": {m.name: {"label": m.label, "type": m.type, "description": m.description,
-                                 "group_by": list(cat.engine.group_bys((m.name,)))} for m in cat.metrics.values()},
-            "dimensions": {d.name: {"group_by": d.group_by, "model": d.model, "expr": d.expr,
-                                    "values": wh.values(d.name)} for d in cat.dimensions.values()},
-            "saved_queries": {q.name: q.query_params.json() if hasattr(q.query_params, "json") else str(q.query_params)
-                              for q in cat.manifest.saved_queries},
-            "years": list(wh.years), "filter_fields": list(cat.vocabulary.filter_fields),
-            "schema_mode": schema, "schema": intent_schema(cat, schema),
-            "query_schema": answer_schema(cat, schema, values=wh.schema_values),  # the v2 answer's (--answer query)
-            "compact_regex": compact_regex(cat, schema)}
+    return ShowReport(
+        semantic_model=cat.name, path=cat.path, sha256=cat.sha256, time_spine=cat.spine,
+        metrics={m.name: MetricShown(label=m.label, type=m.type, description=m.description,
+                                     group_by=list(cat.engine.group_bys((m.name,)))) for m in cat.metrics.values()},
+        dimensions={d.name: DimensionShown(group_by=d.group_by, model=d.model, expr=d.expr, values=wh.values(d.name))
+                    for d in cat.dimensions.values()},
+        saved_queries={q.name: q.query_params.json() if hasattr(q.query_params, "json") else str(q.query_params)
+                       for q in cat.manifest.saved_queries},
+        years=list(wh.years), filter_fields=list(cat.vocabulary.filter_fields),
+        schema_mode=schema, schema=intent_schema(cat, schema),
+        query_schema=answer_schema(cat, schema, values=wh.schema_values),  # the v2 answer's (--answer query)
+        compact_regex=compact_regex(cat, schema))
 
 
-def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> dict[str, Any]:
+def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> SqlResult:
     """One intent (JSON text: v2 MetricFlow query, or v1) → SQL and parameters; exact rows with ``execute``.
 
     A v2 query (a ``metrics`` key) is compiled as it is; a v1 intent is canonicalised first.
@@ -103,7 +181,7 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> dict[s
         data = json.loads(intent_json)
     except (ValueError, RecursionError) as exc:
         raise InputError(f"not JSON: {exc}", field="--intent") from None
-    out: dict[str, Any]
+    out: SqlResult
     if isinstance(data, dict) and "metrics" in data:
         try:
             mq = MetricQuery.model_validate(data)
@@ -112,7 +190,7 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> dict[s
             where = ".".join(str(x) for x in e["loc"])
             raise InputError(f"{where}: {e['msg']}" if where else e["msg"], field="--intent") from None
         q = wh.catalog.engine.compile(mq)
-        out = {"query": json.loads(mq.key()), "kind": mq.kind, "sql": q.sql, "params": list(q.params)}
+        out = SqlResult(query=json.loads(mq.key()), kind=mq.kind, sql=q.sql, params=list(q.params))
     else:
         try:
             intent = parse_intent(intent_json, wh.catalog)
@@ -123,13 +201,13 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> dict[s
             raise InputError(f"inconsistent intent: {problem}", field="--intent")
         canon = canonicalise(intent)
         q = build_sql(canon, wh.catalog)
-        out = {"intent": canon.model_dump(mode="json"), "sql": q.sql, "params": list(q.params)}
+        out = SqlResult(intent=canon.model_dump(mode="json"), sql=q.sql, params=list(q.params))
     if execute:
         con = connect_read_only(wh.db_path)
         try:
             cur = con.execute(q.sql, list(q.params))
-            out["columns"] = [d[0] for d in cur.description or ()]
-            out["rows"] = [list(r) for r in cur.fetchall()]
+            out.columns = [d[0] for d in cur.description or ()]
+            out.rows = [list(r) for r in cur.fetchall()]
         except duckdb.Error as exc:
             raise InputError(f"the query failed in DuckDB: {str(exc).splitlines()[0]}", field="--intent") from None
         finally:
@@ -225,5 +303,6 @@ def _unique(con: Any, table: str, column: str) -> bool:
     return bool(row and row[0])
 
 
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=str)
+def dumps(report: CheckReport | ShowReport) -> str:
+    """A report as the CLI prints it: indented JSON, a value JSON cannot hold written as its ``str``."""
+    return json.dumps(msgspec.to_builtins(report, enc_hook=str), indent=2, default=str)
