@@ -99,7 +99,7 @@ def p_fmt(p: float) -> str:
 
 def render(runs: Path) -> str:
     model = load_model("ranking")
-    art = model.artefact
+    art = model.artefact.to_json_dict()  # rendered from the artefact as its file holds it
     sha = art["artefact_sha256"]
     cv = art["cv"]
     rows = [json.loads(x) for x in (ROOT / art["training"]["path"]).read_text().splitlines() if x.strip()]

@@ -165,22 +165,24 @@ def test_training_is_deterministic_and_the_artefact_round_trips(small_train: Pat
 
 def test_committed_artefact_is_current_and_verified() -> None:
     art = lg.read_artefact(ARTEFACT)
-    assert art["artefact_sha256"] == lg.canonical_sha256(art)
-    assert art["training"]["sha256"] == hashlib.sha256(TRAIN.read_bytes()).hexdigest()
-    assert art["training"]["path"] == "guardrails/training/ranking-train.jsonl"
-    assert art["cv"]["kind_accuracy"]["n"] == art["training"]["n"] == len(_rows(TRAIN))
+    assert lt.artefact_text(art) == ARTEFACT.read_text()  # the type reads the file back into its bytes
+    assert art.artefact_sha256 == lg.canonical_sha256(art.to_json_dict())
+    assert art.training.sha256 == hashlib.sha256(TRAIN.read_bytes()).hexdigest()
+    assert art.training.path == "guardrails/training/ranking-train.jsonl"
+    assert art.cv.kind_accuracy.n == art.training.n == len(_rows(TRAIN))
     assert ARTEFACT.stat().st_size < 1_000_000
     model = lg.load_model("ranking")
     examples, _ = lt.read_training(TRAIN)
     right = sum((model.predict(e.question).p_ranking > 0.5) == (e.label == "ranking") for e in examples)
-    assert right / len(examples) == pytest.approx(art["model"]["train_accuracy"]["kind"], abs=1e-6)
+    assert art.model.train_accuracy
+    assert right / len(examples) == pytest.approx(art.model.train_accuracy["kind"], abs=1e-6)
 
 
 def _tamper(tmp_path: Path, change: Any) -> Path:
     art = json.loads(ARTEFACT.read_text())
     change(art)
     path = tmp_path / "tampered.json"
-    path.write_text(lt.artefact_text(art))
+    path.write_text(json.dumps(art, separators=(",", ":"), ensure_ascii=True) + "\n")  # a file as edited by hand
     return path
 
 

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from nlq2sql.cli._common import app, handled
 from nlq2sql.errors import InputError
+from nlq2sql.stages.learned_artefact import Proportion
 
 __all__ = ["guardrail_app", "show", "train"]
 
@@ -20,11 +21,11 @@ guardrail_app = typer.Typer(help="Guardrails: train and inspect the learned guar
 app.add_typer(guardrail_app, name="guardrail")
 
 
-def _pct(w: dict[str, Any]) -> str:
-    if w.get("value") is None:
+def _pct(w: Proportion) -> str:
+    if w.value is None:
         return "n/a"
-    ci = w.get("ci95") or [w["value"], w["value"]]
-    return f"{100 * w['value']:.1f} % [{100 * ci[0]:.1f}–{100 * ci[1]:.1f}] ({w['k']}/{w['n']})"
+    ci = w.ci95 or [w.value, w.value]
+    return f"{100 * w.value:.1f} % [{100 * ci[0]:.1f}–{100 * ci[1]:.1f}] ({w.k}/{w.n})"
 
 
 @guardrail_app.command("train")
@@ -54,19 +55,19 @@ def train(
         raise InputError(f"must be letters, digits, '_' or '-', got {name!r}", field="--name")
     artefact = lt.train(train or lg.DEFAULT_TRAINING, name, threshold)
     path = lt.save(artefact, out or lg.LEARNED_DIR / f"{name}.json")
-    meta = {k: v for k, v in artefact.items() if k not in ("features", "heads")}
+    meta = {k: v for k, v in artefact.to_json_dict().items() if k not in ("features", "heads")}
     if as_json:
         sys.stdout.write(json.dumps(meta, indent=2) + "\n")
         return
-    cv = artefact["cv"]
+    cv = artefact.cv
     Console().print(
-        f"wrote {path} (learned:{name if out is None else path}); n={artefact['training']['n']} "
-        f"{artefact['training']['kind']}, training sha256 {artefact['training']['sha256'][:12]}…, "
-        f"scikit-learn {artefact['sklearn_version']}\n"
-        f"{cv['folds']}-fold stratified CV accuracy: ranking/breakdown {_pct(cv['kind_accuracy'])}; "
-        f"sort of a breakdown {_pct(cv['sort_breakdown_accuracy'])}; sort of a ranking "
-        f"{_pct(cv['sort_ranking_accuracy'])}; row count {_pct(cv['count_accuracy'])}\n"
-        f"artefact sha256 {artefact['artefact_sha256']}", highlight=False, markup=False, soft_wrap=True)
+        f"wrote {path} (learned:{name if out is None else path}); n={artefact.training.n} "
+        f"{artefact.training.kind}, training sha256 {artefact.training.sha256[:12]}…, "
+        f"scikit-learn {artefact.sklearn_version}\n"
+        f"{cv.folds}-fold stratified CV accuracy: ranking/breakdown {_pct(cv.kind_accuracy)}; "
+        f"sort of a breakdown {_pct(cv.sort_breakdown_accuracy)}; sort of a ranking "
+        f"{_pct(cv.sort_ranking_accuracy)}; row count {_pct(cv.count_accuracy)}\n"
+        f"artefact sha256 {artefact.artefact_sha256}", highlight=False, markup=False, soft_wrap=True)
 
 
 @guardrail_app.command("show")
@@ -83,8 +84,8 @@ def show(
 
     model = lg.load_model(ref.removeprefix(lg.PREFIX))
     a = model.artefact
-    meta = {k: v for k, v in a.items() if k not in ("features", "heads")}
-    meta["n_features"] = {k: len(v["vocabulary"]) for k, v in a["features"].items()}
+    meta = {k: v for k, v in a.to_json_dict().items() if k not in ("features", "heads")}
+    meta["n_features"] = {k: len(v.vocabulary) for k, v in a.features.items()}
     out: dict[str, Any] = {"artefact": display_path(Path(model.source)), **meta}
     if question:
         preds = []

@@ -36,12 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from nlq2sql.errors import GuardrailError
 from nlq2sql.inputs import parse_json
 from nlq2sql.stages.guardrail import GUARDRAIL_DIR, NUMBER_WORDS, Intervention, Rule, RuleSet, propose
 from nlq2sql.stages.intent import Intent
+from nlq2sql.stages.learned_artefact import Artefact
 
 __all__ = ["C", "COMMON", "COUNTS", "CV_FOLDS", "DEFAULT_NAME", "DEFAULT_THRESHOLD", "DEFAULT_TRAINING", "DIGITS",
            "FEATURES", "FORMAT", "FORMAT_VERSION", "HEADS", "LABELS", "LEARNED_DIR", "MEMO_SIZE", "NUMBER", "PREFIX",
@@ -134,7 +136,8 @@ def _decide(head: str, proba: Any, texts: list[str]) -> list[str]:
 
 
 def canonical_sha256(payload: dict[str, Any]) -> str:
-    """sha256 of an artefact's canonical JSON, without its own ``artefact_sha256`` key."""
+    """sha256 of an artefact's canonical JSON, without its own ``artefact_sha256`` key (the JSON
+    object as read from the file, or :meth:`~.learned_artefact.Artefact.to_json_dict`)."""
     body = {k: v for k, v in payload.items() if k != "artefact_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -163,37 +166,38 @@ class Prediction:
 class LearnedModel:
     """The loaded artefact: rebuilt scikit-learn objects, predictions memoised per question."""
 
-    def __init__(self, artefact: dict[str, Any], source: str) -> None:
+    def __init__(self, artefact: Artefact, source: str) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import FeatureUnion
 
         self.artefact, self.source = artefact, source
-        self.name: str = artefact["name"]
-        self.threshold = float(artefact["threshold"])
+        self.name: str = artefact.name
+        self.threshold = float(artefact.threshold)
         try:
             parts = []
             width = 0
             for fname in FEATURES:
-                spec = dict(artefact["features"][fname])
-                vocab, idf = spec.pop("vocabulary"), spec.pop("idf")
+                feat = artefact.features[fname]
+                vocab, idf = feat.vocabulary, feat.idf
                 if len(vocab) != len(idf) or len(set(vocab)) != len(vocab):
                     raise ValueError(f"features.{fname}: vocabulary and idf do not match")
-                spec["ngram_range"] = tuple(spec["ngram_range"])
-                vec = TfidfVectorizer(vocabulary={t: i for i, t in enumerate(vocab)}, **spec)
+                vec = TfidfVectorizer(vocabulary={t: i for i, t in enumerate(vocab)}, lowercase=feat.lowercase,
+                                      sublinear_tf=feat.sublinear_tf, min_df=feat.min_df, analyzer=feat.analyzer,
+                                      ngram_range=tuple(feat.ngram_range))
                 vec.idf_ = np.asarray(idf, dtype=float)
                 parts.append((fname, vec))
                 width += len(vocab)
             self.features = FeatureUnion(parts)
-            self.heads: dict[str, Any] = {}
+            self.heads: dict[str, LogisticRegression] = {}
             for head, classes in HEADS.items():
-                spec = artefact["heads"][head]
-                if tuple(spec["classes"]) != classes:
+                spec = artefact.heads[head]
+                if tuple(spec.classes) != classes:
                     raise ValueError(f"heads.{head}.classes must be {list(classes)}")
                 clf = LogisticRegression()
-                clf.classes_ = np.asarray(spec["classes"])
-                clf.coef_ = np.asarray(spec["coef"], dtype=float)
-                clf.intercept_ = np.asarray(spec["intercept"], dtype=float)
+                clf.classes_ = np.asarray(spec.classes)
+                clf.coef_ = np.asarray(spec.coef, dtype=float)
+                clf.intercept_ = np.asarray(spec.intercept, dtype=float)
                 rows = 1 if len(classes) == 2 else len(classes)
                 if clf.coef_.shape != (rows, width) or clf.intercept_.shape != (rows,):
                     raise ValueError(f"heads.{head}: coefficients of shape {clf.coef_.shape}, expected "
@@ -246,9 +250,9 @@ class LearnedRuleSet(RuleSet):
 
         assert self.model is not None
         a = self.model.artefact
-        return {"path": display_path(Path(self.model.source)), "artefact_sha256": a["artefact_sha256"],
-                "training_sha256": a["training"]["sha256"], "training_n": a["training"]["n"],
-                "threshold": self.model.threshold, "sklearn_version": a["sklearn_version"]}
+        return {"path": display_path(Path(self.model.source)), "artefact_sha256": a.artefact_sha256,
+                "training_sha256": a.training.sha256, "training_n": a.training.n,
+                "threshold": self.model.threshold, "sklearn_version": a.sklearn_version}
 
     def apply(self, intent: Intent, question: str) -> tuple[Intent, list[Intervention]]:
         assert self.model is not None
@@ -291,8 +295,9 @@ def artefact_path(ref: str) -> Path:
     return path
 
 
-def read_artefact(path: Path) -> dict[str, Any]:
-    """Read and verify an artefact: format, version and its sha256 over the canonical content."""
+def read_artefact(path: Path) -> Artefact:
+    """Read and verify an artefact: format, version and its sha256 over the canonical content (of the
+    JSON object as read: the edge), then the object as an :class:`~.learned_artefact.Artefact`."""
     src = str(path)
     try:
         text = path.read_bytes().decode("utf-8")
@@ -324,7 +329,10 @@ def read_artefact(path: Path) -> dict[str, Any]:
                              f"retrain", path=src, field="preprocess")
     if not isinstance(data.get("name"), str):
         raise GuardrailError("missing", path=src, field="name")
-    return data
+    try:
+        return msgspec.convert(data, Artefact)
+    except msgspec.ValidationError as exc:
+        raise GuardrailError(f"malformed learned guardrail artefact: {exc}", path=src) from None
 
 
 def load_model(ref: str) -> LearnedModel:
@@ -336,16 +344,13 @@ def load_learned(ref: str) -> LearnedRuleSet:
     """The rule set ``learned:REF`` (REF a name under ``guardrails/learned/`` or a path)."""
     model = load_model(ref)
     rules = []
-    for spec in model.artefact.get("rules", []):
-        try:
-            rules.append(Rule(id=spec["id"], field=spec["field"], from_values=tuple(spec["from"]),
-                              to=spec["to"], description=spec.get("description", "")))
-        except (KeyError, TypeError) as exc:
-            raise GuardrailError(f"malformed rule: {exc}", path=model.source, field="rules") from None
+    for spec in model.artefact.rules:
+        rules.append(Rule(id=spec.id, field=spec.field, from_values=tuple(spec.from_values), to=spec.to,
+                          description=spec.description))
     known = {(RULE_TO_BREAKDOWN, "top_n_by_metric", "breakdown"), (RULE_TO_RANKING, "breakdown", "top_n_by_metric")}
     for r in rules:
         if r.field != "intent" or len(r.from_values) != 1 or (r.id, r.from_values[0], r.to) not in known:
             raise GuardrailError(f"rule {r.id!r} is not a rule this version knows", path=model.source,
                                  field="rules")
-    return LearnedRuleSet(f"{PREFIX}{ref}", tuple(rules), {}, str(model.artefact.get("description", "")),
+    return LearnedRuleSet(f"{PREFIX}{ref}", tuple(rules), {}, model.artefact.description,
                           model=model)

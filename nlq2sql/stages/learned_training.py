@@ -14,11 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import decode_line, json_object, regular_file
 from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.stages.learned_artefact import (
+    Artefact,
+    ArtefactRule,
+    CrossValidation,
+    FeatureSpec,
+    HeadSpec,
+    ModelInfo,
+    OutOfFold,
+    Proportion,
+    TrainingInfo,
+)
 from nlq2sql.stages.learned_guardrail import (
     COMMON,
     CV_FOLDS,
@@ -178,36 +190,41 @@ def _targets(examples: list[Example]) -> dict[str, tuple[list[int], list[str]]]:
             "count": (every, [e.count_class for e in examples])}
 
 
-def _cv(texts: list[str], targets: dict[str, tuple[list[int], list[str]]], threshold: float) -> dict[str, Any]:
+def _cv(texts: list[str], targets: dict[str, tuple[list[int], list[str]]], threshold: float) -> CrossValidation:
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
     from nlq2sql.stages.score import wilson
 
-    out: dict[str, Any] = {"folds": CV_FOLDS, "stratified": True, "shuffle": True, "random_state": RANDOM_STATE}
+    accuracy: dict[str, Proportion] = {}
+    oof: dict[str, OutOfFold] = {}
     folds = StratifiedKFold(n_splits=CV_FOLDS, shuffle=True, random_state=RANDOM_STATE)
     for head, (rows, y) in targets.items():
         sub = [texts[i] for i in rows]
         proba = cross_val_predict(pipeline(), sub, y, cv=folds, method="predict_proba")
         pred = _decide(head, proba, sub)
         ok = sum(p == t for p, t in zip(pred, y, strict=True))
-        out[f"{head}_accuracy"] = wilson(ok, len(y))
+        accuracy[head] = Proportion.of(wilson(ok, len(y)))
         if head == "kind":
             # Out-of-fold behaviour of each rule's gate at the stored threshold.
             for target, rule in (("breakdown", RULE_TO_BREAKDOWN), ("ranking", RULE_TO_RANKING)):
                 p = proba[:, LABELS.index(target)]
                 fired = (p >= threshold) & (p > 1 - p)
                 truth = np.array([t == target for t in y])
-                out[f"oof_{rule}"] = {"precision": wilson(int((fired & truth).sum()), int(fired.sum())),
-                                      "recall": wilson(int((fired & truth).sum()), int(truth.sum()))}
-    return out
+                oof[rule] = OutOfFold(precision=Proportion.of(wilson(int((fired & truth).sum()), int(fired.sum()))),
+                                      recall=Proportion.of(wilson(int((fired & truth).sum()), int(truth.sum()))))
+    return CrossValidation(folds=CV_FOLDS, stratified=True, shuffle=True, random_state=RANDOM_STATE,
+                           kind_accuracy=accuracy["kind"], oof_learned_false_ranking=oof[RULE_TO_BREAKDOWN],
+                           oof_learned_false_breakdown=oof[RULE_TO_RANKING],
+                           sort_breakdown_accuracy=accuracy["sort_breakdown"],
+                           sort_ranking_accuracy=accuracy["sort_ranking"], count_accuracy=accuracy["count"])
 
 
 def _floats(a: Any) -> list[float]:
     return [float(f"{x:.{DIGITS}g}") for x in np.asarray(a, dtype=float).ravel()]
 
 
-def train(training: Path, name: str = DEFAULT_NAME, threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
-    """Fit the heads and return the artefact (a JSON-ready dict with its own sha256)."""
+def train(training: Path, name: str = DEFAULT_NAME, threshold: float = DEFAULT_THRESHOLD) -> Artefact:
+    """Fit the heads and return the artefact (with its own sha256)."""
     import sklearn
 
     from nlq2sql.semantic.catalog import display_path
@@ -226,49 +243,52 @@ def train(training: Path, name: str = DEFAULT_NAME, threshold: float = DEFAULT_T
                          f"cross-validation; too few: {', '.join(missing)}", path=str(training))
     features = _features()
     x = features.fit_transform(texts)
-    heads: dict[str, Any] = {}
+    heads: dict[str, HeadSpec] = {}
     for head, (rows, y) in targets.items():
         clf = _head().fit(x[rows], y)
-        heads[head] = {"classes": [str(c) for c in clf.classes_], "coef": [_floats(r) for r in clf.coef_],
-                       "intercept": _floats(clf.intercept_)}
+        heads[head] = HeadSpec(classes=[str(c) for c in clf.classes_], coef=[_floats(r) for r in clf.coef_],
+                               intercept=_floats(clf.intercept_))
     feats = {}
     for fname, vec in features.transformer_list:
         vocab = sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__)
-        feats[fname] = {**COMMON, **FEATURES[fname], "vocabulary": vocab, "idf": _floats(vec.idf_)}
-    artefact: dict[str, Any] = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "name": name,
-        "description": "ranking vs breakdown (and row count / sort cues) from the question: logistic "
-                       "regression on TF-IDF word 1-2 and char_wb 2-5 n-grams",
-        "threshold": threshold,
-        "rules": [{"id": RULE_TO_BREAKDOWN, "field": "intent", "from": ["top_n_by_metric"], "to": "breakdown",
-                   "description": "model ranked; the classifier says breakdown (P >= threshold)"},
-                  {"id": RULE_TO_RANKING, "field": "intent", "from": ["breakdown"], "to": "top_n_by_metric",
-                   "description": "model gave a breakdown; the classifier says ranking (P >= threshold)"}],
-        "training": {"path": display_path(training), "sha256": sha, "n": len(examples),
-                     **{head: dict(sorted(Counter(y).items())) for head, (_, y) in targets.items()}},
-        "sklearn_version": sklearn.__version__,
-        "preprocess": PREPROCESS,
-        "model": {"C": C, "solver": "lbfgs", "random_state": RANDOM_STATE, "significant_digits": DIGITS},
-        "cv": _cv(texts, targets, threshold),
-        "features": feats,
-        "heads": heads,
-    }
+        feats[fname] = msgspec.convert({**COMMON, **FEATURES[fname], "vocabulary": vocab, "idf": _floats(vec.idf_)},
+                                       FeatureSpec)
+    counts = {head: dict(sorted(Counter(y).items())) for head, (_, y) in targets.items()}
+    artefact = Artefact(
+        format=FORMAT, format_version=FORMAT_VERSION, name=name,
+        description="ranking vs breakdown (and row count / sort cues) from the question: logistic "
+                    "regression on TF-IDF word 1-2 and char_wb 2-5 n-grams",
+        threshold=threshold,
+        rules=[ArtefactRule(id=RULE_TO_BREAKDOWN, field="intent", from_values=["top_n_by_metric"], to="breakdown",
+                            description="model ranked; the classifier says breakdown (P >= threshold)"),
+               ArtefactRule(id=RULE_TO_RANKING, field="intent", from_values=["breakdown"], to="top_n_by_metric",
+                            description="model gave a breakdown; the classifier says ranking (P >= threshold)")],
+        training=TrainingInfo(path=display_path(training), sha256=sha, n=len(examples), kind=counts["kind"],
+                              sort_breakdown=counts["sort_breakdown"], sort_ranking=counts["sort_ranking"],
+                              count=counts["count"]),
+        sklearn_version=sklearn.__version__,
+        preprocess=PREPROCESS,
+        model=ModelInfo(C=C, solver="lbfgs", random_state=RANDOM_STATE, significant_digits=DIGITS),
+        cv=_cv(texts, targets, threshold),
+        features=feats,
+        heads=heads,
+    )
     stored = LearnedModel(artefact, str(training))
     xs = stored.features.transform(texts)
-    artefact["model"]["train_accuracy"] = {
+    artefact.model.train_accuracy = {
         head: round(float(np.mean(np.asarray(_decide(head, stored.heads[head].predict_proba(xs[rows]),
                                                      [texts[i] for i in rows])) == np.asarray(y))), 6)
         for head, (rows, y) in targets.items()}
-    artefact["artefact_sha256"] = canonical_sha256(artefact)
+    artefact.artefact_sha256 = canonical_sha256(artefact.to_json_dict())
     return artefact
 
 
-def artefact_text(artefact: dict[str, Any]) -> str:
+def artefact_text(artefact: Artefact) -> str:
     """The file's bytes: one compact JSON object, metadata first, then a newline."""
-    return json.dumps(artefact, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
+    return json.dumps(artefact.to_json_dict(), separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
 
 
-def save(artefact: dict[str, Any], out: Path) -> Path:
+def save(artefact: Artefact, out: Path) -> Path:
     if out.suffix != ".json":
         raise InputError("the artefact is JSON (never pickle): give a path ending in .json", field="--out")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,137 @@
+"""The learned guardrail's artefact as a type: what ``guardrail train`` writes and the loader reads.
+
+A module of its own because both sides need it and neither owns it: training
+(:mod:`.learned_training`) builds an :class:`Artefact`, the loader (:mod:`.learned_guardrail`)
+validates the file into one and rebuilds the classifier from its parts.  The file is the
+artefact's fields in declaration order, compact JSON (:meth:`Artefact.to_json_dict` is that
+object; ``learned_guardrail.canonical_sha256`` hashes it), so the order here is the file's order
+and every committed artefact reads back into the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+__all__ = ["Artefact", "ArtefactRule", "CrossValidation", "FeatureSpec", "HeadSpec", "ModelInfo", "OutOfFold",
+           "Proportion", "TrainingInfo"]
+
+
+class ArtefactRule(msgspec.Struct, kw_only=True, rename={"from_values": "from"}):
+    """One rule the classifier gates: ``field`` from one of ``from`` to ``to``."""
+
+    id: str
+    field: str
+    from_values: list[str]
+    to: str
+    description: str = ""
+
+
+class TrainingInfo(msgspec.Struct, kw_only=True):
+    """The training set (path, sha256, size) and each head's class counts, sorted by class."""
+
+    path: str
+    sha256: str
+    n: int
+    kind: dict[str, int]
+    sort_breakdown: dict[str, int]
+    sort_ranking: dict[str, int]
+    count: dict[str, int]
+
+
+class ModelInfo(msgspec.Struct, kw_only=True):
+    """The heads' hyper-parameters, and their accuracy on the training set (set after fitting)."""
+
+    C: float
+    solver: str
+    random_state: int
+    significant_digits: int
+    train_accuracy: dict[str, float] | UnsetType = UNSET
+
+
+class Proportion(msgspec.Struct, kw_only=True):
+    """``stages.score.wilson``'s shape: the value, k of n, and its 95 % Wilson interval."""
+
+    value: float | None
+    k: int
+    n: int
+    ci95: list[float] | None
+
+    @classmethod
+    def of(cls, wilson: Any) -> Proportion:
+        """``score.wilson``'s result (a mapping or an object with those attributes) as this type; a
+        NumPy float becomes the Python float of the same value (JSON writes both alike)."""
+        get = wilson.get if isinstance(wilson, Mapping) else partial(getattr, wilson)
+        value, ci95 = get("value"), get("ci95")
+        return cls(value=None if value is None else float(value), k=int(get("k")), n=int(get("n")),
+                   ci95=None if ci95 is None else [float(x) for x in ci95])
+
+
+class OutOfFold(msgspec.Struct, kw_only=True):
+    """A rule's gate, out of fold, at the stored threshold."""
+
+    precision: Proportion
+    recall: Proportion
+
+
+class CrossValidation(msgspec.Struct, kw_only=True):
+    """Stratified k-fold cross-validation: each head's accuracy and each rule's gate, out of fold."""
+
+    folds: int
+    stratified: bool
+    shuffle: bool
+    random_state: int
+    kind_accuracy: Proportion
+    oof_learned_false_ranking: OutOfFold
+    oof_learned_false_breakdown: OutOfFold
+    sort_breakdown_accuracy: Proportion
+    sort_ranking_accuracy: Proportion
+    count_accuracy: Proportion
+
+
+class FeatureSpec(msgspec.Struct, kw_only=True):
+    """One TF-IDF vectoriser: its settings, vocabulary (in column order) and IDF weights."""
+
+    lowercase: bool
+    sublinear_tf: bool
+    min_df: int
+    analyzer: str
+    ngram_range: list[int]
+    vocabulary: list[str]
+    idf: list[float]
+
+
+class HeadSpec(msgspec.Struct, kw_only=True):
+    """One logistic-regression head: its classes, coefficients (one row per class, or one for two)
+    and intercepts."""
+
+    classes: list[str]
+    coef: list[list[float]]
+    intercept: list[float]
+
+
+class Artefact(msgspec.Struct, kw_only=True):
+    """The whole artefact; ``artefact_sha256`` is set last, over everything else."""
+
+    format: str
+    format_version: int
+    name: str
+    description: str
+    threshold: float
+    rules: list[ArtefactRule]
+    training: TrainingInfo
+    sklearn_version: str
+    preprocess: str
+    model: ModelInfo
+    cv: CrossValidation
+    features: dict[str, FeatureSpec]
+    heads: dict[str, HeadSpec]
+    artefact_sha256: str | UnsetType = UNSET
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The JSON object the file holds (what is hashed and written): the JSON edge."""
+        return dict(msgspec.to_builtins(self))
