@@ -41,7 +41,7 @@ def _check_query_set(path: str, wh: Any) -> None:
     with make_executor(wh) as ex:
         problems = check_query_set(qs, wh.catalog, ex)
     for p in problems:
-        err.print(f"{qs.path}: {escape(p['id'])}: {escape(p['problem'])}", highlight=False, soft_wrap=True)
+        err.print(f"{qs.path}: {escape(p.id)}: {escape(p.problem)}", highlight=False, soft_wrap=True)
     if problems:
         raise InputError(f"{len(problems)} gold queries fail or return no rows on warehouse {wh.name!r}",
                          path=qs.path)

@@ -25,7 +25,7 @@ from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.semantic.catalog import Vocabulary
 from nlq2sql.stages.intent import Intent, consistency_problem
 
-__all__ = ["GUARDRAIL_DIR", "NUMBER_WORDS", "VALUES", "Cue", "Intervention", "Rule", "RuleSet", "apply_all",
+__all__ = ["GUARDRAIL_DIR", "NUMBER_WORDS", "VALUES", "Cue", "CueFound", "Intervention", "Rule", "RuleSet", "apply_all",
            "check_vocabulary", "propose", "read_ruleset"]
 
 GUARDRAIL_DIR = PROJECT_ROOT / "guardrails"
@@ -36,6 +36,8 @@ NULL = "null"
 #: The value-linking guardrail's name (built from the warehouse, not from a TOML file).
 VALUES = "values"
 CUE_MEMO_SIZE = 4096
+#: What a cue finds in a question: None (absent), True, a number (group ``n``) or a value's key.
+CueFound = bool | int | str | None
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,9 @@ class Cue:
     exclude: tuple[re.Pattern[str], ...] = ()
     any: tuple[re.Pattern[str], ...] = ()
     values: tuple[tuple[str, tuple[re.Pattern[str], ...]], ...] = ()
-    _memo: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    _memo: dict[str, CueFound] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
-    def find(self, question: str) -> Any:
+    def find(self, question: str) -> CueFound:
         """None when absent; else True, an int (group ``n``) or the matching value key.
 
         Remembered per question (a bounded memo: eval sets ask each question many times).
@@ -63,7 +65,7 @@ class Cue:
         self._memo[question] = found
         return found
 
-    def _find(self, question: str) -> Any:
+    def _find(self, question: str) -> CueFound:
         text = question.lower()
         for pat in self.exclude:
             text = pat.sub(" ", text)

@@ -27,7 +27,8 @@ from nlq2sql.stages.execute import Executor, rows_equal
 from nlq2sql.stages.intent import Intent, canonicalise, is_ordered
 from nlq2sql.stages.sqlbuild import to_query
 
-__all__ = ["QueryCase", "QuerySet", "Upgrade", "check_query_set", "from_v1", "load_query_set", "upgrade_v1_set"]
+__all__ = ["GoldProblem", "QueryCase", "QuerySet", "Upgrade", "check_query_set", "from_v1", "load_query_set",
+           "upgrade_v1_set"]
 
 
 class QueryCase(BaseModel):
@@ -117,20 +118,28 @@ def load_query_set(name_or_path: str | Path, catalog: Catalog) -> QuerySet:
     return QuerySet(name=name, path=str(path), sha256=hashlib.sha256(text.encode()).hexdigest(), cases=tuple(cases))
 
 
-def check_query_set(qs: QuerySet, catalog: Catalog, executor: Executor) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class GoldProblem:
+    """An item whose gold fails on the data or returns no rows, and why."""
+
+    id: str
+    problem: str
+
+
+def check_query_set(qs: QuerySet, catalog: Catalog, executor: Executor) -> list[GoldProblem]:
     """Problems of the golds against the data: a gold that fails or returns no rows (refused)."""
-    problems: list[dict[str, Any]] = []
+    problems: list[GoldProblem] = []
     for case in qs.cases:
         if case.gold is None:
             continue
         try:
             rows = executor.run(catalog.engine.compile(case.gold))
         except Exception as exc:  # noqa: BLE001 — any failure of a gold is a reported problem
-            problems.append({"id": case.id, "problem": str(exc)})
+            problems.append(GoldProblem(case.id, str(exc)))
             continue
         if not rows:
-            problems.append({"id": case.id, "problem": "the gold returns no rows (an empty gold cannot tell "
-                                                       "a right answer from a wrong one)"})
+            problems.append(GoldProblem(case.id, "the gold returns no rows (an empty gold cannot tell "
+                                                 "a right answer from a wrong one)"))
     return problems
 
 
