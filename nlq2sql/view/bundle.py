@@ -19,6 +19,7 @@ and ``&`` escaped, so no recorded text can end a script or be read as markup.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -121,7 +122,7 @@ class Bundle(Mapping[str, bytes]):
                 "raw_files": raw_files, "runs": [run_meta(r, raw_files=raw_files, run_id=i)
                                                       for r, i in zip(runs, run_ids(runs), strict=True)],
                 "skipped": list(getattr(runs, "skipped", [])),
-                "pairs": paired(runs)}
+                "pairs": [dataclasses.asdict(pair) for pair in paired(runs)]}
         files["data/meta.js"] = data_script("meta", dumps(_finite(meta)))
         self._chunks: dict[str, tuple[Run, int]] = {}
         for run in runs:

@@ -40,8 +40,8 @@ from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
 from nlq2sql.view.discover import discover, unique_names
 
-__all__ = ["COLUMNS", "TEXTS", "Run", "Runs", "find_run_dirs", "headline", "load_run", "load_runs", "mcnemar_exact",
-           "paired", "text_hash", "wilson"]
+__all__ = ["COLUMNS", "TEXTS", "Pair", "Run", "Runs", "find_run_dirs", "headline", "load_run", "load_runs",
+           "mcnemar_exact", "paired", "text_hash", "wilson"]
 
 Z95 = 1.959963984540054  # two-sided 95 % normal quantile (Wilson interval)
 #: Per-item columns kept for the page (the Items table, plots, comparison).
@@ -355,12 +355,24 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def paired(runs: list[Run]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Pair:
+    """Two runs of one eval set compared item by item (the page's ``pairs``, in this key order)."""
+
+    a: int  # the runs' keys
+    b: int
+    n: int  # items in both
+    b_count: int
+    c_count: int
+    p: float  # exact McNemar
+
+
+def paired(runs: list[Run]) -> list[Pair]:
     """For each pair of runs of the same eval set: items in both, b, c and the exact McNemar p.
 
     b: right in the first run and wrong in the second (final correctness); c: the reverse.
     """
-    out = []
+    out: list[Pair] = []
     for a, b in combinations(runs, 2):
         if a.evalset_key != b.evalset_key:
             continue
@@ -370,6 +382,5 @@ def paired(runs: list[Run]) -> list[dict[str, Any]]:
         common = right_a.keys() & right_b.keys()
         n_b = sum(1 for i in common if right_a[i] and not right_b[i])
         n_c = sum(1 for i in common if right_b[i] and not right_a[i])
-        out.append({"a": a.key, "b": b.key, "n": len(common), "b_count": n_b, "c_count": n_c,
-                    "p": mcnemar_exact(n_b, n_c)})
+        out.append(Pair(a.key, b.key, len(common), n_b, n_c, mcnemar_exact(n_b, n_c)))
     return out
