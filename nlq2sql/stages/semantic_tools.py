@@ -215,6 +215,57 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> SqlRes
     return out
 
 
+class _Entity(msgspec.Struct):
+    name: str
+    type: str  # primary / foreign
+    expr: str
+
+
+class _Granularity(msgspec.Struct):
+    time_granularity: str
+
+
+class _Dimension(msgspec.Struct, omit_defaults=True):
+    name: str
+    type: str  # categorical / time
+    type_params: _Granularity | None = None
+
+
+class _Measure(msgspec.Struct):
+    name: str
+    agg: str
+    expr: str
+
+
+class _MeasureRef(msgspec.Struct):
+    measure: str
+
+
+class _Metric(msgspec.Struct):
+    name: str
+    label: str
+    type: str
+    type_params: _MeasureRef
+
+
+class _Defaults(msgspec.Struct):
+    agg_time_dimension: str
+
+
+class _Model(msgspec.Struct, omit_defaults=True):
+    """One table's semantic model as ``semantic init`` writes it (the YAML keys in this order; an
+    empty list or an unset default is left out)."""
+
+    name: str
+    description: str
+    model: str
+    primary_entity: str | None = None
+    defaults: _Defaults | None = None
+    entities: list[_Entity] = []
+    dimensions: list[_Dimension] = []
+    measures: list[_Measure] = []
+
+
 _NUMERIC = ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL", "NUMERIC", "HUGEINT", "BIGINT", "SMALLINT", "TINYINT")
 
 
@@ -236,55 +287,55 @@ def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
                                             "WHERE table_schema = 'main' ORDER BY table_name").fetchall()]
         if not tables:
             raise InputError("the database has no tables", path=str(db), field="--db")
-        models: list[dict[str, Any]] = []
-        metrics: list[dict[str, Any]] = []
+        models: list[_Model] = []
+        metrics: list[_Metric] = []
         used: set[str] = set()  # measure and metric names are unique across a MetricFlow project
         for t in tables:
             cols = con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
                                "ORDER BY ordinal_position", [t]).fetchall()
-            entities: list[dict[str, Any]] = []
-            dims: list[dict[str, Any]] = []
-            measures: list[dict[str, Any]] = []
+            entities: list[_Entity] = []
+            dims: list[_Dimension] = []
+            measures: list[_Measure] = []
             time_dim = None
             for name, dtype in cols:
                 dtype = dtype.upper()
                 if name.lower().endswith("_id") or name.lower() == "id":
                     one = _singular(t)
                     primary = (name.lower() in (f"{one.lower()}_id", "id")
-                               and not any(e["type"] == "primary" for e in entities)
+                               and not any(e.type == "primary" for e in entities)
                                and _unique(con, t, name))  # a key the data repeats would fan out every join
-                    entities.append({"name": name if name.lower() != "id" else f"{one}_id",
-                                     "type": "primary" if primary else "foreign", "expr": name})
+                    entities.append(_Entity(name if name.lower() != "id" else f"{one}_id",
+                                            "primary" if primary else "foreign", name))
                 elif dtype in ("DATE", "TIMESTAMP") or dtype.startswith("TIMESTAMP"):
-                    dims.append({"name": name, "type": "time", "type_params": {"time_granularity": "day"}})
+                    dims.append(_Dimension(name, "time", _Granularity("day")))
                     time_dim = time_dim or name
                 elif dtype.startswith(_NUMERIC):
                     mname = f"total_{name}" if f"total_{name}" not in used else f"{t}_total_{name}"
                     used.add(mname)
-                    measures.append({"name": mname, "agg": "sum", "expr": name})
+                    measures.append(_Measure(mname, "sum", name))
                 elif dtype == "VARCHAR" or dtype == "BOOLEAN":
                     n = con.execute(f'SELECT COUNT(DISTINCT "{name}") FROM "{t}"').fetchone()
                     if n is not None and n[0] <= max_categorical:
-                        dims.append({"name": name, "type": "categorical"})
-            model: dict[str, Any] = {"name": t, "description": f"Table {t} (edit me).", "model": f"ref('{t}')"}
-            if not any(e["type"] == "primary" for e in entities):
-                model["primary_entity"] = t  # MetricFlow: a model with dimensions needs a primary entity
+                        dims.append(_Dimension(name, "categorical"))
+            model = _Model(name=t, description=f"Table {t} (edit me).", model=f"ref('{t}')")
+            if not any(e.type == "primary" for e in entities):
+                model.primary_entity = t  # MetricFlow: a model with dimensions needs a primary entity
             if time_dim:
-                model["defaults"] = {"agg_time_dimension": time_dim}
-                measures.insert(0, {"name": f"{t}_count", "agg": "count", "expr": "1"})
-                metrics.append({"name": f"{t}_count", "label": f"{t} rows", "type": "simple",
-                                "type_params": {"measure": f"{t}_count"}})
-                metrics += [{"name": m["name"], "label": m["name"].replace("_", " "), "type": "simple",
-                             "type_params": {"measure": m["name"]}} for m in measures[1:]]
+                model.defaults = _Defaults(time_dim)
+                measures.insert(0, _Measure(f"{t}_count", "count", "1"))
+                metrics.append(_Metric(f"{t}_count", f"{t} rows", "simple", _MeasureRef(f"{t}_count")))
+                metrics += [_Metric(m.name, m.name.replace("_", " "), "simple", _MeasureRef(m.name))
+                            for m in measures[1:]]
             else:
                 measures = []
-            model.update({k: v for k, v in (("entities", entities), ("dimensions", dims), ("measures", measures)) if v})
+            model.entities, model.dimensions, model.measures = entities, dims, measures
             models.append(model)
     finally:
         con.close()
     head = ("# A starting semantic model generated by `nlq2sql semantic init` from "
             f"{db.name}.\n# Edit names, labels and joins, then run `nlq2sql semantic check`.\n")
-    return head + yaml.safe_dump({"semantic_models": models, "metrics": metrics}, sort_keys=False)
+    doc = msgspec.to_builtins({"semantic_models": models, "metrics": metrics})  # the YAML document: the edge
+    return head + yaml.safe_dump(doc, sort_keys=False)
 
 
 def _singular(table: str) -> str:
