@@ -8,6 +8,7 @@ HEAD only, and serves nothing outside its page and the run directories it was gi
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -584,12 +585,11 @@ def test_cues_come_from_plain_rule_set_names_only() -> None:
     ex = CueExplainer()
     iv = [{"rule": "false_ranking", "fields": ["intent"], "before": {}, "after": {}, "correct": False}]
     (info,) = ex.explain(["ranking"], "Revenue by region, first ten rows, descending", iv)
-    assert info["ruleset"] == "ranking" and info["problem"] is None
-    assert {c["cue"]: c["found"] for c in info["cues"]} == {"ranking": None, "row_count": 10,
-                                                            "sort_direction": "desc"}
+    assert info.ruleset == "ranking" and info.problem is None
+    assert {c.cue: c.found for c in info.cues} == {"ranking": None, "row_count": 10, "sort_direction": "desc"}
     (info,) = ex.explain(["ranking"], "Top 3 regions by revenue", iv)
-    assert info["cues"][0] == {"cue": "ranking", "role": "unless (must be absent)", "found": True}
+    assert dataclasses.asdict(info.cues[0]) == {"cue": "ranking", "role": "unless (must be absent)", "found": True}
     for names, says in ((["../../etc/passwd"], "not a plain name"), (["learned:x"], "trained classifier"),
                         (["nope"], "no guardrail rule set 'nope'"), ([], "none recorded")):
         (info,) = ex.explain(names, "q", iv)
-        assert info["ruleset"] is None and says in info["problem"], (names, info)
+        assert info.ruleset is None and info.problem is not None and says in info.problem, (names, info)

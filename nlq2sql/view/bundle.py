@@ -169,7 +169,8 @@ class Bundle(Mapping[str, bytes]):
                 if self._explainer is None:
                     self._explainer = CueExplainer()
                 question, ivs = _cue_inputs(json.loads(run.lines[i]))
-                cues[str(i - lo)] = self._explainer.explain(run.guardrails, question, ivs)
+                found = self._explainer.explain(run.guardrails, question, ivs)
+                cues[str(i - lo)] = [dataclasses.asdict(e) for e in found]  # the page's JSON
         body = '{"records":[' + ",".join(run.lines[lo:hi]) + '],"cues":' + dumps(_finite(cues)) + "}"
         return data_script(f"r{run.key}-c{j}", body)
 
