@@ -10,7 +10,7 @@ and every committed artefact reads back into the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -65,7 +65,7 @@ class Proportion(msgspec.Struct, kw_only=True):
     def of(cls, wilson: Any) -> Proportion:
         """``score.wilson``'s result (a mapping or an object with those attributes) as this type; a
         NumPy float becomes the Python float of the same value (JSON writes both alike)."""
-        get = wilson.get if isinstance(wilson, Mapping) else partial(getattr, wilson)
+        get: Callable[[str], Any] = wilson.__getitem__ if isinstance(wilson, Mapping) else partial(getattr, wilson)
         value, ci95 = get("value"), get("ci95")
         return cls(value=None if value is None else float(value), k=int(get("k")), n=int(get("n")),
                    ci95=None if ci95 is None else [float(x) for x in ci95])
