@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.conditions.registry import REGISTRY
-from nlq2sql.errors import InputError, RecordError
-from nlq2sql.records.item import ItemRecord, present
+from nlq2sql.errors import InputError
 from nlq2sql.view.cues import CueExplainer
 from nlq2sql.view.runs import Run, paired
 
@@ -176,14 +175,10 @@ class Bundle(Mapping[str, bytes]):
 
 
 def _cue_inputs(obj: dict[str, Any]) -> tuple[str, list[Any]]:
-    """An item's question and interventions: through the record type, or (a line that is not a
-    record, shown as read) from the parsed object."""
-    try:
-        rec = ItemRecord.from_json(obj)
-    except RecordError:
-        question = obj.get("question")
-        return question if isinstance(question, str) else "", obj["interventions"]
-    return rec.question, present(rec.answer.interventions) or []
+    """An item's question and interventions from its parsed line (the JSON edge), record or not,
+    as :func:`~nlq2sql.view.runs._row` reads the columns: a record's keys are its parts'."""
+    question, ivs = obj.get("question"), obj.get("interventions")
+    return question if isinstance(question, str) else "", ivs if isinstance(ivs, list) else []
 
 
 def build_bundle(runs: list[Run], *, raw_files: bool = False) -> Bundle:
