@@ -1,0 +1,64 @@
+"""The experiments' committed reports, re-derived from their committed inputs: byte for byte.
+
+Each experiment builds its result as a type and serialises it only when written, so the same
+recorded runs must still give the same ``*.json`` and ``*.md`` bytes.  Where the inputs are not
+all recorded (compact's re-tokenised counts came from a live server), the committed JSON is read
+into the type and written back, and the Markdown re-rendered from it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nlq2sql.experiments import arms as ar
+from nlq2sql.experiments import backends as bk
+from nlq2sql.experiments import compact as cx
+from nlq2sql.paths import PROJECT_ROOT
+
+REPORTS = PROJECT_ROOT / "reports"
+
+
+def _same(written: Path, committed: Path) -> None:
+    if committed.is_file():
+        assert written.read_bytes() == committed.read_bytes(), committed
+
+
+def _dirs(pattern: str) -> list[Path]:
+    return sorted(p.parent for p in REPORTS.glob(pattern))
+
+
+@pytest.mark.parametrize("d", _dirs("*/compact/compact.json"), ids=lambda d: d.parent.name)
+def test_compact_report_round_trips_through_its_type(d: Path, tmp_path: Path) -> None:
+    res = cx.CompactResult.from_json(json.loads((d / "compact.json").read_text()))
+    cx.write_result(tmp_path, res)
+    _same(tmp_path / "compact.json", d / "compact.json")
+    _same(tmp_path / "compact.md", d / "compact.md")
+
+
+@pytest.mark.parametrize("d", _dirs("backends/*/backends.json"), ids=lambda d: d.name)
+def test_backends_report_re_derived_from_its_runs(d: Path, tmp_path: Path) -> None:
+    committed = json.loads((d / "backends.json").read_text())
+    names = tuple(r["backend"] for r in committed["backends"])
+    errors = {r["backend"]: r["error"] for r in committed["backends"] if "error" in r}
+    bk.write_result(tmp_path, bk.summarise_backends(d, names, errors))
+    _same(tmp_path / "backends.json", d / "backends.json")
+    _same(tmp_path / "backends.md", d / "backends.md")
+
+
+@pytest.mark.parametrize("d", _dirs("arms/*/*/arms.json"), ids=lambda d: f"{d.parent.name}/{d.name}")
+def test_arms_report_re_derived_from_its_runs(d: Path, tmp_path: Path) -> None:
+    committed = json.loads((d / "arms.json").read_text())
+    title = (d / "arms.md").read_text().splitlines()[0].removeprefix("## ")
+    arms = [ar.load_arm(p.parent) for p in sorted(d.glob("*/manifest.json"))]
+    ar.write_result(tmp_path, ar.arms_table(arms, committed["gpu_cost_per_hour"]), title)
+    _same(tmp_path / "arms.json", d / "arms.json")
+    _same(tmp_path / "arms.md", d / "arms.md")
+
+
+def test_every_committed_report_is_covered() -> None:
+    assert len(_dirs("*/compact/compact.json")) >= 2
+    assert len(_dirs("backends/*/backends.json")) >= 2
+    assert len(_dirs("arms/*/*/arms.json")) >= 24
