@@ -1,14 +1,41 @@
-"""Shared by the experiments: one endpoint for all their runs."""
+"""Shared by the experiments: one endpoint for all their runs, and a rate as their results hold it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from nlq2sql.load.figures import UNSET, Fig, UnsetType
+from nlq2sql.records.results import Rate
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
+from nlq2sql.stages.score import wilson
 
-__all__ = ["shared_endpoint"]
+__all__ = ["Share", "shared_endpoint"]
+
+
+class Share(Fig, kw_only=True):
+    """A proportion as ``stages.score.wilson`` builds it and ``summary.json`` holds it (k of n, the
+    Wilson 95 % interval), in the written key order; ``label`` only where the summary names a class."""
+
+    value: float | None
+    k: int
+    n: int
+    ci95: list[float] | None
+    label: str | None | UnsetType = UNSET
+
+    @classmethod
+    def wilson(cls, k: int, n: int) -> Share:
+        """``stages.score.wilson`` (its interval's ends are numpy floats: written as the same numbers)."""
+        w = wilson(k, n)
+        ci = w["ci95"]
+        return cls(value=w["value"], k=w["k"], n=w["n"], ci95=None if ci is None else [float(x) for x in ci])
+
+    @classmethod
+    def of(cls, rate: Rate) -> Share:
+        """A summary's rate (its model) as a result holds it: the keys the file has, in its order."""
+        return cls(value=rate.value, k=rate.k, n=rate.n, ci95=rate.ci95,
+                   label=UNSET if "label" not in rate.model_fields_set else rate.label)
 
 
 @contextmanager
