@@ -8,6 +8,7 @@ into the type and written back, and the Markdown re-rendered from it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -62,3 +63,13 @@ def test_every_committed_report_is_covered() -> None:
     assert len(_dirs("*/compact/compact.json")) >= 2
     assert len(_dirs("backends/*/backends.json")) >= 2
     assert len(_dirs("arms/*/*/arms.json")) >= 24
+
+
+def test_arms_readme_re_derived_from_its_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reports/arms/README.md`` (``scripts/arms_report.py``): every arm table and what it reads."""
+    spec = importlib.util.spec_from_file_location("arms_report", PROJECT_ROOT / "scripts" / "arms_report.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.chdir(PROJECT_ROOT)  # the report names its folder as given on the command line
+    assert script.main(Path("reports/arms")) == (REPORTS / "arms" / "README.md").read_text()

@@ -9,6 +9,7 @@ from nlq2sql.load.figures import UNSET, Fig, UnsetType
 from nlq2sql.records.results import Rate
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
+from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import wilson
 
 __all__ = ["Share", "shared_endpoint"]
@@ -23,6 +24,10 @@ class Share(Fig, kw_only=True):
     n: int
     ci95: list[float] | None
     label: str | None | UnsetType = UNSET
+
+    def text(self) -> str:
+        """``stages.report.pct``: "63.3 % [50.7–74.4] (38/60)", or "n/a (0 samples)"."""
+        return pct(self.to_json())
 
     @classmethod
     def wilson(cls, k: int, n: int) -> Share:
