@@ -17,6 +17,7 @@ import pytest
 from nlq2sql.experiments import arms as ar
 from nlq2sql.experiments import backends as bk
 from nlq2sql.experiments import compact as cx
+from nlq2sql.experiments import matrix as mx
 from nlq2sql.paths import PROJECT_ROOT
 
 REPORTS = PROJECT_ROOT / "reports"
@@ -59,7 +60,24 @@ def test_arms_report_re_derived_from_its_runs(d: Path, tmp_path: Path) -> None:
     _same(tmp_path / "arms.md", d / "arms.md")
 
 
+@pytest.mark.parametrize("d", _dirs("*/matrix-*/matrix.json"), ids=lambda d: f"{d.parent.name}/{d.name}")
+def test_matrix_report_re_derived_from_its_runs(d: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(PROJECT_ROOT)  # the table names each run as given (relative to the project)
+    committed = json.loads((d / "matrix.json").read_text())
+    runs: dict[str, Path] = {}
+    guardrails: list[str] = []
+    for row in committed["conditions"]:
+        runs.setdefault(row["prompt"], Path(row["run"]))
+        if (g := "+".join(row["guardrails"]) or "none") not in guardrails:
+            guardrails.append(g)
+    title = (d / "matrix.md").read_text().splitlines()[0].removeprefix("## ")
+    mx.write_result(tmp_path, mx.condition_table(runs, tuple(guardrails)), title)
+    _same(tmp_path / "matrix.json", d / "matrix.json")
+    _same(tmp_path / "matrix.md", d / "matrix.md")
+
+
 def test_every_committed_report_is_covered() -> None:
+    assert len(_dirs("*/matrix-*/matrix.json")) >= 4
     assert len(_dirs("*/compact/compact.json")) >= 2
     assert len(_dirs("backends/*/backends.json")) >= 2
     assert len(_dirs("arms/*/*/arms.json")) >= 24
