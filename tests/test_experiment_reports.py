@@ -17,6 +17,7 @@ import pytest
 from nlq2sql.experiments import arms as ar
 from nlq2sql.experiments import backends as bk
 from nlq2sql.experiments import compact as cx
+from nlq2sql.experiments import compare
 from nlq2sql.experiments import matrix as mx
 from nlq2sql.paths import PROJECT_ROOT
 
@@ -74,6 +75,17 @@ def test_matrix_report_re_derived_from_its_runs(d: Path, tmp_path: Path, monkeyp
     mx.write_result(tmp_path, mx.condition_table(runs, tuple(guardrails)), title)
     _same(tmp_path / "matrix.json", d / "matrix.json")
     _same(tmp_path / "matrix.md", d / "matrix.md")
+
+
+def test_comparison_report_re_derived_from_its_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reports/report.md``: ``compare`` over the runs ``scripts/run_reports.sh`` names, in its order."""
+    monkeypatch.chdir(PROJECT_ROOT)
+    dirs: list[Path] = []
+    for model in ("smollm2-135m", "qwen2.5-coder-0.5b"):
+        dirs += [p.parent for p in sorted(Path("reports", model).glob("matrix-*/*/manifest.json"))]
+        dirs += [p.parent for p in sorted(Path("reports", model).glob("load-check/c*-r0/manifest.json"))]
+    paths = compare.render(dirs, tmp_path / "cmp", 1.0, "nlq2sql: SmolLM2-135M vs Qwen2.5-Coder-0.5B on CPU vLLM")
+    _same(paths["markdown"], REPORTS / "report.md")
 
 
 def test_every_committed_report_is_covered() -> None:
