@@ -21,7 +21,7 @@ from typing import Any
 
 from nlq2sql.experiments.abstention import Decision, best_at_recall, decisions, leave_one_out, sweep
 from nlq2sql.experiments.arms import ARMS, Arm, ArmsTable, arms_table, load_arm, render_markdown
-from nlq2sql.records.store import iter_records
+from nlq2sql.records.item import iter_item_records
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import wilson
 
@@ -169,18 +169,19 @@ def abstention_targets(root: Path) -> list[tuple[str, str, str, bool | None]]:
     groups: dict[str, list[Decision]] = {}
     for d in sorted(p.parent for p in root.glob("*/manifest.json")):
         wh = str(json.loads((d / "manifest.json").read_text()).get("semantic_model"))
-        groups.setdefault(wh, []).extend(decisions(iter_records(d / "records.jsonl")))
+        groups.setdefault(wh, []).extend(decisions(iter_item_records(d / "records.jsonl")))
     rows: list[tuple[str, str, str, bool | None]] = []
     src = f"reports/abstention/{root.name}"
     for wh, p in leave_one_out(groups).items():
         if p is not None:
             rows.append((f"{wh}: unanswerable precision ≥ 0.8 at recall ≥ 0.6 (cut-off chosen on the other warehouses)",
-                         f"precision {pct(p.precision)}, recall {pct(p.recall)} at {p.threshold:.3g}", src,
+                         f"precision {p.precision.text()}, recall {p.recall.text()} at {p.threshold:.3g}", src,
                          p.meets_target))
     best = best_at_recall(sweep([x for items in groups.values() for x in items]))
     if best is not None:
         rows.append(("all warehouses: unanswerable precision ≥ 0.8 at recall ≥ 0.6 (best cut-off, in-sample)",
-                     f"precision {pct(best.precision)}, recall {pct(best.recall)} at {best.threshold:.3g}", src,
+                     f"precision {best.precision.text()}, recall {best.recall.text()} at {best.threshold:.3g}",
+                     src,
                      best.meets_target))
     return rows
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,11 +96,23 @@ def test_every_committed_report_is_covered() -> None:
     assert len(_dirs("arms/*/*/arms.json")) >= 24
 
 
-def test_arms_readme_re_derived_from_its_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``reports/arms/README.md`` (``scripts/arms_report.py``): every arm table and what it reads."""
-    spec = importlib.util.spec_from_file_location("arms_report", PROJECT_ROOT / "scripts" / "arms_report.py")
+def _script(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, PROJECT_ROOT / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_arms_readme_re_derived_from_its_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reports/arms/README.md`` (``scripts/arms_report.py``): every arm table and what it reads."""
     monkeypatch.chdir(PROJECT_ROOT)  # the report names its folder as given on the command line
-    assert script.main(Path("reports/arms")) == (REPORTS / "arms" / "README.md").read_text()
+    assert _script("arms_report").main(Path("reports/arms")) == (REPORTS / "arms" / "README.md").read_text()
+
+
+def test_abstention_readme_re_derived_from_its_runs(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``reports/abstention/README.md`` (``scripts/abstention_report.py``, printed)."""
+    monkeypatch.chdir(PROJECT_ROOT)
+    _script("abstention_report").main(Path("reports/abstention"))
+    assert capsys.readouterr().out == (REPORTS / "abstention" / "README.md").read_text()
