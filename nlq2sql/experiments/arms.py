@@ -22,14 +22,13 @@ from pathlib import Path
 
 from msgspec import UNSET
 
-from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError
-from nlq2sql.experiments.common import Share
+from nlq2sql.experiments.common import Share, read_run
 from nlq2sql.experiments.compare import cost_per_1k
 from nlq2sql.load.figures import Fig, Num, Pct
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Manifest, Summary
-from nlq2sql.records.store import RECORDS, output_dir, read_finished_run, write_json_atomic
+from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.score import mcnemar_exact, percentiles
@@ -107,8 +106,7 @@ class Arm:
 
 
 def load_arm(run_dir: Path) -> Arm:
-    raw_m, raw_s = read_finished_run(run_dir)
-    m, s = REGISTRY.manifest_model().model_validate(raw_m), Summary.model_validate(raw_s)
+    m, s = read_run(run_dir)
     correct: dict[str, bool] = {}
     lenient: dict[str, bool] = {}
     errors: Counter[str] = Counter()

@@ -22,9 +22,9 @@ __all__ = ["COLUMNS", "ComparedRun", "accuracy_figure", "cost_per_1k", "load_run
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from nlq2sql.conditions.registry import REGISTRY  # noqa: E402
+from nlq2sql.experiments.common import read_run  # noqa: E402
 from nlq2sql.records.results import Manifest, Rate, Summary  # noqa: E402
-from nlq2sql.records.store import output_dir, read_finished_run  # noqa: E402
+from nlq2sql.records.store import output_dir  # noqa: E402
 from nlq2sql.stages.report import pct  # noqa: E402
 
 
@@ -46,8 +46,7 @@ def _key(m: Manifest, name: str) -> str:
 def load_runs(dirs: list[Path]) -> list[ComparedRun]:
     runs = []
     for d in dirs:
-        raw_m, raw_s = read_finished_run(d)  # refuses records that no longer match the summary
-        m, s = REGISTRY.manifest_model().model_validate(raw_m), Summary.model_validate(raw_s)
+        m, s = read_run(d)  # refuses records that no longer match the summary
         runs.append(ComparedRun(str(d), m, s,
                                 f"{_key(m, 'model')} · {_key(m, 'prompt')}"
                                 f"{' + ' + '+'.join(m.guardrails) if m.guardrails else ''}"

@@ -13,13 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError
-from nlq2sql.experiments.common import Share
+from nlq2sql.experiments.common import Share, read_run
 from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
 from nlq2sql.records.item import iter_item_records, present
-from nlq2sql.records.results import Summary
-from nlq2sql.records.store import RECORDS, output_dir, read_finished_run, write_json_atomic
+from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
@@ -187,9 +185,7 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
     if len(dirs) < 2:
         raise InputError(f"needs at least 2 runs to compare, got {len(dirs)}", field="--runs")
     for d in dirs:
-        raw_manifest, raw_summary = read_finished_run(d)
-        manifest = REGISTRY.manifest_model().model_validate(raw_manifest)
-        summary = Summary.model_validate(raw_summary)
+        manifest, summary = read_run(d)
         for rec in iter_item_records(d / RECORDS):
             texts.setdefault(rec.id, []).append(present(rec.answer.raw_text))
             intents.setdefault(rec.id, []).append(present(rec.answer.raw_intent))

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from nlq2sql.experiments.common import ClusterMean, MeanCI, PairedMeans
 from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType, present
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.results import Rate, Summary
@@ -31,8 +32,8 @@ from nlq2sql.stages.pipeline import rescore_run
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact
 
-__all__ = ["ClusterMean", "MatrixCondition", "MatrixConfig", "MatrixPair", "MatrixRepeats", "MatrixTable", "MeanCI",
-           "PairedMeans", "condition_table", "render_markdown", "run_prompts", "write_result"]
+__all__ = ["MatrixCondition", "MatrixConfig", "MatrixPair", "MatrixRepeats", "MatrixTable", "condition_table",
+           "render_markdown", "run_prompts", "write_result"]
 
 
 @dataclass(frozen=True)
@@ -59,36 +60,6 @@ def run_prompts(cfg: MatrixConfig) -> dict[str, Path]:
 
 
 # ``matrix.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
-
-class MeanCI(Fig):
-    """``run.repeats.mean_ci``: a mean across repeats with its t-interval."""
-
-    n: int
-    mean: Num | None
-    sd: Num | None
-    ci95: list[Num] | None
-
-
-class ClusterMean(Fig, kw_only=True):
-    """``run.repeats.cluster_mean``: per-item values' mean, SE clustered by ``pair_id`` beside the naive one."""
-
-    n_items: int
-    n_clusters: int
-    mean: Num | None
-    se_cluster: Num | None
-    se_naive: Num | None
-    ci95: list[Num] | None
-
-
-class PairedMeans(ClusterMean, kw_only=True):
-    """``run.repeats.paired_means``: B − A item by item over the repeats, with its two-sided p."""
-
-    p_two_sided: Num | None
-    baseline_repeats: int
-    candidate_repeats: int
-    baseline_only: int
-    candidate_only: int
-
 
 class MatrixRepeats(Fig):
     """One condition over its repeats."""

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.quality_html import page
 from nlq2sql.experiments.summary_views import Abstention, Cost, CurvePoint, Selective
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.results import Manifest, Rate, Summary, manifest_warehouse
-from nlq2sql.records.store import output_dir, read_finished_run
+from nlq2sql.records.store import output_dir
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.intent import canonicalise, is_ordered
@@ -132,8 +133,7 @@ def collect(run_dirs: list[Path], conditions: tuple[str, ...] = GUARDRAIL_CONDIT
     """Re-derive every run (refusing one whose records no longer match its summary)."""
     rows = []
     for d in run_dirs:
-        raw_manifest, _ = read_finished_run(d)
-        manifest = REGISTRY.manifest_model().model_validate(raw_manifest)
+        manifest, _ = read_run(d)
         summary, raw_ok, final_ok = rescore_run(d, tuple(manifest.guardrails))
         row = RunRow(d, manifest, Summary.model_validate(summary), raw_ok, final_ok, _cost(d),
                      _gold_same(d, manifest))

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.summary_views import Abstention
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.results import Manifest, load_manifest, manifest_warehouse
 from nlq2sql.records.results import Summary as SummaryModel
-from nlq2sql.records.store import MANIFEST, RECORDS, read_finished_run
+from nlq2sql.records.store import MANIFEST, RECORDS
 from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.pipeline import make_executor
@@ -74,10 +75,9 @@ def _scorer(answer: str, wh: Warehouse) -> Iterator[Callable[..., ItemRecord]]:
 
 def rescore_arm(run_dir: Path) -> ArmRun:
     """Re-score one arm run from its records (refused when they no longer match its summary)."""
-    raw_manifest, _ = read_finished_run(run_dir)
-    manifest = REGISTRY.manifest_model().model_validate(raw_manifest)
+    manifest, _ = read_run(run_dir)
     answer = str(manifest.answer)
-    wh = open_warehouse(manifest_warehouse(raw_manifest))
+    wh = open_warehouse(manifest_warehouse(manifest.model_dump(exclude_unset=True)))
     cases = {c.id: c for c in load_query_set(manifest.evalset_path or manifest.evalset, wh.catalog).cases}
     summ = Summary([], fields=PARTS if answer == ANSWER_KIND else ())
     final_ok: dict[str, bool] = {}
