@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from nlq2sql.experiments.abstention import Decision, decisions, leave_one_out, render
-from nlq2sql.records.store import iter_records
+from nlq2sql.records.item import iter_item_records
 
 
 def main(root: Path) -> None:
@@ -40,7 +40,7 @@ def main(root: Path) -> None:
             manifest = json.loads((d / "manifest.json").read_text())
             thresholds.add(manifest.get("abstain_below"))
             commits.add(str(manifest.get("git_commit") or "?")[:7] + ("+dirty" if manifest.get("git_dirty") else ""))
-            items = decisions(iter_records(d / "records.jsonl"))
+            items = decisions(iter_item_records(d / "records.jsonl"))
             groups.setdefault(str(manifest.get("semantic_model")), []).extend(items)
         transferred = leave_one_out(groups) if len(groups) > 1 else {}
         groups["all warehouses"] = [d for items in list(groups.values()) for d in items]

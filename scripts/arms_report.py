@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.experiments.abstention import Decision, best_at_recall, decisions, leave_one_out, sweep
-from nlq2sql.experiments.arms import ARMS, Arm, arms_table, load_arm, render_markdown
-from nlq2sql.records.store import iter_records
+from nlq2sql.experiments.arms import ARMS, Arm, ArmsTable, arms_table, load_arm, render_markdown
+from nlq2sql.records.item import iter_item_records
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import wilson
 
@@ -44,10 +44,10 @@ def missing(groups: Group) -> list[str]:
                                     + "; ".join(gone) + ".") if gone else "Every default set is recorded.", ""]
 
 
-def _p(table: dict[str, Any], a: str, b: str) -> str:
-    for p in table["pairs"]:
-        if {p["a"], p["b"]} == {a, b}:
-            return f"{p['mcnemar_exact_p']:.3g} ({p['a_right_b_wrong']}/{p['b_right_a_wrong']})"
+def _p(table: ArmsTable, a: str, b: str) -> str:
+    for p in table.pairs:
+        if {p.a, p.b} == {a, b}:
+            return f"{p.mcnemar_exact_p:.3g} ({p.a_right_b_wrong}/{p.b_right_a_wrong})"
     return "–"
 
 
@@ -60,9 +60,9 @@ def overview(groups: Group) -> list[str]:
              "|---" * 9 + "|"]
     for (model, wh, evalset), group in sorted(groups.items()):
         table = arms_table(group)
-        by = {r["arm"]: r for r in table["arms"]}
-        cells = [pct(by[a]["accuracy"]) if a in by else "–" for a in ARMS]
-        n = max(r["n"] for r in table["arms"])
+        by = {r.arm: r for r in table.arms}
+        cells = [by[a].accuracy.text() if a in by else "–" for a in ARMS]
+        n = max(r.n for r in table.arms)
         lines.append(f"| {model} | {wh} | {evalset} | {n} | {' | '.join(cells)} | {_p(table, 'query', 'sql')} | "
                      f"{_p(table, 'query', 'sql-grammar')} |")
     return lines + [""]
@@ -81,7 +81,7 @@ def pooled(groups: Group) -> list[str]:
         arms = []
         for arm in ARMS:
             runs = [(f"{wh}/{es}", a) for (_, wh, es), g in sorted(full.items()) for a in g if a.answer == arm]
-            arms.append(Arm(arm, arm, model, "pooled", {}, {},
+            arms.append(Arm(arm, arm, model, "pooled", None, None,
                             {f"{k}/{i}": v for k, a in runs for i, v in a.correct.items()},
                             {f"{k}/{i}": v for k, a in runs for i, v in a.lenient.items()},
                             sum((a.errors for _, a in runs), Counter()),
@@ -89,11 +89,11 @@ def pooled(groups: Group) -> list[str]:
                             [t for _, a in runs for t in a.completion_tokens],
                             [t for _, a in runs for t in a.latency_s]))
         table = arms_table(arms)
-        for r in table["arms"]:
-            lat = r["latency_s"]
-            lines.append(f"| {model} | {r['arm']} | {len(full)} | {r['n']} | {pct(r['accuracy'])} | "
-                         f"{_p(table, 'query', r['arm']) if r['arm'] != 'query' else '—'} | "
-                         f"{r['prompt_tokens']['mean']:.0f} | {r['completion_tokens']['mean']:.1f} | "
+        for r in table.arms:
+            lat = r.latency_s
+            lines.append(f"| {model} | {r.arm} | {len(full)} | {r.n} | {r.accuracy.text()} | "
+                         f"{_p(table, 'query', r.arm) if r.arm != 'query' else '—'} | "
+                         f"{r.prompt_tokens['mean']:.0f} | {r.completion_tokens['mean']:.1f} | "
                          f"{lat['p50']:.1f} / {lat['p95']:.1f} s |")
     return lines + [""]
 
@@ -102,7 +102,7 @@ def _abstention(arms: list[Arm]) -> tuple[int, int, int]:
     """(abstained, abstained rightly, unanswerable items) over the query-arm runs given."""
     said = right = items = 0
     for a in arms:
-        ab = a.summary.get("abstention") or {}
+        ab = (a.summary.abstention if a.summary else None) or {}
         said += int(ab.get("abstained") or 0)
         right += int((ab.get("precision") or {}).get("k") or 0)
         items += int(ab.get("unanswerable_items") or 0)
@@ -169,18 +169,19 @@ def abstention_targets(root: Path) -> list[tuple[str, str, str, bool | None]]:
     groups: dict[str, list[Decision]] = {}
     for d in sorted(p.parent for p in root.glob("*/manifest.json")):
         wh = str(json.loads((d / "manifest.json").read_text()).get("semantic_model"))
-        groups.setdefault(wh, []).extend(decisions(iter_records(d / "records.jsonl")))
+        groups.setdefault(wh, []).extend(decisions(iter_item_records(d / "records.jsonl")))
     rows: list[tuple[str, str, str, bool | None]] = []
     src = f"reports/abstention/{root.name}"
     for wh, p in leave_one_out(groups).items():
         if p is not None:
             rows.append((f"{wh}: unanswerable precision ≥ 0.8 at recall ≥ 0.6 (cut-off chosen on the other warehouses)",
-                         f"precision {pct(p.precision)}, recall {pct(p.recall)} at {p.threshold:.3g}", src,
+                         f"precision {p.precision.text()}, recall {p.recall.text()} at {p.threshold:.3g}", src,
                          p.meets_target))
     best = best_at_recall(sweep([x for items in groups.values() for x in items]))
     if best is not None:
         rows.append(("all warehouses: unanswerable precision ≥ 0.8 at recall ≥ 0.6 (best cut-off, in-sample)",
-                     f"precision {pct(best.precision)}, recall {pct(best.recall)} at {best.threshold:.3g}", src,
+                     f"precision {best.precision.text()}, recall {best.recall.text()} at {best.threshold:.3g}",
+                     src,
                      best.meets_target))
     return rows
 
@@ -204,7 +205,7 @@ def targets(groups: Group, root: Path) -> list[str]:
         adv, qa = _acc(groups.get((TARGET_MODEL, wh, "adversarial")))
         if not (adv and qa):
             continue
-        base = qa.summary.get("majority_baseline") or {}
+        base = qa.summary.majority_baseline.model_dump(exclude_unset=True) if qa.summary else {}
         ok = None if h is None or base.get("value") is None else (
             adv["value"] >= h["value"] - 0.15 and adv["value"] > base["value"])
         rows.append((f"{wh} adversarial ≥ held-out − 15 points and > majority baseline (query arm)",
@@ -259,14 +260,15 @@ def main(root: Path) -> str:
     arms = [load_arm(d) for d in runs]
     groups: Group = {}
     for a in arms:
-        wh = a.manifest.get("semantic_model") or "?"
+        wh = (a.manifest.semantic_model if a.manifest else None) or "?"
         groups.setdefault((a.model, str(wh), a.evalset), []).append(a)
     order = {a: i for i, a in enumerate(ARMS)}
     for group in groups.values():
         group.sort(key=lambda a: order.get(a.answer, 99))
-    commits = sorted({str(a.manifest.get("git_commit"))[:12] for a in arms})
-    dirty = sorted({str(a.manifest.get("git_dirty")) for a in arms})
-    m0 = arms[0].manifest
+    manifests = [a.manifest for a in arms if a.manifest is not None]  # (every loaded arm has one)
+    commits = sorted({str(m.git_commit)[:12] for m in manifests})
+    dirty = sorted({str(m.git_dirty) for m in manifests})
+    sampling = manifests[0].sampling or {}
     lines = ["# Does the semantic layer help? Answer arms side by side (issue 23)", "",
              f"Generated by `scripts/arms_report.py` from the records under `{_shown(root)}` (runs by "
              f"`scripts/run_arms.sh`). Commit(s) of the runs: {', '.join(commits)}; uncommitted changes when run: "
@@ -275,14 +277,14 @@ def main(root: Path) -> str:
              f"issue's *intent* arm for v2 sets), `sql` (DuckDB SQL, free text, guarded and sandboxed) and "
              f"`sql-grammar` (the same prompt under the warehouse's SQL grammar); all scored by rows against the "
              f"same gold. Each with K retrieved examples from the warehouse's dev bank (solved SQL for the SQL "
-             f"arms). max_tokens {m0['sampling']['max_tokens']}, temperature {m0['sampling']['temperature']}. "
+             f"arms). max_tokens {sampling['max_tokens']}, temperature {sampling['temperature']}. "
              "Latency is CPU vLLM latency (2 cores, shared with other work): it ranks the arms on this machine, "
              "it is not a GPU figure. Cost per 1k assumes $1/hour and each run's measured completed requests/s.", ""]
     lines += overview(groups) + missing(groups) + pooled(groups) + abstention(groups) + targets(groups, root)
     for (model, wh, evalset), group in sorted(groups.items()):
         table = arms_table(group, gpu_cost_per_hour=1.0)
         lines.append(render_markdown(table, f"{model} · {wh} · {evalset}"))
-        ex = [a.manifest.get("examples") or {} for a in group]
+        ex = [getattr(a.manifest, "examples", None) or {} for a in group]
         sols = [e.get("solutions") for e in ex if isinstance(e, dict) and e.get("solutions")]
         if sols:
             lines.append(f"Solved-SQL bank: {json.dumps(sols[0])} (clean: one-line SELECT checked by execution "

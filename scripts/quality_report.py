@@ -16,7 +16,6 @@ from pathlib import Path
 
 from nlq2sql.experiments.quality import render
 from nlq2sql.experiments.quality_arms import arm_lines, collect_arms, is_arm_run
-from nlq2sql.records.store import read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,6 +31,6 @@ def default_runs() -> list[Path]:
 if __name__ == "__main__":
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("reports/quality")
     runs = [Path(a) for a in sys.argv[2:]] or default_runs()
-    arms = [d for d in runs if is_arm_run(read_json(d / "manifest.json"))]
+    arms = [d for d in runs if is_arm_run(d)]
     paths = render([d for d in runs if d not in arms], out, extra=arm_lines(collect_arms(arms)))
     print(f"{len(runs)} runs → {paths['markdown']}, {paths['html']}")

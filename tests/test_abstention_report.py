@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from nlq2sql.experiments.abstention import best_at_recall, cut, decisions, leave_one_out, render, sweep
+from nlq2sql.records.item import ItemRecord
 
 
-def rec(i: int, answerable: bool, conf: float | None, right: bool = False, said: bool = False) -> dict[str, Any]:
-    return {"id": f"i{i}", "answerable": answerable, "unanswerable": "no such data" if said else None,
-            "intent_evidence": None if conf is None else {"confidence": conf}, "answer_correct": right,
-            "correct_final": right}
+def rec(i: int, answerable: bool, conf: float | None, right: bool = False, said: bool = False) -> ItemRecord:
+    return ItemRecord.from_json({"id": f"i{i}", "question": "q", "answerable": answerable,
+                                 "unanswerable": "no such data" if said else None,
+                                 "intent_evidence": None if conf is None else {"confidence": conf},
+                                 "answer_correct": right, "correct_final": right})
 
 
 RECORDS = [rec(0, True, 0.9, right=True), rec(1, True, 0.8, right=True), rec(2, True, 0.3, right=False),
@@ -28,9 +28,9 @@ def test_a_cut_off_declines_what_said_unanswerable_and_what_it_is_unsure_of() ->
     p = cut(items, 0.7)  # declines i2 (0.3, answerable), i4, i5 and i6
     assert (p.abstained, p.abstained_right) == (4, 3)
     assert p.answered_answerable == 3 and p.answered_right == 2 and p.n == 7  # i3 has no confidence: answered
-    assert p.precision["k"] == 3 and p.precision["n"] == 4 and p.recall["k"] == 3 and p.recall["n"] == 3
-    assert p.coverage["k"] == 3 and p.coverage["n"] == 4
-    assert p.accuracy["k"] == 5  # two right answers + three right abstentions
+    assert p.precision.k == 3 and p.precision.n == 4 and p.recall.k == 3 and p.recall.n == 3
+    assert p.coverage.k == 3 and p.coverage.n == 4
+    assert p.accuracy.k == 5  # two right answers + three right abstentions
 
 
 def test_best_point_at_recall_prefers_precision_and_says_when_recall_is_never_reached() -> None:
@@ -46,7 +46,7 @@ def test_best_point_at_recall_prefers_precision_and_says_when_recall_is_never_re
 
 
 def test_a_run_without_abstention_reads_its_final_correctness() -> None:
-    d = decisions([{"id": "a", "answerable": True, "correct_final": True}])[0]
+    d = decisions([ItemRecord.from_json({"id": "a", "question": "q", "answerable": True, "correct_final": True})])[0]
     assert d.answer_correct and d.confidence is None and not d.said_unanswerable
 
 

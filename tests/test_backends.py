@@ -30,24 +30,27 @@ def test_each_backend_on_its_own_server_and_a_failed_start_reported(
                       timeout_s=10.0, server=LocalServerSettings(port=free_port()),
                       load=LoadShape(metrics_interval_s=0.05))
     result = exp.run_backends(exp.BackendsConfig(base, ("xgrammar", "outlines", "guidance"), compact=False))
-    rows = {r["backend"]: r for r in result["backends"]}
-    assert "EngineCore failed to start" in rows["outlines"]["error"] and not (tmp_path / "b" / "outlines" /
-                                                                               "records.jsonl").exists()
+    rows = {r.backend: r for r in result.backends}
+    failed = rows["outlines"]
+    assert isinstance(failed, exp.BackendError)
+    assert "EngineCore failed to start" in failed.error and not (tmp_path / "b" / "outlines" /
+                                                                 "records.jsonl").exists()
     for name in ("xgrammar", "guidance"):
         row = rows[name]
-        assert "error" not in row, row
-        assert row["effective_backend"] == name and row["whitespace_free"] is False and row["canary"] is True
-        assert row["n"] == 4 and row["json_schema_valid"]["n"] == 4  # the fake's answers fit the intent schema
-        assert row["json_schema_valid"]["k"] == 4 and row["first_request_compile_s"] is not None
+        assert isinstance(row, exp.BackendRow), row
+        assert row.effective_backend == name and row.whitespace_free is False and row.canary is True
+        assert row.n == 4 and row.json_schema_valid.n == 4  # the fake's answers fit the intent schema
+        assert row.json_schema_valid.k == 4 and row.first_request_compile_s is not None
     md = exp.render_markdown(result)
     assert "| xgrammar → xgrammar | 4 | passed |" in md and "**outlines** did not run" in md
     exp.write_result(tmp_path / "b", result)
     again = exp.summarise_backends(tmp_path / "b", ("xgrammar", "outlines", "guidance"),
-                                   {"outlines": rows["outlines"]["error"]})
+                                   {"outlines": failed.error})
     assert again == result  # the figures come from the records
 
 
 def test_compact_needs_a_backend_that_can_drop_whitespace(tmp_path: Path) -> None:
     base = EvalConfig(evalset="heldout", out=tmp_path / "b", server=LocalServerSettings(port=free_port()))
     result = exp.run_backends(exp.BackendsConfig(base, ("lm-format-enforcer",), compact=True))
-    assert "cannot drop whitespace" in result["backends"][0]["error"]
+    row = result.backends[0]
+    assert isinstance(row, exp.BackendError) and "cannot drop whitespace" in row.error

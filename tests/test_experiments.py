@@ -112,23 +112,23 @@ def test_compact_analysis_counts_and_predicted_vs_measured(tmp_path: Path) -> No
     pretty_text, compact_text = json.dumps(intent, indent=2), json.dumps(intent, separators=(",", ":"))
 
     def rec(i: int, text: str, toks: int, lat: float) -> dict:
-        return {"id": f"q{i}", "raw_text": text, "completion_tokens": toks, "latency_s": lat,
-                "itl_mean_s": 0.02, "raw_intent": intent}
+        return {"id": f"q{i}", "question": f"question {i}", "raw_text": text, "completion_tokens": toks,
+                "latency_s": lat, "itl_mean_s": 0.02, "raw_intent": intent}
     pretty = [rec(i, pretty_text, 60, 1.3) for i in range(4)]
     prompt_c = [rec(0, compact_text, 30, 0.7), rec(1, compact_text, 30, 0.7), rec(2, pretty_text, 60, 1.3),
                 rec(3, pretty_text, 70, 1.5)]
     grammar = [rec(i, compact_text, 80, 1.7) for i in range(4)]  # fragmented: costs MORE
     res = cx.analyse({"pretty": _arm(tmp_path, "p", pretty), "prompt-compact": _arm(tmp_path, "pc", prompt_c),
                       "grammar-compact": _arm(tmp_path, "gc", grammar)}, None, "m")
-    pc = res["comparisons"]["prompt-compact"]
-    assert (pc["honoured"], pc["ignored"], pc["backfired"]) == (2, 1, 1)
-    assert abs(pc["tokens_saved_mean"] - 12.5) < 1e-9
-    assert abs(pc["predicted_saving_s"] - 12.5 * 0.02) < 1e-9
-    assert abs(pc["measured_saving_s"] - (1.3 - 1.05)) < 1e-9
-    gc = res["comparisons"]["grammar-compact"]
-    assert gc["backfired"] == 4 and gc["tokens_saved_mean"] < 0 and gc["measured_saving_s"] < 0
-    assert res["arms"]["grammar-compact"]["no_whitespace"] == 4
-    assert res["arms"]["pretty"]["no_whitespace"] == 0
-    assert res["arms"]["post-parse-compact"]["chars"]["mean"] == len(compact_text)
+    pc = res.comparisons["prompt-compact"]
+    assert (pc.honoured, pc.ignored, pc.backfired) == (2, 1, 1)
+    assert pc.tokens_saved_mean is not None and abs(pc.tokens_saved_mean - 12.5) < 1e-9
+    assert pc.predicted_saving_s is not None and abs(pc.predicted_saving_s - 12.5 * 0.02) < 1e-9
+    assert pc.measured_saving_s is not None and abs(pc.measured_saving_s - (1.3 - 1.05)) < 1e-9
+    gc = res.comparisons["grammar-compact"]
+    assert gc.backfired == 4 and (gc.tokens_saved_mean or 0) < 0 and (gc.measured_saving_s or 0) < 0
+    assert res.arms["grammar-compact"].no_whitespace == 4
+    assert res.arms["pretty"].no_whitespace == 0
+    assert res.arms["post-parse-compact"].chars["mean"] == len(compact_text)
     md = cx.render_markdown(res)
     assert "backfired" in md and "-20.000" in md

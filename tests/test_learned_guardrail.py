@@ -359,12 +359,12 @@ def test_matrix_conditions_accept_learned(tmp_path: Path) -> None:
                               "--guardrails", "none"])
     assert res.exit_code == 0, res.output
     table = condition_table({"p": run}, ("none", "ranking", "learned:ranking", "consistency+learned:ranking"))
-    labels = [c["condition"] for c in table["conditions"]]
+    labels = [c.condition for c in table.conditions]
     assert labels == ["p", "p + ranking", "p + learned:ranking", "p + consistency+learned:ranking"]
-    learned_summary = table["conditions"][2]["summary"]
-    assert set(learned_summary["rules"]) == {"learned_false_ranking", "learned_false_breakdown"}
-    assert learned_summary["final_accuracy"]["k"] > table["conditions"][0]["summary"]["final_accuracy"]["k"]
-    assert any(p["a"] == "p + ranking" and p["b"] == "p + learned:ranking" for p in table["pairs"])
+    learned_summary = table.conditions[2].read()
+    assert set(learned_summary.rules) == {"learned_false_ranking", "learned_false_breakdown"}
+    assert learned_summary.final_accuracy.k > table.conditions[0].read().final_accuracy.k
+    assert any(p.a == "p + ranking" and p.b == "p + learned:ranking" for p in table.pairs)
 
 
 def test_guardrail_show_prints_metadata_and_predictions() -> None:

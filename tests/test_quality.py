@@ -75,11 +75,16 @@ def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
 
 def test_long_abstention_curves_are_shown_at_a_few_cutoffs() -> None:
     from nlq2sql.experiments.quality import thin_curve
+    from nlq2sql.experiments.summary_views import CurvePoint
+    from nlq2sql.stages.score import wilson
 
-    short = [{"min_vote_share": v} for v in (1.0, 0.6, 0.4)]
+    rate = wilson(1, 2)
+    short = [CurvePoint.model_validate({"min_vote_share": v, "coverage": rate, "accuracy": rate})
+             for v in (1.0, 0.6, 0.4)]
     assert thin_curve(short) == short  # self-consistency's few shares: all of them
-    long = [{"min_confidence": round(1 - i / 40, 3)} for i in range(30)]  # 1.0 … 0.275
-    cut = [p["min_confidence"] for p in thin_curve(long)]
+    long = [CurvePoint.model_validate({"min_confidence": round(1 - i / 40, 3), "coverage": rate, "accuracy": rate})
+            for i in range(30)]  # 1.0 … 0.275
+    cut = [p.cut for p in thin_curve(long)]
     assert cut == [0.9, 0.8, 0.7, 0.6, 0.5, 0.275]
 
 
@@ -87,19 +92,21 @@ def test_unanswerable_precision_and_recall_are_listed_for_every_run_that_could_a
     from types import SimpleNamespace
 
     from nlq2sql.experiments.quality import abstention_lines
+    from nlq2sql.records.results import Summary
     from nlq2sql.stages.score import wilson
 
-    def run(name: str, summary: dict[str, object]) -> object:
-        return SimpleNamespace(group=("qwen", "jaffle", name), label=name, summary=summary)
+    def run(name: str, abstention: dict | None) -> object:  # (a summary holding only what is listed)
+        return SimpleNamespace(group=("qwen", "jaffle", name), label=name,
+                               summary=Summary.model_construct(abstention=abstention))
 
-    rows = [run("unanswerable", {"abstention": {"abstained": 5, "unanswerable_items": 23,
-                                                "precision": wilson(4, 5), "recall": wilson(4, 23)}}),
-            run("heldout", {"abstention": {"abstained": 2, "unanswerable_items": 0,
-                                           "precision": wilson(0, 2), "recall": wilson(0, 0)}}),
-            run("v1", {})]
+    rows = [run("unanswerable", {"abstained": 5, "unanswerable_items": 23,
+                                 "precision": wilson(4, 5), "recall": wilson(4, 23)}),
+            run("heldout", {"abstained": 2, "unanswerable_items": 0,
+                            "precision": wilson(0, 2), "recall": wilson(0, 0)}),
+            run("v1", None)]
     lines = abstention_lines(rows)  # type: ignore[arg-type]
     table = [ln for ln in lines if ln.startswith("| qwen")]
     assert len(table) == 2, "a run that could not abstain is not listed"
     assert "(4/5)" in table[0] and "(4/23)" in table[0]
     assert table[1].endswith("| — |") and "(0/2)" in table[1]
-    assert abstention_lines([run("v1", {})]) == []  # type: ignore[list-item]
+    assert abstention_lines([run("v1", None)]) == []  # type: ignore[list-item]

@@ -41,8 +41,8 @@ def _row(lines: list[str], arm: str) -> list[str]:
 
 def test_arm_section_follows_the_records(tmp_path: Path) -> None:
     query, sql = _copy(tmp_path, "query"), _copy(tmp_path, "sql")
-    assert is_arm_run(json.loads((sql / "manifest.json").read_text()))
-    before = {r.manifest["answer"]: r for r in collect_arms([query, sql])}
+    assert is_arm_run(sql)
+    before = {r.manifest.answer: r for r in collect_arms([query, sql])}
     n = len(before["sql"].final_ok)
     k = sum(before["sql"].final_ok.values())
     assert n == sum(1 for _ in iter_records(sql / "records.jsonl")) and k > 0
@@ -50,7 +50,7 @@ def test_arm_section_follows_the_records(tmp_path: Path) -> None:
     assert _row(lines, "sql")[5].endswith(f"({k}/{n})") and _row(lines, "query")[6] == "—"
     right = next(i for i, ok in before["sql"].final_ok.items() if ok)
     _rewrite(sql, right, "SELECT 1")  # a wrong answer where the model was right
-    after = {r.manifest["answer"]: r for r in collect_arms([query, sql])}
+    after = {r.manifest.answer: r for r in collect_arms([query, sql])}
     assert sum(after["sql"].final_ok.values()) == k - 1 and not after["sql"].final_ok[right]
     assert after["sql"].same_as_recorded == before["sql"].same_as_recorded - 1
     row = _row(arm_lines(list(after.values())), "sql")

@@ -187,14 +187,14 @@ def test_arms_side_by_side_from_records(tmp_path: Path) -> None:
                                   "--out", str(dirs[arm]), "--allow-missing"])
         assert res.exit_code == 0, res.output
     table = arms_table([load_arm(dirs["query"]), load_arm(dirs["sql"])], gpu_cost_per_hour=1.0)
-    by_arm = {r["arm"]: r for r in table["arms"]}
-    assert by_arm["sql"]["accuracy"]["k"] == 1 and by_arm["query"]["accuracy"]["k"] == 2
+    by_arm = {r.arm: r for r in table.arms}
+    assert by_arm["sql"].accuracy.k == 1 and by_arm["query"].accuracy.k == 2
     n = len(qs.cases)
-    assert by_arm["sql"]["n"] == by_arm["query"]["n"] == n
-    (pair,) = table["pairs"]
-    assert (pair["a"], pair["b"], pair["n"]) == ("query", "sql", n)
-    assert (pair["a_right_b_wrong"], pair["b_right_a_wrong"]) == (2, 1)
-    errors = by_arm["sql"]["errors"]
+    assert by_arm["sql"].n == by_arm["query"].n == n
+    (pair,) = table.pairs
+    assert (pair.a, pair.b, pair.n) == ("query", "sql", n)
+    assert (pair.a_right_b_wrong, pair.b_right_a_wrong) == (2, 1)
+    errors = by_arm["sql"].errors
     assert (errors["correct"], errors["unparsable"], errors["refused"]) == (1, 1, 1)
     md = render_markdown(table, "t")
     assert "| query | sql |" in md and "McNemar" in md

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from nlq2sql.stages.report import pct
-from nlq2sql.stages.score import wilson
+from nlq2sql.experiments.common import Share
+from nlq2sql.records.item import ItemRecord
 
 __all__ = ["MIN_RECALL", "CutPoint", "Decision", "best_at_recall", "cut", "decisions", "leave_one_out", "render",
            "sweep"]
@@ -37,8 +36,9 @@ class Decision:
     answer_correct: bool
 
 
-def decisions(records: Iterable[dict[str, Any]]) -> list[Decision]:
-    """One :class:`Decision` per record (a JSON edge: records are read as written)."""
+def decisions(records: Iterable[ItemRecord]) -> list[Decision]:
+    """One :class:`Decision` per record (``records.item.iter_item_records``); the confidence and the
+    answer before abstention are the abstain condition's trace keys."""
     out = []
     for rec in records:
         ev = rec.get("intent_evidence") or {}
@@ -47,7 +47,7 @@ def decisions(records: Iterable[dict[str, Any]]) -> list[Decision]:
         correct = rec.get("answer_correct")
         if correct is None:  # a run without --abstain: its final correctness is the answer's
             correct = rec.get("correct_final")
-        out.append(Decision(id=str(rec["id"]), answerable=rec.get("answerable") is not False, said_unanswerable=said,
+        out.append(Decision(id=rec.id, answerable=rec.get("answerable") is not False, said_unanswerable=said,
                             confidence=None if conf is None else float(conf),
                             answer_correct=bool(correct) and not said))
     return out
@@ -66,17 +66,17 @@ class CutPoint:
     answered_right: int
 
     @property
-    def precision(self) -> dict[str, Any]:
-        return wilson(self.abstained_right, self.abstained)
+    def precision(self) -> Share:
+        return Share.wilson(self.abstained_right, self.abstained)
 
     @property
-    def recall(self) -> dict[str, Any]:
-        return wilson(self.abstained_right, self.unanswerable)
+    def recall(self) -> Share:
+        return Share.wilson(self.abstained_right, self.unanswerable)
 
     @property
-    def accuracy(self) -> dict[str, Any]:
+    def accuracy(self) -> Share:
         """Final accuracy over every item (a right abstention counts right, a wrong one wrong)."""
-        return wilson(self.answered_right + self.abstained_right, self.n)
+        return Share.wilson(self.answered_right + self.abstained_right, self.n)
 
     @property
     def meets_target(self) -> bool:
@@ -85,9 +85,9 @@ class CutPoint:
                 and self.unanswerable > 0 and self.abstained_right / self.unanswerable >= MIN_RECALL)
 
     @property
-    def coverage(self) -> dict[str, Any]:
+    def coverage(self) -> Share:
         """Share of the answerable items still answered."""
-        return wilson(self.answered_answerable, self.n - self.unanswerable)
+        return Share.wilson(self.answered_answerable, self.n - self.unanswerable)
 
 
 def cut(items: list[Decision], threshold: float) -> CutPoint:
@@ -135,9 +135,9 @@ def leave_one_out(groups: dict[str, list[Decision]]) -> dict[str, CutPoint | Non
 
 
 def _row(label: str, p: CutPoint) -> str:
-    prec = pct(p.precision) if p.abstained else "—"
-    return (f"| {label} | {p.threshold:.3g} | {p.abstained} | {prec} | {pct(p.recall)} | {pct(p.coverage)} | "
-            f"{pct(p.accuracy)} |")
+    prec = p.precision.text() if p.abstained else "—"
+    return (f"| {label} | {p.threshold:.3g} | {p.abstained} | {prec} | {p.recall.text()} | {p.coverage.text()} | "
+            f"{p.accuracy.text()} |")
 
 
 def render(groups: dict[str, list[Decision]], run_threshold: float | None,

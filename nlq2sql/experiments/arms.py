@@ -19,21 +19,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
-from typing import Any
 
 from msgspec import UNSET
 
 from nlq2sql.errors import InputError
+from nlq2sql.experiments.common import Share, read_run
 from nlq2sql.experiments.compare import cost_per_1k
+from nlq2sql.load.figures import Fig, Num, Pct
 from nlq2sql.records.item import iter_item_records, present
-from nlq2sql.records.store import RECORDS, output_dir, read_finished_run, write_json_atomic
+from nlq2sql.records.results import Manifest, Summary
+from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
-from nlq2sql.stages.report import pct
-from nlq2sql.stages.score import mcnemar_exact, percentiles, wilson
+from nlq2sql.stages.score import mcnemar_exact, percentiles
 
-__all__ = ["ARMS", "TAXONOMY", "Arm", "arms_table", "common_error", "load_arm", "matrix_arms", "parse_answers",
-           "render_markdown", "run_arms", "write_result"]
+__all__ = ["ARMS", "TAXONOMY", "Arm", "ArmPair", "ArmRow", "ArmsTable", "arms_table", "common_error", "load_arm",
+           "matrix_arms", "parse_answers", "render_markdown", "run_arms", "write_result"]
 
 #: The arms ``matrix --answers`` runs ("intent" is read as ``query``: the v2 sets' intent).
 ARMS = ("query", "sql", "sql-grammar")
@@ -87,14 +88,15 @@ def run_arms(base: EvalConfig, answers: tuple[str, ...]) -> dict[str, Path]:
 
 @dataclass
 class Arm:
-    """One recorded run, as the arm table needs it."""
+    """One recorded run, as the arm table needs it (``manifest`` and ``summary``: None for arms
+    pooled over several runs)."""
 
     label: str
     answer: str
     model: str
     evalset: str
-    manifest: dict[str, Any]
-    summary: dict[str, Any]
+    manifest: Manifest | None
+    summary: Summary | None
     correct: dict[str, bool]
     lenient: dict[str, bool]  # extra columns allowed (SQL arms; the query arm: = correct)
     errors: Counter[str]
@@ -104,7 +106,7 @@ class Arm:
 
 
 def load_arm(run_dir: Path) -> Arm:
-    m, s = read_finished_run(run_dir)
+    m, s = read_run(run_dir)
     correct: dict[str, bool] = {}
     lenient: dict[str, bool] = {}
     errors: Counter[str] = Counter()
@@ -121,31 +123,72 @@ def load_arm(run_dir: Path) -> Arm:
                         (rec.request.latency_s, lat)):
             if isinstance(v, int | float):
                 into.append(float(v))
-    answer = m.get("answer") or "intent"
-    return Arm(f"{answer} · {m.get('model', '?')}", answer, str(m.get("model", "?")), str(m.get("evalset", "?")),
-               m, s, correct, lenient, errors, pt, ct, lat)
+    answer = m.answer or "intent"
+    model = "?" if "model" not in m.model_fields_set else str(m.model)
+    return Arm(f"{answer} · {model}", answer, model, m.evalset, m, s, correct, lenient, errors, pt, ct, lat)
 
 
-def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> dict[str, Any]:
+# ``arms.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+
+class ArmRow(Fig):
+    arm: str
+    model: str
+    evalset: str
+    run: str
+    n: int
+    accuracy: Share
+    lenient: Share
+    examples: int
+    prompt_tokens: Pct
+    completion_tokens: Pct
+    latency_s: Pct
+    req_per_s: Num | None
+    cost_per_1k: float | None
+    grammar_sha256: str | None
+    errors: dict[str, int]
+
+
+class ArmPair(Fig):
+    a: str
+    b: str
+    model: str
+    evalset: str
+    n: int
+    a_right_b_wrong: int
+    b_right_a_wrong: int
+    mcnemar_exact_p: float
+
+
+class ArmsTable(Fig):
+    arms: list[ArmRow]
+    pairs: list[ArmPair]
+    gpu_cost_per_hour: float | None
+    taxonomy_note: str
+
+
+def _examples(manifest: Manifest | None) -> int:
+    """K retrieved examples (the ``examples`` condition's manifest key; 0 when off)."""
+    examples = getattr(manifest, "examples", None)
+    return examples.get("k", 0) if isinstance(examples, dict) else 0
+
+
+def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> ArmsTable:
     """Per arm: accuracy (Wilson CI), lenient accuracy, tokens, latency, cost; per pair: McNemar."""
     rows = []
     for a in arms:
         k = sum(a.correct.values())
-        rps = (a.summary.get("throughput") or {}).get("req_per_s")
-        examples = a.manifest.get("examples") or {}
-        sampling = a.manifest.get("sampling") or {}
-        rows.append({
-            "arm": a.answer, "model": a.model, "evalset": a.evalset, "run": a.label,
-            "n": len(a.correct), "accuracy": wilson(k, len(a.correct)),
-            "lenient": wilson(sum(a.lenient.values()), len(a.lenient)),
-            "examples": examples.get("k", 0) if isinstance(examples, dict) else 0,
-            "prompt_tokens": percentiles(a.prompt_tokens), "completion_tokens": percentiles(a.completion_tokens),
-            "latency_s": percentiles(a.latency_s), "req_per_s": rps,
-            "cost_per_1k": cost_per_1k(rps, gpu_cost_per_hour),
-            "grammar_sha256": sampling.get("grammar_sha256") if isinstance(sampling, dict) else None,
-            "errors": {t: a.errors.get(t, 0) for t in ("correct", *TAXONOMY) if a.errors.get(t)}
-                      | {t: v for t, v in a.errors.items() if t not in TAXONOMY and t != "correct"},
-        })
+        rps = ((a.summary.throughput if a.summary else None) or {}).get("req_per_s")
+        sampling = a.manifest.sampling if a.manifest else None
+        rows.append(ArmRow(
+            arm=a.answer, model=a.model, evalset=a.evalset, run=a.label,
+            n=len(a.correct), accuracy=Share.wilson(k, len(a.correct)),
+            lenient=Share.wilson(sum(a.lenient.values()), len(a.lenient)), examples=_examples(a.manifest),
+            prompt_tokens=percentiles(a.prompt_tokens), completion_tokens=percentiles(a.completion_tokens),
+            latency_s=percentiles(a.latency_s), req_per_s=rps, cost_per_1k=cost_per_1k(rps, gpu_cost_per_hour),
+            grammar_sha256=sampling.get("grammar_sha256") if isinstance(sampling, dict) else None,
+            errors={t: a.errors.get(t, 0) for t in ("correct", *TAXONOMY) if a.errors.get(t)}
+                   | {t: v for t, v in a.errors.items() if t not in TAXONOMY and t != "correct"},
+        ))
     pairs = []
     for x, y in combinations(arms, 2):
         if x.model != y.model or x.evalset != y.evalset:
@@ -153,38 +196,37 @@ def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> dict[
         common = sorted(set(x.correct) & set(y.correct))
         b = sum(x.correct[i] and not y.correct[i] for i in common)
         c = sum(y.correct[i] and not x.correct[i] for i in common)
-        pairs.append({"a": x.answer, "b": y.answer, "model": x.model, "evalset": x.evalset, "n": len(common),
-                      "a_right_b_wrong": b, "b_right_a_wrong": c, "mcnemar_exact_p": mcnemar_exact(b, c)})
-    return {"arms": rows, "pairs": pairs, "gpu_cost_per_hour": gpu_cost_per_hour,
-            "taxonomy_note": "query-arm errors mapped by the part that differs: metrics/group_by -> wrong "
-                             "columns, where/limit -> wrong rows, order_by -> wrong order"}
+        pairs.append(ArmPair(a=x.answer, b=y.answer, model=x.model, evalset=x.evalset, n=len(common),
+                             a_right_b_wrong=b, b_right_a_wrong=c, mcnemar_exact_p=mcnemar_exact(b, c)))
+    return ArmsTable(arms=rows, pairs=pairs, gpu_cost_per_hour=gpu_cost_per_hour,
+                     taxonomy_note="query-arm errors mapped by the part that differs: metrics/group_by -> wrong "
+                                   "columns, where/limit -> wrong rows, order_by -> wrong order")
 
 
 def _num(v: float | None, fmt: str) -> str:
     return format(v, fmt) if v is not None else "n/a"
 
 
-def render_markdown(table: dict[str, Any], title: str) -> str:
+def render_markdown(table: ArmsTable, title: str) -> str:
     lines = [f"## {title}", "",
              "| model | set | arm | examples | n | accuracy (95 % CI) | lenient | prompt tokens (mean) | "
              "completion tokens (mean) | latency p50 | latency p95 | cost / 1k |", "|---" * 12 + "|"]
-    for r in table["arms"]:
-        lines.append(f"| {r['model']} | {r['evalset']} | {r['arm']} | {r['examples']} | {r['n']} | "
-                     f"{pct(r['accuracy'])} | {pct(r['lenient'])} | {_num(r['prompt_tokens']['mean'], '.0f')} | "
-                     f"{_num(r['completion_tokens']['mean'], '.1f')} | {_num(r['latency_s']['p50'], '.2f')} s | "
-                     f"{_num(r['latency_s']['p95'], '.2f')} s | "
-                     f"{'$' + format(r['cost_per_1k'], '.4f') if r['cost_per_1k'] is not None else 'n/a'} |")
+    for r in table.arms:
+        lines.append(f"| {r.model} | {r.evalset} | {r.arm} | {r.examples} | {r.n} | "
+                     f"{r.accuracy.text()} | {r.lenient.text()} | {_num(r.prompt_tokens['mean'], '.0f')} | "
+                     f"{_num(r.completion_tokens['mean'], '.1f')} | {_num(r.latency_s['p50'], '.2f')} s | "
+                     f"{_num(r.latency_s['p95'], '.2f')} s | "
+                     f"{'$' + format(r.cost_per_1k, '.4f') if r.cost_per_1k is not None else 'n/a'} |")
     lines += ["", "Paired on item id (final correctness, exact McNemar):", "",
               "| model | set | A | B | n | A right, B wrong | B right, A wrong | p |", "|---" * 8 + "|"]
-    for p in table["pairs"]:
-        lines.append(f"| {p['model']} | {p['evalset']} | {p['a']} | {p['b']} | {p['n']} | {p['a_right_b_wrong']} | "
-                     f"{p['b_right_a_wrong']} | {p['mcnemar_exact_p']:.4f} |")
-    lines += ["", "Error taxonomy per arm (" + table["taxonomy_note"] + "):", ""]
-    for r in table["arms"]:
-        lines.append(f"- {r['model']} · {r['evalset']} · {r['arm']}: "
-                     + ", ".join(f"{k} {v}" for k, v in r["errors"].items()))
-    if table.get("gpu_cost_per_hour") is not None:
-        lines.append(f"\nCost assumes ${table['gpu_cost_per_hour']}/hour and each run's measured completed "
+    for p in table.pairs:
+        lines.append(f"| {p.model} | {p.evalset} | {p.a} | {p.b} | {p.n} | {p.a_right_b_wrong} | "
+                     f"{p.b_right_a_wrong} | {p.mcnemar_exact_p:.4f} |")
+    lines += ["", "Error taxonomy per arm (" + table.taxonomy_note + "):", ""]
+    for r in table.arms:
+        lines.append(f"- {r.model} · {r.evalset} · {r.arm}: " + ", ".join(f"{k} {v}" for k, v in r.errors.items()))
+    if table.gpu_cost_per_hour is not None:
+        lines.append(f"\nCost assumes ${table.gpu_cost_per_hour}/hour and each run's measured completed "
                      "requests per second (CPU vLLM: it ranks the arms on this machine, not on a GPU).")
     return "\n".join(lines) + "\n"
 
@@ -216,7 +258,7 @@ def matrix_arms(answers: str, runs: list[Path] | None, out: Path, base: Callable
     return render_markdown(table, title)
 
 
-def write_result(out: Path, table: dict[str, Any], title: str) -> None:
+def write_result(out: Path, table: ArmsTable, title: str) -> None:
     output_dir(out)
-    write_json_atomic(out / "arms.json", table)
+    write_json_atomic(out / "arms.json", table.to_json())
     (out / "arms.md").write_text(render_markdown(table, title))

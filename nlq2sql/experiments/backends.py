@@ -19,16 +19,21 @@ from typing import Any
 
 import jsonschema
 
+from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import Nlq2SqlError
+from nlq2sql.experiments.common import Share
+from nlq2sql.load.figures import Fig, Num, Pct
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.records.store import MANIFEST, RECORDS, iter_records, output_dir, read_json, write_json_atomic
+from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.results import Manifest, load_manifest, load_summary
+from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, output_dir, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.run.serving import COMPACT_BACKENDS, STRUCTURED_BACKENDS
-from nlq2sql.stages.score import percentiles, wilson
+from nlq2sql.stages.score import percentiles
 
-__all__ = ["BackendsConfig", "backend_config", "backend_row", "clean_error", "render_markdown", "run_backends",
-           "summarise_backends", "write_result"]
+__all__ = ["BackendError", "BackendRow", "BackendsConfig", "BackendsResult", "backend_config", "backend_row",
+           "clean_error", "render_markdown", "run_backends", "summarise_backends", "write_result"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,7 @@ def backend_config(cfg: BackendsConfig, backend: str) -> EvalConfig:
     return replace(cfg.base, server=server, out=cfg.base.out / backend, force=True, resume=False)
 
 
-def run_backends(cfg: BackendsConfig) -> dict[str, Any]:
+def run_backends(cfg: BackendsConfig) -> BackendsResult:
     """Run every backend; one that fails is recorded with its error and the rest still run."""
     if cfg.base.endpoint is not None:
         raise ValueError("the backends experiment starts its own servers (no endpoint)")
@@ -66,95 +71,126 @@ def clean_error(message: str) -> str:
     return " ".join(message.split())[:600]
 
 
-def summarise_backends(out: Path, backends: tuple[str, ...], errors: dict[str, str]) -> dict[str, Any]:
+# ``backends.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+
+class BackendError(Fig):
+    """A backend that did not run: its error as a report may keep it (``clean_error``)."""
+
+    backend: str
+    error: str
+
+
+class BackendRow(Fig):
+    """One backend's figures from its finished run."""
+
+    backend: str
+    run: str
+    n: int
+    effective_backend: str | None
+    whitespace_free: bool | None
+    canary: bool | None
+    json_schema_valid: Share
+    schema_valid_rate: Share
+    accuracy: Share
+    finish_length: int
+    completion_tokens: Pct
+    ttft_s: Pct | None
+    latency_s: Pct | None
+    first_request_compile_s: float | None
+    canary_latency_s: Num | None
+    server_startup_s: float | None
+    concurrency: int | None
+    model: str | None
+    evalset: str
+    git_commit: str | None
+
+
+class BackendsResult(Fig):
+    backends: list[BackendRow | BackendError]
+
+
+def summarise_backends(out: Path, backends: tuple[str, ...], errors: dict[str, str]) -> BackendsResult:
     """The comparison, from the run directories' records (re-runnable on recorded runs)."""
-    rows = []
+    rows: list[BackendRow | BackendError] = []
     for backend in backends:
         if backend in errors:
-            rows.append({"backend": backend, "error": clean_error(errors[backend])})
+            rows.append(BackendError(backend=backend, error=clean_error(errors[backend])))
             continue
         rows.append(backend_row(out / backend, backend))
-    return {"backends": rows}
+    return BackendsResult(backends=rows)
 
 
-def _schema_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
-    sampling = manifest.get("sampling") or {}
-    raw = sampling.get("schema_json")
+def _schema_of(manifest: Manifest) -> dict[str, Any] | None:  # a JSON Schema document: JSON by nature
+    raw = (manifest.sampling or {}).get("schema_json")
     return json.loads(raw) if raw else None
 
 
-def backend_row(run: Path, backend: str) -> dict[str, Any]:
+def backend_row(run: Path, backend: str) -> BackendRow:
     """One backend's figures from its finished run."""
-    manifest = read_json(run / MANIFEST)
-    summary = read_json(run / "summary.json")
+    manifest = load_manifest(run / MANIFEST, REGISTRY.manifest_model())
+    summary = load_summary(run / SUMMARY)
     schema = _schema_of(manifest)
-    recs = sorted(iter_records(run / RECORDS), key=lambda r: r.get("started") or 0.0)
-    ok = [r for r in recs if r.get("outcome") == "ok"]
+    recs = sorted(iter_item_records(run / RECORDS), key=lambda r: present(r.request.started) or 0.0)
+    ok = [r for r in recs if r.outcome == "ok"]
     valid = 0
     for r in ok:
         try:
-            value = json.loads(r.get("raw_text") or "")
+            value = json.loads(present(r.answer.raw_text) or "")
             if schema is not None:
                 jsonschema.validate(value, schema)
             valid += 1
         except (json.JSONDecodeError, jsonschema.ValidationError):
             pass
-    ttfts = [r["ttft_s"] for r in ok if r.get("ttft_s") is not None]
+    ttfts = [t for r in ok if (t := present(r.request.ttft_s)) is not None]
     compile_s = (ttfts[0] - statistics.median(ttfts[1:])) if len(ttfts) >= 3 else None
-    timing = summary.get("timing") or {}
-    so = manifest.get("structured_outputs") or {}
-    return {"backend": backend, "run": run.name, "n": summary["n"],
-            "effective_backend": so.get("backend"), "whitespace_free": so.get("disable_any_whitespace"),
-            "canary": (manifest.get("structured_canary") or {}).get("passed"),
-            "json_schema_valid": wilson(valid, len(recs)),
-            "schema_valid_rate": summary.get("schema_valid_rate"),
-            "accuracy": summary.get("final_accuracy"),
-            "finish_length": (summary.get("finish_reasons") or {}).get("length", 0),
-            "completion_tokens": percentiles([r["completion_tokens"] for r in ok
-                                              if r.get("completion_tokens") is not None]),
-            "ttft_s": timing.get("ttft_s"), "latency_s": timing.get("latency_s"),
-            "first_request_compile_s": compile_s,
-            "canary_latency_s": (manifest.get("structured_canary") or {}).get("latency_s"),
-            "server_startup_s": manifest.get("server_startup_s"), "concurrency": manifest.get("concurrency"),
-            "model": manifest.get("model"), "evalset": manifest.get("evalset"),
-            "git_commit": manifest.get("git_commit")}
+    so, canary = manifest.structured_outputs or {}, manifest.structured_canary or {}
+    return BackendRow(
+        backend=backend, run=run.name, n=summary.n, effective_backend=so.get("backend"),
+        whitespace_free=so.get("disable_any_whitespace"), canary=canary.get("passed"),
+        json_schema_valid=Share.wilson(valid, len(recs)), schema_valid_rate=Share.of(summary.schema_valid_rate),
+        accuracy=Share.of(summary.final_accuracy), finish_length=summary.finish_reasons.get("length", 0),
+        completion_tokens=percentiles([t for r in ok if (t := present(r.request.completion_tokens)) is not None]),
+        ttft_s=summary.timing.get("ttft_s"), latency_s=summary.timing.get("latency_s"),
+        first_request_compile_s=compile_s, canary_latency_s=canary.get("latency_s"),
+        server_startup_s=manifest.server_startup_s, concurrency=manifest.concurrency, model=manifest.model,
+        evalset=manifest.evalset, git_commit=manifest.git_commit)
 
 
-def _rate(r: dict[str, Any] | None) -> str:
-    if not r or r.get("value") is None:
+def _rate(r: Share) -> str:
+    if r.value is None:
         return "n/a"
-    lo, hi = r.get("ci95") or (None, None)
+    lo, hi = r.ci95 or (None, None)
     ci = f" [{lo:.0%}, {hi:.0%}]" if lo is not None else ""
-    return f"{r['value']:.0%} ({r['k']}/{r['n']}){ci}"
+    return f"{r.value:.0%} ({r.k}/{r.n}){ci}"
 
 
-def _s(d: dict[str, Any] | None, k: str) -> str:
+def _s(d: Pct | None, k: str) -> str:
     v = (d or {}).get(k)
     return f"{v:.2f}" if isinstance(v, int | float) else "n/a"
 
 
-def render_markdown(result: dict[str, Any]) -> str:
+def render_markdown(result: BackendsResult) -> str:
     lines = ["| backend (asked → logged) | n | canary | JSON-schema-valid | harness schema-valid | accuracy | "
              "cut at max_tokens | tokens p50 | TTFT p50 / p95 s | e2e p50 / p95 s | first-request compile s |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     errors = []
-    for row in result["backends"]:
-        if "error" in row:
-            errors.append(f"- **{row['backend']}** did not run: {row['error']}")
+    for row in result.backends:
+        if isinstance(row, BackendError):
+            errors.append(f"- **{row.backend}** did not run: {row.error}")
             continue
-        compile_s = row["first_request_compile_s"]
+        compile_s = row.first_request_compile_s
         lines.append(
-            f"| {row['backend']} → {row['effective_backend'] or 'unknown'}"
-            f"{' (whitespace-free)' if row['whitespace_free'] else ''} | {row['n']} | "
-            f"{'passed' if row['canary'] else row['canary']} | {_rate(row['json_schema_valid'])} | "
-            f"{_rate(row['schema_valid_rate'])} | {_rate(row['accuracy'])} | {row['finish_length']} | "
-            f"{_s(row['completion_tokens'], 'p50')} | {_s(row['ttft_s'], 'p50')} / {_s(row['ttft_s'], 'p95')} | "
-            f"{_s(row['latency_s'], 'p50')} / {_s(row['latency_s'], 'p95')} | "
+            f"| {row.backend} → {row.effective_backend or 'unknown'}"
+            f"{' (whitespace-free)' if row.whitespace_free else ''} | {row.n} | "
+            f"{'passed' if row.canary else row.canary} | {_rate(row.json_schema_valid)} | "
+            f"{_rate(row.schema_valid_rate)} | {_rate(row.accuracy)} | {row.finish_length} | "
+            f"{_s(row.completion_tokens, 'p50')} | {_s(row.ttft_s, 'p50')} / {_s(row.ttft_s, 'p95')} | "
+            f"{_s(row.latency_s, 'p50')} / {_s(row.latency_s, 'p95')} | "
             f"{f'{compile_s:.2f}' if compile_s is not None else 'n/a'} |")
     return "\n".join(lines + ([""] + errors if errors else [])) + "\n"
 
 
-def write_result(out: Path, result: dict[str, Any]) -> None:
+def write_result(out: Path, result: BackendsResult) -> None:
     output_dir(out)
-    write_json_atomic(out / "backends.json", result)
+    write_json_atomic(out / "backends.json", result.to_json())
     (out / "backends.md").write_text(render_markdown(result))

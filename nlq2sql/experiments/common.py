@@ -1,14 +1,74 @@
-"""Shared by the experiments: one endpoint for all their runs."""
+"""Shared by the experiments: one endpoint for all their runs, a finished run read through the
+manifest and summary models, and a rate as their results hold it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
 
+from pydantic import BaseModel, ValidationError
+
+from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.errors import RecordError
+from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
+from nlq2sql.records.results import Manifest, Rate, Summary
+from nlq2sql.records.store import MANIFEST, SUMMARY, read_finished_run
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import wilson
 
-__all__ = ["shared_endpoint"]
+__all__ = ["ClusterMean", "MeanCI", "PairedMeans", "Share", "read_run", "shared_endpoint"]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _typed(model: type[M], data: object, path: Path) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise RecordError(first["msg"], path=str(path), field=".".join(str(x) for x in first["loc"])) from None
+
+
+def read_run(run_dir: Path) -> tuple[Manifest, Summary]:
+    """``records.store.read_finished_run`` (refused when the records no longer match the summary),
+    the manifest through the condition registry's model and the summary through its own; a file that
+    does not match its model is one RecordError naming file and field, as ``load_summary`` says it."""
+    manifest, summary = read_finished_run(run_dir)
+    return (_typed(REGISTRY.manifest_model(), manifest, run_dir / MANIFEST),
+            _typed(Summary, summary, run_dir / SUMMARY))
+
+
+class Share(Fig, kw_only=True):
+    """A proportion as ``stages.score.wilson`` builds it and ``summary.json`` holds it (k of n, the
+    Wilson 95 % interval), in the written key order; ``label`` only where the summary names a class."""
+
+    value: float | None
+    k: int
+    n: int
+    ci95: list[float] | None
+    label: str | None | UnsetType = UNSET
+
+    def text(self) -> str:
+        """``stages.report.pct``: "63.3 % [50.7–74.4] (38/60)", or "n/a (0 samples)"."""
+        return pct(self.to_json())
+
+    @classmethod
+    def wilson(cls, k: int, n: int) -> Share:
+        """``stages.score.wilson`` (its interval's ends are numpy floats: written as the same numbers)."""
+        w = wilson(k, n)
+        ci = w["ci95"]
+        return cls(value=w["value"], k=w["k"], n=w["n"], ci95=None if ci is None else [float(x) for x in ci])
+
+    @classmethod
+    def of(cls, rate: Rate) -> Share:
+        """A summary's rate (its model) as a result holds it: the keys the file has, in its order."""
+        return cls(value=rate.value, k=rate.k, n=rate.n, ci95=rate.ci95,
+                   label=UNSET if "label" not in rate.model_fields_set else rate.label)
 
 
 @contextmanager
@@ -20,3 +80,35 @@ def shared_endpoint(cfg: EvalConfig) -> Iterator[EvalConfig]:
     """
     with bound_endpoint(cfg) as (bound, _info):
         yield bound
+
+
+# ``run.repeats``' figures as the experiments' results hold them (its dicts, converted where used).
+
+class MeanCI(Fig):
+    """``run.repeats.mean_ci``: a mean across repeats with its t-interval."""
+
+    n: int
+    mean: Num | None
+    sd: Num | None
+    ci95: list[Num] | None
+
+
+class ClusterMean(Fig, kw_only=True):
+    """``run.repeats.cluster_mean``: per-item values' mean, SE clustered by ``pair_id`` beside the naive one."""
+
+    n_items: int
+    n_clusters: int
+    mean: Num | None
+    se_cluster: Num | None
+    se_naive: Num | None
+    ci95: list[Num] | None
+
+
+class PairedMeans(ClusterMean, kw_only=True):
+    """``run.repeats.paired_means``: B − A item by item over the repeats, with its two-sided p."""
+
+    p_two_sided: Num | None
+    baseline_repeats: int
+    candidate_repeats: int
+    baseline_only: int
+    candidate_only: int

@@ -15,11 +15,12 @@ import json
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from nlq2sql.records.store import RECORDS, iter_records, output_dir, write_json_atomic
+from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
+from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.item import whitespace_outside_strings
 from nlq2sql.run.live import run_eval
@@ -28,7 +29,8 @@ from nlq2sql.stages.intent import compact_regex
 from nlq2sql.stages.score import percentiles
 from nlq2sql.transport.client import Sampling
 
-__all__ = ["ARMS", "CompactConfig", "analyse", "arm_config", "render_markdown", "retokenize", "run", "write_result"]
+__all__ = ["ARMS", "ArmFigures", "Comparison", "CompactConfig", "CompactResult", "analyse", "arm_config",
+           "render_markdown", "retokenize", "run", "write_result"]
 
 ARMS = ("pretty", "prompt-compact", "grammar-compact")
 
@@ -67,77 +69,116 @@ def retokenize(base_url: str, model: str, texts: list[str]) -> list[int | None]:
     return out
 
 
-def _arm_stats(recs: list[dict[str, Any]], retok: list[int | None]) -> dict[str, Any]:
-    toks = [r["completion_tokens"] for r in recs if r.get("completion_tokens") is not None]
-    chars = [len(r["raw_text"]) for r in recs if r.get("raw_text") is not None]
-    pairs = [(r["completion_tokens"], n) for r, n in zip(recs, retok, strict=True)
-             if n and r.get("completion_tokens")]
-    return {
-        "n": len(recs),
-        "completion_tokens": percentiles([float(t) for t in toks]),
-        "completion_tokens_median": statistics.median(toks) if toks else None,
-        "chars": percentiles([float(c) for c in chars]),
-        "latency_s": percentiles([r["latency_s"] for r in recs if r.get("latency_s") is not None]),
-        "itl_mean_s": percentiles([r["itl_mean_s"] for r in recs if r.get("itl_mean_s") is not None]),
-        "schema_valid": sum(r["raw_intent"] is not None for r in recs),
-        "no_whitespace": sum(1 for r in recs if r.get("raw_text") is not None
-                             and whitespace_outside_strings(r["raw_text"]) == 0),
-        "tokens_per_char": (sum(toks) / sum(chars)) if chars and toks else None,
-        "retokenized": percentiles([float(n) for n in retok if n is not None]),
-        "generated_over_retokenized": (sum(a for a, _ in pairs) / sum(b for _, b in pairs))
-        if pairs else None,
-    }
+# ``compact.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+
+class ArmFigures(Fig, kw_only=True):
+    """One arm's figures; the post-parse arm (no decode of its own) has only ``n``, ``chars`` and ``note``."""
+
+    n: int
+    completion_tokens: Pct | UnsetType = UNSET
+    completion_tokens_median: Num | None | UnsetType = UNSET
+    chars: Pct
+    latency_s: Pct | UnsetType = UNSET
+    itl_mean_s: Pct | UnsetType = UNSET
+    schema_valid: int | UnsetType = UNSET
+    no_whitespace: int | UnsetType = UNSET
+    tokens_per_char: float | None | UnsetType = UNSET
+    retokenized: Pct | UnsetType = UNSET
+    generated_over_retokenized: float | None | UnsetType = UNSET
+    note: str | UnsetType = UNSET
 
 
-def analyse(dirs: dict[str, Path], base_url: str | None, model: str) -> dict[str, Any]:
+class Comparison(Fig):
+    """A compact arm against pretty, item by item and in mean tokens and latency."""
+
+    honoured: int
+    ignored: int
+    backfired: int
+    tokens_saved_mean: Num | None
+    predicted_saving_s: Num | None
+    measured_saving_s: Num | None
+    itl_used_s: Num | None
+
+
+class CompactResult(Fig):
+    arms: dict[str, ArmFigures]
+    comparisons: dict[str, Comparison]
+
+
+def _mean(p: Pct | UnsetType) -> Num | None:
+    return (present(p) or {}).get("mean")
+
+
+def _arm_stats(recs: list[ItemRecord], retok: list[int | None]) -> ArmFigures:
+    toks = [t for r in recs if (t := present(r.request.completion_tokens)) is not None]
+    texts = [s for r in recs if (s := present(r.answer.raw_text)) is not None]
+    chars = [len(t) for t in texts]
+    pairs = [(t, n) for r, n in zip(recs, retok, strict=True) if n and (t := present(r.request.completion_tokens))]
+    return ArmFigures(
+        n=len(recs),
+        completion_tokens=percentiles([float(t) for t in toks]),
+        completion_tokens_median=statistics.median(toks) if toks else None,
+        chars=percentiles([float(c) for c in chars]),
+        latency_s=percentiles([v for r in recs if (v := present(r.request.latency_s)) is not None]),
+        itl_mean_s=percentiles([v for r in recs if (v := present(r.request.itl_mean_s)) is not None]),
+        schema_valid=sum(present(r.answer.raw_intent) is not None for r in recs),
+        no_whitespace=sum(1 for t in texts if whitespace_outside_strings(t) == 0),
+        tokens_per_char=(sum(toks) / sum(chars)) if chars and toks else None,
+        retokenized=percentiles([float(n) for n in retok if n is not None]),
+        generated_over_retokenized=(sum(a for a, _ in pairs) / sum(b for _, b in pairs)) if pairs else None,
+    )
+
+
+def analyse(dirs: dict[str, Path], base_url: str | None, model: str) -> CompactResult:
     """Per-arm statistics, post-parse arm, honoured/ignored/backfired and predicted savings."""
-    recs = {arm: list(iter_records(d / RECORDS)) for arm, d in dirs.items()}
-    arms: dict[str, Any] = {}
+    recs = {arm: list(iter_item_records(d / RECORDS)) for arm, d in dirs.items()}
+    arms: dict[str, ArmFigures] = {}
     for arm, rs in recs.items():
-        texts = [r.get("raw_text") or "" for r in rs]
+        texts = [present(r.answer.raw_text) or "" for r in rs]
         retok: list[int | None] = retokenize(base_url, model, texts) if base_url else [None] * len(texts)
         arms[arm] = _arm_stats(rs, retok)
     if "pretty" in recs:
         post = []
-        for r in recs["pretty"]:
+        for text in (present(r.answer.raw_text) for r in recs["pretty"]):
             try:
-                post.append(json.dumps(json.loads(r["raw_text"]), separators=(",", ":")))
-            except (TypeError, ValueError):
+                if text is not None:
+                    post.append(json.dumps(json.loads(text), separators=(",", ":")))
+            except ValueError:
                 continue
-        arms["post-parse-compact"] = {"n": len(post), "chars": percentiles([float(len(p)) for p in post]),
-                                      "note": "re-serialised pretty output: fewer bytes, same decode time"}
-    result: dict[str, Any] = {"arms": arms, "comparisons": {}}
-    pretty = {r["id"]: r for r in recs.get("pretty", [])}
-    itl = arms.get("pretty", {}).get("itl_mean_s", {}).get("mean")
+        arms["post-parse-compact"] = ArmFigures(n=len(post), chars=percentiles([float(len(p)) for p in post]),
+                                                note="re-serialised pretty output: fewer bytes, same decode time")
+    result = CompactResult(arms=arms, comparisons={})
+    pretty = {r.id: r for r in recs.get("pretty", [])}
+    itl = _mean(arms["pretty"].itl_mean_s) if "pretty" in arms else None
     for arm in ("prompt-compact", "grammar-compact"):
         if arm not in recs or not pretty:
             continue
         honoured = ignored = backfired = 0
         for r in recs[arm]:
-            p = pretty.get(r["id"])
-            if not p or r.get("completion_tokens") is None or p.get("completion_tokens") is None:
+            p = pretty.get(r.id)
+            mine = present(r.request.completion_tokens)
+            theirs = present(p.request.completion_tokens) if p else None
+            if not p or mine is None or theirs is None:
                 continue
-            if r["completion_tokens"] > p["completion_tokens"]:
+            text = present(r.answer.raw_text)
+            if mine > theirs:
                 backfired += 1
-            elif r.get("raw_text") is not None and whitespace_outside_strings(r["raw_text"]) == 0 \
-                    and r["completion_tokens"] < p["completion_tokens"]:
+            elif text is not None and whitespace_outside_strings(text) == 0 and mine < theirs:
                 honoured += 1
             else:
                 ignored += 1
-        pt, at = arms["pretty"]["completion_tokens"]["mean"], arms[arm]["completion_tokens"]["mean"]
-        pl, al = arms["pretty"]["latency_s"]["mean"], arms[arm]["latency_s"]["mean"]
+        pt, at = _mean(arms["pretty"].completion_tokens), _mean(arms[arm].completion_tokens)
+        pl, al = _mean(arms["pretty"].latency_s), _mean(arms[arm].latency_s)
         saved = (pt - at) if pt is not None and at is not None else None
-        result["comparisons"][arm] = {
-            "honoured": honoured, "ignored": ignored, "backfired": backfired,
-            "tokens_saved_mean": saved,
-            "predicted_saving_s": saved * itl if saved is not None and itl else None,
-            "measured_saving_s": (pl - al) if pl is not None and al is not None else None,
-            "itl_used_s": itl,
-        }
+        result.comparisons[arm] = Comparison(
+            honoured=honoured, ignored=ignored, backfired=backfired, tokens_saved_mean=saved,
+            predicted_saving_s=saved * itl if saved is not None and itl else None,
+            measured_saving_s=(pl - al) if pl is not None and al is not None else None,
+            itl_used_s=itl)
     return result
 
 
-def run(cfg: CompactConfig) -> dict[str, Any]:
+def run(cfg: CompactConfig) -> CompactResult:
     dirs = {}
     for arm in cfg.arms:
         acfg = arm_config(cfg.base, arm)
@@ -146,37 +187,39 @@ def run(cfg: CompactConfig) -> dict[str, Any]:
     return analyse(dirs, cfg.base.endpoint, cfg.base.model)
 
 
-def render_markdown(res: dict[str, Any]) -> str:
-    def f(d: dict[str, Any] | None, k: str = "mean", fmt: str = "{:.1f}") -> str:
-        return fmt.format(d[k]) if d and d.get(k) is not None else "n/a"
+def render_markdown(res: CompactResult) -> str:
+    """The report, from the typed result (a written one is read into it first: ``CompactResult.from_json``)."""
+
+    def f(d: Pct | UnsetType, k: str = "mean", fmt: str = "{:.1f}") -> str:
+        v = (present(d) or {}).get(k)
+        return fmt.format(v) if v is not None else "n/a"
     lines = ["## Compact vs pretty", "",
              "| arm | n | completion tokens mean / median | re-tokenised mean | generated ÷ re-tokenised | "
              "chars mean | tokens/char | latency p50 / p95 | schema-valid | no whitespace |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for arm, a in res["arms"].items():
+    for arm, a in res.arms.items():
         if arm == "post-parse-compact":
-            lines.append(f"| {arm} | {a['n']} | (no decode) | | | {f(a['chars'])} | | (same as pretty) | | "
-                         f"{a['n']} |")
+            lines.append(f"| {arm} | {a.n} | (no decode) | | | {f(a.chars)} | | (same as pretty) | | {a.n} |")
             continue
-        gr = f"{a['generated_over_retokenized']:.2f}" if a["generated_over_retokenized"] else "n/a"
-        tpc = f"{a['tokens_per_char']:.3f}" if a["tokens_per_char"] else "n/a"
-        lines.append(f"| {arm} | {a['n']} | {f(a['completion_tokens'])} / {a['completion_tokens_median']} | "
-                     f"{f(a['retokenized'])} | {gr} | {f(a['chars'])} | {tpc} | "
-                     f"{f(a['latency_s'], 'p50', '{:.3f}')} / {f(a['latency_s'], 'p95', '{:.3f}')} s | "
-                     f"{a['schema_valid']}/{a['n']} | {a['no_whitespace']}/{a['n']} |")
+        gr = f"{a.generated_over_retokenized:.2f}" if a.generated_over_retokenized else "n/a"
+        tpc = f"{a.tokens_per_char:.3f}" if a.tokens_per_char else "n/a"
+        lines.append(f"| {arm} | {a.n} | {f(a.completion_tokens)} / {present(a.completion_tokens_median)} | "
+                     f"{f(a.retokenized)} | {gr} | {f(a.chars)} | {tpc} | "
+                     f"{f(a.latency_s, 'p50', '{:.3f}')} / {f(a.latency_s, 'p95', '{:.3f}')} s | "
+                     f"{present(a.schema_valid)}/{a.n} | {present(a.no_whitespace)}/{a.n} |")
     lines += ["", "| arm vs pretty | honoured | ignored | backfired | tokens saved (mean) | predicted saving "
               "| measured saving |", "|---|---|---|---|---|---|---|"]
-    for arm, c in res["comparisons"].items():
+    for arm, c in res.comparisons.items():
         def s(v: float | None, unit: str = "") -> str:
             return f"{v:.3f}{unit}" if v is not None else "n/a"
-        lines.append(f"| {arm} | {c['honoured']} | {c['ignored']} | {c['backfired']} | "
-                     f"{s(c['tokens_saved_mean'])} | {s(c['predicted_saving_s'], ' s')} | "
-                     f"{s(c['measured_saving_s'], ' s')} |")
+        lines.append(f"| {arm} | {c.honoured} | {c.ignored} | {c.backfired} | "
+                     f"{s(c.tokens_saved_mean)} | {s(c.predicted_saving_s, ' s')} | "
+                     f"{s(c.measured_saving_s, ' s')} |")
     lines.append("\nA negative saving means the arm cost more than pretty: shown, not averaged away.")
     return "\n".join(lines) + "\n"
 
 
-def write_result(out: Path, res: dict[str, Any]) -> None:
+def write_result(out: Path, res: CompactResult) -> None:
     output_dir(out)
-    write_json_atomic(out / "compact.json", res)
+    write_json_atomic(out / "compact.json", res.to_json())
     (out / "compact.md").write_text(render_markdown(res))

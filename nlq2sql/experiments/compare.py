@@ -10,29 +10,53 @@ import base64
 import html
 import io
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib
 
-__all__ = ["COLUMNS", "accuracy_figure", "cost_per_1k", "load_runs", "plots", "png_base64", "render", "rows"]
+__all__ = ["COLUMNS", "ComparedRun", "accuracy_figure", "cost_per_1k", "load_runs", "plots", "png_base64",
+           "rate_text", "render", "rows"]
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from nlq2sql.records.store import output_dir, read_finished_run  # noqa: E402
+from nlq2sql.experiments.common import read_run  # noqa: E402
+from nlq2sql.records.results import Manifest, Rate, Summary  # noqa: E402
+from nlq2sql.records.store import output_dir  # noqa: E402
 from nlq2sql.stages.report import pct  # noqa: E402
 
 
-def load_runs(dirs: list[Path]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ComparedRun:
+    """One finished run as the comparison reads it: its manifest and summary through their models."""
+
+    dir: str
+    manifest: Manifest
+    summary: Summary
+    label: str
+
+
+def _key(m: Manifest, name: str) -> str:
+    """A manifest key as the label shows it: "?" where the run did not record it."""
+    return str(getattr(m, name)) if name in m.model_fields_set else "?"
+
+
+def load_runs(dirs: list[Path]) -> list[ComparedRun]:
     runs = []
     for d in dirs:
-        m, s = read_finished_run(d)  # refuses records that no longer match the summary
-        runs.append({"dir": str(d), "manifest": m, "summary": s,
-                     "label": f"{m.get('model', '?')} · {m.get('prompt', '?')}"
-                              f"{' + ' + '+'.join(m['guardrails']) if m.get('guardrails') else ''}"
-                              f" · c={m.get('concurrency', '?')} · {m.get('evalset', '?')}"})
+        m, s = read_run(d)  # refuses records that no longer match the summary
+        runs.append(ComparedRun(str(d), m, s,
+                                f"{_key(m, 'model')} · {_key(m, 'prompt')}"
+                                f"{' + ' + '+'.join(m.guardrails) if m.guardrails else ''}"
+                                f" · c={_key(m, 'concurrency')} · {m.evalset}"))
     return runs
+
+
+def rate_text(rate: Rate) -> str:
+    """``stages.report.pct`` of a summary's rate."""
+    return pct(rate.model_dump())
 
 
 def cost_per_1k(req_per_s: float | None, gpu_cost_per_hour: float | None) -> float | None:
@@ -42,24 +66,25 @@ def cost_per_1k(req_per_s: float | None, gpu_cost_per_hour: float | None) -> flo
     return gpu_cost_per_hour / (req_per_s * 3600) * 1000
 
 
-def rows(runs: list[dict[str, Any]], gpu_cost_per_hour: float | None) -> list[dict[str, Any]]:
+def rows(runs: list[ComparedRun], gpu_cost_per_hour: float | None) -> list[dict[str, str]]:
+    """The table's cells, by column key (:data:`COLUMNS`)."""
     out = []
     for r in runs:
-        s = r["summary"]
-        t = s.get("timing", {})
+        s = r.summary
+        t = s.timing
         lat, ct = t.get("latency_s") or {}, t.get("completion_tokens") or {}
-        rps = (s.get("throughput") or {}).get("req_per_s")
+        rps = (s.throughput or {}).get("req_per_s")
         out.append({
-            "run": r["label"], "n": s["n"], "raw": pct(s["raw_accuracy"]), "final": pct(s["final_accuracy"]),
-            "precision": pct(s["intervention_precision"]),
-            "recall": "; ".join(pct(v) for v in s.get("intervention_recall", {}).values()) or "n/a",
-            "schema_valid": pct(s["schema_valid_rate"]),
+            "run": r.label, "n": str(s.n), "raw": rate_text(s.raw_accuracy), "final": rate_text(s.final_accuracy),
+            "precision": rate_text(s.intervention_precision),
+            "recall": "; ".join(rate_text(v) for v in s.intervention_recall.values()) or "n/a",
+            "schema_valid": rate_text(s.schema_valid_rate),
             "p50": f"{lat['p50']:.2f} s" if lat.get("p50") is not None else "n/a",
             "p95": f"{lat['p95']:.2f} s" if lat.get("p95") is not None else "n/a",
             "tokens": f"{ct['mean']:.1f}" if ct.get("mean") is not None else "n/a",
             "req_per_s": f"{rps:.2f}" if rps else "n/a",
             "cost_per_1k": (f"${c:.4f}" if (c := cost_per_1k(rps, gpu_cost_per_hour)) is not None else "n/a"),
-            "errors": ", ".join(f"{k} {v}" for k, v in s["error_taxonomy_final"].items()),
+            "errors": ", ".join(f"{k} {v}" for k, v in s.error_taxonomy_final.items()),
         })
     return out
 
@@ -78,18 +103,20 @@ def png_base64(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def accuracy_figure(rows: list[tuple[str, dict[str, Any]]], *, size: tuple[float, float, float], fontsize: int,
+def accuracy_figure(rows: list[tuple[str, Summary]], *, size: tuple[float, float, float], fontsize: int,
                     xlabel: str, legend: Callable[[str], str] = str, majority: float | None = None) -> str:
     """Raw and final accuracy with their 95 % CIs, one row per (label, summary): the comparison
     and quality reports' figure.  ``size``: width, base height, height per row; ``fontsize``: the row labels'."""
     width, base, per_row = size
     fig, ax = plt.subplots(figsize=(width, base + per_row * len(rows)))
     for i, (_, summary) in enumerate(rows):
-        for key, color, dy in (("raw_accuracy", "tab:gray", -0.15), ("final_accuracy", "tab:blue", 0.15)):
-            p = summary[key]
-            if p["value"] is not None:
-                lo, hi = p["ci95"]
-                ax.errorbar(p["value"], i + dy, xerr=[[p["value"] - lo], [hi - p["value"]]], fmt="o",
+        keys: tuple[tuple[Literal["raw_accuracy", "final_accuracy"], str, float], ...] = (
+            ("raw_accuracy", "tab:gray", -0.15), ("final_accuracy", "tab:blue", 0.15))
+        for key, color, dy in keys:
+            p = getattr(summary, key)
+            if p.value is not None and p.ci95 is not None:
+                lo, hi = p.ci95
+                ax.errorbar(p.value, i + dy, xerr=[[p.value - lo], [hi - p.value]], fmt="o",
                             color=color, label=legend(key) if i == 0 else None)
     ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=fontsize)
     ax.set_xlim(0, 1)
@@ -100,28 +127,29 @@ def accuracy_figure(rows: list[tuple[str, dict[str, Any]]], *, size: tuple[float
     return png_base64(fig)
 
 
-def plots(runs: list[dict[str, Any]]) -> dict[str, str]:
+def plots(runs: list[ComparedRun]) -> dict[str, str]:
     """Accuracy with CIs per run; output tokens vs latency; accuracy and p95 vs concurrency."""
     figs: dict[str, str] = {}
-    figs["accuracy"] = accuracy_figure([(r["label"], r["summary"]) for r in runs], size=(8, 0.5, 0.45), fontsize=7,
+    figs["accuracy"] = accuracy_figure([(r.label, r.summary) for r in runs], size=(8, 0.5, 0.45), fontsize=7,
                                        xlabel="accuracy (95 % Wilson CI)")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in runs:
-        t = r["summary"].get("timing", {})
+        t = r.summary.timing
         if t.get("completion_tokens", {}).get("mean") and t.get("latency_s", {}).get("p50"):
             ax.scatter(t["completion_tokens"]["mean"], t["latency_s"]["p50"])
-            ax.annotate(r["label"], (t["completion_tokens"]["mean"], t["latency_s"]["p50"]), fontsize=6)
+            ax.annotate(r.label, (t["completion_tokens"]["mean"], t["latency_s"]["p50"]), fontsize=6)
     ax.set_xlabel("output tokens (mean)")
     ax.set_ylabel("latency p50 (s)")
     figs["tokens_latency"] = png_base64(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax2 = ax.twinx()
-    pts = sorted(((r["manifest"].get("concurrency") or 0, r) for r in runs), key=lambda p: p[0])
+    pts = sorted(((r.manifest.concurrency or 0, r) for r in runs), key=lambda p: p[0])
     xs = [c for c, _ in pts]
-    ax.plot(xs, [r["summary"]["final_accuracy"]["value"] for _, r in pts], "o-", label="final accuracy")
-    p95 = [(r["summary"].get("timing", {}).get("latency_s") or {}).get("p95") for _, r in pts]
+    acc = [r.summary.final_accuracy.value for _, r in pts]  # (None: a gap, as p95 below)
+    ax.plot(xs, [float("nan") if v is None else v for v in acc], "o-", label="final accuracy")
+    p95 = [(r.summary.timing.get("latency_s") or {}).get("p95") for _, r in pts]
     # a run without latency figures leaves a gap (NaN), exactly as matplotlib treats None
     ax2.plot(xs, [float("nan") if v is None else float(v) for v in p95],
              "s--", color="tab:red", label="p95 latency")
@@ -144,7 +172,7 @@ def render(dirs: list[Path], out: Path, gpu_cost_per_hour: float | None = None,
     table = rows(runs, gpu_cost_per_hour)
     md = [f"# {title}", "", "| " + " | ".join(h for _, h in COLUMNS) + " |",
           "|" + "---|" * len(COLUMNS)]
-    md += ["| " + " | ".join(str(row[k]) for k, _ in COLUMNS) + " |" for row in table]
+    md += ["| " + " | ".join(row[k] for k, _ in COLUMNS) + " |" for row in table]
     if gpu_cost_per_hour is not None:
         md.append(f"\nCost assumes ${gpu_cost_per_hour}/hour and the measured req/s of each run.")
     md += repeats_section(dirs)
@@ -154,7 +182,7 @@ def render(dirs: list[Path], out: Path, gpu_cost_per_hour: float | None = None,
     md_path, html_path = out / "report.md", out / "report.html"
     md_path.write_text("\n".join(md) + "\n")
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h in COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(row[k]))}</td>" for k, _ in COLUMNS) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(row[k])}</td>" for k, _ in COLUMNS) + "</tr>"
                    for row in table)
     imgs = "".join(f'<h3>{html.escape(k)}</h3><img alt="{k}" src="data:image/png;base64,{v}">'
                    for k, v in figs.items())

@@ -42,10 +42,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scipy.stats import binomtest
 
-from nlq2sql.errors import InputError, RecordError
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
-from nlq2sql.records.results import LEGACY_WAREHOUSE
-from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run
+from nlq2sql.errors import InputError
+from nlq2sql.experiments.gate_inputs import RunFacts, check_same_inputs, read_run
+from nlq2sql.records.item import present
 from nlq2sql.stages.score import percentiles
 
 __all__ = ["Check", "Flip", "GateConfig", "GateResult", "ItemResult", "RunInfo", "Status", "config_from_options",
@@ -152,67 +151,9 @@ def config_from_options(**options: Any) -> GateConfig:
         raise InputError(f"{e['msg']}, got {e.get('input')!r}", field="--" + name.replace("_", "-")) from None
 
 
-def _read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, ItemRecord]]:
-    """(manifest, summary, records by id), refused unless the records match the summary."""
-    manifest, summary = read_finished_run(run_dir)  # missing files, changed records, count vs n
-    if not isinstance(manifest, dict) or not isinstance(summary, dict):
-        raise RecordError("not a run record: manifest and summary must be JSON objects", path=str(run_dir))
-    path = run_dir / RECORDS
-    if not isinstance(summary.get("n"), int):
-        raise RecordError("no item count 'n': cannot check the records against it",
-                          path=str(run_dir / SUMMARY))
-    records: dict[str, ItemRecord] = {}
-    for lineno, rec in enumerate(iter_item_records(path), start=1):  # (a line that is no record: refused)
-        if rec.judgement is None or not isinstance(rec.judgement.correct_final, bool):
-            raise RecordError("missing or non-boolean correct_final", path=str(path), line=lineno,
-                              field="correct_final")
-        if rec.id in records:
-            raise RecordError(f"duplicate id {rec.id!r}", path=str(path), line=lineno, field="id")
-        records[rec.id] = rec
-    if len(records) != summary["n"]:
-        raise RecordError(f"{len(records)} readable records, but the summary counts {summary['n']}",
-                          path=str(path))
-    return manifest, summary, records
-
-
-def _warehouse_sha(manifest: dict[str, Any]) -> str | None:
-    sha = manifest.get("semantic_model_sha256")
-    return sha if isinstance(sha, str) else None
-
-
-def _check_same_inputs(base_dir: Path, base: dict[str, Any], cand_dir: Path, cand: dict[str, Any]) -> None:
-    for d, m in ((base_dir, base), (cand_dir, cand)):
-        if not isinstance(m.get("evalset_sha256"), str):
-            raise RecordError("manifest has no evalset_sha256: cannot tell which eval set it ran",
-                              path=str(d / "manifest.json"), field="evalset_sha256")
-    if base["evalset_sha256"] != cand["evalset_sha256"]:
-        raise InputError(f"different eval sets: the baseline ran {base.get('evalset')!r} "
-                         f"(sha256 {base['evalset_sha256'][:12]}…), the candidate "
-                         f"{cand.get('evalset')!r} (sha256 {cand['evalset_sha256'][:12]}…); "
-                         "a gate compares runs of the same eval set", field="--candidate")
-    b_sha, c_sha = _warehouse_sha(base), _warehouse_sha(cand)
-    if b_sha == c_sha:  # equal, or both missing: both on the default warehouse
-        return
-    from nlq2sql.semantic.catalog import load_catalog
-
-    legacy = load_catalog(LEGACY_WAREHOUSE).sha256
-    b_eff, c_eff = b_sha or legacy, c_sha or legacy
-    if b_eff != c_eff:
-        def name(m: dict[str, Any], sha: str | None) -> str:
-            return f"{m.get('semantic_model') or LEGACY_WAREHOUSE}" + ("" if sha else " (not recorded: "
-                                                                         "the default)")
-        raise InputError(f"different warehouses: the baseline ran on {name(base, b_sha)} "
-                         f"(semantic model sha256 {b_eff[:12]}…), the candidate on {name(cand, c_sha)} "
-                         f"({c_eff[:12]}…); a gate compares runs on the same warehouse",
-                         field="--candidate")
-
-
-def _info(run_dir: Path, m: dict[str, Any], n: int) -> RunInfo:
-    g = m.get("guardrails")
-    return RunInfo(path=str(run_dir), kind=m.get("kind"), model=m.get("model"), prompt=m.get("prompt"),
-                   guardrails=[str(x) for x in g] if isinstance(g, list) else [],
-                   evalset=m.get("evalset"), evalset_sha256=m["evalset_sha256"],
-                   semantic_model=m.get("semantic_model"), n=n)
+def _info(run_dir: Path, m: RunFacts, n: int) -> RunInfo:
+    return RunInfo(path=str(run_dir), kind=m.kind, model=m.model, prompt=m.prompt, guardrails=m.guardrails,
+                   evalset=m.evalset, evalset_sha256=str(m.evalset_sha256), semantic_model=m.semantic_model, n=n)
 
 
 # -- checks ----------------------------------------------------------------------------------
@@ -335,9 +276,9 @@ def _flip(b: bool, c: bool) -> Flip:
 
 def run_gate(cfg: GateConfig) -> GateResult:
     """Compare ``cfg.candidate`` with ``cfg.baseline``; refusals raise :class:`InputError`."""
-    bm, _bs, brecs = _read_run(cfg.baseline)
-    cm, _cs, crecs = _read_run(cfg.candidate)
-    _check_same_inputs(cfg.baseline, bm, cfg.candidate, cm)
+    bm, brecs = read_run(cfg.baseline)
+    cm, crecs = read_run(cfg.candidate)
+    check_same_inputs(cfg.baseline, bm, cfg.candidate, cm)
     paired_ids = sorted(brecs.keys() & crecs.keys())
     if not paired_ids:
         raise InputError(f"the runs share no item id (baseline {len(brecs)}, candidate {len(crecs)} "
@@ -354,7 +295,7 @@ def run_gate(cfg: GateConfig) -> GateResult:
     for item_id in paired_ids:
         b, c = brecs[item_id], crecs[item_id]
         bj, cj = b.judgement, c.judgement
-        assert bj is not None and cj is not None  # (_read_run: every record has its boolean correct_final)
+        assert bj is not None and cj is not None  # (read_run: every record has its boolean correct_final)
         b_ok, c_ok = bool(bj.correct_final), bool(cj.correct_final)
         be, ce = present(bj.error_final), present(cj.error_final)
         for counts, e in ((base_err, be), (cand_err, ce)):

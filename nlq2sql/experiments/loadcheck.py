@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError
+from nlq2sql.experiments.common import Share, read_run
 from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
 from nlq2sql.records.item import iter_item_records, present
-from nlq2sql.records.store import RECORDS, output_dir, read_finished_run, write_json_atomic
+from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
@@ -45,10 +46,6 @@ def run_levels(cfg: LoadCheckConfig) -> list[Path]:
 
 
 # ``loadcheck.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
-
-#: A summary's accuracy as ``summary.json`` holds it (the Wilson figures: value, ci95, n, …).
-Share = dict[str, Any]
-
 
 class RunFigures(Fig):
     run: str
@@ -188,14 +185,15 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
     if len(dirs) < 2:
         raise InputError(f"needs at least 2 runs to compare, got {len(dirs)}", field="--runs")
     for d in dirs:
-        manifest, summary = read_finished_run(d)
+        manifest, summary = read_run(d)
         for rec in iter_item_records(d / RECORDS):
             texts.setdefault(rec.id, []).append(present(rec.answer.raw_text))
             intents.setdefault(rec.id, []).append(present(rec.answer.raw_intent))
-        t = summary.get("timing", {})
-        runs.append(RunFigures(run=str(d), concurrency=manifest.get("concurrency"), n=summary["n"],
-                               raw_accuracy=summary["raw_accuracy"], final_accuracy=summary["final_accuracy"],
-                               req_per_s=(summary.get("throughput") or {}).get("req_per_s"),
+        t = summary.timing
+        runs.append(RunFigures(run=str(d), concurrency=manifest.concurrency, n=summary.n,
+                               raw_accuracy=Share.of(summary.raw_accuracy),
+                               final_accuracy=Share.of(summary.final_accuracy),
+                               req_per_s=(summary.throughput or {}).get("req_per_s"),
                                latency_s=t.get("latency_s"), ttft_s=t.get("ttft_s")))
     divergent: list[Divergent] = []
     intent_divergent = 0
@@ -214,9 +212,8 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
                      divergent=divergent)
 
 
-def render_markdown(result: LoadCheck | dict[str, Any]) -> str:
-    """The report, from the typed result (a written one is read into it first)."""
-    res = result if isinstance(result, LoadCheck) else LoadCheck.from_json(result)
+def render_markdown(res: LoadCheck) -> str:
+    """The report, from the typed result (a written one is read into it first: ``LoadCheck.from_json``)."""
     lines = [f"## Quality under load: {res.identical_items} / {res.items} items "
              f"byte-identical across {len(res.runs)} runs "
              f"({res.intent_divergent_items} with differing parsed intents)", "",
@@ -229,8 +226,8 @@ def render_markdown(result: LoadCheck | dict[str, Any]) -> str:
         def s(d: Pct, k: str) -> str:
             return f"{d[k]:.2f} s" if d.get(k) is not None else "n/a"
         rps = f"{r.req_per_s:.2f}" if r.req_per_s else "n/a"
-        lines.append(f"| {_run_name(r.run)} | {r.concurrency} | {r.n} | {pct(r.raw_accuracy)} | "
-                     f"{pct(r.final_accuracy)} | {rps} | {s(lat, 'p50')} | {s(lat, 'p95')} | "
+        lines.append(f"| {_run_name(r.run)} | {r.concurrency} | {r.n} | {_pct(r.raw_accuracy)} | "
+                     f"{_pct(r.final_accuracy)} | {rps} | {s(lat, 'p50')} | {s(lat, 'p95')} | "
                      f"{s(lat, 'p99')} | {s(ttft, 'p50')} |")
     if res.divergent:
         lines += ["", "### Divergent items", ""]
@@ -243,6 +240,10 @@ def render_markdown(result: LoadCheck | dict[str, Any]) -> str:
             else:
                 lines.append(f"- `{d.id}`: {d.reason}")
     return "\n".join(lines) + "\n"
+
+
+def _pct(rate: Share | None) -> str:
+    return rate.text() if rate is not None else pct(None)
 
 
 def _run_name(run: str) -> str:

@@ -12,12 +12,19 @@ difference paired item by item over the repeats with standard errors clustered b
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.records.store import RECORDS, iter_records, output_dir, write_json_atomic
+import msgspec
+
+from nlq2sql.experiments.common import ClusterMean, MeanCI, PairedMeans
+from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType, present
+from nlq2sql.records.item import iter_item_records
+from nlq2sql.records.results import Rate, Summary
+from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.run.repeats import Z95, cluster_mean, finals_means, mean_ci, paired_means, repeat_dirs, run_repeats
@@ -25,7 +32,8 @@ from nlq2sql.stages.pipeline import rescore_run
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact
 
-__all__ = ["MatrixConfig", "condition_table", "render_markdown", "run_prompts", "write_result"]
+__all__ = ["MatrixCondition", "MatrixConfig", "MatrixPair", "MatrixRepeats", "MatrixTable", "condition_table",
+           "render_markdown", "run_prompts", "write_result"]
 
 
 @dataclass(frozen=True)
@@ -51,25 +59,67 @@ def run_prompts(cfg: MatrixConfig) -> dict[str, Path]:
     return dirs
 
 
-def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> dict[str, Any]:
+# ``matrix.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+
+class MatrixRepeats(Fig):
+    """One condition over its repeats."""
+
+    repeats: int
+    per_repeat_accuracy: list[Num | None]
+    accuracy: MeanCI
+    latency_p50_s: MeanCI
+    latency_p95_s: MeanCI
+    item_level_accuracy: ClusterMean
+
+
+class MatrixCondition(Fig, kw_only=True):
+    condition: str
+    prompt: str
+    guardrails: list[str]
+    run: str
+    summary: dict[str, Any]  # ``stages.pipeline.rescore_run``'s summary as that stage returns it, written as is
+    repeats: MatrixRepeats | UnsetType = UNSET
+
+    def read(self) -> Summary:
+        """The summary through its model (what the report reads)."""
+        return Summary.model_validate(self.summary)
+
+
+class MatrixPair(Fig, kw_only=True):
+    a: str
+    b: str
+    n: int
+    a_right_b_wrong: int
+    b_right_a_wrong: int
+    mcnemar_exact_p: float
+    over_repeats: PairedMeans | UnsetType = UNSET
+
+
+class MatrixTable(Fig):
+    conditions: list[MatrixCondition]
+    pairs: list[MatrixPair]
+
+
+def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> MatrixTable:
     """Re-score each recorded prompt run (every repeat of a repeated one) under each guardrail
     condition."""
-    conditions: list[dict[str, Any]] = []
+    conditions: list[MatrixCondition] = []
     finals: dict[str, list[dict[str, bool]]] = {}
     clusters: dict[str, str] = {}
     for prompt, run_dir in runs.items():
         reps = repeat_dirs(run_dir) or [run_dir]
         for d in reps:
-            clusters.update({str(r["id"]): str(r.get("pair_id") or r["id"]) for r in iter_records(d / RECORDS)})
+            clusters.update({r.id: r.pair_id or r.id for r in iter_item_records(d / RECORDS)})
         for g in guardrails:
             names = tuple(x for x in g.split("+") if x and x != "none")
             scored = [rescore_run(d, names) for d in reps]
             label = prompt if not names else f"{prompt} + {'+'.join(names)}"
             finals[label] = [final_ok for _, _, final_ok in scored]
-            row = {"condition": label, "prompt": prompt, "guardrails": list(names), "run": str(reps[0]),
-                   "summary": scored[0][0]}
+            row = MatrixCondition(condition=label, prompt=prompt, guardrails=list(names), run=str(reps[0]),
+                                  summary=_as_written(scored[0][0]))
             if len(reps) > 1:
-                row["repeats"] = _across_repeats([s for s, _, _ in scored], finals[label], clusters)
+                row.repeats = _across_repeats([Summary.model_validate(s) for s, _, _ in scored], finals[label],
+                                              clusters)
             conditions.append(row)
     pairs = []
     for a, b in combinations(finals, 2):
@@ -77,89 +127,98 @@ def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> dict[
         common = sorted(set(fa) & set(fb))
         b_only = sum(fa[i] and not fb[i] for i in common)
         c_only = sum(fb[i] and not fa[i] for i in common)
-        pair = {"a": a, "b": b, "n": len(common), "a_right_b_wrong": b_only,
-                "b_right_a_wrong": c_only, "mcnemar_exact_p": mcnemar_exact(b_only, c_only)}
+        pair = MatrixPair(a=a, b=b, n=len(common), a_right_b_wrong=b_only, b_right_a_wrong=c_only,
+                          mcnemar_exact_p=mcnemar_exact(b_only, c_only))
         if len(finals[a]) > 1 or len(finals[b]) > 1:
-            pair["over_repeats"] = paired_means(finals_means(finals[a]), finals_means(finals[b]), clusters,
-                                                len(finals[a]), len(finals[b]))
+            pair.over_repeats = msgspec.convert(paired_means(
+                finals_means(finals[a]), finals_means(finals[b]), clusters, len(finals[a]), len(finals[b])),
+                PairedMeans)
         pairs.append(pair)
-    return {"conditions": conditions, "pairs": pairs}
+    return MatrixTable(conditions=conditions, pairs=pairs)
 
 
-def _across_repeats(summaries: list[dict[str, Any]], finals: list[dict[str, bool]],
-                    clusters: dict[str, str]) -> dict[str, Any]:
+def _as_written(summary: object) -> Any:
+    """The summary's JSON values as ``json`` writes them (numpy floats among them are floats there;
+    the typed result's encoder would spell them as strings)."""
+    return json.loads(json.dumps(summary, default=str))
+
+
+def _across_repeats(summaries: list[Summary], finals: list[dict[str, bool]], clusters: dict[str, str]
+                    ) -> MatrixRepeats:
     """One condition over its repeats: final accuracy and latency mean ± CI across repeats, and
     the item-level accuracy with its standard error clustered by ``pair_id``."""
-    def timing(s: dict[str, Any], q: str) -> float | None:
-        return ((s.get("timing") or {}).get("latency_s") or {}).get(q)
+    def timing(s: Summary, q: str) -> float | None:
+        return (s.timing.get("latency_s") or {}).get(q)
 
-    return {"repeats": len(summaries),
-            "per_repeat_accuracy": [(s.get("final_accuracy") or {}).get("value") for s in summaries],
-            "accuracy": mean_ci([(s.get("final_accuracy") or {}).get("value") for s in summaries]),
-            "latency_p50_s": mean_ci([timing(s, "p50") for s in summaries]),
-            "latency_p95_s": mean_ci([timing(s, "p95") for s in summaries]),
-            "item_level_accuracy": cluster_mean(finals_means(finals), clusters)}
+    accuracy = [s.final_accuracy.value for s in summaries]
+    return MatrixRepeats(
+        repeats=len(summaries), per_repeat_accuracy=list(accuracy),
+        accuracy=msgspec.convert(mean_ci(accuracy), MeanCI),
+        latency_p50_s=msgspec.convert(mean_ci([timing(s, "p50") for s in summaries]), MeanCI),
+        latency_p95_s=msgspec.convert(mean_ci([timing(s, "p95") for s in summaries]), MeanCI),
+        item_level_accuracy=msgspec.convert(cluster_mean(finals_means(finals), clusters), ClusterMean))
 
 
-def render_markdown(table: dict[str, Any], title: str = "Condition matrix") -> str:
+def _rate(r: Rate) -> str:
+    return pct(r.model_dump(exclude_unset=True))
+
+
+def render_markdown(table: MatrixTable, title: str = "Condition matrix") -> str:
     lines = [f"## {title}", "",
              "| condition | raw intent | final after guardrail | interventions | precision | recall | "
              "schema-valid |", "|---|---|---|---|---|---|---|"]
-    for c in table["conditions"]:
-        s = c["summary"]
-        rec = "; ".join(f"{k} {pct(v)}" for k, v in s["intervention_recall"].items()) or "n/a"
-        lines.append(f"| {c['condition']} | {pct(s['raw_accuracy'])} | {pct(s['final_accuracy'])} | "
-                     f"{s['interventions']} | {pct(s['intervention_precision'])} | {rec} | "
-                     f"{pct(s['schema_valid_rate'])} |")
+    for c in table.conditions:
+        s = c.read()
+        rec = "; ".join(f"{k} {_rate(v)}" for k, v in s.intervention_recall.items()) or "n/a"
+        lines.append(f"| {c.condition} | {_rate(s.raw_accuracy)} | {_rate(s.final_accuracy)} | "
+                     f"{s.interventions} | {_rate(s.intervention_precision)} | {rec} | "
+                     f"{_rate(s.schema_valid_rate)} |")
     lines += ["", "Paired comparisons (final correctness, exact McNemar):", "",
               "| A | B | n | A right, B wrong | B right, A wrong | p |", "|---|---|---|---|---|---|"]
-    for p in table["pairs"]:
-        lines.append(f"| {p['a']} | {p['b']} | {p['n']} | {p['a_right_b_wrong']} | "
-                     f"{p['b_right_a_wrong']} | {p['mcnemar_exact_p']:.4f} |")
+    for p in table.pairs:
+        lines.append(f"| {p.a} | {p.b} | {p.n} | {p.a_right_b_wrong} | {p.b_right_a_wrong} | "
+                     f"{p.mcnemar_exact_p:.4f} |")
     lines += _repeats_lines(table)
     lines += ["", "Error taxonomy (final) per condition:", ""]
-    for c in table["conditions"]:
-        tax = ", ".join(f"{k} {v}" for k, v in c["summary"]["error_taxonomy_final"].items())
-        lines.append(f"- {c['condition']}: {tax}")
+    for c in table.conditions:
+        tax = ", ".join(f"{k} {v}" for k, v in c.read().error_taxonomy_final.items())
+        lines.append(f"- {c.condition}: {tax}")
     return "\n".join(lines) + "\n"
 
 
-def _repeats_lines(table: dict[str, Any]) -> list[str]:
+def _repeats_lines(table: MatrixTable) -> list[str]:
     """The repeated runs' section: across repeats per condition, then each pair over repeats."""
-    rows = [c for c in table["conditions"] if "repeats" in c]
+    rows = [(c.condition, r) for c in table.conditions if (r := present(c.repeats)) is not None]
     if not rows:
         return []
 
-    def ci(d: dict[str, Any], fmt: str) -> str:
-        if d.get("mean") is None:
+    def ci(d: MeanCI, fmt: str) -> str:
+        if d.mean is None:
             return "n/a"
-        return fmt.format(d["mean"]) + (f" [{fmt.format(d['ci95'][0])}, {fmt.format(d['ci95'][1])}]"
-                                        if d.get("ci95") else "")
+        return fmt.format(d.mean) + (f" [{fmt.format(d.ci95[0])}, {fmt.format(d.ci95[1])}]" if d.ci95 else "")
 
     lines = ["", "Across repeats (the table above shows the first repeat; mean [95 % t-interval] across "
              "repeats; item-level: each item's fraction of repeats right, ± 1.96·SE clustered by pair_id):", "",
              "| condition | repeats | final accuracy | item-level accuracy | e2e p50 s | e2e p95 s |",
              "|---|---|---|---|---|---|"]
-    for c in rows:
-        r, il = c["repeats"], c["repeats"]["item_level_accuracy"]
-        item = (f"{il['mean']:.1%} ± {Z95 * il['se_cluster']:.1%} ({il['n_clusters']} clusters / "
-                f"{il['n_items']} items)" if il.get("se_cluster") is not None else "n/a")
-        lines.append(f"| {c['condition']} | {r['repeats']} | {ci(r['accuracy'], '{:.1%}')} | {item} | "
-                     f"{ci(r['latency_p50_s'], '{:.2f}')} | {ci(r['latency_p95_s'], '{:.2f}')} |")
+    for condition, r in rows:
+        il = r.item_level_accuracy
+        item = (f"{il.mean:.1%} ± {Z95 * il.se_cluster:.1%} ({il.n_clusters} clusters / "
+                f"{il.n_items} items)" if il.se_cluster is not None else "n/a")
+        lines.append(f"| {condition} | {r.repeats} | {ci(r.accuracy, '{:.1%}')} | {item} | "
+                     f"{ci(r.latency_p50_s, '{:.2f}')} | {ci(r.latency_p95_s, '{:.2f}')} |")
     lines += ["", "Paired over repeats (B − A, item by item, SE clustered by pair_id; normal two-sided p):", "",
               "| A | B | items (clusters) | B − A [95 % CI] | p |", "|---|---|---|---|---|"]
-    for p in table["pairs"]:
-        d = p.get("over_repeats")
-        if d is None or d.get("mean") is None:
+    for p in table.pairs:
+        d = present(p.over_repeats)
+        if d is None or d.mean is None:
             continue
-        diff = f"{100 * d['mean']:+.1f} pp" + (f" [{100 * d['ci95'][0]:+.1f}, {100 * d['ci95'][1]:+.1f}]"
-                                               if d.get("ci95") else "")
-        lines.append(f"| {p['a']} | {p['b']} | {d['n_items']} ({d['n_clusters']}) | {diff} | "
-                     f"{d['p_two_sided']:.3g} |")
+        diff = f"{100 * d.mean:+.1f} pp" + (f" [{100 * d.ci95[0]:+.1f}, {100 * d.ci95[1]:+.1f}]" if d.ci95 else "")
+        lines.append(f"| {p.a} | {p.b} | {d.n_items} ({d.n_clusters}) | {diff} | {d.p_two_sided:.3g} |")
     return lines
 
 
-def write_result(out: Path, table: dict[str, Any], title: str) -> None:
+def write_result(out: Path, table: MatrixTable, title: str) -> None:
     output_dir(out)
-    write_json_atomic(out / "matrix.json", table)
+    write_json_atomic(out / "matrix.json", table.to_json())
     (out / "matrix.md").write_text(render_markdown(table, title))

@@ -11,17 +11,17 @@ remote resource).
 
 from __future__ import annotations
 
-import html
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.experiments.common import read_run
+from nlq2sql.experiments.quality_html import page
+from nlq2sql.experiments.summary_views import Abstention, Cost, CurvePoint, Selective
 from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.results import manifest_warehouse
-from nlq2sql.records.store import output_dir, read_finished_run
+from nlq2sql.records.results import Manifest, Rate, Summary, manifest_warehouse
+from nlq2sql.records.store import output_dir
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.intent import canonicalise, is_ordered
@@ -51,19 +51,19 @@ class RunRow:
     """One recorded run, re-derived: its own condition plus every guardrail re-score."""
 
     path: Path
-    manifest: dict[str, Any]
-    summary: dict[str, Any]  # re-derived under the run's own guardrails
+    manifest: Manifest
+    summary: Summary  # re-derived under the run's own guardrails
     raw_ok: dict[str, bool]
     final_ok: dict[str, bool]
-    cost: dict[str, Any]
+    cost: Cost
     gold_same: tuple[int, int]  # (gold results equal to the recorded ones, records)
-    rescored: dict[str, tuple[dict[str, Any], dict[str, bool]]] = field(default_factory=dict)
+    rescored: dict[str, tuple[Summary, dict[str, bool]]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         """The run's folder name, with its parent's where the name alone says only the set."""
         name = self.path.name
-        return f"{self.path.parent.name}/{name}" if name == self.manifest.get("evalset") else name
+        return f"{self.path.parent.name}/{name}" if name == self.manifest.evalset else name
 
     @property
     def same_data(self) -> bool:
@@ -72,31 +72,36 @@ class RunRow:
     @property
     def group(self) -> tuple[str, str, str]:
         m = self.manifest
-        return str(m.get("model")), str(m.get("semantic_model", "retail")), str(m.get("evalset"))
+        wh = str(m.semantic_model) if "semantic_model" in m.model_fields_set else "retail"
+        return str(m.model), wh, m.evalset
+
+    @property
+    def schema(self) -> str:
+        return str((self.manifest.sampling or {}).get("schema") or "flat")
 
     @property
     def condition(self) -> str:
         m = self.manifest
-        parts = [str(m.get("prompt")), str(m.get("sampling", {}).get("schema") or "flat")]
-        parts += REGISTRY.labels(m)  # each condition's label, from the registry
-        parts.append("+".join(m.get("guardrails") or []) or "no guardrail")
+        parts = [str(m.prompt), self.schema]
+        parts += REGISTRY.labels(m.model_dump(exclude_unset=True))  # each condition's label, from the registry
+        parts.append("+".join(m.guardrails) or "no guardrail")
         return " · ".join(parts)
 
     @property
     def is_baseline(self) -> bool:
         m = self.manifest
-        return (m.get("prompt") == "baseline" and (m.get("sampling", {}).get("schema") or "flat") == "flat"
-                and not REGISTRY.changes_baseline(m))
+        return (m.prompt == "baseline" and self.schema == "flat"
+                and not REGISTRY.changes_baseline(m.model_dump(exclude_unset=True)))
 
 
-def _gold_same(path: Path, manifest: dict[str, Any]) -> tuple[int, int]:
+def _gold_same(path: Path, manifest: Manifest) -> tuple[int, int]:
     """How many records' gold results hash as recorded on the warehouse rebuilt here.
 
     A database file's bytes are not a stable witness (a rebuilt DuckDB file of the same rows
     hashes differently), so the data is compared where it matters: each gold query's result."""
-    wh = open_warehouse(manifest_warehouse(manifest))
+    wh = open_warehouse(manifest_warehouse(manifest.model_dump(exclude_unset=True)))
     try:
-        cases = load_evalset(manifest.get("evalset_path") or manifest["evalset"], wh.catalog).by_id()
+        cases = load_evalset(manifest.evalset_path or manifest.evalset, wh.catalog).by_id()
         same = n = 0
         with make_executor(wh) as ex:
             for r in iter_item_records(path / "records.jsonl"):
@@ -109,7 +114,7 @@ def _gold_same(path: Path, manifest: dict[str, Any]) -> tuple[int, int]:
         wh.close()
 
 
-def _cost(path: Path) -> dict[str, Any]:
+def _cost(path: Path) -> Cost:
     """What the condition spent per item: every sample's and the planner's tokens, requests, latency."""
     tokens, requests, latency = [], [], []
     for r in iter_item_records(path / "records.jsonl"):  # (keys of the request and of conditions' traces)
@@ -121,29 +126,28 @@ def _cost(path: Path) -> dict[str, Any]:
         lat = r.get("latency_total_s") or r.get("latency_s")
         if lat is not None:
             latency.append(float(lat))
-    return {"tokens": percentiles(tokens), "requests": sum(requests) / len(requests) if requests else 0.0,
-            "latency": percentiles(latency)}
+    return Cost(percentiles(tokens), sum(requests) / len(requests) if requests else 0.0, percentiles(latency))
 
 
 def collect(run_dirs: list[Path], conditions: tuple[str, ...] = GUARDRAIL_CONDITIONS) -> list[RunRow]:
     """Re-derive every run (refusing one whose records no longer match its summary)."""
     rows = []
     for d in run_dirs:
-        manifest, _ = read_finished_run(d)
-        own = tuple(manifest.get("guardrails") or ())
-        summary, raw_ok, final_ok = rescore_run(d, own)
-        row = RunRow(d, manifest, summary, raw_ok, final_ok, _cost(d), _gold_same(d, manifest))
+        manifest, _ = read_run(d)
+        summary, raw_ok, final_ok = rescore_run(d, tuple(manifest.guardrails))
+        row = RunRow(d, manifest, Summary.model_validate(summary), raw_ok, final_ok, _cost(d),
+                     _gold_same(d, manifest))
         for cond in conditions:
             names = tuple(n for n in cond.split("+") if n != "none")
             s, _, f_ok = rescore_run(d, names)
-            row.rescored[cond] = (s, f_ok)
+            row.rescored[cond] = (Summary.model_validate(s), f_ok)
         rows.append(row)
     return rows
 
 
-def pct(p: dict[str, Any] | None) -> str:
+def pct(p: Rate | None) -> str:
     """The report's rate with CI and counts; a bare "n/a" for nothing sampled (table cells)."""
-    return "n/a" if not p or not p.get("n") else report_pct(p)
+    return "n/a" if p is None or not p.n else report_pct(p.model_dump())
 
 
 def mcnemar(base: dict[str, bool], other: dict[str, bool]) -> str:
@@ -183,17 +187,17 @@ def condition_tables(rows: list[RunRow]) -> list[str]:
                 "requests/item | latency p50 / p95 |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in group:
-            s, sel = r.summary, r.summary.get("selective") or {}
+            s, sel, cost = r.summary, Selective.of(r.summary), r.cost
             name = r.label + ("" if r.same_data else " ‡ {}/{}".format(*r.gold_same))
-            prec = s["intervention_precision"]
+            prec = s.intervention_precision
             out.append("| " + " | ".join([
-                name, r.condition, str(s["n"]), pct(s["schema_valid_rate"]),
-                pct(s["raw_accuracy"]), pct(s["final_accuracy"]), pct(s["execution_accuracy"]),
-                pct(s["majority_baseline"]), f"{s['interventions']} · {prec['k']}/{prec['n']}" if prec["n"] else "0",
+                name, r.condition, str(s.n), pct(s.schema_valid_rate),
+                pct(s.raw_accuracy), pct(s.final_accuracy), pct(s.execution_accuracy),
+                pct(s.majority_baseline), f"{s.interventions} · {prec.k}/{prec.n}" if prec.n else "0",
                 "—" if r is base else mcnemar(base.final_ok, r.final_ok),
-                f"{sel['abstained']} · {pct(sel['accuracy_answered'])}" if sel.get("n") else "—",
-                f"{r.cost['tokens']['mean']:.1f}" if r.cost["tokens"]["n"] else "n/a", f"{r.cost['requests']:.2f}",
-                (f"{r.cost['latency']['p50']:.1f} / {r.cost['latency']['p95']:.1f} s" if r.cost["latency"]["n"]
+                f"{sel.abstained} · {pct(sel.accuracy_answered)}" if sel else "—",
+                f"{cost.tokens['mean']:.1f}" if cost.tokens["n"] else "n/a", f"{cost.requests:.2f}",
+                (f"{cost.latency['p50']:.1f} / {cost.latency['p95']:.1f} s" if cost.latency["n"]
                  else "n/a")]) + " |")
     return out
 
@@ -205,31 +209,30 @@ def guardrail_tables(rows: list[RunRow]) -> list[str]:
     for r in rows:
         raw = r.rescored.get("none", (None, r.raw_ok))[1]
         for cond, (s, f_ok) in r.rescored.items():
-            prec = s["intervention_precision"]
+            prec = s.intervention_precision
             rules = "; ".join(f"`{rid}` {v['interventions']} · {v['precision']['k']}/{v['precision']['n']} · "
                               f"{v['recall']['k']}/{v['recall']['n']}"
-                              for rid, v in s["rules"].items() if v["interventions"] or v["scope"])
+                              for rid, v in s.rules.items() if v["interventions"] or v["scope"])
             out.append("| " + " | ".join([
-                f"{'/'.join(r.group)} `{r.label}`", _tuned(cond), pct(s["final_accuracy"]), str(s["interventions"]),
-                pct(prec) if prec["n"] else "—", "—" if cond == "none" else mcnemar(raw, f_ok), rules or "—"]) + " |")
+                f"{'/'.join(r.group)} `{r.label}`", _tuned(cond), pct(s.final_accuracy), str(s.interventions),
+                pct(prec) if prec.n else "—", "—" if cond == "none" else mcnemar(raw, f_ok), rules or "—"]) + " |")
     return out
 
 
-def curve_rows(rows: list[RunRow]) -> list[tuple[RunRow, list[dict[str, Any]]]]:
-    return [(r, r.summary["selective"]["curve"]) for r in rows
-            if (r.summary.get("selective") or {}).get("curve")]
+def curve_rows(rows: list[RunRow]) -> list[tuple[RunRow, list[CurvePoint]]]:
+    return [(r, curve) for r in rows if (curve := Selective.curve_of(r.summary))]
 
 
 def targets(rows: list[RunRow], model: str = "qwen2.5-coder-0.5b") -> list[str]:
     """Issue 11's targets against the best re-derived condition, with what is left."""
     out = []
     for evalset, key in (("heldout", "heldout_final"), ("adversarial", "adversarial_final")):
-        best: tuple[float, str, dict[str, Any], RunRow] | None = None
+        best: tuple[float, str, Summary, RunRow] | None = None
         for r in rows:
             if r.group != (model, "retail", evalset):
                 continue
             for cond, (s, _) in r.rescored.items():
-                v = s["final_accuracy"]["value"] or 0.0
+                v = s.final_accuracy.value or 0.0
                 if best is None or v > best[0]:
                     best = (v, cond, s, r)
         if best is None:
@@ -237,21 +240,21 @@ def targets(rows: list[RunRow], model: str = "qwen2.5-coder-0.5b") -> list[str]:
             continue
         v, cond, s, r = best
         goal = TARGETS[key]
-        prec = s["intervention_precision"]
-        prec_met = "met" if (prec["value"] or 0) >= TARGETS["precision"] else "missed"
-        left = ", ".join(f"`{e}` {c}" for e, c in s["error_taxonomy_final"].items() if e != "correct") or "none"
-        out.append(f"- retail {evalset}: best `{r.label}` under `{_tuned(cond)}`: final {pct(s['final_accuracy'])}"
+        prec = s.intervention_precision
+        prec_met = "met" if (prec.value or 0) >= TARGETS["precision"] else "missed"
+        left = ", ".join(f"`{e}` {c}" for e, c in s.error_taxonomy_final.items() if e != "correct") or "none"
+        out.append(f"- retail {evalset}: best `{r.label}` under `{_tuned(cond)}`: final {pct(s.final_accuracy)}"
                    f" — target {100 * goal:.0f} %: " + ("**met**" if v >= goal else
                                                          f"**missed by {100 * (goal - v):.1f} points**")
-                   + (f"; intervention precision {prec['k']}/{prec['n']} (target ≥ {TARGETS['precision']:.2f}: "
-                      + prec_met + ")" if prec["n"] else "")
+                   + (f"; intervention precision {prec.k}/{prec.n} (target ≥ {TARGETS['precision']:.2f}: "
+                      + prec_met + ")" if prec.n else "")
                    + f". Errors left: {left}.")
     return out
 
 
 def markdown(rows: list[RunRow]) -> str:
-    commits = sorted({str(r.manifest.get("git_commit"))[:12] for r in rows})
-    dirty = sum(1 for r in rows if r.manifest.get("git_dirty"))
+    commits = sorted({str(r.manifest.git_commit)[:12] for r in rows})
+    dirty = sum(1 for r in rows if r.manifest.git_dirty)
     lines = ["# Quality report: conditions × models × warehouses", "",
              f"{len(rows)} recorded runs, re-derived from their records by `nlq2sql.experiments.quality` "
              f"(recorded at commit(s) {', '.join(commits)}; {dirty} from a dirty tree). Accuracy with 95 % "
@@ -278,15 +281,15 @@ def markdown(rows: list[RunRow]) -> str:
                   "probability on the kind answered (vLLM logprobs); long curves shown at a few cut-offs.", "",
                   "| run | min confidence | coverage | accuracy answered |", "|---|---|---|---|"]
         for r, curve in curves:
-            lines += [f"| {'/'.join(r.group)} `{r.label}` | {_cut(p):.2f} | {pct(p['coverage'])} | "
-                      f"{pct(p['accuracy'])} |" for p in thin_curve(curve)]
+            lines += [f"| {'/'.join(r.group)} `{r.label}` | {p.cut:.2f} | {pct(p.coverage)} | "
+                      f"{pct(p.accuracy)} |" for p in thin_curve(curve)]
     lines += abstention_lines(rows)
     return "\n".join(lines) + "\n"
 
 
 def abstention_lines(rows: list[RunRow]) -> list[str]:
     """Unanswerable precision and recall of every run that could abstain (issue 22: on every set)."""
-    runs = [(r, r.summary["abstention"]) for r in rows if r.summary.get("abstention")]
+    runs = [(r, ab) for r in rows if (ab := Abstention.of(r.summary))]
     if not runs:
         return []
     lines = ["", "## Abstention: unanswerable precision and recall", "",
@@ -295,27 +298,26 @@ def abstention_lines(rows: list[RunRow]) -> list[str]:
              "not covered and one on an unanswerable item as covered and correct.", "",
              "| run | abstained | unanswerable items | precision | recall |", "|---|---|---|---|---|"]
     for r, ab in runs:
-        lines.append(f"| {'/'.join(r.group)} `{r.label}` | {ab['abstained']} | {ab['unanswerable_items']} | "
-                     f"{pct(ab['precision']) if ab['precision']['n'] else '—'} | "
-                     f"{pct(ab['recall']) if ab['recall']['n'] else '—'} |")
+        lines.append(f"| {'/'.join(r.group)} `{r.label}` | {ab.abstained} | {ab.unanswerable_items} | "
+                     f"{pct(ab.precision) if ab.precision.n else '—'} | "
+                     f"{pct(ab.recall) if ab.recall.n else '—'} |")
     return lines
 
 
-def _cut(point: dict[str, Any]) -> float:
-    return float(point.get("min_confidence", point.get("min_vote_share", 0.0)))
-
-
-def thin_curve(curve: list[dict[str, Any]], cuts: tuple[float, ...] = (0.9, 0.8, 0.7, 0.6, 0.5)
-               ) -> list[dict[str, Any]]:
+def thin_curve(curve: list[CurvePoint], cuts: tuple[float, ...] = (0.9, 0.8, 0.7, 0.6, 0.5)) -> list[CurvePoint]:
     """A short curve as it is; a long one at the first point at or below each cut, and its end."""
     if len(curve) <= 8:
         return curve
-    picked = [next((p for p in curve if _cut(p) <= c), curve[-1]) for c in cuts] + [curve[-1]]
-    out: list[dict[str, Any]] = []
+    picked = [next((p for p in curve if p.cut <= c), curve[-1]) for c in cuts] + [curve[-1]]
+    out: list[CurvePoint] = []
     for p in picked:
         if not out or out[-1] is not p:
             out.append(p)
     return out
+
+
+def _nan(rate: Rate) -> float:
+    return float("nan") if rate.value is None else rate.value  # (a gap, as matplotlib draws None)
 
 
 def _plots(rows: list[RunRow]) -> dict[str, str]:
@@ -332,7 +334,7 @@ def _plots(rows: list[RunRow]) -> dict[str, str]:
     if curves:
         fig, ax = plt.subplots(figsize=(6, 4))
         for r, curve in curves:
-            ax.plot([p["coverage"]["value"] for p in curve], [p["accuracy"]["value"] for p in curve], "o-",
+            ax.plot([_nan(p.coverage) for p in curve], [_nan(p.accuracy) for p in curve], "o-",
                     label=f"{r.group[2]} {r.label}")
         ax.set_xlabel("coverage")
         ax.set_ylabel("accuracy on answered items")
@@ -341,40 +343,6 @@ def _plots(rows: list[RunRow]) -> dict[str, str]:
         ax.legend(fontsize=6)
         figs["abstention curves"] = png_base64(fig)
     return figs
-
-
-def _inline(text: str) -> str:
-    """Escape, then the two inline marks the report uses (`code`, **bold**) as tags."""
-    t = html.escape(text)
-    t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", t)
-
-
-def _md_table_html(lines: list[str]) -> str:
-    """The Markdown tables and lines above, as escaped HTML (no Markdown library needed)."""
-    out, in_table = [], False
-    for line in lines:
-        if line.startswith("|"):
-            cells = [c.strip() for c in line.strip("|").split(" | ")]
-            if set(line) <= set("|-"):
-                continue
-            tag = "th" if not in_table else "td"
-            if not in_table:
-                out.append("<table>")
-                in_table = True
-            out.append("<tr>" + "".join(f"<{tag}>{_inline(c)}</{tag}>" for c in cells) + "</tr>")
-            continue
-        if in_table:
-            out.append("</table>")
-            in_table = False
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            out.append(f"<h{level}>{_inline(line.lstrip('# '))}</h{level}>")
-        elif line.strip():
-            out.append(f"<p>{_inline(line.removeprefix('- '))}</p>")
-    if in_table:
-        out.append("</table>")
-    return "\n".join(out)
 
 
 def render(run_dirs: list[Path], out: Path, conditions: tuple[str, ...] = GUARDRAIL_CONDITIONS,
@@ -388,13 +356,5 @@ def render(run_dirs: list[Path], out: Path, conditions: tuple[str, ...] = GUARDR
     output_dir(out)
     md_path, html_path = out / "quality.md", out / "quality.html"
     md_path.write_text(md)
-    imgs = "".join(f'<h2>{html.escape(k)}</h2><img alt="{html.escape(k)}" src="data:image/png;base64,{v}">'
-                   for k, v in figs.items())
-    html_path.write_text(
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
-        "style-src 'unsafe-inline'\"><title>nlq2sql quality report</title>"
-        "<style>body{font-family:sans-serif;max-width:1400px}table{border-collapse:collapse;font-size:12px}"
-        "td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}code{background:#f3f3f3}</style></head><body>"
-        + _md_table_html(md.splitlines()) + imgs + "</body></html>\n")
+    html_path.write_text(page(md, figs))
     return {"markdown": md_path, "html": html_path}

@@ -16,11 +16,14 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.experiments.common import read_run
+from nlq2sql.experiments.summary_views import Abstention
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
-from nlq2sql.records.results import manifest_warehouse
-from nlq2sql.records.store import RECORDS, read_finished_run
+from nlq2sql.records.results import Manifest, load_manifest, manifest_warehouse
+from nlq2sql.records.results import Summary as SummaryModel
+from nlq2sql.records.store import MANIFEST, RECORDS
 from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.pipeline import make_executor
@@ -36,8 +39,9 @@ __all__ = ["ARM_ANSWERS", "ArmRun", "arm_lines", "collect_arms", "is_arm_run"]
 ARM_ANSWERS = ("query", "sql", "sql-grammar")
 
 
-def is_arm_run(manifest: dict[str, Any]) -> bool:
-    return manifest.get("answer") in ARM_ANSWERS
+def is_arm_run(run_dir: Path) -> bool:
+    """Whether the run's manifest names an answer arm (read through the manifest model)."""
+    return load_manifest(run_dir / MANIFEST, REGISTRY.manifest_model()).answer in ARM_ANSWERS
 
 
 @dataclass
@@ -45,15 +49,15 @@ class ArmRun:
     """One arm run, re-derived: its summary, correctness by item id, and agreement with the record."""
 
     path: Path
-    manifest: dict[str, Any]
-    summary: dict[str, Any]
+    manifest: Manifest
+    summary: SummaryModel
     final_ok: dict[str, bool]
     same_as_recorded: int
 
     @property
     def key(self) -> tuple[str, str, str]:
         m = self.manifest
-        return str(m.get("model")), str(m.get("semantic_model")), str(m.get("evalset"))
+        return str(m.model), str(m.semantic_model), m.evalset
 
 
 @contextlib.contextmanager
@@ -71,10 +75,10 @@ def _scorer(answer: str, wh: Warehouse) -> Iterator[Callable[..., ItemRecord]]:
 
 def rescore_arm(run_dir: Path) -> ArmRun:
     """Re-score one arm run from its records (refused when they no longer match its summary)."""
-    manifest, _ = read_finished_run(run_dir)
-    answer = str(manifest["answer"])
-    wh = open_warehouse(manifest_warehouse(manifest))
-    cases = {c.id: c for c in load_query_set(manifest.get("evalset_path") or manifest["evalset"], wh.catalog).cases}
+    manifest, _ = read_run(run_dir)
+    answer = str(manifest.answer)
+    wh = open_warehouse(manifest_warehouse(manifest.model_dump(exclude_unset=True)))
+    cases = {c.id: c for c in load_query_set(manifest.evalset_path or manifest.evalset, wh.catalog).cases}
     summ = Summary([], fields=PARTS if answer == ANSWER_KIND else ())
     final_ok: dict[str, bool] = {}
     same = 0
@@ -92,20 +96,19 @@ def rescore_arm(run_dir: Path) -> ArmRun:
             final_ok[rec.id] = bool(present(rec.judgement.correct_final))
             old_final = present(old.judgement.correct_final) if old.judgement is not None else None
             same += final_ok[rec.id] == bool(old_final)
-    return ArmRun(run_dir, manifest, summ.result(), final_ok, same)
+    return ArmRun(run_dir, manifest, SummaryModel.model_validate(summ.result()), final_ok, same)
 
 
 def collect_arms(run_dirs: list[Path]) -> list[ArmRun]:
     return [rescore_arm(d) for d in run_dirs]
 
 
-def _abstention(s: dict[str, Any]) -> str:
-    ab = s.get("abstention") or {}
-    if not ab:
+def _abstention(s: SummaryModel) -> str:
+    if (ab := Abstention.of(s)) is None:
         return "—"
-    prec, rec = ab["precision"], ab["recall"]
-    return (f"{ab['abstained']} · P {pct(prec) if prec['n'] else '—'} · "
-            f"R {pct(rec) if rec['n'] else '—'}")
+    prec, rec = ab.precision, ab.recall
+    return (f"{ab.abstained} · P {pct(prec.model_dump()) if prec.n else '—'} · "
+            f"R {pct(rec.model_dump()) if rec.n else '—'}")
 
 
 def arm_lines(runs: list[ArmRun]) -> list[str]:
@@ -121,10 +124,10 @@ def arm_lines(runs: list[ArmRun]) -> list[str]:
              "| model | warehouse | set | arm | n | final | McNemar vs query | abstention | same as recorded |",
              "|---" * 9 + "|"]
     order = {a: i for i, a in enumerate(ARM_ANSWERS)}
-    runs = sorted(runs, key=lambda r: (r.key, order.get(str(r.manifest["answer"]), 9)))
+    runs = sorted(runs, key=lambda r: (r.key, order.get(str(r.manifest.answer), 9)))
     for r in runs:
-        answer = str(r.manifest["answer"])
-        q = next((x for x in runs if x.key == r.key and x.manifest["answer"] == ANSWER_KIND), None)
+        answer = str(r.manifest.answer)
+        q = next((x for x in runs if x.key == r.key and x.manifest.answer == ANSWER_KIND), None)
         vs = "—"
         if q is not None and q is not r:
             common = sorted(set(q.final_ok) & set(r.final_ok))

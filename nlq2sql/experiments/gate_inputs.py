@@ -1,0 +1,93 @@
+"""What the gate reads from its two runs, and the refusals of runs it cannot compare.
+
+Split from :mod:`.gate` (its checks and result types) to keep that module under the size limit.
+The manifest is read as written and checked fact by fact here, with the gate's own messages
+(a manifest of any age), rather than through the manifest model; the records through ItemRecord.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nlq2sql.errors import InputError, RecordError
+from nlq2sql.records.item import ItemRecord, iter_item_records
+from nlq2sql.records.results import LEGACY_WAREHOUSE
+from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run
+
+__all__ = ["RunFacts", "check_same_inputs", "read_run"]
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the gate reads from a run's manifest, taken as written: the gate checks each fact
+    itself (a manifest of any age, with its own refusals) rather than through the manifest model."""
+
+    kind: str | None
+    model: str | None
+    prompt: str | None
+    guardrails: list[str]
+    evalset: str | None
+    evalset_sha256: str | None  # None: not recorded (refused in check_same_inputs)
+    semantic_model: str | None
+    semantic_model_sha256: str | None
+
+    @classmethod
+    def of(cls, m: dict[str, Any]) -> RunFacts:  # (the manifest just read: a JSON edge)
+        g, ev, sha = m.get("guardrails"), m.get("evalset_sha256"), m.get("semantic_model_sha256")
+        return cls(kind=m.get("kind"), model=m.get("model"), prompt=m.get("prompt"),
+                   guardrails=[str(x) for x in g] if isinstance(g, list) else [], evalset=m.get("evalset"),
+                   evalset_sha256=ev if isinstance(ev, str) else None, semantic_model=m.get("semantic_model"),
+                   semantic_model_sha256=sha if isinstance(sha, str) else None)
+
+
+def read_run(run_dir: Path) -> tuple[RunFacts, dict[str, ItemRecord]]:
+    """(manifest facts, records by id), refused unless the records match the summary."""
+    manifest, summary = read_finished_run(run_dir)  # missing files, changed records, count vs n
+    if not isinstance(manifest, dict) or not isinstance(summary, dict):
+        raise RecordError("not a run record: manifest and summary must be JSON objects", path=str(run_dir))
+    path = run_dir / RECORDS
+    if not isinstance(summary.get("n"), int):
+        raise RecordError("no item count 'n': cannot check the records against it",
+                          path=str(run_dir / SUMMARY))
+    records: dict[str, ItemRecord] = {}
+    for lineno, rec in enumerate(iter_item_records(path), start=1):  # (a line that is no record: refused)
+        if rec.judgement is None or not isinstance(rec.judgement.correct_final, bool):
+            raise RecordError("missing or non-boolean correct_final", path=str(path), line=lineno,
+                              field="correct_final")
+        if rec.id in records:
+            raise RecordError(f"duplicate id {rec.id!r}", path=str(path), line=lineno, field="id")
+        records[rec.id] = rec
+    if len(records) != summary["n"]:
+        raise RecordError(f"{len(records)} readable records, but the summary counts {summary['n']}",
+                          path=str(path))
+    return RunFacts.of(manifest), records
+
+
+def check_same_inputs(base_dir: Path, base: RunFacts, cand_dir: Path, cand: RunFacts) -> None:
+    for d, m in ((base_dir, base), (cand_dir, cand)):
+        if m.evalset_sha256 is None:
+            raise RecordError("manifest has no evalset_sha256: cannot tell which eval set it ran",
+                              path=str(d / "manifest.json"), field="evalset_sha256")
+    b_ev, c_ev = str(base.evalset_sha256), str(cand.evalset_sha256)
+    if b_ev != c_ev:
+        raise InputError(f"different eval sets: the baseline ran {base.evalset!r} "
+                         f"(sha256 {b_ev[:12]}…), the candidate "
+                         f"{cand.evalset!r} (sha256 {c_ev[:12]}…); "
+                         "a gate compares runs of the same eval set", field="--candidate")
+    b_sha, c_sha = base.semantic_model_sha256, cand.semantic_model_sha256
+    if b_sha == c_sha:  # equal, or both missing: both on the default warehouse
+        return
+    from nlq2sql.semantic.catalog import load_catalog
+
+    legacy = load_catalog(LEGACY_WAREHOUSE).sha256
+    b_eff, c_eff = b_sha or legacy, c_sha or legacy
+    if b_eff != c_eff:
+        def name(m: RunFacts, sha: str | None) -> str:
+            return f"{m.semantic_model or LEGACY_WAREHOUSE}" + ("" if sha else " (not recorded: "
+                                                                         "the default)")
+        raise InputError(f"different warehouses: the baseline ran on {name(base, b_sha)} "
+                         f"(semantic model sha256 {b_eff[:12]}…), the candidate on {name(cand, c_sha)} "
+                         f"({c_eff[:12]}…); a gate compares runs on the same warehouse",
+                         field="--candidate")
