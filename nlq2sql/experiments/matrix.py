@@ -63,7 +63,7 @@ def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> dict[
             clusters.update({str(r["id"]): str(r.get("pair_id") or r["id"]) for r in iter_records(d / RECORDS)})
         for g in guardrails:
             names = tuple(x for x in g.split("+") if x and x != "none")
-            scored = [rescore_run(d, names) for d in reps]
+            scored = [(s.to_json_dict(), raw, final) for s, raw, final in (rescore_run(d, names) for d in reps)]
             label = prompt if not names else f"{prompt} + {'+'.join(names)}"
             finals[label] = [final_ok for _, _, final_ok in scored]
             row = {"condition": label, "prompt": prompt, "guardrails": list(names), "run": str(reps[0]),

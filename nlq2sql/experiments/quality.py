@@ -132,11 +132,11 @@ def collect(run_dirs: list[Path], conditions: tuple[str, ...] = GUARDRAIL_CONDIT
         manifest, _ = read_finished_run(d)
         own = tuple(manifest.get("guardrails") or ())
         summary, raw_ok, final_ok = rescore_run(d, own)
-        row = RunRow(d, manifest, summary, raw_ok, final_ok, _cost(d), _gold_same(d, manifest))
+        row = RunRow(d, manifest, summary.to_json_dict(), raw_ok, final_ok, _cost(d), _gold_same(d, manifest))
         for cond in conditions:
             names = tuple(n for n in cond.split("+") if n != "none")
             s, _, f_ok = rescore_run(d, names)
-            row.rescored[cond] = (s, f_ok)
+            row.rescored[cond] = (s.to_json_dict(), f_ok)
         rows.append(row)
     return rows
 

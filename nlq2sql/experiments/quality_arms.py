@@ -92,7 +92,7 @@ def rescore_arm(run_dir: Path) -> ArmRun:
             final_ok[rec.id] = bool(present(rec.judgement.correct_final))
             old_final = present(old.judgement.correct_final) if old.judgement is not None else None
             same += final_ok[rec.id] == bool(old_final)
-    return ArmRun(run_dir, manifest, summ.result(), final_ok, same)
+    return ArmRun(run_dir, manifest, summ.figures().to_json_dict(), final_ok, same)
 
 
 def collect_arms(run_dirs: list[Path]) -> list[ArmRun]:

@@ -72,6 +72,12 @@ class Summary(Figures):
     records: Digest | None = None  # since the summary hash (older runs: absent)
     record_version: int = RECORD_VERSION
 
+    @classmethod
+    def of(cls, figures: Figures, **added: Any) -> Summary:
+        """The summary of ``figures`` (its keys as set) with what the run ``added``, checked against
+        the contract (an undeclared key fails here, before anything is written)."""
+        return cls.model_validate({**{k: getattr(figures, k) for k in figures.model_fields_set}, **added})
+
 
 class Manifest(_Model):
     """The keys every run writes; each condition's own keys are added by the condition registry

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 __all__ = ["Abstention", "AnswerFigures", "CategoryFigures", "Compactness", "ConfusionMatrix", "CurvePoint",
            "Digest", "EmptyGolds", "Figures", "LabelledRate", "LoadShape", "Missing", "Part", "Percentiles", "Rate",
-           "RetryBudget", "RuleFigures", "Selective", "Throughput"]
+           "RetryBudget", "RuleFigures", "Selective", "Throughput", "WorkerFigures", "WorkerLoss", "WorkerPhases",
+           "WorkerStartup"]
 
 Num = int | float
 
@@ -175,6 +176,50 @@ class LoadShape(Part):
     arrival_seed: int | None
     workers: int | None = None
     engine: str | None = None
+    # several client workers: what became of them
+    lost_workers: int | None = None
+    restarted_workers: int | None = None
+    requeued_items: int | None = None
+    worker_losses: list[WorkerLoss] | None = None
+    worker_startup_s: WorkerStartup | None = None
+
+
+class WorkerLoss(Part):
+    """A client worker that died: why, when, and the items it held (put back in the queue)."""
+
+    worker: int
+    why: str
+    at_s: float
+    requeued: int
+    requeued_ids: list[str]
+
+
+class WorkerPhases(Part):
+    """Where a worker's start-up went."""
+
+    interpreter_s: float | None = None
+    import_s: float
+    runner_s: float
+    golds_s: float
+
+
+class WorkerStartup(Part):
+    """How long the client workers took to start, in all and each."""
+
+    first_ready_s: float | None
+    first_request_s: float | None
+    per_worker_s: list[float]
+    per_worker_phases: list[WorkerPhases | None]
+
+
+class WorkerFigures(Part):
+    """What became of several client workers in one session (``run.workers``)."""
+
+    lost_workers: int
+    restarted_workers: int
+    requeued_items: int
+    worker_losses: list[WorkerLoss]
+    worker_startup_s: WorkerStartup
 
 
 class RetryBudget(Part):
