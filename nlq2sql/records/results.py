@@ -5,8 +5,8 @@ reports, a team's CI), so their keys are declared here (``extra="forbid"``): a k
 without being declared fails the write, not a reader months later.  Both carry
 ``record_version`` (the one ``records.RECORD_VERSION``).  Old runs still load: keys added
 since version 1 are optional, and ``tests/test_results.py`` loads every committed run under
-``reports/``.  The summary's sections are typed (:mod:`nlq2sql.records.summary_parts`); the
-figures whose shape another layer owns (the harness's, server metrics, the fleet) stay JSON values.
+``reports/``.  The summary's sections are typed: the aggregator's in :mod:`nlq2sql.records.summary_parts`,
+the live run's machinery's (server metrics, the client's load, the fleet) in :mod:`nlq2sql.records.run_parts`.
 JSON Schemas: ``schemas/summary.schema.json``, ``schemas/manifest.schema.json``.
 """
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
+from nlq2sql.records.run_parts import Fleet, Harness, ServerMetrics
 from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import (
     Compactness,
@@ -62,9 +63,9 @@ class Summary(Figures):
     compactness: Compactness | None = None
     throughput: Throughput | None = None
     load: LoadShape | None = None
-    harness: dict[str, Any] | None = None  # client CPU share, loop lag, saturated
-    server_metrics: dict[str, Any] | None = None
-    fleet: dict[str, Any] | None = None  # several replicas: per-replica figures
+    harness: Harness | None = None  # client CPU share, loop lag, saturated
+    server_metrics: ServerMetrics | None = None
+    fleet: Fleet | None = None  # several replicas: per-replica figures
     retries_used: int | None = None
     retry_budget: RetryBudget | None = None
     compiles: int | None = None  # distinct MetricFlow compiles the run needed

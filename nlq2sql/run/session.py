@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Summary, validated
+from nlq2sql.records.run_parts import Fleet, Harness, ReplicaEvent, ReplicaFigures, ServerMetrics
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, records_digest, write_json_atomic
 from nlq2sql.records.summary_parts import Compactness, Digest, LoadShape, RetryBudget, Throughput, WorkerFigures
 from nlq2sql.stages.pipeline import summarise_file
-from nlq2sql.stages.score import percentiles, spread
+from nlq2sql.stages.score import spread
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
@@ -34,10 +35,10 @@ class Session:
     items_this_session: int
     not_sent: int
     startup_s: float | None
-    server_metrics: dict[str, Any]  # the endpoint's /metrics, as sampled (transport.server_metrics)
-    fleet: dict[str, Any] | None
+    server_metrics: ServerMetrics  # the endpoint's /metrics, as sampled (transport.server_metrics)
+    fleet: dict[str, Any] | None  # several replicas: the pool's report (run.pool), summed up by fleet_summary
     retries_used: int
-    harness: dict[str, Any] | None
+    harness: Harness | None
     load: LoadShape
     compiles: int | None = None  # distinct MetricFlow compiles this session's process needed
 
@@ -62,7 +63,8 @@ def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metri
         shape.requeued_items, shape.worker_losses = workers.requeued_items, workers.worker_losses
         shape.worker_startup_s = workers.worker_startup_s
     return Session(wall_s=wall, items_this_session=sent, not_sent=n - sent, startup_s=startup_s,
-                   server_metrics=server_metrics, fleet=fleet, retries_used=retries_used, harness=harness,
+                   server_metrics=ServerMetrics.model_validate(server_metrics), fleet=fleet,
+                   retries_used=retries_used, harness=Harness.model_validate(harness) if harness else None,
                    load=shape)
 
 
@@ -122,7 +124,7 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: d
         throughput=throughput, load=session.load,
         # This session's client: CPU share and event-loop lag, and whether it was saturated.
         harness=session.harness,
-        server_metrics={"observed": False, "note": "several replicas: see fleet.server_metrics, one per replica"}
+        server_metrics=ServerMetrics(observed=False, note="several replicas: see fleet.server_metrics, one per replica")
         if several else session.server_metrics,
         **({"fleet": fleet_summary(out, manifest, session.fleet)} if several else {}),
         # The whole run's, from the records (a resumed run counts its earlier sessions too).
@@ -138,37 +140,50 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: d
     return summary
 
 
-def fleet_summary(out: Path, manifest: dict[str, Any], session: dict[str, Any] | None) -> dict[str, Any]:
+@dataclass
+class _Tally:
+    """One replica's requests, as its records say."""
+
+    requests: int = 0
+    ok: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    lat: list[float] = field(default_factory=list)
+    failed_here: int = 0
+
+
+def fleet_summary(out: Path, manifest: dict[str, Any], session: dict[str, Any] | None) -> Fleet:
     """Per replica: requests, outcomes and latency from the records (every session of the
     run), and this session's time out of rotation and events."""
-    per: dict[str, dict[str, Any]] = {}
+    per: dict[str, _Tally] = {}
     for rec in iter_item_records(out / RECORDS):
         req = rec.request
         label = present(req.replica)
         if label is None:
             continue
-        st = per.setdefault(label, {"requests": 0, "ok": 0, "errors": Counter(), "lat": [],
-                                    "failed_here": 0})
-        st["requests"] += 1
+        st = per.setdefault(label, _Tally())
+        st.requests += 1
         latency = present(req.latency_s)
         if rec.outcome == "ok":
-            st["ok"] += 1
+            st.ok += 1
             if latency is not None:
-                st["lat"].append(float(latency))
+                st.lat.append(float(latency))
         else:
-            st["errors"][rec.outcome or "n/a"] += 1
+            st.errors[rec.outcome or "n/a"] += 1
         for lab in present(req.failed_over_from) or ():
-            per.setdefault(lab, {"requests": 0, "ok": 0, "errors": Counter(), "lat": [],
-                                 "failed_here": 0})["failed_here"] += 1
+            per.setdefault(lab, _Tally()).failed_here += 1
     live = {r["label"]: r for r in (session or {}).get("replicas", [])}
     rows = []
     for rep in manifest.get("replicas") or []:
-        st = per.get(rep["label"], {"requests": 0, "ok": 0, "errors": Counter(), "lat": [], "failed_here": 0})
-        rows.append({"label": rep["label"], "url": rep["url"], "model": rep["model"],
-                     "answered": st["requests"], "ok": st["ok"], "errors": dict(st["errors"]),
-                     "failed_then_resent": st["failed_here"], "latency_s": percentiles(st["lat"]),
-                     **{k: live[rep["label"]][k] for k in ("out_of_rotation_s", "first_out_after_s",
-                                                          "in_rotation_at_end", "events")
-                        if rep["label"] in live}})
-    return {"routing": manifest.get("routing"), "failovers_this_session": (session or {}).get("failovers"),
-            "replicas": rows, "server_metrics": (session or {}).get("server_metrics")}
+        st = per.get(rep["label"], _Tally())
+        row = ReplicaFigures(label=rep["label"], url=rep["url"], model=rep["model"], answered=st.requests, ok=st.ok,
+                             errors=dict(st.errors), failed_then_resent=st.failed_here, latency_s=spread(st.lat))
+        if rep["label"] in live:  # this session's time out of rotation
+            now = live[rep["label"]]
+            row.out_of_rotation_s, row.first_out_after_s = now["out_of_rotation_s"], now["first_out_after_s"]
+            row.in_rotation_at_end = now["in_rotation_at_end"]
+            row.events = [ReplicaEvent.model_validate(e) for e in now["events"]]
+        rows.append(row)
+    metrics = (session or {}).get("server_metrics")
+    return Fleet(routing=manifest.get("routing"), failovers_this_session=(session or {}).get("failovers"),
+                 replicas=rows, server_metrics=None if metrics is None else
+                 {label: ServerMetrics.model_validate(m) for label, m in metrics.items()})

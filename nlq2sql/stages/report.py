@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nlq2sql.records.results import Summary
+from nlq2sql.records.run_parts import Fleet
 from nlq2sql.records.summary_parts import LabelledRate, Percentiles, Rate
 
 __all__ = ["fleet_table", "pct", "render_summary", "secs", "summary_rows"]
@@ -29,6 +30,10 @@ def secs(p: Percentiles | None, key: str) -> str:
     if p is None or not p.n or value is None:
         return "not observed"
     return f"{value:.3f} s (n={p.n})"
+
+
+def _or_na(value: float | None) -> str:
+    return "n/a" if value is None else str(value)
 
 
 def summary_rows(s: Summary) -> list[tuple[str, str]]:
@@ -78,12 +83,11 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
                      f"{comp.outputs_without_whitespace}/{comp.n}"))
     sm = s.server_metrics
     if sm is not None:
-        if sm.get("observed"):
-            run = sm["running"]
+        if sm.observed and sm.running is not None and sm.waiting is not None:
+            run, wait = sm.running, sm.waiting
             rows.append(("server running requests (peak / mean)",
-                         f"{run.get('peak', 'n/a')} / {run.get('mean', 0):.2f} (n={run.get('n', 0)} samples)"))
-            wait = sm["waiting"]
-            rows.append(("server waiting requests (peak)", f"{wait.get('peak', 'n/a')} (n={wait.get('n', 0)})"))
+                         f"{_or_na(run.peak)} / {run.mean or 0:.2f} (n={run.n} samples)"))
+            rows.append(("server waiting requests (peak)", f"{_or_na(wait.peak)} (n={wait.n})"))
         else:
             rows.append(("server /metrics", "not observed"))
     return rows
@@ -122,30 +126,29 @@ def render_summary(s: Summary, title: str = "nlq2sql summary", console: Console 
         console.print(f"[yellow]warning: {sel.without_logprob_evidence} of {sel.n} items came back without "
                       "logprobs, so --abstain-below could not judge them and they were answered (does the "
                       "endpoint stream logprobs? vLLM does; some gateways strip them)[/yellow]")
-    h = s.harness or {}
-    if h.get("saturated"):
-        console.print(f"[yellow]warning: the client was saturated ({'; '.join(h['why'])}): throughput and "
+    h = s.harness
+    if h is not None and h.saturated:
+        console.print(f"[yellow]warning: the client was saturated ({'; '.join(h.why)}): throughput and "
                       "latency figures are bounded by the harness, not the server; try --workers (and "
                       "--client aiohttp where the SDK client was used)[/yellow]")
-    elif h.get("starved"):
-        console.print(f"[yellow]note: the client waited for CPU ({'; '.join(h['starved_why'])}): other "
+    elif h is not None and h.starved:
+        console.print(f"[yellow]note: the client waited for CPU ({'; '.join(h.starved_why or [])}): other "
                       "processes on this machine (a local CPU server?) held the cores, so latencies include "
                       "that wait; more client capacity would not help[/yellow]")
 
 
-def fleet_table(fleet: dict[str, Any]) -> Table:
+def fleet_table(fleet: Fleet) -> Table:
     """Per replica: who answered how much, how fast, and when it was out of rotation."""
-    t = Table(title=f"per replica (routing {fleet.get('routing')}, failovers this session "
-                    f"{fleet.get('failovers_this_session')})", show_header=True)
+    t = Table(title=f"per replica (routing {fleet.routing}, failovers this session "
+                    f"{fleet.failovers_this_session})", show_header=True)
     for col in ("replica", "url", "answered", "ok", "errors", "failed, re-sent", "p50 / p95 (s)",
                 "out of rotation"):
         t.add_column(col)
-    for r in fleet.get("replicas", []):
-        lat = r.get("latency_s") or {}
-        lat_s = (f"{lat['p50']:.2f} / {lat['p95']:.2f}" if lat.get("p50") is not None else "n/a")
-        out = (f"{r['out_of_rotation_s']:.1f} s (first at +{r['first_out_after_s']:.1f} s)"
-               if r.get("first_out_after_s") is not None else "never" if "out_of_rotation_s" in r else "n/a")
-        errs = ", ".join(f"{k} {v}" for k, v in sorted(r.get("errors", {}).items())) or "none"
-        t.add_row(r["label"], r["url"], str(r["answered"]), str(r["ok"]), errs, str(r.get("failed_then_resent", 0)),
-                  lat_s, out)
+    for r in fleet.replicas:
+        lat = r.latency_s
+        lat_s = f"{lat.p50:.2f} / {lat.p95:.2f}" if lat.p50 is not None and lat.p95 is not None else "n/a"
+        out = (f"{r.out_of_rotation_s or 0.0:.1f} s (first at +{r.first_out_after_s:.1f} s)"
+               if r.first_out_after_s is not None else "never" if "out_of_rotation_s" in r.model_fields_set else "n/a")
+        errs = ", ".join(f"{k} {v}" for k, v in sorted(r.errors.items())) or "none"
+        t.add_row(r.label, r.url, str(r.answered), str(r.ok), errs, str(r.failed_then_resent), lat_s, out)
     return t
