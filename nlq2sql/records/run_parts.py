@@ -106,6 +106,7 @@ class ReplicaEvent(Part):
     reason: str
     probes: int | None = None
     after_s: Num
+    worker: int | None = None  # several client workers: whose breaker it was (run.workers.merge_fleets)
 
 
 class ReplicaFigures(Part):
