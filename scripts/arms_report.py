@@ -102,10 +102,9 @@ def _abstention(arms: list[Arm]) -> tuple[int, int, int]:
     """(abstained, abstained rightly, unanswerable items) over the query-arm runs given."""
     said = right = items = 0
     for a in arms:
-        ab = (a.summary.abstention if a.summary else None) or {}
-        said += int(ab.get("abstained") or 0)
-        right += int((ab.get("precision") or {}).get("k") or 0)
-        items += int(ab.get("unanswerable_items") or 0)
+        ab = a.summary.abstention if a.summary else None
+        if ab is not None:
+            said, right, items = said + ab.abstained, right + ab.precision.k, items + ab.unanswerable_items
     return said, right, items
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nlq2sql.experiments.backends import render_markdown, summarise_backends
+from nlq2sql.experiments.backends import BackendRow, render_markdown, summarise_backends
 from nlq2sql.records.store import MANIFEST, read_json
 
 
@@ -27,11 +27,11 @@ def main(root: Path) -> None:
         names = tuple(r["backend"] for r in saved["backends"])
         errors = {r["backend"]: r["error"] for r in saved["backends"] if "error" in r}
         result = summarise_backends(exp, names, errors)
-        ran = [r for r in result["backends"] if "error" not in r]
-        m = read_json(exp / ran[0]["run"] / MANIFEST) if ran else {}
-        compact = any(r.get("whitespace_free") for r in ran)
+        ran = [r for r in result.backends if isinstance(r, BackendRow)]
+        m = read_json(exp / ran[0].run / MANIFEST) if ran else {}
+        compact = any(r.whitespace_free for r in ran)
         print(f"## {exp.name}\n")
-        print(f"Model {m.get('model', '?')}, eval set {m.get('evalset', '?')} ({ran[0]['n'] if ran else 0} items "
+        print(f"Model {m.get('model', '?')}, eval set {m.get('evalset', '?')} ({ran[0].n if ran else 0} items "
               f"per backend), max_tokens {(m.get('sampling') or {}).get('max_tokens')}, "
               f"{'whitespace-free grammar' if compact else 'whitespace allowed (vLLM default)'}; runs at commit "
               f"{str(m.get('git_commit') or '?')[:12]} (dirty: {m.get('git_dirty')}).\n")

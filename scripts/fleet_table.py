@@ -28,15 +28,15 @@ def main(root: Path) -> None:
           f"{manifest.get('routing')}, concurrency {manifest['concurrency']}, local CPU vLLM replicas started by "
           "`nlq2sql serve --replicas 2` on one 2-core machine (both replicas share its cores, so this shows "
           "attribution and identity, not a speed-up).\n")
-    print(f"Final accuracy {pct(summary['final_accuracy'])}; throughput "
+    print(f"Final accuracy {pct(summary.final_accuracy)}; throughput "
           f"{(saved.get('throughput') or {}).get('req_per_s') or 0:.2f} req/s.\n")
     print("| replica | answered | ok | errors | p50 / p95 latency (s) |")
     print("|---|---:|---:|---|---|")
-    for r in fleet["replicas"]:
-        lat = r["latency_s"]
-        lat_s = f"{lat['p50']:.2f} / {lat['p95']:.2f}" if lat.get("p50") is not None else "n/a"
-        errs = ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items())) or "none"
-        print(f"| {r['label']} | {r['answered']} | {r['ok']} | {errs} | {lat_s} |")
+    for r in fleet.replicas:
+        lat = r.latency_s
+        lat_s = f"{lat.p50:.2f} / {lat.p95:.2f}" if lat.p50 is not None and lat.p95 is not None else "n/a"
+        errs = ", ".join(f"{k} {v}" for k, v in sorted(r.errors.items())) or "none"
+        print(f"| {r.label} | {r.answered} | {r.ok} | {errs} | {lat_s} |")
     harness = saved.get("harness") or {}
     if harness:
         print(f"\nClient: {harness.get('cpu_share_of_core') or 0:.0%} of a core, event-loop lag p95 "

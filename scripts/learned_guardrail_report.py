@@ -83,7 +83,7 @@ def load_run(path: Path, artefact_sha: str) -> tuple[dict[str, Any], dict[str, b
     for rec in iter_records(path / "records.jsonl"):
         summ.add(rec)
         final[rec["id"]] = bool(rec["correct_final"])
-    return summ.result(), final, manifest
+    return summ.result().to_json_dict(), final, manifest
 
 
 def pct(w: dict[str, Any]) -> str:

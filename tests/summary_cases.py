@@ -71,7 +71,7 @@ def scored_summary(recs: list[ItemRecord], rulesets: list[RuleSet], answer: str 
     summ = Summary(rulesets) if fields is None else Summary(rulesets, fields=fields)
     for rec in recs:
         summ.add(rec)
-    return summ.result()
+    return summ.result().to_json_dict()
 
 
 def shared_summary(flat: list[dict[str, Any]], rulesets: list[RuleSet], answer: str | None) -> dict[str, Any]:
@@ -80,14 +80,14 @@ def shared_summary(flat: list[dict[str, Any]], rulesets: list[RuleSet], answer: 
     summ = Summary(rulesets) if fields is None else Summary(rulesets, fields=fields)
     for rec in flat + flat:
         summ.add_shared(rec)
-    return summ.result()
+    return summ.result().to_json_dict()
 
 
 def unscored_summary(recs: list[ItemRecord], rulesets: list[RuleSet]) -> dict[str, Any]:
     summ = Summary(rulesets, scored=False)
     for rec in recs:
         summ.add(rec)
-    return summ.result()
+    return summ.result().to_json_dict()
 
 
 def shard_summary(tmp: Path, lines: list[str], rulesets: list[RuleSet], scored: bool, answer: str | None

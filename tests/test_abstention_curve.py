@@ -31,7 +31,7 @@ def _summary(executor: Executor, answers: list[tuple[bool, str]]) -> dict[str, A
     s = Summary([], fields=())
     for i, (answerable, text) in enumerate(answers):
         s.add(score_query(_case(i, answerable), text, executor, CAT))
-    return s.result()
+    return s.result().to_json_dict()
 
 
 def test_v2_curve_counts_abstentions(executor: Executor) -> None:
@@ -79,7 +79,7 @@ def test_v1_abstain_runs_keep_their_curve_and_gain_precision() -> None:
                  correct_raw=False, correct_final=False, correct_exec=False)]
     for r in recs:
         s.add(apply_abstention(r))
-    result = s.result()
+    result = s.result().to_json_dict()
     sel, ab = result["selective"], result["abstention"]
     assert sel["abstained"] == 1 and sel["abstained_unanswerable"] == 0
     assert [p["coverage"]["k"] for p in sel["curve"]] == [1, 2]

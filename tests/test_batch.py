@@ -76,7 +76,8 @@ def evaluated(ray_env: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]
     """``eval`` of the same items, in one process, against an identical fresh fake."""
     with fake(ray_env, "eval") as f:
         summary = run_eval(EvalConfig(evalset="heldout", out=ray_env / "eval", endpoint=f.url, model=MODEL, limit=N,
-                                      concurrency=4, timeout_s=10.0, load=LoadShape(metrics_interval_s=0.1)))
+                                      concurrency=4, timeout_s=10.0,
+                                      load=LoadShape(metrics_interval_s=0.1))).to_json_dict()
     return summary, {r["id"]: r for r in iter_records(ray_env / "eval" / "records.jsonl")}
 
 

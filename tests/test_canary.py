@@ -70,7 +70,7 @@ def test_a_server_that_ignores_the_schema_stops_the_run_before_anything_is_writt
 def test_a_conforming_server_passes_and_the_manifest_says_so(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with FakeServer(tmp_path, script()) as fake:
-        summary = live.run_eval(_cfg(fake.url, out))
+        summary = live.run_eval(_cfg(fake.url, out)).to_json_dict()
         assert summary["n"] == 2 and len(fake.chat_requests()) == 2 and len(fake.canary_requests()) == 1
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["structured_canary"]["passed"] is True

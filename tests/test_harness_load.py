@@ -25,7 +25,8 @@ MODEL = "fake-model"
 
 def evaluate(f: FakeServer, out: Path, **kw: Any) -> dict[str, Any]:
     return run_eval(EvalConfig(evalset="heldout", out=out, endpoint=f.url, model=MODEL, limit=30,
-                               concurrency=8, timeout_s=20.0, load=LoadShape(metrics_interval_s=0.1), **kw))
+                               concurrency=8, timeout_s=20.0, load=LoadShape(metrics_interval_s=0.1),
+                               **kw)).to_json_dict()
 
 
 def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,

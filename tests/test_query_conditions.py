@@ -56,7 +56,7 @@ def run_v2(tmp: Path, name: str, evalset: Path, answers: dict[str, str], **kw: A
     with FakeServer(tmp / f"fake-{name}", script(answers=answers), model=MODEL, delay_s=0.02) as f:
         return run_eval(EvalConfig(evalset=str(evalset), out=tmp / name, endpoint=f.url, model=MODEL,
                                    answer="query", concurrency=4, timeout_s=30.0,
-                                   load=LoadShape(metrics_interval_s=0.1), **({"guardrails": ()} | kw)))
+                                   load=LoadShape(metrics_interval_s=0.1), **({"guardrails": ()} | kw))).to_json_dict()
 
 
 @pytest.mark.parametrize("engine", ["local", "ray"])
@@ -164,7 +164,7 @@ def test_samples_and_abstain_on_the_v2_answer_against_the_fake_server(tmp_path: 
                                       answer="query", guardrails=(), concurrency=2, timeout_s=30.0,
                                       conditions=REGISTRY.from_options(samples=3, abstain=True),
                                       sampling=Sampling(temperature=0.7, max_tokens=256),
-                                      load=LoadShape(metrics_interval_s=0.05)))
+                                      load=LoadShape(metrics_interval_s=0.05))).to_json_dict()
         assert len(fake.chat_requests()) == 12
     recs = {r["id"]: r for r in iter_records(tmp_path / "run" / "records.jsonl")}
     a, b, c, d = (recs[k] for k in "abcd")
@@ -181,7 +181,7 @@ def test_samples_and_abstain_on_the_v2_answer_against_the_fake_server(tmp_path: 
     assert manifest["samples"] == 3 and manifest["abstain"] is True and manifest["answer"] == "query"
     again, _, final_ok = rescore_run(tmp_path / "run", ())  # decided again from the recorded votes
     assert final_ok == {"a": True, "b": True, "c": False, "d": True}
-    assert again["abstention"] == summary["abstention"]
+    assert again.abstention is not None and again.abstention.to_json_dict() == summary["abstention"]
 
 
 def test_abstain_below_on_the_v2_answer_records_its_evidence(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_guardrails_and_value_linking_on_the_v2_answer_live(tmp_path: Path) -> N
     manifest = json.loads((tmp_path / "guarded" / "manifest.json").read_text())
     assert manifest["guardrails"] == ["ranking", "sort", "values"] and manifest["link_values"] == "both"
     bare, raw_ok, final_ok = rescore_run(tmp_path / "guarded", ())
-    assert bare["final_accuracy"]["k"] == 1 and raw_ok == final_ok
+    assert bare.final_accuracy.k == 1 and raw_ok == final_ok
 
 
 # -- the two-stage planner on v2 ------------------------------------------------------------------
@@ -333,7 +333,7 @@ def test_planner_on_the_v2_answer_against_the_fake_server(tmp_path: Path) -> Non
         summary = run_eval(EvalConfig(evalset=str(path), out=tmp_path / "run", endpoint=fake.url, model=MODEL,
                                       answer="query", guardrails=("ranking",), concurrency=1, timeout_s=30.0,
                                       conditions=REGISTRY.from_options(planner="two-stage", abstain=True),
-                                      load=LoadShape(metrics_interval_s=0.05)))
+                                      load=LoadShape(metrics_interval_s=0.05))).to_json_dict()
         requests = fake.chat_requests()
         assert len(requests) == 6
     # Stage one's system message is the prompt's plus the kind question; stage two's is the prompt's.

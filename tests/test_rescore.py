@@ -97,7 +97,7 @@ def test_shared_adds_give_the_same_summary(executor: Executor, monkeypatch: pyte
     for rec in order:
         one.add(rec)
         shared.add_shared(rec)
-    assert json.dumps(shared.result()) == json.dumps(one.result())
+    assert json.dumps(shared.result().to_json_dict()) == json.dumps(one.result().to_json_dict())
     assert shared.n == one.n and shared.field_ok == one.field_ok
 
 
@@ -124,7 +124,7 @@ def _files(tmp_path: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
 def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Executor) -> None:
     """End to end: records byte for byte, and every summary figure, as scoring item by item."""
     es_path, rs_path, rs = _files(tmp_path)
-    summary = score_responses(ScoreConfig(str(es_path), rs_path, tmp_path / "run", allow_missing=True))
+    summary = score_responses(ScoreConfig(str(es_path), rs_path, tmp_path / "run", allow_missing=True)).to_json_dict()
     es = load_evalset(str(es_path), retail_wh())
     cases = es.by_id()
     summ = Summary(RANKING)
@@ -142,7 +142,7 @@ def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Exec
                 w.write(rec)
                 summ.add(rec)
     assert (tmp_path / "run" / "records.jsonl").read_bytes() == (tmp_path / "expected.jsonl").read_bytes()
-    expected = summ.result()
+    expected = summ.result().to_json_dict()
     assert {k: summary[k] for k in expected} == expected
     assert summary["missing"]["n"] == 60 - len(rs) > 0
 

@@ -28,6 +28,8 @@ def test_every_committed_run_loads(path: Path) -> None:
     assert s.record_version == m.record_version == RECORD_VERSION
     assert s.n == s.raw_accuracy.n and 0 <= s.final_accuracy.k <= s.n
     assert m.n_items >= s.n or m.limit is not None or m.kind != "eval"
+    # the typed summary is the file, byte for byte: key order, ints and floats, absent keys absent
+    assert json.dumps(s.to_json_dict(), indent=2) + "\n" == path.read_text(encoding="utf-8")
 
 
 def test_an_undeclared_key_fails_the_write_not_a_reader() -> None:

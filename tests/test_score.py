@@ -231,7 +231,7 @@ def test_summary_counts_and_intervention_metrics(executor: Executor) -> None:
     summ = Summary(RANKING)
     for r in recs:
         summ.add(r)
-    s = summ.result()
+    s = summ.result().to_json_dict()
     assert s["n"] == 5
     assert (s["raw_accuracy"]["k"], s["final_accuracy"]["k"]) == (1, 2)
     assert s["schema_valid_rate"]["k"] == 4
@@ -262,13 +262,13 @@ def test_summary_timing(executor: Executor) -> None:
     summ = Summary(RANKING)
     for i, rec in enumerate(_tiny_set(executor)):
         summ.add({**rec, "latency_s": 0.1 * (i + 1), "ttft_s": None})
-    t = summ.result()["timing"]
+    t = summ.result().to_json_dict()["timing"]
     assert set(t) == {"latency_s"} and t["latency_s"]["n"] == 5
     assert t["latency_s"]["p50"] == pytest.approx(0.3)
 
 
 def test_summary_empty() -> None:
-    empty = Summary([]).result()
+    empty = Summary([]).result().to_json_dict()
     assert empty["n"] == 0 and empty["raw_accuracy"]["value"] is None
     assert empty["confusion_matrix"]["rows_gold_cols_pred"] is None
 

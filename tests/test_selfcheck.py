@@ -64,13 +64,13 @@ def test_selective_summary_and_curve() -> None:
             rec["id"] = f"x{i}"
             rec["votes"] = {"winner": 0, "tie": tie, "share": share}
             summ.add(apply_abstention(rec))
-    sel = summ.result()["selective"]
+    sel = summ.result().to_json_dict()["selective"]
     assert sel["n"] == 4 and sel["abstained"] == 1
     assert (sel["coverage"]["k"], sel["accuracy_answered"]["k"], sel["accuracy_answered"]["n"]) == (3, 2, 3)
     assert [(p["min_vote_share"], p["coverage"]["k"], p["accuracy"]["k"]) for p in sel["curve"]] == [
         (1.0, 2, 1), (0.6, 3, 2), (0.4, 4, 3)]
-    assert summ.result()["final_accuracy"]["k"] == 2  # the abstention is not counted correct
-    assert "selective" not in Summary([]).result()  # runs without --abstain are unchanged
+    assert summ.result().to_json_dict()["final_accuracy"]["k"] == 2  # the abstention is not counted correct
+    assert "selective" not in Summary([]).result().to_json_dict()  # runs without --abstain are unchanged
 
 
 def test_options_are_checked(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_eval_with_samples_and_abstain(tmp_path: Path) -> None:
                          limit=2, concurrency=2, conditions=REGISTRY.from_options(samples=3, abstain=True),
                          guardrails=(),
                          sampling=Sampling(temperature=0.7, max_tokens=96), load=LoadShape(metrics_interval_s=0.05))
-        summary = run_eval(cfg)
+        summary = run_eval(cfg).to_json_dict()
         assert len(fake.chat_requests()) == 6
     recs = {r["id"]: r for r in iter_records(cfg.out / "records.jsonl")}
     first, second = recs[cases[0].id], recs[cases[1].id]
@@ -124,4 +124,5 @@ def test_eval_with_samples_and_abstain(tmp_path: Path) -> None:
     manifest = json.loads((cfg.out / "manifest.json").read_text())
     assert manifest["samples"] == 3 and manifest["abstain"] is True
     again, _, final_ok = rescore_run(cfg.out, ())
-    assert again["selective"]["abstained"] == 1 and final_ok == {cases[0].id: True, cases[1].id: False}
+    assert again.selective is not None and again.selective.abstained == 1
+    assert final_ok == {cases[0].id: True, cases[1].id: False}

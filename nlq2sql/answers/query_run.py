@@ -22,6 +22,7 @@ from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.results import validated
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, write_json_atomic
+from nlq2sql.records.summary_parts import Digest, Missing
 from nlq2sql.semantic import open_warehouse, warehouse
 from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.guardrail import RuleSet
@@ -56,7 +57,7 @@ def _scorer(answer: str, wh: Any, rulesets: list[RuleSet]) -> Iterator[Callable[
         yield functools.partial(score_sql, sandbox=box, answer=answer)
 
 
-def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[str, Any]:
+def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> SummaryModel:
     """Score a responses file of v2 answers (``answer="query"``) or of SQL the model wrote
     (``answer="sql"`` or ``"sql-grammar"``: guarded, run in the sandbox, compared by result equivalence) into
     ``cfg.out``; returns the summary."""
@@ -89,12 +90,12 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> dict[s
                 writer.write(rec)
                 summ.add(rec)
             executed = ex.executed
-        summary = summ.result()
-        summary.update(distinct_queries_executed=executed, answer=answer,
-                       compiles=wh.catalog.engine.compiles - compiles_before,
-                       missing={"n": len(missing), "allowed": cfg.allow_missing, "first_ids": missing[:5]},
-                       records=writer.digest(), record_version=RECORD_VERSION)
-        write_json_atomic(tmp / SUMMARY, validated(SummaryModel, summary))
+        summary = SummaryModel.of(
+            summ.figures(), distinct_queries_executed=executed, answer=answer,
+            compiles=wh.catalog.engine.compiles - compiles_before,
+            missing=Missing(n=len(missing), allowed=cfg.allow_missing, first_ids=missing[:5]),
+            records=Digest.model_validate(writer.digest()), record_version=RECORD_VERSION)
+        write_json_atomic(tmp / SUMMARY, summary.to_json_dict())
         from nlq2sql.semantic.catalog import display_path
 
         shown = display_path(Path(cfg.responses))

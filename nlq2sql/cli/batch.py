@@ -114,8 +114,11 @@ def batch_cmd(
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return
     title = f"{cfg.input} · {model} · {engine} · {actors}×c={concurrency}"
-    if summary["scored"]:
-        render_summary(summary, title=title)
+    if summary["scored"]:  # read as a run's summary, less what only a batch has (shards, Ray Data's load)
+        from nlq2sql.records.results import Summary
+
+        render_summary(Summary.model_validate({k: v for k, v in summary.items() if k in Summary.model_fields
+                                               and k not in ("load", "records", "retry_budget")}), title=title)
     else:
         Console().print(answers_table(summary, title))
     shards = summary["records"]["shards"]

@@ -112,7 +112,7 @@ def score(
     else:
         summary = score_responses(cfg)
     if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
     else:
         render_summary(summary, title=f"{evalset} ← {responses}")
 
@@ -221,12 +221,16 @@ def eval_cmd(
                        info=f"done {c.get('done', 0)} failed {c.get('failed', 0)} "
                             f"in flight {c.get('in_flight', 0)}")
 
-        summary = eval_repeats(cfg, repeats, progress) if repeats > 1 else run_eval(cfg, progress)
-    if repeats == 1:
+        summary = run_eval(cfg, progress) if repeats == 1 else None
+        if summary is None:
+            across = eval_repeats(cfg, repeats, progress)
+            failed, n = sum(across["errors_by_class"].values()), across["n"]
+        else:
+            failed, n = sum((summary.errors_by_class or {}).values()), summary.n
+    if summary is not None:
         render_summary(summary, title=f"{evalset} · {model} · {prompt} · c={concurrency}")
-    failed = sum(summary.get("errors_by_class", {}).values())
-    if summary["n"] and failed / summary["n"] > max_failure_rate:
-        err.print(f"{failed}/{summary['n']} items failed (> {max_failure_rate:.0%})")
+    if n and failed / n > max_failure_rate:
+        err.print(f"{failed}/{n} items failed (> {max_failure_rate:.0%})")
         raise typer.Exit(1)
 
 

@@ -177,7 +177,7 @@ def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> ArmsT
     rows = []
     for a in arms:
         k = sum(a.correct.values())
-        rps = ((a.summary.throughput if a.summary else None) or {}).get("req_per_s")
+        rps = a.summary.throughput.req_per_s if a.summary and a.summary.throughput else None
         sampling = a.manifest.sampling if a.manifest else None
         rows.append(ArmRow(
             arm=a.answer, model=a.model, evalset=a.evalset, run=a.label,

@@ -21,7 +21,7 @@ import jsonschema
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import Nlq2SqlError
-from nlq2sql.experiments.common import Share
+from nlq2sql.experiments.common import Share, spread_of
 from nlq2sql.load.figures import Fig, Num, Pct
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.item import iter_item_records, present
@@ -150,7 +150,7 @@ def backend_row(run: Path, backend: str) -> BackendRow:
         json_schema_valid=Share.wilson(valid, len(recs)), schema_valid_rate=Share.of(summary.schema_valid_rate),
         accuracy=Share.of(summary.final_accuracy), finish_length=summary.finish_reasons.get("length", 0),
         completion_tokens=percentiles([t for r in ok if (t := present(r.request.completion_tokens)) is not None]),
-        ttft_s=summary.timing.get("ttft_s"), latency_s=summary.timing.get("latency_s"),
+        ttft_s=spread_of(summary.timing.get("ttft_s")), latency_s=spread_of(summary.timing.get("latency_s")),
         first_request_compile_s=compile_s, canary_latency_s=canary.get("latency_s"),
         server_startup_s=manifest.server_startup_s, concurrency=manifest.concurrency, model=manifest.model,
         evalset=manifest.evalset, git_commit=manifest.git_commit)

@@ -12,9 +12,10 @@ from pydantic import BaseModel, ValidationError
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import RecordError
-from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
-from nlq2sql.records.results import Manifest, Rate, Summary
+from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
+from nlq2sql.records.results import Manifest, Summary
 from nlq2sql.records.store import MANIFEST, SUMMARY, read_finished_run
+from nlq2sql.records.summary_parts import Percentiles, Rate
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
 from nlq2sql.stages.report import pct
@@ -67,8 +68,7 @@ class Share(Fig, kw_only=True):
     @classmethod
     def of(cls, rate: Rate) -> Share:
         """A summary's rate (its model) as a result holds it: the keys the file has, in its order."""
-        return cls(value=rate.value, k=rate.k, n=rate.n, ci95=rate.ci95,
-                   label=UNSET if "label" not in rate.model_fields_set else rate.label)
+        return cls(value=rate.value, k=rate.k, n=rate.n, ci95=rate.ci95)
 
 
 @contextmanager
@@ -112,3 +112,8 @@ class PairedMeans(ClusterMean, kw_only=True):
     candidate_repeats: int
     baseline_only: int
     candidate_only: int
+
+
+def spread_of(p: Percentiles | None) -> Pct | None:
+    """A summary's percentile block as the experiments' Structs hold it (the keys as written)."""
+    return p.to_json_dict() if p is not None else None

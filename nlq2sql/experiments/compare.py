@@ -23,8 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from nlq2sql.experiments.common import read_run  # noqa: E402
-from nlq2sql.records.results import Manifest, Rate, Summary  # noqa: E402
+from nlq2sql.records.results import Manifest, Summary  # noqa: E402
 from nlq2sql.records.store import output_dir  # noqa: E402
+from nlq2sql.records.summary_parts import Figures, Rate  # noqa: E402
 from nlq2sql.stages.report import pct  # noqa: E402
 
 
@@ -72,16 +73,16 @@ def rows(runs: list[ComparedRun], gpu_cost_per_hour: float | None) -> list[dict[
     for r in runs:
         s = r.summary
         t = s.timing
-        lat, ct = t.get("latency_s") or {}, t.get("completion_tokens") or {}
-        rps = (s.throughput or {}).get("req_per_s")
+        lat, ct = t.get("latency_s"), t.get("completion_tokens")
+        rps = s.throughput.req_per_s if s.throughput is not None else None
         out.append({
             "run": r.label, "n": str(s.n), "raw": rate_text(s.raw_accuracy), "final": rate_text(s.final_accuracy),
             "precision": rate_text(s.intervention_precision),
             "recall": "; ".join(rate_text(v) for v in s.intervention_recall.values()) or "n/a",
             "schema_valid": rate_text(s.schema_valid_rate),
-            "p50": f"{lat['p50']:.2f} s" if lat.get("p50") is not None else "n/a",
-            "p95": f"{lat['p95']:.2f} s" if lat.get("p95") is not None else "n/a",
-            "tokens": f"{ct['mean']:.1f}" if ct.get("mean") is not None else "n/a",
+            "p50": f"{lat.p50:.2f} s" if lat is not None and lat.p50 is not None else "n/a",
+            "p95": f"{lat.p95:.2f} s" if lat is not None and lat.p95 is not None else "n/a",
+            "tokens": f"{ct.mean:.1f}" if ct is not None and ct.mean is not None else "n/a",
             "req_per_s": f"{rps:.2f}" if rps else "n/a",
             "cost_per_1k": (f"${c:.4f}" if (c := cost_per_1k(rps, gpu_cost_per_hour)) is not None else "n/a"),
             "errors": ", ".join(f"{k} {v}" for k, v in s.error_taxonomy_final.items()),
@@ -103,7 +104,7 @@ def png_base64(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def accuracy_figure(rows: list[tuple[str, Summary]], *, size: tuple[float, float, float], fontsize: int,
+def accuracy_figure(rows: list[tuple[str, Figures]], *, size: tuple[float, float, float], fontsize: int,
                     xlabel: str, legend: Callable[[str], str] = str, majority: float | None = None) -> str:
     """Raw and final accuracy with their 95 % CIs, one row per (label, summary): the comparison
     and quality reports' figure.  ``size``: width, base height, height per row; ``fontsize``: the row labels'."""
@@ -136,9 +137,10 @@ def plots(runs: list[ComparedRun]) -> dict[str, str]:
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in runs:
         t = r.summary.timing
-        if t.get("completion_tokens", {}).get("mean") and t.get("latency_s", {}).get("p50"):
-            ax.scatter(t["completion_tokens"]["mean"], t["latency_s"]["p50"])
-            ax.annotate(r.label, (t["completion_tokens"]["mean"], t["latency_s"]["p50"]), fontsize=6)
+        ct, lat = t.get("completion_tokens"), t.get("latency_s")
+        if ct is not None and ct.mean and lat is not None and lat.p50:
+            ax.scatter(ct.mean, lat.p50)
+            ax.annotate(r.label, (ct.mean, lat.p50), fontsize=6)
     ax.set_xlabel("output tokens (mean)")
     ax.set_ylabel("latency p50 (s)")
     figs["tokens_latency"] = png_base64(fig)
@@ -149,7 +151,7 @@ def plots(runs: list[ComparedRun]) -> dict[str, str]:
     xs = [c for c, _ in pts]
     acc = [r.summary.final_accuracy.value for _, r in pts]  # (None: a gap, as p95 below)
     ax.plot(xs, [float("nan") if v is None else v for v in acc], "o-", label="final accuracy")
-    p95 = [(r.summary.timing.get("latency_s") or {}).get("p95") for _, r in pts]
+    p95 = [lat.p95 if (lat := r.summary.timing.get("latency_s")) is not None else None for _, r in pts]
     # a run without latency figures leaves a gap (NaN), exactly as matplotlib treats None
     ax2.plot(xs, [float("nan") if v is None else float(v) for v in p95],
              "s--", color="tab:red", label="p95 latency")

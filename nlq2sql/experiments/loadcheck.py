@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError
-from nlq2sql.experiments.common import Share, read_run
+from nlq2sql.experiments.common import Share, read_run, spread_of
 from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
@@ -193,8 +193,8 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
         runs.append(RunFigures(run=str(d), concurrency=manifest.concurrency, n=summary.n,
                                raw_accuracy=Share.of(summary.raw_accuracy),
                                final_accuracy=Share.of(summary.final_accuracy),
-                               req_per_s=(summary.throughput or {}).get("req_per_s"),
-                               latency_s=t.get("latency_s"), ttft_s=t.get("ttft_s")))
+                               req_per_s=summary.throughput.req_per_s if summary.throughput else None,
+                               latency_s=spread_of(t.get("latency_s")), ttft_s=spread_of(t.get("ttft_s"))))
     divergent: list[Divergent] = []
     intent_divergent = 0
     for item_id, vals in sorted(texts.items()):

@@ -23,8 +23,9 @@ import msgspec
 from nlq2sql.experiments.common import ClusterMean, MeanCI, PairedMeans
 from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType, present
 from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.results import Rate, Summary
+from nlq2sql.records.results import Summary
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
+from nlq2sql.records.summary_parts import Rate
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.run.repeats import Z95, cluster_mean, finals_means, mean_ci, paired_means, repeat_dirs, run_repeats
@@ -112,7 +113,7 @@ def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> Matri
             clusters.update({r.id: r.pair_id or r.id for r in iter_item_records(d / RECORDS)})
         for g in guardrails:
             names = tuple(x for x in g.split("+") if x and x != "none")
-            scored = [rescore_run(d, names) for d in reps]
+            scored = [(s.to_json_dict(), raw, final) for s, raw, final in (rescore_run(d, names) for d in reps)]
             label = prompt if not names else f"{prompt} + {'+'.join(names)}"
             finals[label] = [final_ok for _, _, final_ok in scored]
             row = MatrixCondition(condition=label, prompt=prompt, guardrails=list(names), run=str(reps[0]),
@@ -148,7 +149,8 @@ def _across_repeats(summaries: list[Summary], finals: list[dict[str, bool]], clu
     """One condition over its repeats: final accuracy and latency mean ± CI across repeats, and
     the item-level accuracy with its standard error clustered by ``pair_id``."""
     def timing(s: Summary, q: str) -> float | None:
-        return (s.timing.get("latency_s") or {}).get(q)
+        lat = s.timing.get("latency_s")
+        return getattr(lat, q) if lat is not None else None
 
     accuracy = [s.final_accuracy.value for s in summaries]
     return MatrixRepeats(

@@ -18,10 +18,11 @@ from pathlib import Path
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.quality_html import page
-from nlq2sql.experiments.summary_views import Abstention, Cost, CurvePoint, Selective
+from nlq2sql.experiments.summary_views import Cost, curve_of, cut, selective_of
 from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.results import Manifest, Rate, Summary, manifest_warehouse
+from nlq2sql.records.results import Manifest, manifest_warehouse
 from nlq2sql.records.store import output_dir
+from nlq2sql.records.summary_parts import CurvePoint, Figures, LabelledRate, Rate
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.intent import canonicalise, is_ordered
@@ -52,12 +53,12 @@ class RunRow:
 
     path: Path
     manifest: Manifest
-    summary: Summary  # re-derived under the run's own guardrails
+    summary: Figures  # re-derived under the run's own guardrails
     raw_ok: dict[str, bool]
     final_ok: dict[str, bool]
     cost: Cost
     gold_same: tuple[int, int]  # (gold results equal to the recorded ones, records)
-    rescored: dict[str, tuple[Summary, dict[str, bool]]] = field(default_factory=dict)
+    rescored: dict[str, tuple[Figures, dict[str, bool]]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -135,17 +136,17 @@ def collect(run_dirs: list[Path], conditions: tuple[str, ...] = GUARDRAIL_CONDIT
     for d in run_dirs:
         manifest, _ = read_run(d)
         summary, raw_ok, final_ok = rescore_run(d, tuple(manifest.guardrails))
-        row = RunRow(d, manifest, Summary.model_validate(summary), raw_ok, final_ok, _cost(d),
+        row = RunRow(d, manifest, summary, raw_ok, final_ok, _cost(d),
                      _gold_same(d, manifest))
         for cond in conditions:
             names = tuple(n for n in cond.split("+") if n != "none")
             s, _, f_ok = rescore_run(d, names)
-            row.rescored[cond] = (Summary.model_validate(s), f_ok)
+            row.rescored[cond] = (s, f_ok)
         rows.append(row)
     return rows
 
 
-def pct(p: Rate | None) -> str:
+def pct(p: Rate | LabelledRate | None) -> str:
     """The report's rate with CI and counts; a bare "n/a" for nothing sampled (table cells)."""
     return "n/a" if p is None or not p.n else report_pct(p.model_dump())
 
@@ -187,7 +188,7 @@ def condition_tables(rows: list[RunRow]) -> list[str]:
                 "requests/item | latency p50 / p95 |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in group:
-            s, sel, cost = r.summary, Selective.of(r.summary), r.cost
+            s, sel, cost = r.summary, selective_of(r.summary), r.cost
             name = r.label + ("" if r.same_data else " ‡ {}/{}".format(*r.gold_same))
             prec = s.intervention_precision
             out.append("| " + " | ".join([
@@ -210,9 +211,9 @@ def guardrail_tables(rows: list[RunRow]) -> list[str]:
         raw = r.rescored.get("none", (None, r.raw_ok))[1]
         for cond, (s, f_ok) in r.rescored.items():
             prec = s.intervention_precision
-            rules = "; ".join(f"`{rid}` {v['interventions']} · {v['precision']['k']}/{v['precision']['n']} · "
-                              f"{v['recall']['k']}/{v['recall']['n']}"
-                              for rid, v in s.rules.items() if v["interventions"] or v["scope"])
+            rules = "; ".join(f"`{rid}` {v.interventions} · {v.precision.k}/{v.precision.n} · "
+                              f"{v.recall.k}/{v.recall.n}"
+                              for rid, v in s.rules.items() if v.interventions or v.scope)
             out.append("| " + " | ".join([
                 f"{'/'.join(r.group)} `{r.label}`", _tuned(cond), pct(s.final_accuracy), str(s.interventions),
                 pct(prec) if prec.n else "—", "—" if cond == "none" else mcnemar(raw, f_ok), rules or "—"]) + " |")
@@ -220,14 +221,14 @@ def guardrail_tables(rows: list[RunRow]) -> list[str]:
 
 
 def curve_rows(rows: list[RunRow]) -> list[tuple[RunRow, list[CurvePoint]]]:
-    return [(r, curve) for r in rows if (curve := Selective.curve_of(r.summary))]
+    return [(r, curve) for r in rows if (curve := curve_of(r.summary))]
 
 
 def targets(rows: list[RunRow], model: str = "qwen2.5-coder-0.5b") -> list[str]:
     """Issue 11's targets against the best re-derived condition, with what is left."""
     out = []
     for evalset, key in (("heldout", "heldout_final"), ("adversarial", "adversarial_final")):
-        best: tuple[float, str, Summary, RunRow] | None = None
+        best: tuple[float, str, Figures, RunRow] | None = None
         for r in rows:
             if r.group != (model, "retail", evalset):
                 continue
@@ -281,7 +282,7 @@ def markdown(rows: list[RunRow]) -> str:
                   "probability on the kind answered (vLLM logprobs); long curves shown at a few cut-offs.", "",
                   "| run | min confidence | coverage | accuracy answered |", "|---|---|---|---|"]
         for r, curve in curves:
-            lines += [f"| {'/'.join(r.group)} `{r.label}` | {p.cut:.2f} | {pct(p.coverage)} | "
+            lines += [f"| {'/'.join(r.group)} `{r.label}` | {cut(p):.2f} | {pct(p.coverage)} | "
                       f"{pct(p.accuracy)} |" for p in thin_curve(curve)]
     lines += abstention_lines(rows)
     return "\n".join(lines) + "\n"
@@ -289,7 +290,7 @@ def markdown(rows: list[RunRow]) -> str:
 
 def abstention_lines(rows: list[RunRow]) -> list[str]:
     """Unanswerable precision and recall of every run that could abstain (issue 22: on every set)."""
-    runs = [(r, ab) for r in rows if (ab := Abstention.of(r.summary))]
+    runs = [(r, ab) for r in rows if (ab := r.summary.abstention)]
     if not runs:
         return []
     lines = ["", "## Abstention: unanswerable precision and recall", "",
@@ -308,7 +309,7 @@ def thin_curve(curve: list[CurvePoint], cuts: tuple[float, ...] = (0.9, 0.8, 0.7
     """A short curve as it is; a long one at the first point at or below each cut, and its end."""
     if len(curve) <= 8:
         return curve
-    picked = [next((p for p in curve if p.cut <= c), curve[-1]) for c in cuts] + [curve[-1]]
+    picked = [next((p for p in curve if cut(p) <= c), curve[-1]) for c in cuts] + [curve[-1]]
     out: list[CurvePoint] = []
     for p in picked:
         if not out or out[-1] is not p:

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.experiments.common import read_run
-from nlq2sql.experiments.summary_views import Abstention
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.results import Manifest, load_manifest, manifest_warehouse
 from nlq2sql.records.results import Summary as SummaryModel
@@ -96,7 +95,7 @@ def rescore_arm(run_dir: Path) -> ArmRun:
             final_ok[rec.id] = bool(present(rec.judgement.correct_final))
             old_final = present(old.judgement.correct_final) if old.judgement is not None else None
             same += final_ok[rec.id] == bool(old_final)
-    return ArmRun(run_dir, manifest, SummaryModel.model_validate(summ.result()), final_ok, same)
+    return ArmRun(run_dir, manifest, SummaryModel.of(summ.figures()), final_ok, same)
 
 
 def collect_arms(run_dirs: list[Path]) -> list[ArmRun]:
@@ -104,7 +103,7 @@ def collect_arms(run_dirs: list[Path]) -> list[ArmRun]:
 
 
 def _abstention(s: SummaryModel) -> str:
-    if (ab := Abstention.of(s)) is None:
+    if (ab := s.abstention) is None:
         return "—"
     prec, rec = ab.precision, ab.recall
     return (f"{ab.abstained} · P {pct(prec.model_dump()) if prec.n else '—'} · "

@@ -5,8 +5,8 @@ reports, a team's CI), so their keys are declared here (``extra="forbid"``): a k
 without being declared fails the write, not a reader months later.  Both carry
 ``record_version`` (the one ``records.RECORD_VERSION``).  Old runs still load: keys added
 since version 1 are optional, and ``tests/test_results.py`` loads every committed run under
-``reports/``.  Nested figures whose shape is owned by one stage (the taxonomy, per-rule
-tables, server metrics…) stay dictionaries; the figures every reader uses are typed.
+``reports/``.  The summary's sections are typed: the aggregator's in :mod:`nlq2sql.records.summary_parts`,
+the live run's machinery's (server metrics, the client's load, the fleet) in :mod:`nlq2sql.records.run_parts`.
 JSON Schemas: ``schemas/summary.schema.json``, ``schemas/manifest.schema.json``.
 """
 
@@ -20,9 +20,19 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
+from nlq2sql.records.run_parts import Fleet, Harness, ServerMetrics
 from nlq2sql.records.store import RECORD_VERSION
+from nlq2sql.records.summary_parts import (
+    Compactness,
+    Digest,
+    Figures,
+    LoadShape,
+    Missing,
+    RetryBudget,
+    Throughput,
+)
 
-__all__ = ["LEGACY_WAREHOUSE", "Digest", "Manifest", "Rate", "Summary", "load_manifest", "load_summary",
+__all__ = ["LEGACY_WAREHOUSE", "Manifest", "Summary", "load_manifest", "load_summary",
            "manifest_warehouse", "validated"]
 
 #: The warehouse of a run recorded before manifests named their semantic model: ``retail``, then
@@ -39,63 +49,35 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Rate(_Model):
-    """A proportion with its sample: k of n, and the Wilson 95 % interval."""
+class Summary(Figures):
+    """``summary.json``: the aggregator's figures, then what the run adds, in that order on disk
+    (a live run: its answer kind, outcomes, compactness, throughput, load, harness, server metrics,
+    fleet, retries, compiles; offline scoring: queries executed, compiles, missing items), then the
+    records' digest and ``record_version``.  Built once by the run and written by :meth:`Part.to_json_dict`."""
 
-    value: float | None
-    k: int
-    n: int
-    ci95: list[float] | None  # None when n = 0
-    label: str | None = None  # the majority baseline names its class
-
-
-class Digest(_Model):
-    """What the records file must hold: its line count and SHA-256."""
-
-    count: int
-    sha256: str
-
-
-class Summary(_Model):
-    record_version: int = RECORD_VERSION
-    n: int
-    raw_accuracy: Rate
-    final_accuracy: Rate
-    execution_accuracy: Rate
-    schema_valid_rate: Rate
-    majority_baseline: Rate
-    interventions: int
-    intervention_precision: Rate
-    intervention_recall: dict[str, Rate]
-    rules: dict[str, Any]
-    field_accuracy: dict[str, Rate]
-    status_counts: dict[str, int]
-    error_taxonomy_raw: dict[str, int]
-    error_taxonomy_final: dict[str, int]
-    finish_reasons: dict[str, int]
-    confusion_matrix: dict[str, Any]
-    per_category: dict[str, Any]
-    timing: dict[str, Any]
-    records: Digest | None = None  # since the summary hash (older runs: absent)
+    distinct_queries_executed: int | None = None  # offline re-scoring
+    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
     # live runs
     outcomes: dict[str, int] | None = None
     errors_by_class: dict[str, int] | None = None
-    compactness: dict[str, Any] | None = None
-    throughput: dict[str, Any] | None = None
-    load: dict[str, Any] | None = None
-    server_metrics: dict[str, Any] | None = None
+    compactness: Compactness | None = None
+    throughput: Throughput | None = None
+    load: LoadShape | None = None
+    harness: Harness | None = None  # client CPU share, loop lag, saturated
+    server_metrics: ServerMetrics | None = None
+    fleet: Fleet | None = None  # several replicas: per-replica figures
     retries_used: int | None = None
-    retry_budget: dict[str, Any] | None = None
-    harness: dict[str, Any] | None = None  # client CPU share, loop lag, saturated
-    fleet: dict[str, Any] | None = None  # several replicas: per-replica figures
-    selective: dict[str, Any] | None = None  # --abstain: coverage, accuracy answered, curve
-    abstention: dict[str, Any] | None = None  # v2 answers: unanswerable precision and recall
-    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
+    retry_budget: RetryBudget | None = None
     compiles: int | None = None  # distinct MetricFlow compiles the run needed
-    empty_golds: dict[str, Any] | None = None  # items whose gold returned no rows (flagged)
-    # offline re-scoring
-    distinct_queries_executed: int | None = None
-    missing: dict[str, Any] | None = None
+    missing: Missing | None = None  # offline re-scoring
+    records: Digest | None = None  # since the summary hash (older runs: absent)
+    record_version: int = RECORD_VERSION
+
+    @classmethod
+    def of(cls, figures: Figures, **added: Any) -> Summary:
+        """The summary of ``figures`` (its keys as set) with what the run ``added``, checked against
+        the contract (an undeclared key fails here, before anything is written)."""
+        return cls.model_validate({**{k: getattr(figures, k) for k in figures.model_fields_set}, **added})
 
 
 class Manifest(_Model):

@@ -113,7 +113,7 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
     if missing or doubled or len(seen) != len(ids):
         raise Nlq2SqlError(f"the shards do not hold each item once: {len(missing)} missing (first: "
                            f"{missing[:3]}), {len(doubled)} twice (first: {doubled[:3]})")
-    summary = summ.result()
+    summary = summ.result().to_json_dict()
     summary["scored"] = scored
     if answer != "intent":
         summary["answer"] = answer

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.conditions.registry import REGISTRY
-from nlq2sql.records.results import validated
+from nlq2sql.records.results import Summary, validated
 from nlq2sql.records.store import (
     MANIFEST,
     RECORDS,
@@ -47,7 +47,7 @@ from nlq2sql.run.config import (
 from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampling
 from nlq2sql.run.scheduler import closed_loop, open_loop
 from nlq2sql.run.serving import endpoint_structured_outputs
-from nlq2sql.run.session import finish_summary, recorded_retries, session_result
+from nlq2sql.run.session import Session, finish_summary, recorded_retries, session_result
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, load_evalset
@@ -108,7 +108,7 @@ class Interrupts:
 async def _run(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                cases: list[EvalCase], progress: Progress | None,
                interrupts: Interrupts | None = None, budget: RetryBudget | None = None,
-               loaded: Loaded | None = None) -> dict[str, Any]:
+               loaded: Loaded | None = None) -> Session:
     if interrupts is not None:
         loop, main = asyncio.get_running_loop(), asyncio.current_task()
         assert main is not None
@@ -126,7 +126,7 @@ async def _run(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
 
 async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                      cases: list[EvalCase], progress: Progress | None,
-                     budget: RetryBudget | None = None, loaded: Loaded | None = None) -> dict[str, Any]:
+                     budget: RetryBudget | None = None, loaded: Loaded | None = None) -> Session:
     """This process answers the items (``--workers``/``--engine ray``: see ``workers``)."""
     if budget is None:  # a run of exactly these items (``_run_eval`` passes the whole run's)
         budget = RetryBudget(len(cases), cfg.retry_budget)
@@ -178,7 +178,7 @@ def recorded_args(args: list[str]) -> list[str]:
     return out
 
 
-def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any]:
+def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> Summary:
     """Run (or resume) a live evaluation; returns the summary written to ``summary.json``.
 
     Ctrl-C (SIGINT) cancels in-flight requests, keeps every finished record, stops a local
@@ -188,7 +188,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> dict[str, Any
         return _run_eval(cfg, progress, interrupts)
 
 
-def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> dict[str, Any]:
+def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> Summary:
     check_local_out(cfg.out)
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
@@ -297,7 +297,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
                 raise KeyboardInterrupt from None
             raise
     if cfg.workers == 1 and cfg.engine == "local":  # (worker processes compile in their own catalogs)
-        session["compiles"] = wh.catalog.engine.compiles - compiles_before
+        session.compiles = wh.catalog.engine.compiles - compiles_before
     return finish_summary(cfg.out, rulesets, session, manifest)
 
 

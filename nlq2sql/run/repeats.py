@@ -60,7 +60,7 @@ def check_repeats_out(cfg: EvalConfig, repeats: int) -> None:
         raise RecordError("not a repeated run: --force would replace it with one; give a new --out", path=str(out))
 
 
-def run_repeats(cfg: EvalConfig, repeats: int, run: Callable[[EvalConfig], dict[str, Any]],
+def run_repeats(cfg: EvalConfig, repeats: int, run: Callable[[EvalConfig], object],
                 seed: int = 0) -> dict[str, Any]:
     """Run ``cfg`` ``repeats`` times under ``cfg.out`` with ``run`` (``live.run_eval``); returns
     the summary across repeats, also written to ``OUT/repeats.json``."""

@@ -7,37 +7,65 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Summary, validated
+from nlq2sql.records.run_parts import Fleet, Harness, ReplicaEvent, ReplicaFigures, ServerMetrics
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, records_digest, write_json_atomic
+from nlq2sql.records.summary_parts import Compactness, Digest, LoadShape, RetryBudget, Throughput, WorkerFigures
 from nlq2sql.stages.pipeline import summarise_file
-from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.score import spread
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
 
-__all__ = ["finish_summary", "fleet_summary", "recorded_retries", "session_result"]
+__all__ = ["Session", "finish_summary", "fleet_summary", "recorded_retries", "session_result"]
+
+
+@dataclass
+class Session:
+    """What one session (of one or several processes) adds to the summary: its own figures,
+    built as they are measured; :func:`finish_summary` puts them in the summary."""
+
+    wall_s: float
+    items_this_session: int
+    not_sent: int
+    startup_s: float | None
+    server_metrics: ServerMetrics  # the endpoint's /metrics, as sampled (transport.server_metrics)
+    fleet: dict[str, Any] | None  # several replicas: the pool's report (run.pool), summed up by fleet_summary
+    retries_used: int
+    harness: Harness | None
+    load: LoadShape
+    compiles: int | None = None  # distinct MetricFlow compiles this session's process needed
 
 
 def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metrics: dict[str, Any],
                    fleet: dict[str, Any] | None, retries_used: int,
-                   harness: dict[str, Any] | None = None, startup_s: float | None = None) -> dict[str, Any]:
+                   harness: dict[str, Any] | None = None, startup_s: float | None = None,
+                   workers: WorkerFigures | None = None) -> Session:
     """What one session (of one or several processes) adds to the summary.  ``startup_s``:
     how much of ``wall`` went on starting client workers before the first request (their
-    interpreters, imports and warehouses) -- counted in the wall time, so in req/s."""
+    interpreters, imports and warehouses) -- counted in the wall time, so in req/s.
+    ``workers``: what became of several client workers (losses, restarts, start-up)."""
     load = cfg.load
-    return {"wall_s": wall, "items_this_session": sent, "not_sent": n - sent, "startup_s": startup_s,
-            "server_metrics": server_metrics, "fleet": fleet, "retries_used": retries_used,
-            "harness": harness,
-            "load": {"mode": "open-loop Poisson" if load.rate else "closed loop",
-                     "offered_rate": load.rate, "max_in_flight": cfg.concurrency,
-                     "duration_s": load.duration_s, "arrival_seed": load.arrival_seed if load.rate else None,
-                     **({"workers": cfg.workers, "engine": cfg.engine} if cfg.workers > 1 or cfg.engine != "local"
-                        else {})}}
+    several = cfg.workers > 1 or cfg.engine != "local"
+    shape = LoadShape(mode="open-loop Poisson" if load.rate else "closed loop", offered_rate=load.rate,
+                      max_in_flight=cfg.concurrency, duration_s=load.duration_s,
+                      arrival_seed=load.arrival_seed if load.rate else None)
+    if several:
+        shape.workers, shape.engine = cfg.workers, cfg.engine
+    if workers is not None:
+        shape.lost_workers, shape.restarted_workers = workers.lost_workers, workers.restarted_workers
+        shape.requeued_items, shape.worker_losses = workers.requeued_items, workers.worker_losses
+        shape.worker_startup_s = workers.worker_startup_s
+    return Session(wall_s=wall, items_this_session=sent, not_sent=n - sent, startup_s=startup_s,
+                   server_metrics=ServerMetrics.model_validate(server_metrics), fleet=fleet,
+                   retries_used=retries_used, harness=Harness.model_validate(harness) if harness else None,
+                   load=shape)
 
 
 def recorded_retries(records_path: Path) -> tuple[set[str], int]:
@@ -55,10 +83,10 @@ def recorded_retries(records_path: Path) -> tuple[set[str], int]:
     return done, used
 
 
-def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
-                   manifest: dict[str, Any]) -> dict[str, Any]:
-    """Summary from the records on disk (all sessions), plus this session's throughput."""
-    summary = summarise_file(out / RECORDS, rulesets)
+def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: dict[str, Any]) -> Summary:
+    """Summary from the records on disk (all sessions), plus this session's throughput; written
+    (``summary.json``, then the manifest's finish time) and returned."""
+    base = summarise_file(out / RECORDS, rulesets)
     outcomes: Counter[str] = Counter()
     ws: list[int] = []
     chars: list[int] = []
@@ -79,73 +107,83 @@ def finish_summary(out: Path, rulesets: list[Any], session: dict[str, Any],
         if started and took is not None:
             starts.append(started)
             ends.append(started + took)
-    summary["outcomes"] = dict(outcomes)
-    summary["errors_by_class"] = {k: v for k, v in outcomes.items() if k != "ok"}
-    summary["compactness"] = {"n": len(ws), "outputs_without_whitespace": sum(1 for w in ws if w == 0),
-                              "whitespace_chars": percentiles([float(w) for w in ws]),
-                              "chars": percentiles([float(c) for c in chars])}
     n_ok = outcomes.get("ok", 0)
-    summary["throughput"] = {
-        "items_this_session": session["items_this_session"], "wall_s": session["wall_s"],
-        "req_per_s": session["items_this_session"] / session["wall_s"] if session["wall_s"] else None,
-        **({"startup_s": session["startup_s"],
-            "req_per_s_after_startup": (session["items_this_session"] / (session["wall_s"] - session["startup_s"])
-                                        if session["wall_s"] > session["startup_s"] else None)}
-           if session.get("startup_s") is not None else {}),
-        "span_s_all_records": (max(ends) - min(starts)) if starts else None,
-        "completed_ok": n_ok, "not_sent": session.get("not_sent", 0)}
-    summary["load"] = session.get("load")
-    # This session's client: CPU share and event-loop lag, and whether it was saturated.
-    summary["harness"] = session.get("harness")
-    summary["server_metrics"] = session["server_metrics"]
-    if session.get("fleet") or manifest.get("replicas"):
-        summary["fleet"] = fleet_summary(out, manifest, session.get("fleet"))
-        summary["server_metrics"] = {"observed": False,
-                                     "note": "several replicas: see fleet.server_metrics, one per replica"}
-    # The whole run's, from the records (a resumed run counts its earlier sessions too).
-    summary["retries_used"] = retries
-    summary["retry_budget"] = dict(manifest.get("retry_budget") or {}, used=retries)
-    if session.get("compiles") is not None:  # distinct MetricFlow compiles this session's process needed
-        summary["compiles"] = session["compiles"]
-    summary["records"] = records_digest(out / RECORDS)  # what `compare` checks the records against
-    summary["record_version"] = RECORD_VERSION
-    write_json_atomic(out / SUMMARY, validated(Summary, summary))
+    wall, sent, startup = session.wall_s, session.items_this_session, session.startup_s
+    throughput = Throughput(items_this_session=sent, wall_s=wall, req_per_s=sent / wall if wall else None,
+                            span_s_all_records=(max(ends) - min(starts)) if starts else None,
+                            completed_ok=n_ok, not_sent=session.not_sent)
+    if startup is not None:
+        throughput.startup_s = startup
+        throughput.req_per_s_after_startup = sent / (wall - startup) if wall > startup else None
+    several = bool(session.fleet or manifest.get("replicas"))
+    summary = Summary.of(
+        base, outcomes=dict(outcomes), errors_by_class={k: v for k, v in outcomes.items() if k != "ok"},
+        compactness=Compactness(n=len(ws), outputs_without_whitespace=sum(1 for w in ws if w == 0),
+                                whitespace_chars=spread([float(w) for w in ws]),
+                                chars=spread([float(c) for c in chars])),
+        throughput=throughput, load=session.load,
+        # This session's client: CPU share and event-loop lag, and whether it was saturated.
+        harness=session.harness,
+        server_metrics=ServerMetrics(observed=False, note="several replicas: see fleet.server_metrics, one per replica")
+        if several else session.server_metrics,
+        **({"fleet": fleet_summary(out, manifest, session.fleet)} if several else {}),
+        # The whole run's, from the records (a resumed run counts its earlier sessions too).
+        retries_used=retries, retry_budget=RetryBudget.model_validate(dict(manifest.get("retry_budget") or {},
+                                                                           used=retries)),
+        # distinct MetricFlow compiles this session's process needed
+        **({"compiles": session.compiles} if session.compiles is not None else {}),
+        records=Digest.model_validate(records_digest(out / RECORDS)),  # what `compare` checks the records against
+        record_version=RECORD_VERSION)
+    write_json_atomic(out / SUMMARY, summary.to_json_dict())
     manifest["finished"] = time.time()
     write_json_atomic(out / MANIFEST, validated(REGISTRY.manifest_model(), manifest))
     return summary
 
 
-def fleet_summary(out: Path, manifest: dict[str, Any], session: dict[str, Any] | None) -> dict[str, Any]:
+@dataclass
+class _Tally:
+    """One replica's requests, as its records say."""
+
+    requests: int = 0
+    ok: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    lat: list[float] = field(default_factory=list)
+    failed_here: int = 0
+
+
+def fleet_summary(out: Path, manifest: dict[str, Any], session: dict[str, Any] | None) -> Fleet:
     """Per replica: requests, outcomes and latency from the records (every session of the
     run), and this session's time out of rotation and events."""
-    per: dict[str, dict[str, Any]] = {}
+    per: dict[str, _Tally] = {}
     for rec in iter_item_records(out / RECORDS):
         req = rec.request
         label = present(req.replica)
         if label is None:
             continue
-        st = per.setdefault(label, {"requests": 0, "ok": 0, "errors": Counter(), "lat": [],
-                                    "failed_here": 0})
-        st["requests"] += 1
+        st = per.setdefault(label, _Tally())
+        st.requests += 1
         latency = present(req.latency_s)
         if rec.outcome == "ok":
-            st["ok"] += 1
+            st.ok += 1
             if latency is not None:
-                st["lat"].append(float(latency))
+                st.lat.append(float(latency))
         else:
-            st["errors"][rec.outcome or "n/a"] += 1
+            st.errors[rec.outcome or "n/a"] += 1
         for lab in present(req.failed_over_from) or ():
-            per.setdefault(lab, {"requests": 0, "ok": 0, "errors": Counter(), "lat": [],
-                                 "failed_here": 0})["failed_here"] += 1
+            per.setdefault(lab, _Tally()).failed_here += 1
     live = {r["label"]: r for r in (session or {}).get("replicas", [])}
     rows = []
     for rep in manifest.get("replicas") or []:
-        st = per.get(rep["label"], {"requests": 0, "ok": 0, "errors": Counter(), "lat": [], "failed_here": 0})
-        rows.append({"label": rep["label"], "url": rep["url"], "model": rep["model"],
-                     "answered": st["requests"], "ok": st["ok"], "errors": dict(st["errors"]),
-                     "failed_then_resent": st["failed_here"], "latency_s": percentiles(st["lat"]),
-                     **{k: live[rep["label"]][k] for k in ("out_of_rotation_s", "first_out_after_s",
-                                                          "in_rotation_at_end", "events")
-                        if rep["label"] in live}})
-    return {"routing": manifest.get("routing"), "failovers_this_session": (session or {}).get("failovers"),
-            "replicas": rows, "server_metrics": (session or {}).get("server_metrics")}
+        st = per.get(rep["label"], _Tally())
+        row = ReplicaFigures(label=rep["label"], url=rep["url"], model=rep["model"], answered=st.requests, ok=st.ok,
+                             errors=dict(st.errors), failed_then_resent=st.failed_here, latency_s=spread(st.lat))
+        if rep["label"] in live:  # this session's time out of rotation
+            now = live[rep["label"]]
+            row.out_of_rotation_s, row.first_out_after_s = now["out_of_rotation_s"], now["first_out_after_s"]
+            row.in_rotation_at_end = now["in_rotation_at_end"]
+            row.events = [ReplicaEvent.model_validate(e) for e in now["events"]]
+        rows.append(row)
+    metrics = (session or {}).get("server_metrics")
+    return Fleet(routing=manifest.get("routing"), failovers_this_session=(session or {}).get("failovers"),
+                 replicas=rows, server_metrics=None if metrics is None else
+                 {label: ServerMetrics.model_validate(m) for label, m in metrics.items()})

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.records.store import RECORDS, RecordWriter
+from nlq2sql.records.summary_parts import WorkerFigures
 from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.harness_load import merge as merge_harness
 from nlq2sql.run.ray_engine import RayEngine
@@ -44,6 +45,7 @@ from nlq2sql.transport.client import RetryBudget
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.run.live import Progress
+    from nlq2sql.run.session import Session
 
 __all__ = ["ENGINES", "RESTARTS_PER_WORKER", "Fleet", "LocalEngine", "auto_workers", "distinct_golds",
            "merge_fleets", "run_workers", "shares"]
@@ -186,7 +188,7 @@ class Fleet:
 
 
 def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path, cases: list[EvalCase],
-                progress: Progress | None, budget: RetryBudget) -> dict[str, Any]:
+                progress: Progress | None, budget: RetryBudget) -> Session:
     """Answer ``cases`` with ``cfg.workers`` processes (or Ray actors); write their records here.
 
     A worker that dies (SIGKILL, out of memory, a Ray node lost) is noticed at once (its
@@ -284,16 +286,16 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
         merged["server_metrics"] = {f"r{i}": m for i, m in enumerate(per_replica)}
     now = time.time()
     started = min(first[0], now)
-    result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
-                            merge_harness([driver.result(), *(r["harness"] for r in reports)]),
-                            startup_s=max(0.0, started - t0))
-    result["load"].update({
+    workers = WorkerFigures.model_validate({
         "lost_workers": len(fleet.losses), "restarted_workers": fleet.next_id - len(lanes),
         "requeued_items": sum(x["requeued"] for x in fleet.losses), "worker_losses": fleet.losses,
         "worker_startup_s": {"first_ready_s": (fleet.first_ready - t0) if fleet.first_ready else None,
                              "first_request_s": started - t0 if first[0] != float("inf") else None,
                              "per_worker_s": [round(s, 3) for s in fleet.startups],
                              "per_worker_phases": fleet.phases}})
+    result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
+                            merge_harness([driver.result(), *(r["harness"] for r in reports)]),
+                            startup_s=max(0.0, started - t0), workers=workers)
     return result
 
 

@@ -31,6 +31,7 @@ from nlq2sql.records.store import (
     prepare_dir,
     write_json_atomic,
 )
+from nlq2sql.records.summary_parts import Digest, Figures, Missing
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.stages.abstention import apply_abstention
@@ -166,7 +167,7 @@ def check_evalset(es: EvalSet, wh: Warehouse) -> dict[str, Any]:
             "gold_rows": rows, "problems": problems}
 
 
-def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any]:
+def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> SummaryModel:
     """Re-derive the summary from a records file (reports never trust a cached summary).
 
     Records of the v2 answer (``"answer": "query"``) are summarised over the query's parts."""
@@ -180,10 +181,8 @@ def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> dict[str, Any
             summ = (Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets, fields=())
                     if answer in ("sql", "sql-grammar") else Summary(rulesets))
         summ.add(rec)
-    out = (summ or Summary(rulesets)).result()
-    if answer is not None:
-        out["answer"] = answer
-    return out
+    figures = (summ or Summary(rulesets)).figures()
+    return SummaryModel.of(figures, answer=answer) if answer is not None else SummaryModel.of(figures)
 
 
 def staging_dir(cfg: ScoreConfig) -> Path:
@@ -216,7 +215,7 @@ def publish(tmp: Path, out: Path) -> None:
     os.replace(tmp, out)
 
 
-def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
+def score_responses(cfg: ScoreConfig) -> SummaryModel:
     """Offline re-scoring of a responses file into a run directory.
 
     One streaming pass over the responses: every line is checked as it is scored, and output
@@ -253,12 +252,12 @@ def score_responses(cfg: ScoreConfig) -> dict[str, Any]:
                 writer.write(rec)
                 summ.add(rec)
             executed = ex.executed
-        summary = summ.result()
-        summary["distinct_queries_executed"] = executed
-        summary["missing"] = {"n": len(missing), "allowed": cfg.allow_missing, "first_ids": missing[:5]}
-        summary["records"] = writer.digest()  # = records_digest(tmp / RECORDS)
-        summary["record_version"] = RECORD_VERSION
-        write_json_atomic(tmp / SUMMARY, validated(SummaryModel, summary))
+        summary = SummaryModel.of(
+            summ.figures(), distinct_queries_executed=executed,
+            missing=Missing(n=len(missing), allowed=cfg.allow_missing, first_ids=missing[:5]),
+            records=Digest.model_validate(writer.digest()),  # = records_digest(tmp / RECORDS)
+            record_version=RECORD_VERSION)
+        write_json_atomic(tmp / SUMMARY, summary.to_json_dict())
         # The responses file as recorded: relative to the project, else its name; and its hash.
         from nlq2sql.semantic.catalog import display_path
 
@@ -290,7 +289,7 @@ def manifest_base(kind: str, evalset: EvalSet | CaseIndex, rulesets: list[RuleSe
 
 
 def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None = None
-                ) -> tuple[dict[str, Any], dict[str, bool], dict[str, bool]]:
+                ) -> tuple[Figures, dict[str, bool], dict[str, bool]]:
     """Re-score a recorded run under other guardrails, without re-querying the model.
 
     Returns (summary, raw correctness by id, final correctness by id) — the by-id maps are
@@ -335,4 +334,4 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
             assert rec.judgement is not None  # every re-scored item has its gold
             raw_ok[rec.id] = bool(present(rec.judgement.correct_raw))
             final_ok[rec.id] = bool(present(rec.judgement.correct_final))
-    return summ.result(), raw_ok, final_ok
+    return summ.figures(), raw_ok, final_ok

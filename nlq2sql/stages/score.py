@@ -18,6 +18,7 @@ import numpy as np
 
 from nlq2sql.errors import ExecutionError, IntentError, SqlBuildError
 from nlq2sql.records.item import AnswerPart, ItemRecord, Judgement
+from nlq2sql.records.summary_parts import Percentiles, Rate
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.engine import Query
 from nlq2sql.stages.evalset import EvalCase
@@ -36,7 +37,8 @@ from nlq2sql.stages.intent import (
 from nlq2sql.stages.sqlbuild import build_sql
 
 __all__ = ["RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "error_class", "mcnemar_exact", "parse_or_status",
-           "intent_record", "percentiles", "run_intent", "score_item", "wilson", "wrong_fields"]
+           "intent_record", "percentiles", "rate", "run_intent", "score_item", "spread", "wilson",
+           "wrong_fields"]
 
 T = TypeVar("T")
 
@@ -199,14 +201,19 @@ def intent_record(item_id: str, question: str, raw_text: str | None, rulesets: l
                       judgement=judgement)
 
 
-def wilson(k: int, n: int) -> dict[str, Any]:
+def rate(k: int, n: int) -> Rate:
     """Proportion with its 95 % Wilson interval and the counts behind it."""
     if n == 0:
-        return {"value": None, "k": 0, "n": 0, "ci95": None}
+        return Rate(value=None, k=0, n=0, ci95=None)
     from scipy.stats import binomtest  # (imported when a summary is made: scoring an item needs none)
 
     ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return {"value": k / n, "k": k, "n": n, "ci95": [round(ci.low, 4), round(ci.high, 4)]}
+    return Rate(value=k / n, k=k, n=n, ci95=[round(ci.low, 4), round(ci.high, 4)])
+
+
+def wilson(k: int, n: int) -> dict[str, Any]:
+    """:func:`rate` as the JSON it is written as (reports that still build their tables as JSON)."""
+    return rate(k, n).to_json_dict()
 
 
 def mcnemar_exact(b: int, c: int) -> float:
@@ -216,13 +223,18 @@ def mcnemar_exact(b: int, c: int) -> float:
     return 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
 
 
-def percentiles(values: list[float]) -> dict[str, Any]:
+def spread(values: list[float]) -> Percentiles:
     """p50/p95/p99/mean with the sample count; empty → not observed (never zero)."""
     if not values:
-        return {"n": 0, "p50": None, "p95": None, "p99": None, "mean": None}
+        return Percentiles(n=0, mean=None, p50=None, p95=None, p99=None)
     arr = np.asarray(values, dtype=float)
-    return {"n": int(arr.size), "mean": float(arr.mean()),
-            **{f"p{q}": float(np.percentile(arr, q)) for q in (50, 95, 99)}}
+    p50, p95, p99 = (float(np.percentile(arr, q)) for q in (50, 95, 99))
+    return Percentiles(n=int(arr.size), mean=float(arr.mean()), p50=p50, p95=p95, p99=p99)
+
+
+def percentiles(values: list[float]) -> dict[str, Any]:
+    """:func:`spread` as the JSON it is written as."""
+    return spread(values).to_json_dict()
 
 
 #: Rows of the result and of the gold result kept in each record.

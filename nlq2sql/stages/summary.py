@@ -14,13 +14,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from nlq2sql.records.item import UNSCORED, ItemRecord, present
+from nlq2sql.records.summary_parts import (
+    Abstention,
+    AnswerFigures,
+    CategoryFigures,
+    ConfusionMatrix,
+    CurvePoint,
+    EmptyGolds,
+    Figures,
+    LabelledRate,
+    RuleFigures,
+    Selective,
+)
 from nlq2sql.stages.abstention import kind_share
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.intent import (
     FIELDS,
     INTENTS,
 )
-from nlq2sql.stages.score import TIMING_KEYS, percentiles, wilson
+from nlq2sql.stages.score import TIMING_KEYS, rate, spread
 
 __all__ = ["PENDING_MAX", "Summary", "confidence"]
 
@@ -182,10 +194,13 @@ class Summary:
         self._flush()
         return {f: self.n - self.field_wrong[f] for f in self.fields}
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> Figures | AnswerFigures:
+        """The figures: of scored records (:meth:`figures`), else of answers (:meth:`answers`)."""
+        return self.figures() if self.scored else self.answers()
+
+    def figures(self) -> Figures:
+        """Accuracy, guardrail precision and recall, taxonomy, confusion matrix, timings."""
         self._flush()
-        if not self.scored:
-            return self._answers()
         n, c = self.n, self.c
         seen = {k for pair in self.pairs for k in pair} - {*INTENTS, "invalid"}
         labels = list(INTENTS) + sorted(seen) + ["invalid"]  # v2 adds "unanswerable"
@@ -197,53 +212,58 @@ class Summary:
             cm = confusion_matrix(ys, ps, labels=labels,
                                   sample_weight=list(self.pairs.values())).astype(int).tolist()
         majority = self.gold_intents.most_common(1)
-        rules = {rid: {"interventions": self.rule_fired[rid],
-                       "precision": wilson(self.rule_correct[rid], self.rule_fired[rid]),
-                       "recall": wilson(self.rule_scope_correct[rid], self.rule_scope[rid]),
-                       "scope": self.rule_scope[rid]} for rid in self.rule_ids}
-        return {
-            "n": n,
-            "raw_accuracy": wilson(c["correct_raw"], n),
-            "final_accuracy": wilson(c["correct_final"], n),
-            "execution_accuracy": wilson(c["correct_exec"], n),
-            "schema_valid_rate": wilson(c["schema_valid"], n),
-            "interventions": c["intervened"],
-            "intervention_precision": wilson(c["intervened_correct"], c["intervened"]),
-            "intervention_recall": {rid: r["recall"] for rid, r in rules.items()},
-            "rules": rules,
-            "majority_baseline": {"label": majority[0][0] if majority else None,
-                                  **wilson(majority[0][1] if majority else 0, n)},
-            "field_accuracy": {f: wilson(ok, n) for f, ok in self.field_ok.items()},
-            "status_counts": dict(self.status),
-            "error_taxonomy_raw": dict(self.errors_raw.most_common()),
-            "error_taxonomy_final": dict(self.errors_final.most_common()),
-            "finish_reasons": dict(self.finish),
-            "confusion_matrix": {"labels": labels, "rows_gold_cols_pred": cm},
-            "per_category": {k: {"n": v["n"], "raw_accuracy": wilson(v["raw"], v["n"]),
-                                 "final_accuracy": wilson(v["final"], v["n"])}
-                             for k, v in sorted(self.cat.items())},
-            "timing": {k: percentiles(v) for k, v in self.timing.items()},
-            **({"selective": self._selective()} if self.selective or c["sel_out"] or c["sel_right"] else {}),
-            **({"abstention": {
-                "abstained": c["abstained"], "unanswerable_items": c["gold_unanswerable"],
-                "precision": wilson(c["abstained_right"], c["abstained"]),
-                "recall": wilson(c["abstained_right"], c["gold_unanswerable"])}} if c["abstention_scope"] else {}),
-            # Flagged, never silent: `evalset check` refuses such golds; a set that has them is suspect.
-            **({"empty_golds": {"n": c["empty_gold"], "first_ids": self.empty_gold_ids}} if c["empty_gold"] else {}),
-        }
+        rules = {rid: RuleFigures(interventions=self.rule_fired[rid],
+                                  precision=rate(self.rule_correct[rid], self.rule_fired[rid]),
+                                  recall=rate(self.rule_scope_correct[rid], self.rule_scope[rid]),
+                                  scope=self.rule_scope[rid]) for rid in self.rule_ids}
+        baseline = rate(majority[0][1] if majority else 0, n)
+        figures = Figures(
+            n=n,
+            raw_accuracy=rate(c["correct_raw"], n),
+            final_accuracy=rate(c["correct_final"], n),
+            execution_accuracy=rate(c["correct_exec"], n),
+            schema_valid_rate=rate(c["schema_valid"], n),
+            interventions=c["intervened"],
+            intervention_precision=rate(c["intervened_correct"], c["intervened"]),
+            intervention_recall={rid: r.recall for rid, r in rules.items()},
+            rules=rules,
+            majority_baseline=LabelledRate(label=majority[0][0] if majority else None, value=baseline.value,
+                                           k=baseline.k, n=baseline.n, ci95=baseline.ci95),
+            field_accuracy={f: rate(ok, n) for f, ok in self.field_ok.items()},
+            status_counts=dict(self.status),
+            error_taxonomy_raw=dict(self.errors_raw.most_common()),
+            error_taxonomy_final=dict(self.errors_final.most_common()),
+            finish_reasons=dict(self.finish),
+            confusion_matrix=ConfusionMatrix(labels=labels, rows_gold_cols_pred=cm),
+            per_category={k: CategoryFigures(n=v["n"], raw_accuracy=rate(v["raw"], v["n"]),
+                                             final_accuracy=rate(v["final"], v["n"]))
+                          for k, v in sorted(self.cat.items())},
+            timing={k: spread(v) for k, v in self.timing.items()},
+        )
+        if self.selective or c["sel_out"] or c["sel_right"]:
+            figures.selective = self._selective()
+        if c["abstention_scope"]:
+            figures.abstention = Abstention(
+                abstained=c["abstained"], unanswerable_items=c["gold_unanswerable"],
+                precision=rate(c["abstained_right"], c["abstained"]),
+                recall=rate(c["abstained_right"], c["gold_unanswerable"]))
+        if c["empty_gold"]:  # flagged, never silent: `evalset check` refuses such golds; a set that has them is suspect
+            figures.empty_golds = EmptyGolds(n=c["empty_gold"], first_ids=self.empty_gold_ids)
+        return figures
 
-    def _answers(self) -> dict[str, Any]:
+    def answers(self) -> AnswerFigures:
         """The summary of records without a gold: how the answers came out, no accuracy."""
+        self._flush()
         n, c = self.n, self.c
-        return {"n": n, "scored": False,
-                "schema_valid_rate": wilson(c["schema_valid"], n),
-                "executed_rate": wilson(c["executed"], n), "exec_errors": c["exec_error"],
-                "interventions": c["intervened"], "rules_fired": {rid: self.rule_fired[rid] for rid in self.rule_ids},
-                "status_counts": dict(self.status), "final_status_counts": dict(self.final_status),
-                "final_intents": dict(self.final_intents.most_common()), "finish_reasons": dict(self.finish),
-                "timing": {k: percentiles(v) for k, v in self.timing.items()}}
+        return AnswerFigures(
+            n=n, scored=False, schema_valid_rate=rate(c["schema_valid"], n), executed_rate=rate(c["executed"], n),
+            exec_errors=c["exec_error"], interventions=c["intervened"],
+            rules_fired={rid: self.rule_fired[rid] for rid in self.rule_ids},
+            status_counts=dict(self.status), final_status_counts=dict(self.final_status),
+            final_intents=dict(self.final_intents.most_common()), finish_reasons=dict(self.finish),
+            timing={k: spread(v) for k, v in self.timing.items()})
 
-    def _selective(self) -> dict[str, Any]:
+    def _selective(self) -> Selective:
         """Coverage, accuracy on answered items, and the coverage-accuracy curve: answering only
         items whose confidence (vote share, else intent-token confidence) is at least each observed
         value (an abstention is never correct).  ``min_vote_share`` is the old name of
@@ -263,10 +283,9 @@ class Summary:
         for t in sorted({share for share, _, _ in sel}, reverse=True) or [1.0]:
             m = sum(v for (share, _, _), v in sel.items() if share >= t) + right_abstained
             k = sum(v for (share, _, ok), v in sel.items() if share >= t and ok) + right_abstained
-            curve.append({"min_confidence": t, "min_vote_share": t, "coverage": wilson(m, n),
-                          "accuracy": wilson(k, m)})
-        return {"n": n, "abstained": n - answered + right_abstained, "abstained_answerable": out,
-                "abstained_unanswerable": right_abstained, "coverage": wilson(answered, n),
-                "accuracy_answered": wilson(right, answered), "curve": curve,
-                # answered without a confidence read-out (the endpoint streamed no logprobs)
-                "without_logprob_evidence": self.no_evidence}
+            curve.append(CurvePoint(min_confidence=t, min_vote_share=t, coverage=rate(m, n), accuracy=rate(k, m)))
+        return Selective(n=n, abstained=n - answered + right_abstained, abstained_answerable=out,
+                         abstained_unanswerable=right_abstained, coverage=rate(answered, n),
+                         accuracy_answered=rate(right, answered), curve=curve,
+                         # answered without a confidence read-out (the endpoint streamed no logprobs)
+                         without_logprob_evidence=self.no_evidence)

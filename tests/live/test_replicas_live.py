@@ -44,7 +44,7 @@ def cfg(a: LocalServer, b: LocalServer, out: Path, **kw: object) -> EvalConfig:
 
 def test_two_replicas_serve_one_run_and_answer_identically(vllm_server: LocalServer, second: LocalServer,
                                                           tmp_path: Path) -> None:
-    summary = run_eval(cfg(vllm_server, second, tmp_path / "run", limit=8, concurrency=4))
+    summary = run_eval(cfg(vllm_server, second, tmp_path / "run", limit=8, concurrency=4)).to_json_dict()
     recs = list(iter_records(tmp_path / "run" / "records.jsonl"))
     assert summary["outcomes"] == {"ok": 8} and len({r["id"] for r in recs}) == 8
     assert set(Counter(r["replica"] for r in recs)) == {"r0", "r1"}
@@ -84,7 +84,7 @@ def test_a_replica_killed_mid_run_loses_nothing(vllm_server: LocalServer, second
 
     killer = threading.Thread(target=kill_when_it_has_answered, daemon=True)
     killer.start()
-    summary = run_eval(cfg(vllm_server, second, out, limit=n, concurrency=4, retry_budget=0.0))
+    summary = run_eval(cfg(vllm_server, second, out, limit=n, concurrency=4, retry_budget=0.0)).to_json_dict()
     seen["run_ended_at"] = time.monotonic()
     killer.join(timeout=5)
     if second.proc is not None and "killed_at" in seen:

@@ -1,0 +1,135 @@
+"""The sections of ``summary.json`` a live run's machinery measures: the server's ``/metrics``
+(``transport.server_metrics``), the client's own load (``run.harness_load``) and, with several
+replicas, the fleet (``run.pool``, ``run.session.fleet_summary``).
+
+Apart from :mod:`nlq2sql.records.summary_parts` (the aggregator's figures) because their shape is
+owned by other layers; like those, fields are declared in the order the summaries have their keys
+on disk, a key never set stays absent, and ints stay ints (``Num``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import SerializerFunctionWrapHandler, model_serializer
+
+from nlq2sql.records.summary_parts import Part, Percentiles
+
+__all__ = ["Fleet", "Gauge", "Harness", "HarnessThresholds", "LoopLag", "ProcessLoad", "ReplicaEvent",
+           "ReplicaFigures", "ServerMetrics"]
+
+Num = int | float
+
+
+class Gauge(Part):
+    """A sampled gauge: peak and mean over ``n`` samples, or a note that none was seen."""
+
+    n: int
+    peak: Num | None = None
+    mean: Num | None = None
+    note: str | None = None
+
+
+class ServerMetrics(Part):
+    """The endpoint's ``/metrics`` over the session: gauges, counter deltas, prefix-cache hit
+    rate; or ``observed`` false and a note saying why not."""
+
+    observed: bool
+    url: str | None = None
+    samples: int | None = None
+    errors: int | None = None
+    interval_s: Num | None = None
+    running: Gauge | None = None
+    waiting: Gauge | None = None
+    kv_cache_usage: Gauge | None = None
+    counter_deltas: dict[str, Num] | None = None
+    prefix_cache_hit_rate: Num | None = None
+    note: str | None = None
+
+
+class LoopLag(Part):
+    """The client's event-loop lag (ms): percentiles of its samples and the worst one.  Written
+    as it always was: ``mean`` after the count when observed, after the percentiles when not."""
+
+    n: int
+    mean: Num | None = None
+    p50: Num | None = None
+    p95: Num | None = None
+    p99: Num | None = None
+    max: Num | None = None
+
+    @model_serializer(mode="wrap")
+    def _in_written_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if self.mean is None and "mean" in out:
+            order = ("n", "p50", "p95", "p99", "mean", "max")
+            out = {k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order}
+        return out
+
+
+class ProcessLoad(Part):
+    """One client process of several: its CPU share and loop lag p95."""
+
+    cpu_share_of_core: Num | None
+    loop_lag_p95_ms: Num | None
+
+
+class HarnessThresholds(Part):
+    loop_lag_p95_ms: Num
+    cpu_share_of_core: Num
+    starved_share_below: Num | None = None  # older runs: absent
+
+
+class Harness(Part):
+    """The client's own load: CPU share, loop lag, and the verdict (saturated, starved) against
+    the stated thresholds."""
+
+    processes: int
+    cpu_s: Num
+    wall_s: Num
+    cpu_share_of_core: Num | None
+    loop_lag_ms: LoopLag
+    interval_s: Num
+    per_process: list[ProcessLoad] | None = None  # several client processes
+    saturated: bool
+    why: list[str]
+    starved: bool | None = None  # older runs: absent
+    starved_why: list[str] | None = None
+    thresholds: HarnessThresholds
+
+
+class ReplicaEvent(Part):
+    """A replica taken out of rotation, or put back after a probe."""
+
+    event: str
+    t: Num
+    reason: str
+    probes: int | None = None
+    after_s: Num
+    worker: int | None = None  # several client workers: whose breaker it was (run.workers.merge_fleets)
+
+
+class ReplicaFigures(Part):
+    """One replica: what it answered (every session's records), and this session's time out of rotation."""
+
+    label: str
+    url: str
+    model: str | None
+    answered: int
+    ok: int
+    errors: dict[str, int]
+    failed_then_resent: int
+    latency_s: Percentiles
+    out_of_rotation_s: Num | None = None
+    first_out_after_s: Num | None = None
+    in_rotation_at_end: bool | None = None
+    events: list[ReplicaEvent] | None = None
+
+
+class Fleet(Part):
+    """Several replicas: routing, failovers, per-replica figures and each one's ``/metrics``."""
+
+    routing: str | None
+    failovers_this_session: int | None
+    replicas: list[ReplicaFigures]
+    server_metrics: dict[str, ServerMetrics] | None

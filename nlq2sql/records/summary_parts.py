@@ -1,0 +1,275 @@
+"""The sections of ``summary.json`` as types: the figures the aggregator counts (rates, per-rule and
+per-category tables, timings, selective prediction) and the ones a live run adds (compactness,
+throughput, load shape, retry budget).
+
+Kept apart from :mod:`nlq2sql.records.results` (the contracts' top level) so that module stays
+small.  The summary on disk is the contract, byte for byte: fields are declared in the order the
+summary files have their keys; a model is built with the keys it has (a key never set stays
+absent, not null: :meth:`Part.to_json_dict` dumps only the fields that were set), ints stay ints.
+Readers of older runs get ``None`` for keys added since.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
+__all__ = ["Abstention", "AnswerFigures", "CategoryFigures", "Compactness", "ConfusionMatrix", "CurvePoint",
+           "Digest", "EmptyGolds", "Figures", "LabelledRate", "LoadShape", "Missing", "Part", "Percentiles", "Rate",
+           "RetryBudget", "RuleFigures", "Selective", "Throughput", "WorkerFigures", "WorkerLoss", "WorkerPhases",
+           "WorkerStartup"]
+
+Num = int | float
+
+
+class Part(BaseModel):
+    """A section of a run's results: undeclared keys are refused (a key added without being
+    declared fails the write, not a reader months later)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """As written: the keys that were set, in declared order (the JSON edge)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class Rate(Part):
+    """A proportion with its sample: k of n, and the Wilson 95 % interval."""
+
+    value: float | None
+    k: int
+    n: int
+    ci95: list[float] | None  # None when n = 0
+
+
+class LabelledRate(Part):
+    """The majority baseline: the class it names, then its rate."""
+
+    label: str | None = None
+    value: float | None
+    k: int
+    n: int
+    ci95: list[float] | None
+
+
+class Percentiles(Part):
+    """p50/p95/p99/mean with the sample count; none observed: ``n`` 0 and nulls (never zero).
+    Written as it always was: ``mean`` after the count when observed, last when not."""
+
+    n: int
+    mean: float | None = None
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _in_written_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if self.n == 0 and "mean" in out:
+            out["mean"] = out.pop("mean")
+        return out
+
+
+class Digest(Part):
+    """What the records file must hold: its line count and SHA-256."""
+
+    count: int
+    sha256: str
+
+
+class RuleFigures(Part):
+    """One guardrail rule: how often it fired, how often rightly, and its recall in scope."""
+
+    interventions: int
+    precision: Rate
+    recall: Rate
+    scope: int
+
+
+class ConfusionMatrix(Part):
+    labels: list[str]
+    rows_gold_cols_pred: list[list[int]] | None  # None: no records
+
+
+class CategoryFigures(Part):
+    n: int
+    raw_accuracy: Rate
+    final_accuracy: Rate
+
+
+class CurvePoint(Part):
+    """Answering only items at least this confident (``min_vote_share``: the old name, kept)."""
+
+    min_confidence: float | None = None  # older runs: only min_vote_share
+    min_vote_share: float
+    coverage: Rate
+    accuracy: Rate
+
+
+class Selective(Part):
+    """``--abstain`` and v2 answers: coverage, accuracy on answered items, the curve."""
+
+    n: int
+    abstained: int
+    abstained_answerable: int | None = None  # older runs: absent
+    abstained_unanswerable: int | None = None
+    coverage: Rate
+    accuracy_answered: Rate
+    curve: list[CurvePoint]
+    without_logprob_evidence: int | None = None
+
+
+class Abstention(Part):
+    """v2 answers: unanswerable precision and recall."""
+
+    abstained: int
+    unanswerable_items: int
+    precision: Rate
+    recall: Rate
+
+
+class EmptyGolds(Part):
+    """Items whose gold returned no rows (flagged, never silent)."""
+
+    n: int
+    first_ids: list[str]
+
+
+class Missing(Part):
+    """Offline scoring: items the responses file did not answer."""
+
+    n: int
+    allowed: bool
+    first_ids: list[str]
+
+
+class Compactness(Part):
+    """Whitespace in the outputs, measured on the records."""
+
+    n: int
+    outputs_without_whitespace: int
+    whitespace_chars: Percentiles
+    chars: Percentiles
+
+
+class Throughput(Part):
+    """This session's rate; the span over every record of the run."""
+
+    items_this_session: int
+    wall_s: Num
+    req_per_s: Num | None
+    startup_s: Num | None = None  # client workers' start, counted in the wall time
+    req_per_s_after_startup: Num | None = None
+    span_s_all_records: Num | None
+    completed_ok: int
+    not_sent: int | None = None  # older runs: absent
+
+
+class LoadShape(Part):
+    """How load was offered: closed loop or open-loop Poisson, and the engine when not one local process."""
+
+    mode: str
+    offered_rate: Num | None
+    max_in_flight: int
+    duration_s: Num | None
+    arrival_seed: int | None
+    workers: int | None = None
+    engine: str | None = None
+    # several client workers: what became of them
+    lost_workers: int | None = None
+    restarted_workers: int | None = None
+    requeued_items: int | None = None
+    worker_losses: list[WorkerLoss] | None = None
+    worker_startup_s: WorkerStartup | None = None
+
+
+class WorkerLoss(Part):
+    """A client worker that died: why, when, and the items it held (put back in the queue)."""
+
+    worker: int
+    why: str
+    at_s: float
+    requeued: int
+    requeued_ids: list[str]
+
+
+class WorkerPhases(Part):
+    """Where a worker's start-up went."""
+
+    interpreter_s: float | None = None
+    import_s: float
+    runner_s: float
+    golds_s: float
+
+
+class WorkerStartup(Part):
+    """How long the client workers took to start, in all and each."""
+
+    first_ready_s: float | None
+    first_request_s: float | None
+    per_worker_s: list[float]
+    per_worker_phases: list[WorkerPhases | None]
+
+
+class WorkerFigures(Part):
+    """What became of several client workers in one session (``run.workers``)."""
+
+    lost_workers: int
+    restarted_workers: int
+    requeued_items: int
+    worker_losses: list[WorkerLoss]
+    worker_startup_s: WorkerStartup
+
+
+class RetryBudget(Part):
+    """The run's retry budget (from its manifest) and the retries its records took."""
+
+    fraction: Num | None = None
+    total: int | None = None
+    used: int
+
+
+class Figures(Part):
+    """What the aggregator counts from scored records (``stages.summary.Summary.result``): the
+    first keys of every scored summary, in their order on disk."""
+
+    n: int
+    raw_accuracy: Rate
+    final_accuracy: Rate
+    execution_accuracy: Rate
+    schema_valid_rate: Rate
+    interventions: int
+    intervention_precision: Rate
+    intervention_recall: dict[str, Rate]
+    rules: dict[str, RuleFigures]
+    majority_baseline: LabelledRate
+    field_accuracy: dict[str, Rate]
+    status_counts: dict[str, int]
+    error_taxonomy_raw: dict[str, int]
+    error_taxonomy_final: dict[str, int]
+    finish_reasons: dict[str, int]
+    confusion_matrix: ConfusionMatrix
+    per_category: dict[str, CategoryFigures]
+    timing: dict[str, Percentiles]
+    selective: Selective | None = None  # --abstain: coverage, accuracy answered, curve
+    abstention: Abstention | None = None  # v2 answers: unanswerable precision and recall
+    empty_golds: EmptyGolds | None = None  # items whose gold returned no rows (flagged)
+
+
+class AnswerFigures(Part):
+    """What the aggregator counts from records without a gold (``batch --questions``): how the
+    answers came out, no accuracy."""
+
+    n: int
+    scored: bool = False
+    schema_valid_rate: Rate
+    executed_rate: Rate
+    exec_errors: int
+    interventions: int
+    rules_fired: dict[str, int]
+    status_counts: dict[str, int]
+    final_status_counts: dict[str, int]
+    final_intents: dict[str, int]
+    finish_reasons: dict[str, int]
+    timing: dict[str, Percentiles]
