@@ -20,6 +20,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
+from nlq2sql.records.manifest_parts import (
+    CanaryPart,
+    EnginePart,
+    GuardrailArtefact,
+    LoadPart,
+    ReplicaPart,
+    RetryBudgetPart,
+    SamplingPart,
+    ServerFacts,
+    StructuredOutputs,
+)
 from nlq2sql.records.store import RECORD_VERSION
 
 __all__ = ["LEGACY_WAREHOUSE", "Digest", "Manifest", "Rate", "Summary", "load_manifest", "load_summary",
@@ -112,7 +123,7 @@ class Manifest(_Model):
     evalset_sha256: str
     n_items: int
     guardrails: list[str]
-    guardrail_artefacts: dict[str, Any] | None = None
+    guardrail_artefacts: dict[str, GuardrailArtefact] | None = None  # by rule set
     answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
     semantic_model: str | None = None
     semantic_model_path: str | None = None
@@ -132,13 +143,13 @@ class Manifest(_Model):
     prompt: str | None = None
     prompt_style: str | None = None
     prompt_sha256: str | None = None
-    sampling: dict[str, Any] | None = None
+    sampling: SamplingPart | None = None
     concurrency: int | None = None
     limit: int | None = None
-    server: dict[str, Any] | None = None
+    server: ServerFacts | None = None
     client: str | None = None
     timeout_s: float | None = None  # per-request timeout (absent: older runs, 120 s)
-    load: dict[str, Any] | None = None
+    load: LoadPart | None = None
     context_suffix_chars: int | None = None
     context_suffix_sha256: str | None = None
     context_prefix_chars: int | None = None  # runs from before the suffix (grid)
@@ -147,12 +158,12 @@ class Manifest(_Model):
     server_args: list[str] | None = None
     server_startup_s: float | None = None
     api_key_env: str | None = None
-    retry_budget: dict[str, Any] | None = None
+    retry_budget: RetryBudgetPart | None = None
     routing: str | None = None
-    replicas: list[dict[str, Any]] | None = None
-    engine: dict[str, Any] | None = None
-    structured_outputs: dict[str, Any] | None = None  # a server we started: backend asked and logged
-    structured_canary: dict[str, Any] | None = None  # the canary's reply and verdict (run.canary)
+    replicas: list[ReplicaPart] | None = None
+    engine: EnginePart | None = None
+    structured_outputs: StructuredOutputs | None = None  # a server we started: backend asked and logged
+    structured_canary: CanaryPart | None = None  # the canary's reply and verdict (run.canary)
     batch_invariant: bool | None = None  # a server we started: VLLM_BATCH_INVARIANT
 
 
