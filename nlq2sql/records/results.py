@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
@@ -111,7 +111,11 @@ class Summary(_Model):
 
 class Manifest(_Model):
     """The keys every run writes; each condition's own keys are added by the condition registry
-    (``nlq2sql.conditions.registry.REGISTRY.manifest_model()``: validate a whole manifest with that)."""
+    (``nlq2sql.conditions.registry.REGISTRY.manifest_model()``: validate a whole manifest with that).
+
+    A live run builds its manifest as this model and writes it with :meth:`written`: the keys it
+    set, in the order declared here, each condition's keys after ``client`` (the order manifests
+    have always had: the declaration order is the write order, so keep it when adding a key)."""
 
     record_version: int = RECORD_VERSION
     kind: str
@@ -124,19 +128,12 @@ class Manifest(_Model):
     n_items: int
     guardrails: list[str]
     guardrail_artefacts: dict[str, GuardrailArtefact] | None = None  # by rule set
-    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
     semantic_model: str | None = None
     semantic_model_path: str | None = None
     semantic_model_sha256: str | None = None
     time_spine: str | None = None  # declared | legacy | generated: what MetricFlow compiled against
     db: str | None = None
     db_sha256: str | None = None
-    started: float | None = None
-    finished: float | None = None
-    resumed_at: float | None = None
-    # offline re-scoring
-    responses: str | None = None  # relative to the project, else the file's name
-    responses_sha256: str | None = None
     # live runs
     endpoint: str | None = None
     model: str | None = None
@@ -144,10 +141,13 @@ class Manifest(_Model):
     prompt_style: str | None = None
     prompt_sha256: str | None = None
     sampling: SamplingPart | None = None
+    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
+    engine: EnginePart | None = None
     concurrency: int | None = None
     limit: int | None = None
     server: ServerFacts | None = None
     client: str | None = None
+    # (each condition's keys are written here)
     timeout_s: float | None = None  # per-request timeout (absent: older runs, 120 s)
     load: LoadPart | None = None
     context_suffix_chars: int | None = None
@@ -157,14 +157,32 @@ class Manifest(_Model):
     server_started_by_us: bool | None = None
     server_args: list[str] | None = None
     server_startup_s: float | None = None
+    structured_outputs: StructuredOutputs | None = None  # a server we started: backend asked and logged
+    batch_invariant: bool | None = None  # a server we started: VLLM_BATCH_INVARIANT
     api_key_env: str | None = None
-    retry_budget: RetryBudgetPart | None = None
     routing: str | None = None
     replicas: list[ReplicaPart] | None = None
-    engine: EnginePart | None = None
-    structured_outputs: StructuredOutputs | None = None  # a server we started: backend asked and logged
+    retry_budget: RetryBudgetPart | None = None
     structured_canary: CanaryPart | None = None  # the canary's reply and verdict (run.canary)
-    batch_invariant: bool | None = None  # a server we started: VLLM_BATCH_INVARIANT
+    # offline re-scoring
+    responses: str | None = None  # relative to the project, else the file's name
+    responses_sha256: str | None = None
+    resumed_at: float | None = None
+    started: float | None = None
+    finished: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _in_write_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The run's keys in declaration order, the conditions' (declared by subclasses) after ``client``."""
+        data = handler(self)
+        own = list(Manifest.model_fields)
+        cut = own.index("client") + 1
+        return ({k: data[k] for k in own[:cut] if k in data} | {k: v for k, v in data.items() if k not in own}
+                | {k: data[k] for k in own[cut:] if k in data})
+
+    def written(self) -> dict[str, Any]:
+        """The manifest as ``manifest.json`` holds it (the JSON edge): the keys set, in write order."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def validated(model: type[Summary] | type[Manifest], data: dict[str, Any]) -> dict[str, Any]:
