@@ -17,6 +17,7 @@ from pydantic import Field
 
 from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence, query_evidence
 from nlq2sql.conditions.registry import Condition, Settings, register
+from nlq2sql.records.manifest_parts import Part
 from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.transport.client import Sampling
 from nlq2sql.transport.stream import Completion
@@ -55,8 +56,9 @@ class Abstain(Condition[AbstainSettings]):
             return dataclasses.replace(s, top_logprobs=TOP_LOGPROBS)
         return s
 
-    def manifest(self) -> dict[str, Any]:
-        return {"abstain": True if self.on else None, "abstain_below": self.settings.abstain_below}
+    def manifest(self) -> Part:
+        return self.manifest_part().model_validate({"abstain": True if self.on else None,
+                                                 "abstain_below": self.settings.abstain_below})
 
     @classmethod
     def label(cls, manifest: Mapping[str, Any]) -> str | None:

@@ -281,7 +281,7 @@ def _manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, rules
         "sampling": bind_sampling(request_sampling(wcfg), wh, wcfg.answer, grammar=grammar).recorded().written(),
         **({"answer": wcfg.answer} if wcfg.answer != "intent" else {}),
         # The conditions the actors apply (their keys only when some are on: older batches unchanged).
-        **(wcfg.conditions.manifest(conditions) if wcfg.conditions else {}),
+        **(wcfg.conditions.manifest(conditions).written() if wcfg.conditions else {}),
         "server": asyncio.run(probe_endpoint(wcfg.endpoint, wcfg.model, key)).written() if wcfg.endpoint else None,
         "retry_budget": {"fraction": wcfg.retry_budget, "total": total}, "started": time.time()}
 
