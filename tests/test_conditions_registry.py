@@ -21,6 +21,7 @@ from pydantic import Field
 
 from nlq2sql.conditions.registry import REGISTRY, Condition, ConditionSet, Messages, Settings
 from nlq2sql.errors import InputError, RecordError
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.run.config import EvalConfig, LoadShape, validate
@@ -58,8 +59,8 @@ class Note(Condition[NoteSettings]):
         trace["note_chars"] = len(self.settings.note)
         return [{**messages[0], "content": messages[0]["content"] + self.settings.note}, *messages[1:]]
 
-    def after(self, rec: dict[str, Any], comp: Completion, scored: bool) -> None:
-        rec["note_after"] = {"outcome": comp.outcome, "scored": scored}
+    def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
+        rec.traces["note_after"] = {"outcome": comp.outcome, "scored": scored}
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.results import Manifest
 
 if TYPE_CHECKING:
+    from nlq2sql.records.item import ItemRecord
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling
     from nlq2sql.transport.stream import Completion
@@ -164,8 +165,9 @@ class Condition(Generic[S]):
         """Replace the single request: (the answer's completion, record fields)."""
         raise NotImplementedError
 
-    def after(self, rec: dict[str, Any], comp: Completion, scored: bool) -> None:
-        """Over the item's record once it is built (``scored``: the item has a gold)."""
+    def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
+        """Over the item's record once it is built (``scored``: the item has a gold): what it adds
+        goes through ``rec.merge`` (a key to the part that owns it) or into ``rec.traces``."""
 
 
 def _optional(*conditions: type[Condition[Any]]) -> dict[str, Any]:

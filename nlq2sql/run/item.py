@@ -197,11 +197,8 @@ class ItemRunner:
         rec.request = request_part(comp)
         rec.merge(trace)
         rec.merge(planned)
-        if self.conditions:  # the hooks see the record as the flat dict it is on disk (their JSON edge)
-            flat = rec.to_json_dict()
-            for cond in self.conditions:
-                cond.after(flat, comp, scored=not isinstance(case, Question))
-            rec = ItemRecord.from_json(flat)
+        for cond in self.conditions:  # over the built record (their keys: each to its part, else a trace)
+            cond.after(rec, comp, scored=not isinstance(case, Question))
         req = rec.request
         if pool.multi:  # which replica answered, which failed the item before it, every request on each
             req.replica = rep.label
