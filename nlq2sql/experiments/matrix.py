@@ -17,6 +17,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from msgspec import to_builtins
+
 from nlq2sql.records.store import RECORDS, iter_records, output_dir, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
@@ -80,8 +82,8 @@ def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> dict[
         pair = {"a": a, "b": b, "n": len(common), "a_right_b_wrong": b_only,
                 "b_right_a_wrong": c_only, "mcnemar_exact_p": mcnemar_exact(b_only, c_only)}
         if len(finals[a]) > 1 or len(finals[b]) > 1:
-            pair["over_repeats"] = paired_means(finals_means(finals[a]), finals_means(finals[b]), clusters,
-                                                len(finals[a]), len(finals[b]))
+            pair["over_repeats"] = to_builtins(paired_means(finals_means(finals[a]), finals_means(finals[b]), clusters,
+                                                            len(finals[a]), len(finals[b])))
         pairs.append(pair)
     return {"conditions": conditions, "pairs": pairs}
 
@@ -95,10 +97,10 @@ def _across_repeats(summaries: list[dict[str, Any]], finals: list[dict[str, bool
 
     return {"repeats": len(summaries),
             "per_repeat_accuracy": [(s.get("final_accuracy") or {}).get("value") for s in summaries],
-            "accuracy": mean_ci([(s.get("final_accuracy") or {}).get("value") for s in summaries]),
-            "latency_p50_s": mean_ci([timing(s, "p50") for s in summaries]),
-            "latency_p95_s": mean_ci([timing(s, "p95") for s in summaries]),
-            "item_level_accuracy": cluster_mean(finals_means(finals), clusters)}
+            "accuracy": to_builtins(mean_ci([(s.get("final_accuracy") or {}).get("value") for s in summaries])),
+            "latency_p50_s": to_builtins(mean_ci([timing(s, "p50") for s in summaries])),
+            "latency_p95_s": to_builtins(mean_ci([timing(s, "p95") for s in summaries])),
+            "item_level_accuracy": to_builtins(cluster_mean(finals_means(finals), clusters))}
 
 
 def render_markdown(table: dict[str, Any], title: str = "Condition matrix") -> str:

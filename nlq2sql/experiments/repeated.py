@@ -10,35 +10,35 @@ per-item checks of the plain gate (flips, errors, latency, identity) run on the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.experiments import gate as gt
-from nlq2sql.run.repeats import Z95, paired_difference, repeat_dirs, summarise_repeats
+from nlq2sql.run.repeats import Z95, PairedMeans, paired_difference, repeat_dirs, summarise_repeats
 
 __all__ = ["gate", "repeats_check", "repeats_section"]
 
 
-def repeats_check(diff: dict[str, Any], alpha: float, max_drop: float) -> gt.Check:
+def repeats_check(diff: PairedMeans, alpha: float, max_drop: float) -> gt.Check:
     """Fail when the paired drop over repeats is significant (one-sided, clustered SE) or larger
     than ``max_drop`` percentage points."""
     from scipy.stats import norm
 
-    mean, se = diff["mean"], diff["se_cluster"]
+    mean, se = diff.mean, diff.se_cluster
+    assert mean is not None
     p_one = float(norm.cdf(mean / se)) if se else (0.0 if mean < 0 else 1.0)
     drop_pp = -100 * mean
     status: gt.Status = "fail" if p_one < alpha or drop_pp > max_drop else "pass"
-    ci = diff["ci95"]
+    ci = diff.ci95
     return gt.Check(
         id="accuracy_repeats", title="final accuracy over repeats: item-paired, SE clustered by pair_id",
         status=status,
-        detail=(f"candidate − baseline = {100 * mean:+.1f} pp over {diff['n_items']} items "
-                f"({diff['baseline_repeats']} vs {diff['candidate_repeats']} repeats; {diff['n_clusters']} "
+        detail=(f"candidate − baseline = {100 * mean:+.1f} pp over {diff.n_items} items "
+                f"({diff.baseline_repeats} vs {diff.candidate_repeats} repeats; {diff.n_clusters} "
                 f"pair_id clusters), 95 % CI "
                 + (f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] pp" if ci else "n/a")
                 + f"; one-sided p = {p_one:.4g} (alpha {alpha:g}); drop bound {max_drop:g} pp"),
-        numbers={"difference": mean, "se_cluster": se, "se_naive": diff["se_naive"], "p_one_sided": p_one,
-                 "items": diff["n_items"], "clusters": diff["n_clusters"]})
+        numbers={"difference": mean, "se_cluster": se, "se_naive": diff.se_naive, "p_one_sided": p_one,
+                 "items": diff.n_items, "clusters": diff.n_clusters})
 
 
 def gate(cfg: gt.GateConfig) -> gt.GateResult:
@@ -70,17 +70,17 @@ def repeats_section(dirs: list[Path]) -> list[str]:
     first = repeated[0][1]
     for d, reps in repeated:
         s = summarise_repeats(d)
-        a, il = s["across_repeats"]["accuracy"], s["item_level_accuracy"]
-        acc = (f"{a['mean']:.1%}" + (f" [{a['ci95'][0]:.1%}, {a['ci95'][1]:.1%}]" if a.get("ci95") else "")
-               if a.get("mean") is not None else "n/a")
-        item = (f"{il['mean']:.1%} ± {Z95 * il['se_cluster']:.1%} ({il['n_clusters']} clusters / "
-                f"{il['n_items']} items)" if il.get("se_cluster") is not None else "n/a")
+        a, il = s.across_repeats.accuracy, s.item_level_accuracy
+        acc = (f"{a.mean:.1%}" + (f" [{a.ci95[0]:.1%}, {a.ci95[1]:.1%}]" if a.ci95 else "")
+               if a.mean is not None else "n/a")
+        item = (f"{il.mean:.1%} ± {Z95 * il.se_cluster:.1%} ({il.n_clusters} clusters / "
+                f"{il.n_items} items)" if il.se_cluster is not None and il.mean is not None else "n/a")
         if reps is first:
             vs = "—"
         else:
             diff = paired_difference(first, reps)
-            ci = diff["ci95"]
-            vs = (f"{100 * diff['mean']:+.1f} pp [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}], p = "
-                  f"{diff['p_two_sided']:.3g}" if ci else f"{100 * diff['mean']:+.1f} pp")
-        lines.append(f"| {d.name} | {s['repeats']} | {acc} | {item} | {vs} |")
+            ci, mean = diff.ci95, diff.mean or 0.0
+            vs = (f"{100 * mean:+.1f} pp [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}], p = "
+                  f"{diff.p_two_sided:.3g}" if ci else f"{100 * mean:+.1f} pp")
+        lines.append(f"| {d.name} | {s.repeats} | {acc} | {item} | {vs} |")
     return lines

@@ -21,7 +21,7 @@ from nlq2sql.run.endpoints import check_address
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
-    from nlq2sql.run.worker import SharedBudget
+    from nlq2sql.run.worker import SharedBudget, WorkerReport
     from nlq2sql.stages.evalset import EvalCase
 
 __all__ = ["MAX_CHUNK", "BudgetCounter", "RayEngine", "chunk_size", "ray_available", "start_local_ray"]
@@ -199,5 +199,5 @@ class _Worker:
 
         return list(await asyncio.gather(*(self.worker.run(c) for c in cases)))
 
-    async def finish(self) -> dict[str, Any]:
+    async def finish(self) -> WorkerReport:
         return await self.worker.finish()

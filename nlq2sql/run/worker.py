@@ -22,13 +22,25 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from nlq2sql.run.harness_load import HarnessResult
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
 
-__all__ = ["PARENT_POLL_S", "ItemWorker", "SharedBudget", "die_with_parent", "serve_items"]
+__all__ = ["PARENT_POLL_S", "ItemWorker", "SharedBudget", "WorkerReport", "die_with_parent", "serve_items"]
+
+
+class WorkerReport(msgspec.Struct):
+    """What a worker (process or Ray actor) reports when it is done: the driver merges these."""
+
+    sent: int
+    fleet: dict[str, Any] | None  # its replicas' report (``ItemRunner.fleet``: run.pool's JSON figures)
+    harness: HarnessResult
+    pid: int
 
 
 class SharedBudget(RetryBudget):
@@ -132,9 +144,9 @@ class ItemWorker:
         self.sent += 1
         return await self.items.run(case)
 
-    async def finish(self) -> dict[str, Any]:
+    async def finish(self) -> WorkerReport:
         await self.items.close()
-        return {"sent": self.sent, "fleet": self.items.fleet(), "harness": self.items.harness(), "pid": os.getpid()}
+        return WorkerReport(self.sent, self.items.fleet(), self.items.harness(), os.getpid())
 
 
 def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection, budget: RetryBudget,

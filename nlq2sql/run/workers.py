@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.records.store import RECORDS, RecordWriter
-from nlq2sql.run.harness_load import HarnessMonitor
+from nlq2sql.run.harness_load import HarnessMonitor, HarnessResult
 from nlq2sql.run.harness_load import merge as merge_harness
 from nlq2sql.run.ray_engine import RayEngine
-from nlq2sql.run.worker import SharedBudget, serve_items
+from nlq2sql.run.worker import SharedBudget, WorkerReport, serve_items
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
 
@@ -208,7 +208,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
     counts = {"total": len(cases), "done": 0, "failed": 0, "in_flight": 0}
     first = [float("inf")]
     used = [0]
-    reports: list[dict[str, Any]] = []
+    reports: list[WorkerReport] = []
     driver = HarnessMonitor()
     # The driver samples every replica's /metrics (the workers sample none), labelled as the pool labels them.
     urls = [u for u, _, _ in targets(cfg, base_url, model, key)]
@@ -279,13 +279,13 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
         return [smp.result() for smp in samplers]
 
     per_replica = asyncio.run(drive())
-    merged = merge_fleets([r["fleet"] for r in reports])
+    merged = merge_fleets([r.fleet for r in reports])
     if merged is not None:
         merged["server_metrics"] = {f"r{i}": m for i, m in enumerate(per_replica)}
     now = time.time()
     started = min(first[0], now)
     result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
-                            merge_harness([driver.result(), *(r["harness"] for r in reports)]),
+                            _written(merge_harness([driver.result(), *(r.harness for r in reports)])),
                             startup_s=max(0.0, started - t0))
     result["load"].update({
         "lost_workers": len(fleet.losses), "restarted_workers": fleet.next_id - len(lanes),
@@ -390,3 +390,8 @@ class LocalEngine:
 
 def _ray_engine(cfg: EvalConfig) -> Any:
     return RayEngine(cfg.ray_address)
+
+
+def _written(harness: HarnessResult | None) -> Any:
+    """The harness figures as the session (and so the summary) holds them: JSON."""
+    return harness.written() if harness is not None else None
