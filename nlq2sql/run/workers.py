@@ -132,7 +132,7 @@ class Fleet:
         self.written: set[str] = set()
         self.losses: list[dict[str, Any]] = []
         self.startups: list[float] = []
-        self.phases: list[dict[str, Any] | None] = []
+        self.phases: list[dict[str, float | None]] = []  # each worker's start-up, by phase
         self.first_ready: float | None = None
         self.t0 = t0
         self.ended = False
@@ -258,9 +258,9 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                         elif kind == "ready":
                             fleet.ready.add(wid)
                             fleet.first_ready = fleet.first_ready or time.time()
-                            if body.get("startup_s") is not None:
-                                fleet.startups.append(body["startup_s"])
-                                fleet.phases.append(body.get("phases"))
+                            if body.startup_s is not None:  # (a WorkerReady)
+                                fleet.startups.append(body.startup_s)
+                                fleet.phases.append(body.phases)
                         elif kind == "done":
                             fleet.finished.add(wid)
                             reports.append(body)
