@@ -19,14 +19,14 @@ from typing import Any
 
 from nlq2sql.experiments.loadcheck import compare_runs, split_identity
 from nlq2sql.records.store import MANIFEST, read_json
-from nlq2sql.run.repeats import mean_ci, render_repeats, repeat_dirs, summarise_repeats
+from nlq2sql.run.repeats import MeanCI, mean_ci, render_repeats, repeat_dirs, summarise_repeats
 
 
-def _ci(d: dict[str, Any], fmt: str) -> str:
-    if d.get("mean") is None:
+def _ci(d: MeanCI, fmt: str) -> str:
+    if d.mean is None:
         return "n/a"
-    ci = d.get("ci95")
-    return fmt.format(d["mean"]) + (f" [{fmt.format(ci[0])}, {fmt.format(ci[1])}]" if ci else "")
+    ci = d.ci95
+    return fmt.format(d.mean) + (f" [{fmt.format(ci[0])}, {fmt.format(ci[1])}]" if ci else "")
 
 
 HEAD = ["| identity | runs | items byte-identical | intents differ | divergent ids |", "|---|---|---|---|---|"]

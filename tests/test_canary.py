@@ -156,7 +156,8 @@ def test_effective_backend_from_a_real_vllm_log_line(tmp_path: Path) -> None:
         "(EngineCore pid=2) INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: model='m', "
         "structured_outputs_config=StructuredOutputsConfig(backend='guidance', disable_any_whitespace=False, "
         "disable_additional_properties=False, reasoning_parser=''), observability_config=None\n")
-    assert effective_structured_outputs(log) == {"backend": "guidance", "disable_any_whitespace": False,
-                                                 "source": "server log"}
+    found = effective_structured_outputs(log)
+    assert found is not None and found.written() == {"backend": "guidance", "disable_any_whitespace": False,
+                                                      "source": "server log"}
     log.write_text("nothing here\n")
     assert effective_structured_outputs(log) is None

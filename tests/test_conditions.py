@@ -23,7 +23,7 @@ def bank() -> ExampleBank:
 def test_default_bank_is_the_dev_set(bank: ExampleBank) -> None:
     assert bank.evalset.name == "dev" and len(bank.cases) == 20
     info = bank.manifest(4)
-    assert info["bank_path"] == "evalsets/dev.jsonl" and len(info["bank_sha256"]) == 64
+    assert info.bank_path == "evalsets/dev.jsonl" and len(info.bank_sha256) == 64
 
 
 def test_nearest_finds_the_same_wording_first_and_is_deterministic(bank: ExampleBank) -> None:

@@ -21,6 +21,8 @@ from pydantic import Field
 
 from nlq2sql.conditions.registry import REGISTRY, Condition, ConditionSet, Messages, Settings
 from nlq2sql.errors import InputError, RecordError
+from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.run.config import EvalConfig, LoadShape, validate
 from nlq2sql.run.live import run_eval
@@ -45,9 +47,9 @@ class Note(Condition[NoteSettings]):
     manifest_keys = ("note_sentence",)
     label_rank = 5.0
 
-    def manifest(self) -> dict[str, Any]:
-        return {"note_sentence": {"sha256": hashlib.sha256(self.settings.note.encode()).hexdigest()}
-                if self.on else None}
+    def manifest(self) -> Part:
+        return self.manifest_part().model_validate(
+            {"note_sentence": {"sha256": hashlib.sha256(self.settings.note.encode()).hexdigest()} if self.on else None})
 
     @classmethod
     def label(cls, manifest: Mapping[str, Any]) -> str | None:
@@ -57,8 +59,8 @@ class Note(Condition[NoteSettings]):
         trace["note_chars"] = len(self.settings.note)
         return [{**messages[0], "content": messages[0]["content"] + self.settings.note}, *messages[1:]]
 
-    def after(self, rec: dict[str, Any], comp: Completion, scored: bool) -> None:
-        rec["note_after"] = {"outcome": comp.outcome, "scored": scored}
+    def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
+        rec.traces["note_after"] = {"outcome": comp.outcome, "scored": scored}
 
 
 @pytest.fixture
@@ -162,7 +164,7 @@ def test_a_condition_set_is_hashable_picklable_and_drops_what_is_off() -> None:
     cs = REGISTRY.from_options(examples=0, example_bank="dev", samples=1, link_values="hint")
     assert cs.names() == ("values",)  # a bank without --examples, one sample: off
     assert pickle.loads(pickle.dumps(cs)) == cs and hash(cs) == hash(REGISTRY.from_options(link_values="hint"))
-    assert not ConditionSet() and ConditionSet().manifest() == dict.fromkeys(REGISTRY.manifest_keys())
+    assert not ConditionSet() and ConditionSet().manifest().written() == dict.fromkeys(REGISTRY.manifest_keys())
 
 
 def test_ray_vllm_refuses_conditions_by_name(tmp_path: Path) -> None:

@@ -32,11 +32,12 @@ def _eval(fake: FakeServer, out: Path, *extra: str) -> None:
 def test_cluster_standard_error_by_pair_id() -> None:
     values = {"a": 1.0, "b": 1.0, "c": 0.0, "d": 0.0}
     res = cluster_mean(values, {"a": "g1", "b": "g1", "c": "g2", "d": "g2"})
-    assert res["mean"] == 0.5 and res["n_clusters"] == 2
-    assert math.isclose(res["se_cluster"], 0.5)  # sqrt(2/1 * (1² + 1²)) / 4
-    assert math.isclose(res["se_naive"], 0.5773502691896258 / 2)
+    assert res.mean == 0.5 and res.n_clusters == 2
+    assert res.se_cluster is not None and math.isclose(res.se_cluster, 0.5)  # sqrt(2/1 * (1² + 1²)) / 4
+    assert res.se_naive is not None and math.isclose(res.se_naive, 0.5773502691896258 / 2)
     independent = cluster_mean(values, {k: k for k in values})
-    assert independent["se_cluster"] < res["se_cluster"]  # paraphrases agreeing are weaker evidence
+    assert independent.se_cluster is not None
+    assert independent.se_cluster < res.se_cluster  # paraphrases agreeing are weaker evidence
 
 
 def test_repeats_seeded_orders_summary_and_resume(tmp_path: Path) -> None:
@@ -91,7 +92,7 @@ def test_gate_and_compare_pair_items_over_repeats(tmp_path: Path) -> None:
         _eval(fake, cand, "--repeats", "2")
     right = right[:3]
     diff = paired_difference(repeat_dirs(base), repeat_dirs(cand))
-    assert math.isclose(diff["mean"], -len(right) / N_ITEMS) and diff["n_items"] == N_ITEMS
+    assert diff.mean is not None and math.isclose(diff.mean, -len(right) / N_ITEMS) and diff.n_items == N_ITEMS
     res = CliRunner().invoke(app, ["gate", "--baseline", str(base), "--candidate", str(cand), "--max-drop", "100",
                                    "--out", str(tmp_path / "g")])
     gate = json.loads((tmp_path / "g" / "gate.json").read_text())

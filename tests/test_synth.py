@@ -93,16 +93,16 @@ def test_a_warehouse_without_a_dev_set_gets_the_synthetic_bank(tmp_path: Path, s
     wh = open_warehouse(model, small_warehouse)
     bank = load_bank(None, wh, 8, "query")
     m = bank.manifest(8)
-    assert m["synthetic"] is True and m["seed"] == 0 and m["bank_size"] == len(bank.cases) > 8
-    assert m["bank"].startswith("synthetic-") and not m["bank_path"].startswith("/")
+    assert m.synthetic is True and m.seed == 0 and m.bank_size == len(bank.cases) > 8
+    assert m.bank.startswith("synthetic-") and not m.bank_path.startswith("/")
     again = load_bank(None, wh, 8, "query").manifest(8)
-    assert again["bank_sha256"] == m["bank_sha256"], "cached and deterministic"
+    assert again.bank_sha256 == m.bank_sha256, "cached and deterministic"
     with pytest.raises(InputError, match="--answer query"):
         load_bank(None, wh, 8, "intent")
     shipped = load_bank(None, open_warehouse("retail", small_warehouse), 8, "query").manifest(8)
-    assert shipped["bank"] == "dev" and shipped["synthetic"] is False
+    assert shipped.bank == "dev" and shipped.synthetic is False
     named = load_bank("synthetic", open_warehouse("retail", small_warehouse), 8, "query").manifest(8)
-    assert named["synthetic"] is True
+    assert named.synthetic is True
 
 
 def test_cli_writes_the_bank_and_refuses_bad_input(tmp_path: Path, small_warehouse: Path) -> None:

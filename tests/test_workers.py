@@ -182,7 +182,7 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, 
     while mine.poll():
         got.append(mine.recv())
     assert [k for k, _ in got] == ["ready"] + ["rec"] * len(repeated) + ["done"]
-    assert got[-1][1]["sent"] == len(repeated)
+    assert got[-1][1].sent == len(repeated)
     assert memo_at_start == {build_sql(canonicalise(c.gold), wh.catalog) for c in cases}
 
 

@@ -285,10 +285,10 @@ def serve(
     try:
         fleet.start()
         for srv in fleet.servers:
-            so = srv.structured or {}
+            so = srv.structured
             Console().print(f"serving {srv.model_name} at {srv.url} (pid {srv.pid}, ready in "
-                            f"{srv.startup_s:.1f} s; structured-output backend {so.get('backend', 'unknown')}"
-                            f"{', whitespace-free' if so.get('disable_any_whitespace') else ''}"
+                            f"{srv.startup_s:.1f} s; structured-output backend {so.backend if so else 'unknown'}"
+                            f"{', whitespace-free' if so and so.disable_any_whitespace else ''}"
                             f"{', batch-invariant' if batch_invariant else ''})",
                             soft_wrap=True)  # one line: scripts read it
         if replicas > 1:

@@ -77,13 +77,22 @@ def eval_repeats(cfg: Any, repeats: int, progress: Any) -> dict[str, Any]:
 
     from nlq2sql.records.store import SUMMARY, write_json_atomic
     from nlq2sql.run.live import bound_endpoint, run_eval
-    from nlq2sql.run.repeats import REPEATS_FILE, check_repeats_out, render_repeats, repeat_dirs, run_repeats
+    from nlq2sql.run.repeats import (
+        REPEATS_FILE,
+        RepeatsServer,
+        check_repeats_out,
+        render_repeats,
+        repeat_dirs,
+        run_repeats,
+    )
 
     check_repeats_out(cfg, repeats)  # before a local server starts
     with bound_endpoint(cfg) as (bound, info):
         result = run_repeats(bound, repeats, lambda c: run_eval(c, progress))
-    result["server"] = {k: info.get(k) for k in ("started_by_us", "structured_outputs", "batch_invariant")}
-    write_json_atomic(cfg.out / REPEATS_FILE, result)
+    result.server = RepeatsServer(started_by_us=info["started_by_us"],
+                                  structured_outputs=info.get("structured_outputs"),
+                                  batch_invariant=info.get("batch_invariant"))
+    write_json_atomic(cfg.out / REPEATS_FILE, result.written())
     Console().print(render_repeats(result), markup=False, highlight=False, soft_wrap=True)
     failed = n = 0
     for d in repeat_dirs(cfg.out)[:repeats]:

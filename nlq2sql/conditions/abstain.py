@@ -17,7 +17,9 @@ from pydantic import Field
 
 from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence, query_evidence
 from nlq2sql.conditions.registry import Condition, Settings, register
-from nlq2sql.stages.abstention import apply_abstention
+from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.manifest_parts import Part
+from nlq2sql.stages.abstention import ABSTENTION_KEYS, apply_abstention
 from nlq2sql.transport.client import Sampling
 from nlq2sql.transport.stream import Completion
 
@@ -55,8 +57,9 @@ class Abstain(Condition[AbstainSettings]):
             return dataclasses.replace(s, top_logprobs=TOP_LOGPROBS)
         return s
 
-    def manifest(self) -> dict[str, Any]:
-        return {"abstain": True if self.on else None, "abstain_below": self.settings.abstain_below}
+    def manifest(self) -> Part:
+        return self.manifest_part().model_validate({"abstain": True if self.on else None,
+                                                 "abstain_below": self.settings.abstain_below})
 
     @classmethod
     def label(cls, manifest: Mapping[str, Any]) -> str | None:
@@ -64,12 +67,13 @@ class Abstain(Condition[AbstainSettings]):
             return f"abstain below p {manifest['abstain_below']:g}"
         return "abstain" if manifest.get("abstain") else None
 
-    def after(self, rec: dict[str, Any], comp: Completion, scored: bool) -> None:
+    def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
         below = self.settings.abstain_below
         if below is not None:
-            if "intent_evidence" not in rec:  # (the planner records its first stage's: the kind was chosen there)
-                rec["intent_evidence"] = (query_evidence(comp.token_logprobs, self.metrics)
-                                          if self.metrics is not None else intent_evidence(comp.token_logprobs))
-            rec["abstain_below"] = below
-        if scored:
-            apply_abstention(rec)
+            if "intent_evidence" not in rec.traces:  # (the planner records its first stage's: it chose the kind)
+                rec.traces["intent_evidence"] = (query_evidence(comp.token_logprobs, self.metrics)
+                                                 if self.metrics is not None else intent_evidence(comp.token_logprobs))
+            rec.traces["abstain_below"] = below
+        if scored:  # decided on the flat record, as offline re-scoring decides it (stages.abstention)
+            flat = apply_abstention(rec.to_json_dict())
+            rec.merge({k: flat[k] for k in ABSTENTION_KEYS})

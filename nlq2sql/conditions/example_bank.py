@@ -21,12 +21,13 @@ import numpy as np
 from nlq2sql.conditions.synth import SYNTHETIC, SYNTHETIC_TAG, cached_bank
 from nlq2sql.errors import EvalSetError, InputError
 from nlq2sql.paths import cache_dir
+from nlq2sql.records.manifest_parts import Part
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog, display_path
 from nlq2sql.stages.evalset import load_evalset, resolve_path
 from nlq2sql.stages.intent import compact_json
 
-__all__ = ["DEFAULT_BANK", "ExampleBank", "load_bank", "normalise", "synthetic_origin"]
+__all__ = ["DEFAULT_BANK", "ExampleBank", "ExamplesManifest", "load_bank", "normalise", "synthetic_origin"]
 
 DEFAULT_BANK = "dev"
 _SPACE = re.compile(r"\s+")
@@ -76,16 +77,19 @@ class ExampleBank:
     def cases(self) -> tuple[Any, ...]:
         return self.evalset.cases  # type: ignore[no-any-return]
 
-    def manifest(self, k: int) -> dict[str, Any]:
+    def manifest(self, k: int) -> ExamplesManifest:
         from pathlib import Path
 
         shown = display_path(Path(self.evalset.path))
         if shown.startswith("/"):  # a generated bank in a cache outside the project: no machine path recorded
             with contextlib.suppress(ValueError):
                 shown = "cache:" + str(Path(self.evalset.path).resolve().relative_to(cache_dir().resolve()))
-        return {"k": k, "bank": self.evalset.name, "bank_path": shown,
-                "bank_sha256": self.evalset.sha256, "bank_size": len(self.cases),
-                "similarity": "tfidf char_wb 2-4 cosine", **synthetic_origin(self.cases)}
+        synthetic, seed = synthetic_origin(self.cases)
+        part = ExamplesManifest(k=k, bank=self.evalset.name, bank_path=shown, bank_sha256=self.evalset.sha256,
+                                bank_size=len(self.cases), similarity="tfidf char_wb 2-4 cosine", synthetic=synthetic)
+        if synthetic:
+            part.seed = seed
+        return part
 
     def check_disjoint(self, tested: Any) -> None:
         """Refuse a bank that shares an id or a question with the set under test."""
@@ -129,14 +133,27 @@ def _has_set(name: str, warehouse: str) -> bool:
     return True
 
 
-def synthetic_origin(cases: Any) -> dict[str, Any]:
-    """``synthetic`` (and its ``seed``) when every bank line says :mod:`.synth` made it."""
+def synthetic_origin(cases: Any) -> tuple[bool, int | None]:
+    """Whether every bank line says :mod:`.synth` made it, and its seed (None: not one seed)."""
     tags = [set(c.tags) for c in cases]
     if not tags or not all(SYNTHETIC_TAG in t for t in tags):
-        return {"synthetic": False}
+        return False, None
     seeds = {x.removeprefix("seed:") for t in tags for x in t if x.startswith("seed:")}
-    seed = int(next(iter(seeds))) if len(seeds) == 1 and next(iter(seeds)).lstrip("-").isdigit() else None
-    return {"synthetic": True, "seed": seed}
+    return True, int(next(iter(seeds))) if len(seeds) == 1 and next(iter(seeds)).lstrip("-").isdigit() else None
+
+
+class ExamplesManifest(Part):
+    """The manifest's ``examples``: how many, from which bank (hash, size), by which similarity."""
+
+    k: int
+    bank: str
+    bank_path: str
+    bank_sha256: str
+    bank_size: int
+    similarity: str
+    synthetic: bool | None = None  # since generated banks (older runs: absent)
+    seed: int | None = None  # a generated bank's (written only then)
+    solutions: dict[str, str | int] | None = None  # a SQL bank's: kind "sql" and the count of each style
 
 
 def load_bank(name_or_path: str | None, source: Catalog | Warehouse, k: int, answer: str = "intent") -> ExampleBank:

@@ -11,9 +11,10 @@ from typing import Any
 
 from pydantic import Field
 
-from nlq2sql.conditions.example_bank import ExampleBank, load_bank
+from nlq2sql.conditions.example_bank import ExampleBank, ExamplesManifest, load_bank
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.conditions.sql_examples import sql_bank
+from nlq2sql.records.manifest_parts import Part
 
 __all__ = ["Examples", "ExamplesSettings"]
 
@@ -36,7 +37,7 @@ class Examples(Condition[ExamplesSettings]):
     settings_model = ExamplesSettings
     answers = frozenset({"intent", "query", "sql", "sql-grammar"})  # the SQL arms: solved SQL (.sql_examples)
     manifest_keys = ("examples",)
-    manifest_types = {"examples": dict[str, Any]}
+    manifest_types = {"examples": ExamplesManifest}
     label_rank = 10.0
     bank: ExampleBank | None = None
 
@@ -54,8 +55,10 @@ class Examples(Condition[ExamplesSettings]):
         assert self.bank is not None
         self.bank.check_disjoint(evalset)
 
-    def manifest(self) -> dict[str, Any]:
-        return {"examples": self.bank.manifest(self.settings.examples) if self.bank is not None else None}
+    def manifest(self) -> Part:
+        bank = self.bank
+        return self.manifest_part().model_validate(
+            {"examples": bank.manifest(self.settings.examples) if bank is not None else None})
 
     @classmethod
     def label(cls, manifest: Mapping[str, Any]) -> str | None:

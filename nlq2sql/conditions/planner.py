@@ -21,6 +21,7 @@ from pydantic import Field
 
 from nlq2sql.conditions.confidence import intent_evidence
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
+from nlq2sql.records.manifest_parts import Part
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import METRIC_TIME
 from nlq2sql.stages.intent import INTENTS, branch_schema
@@ -163,8 +164,8 @@ class Planner(Condition[PlannerSettings]):
         self.catalog = wh.catalog
         self.answer_kind = answer
 
-    def manifest(self) -> dict[str, Any]:
-        return {"planner": self.settings.planner if self.on else None}
+    def manifest(self) -> Part:
+        return self.manifest_part().model_validate({"planner": self.settings.planner if self.on else None})
 
     @classmethod
     def label(cls, manifest: Mapping[str, Any]) -> str | None:

@@ -28,9 +28,11 @@ from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from nlq2sql.errors import InputError
+from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.results import Manifest
 
 if TYPE_CHECKING:
+    from nlq2sql.records.item import ItemRecord
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling
     from nlq2sql.transport.stream import Completion
@@ -84,6 +86,7 @@ class Condition(Generic[S]):
     manifest_keys: ClassVar[tuple[str, ...]] = ()
     #: The manifest keys' types (``X | None`` is declared for each; unlisted keys: any JSON).
     manifest_types: ClassVar[Mapping[str, Any]] = {}
+    _part: ClassVar[type[Part]]  # manifest_part's, made once per class
     #: Read with ``--answer`` kinds it does not apply to: what to say after the options.
     refusal: ClassVar[str] = ""
     #: Where its label goes in a condition's name (quality report, viewer): lower first.
@@ -137,9 +140,16 @@ class Condition(Generic[S]):
     def check_against(self, evalset: Any) -> None:
         """Once per run, before anything is written: refuse a set this condition cannot run on."""
 
-    def manifest(self) -> dict[str, Any]:
+    @classmethod
+    def manifest_part(cls) -> type[Part]:
+        """Its manifest keys as a model (``manifest_types``, each ``X | None``): what :meth:`manifest` returns."""
+        if "_part" not in cls.__dict__:
+            cls._part = create_model(f"{cls.__name__}Manifest", __base__=Part, **_optional(cls))
+        return cls._part
+
+    def manifest(self) -> Part:
         """Its manifest keys (all of :attr:`manifest_keys`; ``None`` when off)."""
-        return dict.fromkeys(self.manifest_keys)
+        return self.manifest_part().model_validate(dict.fromkeys(self.manifest_keys))
 
     @classmethod
     def label(cls, manifest: Mapping[str, Any]) -> str | None:
@@ -155,8 +165,15 @@ class Condition(Generic[S]):
         """Replace the single request: (the answer's completion, record fields)."""
         raise NotImplementedError
 
-    def after(self, rec: dict[str, Any], comp: Completion, scored: bool) -> None:
-        """Over the item's record once it is built (``scored``: the item has a gold)."""
+    def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
+        """Over the item's record once it is built (``scored``: the item has a gold): what it adds
+        goes through ``rec.merge`` (a key to the part that owns it) or into ``rec.traces``."""
+
+
+def _optional(*conditions: type[Condition[Any]]) -> dict[str, Any]:
+    """Conditions' manifest keys as create_model's field definitions (type forms, not data): ``X | None``,
+    default None."""
+    return {k: (c.manifest_types.get(k, Any) | None, None) for c in conditions for k in c.manifest_keys}
 
 
 def option(field: str) -> str:
@@ -172,6 +189,7 @@ class Registry:
     def __init__(self) -> None:
         self._by_name: dict[str, type[Condition[Any]]] = {}
         self._model: tuple[tuple[str, ...], type[Manifest]] | None = None
+        self._part: tuple[tuple[str, ...], type[Part]] | None = None
 
     def add(self, cls: type[Condition[Any]]) -> None:
         if cls.name in self._by_name:
@@ -204,12 +222,17 @@ class Registry:
     def manifest_model(self) -> type[Manifest]:
         """The manifest's model: the run's keys (``records.results.Manifest``) and every registered
         condition's, each optional (absent in runs from before it, ``None`` when off)."""
-        fields: dict[str, Any] = {k: (c.manifest_types.get(k, Any) | None, None)
-                                  for c in self for k in c.manifest_keys}
-        key = tuple(fields)
+        key = self.manifest_keys()
         if self._model is None or self._model[0] != key:
-            self._model = (key, create_model("Manifest", __base__=Manifest, **fields))
+            self._model = (key, create_model("Manifest", __base__=Manifest, **_optional(*self)))
         return self._model[1]
+
+    def conditions_part(self) -> type[Part]:
+        """Every registered condition's manifest keys as one model (:meth:`ConditionSet.manifest`)."""
+        key = self.manifest_keys()
+        if self._part is None or self._part[0] != key:
+            self._part = (key, create_model("ConditionsManifest", __base__=Part, **_optional(*self)))
+        return self._part[1]
 
     def from_options(self, **values: Any) -> ConditionSet:
         """Settings from flat option values (``examples=2, link_values="both"``), each validated
@@ -355,14 +378,12 @@ class ConditionSet:
             s = c.sampling(s)
         return s
 
-    def manifest(self, loaded: list[Condition[Any]] | None = None) -> dict[str, Any]:
+    def manifest(self, loaded: list[Condition[Any]] | None = None) -> Part:
         """Every registered condition's manifest keys (``None`` for those off), from the loaded
         conditions where given (a bank's hash is known only once it is loaded)."""
         by_name = {c.name: c for c in loaded or ()}
-        out: dict[str, Any] = {}
-        for c in self.bound():
-            out |= by_name.get(c.name, c).manifest()
-        return out
+        parts = [by_name.get(c.name, c).manifest() for c in self.bound()]
+        return REGISTRY.conditions_part().model_validate({k: v for part in parts for k, v in part})
 
     def refuse(self, engine: str) -> None:
         """For an engine that applies no condition: one message naming those set, exit 2."""

@@ -31,6 +31,7 @@ from pydantic import Field
 
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.errors import InputError, IntentError
+from nlq2sql.records.manifest_parts import Part
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import parse_answer
 from nlq2sql.stages.intent import canonicalise, parse_intent
@@ -126,8 +127,8 @@ class SelfCheck(Condition[SelfCheckSettings]):
         self.catalog = wh.catalog
         self.answer_kind = answer
 
-    def manifest(self) -> dict[str, Any]:
-        return {"samples": self.settings.samples if self.on else None}
+    def manifest(self) -> Part:
+        return self.manifest_part().model_validate({"samples": self.settings.samples if self.on else None})
 
     @classmethod
     def label(cls, manifest: Mapping[str, Any]) -> str | None:

@@ -9,9 +9,7 @@ inlined.  How many of each is in the manifest (``examples.solutions``).
 
 from __future__ import annotations
 
-from typing import Any
-
-from nlq2sql.conditions.example_bank import DEFAULT_BANK, ExampleBank
+from nlq2sql.conditions.example_bank import DEFAULT_BANK, ExampleBank, ExamplesManifest
 from nlq2sql.errors import InputError
 from nlq2sql.semantic.binding import Warehouse
 
@@ -25,8 +23,10 @@ class SqlExampleBank(ExampleBank):
 
     styles: dict[str, int]
 
-    def manifest(self, k: int) -> dict[str, Any]:
-        return {**super().manifest(k), "solutions": {"kind": "sql", **self.styles}}
+    def manifest(self, k: int) -> ExamplesManifest:
+        part = super().manifest(k)
+        part.solutions = {"kind": "sql", **self.styles}
+        return part
 
 
 def sql_bank(name_or_path: str | None, wh: Warehouse, k: int) -> ExampleBank:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
+from nlq2sql.records.manifest_parts import Part
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.query_guard import link_where, where_hint
 from nlq2sql.stages.value_links import ValueIndex, hint_text
@@ -74,8 +75,8 @@ class Values(Condition[ValuesSettings]):
         if answer == "query":
             self.catalog = wh.catalog
 
-    def manifest(self) -> dict[str, Any]:
-        return {"link_values": self.settings.link_values if self.on else None}
+    def manifest(self) -> Part:
+        return self.manifest_part().model_validate({"link_values": self.settings.link_values if self.on else None})
 
     @classmethod
     def label(cls, manifest: Mapping[str, Any]) -> str | None:

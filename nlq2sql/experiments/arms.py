@@ -168,8 +168,8 @@ class ArmsTable(Fig):
 
 def _examples(manifest: Manifest | None) -> int:
     """K retrieved examples (the ``examples`` condition's manifest key; 0 when off)."""
-    examples = getattr(manifest, "examples", None)
-    return examples.get("k", 0) if isinstance(examples, dict) else 0
+    examples = getattr(manifest, "examples", None)  # (conditions.example_bank.ExamplesManifest)
+    return int(examples.k) if examples is not None else 0
 
 
 def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> ArmsTable:
@@ -185,7 +185,7 @@ def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> ArmsT
             lenient=Share.wilson(sum(a.lenient.values()), len(a.lenient)), examples=_examples(a.manifest),
             prompt_tokens=percentiles(a.prompt_tokens), completion_tokens=percentiles(a.completion_tokens),
             latency_s=percentiles(a.latency_s), req_per_s=rps, cost_per_1k=cost_per_1k(rps, gpu_cost_per_hour),
-            grammar_sha256=sampling.get("grammar_sha256") if isinstance(sampling, dict) else None,
+            grammar_sha256=sampling.grammar_sha256 if sampling is not None else None,
             errors={t: a.errors.get(t, 0) for t in ("correct", *TAXONOMY) if a.errors.get(t)}
                    | {t: v for t, v in a.errors.items() if t not in TAXONOMY and t != "correct"},
         ))

@@ -121,7 +121,7 @@ def summarise_backends(out: Path, backends: tuple[str, ...], errors: dict[str, s
 
 
 def _schema_of(manifest: Manifest) -> dict[str, Any] | None:  # a JSON Schema document: JSON by nature
-    raw = (manifest.sampling or {}).get("schema_json")
+    raw = manifest.sampling.schema_text if manifest.sampling is not None else None
     return json.loads(raw) if raw else None
 
 
@@ -143,15 +143,15 @@ def backend_row(run: Path, backend: str) -> BackendRow:
             pass
     ttfts = [t for r in ok if (t := present(r.request.ttft_s)) is not None]
     compile_s = (ttfts[0] - statistics.median(ttfts[1:])) if len(ttfts) >= 3 else None
-    so, canary = manifest.structured_outputs or {}, manifest.structured_canary or {}
+    so, canary = manifest.structured_outputs, manifest.structured_canary
     return BackendRow(
-        backend=backend, run=run.name, n=summary.n, effective_backend=so.get("backend"),
-        whitespace_free=so.get("disable_any_whitespace"), canary=canary.get("passed"),
+        backend=backend, run=run.name, n=summary.n, effective_backend=so.backend if so else None,
+        whitespace_free=so.disable_any_whitespace if so else None, canary=canary.passed if canary else None,
         json_schema_valid=Share.wilson(valid, len(recs)), schema_valid_rate=Share.of(summary.schema_valid_rate),
         accuracy=Share.of(summary.final_accuracy), finish_length=summary.finish_reasons.get("length", 0),
         completion_tokens=percentiles([t for r in ok if (t := present(r.request.completion_tokens)) is not None]),
         ttft_s=spread_of(summary.timing.get("ttft_s")), latency_s=spread_of(summary.timing.get("latency_s")),
-        first_request_compile_s=compile_s, canary_latency_s=canary.get("latency_s"),
+        first_request_compile_s=compile_s, canary_latency_s=canary.latency_s if canary else None,
         server_startup_s=manifest.server_startup_s, concurrency=manifest.concurrency, model=manifest.model,
         evalset=manifest.evalset, git_commit=manifest.git_commit)
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import RecordError
-from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
+from nlq2sql.load.figures import UNSET, Fig, Pct, UnsetType
 from nlq2sql.records.results import Manifest, Summary
 from nlq2sql.records.store import MANIFEST, SUMMARY, read_finished_run
 from nlq2sql.records.summary_parts import Percentiles, Rate
@@ -21,7 +21,7 @@ from nlq2sql.run.live import bound_endpoint
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import wilson
 
-__all__ = ["ClusterMean", "MeanCI", "PairedMeans", "Share", "read_run", "shared_endpoint"]
+__all__ = ["Share", "read_run", "shared_endpoint", "spread_of"]
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -80,38 +80,6 @@ def shared_endpoint(cfg: EvalConfig) -> Iterator[EvalConfig]:
     """
     with bound_endpoint(cfg) as (bound, _info):
         yield bound
-
-
-# ``run.repeats``' figures as the experiments' results hold them (its dicts, converted where used).
-
-class MeanCI(Fig):
-    """``run.repeats.mean_ci``: a mean across repeats with its t-interval."""
-
-    n: int
-    mean: Num | None
-    sd: Num | None
-    ci95: list[Num] | None
-
-
-class ClusterMean(Fig, kw_only=True):
-    """``run.repeats.cluster_mean``: per-item values' mean, SE clustered by ``pair_id`` beside the naive one."""
-
-    n_items: int
-    n_clusters: int
-    mean: Num | None
-    se_cluster: Num | None
-    se_naive: Num | None
-    ci95: list[Num] | None
-
-
-class PairedMeans(ClusterMean, kw_only=True):
-    """``run.repeats.paired_means``: B − A item by item over the repeats, with its two-sided p."""
-
-    p_two_sided: Num | None
-    baseline_repeats: int
-    candidate_repeats: int
-    baseline_only: int
-    candidate_only: int
 
 
 def spread_of(p: Percentiles | None) -> Pct | None:

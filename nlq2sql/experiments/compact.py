@@ -48,7 +48,7 @@ def arm_config(base: EvalConfig, arm: str) -> EvalConfig:
     if arm == "prompt-compact":
         return replace(base, style="compact", out=out, force=True)
     if arm == "grammar-compact":
-        sampling = Sampling(**{**base.sampling.as_dict(), "structured": "regex",
+        sampling = Sampling(**{**base.sampling.recorded().written(), "structured": "regex",
                                "regex": compact_regex(load_catalog(base.semantic_model), base.sampling.schema)})
         return replace(base, style="compact", sampling=sampling, out=out, force=True)
     raise ValueError(f"unknown arm {arm}")

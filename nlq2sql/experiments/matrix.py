@@ -18,9 +18,6 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from nlq2sql.experiments.common import ClusterMean, MeanCI, PairedMeans
 from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType, present
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.results import Summary
@@ -28,7 +25,18 @@ from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Rate
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
-from nlq2sql.run.repeats import Z95, cluster_mean, finals_means, mean_ci, paired_means, repeat_dirs, run_repeats
+from nlq2sql.run.repeats import (
+    Z95,
+    ClusterMean,
+    MeanCI,
+    PairedMeans,
+    cluster_mean,
+    finals_means,
+    mean_ci,
+    paired_means,
+    repeat_dirs,
+    run_repeats,
+)
 from nlq2sql.stages.pipeline import rescore_run
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact
@@ -131,9 +139,8 @@ def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> Matri
         pair = MatrixPair(a=a, b=b, n=len(common), a_right_b_wrong=b_only, b_right_a_wrong=c_only,
                           mcnemar_exact_p=mcnemar_exact(b_only, c_only))
         if len(finals[a]) > 1 or len(finals[b]) > 1:
-            pair.over_repeats = msgspec.convert(paired_means(
-                finals_means(finals[a]), finals_means(finals[b]), clusters, len(finals[a]), len(finals[b])),
-                PairedMeans)
+            pair.over_repeats = paired_means(
+                finals_means(finals[a]), finals_means(finals[b]), clusters, len(finals[a]), len(finals[b]))
         pairs.append(pair)
     return MatrixTable(conditions=conditions, pairs=pairs)
 
@@ -155,10 +162,10 @@ def _across_repeats(summaries: list[Summary], finals: list[dict[str, bool]], clu
     accuracy = [s.final_accuracy.value for s in summaries]
     return MatrixRepeats(
         repeats=len(summaries), per_repeat_accuracy=list(accuracy),
-        accuracy=msgspec.convert(mean_ci(accuracy), MeanCI),
-        latency_p50_s=msgspec.convert(mean_ci([timing(s, "p50") for s in summaries]), MeanCI),
-        latency_p95_s=msgspec.convert(mean_ci([timing(s, "p95") for s in summaries]), MeanCI),
-        item_level_accuracy=msgspec.convert(cluster_mean(finals_means(finals), clusters), ClusterMean))
+        accuracy=mean_ci(accuracy),
+        latency_p50_s=mean_ci([timing(s, "p50") for s in summaries]),
+        latency_p95_s=mean_ci([timing(s, "p95") for s in summaries]),
+        item_level_accuracy=cluster_mean(finals_means(finals), clusters))
 
 
 def _rate(r: Rate) -> str:

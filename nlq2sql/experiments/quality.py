@@ -78,7 +78,7 @@ class RunRow:
 
     @property
     def schema(self) -> str:
-        return str((self.manifest.sampling or {}).get("schema") or "flat")
+        return str((self.manifest.sampling.schema_mode if self.manifest.sampling else None) or "flat")
 
     @property
     def condition(self) -> str:

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
 from nlq2sql.errors import InputError
 from nlq2sql.experiments import gate as gt
-from nlq2sql.experiments.common import ClusterMean, MeanCI, PairedMeans
-from nlq2sql.run.repeats import Z95, paired_difference, repeat_dirs, summarise_repeats
+from nlq2sql.run.repeats import Z95, PairedMeans, paired_difference, repeat_dirs, summarise_repeats
 
 __all__ = ["gate", "repeats_check", "repeats_section"]
 
 
 def _paired(base: list[Path], cand: list[Path]) -> PairedMeans:
-    return msgspec.convert(paired_difference(base, cand), PairedMeans)
+    return paired_difference(base, cand)
 
 
 def repeats_check(diff: PairedMeans, alpha: float, max_drop: float) -> gt.Check:
@@ -76,8 +73,8 @@ def repeats_section(dirs: list[Path]) -> list[str]:
     first = repeated[0][1]
     for d, reps in repeated:
         s = summarise_repeats(d)
-        a = msgspec.convert(s["across_repeats"]["accuracy"], MeanCI)
-        il = msgspec.convert(s["item_level_accuracy"], ClusterMean)
+        a = s.across_repeats.accuracy
+        il = s.item_level_accuracy
         acc = (f"{a.mean:.1%}" + (f" [{a.ci95[0]:.1%}, {a.ci95[1]:.1%}]" if a.ci95 else "")
                if a.mean is not None else "n/a")
         item = (f"{il.mean:.1%} ± {Z95 * il.se_cluster:.1%} ({il.n_clusters} clusters / "
@@ -89,5 +86,5 @@ def repeats_section(dirs: list[Path]) -> list[str]:
             ci, mean = diff.ci95, diff.mean or 0.0
             vs = (f"{100 * mean:+.1f} pp [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}], p = "
                   f"{diff.p_two_sided:.3g}" if ci else f"{100 * mean:+.1f} pp")
-        lines.append(f"| {d.name} | {s['repeats']} | {acc} | {item} | {vs} |")
+        lines.append(f"| {d.name} | {s.repeats} | {acc} | {item} | {vs} |")
     return lines

@@ -16,10 +16,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
+from nlq2sql.records.manifest_parts import (
+    CanaryPart,
+    EnginePart,
+    GuardrailArtefact,
+    LoadPart,
+    ReplicaPart,
+    RetryBudgetPart,
+    SamplingPart,
+    ServerFacts,
+    StructuredOutputs,
+)
 from nlq2sql.records.run_parts import Fleet, Harness, ServerMetrics
 from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import (
@@ -82,7 +93,11 @@ class Summary(Figures):
 
 class Manifest(_Model):
     """The keys every run writes; each condition's own keys are added by the condition registry
-    (``nlq2sql.conditions.registry.REGISTRY.manifest_model()``: validate a whole manifest with that)."""
+    (``nlq2sql.conditions.registry.REGISTRY.manifest_model()``: validate a whole manifest with that).
+
+    A live run builds its manifest as this model and writes it with :meth:`written`: the keys it
+    set, in the order declared here, each condition's keys after ``client`` (the order manifests
+    have always had: the declaration order is the write order, so keep it when adding a key)."""
 
     record_version: int = RECORD_VERSION
     kind: str
@@ -94,33 +109,29 @@ class Manifest(_Model):
     evalset_sha256: str
     n_items: int
     guardrails: list[str]
-    guardrail_artefacts: dict[str, Any] | None = None
-    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
+    guardrail_artefacts: dict[str, GuardrailArtefact] | None = None  # by rule set
     semantic_model: str | None = None
     semantic_model_path: str | None = None
     semantic_model_sha256: str | None = None
     time_spine: str | None = None  # declared | legacy | generated: what MetricFlow compiled against
     db: str | None = None
     db_sha256: str | None = None
-    started: float | None = None
-    finished: float | None = None
-    resumed_at: float | None = None
-    # offline re-scoring
-    responses: str | None = None  # relative to the project, else the file's name
-    responses_sha256: str | None = None
     # live runs
     endpoint: str | None = None
     model: str | None = None
     prompt: str | None = None
     prompt_style: str | None = None
     prompt_sha256: str | None = None
-    sampling: dict[str, Any] | None = None
+    sampling: SamplingPart | None = None
+    answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
+    engine: EnginePart | None = None
     concurrency: int | None = None
     limit: int | None = None
-    server: dict[str, Any] | None = None
+    server: ServerFacts | None = None
     client: str | None = None
+    # (each condition's keys are written here)
     timeout_s: float | None = None  # per-request timeout (absent: older runs, 120 s)
-    load: dict[str, Any] | None = None
+    load: LoadPart | None = None
     context_suffix_chars: int | None = None
     context_suffix_sha256: str | None = None
     context_prefix_chars: int | None = None  # runs from before the suffix (grid)
@@ -128,14 +139,32 @@ class Manifest(_Model):
     server_started_by_us: bool | None = None
     server_args: list[str] | None = None
     server_startup_s: float | None = None
-    api_key_env: str | None = None
-    retry_budget: dict[str, Any] | None = None
-    routing: str | None = None
-    replicas: list[dict[str, Any]] | None = None
-    engine: dict[str, Any] | None = None
-    structured_outputs: dict[str, Any] | None = None  # a server we started: backend asked and logged
-    structured_canary: dict[str, Any] | None = None  # the canary's reply and verdict (run.canary)
+    structured_outputs: StructuredOutputs | None = None  # a server we started: backend asked and logged
     batch_invariant: bool | None = None  # a server we started: VLLM_BATCH_INVARIANT
+    api_key_env: str | None = None
+    routing: str | None = None
+    replicas: list[ReplicaPart] | None = None
+    retry_budget: RetryBudgetPart | None = None
+    structured_canary: CanaryPart | None = None  # the canary's reply and verdict (run.canary)
+    # offline re-scoring
+    responses: str | None = None  # relative to the project, else the file's name
+    responses_sha256: str | None = None
+    resumed_at: float | None = None
+    started: float | None = None
+    finished: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _in_write_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The run's keys in declaration order, the conditions' (declared by subclasses) after ``client``."""
+        data = handler(self)
+        own = list(Manifest.model_fields)
+        cut = own.index("client") + 1
+        return ({k: data[k] for k in own[:cut] if k in data} | {k: v for k, v in data.items() if k not in own}
+                | {k: data[k] for k in own[cut:] if k in data})
+
+    def written(self) -> dict[str, Any]:
+        """The manifest as ``manifest.json`` holds it (the JSON edge): the keys set, in write order."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def validated(model: type[Summary] | type[Manifest], data: dict[str, Any]) -> dict[str, Any]:

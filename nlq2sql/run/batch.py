@@ -278,11 +278,11 @@ def _manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, rules
                                                   in enumerate(targets(wcfg, wcfg.endpoint or "", wcfg.model, key))]}
            if wcfg.replicas else {}),
         "prompt_style": prompt.style, "prompt_sha256": prompt.sha256, "client": wcfg.client,
-        "sampling": bind_sampling(request_sampling(wcfg), wh, wcfg.answer, grammar=grammar).as_dict(),
+        "sampling": bind_sampling(request_sampling(wcfg), wh, wcfg.answer, grammar=grammar).recorded().written(),
         **({"answer": wcfg.answer} if wcfg.answer != "intent" else {}),
         # The conditions the actors apply (their keys only when some are on: older batches unchanged).
-        **(wcfg.conditions.manifest(conditions) if wcfg.conditions else {}),
-        "server": asyncio.run(probe_endpoint(wcfg.endpoint, wcfg.model, key)) if wcfg.endpoint else None,
+        **(wcfg.conditions.manifest(conditions).written() if wcfg.conditions else {}),
+        "server": asyncio.run(probe_endpoint(wcfg.endpoint, wcfg.model, key)).written() if wcfg.endpoint else None,
         "retry_budget": {"fraction": wcfg.retry_budget, "total": total}, "started": time.time()}
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import strip_whitespace_outside_strings
+from nlq2sql.records.manifest_parts import CanaryPart
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete, make_client
 
 __all__ = ["ALLOWED", "CANARY_GRAMMAR", "CANARY_QUESTION", "CANARY_REGEX", "CANARY_SCHEMA", "CanaryResult",
@@ -72,12 +73,13 @@ class CanaryResult:
     #: The run's other constraint modes, each canaried too (the planner's choice, …).
     also: tuple[CanaryResult, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "reason": self.reason, "text": (self.text or "")[:200],
-                "finish_reason": self.finish_reason, "structured": self.structured,
-                "compact_checked": self.compact_checked,
-                "latency_s": round(self.latency_s, 3) if self.latency_s is not None else None,
-                **({"also": [a.as_dict() for a in self.also]} if self.also else {})}
+    def recorded(self) -> CanaryPart:
+        """As the manifest records it: the reply cut to 200 characters, the latency to ms."""
+        return CanaryPart(passed=self.passed, reason=self.reason, text=(self.text or "")[:200],
+                          finish_reason=self.finish_reason, structured=self.structured,
+                          compact_checked=self.compact_checked,
+                          latency_s=round(self.latency_s, 3) if self.latency_s is not None else None,
+                          **({"also": [a.recorded() for a in self.also]} if self.also else {}))
 
 
 def canary_modes() -> tuple[str, ...]:

@@ -14,13 +14,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 from nlq2sql.conditions.registry import ConditionSet
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
+from nlq2sql.records.manifest_parts import ServerFacts
 from nlq2sql.run.endpoints import ROUTINGS, ReplicaSpec, check_address, check_endpoint_url
 from nlq2sql.run.models import DEFAULT_MODEL
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
@@ -224,12 +224,11 @@ def api_key(cfg: EvalConfig) -> str:
     return value
 
 
-async def probe_endpoint(base_url: str, model: str, key: str) -> dict[str, Any]:
+async def probe_endpoint(base_url: str, model: str, key: str) -> ServerFacts:
     """Measured server facts: served models, max_model_len, version. Fails clearly."""
     check_endpoint_url(base_url)
     root = base_url.rstrip("/").removesuffix("/v1")
     headers = {"Authorization": f"Bearer {key}"}
-    facts: dict[str, Any] = {"base_url": base_url}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as sess:
         try:
             async with sess.get(base_url.rstrip("/") + "/models", headers=headers) as resp:
@@ -247,15 +246,14 @@ async def probe_endpoint(base_url: str, model: str, key: str) -> dict[str, Any]:
             raise InputError(f"model {model!r} is not served by {base_url}; served: "
                              f"{', '.join(map(str, served)) or '(none)'}", field="--model")
         info = next(m for m in body["data"] if m.get("id") == model)
-        facts["served_models"] = served
-        facts["max_model_len"] = info.get("max_model_len")
+        version: str | None
         try:
             async with sess.get(root + "/version") as resp:
-                facts["server_version"] = (await resp.json(content_type=None)).get("version") \
-                    if resp.status == 200 else None
+                version = (await resp.json(content_type=None)).get("version") if resp.status == 200 else None
         except (aiohttp.ClientError, json.JSONDecodeError, AttributeError):
-            facts["server_version"] = None
-    return facts
+            version = None
+    return ServerFacts(base_url=base_url, served_models=served, max_model_len=info.get("max_model_len"),
+                       server_version=version)
 
 
 def targets(cfg: EvalConfig, base_url: str, model: str, key: str) -> list[tuple[str, str, str]]:

@@ -16,9 +16,13 @@ import random
 import time
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from nlq2sql.stages.score import percentiles
 
-__all__ = ["CPU_SHARE_LIMIT", "LAG_P95_LIMIT_MS", "STARVED_SHARE_BELOW", "HarnessMonitor", "merge"]
+__all__ = ["CPU_SHARE_LIMIT", "LAG_P95_LIMIT_MS", "STARVED_SHARE_BELOW", "HarnessMonitor", "HarnessResult",
+           "ProcessShare", "Thresholds", "judge", "merge"]
 
 #: Thresholds for "saturated" (documented in docs/failures.md and the summary itself).
 LAG_P95_LIMIT_MS = 50.0
@@ -27,6 +31,44 @@ CPU_SHARE_LIMIT = 0.9
 STARVED_SHARE_BELOW = 0.5
 #: Lag samples kept (a uniform reservoir): memory stays flat for a run of any length.
 RESERVOIR = 5000
+
+
+class ProcessShare(msgspec.Struct):
+    """One client process of several: its CPU share and loop-lag p95."""
+
+    cpu_share_of_core: float | None
+    loop_lag_p95_ms: float | None
+
+
+class Thresholds(msgspec.Struct):
+    """The thresholds a verdict was judged against (stated beside it)."""
+
+    loop_lag_p95_ms: float = LAG_P95_LIMIT_MS
+    cpu_share_of_core: float = CPU_SHARE_LIMIT
+    starved_share_below: float = STARVED_SHARE_BELOW
+
+
+class HarnessResult(msgspec.Struct, kw_only=True):
+    """The client's load over a session (one process, or the busiest of several) and the verdict
+    (:func:`judge`); a msgspec Struct so that it crosses to the driver from a worker process or
+    Ray actor as it is, and is written (the summary's ``harness``) with its keys in this order."""
+
+    processes: int
+    cpu_s: float
+    wall_s: float
+    cpu_share_of_core: float | None
+    loop_lag_ms: dict[str, float | int | None]  # percentiles (their key order varies), n, max
+    interval_s: float
+    per_process: list[ProcessShare] | UnsetType = UNSET  # several processes only
+    saturated: bool = False
+    why: list[str] = msgspec.field(default_factory=list)
+    starved: bool = False
+    starved_why: list[str] = msgspec.field(default_factory=list)
+    thresholds: Thresholds = msgspec.field(default_factory=Thresholds)
+
+    def written(self) -> Any:
+        """As the summary holds it (the JSON edge)."""
+        return msgspec.to_builtins(self)
 
 
 class HarnessMonitor:
@@ -66,23 +108,23 @@ class HarnessMonitor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> HarnessResult:
         cpu = (self._cpu1 if self._cpu1 is not None else time.process_time()) - self._cpu0
         wall = (self._wall1 if self._wall1 is not None else time.monotonic()) - self._wall0
-        return judge({"processes": 1, "cpu_s": cpu, "wall_s": wall,
-                      "cpu_share_of_core": cpu / wall if wall > 0 else None,
-                      "loop_lag_ms": dict(percentiles(self.lags_ms), n=self.n, max=self.max_ms),
-                      "interval_s": self.interval_s})
+        return judge(HarnessResult(processes=1, cpu_s=cpu, wall_s=wall,
+                                   cpu_share_of_core=cpu / wall if wall > 0 else None,
+                                   loop_lag_ms=dict(percentiles(self.lags_ms), n=self.n, max=self.max_ms),
+                                   interval_s=self.interval_s))
 
 
-def judge(r: dict[str, Any]) -> dict[str, Any]:
+def judge(r: HarnessResult) -> HarnessResult:
     """Add the verdict against the stated thresholds: *saturated* (the client's own work is the
     bottleneck: its CPU share is high, or its loop lags while it is busy) or *starved* (its loop
     lags while it uses little CPU: other processes — a local CPU server — held the cores, so
     its timings include waiting for a core, but more client capacity would not help)."""
     why, starved_why = [], []
-    p95 = (r.get("loop_lag_ms") or {}).get("p95")
-    share = r.get("cpu_share_of_core")
+    p95 = r.loop_lag_ms.get("p95")
+    share = r.cpu_share_of_core
     if p95 is not None and p95 > LAG_P95_LIMIT_MS:
         lag = f"event-loop lag p95 {p95:.0f} ms > {LAG_P95_LIMIT_MS:.0f} ms"
         if share is not None and share < STARVED_SHARE_BELOW:
@@ -91,21 +133,16 @@ def judge(r: dict[str, Any]) -> dict[str, Any]:
             why.append(lag)
     if share is not None and share >= CPU_SHARE_LIMIT:
         why.append(f"client CPU {share:.0%} of a core ≥ {CPU_SHARE_LIMIT:.0%}")
-    return dict(r, saturated=bool(why), why=why, starved=bool(starved_why) and not why, starved_why=starved_why,
-                thresholds={"loop_lag_p95_ms": LAG_P95_LIMIT_MS, "cpu_share_of_core": CPU_SHARE_LIMIT,
-                            "starved_share_below": STARVED_SHARE_BELOW})
+    return msgspec.structs.replace(r, saturated=bool(why), why=why, starved=bool(starved_why) and not why,
+                                   starved_why=starved_why, thresholds=Thresholds())
 
 
-def merge(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+def merge(results: list[HarnessResult | None]) -> HarnessResult | None:
     """Several client processes: the busiest one decides (each is one event loop on one core)."""
-    results = [r for r in results if r]
-    if not results:
+    seen = [r for r in results if r is not None]
+    if not seen:
         return None
-    worst = max(results, key=lambda r: ((r.get("loop_lag_ms") or {}).get("p95") or 0.0,
-                                        r.get("cpu_share_of_core") or 0.0))
-    return judge(dict({k: v for k, v in worst.items()
-                       if k not in ("saturated", "why", "starved", "starved_why", "thresholds")},
-                      processes=len(results), cpu_s=sum(r["cpu_s"] for r in results),
-                      per_process=[{"cpu_share_of_core": r.get("cpu_share_of_core"),
-                                    "loop_lag_p95_ms": (r.get("loop_lag_ms") or {}).get("p95")}
-                                   for r in results]))
+    worst = max(seen, key=lambda r: (r.loop_lag_ms.get("p95") or 0.0, r.cpu_share_of_core or 0.0))
+    return judge(msgspec.structs.replace(
+        worst, processes=len(seen), cpu_s=sum(r.cpu_s for r in seen),
+        per_process=[ProcessShare(r.cpu_share_of_core, r.loop_lag_ms.get("p95")) for r in seen]))

@@ -21,7 +21,7 @@ from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.inputs import strip_whitespace_outside_strings
 from nlq2sql.records.item import ItemRecord, LoadStamp, RequestPart
 from nlq2sql.run.config import targets
-from nlq2sql.run.harness_load import HarnessMonitor
+from nlq2sql.run.harness_load import HarnessMonitor, HarnessResult
 from nlq2sql.run.pool import FAIL_FAST, Pool
 from nlq2sql.run.sql_grammar import grammar_for
 from nlq2sql.semantic import open_warehouse
@@ -197,11 +197,8 @@ class ItemRunner:
         rec.request = request_part(comp)
         rec.merge(trace)
         rec.merge(planned)
-        if self.conditions:  # the hooks see the record as the flat dict it is on disk (their JSON edge)
-            flat = rec.to_json_dict()
-            for cond in self.conditions:
-                cond.after(flat, comp, scored=not isinstance(case, Question))
-            rec = ItemRecord.from_json(flat)
+        for cond in self.conditions:  # over the built record (their keys: each to its part, else a trace)
+            cond.after(rec, comp, scored=not isinstance(case, Question))
         req = rec.request
         if pool.multi:  # which replica answered, which failed the item before it, every request on each
             req.replica = rep.label
@@ -227,7 +224,7 @@ class ItemRunner:
                 "server_metrics": {r.label: smp.result() for r, smp in zip(self.pool.replicas, self.samplers,
                                                                              strict=False)}}
 
-    def harness(self) -> dict[str, Any]:
+    def harness(self) -> HarnessResult:
         """This process's CPU share and event-loop lag: was the client the bottleneck?"""
         return self.monitor.result()
 

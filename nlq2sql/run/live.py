@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.conditions.registry import REGISTRY
-from nlq2sql.records.results import Summary, validated
+from nlq2sql.records.manifest_parts import (
+    EnginePart,
+    LoadPart,
+    ReplicaPart,
+    RetryBudgetPart,
+    StructuredOutputs,
+)
+from nlq2sql.records.results import Summary
 from nlq2sql.records.store import (
     MANIFEST,
     RECORDS,
@@ -159,7 +166,7 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
         finally:
             await items.close()
     return session_result(cfg, time.time() - t0, sent, len(cases), items.server_metrics(), items.fleet(),
-                          budget.used, items.harness())
+                          budget.used, items.harness().written())
 
 
 def recorded_args(args: list[str]) -> list[str]:
@@ -225,65 +232,68 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             for url, mdl, k in fleet:
                 probe_grammar(url, mdl, k, grammar, timeout_s=cfg.timeout_s)
         more_facts = [asyncio.run(probe_endpoint(u, m, k)) for u, m, k in fleet[1:]]
-        manifest = manifest_base("eval", evalset, rulesets, wh) | {
-            "endpoint": base_url if server is None else "local",
-            "model": model, "prompt": prompt.name, "prompt_style": prompt.style,
-            "prompt_sha256": prompt.sha256,
-            "sampling": bind_sampling(request_sampling(cfg), wh, cfg.answer,
-                                      grammar=grammar.text if grammar is not None else None).as_dict(),
-            **({"answer": cfg.answer} if cfg.answer != "intent" else {}),
+        manifest = REGISTRY.manifest_model()(
+            **manifest_base("eval", evalset, rulesets, wh),
+            endpoint=base_url if server is None else "local",
+            model=model, prompt=prompt.name, prompt_style=prompt.style, prompt_sha256=prompt.sha256,
+            sampling=bind_sampling(request_sampling(cfg), wh, cfg.answer,
+                                   grammar=grammar.text if grammar is not None else None).recorded(),
             # Which client engine sent the requests: worker processes or Ray actors, and where.
-            "engine": ({"name": cfg.engine, "workers": cfg.workers, "ray_address": cfg.ray_address}
-                       if cfg.workers > 1 or cfg.engine != "local" else None),
-            "concurrency": cfg.concurrency, "limit": cfg.limit, "server": facts, "client": cfg.client,
-            **cfg.conditions.manifest(conditions),  # every registered condition's keys (None when off)
-            "timeout_s": cfg.timeout_s,
-            "load": {"rate": load.rate, "duration_s": load.duration_s,
-                     "arrival_seed": load.arrival_seed if load.rate else None,
-                     **({"order_seed": load.order_seed} if load.order_seed is not None else {})},
-            "context_suffix_chars": len(load.context_suffix),
-            "context_suffix_sha256": (hashlib.sha256(load.context_suffix.encode()).hexdigest()
-                                      if load.context_suffix else None),
-            "server_started_by_us": server is not None,
-            "server_args": recorded_args(server.args) if server is not None else None,
-            "server_startup_s": getattr(server, "startup_s", None),
+            engine=(EnginePart(name=cfg.engine, workers=cfg.workers, ray_address=cfg.ray_address)
+                    if cfg.workers > 1 or cfg.engine != "local" else None),
+            concurrency=cfg.concurrency, limit=cfg.limit, server=facts, client=cfg.client,
+            **dict(cfg.conditions.manifest(conditions)),  # every registered condition's keys (None when off)
+            timeout_s=cfg.timeout_s,
+            load=LoadPart(rate=load.rate, duration_s=load.duration_s,
+                          arrival_seed=load.arrival_seed if load.rate else None,
+                          **({"order_seed": load.order_seed} if load.order_seed is not None else {})),
+            context_suffix_chars=len(load.context_suffix),
+            context_suffix_sha256=(hashlib.sha256(load.context_suffix.encode()).hexdigest()
+                                   if load.context_suffix else None),
+            server_started_by_us=server is not None,
+            server_args=recorded_args(server.args) if server is not None else None,
+            server_startup_s=getattr(server, "startup_s", None),
             # The backend the engine reported at start-up (its log), beside the one asked for; an
             # endpoint's: what it reports (vLLM's /server_info), else "unknown (external endpoint)".
-            "structured_outputs": server_structured(cfg, server) or endpoint_structured_outputs(base_url, key),
-            "batch_invariant": cfg.server.batch_invariant if server is not None else None,
-            "api_key_env": cfg.api_key_env,
-            **({"routing": cfg.routing,
-                "replicas": [{"label": f"r{i}", "url": u, "model": m, "server": f}
-                             for i, ((u, m, _), f) in enumerate(zip(fleet, [facts, *more_facts], strict=True))]}
-               if len(fleet) > 1 else {}),
+            structured_outputs=server_structured(cfg, server) or endpoint_structured_outputs(base_url, key),
+            batch_invariant=cfg.server.batch_invariant if server is not None else None,
+            api_key_env=cfg.api_key_env,
             # Fixed for the whole run (all its items), so a resumed item gets the budget it
             # would have had uninterrupted: what the recorded items did not use.
-            "retry_budget": {"fraction": cfg.retry_budget,
-                             "total": RetryBudget.allowed(len(cases), cfg.retry_budget)},
-        }
+            retry_budget=RetryBudgetPart(fraction=cfg.retry_budget,
+                                         total=RetryBudget.allowed(len(cases), cfg.retry_budget)),
+        )
+        if cfg.answer != "intent":  # (older runs: absent, v1 intents)
+            manifest.answer = cfg.answer
+        if len(fleet) > 1:
+            manifest.routing = cfg.routing
+            manifest.replicas = [ReplicaPart(label=f"r{i}", url=u, model=m, server=f)
+                                 for i, ((u, m, _), f) in enumerate(zip(fleet, [facts, *more_facts], strict=True))]
         # A server that ignores the schema would make every figure below meaningless: checked
         # with one short request before anything is written (resumed runs too).
-        modes = run_modes(manifest["sampling"]["structured"], cfg.answer,
+        assert manifest.sampling is not None and manifest.retry_budget is not None
+        modes = run_modes(manifest.sampling.structured, cfg.answer,
                           [m for c in cfg.conditions.active() for m in c.constraint_modes])
         canary = require_constraints(base_url, model, key, modes,
-                                     compact=bool((manifest["structured_outputs"] or {})
-                                                  .get("disable_any_whitespace")),
+                                     compact=bool(manifest.structured_outputs
+                                                  and manifest.structured_outputs.disable_any_whitespace),
                                      client=cfg.client)
-        manifest["structured_canary"] = canary.as_dict() if canary is not None else None
+        manifest.structured_canary = canary.recorded() if canary is not None else None
         prepare_dir(cfg.out, resume=cfg.resume, force=cfg.force)
         records_path = cfg.out / RECORDS
         used = 0
         if cfg.resume:
-            check_resume(cfg.out, manifest, RESUME_KEYS + REGISTRY.manifest_keys())
+            check_resume(cfg.out, manifest.written(), RESUME_KEYS + REGISTRY.manifest_keys())
             repair_tail(records_path)
             done, used = recorded_retries(records_path)
             cases = [c for c in cases if c.id not in done]
-            manifest["retry_budget"] = read_json(cfg.out / MANIFEST).get("retry_budget") \
-                or manifest["retry_budget"]  # a run from before the budget was kept: as now
-            manifest["resumed_at"] = time.time()
-        budget = RetryBudget(0, 0.0, used=used, total=int(manifest["retry_budget"]["total"]))
-        manifest["started"] = time.time()
-        write_json_atomic(cfg.out / MANIFEST, validated(REGISTRY.manifest_model(), manifest))
+            kept = read_json(cfg.out / MANIFEST).get("retry_budget")  # a run from before the budget was kept: as now
+            if kept:
+                manifest.retry_budget = RetryBudgetPart.model_validate(kept)
+            manifest.resumed_at = time.time()
+        budget = RetryBudget(0, 0.0, used=used, total=manifest.retry_budget.total)
+        manifest.started = time.time()
+        write_json_atomic(cfg.out / MANIFEST, manifest.written())
         try:
             if cfg.workers > 1 or cfg.engine != "local":
                 from nlq2sql.run.workers import run_workers
@@ -298,19 +308,19 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             raise
     if cfg.workers == 1 and cfg.engine == "local":  # (worker processes compile in their own catalogs)
         session.compiles = wh.catalog.engine.compiles - compiles_before
-    return finish_summary(cfg.out, rulesets, session, manifest)
+    return finish_summary(cfg.out, rulesets, session, manifest.written())
 
 
-def server_structured(cfg: EvalConfig, server: Any) -> dict[str, Any] | None:
+def server_structured(cfg: EvalConfig, server: Any) -> StructuredOutputs | None:
     """The structured-output setting of a server this run started: asked (``cfg.server``) and
     effective (what its engine logged; None where the log did not say).  None for an endpoint."""
     if server is None:
         return None
-    effective = getattr(server, "structured", None)
-    return {"requested_backend": cfg.server.structured_backend, "requested_compact": cfg.server.compact,
-            "backend": (effective or {}).get("backend"),
-            "disable_any_whitespace": (effective or {}).get("disable_any_whitespace"),
-            "source": "server log" if effective else None}
+    effective: StructuredOutputs | None = getattr(server, "structured", None)
+    return StructuredOutputs(requested_backend=cfg.server.structured_backend, requested_compact=cfg.server.compact,
+                             backend=effective.backend if effective else None,
+                             disable_any_whitespace=effective.disable_any_whitespace if effective else None,
+                             source="server log" if effective else None)
 
 
 def _kill_group(server: Any) -> None:
@@ -347,6 +357,11 @@ def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = No
         yield (replace(cfg, endpoint=server.url, model=server.model_name),
                {"started_by_us": True, "endpoint": "local", "args": server.args[1:],
                 "startup_s": server.startup_s, "max_num_seqs": local.max_num_seqs, "cpu": True,
-                "structured_outputs": server_structured(cfg, server), "batch_invariant": local.batch_invariant})
+                "structured_outputs": _written(server_structured(cfg, server)),
+                "batch_invariant": local.batch_invariant})
     finally:
         server.stop()
+
+
+def _written(part: StructuredOutputs | None) -> dict[str, Any] | None:
+    return part.written() if part is not None else None

@@ -21,7 +21,7 @@ from nlq2sql.run.endpoints import check_address
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
-    from nlq2sql.run.worker import SharedBudget
+    from nlq2sql.run.worker import SharedBudget, WorkerReady, WorkerReport
     from nlq2sql.stages.evalset import EvalCase
 
 __all__ = ["MAX_CHUNK", "BudgetCounter", "RayEngine", "chunk_size", "ray_available", "start_local_ray"]
@@ -185,19 +185,19 @@ class _Worker:
     """A client worker as an async Ray actor: ``worker.ItemWorker``, as a worker process runs it."""
 
     async def setup(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
-                    golds: list[EvalCase], spawned_at: float) -> dict[str, Any]:
+                    golds: list[EvalCase], spawned_at: float) -> WorkerReady:
         import os
 
-        from nlq2sql.run.worker import ItemWorker
+        from nlq2sql.run.worker import ItemWorker, WorkerReady
 
         self.worker = ItemWorker(cfg, endpoint, slots, budget, golds)
         self.worker.start()
-        return {"pid": os.getpid(), "startup_s": time.time() - spawned_at, "phases": self.worker.phases}
+        return WorkerReady(os.getpid(), time.time() - spawned_at, dict(self.worker.phases))
 
     async def run_many(self, cases: list[EvalCase]) -> list[dict[str, Any]]:
         import asyncio
 
         return list(await asyncio.gather(*(self.worker.run(c) for c in cases)))
 
-    async def finish(self) -> dict[str, Any]:
+    async def finish(self) -> WorkerReport:
         return await self.worker.finish()

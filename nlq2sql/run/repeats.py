@@ -20,18 +20,107 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run, write_json_atomic
 from nlq2sql.run.config import EvalConfig, validate
 
-__all__ = ["MAX_REPEATS", "REPEATS_FILE", "check_repeats_out", "cluster_mean", "finals_means", "item_means", "mean_ci",
-           "paired_difference", "paired_means", "render_repeats", "repeat_dirs", "run_repeats", "summarise_repeats"]
+__all__ = ["MAX_REPEATS", "REPEATS_FILE", "AcrossRepeats", "ClusterMean", "ItemCounts", "MeanCI", "PairedMeans",
+           "RepeatRow", "RepeatsResult", "RepeatsServer", "check_repeats_out", "cluster_mean", "finals_means",
+           "item_means", "mean_ci", "paired_difference", "paired_means", "render_repeats", "repeat_dirs",
+           "run_repeats", "summarise_repeats"]
 
 REPEATS_FILE = "repeats.json"
 MAX_REPEATS = 100
 _REPEAT = re.compile(r"r(\d+)")
 Z95 = 1.959963984540054
+
+
+# The figures as types (msgspec Structs: fields in the order ``repeats.json`` has always had them,
+# ints and floats as computed), turned into JSON once, where they are written.
+class MeanCI(msgspec.Struct):
+    """A mean across repeats with its t-interval (``sd``/``ci95`` None under two values)."""
+
+    n: int
+    mean: float | None
+    sd: float | None
+    ci95: list[float] | None
+
+
+class ClusterMean(msgspec.Struct):
+    """A mean of per-item values with its cluster-robust SE (CR1) and the naive one."""
+
+    n_items: int
+    n_clusters: int
+    mean: float | None
+    se_cluster: float | None
+    se_naive: float | None
+    ci95: list[float] | None
+
+
+class PairedMeans(ClusterMean):
+    """Candidate minus baseline over shared items, with the two-sided p and what was compared."""
+
+    p_two_sided: float | None
+    baseline_repeats: int
+    candidate_repeats: int
+    baseline_only: int
+    candidate_only: int
+
+
+class RepeatRow(msgspec.Struct):
+    """One repeat's figures, from its summary."""
+
+    run: str
+    n: int
+    accuracy: float | None
+    raw_accuracy: float | None
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    ttft_p50_s: float | None
+    req_per_s: float | None
+
+
+class AcrossRepeats(msgspec.Struct):
+    accuracy: MeanCI
+    raw_accuracy: MeanCI
+    latency_p50_s: MeanCI
+    latency_p95_s: MeanCI
+    ttft_p50_s: MeanCI
+    req_per_s: MeanCI
+
+
+class ItemCounts(msgspec.Struct):
+    always_right: int
+    never_right: int
+    flaky: int
+
+
+class RepeatsServer(msgspec.Struct):
+    """The server the repeats ran on (``eval --repeats``): started here or not, its backend."""
+
+    started_by_us: bool
+    structured_outputs: dict[str, str | bool | None] | None  # as the manifests record it
+    batch_invariant: bool | None
+
+
+class RepeatsResult(msgspec.Struct):
+    """``repeats.json``: each repeat, the figures across them, the item-level accuracy."""
+
+    repeats: int
+    per_repeat: list[RepeatRow]
+    across_repeats: AcrossRepeats
+    item_level_accuracy: ClusterMean
+    items: ItemCounts
+    order_seeds: list[int] | UnsetType = UNSET  # set by run_repeats
+    server: RepeatsServer | UnsetType = UNSET  # set by the CLI
+
+    def written(self) -> Any:
+        """As ``repeats.json`` holds it (the JSON edge)."""
+        return msgspec.to_builtins(self)
 
 
 def repeat_dirs(out: Path) -> list[Path]:
@@ -61,7 +150,7 @@ def check_repeats_out(cfg: EvalConfig, repeats: int) -> None:
 
 
 def run_repeats(cfg: EvalConfig, repeats: int, run: Callable[[EvalConfig], object],
-                seed: int = 0) -> dict[str, Any]:
+                seed: int = 0) -> RepeatsResult:
     """Run ``cfg`` ``repeats`` times under ``cfg.out`` with ``run`` (``live.run_eval``); returns
     the summary across repeats, also written to ``OUT/repeats.json``."""
     check_repeats_out(cfg, repeats)
@@ -77,24 +166,24 @@ def run_repeats(cfg: EvalConfig, repeats: int, run: Callable[[EvalConfig], objec
         for stale in repeat_dirs(out)[repeats:]:
             shutil.rmtree(stale)
     result = summarise_repeats(out)
-    result["order_seeds"] = [seed + k for k in range(repeats)]
-    write_json_atomic(out / REPEATS_FILE, result)
+    result.order_seeds = [seed + k for k in range(repeats)]
+    write_json_atomic(out / REPEATS_FILE, result.written())
     return result
 
 
-def mean_ci(values: list[float | None]) -> dict[str, Any]:
+def mean_ci(values: list[float | None]) -> MeanCI:
     """Mean across repeats with a t-interval (repeats are few: a normal interval would be too narrow)."""
     from scipy.stats import t
 
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
-        return {"n": 0, "mean": None, "sd": None, "ci95": None}
+        return MeanCI(0, None, None, None)
     mean = statistics.fmean(vals)
     if len(vals) < 2:
-        return {"n": 1, "mean": mean, "sd": None, "ci95": None}
+        return MeanCI(1, mean, None, None)
     sd = statistics.stdev(vals)
     half = float(t.ppf(0.975, len(vals) - 1)) * sd / math.sqrt(len(vals))
-    return {"n": len(vals), "mean": mean, "sd": sd, "ci95": [mean - half, mean + half]}
+    return MeanCI(len(vals), mean, sd, [mean - half, mean + half])
 
 
 def item_means(dirs: list[Path]) -> tuple[dict[str, float], dict[str, str]]:
@@ -122,12 +211,12 @@ def finals_means(finals: list[dict[str, bool]]) -> dict[str, float]:
     return {i: sum(v) / len(v) for i, v in right.items()}
 
 
-def cluster_mean(values: dict[str, float], cluster: dict[str, str]) -> dict[str, Any]:
+def cluster_mean(values: dict[str, float], cluster: dict[str, str]) -> ClusterMean:
     """Mean of per-item values with a cluster-robust standard error (CR1: clusters are
     ``pair_id`` groups), beside the naive one that treats every item as independent."""
     n = len(values)
     if n == 0:
-        return {"n_items": 0, "n_clusters": 0, "mean": None, "se_cluster": None, "se_naive": None, "ci95": None}
+        return ClusterMean(0, 0, None, None, None, None)
     mean = statistics.fmean(values.values())
     sums: dict[str, float] = {}
     for item, v in values.items():
@@ -135,11 +224,10 @@ def cluster_mean(values: dict[str, float], cluster: dict[str, str]) -> dict[str,
     g = len(sums)
     se = math.sqrt(g / (g - 1) * sum(s * s for s in sums.values())) / n if g > 1 else None
     naive = statistics.stdev(values.values()) / math.sqrt(n) if n > 1 else None
-    return {"n_items": n, "n_clusters": g, "mean": mean, "se_cluster": se, "se_naive": naive,
-            "ci95": [mean - Z95 * se, mean + Z95 * se] if se is not None else None}
+    return ClusterMean(n, g, mean, se, naive, [mean - Z95 * se, mean + Z95 * se] if se is not None else None)
 
 
-def paired_difference(base: list[Path], cand: list[Path]) -> dict[str, Any]:
+def paired_difference(base: list[Path], cand: list[Path]) -> PairedMeans:
     """Candidate minus baseline accuracy, paired item by item over the repeats (each item's
     fraction right), with the standard error clustered by ``pair_id``; two-sided normal p."""
     b, cluster = item_means(base)
@@ -148,73 +236,73 @@ def paired_difference(base: list[Path], cand: list[Path]) -> dict[str, Any]:
 
 
 def paired_means(b: dict[str, float], c: dict[str, float], cluster: dict[str, str], base_repeats: int,
-                 cand_repeats: int) -> dict[str, Any]:
+                 cand_repeats: int) -> PairedMeans:
     """``c`` minus ``b`` over their shared items (per-item fractions right), SE clustered by
     ``cluster``; two-sided normal p."""
     from scipy.stats import norm
 
     shared = sorted(b.keys() & c.keys())
     res = cluster_mean({i: c[i] - b[i] for i in shared}, cluster)
-    se, mean = res["se_cluster"], res["mean"]
-    res["p_two_sided"] = (float(2 * norm.sf(abs(mean) / se)) if se else (1.0 if not mean else 0.0)) \
-        if mean is not None else None
-    res.update({"baseline_repeats": base_repeats, "candidate_repeats": cand_repeats,
-                "baseline_only": len(b.keys() - c.keys()), "candidate_only": len(c.keys() - b.keys())})
-    return res
+    se, mean = res.se_cluster, res.mean
+    p = (float(2 * norm.sf(abs(mean) / se)) if se else (1.0 if not mean else 0.0)) if mean is not None else None
+    return PairedMeans(res.n_items, res.n_clusters, mean, se, res.se_naive, res.ci95, p, base_repeats, cand_repeats,
+                       len(b.keys() - c.keys()), len(c.keys() - b.keys()))
 
 
-def summarise_repeats(out: Path) -> dict[str, Any]:
+def summarise_repeats(out: Path) -> RepeatsResult:
     """Accuracy and latency across the finished repeats under ``out``, from their records."""
     dirs = repeat_dirs(out)
     if not dirs:
         raise RecordError("no repeats (r0, r1, …) here", path=str(out))
-    per: list[dict[str, Any]] = []
+    per: list[RepeatRow] = []
     for d in dirs:
-        _m, s = read_finished_run(d)  # refuses records that no longer match their summary
+        _m, s = read_finished_run(d)  # refuses records that no longer match their summary (read as JSON)
         t = s.get("timing") or {}
-        per.append({"run": d.name, "n": s["n"], "accuracy": (s.get("final_accuracy") or {}).get("value"),
-                    "raw_accuracy": (s.get("raw_accuracy") or {}).get("value"),
-                    "latency_p50_s": (t.get("latency_s") or {}).get("p50"),
-                    "latency_p95_s": (t.get("latency_s") or {}).get("p95"),
-                    "ttft_p50_s": (t.get("ttft_s") or {}).get("p50"),
-                    "req_per_s": (s.get("throughput") or {}).get("req_per_s")})
+        per.append(RepeatRow(run=d.name, n=s["n"], accuracy=(s.get("final_accuracy") or {}).get("value"),
+                             raw_accuracy=(s.get("raw_accuracy") or {}).get("value"),
+                             latency_p50_s=(t.get("latency_s") or {}).get("p50"),
+                             latency_p95_s=(t.get("latency_s") or {}).get("p95"),
+                             ttft_p50_s=(t.get("ttft_s") or {}).get("p50"),
+                             req_per_s=(s.get("throughput") or {}).get("req_per_s")))
     means, cluster = item_means(dirs)
-    flaky = sum(0 < v < 1 for v in means.values())
-    return {"repeats": len(dirs), "per_repeat": per,
-            "across_repeats": {k: mean_ci([r[k] for r in per]) for k in (
-                "accuracy", "raw_accuracy", "latency_p50_s", "latency_p95_s", "ttft_p50_s", "req_per_s")},
-            "item_level_accuracy": cluster_mean(means, cluster),
-            "items": {"always_right": sum(v == 1 for v in means.values()),
-                      "never_right": sum(v == 0 for v in means.values()), "flaky": flaky}}
+
+    def across(field: str) -> MeanCI:
+        return mean_ci([getattr(r, field) for r in per])
+
+    return RepeatsResult(
+        repeats=len(dirs), per_repeat=per,
+        across_repeats=AcrossRepeats(**{f: across(f) for f in AcrossRepeats.__struct_fields__}),
+        item_level_accuracy=cluster_mean(means, cluster),
+        items=ItemCounts(always_right=sum(v == 1 for v in means.values()),
+                         never_right=sum(v == 0 for v in means.values()), flaky=sum(0 < v < 1 for v in means.values())))
 
 
-def _ci(d: dict[str, Any], fmt: str) -> str:
-    if d.get("mean") is None:
+def _ci(d: MeanCI, fmt: str) -> str:
+    if d.mean is None:
         return "n/a"
-    ci = d.get("ci95")
-    return (fmt.format(d["mean"]) + (f" [{fmt.format(ci[0])}, {fmt.format(ci[1])}]" if ci else "")
-            + f" (n={d['n']})")
+    ci = d.ci95
+    return fmt.format(d.mean) + (f" [{fmt.format(ci[0])}, {fmt.format(ci[1])}]" if ci else "") + f" (n={d.n})"
 
 
-def render_repeats(result: dict[str, Any]) -> str:
+def render_repeats(result: RepeatsResult) -> str:
     """Markdown: each repeat, then mean [95 % CI] across repeats and the item-level accuracy."""
-    lines = [f"## {result['repeats']} repeats", "", "| repeat | n | accuracy | e2e p50 s | e2e p95 s | req/s |",
+    lines = [f"## {result.repeats} repeats", "", "| repeat | n | accuracy | e2e p50 s | e2e p95 s | req/s |",
              "|---|---|---|---|---|---|"]
-    for r in result["per_repeat"]:
+    for r in result.per_repeat:
         def f(v: Any, spec: str) -> str:
             return format(v, spec) if isinstance(v, int | float) else "n/a"
-        lines.append(f"| {r['run']} | {r['n']} | {f(r['accuracy'], '.1%')} | {f(r['latency_p50_s'], '.2f')} | "
-                     f"{f(r['latency_p95_s'], '.2f')} | {f(r['req_per_s'], '.2f')} |")
-    a = result["across_repeats"]
-    il = result["item_level_accuracy"]
-    se = il.get("se_cluster")
-    lines += ["", f"- accuracy across repeats: {_ci(a['accuracy'], '{:.1%}')}",
-              f"- e2e p50 across repeats: {_ci(a['latency_p50_s'], '{:.2f} s')}; "
-              f"p95: {_ci(a['latency_p95_s'], '{:.2f} s')}",
-              f"- item-level accuracy: {il['mean']:.1%} ± {Z95 * se:.1%} (95 %, SE clustered by pair_id over "
-              f"{il['n_clusters']} clusters of {il['n_items']} items; naive SE {il['se_naive']:.3f}, "
-              f"clustered {se:.3f})" if il.get("mean") is not None and se is not None else
+        lines.append(f"| {r.run} | {r.n} | {f(r.accuracy, '.1%')} | {f(r.latency_p50_s, '.2f')} | "
+                     f"{f(r.latency_p95_s, '.2f')} | {f(r.req_per_s, '.2f')} |")
+    a = result.across_repeats
+    il = result.item_level_accuracy
+    se = il.se_cluster
+    lines += ["", f"- accuracy across repeats: {_ci(a.accuracy, '{:.1%}')}",
+              f"- e2e p50 across repeats: {_ci(a.latency_p50_s, '{:.2f} s')}; "
+              f"p95: {_ci(a.latency_p95_s, '{:.2f} s')}",
+              f"- item-level accuracy: {il.mean:.1%} ± {Z95 * se:.1%} (95 %, SE clustered by pair_id over "
+              f"{il.n_clusters} clusters of {il.n_items} items; naive SE {il.se_naive:.3f}, "
+              f"clustered {se:.3f})" if il.mean is not None and se is not None else
               "- item-level accuracy: n/a",
-              f"- items right in every repeat {result['items']['always_right']}, in none "
-              f"{result['items']['never_right']}, in some (flaky) {result['items']['flaky']}"]
+              f"- items right in every repeat {result.items.always_right}, in none "
+              f"{result.items.never_right}, in some (flaky) {result.items.flaky}"]
     return "\n".join(lines) + "\n"

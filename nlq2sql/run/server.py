@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from nlq2sql.errors import InputError, ServerError
 from nlq2sql.paths import cache_dir
+from nlq2sql.records.manifest_parts import StructuredOutputs
 from nlq2sql.run.models import DEFAULT_MODEL, resolve_model
 from nlq2sql.run.serving import (
     COMPACT_BACKENDS,
@@ -154,7 +155,7 @@ class LocalServer:
         self.startup_s: float | None = None
         self.warmup_s: float | None = None
         #: What the engine reported at start-up (``effective_structured_outputs``), once started.
-        self.structured: dict[str, Any] | None = None
+        self.structured: StructuredOutputs | None = None
         host = _client_host(self.config.host)
         self.base_url = f"http://{host}:{self.config.port}"
         self.url = f"{self.base_url}/v1"

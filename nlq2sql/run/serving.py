@@ -17,9 +17,9 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from nlq2sql.errors import ServerError
+from nlq2sql.records.manifest_parts import StructuredOutputs
 
 __all__ = ["BATCH_INVARIANT_DEVICES", "COMPACT_BACKENDS", "STRUCTURED_BACKENDS", "UNKNOWN_BACKEND",
            "batch_invariant_refusal", "effective_structured_outputs", "endpoint_structured_outputs", "platform_device"]
@@ -40,7 +40,7 @@ BATCH_INVARIANT_DEVICES = ("cuda", "rocm", "xpu")
 UNKNOWN_BACKEND = "unknown (external endpoint)"
 
 
-def effective_structured_outputs(log: Path | None) -> dict[str, Any] | None:
+def effective_structured_outputs(log: Path | None) -> StructuredOutputs | None:
     """The structured-output configuration the engine *reports* at start-up (its log), not the one
     asked for: {"backend", "disable_any_whitespace"}; None when the log does not say."""
     if log is None:
@@ -54,9 +54,9 @@ def effective_structured_outputs(log: Path | None) -> dict[str, Any] | None:
     if not found:
         return None
     backend, compact = found[-1]  # the engine core's line comes after the API server's
-    return {"backend": backend, "disable_any_whitespace": compact == "True", "source": "server log"}
+    return StructuredOutputs(backend=backend, disable_any_whitespace=compact == "True", source="server log")
 
-def endpoint_structured_outputs(base_url: str, key: str, timeout_s: float = 10.0) -> dict[str, Any]:
+def endpoint_structured_outputs(base_url: str, key: str, timeout_s: float = 10.0) -> StructuredOutputs:
     """The structured-output backend an endpoint this run did not start reports, if it does.
     vLLM's ``/server_info`` (served with ``VLLM_SERVER_DEV_MODE=1``) holds the engine config, with
     the same ``structured_outputs_config=…`` text as the start-up log; ``/version`` and ``/metrics``
@@ -72,9 +72,9 @@ def endpoint_structured_outputs(base_url: str, key: str, timeout_s: float = 10.0
         text = ""
     found = _SO_LINE.findall(text)
     if not found:
-        return {"backend": UNKNOWN_BACKEND, "disable_any_whitespace": None, "source": None}
+        return StructuredOutputs(backend=UNKNOWN_BACKEND, disable_any_whitespace=None, source=None)
     backend, compact = found[-1]
-    return {"backend": backend, "disable_any_whitespace": compact == "True", "source": "endpoint /server_info"}
+    return StructuredOutputs(backend=backend, disable_any_whitespace=compact == "True", source="endpoint /server_info")
 
 
 def platform_device(python: str | None = None) -> str:

@@ -22,13 +22,34 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (the item code loads inside ItemWorker: its import time is a measured phase)
     from nlq2sql.run.config import EvalConfig
+    from nlq2sql.run.harness_load import HarnessResult
 
-__all__ = ["PARENT_POLL_S", "ItemWorker", "SharedBudget", "die_with_parent", "serve_items"]
+__all__ = ["PARENT_POLL_S", "ItemWorker", "SharedBudget", "WorkerReady", "WorkerReport", "die_with_parent",
+           "serve_items"]
+
+
+class WorkerReady(msgspec.Struct):
+    """A worker's first message: it can send requests, and how long getting there took, by phase."""
+
+    pid: int
+    startup_s: float | None
+    phases: dict[str, float | None]
+
+
+class WorkerReport(msgspec.Struct):
+    """What a worker (process or Ray actor) reports when it is done: the driver merges these."""
+
+    sent: int
+    fleet: dict[str, Any] | None  # its replicas' report (``ItemRunner.fleet``: run.pool's JSON figures)
+    harness: HarnessResult
+    pid: int
 
 
 class SharedBudget(RetryBudget):
@@ -122,7 +143,7 @@ class ItemWorker:
         self.sent = 0
         #: Where this worker's start-up went: importing the item code, its warehouse and
         #: prompt (``ItemRunner``), answering the golds.
-        self.phases = {"import_s": round(t1 - t0, 3), "runner_s": round(t2 - t1, 3),
+        self.phases: dict[str, float | None] = {"import_s": round(t1 - t0, 3), "runner_s": round(t2 - t1, 3),
                        "golds_s": round(time.time() - t2, 3)}
 
     def start(self) -> None:
@@ -132,9 +153,9 @@ class ItemWorker:
         self.sent += 1
         return await self.items.run(case)
 
-    async def finish(self) -> dict[str, Any]:
+    async def finish(self) -> WorkerReport:
         await self.items.close()
-        return {"sent": self.sent, "fleet": self.items.fleet(), "harness": self.items.harness(), "pid": os.getpid()}
+        return WorkerReport(self.sent, self.items.fleet(), self.items.harness(), os.getpid())
 
 
 def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection, budget: RetryBudget,
@@ -174,9 +195,9 @@ async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, co
     threading.Thread(target=read, name="nlq2sql-inbox", daemon=True).start()
     worker = ItemWorker(cfg, endpoint, slots, budget, golds)
     worker.start()
-    conn.send(("ready", {"pid": os.getpid(), "startup_s": time.time() - spawned_at if spawned_at is not None else None,
-                         "phases": {"interpreter_s": round(entered - spawned_at, 3) if spawned_at else None,
-                                    **worker.phases}}))
+    conn.send(("ready", WorkerReady(os.getpid(), time.time() - spawned_at if spawned_at is not None else None,
+                                    {"interpreter_s": round(entered - spawned_at, 3) if spawned_at else None,
+                                     **worker.phases})))
 
     async def lane() -> None:
         while True:

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.records.store import RECORDS, RecordWriter
 from nlq2sql.records.summary_parts import WorkerFigures
-from nlq2sql.run.harness_load import HarnessMonitor
+from nlq2sql.run.harness_load import HarnessMonitor, HarnessResult
 from nlq2sql.run.harness_load import merge as merge_harness
 from nlq2sql.run.ray_engine import RayEngine
-from nlq2sql.run.worker import SharedBudget, serve_items
+from nlq2sql.run.worker import SharedBudget, WorkerReport, serve_items
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
 
@@ -134,7 +134,7 @@ class Fleet:
         self.written: set[str] = set()
         self.losses: list[dict[str, Any]] = []
         self.startups: list[float] = []
-        self.phases: list[dict[str, Any] | None] = []
+        self.phases: list[dict[str, float | None]] = []  # each worker's start-up, by phase
         self.first_ready: float | None = None
         self.t0 = t0
         self.ended = False
@@ -210,7 +210,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
     counts = {"total": len(cases), "done": 0, "failed": 0, "in_flight": 0}
     first = [float("inf")]
     used = [0]
-    reports: list[dict[str, Any]] = []
+    reports: list[WorkerReport] = []
     driver = HarnessMonitor()
     # The driver samples every replica's /metrics (the workers sample none), labelled as the pool labels them.
     urls = [u for u, _, _ in targets(cfg, base_url, model, key)]
@@ -260,9 +260,9 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                         elif kind == "ready":
                             fleet.ready.add(wid)
                             fleet.first_ready = fleet.first_ready or time.time()
-                            if body.get("startup_s") is not None:
-                                fleet.startups.append(body["startup_s"])
-                                fleet.phases.append(body.get("phases"))
+                            if body.startup_s is not None:  # (a WorkerReady)
+                                fleet.startups.append(body.startup_s)
+                                fleet.phases.append(body.phases)
                         elif kind == "done":
                             fleet.finished.add(wid)
                             reports.append(body)
@@ -281,7 +281,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
         return [smp.result() for smp in samplers]
 
     per_replica = asyncio.run(drive())
-    merged = merge_fleets([r["fleet"] for r in reports])
+    merged = merge_fleets([r.fleet for r in reports])
     if merged is not None:
         merged["server_metrics"] = {f"r{i}": m for i, m in enumerate(per_replica)}
     now = time.time()
@@ -294,7 +294,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                              "per_worker_s": [round(s, 3) for s in fleet.startups],
                              "per_worker_phases": fleet.phases}})
     result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
-                            merge_harness([driver.result(), *(r["harness"] for r in reports)]),
+                            _written(merge_harness([driver.result(), *(r.harness for r in reports)])),
                             startup_s=max(0.0, started - t0), workers=workers)
     return result
 
@@ -392,3 +392,8 @@ class LocalEngine:
 
 def _ray_engine(cfg: EvalConfig) -> Any:
     return RayEngine(cfg.ray_address)
+
+
+def _written(harness: HarnessResult | None) -> Any:
+    """The harness figures as the session (and so the summary) holds them: JSON."""
+    return harness.written() if harness is not None else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["abstain_reason", "apply_abstention", "kind_share"]
+__all__ = ["ABSTENTION_KEYS", "abstain_reason", "apply_abstention", "kind_share"]
 
 
 def kind_share(evidence: dict[str, Any], kind: str | None) -> float:
@@ -37,6 +37,10 @@ def abstain_reason(rec: dict[str, Any]) -> str | None:
         if share < below:
             return f"intent-token confidence {share:.2f} < {below:g}"
     return None
+
+
+#: What :func:`apply_abstention` sets: its decision, and the correctness it may overrule.
+ABSTENTION_KEYS = ("abstained", "abstain_reason", "answer_correct", "correct_final", "correct_exec")
 
 
 def apply_abstention(rec: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
 import json
 import random
 import sys
@@ -24,6 +25,7 @@ import aiohttp
 if TYPE_CHECKING:  # the SDK loads only with the sdk client: workers on aiohttp never import it
     from openai import AsyncOpenAI
 
+from nlq2sql.records.manifest_parts import SamplingPart
 from nlq2sql.stages.intent import intent_schema
 from nlq2sql.transport.rawclient import RawClient, stream_once
 from nlq2sql.transport.stream import Accumulator, Completion, HTTPStatusError, StreamEventError, Transport
@@ -100,22 +102,19 @@ class Sampling:
             raise InputError(f"unknown schema mode {self.schema!r} (known: {', '.join(SCHEMA_MODES)})",
                              field="schema")
 
-    def as_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed,
-                             "structured": self.structured, "regex": self.regex}
+    def recorded(self) -> SamplingPart:
+        """As a manifest records it: what is off is left out; a grammar as its text and sha256."""
+        part = SamplingPart(max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed,
+                            structured=self.structured, regex=self.regex)
         if self.ignore_eos:
-            d["ignore_eos"] = True
+            part.ignore_eos = True
         if self.top_logprobs is not None:
-            d["top_logprobs"] = self.top_logprobs
+            part.top_logprobs = self.top_logprobs
         if self.schema != "flat" or self.schema_json is not None:
-            d["schema"] = self.schema
-            d["schema_json"] = self.schema_json
-        if self.grammar is not None:  # recorded as the JSON Schema is: the text and its sha256
-            import hashlib
-
-            d["grammar"] = self.grammar
-            d["grammar_sha256"] = hashlib.sha256(self.grammar.encode()).hexdigest()
-        return d
+            part.schema_mode, part.schema_text = self.schema, self.schema_json
+        if self.grammar is not None:
+            part.grammar, part.grammar_sha256 = self.grammar, hashlib.sha256(self.grammar.encode()).hexdigest()
+        return part
 
     def json_schema(self) -> dict[str, Any]:
         if self.schema_json is None:  # no default warehouse to take one from (bind_sampling sets it)

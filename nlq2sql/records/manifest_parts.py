@@ -1,0 +1,124 @@
+"""The sections of a run's ``manifest.json`` as types: what the run asked of the server (sampling),
+what it measured of it (server facts, structured-output backend, the canary's verdict), how it
+sent its load, its retry budget, its replicas and client engine, a learned guardrail's artefact.
+
+They live apart from :mod:`nlq2sql.records.results` (the manifest and summary contracts) so that
+the code building a section (``run.config.probe_endpoint``, ``run.canary``, ``run.serving``, …)
+imports its type from the bottom layer without pulling in the summary.  Each section is built as
+its model and turned into JSON once, at the write (:meth:`Part.written`): only the keys the
+builder set are written, in declaration order, so a key that is absent in some runs (``also``,
+``order_seed``, a sampling's ``top_logprobs``) stays absent, and manifests stay byte-identical.
+Reading is tolerant: keys added since the first runs have defaults, so old manifests still load.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CanaryPart", "EnginePart", "GuardrailArtefact", "LoadPart", "Part", "ReplicaPart", "RetryBudgetPart",
+           "SamplingPart", "ServerFacts", "StructuredOutputs"]
+
+
+class Part(BaseModel):
+    """A manifest section: undeclared keys are refused (a typo fails the write, not a reader)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def written(self) -> dict[str, Any]:
+        """The section as ``manifest.json`` holds it (the JSON edge): the keys set, in order."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class SamplingPart(Part):
+    """What every request asked for (``transport.client.Sampling`` as recorded)."""
+
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    structured: str
+    regex: str | None = None
+    ignore_eos: bool | None = None  # written only when set
+    top_logprobs: int | None = None  # written only when asked (--abstain's confidence)
+    schema_mode: str | None = Field(default=None, alias="schema")  # the schema's mode, with its text
+    schema_text: str | None = Field(default=None, alias="schema_json")  # the JSON Schema sent
+    grammar: str | None = None  # the sql-grammar answer: the grammar's text and sha256
+    grammar_sha256: str | None = None
+
+
+class ServerFacts(Part):
+    """Measured facts of an endpoint (``run.config.probe_endpoint``)."""
+
+    base_url: str
+    served_models: list[str | None] = []
+    max_model_len: int | None = None
+    server_version: str | None = None
+
+
+class LoadPart(Part):
+    """How the load was offered: closed loop (no rate) or Poisson arrivals at ``rate``."""
+
+    rate: float | None
+    duration_s: float | None
+    arrival_seed: int | None
+    order_seed: int | None = None  # a repeat's own order (written only then)
+
+
+class RetryBudgetPart(Part):
+    """The whole run's retry budget: the fraction asked and the retries it allows."""
+
+    fraction: float
+    total: int
+
+
+class ReplicaPart(Part):
+    """One replica of a fleet, as the records label it."""
+
+    label: str
+    url: str
+    model: str
+    server: ServerFacts
+
+
+class EnginePart(Part):
+    """The client engine that sent the requests: worker processes or Ray actors, and where."""
+
+    name: str
+    workers: int
+    ray_address: str | None = None
+
+
+class StructuredOutputs(Part):
+    """The structured-output backend: asked (a server we started) and effective (its log, or an
+    endpoint's ``/server_info``; ``source`` None where nothing said)."""
+
+    requested_backend: str | None = None  # a server we started only
+    requested_compact: bool | None = None
+    backend: str | None = None
+    disable_any_whitespace: bool | None = None
+    source: str | None = None
+
+
+class CanaryPart(Part):
+    """The structured-output canary's reply and verdict (``run.canary``)."""
+
+    passed: bool
+    reason: str | None
+    text: str | None
+    finish_reason: str | None
+    structured: str
+    compact_checked: bool
+    latency_s: float | None
+    also: list[CanaryPart] | None = None  # the run's other constraint modes (written only when any)
+
+
+class GuardrailArtefact(Part):
+    """Which learned model a learned guardrail applied (``stages.learned_guardrail``)."""
+
+    path: str
+    artefact_sha256: str
+    training_sha256: str
+    training_n: int
+    threshold: float
+    sklearn_version: str
