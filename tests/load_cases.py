@@ -38,8 +38,8 @@ from nlq2sql.experiments import loadcheck
 from nlq2sql.load import capacity, tune_report
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.analysis import Thresholds, analyse
+from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode
-from nlq2sql.load.figures import Level
 from nlq2sql.load.grid import GridConfig, GridMode, LengthClass, cell
 from nlq2sql.load.levels import LEVEL, stats_from_run
 from nlq2sql.load.openloop import RateSweepConfig, RateSweepMode, rate_level
@@ -277,7 +277,7 @@ def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     sweep = json.loads(files["reports/sweep-cpu-smollm2/sweep.json"].read_text())
     yield "sweep-cpu-smollm2:sweep.md", sw.render_markdown(sweep)
     th = Thresholds(**sweep["analysis"]["thresholds"])
-    levels = [Level.from_json(s) for s in sweep["levels"]]
+    levels = [LevelStats.from_json(s) for s in sweep["levels"]]
     yield "sweep-cpu-smollm2:analysis", text(as_dict(analyse(levels, th, tuple(sweep["config"]["slo_p95"]),
                                                              sweep["config"]["gpu_cost_per_hour"])))
     yield from probe_cases(monkeypatch)

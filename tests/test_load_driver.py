@@ -13,7 +13,7 @@ from fakeserver import FakeServer
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
-from nlq2sql.load.figures import Level
+from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.modes import registry, run_mode
 from nlq2sql.run.config import EvalConfig
@@ -40,7 +40,7 @@ class PairMode(LoadMode[PairSettings]):
         levels = (settings.low, settings.high)
         return levels[len(done)] if len(done) < len(levels) else None
 
-    def run_level(self, ctx: LevelContext[PairSettings], level: Any) -> Level:
+    def run_level(self, ctx: LevelContext[PairSettings], level: Any) -> LevelStats:
         return run_level(ctx.settings.base, ctx.evalset_path, level, ctx.out / f"c{level}",
                          reuse=ctx.settings.resume)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nlq2sql.load.figures import Level
+from nlq2sql.load.contract import LevelStats as Level
 from nlq2sql.load.metrics import counter_delta, hist_delta, hit_rate, parse_snapshot
 from nlq2sql.load.serialization import VerdictThresholds, decide, evidence, staircase_index
 from nlq2sql.load.server_results import Evidence
@@ -125,7 +125,9 @@ def _level(c: int, n: int, thr: float, p95: float, server: dict | None = None, c
         "latency_s": pct, "ttft_s": pct, "itl_s": pct, "completion_tokens": pct, "prompt_tokens": pct,
         "server": server or {"observed": False, "samples": 0, "interval_s": None, "running": off, "waiting": off,
                              "kv_cache_usage": off, "prefix_cache_hit_rate": None},
-        **({"client": client} if client else {})})
+        "run_dir": f"levels/c{c}",
+        "client": client or {"cpu_s": None, "cpu_share_of_core": None, "cpu_ms_per_request": None,
+                             "inflight_peak": None, "inflight_mean": None, "inflight_n": 0}})
 
 
 def test_evidence_is_written_as_the_flat_figures_it_was() -> None:

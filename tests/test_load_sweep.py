@@ -12,8 +12,9 @@ from nlq2sql.errors import InputError
 from nlq2sql.load import analysis as an
 from nlq2sql.load import render as rn
 from nlq2sql.load import sweep as sw
-from nlq2sql.load.figures import Level, plain
-from nlq2sql.load.levels import expand_evalset, inflight, intervals, level_stats
+from nlq2sql.load.contract import LevelStats as Level
+from nlq2sql.load.figures import plain
+from nlq2sql.load.levels import client_stats, expand_evalset, inflight, intervals, level_stats
 from nlq2sql.stages.evalset import load_evalset
 
 TH = an.Thresholds()
@@ -185,12 +186,13 @@ def test_level_stats_from_records() -> None:
                  "latency_s": None, "started": 100.0, "finish_reason": None})
     recs.append({"outcome": "ok", "raw_intent": None, "correct_final": False, "completion_tokens": 96,
                  "latency_s": 2.0, "ttft_s": 0.1, "started": 101.0, "finish_reason": "length"})
-    st = level_stats(recs, 10.0, {"observed": False, "note": "no /metrics samples: not observed"}, 4)
+    st = level_stats(recs, 10.0, {"observed": False, "note": "no /metrics samples: not observed"}, 4, run_dir="r",
+                     client=client_stats(None, None, len(recs), inflight(intervals(recs))))
     assert st.n == 6 and st.ok == 5 and st.good == 2 and st.schema_valid == 4
     assert st.req_per_s == pytest.approx(0.5) and st.goodput_per_s == pytest.approx(0.2)
     assert st.output_tok_per_s == pytest.approx((40 + 96) / 10)
     assert st.errors == {"timeout": 1} and st.finish_reasons["length"] == 1
-    assert st.latency_s["n"] == 5
+    assert st.latency_s.n == 5
     assert st.server.observed is False and st.server.running.note == "not observed"
     assert inflight(intervals(recs)).inflight_peak == 4
 

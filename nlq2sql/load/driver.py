@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.contract import _M
 from nlq2sql.load.figures import Fig
 from nlq2sql.load.output import Plot, write_outputs
 from nlq2sql.run.config import EvalConfig
@@ -161,7 +162,7 @@ class LoadMode(ABC, Generic[S]):
         return f"level {level}: done"
 
     @abstractmethod
-    def analyse(self, ctx: LevelContext[S], done: list[Any]) -> dict[str, Any] | Fig:
+    def analyse(self, ctx: LevelContext[S], done: list[Any]) -> dict[str, Any] | Fig | _M:
         """The result (with ``kind``; typed in the file's order, or JSON-ready), written as STEM.json."""
 
     @abstractmethod
@@ -209,7 +210,7 @@ def drive(mode: LoadMode[S], settings: S, progress: Progress | None = None,
             if progress:
                 progress(mode.describe(level, stats))
         typed = mode.analyse(ctx, done)
-        result = typed.to_json() if isinstance(typed, Fig) else typed
+        result = typed.to_json() if isinstance(typed, Fig | _M) else typed
         result.setdefault("elapsed_s", time.time() - ctx.started)
         return write_outputs(ctx.out, mode.stem, result, mode.render, mode.plot)
 

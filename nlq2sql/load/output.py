@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nlq2sql.load.contract import _M
 from nlq2sql.load.figures import Fig, plain
 from nlq2sql.load.results import checked
 from nlq2sql.records.store import RECORD_VERSION, write_json_atomic
@@ -18,13 +19,13 @@ __all__ = ["write_outputs"]
 Plot = tuple[str, Callable[[dict[str, Any], Path], Any]]
 
 
-def write_outputs(out: Path, stem: str, result: dict[str, Any] | Fig, render: Callable[[dict[str, Any]], str],
+def write_outputs(out: Path, stem: str, result: dict[str, Any] | Fig | _M, render: Callable[[dict[str, Any]], str],
                   plot: Plot | None = None) -> dict[str, Any]:
     """Checked, then plots (their file names go into the JSON under ``plot[0]``), the JSON and the Markdown.
 
     This is where a typed result becomes JSON (a dict's typed values too, the dict kept as the one
     returned); the renderers and plots read that JSON through the result's contract."""
-    if isinstance(result, Fig):
+    if isinstance(result, Fig | _M):
         result = result.to_json()
     for k, v in result.items():
         result[k] = plain(v)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nlq2sql.load.contract import _M, Pct, _Result
+from nlq2sql.load.contract import _M, Pct, _Stamped
 
 __all__ = ["CancelProbeResult", "CancelTrial", "HealthLoop", "HealthProbeResult", "HistMean", "PrefixCache",
            "PrefixProbeResult", "PrefixScenario", "PROBE_MODELS"]
@@ -32,7 +32,7 @@ class Unreported(_M):
     note: str
 
 
-class _Probe(_Result):
+class _Probe(_Stamped):
     endpoint: str
     model: str
 
@@ -139,6 +139,6 @@ class PrefixProbeResult(_Probe):
     scenarios: dict[str, PrefixScenario]
 
 
-PROBE_MODELS: dict[str, type[_Result]] = {
+PROBE_MODELS: dict[str, type[_Stamped]] = {
     "probe-cancel": CancelProbeResult, "probe-health": HealthProbeResult, "probe-prefix": PrefixProbeResult,
 }

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.load.analysis import cost_per_1k
-from nlq2sql.load.results import Gauge, LevelStats, Pct, SweepAnalysis, SweepResult, as_model
+from nlq2sql.load.analysis import SweepAnalysis, cost_per_1k
+from nlq2sql.load.contract import Gauge, LevelStats, Pct
+from nlq2sql.load.results import SweepResult, as_model
 
 __all__ = ["fmt_lat", "fmt_num", "level_table", "plot", "render_markdown", "server_table"]
 

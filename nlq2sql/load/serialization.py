@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
-from nlq2sql.load.figures import Level, present
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import SerializationResult, as_model
@@ -237,22 +237,21 @@ def decide(ev: Evidence, th: VerdictThresholds) -> Verdict:
                                f"{'n/a' if st is None else format(st, '.2f')}")
 
 
-def evidence(single: Level, loaded: Level, stair: dict[str, Any] | None) -> Evidence:
+def evidence(single: LevelStats, loaded: LevelStats, stair: dict[str, Any] | None) -> Evidence:
     """The verdict's inputs from two level stats (as written in ``level.json``) and the staircase."""
     t1, tk = single.req_per_s, loaded.req_per_s
     p1, pk = single.p95(), loaded.p95()
-    sv, c = loaded.server, present(loaded.client)
+    sv, c = loaded.server, loaded.client
     return Evidence(
         level=loaded.concurrency,
         thr_1=t1, thr_k=tk, n_1=single.n, n_k=loaded.n,
         speedup=tk / t1 if t1 and tk else None,
         p95_1=p1, p95_k=pk, p95_ratio=pk / p1 if p1 and pk else None,
-        inflight_mean=c.inflight_mean if c else None, inflight_peak=c.inflight_peak if c else None,
+        inflight_mean=c.inflight_mean, inflight_peak=c.inflight_peak,
         server_observed=sv.observed, server_samples=sv.samples,
         running_peak=sv.running.peak, running_mean=sv.running.mean, running_n=sv.running.n,
         waiting_peak=sv.waiting.peak, waiting_mean=sv.waiting.mean, waiting_n=sv.waiting.n,
-        client_cpu_share=c.cpu_share_of_core if c else None,
-        client_cpu_ms_per_request=c.cpu_ms_per_request if c else None,
+        client_cpu_share=c.cpu_share_of_core, client_cpu_ms_per_request=c.cpu_ms_per_request,
         staircase_index=(stair or {}).get("index"),
     )
 
@@ -274,7 +273,7 @@ class SerializationMode(LoadMode[SerializationConfig]):
         levels = (1, settings.level)
         return levels[len(done)] if len(done) < len(levels) else None
 
-    def run_level(self, ctx: LevelContext[SerializationConfig], level: Any) -> Level:
+    def run_level(self, ctx: LevelContext[SerializationConfig], level: Any) -> LevelStats:
         return run_level(ctx.settings.base, ctx.evalsets[f"c{level}"], level, ctx.out / f"c{level}" / "run")
 
     def describe(self, level: Any, stats: Any) -> str:

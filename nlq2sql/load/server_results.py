@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from nlq2sql.load.contract import _M, LevelStats, Pct, _Result
+from nlq2sql.load.contract import _M, LevelStats, Pct, _Stamped
 
 __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
            "SerializationResult", "SerializationSettings", "Staircase"]
@@ -70,7 +70,7 @@ class Evidence(_M):
     staircase_index: float | None
 
 
-class SerializationResult(_Result):
+class SerializationResult(_Stamped):
     kind: Literal["serialization"]
     model: str
     endpoint: str
@@ -144,7 +144,7 @@ class KvNeed(_M):
     kv_can_limit: bool | None = None
 
 
-class CapacityResult(_Result):
+class CapacityResult(_Stamped):
     kind: Literal["capacity"]
     kv: KvPerToken
     budget: KvBudget
