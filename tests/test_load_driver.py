@@ -12,8 +12,8 @@ import pytest
 from fakeserver import FakeServer
 
 from nlq2sql.errors import InputError
-from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
 from nlq2sql.load.contract import LevelStats
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.modes import registry, run_mode
 from nlq2sql.run.config import EvalConfig
