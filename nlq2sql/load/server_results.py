@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from nlq2sql.load.contract import _M, LevelStats, Pct, _Stamped
+from nlq2sql.load.contract import _M, LevelStats, Num, Pct, _Result, _Stamped
 
 __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
            "SerializationResult", "SerializationSettings", "Staircase"]
@@ -21,25 +21,27 @@ __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", 
 class SerializationSettings(_M):
     level: int
     requests_single: int
+    warmup: int
     requests_level: int
     staircase: int
     max_tokens: int
     structured: str
-    warmup: int
 
 
 class Staircase(_M):
+    """N processes sending one request each at the same moment, and the single service time."""
+
     n: int
     ok: int
     errors: list[str]
     solo_n: int
-    solo_s: list[float] = Field(default_factory=list)
-    solo_spread: float | None = None
-    service_s: float | None = None
-    send_spread_s: float | None = None
-    completion_s: list[float] = Field(default_factory=list)
-    ratios: list[float] = Field(default_factory=list)
-    index: float | None
+    service_s: Num | None = None
+    solo_s: list[Num] = Field(default_factory=list)
+    solo_spread: Num | None = None
+    completion_s: list[Num] = Field(default_factory=list)
+    ratios: list[Num] = Field(default_factory=list)
+    send_spread_s: Num | None = None
+    index: Num | None
     note: str | None = None  # too few successful requests to judge
 
 
@@ -70,19 +72,21 @@ class Evidence(_M):
     staircase_index: float | None
 
 
-class SerializationResult(_Stamped):
+class SerializationResult(_Result):
     kind: Literal["serialization"]
-    model: str
+    created: float | None = None
+    elapsed_s: float | None = None
     endpoint: str
-    server: dict[str, Any]
+    model: str
+    server: dict[str, Any]  # the endpoint's facts, open by nature
     config: SerializationSettings
+    thresholds: dict[str, float]
+    verdict: str
+    rule: str
+    caveats: list[str]
+    evidence: Evidence
     levels: list[LevelStats]
     staircase: Staircase | None
-    evidence: Evidence
-    thresholds: dict[str, float]
-    rule: str
-    verdict: str
-    caveats: list[str]
 
 
 # -- capacity -----------------------------------------------------------------------------
