@@ -54,8 +54,8 @@ class Pct(_M):
     @model_serializer(mode="wrap")
     def _as_written(self, handler: Any) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
-        if not self.n and "mean" in out:  # ``percentiles`` of nothing writes the mean last
-            out["mean"] = out.pop("mean")
+        if not self.n:  # ``percentiles`` of nothing writes the mean after the percentiles
+            out = {k: out[k] for k in ("n", "p50", "p95", "p99", "mean", "max") if k in out}
         return out
 
 

@@ -94,28 +94,28 @@ class SerializationResult(_Result):
 class KvPeak(_M):
     run: str
     concurrency: int | None
-    peak: float
+    peak: Num
     n: int
 
 
 class ContextBudget(_M):
     n: int
-    isl: Pct
+    isl: Pct  # percentiles and the max
     osl: Pct
     valid_osl: Pct
-    margin: float
+    margin: Num
     recommended_max_tokens: int | None
     finish_length: int
     context_overflow: int
     max_model_len: int | None
-    headroom_tokens: int | None = None
     note: str | None = None  # nothing valid to size max_tokens from
+    headroom_tokens: int | None = None
 
 
 class KvPerToken(_M):
-    """KV bytes per token and the model shape the formula used."""
+    """KV bytes per token and the model shape the formula used (MLA: no KV heads, no head dim)."""
 
-    bytes_per_token: float
+    bytes_per_token: Num
     formula: str
     attention_layers: int
     layers: int
@@ -123,27 +123,27 @@ class KvPerToken(_M):
     head_dim: int | None
     attention_heads: int
     kv_dtype: str
-    dtype_bytes: int
+    dtype_bytes: Num
 
 
 class KvBudget(_M):
     """What the server's ``/metrics`` (``vllm:cache_config_info``) said of its KV cache."""
 
     observed: bool
-    note: str | None = None  # why not observed
     blocks: int | None = None
     block_size: int | None = None
     tokens: int | None = None
     cache_dtype: str | None = None
+    note: str | None = None  # why not observed
 
 
 class KvNeed(_M):
     concurrency: int
     context_tokens: int
     tokens: int
-    bytes: float
-    gib: float
-    share_of_budget: float | None = None  # only with an observed budget
+    bytes: Num
+    gib: Num
+    share_of_budget: Num | None = None  # only with an observed budget
     max_sequences_at_context: int | None = None
     kv_can_limit: bool | None = None
 
@@ -152,7 +152,7 @@ class CapacityResult(_Stamped):
     kind: Literal["capacity"]
     kv: KvPerToken
     budget: KvBudget
-    budget_bytes: float | None
+    budget_bytes: Num | None
     need: KvNeed | None
     measured_kv_peaks: list[KvPeak]
     context: ContextBudget
