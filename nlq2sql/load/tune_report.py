@@ -8,24 +8,44 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from nlq2sql.load.figures import Fig, Num
+from nlq2sql.load.contract import _M, Num, _LabelsFirst
 from nlq2sql.load.render import fmt_num
 
 if TYPE_CHECKING:
     from nlq2sql.load.tune import Probe, TuneSettings
 
-__all__ = ["CI_METHOD", "OperatingPoint", "ProbeRow", "TuneOut", "TuneSettingsOut", "TuneVerdict", "assemble",
-           "plot_curve", "render_markdown"]
+__all__ = ["CI_METHOD", "OperatingPoint", "ProbeCounts", "ProbeRow", "TuneConfig", "TuneResult", "TuneVerdict",
+           "assemble", "plot_curve", "render_markdown"]
 
 CI_METHOD = ("95 % Wilson interval on the share of requests that were correct within the SLO, times the "
              "probe's request rate n / wall (wall taken as fixed)")
 
 
-# ``tune.json`` as built (fields in the file's order; see :mod:`.figures`).
+# ``tune.json`` (the one declaration: built here, fields in the file's order; see :mod:`.contract`).
 
-class TuneVerdict(Fig):
+class ProbeCounts(_M):
+    """One probe's counts as measured (``tune.Probe`` adds the items that pair it with the baseline)."""
+
+    load: float
+    run_dir: str
+    n: int
+    ok: int
+    correct: int
+    correct_in_slo: int
+    wall_s: float | None
+    req_per_s: float | None
+    goodput_per_s: float | None  # correct answers per second (any latency)
+    correct_goodput_per_s: float | None  # correct answers per second that met every SLO
+    correct_goodput_ci95: list[float] | None
+    accuracy: float | None
+    accuracy_ci95: list[float] | None
+    slo_observed: dict[str, float | None]
+    slo_met: bool
+
+
+class TuneVerdict(_M):
     """A probe judged against the baseline: McNemar on the items both answered, and the bounds."""
 
     b_baseline_only: int  # right at the baseline, wrong here
@@ -37,35 +57,16 @@ class TuneVerdict(Fig):
     why_not: list[str]
 
 
-class ProbeRow(Fig, kw_only=True):
-    """One probe as written: its counts (``tune.Probe`` less the items), when it ran, its verdict."""
-
-    load: Num
-    run_dir: str
-    n: int
-    ok: int
-    correct: int
-    correct_in_slo: int
-    wall_s: Num | None
-    req_per_s: Num | None
-    goodput_per_s: Num | None
-    correct_goodput_per_s: Num | None
-    correct_goodput_ci95: list[Num] | None
-    accuracy: Num | None
-    accuracy_ci95: list[Num] | None
-    slo_observed: dict[str, Num | None]
-    slo_met: bool
-    order: int
-    b_baseline_only: int
-    c_probe_only: int
-    p_one_sided: Num
-    significantly_worse: bool
-    accuracy_ok: bool
-    eligible: bool
-    why_not: list[str]
+class _Ordered(ProbeCounts):
+    order: int  # when it ran (1: the baseline)
 
 
-class OperatingPoint(Fig):
+class ProbeRow(TuneVerdict, _Ordered):
+    """One probe as written: its counts, when it ran, then its verdict (pydantic puts the last base's
+    fields first, so the row is counts, order, verdict)."""
+
+
+class OperatingPoint(_M):
     load: Num
     correct_goodput_per_s: Num | None
     correct_goodput_ci95: list[Num] | None
@@ -75,7 +76,9 @@ class OperatingPoint(Fig):
     n: int
 
 
-class TuneSettingsOut(Fig):
+class TuneConfig(_M):
+    """``tune.json``'s ``config``: what the search was asked."""
+
     by: str
     slo: list[str]
     min_accuracy: Num
@@ -92,15 +95,9 @@ class TuneSettingsOut(Fig):
     prompt: str
 
 
-class TuneOut(Fig, kw_only=True):
-    kind: str = "tune"
-    created: float
-    model: str
-    evalset: str
-    endpoint_label: str
-    cpu_label: str | None
-    server: dict[str, Any]  # the endpoint's facts, open by nature
-    config: TuneSettingsOut
+class TuneResult(_LabelsFirst):
+    kind: Literal["tune"]
+    config: TuneConfig
     ci_method: str
     probes: list[ProbeRow]
     operating_point: OperatingPoint | None
@@ -108,6 +105,7 @@ class TuneOut(Fig, kw_only=True):
     accuracy_below_bound_at: Num | None
     slo_missed_at: Num | None
     notes: list[str]
+    plot: str | None = None
 
 
 def _pick(rows: list[ProbeRow]) -> ProbeRow | None:
@@ -117,10 +115,10 @@ def _pick(rows: list[ProbeRow]) -> ProbeRow | None:
 
 
 def assemble(s: TuneSettings, done: list[Probe], verdicts: list[TuneVerdict], server_info: dict[str, Any],
-             notes: list[str]) -> TuneOut:
+             notes: list[str]) -> TuneResult:
     """The result: each probe (in the order run) with its verdict against the baseline, then the picks."""
     base = done[0] if done else None
-    rows = [ProbeRow(**p.model_dump(mode="json", exclude={"items"}), order=i + 1, **v.to_json())
+    rows = [ProbeRow(**p.model_dump(mode="json", exclude={"items"}), order=i + 1, **v.model_dump())
             for i, (p, v) in enumerate(zip(done, verdicts, strict=True))]
     rows.sort(key=lambda r: r.load)
     op = _pick(rows)
@@ -136,17 +134,17 @@ def assemble(s: TuneSettings, done: list[Probe], verdicts: list[TuneVerdict], se
         notes.append("Fewer than 30 requests per probe: the McNemar test has little power; a drop in "
                      "accuracy may go undetected (raise --requests).")
     local = bool(server_info.get("started_by_us"))
-    return TuneOut(
-        created=time.time(), model=s.base.model, evalset=s.base.evalset,
+    return TuneResult(
+        kind="tune", created=time.time(), model=s.base.model, evalset=s.base.evalset,
         endpoint_label="local vLLM started for the tune" if local else str(server_info.get("endpoint")),
         cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
                    "they are not GPU numbers.") if local else None,
         server=server_info,
-        config=TuneSettingsOut(by=s.by, slo=[x.text for x in s.slo], min_accuracy=s.min_accuracy, alpha=s.alpha,
-                               lo=s.lo, hi=s.hi, probes=s.probes, requests=s.requests, order_seed=s.order_seed,
-                               max_in_flight=s.max_in_flight if s.by == "rate" else None, warmup=s.warmup,
-                               max_tokens=s.base.sampling.max_tokens, structured=s.base.sampling.structured,
-                               prompt=s.base.prompt),
+        config=TuneConfig(by=s.by, slo=[x.text for x in s.slo], min_accuracy=s.min_accuracy, alpha=s.alpha,
+                          lo=s.lo, hi=s.hi, probes=s.probes, requests=s.requests, order_seed=s.order_seed,
+                          max_in_flight=s.max_in_flight if s.by == "rate" else None, warmup=s.warmup,
+                          max_tokens=s.base.sampling.max_tokens, structured=s.base.sampling.structured,
+                          prompt=s.base.prompt),
         ci_method=CI_METHOD,
         probes=rows,
         operating_point=None if op is None else OperatingPoint(
