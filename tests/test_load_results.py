@@ -36,7 +36,7 @@ def test_fleet_sweep_writes_typed_versioned_results(tmp_path: Path) -> None:
         assert res.exit_code == 0, res.output
     fleet = load_result(out / "fleet-sweep.json")
     assert isinstance(fleet, FleetSweepResult) and fleet.record_version == RECORD_VERSION
-    assert set(fleet.rows) == {"whole", "r0", "r1"} and [r["label"] for r in fleet.replicas] == ["r0", "r1"]
+    assert set(fleet.rows) == {"whole", "r0", "r1"} and [r.label for r in fleet.replicas] == ["r0", "r1"]
     whole = load_result(out / "whole" / "sweep.json")
     assert whole.record_version == RECORD_VERSION and all(lv.n == 4 == lv.ok for lv in whole.levels)
     assert fleet.rows["whole"].peak_req_per_s == max(lv.req_per_s for lv in whole.levels)

@@ -34,9 +34,10 @@ from nlq2sql.load.contract import _M, LevelStats, Num, _LabelsFirst, _Result, _S
 from nlq2sql.load.probe_results import PROBE_MODELS
 from nlq2sql.load.server_results import CapacityResult, SerializationResult
 
-__all__ = ["FleetRow", "FleetSweepResult", "GridCell", "GridClass", "GridResult", "GridSettings", "RESULT_MODELS",
-           "RateAnalysis", "RateRow", "RateSettings", "RateSlo", "RateSweepResult", "ServerSweepResult",
-           "SettingRow", "SweepResult", "SweepSettings", "as_model", "checked", "load_result", "result_model"]
+__all__ = ["FleetReplica", "FleetRow", "FleetSweepResult", "GridCell", "GridClass", "GridResult", "GridSettings",
+           "RESULT_MODELS", "RateAnalysis", "RateRow", "RateSettings", "RateSlo", "RateSweepResult",
+           "ServerSweepResult", "SettingRow", "SweepResult", "SweepSettings", "as_model", "checked", "load_result",
+           "result_model"]
 
 
 # -- sweep --------------------------------------------------------------------------------
@@ -66,17 +67,19 @@ class SweepResult(_LabelsFirst):
 
 
 class SettingRow(_M):
+    """One server setting of a server sweep: its sweep's peak, knee and saturation, and each level."""
+
     value: int
     dir: str
-    peak_req_per_s: float | None
+    peak_req_per_s: Num | None
     peak_at: int | None
-    p95_at_peak: float | None
+    p95_at_peak: Num | None
     n_at_peak: int | None
     knee: int | None
     saturation: int | None
-    running_peak: float | None
-    waiting_peak: float | None
-    levels: list[tuple[int, float | None, float | None]]  # (c, req/s, p95)
+    running_peak: Num | None
+    waiting_peak: Num | None
+    levels: list[tuple[int, Num | None, Num | None]]  # (c, req/s, p95)
 
 
 class ServerSweepResult(_Stamped):
@@ -87,20 +90,25 @@ class ServerSweepResult(_Stamped):
 
 
 class FleetRow(_M):
-    peak_req_per_s: float | None
+    peak_req_per_s: Num | None
     at_concurrency: int | None
     knee: int | None
-    lowest_p95_s: float | None
+    lowest_p95_s: Num | None
     errors: int
+
+
+class FleetReplica(_M):
+    label: str
+    endpoint: str | None
 
 
 class FleetSweepResult(_Stamped):
     kind: Literal["fleet-sweep"]
     routing: str
-    replicas: list[dict[str, Any]]
+    replicas: list[FleetReplica]
     rows: dict[str, FleetRow]
-    sum_of_replica_peaks: float | None
-    fleet_scaling_efficiency: float | None
+    sum_of_replica_peaks: Num | None
+    fleet_scaling_efficiency: Num | None
 
 
 # -- open loop ----------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from nlq2sql.load.driver import (
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
-from nlq2sql.load.results import SweepResult, SweepSettings, as_model, load_result
+from nlq2sql.load.results import ServerSweepResult, SettingRow, SweepResult, SweepSettings, as_model, load_result
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.run.live import bound_endpoint
@@ -227,52 +227,52 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
         raise InputError("--server-sweep restarts a local server; it cannot be used with --endpoint",
                          field="--server-sweep")
     prepare_out(cfg.base.out, cfg.force)
-    runs = []
+    rows = []
     for v in values:
         sub = cfg.base.out / f"{knob.replace('_', '-')}-{v}"
         if progress:
             progress(f"starting a local server with {knob.replace('_', '-')}={v}")
-        setting: dict[str, Any] = {knob: v}
+        setting: dict[str, Any] = {knob: v}  # one server knob, chosen by name
         with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, info):
             res = run_sweep(cfg.but(base=replace(bound, out=sub), force=True), info, progress)
-        runs.append({"value": v, "dir": str(sub), "result": res})
-    combined = {"kind": "server-sweep", "knob": knob, "values": list(values),
-                "settings": [summarise_setting(r) for r in runs]}
-    return write_outputs(cfg.base.out, "server-sweep", combined, lambda c: render_server_sweep(c, runs))
+        rows.append(summarise_setting(v, str(sub), as_model(SweepResult, res)))
+    combined = ServerSweepResult(kind="server-sweep", knob=knob, values=list(values), settings=rows)
+    return write_outputs(cfg.base.out, "server-sweep", combined,
+                         lambda c: render_server_sweep(as_model(ServerSweepResult, c)))
 
 
-def summarise_setting(run: dict[str, Any]) -> dict[str, Any]:
-    res = as_model(SweepResult, run["result"])
+def summarise_setting(value: int, sub: str, res: SweepResult) -> SettingRow:
+    """One setting's row: its sweep's peak (and where), knee, saturation and the server's own peaks."""
     lv = [s for s in res.levels if s.req_per_s]
     peak = max(lv, key=lambda s: s.req_per_s or 0.0) if lv else None
-    return {"value": run["value"], "dir": run["dir"],
-            "peak_req_per_s": peak.req_per_s if peak else None,
-            "peak_at": peak.concurrency if peak else None,
-            "p95_at_peak": peak.latency_s.p95 if peak else None,
-            "n_at_peak": peak.n if peak else None,
-            "knee": res.analysis.knee.level,
-            "saturation": res.analysis.saturation.level,
-            "running_peak": max((s.server.running.peak or 0 for s in res.levels), default=None),
-            "waiting_peak": max((s.server.waiting.peak or 0 for s in res.levels), default=None),
-            "levels": [(s.concurrency, s.req_per_s, s.latency_s.p95) for s in res.levels]}
+    return SettingRow(value=value, dir=sub,
+                      peak_req_per_s=peak.req_per_s if peak else None,
+                      peak_at=peak.concurrency if peak else None,
+                      p95_at_peak=peak.latency_s.p95 if peak else None,
+                      n_at_peak=peak.n if peak else None,
+                      knee=res.analysis.knee.level,
+                      saturation=res.analysis.saturation.level,
+                      running_peak=max((s.server.running.peak or 0 for s in res.levels), default=None),
+                      waiting_peak=max((s.server.waiting.peak or 0 for s in res.levels), default=None),
+                      levels=[(s.concurrency, s.req_per_s, s.latency_s.p95) for s in res.levels])
 
 
-def render_server_sweep(combined: dict[str, Any], runs: list[dict[str, Any]]) -> str:
-    knob = combined["knob"].replace("_", "-")
+def render_server_sweep(combined: ServerSweepResult) -> str:
+    knob = combined.knob.replace("_", "-")
     md = [f"# Server sweep over {knob}", "",
           "Each setting restarted the local CPU vLLM and ran the full concurrency sweep "
           "(its own sweep.md in the sub-directory).", "",
           f"| {knob} | peak req/s (at c, n) | p95 at peak | knee | saturation | server running peak | "
           "server waiting peak |", "|---:|---|---:|---:|---:|---:|---:|"]
-    for s in combined["settings"]:
-        md.append(f"| {s['value']} | {fmt_num(s['peak_req_per_s'])} (c={s['peak_at']}, n={s['n_at_peak']}) "
-                  f"| {fmt_num(s['p95_at_peak'])} s | {s['knee'] or 'none'} | {s['saturation'] or 'none'} "
-                  f"| {s['running_peak']} | {s['waiting_peak']} |")
-    levels = sorted({c for s in combined["settings"] for c, _, _ in s["levels"]})
+    for s in combined.settings:
+        md.append(f"| {s.value} | {fmt_num(s.peak_req_per_s)} (c={s.peak_at}, n={s.n_at_peak}) "
+                  f"| {fmt_num(s.p95_at_peak)} s | {s.knee or 'none'} | {s.saturation or 'none'} "
+                  f"| {s.running_peak} | {s.waiting_peak} |")
+    levels = sorted({c for s in combined.settings for c, _, _ in s.levels})
     md += ["", "req/s by concurrency:", "", "| " + knob + " | " + " | ".join(f"c={c}" for c in levels) + " |",
            "|---:|" + "---:|" * len(levels)]
-    for s in combined["settings"]:
-        by = {c: r for c, r, _ in s["levels"]}
-        md.append(f"| {s['value']} | " + " | ".join(fmt_num(by.get(c)) for c in levels) + " |")
+    for s in combined.settings:
+        by = {c: r for c, r, _ in s.levels}
+        md.append(f"| {s.value} | " + " | ".join(fmt_num(by.get(c)) for c in levels) + " |")
     md.append("\nCPU-only vLLM: these timings rank settings on this machine; they are not GPU numbers.")
     return "\n".join(md) + "\n"
