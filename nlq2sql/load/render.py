@@ -21,12 +21,9 @@ def fmt_num(v: float | None, fmt: str = "{:.2f}", none: str = "n/a") -> str:
     return none if v is None else fmt.format(v)
 
 
-def fmt_lat(p: Pct | dict[str, Any] | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+def fmt_lat(p: Pct | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
     """p50 / p95 / p99 of a percentile block, or n/a when it holds no sample."""
-    if p is None:
-        return "n/a"
-    p = p if isinstance(p, Pct) else Pct.model_validate(p)
-    if not p.n:
+    if p is None or not p.n:
         return "n/a"
     return " / ".join(fmt_num(None if v is None else v * scale, fmt) for v in (p.p50, p.p95, p.p99))
 
