@@ -1,8 +1,8 @@
 """Figures that no read contract declares, as typed objects in the order their files hold them:
 built where measured, passed between functions typed, turned into JSON only when written
 (``to_json``).  A result with a read contract is built as that contract's pydantic model instead
-(:mod:`.contract`); these ``msgspec.Struct`` s are the parts without one (``/metrics`` deltas,
-the probes' rows, capacity's and tune's figures, load-check's report).
+(:mod:`.contract`); ``msgspec.Struct`` s remain for the rest: a streamed probe request
+(:mod:`.probe_figures`, never written) and load-check's report (``experiments.loadcheck``).
 
 A ``msgspec.Struct`` keeps its declaration order and each value as it was given; a field that
 only some modes or older files carry is ``UNSET`` when absent, and left out of the JSON.
