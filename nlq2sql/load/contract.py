@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, WithJsonSchema, mod
 
 from nlq2sql.errors import RecordError
 
-__all__ = ["Arrivals", "ClientSeen", "Gauge", "Inflight", "LevelStats", "Machine", "Num", "Pct", "ServerSeen"]
+__all__ = ["CPU_LABEL", "Arrivals", "ClientSeen", "Gauge", "Inflight", "LevelStats", "Machine", "Num", "Pct",
+           "ServerSeen", "endpoint_labels"]
 
 #: A measured number kept as given: an int is not turned into a float (the schema says "number").
 Num = Annotated[int | float, WithJsonSchema({"type": "number"})]
@@ -83,6 +84,16 @@ class _Header(_Result):
     elapsed_s: float | None = None
     model: str
     evalset: str
+
+
+#: What a result measured on a local CPU server says of its timings.
+CPU_LABEL = "CPU-only vLLM on this machine: these timings rank configurations here; they are not GPU numbers."
+
+
+def endpoint_labels(local: str | None, endpoint: object) -> tuple[str, str | None]:
+    """The header's ``endpoint_label`` and ``cpu_label``: ``local`` (what a server started for the run
+    is called; None: the run used a given endpoint) or the endpoint, and the CPU caveat for a local one."""
+    return (local, CPU_LABEL) if local is not None else (str(endpoint), None)
 
 
 class _LabelsFirst(_Header):

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import LevelStats
+from nlq2sql.load.contract import LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
@@ -218,13 +218,11 @@ class GridMode(LoadMode[GridConfig]):
 
     def analyse(self, ctx: LevelContext[GridConfig], done: list[Any]) -> GridResult:
         cfg, info = ctx.settings, ctx.server_info
-        local = bool(info.get("started_by_us"))
+        label, cpu = endpoint_labels("local vLLM started for the grid" if info.get("started_by_us") else None,
+                                     info.get("endpoint"))
         return GridResult(
             kind="grid", created=time.time(), elapsed_s=time.time() - ctx.started,
-            model=cfg.base.model, evalset=cfg.base.evalset, server=info,
-            endpoint_label="local vLLM started for the grid" if local else str(info.get("endpoint")),
-            cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
-                       "they are not GPU numbers.") if local else None,
+            model=cfg.base.model, evalset=cfg.base.evalset, server=info, endpoint_label=label, cpu_label=cpu,
             config=GridSettings(levels=sorted(set(cfg.levels)), requests=cfg.requests,
                                 classes=[GridClass(name=c.name, pad_tokens=c.pad_tokens,
                                                    out_tokens=c.out_tokens, describe=c.describe())

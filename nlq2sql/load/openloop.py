@@ -29,7 +29,7 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import cost_per_1k
-from nlq2sql.load.contract import Arrivals, LevelStats
+from nlq2sql.load.contract import Arrivals, LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
@@ -99,13 +99,11 @@ class RateSweepMode(LoadMode[RateSweepConfig]):
 
     def analyse(self, ctx: LevelContext[RateSweepConfig], done: list[Any]) -> RateSweepResult:
         cfg, info = ctx.settings, ctx.server_info
-        local = bool(info.get("started_by_us"))
+        label, cpu = endpoint_labels("local vLLM started for the sweep" if info.get("started_by_us") else None,
+                                     info.get("endpoint"))
         return RateSweepResult(
             kind="rate-sweep", created=time.time(), elapsed_s=time.time() - ctx.started,
-            model=cfg.base.model, evalset=cfg.base.evalset, server=info,
-            endpoint_label="local vLLM started for the sweep" if local else str(info.get("endpoint")),
-            cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
-                       "they are not GPU numbers.") if local else None,
+            model=cfg.base.model, evalset=cfg.base.evalset, server=info, endpoint_label=label, cpu_label=cpu,
             config=RateSettings(
                 rates=sorted(set(cfg.rates)), requests=cfg.requests, max_in_flight=cfg.max_in_flight,
                 duration_s=cfg.duration_s, arrival_seed=cfg.base.load.arrival_seed, slo_p95=list(cfg.slo_p95),

@@ -32,7 +32,7 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import Thresholds, analyse
-from nlq2sql.load.contract import _M, ClientSeen, LevelStats, Machine
+from nlq2sql.load.contract import _M, ClientSeen, LevelStats, Machine, endpoint_labels
 from nlq2sql.load.driver import (
     LevelContext,
     LoadMode,
@@ -149,15 +149,12 @@ def assemble(cfg: SweepConfig, stats: list[LevelStats], server_info: dict[str, A
              ) -> SweepResult:
     """``sweep.json`` as the sweep builds it (the driver adds ``elapsed_s``, the output layer the rest)."""
     base = cfg.base
-    local = bool(server_info.get("started_by_us"))
+    seqs = server_info.get("max_num_seqs")
+    label, cpu = endpoint_labels("local vLLM started for the sweep" + (f" (max-num-seqs {seqs})" if seqs else "")
+                                 if server_info.get("started_by_us") else None, server_info.get("endpoint"))
     return SweepResult(
-        kind="sweep", created=time.time(), model=base.model, evalset=base.evalset,
-        endpoint_label=("local vLLM started for the sweep" + (
-            f" (max-num-seqs {server_info.get('max_num_seqs')})" if server_info.get("max_num_seqs") else "")
-                        if local else str(server_info.get("endpoint"))),
-        cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
-                   "they are not GPU numbers.") if local else None,
-        server=server_info,
+        kind="sweep", created=time.time(), model=base.model, evalset=base.evalset, endpoint_label=label,
+        cpu_label=cpu, server=server_info,
         config=SweepSettings(levels=sorted(set(cfg.levels)), requests=cfg.requests, slo_p95=list(cfg.slo_p95),
                              gpu_cost_per_hour=cfg.gpu_cost_per_hour, max_tokens=base.sampling.max_tokens,
                              structured=base.sampling.structured, prompt=base.prompt, warmup=cfg.warmup,

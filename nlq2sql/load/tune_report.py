@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from nlq2sql.load.contract import _M, Num, _LabelsFirst
+from nlq2sql.load.contract import _M, Num, _LabelsFirst, endpoint_labels
 from nlq2sql.load.render import fmt_num
 
 if TYPE_CHECKING:
@@ -133,13 +133,11 @@ def assemble(s: TuneSettings, done: list[Probe], verdicts: list[TuneVerdict], se
     if any(r.n < 30 for r in rows):
         notes.append("Fewer than 30 requests per probe: the McNemar test has little power; a drop in "
                      "accuracy may go undetected (raise --requests).")
-    local = bool(server_info.get("started_by_us"))
+    label, cpu = endpoint_labels("local vLLM started for the tune" if server_info.get("started_by_us") else None,
+                                 server_info.get("endpoint"))
     return TuneResult(
-        kind="tune", created=time.time(), model=s.base.model, evalset=s.base.evalset,
-        endpoint_label="local vLLM started for the tune" if local else str(server_info.get("endpoint")),
-        cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
-                   "they are not GPU numbers.") if local else None,
-        server=server_info,
+        kind="tune", created=time.time(), model=s.base.model, evalset=s.base.evalset, endpoint_label=label,
+        cpu_label=cpu, server=server_info,
         config=TuneConfig(by=s.by, slo=[x.text for x in s.slo], min_accuracy=s.min_accuracy, alpha=s.alpha,
                           lo=s.lo, hi=s.hi, probes=s.probes, requests=s.requests, order_seed=s.order_seed,
                           max_in_flight=s.max_in_flight if s.by == "rate" else None, warmup=s.warmup,
