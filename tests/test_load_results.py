@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from nlq2sql.cli.main import app
 from nlq2sql.errors import RecordError
 from nlq2sql.load.output import write_outputs
-from nlq2sql.load.results import FleetSweepResult, SweepResult, load_result
+from nlq2sql.load.results import FleetSweepResult, SweepResult, checked, load_result
 from nlq2sql.records.store import RECORD_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,17 +42,23 @@ def test_fleet_sweep_writes_typed_versioned_results(tmp_path: Path) -> None:
     assert fleet.rows["whole"].peak_req_per_s == max(lv.req_per_s for lv in whole.levels)
 
 
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
 def test_an_undeclared_key_fails_before_anything_is_written(tmp_path: Path) -> None:
     good = json.loads((ROOT / "reports" / "sweep-cpu-smollm2" / "sweep.json").read_text())
     out = tmp_path / "out"
+    # The output layer takes the typed result; the JSON it makes is checked against the kind's contract.
     with pytest.raises(AssertionError, match="SweepResult"):
-        write_outputs(out, "sweep", dict(good, surprise=1), lambda r: "md")
-    bad_level = dict(good, levels=[dict(good["levels"][0], req_per_s="fast")])
+        checked(dict(good, surprise=1))
     with pytest.raises(AssertionError, match="req_per_s"):
-        write_outputs(out, "sweep", bad_level, lambda r: "md", ("plots", lambda r, o: {}))
+        checked(dict(good, levels=[dict(good["levels"][0], req_per_s="fast")]))
+    typed = SweepResult.from_json(good)
+    typed.notes.append(42)  # type: ignore[arg-type]  # a list mutated in place is not re-validated
+    with pytest.raises(AssertionError, match="notes"):
+        write_outputs(out, "sweep", typed, lambda r: "md", ("plots", lambda r, o: {}))
     assert not out.exists()
-    write_outputs(out, "sweep", good, lambda r: "md")
-    assert json.loads((out / "sweep.json").read_text())["record_version"] == RECORD_VERSION
+    written = write_outputs(out, "sweep", SweepResult.from_json(good), lambda r: f"md {r.model}")
+    assert json.loads((out / "sweep.json").read_text())["record_version"] == RECORD_VERSION == written.record_version
+    assert (out / "sweep.md").read_text() == f"md {good['model']}"
 
 
 def test_a_bad_result_file_names_its_field(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import parse_json, read_text
 from nlq2sql.load.contract import Pct
-from nlq2sql.load.results import SweepResult, as_model, load_result
+from nlq2sql.load.results import SweepResult, load_result
 from nlq2sql.load.server_results import CapacityResult, ContextBudget, KvBudget, KvNeed, KvPeak, KvPerToken
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
 from nlq2sql.run.models import DEFAULT_MODEL
@@ -252,9 +252,8 @@ def run(cfg: CapacityConfig) -> CapacityResult:
     return res
 
 
-def render_markdown(result: CapacityResult | dict[str, Any]) -> str:
-    """The report, from the typed result (a dict is validated into it first)."""
-    r = as_model(CapacityResult, result)
+def render_markdown(r: CapacityResult) -> str:
+    """The report, from the typed result."""
     kv, b, need, ctx = r.kv, r.budget, r.need, r.context
     md = ["# Capacity and context budget", "", "## KV math", "",
           f"- KV per token: **{kv.bytes_per_token:,.0f} B** ({kv.bytes_per_token / 1024:.1f} KiB) = "

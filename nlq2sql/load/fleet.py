@@ -12,7 +12,7 @@ from typing import Any
 
 from nlq2sql.load.driver import Progress, prepare_out
 from nlq2sql.load.output import write_outputs
-from nlq2sql.load.results import FleetReplica, FleetRow, FleetSweepResult, SweepResult, as_model
+from nlq2sql.load.results import FleetReplica, FleetRow, FleetSweepResult, SweepResult
 from nlq2sql.load.sweep import SweepConfig, run_sweep
 
 __all__ = ["render_markdown", "run_fleet_sweep"]
@@ -37,7 +37,7 @@ def _peak(res: SweepResult) -> FleetRow:
 
 
 def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
-                    progress: Progress | None = None) -> dict[str, Any]:
+                    progress: Progress | None = None) -> FleetSweepResult:
     """The sweep for the whole fleet (``out/whole``), then for each replica (``out/replicaK``)."""
     if not cfg.base.replicas:
         raise ValueError("a fleet sweep needs several endpoints")
@@ -48,7 +48,7 @@ def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
         if progress:
             progress(f"replica {label} alone: {pinned.endpoint}")
         results[label] = run_sweep(cfg.but(base=pinned), {"endpoint": pinned.endpoint}, progress)
-    rows = {k: _peak(as_model(SweepResult, v)) for k, v in results.items()}
+    rows = {k: _peak(v) for k, v in results.items()}
     alone = [rows[k].peak_req_per_s for k in rows if k != "whole"]
     whole = rows["whole"].peak_req_per_s
     total = sum(a for a in alone if a) if all(alone) else None
@@ -59,9 +59,8 @@ def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
     return write_outputs(out, "fleet-sweep", result, render_markdown)
 
 
-def render_markdown(result: FleetSweepResult | dict[str, Any]) -> str:
-    """The report, from the typed result (a dict, as written, is validated into it first)."""
-    r = as_model(FleetSweepResult, result)
+def render_markdown(r: FleetSweepResult) -> str:
+    """The report, from the typed result as written."""
 
     def f(v: float | None, fmt: str = ".2f") -> str:
         return format(v, fmt) if v is not None else "n/a"

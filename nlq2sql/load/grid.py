@@ -31,7 +31,7 @@ from nlq2sql.load.contract import LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
-from nlq2sql.load.results import GridCell, GridClass, GridResult, GridSettings, as_model
+from nlq2sql.load.results import GridCell, GridClass, GridResult, GridSettings
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.evalset import load_evalset
@@ -122,9 +122,8 @@ def cell(st: LevelStats, cls: LengthClass) -> GridCell:
         kv_samples=kv.n, errors=st.errors, finish_reasons=st.finish_reasons, run_dir=str(st.run_dir))
 
 
-def render_markdown(result: GridResult | dict[str, Any]) -> str:
-    """The report, from the typed result (a dict is validated into it first)."""
-    res = as_model(GridResult, result)
+def render_markdown(res: GridResult) -> str:
+    """The report, from the typed result as written."""
     cells = {(c.cls, c.concurrency): c for c in res.cells}
     levels = res.config.levels
     md = [f"# Benchmark grid · {res.model} · {res.evalset}", "",
@@ -155,14 +154,13 @@ def render_markdown(result: GridResult | dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-def heatmap(result: GridResult | dict[str, Any], out: Path) -> str:
+def heatmap(res: GridResult, out: Path) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    res = as_model(GridResult, result)
     levels, names = res.config.levels, [k.name for k in res.config.classes]
     cells = {(c.cls, c.concurrency): c for c in res.cells}
     fig, axes = plt.subplots(1, 2, figsize=(10, 1.2 + 0.8 * len(names)))
@@ -186,7 +184,7 @@ def heatmap(result: GridResult | dict[str, Any], out: Path) -> str:
 
 
 @register
-class GridMode(LoadMode[GridConfig]):
+class GridMode(LoadMode[GridConfig, GridResult]):
     """Every length class at every concurrency: class by class, lowest concurrency first."""
 
     name: ClassVar[str] = "grid"
@@ -229,12 +227,12 @@ class GridMode(LoadMode[GridConfig]):
                                          for c in cfg.classes]),
             cells=done, notes=ctx.notes)
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: GridResult) -> str:
         return render_markdown(result)
 
 
 def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
-             progress: Progress | None = None) -> dict[str, Any]:
+             progress: Progress | None = None) -> GridResult:
     """Run every cell (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
     return drive(GridMode(), cfg, progress, server_info=server_info)
 

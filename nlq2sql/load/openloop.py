@@ -33,7 +33,7 @@ from nlq2sql.load.contract import Arrivals, LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
-from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, RateSweepResult, as_model
+from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, RateSweepResult
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.store import RECORDS, iter_records
 
@@ -60,7 +60,7 @@ class RateSweepConfig(LoadSettings):
 
 
 @register
-class RateSweepMode(LoadMode[RateSweepConfig]):
+class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
     """Open loop: one level per offered rate, lowest first, at most ``max_in_flight`` in flight."""
 
     name: ClassVar[str] = "rate-sweep"
@@ -115,7 +115,7 @@ class RateSweepMode(LoadMode[RateSweepConfig]):
             notes=ctx.notes,
         )
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: RateSweepResult) -> str:
         return render_markdown(result)
 
 
@@ -184,9 +184,8 @@ def analyse_rates(levels: list[LevelStats], growth: float, slo: tuple[float, ...
 _VERDICT = {True: "yes", False: "no", None: "too short"}
 
 
-def render_markdown(result: RateSweepResult | dict[str, Any]) -> str:
+def render_markdown(res: RateSweepResult) -> str:
     """The report, from the typed result (a dict is validated into it first)."""
-    res = as_model(RateSweepResult, result)
     a, cfg = res.analysis, res.config
     bound = (f"at most {cfg.requests} arrivals or {cfg.duration_s:g} s per level" if cfg.duration_s
              else f"{cfg.requests} arrivals per level")
@@ -234,13 +233,12 @@ def render_markdown(result: RateSweepResult | dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-def plot(result: RateSweepResult | dict[str, Any], out: Path) -> str:
+def plot(res: RateSweepResult, out: Path) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    res = as_model(RateSweepResult, result)
     lv = [s for s in res.levels if s.req_per_s is not None and s.offered_rate is not None]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     xs = [s.offered_rate or 0.0 for s in lv]
@@ -262,7 +260,7 @@ def plot(result: RateSweepResult | dict[str, Any], out: Path) -> str:
 
 
 def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = None,
-                   progress: Progress | None = None) -> dict[str, Any]:
+                   progress: Progress | None = None) -> RateSweepResult:
     """Run each offered rate (a local server is started when ``cfg.base`` has no endpoint); write
     rate-sweep.json/.md and a plot."""
     return drive(RateSweepMode(), cfg, progress, server_info=server_info)

@@ -33,7 +33,6 @@ from nlq2sql.load.metrics import HistMean, counter_delta, hist_delta, hit_rate, 
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.probe_figures import Stream
 from nlq2sql.load.probe_results import (
-    PROBE_MODELS,
     CancelProbeResult,
     CancelTrial,
     HealthLoop,
@@ -317,9 +316,8 @@ def _opt(v: Any) -> str:
     return "n/a" if v is None else str(v)
 
 
-def render_markdown(result: ProbeResult | dict[str, Any], title: str) -> str:
-    """A probe's Markdown, from its typed result (a dict is validated into its model first)."""
-    r: Any = PROBE_MODELS[result["kind"]].model_validate(result) if isinstance(result, dict) else result
+def render_markdown(r: ProbeResult, title: str) -> str:
+    """A probe's Markdown, from its typed result."""
     md = [f"# {title}", ""]
     if isinstance(r, CancelProbeResult):
         md += [f"Stream {r.max_tokens} tokens (ignore_eos {r.ignore_eos}), disconnect after "
@@ -362,14 +360,13 @@ def render_markdown(result: ProbeResult | dict[str, Any], title: str) -> str:
     return "\n".join(md) + "\n"
 
 
-def write(out: Path, r: dict[str, Any], title: str) -> Path:
-    """``r`` (a probe's result as JSON) checked and written as ``PROBE.json``/``PROBE.md``."""
+def write(out: Path, r: ProbeResult, title: str) -> ProbeResult:
+    """``r`` checked and written as ``PROBE.json``/``PROBE.md``; returns it as written."""
     output_dir(out)
-    write_outputs(out, r["probe"], r, lambda res: render_markdown(res, title))
-    return out / f"{r['probe']}.md"
+    return write_outputs(out, r.probe, r, lambda res: render_markdown(res, title))
 
 
-def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[dict[str, Any], str]:
+def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[ProbeResult, str]:
     """Run one probe synchronously; returns the result as written and its Markdown."""
     r: ProbeResult
     if name == "cancel":
@@ -381,6 +378,5 @@ def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[dict[str, Any
     else:
         raise ValueError(name)
     r.created = time.time()
-    data = r.to_json()
-    path = write(out, data, f"{name} probe · {t.model}")
-    return data, path.read_text()
+    written = write(out, r, f"{name} probe · {t.model}")
+    return written, (out / f"{written.probe}.md").read_text()

@@ -1,17 +1,16 @@
 """The sweep's rendering: table cells, the Markdown report and the plots.
 
-Everything here reads the typed result (:class:`.results.SweepResult`): a result dict is
-validated into it first, so a renderer cannot read a key the contract does not declare.
+Everything here reads the typed result (:class:`.results.SweepResult`), as the output layer
+wrote it, so a renderer cannot read a key the contract does not declare.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from nlq2sql.load.analysis import SweepAnalysis, cost_per_1k
 from nlq2sql.load.contract import Gauge, LevelStats, Pct
-from nlq2sql.load.results import SweepResult, as_model
+from nlq2sql.load.results import SweepResult
 
 __all__ = ["fmt_lat", "fmt_num", "level_table", "plot", "render_markdown", "server_table"]
 
@@ -74,8 +73,7 @@ def server_table(levels: list[LevelStats]) -> list[str]:
     return md
 
 
-def render_markdown(result: SweepResult | dict[str, Any]) -> str:
-    r = as_model(SweepResult, result)
+def render_markdown(r: SweepResult) -> str:
     a, levels, cfg = r.analysis, r.levels, r.config
     cost = cfg.gpu_cost_per_hour
     md = [f"# Concurrency sweep · {r.model} · {r.evalset}", ""]
@@ -139,14 +137,13 @@ def render_markdown(result: SweepResult | dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-def plot(result: SweepResult | dict[str, Any], out: Path) -> dict[str, str]:
+def plot(r: SweepResult, out: Path) -> dict[str, str]:
     """throughput_vs_p95.png (knee and saturation marked) and efficiency.png."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    r = as_model(SweepResult, result)
     a = r.analysis
     pts: list[tuple[int, float, float]] = [
         (s.concurrency, s.latency_s.p95, s.req_per_s) for s in r.levels

@@ -7,9 +7,9 @@ layer (:func:`.output.write_outputs`) validates a result before anything is writ
 readers load it with :func:`load_result`, which names the file and field of a bad one.
 Results carry ``record_version`` (the one ``records.RECORD_VERSION``); those written before
 results were versioned have none and still load (``tests/test_load_results.py`` loads the
-committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer reads these
-attributes (a result dict is validated into its model first), so a report cannot show a
-key the contract does not declare.  Mappings remain only where the keys are open by nature:
+committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer takes its
+model (the result as written), so a report cannot show a key the contract does not declare.
+Mappings remain only where the keys are open by nature:
 the server's facts, a thresholds dataclass's fields, counts by error or finish reason.
 These models are also the one declaration each mode *builds* its result as (fields in the
 file's order, written with ``to_json``: see :mod:`.contract`).  The probes' results
@@ -36,7 +36,7 @@ from nlq2sql.load.server_results import CapacityResult, SerializationResult
 
 __all__ = ["FleetReplica", "FleetRow", "FleetSweepResult", "GridCell", "GridClass", "GridResult", "GridSettings",
            "RESULT_MODELS", "RateAnalysis", "RateRow", "RateSettings", "RateSlo", "RateSweepResult",
-           "ServerSweepResult", "SettingRow", "SweepResult", "SweepSettings", "as_model", "checked", "load_result",
+           "ServerSweepResult", "SettingRow", "SweepResult", "SweepSettings", "checked", "load_result",
            "result_model"]
 
 
@@ -237,12 +237,6 @@ def checked(result: dict[str, Any]) -> _Result | None:
 
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def as_model(model: type[M], result: M | dict[str, Any]) -> M:
-    """``result`` as ``model``: a dict (a result just built, or read back) is validated into it,
-    so a renderer reads only declared keys; a model is returned as it is."""
-    return result if isinstance(result, model) else model.model_validate(result)
 
 
 def load_result(path: Path, expect: type[M] | None = None) -> Any:

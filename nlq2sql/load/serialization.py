@@ -34,7 +34,7 @@ from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
-from nlq2sql.load.results import SerializationResult, as_model
+from nlq2sql.load.results import SerializationResult
 from nlq2sql.load.server_results import Evidence, SerializationSettings, Staircase
 from nlq2sql.run.config import EvalConfig
 
@@ -259,7 +259,7 @@ def evidence(single: LevelStats, loaded: LevelStats, stair: Staircase | None) ->
 # -- run + render -------------------------------------------------------------------------
 
 @register
-class SerializationMode(LoadMode[SerializationConfig]):
+class SerializationMode(LoadMode[SerializationConfig, SerializationResult]):
     """Two levels (c=1 and c=K, each on its own expanded set), then the staircase and the verdict."""
 
     name: ClassVar[str] = "serialization"
@@ -303,19 +303,18 @@ class SerializationMode(LoadMode[SerializationConfig]):
             evidence=ev,
             levels=[single, loaded], staircase=stair)
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: SerializationResult) -> str:
         return render_markdown(result)
 
 
 def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
-        progress: Progress | None = None) -> dict[str, Any]:
+        progress: Progress | None = None) -> SerializationResult:
     """Measure and decide (a local server is started when ``cfg.base`` has no endpoint); write and return."""
     return drive(SerializationMode(), cfg, progress, server_info=server_info)
 
 
-def render_markdown(result: SerializationResult | dict[str, Any]) -> str:
+def render_markdown(r: SerializationResult) -> str:
     """The report, from the typed result (a dict is validated into it first)."""
-    r = as_model(SerializationResult, result)
     ev, st, th, cfg = r.evidence, r.staircase, r.thresholds, r.config
     k = ev.level
     md = [f"# Serialization probe · {r.model} · {r.endpoint}", "",

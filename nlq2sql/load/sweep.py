@@ -32,7 +32,7 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import Thresholds, analyse
-from nlq2sql.load.contract import _M, ClientSeen, LevelStats, Machine, endpoint_labels
+from nlq2sql.load.contract import ClientSeen, LevelStats, Machine, endpoint_labels
 from nlq2sql.load.driver import (
     LevelContext,
     LoadMode,
@@ -47,7 +47,7 @@ from nlq2sql.load.driver import (
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
-from nlq2sql.load.results import ServerSweepResult, SettingRow, SweepResult, SweepSettings, as_model, load_result
+from nlq2sql.load.results import ServerSweepResult, SettingRow, SweepResult, SweepSettings, load_result
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.run.live import bound_endpoint
@@ -84,7 +84,7 @@ class SweepConfig(LoadSettings):
 
 
 @register
-class SweepMode(LoadMode[SweepConfig]):
+class SweepMode(LoadMode[SweepConfig, SweepResult]):
     """Closed loop: one level per concurrency, lowest first."""
 
     name: ClassVar[str] = "sweep"
@@ -135,12 +135,12 @@ class SweepMode(LoadMode[SweepConfig]):
                          "prefix hits are not observed (not zero).")
         return assemble(cfg, stats, ctx.server_info, notes)
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: SweepResult) -> str:
         return render_markdown(result)
 
 
 def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
-              progress: Progress | None = None) -> dict[str, Any]:
+              progress: Progress | None = None) -> SweepResult:
     """Run every level (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
     return drive(SweepMode(), cfg, progress, server_info=server_info)
 
@@ -165,8 +165,8 @@ def assemble(cfg: SweepConfig, stats: list[LevelStats], server_info: dict[str, A
     )
 
 
-def write_result(out: Path, result: dict[str, Any] | _M) -> dict[str, Any]:
-    return write_outputs(out, "sweep", result, render_markdown, ("plots", plot))
+def write_result(out: Path, result: SweepResult, order: tuple[str, ...] = ()) -> SweepResult:
+    return write_outputs(out, "sweep", result, render_markdown, ("plots", plot), order=order)
 
 
 #: A re-analysed ``sweep.json``'s keys before its levels and analysis, in the order re-renders have
@@ -175,7 +175,7 @@ RERENDER_ORDER = ("record_version", "created", "elapsed_s", "model", "evalset", 
                   "server", "notes", "kind", "config")
 
 
-def rerender(out: Path, cfg: SweepConfig) -> dict[str, Any]:
+def rerender(out: Path, cfg: SweepConfig) -> SweepResult:
     """Re-analyse a recorded sweep (new thresholds, SLOs or cost) without re-querying."""
     from nlq2sql.load.levels import load_level_dirs
 
@@ -190,10 +190,10 @@ def rerender(out: Path, cfg: SweepConfig) -> dict[str, Any]:
     # The file as read (every declared field), with the levels and analysis redone.
     dumped = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
     old = {k: dumped[k] for k in RERENDER_ORDER}
-    old["levels"] = stats
     old["config"].update({"slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour})
-    old["analysis"] = analyse(stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)
-    return write_result(out, old)
+    redone = SweepResult.model_validate(old | {"levels": stats, "analysis": analyse(
+        stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)})
+    return write_result(out, redone, RERENDER_ORDER)
 
 
 # -- server sweep -----------------------------------------------------------------------
@@ -218,7 +218,7 @@ def parse_server_sweep(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
-                     progress: Progress | None = None) -> dict[str, Any]:
+                     progress: Progress | None = None) -> ServerSweepResult:
     """Restart a local server per setting and sweep each; a combined table compares them."""
     if cfg.base.endpoint is not None:
         raise InputError("--server-sweep restarts a local server; it cannot be used with --endpoint",
@@ -232,10 +232,9 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
         setting: dict[str, Any] = {knob: v}  # one server knob, chosen by name
         with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, info):
             res = run_sweep(cfg.but(base=replace(bound, out=sub), force=True), info, progress)
-        rows.append(summarise_setting(v, str(sub), as_model(SweepResult, res)))
+        rows.append(summarise_setting(v, str(sub), res))
     combined = ServerSweepResult(kind="server-sweep", knob=knob, values=list(values), settings=rows)
-    return write_outputs(cfg.base.out, "server-sweep", combined,
-                         lambda c: render_server_sweep(as_model(ServerSweepResult, c)))
+    return write_outputs(cfg.base.out, "server-sweep", combined, render_server_sweep)
 
 
 def summarise_setting(value: int, sub: str, res: SweepResult) -> SettingRow:

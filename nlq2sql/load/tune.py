@@ -143,12 +143,12 @@ def _label(s: TuneSettings, load: float) -> str:
 
 
 @register
-class TuneMode(LoadMode[TuneSettings]):
+class TuneMode(LoadMode[TuneSettings, TuneResult]):
     name: ClassVar[str] = "tune"
     stem: ClassVar[str] = "tune"
     settings_model: ClassVar[type[LoadSettings]] = TuneSettings
 
-    plot: ClassVar[Plot | None] = ("plot", plot_curve)
+    plot: ClassVar[Plot[Any] | None] = ("plot", plot_curve)
 
     def order_seed(self, settings: TuneSettings) -> int | None:
         return settings.order_seed
@@ -175,7 +175,7 @@ class TuneMode(LoadMode[TuneSettings]):
     def analyse(self, ctx: LevelContext[TuneSettings], done: list[Any]) -> TuneResult:
         return tune_result(ctx.settings, done, ctx.server_info, ctx.notes)
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: TuneResult) -> str:
         return render_markdown(result)
 
 
