@@ -46,7 +46,7 @@ from nlq2sql.load.openloop import RateSweepConfig, RateSweepMode, rate_level
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult
 from nlq2sql.load.tune import TuneSettings, probe_from_records, tune_result
-from nlq2sql.load.tune_report import TuneResult
+from nlq2sql.load.tune_results import TuneResult
 from nlq2sql.records.store import RECORDS, iter_records, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 

@@ -13,6 +13,7 @@ from nlq2sql.cli.main import app
 from nlq2sql.errors import RecordError
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import FleetSweepResult, SweepResult, checked, load_result
+from nlq2sql.load.tune_results import TuneResult
 from nlq2sql.records.store import RECORD_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +26,13 @@ def test_committed_sweep_from_before_versioning_loads_typed() -> None:
     assert [lv.concurrency for lv in res.levels] == res.config.levels
     assert all(lv.latency_s.n == lv.ok for lv in res.levels)
     assert res.analysis.knee.level in res.config.levels
+
+
+def test_committed_tune_reports_load_as_their_declared_model() -> None:
+    for p in sorted((ROOT / "reports" / "tune").rglob("tune.json")):
+        typed = load_result(p)
+        assert isinstance(typed, TuneResult) and typed.record_version == RECORD_VERSION, p
+        assert typed.to_json() == json.loads(p.read_text())  # every key declared, every value as written
 
 
 def test_fleet_sweep_writes_typed_versioned_results(tmp_path: Path) -> None:

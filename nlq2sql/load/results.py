@@ -14,8 +14,9 @@ the server's facts, a thresholds dataclass's fields, counts by error or finish r
 These models are also the one declaration each mode *builds* its result as (fields in the
 file's order, written with ``to_json``: see :mod:`.contract`).  The probes' results
 (``probe cancel|health|prefix``) are declared in :mod:`.probe_results`, the serialization
-verdict's and capacity's in :mod:`.server_results`, the sweep's analysis in :mod:`.analysis`, the
-shared parts (level stats, percentiles, the header) in :mod:`.contract`; all are registered here.
+verdict's and capacity's in :mod:`.server_results`, tune's in :mod:`.tune_results`, the sweep's
+analysis in :mod:`.analysis`, the shared parts (level stats, percentiles, the header) in
+:mod:`.contract`; all are registered here.
 JSON Schemas: ``schemas/<kind>.schema.json`` (``scripts/gen_schemas.py``, drift-tested).
 """
 
@@ -33,6 +34,7 @@ from nlq2sql.load.analysis import SweepAnalysis
 from nlq2sql.load.contract import _M, LevelStats, Num, _LabelsFirst, _Result, _ServerFirst, _Stamped
 from nlq2sql.load.probe_results import PROBE_MODELS
 from nlq2sql.load.server_results import CapacityResult, SerializationResult
+from nlq2sql.load.tune_results import TuneResult
 
 __all__ = ["FleetReplica", "FleetRow", "FleetSweepResult", "GridCell", "GridClass", "GridResult", "GridSettings",
            "RESULT_MODELS", "RateAnalysis", "RateRow", "RateSettings", "RateSlo", "RateSweepResult",
@@ -213,7 +215,7 @@ class GridResult(_ServerFirst):
 RESULT_MODELS: dict[str, type[_Result]] = {
     "sweep": SweepResult, "server-sweep": ServerSweepResult, "fleet-sweep": FleetSweepResult,
     "rate-sweep": RateSweepResult, "grid": GridResult, "serialization": SerializationResult,
-    "capacity": CapacityResult,
+    "capacity": CapacityResult, "tune": TuneResult,
 }
 
 RESULT_MODELS.update(PROBE_MODELS)

@@ -31,7 +31,8 @@ from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, re
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import Plot
 from nlq2sql.load.slo import Slo, is_correct, parse_slos, request_value
-from nlq2sql.load.tune_report import ProbeCounts, TuneResult, TuneVerdict, assemble, plot_curve, render_markdown
+from nlq2sql.load.tune_report import assemble, plot_curve, render_markdown
+from nlq2sql.load.tune_results import ProbeCounts, TuneResult, TuneVerdict
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.stages.score import mcnemar_exact, wilson
 

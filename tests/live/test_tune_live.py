@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.load.modes import run_mode
-from nlq2sql.load.tune_report import TuneResult
+from nlq2sql.load.tune_results import TuneResult
 from nlq2sql.run.config import EvalConfig, LoadShape
 from nlq2sql.run.server import LocalServer
 from nlq2sql.transport.client import Sampling
