@@ -22,6 +22,7 @@ from nlq2sql.load.driver import build_settings
 from nlq2sql.load.modes import run_mode
 from nlq2sql.load.slo import parse_slo
 from nlq2sql.load.tune import Probe, TuneSettings, bisect_next, judge, probe_from_records
+from nlq2sql.load.tune_results import TuneResult
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.stages.evalset import load_evalset
 
@@ -45,11 +46,13 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
         yield f
 
 
-def _tune(engine: FakeServer, out: Path, **kw: Any) -> dict[str, Any]:
+def _tune(engine: FakeServer, out: Path, **kw: Any) -> TuneResult:
     base = EvalConfig(evalset="dev", out=out, endpoint=engine.url, model="fake-model")
     values: dict[str, Any] = {"base": base, "slo": ("e2e_p95<=20s",), "hi": 16, "requests": 20, "warmup": 0,
                               "probes": 6, "min_accuracy": 0.5}
-    return run_mode("tune", **(values | kw))
+    res = run_mode("tune", **(values | kw))
+    assert isinstance(res, TuneResult)
+    return res
 
 
 def test_slo_grammar() -> None:
