@@ -52,9 +52,9 @@ def main(run: Path, dest: Path) -> None:
     server: dict[str, Any] = {k: v for k, v in old["server"].items() if k in ("started_by_us", "endpoint")}
     result = tune_result(s, probes, server, [n for n in old["notes"] if "Resumed" not in n and "raise" not in n
                                           and "Fewer than" not in n])
-    result["created"], result["elapsed_s"] = old["created"], old.get("elapsed_s")
-    write_outputs(dest, "tune", result, render_markdown, ("plot", plot_curve))
-    print(json.dumps(result["operating_point"]))
+    result.created = old["created"]
+    written = write_outputs(dest, "tune", result, render_markdown, ("plot", plot_curve), elapsed_s=old.get("elapsed_s"))
+    print(json.dumps(written.operating_point.to_json() if written.operating_point else None))
 
 
 if __name__ == "__main__":

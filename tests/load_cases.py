@@ -38,13 +38,15 @@ from nlq2sql.experiments import loadcheck
 from nlq2sql.load import capacity, tune_report
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.analysis import Thresholds, analyse
+from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode
-from nlq2sql.load.figures import Level
 from nlq2sql.load.grid import GridConfig, GridMode, LengthClass, cell
 from nlq2sql.load.levels import LEVEL, stats_from_run
 from nlq2sql.load.openloop import RateSweepConfig, RateSweepMode, rate_level
 from nlq2sql.load.output import write_outputs
+from nlq2sql.load.results import SweepResult
 from nlq2sql.load.tune import TuneSettings, probe_from_records, tune_result
+from nlq2sql.load.tune_results import TuneResult
 from nlq2sql.records.store import RECORDS, iter_records, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 
@@ -120,14 +122,13 @@ def _level_json(run: Path, i: int) -> None:
     write_json_atomic(run / LEVEL, st)
 
 
-def _drive(mode: LoadMode[Any], ctx: LevelContext[Any], levels: list[Any], plot: str) -> tuple[str, str]:
+def _drive(mode: LoadMode[Any, Any], ctx: LevelContext[Any], levels: list[Any], plot: str) -> tuple[str, str]:
     """The driver's level loop and output on levels already measured (``--resume`` reads them back)."""
     done = [mode.run_level(ctx, lv) for lv in levels]
-    result = as_dict(mode.analyse(ctx, done))
-    result.setdefault("elapsed_s", time.time() - ctx.started)
+    result = mode.analyse(ctx, done)
     stub = (mode.plot[0], lambda _r, _o: ({"throughput": plot} if mode.plot[0] == "plots" else plot)) \
         if mode.plot else None
-    write_outputs(ctx.out, mode.stem, result, mode.render, stub)
+    write_outputs(ctx.out, mode.stem, result, mode.render, stub, elapsed_s=time.time() - ctx.started)
     return (ctx.out / f"{mode.stem}.json").read_text(), (ctx.out / f"{mode.stem}.md").read_text()
 
 
@@ -187,7 +188,7 @@ def _set_cases(name: str, runs: dict[int, Path]) -> Iterator[tuple[str, str]]:
     dirs = [Path(f"{name}-sweep-plain") / "levels" / f"c{c}" for c in levels]
     for tag, kw in (("no-budget", {}), ("budget", {"metrics_text": METRICS, "concurrency": 8}),
                     ("context", {"metrics_text": METRICS, "context": 900, "margin": 0.5})):
-        res = as_dict(capacity.analyse(DENSE, dirs, **kw))  # type: ignore[arg-type]
+        res = capacity.analyse(DENSE, dirs, **kw)  # type: ignore[arg-type]
         out = Path(f"{name}-capacity-{tag}")
         write_outputs(out, "capacity", res, capacity.render_markdown)
         yield f"{name}:capacity-{tag}.json", (out / "capacity.json").read_text()
@@ -236,7 +237,7 @@ def _tune(run: Path, written: dict[str, Any]) -> Iterator[tuple[str, str]]:
             done.append(probe_from_records(row["load"], Path(row["run_dir"]), list(iter_records(d / RECORDS)), wall,
                                            s.slo, s.by == "rate"))
         server = {"started_by_us": True, "endpoint": "local", "max_num_seqs": 4}
-        result = as_dict(tune_result(s, done, server, ["a note"]))
+        result = tune_result(s, done, server, ["a note"])
         write_outputs(out, "tune", result, tune_report.render_markdown, ("plot", lambda _r, _o: "tune.png"))
         yield f"{run}:tune-{tag}.json", (out / "tune.json").read_text()
         yield f"{run}:tune-{tag}.md", (out / "tune.md").read_text()
@@ -275,13 +276,13 @@ def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     for rel in LOADCHECKS:
         yield f"{rel}:md", loadcheck.render_markdown(_read_loadcheck(files[rel]))
     sweep = json.loads(files["reports/sweep-cpu-smollm2/sweep.json"].read_text())
-    yield "sweep-cpu-smollm2:sweep.md", sw.render_markdown(sweep)
+    yield "sweep-cpu-smollm2:sweep.md", sw.render_markdown(SweepResult.from_json(sweep))
     th = Thresholds(**sweep["analysis"]["thresholds"])
-    levels = [Level.from_json(s) for s in sweep["levels"]]
+    levels = [LevelStats.from_json(s) for s in sweep["levels"]]
     yield "sweep-cpu-smollm2:analysis", text(as_dict(analyse(levels, th, tuple(sweep["config"]["slo_p95"]),
                                                              sweep["config"]["gpu_cost_per_hour"])))
     yield from probe_cases(monkeypatch)
     for rel in extra[1:]:
         if rel.endswith("tune.json"):
-            yield f"{rel}:md", tune_report.render_markdown(json.loads(files[rel].read_text()))
+            yield f"{rel}:md", tune_report.render_markdown(TuneResult.from_json(json.loads(files[rel].read_text())))
             yield from _tune(Path(rel).parent, json.loads(files[rel].read_text()))

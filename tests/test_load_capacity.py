@@ -73,9 +73,9 @@ def test_context_budget_and_analysis(tmp_path: Path) -> None:
               "outcome": "context_overflow"}]
     d = _run(tmp_path / "r", recs)
     ctx = cap.context_budget(recs, 2048)
-    assert ctx.valid_osl["max"] == 49 and ctx.recommended_max_tokens == 64  # 49 × 1.25 = 61.25 → 64
+    assert ctx.valid_osl.max == 49 and ctx.recommended_max_tokens == 64  # 49 × 1.25 = 61.25 → 64
     assert ctx.finish_length == 1 and ctx.context_overflow == 1
-    assert ctx.headroom_tokens == 2048 - (320 + 64) and ctx.isl["n"] == 11
+    assert ctx.headroom_tokens == 2048 - (320 + 64) and ctx.isl.n == 11
     r = cap.analyse(SMOLLM2, [d], metrics_text=METRICS)
     assert r.need is not None and r.need.concurrency == 8 and r.need.context_tokens == 320 + 64
     assert r.verdict and "KV cannot be what limits the batch at c=8" in r.verdict and "5.0% (c=8, n=12" in r.verdict

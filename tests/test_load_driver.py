@@ -12,8 +12,8 @@ import pytest
 from fakeserver import FakeServer
 
 from nlq2sql.errors import InputError
+from nlq2sql.load.contract import _M, LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
-from nlq2sql.load.figures import Level
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.modes import registry, run_mode
 from nlq2sql.run.config import EvalConfig
@@ -24,8 +24,18 @@ class PairSettings(LoadSettings):
     high: int = option(3, "--high", ge=1)
 
 
+class PairResult(_M):
+    """The mode's result, typed like every mode's (``elapsed_s``: the driver's timing, added last)."""
+
+    levels: list[int]
+    ok: list[int]
+    ratio: float
+    notes: list[str]
+    elapsed_s: float | None = None
+
+
 @register
-class PairMode(LoadMode[PairSettings]):
+class PairMode(LoadMode[PairSettings, PairResult]):
     """The smallest useful mode: two concurrency levels and the throughput ratio between them."""
 
     name: ClassVar[str] = "test-pair"
@@ -40,20 +50,20 @@ class PairMode(LoadMode[PairSettings]):
         levels = (settings.low, settings.high)
         return levels[len(done)] if len(done) < len(levels) else None
 
-    def run_level(self, ctx: LevelContext[PairSettings], level: Any) -> Level:
+    def run_level(self, ctx: LevelContext[PairSettings], level: Any) -> LevelStats:
         return run_level(ctx.settings.base, ctx.evalset_path, level, ctx.out / f"c{level}",
                          reuse=ctx.settings.resume)
 
     def describe(self, level: Any, stats: Any) -> str:
         return f"c={level}: {stats.ok}/{stats.n}"
 
-    def analyse(self, ctx: LevelContext[PairSettings], done: list[Any]) -> dict[str, Any]:
+    def analyse(self, ctx: LevelContext[PairSettings], done: list[Any]) -> PairResult:
         lo, hi = done
-        return {"levels": [lo.concurrency, hi.concurrency], "ok": [lo.ok, hi.ok],
-                "ratio": hi.req_per_s / lo.req_per_s, "notes": ctx.notes}
+        return PairResult(levels=[lo.concurrency, hi.concurrency], ok=[lo.ok, hi.ok],
+                          ratio=hi.req_per_s / lo.req_per_s, notes=ctx.notes)
 
-    def render(self, result: dict[str, Any]) -> str:
-        return f"# pair\n\nc={result['levels'][1]} / c={result['levels'][0]}: {result['ratio']:.2f}x\n"
+    def render(self, result: PairResult) -> str:
+        return f"# pair\n\nc={result.levels[1]} / c={result.levels[0]}: {result.ratio:.2f}x\n"
 
 
 @pytest.fixture(scope="module")
@@ -72,17 +82,18 @@ def test_a_mode_declared_in_a_test_runs_through_the_driver(fake: FakeServer, tmp
     assert modes["test-pair"] is PairMode and "tune" in modes
     said: list[str] = []
     res = run_mode("test-pair", said.append, **_values(fake, tmp_path / "pair"))
-    assert res["ok"] == [6, 6] and res["ratio"] > 1.5  # the fake serves concurrently
+    assert isinstance(res, PairResult) and res.ok == [6, 6] and res.ratio > 1.5  # the fake serves concurrently
     assert said == ["c=1: 6/6", "c=3: 6/6"]
     out = tmp_path / "pair"
     assert json.loads((out / "pair.json").read_text())["levels"] == [1, 3]
     assert (out / "pair.md").read_text().startswith("# pair")
     assert json.loads((out / "job.json").read_text())["who"] == "test-pair"
-    assert any("warm-up" in n for n in res["notes"])  # the driver ran the warm-up, not the mode
+    assert any("warm-up" in n for n in res.notes)  # the driver ran the warm-up, not the mode
     # --resume keeps both finished levels (only the warm-up is sent again); other settings are refused.
     sent = len(fake.chat_requests())
     again = run_mode("test-pair", None, **_values(fake, out, resume=True))
-    assert len(fake.chat_requests()) == sent + 1 and any("Resumed: 2 level" in n for n in again["notes"])
+    assert isinstance(again, PairResult) and len(fake.chat_requests()) == sent + 1
+    assert any("Resumed: 2 level" in n for n in again.notes)
     with pytest.raises(InputError) as exc:
         run_mode("test-pair", None, **_values(fake, out, resume=True, high=4))
     assert exc.value.field == "--resume"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.errors import RecordError
-from nlq2sql.load.figures import Level
+from nlq2sql.load.contract import LevelStats as Level
 from nlq2sql.load.levels import LEVEL, run_level, stats_from_run
 from nlq2sql.run.config import EvalConfig
 
@@ -38,4 +38,4 @@ def test_a_bad_level_json_names_the_file_and_field(tmp_path: Path) -> None:
     with pytest.raises(RecordError) as exc:
         run_level(EvalConfig(), tmp_path / "x.jsonl", 16, tmp_path, reuse=True)
     assert exc.value.field == "server.running.n" and exc.value.path == str(tmp_path / LEVEL)
-    assert "Expected `int`, got `str`" in str(exc.value)
+    assert "Input should be a valid integer" in str(exc.value)

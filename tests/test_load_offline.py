@@ -164,9 +164,9 @@ def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Pat
         again = sw.run_sweep(cfg.but(resume=True))
         assert len(srv.chat_requests()) - sent == 4  # only c=2's four requests were sent again
         assert json.loads((tmp_path / "sw" / "levels" / "c1" / "level.json").read_text()) == c1
-        assert [lv["concurrency"] for lv in again["levels"]] == [1, 2]
-        assert again["levels"][0] == first["levels"][0]  # kept exactly as measured
-        assert any(n.startswith("Resumed: 1 level(s)") and "levels/c1" in n for n in again["notes"])
+        assert [lv.concurrency for lv in again.levels] == [1, 2]
+        assert again.levels[0].to_json() == first.levels[0].to_json()  # kept exactly as measured
+        assert any(n.startswith("Resumed: 1 level(s)") and "levels/c1" in n for n in again.notes)
         assert load_result(tmp_path / "sw" / "sweep.json", expect=SweepResult).levels[1].n == 4
 
         before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "sw").rglob("*"))

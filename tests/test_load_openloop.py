@@ -8,13 +8,12 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import msgspec
 import pytest
 from fakeserver import FakeServer
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.load.figures import Level, LevelArrivals, LevelClient
+from nlq2sql.load.contract import ClientSeen, LevelStats, Pct
 from nlq2sql.load.levels import level_stats
 from nlq2sql.load.openloop import analyse_rates, arrival_stats
 
@@ -28,15 +27,14 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
 
 
 def _level(rate: float, growth_late: float, n: int = 9, ok: int | None = None, p95: float = 1.0,
-           peak: int = 2) -> Level:
+           peak: int = 2) -> LevelStats:
     recs = [{"scheduled": 100.0 + i, "latency_from_arrival_s": 1.0 if i < n // 3 else growth_late}
             for i in range(n)]
-    st = level_stats([], None, None, 2)
-    return msgspec.structs.replace(
-        st, offered_rate=rate, n=n, ok=n if ok is None else ok, req_per_s=rate * 0.9,
-        arrivals=LevelArrivals(**arrival_stats(recs).model_dump()), latency_from_arrival_s={"n": n, "p95": p95},
-        client=LevelClient(cpu_s=None, cpu_share_of_core=None, cpu_ms_per_request=None, inflight_peak=peak,
-                           inflight_mean=None, inflight_n=n))
+    client = ClientSeen(cpu_s=None, cpu_share_of_core=None, cpu_ms_per_request=None, inflight_peak=peak,
+                        inflight_mean=None, inflight_n=n)
+    st = level_stats([], None, None, 2, run_dir="r", client=client)
+    return st.model_copy(update={"offered_rate": rate, "n": n, "ok": n if ok is None else ok, "req_per_s": rate * 0.9,
+                                 "arrivals": arrival_stats(recs), "latency_from_arrival_s": Pct(n=n, p95=p95)})
 
 
 def test_arrival_stats_growth_and_realised_rate() -> None:

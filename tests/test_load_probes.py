@@ -15,7 +15,7 @@ import pytest
 
 from nlq2sql.load import probes
 from nlq2sql.load.probe_results import CancelProbeResult, HealthProbeResult, PrefixProbeResult
-from nlq2sql.load.results import load_result
+from nlq2sql.load.results import checked, load_result
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,7 @@ def test_each_probe_writes_its_typed_result_and_says_not_observed(fake, tmp_path
         assert (tmp_path / name / f"{name}.md").read_text() == shown
 
 
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
 def test_an_undeclared_key_fails_before_anything_is_written(tmp_path: Path) -> None:
     r = {"kind": "probe-health", "probe": "health", "endpoint": "http://x/v1", "model": "m", "interval_s": 0.05,
          "idle": {"n": 0, "ok": 0, "errors": 0, "error_kinds": [], "p50_s": None, "p95_s": None, "max_s": None},
@@ -61,8 +62,13 @@ def test_an_undeclared_key_fails_before_anything_is_written(tmp_path: Path) -> N
          "prefill_requests": {"n": 0, "ok": 0, "parallel": 1, "errors": [], "prompt_tokens": {"n": 0},
                               "ttft_s": {"n": 0}, "load_wall_s": 0.0},
          "server_prefill_s": {"n": 0, "mean": None}, "server_ttft_s": {"n": 0, "mean": None}}
-    probes.write(tmp_path / "ok", dict(r), "t")
-    assert json.loads((tmp_path / "ok" / "health.json").read_text())["record_version"] is not None
+    written = probes.write(tmp_path / "ok", HealthProbeResult.from_json(r), "t")
+    assert json.loads((tmp_path / "ok" / "health.json").read_text())["record_version"] == written.record_version
+    assert written.record_version is not None
     with pytest.raises(AssertionError, match="HealthProbeResult"):
-        probes.write(tmp_path / "bad", {**r, "surprise": 1}, "t")
+        checked({**r, "surprise": 1})
+    bad = HealthProbeResult.from_json(r)
+    bad.prefill_requests.errors.append(42)  # type: ignore[arg-type]  # a list mutated in place is not re-validated
+    with pytest.raises(AssertionError, match="HealthProbeResult"):
+        probes.write(tmp_path / "bad", bad, "t")
     assert not (tmp_path / "bad" / "health.json").exists()

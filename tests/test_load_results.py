@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from nlq2sql.cli.main import app
 from nlq2sql.errors import RecordError
 from nlq2sql.load.output import write_outputs
-from nlq2sql.load.results import FleetSweepResult, SweepResult, load_result
+from nlq2sql.load.results import FleetSweepResult, SweepResult, checked, load_result
+from nlq2sql.load.tune_results import TuneResult
 from nlq2sql.records.store import RECORD_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +28,13 @@ def test_committed_sweep_from_before_versioning_loads_typed() -> None:
     assert res.analysis.knee.level in res.config.levels
 
 
+def test_committed_tune_reports_load_as_their_declared_model() -> None:
+    for p in sorted((ROOT / "reports" / "tune").rglob("tune.json")):
+        typed = load_result(p)
+        assert isinstance(typed, TuneResult) and typed.record_version == RECORD_VERSION, p
+        assert typed.to_json() == json.loads(p.read_text())  # every key declared, every value as written
+
+
 def test_fleet_sweep_writes_typed_versioned_results(tmp_path: Path) -> None:
     with FakeServer(tmp_path / "a", model="fake-model") as a, FakeServer(tmp_path / "b", model="fake-model") as b:
         out = tmp_path / "fleet"
@@ -36,23 +44,29 @@ def test_fleet_sweep_writes_typed_versioned_results(tmp_path: Path) -> None:
         assert res.exit_code == 0, res.output
     fleet = load_result(out / "fleet-sweep.json")
     assert isinstance(fleet, FleetSweepResult) and fleet.record_version == RECORD_VERSION
-    assert set(fleet.rows) == {"whole", "r0", "r1"} and [r["label"] for r in fleet.replicas] == ["r0", "r1"]
+    assert set(fleet.rows) == {"whole", "r0", "r1"} and [r.label for r in fleet.replicas] == ["r0", "r1"]
     whole = load_result(out / "whole" / "sweep.json")
     assert whole.record_version == RECORD_VERSION and all(lv.n == 4 == lv.ok for lv in whole.levels)
     assert fleet.rows["whole"].peak_req_per_s == max(lv.req_per_s for lv in whole.levels)
 
 
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
 def test_an_undeclared_key_fails_before_anything_is_written(tmp_path: Path) -> None:
     good = json.loads((ROOT / "reports" / "sweep-cpu-smollm2" / "sweep.json").read_text())
     out = tmp_path / "out"
+    # The output layer takes the typed result; the JSON it makes is checked against the kind's contract.
     with pytest.raises(AssertionError, match="SweepResult"):
-        write_outputs(out, "sweep", dict(good, surprise=1), lambda r: "md")
-    bad_level = dict(good, levels=[dict(good["levels"][0], req_per_s="fast")])
+        checked(dict(good, surprise=1))
     with pytest.raises(AssertionError, match="req_per_s"):
-        write_outputs(out, "sweep", bad_level, lambda r: "md", ("plots", lambda r, o: {}))
+        checked(dict(good, levels=[dict(good["levels"][0], req_per_s="fast")]))
+    typed = SweepResult.from_json(good)
+    typed.notes.append(42)  # type: ignore[arg-type]  # a list mutated in place is not re-validated
+    with pytest.raises(AssertionError, match="notes"):
+        write_outputs(out, "sweep", typed, lambda r: "md", ("plots", lambda r, o: {}))
     assert not out.exists()
-    write_outputs(out, "sweep", good, lambda r: "md")
-    assert json.loads((out / "sweep.json").read_text())["record_version"] == RECORD_VERSION
+    written = write_outputs(out, "sweep", SweepResult.from_json(good), lambda r: f"md {r.model}")
+    assert json.loads((out / "sweep.json").read_text())["record_version"] == RECORD_VERSION == written.record_version
+    assert (out / "sweep.md").read_text() == f"md {good['model']}"
 
 
 def test_a_bad_result_file_names_its_field(tmp_path: Path) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from nlq2sql.load.figures import Level
+from nlq2sql.load.contract import LevelStats as Level
 from nlq2sql.load.metrics import counter_delta, hist_delta, hit_rate, parse_snapshot
 from nlq2sql.load.serialization import VerdictThresholds, decide, evidence, staircase_index
-from nlq2sql.load.server_results import Evidence
+from nlq2sql.load.server_results import Evidence, Staircase
 
 TH = VerdictThresholds()
 
@@ -125,7 +125,9 @@ def _level(c: int, n: int, thr: float, p95: float, server: dict | None = None, c
         "latency_s": pct, "ttft_s": pct, "itl_s": pct, "completion_tokens": pct, "prompt_tokens": pct,
         "server": server or {"observed": False, "samples": 0, "interval_s": None, "running": off, "waiting": off,
                              "kv_cache_usage": off, "prefix_cache_hit_rate": None},
-        **({"client": client} if client else {})})
+        "run_dir": f"levels/c{c}",
+        "client": client or {"cpu_s": None, "cpu_share_of_core": None, "cpu_ms_per_request": None,
+                             "inflight_peak": None, "inflight_mean": None, "inflight_n": 0}})
 
 
 def test_evidence_is_written_as_the_flat_figures_it_was() -> None:
@@ -138,7 +140,8 @@ def test_evidence_is_written_as_the_flat_figures_it_was() -> None:
                             "kv_cache_usage": off, "prefix_cache_hit_rate": None},
                     client={"cpu_s": 1.0, "cpu_share_of_core": 0.25, "cpu_ms_per_request": 3.5, "inflight_peak": 8,
                             "inflight_mean": 7.5, "inflight_n": 24})
-    assert evidence(single, loaded, {"index": 0.1}).model_dump() == {
+    stair = Staircase(n=4, ok=4, errors=[], solo_n=2, index=0.1)
+    assert evidence(single, loaded, stair).model_dump() == {
         "level": 8, "thr_1": 0.5, "thr_k": 1.75, "n_1": 6, "n_k": 24, "speedup": 3.5, "p95_1": 2.0, "p95_k": 4.0,
         "p95_ratio": 2.0, "inflight_mean": 7.5, "inflight_peak": 8, "server_observed": True, "server_samples": 9,
         "running_peak": 3.0, "running_mean": 1.5, "running_n": 5, "waiting_peak": None, "waiting_mean": None,

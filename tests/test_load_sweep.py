@@ -12,8 +12,10 @@ from nlq2sql.errors import InputError
 from nlq2sql.load import analysis as an
 from nlq2sql.load import render as rn
 from nlq2sql.load import sweep as sw
-from nlq2sql.load.figures import Level, plain
-from nlq2sql.load.levels import expand_evalset, inflight, intervals, level_stats
+from nlq2sql.load.contract import LevelStats as Level
+from nlq2sql.load.figures import plain
+from nlq2sql.load.levels import client_stats, expand_evalset, inflight, intervals, level_stats
+from nlq2sql.load.results import SweepResult
 from nlq2sql.stages.evalset import load_evalset
 
 TH = an.Thresholds()
@@ -143,13 +145,13 @@ def _level(c: int, thr: float, p95: float, observed: bool = True) -> Level:
                        "n": n, "inflight_peak": c, "inflight_mean": c * 0.95, "inflight_n": n}})
 
 
-def _result(levels: list[Level], cost: float | None = 1.0, slo: tuple[float, ...] = (4.0,)) -> dict:
-    return plain({"kind": "sweep", "model": "m", "evalset": "heldout", "endpoint_label": "http://x/v1",
+def _result(levels: list[Level], cost: float | None = 1.0, slo: tuple[float, ...] = (4.0,)) -> SweepResult:
+    return SweepResult.from_json(plain({"kind": "sweep", "model": "m", "evalset": "heldout", "endpoint_label": "http://x/v1",
             "cpu_label": "CPU-only", "server": {"endpoint": "http://x/v1"},
             "config": {"levels": [s.concurrency for s in levels], "requests": 32, "slo_p95": list(slo),
                        "gpu_cost_per_hour": cost, "max_tokens": 96, "structured": "json", "prompt": "baseline",
                        "warmup": 0},
-            "levels": levels, "analysis": an.analyse(levels, TH, slo, cost), "notes": ["a note"]})
+            "levels": levels, "analysis": an.analyse(levels, TH, slo, cost), "notes": ["a note"]}))
 
 
 def test_render_and_plots_from_synthetic_levels(tmp_path: Path) -> None:
@@ -162,7 +164,8 @@ def test_render_and_plots_from_synthetic_levels(tmp_path: Path) -> None:
     assert "| ≤ 4 s | c=16 | 4.21 | 3.91 s | 32 |" in md
     assert "(n=40)" in md  # server gauges carry their sample counts
     assert "**CPU-only**" in md and "- a note" in md
-    for p in res["plots"].values():
+    assert res.plots is not None
+    for p in res.plots.values():
         assert Path(p).stat().st_size > 5000
     on_disk = json.loads((tmp_path / "sweep.json").read_text())
     assert on_disk["analysis"]["knee"]["level"] == 18
@@ -185,12 +188,13 @@ def test_level_stats_from_records() -> None:
                  "latency_s": None, "started": 100.0, "finish_reason": None})
     recs.append({"outcome": "ok", "raw_intent": None, "correct_final": False, "completion_tokens": 96,
                  "latency_s": 2.0, "ttft_s": 0.1, "started": 101.0, "finish_reason": "length"})
-    st = level_stats(recs, 10.0, {"observed": False, "note": "no /metrics samples: not observed"}, 4)
+    st = level_stats(recs, 10.0, {"observed": False, "note": "no /metrics samples: not observed"}, 4, run_dir="r",
+                     client=client_stats(None, None, len(recs), inflight(intervals(recs))))
     assert st.n == 6 and st.ok == 5 and st.good == 2 and st.schema_valid == 4
     assert st.req_per_s == pytest.approx(0.5) and st.goodput_per_s == pytest.approx(0.2)
     assert st.output_tok_per_s == pytest.approx((40 + 96) / 10)
     assert st.errors == {"timeout": 1} and st.finish_reasons["length"] == 1
-    assert st.latency_s["n"] == 5
+    assert st.latency_s.n == 5
     assert st.server.observed is False and st.server.running.note == "not observed"
     assert inflight(intervals(recs)).inflight_peak == 4
 

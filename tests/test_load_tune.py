@@ -22,6 +22,7 @@ from nlq2sql.load.driver import build_settings
 from nlq2sql.load.modes import run_mode
 from nlq2sql.load.slo import parse_slo
 from nlq2sql.load.tune import Probe, TuneSettings, bisect_next, judge, probe_from_records
+from nlq2sql.load.tune_results import TuneResult
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.stages.evalset import load_evalset
 
@@ -45,11 +46,13 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
         yield f
 
 
-def _tune(engine: FakeServer, out: Path, **kw: Any) -> dict[str, Any]:
+def _tune(engine: FakeServer, out: Path, **kw: Any) -> TuneResult:
     base = EvalConfig(evalset="dev", out=out, endpoint=engine.url, model="fake-model")
     values: dict[str, Any] = {"base": base, "slo": ("e2e_p95<=20s",), "hi": 16, "requests": 20, "warmup": 0,
                               "probes": 6, "min_accuracy": 0.5}
-    return run_mode("tune", **(values | kw))
+    res = run_mode("tune", **(values | kw))
+    assert isinstance(res, TuneResult)
+    return res
 
 
 def test_slo_grammar() -> None:
@@ -116,12 +119,12 @@ def _digest(d: Path) -> str:
 
 def test_operating_point_lands_below_the_degradation(engine: FakeServer, tmp_path: Path) -> None:
     res = _tune(engine, tmp_path / "full")
-    op = res["operating_point"]
-    assert op is not None and op["load"] < K, res["probes"]
-    probes = {p["load"]: p for p in res["probes"]}
-    assert probes[1]["accuracy"] == 1.0 and probes[16]["accuracy"] < 0.5
-    assert res["accuracy_moved_at"] is not None and res["accuracy_moved_at"] >= K
-    assert all(not p["eligible"] for p in res["probes"] if p["load"] >= K)
+    op = res.operating_point
+    assert op is not None and op.load < K, res.probes
+    probes = {p.load: p for p in res.probes}
+    assert probes[1].accuracy == 1.0 and probes[16].accuracy < 0.5
+    assert res.accuracy_moved_at is not None and res.accuracy_moved_at >= K
+    assert all(not p.eligible for p in res.probes if p.load >= K)
     assert (tmp_path / "full" / "tune.png").stat().st_size > 0
     md = (tmp_path / "full" / "tune.md").read_text()
     assert "Operating point: c = " in md and "Wilson" in md
@@ -143,11 +146,10 @@ def test_operating_point_lands_below_the_degradation(engine: FakeServer, tmp_pat
     kept = {d.name: _digest(d) for d in (out / "probes").iterdir()}
     assert len(kept) == 2 and not (out / "tune.json").exists()
     again = _tune(engine, out, resume=True)
-    assert [(p["order"], p["load"], p["eligible"]) for p in again["probes"]] == \
-        [(p["order"], p["load"], p["eligible"]) for p in res["probes"]]
-    assert again["operating_point"]["load"] == op["load"]
+    assert [(p.order, p.load, p.eligible) for p in again.probes] == [(p.order, p.load, p.eligible) for p in res.probes]
+    assert again.operating_point.load == op.load
     assert {d: _digest(out / "probes" / d) for d in kept} == kept
-    assert any("Resumed" in n for n in again["notes"])
+    assert any("Resumed" in n for n in again.notes)
 
 
 def test_tune_cli_refuses_bad_slo_without_a_server(tmp_path: Path) -> None:

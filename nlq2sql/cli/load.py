@@ -204,8 +204,8 @@ def probe_serialization(
                                           requests_level=requests_level, staircase=staircase, force=force),
                   None, _say)
     Console().print(ser.render_markdown(res), markup=False, highlight=False)
-    if expect is not None and res["verdict"] != expect:
-        err.print(f"verdict {res['verdict']!r}, expected {expect!r}")
+    if expect is not None and res.verdict != expect:
+        err.print(f"verdict {res.verdict!r}, expected {expect!r}")
         raise typer.Exit(1)
 
 

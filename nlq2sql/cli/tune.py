@@ -75,6 +75,8 @@ def tune_cmd(
                    min_accuracy=min_accuracy, alpha=alpha, lo=lo, hi=hi, probes=probes, requests=requests,
                    order_seed=seed, max_in_flight=max_in_flight, warmup=warmup, force=force, resume=resume)
     from nlq2sql.load.tune_report import render_markdown
+    from nlq2sql.load.tune_results import TuneResult
 
+    assert isinstance(res, TuneResult)  # the tune mode's result
     Console().print(render_markdown(res), markup=False, highlight=False)
     err.print(f"wrote {out / 'tune.json'}, {out / 'tune.md'} and {out / 'tune.png'}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from nlq2sql.load.figures import UNSET, Fig, Level, Num, UnsetType
+from nlq2sql.load.contract import _M, LevelStats, Num
 
 __all__ = ["Knee", "LevelCost", "Point", "Saturation", "ScalingRow", "Signature", "SloPick", "SweepAnalysis",
            "Thresholds", "analyse", "cost_per_1k", "find_knee", "find_saturation", "points", "scaling",
@@ -30,53 +30,53 @@ class Thresholds:
                 f"while p95 rises > {self.p95_rise_pct:.0%}")
 
 
-# The analysis as written into ``sweep.json`` (fields in the file's order; see :mod:`.figures`).
+# The analysis as ``sweep.json`` holds it (the one declaration: built here, read by the renderers).
 
-class ScalingRow(Fig):
+class ScalingRow(_M):
     concurrency: int
     req_per_s: Num | None
     efficiency: Num | None
     marginal: Num | None
 
 
-class Knee(Fig):
+class Knee(_M):
     level: int | None
     last_efficient: int | None
     reasons: list[str]
 
 
-class Saturation(Fig):
+class Saturation(_M):
     level: int | None
-    next: int | UnsetType = UNSET
-    throughput_gain: Num | UnsetType = UNSET
-    p95_rise: Num | UnsetType = UNSET
-    note: str | UnsetType = UNSET  # not reached
+    next: int | None = None
+    throughput_gain: Num | None = None
+    p95_rise: Num | None = None
+    note: str | None = None  # not reached
 
 
-class SloPick(Fig):
+class SloPick(_M):
     p95_target_s: Num
     level: int | None
-    req_per_s: Num | UnsetType = UNSET
-    p95_s: Num | UnsetType = UNSET
-    n: int | None | UnsetType = UNSET
-    cost_per_1k: Num | None | UnsetType = UNSET
-    note: str | UnsetType = UNSET  # no level meets the target
+    req_per_s: Num | None = None
+    p95_s: Num | None = None
+    n: int | None = None
+    cost_per_1k: Num | None = None
+    note: str | None = None  # no level meets the target
 
 
-class Signature(Fig):
+class Signature(_M):
     speedup: Num
     concurrency_ratio: Num
     p95_ratio: Num
     present: bool
 
 
-class LevelCost(Fig):
+class LevelCost(_M):
     concurrency: int
     per_1k_queries: Num | None
     per_1k_correct: Num | None
 
 
-class SweepAnalysis(Fig):
+class SweepAnalysis(_M):
     baseline_level: int | None
     baseline_note: str | None
     scaling: list[ScalingRow]
@@ -89,16 +89,17 @@ class SweepAnalysis(Fig):
     thresholds_text: str
 
 
-class Point(Fig):
+@dataclass(frozen=True)
+class Point:
     """One level as the analysis reads it (not written)."""
 
     concurrency: int
-    req_per_s: Num | None
-    p95: Num | None
+    req_per_s: float | None
+    p95: float | None
     n: int | None = None
 
 
-def points(levels: list[Level]) -> list[Point]:
+def points(levels: list[LevelStats]) -> list[Point]:
     return [Point(concurrency=s.concurrency, req_per_s=s.req_per_s, p95=s.p95(), n=s.n) for s in levels]
 
 
@@ -201,7 +202,7 @@ def serialized_signature(points: list[Point], th: Thresholds) -> Signature | Non
                      present=bool(flat and linear and conc_ratio >= 2))
 
 
-def analyse(levels: list[Level], th: Thresholds, slo: tuple[float, ...] = (),
+def analyse(levels: list[LevelStats], th: Thresholds, slo: tuple[float, ...] = (),
             cost_per_hour: float | None = None) -> SweepAnalysis:
     """Everything derived from the measured levels (sorted by concurrency)."""
     levels = sorted(levels, key=lambda s: s.concurrency)

@@ -23,14 +23,14 @@ from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import parse_json, read_text
-from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
-from nlq2sql.load.results import CapacityResult, SweepResult, as_model, load_result
+from nlq2sql.load.contract import Pct
+from nlq2sql.load.results import SweepResult, load_result
+from nlq2sql.load.server_results import CapacityResult, ContextBudget, KvBudget, KvNeed, KvPeak, KvPerToken
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
 from nlq2sql.run.models import DEFAULT_MODEL
 from nlq2sql.stages.score import percentiles
 
-__all__ = ["DTYPE_BYTES", "Capacity", "CapacityConfig", "ContextFigures", "KvBudgetSeen", "KvNeedFor", "KvPeakSeen",
-           "KvShape", "analyse", "context_budget", "dtype_bytes", "fetch_metrics", "kv_need",
+__all__ = ["DTYPE_BYTES", "CapacityConfig", "analyse", "context_budget", "dtype_bytes", "fetch_metrics", "kv_need",
            "kv_per_token", "load_model_config", "render_markdown", "run", "run_dirs", "server_budget"]
 
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0,
@@ -41,78 +41,7 @@ def dtype_bytes(name: str | None) -> float | None:
     return DTYPE_BYTES.get(str(name).lower().removeprefix("torch.")) if name else None
 
 
-# ``capacity.json`` as the analysis builds it (fields in the file's order; see :mod:`.figures`).
-
-class KvShape(Fig):
-    """KV bytes per token and the model shape the formula used (MLA: no KV heads, no head dim)."""
-
-    bytes_per_token: Num
-    formula: str
-    attention_layers: int
-    layers: int
-    kv_heads: int | None
-    head_dim: int | None
-    attention_heads: int
-    kv_dtype: str
-    dtype_bytes: Num
-
-
-class KvBudgetSeen(Fig, kw_only=True):
-    """What the server's ``/metrics`` (``vllm:cache_config_info``) said of its KV cache."""
-
-    observed: bool
-    blocks: int | UnsetType = UNSET
-    block_size: int | UnsetType = UNSET
-    tokens: int | UnsetType = UNSET
-    cache_dtype: str | None | UnsetType = UNSET
-    note: str | UnsetType = UNSET  # why not observed
-
-
-class KvNeedFor(Fig, kw_only=True):
-    concurrency: int
-    context_tokens: int
-    tokens: int
-    bytes: Num
-    gib: Num
-    share_of_budget: Num | UnsetType = UNSET  # only with an observed budget
-    max_sequences_at_context: int | None | UnsetType = UNSET
-    kv_can_limit: bool | UnsetType = UNSET
-
-
-class KvPeakSeen(Fig):
-    run: str
-    concurrency: int | None
-    peak: Num
-    n: int
-
-
-class ContextFigures(Fig, kw_only=True):
-    n: int
-    isl: Pct  # percentiles and the max
-    osl: Pct
-    valid_osl: Pct
-    margin: Num
-    recommended_max_tokens: int | None
-    finish_length: int
-    context_overflow: int
-    max_model_len: int | None
-    note: str | UnsetType = UNSET  # nothing valid to size max_tokens from
-    headroom_tokens: int | UnsetType = UNSET
-
-
-class Capacity(Fig, kw_only=True):
-    kind: str = "capacity"
-    kv: KvShape
-    budget: KvBudgetSeen
-    budget_bytes: Num | None
-    need: KvNeedFor | None
-    measured_kv_peaks: list[KvPeakSeen]
-    context: ContextFigures
-    runs: list[str]
-    verdict: str | None
-
-
-def kv_per_token(config: dict[str, Any], kv_dtype: str | None = None) -> KvShape:
+def kv_per_token(config: dict[str, Any], kv_dtype: str | None = None) -> KvPerToken:
     """KV-cache bytes per token from a Hugging Face ``config.json`` (dense, GQA or MLA)."""
     c = config.get("text_config") or config
     layers = c.get("num_hidden_layers")
@@ -137,15 +66,15 @@ def kv_per_token(config: dict[str, Any], kv_dtype: str | None = None) -> KvShape
         head_dim = c.get("head_dim") or c["hidden_size"] // heads
         per_layer = 2 * kv_heads * head_dim
         formula = f"2 (K,V) × {attn_layers} layers × {kv_heads} KV heads × {head_dim} head dim × {nbytes:g} B"
-    return KvShape(bytes_per_token=attn_layers * per_layer * nbytes, formula=formula, attention_layers=attn_layers,
-                   layers=layers, kv_heads=kv_heads, head_dim=head_dim, attention_heads=heads, kv_dtype=str(dtype),
-                   dtype_bytes=nbytes)
+    return KvPerToken(bytes_per_token=attn_layers * per_layer * nbytes, formula=formula, attention_layers=attn_layers,
+                      layers=layers, kv_heads=kv_heads, head_dim=head_dim, attention_heads=heads, kv_dtype=str(dtype),
+                      dtype_bytes=nbytes)
 
 
-def server_budget(metrics_text: str | None) -> KvBudgetSeen:
+def server_budget(metrics_text: str | None) -> KvBudget:
     """KV budget in tokens from ``vllm:cache_config_info`` (num_gpu_blocks × block_size)."""
     if not metrics_text:
-        return KvBudgetSeen(observed=False, note="no /metrics: KV budget not observed")
+        return KvBudget(observed=False, note="no /metrics: KV budget not observed")
     from prometheus_client.parser import text_string_to_metric_families
 
     for fam in text_string_to_metric_families(metrics_text):
@@ -154,16 +83,16 @@ def server_budget(metrics_text: str | None) -> KvBudgetSeen:
                 lab = s.labels
                 blocks, size = lab.get("num_gpu_blocks"), lab.get("block_size")
                 if blocks not in (None, "None") and size not in (None, "None"):
-                    return KvBudgetSeen(observed=True, blocks=int(float(blocks)), block_size=int(float(size)),
-                                        tokens=int(float(blocks)) * int(float(size)),
-                                        cache_dtype=lab.get("cache_dtype"))
-    return KvBudgetSeen(observed=False, note="vllm:cache_config_info not found in /metrics")
+                    return KvBudget(observed=True, blocks=int(float(blocks)), block_size=int(float(size)),
+                                    tokens=int(float(blocks)) * int(float(size)),
+                                    cache_dtype=lab.get("cache_dtype"))
+    return KvBudget(observed=False, note="vllm:cache_config_info not found in /metrics")
 
 
-def kv_need(per_token: float, concurrency: int, context: int, budget_tokens: int | None) -> KvNeedFor:
+def kv_need(per_token: float, concurrency: int, context: int, budget_tokens: int | None) -> KvNeed:
     need_tokens = concurrency * context
-    out = KvNeedFor(concurrency=concurrency, context_tokens=context, tokens=need_tokens,
-                    bytes=need_tokens * per_token, gib=need_tokens * per_token / 2**30)
+    out = KvNeed(concurrency=concurrency, context_tokens=context, tokens=need_tokens,
+                 bytes=need_tokens * per_token, gib=need_tokens * per_token / 2**30)
     if budget_tokens:
         out.share_of_budget = need_tokens / budget_tokens
         out.max_sequences_at_context = budget_tokens // context if context else None
@@ -171,17 +100,20 @@ def kv_need(per_token: float, concurrency: int, context: int, budget_tokens: int
     return out
 
 
+def _with_max(values: list[float]) -> Pct:
+    """Token lengths' percentiles and their max (None: none recorded)."""
+    return Pct.model_validate({**percentiles(values), "max": max(values) if values else None})
+
+
 def context_budget(records: list[dict[str, Any]], max_model_len: int | None, margin: float = 0.25
-                   ) -> ContextFigures:
+                   ) -> ContextBudget:
     isl = [float(r["prompt_tokens"]) for r in records if r.get("prompt_tokens") is not None]
     osl = [float(r["completion_tokens"]) for r in records if r.get("completion_tokens") is not None]
     valid = [float(r["completion_tokens"]) for r in records if r.get("completion_tokens") is not None
              and r.get("finish_reason") == "stop" and r.get("raw_intent") is not None]
     rec = int(math.ceil(max(valid) * (1 + margin) / 8) * 8) if valid else None
-    out = ContextFigures(
-        n=len(records), isl={**percentiles(isl), "max": max(isl) if isl else None},
-        osl={**percentiles(osl), "max": max(osl) if osl else None},
-        valid_osl={**percentiles(valid), "max": max(valid) if valid else None},
+    out = ContextBudget(
+        n=len(records), isl=_with_max(isl), osl=_with_max(osl), valid_osl=_with_max(valid),
         margin=margin, recommended_max_tokens=rec,
         finish_length=sum(1 for r in records if r.get("finish_reason") == "length"),
         context_overflow=sum(1 for r in records if r.get("outcome") == "context_overflow"),
@@ -206,11 +138,11 @@ def run_dirs(runs: list[Path], sweep: Path | None) -> list[Path]:
 
 def analyse(config: dict[str, Any], dirs: list[Path], *, kv_dtype: str | None = None,
             metrics_text: str | None = None, concurrency: int | None = None, context: int | None = None,
-            margin: float = 0.25) -> Capacity:
+            margin: float = 0.25) -> CapacityResult:
     kv = kv_per_token(config, kv_dtype)
     budget = server_budget(metrics_text)
     records: list[dict[str, Any]] = []
-    peaks: list[KvPeakSeen] = []
+    peaks: list[KvPeak] = []
     max_len, levels = None, []
     for d in dirs:
         m, s = read_json(d / MANIFEST), read_json(d / SUMMARY)
@@ -219,13 +151,13 @@ def analyse(config: dict[str, Any], dirs: list[Path], *, kv_dtype: str | None = 
         max_len = max_len or (m.get("server") or {}).get("max_model_len")
         kvu = ((s.get("server_metrics") or {}).get("kv_cache_usage") or {})
         if kvu.get("n"):
-            peaks.append(KvPeakSeen(run=str(d), concurrency=m.get("concurrency"), peak=kvu["peak"], n=kvu["n"]))
+            peaks.append(KvPeak(run=str(d), concurrency=m.get("concurrency"), peak=kvu["peak"], n=kvu["n"]))
         levels.append(m.get("concurrency") or 0)
     ctx = context_budget(records, max_len, margin)
     conc = concurrency or (max(levels) if levels else 1)
-    context_tokens = context or (int((ctx.isl.get("max") or 0) + (ctx.recommended_max_tokens
-                                                                  or ctx.osl.get("max") or 0)) or None)
-    tokens = budget.tokens if isinstance(budget.tokens, int) else None
+    context_tokens = context or (int((ctx.isl.max or 0) + (ctx.recommended_max_tokens or ctx.osl.max or 0))
+                                 or None)
+    tokens = budget.tokens
     need = kv_need(kv.bytes_per_token, conc, context_tokens, tokens) if context_tokens else None
     verdict = None
     if need and budget.observed:
@@ -236,9 +168,10 @@ def analyse(config: dict[str, Any], dirs: list[Path], *, kv_dtype: str | None = 
         top = max(peaks, key=lambda p: p.peak)
         note = f"measured peak KV usage {top.peak:.1%} (c={top.concurrency}, n={top.n} samples)"
         verdict = f"{verdict}; {note}" if verdict else note
-    return Capacity(kv=kv, budget=budget,
-                    budget_bytes=tokens * kv.bytes_per_token if budget.observed and tokens is not None else None,
-                    need=need, measured_kv_peaks=peaks, context=ctx, runs=[str(d) for d in dirs], verdict=verdict)
+    return CapacityResult(
+        kind="capacity", kv=kv, budget=budget,
+        budget_bytes=tokens * kv.bytes_per_token if budget.observed and tokens is not None else None,
+        need=need, measured_kv_peaks=peaks, context=ctx, runs=[str(d) for d in dirs], verdict=verdict)
 
 
 @dataclass(frozen=True)
@@ -293,7 +226,7 @@ def fetch_metrics(endpoint: str) -> str | None:
         return None
 
 
-def run(cfg: CapacityConfig) -> Capacity:
+def run(cfg: CapacityConfig) -> CapacityResult:
     """Validate, read, analyse; write ``capacity.json`` and ``capacity.md`` when ``cfg.out`` is set."""
     from nlq2sql.load.output import write_outputs
     from nlq2sql.records.store import output_dir
@@ -319,9 +252,8 @@ def run(cfg: CapacityConfig) -> Capacity:
     return res
 
 
-def render_markdown(result: Capacity | CapacityResult | dict[str, Any]) -> str:
-    """The report, from the typed result (a dict, or the analysis's own, is read through the contract first)."""
-    r = as_model(CapacityResult, result.to_json() if isinstance(result, Fig) else result)
+def render_markdown(r: CapacityResult) -> str:
+    """The report, from the typed result."""
     kv, b, need, ctx = r.kv, r.budget, r.need, r.context
     md = ["# Capacity and context budget", "", "## KV math", "",
           f"- KV per token: **{kv.bytes_per_token:,.0f} B** ({kv.bytes_per_token / 1024:.1f} KiB) = "

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.figures import Fig
+from nlq2sql.load.contract import _M
 from nlq2sql.load.output import Plot, write_outputs
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
@@ -99,6 +99,7 @@ class LoadSettings(BaseModel):
 
 
 S = TypeVar("S", bound=LoadSettings)
+R = TypeVar("R", bound=_M)
 
 
 def build_settings(cls: type[S], **values: Any) -> S:
@@ -125,14 +126,14 @@ class LevelContext(Generic[S]):
         return self.evalsets[""]
 
 
-class LoadMode(ABC, Generic[S]):
-    """One kind of load run.  Subclass, set the class attributes, implement the four methods,
-    decorate with :func:`register` — the driver does the rest."""
+class LoadMode(ABC, Generic[S, R]):
+    """One kind of load run (settings ``S``, result ``R``).  Subclass, set the class attributes,
+    implement the four methods, decorate with :func:`register` — the driver does the rest."""
 
     name: ClassVar[str]  # registry key (and the ``who`` of ``job.json``)
     stem: ClassVar[str]  # output files: STEM.json, STEM.md
     settings_model: ClassVar[type[LoadSettings]]
-    plot: ClassVar[Plot | None] = None
+    plot: ClassVar[Plot[Any] | None] = None
 
     def who(self) -> str:
         """The name ``job.json`` records (``--resume`` refuses another mode's directory)."""
@@ -161,16 +162,16 @@ class LoadMode(ABC, Generic[S]):
         return f"level {level}: done"
 
     @abstractmethod
-    def analyse(self, ctx: LevelContext[S], done: list[Any]) -> dict[str, Any] | Fig:
-        """The result (with ``kind``; typed in the file's order, or JSON-ready), written as STEM.json."""
+    def analyse(self, ctx: LevelContext[S], done: list[Any]) -> R:
+        """The result (with ``kind``; typed, fields in the file's order), written as STEM.json."""
 
     @abstractmethod
-    def render(self, result: dict[str, Any]) -> str:
-        """STEM.md from the result."""
+    def render(self, result: R) -> str:
+        """STEM.md from the result as written."""
 
 
-MODES: dict[str, type[LoadMode[Any]]] = {}
-M = TypeVar("M", bound=type[LoadMode[Any]])
+MODES: dict[str, type[LoadMode[Any, Any]]] = {}
+M = TypeVar("M", bound=type[LoadMode[Any, Any]])
 L = TypeVar("L")
 
 
@@ -187,9 +188,10 @@ def register(cls: M) -> M:
     return cls
 
 
-def drive(mode: LoadMode[S], settings: S, progress: Progress | None = None,
-          server_info: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run ``mode`` with ``settings`` from binding the endpoint to writing its files; return the result.
+def drive(mode: LoadMode[S, R], settings: S, progress: Progress | None = None,
+          server_info: dict[str, Any] | None = None) -> R:
+    """Run ``mode`` with ``settings`` from binding the endpoint to writing its files; return the result
+    as written.
 
     ``server_info``: what the caller knows of an endpoint it bound itself (a server sweep's
     local server), recorded instead of the bare URL."""
@@ -208,10 +210,8 @@ def drive(mode: LoadMode[S], settings: S, progress: Progress | None = None,
             done.append(stats)
             if progress:
                 progress(mode.describe(level, stats))
-        typed = mode.analyse(ctx, done)
-        result = typed.to_json() if isinstance(typed, Fig) else typed
-        result.setdefault("elapsed_s", time.time() - ctx.started)
-        return write_outputs(ctx.out, mode.stem, result, mode.render, mode.plot)
+        return write_outputs(ctx.out, mode.stem, mode.analyse(ctx, done), mode.render, mode.plot,
+                             elapsed_s=time.time() - ctx.started)
 
 
 # -- the output directory and --resume ------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 from nlq2sql.load.driver import Progress, prepare_out
 from nlq2sql.load.output import write_outputs
-from nlq2sql.load.results import SweepResult, as_model
+from nlq2sql.load.results import FleetReplica, FleetRow, FleetSweepResult, SweepResult
 from nlq2sql.load.sweep import SweepConfig, run_sweep
 
 __all__ = ["render_markdown", "run_fleet_sweep"]
@@ -27,20 +27,17 @@ def members(cfg: SweepConfig) -> list[tuple[str, Any]]:
             for i, (u, m, k) in enumerate(urls)]
 
 
-def _peak(result: dict[str, Any]) -> dict[str, Any]:
-    res = as_model(SweepResult, result)
+def _peak(res: SweepResult) -> FleetRow:
     ok = [s for s in res.levels if s.req_per_s]
     best = max(ok, key=lambda s: s.req_per_s or 0.0) if ok else None
     p95s = [s.latency_s.p95 for s in res.levels]
-    return {"peak_req_per_s": best.req_per_s if best else None,
-            "at_concurrency": best.concurrency if best else None,
-            "knee": res.analysis.knee.level,
-            "lowest_p95_s": min((p for p in p95s if p is not None), default=None),
-            "errors": sum(sum(s.errors.values()) for s in res.levels)}
+    return FleetRow(peak_req_per_s=best.req_per_s if best else None, at_concurrency=best.concurrency if best else None,
+                    knee=res.analysis.knee.level, lowest_p95_s=min((p for p in p95s if p is not None), default=None),
+                    errors=sum(sum(s.errors.values()) for s in res.levels))
 
 
 def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
-                    progress: Progress | None = None) -> dict[str, Any]:
+                    progress: Progress | None = None) -> FleetSweepResult:
     """The sweep for the whole fleet (``out/whole``), then for each replica (``out/replicaK``)."""
     if not cfg.base.replicas:
         raise ValueError("a fleet sweep needs several endpoints")
@@ -52,28 +49,30 @@ def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
             progress(f"replica {label} alone: {pinned.endpoint}")
         results[label] = run_sweep(cfg.but(base=pinned), {"endpoint": pinned.endpoint}, progress)
     rows = {k: _peak(v) for k, v in results.items()}
-    alone = [rows[k]["peak_req_per_s"] for k in rows if k != "whole"]
-    whole = rows["whole"]["peak_req_per_s"]
+    alone = [rows[k].peak_req_per_s for k in rows if k != "whole"]
+    whole = rows["whole"].peak_req_per_s
     total = sum(a for a in alone if a) if all(alone) else None
-    result = {"kind": "fleet-sweep", "routing": cfg.base.routing,
-              "replicas": [{"label": k, "endpoint": p.endpoint} for k, p in members(cfg)],
-              "rows": rows, "sum_of_replica_peaks": total,
-              "fleet_scaling_efficiency": whole / total if whole and total else None}
+    result = FleetSweepResult(kind="fleet-sweep", routing=cfg.base.routing,
+                              replicas=[FleetReplica(label=k, endpoint=p.endpoint) for k, p in members(cfg)],
+                              rows=rows, sum_of_replica_peaks=total,
+                              fleet_scaling_efficiency=whole / total if whole and total else None)
     return write_outputs(out, "fleet-sweep", result, render_markdown)
 
 
-def render_markdown(r: dict[str, Any]) -> str:
+def render_markdown(r: FleetSweepResult) -> str:
+    """The report, from the typed result as written."""
+
     def f(v: float | None, fmt: str = ".2f") -> str:
         return format(v, fmt) if v is not None else "n/a"
 
-    lines = [f"# Fleet sweep ({len(r['replicas'])} replicas, routing {r['routing']})", "",
+    lines = [f"# Fleet sweep ({len(r.replicas)} replicas, routing {r.routing})", "",
              "| who | peak req/s | at c | knee | lowest p95 (s) | errors |", "|---|---:|---:|---:|---:|---:|"]
-    for k, row in r["rows"].items():
-        lines.append(f"| {k} | {f(row['peak_req_per_s'])} | {row['at_concurrency'] or 'n/a'} | "
-                     f"{row['knee'] or 'none'} | {f(row['lowest_p95_s'])} | {row['errors']} |")
-    eff = r.get("fleet_scaling_efficiency")
-    lines += ["", f"Whole fleet's peak ÷ sum of the replicas' own peaks ({f(r.get('sum_of_replica_peaks'))} "
+    for k, row in r.rows.items():
+        lines.append(f"| {k} | {f(row.peak_req_per_s)} | {row.at_concurrency or 'n/a'} | "
+                     f"{row.knee or 'none'} | {f(row.lowest_p95_s)} | {row.errors} |")
+    eff = r.fleet_scaling_efficiency
+    lines += ["", f"Whole fleet's peak ÷ sum of the replicas' own peaks ({f(r.sum_of_replica_peaks)} "
                   f"req/s): **{f(eff * 100 if eff is not None else None, '.0f')} %**. Each replica's sweep and the "
                   "whole's are in their own folders (sweep.md, plots, level runs).",
-              "", "Replicas: " + ", ".join(f"{x['label']} = {x['endpoint']}" for x in r["replicas"]) + "."]
+              "", "Replicas: " + ", ".join(f"{x.label} = {x.endpoint}" for x in r.replicas) + "."]
     return "\n".join(lines) + "\n"

@@ -25,15 +25,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-import msgspec
-
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.contract import LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
-from nlq2sql.load.figures import Fig, Level, Num
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
-from nlq2sql.load.results import GridResult, as_model
+from nlq2sql.load.results import GridCell, GridClass, GridResult, GridSettings
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.evalset import load_evalset
@@ -115,67 +113,17 @@ def cell_config(base: EvalConfig, cls: LengthClass) -> EvalConfig:
     return replace(base, sampling=sampling, load=replace(base.load, context_suffix=suffix))
 
 
-# The result as written into ``grid.json`` (fields in the file's order; see :mod:`.figures`).
-
-class Cell(Fig):
-    """One (length class, concurrency) cell of the grid."""
-
-    cls: str = msgspec.field(name="class")
-    concurrency: int
-    n: int
-    ok: int
-    req_per_s: Num | None
-    output_tok_per_s: Num | None
-    p95_s: Num | None
-    ttft_p95_s: Num | None
-    prompt_tokens_p50: Num | None
-    completion_tokens_p50: Num | None
-    kv_peak: Num | None
-    kv_samples: int
-    errors: dict[str, int]
-    finish_reasons: dict[str, int]
-    run_dir: str
-
-
-class GridClassOut(Fig):
-    name: str
-    pad_tokens: int
-    out_tokens: int
-    describe: str
-
-
-class GridSettingsOut(Fig):
-    levels: list[int]
-    requests: int
-    classes: list[GridClassOut]
-
-
-class GridOut(Fig, kw_only=True):
-    kind: str = "grid"
-    created: float
-    elapsed_s: float
-    model: str
-    evalset: str
-    server: dict[str, Any]  # the endpoint's facts, open by nature
-    endpoint_label: str
-    cpu_label: str | None
-    config: GridSettingsOut
-    cells: list[Cell]
-    notes: list[str]
-
-
-def cell(st: Level, cls: LengthClass) -> Cell:
+def cell(st: LevelStats, cls: LengthClass) -> GridCell:
     kv = st.server.kv_cache_usage
-    return Cell(cls=cls.name, concurrency=st.concurrency, n=st.n, ok=st.ok, req_per_s=st.req_per_s,
-                output_tok_per_s=st.output_tok_per_s, p95_s=st.latency_s.get("p95"),
-                ttft_p95_s=st.ttft_s.get("p95"), prompt_tokens_p50=st.prompt_tokens.get("p50"),
-                completion_tokens_p50=st.completion_tokens.get("p50"), kv_peak=kv.peak, kv_samples=kv.n,
-                errors=st.errors, finish_reasons=st.finish_reasons, run_dir=str(st.run_dir))
+    return GridCell(  # type: ignore[call-arg]  # ``class`` given by its field name (populate_by_name)
+        cls=cls.name, concurrency=st.concurrency, n=st.n, ok=st.ok, req_per_s=st.req_per_s,
+        output_tok_per_s=st.output_tok_per_s, p95_s=st.latency_s.p95, ttft_p95_s=st.ttft_s.p95,
+        prompt_tokens_p50=st.prompt_tokens.p50, completion_tokens_p50=st.completion_tokens.p50, kv_peak=kv.peak,
+        kv_samples=kv.n, errors=st.errors, finish_reasons=st.finish_reasons, run_dir=str(st.run_dir))
 
 
-def render_markdown(result: GridResult | dict[str, Any]) -> str:
-    """The report, from the typed result (a dict is validated into it first)."""
-    res = as_model(GridResult, result)
+def render_markdown(res: GridResult) -> str:
+    """The report, from the typed result as written."""
     cells = {(c.cls, c.concurrency): c for c in res.cells}
     levels = res.config.levels
     md = [f"# Benchmark grid · {res.model} · {res.evalset}", "",
@@ -206,14 +154,13 @@ def render_markdown(result: GridResult | dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-def heatmap(result: GridResult | dict[str, Any], out: Path) -> str:
+def heatmap(res: GridResult, out: Path) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    res = as_model(GridResult, result)
     levels, names = res.config.levels, [k.name for k in res.config.classes]
     cells = {(c.cls, c.concurrency): c for c in res.cells}
     fig, axes = plt.subplots(1, 2, figsize=(10, 1.2 + 0.8 * len(names)))
@@ -237,7 +184,7 @@ def heatmap(result: GridResult | dict[str, Any], out: Path) -> str:
 
 
 @register
-class GridMode(LoadMode[GridConfig]):
+class GridMode(LoadMode[GridConfig, GridResult]):
     """Every length class at every concurrency: class by class, lowest concurrency first."""
 
     name: ClassVar[str] = "grid"
@@ -252,12 +199,12 @@ class GridMode(LoadMode[GridConfig]):
     def next_level(self, settings: GridConfig, done: list[Any]) -> tuple[LengthClass, int] | None:
         return next_in([(k, c) for k in settings.classes for c in sorted(set(settings.levels))], done)
 
-    def run_level(self, ctx: LevelContext[GridConfig], level: Any) -> Cell:
+    def run_level(self, ctx: LevelContext[GridConfig], level: Any) -> GridCell:
         cls, c = level
         st = run_level(cell_config(ctx.settings.base, cls), ctx.evalset_path, c,
                        ctx.out / "cells" / f"{cls.name}-c{c}", reuse=ctx.settings.resume)
         if cls.out_tokens and st.ok:
-            got = st.completion_tokens.get("p50")
+            got = st.completion_tokens.p50
             if got is not None and got != cls.out_tokens:
                 ctx.notes.append(f"{cls.name} c={c}: median output {got:.0f} tokens, not the {cls.out_tokens} "
                                  "asked (the endpoint may not honour ignore_eos).")
@@ -267,30 +214,28 @@ class GridMode(LoadMode[GridConfig]):
         return (f"{level[0].name} c={level[1]}: {stats.ok}/{stats.n} ok, "
                 f"{fmt_num(stats.req_per_s, '{:.3f}')} req/s")
 
-    def analyse(self, ctx: LevelContext[GridConfig], done: list[Any]) -> GridOut:
+    def analyse(self, ctx: LevelContext[GridConfig], done: list[Any]) -> GridResult:
         cfg, info = ctx.settings, ctx.server_info
-        local = bool(info.get("started_by_us"))
-        return GridOut(
-            created=time.time(), elapsed_s=time.time() - ctx.started,
-            model=cfg.base.model, evalset=cfg.base.evalset, server=info,
-            endpoint_label="local vLLM started for the grid" if local else str(info.get("endpoint")),
-            cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
-                       "they are not GPU numbers.") if local else None,
-            config=GridSettingsOut(levels=sorted(set(cfg.levels)), requests=cfg.requests,
-                                   classes=[GridClassOut(name=c.name, pad_tokens=c.pad_tokens,
-                                                         out_tokens=c.out_tokens, describe=c.describe())
-                                            for c in cfg.classes]),
+        label, cpu = endpoint_labels("local vLLM started for the grid" if info.get("started_by_us") else None,
+                                     info.get("endpoint"))
+        return GridResult(
+            kind="grid", created=time.time(), elapsed_s=time.time() - ctx.started,
+            model=cfg.base.model, evalset=cfg.base.evalset, server=info, endpoint_label=label, cpu_label=cpu,
+            config=GridSettings(levels=sorted(set(cfg.levels)), requests=cfg.requests,
+                                classes=[GridClass(name=c.name, pad_tokens=c.pad_tokens,
+                                                   out_tokens=c.out_tokens, describe=c.describe())
+                                         for c in cfg.classes]),
             cells=done, notes=ctx.notes)
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: GridResult) -> str:
         return render_markdown(result)
 
 
 def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
-             progress: Progress | None = None) -> dict[str, Any]:
+             progress: Progress | None = None) -> GridResult:
     """Run every cell (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
     return drive(GridMode(), cfg, progress, server_info=server_info)
 
 
-__all__ = ["DEFAULT_CLASSES", "Cell", "GridClassOut", "GridConfig", "GridMode", "GridOut", "GridSettingsOut",
-           "LengthClass", "context_block", "parse_classes", "run_grid"]
+__all__ = ["DEFAULT_CLASSES", "GridConfig", "GridMode", "LengthClass", "cell", "context_block", "heatmap",
+           "parse_classes", "render_markdown", "run_grid"]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.inputs import MAX_REQUESTS, at_most
-from nlq2sql.load.figures import Inflight, Level, LevelClient, LevelGauge, LevelMachine, LevelServer, Pct
+from nlq2sql.load.contract import ClientSeen, Gauge, Inflight, LevelStats, Machine, Pct, ServerSeen
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read_json, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
@@ -61,7 +61,7 @@ LEVEL = "level.json"
 
 
 def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path,
-              rate: float | None = None, *, reuse: bool = False) -> Level:
+              rate: float | None = None, *, reuse: bool = False) -> LevelStats:
     """Run one level (``base`` must be bound to an endpoint) and return its stats.
 
     The harness's own CPU time (this process, all threads) is measured around the run, so
@@ -69,7 +69,7 @@ def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path,
     that finished in an earlier session (its ``level.json``) is returned as it was measured.
     """
     if reuse and (out / LEVEL).is_file():
-        return Level.from_json(read_json(out / LEVEL), path=str(out / LEVEL))
+        return LevelStats.from_json(read_json(out / LEVEL), path=str(out / LEVEL))
     cfg = replace(base, evalset=str(evalset_path), out=out, concurrency=concurrency, limit=None,
                   force=True, resume=False, load=replace(base.load, rate=rate))
     load0 = os.getloadavg()[0]
@@ -77,34 +77,34 @@ def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path,
     run_eval(cfg)
     cpu, wall = _cpu_s() - cpu0, time.monotonic() - t0
     st = stats_from_run(out, client_cpu_s=cpu, client_wall_s=wall)
-    st.machine = LevelMachine(loadavg_1m_start=load0, loadavg_1m_end=os.getloadavg()[0], cpus=os.cpu_count())
+    st.machine = Machine(loadavg_1m_start=load0, loadavg_1m_end=os.getloadavg()[0], cpus=os.cpu_count())
     write_json_atomic(out / LEVEL, st.to_json())
     return st
 
 
 def stats_from_run(run_dir: Path, client_cpu_s: float | None = None,
-                   client_wall_s: float | None = None) -> Level:
+                   client_wall_s: float | None = None) -> LevelStats:
     """Level stats from a recorded run directory (works offline on old runs too)."""
     manifest = read_json(run_dir / MANIFEST)
     summary = read_json(run_dir / SUMMARY)
     records = list(iter_records(run_dir / RECORDS))
     wall = (summary.get("throughput") or {}).get("wall_s")
-    st = level_stats(records, wall, summary.get("server_metrics"), int(manifest.get("concurrency") or 0))
+    client = client_stats(client_cpu_s, client_wall_s, len(records), inflight(intervals(records)))
+    st = level_stats(records, wall, summary.get("server_metrics"), int(manifest.get("concurrency") or 0),
+                     run_dir=str(run_dir), client=client)
     load = manifest.get("load") or {}
-    st.run_dir = str(run_dir)
     st.offered_rate = load.get("rate")
     st.duration_s = load.get("duration_s")
     st.not_sent = (summary.get("throughput") or {}).get("not_sent", 0)
-    st.client = client_stats(client_cpu_s, client_wall_s, len(records), inflight(intervals(records)))
     return st
 
 
-def client_stats(cpu_s: float | None, wall_s: float | None, n: int, seen: Inflight) -> LevelClient:
+def client_stats(cpu_s: float | None, wall_s: float | None, n: int, seen: Inflight) -> ClientSeen:
     if cpu_s is None or not wall_s:
-        return LevelClient(cpu_s=None, cpu_share_of_core=None, cpu_ms_per_request=None,
-                           note="harness CPU not measured (recorded run)", **seen.to_json())
-    return LevelClient(cpu_s=cpu_s, wall_s=wall_s, cpu_share_of_core=cpu_s / wall_s,
-                       cpu_ms_per_request=1000 * cpu_s / n if n else None, n=n, **seen.to_json())
+        return ClientSeen(cpu_s=None, cpu_share_of_core=None, cpu_ms_per_request=None,
+                          note="harness CPU not measured (recorded run)", **seen.to_json())
+    return ClientSeen(cpu_s=cpu_s, wall_s=wall_s, cpu_share_of_core=cpu_s / wall_s,
+                      cpu_ms_per_request=1000 * cpu_s / n if n else None, n=n, **seen.to_json())
 
 
 def intervals(records: list[dict[str, Any]]) -> list[tuple[float, float]]:
@@ -133,8 +133,10 @@ def inflight(spans: list[tuple[float, float]]) -> Inflight:
 
 
 def level_stats(records: list[dict[str, Any]], wall_s: float | None,
-                server_metrics: dict[str, Any] | None, concurrency: int) -> Level:
-    """Throughput, goodput, tokens, latency percentiles, errors and server gauges for one level."""
+                server_metrics: dict[str, Any] | None, concurrency: int, *, run_dir: str,
+                client: ClientSeen) -> LevelStats:
+    """Throughput, goodput, tokens, latency percentiles, errors and server gauges for one level
+    (``run_dir``: where it was recorded; ``client``: the harness seen around it)."""
     n = len(records)
     ok = [r for r in records if r.get("outcome") == "ok"]
     good = [r for r in ok if r.get("raw_intent") is not None and r.get("correct_final")]
@@ -146,18 +148,18 @@ def level_stats(records: list[dict[str, Any]], wall_s: float | None,
         return k / wall_s if wall_s else None
 
     def pct(key: str) -> Pct:
-        return percentiles([float(r[key]) for r in ok if r.get(key) is not None])
+        return Pct.model_validate(percentiles([float(r[key]) for r in ok if r.get(key) is not None]))
 
     sm = server_metrics or {}
     observed = bool(sm.get("observed"))
 
-    def gauge(name: str) -> LevelGauge:
+    def gauge(name: str) -> Gauge:
         g = sm.get(name) if observed else None
         if not g or not g.get("n"):
-            return LevelGauge(n=0, peak=None, mean=None, note="not observed")
-        return LevelGauge(n=g["n"], peak=g["peak"], mean=g["mean"])
+            return Gauge(n=0, peak=None, mean=None, note="not observed")
+        return Gauge(n=g["n"], peak=g["peak"], mean=g["mean"])
 
-    return Level(
+    return LevelStats(
         concurrency=concurrency, n=n, ok=len(ok), good=len(good),
         schema_valid=sum(1 for r in ok if r.get("raw_intent") is not None),
         wall_s=wall_s,
@@ -167,14 +169,15 @@ def level_stats(records: list[dict[str, Any]], wall_s: float | None,
         latency_s=pct("latency_s"), ttft_s=pct("ttft_s"), itl_s=pct("itl_mean_s"),
         completion_tokens=pct("completion_tokens"), prompt_tokens=pct("prompt_tokens"),
         latency_from_arrival_s=pct("latency_from_arrival_s"), queued_s=pct("queued_s"),
-        server=LevelServer(observed=observed, samples=sm.get("samples", 0), interval_s=sm.get("interval_s"),
-                           running=gauge("running"), waiting=gauge("waiting"),
-                           kv_cache_usage=gauge("kv_cache_usage"),
-                           prefix_cache_hit_rate=sm.get("prefix_cache_hit_rate") if observed else None),
+        server=ServerSeen(observed=observed, samples=sm.get("samples", 0), interval_s=sm.get("interval_s"),
+                          running=gauge("running"), waiting=gauge("waiting"),
+                          kv_cache_usage=gauge("kv_cache_usage"),
+                          prefix_cache_hit_rate=sm.get("prefix_cache_hit_rate") if observed else None),
+        run_dir=run_dir, client=client,
     )
 
 
-def load_level_dirs(dirs: list[Path]) -> list[Level]:
+def load_level_dirs(dirs: list[Path]) -> list[LevelStats]:
     """Stats for recorded level runs, sorted by concurrency."""
     return sorted((stats_from_run(d) for d in dirs), key=lambda s: s.concurrency)
 

@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
+from nlq2sql.load.contract import _M, Num
 from nlq2sql.transport.server_metrics import parse_metrics
 
-__all__ = ["EXTRA_COUNTERS", "HISTOGRAMS", "HistMeanSeen", "PrefixHits", "counter_delta", "hist_delta", "hit_rate",
+__all__ = ["EXTRA_COUNTERS", "HISTOGRAMS", "HistMean", "PrefixCache", "counter_delta", "hist_delta", "hit_rate",
            "parse_snapshot", "root_url", "scrape"]
 
 #: logical name → accepted histogram names (first found wins).
@@ -85,37 +85,37 @@ def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, n
     return float(after[name]) - float(before[name])
 
 
-class HistMeanSeen(Fig):
+class HistMean(_M):
     """Mean of a server histogram over the requests between two snapshots, with its count."""
 
     n: int
     mean: Num | None
-    note: str | UnsetType = UNSET  # "not observed"
+    note: str | None = None  # "not observed"
 
 
-class PrefixHits(Fig):
+class PrefixCache(_M):
     """Prefix-cache hit rate in tokens, from the server's counters (hits / queries)."""
 
     rate: Num | None
     hits: int | None
     queries: int | None
-    note: str | UnsetType = UNSET  # "not observed"
+    note: str | None = None  # "not observed"
 
 
-def hist_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str) -> HistMeanSeen:
+def hist_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str) -> HistMean:
     """Mean of a server histogram over the requests between two snapshots, with its count."""
     b = (before or {}).get("hist", {}).get(name)
     a = (after or {}).get("hist", {}).get(name)
     if a is None or b is None:
-        return HistMeanSeen(n=0, mean=None, note="not observed")
+        return HistMean(n=0, mean=None, note="not observed")
     n = a[1] - b[1]
-    return HistMeanSeen(n=int(n), mean=(a[0] - b[0]) / n if n > 0 else None)
+    return HistMean(n=int(n), mean=(a[0] - b[0]) / n if n > 0 else None)
 
 
-def hit_rate(before: dict[str, Any] | None, after: dict[str, Any] | None) -> PrefixHits:
+def hit_rate(before: dict[str, Any] | None, after: dict[str, Any] | None) -> PrefixCache:
     """Prefix-cache hit rate (tokens) from counter deltas: hits / queries."""
     q = counter_delta(before, after, "prefix_cache_queries")
     h = counter_delta(before, after, "prefix_cache_hits")
     if q is None or h is None:
-        return PrefixHits(rate=None, hits=None, queries=None, note="not observed")
-    return PrefixHits(rate=h / q if q > 0 else None, hits=int(h), queries=int(q))
+        return PrefixCache(rate=None, hits=None, queries=None, note="not observed")
+    return PrefixCache(rate=h / q if q > 0 else None, hits=int(h), queries=int(q))

@@ -17,6 +17,7 @@ from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.load import grid, openloop, serialization, sweep, tune
+from nlq2sql.load.contract import _M
 from nlq2sql.load.driver import MODES, LoadMode, Progress, drive
 from nlq2sql.load.sweep import SweepConfig
 
@@ -26,14 +27,15 @@ __all__ = ["BUILTIN", "SweepJob", "SweepOutcome", "registry", "run_job", "run_mo
 BUILTIN = (sweep.SweepMode, openloop.RateSweepMode, grid.GridMode, serialization.SerializationMode, tune.TuneMode)
 
 
-def registry() -> dict[str, type[LoadMode[Any]]]:
+def registry() -> dict[str, type[LoadMode[Any, Any]]]:
     """Every registered mode by name: the built-in ones and any a caller registered (a plugin, a test)."""
     return MODES
 
 
-def run_mode(name: str, progress: Progress | None = None, **values: Any) -> dict[str, Any]:
+def run_mode(name: str, progress: Progress | None = None, **values: Any) -> _M:
     """The library entry a command calls: the registered mode ``name``, its settings built (and
-    checked: a bad value is an :class:`InputError` naming its option) from ``values``, driven."""
+    checked: a bad value is an :class:`InputError` naming its option) from ``values``, driven; its
+    result as written (the mode's typed result)."""
     if name not in MODES:
         raise InputError(f"unknown load mode {name!r} (known: {', '.join(sorted(MODES))})", field="mode")
     mode = MODES[name]()

@@ -29,12 +29,11 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import cost_per_1k
-from nlq2sql.load.contract import Arrivals
+from nlq2sql.load.contract import Arrivals, LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
-from nlq2sql.load.figures import UNSET, Fig, Level, LevelArrivals, Num, UnsetType, present
 from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
-from nlq2sql.load.results import RateSweepResult, as_model
+from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, RateSweepResult
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.store import RECORDS, iter_records
 
@@ -61,7 +60,7 @@ class RateSweepConfig(LoadSettings):
 
 
 @register
-class RateSweepMode(LoadMode[RateSweepConfig]):
+class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
     """Open loop: one level per offered rate, lowest first, at most ``max_in_flight`` in flight."""
 
     name: ClassVar[str] = "rate-sweep"
@@ -78,7 +77,7 @@ class RateSweepMode(LoadMode[RateSweepConfig]):
     def next_level(self, settings: RateSweepConfig, done: list[Any]) -> float | None:
         return next_in(sorted(set(settings.rates)), done)
 
-    def run_level(self, ctx: LevelContext[RateSweepConfig], level: Any) -> Level:
+    def run_level(self, ctx: LevelContext[RateSweepConfig], level: Any) -> LevelStats:
         s = ctx.settings
         base = replace(s.base, load=replace(s.base.load, duration_s=s.duration_s))
         d = ctx.out / "levels" / f"r{level:g}"
@@ -93,32 +92,30 @@ class RateSweepMode(LoadMode[RateSweepConfig]):
         return st
 
     def describe(self, level: Any, stats: Any) -> str:
-        arrival = present(stats.latency_from_arrival_s) or {}
+        arrival = stats.latency_from_arrival_s
         return (f"rate {level:g}/s: {stats.ok}/{stats.n} ok, achieved "
                 f"{fmt_num(stats.req_per_s, '{:.3f}')} req/s, p95 from arrival "
-                f"{fmt_num(arrival.get('p95'))} s")
+                f"{fmt_num(arrival.p95 if arrival else None)} s")
 
-    def analyse(self, ctx: LevelContext[RateSweepConfig], done: list[Any]) -> RateOut:
+    def analyse(self, ctx: LevelContext[RateSweepConfig], done: list[Any]) -> RateSweepResult:
         cfg, info = ctx.settings, ctx.server_info
-        local = bool(info.get("started_by_us"))
-        return RateOut(
-            created=time.time(), elapsed_s=time.time() - ctx.started,
-            model=cfg.base.model, evalset=cfg.base.evalset, server=info,
-            endpoint_label="local vLLM started for the sweep" if local else str(info.get("endpoint")),
-            cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
-                       "they are not GPU numbers.") if local else None,
-            config=RateSettingsOut(
+        label, cpu = endpoint_labels("local vLLM started for the sweep" if info.get("started_by_us") else None,
+                                     info.get("endpoint"))
+        return RateSweepResult(
+            kind="rate-sweep", created=time.time(), elapsed_s=time.time() - ctx.started,
+            model=cfg.base.model, evalset=cfg.base.evalset, server=info, endpoint_label=label, cpu_label=cpu,
+            config=RateSettings(
                 rates=sorted(set(cfg.rates)), requests=cfg.requests, max_in_flight=cfg.max_in_flight,
                 duration_s=cfg.duration_s, arrival_seed=cfg.base.load.arrival_seed, slo_p95=list(cfg.slo_p95),
                 gpu_cost_per_hour=cfg.gpu_cost_per_hour, max_tokens=cfg.base.sampling.max_tokens,
                 structured=cfg.base.sampling.structured, growth=cfg.growth,
-                slo=[x.text for x in cfg.slo] if cfg.slo else UNSET),
+                **({"slo": [x.text for x in cfg.slo]} if cfg.slo else {})),
             levels=done,
             analysis=analyse_rates(done, cfg.growth, cfg.slo_p95, cfg.gpu_cost_per_hour),
             notes=ctx.notes,
         )
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: RateSweepResult) -> str:
         return render_markdown(result)
 
 
@@ -135,89 +132,30 @@ def arrival_stats(records: list[dict[str, Any]]) -> Arrivals:
     return Arrivals(n=len(arr), realised_rate=rate, early_median_s=e, late_median_s=la, growth=la / e if e else None)
 
 
-def rate_level(run_dir: Path) -> Level:
+def rate_level(run_dir: Path) -> LevelStats:
     """A level's stats (as ``level.json`` holds them) with its arrivals."""
     st = stats_from_run(run_dir)
-    st.arrivals = LevelArrivals(**arrival_stats(list(iter_records(run_dir / RECORDS))).model_dump())
+    st.arrivals = arrival_stats(list(iter_records(run_dir / RECORDS)))
     return st
 
 
-# The result as written into ``rate-sweep.json`` (fields in the file's order; see :mod:`.figures`).
-
-class RateSettingsOut(Fig, kw_only=True):
-    rates: list[float]
-    requests: int
-    max_in_flight: int
-    duration_s: Num | None
-    arrival_seed: int | None
-    slo_p95: list[float]
-    gpu_cost_per_hour: Num | None
-    max_tokens: int
-    structured: str
-    growth: Num
-    slo: list[str] | UnsetType = UNSET  # per-request SLOs (none given: absent)
+def _p95_from_arrival(s: LevelStats) -> float | None:
+    return s.latency_from_arrival_s.p95 if s.latency_from_arrival_s else None
 
 
-class RateRowOut(Fig):
-    offered: Num
-    achieved: Num | None
-    achieved_ratio: Num | None
-    growth: Num | None
-    failed: int
-    inflight_peak: int | None
-    steady: bool
-    sustained: bool | None  # None: too short to judge
-
-
-class RateSloOut(Fig):
-    p95_target_s: Num
-    rate: Num | None
-    p95_s: Num | None
-
-
-class RateAnalysisOut(Fig):
-    rows: list[RateRowOut]
-    max_sustained_rate: Num | None
-    first_unsustained_rate: Num | None
-    cost_per_1k_at_max_sustained: Num | None
-    too_short: list[Num]
-    rule: str
-    slo_policy: list[RateSloOut]
-
-
-class RateOut(Fig, kw_only=True):
-    kind: str = "rate-sweep"
-    created: float
-    elapsed_s: float
-    model: str
-    evalset: str
-    server: dict[str, Any]  # the endpoint's facts, open by nature
-    endpoint_label: str
-    cpu_label: str | None
-    config: RateSettingsOut
-    levels: list[Level]
-    analysis: RateAnalysisOut
-    notes: list[str]
-
-
-def _p95_from_arrival(s: Level) -> Num | None:
-    return (present(s.latency_from_arrival_s) or {}).get("p95")
-
-
-def analyse_rates(levels: list[Level], growth: float, slo: tuple[float, ...] = (),
-                  cost_per_hour: float | None = None) -> RateAnalysisOut:
+def analyse_rates(levels: list[LevelStats], growth: float, slo: tuple[float, ...] = (),
+                  cost_per_hour: float | None = None) -> RateAnalysis:
     rows = []
     for s in levels:
-        a, offered = present(s.arrivals), present(s.offered_rate)
+        a, offered = s.arrivals, s.offered_rate
         g = a.growth if a else None
         failed = s.n - s.ok
-        client = present(s.client)
-        peak = client.inflight_peak if client else None
+        peak = s.client.inflight_peak
         steady = peak is not None and peak * 3 <= s.n
         verdict: bool | None = None
         if failed or (steady and g is not None):
             verdict = failed == 0 and g is not None and g <= growth
-        rows.append(RateRowOut(offered=offered,  # type: ignore[arg-type]  # a rate level has one
+        rows.append(RateRow(offered=offered,  # type: ignore[arg-type]  # a rate level has one
                                achieved=s.req_per_s,
                                achieved_ratio=(s.req_per_s / offered) if s.req_per_s and offered else None,
                                growth=g, failed=failed, inflight_peak=peak, steady=steady, sustained=verdict))
@@ -228,11 +166,11 @@ def analyse_rates(levels: list[Level], growth: float, slo: tuple[float, ...] = (
     judged = {r.offered for r in rows if r.sustained is True}  # a growing queue's p95 only grows
     for t in slo:
         ok = [(s, p) for s in levels if (p := _p95_from_arrival(s)) is not None and p <= t
-              and present(s.offered_rate) in judged]
+              and s.offered_rate in judged]
         pick = max(ok, key=lambda x: x[0].offered_rate) if ok else None  # type: ignore[arg-type,return-value]
-        policy.append(RateSloOut(p95_target_s=t, rate=present(pick[0].offered_rate) if pick else None,
+        policy.append(RateSlo(p95_target_s=t, rate=pick[0].offered_rate if pick else None,
                                  p95_s=pick[1] if pick else None))
-    return RateAnalysisOut(
+    return RateAnalysis(
         rows=rows, max_sustained_rate=best.offered if best else None,
         first_unsustained_rate=first_bad.offered if first_bad else None,
         cost_per_1k_at_max_sustained=cost_per_1k(best.achieved, cost_per_hour) if best else None,
@@ -246,9 +184,8 @@ def analyse_rates(levels: list[Level], growth: float, slo: tuple[float, ...] = (
 _VERDICT = {True: "yes", False: "no", None: "too short"}
 
 
-def render_markdown(result: RateSweepResult | dict[str, Any]) -> str:
+def render_markdown(res: RateSweepResult) -> str:
     """The report, from the typed result (a dict is validated into it first)."""
-    res = as_model(RateSweepResult, result)
     a, cfg = res.analysis, res.config
     bound = (f"at most {cfg.requests} arrivals or {cfg.duration_s:g} s per level" if cfg.duration_s
              else f"{cfg.requests} arrivals per level")
@@ -296,13 +233,12 @@ def render_markdown(result: RateSweepResult | dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-def plot(result: RateSweepResult | dict[str, Any], out: Path) -> str:
+def plot(res: RateSweepResult, out: Path) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    res = as_model(RateSweepResult, result)
     lv = [s for s in res.levels if s.req_per_s is not None and s.offered_rate is not None]
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     xs = [s.offered_rate or 0.0 for s in lv]
@@ -324,11 +260,10 @@ def plot(result: RateSweepResult | dict[str, Any], out: Path) -> str:
 
 
 def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = None,
-                   progress: Progress | None = None) -> dict[str, Any]:
+                   progress: Progress | None = None) -> RateSweepResult:
     """Run each offered rate (a local server is started when ``cfg.base`` has no endpoint); write
     rate-sweep.json/.md and a plot."""
     return drive(RateSweepMode(), cfg, progress, server_info=server_info)
 
 
-__all__ = ["RateAnalysisOut", "RateOut", "RateRowOut", "RateSettingsOut", "RateSloOut", "RateSweepConfig",
-           "RateSweepMode", "analyse_rates", "arrival_stats", "render_markdown", "run_rate_sweep"]
+__all__ = ["RateSweepConfig", "RateSweepMode", "analyse_rates", "arrival_stats", "render_markdown", "run_rate_sweep"]

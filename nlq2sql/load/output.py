@@ -1,5 +1,5 @@
 """The one output layer of the load tools: every mode writes ``STEM.json`` (atomically),
-``STEM.md`` and its plots from the same result dict, so the files never disagree; a result
+``STEM.md`` and its plots from the same typed result, so the files never disagree; a result
 whose ``kind`` has a declared model (:mod:`.results`) is checked against it and versioned
 before anything is written."""
 
@@ -7,36 +7,46 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from nlq2sql.load.figures import Fig, plain
+from nlq2sql.load.contract import _M
+from nlq2sql.load.figures import plain
 from nlq2sql.load.results import checked
 from nlq2sql.records.store import RECORD_VERSION, write_json_atomic
 
-__all__ = ["write_outputs"]
+__all__ = ["Plot", "write_outputs"]
 
-Plot = tuple[str, Callable[[dict[str, Any], Path], Any]]
+R = TypeVar("R", bound=_M)
+#: The key the plots' file names go under, and what draws them from the typed result into a directory.
+Plot = tuple[str, Callable[[R, Path], Any]]
 
 
-def write_outputs(out: Path, stem: str, result: dict[str, Any] | Fig, render: Callable[[dict[str, Any]], str],
-                  plot: Plot | None = None) -> dict[str, Any]:
-    """Checked, then plots (their file names go into the JSON under ``plot[0]``), the JSON and the Markdown.
+def write_outputs(out: Path, stem: str, result: R, render: Callable[[R], str], plot: Plot[R] | None = None, *,
+                  elapsed_s: float | None = None, order: tuple[str, ...] = ()) -> R:
+    """Checked, then plots (their file names go into the JSON under ``plot[0]``), the JSON and the
+    Markdown; returns the result as written (versioned, timed, with its plots' names).
 
-    This is where a typed result becomes JSON (a dict's typed values too, the dict kept as the one
-    returned); the renderers and plots read that JSON through the result's contract."""
-    if isinstance(result, Fig):
-        result = result.to_json()
-    for k, v in result.items():
-        result[k] = plain(v)
-    if "kind" in result:
-        result["record_version"] = RECORD_VERSION
+    This is the one place a result becomes JSON.  ``elapsed_s``: the driver's timing, added after
+    the result's own fields when the mode did not time itself; ``order``: keys written first, in
+    that order (a re-analysed sweep keeps the order its re-renders have always written)."""
+    data = result.to_json()
+    if order:
+        data = {k: data[k] for k in order if k in data} | {k: v for k, v in data.items() if k not in order}
+    for k, v in data.items():
+        data[k] = plain(v)
+    if elapsed_s is not None:
+        data.setdefault("elapsed_s", elapsed_s)
+    if "kind" in data:
+        data["record_version"] = RECORD_VERSION
     # Checked before the first file is written; a plot's file names are filled in after (each
     # model gives that key a default, so the result is checked without it).
-    checked(result if plot is None else {k: v for k, v in result.items() if k != plot[0]})
+    checked(data if plot is None else {k: v for k, v in data.items() if k != plot[0]})
+    model = type(result)
     out.mkdir(parents=True, exist_ok=True)
     if plot is not None:
         key, draw = plot
-        result[key] = draw(result, out)
-    write_json_atomic(out / f"{stem}.json", result)
-    (out / f"{stem}.md").write_text(render(result))
-    return result
+        data[key] = draw(model.model_validate({k: v for k, v in data.items() if k != key}), out)
+    write_json_atomic(out / f"{stem}.json", data)
+    written = model.model_validate(data)
+    (out / f"{stem}.md").write_text(render(written))
+    return written

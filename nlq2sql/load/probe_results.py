@@ -3,26 +3,22 @@
 The probes' ``STEM.json`` are contracts like every other load result (:mod:`.results`): the
 one output layer validates each against its model before any file is written, the renderer
 reads attributes, and :func:`.results.load_result` reads one back naming the file and field of
-a bad one.  Server-side figures that ``/metrics`` did not show keep their sample count and a
+a bad one.  They are also what the probes build (fields in the file's order: see
+:mod:`.contract`).  Server-side figures that ``/metrics`` did not show keep their sample count and a
 note ("not observed"), never a zero.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from nlq2sql.load.contract import _M, Pct, _Result
+from pydantic import model_serializer
 
-__all__ = ["CancelProbeResult", "CancelTrial", "HealthLoop", "HealthProbeResult", "HistMean", "PrefixCache",
-           "PrefixProbeResult", "PrefixScenario", "PROBE_MODELS"]
+from nlq2sql.load.contract import _M, Num, Pct, _Result
+from nlq2sql.load.metrics import HistMean, PrefixCache
 
-
-class HistMean(_M):
-    """Mean of a server histogram over the requests between two ``/metrics`` snapshots."""
-
-    n: int
-    mean: float | None
-    note: str | None = None
+__all__ = ["CancelProbeResult", "CancelTrial", "HealthLoop", "HealthProbeResult", "PROBE_MODELS", "PrefillRequests",
+           "PrefixProbeResult", "PrefixScenario", "Unreported"]
 
 
 class Unreported(_M):
@@ -32,9 +28,24 @@ class Unreported(_M):
     note: str
 
 
+#: What ``run_probe`` stamps on every probe's result; the files hold it after the probe's own figures.
+STAMP = ("kind", "endpoint", "model", "created")
+
+
 class _Probe(_Result):
+    kind: str
     endpoint: str
     model: str
+    created: float | None = None
+    elapsed_s: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _stamp_last(self, handler: Any) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for key in STAMP:
+            if key in out:
+                out[key] = out.pop(key)
+        return out
 
 
 # -- cancel -------------------------------------------------------------------------------
@@ -45,13 +56,13 @@ class CancelTrial(_M):
     error: str | None
     finish_reason: str | None
     server_busy_before: bool
-    to_idle_s: float | None
+    to_idle_s: Num | None
+    to_idle_lower_s: Num | None = None
     polls: int
-    tokens_after_disconnect: int | None
-    note: str | None = None  # why a trial measured nothing (no /metrics, nothing to cancel)
-    to_idle_lower_s: float | None = None
     generated_total: int | None = None
+    tokens_after_disconnect: int | None
     would_have_generated: int | None = None
+    note: str | None = None  # why a trial measured nothing (no /metrics, nothing to cancel)
 
 
 class CancelProbeResult(_Probe):
@@ -60,7 +71,7 @@ class CancelProbeResult(_Probe):
     k_tokens: int
     max_tokens: int
     trials: list[CancelTrial]
-    poll_interval_s: float
+    poll_interval_s: Num
     to_idle_s: Pct
     tokens_after_disconnect: Pct
     ignore_eos: bool
@@ -75,9 +86,9 @@ class HealthLoop(_M):
     ok: int
     errors: int
     error_kinds: list[str]
-    p50_s: float | None
-    p95_s: float | None
-    max_s: float | None
+    p50_s: Num | None
+    p95_s: Num | None
+    max_s: Num | None
 
 
 class PrefillRequests(_M):
@@ -87,13 +98,13 @@ class PrefillRequests(_M):
     errors: list[str]
     prompt_tokens: Pct
     ttft_s: Pct
-    load_wall_s: float
+    load_wall_s: Num
 
 
 class HealthProbeResult(_Probe):
     kind: Literal["probe-health"] = "probe-health"
     probe: Literal["health"]
-    interval_s: float
+    interval_s: Num
     idle: HealthLoop
     under_prefill: HealthLoop
     prefill_requests: PrefillRequests
@@ -102,15 +113,6 @@ class HealthProbeResult(_Probe):
 
 
 # -- prefix -------------------------------------------------------------------------------
-
-class PrefixCache(_M):
-    """Prefix-cache hit rate in tokens, from the server's counters (hits / queries)."""
-
-    rate: float | None
-    hits: int | None
-    queries: int | None
-    note: str | None = None
-
 
 class PrefixScenario(_M):
     n: int
@@ -126,7 +128,7 @@ class PrefixScenario(_M):
     server_decode_s: HistMean
     server_queue_s: HistMean
     server_e2e_s: HistMean
-    prefill_share: float | None
+    prefill_share: Num | None
 
 
 class PrefixProbeResult(_Probe):
@@ -139,6 +141,6 @@ class PrefixProbeResult(_Probe):
     scenarios: dict[str, PrefixScenario]
 
 
-PROBE_MODELS: dict[str, type[_Result]] = {
+PROBE_MODELS: dict[str, type[_Probe]] = {
     "probe-cancel": CancelProbeResult, "probe-health": HealthProbeResult, "probe-prefix": PrefixProbeResult,
 }

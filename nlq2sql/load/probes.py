@@ -29,29 +29,27 @@ import aiohttp
 
 from nlq2sql.load.contract import Pct
 from nlq2sql.load.figures import UnsetType
-from nlq2sql.load.metrics import counter_delta, hist_delta, hit_rate, root_url, scrape
+from nlq2sql.load.metrics import HistMean, counter_delta, hist_delta, hit_rate, root_url, scrape
 from nlq2sql.load.output import write_outputs
-from nlq2sql.load.probe_figures import (
-    CancelOut,
-    CancelTrialOut,
-    HealthLoopOut,
-    HealthOut,
-    PrefillRequestsOut,
-    PrefixOut,
-    ScenarioOut,
-    Stream,
+from nlq2sql.load.probe_figures import Stream
+from nlq2sql.load.probe_results import (
+    CancelProbeResult,
+    CancelTrial,
+    HealthLoop,
+    HealthProbeResult,
+    PrefillRequests,
+    PrefixProbeResult,
+    PrefixScenario,
 )
-from nlq2sql.load.probe_results import PROBE_MODELS, CancelProbeResult, HealthProbeResult, HistMean, PrefixProbeResult
 from nlq2sql.records.store import output_dir
 from nlq2sql.stages.score import percentiles
 from nlq2sql.transport.stream import Accumulator, Completion, StreamEventError, sse_events
 
-__all__ = ["FILLER", "SCENARIOS", "ProbeOut", "ProbeResult", "Stream", "Target", "cancel_probe", "filler",
+__all__ = ["FILLER", "SCENARIOS", "ProbeResult", "Stream", "Target", "cancel_probe", "filler",
            "health_probe", "prefix_messages", "prefix_probe", "render_markdown", "run_probe", "stream_chat",
            "wait_idle", "write"]
 
 ProbeResult = CancelProbeResult | HealthProbeResult | PrefixProbeResult
-ProbeOut = CancelOut | HealthOut | PrefixOut
 
 _FILLER_TEXT = ("the store sells office furniture and electronics to customers in five regions while "
           "analysts track revenue orders units and average order value by month quarter and year "
@@ -120,7 +118,7 @@ async def wait_idle(sess: aiohttp.ClientSession, t: Target, timeout_s: float = 3
 # -- cancel -----------------------------------------------------------------------------
 
 async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, trials: int = 3,
-                       poll_s: float = 0.02, settle_s: float = 0.5) -> CancelOut:
+                       poll_s: float = 0.02, settle_s: float = 0.5) -> CancelProbeResult:
     body = {"model": t.model, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "messages": [{"role": "user", "content": "Count from 1 to 10000, one number per line."}]}
     rows = []
@@ -164,20 +162,22 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
                                would_have_generated=max_tokens - r.chunks))
     idle = [x.to_idle_s for x in rows if x.to_idle_s is not None]
     after_tok = [float(x.tokens_after_disconnect) for x in rows if x.tokens_after_disconnect is not None]
-    return CancelOut(k_tokens=k_tokens, max_tokens=max_tokens, trials=rows, poll_interval_s=poll_s,
-                     to_idle_s=percentiles(idle), tokens_after_disconnect=percentiles(after_tok),
-                     ignore_eos="ignore_eos" in body)
+    return CancelProbeResult(kind="probe-cancel", endpoint=t.base_url, model=t.model, probe="cancel",
+                             k_tokens=k_tokens, max_tokens=max_tokens, trials=rows, poll_interval_s=poll_s,
+                             to_idle_s=Pct.model_validate(percentiles(idle)),
+                             tokens_after_disconnect=Pct.model_validate(percentiles(after_tok)),
+                             ignore_eos="ignore_eos" in body)
 
 
-def _trial(r: Stream, busy: Any, **measured: Any) -> CancelTrialOut:
-    return CancelTrialOut(received_tokens=r.chunks, disconnected=r.disconnected, error=r.error,
-                          finish_reason=r.finish_reason, server_busy_before=bool(busy), **measured)
+def _trial(r: Stream, busy: Any, **measured: Any) -> CancelTrial:
+    return CancelTrial(received_tokens=r.chunks, disconnected=r.disconnected, error=r.error,
+                       finish_reason=r.finish_reason, server_busy_before=bool(busy), **measured)
 
 
 # -- health -----------------------------------------------------------------------------
 
 async def _health_loop(sess: aiohttp.ClientSession, url: str, stop: asyncio.Event, interval_s: float,
-                       limit: int) -> HealthLoopOut:
+                       limit: int) -> HealthLoop:
     rtts: list[float] = []
     errors: list[str] = []
     while not stop.is_set() and len(rtts) + len(errors) < limit:
@@ -193,12 +193,12 @@ async def _health_loop(sess: aiohttp.ClientSession, url: str, stop: asyncio.Even
             errors.append(type(exc).__name__)
         await asyncio.sleep(interval_s)
     p = percentiles(rtts)
-    return HealthLoopOut(n=len(rtts) + len(errors), ok=len(rtts), errors=len(errors), error_kinds=sorted(set(errors)),
-                         p50_s=p["p50"], p95_s=p["p95"], max_s=max(rtts) if rtts else None)
+    return HealthLoop(n=len(rtts) + len(errors), ok=len(rtts), errors=len(errors), error_kinds=sorted(set(errors)),
+                      p50_s=p["p50"], p95_s=p["p95"], max_s=max(rtts) if rtts else None)
 
 
 async def health_probe(t: Target, prefill_words: int = 1200, parallel: int = 4, max_tokens: int = 16,
-                       interval_s: float = 0.05, idle_count: int = 40) -> HealthOut:
+                       interval_s: float = 0.05, idle_count: int = 40) -> HealthProbeResult:
     url = root_url(t.base_url) + "/health"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as sess:
         await wait_idle(sess, t)
@@ -217,12 +217,14 @@ async def health_probe(t: Target, prefill_words: int = 1200, parallel: int = 4, 
         busy = await loop_task
         after = await scrape(sess, t.base_url)
     ok = [r for r in reqs if r.status == 200 and not r.error]
-    return HealthOut(
+    return HealthProbeResult(
+        kind="probe-health", endpoint=t.base_url, model=t.model, probe="health",
         interval_s=interval_s, idle=idle, under_prefill=busy,
-        prefill_requests=PrefillRequestsOut(
+        prefill_requests=PrefillRequests(
             n=len(reqs), ok=len(ok), parallel=parallel, errors=[r.error for r in reqs if r.error],
-            prompt_tokens=percentiles([float(r.usage["prompt_tokens"]) for r in ok if r.usage]),
-            ttft_s=percentiles([r.ttft_s for r in ok if r.ttft_s is not None]), load_wall_s=load_s),
+            prompt_tokens=Pct.model_validate(percentiles([float(r.usage["prompt_tokens"]) for r in ok if r.usage])),
+            ttft_s=Pct.model_validate(percentiles([r.ttft_s for r in ok if r.ttft_s is not None])),
+            load_wall_s=load_s),
         server_prefill_s=hist_delta(before, after, "prefill"), server_ttft_s=hist_delta(before, after, "ttft"))
 
 
@@ -248,9 +250,10 @@ def prefix_messages(scenario: str, system: str, question: str, pad_words: int) -
 
 
 async def prefix_probe(t: Target, system: str, questions: list[str], requests: int = 8,
-                       pad_words: int = 600, max_tokens: int = 32) -> PrefixOut:
-    out = PrefixOut(requests_per_scenario=requests, pad_words=pad_words, max_tokens=max_tokens, concurrency=1,
-                    scenarios={})
+                       pad_words: int = 600, max_tokens: int = 32) -> PrefixProbeResult:
+    out = PrefixProbeResult(kind="probe-prefix", endpoint=t.base_url, model=t.model, probe="prefix",
+                            requests_per_scenario=requests, pad_words=pad_words, max_tokens=max_tokens, concurrency=1,
+                            scenarios={})
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as sess:
         await wait_idle(sess, t)
         # Warm the shared prefix once (not measured), so "shared" is the warm best case.
@@ -269,7 +272,7 @@ async def prefix_probe(t: Target, system: str, questions: list[str], requests: i
             pre, e2e = hist_delta(before, after, "prefill"), hist_delta(before, after, "e2e")
             cached = [float((r.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
                       for r in ok if r.usage]
-            out.scenarios[sc] = ScenarioOut(
+            out.scenarios[sc] = PrefixScenario.model_validate(dict(
                 n=len(rows), ok=len(ok), errors=[r.error for r in rows if r.error],
                 client_ttft_s=percentiles([r.ttft_s for r in ok if r.ttft_s is not None]),
                 client_latency_s=percentiles([r.latency_s for r in ok if r.latency_s is not None]),
@@ -281,7 +284,7 @@ async def prefix_probe(t: Target, system: str, questions: list[str], requests: i
                 server_prefill_s=pre, server_decode_s=hist_delta(before, after, "decode"),
                 server_queue_s=hist_delta(before, after, "queue"), server_e2e_s=e2e,
                 prefill_share=pre.mean / e2e.mean if pre.mean is not None and e2e.mean else None,
-            )
+            ))  # percentiles' dicts and the unreported count validated into their parts
     return out
 
 
@@ -313,9 +316,8 @@ def _opt(v: Any) -> str:
     return "n/a" if v is None else str(v)
 
 
-def render_markdown(result: ProbeResult | dict[str, Any], title: str) -> str:
-    """A probe's Markdown, from its typed result (a dict is validated into its model first)."""
-    r: Any = PROBE_MODELS[result["kind"]].model_validate(result) if isinstance(result, dict) else result
+def render_markdown(r: ProbeResult, title: str) -> str:
+    """A probe's Markdown, from its typed result."""
     md = [f"# {title}", ""]
     if isinstance(r, CancelProbeResult):
         md += [f"Stream {r.max_tokens} tokens (ignore_eos {r.ignore_eos}), disconnect after "
@@ -358,16 +360,15 @@ def render_markdown(result: ProbeResult | dict[str, Any], title: str) -> str:
     return "\n".join(md) + "\n"
 
 
-def write(out: Path, r: dict[str, Any], title: str) -> Path:
-    """``r`` (a probe's result as JSON) checked and written as ``PROBE.json``/``PROBE.md``."""
+def write(out: Path, r: ProbeResult, title: str) -> ProbeResult:
+    """``r`` checked and written as ``PROBE.json``/``PROBE.md``; returns it as written."""
     output_dir(out)
-    write_outputs(out, r["probe"], r, lambda res: render_markdown(res, title))
-    return out / f"{r['probe']}.md"
+    return write_outputs(out, r.probe, r, lambda res: render_markdown(res, title))
 
 
-def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[dict[str, Any], str]:
+def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[ProbeResult, str]:
     """Run one probe synchronously; returns the result as written and its Markdown."""
-    r: ProbeOut
+    r: ProbeResult
     if name == "cancel":
         r = asyncio.run(cancel_probe(t, **kw))
     elif name == "health":
@@ -376,7 +377,6 @@ def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[dict[str, Any
         r = asyncio.run(prefix_probe(t, **kw))
     else:
         raise ValueError(name)
-    r.kind, r.endpoint, r.model, r.created = f"probe-{name}", t.base_url, t.model, time.time()
-    data = r.to_json()
-    path = write(out, data, f"{name} probe · {t.model}")
-    return data, path.read_text()
+    r.created = time.time()
+    written = write(out, r, f"{name} probe · {t.model}")
+    return written, (out / f"{written.probe}.md").read_text()

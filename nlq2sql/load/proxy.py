@@ -32,7 +32,7 @@ def make_app(upstream: str, serialize: bool) -> Any:
     from aiohttp import web
 
     lock = asyncio.Lock()
-    state: dict[str, Any] = {"session": None}
+    state: dict[str, aiohttp.ClientSession] = {}  # the upstream session, opened on startup
 
     async def on_startup(app: web.Application) -> None:
         state["session"] = aiohttp.ClientSession(

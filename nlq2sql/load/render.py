@@ -1,16 +1,16 @@
 """The sweep's rendering: table cells, the Markdown report and the plots.
 
-Everything here reads the typed result (:class:`.results.SweepResult`): a result dict is
-validated into it first, so a renderer cannot read a key the contract does not declare.
+Everything here reads the typed result (:class:`.results.SweepResult`), as the output layer
+wrote it, so a renderer cannot read a key the contract does not declare.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from nlq2sql.load.analysis import cost_per_1k
-from nlq2sql.load.results import Gauge, LevelStats, Pct, SweepAnalysis, SweepResult, as_model
+from nlq2sql.load.analysis import SweepAnalysis, cost_per_1k
+from nlq2sql.load.contract import Gauge, LevelStats, Pct
+from nlq2sql.load.results import SweepResult
 
 __all__ = ["fmt_lat", "fmt_num", "level_table", "plot", "render_markdown", "server_table"]
 
@@ -20,12 +20,9 @@ def fmt_num(v: float | None, fmt: str = "{:.2f}", none: str = "n/a") -> str:
     return none if v is None else fmt.format(v)
 
 
-def fmt_lat(p: Pct | dict[str, Any] | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+def fmt_lat(p: Pct | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
     """p50 / p95 / p99 of a percentile block, or n/a when it holds no sample."""
-    if p is None:
-        return "n/a"
-    p = p if isinstance(p, Pct) else Pct.model_validate(p)
-    if not p.n:
+    if p is None or not p.n:
         return "n/a"
     return " / ".join(fmt_num(None if v is None else v * scale, fmt) for v in (p.p50, p.p95, p.p99))
 
@@ -76,8 +73,7 @@ def server_table(levels: list[LevelStats]) -> list[str]:
     return md
 
 
-def render_markdown(result: SweepResult | dict[str, Any]) -> str:
-    r = as_model(SweepResult, result)
+def render_markdown(r: SweepResult) -> str:
     a, levels, cfg = r.analysis, r.levels, r.config
     cost = cfg.gpu_cost_per_hour
     md = [f"# Concurrency sweep · {r.model} · {r.evalset}", ""]
@@ -141,14 +137,13 @@ def render_markdown(result: SweepResult | dict[str, Any]) -> str:
     return "\n".join(md) + "\n"
 
 
-def plot(result: SweepResult | dict[str, Any], out: Path) -> dict[str, str]:
+def plot(r: SweepResult, out: Path) -> dict[str, str]:
     """throughput_vs_p95.png (knee and saturation marked) and efficiency.png."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    r = as_model(SweepResult, result)
     a = r.analysis
     pts: list[tuple[int, float, float]] = [
         (s.concurrency, s.latency_s.p95, s.req_per_s) for s in r.levels

@@ -7,13 +7,16 @@ layer (:func:`.output.write_outputs`) validates a result before anything is writ
 readers load it with :func:`load_result`, which names the file and field of a bad one.
 Results carry ``record_version`` (the one ``records.RECORD_VERSION``); those written before
 results were versioned have none and still load (``tests/test_load_results.py`` loads the
-committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer reads these
-attributes (a result dict is validated into its model first), so a report cannot show a
-key the contract does not declare.  Mappings remain only where the keys are open by nature:
+committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer takes its
+model (the result as written), so a report cannot show a key the contract does not declare.
+Mappings remain only where the keys are open by nature:
 the server's facts, a thresholds dataclass's fields, counts by error or finish reason.
-The probes' results (``probe cancel|health|prefix``) are declared in :mod:`.probe_results`, the
-serialization verdict's and capacity's in :mod:`.server_results`, the shared parts (level stats,
-percentiles) in :mod:`.contract`; all are registered and re-exported here.
+These models are also the one declaration each mode *builds* its result as (fields in the
+file's order, written with ``to_json``: see :mod:`.contract`).  The probes' results
+(``probe cancel|health|prefix``) are declared in :mod:`.probe_results`, the serialization
+verdict's and capacity's in :mod:`.server_results`, tune's in :mod:`.tune_results`, the sweep's
+analysis in :mod:`.analysis`, the shared parts (level stats, percentiles, the header) in
+:mod:`.contract`; all are registered here.
 JSON Schemas: ``schemas/<kind>.schema.json`` (``scripts/gen_schemas.py``, drift-tested).
 """
 
@@ -27,119 +30,61 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import parse_json, read_text
-from nlq2sql.load.contract import _M, ClientSeen, Gauge, LevelStats, Pct, ServerSeen, _Result
+from nlq2sql.load.analysis import SweepAnalysis
+from nlq2sql.load.contract import _M, LevelStats, Num, _LabelsFirst, _Result, _ServerFirst, _Stamped
 from nlq2sql.load.probe_results import PROBE_MODELS
 from nlq2sql.load.server_results import CapacityResult, SerializationResult
+from nlq2sql.load.tune_results import TuneResult
 
-__all__ = ["CapacityResult", "ClientSeen", "FleetSweepResult", "Gauge", "GridResult", "LevelStats",
-           "Pct", "RESULT_MODELS", "RateSweepResult", "SerializationResult", "ServerSeen",
-           "ServerSweepResult", "SweepResult", "as_model", "load_result", "result_model"]
-
-
-class _LevelsResult(_Result):
-    model: str
-    evalset: str
-    endpoint_label: str
-    cpu_label: str | None
-    server: dict[str, Any]
-    levels: list[LevelStats]
-    notes: list[str]
+__all__ = ["FleetReplica", "FleetRow", "FleetSweepResult", "GridCell", "GridClass", "GridResult", "GridSettings",
+           "RESULT_MODELS", "RateAnalysis", "RateRow", "RateSettings", "RateSlo", "RateSweepResult",
+           "ServerSweepResult", "SettingRow", "SweepResult", "SweepSettings", "checked", "load_result",
+           "result_model"]
 
 
 # -- sweep --------------------------------------------------------------------------------
 
 class SweepSettings(_M):
+    """``sweep.json``'s ``config``: what the sweep measured."""
+
     levels: list[int]
     requests: int
     slo_p95: list[float]
-    gpu_cost_per_hour: float | None
+    gpu_cost_per_hour: Num | None
     max_tokens: int
     structured: str
     prompt: str
     warmup: int
-    duration_s: float | None = None
-    slo: list[str] = []  # per-request SLOs of correct goodput (none: the column is not shown)
+    duration_s: Num | None = None
+    slo: list[str] = []  # per-request SLOs of correct goodput (none: absent, the column is not shown)
 
 
-class ScalingRow(_M):
-    concurrency: int
-    req_per_s: float | None
-    efficiency: float | None
-    marginal: float | None
-
-
-class Knee(_M):
-    level: int | None
-    last_efficient: int | None
-    reasons: list[str]
-
-
-class Saturation(_M):
-    level: int | None
-    next: int | None = None
-    throughput_gain: float | None = None
-    p95_rise: float | None = None
-    note: str | None = None
-
-
-class SloPick(_M):
-    p95_target_s: float
-    level: int | None
-    req_per_s: float | None = None
-    p95_s: float | None = None
-    n: int | None = None
-    cost_per_1k: float | None = None
-    note: str | None = None
-
-
-class Signature(_M):
-    speedup: float
-    concurrency_ratio: float
-    p95_ratio: float
-    present: bool
-
-
-class LevelCost(_M):
-    concurrency: int
-    per_1k_queries: float | None
-    per_1k_correct: float | None
-
-
-class SweepAnalysis(_M):
-    baseline_level: int | None
-    baseline_note: str | None
-    scaling: list[ScalingRow]
-    knee: Knee
-    saturation: Saturation
-    slo_policy: list[SloPick]
-    serialized_signature: Signature | None
-    cost: list[LevelCost] | None
-    thresholds: dict[str, float]
-    thresholds_text: str
-
-
-class SweepResult(_LevelsResult):
+class SweepResult(_LabelsFirst):
     kind: Literal["sweep"]
     config: SweepSettings
+    levels: list[LevelStats]
     analysis: SweepAnalysis
+    notes: list[str]
     plots: dict[str, str] = Field(default_factory=dict)
 
 
 class SettingRow(_M):
+    """One server setting of a server sweep: its sweep's peak, knee and saturation, and each level."""
+
     value: int
     dir: str
-    peak_req_per_s: float | None
+    peak_req_per_s: Num | None
     peak_at: int | None
-    p95_at_peak: float | None
+    p95_at_peak: Num | None
     n_at_peak: int | None
     knee: int | None
     saturation: int | None
-    running_peak: float | None
-    waiting_peak: float | None
-    levels: list[tuple[int, float | None, float | None]]  # (c, req/s, p95)
+    running_peak: Num | None
+    waiting_peak: Num | None
+    levels: list[tuple[int, Num | None, Num | None]]  # (c, req/s, p95)
 
 
-class ServerSweepResult(_Result):
+class ServerSweepResult(_Stamped):
     kind: Literal["server-sweep"]
     knob: str
     values: list[int]
@@ -147,69 +92,78 @@ class ServerSweepResult(_Result):
 
 
 class FleetRow(_M):
-    peak_req_per_s: float | None
+    peak_req_per_s: Num | None
     at_concurrency: int | None
     knee: int | None
-    lowest_p95_s: float | None
+    lowest_p95_s: Num | None
     errors: int
 
 
-class FleetSweepResult(_Result):
+class FleetReplica(_M):
+    label: str
+    endpoint: str | None
+
+
+class FleetSweepResult(_Stamped):
     kind: Literal["fleet-sweep"]
     routing: str
-    replicas: list[dict[str, Any]]
+    replicas: list[FleetReplica]
     rows: dict[str, FleetRow]
-    sum_of_replica_peaks: float | None
-    fleet_scaling_efficiency: float | None
+    sum_of_replica_peaks: Num | None
+    fleet_scaling_efficiency: Num | None
 
 
 # -- open loop ----------------------------------------------------------------------------
 
 class RateSettings(_M):
+    """``rate-sweep.json``'s ``config``."""
+
     rates: list[float]
     requests: int
     max_in_flight: int
-    duration_s: float | None
+    duration_s: Num | None
     arrival_seed: int | None
     slo_p95: list[float]
-    gpu_cost_per_hour: float | None
+    gpu_cost_per_hour: Num | None
     max_tokens: int
     structured: str
-    growth: float
-    slo: list[str] = []  # per-request SLOs of correct goodput (none: the column is not shown)
+    growth: Num
+    slo: list[str] = []  # per-request SLOs of correct goodput (none: absent, the column is not shown)
 
 
 class RateRow(_M):
-    offered: float
-    achieved: float | None
-    achieved_ratio: float | None
+    offered: Num
+    achieved: Num | None
+    achieved_ratio: Num | None
+    growth: Num | None
     failed: int
-    growth: float | None
     inflight_peak: int | None
     steady: bool
     sustained: bool | None  # None: too short to judge
 
 
 class RateSlo(_M):
-    p95_target_s: float
-    rate: float | None
-    p95_s: float | None
+    p95_target_s: Num
+    rate: Num | None
+    p95_s: Num | None
 
 
 class RateAnalysis(_M):
     rows: list[RateRow]
+    max_sustained_rate: Num | None
+    first_unsustained_rate: Num | None
+    cost_per_1k_at_max_sustained: Num | None
+    too_short: list[Num]
     rule: str
-    max_sustained_rate: float | None
-    first_unsustained_rate: float | None
-    cost_per_1k_at_max_sustained: float | None
     slo_policy: list[RateSlo]
-    too_short: list[float]
 
 
-class RateSweepResult(_LevelsResult):
+class RateSweepResult(_ServerFirst):
     kind: Literal["rate-sweep"]
     config: RateSettings
+    levels: list[LevelStats]
     analysis: RateAnalysis
+    notes: list[str]
     plot: str | None = None
 
 
@@ -229,32 +183,29 @@ class GridSettings(_M):
 
 
 class GridCell(_M):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    """One (length class, concurrency) cell of the grid."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
     cls: str = Field(alias="class")
     concurrency: int
     n: int
     ok: int
-    req_per_s: float | None
-    output_tok_per_s: float | None
-    p95_s: float | None
-    ttft_p95_s: float | None
-    prompt_tokens_p50: float | None
-    completion_tokens_p50: float | None
-    kv_peak: float | None
+    req_per_s: Num | None
+    output_tok_per_s: Num | None
+    p95_s: Num | None
+    ttft_p95_s: Num | None
+    prompt_tokens_p50: Num | None
+    completion_tokens_p50: Num | None
+    kv_peak: Num | None
     kv_samples: int
     errors: dict[str, int]
     finish_reasons: dict[str, int]
     run_dir: str
 
 
-class GridResult(_Result):
+class GridResult(_ServerFirst):
     kind: Literal["grid"]
-    model: str
-    evalset: str
-    endpoint_label: str
-    cpu_label: str | None
-    server: dict[str, Any]
     config: GridSettings
     cells: list[GridCell]
     notes: list[str]
@@ -264,7 +215,7 @@ class GridResult(_Result):
 RESULT_MODELS: dict[str, type[_Result]] = {
     "sweep": SweepResult, "server-sweep": ServerSweepResult, "fleet-sweep": FleetSweepResult,
     "rate-sweep": RateSweepResult, "grid": GridResult, "serialization": SerializationResult,
-    "capacity": CapacityResult,
+    "capacity": CapacityResult, "tune": TuneResult,
 }
 
 RESULT_MODELS.update(PROBE_MODELS)
@@ -290,12 +241,6 @@ def checked(result: dict[str, Any]) -> _Result | None:
 M = TypeVar("M", bound=BaseModel)
 
 
-def as_model(model: type[M], result: M | dict[str, Any]) -> M:
-    """``result`` as ``model``: a dict (a result just built, or read back) is validated into it,
-    so a renderer reads only declared keys; a model is returned as it is."""
-    return result if isinstance(result, model) else model.model_validate(result)
-
-
 def load_result(path: Path, expect: type[M] | None = None) -> Any:
     """A written ``STEM.json`` as its typed model (``expect``: the one kind accepted); a bad file
     is one message naming the file, and the line or field."""
@@ -312,8 +257,4 @@ def load_result(path: Path, expect: type[M] | None = None) -> Any:
                           path=str(path), field="kind")
     if expect is not None and model is not expect:
         raise RecordError(f"not a {want} result (kind {kind!r})", path=str(path), field="kind")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise RecordError(first["msg"], path=str(path), field=".".join(str(x) for x in first["loc"])) from None
+    return model.from_json(data, path=str(path))

@@ -30,12 +30,12 @@ from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
-from nlq2sql.load.figures import Level, present
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
-from nlq2sql.load.results import SerializationResult, as_model
-from nlq2sql.load.server_results import Evidence
+from nlq2sql.load.results import SerializationResult
+from nlq2sql.load.server_results import Evidence, SerializationSettings, Staircase
 from nlq2sql.run.config import EvalConfig
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
@@ -134,7 +134,7 @@ def staircase_index(completions: list[float], service_s: float) -> float | None:
 
 
 def run_staircase(url: str, body: dict[str, Any], n: int, solo_runs: int, workdir: Path,
-                  key_env: str | None) -> dict[str, Any]:
+                  key_env: str | None) -> Staircase:
     workdir.mkdir(parents=True, exist_ok=True)
     body_path = workdir / "staircase-body.json"
     body_path.write_text(json.dumps(body))
@@ -155,16 +155,16 @@ def run_staircase(url: str, body: dict[str, Any], n: int, solo_runs: int, workdi
     ok = [r for r in together if r.get("status") == 200]
     errors = [r.get("error") or f"HTTP {r.get('status')}" for r in together if r.get("status") != 200]
     if not solo or len(ok) < 2:
-        return {"n": n, "ok": len(ok), "errors": errors, "solo_n": len(solo),
-                "index": None, "note": "too few successful requests to judge"}
+        return Staircase(n=n, ok=len(ok), errors=errors, solo_n=len(solo), index=None,
+                         note="too few successful requests to judge")
     service = min(solo)
     start_at = ok[0]["start_at"]
     comp = sorted(r["done"] - start_at for r in ok)
     send_spread = max(r["sent"] for r in ok) - min(r["sent"] for r in ok)
-    return {"n": n, "ok": len(ok), "errors": errors, "solo_n": len(solo), "service_s": service,
-            "solo_s": solo, "solo_spread": max(solo) / service if service > 0 else None,
-            "completion_s": comp, "ratios": [c / service for c in comp],
-            "send_spread_s": send_spread, "index": staircase_index(comp, service)}
+    return Staircase(n=n, ok=len(ok), errors=errors, solo_n=len(solo), service_s=service, solo_s=solo,
+                     solo_spread=max(solo) / service if service > 0 else None, completion_s=comp,
+                     ratios=[c / service for c in comp], send_spread_s=send_spread,
+                     index=staircase_index(comp, service))
 
 
 # -- verdict (pure) -----------------------------------------------------------------------
@@ -237,30 +237,29 @@ def decide(ev: Evidence, th: VerdictThresholds) -> Verdict:
                                f"{'n/a' if st is None else format(st, '.2f')}")
 
 
-def evidence(single: Level, loaded: Level, stair: dict[str, Any] | None) -> Evidence:
+def evidence(single: LevelStats, loaded: LevelStats, stair: Staircase | None) -> Evidence:
     """The verdict's inputs from two level stats (as written in ``level.json``) and the staircase."""
     t1, tk = single.req_per_s, loaded.req_per_s
     p1, pk = single.p95(), loaded.p95()
-    sv, c = loaded.server, present(loaded.client)
+    sv, c = loaded.server, loaded.client
     return Evidence(
         level=loaded.concurrency,
         thr_1=t1, thr_k=tk, n_1=single.n, n_k=loaded.n,
         speedup=tk / t1 if t1 and tk else None,
         p95_1=p1, p95_k=pk, p95_ratio=pk / p1 if p1 and pk else None,
-        inflight_mean=c.inflight_mean if c else None, inflight_peak=c.inflight_peak if c else None,
+        inflight_mean=c.inflight_mean, inflight_peak=c.inflight_peak,
         server_observed=sv.observed, server_samples=sv.samples,
         running_peak=sv.running.peak, running_mean=sv.running.mean, running_n=sv.running.n,
         waiting_peak=sv.waiting.peak, waiting_mean=sv.waiting.mean, waiting_n=sv.waiting.n,
-        client_cpu_share=c.cpu_share_of_core if c else None,
-        client_cpu_ms_per_request=c.cpu_ms_per_request if c else None,
-        staircase_index=(stair or {}).get("index"),
+        client_cpu_share=c.cpu_share_of_core, client_cpu_ms_per_request=c.cpu_ms_per_request,
+        staircase_index=stair.index if stair else None,
     )
 
 
 # -- run + render -------------------------------------------------------------------------
 
 @register
-class SerializationMode(LoadMode[SerializationConfig]):
+class SerializationMode(LoadMode[SerializationConfig, SerializationResult]):
     """Two levels (c=1 and c=K, each on its own expanded set), then the staircase and the verdict."""
 
     name: ClassVar[str] = "serialization"
@@ -274,13 +273,13 @@ class SerializationMode(LoadMode[SerializationConfig]):
         levels = (1, settings.level)
         return levels[len(done)] if len(done) < len(levels) else None
 
-    def run_level(self, ctx: LevelContext[SerializationConfig], level: Any) -> Level:
+    def run_level(self, ctx: LevelContext[SerializationConfig], level: Any) -> LevelStats:
         return run_level(ctx.settings.base, ctx.evalsets[f"c{level}"], level, ctx.out / f"c{level}" / "run")
 
     def describe(self, level: Any, stats: Any) -> str:
         return f"c={level}: {stats.req_per_s or 0:.2f} req/s (n={stats.n})"
 
-    def analyse(self, ctx: LevelContext[SerializationConfig], done: list[Any]) -> dict[str, Any]:
+    def analyse(self, ctx: LevelContext[SerializationConfig], done: list[Any]) -> SerializationResult:
         from nlq2sql.semantic import load_catalog
         from nlq2sql.stages.evalset import load_evalset
 
@@ -291,32 +290,31 @@ class SerializationMode(LoadMode[SerializationConfig]):
                               cfg.staircase, cfg.solo_runs, out / "staircase", base.api_key_env)
         ev = evidence(single, loaded, stair)
         verdict = decide(ev, cfg.thresholds)
-        if (stair.get("solo_spread") or 1) > 2:
-            verdict.caveats.append(f"single service times varied ×{stair['solo_spread']:.1f} during the "
+        if (stair.solo_spread or 1) > 2:
+            verdict.caveats.append(f"single service times varied ×{stair.solo_spread:.1f} during the "
                                       "staircase (other work on the machine?): the fastest was used")
-        return {"kind": "serialization", "created": time.time(), "elapsed_s": time.time() - ctx.started,
-                "endpoint": base.endpoint if not info.get("started_by_us") else "local",
-                "model": base.model, "server": info,
-                "config": {"level": cfg.level, "requests_single": cfg.requests_single, "warmup": cfg.warmup,
-                           "requests_level": cfg.requests_level, "staircase": cfg.staircase,
-                           "max_tokens": base.sampling.max_tokens, "structured": base.sampling.structured},
-                "thresholds": asdict(cfg.thresholds), "verdict": verdict.verdict, "rule": verdict.rule,
-                "caveats": verdict.caveats, "evidence": ev.model_dump(), "levels": [single, loaded],
-                "staircase": stair}
+        return SerializationResult(
+            kind="serialization", created=time.time(), elapsed_s=time.time() - ctx.started,
+            endpoint=str(base.endpoint) if not info.get("started_by_us") else "local", model=base.model, server=info,
+            config=SerializationSettings(level=cfg.level, requests_single=cfg.requests_single, warmup=cfg.warmup,
+                                         requests_level=cfg.requests_level, staircase=cfg.staircase,
+                                         max_tokens=base.sampling.max_tokens, structured=base.sampling.structured),
+            thresholds=asdict(cfg.thresholds), verdict=verdict.verdict, rule=verdict.rule, caveats=verdict.caveats,
+            evidence=ev,
+            levels=[single, loaded], staircase=stair)
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: SerializationResult) -> str:
         return render_markdown(result)
 
 
 def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
-        progress: Progress | None = None) -> dict[str, Any]:
+        progress: Progress | None = None) -> SerializationResult:
     """Measure and decide (a local server is started when ``cfg.base`` has no endpoint); write and return."""
     return drive(SerializationMode(), cfg, progress, server_info=server_info)
 
 
-def render_markdown(result: SerializationResult | dict[str, Any]) -> str:
+def render_markdown(r: SerializationResult) -> str:
     """The report, from the typed result (a dict is validated into it first)."""
-    r = as_model(SerializationResult, result)
     ev, st, th, cfg = r.evidence, r.staircase, r.thresholds, r.config
     k = ev.level
     md = [f"# Serialization probe · {r.model} · {r.endpoint}", "",

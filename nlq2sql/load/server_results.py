@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from nlq2sql.load.contract import _M, LevelStats, Pct, _Result
+from nlq2sql.load.contract import _M, LevelStats, Num, Pct, _Result, _Stamped
 
 __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
            "SerializationResult", "SerializationSettings", "Staircase"]
@@ -21,25 +21,27 @@ __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", 
 class SerializationSettings(_M):
     level: int
     requests_single: int
+    warmup: int
     requests_level: int
     staircase: int
     max_tokens: int
     structured: str
-    warmup: int
 
 
 class Staircase(_M):
+    """N processes sending one request each at the same moment, and the single service time."""
+
     n: int
     ok: int
     errors: list[str]
     solo_n: int
-    solo_s: list[float] = Field(default_factory=list)
-    solo_spread: float | None = None
-    service_s: float | None = None
-    send_spread_s: float | None = None
-    completion_s: list[float] = Field(default_factory=list)
-    ratios: list[float] = Field(default_factory=list)
-    index: float | None
+    service_s: Num | None = None
+    solo_s: list[Num] = Field(default_factory=list)
+    solo_spread: Num | None = None
+    completion_s: list[Num] = Field(default_factory=list)
+    ratios: list[Num] = Field(default_factory=list)
+    send_spread_s: Num | None = None
+    index: Num | None
     note: str | None = None  # too few successful requests to judge
 
 
@@ -72,17 +74,19 @@ class Evidence(_M):
 
 class SerializationResult(_Result):
     kind: Literal["serialization"]
-    model: str
+    created: float | None = None
+    elapsed_s: float | None = None
     endpoint: str
-    server: dict[str, Any]
+    model: str
+    server: dict[str, Any]  # the endpoint's facts, open by nature
     config: SerializationSettings
+    thresholds: dict[str, float]
+    verdict: str
+    rule: str
+    caveats: list[str]
+    evidence: Evidence
     levels: list[LevelStats]
     staircase: Staircase | None
-    evidence: Evidence
-    thresholds: dict[str, float]
-    rule: str
-    verdict: str
-    caveats: list[str]
 
 
 # -- capacity -----------------------------------------------------------------------------
@@ -90,28 +94,28 @@ class SerializationResult(_Result):
 class KvPeak(_M):
     run: str
     concurrency: int | None
-    peak: float
+    peak: Num
     n: int
 
 
 class ContextBudget(_M):
     n: int
-    isl: Pct
+    isl: Pct  # percentiles and the max
     osl: Pct
     valid_osl: Pct
-    margin: float
+    margin: Num
     recommended_max_tokens: int | None
     finish_length: int
     context_overflow: int
     max_model_len: int | None
-    headroom_tokens: int | None = None
     note: str | None = None  # nothing valid to size max_tokens from
+    headroom_tokens: int | None = None
 
 
 class KvPerToken(_M):
-    """KV bytes per token and the model shape the formula used."""
+    """KV bytes per token and the model shape the formula used (MLA: no KV heads, no head dim)."""
 
-    bytes_per_token: float
+    bytes_per_token: Num
     formula: str
     attention_layers: int
     layers: int
@@ -119,36 +123,36 @@ class KvPerToken(_M):
     head_dim: int | None
     attention_heads: int
     kv_dtype: str
-    dtype_bytes: int
+    dtype_bytes: Num
 
 
 class KvBudget(_M):
     """What the server's ``/metrics`` (``vllm:cache_config_info``) said of its KV cache."""
 
     observed: bool
-    note: str | None = None  # why not observed
     blocks: int | None = None
     block_size: int | None = None
     tokens: int | None = None
     cache_dtype: str | None = None
+    note: str | None = None  # why not observed
 
 
 class KvNeed(_M):
     concurrency: int
     context_tokens: int
     tokens: int
-    bytes: float
-    gib: float
-    share_of_budget: float | None = None  # only with an observed budget
+    bytes: Num
+    gib: Num
+    share_of_budget: Num | None = None  # only with an observed budget
     max_sequences_at_context: int | None = None
     kv_can_limit: bool | None = None
 
 
-class CapacityResult(_Result):
+class CapacityResult(_Stamped):
     kind: Literal["capacity"]
     kv: KvPerToken
     budget: KvBudget
-    budget_bytes: float | None
+    budget_bytes: Num | None
     need: KvNeed | None
     measured_kv_peaks: list[KvPeak]
     context: ContextBudget

@@ -31,7 +31,8 @@ from typing import Any, ClassVar
 from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
-from nlq2sql.load.analysis import SweepAnalysis, Thresholds, analyse
+from nlq2sql.load.analysis import Thresholds, analyse
+from nlq2sql.load.contract import ClientSeen, LevelStats, Machine, endpoint_labels
 from nlq2sql.load.driver import (
     LevelContext,
     LoadMode,
@@ -43,16 +44,15 @@ from nlq2sql.load.driver import (
     prepare_out,
     register,
 )
-from nlq2sql.load.figures import UNSET, Fig, Level, LevelClient, LevelMachine, Num, UnsetType, present
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
-from nlq2sql.load.results import SweepResult, as_model, load_result
+from nlq2sql.load.results import ServerSweepResult, SettingRow, SweepResult, SweepSettings, load_result
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.run.live import bound_endpoint
 
-__all__ = ["SweepConfig", "SweepMode", "SweepOut", "SweepSettingsOut", "assemble",
+__all__ = ["SweepConfig", "SweepMode", "assemble",
            "parse_server_sweep", "rerender", "run_server_sweep",
            "run_sweep", "write_result"]
 
@@ -84,7 +84,7 @@ class SweepConfig(LoadSettings):
 
 
 @register
-class SweepMode(LoadMode[SweepConfig]):
+class SweepMode(LoadMode[SweepConfig, SweepResult]):
     """Closed loop: one level per concurrency, lowest first."""
 
     name: ClassVar[str] = "sweep"
@@ -98,7 +98,7 @@ class SweepMode(LoadMode[SweepConfig]):
     def next_level(self, settings: SweepConfig, done: list[Any]) -> int | None:
         return next_in(sorted(set(settings.levels)), done)
 
-    def run_level(self, ctx: LevelContext[SweepConfig], level: Any) -> Level:
+    def run_level(self, ctx: LevelContext[SweepConfig], level: Any) -> LevelStats:
         s = ctx.settings
         base = replace(s.base, load=replace(s.base.load, duration_s=s.duration_s))
         d = ctx.out / "levels" / f"c{level}"
@@ -111,9 +111,9 @@ class SweepMode(LoadMode[SweepConfig]):
         return (f"c={level}: {stats.ok}/{stats.n} ok, {fmt_num(stats.req_per_s)} req/s, "
                 f"p95 {fmt_num(stats.p95())} s")
 
-    def analyse(self, ctx: LevelContext[SweepConfig], done: list[Any]) -> SweepOut:
+    def analyse(self, ctx: LevelContext[SweepConfig], done: list[Any]) -> SweepResult:
         cfg, notes = ctx.settings, ctx.notes
-        stats: list[Level] = done
+        stats: list[LevelStats] = done
         for st in stats:
             if st.not_sent:
                 notes.append(f"c={st.concurrency}: the {cfg.duration_s:g} s duration ended the level; "
@@ -122,7 +122,7 @@ class SweepMode(LoadMode[SweepConfig]):
             if cfg.duration_s is None and cfg.requests < 4 * c:
                 notes.append(f"c={c}: {cfg.requests} requests = {cfg.requests / c:.1f}× the concurrency, so "
                              "ramp-up and drain are a large part of the level (≥ 4× recommended).")
-        loads = [v for s in stats if (m := present(s.machine)) for v in (m.loadavg_1m_start, m.loadavg_1m_end)]
+        loads = [v for s in stats if (m := s.machine) for v in (m.loadavg_1m_start, m.loadavg_1m_end)]
         if loads:
             notes.append(f"Machine load average (1 min) ranged {min(loads):.1f}–{max(loads):.1f} on "
                          f"{os.cpu_count()} CPUs at level starts and ends (it includes the harness and a local "
@@ -135,88 +135,65 @@ class SweepMode(LoadMode[SweepConfig]):
                          "prefix hits are not observed (not zero).")
         return assemble(cfg, stats, ctx.server_info, notes)
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: SweepResult) -> str:
         return render_markdown(result)
 
 
-class SweepSettingsOut(Fig):
-    """``sweep.json``'s ``config``: what the sweep measured, as written."""
-
-    levels: list[int]
-    requests: int
-    slo_p95: list[float]
-    gpu_cost_per_hour: Num | None
-    max_tokens: int
-    structured: str
-    prompt: str
-    warmup: int
-    duration_s: Num | None
-    slo: list[str] | UnsetType = UNSET  # per-request SLOs (none given: absent)
-
-
-class SweepOut(Fig, kw_only=True):
-    """``sweep.json`` as the sweep builds it (the driver adds ``elapsed_s``, the output layer the rest)."""
-
-    kind: str = "sweep"
-    created: float
-    model: str
-    evalset: str
-    endpoint_label: str
-    cpu_label: str | None
-    server: dict[str, Any]  # the endpoint's facts, open by nature
-    config: SweepSettingsOut
-    levels: list[Level]
-    analysis: SweepAnalysis
-    notes: list[str]
-
-
 def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
-              progress: Progress | None = None) -> dict[str, Any]:
+              progress: Progress | None = None) -> SweepResult:
     """Run every level (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
     return drive(SweepMode(), cfg, progress, server_info=server_info)
 
 
-def assemble(cfg: SweepConfig, stats: list[Level], server_info: dict[str, Any], notes: list[str]) -> SweepOut:
+def assemble(cfg: SweepConfig, stats: list[LevelStats], server_info: dict[str, Any], notes: list[str]
+             ) -> SweepResult:
+    """``sweep.json`` as the sweep builds it (the driver adds ``elapsed_s``, the output layer the rest)."""
     base = cfg.base
-    local = bool(server_info.get("started_by_us"))
-    return SweepOut(
-        created=time.time(), model=base.model, evalset=base.evalset,
-        endpoint_label=("local vLLM started for the sweep" + (
-            f" (max-num-seqs {server_info.get('max_num_seqs')})" if server_info.get("max_num_seqs") else "")
-                        if local else str(server_info.get("endpoint"))),
-        cpu_label=("CPU-only vLLM on this machine: these timings rank configurations here; "
-                   "they are not GPU numbers.") if local else None,
-        server=server_info,
-        config=SweepSettingsOut(levels=sorted(set(cfg.levels)), requests=cfg.requests, slo_p95=list(cfg.slo_p95),
-                                gpu_cost_per_hour=cfg.gpu_cost_per_hour, max_tokens=base.sampling.max_tokens,
-                                structured=base.sampling.structured, prompt=base.prompt, warmup=cfg.warmup,
-                                duration_s=cfg.duration_s, slo=[x.text for x in cfg.slo] if cfg.slo else UNSET),
+    seqs = server_info.get("max_num_seqs")
+    label, cpu = endpoint_labels("local vLLM started for the sweep" + (f" (max-num-seqs {seqs})" if seqs else "")
+                                 if server_info.get("started_by_us") else None, server_info.get("endpoint"))
+    return SweepResult(
+        kind="sweep", created=time.time(), model=base.model, evalset=base.evalset, endpoint_label=label,
+        cpu_label=cpu, server=server_info,
+        config=SweepSettings(levels=sorted(set(cfg.levels)), requests=cfg.requests, slo_p95=list(cfg.slo_p95),
+                             gpu_cost_per_hour=cfg.gpu_cost_per_hour, max_tokens=base.sampling.max_tokens,
+                             structured=base.sampling.structured, prompt=base.prompt, warmup=cfg.warmup,
+                             duration_s=cfg.duration_s, **({"slo": [x.text for x in cfg.slo]} if cfg.slo else {})),
         levels=stats,
         analysis=analyse(stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour),
         notes=notes,
     )
 
 
-def write_result(out: Path, result: dict[str, Any] | Fig) -> dict[str, Any]:
-    return write_outputs(out, "sweep", result, render_markdown, ("plots", plot))
+def write_result(out: Path, result: SweepResult, order: tuple[str, ...] = ()) -> SweepResult:
+    return write_outputs(out, "sweep", result, render_markdown, ("plots", plot), order=order)
 
 
-def rerender(out: Path, cfg: SweepConfig) -> dict[str, Any]:
+#: A re-analysed ``sweep.json``'s keys before its levels and analysis, in the order re-renders have
+#: always written them (the read contract's, from before it was also the declaration the sweep builds).
+RERENDER_ORDER = ("record_version", "created", "elapsed_s", "model", "evalset", "endpoint_label", "cpu_label",
+                  "server", "notes", "kind", "config")
+
+
+def rerender(out: Path, cfg: SweepConfig) -> SweepResult:
     """Re-analyse a recorded sweep (new thresholds, SLOs or cost) without re-querying."""
     from nlq2sql.load.levels import load_level_dirs
 
     typed: SweepResult = load_result(out / "sweep.json", SweepResult)
     stats = load_level_dirs([Path(s.run_dir) for s in typed.levels])
     for s, o in zip(stats, sorted(typed.levels, key=lambda x: x.concurrency), strict=False):
-        s.client = LevelClient(**o.client.model_dump())  # measured live; a re-read run cannot measure it again
-        if o.machine is not None:
-            s.machine = LevelMachine(**o.machine.model_dump())
-    # The file as read (its declared fields, in the contract's order), with the levels and analysis redone.
-    old = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
-    old["levels"] = stats
+        # measured live (a re-read run cannot measure it again): every field given, so all are written
+        s.client = ClientSeen(**o.client.model_dump())
+        if (m := o.machine) is not None:  # a re-analysis has always written the load averages as floats
+            s.machine = Machine(loadavg_1m_start=float(m.loadavg_1m_start), loadavg_1m_end=float(m.loadavg_1m_end),
+                                cpus=m.cpus)
+    # The file as read (every declared field), with the levels and analysis redone.
+    dumped = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
+    old = {k: dumped[k] for k in RERENDER_ORDER}
     old["config"].update({"slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour})
-    old["analysis"] = analyse(stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)
-    return write_result(out, old)
+    redone = SweepResult.model_validate(old | {"levels": stats, "analysis": analyse(
+        stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)})
+    return write_result(out, redone, RERENDER_ORDER)
 
 
 # -- server sweep -----------------------------------------------------------------------
@@ -241,58 +218,57 @@ def parse_server_sweep(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
-                     progress: Progress | None = None) -> dict[str, Any]:
+                     progress: Progress | None = None) -> ServerSweepResult:
     """Restart a local server per setting and sweep each; a combined table compares them."""
     if cfg.base.endpoint is not None:
         raise InputError("--server-sweep restarts a local server; it cannot be used with --endpoint",
                          field="--server-sweep")
     prepare_out(cfg.base.out, cfg.force)
-    runs = []
+    rows = []
     for v in values:
         sub = cfg.base.out / f"{knob.replace('_', '-')}-{v}"
         if progress:
             progress(f"starting a local server with {knob.replace('_', '-')}={v}")
-        setting: dict[str, Any] = {knob: v}
+        setting: dict[str, Any] = {knob: v}  # one server knob, chosen by name
         with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, info):
             res = run_sweep(cfg.but(base=replace(bound, out=sub), force=True), info, progress)
-        runs.append({"value": v, "dir": str(sub), "result": res})
-    combined = {"kind": "server-sweep", "knob": knob, "values": list(values),
-                "settings": [summarise_setting(r) for r in runs]}
-    return write_outputs(cfg.base.out, "server-sweep", combined, lambda c: render_server_sweep(c, runs))
+        rows.append(summarise_setting(v, str(sub), res))
+    combined = ServerSweepResult(kind="server-sweep", knob=knob, values=list(values), settings=rows)
+    return write_outputs(cfg.base.out, "server-sweep", combined, render_server_sweep)
 
 
-def summarise_setting(run: dict[str, Any]) -> dict[str, Any]:
-    res = as_model(SweepResult, run["result"])
+def summarise_setting(value: int, sub: str, res: SweepResult) -> SettingRow:
+    """One setting's row: its sweep's peak (and where), knee, saturation and the server's own peaks."""
     lv = [s for s in res.levels if s.req_per_s]
     peak = max(lv, key=lambda s: s.req_per_s or 0.0) if lv else None
-    return {"value": run["value"], "dir": run["dir"],
-            "peak_req_per_s": peak.req_per_s if peak else None,
-            "peak_at": peak.concurrency if peak else None,
-            "p95_at_peak": peak.latency_s.p95 if peak else None,
-            "n_at_peak": peak.n if peak else None,
-            "knee": res.analysis.knee.level,
-            "saturation": res.analysis.saturation.level,
-            "running_peak": max((s.server.running.peak or 0 for s in res.levels), default=None),
-            "waiting_peak": max((s.server.waiting.peak or 0 for s in res.levels), default=None),
-            "levels": [(s.concurrency, s.req_per_s, s.latency_s.p95) for s in res.levels]}
+    return SettingRow(value=value, dir=sub,
+                      peak_req_per_s=peak.req_per_s if peak else None,
+                      peak_at=peak.concurrency if peak else None,
+                      p95_at_peak=peak.latency_s.p95 if peak else None,
+                      n_at_peak=peak.n if peak else None,
+                      knee=res.analysis.knee.level,
+                      saturation=res.analysis.saturation.level,
+                      running_peak=max((s.server.running.peak or 0 for s in res.levels), default=None),
+                      waiting_peak=max((s.server.waiting.peak or 0 for s in res.levels), default=None),
+                      levels=[(s.concurrency, s.req_per_s, s.latency_s.p95) for s in res.levels])
 
 
-def render_server_sweep(combined: dict[str, Any], runs: list[dict[str, Any]]) -> str:
-    knob = combined["knob"].replace("_", "-")
+def render_server_sweep(combined: ServerSweepResult) -> str:
+    knob = combined.knob.replace("_", "-")
     md = [f"# Server sweep over {knob}", "",
           "Each setting restarted the local CPU vLLM and ran the full concurrency sweep "
           "(its own sweep.md in the sub-directory).", "",
           f"| {knob} | peak req/s (at c, n) | p95 at peak | knee | saturation | server running peak | "
           "server waiting peak |", "|---:|---|---:|---:|---:|---:|---:|"]
-    for s in combined["settings"]:
-        md.append(f"| {s['value']} | {fmt_num(s['peak_req_per_s'])} (c={s['peak_at']}, n={s['n_at_peak']}) "
-                  f"| {fmt_num(s['p95_at_peak'])} s | {s['knee'] or 'none'} | {s['saturation'] or 'none'} "
-                  f"| {s['running_peak']} | {s['waiting_peak']} |")
-    levels = sorted({c for s in combined["settings"] for c, _, _ in s["levels"]})
+    for s in combined.settings:
+        md.append(f"| {s.value} | {fmt_num(s.peak_req_per_s)} (c={s.peak_at}, n={s.n_at_peak}) "
+                  f"| {fmt_num(s.p95_at_peak)} s | {s.knee or 'none'} | {s.saturation or 'none'} "
+                  f"| {s.running_peak} | {s.waiting_peak} |")
+    levels = sorted({c for s in combined.settings for c, _, _ in s.levels})
     md += ["", "req/s by concurrency:", "", "| " + knob + " | " + " | ".join(f"c={c}" for c in levels) + " |",
            "|---:|" + "---:|" * len(levels)]
-    for s in combined["settings"]:
-        by = {c: r for c, r, _ in s["levels"]}
-        md.append(f"| {s['value']} | " + " | ".join(fmt_num(by.get(c)) for c in levels) + " |")
+    for s in combined.settings:
+        by = {c: r for c, r, _ in s.levels}
+        md.append(f"| {s.value} | " + " | ".join(fmt_num(by.get(c)) for c in levels) + " |")
     md.append("\nCPU-only vLLM: these timings rank settings on this machine; they are not GPU numbers.")
     return "\n".join(md) + "\n"

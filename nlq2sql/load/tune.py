@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import Plot
 from nlq2sql.load.slo import Slo, is_correct, parse_slos, request_value
-from nlq2sql.load.tune_report import TuneOut, TuneVerdict, assemble, plot_curve, render_markdown
+from nlq2sql.load.tune_report import assemble, plot_curve, render_markdown
+from nlq2sql.load.tune_results import ProbeCounts, TuneResult, TuneVerdict
 from nlq2sql.records.store import RECORDS, iter_records
 from nlq2sql.stages.score import mcnemar_exact, wilson
 
@@ -62,24 +63,9 @@ class TuneSettings(LoadSettings):
         return self
 
 
-class Probe(BaseModel):
-    """One measured load (JSON-ready); ``items`` (id → correct) pairs it with the baseline."""
+class Probe(ProbeCounts):
+    """One measured load; ``items`` (id → correct) pairs it with the baseline (not written)."""
 
-    load: float
-    run_dir: str
-    n: int
-    ok: int
-    correct: int
-    correct_in_slo: int
-    wall_s: float | None
-    req_per_s: float | None
-    goodput_per_s: float | None  # correct answers per second (any latency)
-    correct_goodput_per_s: float | None  # correct answers per second that met every SLO
-    correct_goodput_ci95: list[float] | None
-    accuracy: float | None
-    accuracy_ci95: list[float] | None
-    slo_observed: dict[str, float | None]
-    slo_met: bool
     items: dict[str, bool]
 
 
@@ -158,12 +144,12 @@ def _label(s: TuneSettings, load: float) -> str:
 
 
 @register
-class TuneMode(LoadMode[TuneSettings]):
+class TuneMode(LoadMode[TuneSettings, TuneResult]):
     name: ClassVar[str] = "tune"
     stem: ClassVar[str] = "tune"
     settings_model: ClassVar[type[LoadSettings]] = TuneSettings
 
-    plot: ClassVar[Plot | None] = ("plot", plot_curve)
+    plot: ClassVar[Plot[Any] | None] = ("plot", plot_curve)
 
     def order_seed(self, settings: TuneSettings) -> int | None:
         return settings.order_seed
@@ -187,13 +173,13 @@ class TuneMode(LoadMode[TuneSettings]):
         return (f"probe {level:g}: accuracy {p.correct}/{p.n}, correct within SLO {p.correct_in_slo}, "
                 f"correct goodput {p.correct_goodput_per_s or 0:.3f}/s, SLO {'met' if p.slo_met else 'missed'}")
 
-    def analyse(self, ctx: LevelContext[TuneSettings], done: list[Any]) -> TuneOut:
+    def analyse(self, ctx: LevelContext[TuneSettings], done: list[Any]) -> TuneResult:
         return tune_result(ctx.settings, done, ctx.server_info, ctx.notes)
 
-    def render(self, result: dict[str, Any]) -> str:
+    def render(self, result: TuneResult) -> str:
         return render_markdown(result)
 
 
-def tune_result(s: TuneSettings, done: list[Probe], server_info: dict[str, Any], notes: list[str]) -> TuneOut:
+def tune_result(s: TuneSettings, done: list[Probe], server_info: dict[str, Any], notes: list[str]) -> TuneResult:
     """The result from the probes (in the order run): each judged against the first, then the picks."""
     return assemble(s, done, [judge(p, done[0], s) for p in done], server_info, notes)
