@@ -20,8 +20,9 @@ from nlq2sql.conditions.registry import Condition, Request
 from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.inputs import strip_whitespace_outside_strings
 from nlq2sql.records.item import ItemRecord, LoadStamp, RequestPart
+from nlq2sql.records.run_parts import Harness
 from nlq2sql.run.config import targets
-from nlq2sql.run.harness_load import HarnessMonitor, HarnessResult
+from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.pool import FAIL_FAST, Pool
 from nlq2sql.run.sql_grammar import grammar_for
 from nlq2sql.semantic import open_warehouse
@@ -224,7 +225,7 @@ class ItemRunner:
                 "server_metrics": {r.label: smp.result() for r, smp in zip(self.pool.replicas, self.samplers,
                                                                              strict=False)}}
 
-    def harness(self) -> HarnessResult:
+    def harness(self) -> Harness:
         """This process's CPU share and event-loop lag: was the client the bottleneck?"""
         return self.monitor.result()
 

@@ -166,7 +166,7 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
         finally:
             await items.close()
     return session_result(cfg, time.time() - t0, sent, len(cases), items.server_metrics(), items.fleet(),
-                          budget.used, items.harness().written())
+                          budget.used, items.harness())
 
 
 def recorded_args(args: list[str]) -> list[str]:

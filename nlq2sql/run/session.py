@@ -45,7 +45,7 @@ class Session:
 
 def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metrics: dict[str, Any],
                    fleet: dict[str, Any] | None, retries_used: int,
-                   harness: dict[str, Any] | None = None, startup_s: float | None = None,
+                   harness: Harness | None = None, startup_s: float | None = None,
                    workers: WorkerFigures | None = None) -> Session:
     """What one session (of one or several processes) adds to the summary.  ``startup_s``:
     how much of ``wall`` went on starting client workers before the first request (their
@@ -64,7 +64,7 @@ def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metri
         shape.worker_startup_s = workers.worker_startup_s
     return Session(wall_s=wall, items_this_session=sent, not_sent=n - sent, startup_s=startup_s,
                    server_metrics=ServerMetrics.model_validate(server_metrics), fleet=fleet,
-                   retries_used=retries_used, harness=Harness.model_validate(harness) if harness else None,
+                   retries_used=retries_used, harness=harness,
                    load=shape)
 
 

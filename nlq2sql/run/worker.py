@@ -28,8 +28,8 @@ from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:  # (the item code loads inside ItemWorker: its import time is a measured phase)
+    from nlq2sql.records.run_parts import Harness
     from nlq2sql.run.config import EvalConfig
-    from nlq2sql.run.harness_load import HarnessResult
 
 __all__ = ["PARENT_POLL_S", "ItemWorker", "SharedBudget", "WorkerReady", "WorkerReport", "die_with_parent",
            "serve_items"]
@@ -48,7 +48,7 @@ class WorkerReport(msgspec.Struct):
 
     sent: int
     fleet: dict[str, Any] | None  # its replicas' report (``ItemRunner.fleet``: run.pool's JSON figures)
-    harness: HarnessResult
+    harness: Harness
     pid: int
 
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.records.store import RECORDS, RecordWriter
 from nlq2sql.records.summary_parts import WorkerFigures
-from nlq2sql.run.harness_load import HarnessMonitor, HarnessResult
+from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.harness_load import merge as merge_harness
 from nlq2sql.run.ray_engine import RayEngine
 from nlq2sql.run.worker import SharedBudget, WorkerReport, serve_items
@@ -294,7 +294,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                              "per_worker_s": [round(s, 3) for s in fleet.startups],
                              "per_worker_phases": fleet.phases}})
     result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
-                            _written(merge_harness([driver.result(), *(r.harness for r in reports)])),
+                            merge_harness([driver.result(), *(r.harness for r in reports)]),
                             startup_s=max(0.0, started - t0), workers=workers)
     return result
 
@@ -392,8 +392,3 @@ class LocalEngine:
 
 def _ray_engine(cfg: EvalConfig) -> Any:
     return RayEngine(cfg.ray_address)
-
-
-def _written(harness: HarnessResult | None) -> Any:
-    """The harness figures as the session (and so the summary) holds them: JSON."""
-    return harness.written() if harness is not None else None
