@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.manifest_parts import RetryBudgetPart
 from nlq2sql.records.results import Summary, validated
 from nlq2sql.records.run_parts import Fleet, Harness, ReplicaEvent, ReplicaFigures, ServerMetrics
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, records_digest, write_json_atomic
-from nlq2sql.records.summary_parts import Compactness, Digest, LoadShape, RetryBudget, Throughput, WorkerFigures
+from nlq2sql.records.summary_parts import Compactness, Digest, LoadShape, Throughput, WorkerFigures
 from nlq2sql.stages.pipeline import summarise_file
 from nlq2sql.stages.score import spread
 
@@ -128,7 +129,7 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: d
         if several else session.server_metrics,
         **({"fleet": fleet_summary(out, manifest, session.fleet)} if several else {}),
         # The whole run's, from the records (a resumed run counts its earlier sessions too).
-        retries_used=retries, retry_budget=RetryBudget.model_validate(dict(manifest.get("retry_budget") or {},
+        retries_used=retries, retry_budget=RetryBudgetPart.model_validate(dict(manifest.get("retry_budget") or {},
                                                                            used=retries)),
         # distinct MetricFlow compiles this session's process needed
         **({"compiles": session.compiles} if session.compiles is not None else {}),
