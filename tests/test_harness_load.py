@@ -88,5 +88,6 @@ def test_memory_stays_flat_however_long_the_run() -> None:
     for i in range(20000):
         smp.add({"running": float(i % 7), "waiting": 1.0})
     res = smp.result()
-    assert res["samples"] == 20000 and res["running"]["peak"] == 6.0 and res["waiting"]["mean"] == 1.0
+    assert res.samples == 20000 and res.running is not None and res.running.peak == 6.0
+    assert res.waiting is not None and res.waiting.mean == 1.0
     assert not hasattr(smp, "samples")

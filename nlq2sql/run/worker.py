@@ -28,7 +28,7 @@ from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:  # (the item code loads inside ItemWorker: its import time is a measured phase)
-    from nlq2sql.records.run_parts import Harness
+    from nlq2sql.records.run_parts import FleetSession, Harness
     from nlq2sql.run.config import EvalConfig
 
 __all__ = ["PARENT_POLL_S", "ItemWorker", "SharedBudget", "WorkerReady", "WorkerReport", "die_with_parent",
@@ -47,7 +47,7 @@ class WorkerReport(msgspec.Struct):
     """What a worker (process or Ray actor) reports when it is done: the driver merges these."""
 
     sent: int
-    fleet: dict[str, Any] | None  # its replicas' report (``ItemRunner.fleet``: run.pool's JSON figures)
+    fleet: FleetSession | None  # its replicas' report (``ItemRunner.fleet``)
     harness: Harness
     pid: int
 
