@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from fakeserver import FakeServer, script
 
+from nlq2sql.records.run_parts import Harness, LoopLag
 from nlq2sql.run import item
 from nlq2sql.run.config import EvalConfig, LoadShape
-from nlq2sql.run.harness_load import HarnessMonitor, HarnessResult, judge, merge
+from nlq2sql.run.harness_load import HarnessMonitor, judged, merge
 from nlq2sql.run.live import run_eval
 from nlq2sql.transport.server_metrics import MetricsSampler
 
@@ -54,21 +55,21 @@ def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,
     assert h["cpu_share_of_core"] > 0.5
 
 
-def _load(cpu_s: float, share: float, p95: float) -> HarnessResult:
-    return HarnessResult(processes=1, cpu_s=cpu_s, wall_s=10.0, cpu_share_of_core=share, loop_lag_ms={"p95": p95},
-                         interval_s=0.1)
+def _load(cpu_s: float, share: float, p95: float) -> Harness:
+    return judged(processes=1, cpu_s=cpu_s, wall_s=10.0, cpu_share_of_core=share, loop_lag_ms=LoopLag(n=1, p95=p95),
+                  interval_s=0.1)
 
 
 def test_verdict_thresholds_and_merge() -> None:
-    ok = judge(_load(1.0, 0.1, 3.0))
-    busy = judge(_load(9.5, 0.95, 3.0))
+    ok = _load(1.0, 0.1, 3.0)
+    busy = _load(9.5, 0.95, 3.0)
     assert not ok.saturated and busy.saturated and "CPU" in busy.why[0]
     m = merge([ok, busy])
     assert m is not None and m.saturated and m.processes == 2 and m.cpu_s == 10.5
     # A lagging loop in a client that used little CPU waited for cores others held: starved.
-    starved = judge(_load(0.7, 0.07, 116.0))
+    starved = _load(0.7, 0.07, 116.0)
     assert not starved.saturated and starved.starved and "7% of a core" in starved.starved_why[0]
-    busy_lag = judge(_load(6.0, 0.6, 116.0))
+    busy_lag = _load(6.0, 0.6, 116.0)
     assert busy_lag.saturated and not busy_lag.starved
 
 
@@ -87,5 +88,6 @@ def test_memory_stays_flat_however_long_the_run() -> None:
     for i in range(20000):
         smp.add({"running": float(i % 7), "waiting": 1.0})
     res = smp.result()
-    assert res["samples"] == 20000 and res["running"]["peak"] == 6.0 and res["waiting"]["mean"] == 1.0
+    assert res.samples == 20000 and res.running is not None and res.running.peak == 6.0
+    assert res.waiting is not None and res.waiting.mean == 1.0
     assert not hasattr(smp, "samples")

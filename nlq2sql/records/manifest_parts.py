@@ -66,10 +66,12 @@ class LoadPart(Part):
 
 
 class RetryBudgetPart(Part):
-    """The whole run's retry budget: the fraction asked and the retries it allows."""
+    """The whole run's retry budget: the fraction asked and the retries it allows; in the summary
+    (one declaration for both files) also the retries its records took."""
 
     fraction: float
     total: int
+    used: int | None = None  # the summary's only (set there, never in the manifest)
 
 
 class ReplicaPart(Part):

@@ -39,7 +39,6 @@ from nlq2sql.records.summary_parts import (
     Figures,
     LoadShape,
     Missing,
-    RetryBudget,
     Throughput,
 )
 
@@ -78,7 +77,7 @@ class Summary(Figures):
     server_metrics: ServerMetrics | None = None
     fleet: Fleet | None = None  # several replicas: per-replica figures
     retries_used: int | None = None
-    retry_budget: RetryBudget | None = None
+    retry_budget: RetryBudgetPart | None = None
     compiles: int | None = None  # distinct MetricFlow compiles the run needed
     missing: Missing | None = None  # offline re-scoring
     records: Digest | None = None  # since the summary hash (older runs: absent)

@@ -15,8 +15,8 @@ from pydantic import SerializerFunctionWrapHandler, model_serializer
 
 from nlq2sql.records.summary_parts import Part, Percentiles
 
-__all__ = ["Fleet", "Gauge", "Harness", "HarnessThresholds", "LoopLag", "ProcessLoad", "ReplicaEvent",
-           "ReplicaFigures", "ServerMetrics"]
+__all__ = ["Fleet", "FleetSession", "Gauge", "Harness", "HarnessThresholds", "LoopLag", "ProcessLoad", "ReplicaEvent",
+           "ReplicaFigures", "ReplicaRotation", "ServerMetrics"]
 
 Num = int | float
 
@@ -132,4 +132,30 @@ class Fleet(Part):
     routing: str | None
     failovers_this_session: int | None
     replicas: list[ReplicaFigures]
+    server_metrics: dict[str, ServerMetrics] | None
+
+
+class ReplicaRotation(Part):
+    """One replica as one session's breakers saw it (``run.pool.Replica.report``): its time out of
+    rotation, its probes and events.  Summed up with the records in ``run.session.fleet_summary``."""
+
+    label: str
+    url: str
+    model: str | None
+    in_rotation_at_end: bool
+    out_of_rotation_s: Num
+    first_out_after_s: Num | None
+    probes: int = 0
+    probes_failed: int = 0
+    last_probe: str | None = None
+    events: list[ReplicaEvent] = []
+
+
+class FleetSession(Part):
+    """Several replicas, this session: routing, failovers, each replica's rotation and ``/metrics``
+    (``run.item.ItemRunner.fleet``; several client workers' merged by ``run.workers.merge_fleets``)."""
+
+    routing: str | None
+    failovers: int
+    replicas: list[ReplicaRotation]
     server_metrics: dict[str, ServerMetrics] | None

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 __all__ = ["Abstention", "AnswerFigures", "CategoryFigures", "Compactness", "ConfusionMatrix", "CurvePoint",
            "Digest", "EmptyGolds", "Figures", "LabelledRate", "LoadShape", "Missing", "Part", "Percentiles", "Rate",
-           "RetryBudget", "RuleFigures", "Selective", "Throughput", "WorkerFigures", "WorkerLoss", "WorkerPhases",
+           "RuleFigures", "Selective", "Throughput", "WorkerFigures", "WorkerLoss", "WorkerPhases",
            "WorkerStartup"]
 
 Num = int | float
@@ -220,14 +220,6 @@ class WorkerFigures(Part):
     requeued_items: int
     worker_losses: list[WorkerLoss]
     worker_startup_s: WorkerStartup
-
-
-class RetryBudget(Part):
-    """The run's retry budget (from its manifest) and the retries its records took."""
-
-    fraction: Num | None = None
-    total: int | None = None
-    used: int
 
 
 class Figures(Part):

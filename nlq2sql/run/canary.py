@@ -26,7 +26,6 @@ import asyncio
 import json
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from nlq2sql.errors import InputError
@@ -34,9 +33,8 @@ from nlq2sql.inputs import strip_whitespace_outside_strings
 from nlq2sql.records.manifest_parts import CanaryPart
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete, make_client
 
-__all__ = ["ALLOWED", "CANARY_GRAMMAR", "CANARY_QUESTION", "CANARY_REGEX", "CANARY_SCHEMA", "CanaryResult",
-           "ConstraintsNotEnforced", "canary_modes", "canary_verdict", "check_constraints", "choice_verdict",
-           "require_constraints", "run_modes"]
+__all__ = ["ALLOWED", "CANARY_GRAMMAR", "CANARY_QUESTION", "CANARY_REGEX", "CANARY_SCHEMA", "ConstraintsNotEnforced",
+           "canary_modes", "canary_verdict", "check_constraints", "choice_verdict", "require_constraints", "run_modes"]
 
 #: The last user message of the canary request (the fake test server recognises it).
 CANARY_QUESTION = ('nlq2sql structured-output canary. Reply with exactly this JSON and nothing else: '
@@ -57,29 +55,6 @@ _MODES = ("json", "response_format", "regex", "choice", "grammar")
 
 class ConstraintsNotEnforced(InputError):
     """The server answered the canary outside its schema: the run must not start."""
-
-
-@dataclass(frozen=True)
-class CanaryResult:
-    """What the canary saw; recorded in the manifest (``structured_canary``)."""
-
-    passed: bool
-    reason: str | None
-    text: str | None
-    finish_reason: str | None
-    structured: str
-    compact_checked: bool
-    latency_s: float | None
-    #: The run's other constraint modes, each canaried too (the planner's choice, …).
-    also: tuple[CanaryResult, ...] = ()
-
-    def recorded(self) -> CanaryPart:
-        """As the manifest records it: the reply cut to 200 characters, the latency to ms."""
-        return CanaryPart(passed=self.passed, reason=self.reason, text=(self.text or "")[:200],
-                          finish_reason=self.finish_reason, structured=self.structured,
-                          compact_checked=self.compact_checked,
-                          latency_s=round(self.latency_s, 3) if self.latency_s is not None else None,
-                          **({"also": [a.recorded() for a in self.also]} if self.also else {}))
 
 
 def canary_modes() -> tuple[str, ...]:
@@ -129,8 +104,9 @@ def canary_verdict(text: str | None, finish_reason: str | None, compact: bool) -
 
 
 async def check_constraints(base_url: str, model: str, key: str, structured: str, *, compact: bool,
-                            client: str = "aiohttp", timeout_s: float = 60.0) -> CanaryResult:
-    """Send the canary in the run's structured mode and judge the reply.  An HTTP failure is
+                            client: str = "aiohttp", timeout_s: float = 60.0) -> CanaryPart:
+    """Send the canary in the run's structured mode and judge the reply, as the manifest records it
+    (``structured_canary``: the reply cut to 200 characters, the latency to ms).  An HTTP failure is
     raised (the server cannot serve even a two-value enum), never taken for a pass."""
     sampling = Sampling(max_tokens=MAX_TOKENS, temperature=0.0, structured=structured,
                         schema_json=json.dumps(CANARY_SCHEMA, separators=(",", ":")),
@@ -151,16 +127,17 @@ async def check_constraints(base_url: str, model: str, key: str, structured: str
     exact = structured in ("regex", "grammar")  # their language has no whitespace at all
     reason = (choice_verdict(out.text, out.finish_reason) if structured == "choice"
               else canary_verdict(out.text, out.finish_reason, compact or exact))
-    return CanaryResult(passed=reason is None, reason=reason, text=out.text, finish_reason=out.finish_reason,
-                        structured=structured, compact_checked=compact, latency_s=out.latency_s)
+    return CanaryPart(passed=reason is None, reason=reason, text=(out.text or "")[:200],
+                      finish_reason=out.finish_reason, structured=structured, compact_checked=compact,
+                      latency_s=round(out.latency_s, 3) if out.latency_s is not None else None)
 
 
 def require_constraints(base_url: str, model: str, key: str, structured: str | tuple[str, ...], *,
-                        compact: bool, client: str = "aiohttp") -> CanaryResult | None:
+                        compact: bool, client: str = "aiohttp") -> CanaryPart | None:
     """Run the canary in each of the run's constraint modes (``run_modes``; one mode may be given
     as a string) and refuse a server that ignores any; the first mode's result carries the others."""
     modes = [m for m in ((structured,) if isinstance(structured, str) else structured) if m in _MODES]
-    results: list[CanaryResult] = []
+    results: list[CanaryPart] = []
     for mode in dict.fromkeys(modes):
         t0 = time.monotonic()
         result = asyncio.run(check_constraints(base_url, model, key, mode, compact=compact, client=client))
@@ -174,5 +151,6 @@ def require_constraints(base_url: str, model: str, key: str, structured: str | t
     if not results:
         return None
     first = results[0]
-    return CanaryResult(first.passed, first.reason, first.text, first.finish_reason, first.structured,
-                        first.compact_checked, first.latency_s, tuple(results[1:]))
+    if results[1:]:  # (written only when any)
+        first.also = results[1:]
+    return first

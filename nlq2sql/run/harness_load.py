@@ -6,6 +6,9 @@ per client process, its CPU time over the session (as a share of one core) and h
 timer that should fire every ``interval_s`` actually fires (the loop lag).  The summary says
 *saturated* when the lag's p95 or the CPU share crosses a stated threshold, so a figure
 measured by a starved client is flagged instead of being believed.
+
+The figures are built as the summary's own type (``records.run_parts.Harness``, a pydantic
+model: it pickles across a worker's pipe or from a Ray actor as it is), so they are declared once.
 """
 
 from __future__ import annotations
@@ -14,15 +17,11 @@ import asyncio
 import contextlib
 import random
 import time
-from typing import Any
 
-import msgspec
-from msgspec import UNSET, UnsetType
-
+from nlq2sql.records.run_parts import Harness, HarnessThresholds, LoopLag, ProcessLoad
 from nlq2sql.stages.score import percentiles
 
-__all__ = ["CPU_SHARE_LIMIT", "LAG_P95_LIMIT_MS", "STARVED_SHARE_BELOW", "HarnessMonitor", "HarnessResult",
-           "ProcessShare", "Thresholds", "judge", "merge"]
+__all__ = ["CPU_SHARE_LIMIT", "LAG_P95_LIMIT_MS", "STARVED_SHARE_BELOW", "HarnessMonitor", "judged", "merge"]
 
 #: Thresholds for "saturated" (documented in docs/failures.md and the summary itself).
 LAG_P95_LIMIT_MS = 50.0
@@ -31,44 +30,6 @@ CPU_SHARE_LIMIT = 0.9
 STARVED_SHARE_BELOW = 0.5
 #: Lag samples kept (a uniform reservoir): memory stays flat for a run of any length.
 RESERVOIR = 5000
-
-
-class ProcessShare(msgspec.Struct):
-    """One client process of several: its CPU share and loop-lag p95."""
-
-    cpu_share_of_core: float | None
-    loop_lag_p95_ms: float | None
-
-
-class Thresholds(msgspec.Struct):
-    """The thresholds a verdict was judged against (stated beside it)."""
-
-    loop_lag_p95_ms: float = LAG_P95_LIMIT_MS
-    cpu_share_of_core: float = CPU_SHARE_LIMIT
-    starved_share_below: float = STARVED_SHARE_BELOW
-
-
-class HarnessResult(msgspec.Struct, kw_only=True):
-    """The client's load over a session (one process, or the busiest of several) and the verdict
-    (:func:`judge`); a msgspec Struct so that it crosses to the driver from a worker process or
-    Ray actor as it is, and is written (the summary's ``harness``) with its keys in this order."""
-
-    processes: int
-    cpu_s: float
-    wall_s: float
-    cpu_share_of_core: float | None
-    loop_lag_ms: dict[str, float | int | None]  # percentiles (their key order varies), n, max
-    interval_s: float
-    per_process: list[ProcessShare] | UnsetType = UNSET  # several processes only
-    saturated: bool = False
-    why: list[str] = msgspec.field(default_factory=list)
-    starved: bool = False
-    starved_why: list[str] = msgspec.field(default_factory=list)
-    thresholds: Thresholds = msgspec.field(default_factory=Thresholds)
-
-    def written(self) -> Any:
-        """As the summary holds it (the JSON edge)."""
-        return msgspec.to_builtins(self)
 
 
 class HarnessMonitor:
@@ -108,23 +69,23 @@ class HarnessMonitor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def result(self) -> HarnessResult:
+    def result(self) -> Harness:
         cpu = (self._cpu1 if self._cpu1 is not None else time.process_time()) - self._cpu0
         wall = (self._wall1 if self._wall1 is not None else time.monotonic()) - self._wall0
-        return judge(HarnessResult(processes=1, cpu_s=cpu, wall_s=wall,
-                                   cpu_share_of_core=cpu / wall if wall > 0 else None,
-                                   loop_lag_ms=dict(percentiles(self.lags_ms), n=self.n, max=self.max_ms),
-                                   interval_s=self.interval_s))
+        return judged(processes=1, cpu_s=cpu, wall_s=wall, cpu_share_of_core=cpu / wall if wall > 0 else None,
+                      loop_lag_ms=LoopLag.model_validate(dict(percentiles(self.lags_ms), n=self.n, max=self.max_ms)),
+                      interval_s=self.interval_s)
 
 
-def judge(r: HarnessResult) -> HarnessResult:
-    """Add the verdict against the stated thresholds: *saturated* (the client's own work is the
-    bottleneck: its CPU share is high, or its loop lags while it is busy) or *starved* (its loop
-    lags while it uses little CPU: other processes — a local CPU server — held the cores, so
-    its timings include waiting for a core, but more client capacity would not help)."""
+def judged(*, processes: int, cpu_s: float, wall_s: float, cpu_share_of_core: float | None, loop_lag_ms: LoopLag,
+           interval_s: float, per_process: list[ProcessLoad] | None = None) -> Harness:
+    """The client's load with the verdict against the stated thresholds: *saturated* (the client's
+    own work is the bottleneck: its CPU share is high, or its loop lags while it is busy) or
+    *starved* (its loop lags while it uses little CPU: other processes — a local CPU server — held
+    the cores, so its timings include waiting for a core, but more client capacity would not help)."""
     why, starved_why = [], []
-    p95 = r.loop_lag_ms.get("p95")
-    share = r.cpu_share_of_core
+    p95 = loop_lag_ms.p95
+    share = cpu_share_of_core
     if p95 is not None and p95 > LAG_P95_LIMIT_MS:
         lag = f"event-loop lag p95 {p95:.0f} ms > {LAG_P95_LIMIT_MS:.0f} ms"
         if share is not None and share < STARVED_SHARE_BELOW:
@@ -133,16 +94,24 @@ def judge(r: HarnessResult) -> HarnessResult:
             why.append(lag)
     if share is not None and share >= CPU_SHARE_LIMIT:
         why.append(f"client CPU {share:.0%} of a core ≥ {CPU_SHARE_LIMIT:.0%}")
-    return msgspec.structs.replace(r, saturated=bool(why), why=why, starved=bool(starved_why) and not why,
-                                   starved_why=starved_why, thresholds=Thresholds())
+    h = Harness(processes=processes, cpu_s=cpu_s, wall_s=wall_s, cpu_share_of_core=share, loop_lag_ms=loop_lag_ms,
+                interval_s=interval_s, saturated=bool(why), why=why, starved=bool(starved_why) and not why,
+                starved_why=starved_why,
+                thresholds=HarnessThresholds(loop_lag_p95_ms=LAG_P95_LIMIT_MS, cpu_share_of_core=CPU_SHARE_LIMIT,
+                                             starved_share_below=STARVED_SHARE_BELOW))
+    if per_process is not None:  # several processes only (a key never set stays absent)
+        h.per_process = per_process
+    return h
 
 
-def merge(results: list[HarnessResult | None]) -> HarnessResult | None:
+def merge(results: list[Harness | None]) -> Harness | None:
     """Several client processes: the busiest one decides (each is one event loop on one core)."""
     seen = [r for r in results if r is not None]
     if not seen:
         return None
-    worst = max(seen, key=lambda r: (r.loop_lag_ms.get("p95") or 0.0, r.cpu_share_of_core or 0.0))
-    return judge(msgspec.structs.replace(
-        worst, processes=len(seen), cpu_s=sum(r.cpu_s for r in seen),
-        per_process=[ProcessShare(r.cpu_share_of_core, r.loop_lag_ms.get("p95")) for r in seen]))
+    worst = max(seen, key=lambda r: (r.loop_lag_ms.p95 or 0.0, r.cpu_share_of_core or 0.0))
+    return judged(processes=len(seen), cpu_s=sum(r.cpu_s for r in seen), wall_s=worst.wall_s,
+                  cpu_share_of_core=worst.cpu_share_of_core, loop_lag_ms=worst.loop_lag_ms,
+                  interval_s=worst.interval_s,
+                  per_process=[ProcessLoad(cpu_share_of_core=r.cpu_share_of_core, loop_lag_p95_ms=r.loop_lag_ms.p95)
+                               for r in seen])

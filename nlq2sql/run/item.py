@@ -20,8 +20,9 @@ from nlq2sql.conditions.registry import Condition, Request
 from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.inputs import strip_whitespace_outside_strings
 from nlq2sql.records.item import ItemRecord, LoadStamp, RequestPart
+from nlq2sql.records.run_parts import FleetSession, Harness, ServerMetrics
 from nlq2sql.run.config import targets
-from nlq2sql.run.harness_load import HarnessMonitor, HarnessResult
+from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.pool import FAIL_FAST, Pool
 from nlq2sql.run.sql_grammar import grammar_for
 from nlq2sql.semantic import open_warehouse
@@ -216,19 +217,19 @@ class ItemRunner:
         req.chars = len(comp.text) if comp.text is not None else None
         return rec
 
-    def fleet(self) -> dict[str, Any] | None:
+    def fleet(self) -> FleetSession | None:
         """This session's replica events and per-replica /metrics (None with one replica)."""
         if not self.pool.multi:
             return None
-        return {"routing": self.cfg.routing, "failovers": self.pool.failovers, "replicas": self.pool.report(),
-                "server_metrics": {r.label: smp.result() for r, smp in zip(self.pool.replicas, self.samplers,
-                                                                             strict=False)}}
+        return FleetSession(routing=self.cfg.routing, failovers=self.pool.failovers, replicas=self.pool.report(),
+                            server_metrics={r.label: smp.result()
+                                            for r, smp in zip(self.pool.replicas, self.samplers, strict=False)})
 
-    def harness(self) -> HarnessResult:
+    def harness(self) -> Harness:
         """This process's CPU share and event-loop lag: was the client the bottleneck?"""
         return self.monitor.result()
 
-    def server_metrics(self) -> dict[str, Any]:
+    def server_metrics(self) -> ServerMetrics:
         if not self.samplers:
-            return {"observed": False, "note": "not sampled by this process"}
+            return ServerMetrics(observed=False, note="not sampled by this process")
         return self.samplers[0].result()

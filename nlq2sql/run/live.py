@@ -166,7 +166,7 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
         finally:
             await items.close()
     return session_result(cfg, time.time() - t0, sent, len(cases), items.server_metrics(), items.fleet(),
-                          budget.used, items.harness().written())
+                          budget.used, items.harness())
 
 
 def recorded_args(args: list[str]) -> list[str]:
@@ -278,7 +278,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
                                      compact=bool(manifest.structured_outputs
                                                   and manifest.structured_outputs.disable_any_whitespace),
                                      client=cfg.client)
-        manifest.structured_canary = canary.recorded() if canary is not None else None
+        manifest.structured_canary = canary
         prepare_dir(cfg.out, resume=cfg.resume, force=cfg.force)
         records_path = cfg.out / RECORDS
         used = 0

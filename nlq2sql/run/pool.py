@@ -20,8 +20,7 @@ Every request an item makes, on every replica, is logged (``Trail.attempt_log``:
 outcome, when, how long), and the item's ``attempts``, ``retry_waits_s`` and end-to-end
 latency count all of them, not only the answering replica's.
 
-With one replica nothing here changes a run: no failover, no breaker, no record field, no
-prober.
+With one replica nothing here changes a run: no failover, no breaker, no record field, no prober.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from nlq2sql.errors import InputError
+from nlq2sql.records.run_parts import ReplicaEvent, ReplicaRotation
 from nlq2sql.run.endpoints import ROUTINGS
 from nlq2sql.transport.client import ATTEMPT_WATCH, EndpointConfig, Sampling, make_client
 from nlq2sql.transport.stream import Completion
@@ -144,14 +144,14 @@ class Replica:
         self.closed_at = time.monotonic()
         self.events.append({"event": "back", "t": now, "reason": "probe chat ok", "probes": self.probes})
 
-    def report(self, t0: float) -> dict[str, Any]:
+    def report(self, t0: float) -> ReplicaRotation:
         out_s = self.out_s + (time.time() - self.down_since if self.down_since else 0.0)
-        return {"label": self.label, "url": self.cfg.base_url, "model": self.cfg.model,
-                "in_rotation_at_end": self.healthy, "out_of_rotation_s": round(out_s, 3),
-                "first_out_after_s": next((round(e["t"] - t0, 3) for e in self.events
-                                           if e["event"] == "out"), None),
-                "probes": self.probes_total, "probes_failed": self.probes_failed, "last_probe": self.last_probe,
-                "events": [dict(e, after_s=round(e["t"] - t0, 3)) for e in self.events]}
+        events = [ReplicaEvent.model_validate(dict(e, after_s=round(e["t"] - t0, 3))) for e in self.events]
+        return ReplicaRotation(label=self.label, url=self.cfg.base_url, model=self.cfg.model,
+                               in_rotation_at_end=self.healthy, out_of_rotation_s=round(out_s, 3),
+                               first_out_after_s=next((e.after_s for e in events if e.event == "out"), None),
+                               probes=self.probes_total, probes_failed=self.probes_failed, last_probe=self.last_probe,
+                               events=events)
 
 
 @dataclass
@@ -336,7 +336,7 @@ class Pool:
         else:
             r.probe_failed(self.probe_interval_s)
 
-    def report(self) -> list[dict[str, Any]]:
+    def report(self) -> list[ReplicaRotation]:
         return [r.report(self.t0) for r in self.replicas]
 
 

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.manifest_parts import RetryBudgetPart
 from nlq2sql.records.results import Summary, validated
-from nlq2sql.records.run_parts import Fleet, Harness, ReplicaEvent, ReplicaFigures, ServerMetrics
+from nlq2sql.records.run_parts import Fleet, FleetSession, Harness, ReplicaFigures, ServerMetrics
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, records_digest, write_json_atomic
-from nlq2sql.records.summary_parts import Compactness, Digest, LoadShape, RetryBudget, Throughput, WorkerFigures
+from nlq2sql.records.summary_parts import Compactness, Digest, LoadShape, Throughput, WorkerFigures
 from nlq2sql.stages.pipeline import summarise_file
 from nlq2sql.stages.score import spread
 
@@ -36,16 +37,16 @@ class Session:
     not_sent: int
     startup_s: float | None
     server_metrics: ServerMetrics  # the endpoint's /metrics, as sampled (transport.server_metrics)
-    fleet: dict[str, Any] | None  # several replicas: the pool's report (run.pool), summed up by fleet_summary
+    fleet: FleetSession | None  # several replicas: the pool's report (run.pool), summed up by fleet_summary
     retries_used: int
     harness: Harness | None
     load: LoadShape
     compiles: int | None = None  # distinct MetricFlow compiles this session's process needed
 
 
-def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metrics: dict[str, Any],
-                   fleet: dict[str, Any] | None, retries_used: int,
-                   harness: dict[str, Any] | None = None, startup_s: float | None = None,
+def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metrics: ServerMetrics,
+                   fleet: FleetSession | None, retries_used: int,
+                   harness: Harness | None = None, startup_s: float | None = None,
                    workers: WorkerFigures | None = None) -> Session:
     """What one session (of one or several processes) adds to the summary.  ``startup_s``:
     how much of ``wall`` went on starting client workers before the first request (their
@@ -63,8 +64,8 @@ def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metri
         shape.requeued_items, shape.worker_losses = workers.requeued_items, workers.worker_losses
         shape.worker_startup_s = workers.worker_startup_s
     return Session(wall_s=wall, items_this_session=sent, not_sent=n - sent, startup_s=startup_s,
-                   server_metrics=ServerMetrics.model_validate(server_metrics), fleet=fleet,
-                   retries_used=retries_used, harness=Harness.model_validate(harness) if harness else None,
+                   server_metrics=server_metrics, fleet=fleet,
+                   retries_used=retries_used, harness=harness,
                    load=shape)
 
 
@@ -128,7 +129,7 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: d
         if several else session.server_metrics,
         **({"fleet": fleet_summary(out, manifest, session.fleet)} if several else {}),
         # The whole run's, from the records (a resumed run counts its earlier sessions too).
-        retries_used=retries, retry_budget=RetryBudget.model_validate(dict(manifest.get("retry_budget") or {},
+        retries_used=retries, retry_budget=RetryBudgetPart.model_validate(dict(manifest.get("retry_budget") or {},
                                                                            used=retries)),
         # distinct MetricFlow compiles this session's process needed
         **({"compiles": session.compiles} if session.compiles is not None else {}),
@@ -151,7 +152,7 @@ class _Tally:
     failed_here: int = 0
 
 
-def fleet_summary(out: Path, manifest: dict[str, Any], session: dict[str, Any] | None) -> Fleet:
+def fleet_summary(out: Path, manifest: dict[str, Any], session: FleetSession | None) -> Fleet:
     """Per replica: requests, outcomes and latency from the records (every session of the
     run), and this session's time out of rotation and events."""
     per: dict[str, _Tally] = {}
@@ -171,7 +172,7 @@ def fleet_summary(out: Path, manifest: dict[str, Any], session: dict[str, Any] |
             st.errors[rec.outcome or "n/a"] += 1
         for lab in present(req.failed_over_from) or ():
             per.setdefault(lab, _Tally()).failed_here += 1
-    live = {r["label"]: r for r in (session or {}).get("replicas", [])}
+    live = {r.label: r for r in session.replicas} if session is not None else {}
     rows = []
     for rep in manifest.get("replicas") or []:
         st = per.get(rep["label"], _Tally())
@@ -179,11 +180,9 @@ def fleet_summary(out: Path, manifest: dict[str, Any], session: dict[str, Any] |
                              errors=dict(st.errors), failed_then_resent=st.failed_here, latency_s=spread(st.lat))
         if rep["label"] in live:  # this session's time out of rotation
             now = live[rep["label"]]
-            row.out_of_rotation_s, row.first_out_after_s = now["out_of_rotation_s"], now["first_out_after_s"]
-            row.in_rotation_at_end = now["in_rotation_at_end"]
-            row.events = [ReplicaEvent.model_validate(e) for e in now["events"]]
+            row.out_of_rotation_s, row.first_out_after_s = now.out_of_rotation_s, now.first_out_after_s
+            row.in_rotation_at_end = now.in_rotation_at_end
+            row.events = now.events
         rows.append(row)
-    metrics = (session or {}).get("server_metrics")
-    return Fleet(routing=manifest.get("routing"), failovers_this_session=(session or {}).get("failovers"),
-                 replicas=rows, server_metrics=None if metrics is None else
-                 {label: ServerMetrics.model_validate(m) for label, m in metrics.items()})
+    return Fleet(routing=manifest.get("routing"), failovers_this_session=session.failovers if session else None,
+                 replicas=rows, server_metrics=session.server_metrics if session else None)

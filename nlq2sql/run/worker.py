@@ -28,8 +28,8 @@ from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:  # (the item code loads inside ItemWorker: its import time is a measured phase)
+    from nlq2sql.records.run_parts import FleetSession, Harness
     from nlq2sql.run.config import EvalConfig
-    from nlq2sql.run.harness_load import HarnessResult
 
 __all__ = ["PARENT_POLL_S", "ItemWorker", "SharedBudget", "WorkerReady", "WorkerReport", "die_with_parent",
            "serve_items"]
@@ -47,8 +47,8 @@ class WorkerReport(msgspec.Struct):
     """What a worker (process or Ray actor) reports when it is done: the driver merges these."""
 
     sent: int
-    fleet: dict[str, Any] | None  # its replicas' report (``ItemRunner.fleet``: run.pool's JSON figures)
-    harness: HarnessResult
+    fleet: FleetSession | None  # its replicas' report (``ItemRunner.fleet``)
+    harness: Harness
     pid: int
 
 

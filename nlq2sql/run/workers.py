@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError, Nlq2SqlError
+from nlq2sql.records.run_parts import FleetSession, ReplicaRotation, ServerMetrics
 from nlq2sql.records.store import RECORDS, RecordWriter
 from nlq2sql.records.summary_parts import WorkerFigures
-from nlq2sql.run.harness_load import HarnessMonitor, HarnessResult
+from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.harness_load import merge as merge_harness
 from nlq2sql.run.ray_engine import RayEngine
 from nlq2sql.run.worker import SharedBudget, WorkerReport, serve_items
@@ -86,29 +87,28 @@ def distinct_golds(cases: Sequence[EvalCase]) -> list[EvalCase]:
     return list(by_value.values())
 
 
-def merge_fleets(reports: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+def merge_fleets(reports: list[FleetSession | None]) -> FleetSession | None:
     """Each worker saw the replicas on its own (its own circuit breakers): a replica was out
     when any worker took it out, and the probes are every worker's."""
     seen = [r for r in reports if r]
     if not seen:
         return None
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ReplicaRotation] = {}
     for w, rep in enumerate(seen):
-        for r in rep["replicas"]:
-            first = r["label"] not in rows
-            row = rows.setdefault(r["label"], {**r, "events": []})
-            row["events"] += [dict(e, worker=w) for e in r["events"]]
-            row["out_of_rotation_s"] = max(row["out_of_rotation_s"], r["out_of_rotation_s"])
-            row["in_rotation_at_end"] = row["in_rotation_at_end"] and r["in_rotation_at_end"]
+        for r in rep.replicas:
+            first = r.label not in rows
+            row = rows.setdefault(r.label, r.model_copy(update={"events": []}))
+            row.events += [e.model_copy(update={"worker": w}) for e in r.events]
+            row.out_of_rotation_s = max(row.out_of_rotation_s, r.out_of_rotation_s)
+            row.in_rotation_at_end = row.in_rotation_at_end and r.in_rotation_at_end
             if not first:  # each worker has its own breakers: their probes add up
-                for k in ("probes", "probes_failed"):
-                    row[k] = row.get(k, 0) + r.get(k, 0)
-            firsts = [x for x in (row.get("first_out_after_s"), r["first_out_after_s"]) if x is not None]
-            row["first_out_after_s"] = min(firsts) if firsts else None
+                row.probes, row.probes_failed = row.probes + r.probes, row.probes_failed + r.probes_failed
+            firsts = [x for x in (row.first_out_after_s, r.first_out_after_s) if x is not None]
+            row.first_out_after_s = min(firsts) if firsts else None
     for row in rows.values():
-        row["events"].sort(key=lambda e: e["t"])
-    return {"routing": seen[0]["routing"], "failovers": sum(r["failovers"] for r in seen),
-            "replicas": list(rows.values()), "server_metrics": None}  # filled in by the driver
+        row.events.sort(key=lambda e: e.t)
+    return FleetSession(routing=seen[0].routing, failovers=sum(r.failovers for r in seen),
+                        replicas=list(rows.values()), server_metrics=None)  # filled in by the driver
 
 
 #: Replacement workers a run may start, per worker it began with, before it gives up.
@@ -219,7 +219,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
     def spawn(slots: int) -> None:  # from the loop's thread: a worker dies with the thread that started it
         engine.spawn(fleet.add(slots), cfg, endpoint, slots, shared, golds)
 
-    async def drive() -> list[dict[str, Any]]:
+    async def drive() -> list[ServerMetrics]:
         samplers = [MetricsSampler(u, cfg.load.metrics_interval_s) for u in urls]
         for smp in samplers:
             smp.start()
@@ -283,7 +283,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
     per_replica = asyncio.run(drive())
     merged = merge_fleets([r.fleet for r in reports])
     if merged is not None:
-        merged["server_metrics"] = {f"r{i}": m for i, m in enumerate(per_replica)}
+        merged.server_metrics = {f"r{i}": m for i, m in enumerate(per_replica)}
     now = time.time()
     started = min(first[0], now)
     workers = WorkerFigures.model_validate({
@@ -294,7 +294,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                              "per_worker_s": [round(s, 3) for s in fleet.startups],
                              "per_worker_phases": fleet.phases}})
     result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
-                            _written(merge_harness([driver.result(), *(r.harness for r in reports)])),
+                            merge_harness([driver.result(), *(r.harness for r in reports)]),
                             startup_s=max(0.0, started - t0), workers=workers)
     return result
 
@@ -392,8 +392,3 @@ class LocalEngine:
 
 def _ray_engine(cfg: EvalConfig) -> Any:
     return RayEngine(cfg.ray_address)
-
-
-def _written(harness: HarnessResult | None) -> Any:
-    """The harness figures as the session (and so the summary) holds them: JSON."""
-    return harness.written() if harness is not None else None

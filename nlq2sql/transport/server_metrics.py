@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
 
 import aiohttp
+
+from nlq2sql.records.run_parts import Gauge, ServerMetrics
 
 __all__ = ["COUNTERS", "GAUGES", "MetricsSampler", "parse_metrics"]
 
@@ -129,21 +130,22 @@ class MetricsSampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def result(self) -> dict[str, Any]:
-        """Peaks and means with sample counts; counter deltas over the sampled window."""
+    def result(self) -> ServerMetrics:
+        """Peaks and means with sample counts; counter deltas over the sampled window (built as
+        the summary's ``server_metrics`` section)."""
         if not self.n_samples:
-            return {"observed": False, "url": self.url, "errors": self.errors,
-                    "note": "no /metrics samples: not observed"}
-        out: dict[str, Any] = {"observed": True, "url": self.url, "samples": self.n_samples,
-                               "errors": self.errors, "interval_s": self.interval_s}
-        for name in GAUGES:
+            return ServerMetrics(observed=False, url=self.url, errors=self.errors,
+                                 note="no /metrics samples: not observed")
+
+        def gauge(name: str) -> Gauge:
             agg = self._gauges.get(name)
-            out[name] = ({"n": int(agg[0]), "peak": agg[1], "mean": agg[2] / agg[0]}
-                         if agg else {"n": 0, "note": "not observed"})
+            return Gauge(n=int(agg[0]), peak=agg[1], mean=agg[2] / agg[0]) if agg else Gauge(n=0, note="not observed")
+
         first, last = self._first or {}, self._last or {}
         deltas = {k: last[k] - first[k] for k in COUNTERS if k in first and k in last}
-        out["counter_deltas"] = deltas
         q = deltas.get("prefix_cache_queries")
-        out["prefix_cache_hit_rate"] = (deltas["prefix_cache_hits"] / q
-                                        if q and "prefix_cache_hits" in deltas else None)
-        return out
+        return ServerMetrics(observed=True, url=self.url, samples=self.n_samples, errors=self.errors,
+                             interval_s=self.interval_s, running=gauge("running"), waiting=gauge("waiting"),
+                             kv_cache_usage=gauge("kv_cache_usage"), counter_deltas=deltas,
+                             prefix_cache_hit_rate=deltas["prefix_cache_hits"] / q
+                             if q and "prefix_cache_hits" in deltas else None)
