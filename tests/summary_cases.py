@@ -19,8 +19,9 @@ from typing import Any
 import msgspec
 
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.run.batch_out import BatchOut
-from nlq2sql.run.batch_shards import summarise_shards
+from nlq2sql.run.batch_shards import BatchSession, summarise_shards
 from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.guardrail import Rule, RuleSet
 from nlq2sql.stages.summary import Summary
@@ -32,8 +33,7 @@ GOLDEN = ROOT / "tests" / "fixtures" / "summary-golden.json"
 #: Runs whose shard summaries are pinned too (small: the viewer's fixtures).
 SHARD_RUNS = ("tests/fixtures/view-runs/heldout-smollm2-135m",
               "tests/fixtures/view-runs/qwen2.5-coder-0.5b/matrix-adversarial/adversarial-baseline")
-SESSION: dict[str, Any] = {"wall_s": 2.0, "items_this_session": 3, "not_sent": 0,
-                           "server_metrics": {"observed": False}}
+SESSION = BatchSession(wall_s=2.0, items_this_session=3, server_metrics=ServerMetrics(observed=False))
 MANIFEST: dict[str, Any] = {"engine": "ray-data", "actors": 2, "concurrency_per_actor": 4,
                             "retry_budget": {"max": 5}}
 
@@ -101,7 +101,7 @@ def shard_summary(tmp: Path, lines: list[str], rulesets: list[RuleSet], scored: 
             store.write_shard(index, "jsonl", [json.loads(t)["id"] for t in chunk], chunk)
     ids = [json.loads(t)["id"] for t in lines]
     manifest = dict(MANIFEST, **({"answer": answer} if answer else {}))
-    return summarise_shards(store, "jsonl", rulesets, scored, ids, dict(SESSION), manifest)
+    return summarise_shards(store, "jsonl", rulesets, scored, ids, SESSION, manifest).to_json_dict()
 
 
 def at_commit(commit: str, paths: list[str], tmp: Path) -> dict[str, Path]:

@@ -28,6 +28,8 @@ from nlq2sql.cli._common import (
     handled,
 )
 from nlq2sql.errors import InputError
+from nlq2sql.records.batch_parts import BatchTail
+from nlq2sql.records.summary_parts import AnswerFigures, Figures
 from nlq2sql.run.models import DEFAULT_MODEL
 
 __all__ = ["BatchEndpointsOpt", "answers_table", "batch_cmd"]
@@ -111,32 +113,35 @@ def batch_cmd(
                   if engine == "ray" else "interrupted: nothing was kept (--engine ray-vllm is all or nothing)")
         raise typer.Exit(130) from None
     if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
         return
     title = f"{cfg.input} · {model} · {engine} · {actors}×c={concurrency}"
-    if summary["scored"]:  # read as a run's summary, less what only a batch has (shards, Ray Data's load)
+    if isinstance(summary.figures, Figures):  # read as a run's summary, less what only a batch has
         from nlq2sql.records.results import Summary
 
-        render_summary(Summary.model_validate({k: v for k, v in summary.items() if k in Summary.model_fields
-                                               and k not in ("load", "records", "retry_budget")}), title=title)
+        tail = summary.tail
+        render_summary(Summary.of(summary.figures, **{k: getattr(tail, k) for k in tail.model_fields_set
+                                                      if k in Summary.model_fields
+                                                      and k not in ("load", "records", "retry_budget")}),
+                       title=title)
     else:
-        Console().print(answers_table(summary, title))
-    shards = summary["records"]["shards"]
-    Console().print(f"{summary['records']['count']} records in {len(shards)} {format} shard"
+        Console().print(answers_table(summary.figures, summary.tail, title))
+    shards = summary.tail.records.shards
+    Console().print(f"{summary.tail.records.count} records in {len(shards)} {format} shard"
                     f"{'s' * (len(shards) != 1)} under {out.rstrip('/')}/records")
 
 
-def answers_table(s: dict[str, Any], title: str) -> Table:
+def answers_table(s: AnswerFigures, tail: BatchTail, title: str) -> Table:
     """An unscored batch: how the answers came out (no gold, so no accuracy)."""
     from nlq2sql.stages.report import pct
 
     t = Table(title=title, show_header=True)
     t.add_column("measure")
     t.add_column("value")
-    for k, v in (("items (not scored: no gold)", str(s["n"])), ("schema-valid rate", pct(s["schema_valid_rate"])),
-                 ("answers that executed", pct(s["executed_rate"])), ("execution errors", str(s["exec_errors"])),
-                 ("final intents", ", ".join(f"{k} {v}" for k, v in s["final_intents"].items())),
-                 ("status (raw)", ", ".join(f"{k} {v}" for k, v in s["status_counts"].items())),
-                 ("request errors by class", ", ".join(f"{k} {v}" for k, v in s["errors_by_class"].items()) or "none")):
+    for k, v in (("items (not scored: no gold)", str(s.n)), ("schema-valid rate", pct(s.schema_valid_rate)),
+                 ("answers that executed", pct(s.executed_rate)), ("execution errors", str(s.exec_errors)),
+                 ("final intents", ", ".join(f"{k} {v}" for k, v in s.final_intents.items())),
+                 ("status (raw)", ", ".join(f"{k} {v}" for k, v in s.status_counts.items())),
+                 ("request errors by class", ", ".join(f"{k} {v}" for k, v in tail.errors_by_class.items()) or "none")):
         t.add_row(k, v)
     return t

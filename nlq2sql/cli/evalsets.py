@@ -65,10 +65,10 @@ def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSO
         return _check_query_set(path, wh)
     es = load_evalset(path, wh)
     report = check_evalset(es, wh)
-    if report["problems"]:
-        for p in report["problems"]:
+    if report.problems:
+        for p in report.problems:
             err.print(f"{es.path}: {escape(p)}", highlight=False, soft_wrap=True)
-        raise InputError(f"{len(report['problems'])} gold intent(s) fail on warehouse {wh.name!r}", path=es.path)
+        raise InputError(f"{len(report.problems)} gold intent(s) fail on warehouse {wh.name!r}", path=es.path)
     cats: dict[str, int] = {}
     for c in es.cases:
         cats[c.category] = cats.get(c.category, 0) + 1

@@ -48,9 +48,11 @@ from nlq2sql.answers.unscored import Question, read_questions
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError, Nlq2SqlError, RecordError
 from nlq2sql.inputs import at_most
+from nlq2sql.records.batch_parts import BatchSummary, Resumed
+from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import MANIFEST, RESUME_KEYS, SUMMARY
 from nlq2sql.run.batch_out import SHARDS, BatchOut
-from nlq2sql.run.batch_shards import FORMATS, encode_record, parse_item, summarise_shards
+from nlq2sql.run.batch_shards import FORMATS, BatchSession, encode_record, parse_item, summarise_shards
 from nlq2sql.run.config import EvalConfig, preflight, probe_endpoint, targets, validate
 from nlq2sql.run.endpoints import check_address
 from nlq2sql.run.item import load_conditions, request_sampling
@@ -140,7 +142,7 @@ def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[Any], Any, str]:
     return list(es.cases[:limit] if limit else es.cases), es, es.sha256
 
 
-def run_batch(cfg: BatchConfig) -> dict[str, Any]:
+def run_batch(cfg: BatchConfig) -> BatchSummary:
     """Answer every item with Ray Data, write the shards, ``summary.json`` and ``manifest.json``.
 
     With ``resume``, a batch interrupted at any point continues: its finished shards are kept
@@ -165,7 +167,7 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
         for url, mdl, k in targets(wcfg, wcfg.endpoint or "", wcfg.model, key):
             probe_grammar(url, mdl, k, grammar, timeout_s=wcfg.timeout_s)
     if state == "complete":
-        return store.read_json(SUMMARY)  # type: ignore[no-any-return]
+        return BatchSummary.from_json_dict(store.read_json(SUMMARY))
     total = RetryBudget.allowed(len(items), wcfg.retry_budget)
     manifest = _manifest(cfg, wcfg, evalset, rulesets, wh, sha, len(items), prompt, conditions, key, total,
                          grammar.text if grammar is not None else None)
@@ -199,10 +201,10 @@ def run_batch(cfg: BatchConfig) -> dict[str, Any]:
                 session = answer_with_vllm(ray, cfg, wcfg, rows, store, manifest)
         summary = summarise_shards(store, cfg.format, rulesets, evalset is not None,
                                    [c.id for c in items], session, manifest)
-        summary["resumed"] = {"sessions": 1 + len(manifest.get("sessions", [])), "shards_kept": len(done)}
+        summary.tail.resumed = Resumed(sessions=1 + len(manifest.get("sessions", [])), shards_kept=len(done))
         manifest["finished"] = time.time()
         store.write_json(MANIFEST, manifest)
-        store.write_json(SUMMARY, summary)  # last: a summary says the batch is complete
+        store.write_json(SUMMARY, summary.to_json_dict())  # last: a summary says the batch is complete
         ok = True
     finally:
         if not ok and cfg.engine == "ray-vllm" and not resuming:
@@ -325,7 +327,7 @@ def _quiet_data(ray: Any) -> Iterator[None]:
 
 
 def _answer_over_http(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, key: str, plan: list[list[Any]],
-                      done: set[int], store: BatchOut, total: int, used: int) -> dict[str, Any]:
+                      done: set[int], store: BatchOut, total: int, used: int) -> BatchSession:
     """Each row of the Ray dataset is one shard still to do: an actor answers its items and
     writes it whole (``BatchOut.write_shard``), so a kill at any point loses at most the shards
     in flight, and none is ever half there."""
@@ -343,8 +345,8 @@ def _answer_over_http(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, key: str, pl
         for _ in ds.iter_batches(batch_size=None):
             pass  # the shards are written by the actors; this drives the job
     n = sum(len(cases) for k, cases in enumerate(plan) if k not in done)
-    return {"wall_s": time.time() - t0, "items_this_session": n, "not_sent": 0,
-            "server_metrics": {"observed": False, "note": "not sampled by a batch"}, "retries_used": budget.used}
+    return BatchSession(wall_s=time.time() - t0, items_this_session=n,
+                        server_metrics=ServerMetrics(observed=False, note="not sampled by a batch"))
 
 
 class _Answerer:

@@ -10,22 +10,36 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nlq2sql.answers.unscored import Question
 from nlq2sql.errors import Nlq2SqlError
+from nlq2sql.records.batch_parts import BatchLoad, BatchRecords, BatchSummary, BatchTail, Shard
+from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import RECORD_VERSION, encode_json
+from nlq2sql.records.summary_parts import Compactness, Throughput
 from nlq2sql.run.batch_out import SHARDS, BatchOut
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.queryset import QueryCase
-from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.score import spread
 from nlq2sql.stages.summary import Summary
 
-__all__ = ["FORMATS", "encode_record", "iter_shard_records", "parse_item", "summarise_shards",
+__all__ = ["FORMATS", "BatchSession", "encode_record", "iter_shard_records", "parse_item", "summarise_shards",
            "write_shards"]
 
 FORMATS = ("parquet", "jsonl")
+
+
+@dataclass(frozen=True)
+class BatchSession:
+    """What an engine reports of the session it ran (the summary's throughput and server metrics)."""
+
+    wall_s: float
+    items_this_session: int
+    server_metrics: ServerMetrics
+    not_sent: int = 0
 
 
 def parse_item(text: str, answer: str = "intent") -> EvalCase | QueryCase | Question:
@@ -79,13 +93,13 @@ def iter_shard_records(out: Path | str) -> Iterator[dict[str, Any]]:
 
 
 def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
-                     session: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+                     session: BatchSession, manifest: dict[str, Any]) -> BatchSummary:
     """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after
     checking that they hold each item exactly once."""
     answer = manifest.get("answer") or "intent"
     # As ``pipeline.summarise_file``: the SQL answers have no parts to score field by field.
     summ = Summary(rulesets, scored=scored) if answer == "intent" else Summary(rulesets, fields=(), scored=scored)
-    digest, seen, shards = hashlib.sha256(), Counter[str](), []
+    digest, seen, shards = hashlib.sha256(), Counter[str](), list[Shard]()
     outcomes: Counter[str] = Counter()
     replicas: Counter[str] = Counter()
     ws, chars, starts, ends, retries = [], [], [], [], 0
@@ -107,32 +121,27 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
             if rec.get("started") and rec.get("latency_s") is not None:
                 starts.append(rec["started"])
                 ends.append(rec["started"] + rec["latency_s"])
-        shards.append({"file": f"{SHARDS}/{name}", "rows": n})
+        shards.append(Shard(file=f"{SHARDS}/{name}", rows=n))
     missing = [i for i in ids if i not in seen]
     doubled = [i for i, k in seen.items() if k > 1]
     if missing or doubled or len(seen) != len(ids):
         raise Nlq2SqlError(f"the shards do not hold each item once: {len(missing)} missing (first: "
                            f"{missing[:3]}), {len(doubled)} twice (first: {doubled[:3]})")
-    summary = summ.result().to_json_dict()
-    summary["scored"] = scored
-    if answer != "intent":
-        summary["answer"] = answer
-    summary["outcomes"] = dict(outcomes)
-    summary["errors_by_class"] = {k: v for k, v in outcomes.items() if k != "ok"}
-    summary["compactness"] = {"n": len(ws), "outputs_without_whitespace": sum(1 for w in ws if w == 0),
-                              "whitespace_chars": percentiles(ws), "chars": percentiles(chars)}
-    wall, n_items = session["wall_s"], session["items_this_session"]
-    summary["throughput"] = {"items_this_session": n_items, "wall_s": wall,
-                             "req_per_s": n_items / wall if wall else None,
-                             "span_s_all_records": (max(ends) - min(starts)) if starts else None,
-                             "completed_ok": outcomes.get("ok", 0), "not_sent": session.get("not_sent", 0)}
-    summary["load"] = {"mode": "batch (Ray Data)", "engine": manifest["engine"], "actors": manifest["actors"],
-                       "concurrency_per_actor": manifest["concurrency_per_actor"]}
-    summary["server_metrics"] = session["server_metrics"]
+    wall, n_items = session.wall_s, session.items_this_session
+    tail = BatchTail(
+        scored=scored, outcomes=dict(outcomes), errors_by_class={k: v for k, v in outcomes.items() if k != "ok"},
+        compactness=Compactness(n=len(ws), outputs_without_whitespace=sum(1 for w in ws if w == 0),
+                                whitespace_chars=spread(ws), chars=spread(chars)),
+        throughput=Throughput(items_this_session=n_items, wall_s=wall, req_per_s=n_items / wall if wall else None,
+                              span_s_all_records=(max(ends) - min(starts)) if starts else None,
+                              completed_ok=outcomes.get("ok", 0), not_sent=session.not_sent),
+        load=BatchLoad(mode="batch (Ray Data)", engine=manifest["engine"], actors=manifest["actors"],
+                       concurrency_per_actor=manifest["concurrency_per_actor"]),
+        server_metrics=session.server_metrics, retries_used=retries,
+        retry_budget=dict(manifest.get("retry_budget") or {}, used=retries),
+        records=BatchRecords(count=sum(seen.values()), sha256=digest.hexdigest(), format=fmt, shards=shards))
+    if answer != "intent":  # set only when so: a key never set stays absent
+        tail.answer = answer
     if replicas:
-        summary["replicas_answered"] = dict(sorted(replicas.items()))
-    summary["retries_used"] = retries
-    summary["retry_budget"] = dict(manifest.get("retry_budget") or {}, used=retries)
-    summary["records"] = {"count": sum(seen.values()), "sha256": digest.hexdigest(), "format": fmt,
-                          "shards": shards}
-    return summary
+        tail.replicas_answered = dict(sorted(replicas.items()))
+    return BatchSummary(figures=summ.result(), tail=tail)

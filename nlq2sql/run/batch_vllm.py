@@ -33,7 +33,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError
-from nlq2sql.run.batch_shards import encode_record, parse_item, write_shards
+from nlq2sql.records.run_parts import ServerMetrics
+from nlq2sql.run.batch_shards import BatchSession, encode_record, parse_item, write_shards
 from nlq2sql.run.item import whitespace_outside_strings
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def _engine_env() -> dict[str, str]:
 
 
 def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[dict[str, str]], dest: BatchOut,
-                     manifest: dict[str, Any]) -> dict[str, Any]:
+                     manifest: dict[str, Any]) -> BatchSession:
     """Generate, score and write every row; returns the session's part of the summary."""
     try:
         from ray.data.llm import build_processor, vLLMEngineProcessorConfig
@@ -88,8 +89,8 @@ def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[di
     manifest.update(model=name, engine_kwargs=engine_kwargs, gpus=gpus)
     t0 = time.time()
     write_shards(processor(ray.data.from_items(rows)), cfg.format, cfg.shard_rows, dest)
-    return {"wall_s": time.time() - t0, "items_this_session": len(rows), "not_sent": 0,
-            "server_metrics": {"observed": False, "note": "no server: vLLM ran inside Ray Data"}}
+    return BatchSession(wall_s=time.time() - t0, items_this_session=len(rows),
+                        server_metrics=ServerMetrics(observed=False, note="no server: vLLM ran inside Ray Data"))
 
 
 @functools.cache

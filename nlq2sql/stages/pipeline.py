@@ -43,9 +43,9 @@ from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import intent_record, score_item
 from nlq2sql.stages.summary import Summary
 
-__all__ = ["RESPONSE_MEMO_SIZE", "Response", "ScoreConfig", "as_missing", "check_evalset", "make_executor",
-           "manifest_base", "publish", "read_responses", "refuse_missing", "rescore_run", "score_responses",
-           "staging_dir", "summarise_file"]
+__all__ = ["RESPONSE_MEMO_SIZE", "EvalsetCheck", "Response", "ScoreConfig", "as_missing", "check_evalset",
+           "make_executor", "manifest_base", "publish", "read_responses", "refuse_missing", "rescore_run",
+           "score_responses", "staging_dir", "summarise_file"]
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,17 @@ def make_executor(wh: Warehouse | Path | None = None) -> Executor:
     return Executor(warehouse.ensure(wh))
 
 
-def check_evalset(es: EvalSet, wh: Warehouse) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EvalsetCheck:
+    """What ``evalset check`` reports: read by the CLI, never written, so a plain value."""
+    evalset: str
+    cases: int
+    semantic_model: str
+    gold_rows: int
+    problems: list[str]
+
+
+def check_evalset(es: EvalSet, wh: Warehouse) -> EvalsetCheck:
     """Every gold intent must build, execute and return rows (filter values are checked when
     the set is loaded against the warehouse)."""
     from nlq2sql.stages.intent import canonicalise
@@ -163,8 +173,8 @@ def check_evalset(es: EvalSet, wh: Warehouse) -> dict[str, Any]:
                     problems.append(f"{case.id}: gold query returns no rows")
             except Nlq2SqlError as exc:
                 problems.append(f"{case.id}: {exc}")
-    return {"evalset": es.name, "cases": len(es.cases), "semantic_model": wh.name,
-            "gold_rows": rows, "problems": problems}
+    return EvalsetCheck(evalset=es.name, cases=len(es.cases), semantic_model=wh.name, gold_rows=rows,
+                        problems=problems)
 
 
 def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> SummaryModel:
