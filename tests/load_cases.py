@@ -47,7 +47,8 @@ from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult
 from nlq2sql.load.tune import TuneSettings, probe_from_records, tune_result
 from nlq2sql.load.tune_results import TuneResult
-from nlq2sql.records.store import RECORDS, iter_records, write_json_atomic
+from nlq2sql.records.item import iter_item_records
+from nlq2sql.records.store import RECORDS, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 
 __all__ = ["GOLDEN", "RUN_FILES", "SETS", "cases", "committed_run_dirs"]
@@ -234,8 +235,8 @@ def _tune(run: Path, written: dict[str, Any]) -> Iterator[tuple[str, str]]:
         for row in sorted(written["probes"], key=lambda r: r["order"]):
             d = run / row["run_dir"]
             wall = as_dict(stats_from_run(d))["wall_s"]
-            done.append(probe_from_records(row["load"], Path(row["run_dir"]), list(iter_records(d / RECORDS)), wall,
-                                           s.slo, s.by == "rate"))
+            recs = list(iter_item_records(d / RECORDS))
+            done.append(probe_from_records(row["load"], Path(row["run_dir"]), recs, wall, s.slo, s.by == "rate"))
         server = {"started_by_us": True, "endpoint": "local", "max_num_seqs": 4}
         result = tune_result(s, done, server, ["a note"])
         write_outputs(out, "tune", result, tune_report.render_markdown, ("plot", lambda _r, _o: "tune.png"))

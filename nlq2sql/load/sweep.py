@@ -49,7 +49,8 @@ from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
 from nlq2sql.load.results import ServerSweepResult, SettingRow, SweepResult, SweepSettings, load_result
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
-from nlq2sql.records.store import RECORDS, iter_records
+from nlq2sql.records.item import iter_item_records
+from nlq2sql.records.store import RECORDS
 from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["SweepConfig", "SweepMode", "assemble",
@@ -104,7 +105,7 @@ class SweepMode(LoadMode[SweepConfig, SweepResult]):
         d = ctx.out / "levels" / f"c{level}"
         st = run_level(base, ctx.evalset_path, level, d, reuse=s.resume)
         if s.slo:
-            st.correct_goodput_per_s = correct_goodput(list(iter_records(d / RECORDS)), st.wall_s, s.slo)
+            st.correct_goodput_per_s = correct_goodput(list(iter_item_records(d / RECORDS)), st.wall_s, s.slo)
         return st
 
     def describe(self, level: Any, stats: Any) -> str:
