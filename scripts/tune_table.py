@@ -15,8 +15,8 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
+from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.tune import Probe, TuneSettings, probe_from_records, tune_result
 from nlq2sql.load.tune_report import plot_curve, render_markdown
@@ -50,7 +50,8 @@ def main(run: Path, dest: Path) -> None:
         wall = (read_json(dest / rel / SUMMARY).get("throughput") or {}).get("wall_s")
         probes.append(probe_from_records(row["load"], rel, list(iter_item_records(dest / rel / RECORDS)), wall, s.slo,
                                          s.by == "rate"))
-    server: dict[str, Any] = {k: v for k, v in old["server"].items() if k in ("started_by_us", "endpoint")}
+    server = EndpointFacts.model_validate({k: v for k, v in old["server"].items()
+                                           if k in ("started_by_us", "endpoint")})
     result = tune_result(s, probes, server, [n for n in old["notes"] if "Resumed" not in n and "raise" not in n
                                           and "Fewer than" not in n])
     result.created = old["created"]

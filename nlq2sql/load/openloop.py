@@ -29,7 +29,7 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import cost_per_1k
-from nlq2sql.load.contract import Arrivals, LevelStats, endpoint_labels
+from nlq2sql.load.contract import Arrivals, EndpointFacts, LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
@@ -100,8 +100,8 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
 
     def analyse(self, ctx: LevelContext[RateSweepConfig], done: list[Any]) -> RateSweepResult:
         cfg, info = ctx.settings, ctx.server_info
-        label, cpu = endpoint_labels("local vLLM started for the sweep" if info.get("started_by_us") else None,
-                                     info.get("endpoint"))
+        label, cpu = endpoint_labels("local vLLM started for the sweep" if info.started_by_us else None,
+                                     info.endpoint)
         return RateSweepResult(
             kind="rate-sweep", created=time.time(), elapsed_s=time.time() - ctx.started,
             model=cfg.base.model, evalset=cfg.base.evalset, server=info, endpoint_label=label, cpu_label=cpu,
@@ -260,7 +260,7 @@ def plot(res: RateSweepResult, out: Path) -> str:
     return path.name
 
 
-def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = None,
+def run_rate_sweep(cfg: RateSweepConfig, server_info: EndpointFacts | None = None,
                    progress: Progress | None = None) -> RateSweepResult:
     """Run each offered rate (a local server is started when ``cfg.base`` has no endpoint); write
     rate-sweep.json/.md and a plot."""

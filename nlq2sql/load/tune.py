@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
+from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import Plot
@@ -181,6 +182,6 @@ class TuneMode(LoadMode[TuneSettings, TuneResult]):
         return render_markdown(result)
 
 
-def tune_result(s: TuneSettings, done: list[Probe], server_info: dict[str, Any], notes: list[str]) -> TuneResult:
+def tune_result(s: TuneSettings, done: list[Probe], server_info: EndpointFacts, notes: list[str]) -> TuneResult:
     """The result from the probes (in the order run): each judged against the first, then the picks."""
     return assemble(s, done, [judge(p, done[0], s) for p in done], server_info, notes)
