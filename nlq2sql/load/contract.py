@@ -137,8 +137,11 @@ class EndpointFacts(_M):
     def _in_given_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out = handler(self)  # the JSON edge: the keys given only (whatever the dump asks), in their order
         given = self.model_fields_set
-        return {**{k: out[k] for k in self._order if k in out and k in given},
-                **{k: v for k, v in out.items() if k in given}}
+        out = {**{k: out[k] for k in self._order if k in out and k in given},
+               **{k: v for k, v in out.items() if k in given}}
+        if self.structured_outputs is not None and "structured_outputs" in out:
+            out["structured_outputs"] = self.structured_outputs.written()  # its keys as given, too
+        return out
 
 
 class _LabelsFirst(_Header):
