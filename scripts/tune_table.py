@@ -15,12 +15,13 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
+from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.tune import Probe, TuneSettings, probe_from_records, tune_result
 from nlq2sql.load.tune_report import plot_curve, render_markdown
-from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
+from nlq2sql.records.item import iter_item_records
+from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.transport.client import Sampling
 
@@ -47,9 +48,10 @@ def main(run: Path, dest: Path) -> None:
                 text = (run / rel / name).read_text().replace(f"{run.resolve()}/", "")
                 (dest / rel / name).write_text(text)
         wall = (read_json(dest / rel / SUMMARY).get("throughput") or {}).get("wall_s")
-        probes.append(probe_from_records(row["load"], rel, list(iter_records(dest / rel / RECORDS)), wall, s.slo,
+        probes.append(probe_from_records(row["load"], rel, list(iter_item_records(dest / rel / RECORDS)), wall, s.slo,
                                          s.by == "rate"))
-    server: dict[str, Any] = {k: v for k, v in old["server"].items() if k in ("started_by_us", "endpoint")}
+    server = EndpointFacts.model_validate({k: v for k, v in old["server"].items()
+                                           if k in ("started_by_us", "endpoint")})
     result = tune_result(s, probes, server, [n for n in old["notes"] if "Resumed" not in n and "raise" not in n
                                           and "Fewer than" not in n])
     result.created = old["created"]

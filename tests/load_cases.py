@@ -38,7 +38,7 @@ from nlq2sql.experiments import loadcheck
 from nlq2sql.load import capacity, tune_report
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.analysis import Thresholds, analyse
-from nlq2sql.load.contract import LevelStats
+from nlq2sql.load.contract import EndpointFacts, LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode
 from nlq2sql.load.grid import GridConfig, GridMode, LengthClass, cell
 from nlq2sql.load.levels import LEVEL, stats_from_run
@@ -47,7 +47,8 @@ from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult
 from nlq2sql.load.tune import TuneSettings, probe_from_records, tune_result
 from nlq2sql.load.tune_results import TuneResult
-from nlq2sql.records.store import RECORDS, iter_records, write_json_atomic
+from nlq2sql.records.item import iter_item_records
+from nlq2sql.records.store import RECORDS, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 
 __all__ = ["GOLDEN", "RUN_FILES", "SETS", "cases", "committed_run_dirs"]
@@ -138,7 +139,7 @@ def _base(out: str) -> EvalConfig:
 
 def _set_cases(name: str, runs: dict[int, Path]) -> Iterator[tuple[str, str]]:
     levels = sorted(runs)
-    server = {"started_by_us": False, "endpoint": "http://127.0.0.1:9/v1"}
+    server = EndpointFacts.model_validate({"started_by_us": False, "endpoint": "http://127.0.0.1:9/v1"})
     # closed loop: plain, and with SLOs, p95 targets and a cost
     for tag, kw in (("plain", {}), ("slo", {"slo": ("e2e_p95<=20s", "ttft_p95<=5s"), "slo_p95": (5.0, 30.0, 1e9),
                                               "gpu_cost_per_hour": 2.5})):
@@ -179,7 +180,8 @@ def _set_cases(name: str, runs: dict[int, Path]) -> Iterator[tuple[str, str]]:
             _copy_run(runs[c], d)
             _level_json(d, i)
     gcfg = GridConfig(base=_base(out), levels=tuple(levels), classes=classes, requests=16, resume=True)
-    ctx = LevelContext(settings=gcfg, server_info={"started_by_us": True, "max_num_seqs": 8}, evalsets={"": Path("x")},
+    facts = EndpointFacts.model_validate({"started_by_us": True, "max_num_seqs": 8})
+    ctx = LevelContext(settings=gcfg, server_info=facts, evalsets={"": Path("x")},
                        started=NOW)
     js, md = _drive(GridMode(), ctx, [(k, c) for k in classes for c in levels], "grid.png")
     yield f"{name}:grid.json", js
@@ -234,10 +236,10 @@ def _tune(run: Path, written: dict[str, Any]) -> Iterator[tuple[str, str]]:
         for row in sorted(written["probes"], key=lambda r: r["order"]):
             d = run / row["run_dir"]
             wall = as_dict(stats_from_run(d))["wall_s"]
-            done.append(probe_from_records(row["load"], Path(row["run_dir"]), list(iter_records(d / RECORDS)), wall,
-                                           s.slo, s.by == "rate"))
+            recs = list(iter_item_records(d / RECORDS))
+            done.append(probe_from_records(row["load"], Path(row["run_dir"]), recs, wall, s.slo, s.by == "rate"))
         server = {"started_by_us": True, "endpoint": "local", "max_num_seqs": 4}
-        result = tune_result(s, done, server, ["a note"])
+        result = tune_result(s, done, EndpointFacts.model_validate(server), ["a note"])
         write_outputs(out, "tune", result, tune_report.render_markdown, ("plot", lambda _r, _o: "tune.png"))
         yield f"{run}:tune-{tag}.json", (out / "tune.json").read_text()
         yield f"{run}:tune-{tag}.md", (out / "tune.md").read_text()

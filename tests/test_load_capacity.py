@@ -10,6 +10,7 @@ import pytest
 from nlq2sql.errors import InputError
 from nlq2sql.load import capacity as cap
 from nlq2sql.load.results import load_result
+from nlq2sql.records.item import ItemRecord
 
 SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
            "hidden_size": 576, "dtype": "bfloat16"}
@@ -54,9 +55,14 @@ def test_kv_need() -> None:
     assert cap.kv_need(23040, 64, 1000, 46592).kv_can_limit is True
 
 
+def _items(recs: list[dict]) -> list[dict]:
+    """The records as a run writes them: each with an id and a question."""
+    return [{"id": str(i), "question": "q", **r} for i, r in enumerate(recs)]
+
+
 def _run(d: Path, recs: list[dict], kv_peak: float | None = 0.05, concurrency: int = 8) -> Path:
     d.mkdir(parents=True)
-    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _items(recs)))
     (d / "manifest.json").write_text(json.dumps({"concurrency": concurrency, "server": {"max_model_len": 2048}}))
     sm = {"observed": True, "kv_cache_usage": {"n": 12, "peak": kv_peak, "mean": 0.02}} if kv_peak else \
         {"observed": False}
@@ -72,7 +78,7 @@ def test_context_budget_and_analysis(tmp_path: Path) -> None:
              {"prompt_tokens": None, "completion_tokens": None, "finish_reason": None, "raw_intent": None,
               "outcome": "context_overflow"}]
     d = _run(tmp_path / "r", recs)
-    ctx = cap.context_budget(recs, 2048)
+    ctx = cap.context_budget([ItemRecord.from_json(r) for r in _items(recs)], 2048)
     assert ctx.valid_osl.max == 49 and ctx.recommended_max_tokens == 64  # 49 × 1.25 = 61.25 → 64
     assert ctx.finish_length == 1 and ctx.context_overflow == 1
     assert ctx.headroom_tokens == 2048 - (320 + 64) and ctx.isl.n == 11
@@ -83,7 +89,7 @@ def test_context_budget_and_analysis(tmp_path: Path) -> None:
     assert "23,040 B" in md and "46,592 tokens" in md and "Recommended max_tokens: **64**" in md
     r = cap.analyse(SMOLLM2, [d])
     assert "not observed" in cap.render_markdown(r)
-    assert cap.context_budget(recs[-2:], None).recommended_max_tokens is None
+    assert cap.context_budget([ItemRecord.from_json(r) for r in _items(recs[-2:])], None).recommended_max_tokens is None
 
 
 def test_capacity_cli(tmp_path: Path) -> None:

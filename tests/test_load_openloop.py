@@ -16,6 +16,7 @@ from nlq2sql.cli.main import app
 from nlq2sql.load.contract import ClientSeen, LevelStats, Pct
 from nlq2sql.load.levels import level_stats
 from nlq2sql.load.openloop import analyse_rates, arrival_stats
+from nlq2sql.records.item import ItemRecord
 
 runner = CliRunner()
 
@@ -26,6 +27,11 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
         yield f
 
 
+def _items(recs: list[dict]) -> list[ItemRecord]:
+    """Records as read back from a run (each with an id and a question)."""
+    return [ItemRecord.from_json({"id": str(i), "question": "q", **r}) for i, r in enumerate(recs)]
+
+
 def _level(rate: float, growth_late: float, n: int = 9, ok: int | None = None, p95: float = 1.0,
            peak: int = 2) -> LevelStats:
     recs = [{"scheduled": 100.0 + i, "latency_from_arrival_s": 1.0 if i < n // 3 else growth_late}
@@ -34,11 +40,11 @@ def _level(rate: float, growth_late: float, n: int = 9, ok: int | None = None, p
                         inflight_mean=None, inflight_n=n)
     st = level_stats([], None, None, 2, run_dir="r", client=client)
     return st.model_copy(update={"offered_rate": rate, "n": n, "ok": n if ok is None else ok, "req_per_s": rate * 0.9,
-                                 "arrivals": arrival_stats(recs), "latency_from_arrival_s": Pct(n=n, p95=p95)})
+                                 "arrivals": arrival_stats(_items(recs)), "latency_from_arrival_s": Pct(n=n, p95=p95)})
 
 
 def test_arrival_stats_growth_and_realised_rate() -> None:
-    a = arrival_stats([{"scheduled": 10.0 + 0.5 * i, "latency_from_arrival_s": 1.0 + i} for i in range(9)])
+    a = arrival_stats(_items([{"scheduled": 10.0 + 0.5 * i, "latency_from_arrival_s": 1.0 + i} for i in range(9)]))
     assert a.realised_rate == pytest.approx(2.0)
     assert a.early_median_s == 2.0 and a.late_median_s == 8.0 and a.growth == pytest.approx(4.0)
     assert list(a.model_dump()) == ["n", "realised_rate", "early_median_s", "late_median_s", "growth"]  # as written

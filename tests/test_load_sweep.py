@@ -16,6 +16,7 @@ from nlq2sql.load.contract import LevelStats as Level
 from nlq2sql.load.figures import plain
 from nlq2sql.load.levels import client_stats, expand_evalset, inflight, intervals, level_stats
 from nlq2sql.load.results import SweepResult
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.stages.evalset import load_evalset
 
 TH = an.Thresholds()
@@ -188,6 +189,7 @@ def test_level_stats_from_records() -> None:
                  "latency_s": None, "started": 100.0, "finish_reason": None})
     recs.append({"outcome": "ok", "raw_intent": None, "correct_final": False, "completion_tokens": 96,
                  "latency_s": 2.0, "ttft_s": 0.1, "started": 101.0, "finish_reason": "length"})
+    recs = [ItemRecord.from_json({"id": str(i), "question": "q", **r}) for i, r in enumerate(recs)]
     st = level_stats(recs, 10.0, {"observed": False, "note": "no /metrics samples: not observed"}, 4, run_dir="r",
                      client=client_stats(None, None, len(recs), inflight(intervals(recs))))
     assert st.n == 6 and st.ok == 5 and st.good == 2 and st.schema_valid == 4

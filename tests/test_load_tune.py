@@ -23,6 +23,7 @@ from nlq2sql.load.modes import run_mode
 from nlq2sql.load.slo import parse_slo
 from nlq2sql.load.tune import Probe, TuneSettings, bisect_next, judge, probe_from_records
 from nlq2sql.load.tune_results import TuneResult
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.stages.evalset import load_evalset
 
@@ -105,7 +106,8 @@ def test_correct_goodput_counts_correct_answers_within_every_slo() -> None:
             {"id": "b", "outcome": "ok", "raw_intent": {}, "correct_final": True, "latency_s": 3.0, "ttft_s": 0.1},
             {"id": "c", "outcome": "ok", "raw_intent": {}, "correct_final": True, "latency_s": 1.0, "ttft_s": 0.9},
             {"id": "d", "outcome": "ok", "raw_intent": {}, "correct_final": False, "latency_s": 0.5, "ttft_s": 0.1}]
-    p = probe_from_records(2, Path("x"), recs, 2.0, slos, open_loop=False)
+    items = [ItemRecord.from_json({"question": "q", **r}) for r in recs]
+    p = probe_from_records(2, Path("x"), items, 2.0, slos, open_loop=False)
     assert (p.correct, p.correct_in_slo) == (3, 1)
     assert p.goodput_per_s == pytest.approx(1.5) and p.correct_goodput_per_s == pytest.approx(0.5)
     lo, hi = p.correct_goodput_ci95 or (0, 0)

@@ -26,7 +26,8 @@ from nlq2sql.inputs import parse_json, read_text
 from nlq2sql.load.contract import Pct
 from nlq2sql.load.results import SweepResult, load_result
 from nlq2sql.load.server_results import CapacityResult, ContextBudget, KvBudget, KvNeed, KvPeak, KvPerToken
-from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read_json
+from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
 from nlq2sql.run.models import DEFAULT_MODEL
 from nlq2sql.stages.score import percentiles
 
@@ -105,18 +106,18 @@ def _with_max(values: list[float]) -> Pct:
     return Pct.model_validate({**percentiles(values), "max": max(values) if values else None})
 
 
-def context_budget(records: list[dict[str, Any]], max_model_len: int | None, margin: float = 0.25
+def context_budget(records: list[ItemRecord], max_model_len: int | None, margin: float = 0.25
                    ) -> ContextBudget:
-    isl = [float(r["prompt_tokens"]) for r in records if r.get("prompt_tokens") is not None]
-    osl = [float(r["completion_tokens"]) for r in records if r.get("completion_tokens") is not None]
-    valid = [float(r["completion_tokens"]) for r in records if r.get("completion_tokens") is not None
-             and r.get("finish_reason") == "stop" and r.get("raw_intent") is not None]
+    isl = [float(v) for r in records if (v := present(r.request.prompt_tokens)) is not None]
+    osl = [float(v) for r in records if (v := present(r.request.completion_tokens)) is not None]
+    valid = [float(v) for r in records if (v := present(r.request.completion_tokens)) is not None
+             and present(r.answer.finish_reason) == "stop" and present(r.answer.raw_intent) is not None]
     rec = int(math.ceil(max(valid) * (1 + margin) / 8) * 8) if valid else None
     out = ContextBudget(
         n=len(records), isl=_with_max(isl), osl=_with_max(osl), valid_osl=_with_max(valid),
         margin=margin, recommended_max_tokens=rec,
-        finish_length=sum(1 for r in records if r.get("finish_reason") == "length"),
-        context_overflow=sum(1 for r in records if r.get("outcome") == "context_overflow"),
+        finish_length=sum(1 for r in records if present(r.answer.finish_reason) == "length"),
+        context_overflow=sum(1 for r in records if r.outcome == "context_overflow"),
         max_model_len=max_model_len,
     )
     if rec is None:
@@ -141,13 +142,12 @@ def analyse(config: dict[str, Any], dirs: list[Path], *, kv_dtype: str | None = 
             margin: float = 0.25) -> CapacityResult:
     kv = kv_per_token(config, kv_dtype)
     budget = server_budget(metrics_text)
-    records: list[dict[str, Any]] = []
+    records: list[ItemRecord] = []
     peaks: list[KvPeak] = []
     max_len, levels = None, []
     for d in dirs:
         m, s = read_json(d / MANIFEST), read_json(d / SUMMARY)
-        recs = list(iter_records(d / RECORDS))
-        records += recs
+        records += iter_item_records(d / RECORDS)
         max_len = max_len or (m.get("server") or {}).get("max_model_len")
         kvu = ((s.get("server_metrics") or {}).get("kv_cache_usage") or {})
         if kvu.get("n"):

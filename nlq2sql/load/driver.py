@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import _M
+from nlq2sql.load.contract import _M, EndpointFacts
 from nlq2sql.load.output import Plot, write_outputs
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
@@ -112,7 +112,7 @@ class LevelContext(Generic[S]):
     """What a mode's ``run_level`` and ``analyse`` get from the driver."""
 
     settings: S  # bound: ``settings.base.endpoint`` is set
-    server_info: dict[str, Any]
+    server_info: EndpointFacts
     evalsets: dict[str, Path]  # the expanded eval sets (``""``: the mode's only one)
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
@@ -189,7 +189,7 @@ def register(cls: M) -> M:
 
 
 def drive(mode: LoadMode[S, R], settings: S, progress: Progress | None = None,
-          server_info: dict[str, Any] | None = None) -> R:
+          server_info: EndpointFacts | None = None) -> R:
     """Run ``mode`` with ``settings`` from binding the endpoint to writing its files; return the result
     as written.
 
@@ -197,7 +197,8 @@ def drive(mode: LoadMode[S, R], settings: S, progress: Progress | None = None,
     local server), recorded instead of the bare URL."""
     check_resume(settings.resume, settings.force)
     mode.check(settings)
-    with bound_endpoint(settings.base) as (bound, info):
+    with bound_endpoint(settings.base) as (bound, stated):
+        info = EndpointFacts.model_validate(stated)  # the endpoint's facts as bound_endpoint states them
         if server_info is not None and settings.base.endpoint is not None:
             info = server_info
         s = settings.but(base=bound)

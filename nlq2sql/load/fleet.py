@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.driver import Progress, prepare_out
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import FleetReplica, FleetRow, FleetSweepResult, SweepResult
@@ -36,7 +37,7 @@ def _peak(res: SweepResult) -> FleetRow:
                     errors=sum(sum(s.errors.values()) for s in res.levels))
 
 
-def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
+def run_fleet_sweep(cfg: SweepConfig, server_info: EndpointFacts | None = None,
                     progress: Progress | None = None) -> FleetSweepResult:
     """The sweep for the whole fleet (``out/whole``), then for each replica (``out/replicaK``)."""
     if not cfg.base.replicas:
@@ -47,7 +48,8 @@ def run_fleet_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
     for label, pinned in members(cfg):
         if progress:
             progress(f"replica {label} alone: {pinned.endpoint}")
-        results[label] = run_sweep(cfg.but(base=pinned), {"endpoint": pinned.endpoint}, progress)
+        facts = EndpointFacts.model_validate({"endpoint": pinned.endpoint})
+        results[label] = run_sweep(cfg.but(base=pinned), facts, progress)
     rows = {k: _peak(v) for k, v in results.items()}
     alone = [rows[k].peak_req_per_s for k in rows if k != "whole"]
     whole = rows["whole"].peak_req_per_s

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import LevelStats, endpoint_labels
+from nlq2sql.load.contract import EndpointFacts, LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
@@ -216,8 +216,8 @@ class GridMode(LoadMode[GridConfig, GridResult]):
 
     def analyse(self, ctx: LevelContext[GridConfig], done: list[Any]) -> GridResult:
         cfg, info = ctx.settings, ctx.server_info
-        label, cpu = endpoint_labels("local vLLM started for the grid" if info.get("started_by_us") else None,
-                                     info.get("endpoint"))
+        label, cpu = endpoint_labels("local vLLM started for the grid" if info.started_by_us else None,
+                                     info.endpoint)
         return GridResult(
             kind="grid", created=time.time(), elapsed_s=time.time() - ctx.started,
             model=cfg.base.model, evalset=cfg.base.evalset, server=info, endpoint_label=label, cpu_label=cpu,
@@ -231,7 +231,7 @@ class GridMode(LoadMode[GridConfig, GridResult]):
         return render_markdown(result)
 
 
-def run_grid(cfg: GridConfig, server_info: dict[str, Any] | None = None,
+def run_grid(cfg: GridConfig, server_info: EndpointFacts | None = None,
              progress: Progress | None = None) -> GridResult:
     """Run every cell (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
     return drive(GridMode(), cfg, progress, server_info=server_info)

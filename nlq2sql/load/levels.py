@@ -21,7 +21,9 @@ from typing import Any
 
 from nlq2sql.inputs import MAX_REQUESTS, at_most
 from nlq2sql.load.contract import ClientSeen, Gauge, Inflight, LevelStats, Machine, Pct, ServerSeen
-from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, iter_records, read_json, write_json_atomic
+from nlq2sql.load.slo import is_correct
+from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.semantic import load_catalog
@@ -87,7 +89,7 @@ def stats_from_run(run_dir: Path, client_cpu_s: float | None = None,
     """Level stats from a recorded run directory (works offline on old runs too)."""
     manifest = read_json(run_dir / MANIFEST)
     summary = read_json(run_dir / SUMMARY)
-    records = list(iter_records(run_dir / RECORDS))
+    records = list(iter_item_records(run_dir / RECORDS))
     wall = (summary.get("throughput") or {}).get("wall_s")
     client = client_stats(client_cpu_s, client_wall_s, len(records), inflight(intervals(records)))
     st = level_stats(records, wall, summary.get("server_metrics"), int(manifest.get("concurrency") or 0),
@@ -107,10 +109,10 @@ def client_stats(cpu_s: float | None, wall_s: float | None, n: int, seen: Inflig
                       cpu_ms_per_request=1000 * cpu_s / n if n else None, n=n, **seen.to_json())
 
 
-def intervals(records: list[dict[str, Any]]) -> list[tuple[float, float]]:
+def intervals(records: list[ItemRecord]) -> list[tuple[float, float]]:
     """(start, end) of every request that has both."""
-    return [(r["started"], r["started"] + r["latency_s"]) for r in records
-            if r.get("started") and r.get("latency_s") is not None]
+    return [(start, start + latency) for r in records
+            if (start := present(r.request.started)) and (latency := present(r.request.latency_s)) is not None]
 
 
 def inflight(spans: list[tuple[float, float]]) -> Inflight:
@@ -132,23 +134,23 @@ def inflight(spans: list[tuple[float, float]]) -> Inflight:
                     inflight_n=len(spans))
 
 
-def level_stats(records: list[dict[str, Any]], wall_s: float | None,
+def level_stats(records: list[ItemRecord], wall_s: float | None,
                 server_metrics: dict[str, Any] | None, concurrency: int, *, run_dir: str,
                 client: ClientSeen) -> LevelStats:
     """Throughput, goodput, tokens, latency percentiles, errors and server gauges for one level
     (``run_dir``: where it was recorded; ``client``: the harness seen around it)."""
     n = len(records)
-    ok = [r for r in records if r.get("outcome") == "ok"]
-    good = [r for r in ok if r.get("raw_intent") is not None and r.get("correct_final")]
-    errors = Counter(r.get("outcome") or "n/a" for r in records if r.get("outcome") != "ok")
-    finish = Counter(r.get("finish_reason") or "n/a" for r in records)
-    out_tokens = sum(r.get("completion_tokens") or 0 for r in ok)
+    ok = [r for r in records if r.outcome == "ok"]
+    good = [r for r in ok if is_correct(r)]
+    errors = Counter(r.outcome or "n/a" for r in records if r.outcome != "ok")
+    finish = Counter(present(r.answer.finish_reason) or "n/a" for r in records)
+    out_tokens = sum(present(r.request.completion_tokens) or 0 for r in ok)
 
     def rate(k: float) -> float | None:
         return k / wall_s if wall_s else None
 
     def pct(key: str) -> Pct:
-        return Pct.model_validate(percentiles([float(r[key]) for r in ok if r.get(key) is not None]))
+        return Pct.model_validate(percentiles([float(v) for r in ok if (v := r.get(key)) is not None]))
 
     sm = server_metrics or {}
     observed = bool(sm.get("observed"))
@@ -161,7 +163,7 @@ def level_stats(records: list[dict[str, Any]], wall_s: float | None,
 
     return LevelStats(
         concurrency=concurrency, n=n, ok=len(ok), good=len(good),
-        schema_valid=sum(1 for r in ok if r.get("raw_intent") is not None),
+        schema_valid=sum(1 for r in ok if present(r.answer.raw_intent) is not None),
         wall_s=wall_s,
         req_per_s=rate(len(ok)), goodput_per_s=rate(len(good)),
         output_tok_per_s=rate(out_tokens), output_tokens=out_tokens,

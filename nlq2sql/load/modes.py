@@ -17,7 +17,7 @@ from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.load import grid, openloop, serialization, sweep, tune
-from nlq2sql.load.contract import _M
+from nlq2sql.load.contract import _M, EndpointFacts
 from nlq2sql.load.driver import MODES, LoadMode, Progress, drive
 from nlq2sql.load.sweep import SweepConfig
 
@@ -103,7 +103,8 @@ def run_job(job: SweepJob, progress: Progress | None = None) -> SweepOutcome:
         from nlq2sql.run.config import preflight
 
         preflight(cfg.base)  # every replica reachable and serving the model before anything is written
-        fres = fleet.run_fleet_sweep(cfg, {"endpoint": "fleet", "started_by_us": False}, progress)
+        facts = EndpointFacts.model_validate({"endpoint": "fleet", "started_by_us": False})
+        fres = fleet.run_fleet_sweep(cfg, facts, progress)
         return SweepOutcome(fleet.render_markdown(fres),
                             f"{out / 'fleet-sweep.json'}, {out / 'fleet-sweep.md'} and one sweep per replica")
     else:

@@ -29,13 +29,14 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import cost_per_1k
-from nlq2sql.load.contract import Arrivals, LevelStats, endpoint_labels
+from nlq2sql.load.contract import Arrivals, EndpointFacts, LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
 from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, RateSweepResult
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
-from nlq2sql.records.store import RECORDS, iter_records
+from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.store import RECORDS
 
 
 class RateSweepConfig(LoadSettings):
@@ -84,7 +85,7 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
         run_level(base, ctx.evalset_path, s.max_in_flight, d, rate=level, reuse=s.resume)
         st = rate_level(d)
         if s.slo:
-            st.correct_goodput_per_s = correct_goodput(list(iter_records(d / RECORDS)), st.wall_s, s.slo,
+            st.correct_goodput_per_s = correct_goodput(list(iter_item_records(d / RECORDS)), st.wall_s, s.slo,
                                                        open_loop=True)
         if st.not_sent:
             ctx.notes.append(f"rate {level:g}: the {s.duration_s:g} s duration ended the schedule after "
@@ -99,8 +100,8 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
 
     def analyse(self, ctx: LevelContext[RateSweepConfig], done: list[Any]) -> RateSweepResult:
         cfg, info = ctx.settings, ctx.server_info
-        label, cpu = endpoint_labels("local vLLM started for the sweep" if info.get("started_by_us") else None,
-                                     info.get("endpoint"))
+        label, cpu = endpoint_labels("local vLLM started for the sweep" if info.started_by_us else None,
+                                     info.endpoint)
         return RateSweepResult(
             kind="rate-sweep", created=time.time(), elapsed_s=time.time() - ctx.started,
             model=cfg.base.model, evalset=cfg.base.evalset, server=info, endpoint_label=label, cpu_label=cpu,
@@ -119,9 +120,9 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
         return render_markdown(result)
 
 
-def arrival_stats(records: list[dict[str, Any]]) -> Arrivals:
+def arrival_stats(records: list[ItemRecord]) -> Arrivals:
     """Realised arrival rate and queue growth (late vs early arrivals) from one level's records."""
-    arr = sorted((r["scheduled"], r.get("latency_from_arrival_s")) for r in records if r.get("scheduled"))
+    arr = sorted((at, present(r.load.latency_from_arrival_s)) for r in records if (at := present(r.load.scheduled)))
     rate = (len(arr) - 1) / (arr[-1][0] - arr[0][0]) if len(arr) >= 2 and arr[-1][0] > arr[0][0] else None
     third = len(arr) // 3
     early = [v for _, v in arr[:third] if v is not None]
@@ -135,7 +136,7 @@ def arrival_stats(records: list[dict[str, Any]]) -> Arrivals:
 def rate_level(run_dir: Path) -> LevelStats:
     """A level's stats (as ``level.json`` holds them) with its arrivals."""
     st = stats_from_run(run_dir)
-    st.arrivals = arrival_stats(list(iter_records(run_dir / RECORDS)))
+    st.arrivals = arrival_stats(list(iter_item_records(run_dir / RECORDS)))
     return st
 
 
@@ -259,7 +260,7 @@ def plot(res: RateSweepResult, out: Path) -> str:
     return path.name
 
 
-def run_rate_sweep(cfg: RateSweepConfig, server_info: dict[str, Any] | None = None,
+def run_rate_sweep(cfg: RateSweepConfig, server_info: EndpointFacts | None = None,
                    progress: Progress | None = None) -> RateSweepResult:
     """Run each offered rate (a local server is started when ``cfg.base`` has no endpoint); write
     rate-sweep.json/.md and a plot."""

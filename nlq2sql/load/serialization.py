@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import LevelStats
+from nlq2sql.load.contract import EndpointFacts, LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
@@ -295,7 +295,7 @@ class SerializationMode(LoadMode[SerializationConfig, SerializationResult]):
                                       "staircase (other work on the machine?): the fastest was used")
         return SerializationResult(
             kind="serialization", created=time.time(), elapsed_s=time.time() - ctx.started,
-            endpoint=str(base.endpoint) if not info.get("started_by_us") else "local", model=base.model, server=info,
+            endpoint=str(base.endpoint) if not info.started_by_us else "local", model=base.model, server=info,
             config=SerializationSettings(level=cfg.level, requests_single=cfg.requests_single, warmup=cfg.warmup,
                                          requests_level=cfg.requests_level, staircase=cfg.staircase,
                                          max_tokens=base.sampling.max_tokens, structured=base.sampling.structured),
@@ -307,7 +307,7 @@ class SerializationMode(LoadMode[SerializationConfig, SerializationResult]):
         return render_markdown(result)
 
 
-def run(cfg: SerializationConfig, server_info: dict[str, Any] | None = None,
+def run(cfg: SerializationConfig, server_info: EndpointFacts | None = None,
         progress: Progress | None = None) -> SerializationResult:
     """Measure and decide (a local server is started when ``cfg.base`` has no endpoint); write and return."""
     return drive(SerializationMode(), cfg, progress, server_info=server_info)

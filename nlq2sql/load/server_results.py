@@ -6,11 +6,11 @@ validated before anything is written, read back with :func:`.results.load_result
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from nlq2sql.load.contract import _M, LevelStats, Num, Pct, _Result, _Stamped
+from nlq2sql.load.contract import _M, EndpointFacts, LevelStats, Num, Pct, _Result, _Stamped
 
 __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
            "SerializationResult", "SerializationSettings", "Staircase"]
@@ -78,7 +78,7 @@ class SerializationResult(_Result):
     elapsed_s: float | None = None
     endpoint: str
     model: str
-    server: dict[str, Any]  # the endpoint's facts, open by nature
+    server: EndpointFacts
     config: SerializationSettings
     thresholds: dict[str, float]
     verdict: str

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from nlq2sql.errors import InputError
+from nlq2sql.records.item import ItemRecord, present
 
 __all__ = ["METRICS", "Slo", "correct_goodput", "is_correct", "parse_slo", "parse_slos", "request_value"]
 
@@ -52,20 +53,21 @@ def parse_slos(cls: Any, v: Any) -> Any:
     return tuple(parse_slo(x) if isinstance(x, str) else x for x in v or ())
 
 
-def request_value(r: dict[str, Any], s: Slo, open_loop: bool = False) -> float | None:
+def request_value(r: ItemRecord, s: Slo, open_loop: bool = False) -> float | None:
     key = "latency_from_arrival_s" if open_loop and s.metric == "e2e" else METRICS[s.metric]
     v = r.get(key)
     if v is None and key == "latency_from_arrival_s":
-        v = r.get("latency_s")
+        v = present(r.request.latency_s)
     return float(v) if v is not None else None
 
 
-def is_correct(r: dict[str, Any]) -> bool:
+def is_correct(r: ItemRecord) -> bool:
     """The sweep's "good": answered, schema-valid and finally correct."""
-    return bool(r.get("outcome") == "ok" and r.get("raw_intent") is not None and r.get("correct_final"))
+    return bool(r.outcome == "ok" and present(r.answer.raw_intent) is not None
+                and r.judgement is not None and present(r.judgement.correct_final))
 
 
-def correct_goodput(records: list[dict[str, Any]], wall_s: float | None, slos: tuple[Slo, ...],
+def correct_goodput(records: list[ItemRecord], wall_s: float | None, slos: tuple[Slo, ...],
                     open_loop: bool = False) -> float | None:
     """Correct answers per second whose request met every SLO threshold (None without a wall time)."""
     if not wall_s:

@@ -32,7 +32,7 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import Thresholds, analyse
-from nlq2sql.load.contract import ClientSeen, LevelStats, Machine, endpoint_labels
+from nlq2sql.load.contract import ClientSeen, EndpointFacts, LevelStats, Machine, endpoint_labels
 from nlq2sql.load.driver import (
     LevelContext,
     LoadMode,
@@ -49,7 +49,8 @@ from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
 from nlq2sql.load.results import ServerSweepResult, SettingRow, SweepResult, SweepSettings, load_result
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
-from nlq2sql.records.store import RECORDS, iter_records
+from nlq2sql.records.item import iter_item_records
+from nlq2sql.records.store import RECORDS
 from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["SweepConfig", "SweepMode", "assemble",
@@ -104,7 +105,7 @@ class SweepMode(LoadMode[SweepConfig, SweepResult]):
         d = ctx.out / "levels" / f"c{level}"
         st = run_level(base, ctx.evalset_path, level, d, reuse=s.resume)
         if s.slo:
-            st.correct_goodput_per_s = correct_goodput(list(iter_records(d / RECORDS)), st.wall_s, s.slo)
+            st.correct_goodput_per_s = correct_goodput(list(iter_item_records(d / RECORDS)), st.wall_s, s.slo)
         return st
 
     def describe(self, level: Any, stats: Any) -> str:
@@ -139,19 +140,19 @@ class SweepMode(LoadMode[SweepConfig, SweepResult]):
         return render_markdown(result)
 
 
-def run_sweep(cfg: SweepConfig, server_info: dict[str, Any] | None = None,
+def run_sweep(cfg: SweepConfig, server_info: EndpointFacts | None = None,
               progress: Progress | None = None) -> SweepResult:
     """Run every level (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
     return drive(SweepMode(), cfg, progress, server_info=server_info)
 
 
-def assemble(cfg: SweepConfig, stats: list[LevelStats], server_info: dict[str, Any], notes: list[str]
+def assemble(cfg: SweepConfig, stats: list[LevelStats], server_info: EndpointFacts, notes: list[str]
              ) -> SweepResult:
     """``sweep.json`` as the sweep builds it (the driver adds ``elapsed_s``, the output layer the rest)."""
     base = cfg.base
-    seqs = server_info.get("max_num_seqs")
+    seqs = server_info.max_num_seqs
     label, cpu = endpoint_labels("local vLLM started for the sweep" + (f" (max-num-seqs {seqs})" if seqs else "")
-                                 if server_info.get("started_by_us") else None, server_info.get("endpoint"))
+                                 if server_info.started_by_us else None, server_info.endpoint)
     return SweepResult(
         kind="sweep", created=time.time(), model=base.model, evalset=base.evalset, endpoint_label=label,
         cpu_label=cpu, server=server_info,
@@ -231,7 +232,8 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
             progress(f"starting a local server with {knob.replace('_', '-')}={v}")
         setting: dict[str, Any] = {knob: v}  # one server knob, chosen by name
         with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, info):
-            res = run_sweep(cfg.but(base=replace(bound, out=sub), force=True), info, progress)
+            facts = EndpointFacts.model_validate(info)
+            res = run_sweep(cfg.but(base=replace(bound, out=sub), force=True), facts, progress)
         rows.append(summarise_setting(v, str(sub), res))
     combined = ServerSweepResult(kind="server-sweep", knob=knob, values=list(values), settings=rows)
     return write_outputs(cfg.base.out, "server-sweep", combined, render_server_sweep)

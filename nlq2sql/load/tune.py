@@ -27,13 +27,15 @@ import numpy as np
 from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
+from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import Plot
 from nlq2sql.load.slo import Slo, is_correct, parse_slos, request_value
 from nlq2sql.load.tune_report import assemble, plot_curve, render_markdown
 from nlq2sql.load.tune_results import ProbeCounts, TuneResult, TuneVerdict
-from nlq2sql.records.store import RECORDS, iter_records
+from nlq2sql.records.item import ItemRecord, iter_item_records
+from nlq2sql.records.store import RECORDS
 from nlq2sql.stages.score import mcnemar_exact, wilson
 
 __all__ = ["Probe", "TuneMode", "TuneSettings", "bisect_next", "judge", "probe_from_records", "tune_result"]
@@ -69,15 +71,15 @@ class Probe(ProbeCounts):
     items: dict[str, bool]
 
 
-def probe_from_records(load: float, run_dir: Path, records: list[dict[str, Any]], wall_s: float | None,
+def probe_from_records(load: float, run_dir: Path, records: list[ItemRecord], wall_s: float | None,
                        slos: tuple[Slo, ...], open_loop: bool) -> Probe:
     """A probe's counts from its scored records (pure: used on fresh and on resumed probes alike)."""
-    def value(r: dict[str, Any], s: Slo) -> float | None:
+    def value(r: ItemRecord, s: Slo) -> float | None:
         return request_value(r, s, open_loop)
 
-    ok = [r for r in records if r.get("outcome") == "ok"]
-    correct = {str(r["id"]): is_correct(r) for r in records}
-    within = [r for r in records if correct[str(r["id"])]
+    ok = [r for r in records if r.outcome == "ok"]
+    correct = {r.id: is_correct(r) for r in records}
+    within = [r for r in records if correct[r.id]
               and all((v := value(r, s)) is not None and v <= s.limit_s for s in slos)]
     observed: dict[str, float | None] = {}
     for s in slos:
@@ -165,7 +167,7 @@ class TuneMode(LoadMode[TuneSettings, TuneResult]):
         else:
             d = ctx.out / "probes" / f"r{load:g}"
             st = run_level(s.base, ctx.evalset_path, s.max_in_flight, d, rate=load, reuse=s.resume)
-        return probe_from_records(load, d.relative_to(ctx.out), list(iter_records(d / RECORDS)), st.wall_s,
+        return probe_from_records(load, d.relative_to(ctx.out), list(iter_item_records(d / RECORDS)), st.wall_s,
                                   s.slo, s.by == "rate")
 
     def describe(self, level: Any, stats: Any) -> str:
@@ -180,6 +182,6 @@ class TuneMode(LoadMode[TuneSettings, TuneResult]):
         return render_markdown(result)
 
 
-def tune_result(s: TuneSettings, done: list[Probe], server_info: dict[str, Any], notes: list[str]) -> TuneResult:
+def tune_result(s: TuneSettings, done: list[Probe], server_info: EndpointFacts, notes: list[str]) -> TuneResult:
     """The result from the probes (in the order run): each judged against the first, then the picks."""
     return assemble(s, done, [judge(p, done[0], s) for p in done], server_info, notes)

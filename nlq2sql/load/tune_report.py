@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from nlq2sql.load.contract import endpoint_labels
+from nlq2sql.load.contract import EndpointFacts, endpoint_labels
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.tune_results import OperatingPoint, ProbeRow, TuneConfig, TuneResult, TuneVerdict
 
@@ -29,7 +29,7 @@ def _pick(rows: list[ProbeRow]) -> ProbeRow | None:
     return max(ok, key=lambda x: (x[0], x[1]))[2] if ok else None
 
 
-def assemble(s: TuneSettings, done: list[Probe], verdicts: list[TuneVerdict], server_info: dict[str, Any],
+def assemble(s: TuneSettings, done: list[Probe], verdicts: list[TuneVerdict], server_info: EndpointFacts,
              notes: list[str]) -> TuneResult:
     """The result: each probe (in the order run) with its verdict against the baseline, then the picks."""
     base = done[0] if done else None
@@ -48,8 +48,8 @@ def assemble(s: TuneSettings, done: list[Probe], verdicts: list[TuneVerdict], se
     if any(r.n < 30 for r in rows):
         notes.append("Fewer than 30 requests per probe: the McNemar test has little power; a drop in "
                      "accuracy may go undetected (raise --requests).")
-    label, cpu = endpoint_labels("local vLLM started for the tune" if server_info.get("started_by_us") else None,
-                                 server_info.get("endpoint"))
+    label, cpu = endpoint_labels("local vLLM started for the tune" if server_info.started_by_us else None,
+                                 server_info.endpoint)
     return TuneResult(
         kind="tune", created=time.time(), model=s.base.model, evalset=s.base.evalset, endpoint_label=label,
         cpu_label=cpu, server=server_info,

@@ -22,6 +22,7 @@ from retail import retail_wh
 
 from nlq2sql.load import serialization as ser
 from nlq2sql.load import sweep as sw
+from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.probe_results import CancelProbeResult, HealthProbeResult, PrefixProbeResult
 from nlq2sql.load.probes import Target, run_probe
 from nlq2sql.load.proxy import Proxy
@@ -51,7 +52,7 @@ def test_sweep_live(vllm_server: LocalServer, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     cfg = sw.SweepConfig(base=base(vllm_server.url, vllm_server.model_name, out), levels=(1, 8),
                          requests=8, slo_p95=(0.5, 120.0), gpu_cost_per_hour=1.0, warmup=0)
-    res = sw.run_sweep(cfg, {"started_by_us": False, "endpoint": vllm_server.url})
+    res = sw.run_sweep(cfg, EndpointFacts(started_by_us=False, endpoint=vllm_server.url))
     print((out / "sweep.md").read_text())
     lv = {s.concurrency: s for s in res.levels}
     assert all(s.n == 8 and s.ok == 8 for s in lv.values()), [s.errors for s in lv.values()]
@@ -76,7 +77,7 @@ def test_rate_sweep_live(vllm_server: LocalServer, tmp_path: Path) -> None:
     out = tmp_path / "rates"
     cfg = openloop.RateSweepConfig(base=base(vllm_server.url, vllm_server.model_name, out), rates=(0.2, 3.0),
                                    requests=6, max_in_flight=32, warmup=0, slo_p95=(300.0,))
-    res = openloop.run_rate_sweep(cfg, {"started_by_us": False, "endpoint": vllm_server.url})
+    res = openloop.run_rate_sweep(cfg, EndpointFacts(started_by_us=False, endpoint=vllm_server.url))
     print((out / "rate-sweep.md").read_text())
     lv = {s.offered_rate: s for s in res.levels}
     assert all(s.n == 6 and s.ok == 6 for s in lv.values()), [s.errors for s in lv.values()]
@@ -96,7 +97,7 @@ def test_grid_live(vllm_server: LocalServer, tmp_path: Path) -> None:
     out = tmp_path / "grid"
     cfg = gr.GridConfig(base=base(vllm_server.url, vllm_server.model_name, out), levels=(1, 4),
                         classes=gr.parse_classes("short,long:384:24"), requests=4, warmup=0)
-    res = gr.run_grid(cfg, {"started_by_us": False, "endpoint": vllm_server.url})
+    res = gr.run_grid(cfg, EndpointFacts(started_by_us=False, endpoint=vllm_server.url))
     print((out / "grid.md").read_text())
     cells = {(c.cls, c.concurrency): c for c in res.cells}
     assert all(c.n == c.ok == 4 for c in cells.values()), [c.errors for c in cells.values()]
