@@ -4,7 +4,8 @@ sent its load, its retry budget, its replicas and client engine, a learned guard
 
 They live apart from :mod:`nlq2sql.records.results` (the manifest and summary contracts) so that
 the code building a section (``run.config.probe_endpoint``, ``run.canary``, ``run.serving``, …)
-imports its type from the bottom layer without pulling in the summary.  Each section is built as
+imports its type from the bottom layer without the contracts (its base, shared with the summary's
+sections, is :class:`nlq2sql.records.summary_parts.Part`).  Each section is built as
 its model and turned into JSON once, at the write (:meth:`Part.written`): only the keys the
 builder set are written, in declaration order, so a key that is absent in some runs (``also``,
 ``order_seed``, a sampling's ``top_logprobs``) stays absent, and manifests stay byte-identical.
@@ -15,16 +16,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from nlq2sql.records.summary_parts import Part as Section
 
 __all__ = ["CanaryPart", "EnginePart", "GuardrailArtefact", "LoadPart", "Part", "ReplicaPart", "RetryBudgetPart",
            "SamplingPart", "ServerFacts", "StructuredOutputs"]
 
 
-class Part(BaseModel):
-    """A manifest section: undeclared keys are refused (a typo fails the write, not a reader)."""
+class Part(Section):
+    """A manifest section: a results section (undeclared keys refused) whose keys may have aliases
+    (``schema``/``schema_json`` in sampling), so it is read by field name too and written by alias."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     def written(self) -> dict[str, Any]:
         """The section as ``manifest.json`` holds it (the JSON edge): the keys set, in order."""
