@@ -2,8 +2,8 @@
 
 The point of the registry is that a condition is one module: here a trivial one is declared in
 this test module only — no package file names it — registered, and run on the fake server in
-one process and in worker processes; its prompt change reaches the server and its traces reach
-the records and the manifest.
+one process and in worker processes; its prompt change reaches the server and its traces (declared
+as types: :class:`NoteTrace`, :class:`NoteAfter`) reach the records and the manifest.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from fakeserver import FakeServer, script
 from pydantic import Field
 
 from nlq2sql.conditions.registry import REGISTRY, Condition, ConditionSet, Messages, Settings
+from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.manifest_parts import Part
@@ -36,6 +38,23 @@ class NoteSettings(Settings):
     note: str = Field("", description="A fixed sentence appended to the system prompt (test only).")
 
 
+class NoteTrace(Trace):
+    """What ``before`` records per item."""
+
+    note_chars: int
+
+
+class Outcome(msgspec.Struct):
+    outcome: str
+    scored: bool
+
+
+class NoteAfter(Trace):
+    """What ``after`` adds over the scored record."""
+
+    note_after: Outcome
+
+
 class Note(Condition[NoteSettings]):
     """Appends a sentence to the system prompt; records its length per item, and after scoring
     whether the item was answered."""
@@ -46,6 +65,7 @@ class Note(Condition[NoteSettings]):
     conflicts = ("planner",)
     manifest_keys = ("note_sentence",)
     label_rank = 5.0
+    trace = NoteTrace
 
     def manifest(self) -> Part:
         return self.manifest_part().model_validate(
@@ -55,12 +75,12 @@ class Note(Condition[NoteSettings]):
     def label(cls, manifest: Mapping[str, Any]) -> str | None:
         return "note" if manifest.get("note_sentence") else None
 
-    def before(self, question: str, messages: Messages, trace: dict[str, Any]) -> Messages:
-        trace["note_chars"] = len(self.settings.note)
-        return [{**messages[0], "content": messages[0]["content"] + self.settings.note}, *messages[1:]]
+    def before(self, question: str, messages: Messages) -> tuple[Messages, NoteTrace]:
+        note = [{**messages[0], "content": messages[0]["content"] + self.settings.note}, *messages[1:]]
+        return note, NoteTrace(note_chars=len(self.settings.note))
 
     def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
-        rec.traces["note_after"] = {"outcome": comp.outcome, "scored": scored}
+        rec.merge(NoteAfter(note_after=Outcome(outcome=comp.outcome, scored=scored)))
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from nlq2sql.conditions.confidence import intent_evidence
@@ -30,14 +31,17 @@ def test_the_decisive_token_of_a_compact_answer() -> None:
               ("_n", 0.0, [("_n", 0.0)]), ("_by", 0.0, []), ("_metric", 0.0, []), ('","', 0.0, [])]
     ev = intent_evidence(tokens)
     assert ev is not None
-    assert (ev["kind"], ev["token"], ev["token_index"]) == ("top_n_by_metric", "top", 3)
+    assert (ev.kind, ev.token, ev.token_index) == ("top_n_by_metric", "top", 3)
     # "to" fits top_n only as well (a prefix of it): its mass counts for top_n; "$" is masked
-    assert ev["kinds"] == {"breakdown": 0.3, "time_series": 0.05, "top_n_by_metric": 0.61}
-    assert ev["confidence"] == pytest.approx(0.61 / 0.96, abs=1e-4)
-    assert ev["p_token"] == pytest.approx(0.6)
+    assert ev.kinds == {"breakdown": 0.3, "time_series": 0.05, "top_n_by_metric": 0.61}
+    assert ev.confidence == pytest.approx(0.61 / 0.96, abs=1e-4)
+    assert ev.p_token == pytest.approx(0.6)
+    # as the record holds it: v1's keys in their written order, no ``over`` / ``answer_share``
+    flat = msgspec.to_builtins(ev)
+    assert list(flat) == ["kind", "token", "token_index", "p_token", "kinds", "confidence"]
     # the model's share on a kind a guardrail answered instead
-    assert kind_share(ev, "breakdown") == pytest.approx(0.3 / 0.96, abs=1e-4)
-    assert kind_share(ev, "top_n_by_metric") == ev["confidence"] == kind_share(ev, None)
+    assert kind_share(flat, "breakdown") == pytest.approx(0.3 / 0.96, abs=1e-4)
+    assert kind_share(flat, "top_n_by_metric") == ev.confidence == kind_share(flat, None)
 
 
 def test_an_ambiguous_token_defers_the_decision() -> None:
@@ -46,25 +50,25 @@ def test_an_ambiguous_token_defers_the_decision() -> None:
               ("op", lp(0.7), [("op", lp(0.7)), ("ime", lp(0.2)), ("x", lp(0.1))]),
               ("_n_by_metric", 0.0, [])]
     ev = intent_evidence(tokens)
-    assert ev is not None and (ev["kind"], ev["token_index"]) == ("top_n_by_metric", 2)
-    assert ev["kinds"] == {"time_series": 0.2, "top_n_by_metric": 0.7}  # "x" fits no kind
+    assert ev is not None and (ev.kind, ev.token_index) == ("top_n_by_metric", 2)
+    assert ev.kinds == {"time_series": 0.2, "top_n_by_metric": 0.7}  # "x" fits no kind
     # a token that carries the value's opening quote and the kind's first letters at once
     joined = [('{"intent":', 0.0, []), ('"break', lp(0.8), [('"break', lp(0.8)), ('"top', lp(0.2)),
                                                              ("break", lp(0.1))])]
     ev = intent_evidence(joined)
-    assert ev is not None and ev["kinds"] == {"breakdown": 0.8, "top_n_by_metric": 0.2}
+    assert ev is not None and ev.kinds == {"breakdown": 0.8, "top_n_by_metric": 0.2}
 
 
 def test_the_planners_bare_choice_and_what_gives_no_evidence() -> None:
     ev = intent_evidence([("time", lp(0.5), [("time", lp(0.5)), ("top", lp(0.25)), ("break", lp(0.25))]),
                           ("_series", 0.0, [])])
-    assert ev is not None and ev["kind"] == "time_series" and ev["confidence"] == pytest.approx(0.5)
+    assert ev is not None and ev.kind == "time_series" and ev.confidence == pytest.approx(0.5)
     assert intent_evidence(None) is None and intent_evidence([]) is None
     assert intent_evidence([('{"metric":"revenue"}', 0.0, [])]) is None  # no intent value at all
     assert intent_evidence([('{"intent":"', 0.0, []), ("pie", 0.0, [])]) is None  # fits no kind
     # the kind finished inside one token followed by the closing quote
     ev = intent_evidence([('{"intent":"', 0.0, []), ('breakdown","', lp(0.9), [])])
-    assert ev is not None and ev["kind"] == "breakdown" and ev["confidence"] == 1.0
+    assert ev is not None and ev.kind == "breakdown" and ev.confidence == 1.0
 
 
 def test_abstain_below_is_checked(tmp_path: Path) -> None:

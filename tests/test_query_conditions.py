@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from fakeserver import FakeServer, script
 
@@ -104,14 +105,14 @@ def test_vote_over_canonical_v2_queries_with_abstentions_as_votes() -> None:
 
     t = json.dumps
     v = vote([t(GOLD), t(SAME), t(OTHER)], catalog(), "query")
-    assert (v["winner"], v["votes"], v["valid"], v["distinct"], v["tie"]) == (0, 2, 3, 2, False)
+    assert (v.winner, v.votes, v.valid, v.distinct, v.tie) == (0, 2, 3, 2, False)
     no = [t({"unanswerable": "no cost data"}), t(OTHER), t({"unanswerable": "we hold no margins"})]
     v = vote(no, catalog(), "query")
-    assert (v["winner"], v["votes"], v["distinct"]) == (0, 2, 2)  # two reasons, one abstention vote
+    assert (v.winner, v.votes, v.distinct) == (0, 2, 2)  # two reasons, one abstention vote
     v = vote([t(GOLD), t(OTHER), "not json", t({"metrics": ["nope"]})], catalog(), "query")
-    assert v["tie"] and v["valid"] == 2
+    assert v.tie and v.valid == 2
     # the v1 vote is unchanged: a v2 text is no intent
-    assert vote([t(GOLD)], catalog())["winner"] is None
+    assert vote([t(GOLD)], catalog()).winner is None
 
 
 
@@ -127,11 +128,14 @@ def test_query_evidence_reads_answering_then_the_first_metric() -> None:
                 ('":["', lp(1.0), []), ("rev", lp(0.6), [("rev", lp(0.6)), ("units", lp(0.3)), ("@@", lp(0.1))]),
                 ('enue"]}', lp(1.0), [])]
     ev = query_evidence(answered, metrics)
-    assert ev is not None and ev["over"] == "metric" and ev["kind"] == "revenue"
-    assert ev["answer_share"] == 0.8 and ev["confidence"] == round(0.8 * round(0.6 / 0.9, 4), 4)
+    assert ev is not None and ev.over == "metric" and ev.kind == "revenue"
+    assert ev.answer_share == 0.8 and ev.confidence == round(0.8 * round(0.6 / 0.9, 4), 4)
+    assert list(msgspec.to_builtins(ev)) == ["over", "kind", "token", "token_index", "p_token", "kinds",
+                                             "confidence", "answer_share"]  # as the record writes it
     abstained = [('{"un', lp(0.7), [('{"un', lp(0.7)), ('{"metrics', lp(0.3))]), ('answerable":"x"}', 0.0, [])]
     ev = query_evidence(abstained, metrics)
-    assert ev is not None and ev["over"] == "answer" and ev["kind"] == "unanswerable" and ev["confidence"] == 0.7
+    assert ev is not None and ev.over == "answer" and ev.kind == "unanswerable" and ev.confidence == 0.7
+    assert list(msgspec.to_builtins(ev)) == ["over", "kind", "token", "token_index", "p_token", "kinds", "confidence"]
     assert query_evidence(None, metrics) is None and query_evidence([("oops", 0.0, [])], metrics) is None
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from retail import RETAIL
 
@@ -29,11 +30,14 @@ def text(d: dict[str, Any], **kw: Any) -> str:
 def test_vote_majority_over_canonical_intents() -> None:
     # the same intent written two ways (key order, spacing) is one vote
     v = vote([text(A), text(dict(reversed(A.items())), indent=1), text(B)], RETAIL)
-    assert (v["winner"], v["votes"], v["valid"], v["tie"], v["distinct"]) == (0, 2, 3, False, 2)
-    assert vote([text(A), text(B)], RETAIL)["tie"] is True
+    assert (v.winner, v.votes, v.valid, v.tie, v.distinct) == (0, 2, 3, False, 2)
+    assert vote([text(A), text(B)], RETAIL).tie is True
     v = vote(["not json", text(B), "{}"], RETAIL)
-    assert (v["winner"], v["votes"], v["valid"]) == (1, 1, 1)
-    assert vote(["nope"], RETAIL)["winner"] is None
+    assert (v.winner, v.votes, v.valid) == (1, 1, 1)
+    assert vote(["nope"], RETAIL).winner is None
+    # as the record writes ``votes``: in this order, ``distinct`` absent when no sample was valid
+    assert list(msgspec.to_builtins(vote(["nope"], RETAIL))) == ["n", "valid", "winner", "votes", "tie", "share"]
+    assert list(msgspec.to_builtins(v))[-1] == "distinct"
 
 
 def test_abstention_reasons_and_scoring() -> None:

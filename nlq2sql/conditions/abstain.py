@@ -13,17 +13,19 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from msgspec import UNSET, UnsetType
 from pydantic import Field
 
-from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence, query_evidence
+from nlq2sql.conditions.confidence import TOP_LOGPROBS, Evidence, intent_evidence, query_evidence
 from nlq2sql.conditions.registry import Condition, Settings, register
+from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.stages.abstention import ABSTENTION_KEYS, apply_abstention
 from nlq2sql.transport.client import Sampling
 from nlq2sql.transport.stream import Completion
 
-__all__ = ["Abstain", "AbstainSettings"]
+__all__ = ["Abstain", "AbstainSettings", "AbstainTrace"]
 
 
 class AbstainSettings(Settings):
@@ -33,6 +35,15 @@ class AbstainSettings(Settings):
     abstain_below: float | None = Field(None, gt=0, lt=1, description="Also abstain when the model's probability "
                                         "of its intent kind, read from vLLM's token logprobs (asked for), is below "
                                         "this (0-1); implies --abstain.")
+
+
+class AbstainTrace(Trace):
+    """Per item, with ``--abstain-below``: the intent-token evidence (unless the planner's first stage
+    recorded it) and the threshold.  The decision's keys (``stages.abstention.ABSTENTION_KEYS``)
+    follow, set by the decision itself."""
+
+    intent_evidence: Evidence | None | UnsetType = UNSET
+    abstain_below: float | UnsetType = UNSET
 
 
 @register
@@ -47,6 +58,7 @@ class Abstain(Condition[AbstainSettings]):
     label_rank = 50.0
     neutral = True
     metrics: tuple[str, ...] | None = None  # the v2 answer: its evidence is read over these names
+    trace = AbstainTrace
 
     def load(self, wh: Any, answer: str) -> None:
         if answer == "query":
@@ -70,10 +82,11 @@ class Abstain(Condition[AbstainSettings]):
     def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
         below = self.settings.abstain_below
         if below is not None:
+            trace = AbstainTrace(abstain_below=below)
             if "intent_evidence" not in rec.traces:  # (the planner records its first stage's: it chose the kind)
-                rec.traces["intent_evidence"] = (query_evidence(comp.token_logprobs, self.metrics)
-                                                 if self.metrics is not None else intent_evidence(comp.token_logprobs))
-            rec.traces["abstain_below"] = below
+                trace.intent_evidence = (query_evidence(comp.token_logprobs, self.metrics)
+                                         if self.metrics is not None else intent_evidence(comp.token_logprobs))
+            rec.merge(trace)
         if scored:  # decided on the flat record, as offline re-scoring decides it (stages.abstention)
             flat = apply_abstention(rec.to_json_dict())
             rec.merge({k: flat[k] for k in ABSTENTION_KEYS})

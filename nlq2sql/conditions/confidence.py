@@ -23,11 +23,13 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from nlq2sql.stages.intent import INTENTS
 
-__all__ = ["TOP_LOGPROBS", "intent_evidence", "query_evidence"]
+__all__ = ["TOP_LOGPROBS", "Evidence", "intent_evidence", "query_evidence"]
 
 #: Alternatives asked per token: enough for all three kinds plus grammar-masked fillers.
 TOP_LOGPROBS = 8
@@ -37,6 +39,22 @@ _METRICS = re.compile(r'"metrics"\s*:\s*\[\s*"')
 _ANSWER_KEYS = ("metrics", "unanswerable")
 
 Tokens = list[tuple[str, float, list[tuple[str, float]]]]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    """The record's ``intent_evidence`` (its keys in written order): the decisive token, the name it
+    fits (``kind``), its probability, the offered mass per name and the chosen name's share.  The
+    v2 answer's adds ``over`` (``answer`` or ``metric``: which token decided) and, over a metric,
+    ``answer_share`` (the share at the first token); v1's has neither (absent, not null)."""
+
+    over: str | UnsetType = UNSET
+    kind: str
+    token: str
+    token_index: int
+    p_token: float
+    kinds: dict[str, float]
+    confidence: float
+    answer_share: float | UnsetType = UNSET
 
 
 def _value_start(joined: str) -> int | None:
@@ -56,7 +74,7 @@ def _kinds(value: str, names: tuple[str, ...] = INTENTS) -> set[str]:
     return out
 
 
-def intent_evidence(tokens: Tokens | None) -> dict[str, Any] | None:
+def intent_evidence(tokens: Tokens | None) -> Evidence | None:
     """The decisive token of the intent kind and the kind's share of the offered mass.
 
     None when no logprobs came back, no ``"intent"`` value was generated, or the generated
@@ -70,7 +88,7 @@ def intent_evidence(tokens: Tokens | None) -> dict[str, Any] | None:
     return _decide(tokens, joined, start, INTENTS)
 
 
-def _decide(tokens: Tokens, joined: str, start: int, names: tuple[str, ...]) -> dict[str, Any] | None:
+def _decide(tokens: Tokens, joined: str, start: int, names: tuple[str, ...]) -> Evidence | None:
     """At the first token after ``start`` whose text fits exactly one of ``names``: that name, and
     its share of the mass the offered alternatives put on each name."""
     pos = 0
@@ -96,14 +114,14 @@ def _decide(tokens: Tokens, joined: str, start: int, names: tuple[str, ...]) -> 
                     if len(ks) == 1 and alt_lp > -1000:  # masked tokens come back near -9999
                         mass[next(iter(ks))] += math.exp(alt_lp)
                 total = sum(mass.values())
-                return {"kind": kind, "token": tok, "token_index": i, "p_token": round(math.exp(lp), 4),
-                        "kinds": {k: round(v, 4) for k, v in sorted(mass.items())},
-                        "confidence": round(mass[kind] / total, 4) if total > 0 else 1.0}
+                return Evidence(kind=kind, token=tok, token_index=i, p_token=round(math.exp(lp), 4),
+                                kinds={k: round(v, 4) for k, v in sorted(mass.items())},
+                                confidence=round(mass[kind] / total, 4) if total > 0 else 1.0)
         pos = end
     return None
 
 
-def query_evidence(tokens: Tokens | None, metrics: tuple[str, ...]) -> dict[str, Any] | None:
+def query_evidence(tokens: Tokens | None, metrics: tuple[str, ...]) -> Evidence | None:
     """The v2 answer's confidence, from two decisive tokens: answering or abstaining (the first
     key, ``metrics`` or ``unanswerable``), then -- for a query -- its first metric.  An abstention's
     confidence is its share at the first; a query's, the product of both shares (``over`` says which:
@@ -115,11 +133,11 @@ def query_evidence(tokens: Tokens | None, metrics: tuple[str, ...]) -> dict[str,
     first = _decide(tokens, joined, m.end(), _ANSWER_KEYS) if m else None
     if first is None:
         return None
-    if first["kind"] != "metrics":
-        return {"over": "answer", **first}
+    if first.kind != "metrics":
+        return msgspec.structs.replace(first, over="answer")
     m = _METRICS.search(joined)
     second = _decide(tokens, joined, m.end(), metrics) if m else None
     if second is None:
         return None
-    return {"over": "metric", **second, "answer_share": first["confidence"],
-            "confidence": round(first["confidence"] * second["confidence"], 4)}
+    return msgspec.structs.replace(second, over="metric", answer_share=first.confidence,
+                                   confidence=round(first.confidence * second.confidence, 4))

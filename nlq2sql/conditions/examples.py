@@ -14,9 +14,10 @@ from pydantic import Field
 from nlq2sql.conditions.example_bank import ExampleBank, ExamplesManifest, load_bank
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.conditions.sql_examples import sql_bank
+from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
 
-__all__ = ["Examples", "ExamplesSettings"]
+__all__ = ["Examples", "ExamplesSettings", "ExamplesTrace"]
 
 
 class ExamplesSettings(Settings):
@@ -26,6 +27,12 @@ class ExamplesSettings(Settings):
                                      "dev), 'synthetic' (generated from the semantic layer and data: the default "
                                      "when the warehouse has no dev set) or a JSONL path; must share no id or "
                                      "question with the set under test.")
+
+
+class ExamplesTrace(Trace):
+    """Per item: the bank ids of the examples shown, nearest first."""
+
+    example_ids: list[str]
 
 
 @register
@@ -39,6 +46,7 @@ class Examples(Condition[ExamplesSettings]):
     manifest_keys = ("examples",)
     manifest_types = {"examples": ExamplesManifest}
     label_rank = 10.0
+    trace = ExamplesTrace
     bank: ExampleBank | None = None
 
     @property
@@ -65,7 +73,7 @@ class Examples(Condition[ExamplesSettings]):
         ex = manifest.get("examples")
         return f"{ex['k']} examples" if ex else None
 
-    def before(self, question: str, messages: Messages, trace: dict[str, Any]) -> Messages:
+    def before(self, question: str, messages: Messages) -> tuple[Messages, ExamplesTrace]:
         assert self.bank is not None
-        messages, trace["example_ids"] = self.bank.messages(messages, question, self.settings.examples)
-        return messages
+        messages, ids = self.bank.messages(messages, question, self.settings.examples)
+        return messages, ExamplesTrace(example_ids=ids)

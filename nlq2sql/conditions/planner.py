@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
+from msgspec import UNSET, UnsetType
 from pydantic import Field
 
-from nlq2sql.conditions.confidence import intent_evidence
+from nlq2sql.conditions.confidence import Evidence, intent_evidence
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
+from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import METRIC_TIME
@@ -29,7 +31,7 @@ from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, comp
 from nlq2sql.transport.stream import Completion
 
 __all__ = ["CHOICE_MAX_TOKENS", "KIND_QUESTION", "PLANNERS", "UNANSWERABLE", "Planner", "PlannerSettings",
-           "kind_messages", "plan_and_answer", "query_kind_schema", "stage_one", "stage_two"]
+           "PlannerTrace", "kind_messages", "plan_and_answer", "query_kind_schema", "stage_one", "stage_two"]
 
 PLANNERS = ("none", "two-stage")
 #: The v2 answer's fourth choice: abstain (its second stage is the abstention branch alone).
@@ -110,22 +112,38 @@ def query_kind_schema(schema: dict[str, Any], kind: str) -> dict[str, Any]:
     return head | (kept[0] if len(kept) == 1 else {"anyOf": kept})
 
 
+class PlannerTrace(Trace):
+    """Per item: the first stage (its choice, outcome, latency, tokens), the requests sent (1 or 2),
+    the first stage's intent-token evidence (with token logprobs, v1: it chose the kind) and both
+    stages' latency (when the second was answered)."""
+
+    planner: str
+    planner_choice: str | None
+    planner_outcome: str
+    planner_latency_s: float | None
+    planner_prompt_tokens: int | None
+    planner_completion_tokens: int | None
+    requests: int
+    intent_evidence: Evidence | None | UnsetType = UNSET
+    latency_total_s: float | UnsetType = UNSET
+
+
 async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
                           catalog: Catalog, budget: RetryBudget, fail_fast: frozenset[str] = frozenset(),
-                          answer: str = "intent") -> tuple[Completion, dict[str, Any]]:
+                          answer: str = "intent") -> tuple[Completion, PlannerTrace]:
     """Both stages for one item: (the answer's completion, the planner's record fields).  With the
     v2 answer the first stage is asked :data:`KIND_QUESTION` and the second may still abstain."""
     kinds = INTENTS
     first = await complete(client, ecfg, kind_messages(messages, answer), stage_one(base, kinds), budget, fail_fast)
     choice = (first.text or "").strip()
-    fields: dict[str, Any] = {
-        "planner": "two-stage", "planner_choice": choice if choice in kinds else None,
-        "planner_outcome": first.outcome, "planner_latency_s": first.latency_s,
-        "planner_prompt_tokens": first.prompt_tokens, "planner_completion_tokens": first.completion_tokens,
-        "requests": 1,
-    }
+    fields = PlannerTrace(
+        planner="two-stage", planner_choice=choice if choice in kinds else None,
+        planner_outcome=first.outcome, planner_latency_s=first.latency_s,
+        planner_prompt_tokens=first.prompt_tokens, planner_completion_tokens=first.completion_tokens,
+        requests=1,
+    )
     if first.token_logprobs is not None and answer != "query":  # --abstain-below: the kind was decided here
-        fields["intent_evidence"] = intent_evidence(first.token_logprobs)
+        fields.intent_evidence = intent_evidence(first.token_logprobs)
     if first.outcome != "ok":
         return first, fields  # the item failed in stage one: recorded as that failure
     if choice not in kinds:  # cannot happen under the choice constraint; never guess
@@ -133,9 +151,9 @@ async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict
         return first, fields
     second = await complete(client, ecfg, messages, stage_two(base, catalog, choice, answer), budget,
                             fail_fast)
-    fields["requests"] = 2
+    fields.requests = 2
     if second.latency_s is not None and first.latency_s is not None:
-        fields["latency_total_s"] = first.latency_s + second.latency_s
+        fields.latency_total_s = first.latency_s + second.latency_s
     return second, fields
 
 
@@ -159,6 +177,7 @@ class Planner(Condition[PlannerSettings]):
     answers = frozenset({"intent", "query"})  # v2: the derived kinds, then the kind's query or abstaining
     catalog: Catalog | None = None
     answer_kind = "intent"
+    trace = PlannerTrace
 
     def load(self, wh: Any, answer: str) -> None:
         self.catalog = wh.catalog
@@ -171,7 +190,7 @@ class Planner(Condition[PlannerSettings]):
     def label(cls, manifest: Mapping[str, Any]) -> str | None:
         return f"planner {manifest['planner']}" if manifest.get("planner") else None
 
-    async def answer(self, req: Request) -> tuple[Completion, dict[str, Any]]:
+    async def answer(self, req: Request) -> tuple[Completion, PlannerTrace]:
         assert self.catalog is not None
         return await plan_and_answer(req.client, req.endpoint, req.messages, req.sampling, self.catalog, req.budget,
                                      req.fail_fast, self.answer_kind)

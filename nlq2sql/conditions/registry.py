@@ -8,9 +8,10 @@ is one :class:`Condition` subclass, registered by name with :func:`register`.  I
 - the **answer kinds** it applies to (``intent`` v1, ``query`` v2, ``sql``) and the conditions
   it **conflicts** with: anything else is refused by name before a run writes anything;
 - the **manifest keys** it owns (``None`` when off, so they take part in ``--resume`` checks);
-- **hooks** around the one request of an item: ``before`` (prompt additions, recorded traces),
-  ``answer`` (replaces the single request: planner, sampling), ``after`` (over the scored
-  record: abstention).
+- **hooks** around the one request of an item: ``before`` (prompt additions), ``answer``
+  (replaces the single request: planner, sampling), ``after`` (over the scored record:
+  abstention); what they choose per item is its **trace**, a declared type
+  (:class:`~nlq2sql.conditions.trace.Trace`) whose fields are its record keys.
 
 Why a registry: before it, adding a condition touched ~11 files (config field and rules, an
 if/elif in the item runner, the manifest literal and model, resume keys, CLI options, report
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import InputError
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.results import Manifest
@@ -97,6 +99,8 @@ class Condition(Generic[S]):
     replaces_request: ClassVar[bool] = False
     #: Constraint modes its own requests carry besides the run's (the canary checks each).
     constraint_modes: ClassVar[tuple[str, ...]] = ()
+    #: What it records per item: the type its hooks return (fields: record keys, in written order).
+    trace: ClassVar[type[Trace]] = Trace
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -157,22 +161,23 @@ class Condition(Generic[S]):
         return None
 
     # -- hooks around one item's request ---------------------------------------------------
-    def before(self, question: str, messages: Messages, trace: dict[str, Any]) -> Messages:
-        """The messages to send; what it chose per item goes in ``trace`` (record keys)."""
-        return messages
+    def before(self, question: str, messages: Messages) -> tuple[Messages, Trace]:
+        """The messages to send, and what it chose for this item (its :attr:`trace`: record keys)."""
+        return messages, Trace()
 
-    async def answer(self, req: Request) -> tuple[Completion, dict[str, Any]]:
-        """Replace the single request: (the answer's completion, record fields)."""
+    async def answer(self, req: Request) -> tuple[Completion, Trace]:
+        """Replace the single request: (the answer's completion, its :attr:`trace`: record keys)."""
         raise NotImplementedError
 
     def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
         """Over the item's record once it is built (``scored``: the item has a gold): what it adds
-        goes through ``rec.merge`` (a key to the part that owns it) or into ``rec.traces``."""
+        goes through ``rec.merge`` (its :attr:`trace`; a key to the part that owns it, else a trace)."""
 
 
 def _optional(*conditions: type[Condition[Any]]) -> dict[str, Any]:
-    """Conditions' manifest keys as create_model's field definitions (type forms, not data): ``X | None``,
-    default None."""
+    """Conditions' manifest keys as create_model's field definitions: (type form ``X | None``, default
+    None) each -- type forms, not data.  Typed ``Any`` because it is unpacked as ``**`` into create_model,
+    whose other keywords (``__config__``, ``__base__``…) each value would have to fit too."""
     return {k: (c.manifest_types.get(k, Any) | None, None) for c in conditions for k in c.manifest_keys}
 
 
@@ -239,7 +244,7 @@ class Registry:
         through its settings model; an unknown or out-of-bounds value is one InputError naming
         its option.  Conditions left at their defaults are off (not in the set)."""
         owners = {f: c for c in self for f in c.settings_model.model_fields}
-        per: dict[str, dict[str, Any]] = {}
+        per: dict[str, dict[str, Any]] = {}  # raw option values by condition: the input edge, validated below
         for key, value in values.items():
             if key not in owners:
                 raise InputError(f"no condition has a setting {key!r}", field=option(key))

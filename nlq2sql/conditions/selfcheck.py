@@ -27,9 +27,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
 from pydantic import Field
 
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
+from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import InputError, IntentError
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.semantic.catalog import Catalog
@@ -39,9 +42,35 @@ from nlq2sql.stages.query_guard import canonical_key
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.stream import Completion
 
-__all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "sample_and_vote", "vote"]
+__all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "SelfCheckTrace", "Vote", "sample_and_vote", "vote"]
 
 MAX_SAMPLES = 16
+
+
+class Vote(msgspec.Struct, kw_only=True):
+    """The record's ``votes`` (keys in written order): samples, valid ones, the first winning
+    sample's index among those voted (None: no valid sample), its votes, a tie at the top, its
+    share, distinct answers (absent when no sample was valid)."""
+
+    n: int
+    valid: int
+    winner: int | None
+    votes: int
+    tie: bool
+    share: float
+    distinct: int | UnsetType = UNSET
+
+
+class SelfCheckTrace(Trace):
+    """Per item: N, the requests sent (N), each sample's text (None: failed), their completion
+    tokens, how many failed, and the vote."""
+
+    samples: int
+    requests: int
+    sample_texts: list[str | None]
+    samples_completion_tokens: int
+    samples_failed: int
+    votes: Vote
 
 
 def _key(text: str, catalog: Catalog, answer: str) -> str:
@@ -52,7 +81,7 @@ def _key(text: str, catalog: Catalog, answer: str) -> str:
     return json.dumps(canonicalise(parse_intent(text, catalog)).model_dump(mode="json"), sort_keys=True)
 
 
-def vote(texts: list[str | None], catalog: Catalog, answer: str = "intent") -> dict[str, Any]:
+def vote(texts: list[str | None], catalog: Catalog, answer: str = "intent") -> Vote:
     """Majority over canonical intents (or v2 queries): the winner's sample index, its votes,
     valid samples, tie."""
     keys: list[str | None] = []
@@ -64,18 +93,18 @@ def vote(texts: list[str | None], catalog: Catalog, answer: str = "intent") -> d
     counts = Counter(k for k in keys if k is not None)
     ranked = counts.most_common()
     if not ranked:
-        return {"n": len(texts), "valid": 0, "winner": None, "votes": 0, "tie": False, "share": 0.0}
+        return Vote(n=len(texts), valid=0, winner=None, votes=0, tie=False, share=0.0)
     top = ranked[0][1]
     tie = len(ranked) > 1 and ranked[1][1] == top
     winner = keys.index(ranked[0][0])  # the first sample with the winning intent
-    return {"n": len(texts), "valid": sum(counts.values()), "winner": winner, "votes": top, "tie": tie,
-            "share": top / len(texts), "distinct": len(ranked)}
+    return Vote(n=len(texts), valid=sum(counts.values()), winner=winner, votes=top, tie=tie,
+                share=top / len(texts), distinct=len(ranked))
 
 
 async def sample_and_vote(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
                           catalog: Catalog, budget: RetryBudget, n: int,
                           fail_fast: frozenset[str] = frozenset(), answer: str = "intent"
-                          ) -> tuple[Completion, dict[str, Any]]:
+                          ) -> tuple[Completion, SelfCheckTrace]:
     """N samples for one item, concurrently: (the winning completion, the record's vote fields)."""
     # Unseeded: vLLM 0.32's CPU engine dies on seeded sampling at temperature > 0 once such
     # requests share a batch ("RuntimeError: CPU Generator does not use offset" in the worker's
@@ -84,18 +113,20 @@ async def sample_and_vote(client: Any, ecfg: EndpointConfig, messages: list[dict
     comps = await asyncio.gather(*(complete(client, ecfg, messages, unseeded, budget, fail_fast)
                                    for _ in range(n)))
     ok = [c for c in comps if c.outcome == "ok"]
-    fields: dict[str, Any] = {"samples": n, "requests": n,
-                              "sample_texts": [c.text if c.outcome == "ok" else None for c in comps],
-                              "samples_completion_tokens": sum(c.completion_tokens or 0 for c in comps),
-                              "samples_failed": n - len(ok)}
+
+    def fields(v: Vote) -> SelfCheckTrace:
+        return SelfCheckTrace(samples=n, requests=n,
+                              sample_texts=[c.text if c.outcome == "ok" else None for c in comps],
+                              samples_completion_tokens=sum(c.completion_tokens or 0 for c in comps),
+                              samples_failed=n - len(ok), votes=v)
+
     if not ok:
-        return comps[0], fields | {"votes": vote([], catalog, answer)}
+        return comps[0], fields(vote([], catalog, answer))
     v = vote([c.text for c in comps if c.outcome == "ok"], catalog, answer)
-    v["n"] = n  # failed samples count in the denominator of the share: they did not agree
-    v["share"] = v["votes"] / n
-    fields["votes"] = v
-    chosen = ok[v["winner"]] if v["winner"] is not None else ok[0]
-    return chosen, fields
+    v.n = n  # failed samples count in the denominator of the share: they did not agree
+    v.share = v.votes / n
+    chosen = ok[v.winner] if v.winner is not None else ok[0]
+    return chosen, fields(v)
 
 
 class SelfCheckSettings(Settings):
@@ -118,6 +149,7 @@ class SelfCheck(Condition[SelfCheckSettings]):
     replaces_request = True
     catalog: Catalog | None = None
     answer_kind = "intent"
+    trace = SelfCheckTrace
 
     def check(self, sampling: Sampling) -> None:
         if not sampling.temperature > 0:
@@ -135,7 +167,7 @@ class SelfCheck(Condition[SelfCheckSettings]):
         n = manifest.get("samples") or 1
         return f"{n} samples" if n > 1 else None
 
-    async def answer(self, req: Request) -> tuple[Completion, dict[str, Any]]:
+    async def answer(self, req: Request) -> tuple[Completion, SelfCheckTrace]:
         assert self.catalog is not None
         return await sample_and_vote(req.client, req.endpoint, req.messages, req.sampling, self.catalog, req.budget,
                                      self.settings.samples, req.fail_fast, self.answer_kind)

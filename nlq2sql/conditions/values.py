@@ -23,15 +23,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from msgspec import UNSET, UnsetType
 from pydantic import Field
 
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
+from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.query import Where
 from nlq2sql.stages.query_guard import link_where, where_hint
 from nlq2sql.stages.value_links import ValueIndex, hint_text
 
-__all__ = ["LINK_MODES", "Values", "ValuesSettings", "effective_guardrails"]
+__all__ = ["LINK_MODES", "Values", "ValuesSettings", "ValuesTrace", "effective_guardrails"]
 
 LINK_MODES = ("none", "hint", "repair", "both")
 
@@ -51,6 +54,13 @@ class ValuesSettings(Settings):
         json_schema_extra={"noun": "mode"})
 
 
+class ValuesTrace(Trace):
+    """Per item, with the hint on: the values linked, as the hint wrote them -- v1 filters
+    (field, op, value), or v2 ``where`` items (written as their JSON dump); absent without the hint."""
+
+    linked_values: list[dict[str, str]] | list[Where] | UnsetType = UNSET
+
+
 @register
 class Values(Condition[ValuesSettings]):
     """``--link-values``: the hint after the question (``linked_values`` per record) and/or the
@@ -63,6 +73,7 @@ class Values(Condition[ValuesSettings]):
     manifest_types = {"link_values": str}
     label_rank = 20.0
     neutral = True
+    trace = ValuesTrace
     index: ValueIndex | None = None
     catalog: Catalog | None = None  # set for the v2 answer: its hint is written as ``where`` items
 
@@ -83,17 +94,17 @@ class Values(Condition[ValuesSettings]):
         mode = manifest.get("link_values")
         return f"values {mode}" if mode and mode != "off" else None
 
-    def before(self, question: str, messages: Messages, trace: dict[str, Any]) -> Messages:
+    def before(self, question: str, messages: Messages) -> tuple[Messages, ValuesTrace]:
         if self.index is None:
-            return messages
+            return messages, ValuesTrace()
         linked = self.index.link(question)  # the hint follows the question itself, not the examples
         if self.catalog is not None:  # the v2 answer: where items in MetricFlow's names
             where = link_where(linked, self.catalog)
-            trace["linked_values"] = [w.model_dump(mode="json") for w in where]
+            trace = ValuesTrace(linked_values=where)
             hint = where_hint(where)
         else:
-            trace["linked_values"] = [lk.as_filter() for lk in linked]
+            trace = ValuesTrace(linked_values=[lk.as_filter() for lk in linked])
             hint = hint_text(linked)
         if hint:
             messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + hint}]
-        return messages
+        return messages, trace

@@ -275,10 +275,14 @@ class ItemRecord(msgspec.Struct, kw_only=True):
             rec.key_order = tuple(data)
         return rec
 
-    def merge(self, fields: Mapping[str, Json]) -> None:
+    def merge(self, fields: Mapping[str, Json] | msgspec.Struct) -> None:
         """Add keys a condition chose (its trace, or a replacing request's fields): each to the part
-        that owns it (:data:`LAYOUT`), any other to ``traces`` -- where ``dict.update`` put them."""
-        for key, value in fields.items():
+        that owns it (:data:`LAYOUT`), any other to ``traces`` -- where ``dict.update`` put them.
+        A condition's typed trace (``conditions.trace.Trace``) becomes JSON values here, its fields
+        in declared order, UNSET ones absent: the one place a trace is turned into the record's keys."""
+        keys: Mapping[str, Json] = (msgspec.to_builtins(fields, enc_hook=_json_value)
+                                    if isinstance(fields, msgspec.Struct) else fields)
+        for key, value in keys.items():
             owner = _PART_OF.get(key)
             if owner is None:
                 self.traces[key] = value
@@ -308,6 +312,14 @@ class ItemRecord(msgspec.Struct, kw_only=True):
         """Retries the item's request took (one wait recorded per retry)."""
         waits = self.request.retry_waits_s
         return 0 if waits is UNSET else len(waits)
+
+
+def _json_value(obj: object) -> Json:
+    """A pydantic model inside a trace (a v2 ``where`` item) as its JSON dump, as it was recorded."""
+    dump = getattr(obj, "model_dump", None)
+    if dump is None:
+        raise NotImplementedError(f"not a record value: {type(obj).__name__}")
+    return dump(mode="json")
 
 
 def _in_layout(data: Mapping[str, Json]) -> bool:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from nlq2sql.answers.sql.score import SQL_ANSWERS
 from nlq2sql.answers.unscored import Question
 from nlq2sql.conditions.registry import Condition, Request
+from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.inputs import strip_whitespace_outside_strings
 from nlq2sql.records.item import ItemRecord, LoadStamp, RequestPart
@@ -166,10 +167,11 @@ class ItemRunner:
         """The item's record (a failed request is a recorded outcome, never an exception)."""
         cfg, pool = self.cfg, self.pool
         messages = self.prompt.messages(case.question + cfg.load.context_suffix)
-        trace: dict[str, Any] = {}  # what the conditions chose for this item (record keys)
+        traces: list[Trace] = []  # what the conditions chose for this item (each its declared record keys)
         for cond in self.conditions:
-            messages = cond.before(case.question, messages, trace)
-        planned: dict[str, Any] = {}
+            messages, chosen = cond.before(case.question, messages)
+            traces.append(chosen)
+        planned: Trace | None = None  # a replacing request's own keys (the planner's stage, the vote)
         if self.requester is not None:
             requester = self.requester
             (comp, planned), rep, trail = await pool.call(
@@ -196,8 +198,10 @@ class ItemRunner:
                                 finish_reason=comp.finish_reason, request_error=request_error,
                                 catalog=self.wh.catalog)
         rec.request = request_part(comp)
-        rec.merge(trace)
-        rec.merge(planned)
+        for chosen in traces:  # converted to the record's JSON values only here, in registry order
+            rec.merge(chosen)
+        if planned is not None:
+            rec.merge(planned)
         for cond in self.conditions:  # over the built record (their keys: each to its part, else a trace)
             cond.after(rec, comp, scored=not isinstance(case, Question))
         req = rec.request
