@@ -252,3 +252,33 @@ def test_every_ray_engine_applies_the_built_in_conditions(tmp_path: Path, cache_
     for m in (m_ray, m_batch):
         assert {k: m[k] for k in REGISTRY.manifest_keys()} == {k: m_one[k] for k in REGISTRY.manifest_keys()}
     assert m_one["examples"]["k"] == 1 and m_one["link_values"] == "hint" and m_one["abstain"] is True
+
+
+def test_each_built_in_declares_its_per_item_trace() -> None:
+    """What each condition records per item is declared once, as a type whose fields are its record
+    keys; two conditions that may run together declare no key twice, save ``intent_evidence``: the
+    planner's first stage records it, and abstention's hook adds it only where it is absent."""
+    from nlq2sql.conditions.abstain import AbstainTrace
+    from nlq2sql.conditions.examples import ExamplesTrace
+    from nlq2sql.conditions.planner import PlannerTrace
+    from nlq2sql.conditions.selfcheck import SelfCheckTrace
+    from nlq2sql.conditions.values import ValuesTrace
+
+    declared = {c.name: c.trace for c in REGISTRY}
+    assert declared == {"examples": ExamplesTrace, "planner": PlannerTrace, "values": ValuesTrace,
+                        "selfcheck": SelfCheckTrace, "abstain": AbstainTrace}
+    assert all(issubclass(t, Trace) for t in declared.values())
+    by_name = {c.name: c for c in REGISTRY}
+    for a in REGISTRY:
+        for b in REGISTRY:
+            if a.name < b.name and b.name not in a.conflicts and a.name not in b.conflicts:
+                shared = set(a.trace.__struct_fields__) & set(b.trace.__struct_fields__)
+                assert shared <= {"intent_evidence"}, (a.name, b.name, shared)
+    assert "planner" in by_name["selfcheck"].conflicts  # both record ``requests``: never together
+    # an empty trace writes nothing; UNSET keys are absent, None is written as null
+    rec = ItemRecord(id="x", question="q")
+    rec.merge(Trace())
+    rec.merge(AbstainTrace(intent_evidence=None, abstain_below=0.5))
+    assert rec.traces == {"intent_evidence": None, "abstain_below": 0.5}
+    rec.merge(ValuesTrace())
+    assert "linked_values" not in rec.traces
