@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from nlq2sql.env_info import git_state
+from nlq2sql.env_info import GitState, git_state
 
 
 def _git(root: Path, *args: str) -> None:
@@ -21,15 +21,15 @@ def test_changes_under_reports_are_not_dirt_but_code_changes_are(tmp_path: Path)
     _git(tmp_path, "add", ".")
     _git(tmp_path, "commit", "-qm", "c")
     clean = git_state(tmp_path)
-    assert clean["git_dirty"] is False and len(clean["git_commit"]) == 40
+    assert clean.git_dirty is False and len(clean.git_commit or "") == 40
 
     (tmp_path / "reports" / "run" / "records.jsonl").write_text('{"id": 1}\n')  # a run rewrote it
     (tmp_path / "reports" / "new.md").write_text("untracked\n")
-    assert git_state(tmp_path)["git_dirty"] is False
+    assert git_state(tmp_path).git_dirty is False
 
     (tmp_path / "code.py").write_text("x = 2\n")
-    assert git_state(tmp_path)["git_dirty"] is True
+    assert git_state(tmp_path).git_dirty is True
 
 
 def test_not_a_checkout_says_unknown(tmp_path: Path) -> None:
-    assert git_state(tmp_path) == {"git_commit": None, "git_dirty": None}
+    assert git_state(tmp_path) == GitState(git_commit=None, git_dirty=None)

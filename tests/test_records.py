@@ -10,6 +10,7 @@ import pytest
 
 from nlq2sql.errors import RecordError
 from nlq2sql.records import store as records
+from nlq2sql.records.results import Manifest
 from nlq2sql.records.store import (
     MANIFEST,
     RECORD_VERSION,
@@ -123,28 +124,38 @@ def test_done_ids(tmp_path: Path) -> None:
     assert done_ids(path) == {"r0", "r1", "r2"}
 
 
+def _sampling(max_tokens: int) -> dict[str, Any]:
+    return {"max_tokens": max_tokens, "temperature": 0.0, "seed": 0, "structured": "json"}
+
+
 def _manifest(**over: Any) -> dict[str, Any]:
-    base = {"kind": "eval", "evalset_sha256": "abc", "model": "m", "prompt_sha256": "p",
-            "guardrails": ["ranking"], "sampling": {"max_tokens": 96}, "endpoint": "http://x/v1",
+    base = {"kind": "eval", "harness_version": "0", "git_commit": None, "git_dirty": None, "evalset": "e",
+            "evalset_path": "e.jsonl", "evalset_sha256": "abc", "n_items": 1, "guardrails": ["ranking"],
+            "endpoint": "http://x/v1", "model": "m", "prompt_sha256": "p", "sampling": _sampling(96),
             "started": 1.0}
     return {**base, **over}
 
 
+def _model(**over: Any) -> Manifest:
+    """The run about to start, as ``run.live`` builds it."""
+    return Manifest.model_validate(_manifest(**over))
+
+
 def test_resume_accepts_same_inputs_and_ignores_other_keys(tmp_path: Path) -> None:
     write_json_atomic(tmp_path / MANIFEST, _manifest())
-    check_resume(tmp_path, _manifest(started=99.0))
+    check_resume(tmp_path, _model(started=99.0))
     assert read_json(tmp_path / MANIFEST)["started"] == 1.0
 
 
 @pytest.mark.parametrize("key, value", [
-    ("model", "other"), ("evalset_sha256", "def"), ("guardrails", []), ("sampling", {"max_tokens": 64}),
+    ("model", "other"), ("evalset_sha256", "def"), ("guardrails", []), ("sampling", _sampling(64)),
     ("prompt_sha256", "q"), ("endpoint", None), ("kind", "score"),
 ])
 def test_resume_refused_when_manifest_differs(tmp_path: Path, key: str, value: Any) -> None:
     assert key in RESUME_KEYS
     write_json_atomic(tmp_path / MANIFEST, _manifest())
     with pytest.raises(RecordError) as exc:
-        check_resume(tmp_path, _manifest(**{key: value}))
+        check_resume(tmp_path, _model(**{key: value}))
     msg = str(exc.value)
     assert f"{key}: was {_manifest()[key]!r}, now {value!r}" in msg
     assert str(tmp_path / MANIFEST) in msg
@@ -154,7 +165,7 @@ def test_resume_refused_when_manifest_differs(tmp_path: Path, key: str, value: A
 
 def test_resume_without_manifest(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="cannot resume: not a run directory \\(no manifest.json"):
-        check_resume(tmp_path, _manifest())
+        check_resume(tmp_path, _model())
 
 
 def test_read_json_malformed_names_line(tmp_path: Path) -> None:
@@ -233,7 +244,7 @@ def test_bulk_writer_writes_the_same_bytes_and_knows_their_digest(tmp_path: Path
         for r in recs:
             w.write(r)
     assert (tmp_path / "bulk.jsonl").read_bytes() == (tmp_path / "expected.jsonl").read_bytes()
-    assert b.digest() == records_digest(tmp_path / "bulk.jsonl") and b.digest()["count"] == 50
+    assert b.digest() == records_digest(tmp_path / "bulk.jsonl") and b.digest().count == 50
     assert (tmp_path / "flush.jsonl").read_text(encoding="utf-8") == "".join(
         json.dumps({"record_version": RECORD_VERSION, **r}, separators=(",", ":")) + "\n" for r in
         [{"id": f"r{i}", "x": [1, {"y": None}], "raw_text": "é\n\"q\"" * (i % 3), "z": i} for i in range(50)])
@@ -248,7 +259,7 @@ def test_bulk_writer_refuses_an_existing_file_and_a_digest_before_close(tmp_path
         b.digest()
     b.close()
     b.close()  # idempotent
-    assert b.digest() == records_digest(tmp_path / "new.jsonl") and b.digest()["count"] == 0
+    assert b.digest() == records_digest(tmp_path / "new.jsonl") and b.digest().count == 0
 
 
 def test_a_failed_bulk_write_is_raised_in_the_writing_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,7 +29,7 @@ from nlq2sql.errors import InputError
 from nlq2sql.stages.score import mcnemar_exact
 from nlq2sql.view import build_bundle, load_runs
 from nlq2sql.view.bundle import ASSETS, CSP, js_string
-from nlq2sql.view.runs import headline, wilson
+from nlq2sql.view.headline import headline, wilson
 from nlq2sql.view.runs import mcnemar_exact as view_mcnemar
 from nlq2sql.view.server import HEADERS, ViewServer, make_server, safe_parts, serve_in_thread
 
@@ -150,12 +150,12 @@ def test_torn_last_line_is_skipped_and_summary_may_be_missing(tmp_path: Path) ->
 def test_wilson_and_mcnemar_agree_with_the_harness() -> None:
     for run in load_runs([HELDOUT, LOADCHECK, QWEN_ADV]):
         assert run.summary is not None
-        mine = headline(run.cols)
+        mine = headline(run.cols).to_json_dict()
         for key in ("raw_accuracy", "final_accuracy", "execution_accuracy", "schema_valid_rate",
                     "intervention_precision"):
             assert mine[key] == run.summary[key], (run.path, key)
     for k, n in ((0, 60), (3, 20), (2, 29), (59, 60), (60, 60), (17, 1000)):
-        ref = wilson(k, n)
+        ref = wilson(k, n).to_json_dict()
         from nlq2sql.stages.score import wilson as harness_wilson
         assert ref == harness_wilson(k, n)
     for b, c in ((0, 0), (0, 5), (5, 0), (3, 4), (10, 2), (40, 61), (1000, 1100), (0, 30)):

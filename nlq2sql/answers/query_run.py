@@ -22,7 +22,7 @@ from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.results import validated
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, write_json_atomic
-from nlq2sql.records.summary_parts import Digest, Missing
+from nlq2sql.records.summary_parts import Missing
 from nlq2sql.semantic import open_warehouse, warehouse
 from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.guardrail import RuleSet
@@ -94,7 +94,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> Summar
             summ.figures(), distinct_queries_executed=executed, answer=answer,
             compiles=wh.catalog.engine.compiles - compiles_before,
             missing=Missing(n=len(missing), allowed=cfg.allow_missing, first_ids=missing[:5]),
-            records=Digest.model_validate(writer.digest()), record_version=RECORD_VERSION)
+            records=writer.digest(), record_version=RECORD_VERSION)
         write_json_atomic(tmp / SUMMARY, summary.to_json_dict())
         from nlq2sql.semantic.catalog import display_path
 

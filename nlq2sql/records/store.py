@@ -16,10 +16,14 @@ import threading
 from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import not_utf8, parse_json, regular_file
+from nlq2sql.records.summary_parts import Digest
+
+if TYPE_CHECKING:
+    from nlq2sql.records.results import Manifest
 
 __all__ = ["BULK_BLOCK", "MANIFEST", "RECORDS", "RECORD_VERSION", "RESUME_KEYS", "SUMMARY", "BulkRecordWriter",
            "FlatRecord", "RecordWriter", "check_resume", "done_ids", "encode_json", "iter_records", "output_dir",
@@ -104,23 +108,21 @@ def require_run(run_dir: Path) -> Path:
     return run_dir
 
 
-def records_digest(path: Path) -> dict[str, Any]:
+def records_digest(path: Path) -> Digest:
     """What a summary keeps of the records it was computed from: line count and SHA-256."""
     digest, count = hashlib.sha256(), 0
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
             count += block.count(b"\n")
-    return {"count": count, "sha256": digest.hexdigest()}
+    return Digest(count=count, sha256=digest.hexdigest())
 
 
 def read_finished_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(manifest, summary) of a finished run whose records still match its summary.
 
-    The summary keeps the count and hash of its records (older runs: only ``n``); a records
-    file that is missing, has a malformed line, or changed after the summary was written is
-    refused, so no report is rendered from a summary its records no longer support.
-    """
+    The summary keeps its records' count and hash (older runs: only ``n``); records missing, malformed or changed
+    since are refused, so no report rests on records that no longer support it.  Both are returned as read (JSON)."""
     require_run(run_dir)
     manifest, summary = read_json(run_dir / MANIFEST), read_json(run_dir / SUMMARY)
     path = run_dir / RECORDS
@@ -130,10 +132,10 @@ def read_finished_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     kept = summary.get("records") if isinstance(summary, dict) else None
     if isinstance(kept, dict) and "sha256" in kept:
         now = records_digest(path)
-        if now["count"] != kept.get("count") or parsed != kept.get("count"):
+        if now.count != kept.get("count") or parsed != kept.get("count"):
             raise RecordError(f"{parsed} readable records, but the summary was computed from "
                               f"{kept.get('count')}", path=str(path))
-        if now["sha256"] != kept["sha256"]:
+        if now.sha256 != kept["sha256"]:
             raise RecordError("changed after its summary was written (SHA-256 differs); re-score or "
                               "re-run it", path=str(path))
     elif isinstance(summary, dict) and summary.get("n") is not None and parsed != summary["n"]:
@@ -163,15 +165,15 @@ def prepare_dir(out: Path, *, resume: bool, force: bool) -> None:
         raise RecordError(f"output directory is not writable: {exc.strerror}", path=str(out)) from None
 
 
-def check_resume(out: Path, manifest: dict[str, Any], keys: tuple[str, ...] = RESUME_KEYS) -> None:
-    """Refuse to resume a run whose ``keys`` differ, saying what differs."""
+def check_resume(out: Path, manifest: Manifest, keys: tuple[str, ...] = RESUME_KEYS) -> None:
+    """Refuse to resume a run whose ``keys`` differ from ``manifest``'s as written, saying what differs."""
     if not (out / MANIFEST).exists():
         raise RecordError(f"cannot resume: not a run directory (no {MANIFEST}; a run writes one when "
                           "it starts), and it is not empty", path=str(out))
-    old = read_json(out / MANIFEST)
-    diffs = [k for k in keys if old.get(k) != manifest.get(k)]
+    old, now = read_json(out / MANIFEST), manifest.written()
+    diffs = [k for k in keys if old.get(k) != now.get(k)]
     if diffs:
-        detail = "; ".join(f"{k}: was {old.get(k)!r}, now {manifest.get(k)!r}" for k in diffs)
+        detail = "; ".join(f"{k}: was {old.get(k)!r}, now {now.get(k)!r}" for k in diffs)
         raise RecordError(f"cannot resume: the run differs ({detail})", path=str(out / MANIFEST))
 
 
@@ -369,11 +371,11 @@ class BulkRecordWriter(RecordWriter):
             self._blocks.put("".join(self._parts).encode("utf-8"))
             self._parts, self._size = [], 0
 
-    def digest(self) -> dict[str, Any]:
+    def digest(self) -> Digest:
         """:func:`records_digest` of the file as closed (call after :meth:`close`)."""
         if not self._out.closed:
             raise RuntimeError("digest of a records file still being written")
-        return {"count": self._lines, "sha256": self._hash.hexdigest()}
+        return Digest(count=self._lines, sha256=self._hash.hexdigest())
 
     def close(self) -> None:
         if self._out.closed:

@@ -283,7 +283,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         records_path = cfg.out / RECORDS
         used = 0
         if cfg.resume:
-            check_resume(cfg.out, manifest.written(), RESUME_KEYS + REGISTRY.manifest_keys())
+            check_resume(cfg.out, manifest, RESUME_KEYS + REGISTRY.manifest_keys())
             repair_tail(records_path)
             done, used = recorded_retries(records_path)
             cases = [c for c in cases if c.id not in done]

@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.semantic.catalog import Catalog, display_path, load_catalog, shipped_names
 from nlq2sql.semantic.manifest import LEGACY_SPINE, SCHEMA
 from nlq2sql.semantic.warehouse import connect_read_only, fingerprint, resolve_db
 
-__all__ = ["PROMPT_VALUES_MAX", "SCHEMA_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "has_legacy_spine",
-           "open_warehouse"]
+__all__ = ["PROMPT_VALUES_MAX", "SCHEMA_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "WarehouseFacts",
+           "has_legacy_spine", "open_warehouse"]
 
 #: A dimension with at most this many distinct values has them listed in the prompt.
 PROMPT_VALUES_MAX = 12
@@ -32,6 +33,18 @@ PROMPT_VALUES_MAX = 12
 SCHEMA_VALUES_MAX = 32
 #: Values fetched per dimension for eval-set checks (beyond it: checked by a query each).
 VALUES_FETCH_MAX = 1000
+
+
+class WarehouseFacts(msgspec.Struct, frozen=True):
+    """What a run records about its warehouse (:meth:`Warehouse.manifest`), as the manifest's keys,
+    in their order: names, relative path, hashes, which time spine MetricFlow compiled against."""
+
+    semantic_model: str
+    semantic_model_path: str
+    semantic_model_sha256: str
+    time_spine: str
+    db: str
+    db_sha256: str
 
 
 @dataclass(eq=False)
@@ -64,13 +77,12 @@ class Warehouse:
     def fingerprint(self) -> str:
         return fingerprint(self.db_path)
 
-    def manifest(self) -> dict[str, Any]:
-        """What a run records about its warehouse: names, relative path, hashes, which time spine
-        MetricFlow compiled against; no machine path."""
-        return {"semantic_model": self.catalog.name, "semantic_model_path": self.catalog.path,
-                "semantic_model_sha256": self.catalog.sha256, "time_spine": self.catalog.spine,
-                "db": display_path(self.db_path) if not str(display_path(self.db_path)).startswith("/")
-                else self.db_path.name, "db_sha256": self.fingerprint}
+    def manifest(self) -> WarehouseFacts:
+        """What a run records about its warehouse; no machine path."""
+        return WarehouseFacts(semantic_model=self.catalog.name, semantic_model_path=self.catalog.path,
+                              semantic_model_sha256=self.catalog.sha256, time_spine=self.catalog.spine,
+                              db=display_path(self.db_path) if not str(display_path(self.db_path)).startswith("/")
+                              else self.db_path.name, db_sha256=self.fingerprint)
 
     def validate(self) -> None:
         """The data checks MetricFlow cannot make (:mod:`.datacheck`); every problem at once."""

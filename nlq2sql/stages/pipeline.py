@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from nlq2sql import __version__
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
@@ -31,7 +33,7 @@ from nlq2sql.records.store import (
     prepare_dir,
     write_json_atomic,
 )
-from nlq2sql.records.summary_parts import Digest, Figures, Missing
+from nlq2sql.records.summary_parts import Figures, Missing
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.stages.abstention import apply_abstention
@@ -265,7 +267,7 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
         summary = SummaryModel.of(
             summ.figures(), distinct_queries_executed=executed,
             missing=Missing(n=len(missing), allowed=cfg.allow_missing, first_ids=missing[:5]),
-            records=Digest.model_validate(writer.digest()),  # = records_digest(tmp / RECORDS)
+            records=writer.digest(),  # = records_digest(tmp / RECORDS)
             record_version=RECORD_VERSION)
         write_json_atomic(tmp / SUMMARY, summary.to_json_dict())
         # The responses file as recorded: relative to the project, else its name; and its hash.
@@ -290,12 +292,14 @@ def manifest_base(kind: str, evalset: EvalSet | CaseIndex, rulesets: list[RuleSe
 
     # A learned guardrail's artefact (sha256, training-set sha256, …): which model re-scored.
     learned = {rs.name: rs.provenance() for rs in rulesets if hasattr(rs, "provenance")}
-    return {"record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__, **git_info(),
+    git = git_info()
+    return {"record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__,
+            "git_commit": git.git_commit, "git_dirty": git.git_dirty,
             "evalset": evalset.name, "evalset_path": display_path(Path(evalset.path)),
             "evalset_sha256": evalset.sha256,
             "n_items": len(evalset.ids) if isinstance(evalset, CaseIndex) else len(evalset.cases),
             "guardrails": [rs.name for rs in rulesets], **({"guardrail_artefacts": learned} if learned else {}),
-            **(wh.manifest() if wh is not None else {})}
+            **(msgspec.structs.asdict(wh.manifest()) if wh is not None else {})}
 
 
 def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None = None

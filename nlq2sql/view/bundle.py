@@ -90,11 +90,10 @@ def run_ids(runs: list[Run]) -> list[str]:
 
 def run_meta(run: Run, *, raw_files: bool, run_id: str | None = None) -> dict[str, Any]:
     m = run.manifest
-    server: dict[str, Any] = m["server"] if isinstance(m.get("server"), dict) else {}
     facts = {k: m.get(k) for k in (*_MANIFEST_FACTS, *REGISTRY.manifest_keys())}
     facts["condition_labels"] = REGISTRY.labels(m)  # the runs table's "conditions" column
-    facts["server_version"] = server.get("server_version")
-    facts["max_model_len"] = server.get("max_model_len")
+    facts["server_version"] = run.facts.server_version
+    facts["max_model_len"] = run.facts.max_model_len
     files = sorted(p.name for p in run.path.iterdir() if p.is_file()) if raw_files else []
     return {"key": run.key, "id": run_id or run.name or run.path.name, "label": run.label, "dir": run.shown,
             "name": run.name or run.path.name,

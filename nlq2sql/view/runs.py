@@ -39,11 +39,11 @@ from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
 from nlq2sql.view.discover import discover, unique_names
+from nlq2sql.view.headline import headline
 
-__all__ = ["COLUMNS", "TEXTS", "Pair", "Run", "Runs", "find_run_dirs", "headline", "load_run", "load_runs",
-           "mcnemar_exact", "paired", "text_hash", "wilson"]
+__all__ = ["COLUMNS", "TEXTS", "Pair", "Run", "RunFacts", "Runs", "find_run_dirs", "load_run", "load_runs",
+           "mcnemar_exact", "paired", "text_hash"]
 
-Z95 = 1.959963984540054  # two-sided 95 % normal quantile (Wilson interval)
 #: Per-item columns kept for the page (the Items table, plots, comparison).
 COLUMNS = ("id", "question", "category", "status", "final_status", "error_raw", "error_final", "correct_raw",
            "correct_final", "correct_exec", "schema_valid", "latency_s", "ttft_s", "completion_tokens",
@@ -53,14 +53,63 @@ COLUMNS = ("id", "question", "category", "status", "final_status", "error_raw", 
 TEXTS = ("raw_text", "sql")
 
 
+def _text(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the viewer itself reads of a manifest, read once where the file is read and tolerantly
+    (a file from anywhere: a key missing or of another type is None, never an error).  The
+    manifest is still handed to the page as read; these are the facts the viewer acts on."""
+
+    model: str | None  # the label's parts: any value as text, as the label always showed it
+    prompt: str | None
+    concurrency: str | None
+    evalset: str | None
+    semantic_model: str | None  # None: a run from before it was recorded (retail)
+    evalset_key: str
+    guardrails: list[str]  # the names (strings only): the cue explanations' rule sets
+    guardrails_shown: list[str]  # every entry as text: the label's
+    n_items: int | None
+    limit: int | None
+    server_version: str | None  # (from ``server``)
+    max_model_len: int | None
+
+    @classmethod
+    def of(cls, m: dict[str, Any]) -> RunFacts:  # (the manifest just read: the read edge)
+        g = m.get("guardrails")
+        server = m.get("server")
+        server = server if isinstance(server, dict) else {}
+        return cls(model=_text(m.get("model")), prompt=_text(m.get("prompt")),
+                   concurrency=_text(m.get("concurrency")), evalset=_text(m.get("evalset")),
+                   semantic_model=str(m["semantic_model"]) if m.get("semantic_model") else None,
+                   evalset_key=str(m.get("evalset_sha256") or m.get("evalset") or "?"),
+                   guardrails=[x for x in g if isinstance(x, str)] if isinstance(g, list) else [],
+                   guardrails_shown=[str(x) for x in g] if isinstance(g, list) else [],
+                   n_items=_count(m.get("n_items")), limit=_count(m.get("limit")),
+                   server_version=_str_or_none(server.get("server_version")),
+                   max_model_len=_count(server.get("max_model_len")))
+
+
 @dataclass
 class Run:
-    """One run directory as the viewer sees it."""
+    """One run directory as the viewer sees it: the manifest and summary as read (the page's
+    data, JSON from an untrusted directory), the facts the viewer uses, the items' columns."""
 
     key: int
     path: Path
     manifest: dict[str, Any]
     summary: dict[str, Any] | None
+    facts: RunFacts
     cols: dict[str, list[Any]]
     lines: list[str]  # each record's JSON text
     texts: dict[str, list[str | None]] = field(default_factory=dict)  # TEXTS per item
@@ -76,31 +125,27 @@ class Run:
     @property
     def warehouse(self) -> str:
         """The semantic model the run used; runs from before it was recorded used retail."""
-        return str(self.manifest.get("semantic_model") or "retail")
+        return self.facts.semantic_model or "retail"
 
     @property
     def label(self) -> str:
         """Folder, model, prompt (+ guardrails), warehouse when it tells runs apart, concurrency and
         eval set; a fact the manifest lacks is left out, never shown as "?"."""
-        m = self.manifest
-        guard = m.get("guardrails")
-        guard_s = " + " + "+".join(str(g) for g in guard) if isinstance(guard, list) and guard else ""
-        prompt = f"{m['prompt']}{guard_s}" if m.get("prompt") is not None else guard_s.lstrip(" +") or None
-        parts = [self.name or self.path.name, m.get("model"), prompt,
-                 self.warehouse if self.with_warehouse else None,
-                 f"c={m['concurrency']}" if m.get("concurrency") is not None else None, m.get("evalset")]
-        return " · ".join(str(p) for p in parts if p is not None and p != "")
+        f = self.facts
+        guard_s = " + " + "+".join(f.guardrails_shown) if f.guardrails_shown else ""
+        prompt = f"{f.prompt}{guard_s}" if f.prompt is not None else guard_s.lstrip(" +") or None
+        parts = [self.name or self.path.name, f.model, prompt, self.warehouse if self.with_warehouse else None,
+                 f"c={f.concurrency}" if f.concurrency is not None else None, f.evalset]
+        return " · ".join(p for p in parts if p is not None and p != "")
 
     @property
     def evalset_key(self) -> str:
         """Runs with equal keys are runs of the same eval set (compared item by item)."""
-        m = self.manifest
-        return str(m.get("evalset_sha256") or m.get("evalset") or "?")
+        return self.facts.evalset_key
 
     @property
     def guardrails(self) -> list[str]:
-        g = self.manifest.get("guardrails")
-        return [x for x in g if isinstance(x, str)] if isinstance(g, list) else []
+        return self.facts.guardrails
 
 
 def find_run_dirs(paths: list[Path]) -> list[Path]:
@@ -244,20 +289,20 @@ def load_run(key: int, path: Path, shown: str | None = None) -> Run:
         summary = loaded
     else:
         notes.append("summary.json missing (an unfinished run?): headline figures computed from records.jsonl")
-        summary = headline(reader.cols)
+        summary = headline(reader.cols).to_json_dict()  # (the page's data: JSON, as a summary read)
     if reader.untyped:
         notes.append(f"{reader.untyped} line(s) of records.jsonl are not records, shown as read "
                      f"(first: {reader.first_untyped})")
     ids = reader.cols["id"]
     if len(set(ids)) != len(ids):
         notes.append(f"{len(ids) - len(set(ids))} duplicate item ids in records.jsonl")
-    expected = manifest.get("n_items")
-    limit = manifest.get("limit")
-    if isinstance(expected, int) and isinstance(limit, int) and not isinstance(limit, bool):
-        expected = min(expected, limit)
-    if isinstance(expected, int) and not isinstance(expected, bool) and expected != len(ids):
-        notes.append(f"{len(ids)} of {expected} items recorded")
-    return Run(key, path, manifest, summary, reader.cols, reader.lines, reader.texts, notes, shown=shown or path.name)
+    facts = RunFacts.of(manifest)
+    if facts.n_items is not None:
+        expected = facts.n_items if facts.limit is None else min(facts.n_items, facts.limit)
+        if expected != len(ids):
+            notes.append(f"{len(ids)} of {expected} items recorded")
+    return Run(key, path, manifest, summary, facts, reader.cols, reader.lines, reader.texts, notes,
+               shown=shown or path.name)
 
 
 class Runs(list[Run]):
@@ -292,49 +337,6 @@ def load_runs(paths: list[Path], *, note: Callable[[str], None] | None = _to_std
     for run, name in zip(runs, unique_names([r.shown for r in runs]), strict=True):
         run.name, run.with_warehouse = name, several
     return runs
-
-
-def wilson(k: int, n: int) -> dict[str, Any]:
-    """The summary's proportion shape: value, 95 % Wilson interval, k, n."""
-    if n == 0:
-        return {"value": None, "k": 0, "n": 0, "ci95": None}
-    p = k / n
-    denom = 1 + Z95 ** 2 / n
-    centre = (p + Z95 ** 2 / (2 * n)) / denom
-    half = Z95 * math.sqrt(p * (1 - p) / n + Z95 ** 2 / (4 * n * n)) / denom
-    return {"value": p, "k": k, "n": n, "ci95": [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]}
-
-
-def headline(cols: dict[str, list[Any]]) -> dict[str, Any]:
-    """The headline part of a summary from the item columns, for a run without ``summary.json``."""
-    n = len(cols["id"])
-    fired = sum(1 for v in cols["interventions"] if v)
-    lat = sorted(v for v in cols["latency_s"] if v is not None)
-    return {
-        "n": n,
-        "raw_accuracy": wilson(sum(cols["correct_raw"]), n),
-        "final_accuracy": wilson(sum(cols["correct_final"]), n),
-        "execution_accuracy": wilson(sum(cols["correct_exec"]), n),
-        "schema_valid_rate": wilson(sum(cols["schema_valid"]), n),
-        "interventions": fired,
-        "intervention_precision": wilson(sum(cols["interventions_ok"]), fired),
-        "timing": {"latency_s": _percentiles(lat)},
-        "computed_by_viewer": True,
-    }
-
-
-def _percentiles(sorted_values: list[float]) -> dict[str, Any]:
-    if not sorted_values:
-        return {"n": 0, "p50": None, "p95": None, "p99": None, "mean": None}
-
-    def q(p: float) -> float:  # linear interpolation, as numpy.percentile
-        pos = (len(sorted_values) - 1) * p / 100
-        lo = math.floor(pos)
-        hi = min(lo + 1, len(sorted_values) - 1)
-        return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-    return {"n": len(sorted_values), "mean": sum(sorted_values) / len(sorted_values),
-            "p50": q(50), "p95": q(95), "p99": q(99)}
 
 
 def mcnemar_exact(b: int, c: int) -> float:
