@@ -29,7 +29,7 @@ import aiohttp
 
 from nlq2sql.load.contract import Pct
 from nlq2sql.load.figures import UnsetType
-from nlq2sql.load.metrics import HistMean, counter_delta, hist_delta, hit_rate, root_url, scrape
+from nlq2sql.load.metrics import HistMean, Snapshot, counter_delta, hist_delta, hit_rate, root_url, scrape
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.probe_figures import Stream
 from nlq2sql.load.probe_results import (
@@ -104,12 +104,12 @@ async def stream_chat(sess: aiohttp.ClientSession, t: Target, body: dict[str, An
     return out
 
 
-async def wait_idle(sess: aiohttp.ClientSession, t: Target, timeout_s: float = 30) -> dict[str, Any] | None:
+async def wait_idle(sess: aiohttp.ClientSession, t: Target, timeout_s: float = 30) -> Snapshot | None:
     """Snapshot once the server runs and queues nothing (or after ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     while True:
         snap = await scrape(sess, t.base_url)
-        if snap is None or (snap.get("running", 0) == 0 and snap.get("waiting", 0) == 0) \
+        if snap is None or (snap.values.get("running", 0) == 0 and snap.values.get("waiting", 0) == 0) \
                 or time.monotonic() > deadline:
             return snap
         await asyncio.sleep(0.1)
@@ -125,7 +125,7 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as sess:
         for _ in range(trials):
             before = await wait_idle(sess, t)
-            busy = before is not None and (before.get("running", 0) or before.get("waiting", 0))
+            busy = before is not None and (before.values.get("running", 0) or before.values.get("waiting", 0))
             r = await stream_chat(sess, t, body, stop_after=k_tokens)
             if r.status == 400 and "ignore_eos" in (r.error or ""):
                 body.pop("ignore_eos")
@@ -147,7 +147,7 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
                 t_sent = time.time()
                 snap = await scrape(sess, t.base_url)
                 polls += 1
-                if snap is not None and snap.get("running", 1) == 0:
+                if snap is not None and snap.values.get("running", 1) == 0:
                     to_idle = time.time() - t_disc
                     lower = prev_sent - t_disc
                     break
