@@ -15,9 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
-from typing import Any
-
-import msgspec
 
 from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType, present
 from nlq2sql.records.item import iter_item_records
@@ -86,7 +83,7 @@ class MatrixCondition(Fig, kw_only=True):
     prompt: str
     guardrails: list[str]
     run: str
-    summary: Figures  # ``stages.pipeline.rescore_run``'s, written as its file has it (``MatrixTable.to_json``)
+    summary: Figures  # ``stages.pipeline.rescore_run``'s, written as its file has it (``Fig.to_json``)
     repeats: MatrixRepeats | UnsetType = UNSET
 
     def read(self) -> Figures:
@@ -107,16 +104,6 @@ class MatrixPair(Fig, kw_only=True):
 class MatrixTable(Fig):
     conditions: list[MatrixCondition]
     pairs: list[MatrixPair]
-
-    def to_json(self) -> dict[str, Any]:  # the written file's object: the JSON edge
-        """The Structs in field order, each condition's summary as ``summary.json`` holds it (its
-        model's set keys, in declared order)."""
-        out: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_summary_json)
-        return out
-
-
-def _summary_json(value: object) -> object:
-    return value.to_json_dict() if isinstance(value, Figures) else str(value)  # str: as ``Fig.to_json``
 
 
 def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> MatrixTable:

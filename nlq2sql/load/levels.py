@@ -19,18 +19,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from nlq2sql.inputs import MAX_REQUESTS, at_most
-from nlq2sql.load.contract import ClientSeen, Gauge, Inflight, LevelStats, Machine, Pct, ServerSeen
+from nlq2sql.load.contract import ClientSeen, Gauge, Inflight, LevelStats, Machine, ServerSeen
 from nlq2sql.load.slo import is_correct
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.results import Summary
 from nlq2sql.records.run_parts import Gauge as SummaryGauge
 from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json, write_json_atomic
+from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.evalset import load_evalset
-from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.score import spread
 
 
 def expand_evalset(evalset: str, requests: int, out_dir: Path, semantic_model: str,
@@ -151,8 +152,8 @@ def level_stats(records: list[ItemRecord], wall_s: float | None,
     def rate(k: float) -> float | None:
         return k / wall_s if wall_s else None
 
-    def pct(key: str) -> Pct:
-        return Pct.model_validate(percentiles([float(v) for r in ok if (v := r.get(key)) is not None]))
+    def pct(key: str) -> Percentiles:
+        return spread([float(v) for r in ok if (v := r.get(key)) is not None])
 
     sm = server_metrics
     observed = sm is not None and sm.observed
