@@ -132,8 +132,11 @@ def script(*, default: str | Mapping[str, Any] = "ok",
     """A script (validated), ready to hand to :class:`FakeServer`.
 
     ``answers`` (question → text) replaces the default ``ok`` answer; with ``correct_below`` K,
-    a request arriving while K or more chat requests are in flight (itself included) gets
-    ``wrong[question]`` instead — a simulated engine whose answers degrade under load."""
+    a request that shared the engine with K or more chat requests in flight (itself included) at
+    any moment of its service (``delay_s``, served before its first token) gets ``wrong[question]``
+    instead — a simulated engine whose answers degrade under load.  Judged over the whole service,
+    not at arrival, so a client slowed by a busy machine (its requests of one burst arriving
+    staggered) still loads the engine as its concurrency says; below K it never can."""
     return {"default": normalise(default), "sequence": [normalise(b) for b in sequence],
             "by_question": {q: [normalise(b) for b in bs] for q, bs in (by_question or {}).items()},
             "answers": dict(answers or {}), "wrong": dict(wrong or {}), "correct_below": correct_below}
@@ -168,6 +171,7 @@ class _State:
         self.wrong: dict[str, str] = spec.get("wrong") or {}
         self.correct_below: int | None = spec.get("correct_below")
         self.inflight = 0  # chat requests being answered now (the simulated engine's load)
+        self.peaks: dict[int, int] = {}  # each one's highest ``inflight`` so far (``correct_below``)
         self.canary = str(spec.get("canary") or "conform")
         self.canary_ignores = frozenset(spec.get("canary_ignores") or ())
         self.server_info_backend: str | None = spec.get("server_info_backend")
@@ -276,6 +280,9 @@ def make_app(state: _State) -> Any:
 
     async def chat(request: web.Request) -> web.StreamResponse:
         state.inflight += 1
+        state.peaks[id(request)] = 0
+        for k in state.peaks:
+            state.peaks[k] = max(state.peaks[k], state.inflight)
         done = [False]
         request["release"] = done
         try:
@@ -284,6 +291,7 @@ def make_app(state: _State) -> Any:
             state.note({"path": "(cancelled)"})
             raise
         finally:
+            state.peaks.pop(id(request), None)
             if not done[0]:
                 state.inflight -= 1
 
@@ -350,6 +358,7 @@ def make_app(state: _State) -> Any:
             return web.Response(status=200, text=HTML_BODY, content_type="text/html")
 
         finish = "stop"
+        served = False  # the delay already spent (``correct_below``: before the first token)
         if kind == "schema_invalid":
             text = json.dumps(SCHEMA_INVALID)
         elif kind == "length":
@@ -358,9 +367,14 @@ def make_app(state: _State) -> Any:
             text = SQL_ANSWER
         elif kind == "text":
             text = str(b.get("text", ""))
-        elif question in state.answers:
-            degraded = state.correct_below is not None and state.inflight >= state.correct_below
+        elif question in state.answers and state.correct_below is not None:
+            if state.delay_s and not canary:
+                await asyncio.sleep(state.delay_s)  # the service, during which the load is seen
+                served = True
+            degraded = state.peaks.get(id(request), state.inflight) >= state.correct_below
             text = state.wrong.get(question, ok_text(question)) if degraded else state.answers[question]
+        elif question in state.answers:
+            text = state.answers[question]
         else:
             text = ok_text(question)
         created = int(time.time())
@@ -369,7 +383,7 @@ def make_app(state: _State) -> Any:
         completion_tokens = len(text) // 4 + 1
 
         if not body.get("stream"):
-            if state.delay_s and not canary:
+            if state.delay_s and not canary and not served:
                 await asyncio.sleep(state.delay_s)
             return web.json_response({
                 "id": rid, "object": "chat.completion", "created": created, "model": state.model,
@@ -383,7 +397,7 @@ def make_app(state: _State) -> Any:
         await resp.prepare(request)
         await resp.write(_chunk(state, rid, created, {"role": "assistant", "content": ""}))
         pieces = _pieces(text)
-        pause = 0.0 if canary else state.delay_s / max(1, len(pieces))
+        pause = 0.0 if canary or served else state.delay_s / max(1, len(pieces))
         for i, piece in enumerate(pieces):
             if pause:
                 await asyncio.sleep(pause)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from nlq2sql.load import probes
-from nlq2sql.load.metrics import HISTOGRAMS
+from nlq2sql.load.metrics import HISTOGRAMS, Snapshot
 
 __all__ = ["probe_cases"]
 
@@ -26,14 +26,14 @@ __all__ = ["probe_cases"]
 def _snapshots(observed: bool) -> Any:
     k = 0
 
-    async def scrape(_sess: Any, _url: str) -> dict[str, Any] | None:
+    async def scrape(_sess: Any, _url: str) -> Snapshot | None:
         nonlocal k
         k += 1
         if not observed:
             return None
-        return {"running": 0 if k % 3 == 2 else 1, "waiting": 0, "generation_tokens": 37.0 * k,
-                "prefix_cache_queries": 1000.0 * k, "prefix_cache_hits": 600.0 * k + (k % 2),
-                "hist": {n: (0.125 * k * (i + 1), 2.0 * k) for i, n in enumerate(HISTOGRAMS)}}
+        return Snapshot(values={"running": 0 if k % 3 == 2 else 1, "waiting": 0, "generation_tokens": 37.0 * k,
+                                "prefix_cache_queries": 1000.0 * k, "prefix_cache_hits": 600.0 * k + (k % 2)},
+                        hist={n: (0.125 * k * (i + 1), 2.0 * k) for i, n in enumerate(HISTOGRAMS)})
     return scrape
 
 

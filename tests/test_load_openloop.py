@@ -13,10 +13,11 @@ from fakeserver import FakeServer
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-from nlq2sql.load.contract import ClientSeen, LevelStats, Pct
+from nlq2sql.load.contract import ClientSeen, LevelStats
 from nlq2sql.load.levels import level_stats
 from nlq2sql.load.openloop import analyse_rates, arrival_stats
 from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.summary_parts import Percentiles
 
 runner = CliRunner()
 
@@ -40,7 +41,8 @@ def _level(rate: float, growth_late: float, n: int = 9, ok: int | None = None, p
                         inflight_mean=None, inflight_n=n)
     st = level_stats([], None, None, 2, run_dir="r", client=client)
     return st.model_copy(update={"offered_rate": rate, "n": n, "ok": n if ok is None else ok, "req_per_s": rate * 0.9,
-                                 "arrivals": arrival_stats(_items(recs)), "latency_from_arrival_s": Pct(n=n, p95=p95)})
+                                 "arrivals": arrival_stats(_items(recs)),
+                                 "latency_from_arrival_s": Percentiles(n=n, p95=p95)})
 
 
 def test_arrival_stats_growth_and_realised_rate() -> None:

@@ -108,7 +108,7 @@ METRICS_B = (METRICS_A.replace("1000.0", "2000.0").replace("400.0", "1300.0").re
 
 def test_snapshot_deltas() -> None:
     a, b = parse_snapshot(METRICS_A), parse_snapshot(METRICS_B)
-    assert a["running"] == 2 and a["waiting"] == 1 and a["kv_cache_usage"] == pytest.approx(0.05)
+    assert a.values["running"] == 2 and a.values["waiting"] == 1 and a.values["kv_cache_usage"] == pytest.approx(0.05)
     assert counter_delta(a, b, "generation_tokens") == 30
     assert hit_rate(a, b).to_json() == {"rate": pytest.approx(0.9), "hits": 900, "queries": 1000}
     assert hist_delta(a, b, "prefill").to_json() == {"n": 4, "mean": pytest.approx(0.3)}

@@ -17,6 +17,7 @@ from nlq2sql.load.figures import plain
 from nlq2sql.load.levels import client_stats, expand_evalset, inflight, intervals, level_stats
 from nlq2sql.load.results import SweepResult
 from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.stages.evalset import load_evalset
 
 TH = an.Thresholds()
@@ -190,7 +191,8 @@ def test_level_stats_from_records() -> None:
     recs.append({"outcome": "ok", "raw_intent": None, "correct_final": False, "completion_tokens": 96,
                  "latency_s": 2.0, "ttft_s": 0.1, "started": 101.0, "finish_reason": "length"})
     recs = [ItemRecord.from_json({"id": str(i), "question": "q", **r}) for i, r in enumerate(recs)]
-    st = level_stats(recs, 10.0, {"observed": False, "note": "no /metrics samples: not observed"}, 4, run_dir="r",
+    unseen = ServerMetrics(observed=False, note="no /metrics samples: not observed")
+    st = level_stats(recs, 10.0, unseen, 4, run_dir="r",
                      client=client_stats(None, None, len(recs), inflight(intervals(recs))))
     assert st.n == 6 and st.ok == 5 and st.good == 2 and st.schema_valid == 4
     assert st.req_per_s == pytest.approx(0.5) and st.goodput_per_s == pytest.approx(0.2)

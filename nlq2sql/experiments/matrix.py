@@ -12,17 +12,14 @@ difference paired item by item over the repeats with standard errors clustered b
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
-from typing import Any
 
 from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType, present
 from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.results import Summary
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
-from nlq2sql.records.summary_parts import Rate
+from nlq2sql.records.summary_parts import Figures, Rate
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.run.repeats import (
@@ -86,12 +83,12 @@ class MatrixCondition(Fig, kw_only=True):
     prompt: str
     guardrails: list[str]
     run: str
-    summary: dict[str, Any]  # ``stages.pipeline.rescore_run``'s summary as that stage returns it, written as is
+    summary: Figures  # ``stages.pipeline.rescore_run``'s, written as its file has it (``Fig.to_json``)
     repeats: MatrixRepeats | UnsetType = UNSET
 
-    def read(self) -> Summary:
-        """The summary through its model (what the report reads)."""
-        return Summary.model_validate(self.summary)
+    def read(self) -> Figures:
+        """The summary (what the report reads)."""
+        return self.summary
 
 
 class MatrixPair(Fig, kw_only=True):
@@ -121,14 +118,13 @@ def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> Matri
             clusters.update({r.id: r.pair_id or r.id for r in iter_item_records(d / RECORDS)})
         for g in guardrails:
             names = tuple(x for x in g.split("+") if x and x != "none")
-            scored = [(s.to_json_dict(), raw, final) for s, raw, final in (rescore_run(d, names) for d in reps)]
+            scored = [rescore_run(d, names) for d in reps]
             label = prompt if not names else f"{prompt} + {'+'.join(names)}"
             finals[label] = [final_ok for _, _, final_ok in scored]
             row = MatrixCondition(condition=label, prompt=prompt, guardrails=list(names), run=str(reps[0]),
-                                  summary=_as_written(scored[0][0]))
+                                  summary=scored[0][0])
             if len(reps) > 1:
-                row.repeats = _across_repeats([Summary.model_validate(s) for s, _, _ in scored], finals[label],
-                                              clusters)
+                row.repeats = _across_repeats([s for s, _, _ in scored], finals[label], clusters)
             conditions.append(row)
     pairs = []
     for a, b in combinations(finals, 2):
@@ -145,17 +141,11 @@ def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> Matri
     return MatrixTable(conditions=conditions, pairs=pairs)
 
 
-def _as_written(summary: object) -> Any:
-    """The summary's JSON values as ``json`` writes them (numpy floats among them are floats there;
-    the typed result's encoder would spell them as strings)."""
-    return json.loads(json.dumps(summary, default=str))
-
-
-def _across_repeats(summaries: list[Summary], finals: list[dict[str, bool]], clusters: dict[str, str]
+def _across_repeats(summaries: list[Figures], finals: list[dict[str, bool]], clusters: dict[str, str]
                     ) -> MatrixRepeats:
     """One condition over its repeats: final accuracy and latency mean ± CI across repeats, and
     the item-level accuracy with its standard error clustered by ``pair_id``."""
-    def timing(s: Summary, q: str) -> float | None:
+    def timing(s: Figures, q: str) -> float | None:
         lat = s.timing.get("latency_s")
         return getattr(lat, q) if lat is not None else None
 

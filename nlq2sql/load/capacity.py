@@ -23,11 +23,11 @@ from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import parse_json, read_text
-from nlq2sql.load.contract import Pct
 from nlq2sql.load.results import SweepResult, load_result
 from nlq2sql.load.server_results import CapacityResult, ContextBudget, KvBudget, KvNeed, KvPeak, KvPerToken
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
+from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.models import DEFAULT_MODEL
 from nlq2sql.stages.score import percentiles
 
@@ -101,9 +101,9 @@ def kv_need(per_token: float, concurrency: int, context: int, budget_tokens: int
     return out
 
 
-def _with_max(values: list[float]) -> Pct:
+def _with_max(values: list[float]) -> Percentiles:
     """Token lengths' percentiles and their max (None: none recorded)."""
-    return Pct.model_validate({**percentiles(values), "max": max(values) if values else None})
+    return Percentiles.model_validate({**percentiles(values), "max": max(values) if values else None})
 
 
 def context_budget(records: list[ItemRecord], max_model_len: int | None, margin: float = 0.25

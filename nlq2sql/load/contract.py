@@ -27,9 +27,10 @@ from pydantic import (
 
 from nlq2sql.errors import RecordError
 from nlq2sql.records.manifest_parts import StructuredOutputs
+from nlq2sql.records.summary_parts import Percentiles
 
 __all__ = ["CPU_LABEL", "Arrivals", "ClientSeen", "EndpointFacts", "Gauge", "Inflight", "LevelStats", "Machine",
-           "Num", "Pct", "ServerSeen", "endpoint_labels"]
+           "Num", "ServerSeen", "endpoint_labels"]
 
 #: A measured number kept as given: an int is not turned into a float (the schema says "number").
 Num = Annotated[int | float, WithJsonSchema({"type": "number"})]
@@ -51,24 +52,6 @@ class _M(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             raise RecordError(first["msg"], path=path, field=".".join(str(x) for x in first["loc"])) from None
-
-
-class Pct(_M):
-    """Percentiles of one measured quantity, with the sample count (``score.percentiles``)."""
-
-    n: int
-    mean: Num | None = None
-    p50: Num | None = None
-    p95: Num | None = None
-    p99: Num | None = None
-    max: Num | None = None  # capacity's token lengths
-
-    @model_serializer(mode="wrap")
-    def _as_written(self, handler: Any) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        if not self.n:  # ``percentiles`` of nothing writes the mean after the percentiles
-            out = {k: out[k] for k in ("n", "p50", "p95", "p99", "mean", "max") if k in out}
-        return out
 
 
 class _Result(_M):
@@ -234,13 +217,13 @@ class LevelStats(_M):
     output_tokens: int
     errors: dict[str, int]
     finish_reasons: dict[str, int]
-    latency_s: Pct
-    ttft_s: Pct
-    itl_s: Pct
-    completion_tokens: Pct
-    prompt_tokens: Pct
-    latency_from_arrival_s: Pct | None = None  # absent in sweeps from before the open loop
-    queued_s: Pct | None = None
+    latency_s: Percentiles
+    ttft_s: Percentiles
+    itl_s: Percentiles
+    completion_tokens: Percentiles
+    prompt_tokens: Percentiles
+    latency_from_arrival_s: Percentiles | None = None  # absent in sweeps from before the open loop
+    queued_s: Percentiles | None = None
     server: ServerSeen
     run_dir: str
     offered_rate: Num | None = None

@@ -261,21 +261,16 @@ def check_resume(resume: bool, force: bool) -> None:
 JOB = "job.json"
 
 
-def job_settings(job: Any) -> dict[str, Any]:
+def job_settings(job: LoadSettings) -> dict[str, Any]:  # the JSON ``job.json`` holds: the dump edge
     """What a multi-level run measures, as JSON: its mode's settings and the eval config, less
     where it writes and how it was asked to start (``out``, ``force``, ``resume``) and the
-    endpoint URL (a local server gets a fresh port each session; the model name stays)."""
-    if isinstance(job, BaseModel):
-        d = job.model_dump(mode="json", exclude={"base", "force", "resume"})
-        d["base"] = dataclasses.asdict(job.base)  # type: ignore[attr-defined]
-    else:
-        d = dataclasses.asdict(job)
-    base = d.get("base") or {}
-    for key in ("force", "resume"):
-        d.pop(key, None)
+    endpoint URL (a local server gets a fresh port each session; the model name stays).  Built
+    only where ``job.json`` is written or compared; the settings travel as their model."""
+    d = job.model_dump(mode="json", exclude={"base", "force", "resume"})
+    base = dataclasses.asdict(job.base)
+    for key in ("force", "resume", "out", "endpoint"):
         base.pop(key, None)
-    base.pop("out", None)
-    base.pop("endpoint", None)
+    d["base"] = base
     return json.loads(json.dumps(d, sort_keys=True, default=str))  # type: ignore[no-any-return]
 
 
@@ -285,11 +280,12 @@ def _differing(a: Any, b: Any, at: str = "") -> list[str]:
     return [] if a == b else [at or "(all)"]
 
 
-def _resumable(out: Path, who: str, settings: dict[str, Any]) -> list[Path]:
+def _resumable(out: Path, who: str, job: LoadSettings | None) -> list[Path]:
     """The finished levels of the same job in ``out`` (refusing another job's directory)."""
     from nlq2sql.load.levels import LEVEL
     from nlq2sql.records.store import read_json
 
+    settings = job_settings(job) if job is not None else {}
     try:
         got = read_json(out / JOB)
     except RecordError:  # absent or unreadable: not a resumable run
@@ -303,7 +299,8 @@ def _resumable(out: Path, who: str, settings: dict[str, Any]) -> list[Path]:
     return sorted(p.parent for p in out.rglob(LEVEL))
 
 
-def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str, *, job: Any = None,
+def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str, *,
+                 job: LoadSettings | None = None,
                  resume: bool = False) -> tuple[Path, list[str]]:
     """:func:`begin_level_sets` with one expanded eval set; returns its path and the notes so far."""
     paths, notes = begin_level_sets(base, {"": requests}, warmup, force, who, job=job, resume=resume)
@@ -311,7 +308,7 @@ def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who:
 
 
 def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force: bool, who: str, *,
-                     job: Any = None, resume: bool = False, order_seed: int | None = None
+                     job: LoadSettings | None = None, resume: bool = False, order_seed: int | None = None
                      ) -> tuple[dict[str, Path], list[str]]:
     """Common start of every multi-level load run: the fresh out dir, ``job.json``, one expanded
     eval set per name (written under ``out/<name>``; "" writes it in ``out``) and the uncounted
@@ -330,16 +327,15 @@ def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force:
     check_resume(resume, force)
     preflight(base)
     notes = []
-    settings = job_settings(job) if job is not None else None
     kept: list[Path] = []
     if resume and base.out.is_dir() and any(base.out.iterdir()):
-        kept = _resumable(base.out, who, settings or {})
+        kept = _resumable(base.out, who, job)
         start: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     else:
         start = fresh_out(base.out, force)
     with start:
-        if settings is not None:
-            write_json_atomic(base.out / JOB, {"who": who, "settings": settings})
+        if job is not None:
+            write_json_atomic(base.out / JOB, {"who": who, "settings": job_settings(job)})
         paths = {name: expand_evalset(base.evalset, n, base.out / name if name else base.out, base.semantic_model,
                                       seed=order_seed)
                  for name, n in sets.items()}

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
+from pydantic import BaseModel
 
 from nlq2sql.errors import RecordError
 from nlq2sql.load.contract import _M
@@ -27,6 +28,14 @@ T = TypeVar("T")
 F = TypeVar("F", bound="Fig")
 
 
+def _edge(value: object) -> object:
+    """A pydantic part (a run's summary) as its file has it: the keys set, in declared order; any
+    other value as ``write_json_atomic`` would write it (``str``)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, exclude_unset=True)
+    return str(value)
+
+
 def present(v: T | UnsetType) -> T | None:
     """A field's value, None when it is UNSET."""
     return None if isinstance(v, UnsetType) else v
@@ -36,7 +45,7 @@ class Fig(msgspec.Struct, kw_only=True):
     """A typed part of a load result: its JSON is its fields in declaration order, UNSET ones left out."""
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = msgspec.to_builtins(self, enc_hook=str)  # str: as ``write_json_atomic`` would
+        out: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_edge)
         return out
 
     @classmethod

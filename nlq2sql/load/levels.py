@@ -17,18 +17,21 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from nlq2sql.inputs import MAX_REQUESTS, at_most
-from nlq2sql.load.contract import ClientSeen, Gauge, Inflight, LevelStats, Machine, Pct, ServerSeen
+from nlq2sql.load.contract import ClientSeen, Gauge, Inflight, LevelStats, Machine, ServerSeen
 from nlq2sql.load.slo import is_correct
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.results import Summary
+from nlq2sql.records.run_parts import Gauge as SummaryGauge
+from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json, write_json_atomic
+from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.evalset import load_evalset
-from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.score import spread
 
 
 def expand_evalset(evalset: str, requests: int, out_dir: Path, semantic_model: str,
@@ -88,16 +91,16 @@ def stats_from_run(run_dir: Path, client_cpu_s: float | None = None,
                    client_wall_s: float | None = None) -> LevelStats:
     """Level stats from a recorded run directory (works offline on old runs too)."""
     manifest = read_json(run_dir / MANIFEST)
-    summary = read_json(run_dir / SUMMARY)
+    summary = Summary.model_validate(read_json(run_dir / SUMMARY))
     records = list(iter_item_records(run_dir / RECORDS))
-    wall = (summary.get("throughput") or {}).get("wall_s")
+    thr = summary.throughput
     client = client_stats(client_cpu_s, client_wall_s, len(records), inflight(intervals(records)))
-    st = level_stats(records, wall, summary.get("server_metrics"), int(manifest.get("concurrency") or 0),
-                     run_dir=str(run_dir), client=client)
+    st = level_stats(records, thr.wall_s if thr else None, summary.server_metrics,
+                     int(manifest.get("concurrency") or 0), run_dir=str(run_dir), client=client)
     load = manifest.get("load") or {}
     st.offered_rate = load.get("rate")
     st.duration_s = load.get("duration_s")
-    st.not_sent = (summary.get("throughput") or {}).get("not_sent", 0)
+    st.not_sent = thr.not_sent if thr is not None and thr.not_sent is not None else 0  # older runs: absent
     return st
 
 
@@ -135,7 +138,7 @@ def inflight(spans: list[tuple[float, float]]) -> Inflight:
 
 
 def level_stats(records: list[ItemRecord], wall_s: float | None,
-                server_metrics: dict[str, Any] | None, concurrency: int, *, run_dir: str,
+                server_metrics: ServerMetrics | None, concurrency: int, *, run_dir: str,
                 client: ClientSeen) -> LevelStats:
     """Throughput, goodput, tokens, latency percentiles, errors and server gauges for one level
     (``run_dir``: where it was recorded; ``client``: the harness seen around it)."""
@@ -149,17 +152,16 @@ def level_stats(records: list[ItemRecord], wall_s: float | None,
     def rate(k: float) -> float | None:
         return k / wall_s if wall_s else None
 
-    def pct(key: str) -> Pct:
-        return Pct.model_validate(percentiles([float(v) for r in ok if (v := r.get(key)) is not None]))
+    def pct(key: str) -> Percentiles:
+        return spread([float(v) for r in ok if (v := r.get(key)) is not None])
 
-    sm = server_metrics or {}
-    observed = bool(sm.get("observed"))
+    sm = server_metrics
+    observed = sm is not None and sm.observed
 
-    def gauge(name: str) -> Gauge:
-        g = sm.get(name) if observed else None
-        if not g or not g.get("n"):
+    def gauge(g: SummaryGauge | None) -> Gauge:
+        if not observed or g is None or not g.n:
             return Gauge(n=0, peak=None, mean=None, note="not observed")
-        return Gauge(n=g["n"], peak=g["peak"], mean=g["mean"])
+        return Gauge(n=g.n, peak=g.peak, mean=g.mean)
 
     return LevelStats(
         concurrency=concurrency, n=n, ok=len(ok), good=len(good),
@@ -171,10 +173,11 @@ def level_stats(records: list[ItemRecord], wall_s: float | None,
         latency_s=pct("latency_s"), ttft_s=pct("ttft_s"), itl_s=pct("itl_mean_s"),
         completion_tokens=pct("completion_tokens"), prompt_tokens=pct("prompt_tokens"),
         latency_from_arrival_s=pct("latency_from_arrival_s"), queued_s=pct("queued_s"),
-        server=ServerSeen(observed=observed, samples=sm.get("samples", 0), interval_s=sm.get("interval_s"),
-                          running=gauge("running"), waiting=gauge("waiting"),
-                          kv_cache_usage=gauge("kv_cache_usage"),
-                          prefix_cache_hit_rate=sm.get("prefix_cache_hit_rate") if observed else None),
+        server=ServerSeen(observed=observed, samples=sm.samples if sm is not None and sm.samples is not None else 0,
+                          interval_s=sm.interval_s if sm is not None else None,
+                          running=gauge(sm.running if sm else None), waiting=gauge(sm.waiting if sm else None),
+                          kv_cache_usage=gauge(sm.kv_cache_usage if sm else None),
+                          prefix_cache_hit_rate=sm.prefix_cache_hit_rate if sm is not None and observed else None),
         run_dir=run_dir, client=client,
     )
 

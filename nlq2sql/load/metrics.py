@@ -9,7 +9,7 @@ give means over exactly the probe's requests.  An endpoint without ``/metrics`` 
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from nlq2sql.load.contract import _M, Num
 from nlq2sql.transport.server_metrics import parse_metrics
 
-__all__ = ["EXTRA_COUNTERS", "HISTOGRAMS", "HistMean", "PrefixCache", "counter_delta", "hist_delta", "hit_rate",
-           "parse_snapshot", "root_url", "scrape"]
+__all__ = ["EXTRA_COUNTERS", "HISTOGRAMS", "HistMean", "PrefixCache", "Snapshot", "counter_delta", "hist_delta",
+           "hit_rate", "parse_snapshot", "root_url", "scrape"]
 
 #: logical name → accepted histogram names (first found wins).
 HISTOGRAMS = {
@@ -38,9 +38,19 @@ def root_url(base_url: str) -> str:
     return base_url.rstrip("/").removesuffix("/v1")
 
 
-def parse_snapshot(text: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Snapshot:
+    """One ``/metrics`` page as the probes read it: gauges and counters by logical name
+    (``transport.server_metrics``' names plus ``EXTRA_COUNTERS``), each summed over its label
+    sets, and the ``HISTOGRAMS`` found as (sum, count) pairs; a name the page lacks is absent."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    hist: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def parse_snapshot(text: str) -> Snapshot:
     """Prometheus text → gauges/counters (logical names) plus ``hist`` {name: (sum, count)}."""
-    out: dict[str, Any] = dict(parse_metrics(text))
+    values = dict(parse_metrics(text))
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     totals: dict[str, float] = {}
@@ -58,16 +68,15 @@ def parse_snapshot(text: str) -> dict[str, Any]:
             if n in sums and n in counts:
                 hist[logical] = (sums[n], counts[n])
                 break
-    out["hist"] = hist
     for logical, names in EXTRA_COUNTERS.items():
         for n in names:
             if n in totals:
-                out[logical] = totals[n]
+                values[logical] = totals[n]
                 break
-    return out
+    return Snapshot(values=values, hist=hist)
 
 
-async def scrape(session: aiohttp.ClientSession, base_url: str) -> dict[str, Any] | None:
+async def scrape(session: aiohttp.ClientSession, base_url: str) -> Snapshot | None:
     """One snapshot, or ``None`` when the endpoint has no readable ``/metrics``."""
     try:
         async with session.get(root_url(base_url) + "/metrics") as resp:
@@ -78,11 +87,11 @@ async def scrape(session: aiohttp.ClientSession, base_url: str) -> dict[str, Any
         return None
 
 
-def counter_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str
-                  ) -> float | None:
-    if not before or not after or name not in before or name not in after:
+def counter_delta(before: Snapshot | None, after: Snapshot | None, name: str) -> float | None:
+    """A counter's increase between two snapshots; ``None`` when either lacks it."""
+    if before is None or after is None or name not in before.values or name not in after.values:
         return None
-    return float(after[name]) - float(before[name])
+    return float(after.values[name]) - float(before.values[name])
 
 
 class HistMean(_M):
@@ -102,17 +111,17 @@ class PrefixCache(_M):
     note: str | None = None  # "not observed"
 
 
-def hist_delta(before: dict[str, Any] | None, after: dict[str, Any] | None, name: str) -> HistMean:
+def hist_delta(before: Snapshot | None, after: Snapshot | None, name: str) -> HistMean:
     """Mean of a server histogram over the requests between two snapshots, with its count."""
-    b = (before or {}).get("hist", {}).get(name)
-    a = (after or {}).get("hist", {}).get(name)
+    b = before.hist.get(name) if before is not None else None
+    a = after.hist.get(name) if after is not None else None
     if a is None or b is None:
         return HistMean(n=0, mean=None, note="not observed")
     n = a[1] - b[1]
     return HistMean(n=int(n), mean=(a[0] - b[0]) / n if n > 0 else None)
 
 
-def hit_rate(before: dict[str, Any] | None, after: dict[str, Any] | None) -> PrefixCache:
+def hit_rate(before: Snapshot | None, after: Snapshot | None) -> PrefixCache:
     """Prefix-cache hit rate (tokens) from counter deltas: hits / queries."""
     q = counter_delta(before, after, "prefix_cache_queries")
     h = counter_delta(before, after, "prefix_cache_hits")

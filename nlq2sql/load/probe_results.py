@@ -14,8 +14,9 @@ from typing import Any, Literal
 
 from pydantic import model_serializer
 
-from nlq2sql.load.contract import _M, Num, Pct, _Result
+from nlq2sql.load.contract import _M, Num, _Result
 from nlq2sql.load.metrics import HistMean, PrefixCache
+from nlq2sql.records.summary_parts import Percentiles
 
 __all__ = ["CancelProbeResult", "CancelTrial", "HealthLoop", "HealthProbeResult", "PROBE_MODELS", "PrefillRequests",
            "PrefixProbeResult", "PrefixScenario", "Unreported"]
@@ -72,8 +73,8 @@ class CancelProbeResult(_Probe):
     max_tokens: int
     trials: list[CancelTrial]
     poll_interval_s: Num
-    to_idle_s: Pct
-    tokens_after_disconnect: Pct
+    to_idle_s: Percentiles
+    tokens_after_disconnect: Percentiles
     ignore_eos: bool
 
 
@@ -96,8 +97,8 @@ class PrefillRequests(_M):
     ok: int
     parallel: int
     errors: list[str]
-    prompt_tokens: Pct
-    ttft_s: Pct
+    prompt_tokens: Percentiles
+    ttft_s: Percentiles
     load_wall_s: Num
 
 
@@ -118,10 +119,10 @@ class PrefixScenario(_M):
     n: int
     ok: int
     errors: list[str]
-    client_ttft_s: Pct
-    client_latency_s: Pct
-    prompt_tokens: Pct
-    cached_tokens_reported: Pct | Unreported
+    client_ttft_s: Percentiles
+    client_latency_s: Percentiles
+    prompt_tokens: Percentiles
+    cached_tokens_reported: Percentiles | Unreported
     prefix_cache: PrefixCache
     server_ttft_s: HistMean
     server_prefill_s: HistMean

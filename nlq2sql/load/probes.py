@@ -27,9 +27,8 @@ from typing import Any
 
 import aiohttp
 
-from nlq2sql.load.contract import Pct
 from nlq2sql.load.figures import UnsetType
-from nlq2sql.load.metrics import HistMean, counter_delta, hist_delta, hit_rate, root_url, scrape
+from nlq2sql.load.metrics import HistMean, Snapshot, counter_delta, hist_delta, hit_rate, root_url, scrape
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.probe_figures import Stream
 from nlq2sql.load.probe_results import (
@@ -42,7 +41,8 @@ from nlq2sql.load.probe_results import (
     PrefixScenario,
 )
 from nlq2sql.records.store import output_dir
-from nlq2sql.stages.score import percentiles
+from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.stages.score import percentiles, spread
 from nlq2sql.transport.stream import Accumulator, Completion, StreamEventError, sse_events
 
 __all__ = ["FILLER", "SCENARIOS", "ProbeResult", "Stream", "Target", "cancel_probe", "filler",
@@ -104,12 +104,12 @@ async def stream_chat(sess: aiohttp.ClientSession, t: Target, body: dict[str, An
     return out
 
 
-async def wait_idle(sess: aiohttp.ClientSession, t: Target, timeout_s: float = 30) -> dict[str, Any] | None:
+async def wait_idle(sess: aiohttp.ClientSession, t: Target, timeout_s: float = 30) -> Snapshot | None:
     """Snapshot once the server runs and queues nothing (or after ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     while True:
         snap = await scrape(sess, t.base_url)
-        if snap is None or (snap.get("running", 0) == 0 and snap.get("waiting", 0) == 0) \
+        if snap is None or (snap.values.get("running", 0) == 0 and snap.values.get("waiting", 0) == 0) \
                 or time.monotonic() > deadline:
             return snap
         await asyncio.sleep(0.1)
@@ -125,7 +125,7 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as sess:
         for _ in range(trials):
             before = await wait_idle(sess, t)
-            busy = before is not None and (before.get("running", 0) or before.get("waiting", 0))
+            busy = before is not None and (before.values.get("running", 0) or before.values.get("waiting", 0))
             r = await stream_chat(sess, t, body, stop_after=k_tokens)
             if r.status == 400 and "ignore_eos" in (r.error or ""):
                 body.pop("ignore_eos")
@@ -147,7 +147,7 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
                 t_sent = time.time()
                 snap = await scrape(sess, t.base_url)
                 polls += 1
-                if snap is not None and snap.get("running", 1) == 0:
+                if snap is not None and snap.values.get("running", 1) == 0:
                     to_idle = time.time() - t_disc
                     lower = prev_sent - t_disc
                     break
@@ -164,8 +164,8 @@ async def cancel_probe(t: Target, k_tokens: int = 16, max_tokens: int = 512, tri
     after_tok = [float(x.tokens_after_disconnect) for x in rows if x.tokens_after_disconnect is not None]
     return CancelProbeResult(kind="probe-cancel", endpoint=t.base_url, model=t.model, probe="cancel",
                              k_tokens=k_tokens, max_tokens=max_tokens, trials=rows, poll_interval_s=poll_s,
-                             to_idle_s=Pct.model_validate(percentiles(idle)),
-                             tokens_after_disconnect=Pct.model_validate(percentiles(after_tok)),
+                             to_idle_s=spread(idle),
+                             tokens_after_disconnect=spread(after_tok),
                              ignore_eos="ignore_eos" in body)
 
 
@@ -222,8 +222,8 @@ async def health_probe(t: Target, prefill_words: int = 1200, parallel: int = 4, 
         interval_s=interval_s, idle=idle, under_prefill=busy,
         prefill_requests=PrefillRequests(
             n=len(reqs), ok=len(ok), parallel=parallel, errors=[r.error for r in reqs if r.error],
-            prompt_tokens=Pct.model_validate(percentiles([float(r.usage["prompt_tokens"]) for r in ok if r.usage])),
-            ttft_s=Pct.model_validate(percentiles([r.ttft_s for r in ok if r.ttft_s is not None])),
+            prompt_tokens=spread([float(r.usage["prompt_tokens"]) for r in ok if r.usage]),
+            ttft_s=spread([r.ttft_s for r in ok if r.ttft_s is not None]),
             load_wall_s=load_s),
         server_prefill_s=hist_delta(before, after, "prefill"), server_ttft_s=hist_delta(before, after, "ttft"))
 
@@ -298,7 +298,7 @@ def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v * 1000:.1f}"
 
 
-def _p(p: Pct, key: str = "p50", scale: float = 1.0, fmt: str = "{:.3f}") -> str:
+def _p(p: Percentiles, key: str = "p50", scale: float = 1.0, fmt: str = "{:.3f}") -> str:
     value = getattr(p, key)
     if not p.n or value is None:
         return "not observed"

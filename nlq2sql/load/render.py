@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from nlq2sql.load.analysis import SweepAnalysis, cost_per_1k
-from nlq2sql.load.contract import Gauge, LevelStats, Pct
+from nlq2sql.load.contract import Gauge, LevelStats
 from nlq2sql.load.results import SweepResult
+from nlq2sql.records.summary_parts import Percentiles
 
 __all__ = ["fmt_lat", "fmt_num", "level_table", "plot", "render_markdown", "server_table"]
 
@@ -20,7 +21,7 @@ def fmt_num(v: float | None, fmt: str = "{:.2f}", none: str = "n/a") -> str:
     return none if v is None else fmt.format(v)
 
 
-def fmt_lat(p: Pct | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+def fmt_lat(p: Percentiles | None, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
     """p50 / p95 / p99 of a percentile block, or n/a when it holds no sample."""
     if p is None or not p.n:
         return "n/a"

@@ -33,6 +33,7 @@ from nlq2sql.inputs import MAX_REQUESTS
 from nlq2sql.load.contract import EndpointFacts, LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
 from nlq2sql.load.levels import run_level
+from nlq2sql.load.oneshot import Shot
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import SerializationResult
 from nlq2sql.load.server_results import Evidence, SerializationSettings, Staircase
@@ -94,7 +95,7 @@ def request_body(cfg: EvalConfig, question: str) -> dict[str, Any]:
 
 
 def launch_together(url: str, body_path: Path, n: int, key_env: str | None,
-                    lead_s: float = 1.5, timeout_s: float = 600) -> list[dict[str, Any]]:
+                    lead_s: float = 1.5, timeout_s: float = 600) -> list[Shot]:
     """Start ``n`` independent processes that each send one request at the same moment."""
     start_at = time.time() + lead_s + 0.1 * n
     args = [sys.executable, "-m", "nlq2sql.load.oneshot", url, str(body_path), f"{start_at:.6f}"]
@@ -110,9 +111,9 @@ def launch_together(url: str, body_path: Path, n: int, key_env: str | None,
             p.kill()
             so, se = p.communicate()
         try:
-            results.append(json.loads(so.strip().splitlines()[-1]))
-        except (json.JSONDecodeError, IndexError):
-            results.append({"error": f"worker failed: {se.strip()[-300:]}", "start_at": start_at})
+            results.append(Shot.of_line(so.strip().splitlines()[-1]))
+        except (json.JSONDecodeError, IndexError, KeyError, TypeError):
+            results.append(Shot(start_at=start_at, error=f"worker failed: {se.strip()[-300:]}"))
     return results
 
 
@@ -143,8 +144,8 @@ def run_staircase(url: str, body: dict[str, Any], n: int, solo_runs: int, workdi
     def solo_run(k: int) -> None:
         for _ in range(k):
             r = launch_together(url, body_path, 1, key_env, lead_s=0.8)[0]
-            if r.get("status") == 200:
-                solo.append(r["done"] - r["sent"])
+            if r.status == 200 and (took := r.took_s()) is not None:
+                solo.append(took)
 
     # Single service time measured before *and* after the group; the fastest is used, since
     # other work on the machine can only add time (a stall would otherwise flatten the index).
@@ -152,15 +153,16 @@ def run_staircase(url: str, body: dict[str, Any], n: int, solo_runs: int, workdi
     solo_run(before)
     together = launch_together(url, body_path, n, key_env)
     solo_run(max(1, solo_runs - before))
-    ok = [r for r in together if r.get("status") == 200]
-    errors = [r.get("error") or f"HTTP {r.get('status')}" for r in together if r.get("status") != 200]
+    ok = [r for r in together if r.status == 200]
+    errors = [r.error or f"HTTP {r.status}" for r in together if r.status != 200]
     if not solo or len(ok) < 2:
         return Staircase(n=n, ok=len(ok), errors=errors, solo_n=len(solo), index=None,
                          note="too few successful requests to judge")
     service = min(solo)
-    start_at = ok[0]["start_at"]
-    comp = sorted(r["done"] - start_at for r in ok)
-    send_spread = max(r["sent"] for r in ok) - min(r["sent"] for r in ok)
+    start_at = ok[0].start_at
+    comp = sorted(r.done - start_at for r in ok if r.done is not None)  # a worker's line has both
+    sent = [r.sent for r in ok if r.sent is not None]
+    send_spread = max(sent) - min(sent)
     return Staircase(n=n, ok=len(ok), errors=errors, solo_n=len(solo), service_s=service, solo_s=solo,
                      solo_spread=max(solo) / service if service > 0 else None, completion_s=comp,
                      ratios=[c / service for c in comp], send_spread_s=send_spread,

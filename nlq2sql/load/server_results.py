@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from nlq2sql.load.contract import _M, EndpointFacts, LevelStats, Num, Pct, _Result, _Stamped
+from nlq2sql.load.contract import _M, EndpointFacts, LevelStats, Num, _Result, _Stamped
+from nlq2sql.records.summary_parts import Percentiles
 
 __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
            "SerializationResult", "SerializationSettings", "Staircase"]
@@ -100,9 +101,9 @@ class KvPeak(_M):
 
 class ContextBudget(_M):
     n: int
-    isl: Pct  # percentiles and the max
-    osl: Pct
-    valid_osl: Pct
+    isl: Percentiles  # percentiles and the max
+    osl: Percentiles
+    valid_osl: Percentiles
     margin: Num
     recommended_max_tokens: int | None
     finish_length: int

@@ -11,9 +11,9 @@ Readers of older runs get ``None`` for keys added since.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, WithJsonSchema, model_serializer
 
 __all__ = ["Abstention", "AnswerFigures", "CategoryFigures", "Compactness", "ConfusionMatrix", "CurvePoint",
            "Digest", "EmptyGolds", "Figures", "LabelledRate", "LoadShape", "Missing", "Part", "Percentiles", "Rate",
@@ -53,21 +53,28 @@ class LabelledRate(Part):
     ci95: list[float] | None
 
 
+#: A figure that keeps an int an int and is a JSON "number" in the schemas (as ``load.contract.Num``).
+_Number = Annotated[int | float, WithJsonSchema({"type": "number"})]
+
+
 class Percentiles(Part):
     """p50/p95/p99/mean with the sample count; none observed: ``n`` 0 and nulls (never zero).
-    Written as it always was: ``mean`` after the count when observed, last when not."""
+    Written as it always was: ``mean`` after the count when observed, after the percentiles when
+    not.  One declaration for the summaries' blocks and the load results' (``max``: capacity's
+    token lengths); ints stay ints, as a load result read back holds them."""
 
     n: int
-    mean: float | None = None
-    p50: float | None = None
-    p95: float | None = None
-    p99: float | None = None
+    mean: _Number | None = None
+    p50: _Number | None = None
+    p95: _Number | None = None
+    p99: _Number | None = None
+    max: _Number | None = None
 
     @model_serializer(mode="wrap")
     def _in_written_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
-        if self.n == 0 and "mean" in out:
-            out["mean"] = out.pop("mean")
+        if not self.n:
+            out = {k: out[k] for k in ("n", "p50", "p95", "p99", "mean", "max") if k in out}
         return out
 
 
