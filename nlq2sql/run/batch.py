@@ -10,21 +10,22 @@ to compute the usual summary.  (The driver does hold the items it hands to
 ``ray.data.from_items``: after the validating first pass, which needs every line anyway.)
 
 What stays the same as ``eval``: each actor answers with one ``item.ItemRunner`` (the same
-client, replica pool, retries, prompt, guardrails and scoring), so a record is the dict
-``eval`` writes; the options are validated by the same ``live.preflight``; the run's retry
-budget is one counter (a Ray actor) for all actors.  What differs: the output is shards, each
-written whole by the actor that answered it (``batch_out``: a local directory, or ``s3://`` /
-``gs://`` / ``file://`` through pyarrow's filesystems), ``summary.json`` last.  A batch
-killed at any point is continued by ``--resume``: finished shards are kept, the rest are
-answered, and the shards, records and summary equal an uninterrupted run's.
+client, replica pool, retries, prompt, guardrails and scoring), so a record is the
+``ItemRecord`` ``eval`` writes (typed until its shard line is written); the options are
+validated by the same ``live.preflight``; the run's retry budget is one counter (a Ray actor)
+for all actors.  What differs: the output is shards, each written whole by the actor that
+answered it (``batch_out``: a local directory, or ``s3://`` / ``gs://`` / ``file://`` through
+pyarrow's filesystems), ``summary.json`` last.  A batch killed at any point is continued by
+``--resume``: finished shards are kept, the rest are answered, and the shards, records and
+summary equal an uninterrupted run's.  The manifest is built and checked in ``batch_manifest``.
 
 Shards: shard *k* holds the input's *k*-th run of ``shard_rows`` items (a fixed cut, so a
 resumed batch puts every item where an uninterrupted one does), answered by one actor
 (``concurrency`` requests in flight per actor, ``actors`` actors; a record's ``concurrency``
-is its actor's), in item order.  A record holds nested
-values of mixed types (result rows mix strings and numbers, ``params`` too), which Arrow
-cannot type as columns, so every shard stores each record as its JSON text -- the exact
-line ``RecordWriter`` writes to ``records.jsonl``.  JSONL shards *are* such lines
+is its actor's), in item order.  A record holds nested values of mixed types (result rows mix
+strings and numbers, ``params`` too), which Arrow cannot type as columns, so every shard
+stores each record as its JSON text (a JSON edge by choice) -- the exact line
+``RecordWriter`` writes to ``records.jsonl``.  JSONL shards *are* such lines
 (``cat out/records/*.jsonl`` is an eval-style ``records.jsonl``); Parquet shards have two
 columns, ``id`` and ``record`` (that JSON text).  ``summary.records.sha256`` hashes those
 lines in shard order, so it is the same for both formats.

@@ -124,9 +124,11 @@ class _Context(NamedTuple):
     sampling: Sampling  # bound to the warehouse's schema
 
 
+@functools.cache
 def sampling_params(s: Sampling) -> dict[str, Any]:
     """vLLM's ``SamplingParams`` keywords for a row (the JSON edge: a Ray Data column); the schema
-    as its JSON text, since Arrow would turn a nested schema's lists into numpy arrays."""
+    as its JSON text, since Arrow would turn a nested schema's lists into numpy arrays.  Made once
+    per sampling (every row's are the same): a row takes a copy."""
     params: dict[str, Any] = {"temperature": s.temperature, "max_tokens": s.max_tokens}
     if s.seed is not None:
         params["seed"] = s.seed
@@ -156,7 +158,7 @@ def _prepare(cfg: EvalConfig, row: dict[str, Any]) -> dict[str, Any]:
     case = parse_item(row["item"])
     return {"id": row["id"], "item": row["item"],
             "messages": ctx.prompt.messages(case.question + cfg.load.context_suffix),
-            "sampling_params": sampling_params(ctx.sampling)}
+            "sampling_params": dict(sampling_params(ctx.sampling))}
 
 
 def _finish(cfg: EvalConfig, row: dict[str, Any]) -> dict[str, Any]:
