@@ -129,12 +129,10 @@ def sampling_params(s: Sampling) -> dict[str, Any]:
     """vLLM's ``SamplingParams`` keywords for a row (the JSON edge: a Ray Data column); the schema
     as its JSON text, since Arrow would turn a nested schema's lists into numpy arrays.  Made once
     per sampling (every row's are the same): a row takes a copy."""
-    params: dict[str, Any] = {"temperature": s.temperature, "max_tokens": s.max_tokens}
-    if s.seed is not None:
-        params["seed"] = s.seed
-    if s.structured != "none":
-        params["structured_outputs"] = {"json": json.dumps(s.json_schema(), separators=(",", ":"))}
-    return params
+    return {"temperature": s.temperature, "max_tokens": s.max_tokens,
+            **({"seed": s.seed} if s.seed is not None else {}),
+            **({"structured_outputs": {"json": json.dumps(s.json_schema(), separators=(",", ":"))}}
+               if s.structured != "none" else {})}
 
 
 @functools.cache
