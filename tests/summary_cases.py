@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from nlq2sql.records.batch_parts import BatchLoad
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.run.batch_out import BatchOut
@@ -34,8 +35,9 @@ GOLDEN = ROOT / "tests" / "fixtures" / "summary-golden.json"
 SHARD_RUNS = ("tests/fixtures/view-runs/heldout-smollm2-135m",
               "tests/fixtures/view-runs/qwen2.5-coder-0.5b/matrix-adversarial/adversarial-baseline")
 SESSION = BatchSession(wall_s=2.0, items_this_session=3, server_metrics=ServerMetrics(observed=False))
-MANIFEST: dict[str, Any] = {"engine": "ray-data", "actors": 2, "concurrency_per_actor": 4,
-                            "retry_budget": {"max": 5}}
+#: What a batch's manifest gives the shard summary: its load shape and retry budget.
+LOAD = BatchLoad(mode="batch (Ray Data)", engine="ray-data", actors=2, concurrency_per_actor=4)
+RETRY_BUDGET = {"max": 5}
 
 
 def text(data: Any) -> str:
@@ -100,8 +102,8 @@ def shard_summary(tmp: Path, lines: list[str], rulesets: list[RuleSet], scored: 
         if chunk:
             store.write_shard(index, "jsonl", [json.loads(t)["id"] for t in chunk], chunk)
     ids = [json.loads(t)["id"] for t in lines]
-    manifest = dict(MANIFEST, **({"answer": answer} if answer else {}))
-    return summarise_shards(store, "jsonl", rulesets, scored, ids, SESSION, manifest).to_json_dict()
+    return summarise_shards(store, "jsonl", rulesets, scored, ids, SESSION, load=LOAD, retry_budget=RETRY_BUDGET,
+                            answer=answer or "intent").to_json_dict()
 
 
 def at_commit(commit: str, paths: list[str], tmp: Path) -> dict[str, Path]:

@@ -1,24 +1,41 @@
-"""A batch's ``summary.json`` (``nlq2sql batch``) as a model: the aggregator's figures, then what
-a batch adds.
+"""A batch's ``summary.json`` and ``manifest.json`` (``nlq2sql batch``) as models: the summary is
+the aggregator's figures, then what a batch adds; the manifest is what the batch was asked and
+measured, built once by ``run.batch`` and written at the edge.
 
 Apart from :class:`nlq2sql.records.results.Summary` because a batch's summary has keys and an
 order of its own (``scored`` after the figures, Ray Data's load shape, ``replicas_answered``, the
 shards in the digest, ``resumed``) and may be of unscored answers (``AnswerFigures``, which
 carries ``scored`` itself).  Fields are declared in the order the summaries have their keys on
 disk; a key never set stays absent; written once by :meth:`BatchSummary.to_json_dict`.
+
+The manifest is apart from :class:`nlq2sql.records.results.Manifest` for the same reason: its keys
+and order are a batch's (``engine`` names the batch engine, not a client engine section; Ray Data's
+actors and shards; a question file instead of an eval set; the conditions' keys after ``answer``;
+``engine_kwargs`` and ``gpus`` of an in-process vLLM; ``sessions`` of a resumed batch).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, create_model
 
 from nlq2sql.errors import RecordError
+from nlq2sql.records.manifest_parts import (
+    EngineArgs,
+    GuardrailArtefact,
+    RetryBudgetPart,
+    SamplingPart,
+    ServerFacts,
+)
+from nlq2sql.records.manifest_parts import Part as ManifestPart
 from nlq2sql.records.run_parts import ServerMetrics
+from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import AnswerFigures, Compactness, Figures, Part, Throughput
 
-__all__ = ["BatchLoad", "BatchRecords", "BatchSummary", "BatchTail", "Resumed", "Shard"]
+__all__ = ["BatchLoad", "BatchManifest", "BatchManifestHead", "BatchRecords", "BatchReplica", "BatchSummary",
+           "BatchTail", "Resumed", "SessionStart", "Shard"]
 
 Num = int | float
 
@@ -100,3 +117,121 @@ class BatchSummary(BaseModel):
         tail = {k: v for k, v in obj.items() if k in BatchTail.model_fields}
         return cls(figures=kind.model_validate({k: v for k, v in obj.items() if k in kind.model_fields}),
                    tail=BatchTail.model_validate(tail))
+
+
+class BatchReplica(ManifestPart):
+    """One replica the actors route over, labelled as the records name it (no probe of its own)."""
+
+    label: str
+    url: str
+    model: str
+
+
+class SessionStart(ManifestPart):
+    """A later session of a resumed batch: when it started."""
+
+    started: float
+
+
+class BatchManifestHead(ManifestPart):
+    """A batch manifest's keys up to ``answer``: each condition's keys follow them on disk
+    (:meth:`BatchManifest.with_conditions` declares them between this and the rest)."""
+
+    record_version: int = RECORD_VERSION
+    kind: str
+    harness_version: str
+    git_commit: str | None
+    git_dirty: bool | None
+    evalset: str | None = None  # an eval set's three keys, or a question file's two (below)
+    evalset_path: str | None = None
+    evalset_sha256: str | None = None
+    n_items: int
+    guardrails: list[str]
+    guardrail_artefacts: dict[str, GuardrailArtefact] | None = None  # by rule set
+    semantic_model: str | None = None
+    semantic_model_path: str | None = None
+    semantic_model_sha256: str | None = None
+    time_spine: str | None = None
+    db: str | None = None
+    db_sha256: str | None = None
+    questions: str | None = None  # ``--questions``: the file's name and SHA-256
+    questions_sha256: str | None = None
+    scored: bool
+    limit: int | None
+    engine: str  # ray | ray-vllm
+    ray_address: str | None
+    actors: int
+    concurrency_per_actor: int
+    shard_rows: int
+    format: str
+    out: str | None  # a URI; None for a local directory
+    endpoint: str | None
+    model: str
+    prompt: str
+    routing: str | None = None  # several replicas only
+    replicas: list[BatchReplica] | None = None
+    prompt_style: str
+    prompt_sha256: str
+    client: str
+    sampling: SamplingPart
+    answer: str | None = None  # a SQL answer; absent for v1 intents
+
+
+class BatchManifest(BatchManifestHead):
+    """A batch's ``manifest.json``: fields in the order a batch has always written its keys (a key
+    never set stays absent), each condition's keys after ``answer`` (:meth:`with_conditions`).
+
+    Built once by ``run.batch_manifest`` (``engine_kwargs``, ``gpus`` added by the in-process vLLM
+    engine, ``finished`` at the end) and turned into JSON only where it is written.  A manifest read
+    back (``--resume``) remembers the order its keys had on disk (:attr:`key_order`), which the
+    writer keeps: a key on disk keeps its place, keys set since follow."""
+
+    server: ServerFacts | None
+    retry_budget: RetryBudgetPart
+    started: float
+    engine_kwargs: EngineArgs | None = None  # --engine ray-vllm
+    gpus: int | float | None = None
+    sessions: list[SessionStart] | None = None  # a resumed batch's later sessions
+    finished: float | None = None
+
+    _key_order: tuple[str, ...] | None = PrivateAttr(default=None)
+
+    @property
+    def key_order(self) -> tuple[str, ...] | None:
+        """The keys' order on disk of a manifest read back (None: one built by this run)."""
+        return self._key_order
+
+    @classmethod
+    def with_conditions(cls, conditions: type[BaseModel]) -> type[BatchManifest]:
+        """The manifest with each condition's keys (the registry's conditions part) declared
+        after ``answer``, where a batch writes them."""
+        return _extended(cls, conditions)
+
+    @classmethod
+    def from_json(cls, obj: Any, *, path: str) -> BatchManifest:
+        """A written manifest read back (``--resume``): refused in one line if it is not one."""
+        try:
+            manifest = cls.model_validate(obj)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise RecordError(f"not a batch manifest: {first['msg']}", path=path,
+                              field=".".join(str(x) for x in first["loc"])) from None
+        manifest._key_order = tuple(obj)
+        return manifest
+
+    def resumed(self, started: float) -> None:
+        """Record a later session (a manifest read back): ``sessions`` keeps its place, or follows
+        the keys on disk."""
+        self.sessions = [*(self.sessions or []), SessionStart(started=started)]
+        if self._key_order is not None and "sessions" not in self._key_order:
+            self._key_order = (*self._key_order, "sessions")
+
+
+@functools.cache
+def _extended(base: type[BatchManifest], conditions: type[BaseModel]) -> type[BatchManifest]:
+    """``base`` with ``conditions``' fields (type forms, as declared there) between its head and
+    its tail: fields are ordered along the bases, head first, so the conditions' come after
+    ``answer``.  Made once per pair."""
+    between = create_model("BatchConditions", __base__=BatchManifestHead,
+                           **{k: (f.annotation, f) for k, f in conditions.model_fields.items()})  # type: ignore[call-overload]
+    return create_model("BatchManifest", __base__=(base, between))

@@ -20,8 +20,8 @@ from pydantic import ConfigDict, Field
 
 from nlq2sql.records.summary_parts import Part as Section
 
-__all__ = ["CanaryPart", "EnginePart", "GuardrailArtefact", "LoadPart", "Part", "ReplicaPart", "RetryBudgetPart",
-           "SamplingPart", "ServerFacts", "StructuredOutputs"]
+__all__ = ["CanaryPart", "EngineArgs", "EnginePart", "GuardrailArtefact", "GuidedDecoding", "LoadPart", "Part",
+           "ReplicaPart", "RetryBudgetPart", "SamplingPart", "ServerFacts", "StructuredOutputs"]
 
 
 class Part(Section):
@@ -128,3 +128,22 @@ class GuardrailArtefact(Part):
     training_n: int
     threshold: float
     sklearn_version: str
+
+
+class GuidedDecoding(Part):
+    """vLLM's ``structured_outputs_config`` as ``batch --engine ray-vllm`` sets it (compact outputs)."""
+
+    backend: str
+    disable_any_whitespace: bool
+
+
+class EngineArgs(Part):
+    """The keyword arguments of vLLM's engine inside Ray Data (``batch --engine ray-vllm``): built
+    once as this type, passed to vLLM as :meth:`written` and recorded as the manifest's ``engine_kwargs``
+    (one value, so what the manifest says is what the engine got)."""
+
+    max_model_len: int
+    dtype: str
+    max_num_seqs: int
+    structured_outputs_config: GuidedDecoding | None = None  # a compact server's: no whitespace
+    enforce_eager: bool | None = None  # without GPUs, as the CPU server runs

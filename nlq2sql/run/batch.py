@@ -10,21 +10,22 @@ to compute the usual summary.  (The driver does hold the items it hands to
 ``ray.data.from_items``: after the validating first pass, which needs every line anyway.)
 
 What stays the same as ``eval``: each actor answers with one ``item.ItemRunner`` (the same
-client, replica pool, retries, prompt, guardrails and scoring), so a record is the dict
-``eval`` writes; the options are validated by the same ``live.preflight``; the run's retry
-budget is one counter (a Ray actor) for all actors.  What differs: the output is shards, each
-written whole by the actor that answered it (``batch_out``: a local directory, or ``s3://`` /
-``gs://`` / ``file://`` through pyarrow's filesystems), ``summary.json`` last.  A batch
-killed at any point is continued by ``--resume``: finished shards are kept, the rest are
-answered, and the shards, records and summary equal an uninterrupted run's.
+client, replica pool, retries, prompt, guardrails and scoring), so a record is the
+``ItemRecord`` ``eval`` writes (typed until its shard line is written); the options are
+validated by the same ``live.preflight``; the run's retry budget is one counter (a Ray actor)
+for all actors.  What differs: the output is shards, each written whole by the actor that
+answered it (``batch_out``: a local directory, or ``s3://`` / ``gs://`` / ``file://`` through
+pyarrow's filesystems), ``summary.json`` last.  A batch killed at any point is continued by
+``--resume``: finished shards are kept, the rest are answered, and the shards, records and
+summary equal an uninterrupted run's.  The manifest is built and checked in ``batch_manifest``.
 
 Shards: shard *k* holds the input's *k*-th run of ``shard_rows`` items (a fixed cut, so a
 resumed batch puts every item where an uninterrupted one does), answered by one actor
 (``concurrency`` requests in flight per actor, ``actors`` actors; a record's ``concurrency``
-is its actor's), in item order.  A record holds nested
-values of mixed types (result rows mix strings and numbers, ``params`` too), which Arrow
-cannot type as columns, so every shard stores each record as its JSON text -- the exact
-line ``RecordWriter`` writes to ``records.jsonl``.  JSONL shards *are* such lines
+is its actor's), in item order.  A record holds nested values of mixed types (result rows mix
+strings and numbers, ``params`` too), which Arrow cannot type as columns, so every shard
+stores each record as its JSON text (a JSON edge by choice) -- the exact line
+``RecordWriter`` writes to ``records.jsonl``.  JSONL shards *are* such lines
 (``cat out/records/*.jsonl`` is an eval-style ``records.jsonl``); Parquet shards have two
 columns, ``id`` and ``record`` (that JSON text).  ``summary.records.sha256`` hashes those
 lines in shard order, so it is the same for both formats.
@@ -45,27 +46,27 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.answers.unscored import Question, read_questions
-from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError, Nlq2SqlError, RecordError
 from nlq2sql.inputs import at_most
-from nlq2sql.records.batch_parts import BatchSummary, Resumed
+from nlq2sql.records.batch_parts import BatchLoad, BatchSummary, Resumed
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.run_parts import ServerMetrics
-from nlq2sql.records.store import MANIFEST, RESUME_KEYS, SUMMARY
+from nlq2sql.records.store import MANIFEST, SUMMARY
+from nlq2sql.run.batch_manifest import build_manifest, resumed_manifest, written
 from nlq2sql.run.batch_out import SHARDS, BatchOut
 from nlq2sql.run.batch_shards import FORMATS, BatchSession, encode_record, parse_item, summarise_shards
-from nlq2sql.run.config import EvalConfig, preflight, probe_endpoint, targets, validate
+from nlq2sql.run.config import EvalConfig, preflight, targets, validate
 from nlq2sql.run.endpoints import check_address
-from nlq2sql.run.item import load_conditions, request_sampling
+from nlq2sql.run.item import load_conditions
 from nlq2sql.run.ray_engine import BudgetCounter, RayEngine, start_local_ray
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.run.worker import SharedBudget
 from nlq2sql.semantic import open_warehouse
-from nlq2sql.stages.evalset import EvalCase, EvalSet, load_evalset
-from nlq2sql.stages.pipeline import manifest_base
+from nlq2sql.stages.evalset import EvalCase, load_evalset
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.queryset import QueryCase, load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.transport.client import RetryBudget, bind_sampling
+from nlq2sql.transport.client import RetryBudget
 
 __all__ = ["ANSWERS", "ENGINES", "BatchConfig", "check", "item_config", "load_items", "run_batch"]
 
@@ -169,16 +170,11 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
     if state == "complete":
         return BatchSummary.from_json_dict(store.read_json(SUMMARY))
     total = RetryBudget.allowed(len(items), wcfg.retry_budget)
-    manifest = _manifest(cfg, wcfg, evalset, rulesets, wh, sha, len(items), prompt, conditions, key, total,
-                         grammar.text if grammar is not None else None)
+    manifest = build_manifest(cfg, wcfg, evalset, rulesets, wh, sha, len(items), prompt, conditions, key, total,
+                              grammar.text if grammar is not None else None)
     resuming = state == "run"
     if resuming:
-        old = store.read_json(MANIFEST)
-        keys = (*RESUME_KEYS, *RESUME_BATCH, *REGISTRY.manifest_keys())
-        if diffs := [k for k in keys if old.get(k) != manifest.get(k)]:
-            detail = "; ".join(f"{k}: was {old.get(k)!r}, now {manifest.get(k)!r}" for k in diffs)
-            raise RecordError(f"cannot resume: the batch differs ({detail})", path=f"{cfg.out}/{MANIFEST}")
-        manifest = old | {"sessions": [*old.get("sessions", []), {"started": manifest["started"]}]}
+        manifest = resumed_manifest(store.read_json(MANIFEST), manifest, str(cfg.out))
     ray, started_ray = _start_ray(cfg)
     plan = [items[i:i + cfg.shard_rows] for i in range(0, len(items), cfg.shard_rows)]
     ok = False
@@ -189,7 +185,7 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
         else:
             if cfg.force:
                 store.clear()
-            store.make(manifest)
+            store.make(written(manifest))
             done, used = set(), 0
         with _quiet_data(ray):
             if cfg.engine == "ray":
@@ -199,11 +195,14 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
 
                 rows = [{"id": c.id, "item": item_text(c)} for c in items]
                 session = answer_with_vllm(ray, cfg, wcfg, rows, store, manifest)
-        summary = summarise_shards(store, cfg.format, rulesets, evalset is not None,
-                                   [c.id for c in items], session, manifest)
-        summary.tail.resumed = Resumed(sessions=1 + len(manifest.get("sessions", [])), shards_kept=len(done))
-        manifest["finished"] = time.time()
-        store.write_json(MANIFEST, manifest)
+        summary = summarise_shards(store, cfg.format, rulesets, evalset is not None, [c.id for c in items], session,
+                                   load=BatchLoad(mode="batch (Ray Data)", engine=manifest.engine,
+                                                  actors=manifest.actors,
+                                                  concurrency_per_actor=manifest.concurrency_per_actor),
+                                   retry_budget=manifest.retry_budget.written(), answer=manifest.answer or "intent")
+        summary.tail.resumed = Resumed(sessions=1 + len(manifest.sessions or ()), shards_kept=len(done))
+        manifest.finished = time.time()
+        store.write_json(MANIFEST, written(manifest))
         store.write_json(SUMMARY, summary.to_json_dict())  # last: a summary says the batch is complete
         ok = True
     finally:
@@ -213,10 +212,6 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
         if started_ray:
             ray.shutdown()
     return summary
-
-
-#: Beyond eval's resume keys, what fixes a batch's shards: the same items cut the same way.
-RESUME_BATCH = ("evalset_sha256", "questions_sha256", "n_items", "limit", "shard_rows", "format", "engine")
 
 
 def item_text(case: EvalCase | QueryCase | Question) -> str:
@@ -257,35 +252,6 @@ def _finished(store: BatchOut, fmt: str, plan: list[list[Any]]) -> tuple[set[int
                               "(another input or --shard-rows?)", path=f"{store.uri}/{SHARDS}/{name}")
         done.add(k)
     return done, used
-
-
-def _manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, rulesets: list[Any], wh: Any, sha: str,
-              n: int, prompt: Any, conditions: list[Any], key: str, total: int, grammar: str | None
-              ) -> dict[str, Any]:
-    if evalset is not None:
-        manifest = manifest_base("batch", evalset, rulesets, wh) | {"scored": True}
-    else:
-        manifest = manifest_base("batch", EvalSet(name=Path(cfg.input).stem, path=str(cfg.input), sha256=sha,
-                                                  cases=()), rulesets, wh)
-        for k in ("evalset", "evalset_path", "evalset_sha256"):
-            manifest.pop(k)
-        manifest |= {"questions": Path(cfg.input).name, "questions_sha256": sha, "scored": False}
-    return manifest | {
-        "n_items": n, "limit": wcfg.limit, "engine": cfg.engine, "ray_address": cfg.ray_address,
-        "actors": cfg.actors, "concurrency_per_actor": cfg.concurrency, "shard_rows": cfg.shard_rows,
-        "format": cfg.format, "out": cfg.out if "://" in str(cfg.out) else None,
-        "endpoint": wcfg.endpoint, "model": wcfg.model, "prompt": prompt.name,
-        # Every replica the actors route over (labels as the records name them), as eval's manifest lists them.
-        **({"routing": wcfg.routing, "replicas": [{"label": f"r{i}", "url": u, "model": m} for i, (u, m, _)
-                                                  in enumerate(targets(wcfg, wcfg.endpoint or "", wcfg.model, key))]}
-           if wcfg.replicas else {}),
-        "prompt_style": prompt.style, "prompt_sha256": prompt.sha256, "client": wcfg.client,
-        "sampling": bind_sampling(request_sampling(wcfg), wh, wcfg.answer, grammar=grammar).recorded().written(),
-        **({"answer": wcfg.answer} if wcfg.answer != "intent" else {}),
-        # The conditions the actors apply (their keys only when some are on: older batches unchanged).
-        **(wcfg.conditions.manifest(conditions).written() if wcfg.conditions else {}),
-        "server": asyncio.run(probe_endpoint(wcfg.endpoint, wcfg.model, key)).written() if wcfg.endpoint else None,
-        "retry_budget": {"fraction": wcfg.retry_budget, "total": total}, "started": time.time()}
 
 
 def _start_ray(cfg: BatchConfig) -> tuple[Any, bool]:
@@ -370,12 +336,13 @@ class _Answerer:
         items.start()
         return items
 
-    async def _answer(self, cases: list[EvalCase | QueryCase | Question]) -> list[dict[str, Any]]:
+    async def _answer(self, cases: list[EvalCase | QueryCase | Question]) -> list[ItemRecord]:
+        """The shard's records, typed until they are written (each as its line: ``encode_record``)."""
         gate = asyncio.Semaphore(self.cfg.concurrency)
 
-        async def one(case: EvalCase | QueryCase | Question) -> dict[str, Any]:
+        async def one(case: EvalCase | QueryCase | Question) -> ItemRecord:
             async with gate:
-                return await self.items.run(case)  # type: ignore[no-any-return]
+                return await self.items.record(case)  # type: ignore[no-any-return]
 
         return await asyncio.gather(*(one(c) for c in cases))
 
@@ -388,7 +355,7 @@ class _Answerer:
             # The shard's gold answers from the warehouse before its requests (as one process does).
             self.items.prepare([c for c in cases if isinstance(c, EvalCase | QueryCase)])
             recs = self._call(self._answer(cases))
-            written.append(self.store.write_shard(k, self.fmt, [r["id"] for r in recs],
+            written.append(self.store.write_shard(k, self.fmt, [r.id for r in recs],
                                                   [encode_record(r) for r in recs]))
         return pa.table({"shard": written})
 

@@ -2,6 +2,11 @@
 
 Both batch engines (``run.batch`` over HTTP, ``run.batch_vllm`` inside Ray Data) write the
 same shards through here and read the same items, so neither engine imports the other.
+
+A record is an :class:`~nlq2sql.records.item.ItemRecord` until it is written; what crosses to
+Ray Data and lies in a shard is its flat JSON line (``encode_record``), and a line read back from
+a shard is a JSON value again (``iter_shard_records``): the shards are a JSON edge by choice (Arrow
+cannot type a record's mixed values as columns, and the lines are ``records.jsonl``'s byte for byte).
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +22,9 @@ from typing import Any
 from nlq2sql.answers.unscored import Question
 from nlq2sql.errors import Nlq2SqlError
 from nlq2sql.records.batch_parts import BatchLoad, BatchRecords, BatchSummary, BatchTail, Shard
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.run_parts import ServerMetrics
-from nlq2sql.records.store import RECORD_VERSION, encode_json
+from nlq2sql.records.store import encode_json
 from nlq2sql.records.summary_parts import Compactness, Throughput
 from nlq2sql.run.batch_out import SHARDS, BatchOut
 from nlq2sql.stages.evalset import EvalCase
@@ -50,9 +56,9 @@ def parse_item(text: str, answer: str = "intent") -> EvalCase | QueryCase | Ques
     return EvalCase.model_validate(obj) if answer == "intent" else QueryCase.model_validate(obj)
 
 
-def encode_record(rec: dict[str, Any]) -> str:
+def encode_record(rec: ItemRecord) -> str:
     """A record's JSON text: the line ``RecordWriter`` writes, without its newline."""
-    return encode_json({"record_version": RECORD_VERSION, **rec})  # type: ignore[no-any-return]
+    return encode_json(rec.to_json_dict())  # type: ignore[no-any-return]
 
 
 def write_shards(ds: Any, fmt: str, shard_rows: int, out: BatchOut) -> None:
@@ -84,7 +90,8 @@ def _jsonl_sink(path: str, fs: Any, rows: int) -> Any:
 
 
 def iter_shard_records(out: Path | str) -> Iterator[dict[str, Any]]:
-    """Every record of a batch's output directory (a path or URI), in shard order (either format)."""
+    """Every record of a batch's output directory (a path or URI), in shard order (either format),
+    as the JSON line holds it (the edge: read through ``ItemRecord.from_json`` where typed)."""
     store = BatchOut.open(out)
     fmt = "parquet" if store.shards("parquet") else "jsonl"
     for name in store.shards(fmt):
@@ -93,10 +100,11 @@ def iter_shard_records(out: Path | str) -> Iterator[dict[str, Any]]:
 
 
 def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
-                     session: BatchSession, manifest: dict[str, Any]) -> BatchSummary:
+                     session: BatchSession, *, load: BatchLoad, retry_budget: Mapping[str, int | float] | None,
+                     answer: str = "intent") -> BatchSummary:
     """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after
-    checking that they hold each item exactly once."""
-    answer = manifest.get("answer") or "intent"
+    checking that they hold each item exactly once.  ``load``: how the batch offered its items;
+    ``retry_budget``: the manifest's (its keys as recorded; the retries the records took are added)."""
     # As ``pipeline.summarise_file``: the SQL answers have no parts to score field by field.
     summ = Summary(rulesets, scored=scored) if answer == "intent" else Summary(rulesets, fields=(), scored=scored)
     digest, seen, shards = hashlib.sha256(), Counter[str](), list[Shard]()
@@ -135,10 +143,8 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
         throughput=Throughput(items_this_session=n_items, wall_s=wall, req_per_s=n_items / wall if wall else None,
                               span_s_all_records=(max(ends) - min(starts)) if starts else None,
                               completed_ok=outcomes.get("ok", 0), not_sent=session.not_sent),
-        load=BatchLoad(mode="batch (Ray Data)", engine=manifest["engine"], actors=manifest["actors"],
-                       concurrency_per_actor=manifest["concurrency_per_actor"]),
-        server_metrics=session.server_metrics, retries_used=retries,
-        retry_budget=dict(manifest.get("retry_budget") or {}, used=retries),
+        load=load, server_metrics=session.server_metrics, retries_used=retries,
+        retry_budget=dict(retry_budget or {}, used=retries),
         records=BatchRecords(count=sum(seen.values()), sha256=digest.hexdigest(), format=fmt, shards=shards))
     if answer != "intent":  # set only when so: a key never set stays absent
         tail.answer = answer
