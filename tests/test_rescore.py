@@ -18,7 +18,7 @@ from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.pipeline import ScoreConfig, as_missing, read_responses, score_responses
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import score_item
+from nlq2sql.stages.score import case_record, score_item
 from nlq2sql.stages.sqlbuild import Query
 from nlq2sql.stages.summary import Summary
 
@@ -137,8 +137,8 @@ def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Exec
         answered = {r["id"] for r in rs}
         for case in es.cases:
             if case.id not in answered:
-                rec = as_missing(score_item(case, None, RANKING, executor, request_error="no response in file",
-                                            catalog=RETAIL))
+                rec = as_missing(case_record(case, None, RANKING, executor, request_error="no response in file",
+                                             catalog=RETAIL))
                 w.write(rec)
                 summ.add(rec)
     assert (tmp_path / "run" / "records.jsonl").read_bytes() == (tmp_path / "expected.jsonl").read_bytes()

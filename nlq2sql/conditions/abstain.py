@@ -19,7 +19,7 @@ from nlq2sql.conditions.confidence import TOP_LOGPROBS, intent_evidence, query_e
 from nlq2sql.conditions.registry import Condition, Settings, register
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.manifest_parts import Part
-from nlq2sql.stages.abstention import ABSTENTION_KEYS, apply_abstention
+from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.transport.client import Sampling
 from nlq2sql.transport.stream import Completion
 
@@ -74,6 +74,5 @@ class Abstain(Condition[AbstainSettings]):
                 rec.traces["intent_evidence"] = (query_evidence(comp.token_logprobs, self.metrics)
                                                  if self.metrics is not None else intent_evidence(comp.token_logprobs))
             rec.traces["abstain_below"] = below
-        if scored:  # decided on the flat record, as offline re-scoring decides it (stages.abstention)
-            flat = apply_abstention(rec.to_json_dict())
-            rec.merge({k: flat[k] for k in ABSTENTION_KEYS})
+        if scored:  # decided on the record, as offline re-scoring decides it (stages.abstention)
+            apply_abstention(rec)

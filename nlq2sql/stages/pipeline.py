@@ -40,7 +40,7 @@ from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import intent_record, score_item
+from nlq2sql.stages.score import case_record, intent_record
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["RESPONSE_MEMO_SIZE", "EvalsetCheck", "Response", "ScoreConfig", "as_missing", "check_evalset",
@@ -130,12 +130,13 @@ def _parse_response(line: str, where: str, lineno: int) -> tuple[str, Any, Any]:
     return rid, obj.get("text"), obj.get("finish_reason")
 
 
-def as_missing(rec: dict[str, Any]) -> dict[str, Any]:
+def as_missing(rec: ItemRecord) -> ItemRecord:
     """An item the responses file does not answer (``--allow-missing``): status ``missing``,
-    counted as such (and as wrong), not as a request error -- no request was made."""
-    for key in ("status", "final_status", "error_raw", "error_final"):
-        rec[key] = "missing"
-    rec["status_reason"] = rec["final_status_reason"] = "no response in the responses file"
+    counted as such (and as wrong), not as a request error -- no request was made (in place;
+    returns it)."""
+    reason = "no response in the responses file"
+    rec.merge({"status": "missing", "final_status": "missing", "error_raw": "missing", "error_final": "missing",
+               "status_reason": reason, "final_status_reason": reason})
     return rec
 
 
@@ -256,9 +257,8 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
             missing = [cid for cid, pos in ids.items() if not answered[pos]]
             refuse_missing(missing, len(ids), cfg)
             for cid in missing:
-                rec = score_item(evalset.case(cid), None, rulesets, ex, request_error="no response in file",
-                                 catalog=wh.catalog)
-                as_missing(rec)
+                rec = as_missing(case_record(evalset.case(cid), None, rulesets, ex,
+                                             request_error="no response in file", catalog=wh.catalog))
                 writer.write(rec)
                 summ.add(rec)
             executed = ex.executed
@@ -339,7 +339,7 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
             if "abstained" in old.traces:  # decided again from the recorded evidence, under these guardrails
                 rec.merge({key: old.traces[key] for key in ("votes", "planner_choice", "intent_evidence",
                                                             "abstain_below") if key in old.traces})
-                rec = ItemRecord.from_json(apply_abstention(rec.to_json_dict()))  # (it decides on the flat record)
+                apply_abstention(rec)
             summ.add(rec)
             assert rec.judgement is not None  # every re-scored item has its gold
             raw_ok[rec.id] = bool(present(rec.judgement.correct_raw))
