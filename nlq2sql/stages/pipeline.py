@@ -11,7 +11,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +35,12 @@ from nlq2sql.records.summary_parts import Digest, Figures, Missing
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.stages.abstention import apply_abstention
-from nlq2sql.stages.evalset import CaseIndex, EvalSet, index_evalset, load_evalset
+from nlq2sql.stages.evalset import CaseIndex, EvalCase, EvalSet, index_evalset, load_evalset
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import case_record, intent_record
+from nlq2sql.stages.score import case_record
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["RESPONSE_MEMO_SIZE", "EvalsetCheck", "Response", "ScoreConfig", "as_missing", "check_evalset",
@@ -65,7 +65,6 @@ class Response:
     id: str
     text: str | None
     finish_reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 #: Distinct response lines (all but the id) whose parse is remembered while reading (bounded).
@@ -308,14 +307,14 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     from nlq2sql.records.store import read_json
     from nlq2sql.semantic.contract import PARTS
     from nlq2sql.stages.query_score import query_record
-    from nlq2sql.stages.queryset import load_query_set
+    from nlq2sql.stages.queryset import QueryCase, QuerySet, load_query_set
 
     manifest = read_json(run_dir / MANIFEST)
     wh = open_warehouse(manifest_warehouse(manifest))
     v2 = manifest.get("answer") == "query"  # the v2 answer: guardrails on its queries (stages.query_guard)
     name = evalset or manifest.get("evalset_path") or manifest["evalset"]
-    es: Any = load_query_set(name, wh.catalog) if v2 else load_evalset(name, wh.catalog)
-    cases = {c.id: c for c in es.cases} if v2 else es.by_id()
+    es: QuerySet | EvalSet = load_query_set(name, wh.catalog) if v2 else load_evalset(name, wh.catalog)
+    cases: dict[str, QueryCase | EvalCase] = {c.id: c for c in es.cases}
     rulesets = load_guardrails(list(guardrails), wh.catalog, wh)
     summ = Summary(rulesets, fields=PARTS) if v2 else Summary(rulesets)
     raw_ok: dict[str, bool] = {}
@@ -330,10 +329,9 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
             request_error = None if outcome in (None, "ok") else outcome
             raw_text, finish = present(old.answer.raw_text), present(old.answer.finish_reason)
             rec = (query_record(case, raw_text, ex, wh.catalog, finish_reason=finish,
-                                request_error=request_error, rulesets=rulesets) if v2 else
-                   intent_record(case.id, case.question, raw_text, rulesets, ex, gold=case.gold, catalog=wh.catalog,
-                                 category=case.category, pair_id=case.pair_id, finish_reason=finish,
-                                 request_error=request_error))
+                                request_error=request_error, rulesets=rulesets) if isinstance(case, QueryCase) else
+                   case_record(case, raw_text, rulesets, ex, catalog=wh.catalog, finish_reason=finish,
+                               request_error=request_error))
             rec.merge({key: old.get(key) for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens",
                                                      "itl_mean_s")})
             if "abstained" in old.traces:  # decided again from the recorded evidence, under these guardrails
