@@ -13,7 +13,7 @@ from nlq2sql.semantic import load_catalog
 from nlq2sql.semantic.query import MetricQuery
 from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.stages.execute import Executor
-from nlq2sql.stages.query_score import score_query
+from nlq2sql.stages.query_score import query_record
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.summary import Summary
 
@@ -31,7 +31,7 @@ def _case(i: int, answerable: bool = True) -> QueryCase:
 def _summary(executor: Executor, answers: list[tuple[bool, str]]) -> dict[str, Any]:
     s = Summary([], fields=())
     for i, (answerable, text) in enumerate(answers):
-        s.add(score_query(_case(i, answerable), text, executor, CAT))
+        s.add(query_record(_case(i, answerable), text, executor, CAT))
     return s.result().to_json_dict()
 
 
