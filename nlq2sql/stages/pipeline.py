@@ -286,9 +286,10 @@ def manifest_base(kind: str, evalset: EvalSet | CaseIndex, rulesets: list[RuleSe
                   wh: Warehouse | None = None) -> dict[str, Any]:
     from nlq2sql.env_info import git_info
     from nlq2sql.semantic.catalog import display_path
+    from nlq2sql.stages.learned_guardrail import LearnedRuleSet
 
     # A learned guardrail's artefact (sha256, training-set sha256, …): which model re-scored.
-    learned = {rs.name: rs.provenance() for rs in rulesets if hasattr(rs, "provenance")}
+    learned = {rs.name: rs.provenance().written() for rs in rulesets if isinstance(rs, LearnedRuleSet)}
     return {"record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__, **git_info(),
             "evalset": evalset.name, "evalset_path": display_path(Path(evalset.path)),
             "evalset_sha256": evalset.sha256,
