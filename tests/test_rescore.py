@@ -11,6 +11,7 @@ import pytest
 from retail import RETAIL, retail_wh
 
 from nlq2sql.errors import ExecutionError, InputError
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.store import RecordWriter
 from nlq2sql.stages import summary
 from nlq2sql.stages.evalset import EvalCase, load_evalset
@@ -79,8 +80,8 @@ def test_failed_query_is_not_remembered(tmp_path: Path, executor: Executor) -> N
     flaky = FlakyExecutor(executor, Query(rec["sql"], tuple(rec["params"])))
     with RecordWriter(tmp_path / "r.jsonl") as w:
         memo = RecordMemo([], flaky, RETAIL, w)  # type: ignore[arg-type]
-        assert memo.write("a", case, text, "stop")["exec_error"] == "query exceeded 10s timeout"
-        assert memo.write("b", case, text, "stop")["exec_error"] is None
+        assert memo.write("a", case, text, "stop").answer.exec_error == "query exceeded 10s timeout"
+        assert memo.write("b", case, text, "stop").answer.exec_error is None
 
 
 @pytest.mark.parametrize("pending_max", [1, 3, 4096])
@@ -99,6 +100,12 @@ def test_shared_adds_give_the_same_summary(executor: Executor, monkeypatch: pyte
         shared.add_shared(rec)
     assert json.dumps(shared.result().to_json_dict()) == json.dumps(one.result().to_json_dict())
     assert shared.n == one.n and shared.field_ok == one.field_ok
+    # typed records (RecordMemo's), each distinct one passed again as the same object: the same figures
+    typed = {id(r): ItemRecord.from_json(r) for r in recs}
+    again = Summary(RANKING)
+    for rec in order:
+        again.add_shared(typed[id(rec)])
+    assert json.dumps(again.result().to_json_dict()) == json.dumps(one.result().to_json_dict())
 
 
 def _files(tmp_path: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
