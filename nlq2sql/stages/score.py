@@ -133,8 +133,8 @@ def case_record(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], e
 def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
                *, catalog: Catalog, finish_reason: str | None = None,
                request_error: str | None = None) -> dict[str, Any]:
-    """:func:`case_record` as the flat record: the JSON edge re-scoring's line templates
-    (:class:`~nlq2sql.stages.rescore.RecordMemo`) and batch rows crossing processes are cut from."""
+    """:func:`case_record` as the flat record: the JSON edge for rows that cross processes as
+    plain data (``run.batch_vllm``'s scored rows); in-process code takes :func:`case_record`."""
     return case_record(case, raw_text, rulesets, executor, catalog=catalog, finish_reason=finish_reason,
                        request_error=request_error).to_json_dict(version=False)
 
