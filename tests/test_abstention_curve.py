@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.semantic import load_catalog
 from nlq2sql.semantic.query import MetricQuery
 from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.stages.execute import Executor
-from nlq2sql.stages.query_score import score_query
+from nlq2sql.stages.query_score import query_record
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.summary import Summary
 
@@ -30,7 +31,7 @@ def _case(i: int, answerable: bool = True) -> QueryCase:
 def _summary(executor: Executor, answers: list[tuple[bool, str]]) -> dict[str, Any]:
     s = Summary([], fields=())
     for i, (answerable, text) in enumerate(answers):
-        s.add(score_query(_case(i, answerable), text, executor, CAT))
+        s.add(query_record(_case(i, answerable), text, executor, CAT))
     return s.result().to_json_dict()
 
 
@@ -78,7 +79,7 @@ def test_v1_abstain_runs_keep_their_curve_and_gain_precision() -> None:
             dict(base, votes={"winner": {}, "votes": 1, "valid": 3, "distinct": 3, "tie": True, "share": 0.34},
                  correct_raw=False, correct_final=False, correct_exec=False)]
     for r in recs:
-        s.add(apply_abstention(r))
+        s.add(apply_abstention(ItemRecord.from_json(r)))
     result = s.result().to_json_dict()
     sel, ab = result["selective"], result["abstention"]
     assert sel["abstained"] == 1 and sel["abstained_unanswerable"] == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from retail import retail_wh
@@ -18,7 +19,7 @@ from nlq2sql.semantic.query import MetricQuery
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.execute import Executor, rows_equal
 from nlq2sql.stages.intent import canonicalise, is_ordered
-from nlq2sql.stages.query_score import query_record, score_query
+from nlq2sql.stages.query_score import query_record
 from nlq2sql.stages.queryset import QueryCase, from_v1, load_query_set
 from nlq2sql.stages.sqlbuild import build_sql
 
@@ -28,6 +29,11 @@ GOLD = {"metrics": ["revenue", "orders"], "group_by": ["customer_id__region"],
         "where": [{"field": "customer_id__segment", "op": "in", "values": ["Consumer", "Corporate"]}]}
 TOP = {"metrics": ["units"], "group_by": ["product_id__category"],
        "order_by": [{"field": "units", "descending": True}], "limit": 2}
+
+
+def _flat(*args: Any, **kw: Any) -> dict[str, Any]:
+    """:func:`query_record` as its flat line (what these tests read key by key)."""
+    return query_record(*args, **kw).to_json_dict(version=False)
 
 
 def _write(path: Path, lines: list[dict[str, object]]) -> Path:
@@ -87,42 +93,42 @@ def test_bad_v2_lines_name_file_line_and_field(tmp_path: Path, line: dict[str, o
 def test_scoring_is_by_rows_and_abstention_is_judged(executor: Executor) -> None:
     case = QueryCase(id="a", question="q", gold=MetricQuery.model_validate(GOLD), category="breakdown")
     reordered = {**GOLD, "metrics": ["orders", "revenue"]}
-    rec = score_query(case, json.dumps(GOLD), executor, CAT)
+    rec = _flat(case, json.dumps(GOLD), executor, CAT)
     assert rec["correct_final"] and rec["error_final"] is None and all(rec["parts"].values())
     assert rec["gold_sql"] == rec["sql"] and "$1" in rec["gold_sql"], "the gold's SQL is recorded for the viewer"
-    same_rows_other_order = score_query(case, json.dumps({**GOLD, "group_by": ["customer_id__region"],
+    same_rows_other_order = _flat(case, json.dumps({**GOLD, "group_by": ["customer_id__region"],
                                                           "order_by": [{"field": "revenue", "descending": True}]}),
                                         executor, CAT)
     assert same_rows_other_order["correct_final"], "the gold does not order: rows compare as a multiset"
-    assert score_query(case, json.dumps(reordered), executor, CAT)["parts"]["metrics"], "metrics compare as a set"
-    wrong = score_query(case, json.dumps({**GOLD, "where": []}), executor, CAT)
+    assert _flat(case, json.dumps(reordered), executor, CAT)["parts"]["metrics"], "metrics compare as a set"
+    wrong = _flat(case, json.dumps({**GOLD, "where": []}), executor, CAT)
     assert not wrong["correct_final"] and wrong["error_final"] == "wrong_where"
-    abstained = score_query(case, '{"unanswerable": "no idea"}', executor, CAT)
+    abstained = _flat(case, '{"unanswerable": "no idea"}', executor, CAT)
     assert abstained["error_final"] == "false_abstention" and abstained["unanswerable"] == "no idea"
-    uncastable = score_query(case, json.dumps({**GOLD, "where": [
+    uncastable = _flat(case, json.dumps({**GOLD, "where": [
         {"field": "metric_time__year", "op": "eq", "values": ["2025"]}]}), executor, CAT)
     assert uncastable["error_final"] == "exec_error" and uncastable["sql"] and not uncastable["correct_final"]
-    bad = score_query(case, '{"metrics": ["revenue"], "group_by": ["nosuch__x"]}', executor, CAT)
+    bad = _flat(case, '{"metrics": ["revenue"], "group_by": ["nosuch__x"]}', executor, CAT)
     assert bad["status"] == "schema_invalid" and not bad["correct_final"]
     una = QueryCase(id="c", question="q", gold=None, answerable=False, category="unanswerable")
-    assert score_query(una, '{"unanswerable": "no margin data"}', executor, CAT)["correct_final"]
-    assert score_query(una, json.dumps(GOLD), executor, CAT)["error_final"] == "answered_unanswerable"
+    assert _flat(una, '{"unanswerable": "no margin data"}', executor, CAT)["correct_final"]
+    assert _flat(una, json.dumps(GOLD), executor, CAT)["error_final"] == "answered_unanswerable"
     top = QueryCase(id="b", question="q", gold=MetricQuery.model_validate(TOP), category="top_n")
     asc = {**TOP, "order_by": [{"field": "units", "descending": False}]}
-    assert score_query(top, json.dumps(TOP), executor, CAT)["correct_final"]
-    assert not score_query(top, json.dumps(asc), executor, CAT)["correct_final"], "the gold orders: order counts"
+    assert _flat(top, json.dumps(TOP), executor, CAT)["correct_final"]
+    assert not _flat(top, json.dumps(asc), executor, CAT)["correct_final"], "the gold orders: order counts"
 
 
-def test_the_record_is_built_typed_and_the_dict_is_its_flat_view(executor: Executor) -> None:
-    """One builder (:func:`query_record`): ``score_query`` is its flat view, key for key and in the
-    layout's order, and the line the live runner writes from the type is the offline writer's."""
+def test_the_record_is_built_typed_and_its_flat_line_round_trips(executor: Executor) -> None:
+    """One builder (:func:`query_record`): its flat view is in the layout's order, and the line the
+    live runner writes from the type is what a reader gets back."""
     case = QueryCase(id="a", question="q", gold=MetricQuery.model_validate(GOLD), category="breakdown")
     una = QueryCase(id="c", question="q", gold=None, answerable=False, category="unanswerable")
     for item, text, error in [(case, json.dumps(GOLD), None), (case, json.dumps({**GOLD, "where": []}), None),
                               (case, '{"unanswerable": "no idea"}', None), (una, '{"unanswerable": "n/a"}', None),
                               (case, '{"metrics": ["nope"]}', None), (case, None, "timeout")]:
         rec = query_record(item, text, executor, CAT, request_error=error)
-        flat = score_query(item, text, executor, CAT, request_error=error)
+        flat = _flat(item, text, executor, CAT, request_error=error)
         assert isinstance(rec, ItemRecord) and rec.judgement is not None
         assert rec.to_json_dict(version=False) == flat and list(rec.to_json_dict(version=False)) == list(flat)
         assert ItemRecord.from_json(flat).to_line() == rec.to_line()

@@ -11,6 +11,7 @@ import pytest
 from retail import RETAIL, retail_wh
 
 from nlq2sql.errors import ExecutionError, InputError
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.store import RecordWriter
 from nlq2sql.stages import summary
 from nlq2sql.stages.evalset import EvalCase, load_evalset
@@ -18,7 +19,7 @@ from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.pipeline import ScoreConfig, as_missing, read_responses, score_responses
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import score_item
+from nlq2sql.stages.score import case_record, score_item
 from nlq2sql.stages.sqlbuild import Query
 from nlq2sql.stages.summary import Summary
 
@@ -79,8 +80,8 @@ def test_failed_query_is_not_remembered(tmp_path: Path, executor: Executor) -> N
     flaky = FlakyExecutor(executor, Query(rec["sql"], tuple(rec["params"])))
     with RecordWriter(tmp_path / "r.jsonl") as w:
         memo = RecordMemo([], flaky, RETAIL, w)  # type: ignore[arg-type]
-        assert memo.write("a", case, text, "stop")["exec_error"] == "query exceeded 10s timeout"
-        assert memo.write("b", case, text, "stop")["exec_error"] is None
+        assert memo.write("a", case, text, "stop").answer.exec_error == "query exceeded 10s timeout"
+        assert memo.write("b", case, text, "stop").answer.exec_error is None
 
 
 @pytest.mark.parametrize("pending_max", [1, 3, 4096])
@@ -99,6 +100,12 @@ def test_shared_adds_give_the_same_summary(executor: Executor, monkeypatch: pyte
         shared.add_shared(rec)
     assert json.dumps(shared.result().to_json_dict()) == json.dumps(one.result().to_json_dict())
     assert shared.n == one.n and shared.field_ok == one.field_ok
+    # typed records (RecordMemo's), each distinct one passed again as the same object: the same figures
+    typed = {id(r): ItemRecord.from_json(r) for r in recs}
+    again = Summary(RANKING)
+    for rec in order:
+        again.add_shared(typed[id(rec)])
+    assert json.dumps(again.result().to_json_dict()) == json.dumps(one.result().to_json_dict())
 
 
 def _files(tmp_path: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
@@ -137,8 +144,8 @@ def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Exec
         answered = {r["id"] for r in rs}
         for case in es.cases:
             if case.id not in answered:
-                rec = as_missing(score_item(case, None, RANKING, executor, request_error="no response in file",
-                                            catalog=RETAIL))
+                rec = as_missing(case_record(case, None, RANKING, executor, request_error="no response in file",
+                                             catalog=RETAIL))
                 w.write(rec)
                 summ.add(rec)
     assert (tmp_path / "run" / "records.jsonl").read_bytes() == (tmp_path / "expected.jsonl").read_bytes()

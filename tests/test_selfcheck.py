@@ -13,6 +13,7 @@ from retail import RETAIL
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.conditions.selfcheck import vote
 from nlq2sql.errors import InputError
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.abstention import abstain_reason, apply_abstention
 from nlq2sql.stages.evalset import load_evalset
@@ -40,33 +41,39 @@ def test_vote_majority_over_canonical_intents() -> None:
     assert list(msgspec.to_builtins(v))[-1] == "distinct"
 
 
+def _rec(**fields: Any) -> ItemRecord:
+    return ItemRecord.from_json({"id": "x", "question": "q", **fields})
+
+
 def test_abstention_reasons_and_scoring() -> None:
-    rec = {"votes": {"winner": 0, "tie": True}, "correct_final": True, "correct_exec": True,
-           "final_intent": A}
+    rec = _rec(votes={"winner": 0, "tie": True}, correct_final=True, correct_exec=True, final_intent=A)
     assert abstain_reason(rec) == "no majority among samples"
     apply_abstention(rec)
-    assert rec["abstained"] and rec["answer_correct"] and not rec["correct_final"] and not rec["correct_exec"]
-    planner = {"planner_choice": "top_n_by_metric", "final_intent": A, "correct_final": False, "correct_exec": False}
+    assert rec.get("abstained") and rec.get("answer_correct")
+    assert not rec.get("correct_final") and not rec.get("correct_exec")
+    planner = _rec(planner_choice="top_n_by_metric", final_intent=A, correct_final=False, correct_exec=False)
     assert abstain_reason(planner) == "planner chose top_n_by_metric, guardrail made it breakdown"
-    agree = {"planner_choice": "breakdown", "final_intent": A, "votes": {"winner": 1, "tie": False},
-             "correct_final": True, "correct_exec": True}
-    assert not apply_abstention(agree)["abstained"] and agree["correct_final"]
+    agree = _rec(planner_choice="breakdown", final_intent=A, votes={"winner": 1, "tie": False},
+                 correct_final=True, correct_exec=True)
+    assert not apply_abstention(agree).get("abstained") and agree.get("correct_final")
+    # the decision's keys follow the record's traces, as the flat record had them appended
+    assert list(agree.traces) == ["planner_choice", "votes", "abstained", "abstain_reason", "answer_correct"]
 
 
 def test_selective_summary_and_curve() -> None:
     wh = open_warehouse("retail")
     case = load_evalset("heldout", wh).cases[0]
     from nlq2sql.stages.pipeline import make_executor
-    from nlq2sql.stages.score import score_item
+    from nlq2sql.stages.score import case_record
 
     summ = Summary([])
     with make_executor(wh) as ex:
         for i, (share, tie, good) in enumerate([(1.0, False, True), (1.0, False, False), (0.6, False, True),
                                                  (0.4, True, True)]):
             answer = case.gold.model_dump(mode="json") if good else B
-            rec = score_item(case, json.dumps(answer), [], ex, catalog=wh.catalog)
-            rec["id"] = f"x{i}"
-            rec["votes"] = {"winner": 0, "tie": tie, "share": share}
+            rec = case_record(case, json.dumps(answer), [], ex, catalog=wh.catalog)
+            rec.id = f"x{i}"
+            rec.merge({"votes": {"winner": 0, "tie": tie, "share": share}})
             summ.add(apply_abstention(rec))
     sel = summ.result().to_json_dict()["selective"]
     assert sel["n"] == 4 and sel["abstained"] == 1

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from nlq2sql.answers.sql import Sandbox, check_sql, compare, extract_sql, score_sql
+from nlq2sql.answers.sql import Sandbox, check_sql, compare, extract_sql, sql_record
 from nlq2sql.answers.sql.guard import Verdict
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog, default_catalog
@@ -26,6 +26,11 @@ from nlq2sql.stages.queryset import QueryCase, QuerySet, load_query_set
 
 CANARY = "c4n4ry-s3cr3t-7f1d"
 STOPPED = {"sql_refused", "sql_error", "sql_timeout", "sql_too_many_rows"}
+
+
+def _sql_flat(*args: Any, **kw: Any) -> dict[str, Any]:
+    """:func:`sql_record` as its flat line (what these tests read key by key)."""
+    return sql_record(*args, **kw).to_json_dict(version=False)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +104,7 @@ def _case(heldout: QuerySet, *, ordered: bool, min_rows: int = 3, executor: Exec
 
 
 def _score(case: QueryCase, text: str, executor: Executor, catalog: Catalog, sandbox: Sandbox) -> dict[str, Any]:
-    rec = score_sql(case, text, executor, catalog, sandbox=sandbox)
+    rec = _sql_flat(case, text, executor, catalog, sandbox=sandbox)
     json.dumps(rec)  # a record is JSON as it stands
     return rec
 
@@ -219,7 +224,7 @@ def test_hostile_statements_are_refused_or_stopped(sandbox: Sandbox, outside: di
         assert res.status in STOPPED, (name, res)
         assert took < 10, (name, took)
         assert CANARY not in repr(res), name
-        rec = score_sql(case, sql, executor, catalog, sandbox=sandbox)
+        rec = _sql_flat(case, sql, executor, catalog, sandbox=sandbox)
         assert rec["status"] in STOPPED | {"unparsable"}, (name, rec["status"])
         assert rec["correct_final"] is False and rec["correct_lenient"] is False
         assert CANARY not in json.dumps(rec), name
@@ -395,7 +400,7 @@ def test_outcomes_in_the_record(heldout: QuerySet, catalog: Catalog, executor: E
     assert rec["exec_error"].startswith("Parser Error")
     rec = _score(case, "", executor, catalog, sandbox)
     assert rec["status"] == "unparsable" and rec["raw_intent"] is None
-    rec = score_sql(case, "```sql\n", executor, catalog, sandbox=sandbox, finish_reason="length")
+    rec = _sql_flat(case, "```sql\n", executor, catalog, sandbox=sandbox, finish_reason="length")
     assert rec["status"] == "truncated"
     rec = _score(case, "SELECT * FROM read_csv('/etc/passwd')", executor, catalog, sandbox)
     assert (rec["status"], rec["error_final"]) == ("sql_refused", "refused")
@@ -404,12 +409,12 @@ def test_outcomes_in_the_record(heldout: QuerySet, catalog: Catalog, executor: E
     assert (rec["status"], rec["error_final"]) == ("sql_timeout", "timeout")
     rec = _score(case, "SELECT no_such_column FROM customers", executor, catalog, sandbox)
     assert rec["status"] == "sql_error" and "no_such_column" in rec["exec_error"]
-    rec = score_sql(case, None, executor, catalog, sandbox=sandbox, request_error="timeout")
+    rec = _sql_flat(case, None, executor, catalog, sandbox=sandbox, request_error="timeout")
     assert rec["status"] == "request_error" and rec["gold_result_head"]
     rec = _score(case, '{"unanswerable": "no such data"}', executor, catalog, sandbox)
     assert rec["error_final"] == "false_abstention" and rec["unanswerable"] == "no such data"
-    from nlq2sql.stages.query_score import score_query
-    keys = set(score_query(case, "{}", executor, catalog))
+    from nlq2sql.stages.query_score import query_record
+    keys = set(query_record(case, "{}", executor, catalog).to_json_dict(version=False))
     assert keys <= set(rec), keys - set(rec)
 
 

@@ -15,15 +15,15 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from nlq2sql.errors import InputError
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.results import validated
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, write_json_atomic
 from nlq2sql.records.summary_parts import Missing
-from nlq2sql.semantic import open_warehouse, warehouse
+from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.pipeline import (
@@ -36,7 +36,7 @@ from nlq2sql.stages.pipeline import (
     refuse_missing,
     staging_dir,
 )
-from nlq2sql.stages.query_score import ANSWER_KIND, score_query
+from nlq2sql.stages.query_score import ANSWER_KIND, query_record
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.summary import Summary
@@ -45,16 +45,17 @@ __all__ = ["score_query_responses"]
 
 
 @contextlib.contextmanager
-def _scorer(answer: str, wh: Any, rulesets: list[RuleSet]) -> Iterator[Callable[..., dict[str, Any]]]:
-    """The answer kind's scorer; the SQL answer's shares one sandbox for the run."""
+def _scorer(answer: str, wh: Warehouse, rulesets: list[RuleSet]) -> Iterator[Callable[..., ItemRecord]]:
+    """The answer kind's scorer, building the record as its type; the SQL answer's shares one
+    sandbox for the run."""
     if answer not in ("sql", "sql-grammar"):
-        yield functools.partial(score_query, rulesets=rulesets)
+        yield functools.partial(query_record, rulesets=rulesets)
         return
     from nlq2sql.answers.sql.sandbox import Sandbox
-    from nlq2sql.answers.sql.score import score_sql
+    from nlq2sql.answers.sql.score import sql_record
 
     with Sandbox(wh.db_path) as box:
-        yield functools.partial(score_sql, sandbox=box, answer=answer)
+        yield functools.partial(sql_record, sandbox=box, answer=answer)
 
 
 def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> SummaryModel:

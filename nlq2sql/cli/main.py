@@ -223,8 +223,7 @@ def eval_cmd(
 
         summary = run_eval(cfg, progress) if repeats == 1 else None
         if summary is None:
-            across = eval_repeats(cfg, repeats, progress)
-            failed, n = sum(across["errors_by_class"].values()), across["n"]
+            failed, n = eval_repeats(cfg, repeats, progress)
         else:
             failed, n = sum((summary.errors_by_class or {}).values()), summary.n
     if summary is not None:

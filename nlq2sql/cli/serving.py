@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 from rich.console import Console
@@ -22,7 +23,10 @@ from nlq2sql.cli._common import (
 from nlq2sql.errors import InputError
 from nlq2sql.run.models import DEFAULT_MODEL
 
-__all__ = ["backends", "eval_repeats"]
+if TYPE_CHECKING:
+    from nlq2sql.run.config import EvalConfig
+
+__all__ = ["RepeatFailures", "backends", "eval_repeats"]
 
 
 @app.command("backends")
@@ -69,7 +73,15 @@ def backends(
     Console().print(exp.render_markdown(result), markup=False, highlight=False)
 
 
-def eval_repeats(cfg: Any, repeats: int, progress: Any) -> dict[str, Any]:
+class RepeatFailures(NamedTuple):
+    """Items that failed across the repeats, of how many (what ``--max-failure-rate`` judges)."""
+
+    failed: int
+    n: int
+
+
+def eval_repeats(cfg: EvalConfig, repeats: int, progress: Callable[[str, dict[str, int]], None]
+                 ) -> RepeatFailures:
     """``eval --repeats N``: one local server (when none is given) for every repeat; prints the
     summary across repeats and returns the items and failures of all repeats (for
     ``--max-failure-rate``)."""
@@ -98,4 +110,4 @@ def eval_repeats(cfg: Any, repeats: int, progress: Any) -> dict[str, Any]:
     for d in repeat_dirs(cfg.out)[:repeats]:
         s = json.loads((d / SUMMARY).read_text())
         failed, n = failed + sum(s.get("errors_by_class", {}).values()), n + s["n"]
-    return {"n": n, "errors_by_class": {"all": failed}}
+    return RepeatFailures(failed=failed, n=n)

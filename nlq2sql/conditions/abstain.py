@@ -21,7 +21,7 @@ from nlq2sql.conditions.registry import Condition, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.manifest_parts import Part
-from nlq2sql.stages.abstention import ABSTENTION_KEYS, apply_abstention
+from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.transport.client import Sampling
 from nlq2sql.transport.stream import Completion
 
@@ -87,6 +87,5 @@ class Abstain(Condition[AbstainSettings]):
                 trace.intent_evidence = (query_evidence(comp.token_logprobs, self.metrics)
                                          if self.metrics is not None else intent_evidence(comp.token_logprobs))
             rec.merge(trace)
-        if scored:  # decided on the flat record, as offline re-scoring decides it (stages.abstention)
-            flat = apply_abstention(rec.to_json_dict())
-            rec.merge({k: flat[k] for k in ABSTENTION_KEYS})
+        if scored:  # decided on the record, as offline re-scoring decides it (stages.abstention)
+            apply_abstention(rec)

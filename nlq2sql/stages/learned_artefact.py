@@ -10,12 +10,13 @@ and every committed artefact reads back into the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
+
+if TYPE_CHECKING:
+    from nlq2sql.records.summary_parts import Rate
 
 __all__ = ["Artefact", "ArtefactRule", "CrossValidation", "FeatureSpec", "HeadSpec", "ModelInfo", "OutOfFold",
            "Proportion", "TrainingInfo"]
@@ -54,7 +55,7 @@ class ModelInfo(msgspec.Struct, kw_only=True):
 
 
 class Proportion(msgspec.Struct, kw_only=True):
-    """``stages.score.wilson``'s shape: the value, k of n, and its 95 % Wilson interval."""
+    """``stages.score.rate``'s figures: the value, k of n, and its 95 % Wilson interval."""
 
     value: float | None
     k: int
@@ -62,12 +63,11 @@ class Proportion(msgspec.Struct, kw_only=True):
     ci95: list[float] | None
 
     @classmethod
-    def of(cls, wilson: Any) -> Proportion:
-        """``score.wilson``'s result (a mapping or an object with those attributes) as this type; a
-        NumPy float becomes the Python float of the same value (JSON writes both alike)."""
-        get: Callable[[str], Any] = wilson.__getitem__ if isinstance(wilson, Mapping) else partial(getattr, wilson)
-        value, ci95 = get("value"), get("ci95")
-        return cls(value=None if value is None else float(value), k=int(get("k")), n=int(get("n")),
+    def of(cls, rate: Rate) -> Proportion:
+        """``score.rate``'s result as this type; a NumPy float becomes the Python float of the same
+        value (JSON writes both alike)."""
+        value, ci95 = rate.value, rate.ci95
+        return cls(value=None if value is None else float(value), k=int(rate.k), n=int(rate.n),
                    ci95=None if ci95 is None else [float(x) for x in ci95])
 
 

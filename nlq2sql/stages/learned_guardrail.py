@@ -41,6 +41,7 @@ import numpy as np
 
 from nlq2sql.errors import GuardrailError
 from nlq2sql.inputs import parse_json
+from nlq2sql.records.manifest_parts import GuardrailArtefact
 from nlq2sql.stages.guardrail import GUARDRAIL_DIR, NUMBER_WORDS, Intervention, Rule, RuleSet, propose
 from nlq2sql.stages.intent import Intent
 from nlq2sql.stages.learned_artefact import Artefact
@@ -244,15 +245,16 @@ class LearnedRuleSet(RuleSet):
 
     model: LearnedModel | None = field(default=None, compare=False, repr=False)
 
-    def provenance(self) -> dict[str, Any]:
-        """What a run's manifest records of the artefact."""
+    def provenance(self) -> GuardrailArtefact:
+        """What a run's manifest records of the artefact (its section's type)."""
         from nlq2sql.semantic.catalog import display_path
 
         assert self.model is not None
         a = self.model.artefact
-        return {"path": display_path(Path(self.model.source)), "artefact_sha256": a.artefact_sha256,
-                "training_sha256": a.training.sha256, "training_n": a.training.n,
-                "threshold": self.model.threshold, "sklearn_version": a.sklearn_version}
+        assert isinstance(a.artefact_sha256, str)  # (set when an artefact is loaded)
+        return GuardrailArtefact(path=display_path(Path(self.model.source)), artefact_sha256=a.artefact_sha256,
+                                 training_sha256=a.training.sha256, training_n=a.training.n,
+                                 threshold=self.model.threshold, sklearn_version=a.sklearn_version)
 
     def apply(self, intent: Intent, question: str) -> tuple[Intent, list[Intervention]]:
         assert self.model is not None

@@ -193,7 +193,7 @@ def _targets(examples: list[Example]) -> dict[str, tuple[list[int], list[str]]]:
 def _cv(texts: list[str], targets: dict[str, tuple[list[int], list[str]]], threshold: float) -> CrossValidation:
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-    from nlq2sql.stages.score import wilson
+    from nlq2sql.stages.score import rate
 
     accuracy: dict[str, Proportion] = {}
     oof: dict[str, OutOfFold] = {}
@@ -203,15 +203,15 @@ def _cv(texts: list[str], targets: dict[str, tuple[list[int], list[str]]], thres
         proba = cross_val_predict(pipeline(), sub, y, cv=folds, method="predict_proba")
         pred = _decide(head, proba, sub)
         ok = sum(p == t for p, t in zip(pred, y, strict=True))
-        accuracy[head] = Proportion.of(wilson(ok, len(y)))
+        accuracy[head] = Proportion.of(rate(ok, len(y)))
         if head == "kind":
             # Out-of-fold behaviour of each rule's gate at the stored threshold.
             for target, rule in (("breakdown", RULE_TO_BREAKDOWN), ("ranking", RULE_TO_RANKING)):
                 p = proba[:, LABELS.index(target)]
                 fired = (p >= threshold) & (p > 1 - p)
                 truth = np.array([t == target for t in y])
-                oof[rule] = OutOfFold(precision=Proportion.of(wilson(int((fired & truth).sum()), int(fired.sum()))),
-                                      recall=Proportion.of(wilson(int((fired & truth).sum()), int(truth.sum()))))
+                oof[rule] = OutOfFold(precision=Proportion.of(rate(int((fired & truth).sum()), int(fired.sum()))),
+                                      recall=Proportion.of(rate(int((fired & truth).sum()), int(truth.sum()))))
     return CrossValidation(folds=CV_FOLDS, stratified=True, shuffle=True, random_state=RANDOM_STATE,
                            kind_accuracy=accuracy["kind"], oof_learned_false_ranking=oof[RULE_TO_BREAKDOWN],
                            oof_learned_false_breakdown=oof[RULE_TO_RANKING],

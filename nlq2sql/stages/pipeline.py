@@ -11,7 +11,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +37,12 @@ from nlq2sql.records.summary_parts import Figures, Missing
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.stages.abstention import apply_abstention
-from nlq2sql.stages.evalset import CaseIndex, EvalSet, index_evalset, load_evalset
+from nlq2sql.stages.evalset import CaseIndex, EvalCase, EvalSet, index_evalset, load_evalset
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import intent_record, score_item
+from nlq2sql.stages.score import case_record
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["RESPONSE_MEMO_SIZE", "EvalsetCheck", "Response", "ScoreConfig", "as_missing", "check_evalset",
@@ -67,7 +67,6 @@ class Response:
     id: str
     text: str | None
     finish_reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 #: Distinct response lines (all but the id) whose parse is remembered while reading (bounded).
@@ -132,12 +131,13 @@ def _parse_response(line: str, where: str, lineno: int) -> tuple[str, Any, Any]:
     return rid, obj.get("text"), obj.get("finish_reason")
 
 
-def as_missing(rec: dict[str, Any]) -> dict[str, Any]:
+def as_missing(rec: ItemRecord) -> ItemRecord:
     """An item the responses file does not answer (``--allow-missing``): status ``missing``,
-    counted as such (and as wrong), not as a request error -- no request was made."""
-    for key in ("status", "final_status", "error_raw", "error_final"):
-        rec[key] = "missing"
-    rec["status_reason"] = rec["final_status_reason"] = "no response in the responses file"
+    counted as such (and as wrong), not as a request error -- no request was made (in place;
+    returns it)."""
+    reason = "no response in the responses file"
+    rec.merge({"status": "missing", "final_status": "missing", "error_raw": "missing", "error_final": "missing",
+               "status_reason": reason, "final_status_reason": reason})
     return rec
 
 
@@ -258,9 +258,8 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
             missing = [cid for cid, pos in ids.items() if not answered[pos]]
             refuse_missing(missing, len(ids), cfg)
             for cid in missing:
-                rec = score_item(evalset.case(cid), None, rulesets, ex, request_error="no response in file",
-                                 catalog=wh.catalog)
-                as_missing(rec)
+                rec = as_missing(case_record(evalset.case(cid), None, rulesets, ex,
+                                             request_error="no response in file", catalog=wh.catalog))
                 writer.write(rec)
                 summ.add(rec)
             executed = ex.executed
@@ -289,9 +288,10 @@ def manifest_base(kind: str, evalset: EvalSet | CaseIndex, rulesets: list[RuleSe
                   wh: Warehouse | None = None) -> dict[str, Any]:
     from nlq2sql.env_info import git_info
     from nlq2sql.semantic.catalog import display_path
+    from nlq2sql.stages.learned_guardrail import LearnedRuleSet
 
     # A learned guardrail's artefact (sha256, training-set sha256, …): which model re-scored.
-    learned = {rs.name: rs.provenance() for rs in rulesets if hasattr(rs, "provenance")}
+    learned = {rs.name: rs.provenance().written() for rs in rulesets if isinstance(rs, LearnedRuleSet)}
     git = git_info()
     return {"record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__,
             "git_commit": git.git_commit, "git_dirty": git.git_dirty,
@@ -312,14 +312,14 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     from nlq2sql.records.store import read_json
     from nlq2sql.semantic.contract import PARTS
     from nlq2sql.stages.query_score import query_record
-    from nlq2sql.stages.queryset import load_query_set
+    from nlq2sql.stages.queryset import QueryCase, QuerySet, load_query_set
 
     manifest = read_json(run_dir / MANIFEST)
     wh = open_warehouse(manifest_warehouse(manifest))
     v2 = manifest.get("answer") == "query"  # the v2 answer: guardrails on its queries (stages.query_guard)
     name = evalset or manifest.get("evalset_path") or manifest["evalset"]
-    es: Any = load_query_set(name, wh.catalog) if v2 else load_evalset(name, wh.catalog)
-    cases = {c.id: c for c in es.cases} if v2 else es.by_id()
+    es: QuerySet | EvalSet = load_query_set(name, wh.catalog) if v2 else load_evalset(name, wh.catalog)
+    cases: dict[str, QueryCase | EvalCase] = {c.id: c for c in es.cases}
     rulesets = load_guardrails(list(guardrails), wh.catalog, wh)
     summ = Summary(rulesets, fields=PARTS) if v2 else Summary(rulesets)
     raw_ok: dict[str, bool] = {}
@@ -334,16 +334,15 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
             request_error = None if outcome in (None, "ok") else outcome
             raw_text, finish = present(old.answer.raw_text), present(old.answer.finish_reason)
             rec = (query_record(case, raw_text, ex, wh.catalog, finish_reason=finish,
-                                request_error=request_error, rulesets=rulesets) if v2 else
-                   intent_record(case.id, case.question, raw_text, rulesets, ex, gold=case.gold, catalog=wh.catalog,
-                                 category=case.category, pair_id=case.pair_id, finish_reason=finish,
-                                 request_error=request_error))
+                                request_error=request_error, rulesets=rulesets) if isinstance(case, QueryCase) else
+                   case_record(case, raw_text, rulesets, ex, catalog=wh.catalog, finish_reason=finish,
+                               request_error=request_error))
             rec.merge({key: old.get(key) for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens",
                                                      "itl_mean_s")})
             if "abstained" in old.traces:  # decided again from the recorded evidence, under these guardrails
                 rec.merge({key: old.traces[key] for key in ("votes", "planner_choice", "intent_evidence",
                                                             "abstain_below") if key in old.traces})
-                rec = ItemRecord.from_json(apply_abstention(rec.to_json_dict()))  # (it decides on the flat record)
+                apply_abstention(rec)
             summ.add(rec)
             assert rec.judgement is not None  # every re-scored item has its gold
             raw_ok[rec.id] = bool(present(rec.judgement.correct_raw))

@@ -5,7 +5,7 @@ orders), or, for a question the layer cannot answer, that the model abstained.  
 (:func:`query_record`, an :class:`~nlq2sql.records.item.ItemRecord`) carries the same keys as a v1
 record — so the summary, the viewer, ``compare`` and ``gate`` read it unchanged — with the intents
 as MetricFlow queries (plus their derived ``intent`` label), per-part agreement (``parts``) and
-the abstention (``unanswerable``).  :func:`score_query` is its flat view, for the offline writers.
+the abstention (``unanswerable``); every writer takes the type (its flat line is ``to_json_dict``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from nlq2sql.stages.query_guard import apply_query_guardrails, intervention_corr
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS, parse_or_status
 
-__all__ = ["ANSWER_KIND", "UNANSWERABLE", "query_record", "score_query"]
+__all__ = ["ANSWER_KIND", "UNANSWERABLE", "query_record"]
 
 ANSWER_KIND = "query"
 UNANSWERABLE = "unanswerable"
@@ -70,14 +70,6 @@ def _run(q: MetricQuery, executor: Executor, catalog: Catalog) -> tuple[Any, Any
         return compiled, executor.run(compiled), None, None
     except ExecutionError as exc:  # e.g. a value DuckDB cannot cast ("2025" for a date)
         return compiled, None, "exec_error", str(exc)
-
-
-def score_query(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
-                finish_reason: str | None = None, request_error: str | None = None,
-                rulesets: Sequence[RuleSet] = ()) -> dict[str, Any]:
-    """:func:`query_record` as the flat record (the offline writers and summaries work on it)."""
-    return query_record(case, raw_text, executor, catalog, finish_reason=finish_reason,
-                        request_error=request_error, rulesets=rulesets).to_json_dict(version=False)
 
 
 def query_record(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,

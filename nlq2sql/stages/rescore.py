@@ -18,13 +18,14 @@ from collections.abc import Hashable
 from typing import Any
 
 from nlq2sql.errors import IntentError
+from nlq2sql.records.item import ItemRecord, present
 from nlq2sql.records.store import RecordWriter
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.intent import Intent, parse_intent
-from nlq2sql.stages.score import score_item
+from nlq2sql.stages.score import case_record
 
 __all__ = ["MEMO_SIZE", "OPEN_FIELDS", "Entry", "RecordMemo", "meaning"]
 
@@ -36,7 +37,7 @@ MEMO_SIZE = 4096
 
 #: A remembered record: the gold intent it was keyed by (kept alive, see RecordMemo), the
 #: record (its OPEN_FIELDS are the first item's), and its encoding around OPEN_FIELDS.
-Entry = tuple[Intent, dict[str, Any], tuple[str, ...]]
+Entry = tuple[Intent, ItemRecord, tuple[str, ...]]
 
 
 def meaning(raw_text: str | None, catalog: Catalog) -> tuple[Hashable, str | None]:
@@ -70,11 +71,11 @@ class RecordMemo:
     def __init__(self, rulesets: list[RuleSet], executor: Executor, catalog: Catalog,
                  writer: RecordWriter) -> None:
         self.rulesets, self.executor, self.catalog, self.writer = rulesets, executor, catalog, writer
-        self._by_text: dict[tuple[Any, ...], tuple[Intent, dict[str, Any], tuple[str, ...]]] = {}
+        self._by_text: dict[tuple[Any, ...], Entry] = {}
         self._by_meaning: dict[tuple[Any, ...], Entry] = {}
 
     def write(self, rid: str, case: EvalCase, raw_text: str | None, finish_reason: str | None
-              ) -> dict[str, Any]:
+              ) -> ItemRecord:
         """Write the record of item ``rid`` (case ``case``, whose own id may be another item's)
         and return it for the summary -- shared with items scored alike, so its
         :data:`OPEN_FIELDS` may be another item's (a summary reads none of them)."""
@@ -87,14 +88,16 @@ class RecordMemo:
             entry = self._by_meaning.get(meaning_key)
             keep = True
             if entry is None:
-                rec = score_item(case, raw_text, self.rulesets, self.executor, finish_reason=finish_reason,
-                                 catalog=self.catalog)
-                entry = (gold, rec, self.writer.template(rec, OPEN_FIELDS))
-                keep = rec["exec_error"] is None
+                rec = case_record(case, raw_text, self.rulesets, self.executor, finish_reason=finish_reason,
+                                  catalog=self.catalog)
+                # (the line's encoding is cut from the flat record, once: the writer's edge)
+                entry = (gold, rec, self.writer.template(rec.to_json_dict(version=False), OPEN_FIELDS))
+                keep = present(rec.answer.exec_error) is None
                 if keep:
                     _keep(self._by_meaning, meaning_key, entry)
             rec = entry[1]  # a text that does not parse brings its own reason
-            reasons = (reason, reason) if reason is not None else (rec["status_reason"], rec["final_status_reason"])
+            reasons = ((reason, reason) if reason is not None
+                       else (present(rec.answer.status_reason), present(rec.answer.final_status_reason)))
             # The line but for its id, encoded once per distinct text.
             hit = (gold, rec, self.writer.fill_last(entry[2], (raw_text, *reasons)))
             if keep:

@@ -36,9 +36,9 @@ from nlq2sql.stages.intent import (
 )
 from nlq2sql.stages.sqlbuild import build_sql
 
-__all__ = ["RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "error_class", "mcnemar_exact", "parse_or_status",
-           "intent_record", "percentiles", "rate", "run_intent", "score_item", "spread", "wilson",
-           "wrong_fields"]
+__all__ = ["RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "case_record", "error_class", "mcnemar_exact",
+           "parse_or_status", "intent_record", "percentiles", "rate", "run_intent", "score_item", "spread",
+           "wilson", "wrong_fields"]
 
 T = TypeVar("T")
 
@@ -120,14 +120,23 @@ def run_intent(intent: Intent | None, catalog: Catalog, executor: Executor
         return sql, params, None, None, str(exc)
 
 
+def case_record(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
+                *, catalog: Catalog, finish_reason: str | None = None,
+                request_error: str | None = None) -> ItemRecord:
+    """Score one raw model answer to an eval-set case (parse, guardrail, build, execute, compare):
+    :func:`intent_record` with the case's id, question, gold, category and pair."""
+    return intent_record(case.id, case.question, raw_text, rulesets, executor, gold=case.gold,
+                         category=case.category, pair_id=case.pair_id, finish_reason=finish_reason,
+                         request_error=request_error, catalog=catalog)
+
+
 def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
                *, catalog: Catalog, finish_reason: str | None = None,
                request_error: str | None = None) -> dict[str, Any]:
-    """Score one raw model answer (parse, guardrail, build, execute, compare): :func:`intent_record`
-    as the flat record (re-scoring's templates and the offline summaries work on it)."""
-    return intent_record(case.id, case.question, raw_text, rulesets, executor, gold=case.gold,
-                         category=case.category, pair_id=case.pair_id, finish_reason=finish_reason,
-                         request_error=request_error, catalog=catalog).to_json_dict(version=False)
+    """:func:`case_record` as the flat record: the JSON edge for rows that cross processes as
+    plain data (``run.batch_vllm``'s scored rows); in-process code takes :func:`case_record`."""
+    return case_record(case, raw_text, rulesets, executor, catalog=catalog, finish_reason=finish_reason,
+                       request_error=request_error).to_json_dict(version=False)
 
 
 def intent_record(item_id: str, question: str, raw_text: str | None, rulesets: list[RuleSet],

@@ -92,7 +92,7 @@ class Summary:
             self._flush()
         self._add(rec, 1)
 
-    def add_shared(self, rec: Mapping[str, Any]) -> None:
+    def add_shared(self, rec: ItemRecord | Mapping[str, Any]) -> None:
         """Count one record that may be passed again as the same object (re-scoring's
         remembered records, :class:`nlq2sql.stages.rescore.RecordMemo`): the same figures as :meth:`add`.
 
@@ -104,7 +104,8 @@ class Summary:
         if entry is not None:
             entry[1] += 1
             return
-        if any(key in rec for key in TIMING_KEYS):
+        if (any(rec.get(key) is not None for key in TIMING_KEYS) if isinstance(rec, ItemRecord)
+                else any(key in rec for key in TIMING_KEYS)):
             self.add(rec)
             return
         if len(self._pending) >= PENDING_MAX:

@@ -9,7 +9,7 @@ gold's (strict and lenient), and ``score`` makes the item's record (see docs/sql
 from nlq2sql.answers.sql.equivalence import Equivalence, compare
 from nlq2sql.answers.sql.guard import Verdict, check_sql
 from nlq2sql.answers.sql.sandbox import Sandbox, SandboxResult
-from nlq2sql.answers.sql.score import ANSWER_KIND, extract_sql, score_sql
+from nlq2sql.answers.sql.score import ANSWER_KIND, extract_sql, sql_record
 
 __all__ = ["ANSWER_KIND", "Equivalence", "Sandbox", "SandboxResult", "Verdict", "check_sql", "compare",
-           "extract_sql", "score_sql"]
+           "extract_sql", "sql_record"]

@@ -4,9 +4,10 @@ The model writes one DuckDB SELECT (bare, or in a ```sql fence) — or abstains 
 ``{"unanswerable": "reason"}``.  The statement passes the guard (:mod:`.guard`), runs in the
 sandbox (:mod:`.sandbox`), and its rows are compared with the gold MetricFlow query's rows (run
 by the harness's normal :class:`~nlq2sql.stages.execute.Executor`) under :mod:`.equivalence`'s rules.
-The record has the keys of :func:`nlq2sql.stages.query_score.score_query`'s record, so the summary,
-the viewer, ``compare`` and ``gate`` read it unchanged, plus ``answer: "sql"``,
-``correct_lenient`` / ``error_lenient`` (extra columns allowed) and the sandbox's facts.
+The record (:func:`sql_record`, an ``ItemRecord``) has the keys of
+:func:`nlq2sql.stages.query_score.query_record`'s, so the summary, the viewer, ``compare`` and
+``gate`` read it unchanged, plus ``answer: "sql"``, ``correct_lenient`` / ``error_lenient`` (extra
+columns allowed) and the sandbox's facts.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS
 
 __all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "extract_sql", "gold_columns", "parse_sql_answer",
-           "score_sql", "sql_record"]
+           "sql_record"]
 
 ANSWER_KIND = "sql"
 #: The arms whose answer is SQL the model wrote (free, or constrained by the warehouse grammar).
@@ -122,14 +123,6 @@ def _head(rows: list[tuple[Any, ...]], ordered: bool) -> list[list[Any]]:
 
 def _dump(q: MetricQuery | None) -> dict[str, Any]:
     return {"intent": q.kind, **q.model_dump(mode="json")} if q is not None else {"intent": UNANSWERABLE}
-
-
-def score_sql(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
-              sandbox: Sandbox | None = None, finish_reason: str | None = None,
-              request_error: str | None = None, answer: str = ANSWER_KIND) -> dict[str, Any]:
-    """:func:`sql_record` as the flat record (the offline scorers' summaries work on it)."""
-    return sql_record(case, raw_text, executor, catalog, sandbox=sandbox, finish_reason=finish_reason,
-                      request_error=request_error, answer=answer).to_json_dict(version=False)
 
 
 def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
