@@ -33,9 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import _M, EndpointFacts
+from nlq2sql.load.contract import _M
 from nlq2sql.load.output import Plot, write_outputs
 from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Progress", "begin_level_sets",

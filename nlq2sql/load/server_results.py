@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from nlq2sql.load.contract import _M, EndpointFacts, LevelStats, Num, Pct, _Result, _Stamped
+from nlq2sql.load.contract import _M, LevelStats, Num, Pct, _Result, _Stamped
+from nlq2sql.run.endpoint_facts import EndpointFacts
 
 __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
            "SerializationResult", "SerializationSettings", "Staircase"]
