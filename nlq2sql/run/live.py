@@ -200,7 +200,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
     check_local_out(cfg.out)
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
-    compiles_before = wh.catalog.engine.compiles
+    compiles_before, shapes_before = wh.catalog.engine.compiles, wh.catalog.engine.shapes()
     evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql", "sql-grammar")
                     else load_evalset(cfg.evalset, wh))
     rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)
@@ -307,8 +307,10 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             if interrupts.count:
                 raise KeyboardInterrupt from None
             raise
-    if cfg.workers == 1 and cfg.engine == "local":  # (worker processes compile in their own catalogs)
+    if cfg.workers == 1 and cfg.engine == "local":
         session.compiles = wh.catalog.engine.compiles - compiles_before
+    else:  # each worker compiled in its own catalog: the distinct shapes of all, beyond what this process had
+        session.compiles = len((wh.catalog.engine.shapes() | session.worker_shapes) - shapes_before)
     return finish_summary(cfg.out, rulesets, session, manifest)
 
 

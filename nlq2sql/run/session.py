@@ -39,7 +39,9 @@ class Session:
     retries_used: int
     harness: Harness | None
     load: LoadShape
-    compiles: int | None = None  # distinct MetricFlow compiles this session's process needed
+    compiles: int | None = None  # distinct MetricFlow compiles this session needed
+    #: Several client workers: the query shapes their warehouses compiled (each its own), joined.
+    worker_shapes: frozenset[str] = frozenset()
 
 
 def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metrics: ServerMetrics,
@@ -129,7 +131,7 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: M
         **({"fleet": fleet_summary(out, manifest, session.fleet)} if several else {}),
         # The whole run's, from the records (a resumed run counts its earlier sessions too).
         retries_used=retries, retry_budget=budget.model_copy(update={"used": retries}) if budget is not None else None,
-        # distinct MetricFlow compiles this session's process needed
+        # distinct MetricFlow compiles this session needed (several workers: their shapes, joined)
         **({"compiles": session.compiles} if session.compiles is not None else {}),
         records=Digest.model_validate(records_digest(out / RECORDS)),  # what `compare` checks the records against
         record_version=RECORD_VERSION)

@@ -297,6 +297,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
     result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
                             merge_harness([driver.result(), *(r.harness for r in reports)]),
                             startup_s=max(0.0, started - t0), workers=workers)
+    result.worker_shapes = frozenset().union(*(r.shapes for r in reports))
     return result
 
 
