@@ -84,7 +84,7 @@ OK_INTENTS: tuple[dict[str, Any], ...] = (
 )
 SCHEMA_INVALID: dict[str, Any] = {"intent": "pie_chart", "metric": "profit", "dimension": "region",
                                   "time_grain": None, "filters": [], "limit": None, "order": None}
-#: ``nlq2sql.run.pool.PROBE_QUESTION`` (a test checks they agree; this process imports no nlq2sql).
+#: ``nlq2sql.run.pool_probe.PROBE_QUESTION`` (a test checks they agree; this process imports no nlq2sql).
 PROBE_QUESTION = "nlq2sql health probe: reply with one word."
 #: ``nlq2sql.run.canary.CANARY_QUESTION`` (a test checks they agree).
 CANARY_QUESTION = ('nlq2sql structured-output canary. Reply with exactly this JSON and nothing else: '

@@ -38,7 +38,7 @@ from nlq2sql.experiments import loadcheck
 from nlq2sql.load import capacity, tune_report
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.analysis import Thresholds, analyse
-from nlq2sql.load.contract import EndpointFacts, LevelStats
+from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode
 from nlq2sql.load.grid import GridConfig, GridMode, LengthClass, cell
 from nlq2sql.load.levels import LEVEL, stats_from_run
@@ -50,6 +50,7 @@ from nlq2sql.load.tune_results import TuneResult
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.store import RECORDS, write_json_atomic
 from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.endpoint_facts import EndpointFacts
 
 __all__ = ["GOLDEN", "RUN_FILES", "SETS", "cases", "committed_run_dirs"]
 

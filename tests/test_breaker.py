@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.records.store import iter_records
-from nlq2sql.run import pool
+from nlq2sql.run import pool, pool_probe
 from nlq2sql.run.config import EvalConfig, LoadShape
 from nlq2sql.run.endpoints import ReplicaSpec
 from nlq2sql.run.live import run_eval
@@ -90,7 +90,7 @@ def events(summary: dict[str, Any], label: str) -> dict[str, Any]:
 
 
 def test_fake_server_marks_the_pools_probe() -> None:
-    assert fakeserver.PROBE_QUESTION == pool.PROBE_QUESTION
+    assert fakeserver.PROBE_QUESTION == pool_probe.PROBE_QUESTION
 
 
 def test_a_hanging_replica_is_failed_over_and_nothing_is_lost(tmp_path: Path, fakes: list[FakeServer]) -> None:
@@ -242,8 +242,8 @@ def test_breaker_opens_on_consecutive_faults_and_any_answer_resets_the_count() -
         r.observe("timeout", "slow", 1.0)
     assert r.healthy
     r.observe("http_5xx", "HTTP 500", 1.0)
-    assert r.state == "open" and [e["event"] for e in r.events] == ["out"]
-    assert f"({FAILURE_THRESHOLD} in a row)" in r.events[0]["reason"]
+    assert r.state == "open" and [e.event for e in r.events] == ["out"]
+    assert f"({FAILURE_THRESHOLD} in a row)" in r.events[0].reason
     r.observe("ok", None, 1.0)  # an item sent before it opened answers: still out (only a probe closes it)
     assert r.state == "open"
     dead = replica()
@@ -264,7 +264,7 @@ def test_probe_back_off_doubles_is_capped_and_a_flapping_replica_keeps_it() -> N
     fresh = replica()
     fresh.trip("first", 1.0)
     fresh.close()
-    assert fresh.healthy and [e["event"] for e in fresh.events] == ["out", "back"]
+    assert fresh.healthy and [e.event for e in fresh.events] == ["out", "back"]
     fresh.trip("again, at once", 1.0)  # back and out within the flap window: the back-off grows
     assert round(fresh.next_probe - time.monotonic()) == 2
     fresh.closed_at = time.monotonic() - pool.FLAP_WINDOW_S - 1
@@ -299,15 +299,15 @@ def test_the_probe_needs_the_runs_model_in_every_chunk(tmp_path: Path, fakes: li
 
     ours = fake(fakes, tmp_path)
     cfg = EndpointConfig(base_url=ours.url, model=MODEL, api_key="k", timeout_s=5.0)
-    assert asyncio.run(pool.probe_answer(cfg)) == "ok"
+    assert asyncio.run(pool_probe.probe_answer(cfg)) == "ok"
     other = FakeServer(tmp_path / "fake", {**script(), "any_model": True}, model="other")
     fakes.append(other)
     other.start()
-    assert (asyncio.run(pool.probe_answer(replace(cfg, base_url=other.url)))
+    assert (asyncio.run(pool_probe.probe_answer(replace(cfg, base_url=other.url)))
             == "answered by another model ('other', not 'fake-model')")
     strict = FakeServer(tmp_path / "fake", script(), model="other")  # vLLM's way: 404 for a model it lacks
     fakes.append(strict)
     strict.start()
-    assert asyncio.run(pool.probe_answer(replace(cfg, base_url=strict.url))) == "HTTP 404"
+    assert asyncio.run(pool_probe.probe_answer(replace(cfg, base_url=strict.url))) == "HTTP 404"
     dead = fake(fakes, tmp_path, script(default="reset"))
-    assert asyncio.run(pool.probe_answer(replace(cfg, base_url=dead.url))) != "ok"
+    assert asyncio.run(pool_probe.probe_answer(replace(cfg, base_url=dead.url))) != "ok"

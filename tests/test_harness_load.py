@@ -17,11 +17,12 @@ from fakeserver import FakeServer, script
 from nlq2sql.records.run_parts import Harness, LoopLag
 from nlq2sql.run import item
 from nlq2sql.run.config import EvalConfig, LoadShape
-from nlq2sql.run.harness_load import HarnessMonitor, judged, merge
+from nlq2sql.run.harness_load import LAG_P95_LIMIT_MS, STARVED_SHARE_BELOW, HarnessMonitor, judged, merge
 from nlq2sql.run.live import run_eval
 from nlq2sql.transport.server_metrics import MetricsSampler
 
 MODEL = "fake-model"
+HOG_S = 0.15  # CPU each item's scoring burns in the event loop, in the starved run
 
 
 def evaluate(f: FakeServer, out: Path, **kw: Any) -> dict[str, Any]:
@@ -42,7 +43,7 @@ def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,
 
     def hog(*a: Any, **k: Any) -> Any:
         t = time.process_time()
-        while time.process_time() - t < 0.15:  # 150 ms of CPU in the loop per item
+        while time.process_time() - t < HOG_S:  # 150 ms of CPU in the loop per item
             pass
         return real(*a, **k)
 
@@ -50,9 +51,19 @@ def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,
     with FakeServer(tmp_path / "fast", script(), model=MODEL) as f:
         starved = evaluate(f, tmp_path / "starved")
     h = starved["harness"]
-    assert h["saturated"] is True, h
-    assert any("lag" in w for w in h["why"]) and h["loop_lag_ms"]["p95"] > 50
-    assert h["cpu_share_of_core"] > 0.5
+    # What the client did is measured whatever the machine's load: the CPU it burned (process
+    # time, not wall time) and a loop blocked 150 ms per item.
+    assert h["cpu_s"] >= 30 * HOG_S, h
+    assert h["loop_lag_ms"]["p95"] > LAG_P95_LIMIT_MS, h
+    assert h["cpu_share_of_core"] > relaxed["harness"]["cpu_share_of_core"], (h, relaxed["harness"])
+    # The verdict follows the measured share.  Alone on a core the hog's share is well above
+    # STARVED_SHARE_BELOW and the lag is the client's own: saturated.  On a machine whose cores
+    # other processes held (this failed once with five test runs on two cores: the hog got 40 % of
+    # a core), the same lag with a low share is, by the rule, starved -- flagged, never "fine".
+    lag_why = h["why"] if h["cpu_share_of_core"] >= STARVED_SHARE_BELOW else h["starved_why"]
+    assert any("lag" in w for w in lag_why), h
+    assert h["saturated"] is (h["cpu_share_of_core"] >= STARVED_SHARE_BELOW), h
+    assert h["saturated"] or h["starved"], h
 
 
 def _load(cpu_s: float, share: float, p95: float) -> Harness:

@@ -56,17 +56,19 @@ def lines(out: Path) -> int:
 
 
 def workers_of(engine: str, driver: int) -> list[psutil.Process]:
-    """The driver's client workers: its spawned processes, or (Ray) the processes running our actor."""
-    if engine == "local":
-        with contextlib.suppress(psutil.NoSuchProcess):
-            return [c for c in psutil.Process(driver).children(recursive=True)
-                    if "spawn_main" in " ".join(c.cmdline())]
-        return []
+    """The driver's client workers: its spawned processes, or (Ray) the processes running our actor.
+
+    Only the driver's own descendants (the local Ray it starts -- raylet, its workers -- are
+    too): this machine may run other Ray clusters at the same time (other test runs), and an
+    actor of theirs, killed here, is no loss this driver can see (it failed, flakily, that way)."""
+    mark = "spawn_main" if engine == "local" else "ray::_Worker"
     found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or ())
-        if cmd.startswith("ray::_Worker"):
-            found.append(p)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for c in psutil.Process(driver).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                cmd = " ".join(c.cmdline())
+                if (mark in cmd) if engine == "local" else cmd.startswith(mark):
+                    found.append(c)
     return found
 
 

@@ -222,3 +222,26 @@ def test_workers_die_with_their_driver(tmp_path: Path) -> None:
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_every_engine_reports_the_compiles_one_process_reports(engine: str, tmp_path: Path) -> None:
+    """``compiles`` (distinct MetricFlow compiles the run needed) was written by an in-process run
+    only: worker processes and Ray actors compile in their own catalogs, and the driver's count
+    saw none of it.  Now each worker reports the shapes it compiled and the driver counts their
+    union: the same figure as one process, on the same items.  Each run is its own process (the
+    CLI), so both start from an empty compile cache."""
+    if engine == "ray":
+        pytest.importorskip("ray")
+    with FakeServer(tmp_path / "fake", script(), model=MODEL, delay_s=0.02) as f:  # (every item answered: exit 0)
+        compiles = {}
+        for name, extra in (("single", []), ("workers", ["--workers", "2", "--engine", engine])):
+            out = tmp_path / name
+            res = subprocess.run([sys.executable, "-m", "nlq2sql.cli", "eval", "--endpoint", f.url, "--model", MODEL,
+                                  "--limit", "12", "--concurrency", "4", "--timeout", "20", *extra, "--out", str(out)],
+                                 cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600,
+                                 env=dict(os.environ, PYTHONPATH=str(PROJECT_ROOT)))
+            assert res.returncode == 0, res.stderr[-3000:]
+            compiles[name] = json.loads((out / "summary.json").read_text()).get("compiles")
+    assert isinstance(compiles["single"], int) and compiles["single"] > 0, compiles
+    assert compiles["workers"] == compiles["single"], compiles

@@ -92,9 +92,8 @@ def load_check(
             with bound_endpoint(base) as (bound, info):  # one local server for every level, when started here
                 dirs = loadcheck.run_levels(replace(lc, base=bound))
                 result = loadcheck.compare_runs(dirs).with_split(loadcheck.split_identity(dirs))
-                result.server = {"started_by_us": info.get("started_by_us"),
-                                 "batch_invariant": info.get("batch_invariant"),
-                                 "structured_outputs": info.get("structured_outputs")}
+                result.server = {"started_by_us": info.started_by_us, "batch_invariant": info.batch_invariant,
+                                 "structured_outputs": info.structured_written()}
     if runs:
         result = loadcheck.compare_runs(dirs).with_split(loadcheck.split_identity(dirs))
     loadcheck.write_result(out, result)

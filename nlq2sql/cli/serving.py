@@ -101,9 +101,9 @@ def eval_repeats(cfg: EvalConfig, repeats: int, progress: Callable[[str, dict[st
     check_repeats_out(cfg, repeats)  # before a local server starts
     with bound_endpoint(cfg) as (bound, info):
         result = run_repeats(bound, repeats, lambda c: run_eval(c, progress))
-    result.server = RepeatsServer(started_by_us=info["started_by_us"],
-                                  structured_outputs=info.get("structured_outputs"),
-                                  batch_invariant=info.get("batch_invariant"))
+    result.server = RepeatsServer(started_by_us=bool(info.started_by_us),
+                                  structured_outputs=info.structured_written(),
+                                  batch_invariant=info.batch_invariant)
     write_json_atomic(cfg.out / REPEATS_FILE, result.written())
     Console().print(render_repeats(result), markup=False, highlight=False, soft_wrap=True)
     failed = n = 0

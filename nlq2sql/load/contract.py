@@ -16,20 +16,15 @@ from typing import Annotated, Any, TypeVar
 from pydantic import (
     BaseModel,
     ConfigDict,
-    PrivateAttr,
-    SerializerFunctionWrapHandler,
     ValidationError,
-    ValidatorFunctionWrapHandler,
     WithJsonSchema,
-    model_serializer,
-    model_validator,
 )
 
 from nlq2sql.errors import RecordError
-from nlq2sql.records.manifest_parts import StructuredOutputs
 from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.run.endpoint_facts import EndpointFacts
 
-__all__ = ["CPU_LABEL", "Arrivals", "ClientSeen", "EndpointFacts", "Gauge", "Inflight", "LevelStats", "Machine",
+__all__ = ["CPU_LABEL", "Arrivals", "ClientSeen", "Gauge", "Inflight", "LevelStats", "Machine",
            "Num", "ServerSeen", "endpoint_labels"]
 
 #: A measured number kept as given: an int is not turned into a float (the schema says "number").
@@ -89,42 +84,6 @@ def endpoint_labels(local: str | None, endpoint: object) -> tuple[str, str | Non
     is called; None: the run used a given endpoint) or the endpoint, and the CPU caveat for a local one."""
     return (local, CPU_LABEL) if local is not None else (str(endpoint), None)
 
-
-
-class EndpointFacts(_M):
-    """The endpoint a load run used, as ``run.live.bound_endpoint`` states it and every load result
-    writes it (``server``): a given endpoint is ``started_by_us``/``endpoint`` only; a local server
-    adds its arguments, start time and settings.  Only the keys given are written, in the order
-    given (a fleet's producers write ``endpoint`` first).  Not the manifest's ``ServerFacts``: those
-    are measured (``/v1/models``), these are how the endpoint came to be."""
-
-    started_by_us: bool | None = None  # absent for a fleet's member
-    endpoint: str | None = None  # the URL, or "local"
-    args: list[str] | None = None  # the local server's command line (after the program)
-    startup_s: Num | None = None
-    max_num_seqs: int | None = None
-    cpu: bool | None = None
-    structured_outputs: StructuredOutputs | None = None
-    batch_invariant: bool | None = None
-    _order: tuple[str, ...] = PrivateAttr(default=())
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _keep_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> EndpointFacts:
-        facts: EndpointFacts = handler(data)
-        if isinstance(data, dict):
-            facts._order = tuple(data)
-        return facts
-
-    @model_serializer(mode="wrap")
-    def _in_given_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out = handler(self)  # the JSON edge: the keys given only (whatever the dump asks), in their order
-        given = self.model_fields_set
-        out = {**{k: out[k] for k in self._order if k in out and k in given},
-               **{k: v for k, v in out.items() if k in given}}
-        if self.structured_outputs is not None and "structured_outputs" in out:
-            out["structured_outputs"] = self.structured_outputs.written()  # its keys as given, too
-        return out
 
 
 class _LabelsFirst(_Header):

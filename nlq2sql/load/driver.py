@@ -33,9 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import _M, EndpointFacts
+from nlq2sql.load.contract import _M
 from nlq2sql.load.output import Plot, write_outputs
 from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Progress", "begin_level_sets",
@@ -197,8 +198,7 @@ def drive(mode: LoadMode[S, R], settings: S, progress: Progress | None = None,
     local server), recorded instead of the bare URL."""
     check_resume(settings.resume, settings.force)
     mode.check(settings)
-    with bound_endpoint(settings.base) as (bound, stated):
-        info = EndpointFacts.model_validate(stated)  # the endpoint's facts as bound_endpoint states them
+    with bound_endpoint(settings.base) as (bound, info):  # the endpoint's facts as it states them
         if server_info is not None and settings.base.endpoint is not None:
             info = server_info
         s = settings.but(base=bound)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.driver import Progress, prepare_out
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import FleetReplica, FleetRow, FleetSweepResult, SweepResult
 from nlq2sql.load.sweep import SweepConfig, run_sweep
+from nlq2sql.run.endpoint_facts import EndpointFacts
 
 __all__ = ["render_markdown", "run_fleet_sweep"]
 

@@ -27,12 +27,13 @@ from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import EndpointFacts, LevelStats, endpoint_labels
+from nlq2sql.load.contract import LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import GridCell, GridClass, GridResult, GridSettings
 from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.evalset import load_evalset
 

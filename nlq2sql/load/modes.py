@@ -17,9 +17,10 @@ from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.load import grid, openloop, serialization, sweep, tune
-from nlq2sql.load.contract import _M, EndpointFacts
+from nlq2sql.load.contract import _M
 from nlq2sql.load.driver import MODES, LoadMode, Progress, drive
 from nlq2sql.load.sweep import SweepConfig
+from nlq2sql.run.endpoint_facts import EndpointFacts
 
 __all__ = ["BUILTIN", "SweepJob", "SweepOutcome", "registry", "run_job", "run_mode", "validate_job"]
 

@@ -29,7 +29,7 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import cost_per_1k
-from nlq2sql.load.contract import Arrivals, EndpointFacts, LevelStats, endpoint_labels
+from nlq2sql.load.contract import Arrivals, LevelStats, endpoint_labels
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
 from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
@@ -37,6 +37,7 @@ from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, R
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.store import RECORDS
+from nlq2sql.run.endpoint_facts import EndpointFacts
 
 
 class RateSweepConfig(LoadSettings):

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import EndpointFacts, LevelStats
+from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.oneshot import Shot
@@ -38,6 +38,7 @@ from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import SerializationResult
 from nlq2sql.load.server_results import Evidence, SerializationSettings, Staircase
 from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.endpoint_facts import EndpointFacts
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
 

@@ -10,8 +10,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from nlq2sql.load.contract import _M, EndpointFacts, LevelStats, Num, _Result, _Stamped
+from nlq2sql.load.contract import _M, LevelStats, Num, _Result, _Stamped
 from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.run.endpoint_facts import EndpointFacts
 
 __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
            "SerializationResult", "SerializationSettings", "Staircase"]

@@ -32,7 +32,7 @@ from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import Thresholds, analyse
-from nlq2sql.load.contract import ClientSeen, EndpointFacts, LevelStats, Machine, endpoint_labels
+from nlq2sql.load.contract import ClientSeen, LevelStats, Machine, endpoint_labels
 from nlq2sql.load.driver import (
     LevelContext,
     LoadMode,
@@ -51,6 +51,7 @@ from nlq2sql.load.results import ServerSweepResult, SettingRow, SweepResult, Swe
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.store import RECORDS
+from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["SweepConfig", "SweepMode", "assemble",
@@ -231,8 +232,7 @@ def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
         if progress:
             progress(f"starting a local server with {knob.replace('_', '-')}={v}")
         setting: dict[str, Any] = {knob: v}  # one server knob, chosen by name
-        with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, info):
-            facts = EndpointFacts.model_validate(info)
+        with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, facts):
             res = run_sweep(cfg.but(base=replace(bound, out=sub), force=True), facts, progress)
         rows.append(summarise_setting(v, str(sub), res))
     combined = ServerSweepResult(kind="server-sweep", knob=knob, values=list(values), settings=rows)

@@ -27,7 +27,6 @@ import numpy as np
 from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
-from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.output import Plot
@@ -36,6 +35,7 @@ from nlq2sql.load.tune_report import assemble, plot_curve, render_markdown
 from nlq2sql.load.tune_results import ProbeCounts, TuneResult, TuneVerdict
 from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.store import RECORDS
+from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.stages.score import mcnemar_exact, wilson
 
 __all__ = ["Probe", "TuneMode", "TuneSettings", "bisect_next", "judge", "probe_from_records", "tune_result"]

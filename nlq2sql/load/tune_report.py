@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nlq2sql.load.contract import EndpointFacts, endpoint_labels
+from nlq2sql.load.contract import endpoint_labels
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.tune_results import OperatingPoint, ProbeRow, TuneConfig, TuneResult, TuneVerdict
+from nlq2sql.run.endpoint_facts import EndpointFacts
 
 if TYPE_CHECKING:
     from nlq2sql.load.tune import Probe, TuneSettings

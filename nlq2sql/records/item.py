@@ -28,6 +28,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from nlq2sql.errors import RecordError
+from nlq2sql.records.run_parts import AttemptEntry
 from nlq2sql.records.store import RECORD_VERSION, encode_json, iter_records
 
 __all__ = ["LAYOUT", "UNSCORED", "AnswerPart", "ItemRecord", "Judgement", "LoadStamp", "RequestPart",
@@ -136,7 +137,7 @@ class RequestPart(_Part):
     # (after the conditions' traces on disk)
     replica: str | None | UnsetType = UNSET
     failed_over_from: list[str] | UnsetType = UNSET
-    attempt_log: list[dict[str, Json]] | UnsetType = UNSET
+    attempt_log: list[AttemptEntry] | UnsetType = UNSET
     latency_e2e_s: Num | None | UnsetType = UNSET
     concurrency: int | UnsetType = UNSET
     whitespace_chars: int | None | UnsetType = UNSET

@@ -9,14 +9,14 @@ on disk, a key never set stays absent, and ints stay ints (``Num``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
 from nlq2sql.records.summary_parts import Part, Percentiles
 
-__all__ = ["Fleet", "FleetSession", "Gauge", "Harness", "HarnessThresholds", "LoopLag", "ProcessLoad", "ReplicaEvent",
-           "ReplicaFigures", "ReplicaRotation", "ServerMetrics"]
+__all__ = ["AttemptEntry", "Fleet", "FleetSession", "Gauge", "Harness", "HarnessThresholds", "LoopLag", "ProcessLoad",
+           "ReplicaEvent", "ReplicaFigures", "ReplicaRotation", "ServerMetrics"]
 
 Num = int | float
 
@@ -96,6 +96,18 @@ class Harness(Part):
     starved: bool | None = None  # older runs: absent
     starved_why: list[str] | None = None
     thresholds: HarnessThresholds
+
+
+class AttemptEntry(TypedDict):
+    """One request of an item, on one replica (``run.pool.Trail.attempt_log``): a record's
+    ``attempt_log`` entry, in its written key order.  A TypedDict, not a model: the entries sit in
+    the record's request part (``records.item.RequestPart``) and are written as they are."""
+
+    replica: str
+    outcome: str
+    http_status: int | None
+    at_s: float  # sent this long after the item's first request
+    took_s: float
 
 
 class ReplicaEvent(Part):

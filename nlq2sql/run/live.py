@@ -51,6 +51,7 @@ from nlq2sql.run.config import (
     targets,
     validate,
 )
+from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampling
 from nlq2sql.run.scheduler import closed_loop, open_loop
 from nlq2sql.run.serving import endpoint_structured_outputs
@@ -199,7 +200,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
     check_local_out(cfg.out)
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
-    compiles_before = wh.catalog.engine.compiles
+    compiles_before, shapes_before = wh.catalog.engine.compiles, wh.catalog.engine.shapes()
     evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql", "sql-grammar")
                     else load_evalset(cfg.evalset, wh))
     rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)
@@ -306,9 +307,11 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             if interrupts.count:
                 raise KeyboardInterrupt from None
             raise
-    if cfg.workers == 1 and cfg.engine == "local":  # (worker processes compile in their own catalogs)
+    if cfg.workers == 1 and cfg.engine == "local":
         session.compiles = wh.catalog.engine.compiles - compiles_before
-    return finish_summary(cfg.out, rulesets, session, manifest.written())
+    else:  # each worker compiled in its own catalog: the distinct shapes of all, beyond what this process had
+        session.compiles = len((wh.catalog.engine.shapes() | session.worker_shapes) - shapes_before)
+    return finish_summary(cfg.out, rulesets, session, manifest)
 
 
 def server_structured(cfg: EvalConfig, server: Any) -> StructuredOutputs | None:
@@ -333,14 +336,14 @@ def _kill_group(server: Any) -> None:
 
 @contextlib.contextmanager
 def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = None
-                   ) -> Iterator[tuple[EvalConfig, dict[str, Any]]]:
+                   ) -> Iterator[tuple[EvalConfig, EndpointFacts]]:
     """``cfg`` bound to its endpoint, or to one local vLLM started (and always stopped) here
     with ``cfg.server``'s settings: the one way a run starts a local server.
 
     ``on_server`` is given the ``LocalServer`` before it starts (``run_eval`` keeps it to
     record its arguments and to kill its process group on a second Ctrl-C)."""
     if cfg.endpoint is not None:
-        yield cfg, {"started_by_us": False, "endpoint": cfg.endpoint}
+        yield cfg, EndpointFacts(started_by_us=False, endpoint=cfg.endpoint)
         return
     from nlq2sql.run.server import LocalServer, ServerConfig, free_port
 
@@ -355,13 +358,10 @@ def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = No
     server.start()
     try:
         yield (replace(cfg, endpoint=server.url, model=server.model_name),
-               {"started_by_us": True, "endpoint": "local", "args": server.args[1:],
-                "startup_s": server.startup_s, "max_num_seqs": local.max_num_seqs, "cpu": True,
-                "structured_outputs": _written(server_structured(cfg, server)),
-                "batch_invariant": local.batch_invariant})
+               EndpointFacts(started_by_us=True, endpoint="local", args=server.args[1:],
+                             startup_s=server.startup_s, max_num_seqs=local.max_num_seqs, cpu=True,
+                             structured_outputs=server_structured(cfg, server),
+                             batch_invariant=local.batch_invariant))
     finally:
         server.stop()
 
-
-def _written(part: StructuredOutputs | None) -> dict[str, Any] | None:
-    return part.written() if part is not None else None

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -37,14 +36,14 @@ from typing import Any, TypeVar
 import aiohttp
 
 from nlq2sql.errors import InputError
-from nlq2sql.records.run_parts import ReplicaEvent, ReplicaRotation
+from nlq2sql.records.run_parts import AttemptEntry, ReplicaEvent, ReplicaRotation
 from nlq2sql.run.endpoints import ROUTINGS
-from nlq2sql.transport.client import ATTEMPT_WATCH, EndpointConfig, Sampling, make_client
+from nlq2sql.run.pool_probe import healthy, probe_answer
+from nlq2sql.transport.client import ATTEMPT_WATCH, EndpointConfig, make_client
 from nlq2sql.transport.stream import Completion
 
-__all__ = ["FAILURE_THRESHOLD", "FAIL_FAST", "FLAP_WINDOW_S", "PROBE_BACKOFF_MAX_S", "PROBE_QUESTION",
-           "REPLICA_FAULTS", "Pool", "Replica", "Trail", "healthy", "probe_answer", "probe_chat",
-           "split_concurrency"]
+__all__ = ["FAILURE_THRESHOLD", "FAIL_FAST", "FLAP_WINDOW_S", "PROBE_BACKOFF_MAX_S", "REPLICA_FAULTS", "Attempt",
+           "Pool", "Replica", "Trail", "probe_chat", "split_concurrency"]
 
 #: Outcomes that mean the replica, not the request, failed: they count against its breaker,
 #: and the item fails over to another replica.
@@ -62,10 +61,6 @@ FAILURE_THRESHOLD = 3
 NEUTRAL = frozenset({"http_429"})
 PROBE_BACKOFF_MAX_S = 30.0  # the longest wait between two half-open probes of one replica
 FLAP_WINDOW_S = 30.0  # opened again within this long of closing: it keeps (and doubles) its back-off
-PROBE_TIMEOUT_S = 10.0  # a probe gives up after this long (or the run's request timeout, if shorter)
-#: The half-open probe: a real chat request, as small as one can be (one token, no schema).
-PROBE_QUESTION = "nlq2sql health probe: reply with one word."
-PROBE_SAMPLING = Sampling(max_tokens=1, temperature=0.0, seed=0, structured="none")
 
 T = TypeVar("T")
 
@@ -87,9 +82,10 @@ class Replica:
     probes_total: int = 0
     probes_failed: int = 0
     last_probe: str | None = None  # the last probe's verdict: ok, or why not
-    events: list[dict[str, Any]] = field(default_factory=list)  # out of / back in rotation
+    events: list[ReplicaEvent] = field(default_factory=list)  # out of / back in rotation
     down_since: float | None = None
     out_s: float = 0.0
+    t0: float = field(default_factory=time.time)  # the session's start (the pool's): events' ``after_s``
 
     @property
     def healthy(self) -> bool:
@@ -123,7 +119,8 @@ class Replica:
         self.state, self.failures, self.probes = "open", 0, 0
         self.next_probe = now + self.backoff(base_s)
         self.down_since = time.time()
-        self.events.append({"event": "out", "t": self.down_since, "reason": reason[:200]})
+        self.events.append(ReplicaEvent(event="out", t=self.down_since, reason=reason[:200],
+                                        after_s=round(self.down_since - self.t0, 3)))
 
     def backoff(self, base_s: float) -> float:
         return float(min(PROBE_BACKOFF_MAX_S, base_s * 2 ** min(self.level, 16)))
@@ -142,16 +139,29 @@ class Replica:
         self.out_s += now - (self.down_since or now)
         self.state, self.down_since, self.failures = "closed", None, 0
         self.closed_at = time.monotonic()
-        self.events.append({"event": "back", "t": now, "reason": "probe chat ok", "probes": self.probes})
+        self.events.append(ReplicaEvent(event="back", t=now, reason="probe chat ok", probes=self.probes,
+                                        after_s=round(now - self.t0, 3)))
 
-    def report(self, t0: float) -> ReplicaRotation:
+    def report(self) -> ReplicaRotation:
         out_s = self.out_s + (time.time() - self.down_since if self.down_since else 0.0)
-        events = [ReplicaEvent.model_validate(dict(e, after_s=round(e["t"] - t0, 3))) for e in self.events]
+        events = list(self.events)
         return ReplicaRotation(label=self.label, url=self.cfg.base_url, model=self.cfg.model,
                                in_rotation_at_end=self.healthy, out_of_rotation_s=round(out_s, 3),
                                first_out_after_s=next((e.after_s for e in events if e.event == "out"), None),
                                probes=self.probes_total, probes_failed=self.probes_failed, last_probe=self.last_probe,
                                events=events)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One request an item made on one replica, as the attempt watch saw it: sent at ``t``
+    (epoch seconds), took ``s``."""
+
+    replica: str
+    outcome: str
+    http_status: int | None
+    t: float
+    s: float
 
 
 @dataclass
@@ -162,12 +172,12 @@ class Trail:
     first request to its last one's end (retry waits and failovers included)."""
 
     failed_over_from: list[str] = field(default_factory=list)
-    attempts: list[dict[str, Any]] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
     latency_e2e_s: float | None = None
 
-    def attempt_log(self, started: float) -> list[dict[str, Any]]:
-        return [{"replica": a["replica"], "outcome": a["outcome"], "http_status": a["http_status"],
-                 "at_s": round(max(0.0, a["t"] - started), 3), "took_s": round(a["s"], 3)} for a in self.attempts]
+    def attempt_log(self, started: float) -> list[AttemptEntry]:
+        return [AttemptEntry(replica=a.replica, outcome=a.outcome, http_status=a.http_status,
+                             at_s=round(max(0.0, a.t - started), 3), took_s=round(a.s, 3)) for a in self.attempts]
 
 
 class Pool:
@@ -178,11 +188,11 @@ class Pool:
         if routing not in ROUTINGS:
             raise InputError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})", field="--routing")
         # Each replica gets its share of the run's connections (the concurrency cap is global).
-        self.replicas = [Replica(f"r{i}", c, make_client(c)) for i, c in enumerate(cfgs)]
+        self.t0 = time.time()
+        self.replicas = [Replica(f"r{i}", c, make_client(c), t0=self.t0) for i, c in enumerate(cfgs)]
         self.routing = routing
         self.probe_interval_s = probe_interval_s
         self.wait_for_replica_s = wait_for_replica_s if wait_for_replica_s is not None else cfgs[0].timeout_s
-        self.t0 = time.time()
         self._rr = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._probes: set[asyncio.Task[None]] = set()
@@ -275,8 +285,7 @@ class Pool:
         """The attempt watch for one item's call on ``rep``: log, feed the breaker, and keep
         retrying there only while the breaker is closed."""
         def seen(outcome: str, status: int | None, error: str | None, sent_at: float, took_s: float) -> bool:
-            trail.attempts.append({"replica": rep.label, "outcome": outcome, "http_status": status,
-                                   "t": sent_at, "s": took_s})
+            trail.attempts.append(Attempt(rep.label, outcome, status, sent_at, took_s))
             rep.observe(outcome, error, self.probe_interval_s)
             return rep.healthy
         return seen
@@ -285,7 +294,7 @@ class Pool:
         """The answering completion counts what the replicas that failed the item before spent."""
         if not self.multi:
             return
-        started = min([c.started for c in (*spent, final) if c.started] + [a["t"] for a in trail.attempts]
+        started = min([c.started for c in (*spent, final) if c.started] + [a.t for a in trail.attempts]
                       or [time.time()])
         if spent:
             final.attempts += sum(c.attempts for c in spent)
@@ -337,61 +346,13 @@ class Pool:
             r.probe_failed(self.probe_interval_s)
 
     def report(self) -> list[ReplicaRotation]:
-        return [r.report(self.t0) for r in self.replicas]
+        return [r.report() for r in self.replicas]
 
 
 async def probe_chat(r: Replica) -> bool:
-    """The half-open probe of ``r`` (``probe_answer``); ``r.last_probe`` says why one failed."""
+    """The half-open probe of ``r`` (``pool_probe.probe_answer``); ``r.last_probe`` says why one failed."""
     r.last_probe = await probe_answer(r.cfg)
     return r.last_probe == "ok"
-
-
-async def probe_answer(cfg: EndpointConfig) -> str:
-    """One small real chat request (one token, no schema, not retried, not charged to the run's
-    budget), streamed as every request is: ``ok`` only when every chunk names the model this run
-    asked for, else why not.  A replica killed and its port re-bound by another server (one that
-    ignores the requested model, as one-model servers do) answers a chat too, under its own name."""
-    body = {"model": cfg.model, "messages": [{"role": "user", "content": PROBE_QUESTION}], "stream": True,
-            "max_tokens": PROBE_SAMPLING.max_tokens, "temperature": PROBE_SAMPLING.temperature,
-            "seed": PROBE_SAMPLING.seed}
-    timeout = aiohttp.ClientTimeout(total=min(cfg.timeout_s, PROBE_TIMEOUT_S))
-    done = False
-    try:
-        async with aiohttp.ClientSession(timeout=timeout) as sess, sess.post(
-                cfg.base_url.rstrip("/") + "/chat/completions", json=body,
-                headers={"Authorization": f"Bearer {cfg.api_key}"}) as resp:
-            if resp.status != 200:
-                return f"HTTP {resp.status}"
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    done = True
-                    break
-                chunk = json.loads(data)
-                if not isinstance(chunk, dict) or "error" in chunk:
-                    return "an error event in the stream"
-                if chunk.get("model") != cfg.model:
-                    return f"answered by another model ({str(chunk.get('model'))[:80]!r}, not {cfg.model!r})"
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        return f"{type(exc).__name__}: {str(exc)[:120]}"
-    return "ok" if done else "the stream ended before [DONE]"
-
-
-async def healthy(sess: aiohttp.ClientSession, cfg: EndpointConfig) -> bool:
-    """The replica answers ``/models`` with HTTP 200 and still serves the model."""
-    try:
-        async with sess.get(cfg.base_url.rstrip("/") + "/models",
-                            headers={"Authorization": f"Bearer {cfg.api_key}"}) as resp:
-            if resp.status != 200:
-                return False
-            body = await resp.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        return False
-    return isinstance(body, dict) and any(
-        isinstance(m, dict) and m.get("id") == cfg.model for m in body.get("data", []))
 
 
 def split_concurrency(base: EndpointConfig, urls: list[tuple[str, str, str]]) -> list[EndpointConfig]:

@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.item import iter_item_records, present
-from nlq2sql.records.manifest_parts import RetryBudgetPart
-from nlq2sql.records.results import Summary, validated
+from nlq2sql.records.results import Manifest, Summary, validated
 from nlq2sql.records.run_parts import Fleet, FleetSession, Harness, ReplicaFigures, ServerMetrics
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, records_digest, write_json_atomic
 from nlq2sql.records.summary_parts import Compactness, LoadShape, Throughput, WorkerFigures
@@ -41,7 +39,9 @@ class Session:
     retries_used: int
     harness: Harness | None
     load: LoadShape
-    compiles: int | None = None  # distinct MetricFlow compiles this session's process needed
+    compiles: int | None = None  # distinct MetricFlow compiles this session needed
+    #: Several client workers: the query shapes their warehouses compiled (each its own), joined.
+    worker_shapes: frozenset[str] = frozenset()
 
 
 def session_result(cfg: EvalConfig, wall: float, sent: int, n: int, server_metrics: ServerMetrics,
@@ -84,9 +84,9 @@ def recorded_retries(records_path: Path) -> tuple[set[str], int]:
     return done, used
 
 
-def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: dict[str, Any]) -> Summary:
+def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: Manifest) -> Summary:
     """Summary from the records on disk (all sessions), plus this session's throughput; written
-    (``summary.json``, then the manifest's finish time) and returned."""
+    (``summary.json``, then the manifest with its finish time) and returned."""
     base = summarise_file(out / RECORDS, rulesets)
     outcomes: Counter[str] = Counter()
     ws: list[int] = []
@@ -116,7 +116,8 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: d
     if startup is not None:
         throughput.startup_s = startup
         throughput.req_per_s_after_startup = sent / (wall - startup) if wall > startup else None
-    several = bool(session.fleet or manifest.get("replicas"))
+    several = bool(session.fleet or manifest.replicas)
+    budget = manifest.retry_budget
     summary = Summary.of(
         base, outcomes=dict(outcomes), errors_by_class={k: v for k, v in outcomes.items() if k != "ok"},
         compactness=Compactness(n=len(ws), outputs_without_whitespace=sum(1 for w in ws if w == 0),
@@ -129,15 +130,14 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: d
         if several else session.server_metrics,
         **({"fleet": fleet_summary(out, manifest, session.fleet)} if several else {}),
         # The whole run's, from the records (a resumed run counts its earlier sessions too).
-        retries_used=retries, retry_budget=RetryBudgetPart.model_validate(dict(manifest.get("retry_budget") or {},
-                                                                           used=retries)),
-        # distinct MetricFlow compiles this session's process needed
+        retries_used=retries, retry_budget=budget.model_copy(update={"used": retries}) if budget is not None else None,
+        # distinct MetricFlow compiles this session needed (several workers: their shapes, joined)
         **({"compiles": session.compiles} if session.compiles is not None else {}),
         records=records_digest(out / RECORDS),  # what `compare` checks the records against
         record_version=RECORD_VERSION)
     write_json_atomic(out / SUMMARY, summary.to_json_dict())
-    manifest["finished"] = time.time()
-    write_json_atomic(out / MANIFEST, validated(REGISTRY.manifest_model(), manifest))
+    manifest.finished = time.time()
+    write_json_atomic(out / MANIFEST, validated(type(manifest), manifest.written()))  # (checked as before)
     return summary
 
 
@@ -152,7 +152,7 @@ class _Tally:
     failed_here: int = 0
 
 
-def fleet_summary(out: Path, manifest: dict[str, Any], session: FleetSession | None) -> Fleet:
+def fleet_summary(out: Path, manifest: Manifest, session: FleetSession | None) -> Fleet:
     """Per replica: requests, outcomes and latency from the records (every session of the
     run), and this session's time out of rotation and events."""
     per: dict[str, _Tally] = {}
@@ -174,15 +174,15 @@ def fleet_summary(out: Path, manifest: dict[str, Any], session: FleetSession | N
             per.setdefault(lab, _Tally()).failed_here += 1
     live = {r.label: r for r in session.replicas} if session is not None else {}
     rows = []
-    for rep in manifest.get("replicas") or []:
-        st = per.get(rep["label"], _Tally())
-        row = ReplicaFigures(label=rep["label"], url=rep["url"], model=rep["model"], answered=st.requests, ok=st.ok,
+    for rep in manifest.replicas or []:
+        st = per.get(rep.label, _Tally())
+        row = ReplicaFigures(label=rep.label, url=rep.url, model=rep.model, answered=st.requests, ok=st.ok,
                              errors=dict(st.errors), failed_then_resent=st.failed_here, latency_s=spread(st.lat))
-        if rep["label"] in live:  # this session's time out of rotation
-            now = live[rep["label"]]
+        if rep.label in live:  # this session's time out of rotation
+            now = live[rep.label]
             row.out_of_rotation_s, row.first_out_after_s = now.out_of_rotation_s, now.first_out_after_s
             row.in_rotation_at_end = now.in_rotation_at_end
             row.events = now.events
         rows.append(row)
-    return Fleet(routing=manifest.get("routing"), failovers_this_session=session.failovers if session else None,
+    return Fleet(routing=manifest.routing, failovers_this_session=session.failovers if session else None,
                  replicas=rows, server_metrics=session.server_metrics if session else None)

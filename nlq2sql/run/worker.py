@@ -50,6 +50,7 @@ class WorkerReport(msgspec.Struct):
     fleet: FleetSession | None  # its replicas' report (``ItemRunner.fleet``)
     harness: Harness
     pid: int
+    shapes: frozenset[str] = frozenset()  # the query shapes its warehouse compiled (``Engine.shapes``)
 
 
 class SharedBudget(RetryBudget):
@@ -155,7 +156,8 @@ class ItemWorker:
 
     async def finish(self) -> WorkerReport:
         await self.items.close()
-        return WorkerReport(self.sent, self.items.fleet(), self.items.harness(), os.getpid())
+        return WorkerReport(self.sent, self.items.fleet(), self.items.harness(), os.getpid(),
+                            self.items.wh.catalog.engine.shapes())
 
 
 def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection, budget: RetryBudget,

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.records.run_parts import FleetSession, ReplicaRotation, ServerMetrics
 from nlq2sql.records.store import RECORDS, RecordWriter
-from nlq2sql.records.summary_parts import WorkerFigures
+from nlq2sql.records.summary_parts import WorkerFigures, WorkerLoss, WorkerPhases, WorkerStartup
 from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.harness_load import merge as merge_harness
 from nlq2sql.run.ray_engine import RayEngine
@@ -132,7 +132,7 @@ class Fleet:
         self.ready: set[int] = set()
         self.finished: set[int] = set()
         self.written: set[str] = set()
-        self.losses: list[dict[str, Any]] = []
+        self.losses: list[WorkerLoss] = []
         self.startups: list[float] = []
         self.phases: list[dict[str, float | None]] = []  # each worker's start-up, by phase
         self.first_ready: float | None = None
@@ -174,8 +174,8 @@ class Fleet:
             return None
         cases = list(held.values())
         self.pending.extendleft(reversed(cases))
-        self.losses.append({"worker": wid, "why": why, "at_s": round(time.time() - self.t0, 3),
-                            "requeued": len(cases), "requeued_ids": [c.id for c in cases][:20]})
+        self.losses.append(WorkerLoss(worker=wid, why=why, at_s=round(time.time() - self.t0, 3),
+                                      requeued=len(cases), requeued_ids=[c.id for c in cases][:20]))
         if self.ended:
             return None
         if self.restarts_left <= 0:
@@ -286,16 +286,18 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
         merged.server_metrics = {f"r{i}": m for i, m in enumerate(per_replica)}
     now = time.time()
     started = min(first[0], now)
-    workers = WorkerFigures.model_validate({
-        "lost_workers": len(fleet.losses), "restarted_workers": fleet.next_id - len(lanes),
-        "requeued_items": sum(x["requeued"] for x in fleet.losses), "worker_losses": fleet.losses,
-        "worker_startup_s": {"first_ready_s": (fleet.first_ready - t0) if fleet.first_ready else None,
-                             "first_request_s": started - t0 if first[0] != float("inf") else None,
-                             "per_worker_s": [round(s, 3) for s in fleet.startups],
-                             "per_worker_phases": fleet.phases}})
+    workers = WorkerFigures(
+        lost_workers=len(fleet.losses), restarted_workers=fleet.next_id - len(lanes),
+        requeued_items=sum(x.requeued for x in fleet.losses), worker_losses=fleet.losses,
+        worker_startup_s=WorkerStartup(
+            first_ready_s=(fleet.first_ready - t0) if fleet.first_ready else None,
+            first_request_s=started - t0 if first[0] != float("inf") else None,
+            per_worker_s=[round(s, 3) for s in fleet.startups],
+            per_worker_phases=[WorkerPhases.model_validate(p) for p in fleet.phases]))
     result = session_result(cfg, now - t0, len(fleet.written), len(cases), per_replica[0], merged, used[0],
                             merge_harness([driver.result(), *(r.harness for r in reports)]),
                             startup_s=max(0.0, started - t0), workers=workers)
+    result.worker_shapes = frozenset().union(*(r.shapes for r in reports))
     return result
 
 

@@ -175,6 +175,12 @@ class Engine:
             sql += f"\nLIMIT {int(q.limit)}"
         return Query(sql=sql, params=tuple(params))
 
+    def shapes(self) -> frozenset[str]:
+        """The shapes compiled so far (the cache's keys): what several processes compiled, joined,
+        counts the distinct compiles a run needed as one process's ``compiles`` does."""
+        with self._lock:
+            return frozenset(self._cache)
+
     def compile_saved(self, name: str) -> Query:
         """A saved query of the project (usable as a question's gold), as MetricFlow compiles it."""
         from metricflow.engine.metricflow_engine import MetricFlowQueryRequest

@@ -22,12 +22,12 @@ from retail import retail_wh
 
 from nlq2sql.load import serialization as ser
 from nlq2sql.load import sweep as sw
-from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.probe_results import CancelProbeResult, HealthProbeResult, PrefixProbeResult
 from nlq2sql.load.probes import Target, run_probe
 from nlq2sql.load.proxy import Proxy
 from nlq2sql.load.server_results import SerializationResult
 from nlq2sql.run.config import EvalConfig, LoadShape
+from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.server import LocalServer, ServerConfig, free_port
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.transport.client import Sampling
