@@ -26,11 +26,11 @@ from nlq2sql.records.summary_parts import Missing
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.guardrail import RuleSet
+from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.pipeline import (
     ScoreConfig,
     as_missing,
     make_executor,
-    manifest_base,
     publish,
     read_responses,
     refuse_missing,
@@ -100,7 +100,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> Summar
         from nlq2sql.semantic.catalog import display_path
 
         shown = display_path(Path(cfg.responses))
-        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", qs, rulesets, wh) | {  # type: ignore[arg-type]
+        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", qs, rulesets, wh).keys() | {  # type: ignore[arg-type]
             "answer": answer, "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
             "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
             "finished": time.time()}))

@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+from msgspec import UNSET
+
 from nlq2sql.conditions.registry import REGISTRY, Condition
 from nlq2sql.errors import RecordError
 from nlq2sql.records.batch_parts import BatchManifest, BatchReplica
@@ -21,7 +24,7 @@ from nlq2sql.records.store import MANIFEST, RESUME_KEYS
 from nlq2sql.run.config import EvalConfig, probe_endpoint, targets
 from nlq2sql.run.item import request_sampling
 from nlq2sql.stages.evalset import EvalSet
-from nlq2sql.stages.pipeline import manifest_base
+from nlq2sql.stages.origin import manifest_base
 from nlq2sql.transport.client import bind_sampling
 
 if TYPE_CHECKING:
@@ -51,10 +54,10 @@ def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, 
     else:
         base = manifest_base("batch", EvalSet(name=Path(cfg.input).stem, path=str(cfg.input), sha256=sha, cases=()),
                              rulesets, wh)
-        for k in ("evalset", "evalset_path", "evalset_sha256"):
-            base.pop(k)
+        base = msgspec.structs.replace(base, evalset=UNSET, evalset_path=UNSET, evalset_sha256=UNSET)
+    base = msgspec.structs.replace(base, n_items=n)
     manifest = manifest_model()(
-        **(base | {"n_items": n}), scored=evalset is not None, limit=wcfg.limit, engine=cfg.engine,
+        **base.keys(), scored=evalset is not None, limit=wcfg.limit, engine=cfg.engine,
         ray_address=cfg.ray_address, actors=cfg.actors, concurrency_per_actor=cfg.concurrency,
         shard_rows=cfg.shard_rows, format=cfg.format, out=str(cfg.out) if "://" in str(cfg.out) else None,
         endpoint=wcfg.endpoint, model=wcfg.model, prompt=prompt.name, prompt_style=prompt.style,

@@ -59,7 +59,7 @@ from nlq2sql.run.session import Session, finish_summary, recorded_retries, sessi
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, load_evalset
-from nlq2sql.stages.pipeline import manifest_base
+from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
@@ -234,7 +234,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
                 probe_grammar(url, mdl, k, grammar, timeout_s=cfg.timeout_s)
         more_facts = [asyncio.run(probe_endpoint(u, m, k)) for u, m, k in fleet[1:]]
         manifest = REGISTRY.manifest_model()(
-            **manifest_base("eval", evalset, rulesets, wh),
+            **manifest_base("eval", evalset, rulesets, wh).keys(),
             endpoint=base_url if server is None else "local",
             model=model, prompt=prompt.name, prompt_style=prompt.style, prompt_sha256=prompt.sha256,
             sampling=bind_sampling(request_sampling(cfg), wh, cfg.answer,

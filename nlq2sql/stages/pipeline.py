@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from nlq2sql import __version__
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
@@ -37,16 +34,17 @@ from nlq2sql.records.summary_parts import Figures, Missing
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.stages.abstention import apply_abstention
-from nlq2sql.stages.evalset import CaseIndex, EvalCase, EvalSet, index_evalset, load_evalset
+from nlq2sql.stages.evalset import EvalCase, EvalSet, index_evalset, load_evalset
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
+from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import case_record
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["RESPONSE_MEMO_SIZE", "EvalsetCheck", "Response", "ScoreConfig", "as_missing", "check_evalset",
-           "make_executor", "manifest_base", "publish", "read_responses", "refuse_missing", "rescore_run",
+           "make_executor", "publish", "read_responses", "refuse_missing", "rescore_run",
            "score_responses", "staging_dir", "summarise_file"]
 
 
@@ -273,7 +271,8 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
         from nlq2sql.semantic.catalog import display_path
 
         shown = display_path(Path(cfg.responses))
-        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", evalset, rulesets, wh) | {
+        base = manifest_base("score", evalset, rulesets, wh).keys()
+        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, base | {
             "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
             "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
             "finished": time.time()}))
@@ -282,24 +281,6 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
         gc.unfreeze()
         shutil.rmtree(tmp, ignore_errors=True)
     return summary
-
-
-def manifest_base(kind: str, evalset: EvalSet | CaseIndex, rulesets: list[RuleSet],
-                  wh: Warehouse | None = None) -> dict[str, Any]:
-    from nlq2sql.env_info import git_info
-    from nlq2sql.semantic.catalog import display_path
-    from nlq2sql.stages.learned_guardrail import LearnedRuleSet
-
-    # A learned guardrail's artefact (sha256, training-set sha256, …): which model re-scored.
-    learned = {rs.name: rs.provenance().written() for rs in rulesets if isinstance(rs, LearnedRuleSet)}
-    git = git_info()
-    return {"record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__,
-            "git_commit": git.git_commit, "git_dirty": git.git_dirty,
-            "evalset": evalset.name, "evalset_path": display_path(Path(evalset.path)),
-            "evalset_sha256": evalset.sha256,
-            "n_items": len(evalset.ids) if isinstance(evalset, CaseIndex) else len(evalset.cases),
-            "guardrails": [rs.name for rs in rulesets], **({"guardrail_artefacts": learned} if learned else {}),
-            **(msgspec.structs.asdict(wh.manifest()) if wh is not None else {})}
 
 
 def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None = None
