@@ -42,7 +42,7 @@ async def main():
     return recs
 
 recs = asyncio.run(main())
-print(json.dumps({"outcomes": {r["id"]: [r["outcome"], r["attempts"]] for r in recs},
+print(json.dumps({"outcomes": {r.id: [r.outcome, r.request.attempts] for r in recs},
                   "loaded": sorted(m for m in ("openai", "scipy", "sklearn", "matplotlib", "ray")
                                    if m in sys.modules)}))
 """

@@ -159,10 +159,6 @@ class ItemRunner:
             if self.sandbox is not None:
                 self.sandbox.close()
 
-    async def run(self, case: EvalCase | QueryCase | Question, scheduled: float | None = None) -> dict[str, Any]:
-        """:meth:`record` as the flat dict, for engines that ship records across processes."""
-        return (await self.record(case, scheduled)).to_json_dict(version=False)
-
     async def record(self, case: EvalCase | QueryCase | Question, scheduled: float | None = None) -> ItemRecord:
         """The item's record (a failed request is a recorded outcome, never an exception)."""
         cfg, pool = self.cfg, self.pool

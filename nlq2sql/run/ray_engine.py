@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.run.endpoints import check_address
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ class _Worker:
         self.worker.start()
         return WorkerReady(os.getpid(), time.time() - spawned_at, dict(self.worker.phases))
 
-    async def run_many(self, cases: list[EvalCase]) -> list[dict[str, Any]]:
+    async def run_many(self, cases: list[EvalCase]) -> list[ItemRecord]:
         import asyncio
 
         return list(await asyncio.gather(*(self.worker.run(c) for c in cases)))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
 
@@ -150,9 +151,11 @@ class ItemWorker:
     def start(self) -> None:
         self.items.start()
 
-    async def run(self, case: EvalCase) -> dict[str, Any]:
+    async def run(self, case: EvalCase) -> ItemRecord:
+        """The item's record, as the type: it crosses to the driver pickled, and becomes a line
+        only where the driver writes it."""
         self.sent += 1
-        return await self.items.run(case)
+        return await self.items.record(case)
 
     async def finish(self) -> WorkerReport:
         await self.items.close()

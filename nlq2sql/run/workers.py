@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError, Nlq2SqlError
+from nlq2sql.records.item import present
 from nlq2sql.records.run_parts import FleetSession, ReplicaRotation, ServerMetrics
 from nlq2sql.records.store import RECORDS, RecordWriter
 from nlq2sql.records.summary_parts import WorkerFigures, WorkerLoss, WorkerPhases, WorkerStartup
@@ -247,14 +248,14 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                     counts["in_flight"] = sum(len(h) for h in fleet.held.values())
                     for wid, kind, body in await loop.run_in_executor(None, engine.poll, 0.5):
                         if kind == "rec":
-                            fleet.held.get(wid, {}).pop(body["id"], None)
-                            if body["id"] in fleet.written:
+                            fleet.held.get(wid, {}).pop(body.id, None)
+                            if body.id in fleet.written:
                                 continue  # never twice (a worker is declared lost only once drained)
-                            fleet.written.add(body["id"])
-                            first[0] = min(first[0], body.get("started") or first[0])
+                            fleet.written.add(body.id)
+                            first[0] = min(first[0], present(body.request.started) or first[0])
                             writer.write(body)
                             counts["done"] += 1
-                            counts["failed"] += body["outcome"] != "ok"
+                            counts["failed"] += body.outcome != "ok"
                             if progress:
                                 progress("update", dict(counts))
                         elif kind == "ready":
