@@ -22,8 +22,9 @@ from typing import Any
 from nlq2sql.experiments.abstention import Decision, best_at_recall, decisions, leave_one_out, sweep
 from nlq2sql.experiments.arms import ARMS, Arm, ArmsTable, arms_table, load_arm, render_markdown
 from nlq2sql.records.item import iter_item_records
+from nlq2sql.records.summary_parts import Rate
 from nlq2sql.stages.report import pct
-from nlq2sql.stages.score import wilson
+from nlq2sql.stages.score import rate
 
 PROJECT = Path(__file__).resolve().parent.parent
 #: The README's main job recorded as the v1 intent and as the v2 query (scripts/run_main_job.sh).
@@ -93,8 +94,8 @@ def pooled(groups: Group) -> list[str]:
             lat = r.latency_s
             lines.append(f"| {model} | {r.arm} | {len(full)} | {r.n} | {r.accuracy.text()} | "
                          f"{_p(table, 'query', r.arm) if r.arm != 'query' else '—'} | "
-                         f"{r.prompt_tokens['mean']:.0f} | {r.completion_tokens['mean']:.1f} | "
-                         f"{lat['p50']:.1f} / {lat['p95']:.1f} s |")
+                         f"{r.prompt_tokens.mean:.0f} | {r.completion_tokens.mean:.1f} | "
+                         f"{lat.p50:.1f} / {lat.p95:.1f} s |")
     return lines + [""]
 
 
@@ -131,14 +132,14 @@ def abstention(groups: Group) -> list[str]:
              "|---" * 6 + "|"]
     rows = abstention_rows(groups)
     for (model, wh), (said, right, items, sets) in rows.items():
-        lines.append(f"| {model} | {wh} | {', '.join(sets)} | {said} | {pct(wilson(right, said))} | "
-                     f"{pct(wilson(right, items))} |")
+        lines.append(f"| {model} | {wh} | {', '.join(sets)} | {said} | {pct(rate(right, said))} | "
+                     f"{pct(rate(right, items))} |")
     for model in sorted({m for m, _ in rows}):
         said = sum(v[0] for (m, _), v in rows.items() if m == model)
         right = sum(v[1] for (m, _), v in rows.items() if m == model)
         items = sum(v[2] for (m, _), v in rows.items() if m == model)
-        lines.append(f"| {model} | **all** | every set above | {said} | {pct(wilson(right, said))} | "
-                     f"{pct(wilson(right, items))} |")
+        lines.append(f"| {model} | **all** | every set above | {said} | {pct(rate(right, said))} | "
+                     f"{pct(rate(right, items))} |")
     return lines + [""]
 
 
@@ -155,9 +156,9 @@ def _verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("**met**" if ok else "**missed**")
 
 
-def _acc(group: list[Arm] | None) -> tuple[dict[str, Any] | None, Arm | None]:
+def _acc(group: list[Arm] | None) -> tuple[Rate | None, Arm | None]:
     q = next((a for a in group or [] if a.answer == "query"), None)
-    return (wilson(sum(q.correct.values()), len(q.correct)) if q else None), q
+    return (rate(sum(q.correct.values()), len(q.correct)) if q else None), q
 
 
 def abstention_targets(root: Path) -> list[tuple[str, str, str, bool | None]]:
@@ -193,10 +194,10 @@ def targets(groups: Group, root: Path) -> list[str]:
         if s:
             acc = s["final_accuracy"]
             rows.append((f"retail held-out ≥ 85 % ({label})", pct(acc), f"reports/{job}/heldout", acc["value"] >= 0.85))
-    acc, _ = _acc(groups.get((TARGET_MODEL, "retail", "heldout-v2")))
-    if acc:
-        rows.append(("retail held-out ≥ 85 % (v2, query arm)", pct(acc),
-                     f"{_shown(root)}/{TARGET_MODEL}/retail-heldout-v2", acc["value"] >= 0.85))
+    v2, _ = _acc(groups.get((TARGET_MODEL, "retail", "heldout-v2")))
+    if v2:
+        rows.append(("retail held-out ≥ 85 % (v2, query arm)", pct(v2),
+                     f"{_shown(root)}/{TARGET_MODEL}/retail-heldout-v2", v2.value is not None and v2.value >= 0.85))
     for wh in sorted({w for (m, w, _) in groups if m == TARGET_MODEL}):
         held = next((groups[(TARGET_MODEL, wh, s)] for s in ("heldout-v2", "heldout")
                      if (TARGET_MODEL, wh, s) in groups), None)
@@ -205,11 +206,11 @@ def targets(groups: Group, root: Path) -> list[str]:
         if not (adv and qa):
             continue
         base = qa.summary.majority_baseline.model_dump(exclude_unset=True) if qa.summary else {}
-        ok = None if h is None or base.get("value") is None else (
-            adv["value"] >= h["value"] - 0.15 and adv["value"] > base["value"])
+        ok = None if h is None or h.value is None or adv.value is None or base.get("value") is None else (
+            adv.value >= h.value - 0.15 and adv.value > base["value"])
         rows.append((f"{wh} adversarial ≥ held-out − 15 points and > majority baseline (query arm)",
                      f"{pct(adv)} vs held-out {pct(h) if h else 'not run'} − 15 = "
-                     f"{(h['value'] - 0.15) * 100:.1f} % and baseline {base.get('value', 0) * 100:.1f} % "
+                     f"{((h.value or 0.0) - 0.15) * 100:.1f} % and baseline {base.get('value', 0) * 100:.1f} % "
                      f"({base.get('label')})" if h else pct(adv),
                      f"{_shown(root)}/{TARGET_MODEL}/{wh}-adversarial", ok))
     for job, label in MAIN_JOBS:
@@ -233,7 +234,7 @@ def targets(groups: Group, root: Path) -> list[str]:
         said, right, items = sum(v[0] for v in vals), sum(v[1] for v in vals), sum(v[2] for v in vals)
         if not items:
             continue
-        prec, rec = wilson(right, said), wilson(right, items)
+        prec, rec = rate(right, said), rate(right, items)
         ok = said > 0 and right / said >= 0.8 and right / items >= 0.6
         rows.append((f"{label}: unanswerable precision ≥ 0.8 at recall ≥ 0.6 (query arm, sets pooled)",
                      f"precision {pct(prec)}, recall {pct(rec)}", f"{_shown(root)}/{TARGET_MODEL}/*", ok))

@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 from nlq2sql.records.store import iter_records
-from nlq2sql.stages.score import mcnemar_exact, percentiles, wilson
+from nlq2sql.stages.score import mcnemar_exact, rate, spread
 
 
 def pct(k: int, n: int) -> str:
     if not n:
         return "n/a"
-    lo, hi = wilson(k, n)["ci95"]
+    lo, hi = rate(k, n).ci95 or (0.0, 0.0)
     return f"{100 * k / n:.1f} % [{100 * lo:.1f}–{100 * hi:.1f}] ({k}/{n})"
 
 
@@ -56,16 +56,16 @@ def main(root: Path) -> str:
             golds[r["gold_intent"]["intent"]] = golds.get(r["gold_intent"]["intent"], 0) + 1
         b = sum(1 for r in recs if base.get(r["id"]) and not r["correct_final"])
         c = sum(1 for r in recs if base.get(r["id"]) is False and r["correct_final"])
-        lat = percentiles([r.get("latency_total_s") or r["latency_s"] for r in recs if r.get("latency_s")])
-        toks = percentiles([(r.get("completion_tokens") or 0) + (r.get("planner_completion_tokens") or 0)
-                            for r in recs if r.get("completion_tokens") is not None])
+        lat = spread([r.get("latency_total_s") or r["latency_s"] for r in recs if r.get("latency_s")])
+        toks = spread([(r.get("completion_tokens") or 0) + (r.get("planner_completion_tokens") or 0)
+                       for r in recs if r.get("completion_tokens") is not None])
         reqs = sum(r.get("requests", 1) for r in recs) / n if n else 0
         lines.append("| " + " | ".join([
             run.name, describe(m), str(n), pct(sum(r["raw_intent"] is not None for r in recs), n),
             pct(sum(r["correct_raw"] for r in recs), n), pct(sum(r["correct_final"] for r in recs), n),
             pct(max(golds.values()), n), "—" if run == runs[0] else f"{mcnemar_exact(b, c):.3g} ({b}/{c})",
-            f"{lat['p50']:.1f} s (n={lat['n']})" if lat["n"] else "n/a",
-            f"{toks['mean']:.1f}" if toks["n"] else "n/a", f"{reqs:.2f}"]) + " |")
+            f"{lat.p50:.1f} s (n={lat.n})" if lat.n else "n/a",
+            f"{toks.mean:.1f}" if toks.n else "n/a", f"{reqs:.2f}"]) + " |")
     lines += guardrail_table(runs)
     return "\n".join(lines) + "\n"
 

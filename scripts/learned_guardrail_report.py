@@ -33,7 +33,7 @@ from nlq2sql.stages.evalset import load_evalset  # noqa: E402
 from nlq2sql.stages.learned_guardrail import load_model  # noqa: E402
 from nlq2sql.stages.pipeline import ScoreConfig, score_responses  # noqa: E402
 from nlq2sql.stages.rulesets import load_guardrails  # noqa: E402
-from nlq2sql.stages.score import mcnemar_exact, wilson  # noqa: E402
+from nlq2sql.stages.score import mcnemar_exact, rate  # noqa: E402
 from nlq2sql.stages.summary import Summary  # noqa: E402
 
 DOC = ROOT / "docs" / "learned-guardrail.md"
@@ -166,9 +166,10 @@ def render(runs: Path) -> str:
             g, rid = key.split("|")
             lines.append(
                 f"| {'**all six sets**' if first else ''} | {pooled_raw[1] if first else ''} | "
-                f"{pct(wilson(*pooled_raw)) if first else ''} | {g if g != prev else ''} | "
-                f"{pct(wilson(*pooled_final[g])) if g != prev else ''} | `{rid}` | "
-                f"{acc['fired'][1]} | {pct(wilson(*acc['fired']))} | {pct(wilson(*acc['recall']))} |")
+                f"{pct(rate(*pooled_raw).to_json_dict()) if first else ''} | {g if g != prev else ''} | "
+                f"{pct(rate(*pooled_final[g]).to_json_dict()) if g != prev else ''} | `{rid}` | "
+                f"{acc['fired'][1]} | {pct(rate(*acc['fired']).to_json_dict())} | "
+                f"{pct(rate(*acc['recall']).to_json_dict())} |")
             first, prev = False, g
         b, c, n = pooled_bc
         lines += ["", f"Final correctness, `{LEXICAL}` vs `{LEARNED}` (`{m}`):", "",

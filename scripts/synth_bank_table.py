@@ -17,13 +17,13 @@ from typing import Any
 
 from nlq2sql.records.store import iter_records
 from nlq2sql.stages import report
-from nlq2sql.stages.score import mcnemar_exact, wilson
+from nlq2sql.stages.score import mcnemar_exact, rate
 
 ZERO_SHOT_TARGET = 0.60
 
 
 def pct(k: int, n: int) -> str:
-    return report.pct(wilson(k, n)) if n else "n/a"
+    return report.pct(rate(k, n)) if n else "n/a"
 
 
 def load(run: Path) -> tuple[dict[str, Any], dict[str, bool]]:

@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 
 from nlq2sql.records.store import iter_records
-from nlq2sql.stages.score import percentiles, wilson
+from nlq2sql.stages.score import rate, spread
 
 
 def pct(k: int, n: int) -> str:
-    w = wilson(k, n)
-    if not n:
+    w = rate(k, n)
+    if not n or w.ci95 is None:
         return "n/a"
-    lo, hi = w["ci95"]
+    lo, hi = w.ci95
     return f"{100 * k / n:.1f} % [{100 * lo:.1f}–{100 * hi:.1f}] ({k}/{n})"
 
 
@@ -30,14 +30,14 @@ def row(run: Path) -> str:
     n = len(recs)
     valid = sum(r["raw_intent"] is not None for r in recs)
     inconsistent = sum(r["status"] == "inconsistent" for r in recs)
-    lat = percentiles([r["latency_s"] for r in recs if r.get("latency_s") is not None])
-    toks = percentiles([r["completion_tokens"] for r in recs if r.get("completion_tokens") is not None])
+    lat = spread([r["latency_s"] for r in recs if r.get("latency_s") is not None])
+    toks = spread([r["completion_tokens"] for r in recs if r.get("completion_tokens") is not None])
     return " | ".join([
         manifest["semantic_model"], manifest["sampling"].get("schema", "flat"), str(n), pct(valid, n),
         f"{inconsistent}/{n}", pct(sum(r["correct_raw"] for r in recs), n),
         pct(sum(r["correct_final"] for r in recs), n), pct(sum(r["correct_exec"] for r in recs), n),
-        f"{lat['p50']:.1f} s / {lat['p95']:.1f} s (n={lat['n']})" if lat["n"] else "n/a",
-        f"{toks['mean']:.1f}" if toks["n"] else "n/a"])
+        f"{lat.p50:.1f} s / {lat.p95:.1f} s (n={lat.n})" if lat.n else "n/a",
+        f"{toks.mean:.1f}" if toks.n else "n/a"])
 
 
 def main(root: Path) -> str:

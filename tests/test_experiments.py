@@ -129,6 +129,6 @@ def test_compact_analysis_counts_and_predicted_vs_measured(tmp_path: Path) -> No
     assert gc.backfired == 4 and (gc.tokens_saved_mean or 0) < 0 and (gc.measured_saving_s or 0) < 0
     assert res.arms["grammar-compact"].no_whitespace == 4
     assert res.arms["pretty"].no_whitespace == 0
-    assert res.arms["post-parse-compact"].chars["mean"] == len(compact_text)
+    assert res.arms["post-parse-compact"].chars.mean == len(compact_text)
     md = cx.render_markdown(res)
     assert "backfired" in md and "-20.000" in md

@@ -116,11 +116,10 @@ def test_a_scorers_dict_without_its_version_reads_in_layout_order_and_takes_late
 def test_one_builder_for_scored_and_unscored_items(executor: Executor, answer: object) -> None:
     """``intent_record`` makes both: the answer part is the same with or without a gold; without
     one the judgement is absent and the record has the scored record's keys, the gold's side null."""
-    from nlq2sql.answers.unscored import Question, answer_item
     from nlq2sql.stages.evalset import EvalCase
     from nlq2sql.stages.intent import Intent
     from nlq2sql.stages.rulesets import load_guardrails
-    from nlq2sql.stages.score import intent_record, score_item
+    from nlq2sql.stages.score import case_record, intent_record
 
     rules = load_guardrails(["ranking"])
     gold = Intent.model_validate({"intent": "breakdown", "metric": "revenue", "dimension": "region",
@@ -133,9 +132,9 @@ def test_one_builder_for_scored_and_unscored_items(executor: Executor, answer: o
     same = ("raw_text", "status", "final_status", "raw_intent", "final_intent", "sql", "params", "result_rows",
             "result_head")
     assert all(getattr(scored.answer, k) == getattr(unscored.answer, k) for k in same)
-    flat = score_item(EvalCase(id="c1", question=question, gold=gold, category="breakdown"), raw, rules, executor,
-                      catalog=RETAIL)
-    bare = answer_item(Question("c1", question), raw, rules, executor, catalog=RETAIL)
+    flat = case_record(EvalCase(id="c1", question=question, gold=gold, category="breakdown"), raw, rules, executor,
+                       catalog=RETAIL).to_json_dict(version=False)
+    bare = unscored.to_json_dict(version=False)
     assert list(flat) == list(bare) and "record_version" not in flat  # (the writer puts the version first)
     assert bare["gold_intent"] is None and bare["correct_final"] is None and bare["guardrail_scope"] == []
     assert [iv["rule"] for iv in flat["interventions"]] == [iv["rule"] for iv in bare["interventions"]]

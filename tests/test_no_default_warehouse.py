@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from retail import RETAIL
 
-from nlq2sql.answers.unscored import Question, answer_item
 from nlq2sql.cli._common import CLI_WAREHOUSE
 from nlq2sql.load.grid import context_block
 from nlq2sql.load.levels import expand_evalset
@@ -24,7 +23,7 @@ from nlq2sql.semantic.catalog import load_catalog
 from nlq2sql.stages.evalset import index_evalset, load_evalset, parse_line, resolve_path
 from nlq2sql.stages.intent import Intent, branch_schema, compact_regex, intent_schema, parse_intent
 from nlq2sql.stages.prompt import SLOT, load_prompt
-from nlq2sql.stages.score import intent_record, score_item
+from nlq2sql.stages.score import case_record, intent_record
 from nlq2sql.stages.sqlbuild import build_sql
 from nlq2sql.transport.client import Sampling, bind_sampling, request_kwargs
 
@@ -32,7 +31,7 @@ from nlq2sql.transport.client import Sampling, bind_sampling, request_kwargs
 CORE: list[tuple[Callable[..., Any], str]] = [
     (parse_intent, "catalog"), (intent_schema, "catalog"), (branch_schema, "catalog"), (compact_regex, "catalog"),
     (build_sql, "catalog"), (parse_line, "catalog"), (load_evalset, "catalog"), (index_evalset, "catalog"),
-    (resolve_path, "warehouse"), (score_item, "catalog"), (intent_record, "catalog"), (answer_item, "catalog"),
+    (resolve_path, "warehouse"), (case_record, "catalog"), (intent_record, "catalog"),
     (load_prompt, "wh"), (open_warehouse, "semantic_model"), (load_catalog, "name_or_path"),
     (expand_evalset, "semantic_model"), (context_block, "semantic_model"),
 ]
@@ -55,11 +54,11 @@ def test_the_warehouse_parameter_has_no_default(fn: Callable[..., Any], param: s
     lambda: branch_schema("breakdown"),  # type: ignore[call-arg]
     lambda: load_evalset("heldout"),  # type: ignore[call-arg]
     lambda: resolve_path("heldout"),  # type: ignore[call-arg]
-    lambda: answer_item(Question("q1", "revenue by region"), None, [], None),  # type: ignore[call-arg, arg-type]
+    lambda: intent_record("q1", "revenue by region", None, [], None, gold=None),  # type: ignore[call-arg, arg-type]
     lambda: open_warehouse(),  # type: ignore[call-arg]
     lambda: load_catalog(),  # type: ignore[call-arg]
 ], ids=["parse_intent", "build_sql", "intent_schema", "compact_regex", "branch_schema", "load_evalset",
-        "resolve_path", "answer_item", "open_warehouse", "load_catalog"])
+        "resolve_path", "intent_record", "open_warehouse", "load_catalog"])
 def test_a_call_without_a_warehouse_is_refused(call: Callable[[], Any]) -> None:
     with pytest.raises(TypeError, match="missing|required"):
         call()

@@ -77,14 +77,14 @@ def test_long_abstention_curves_are_shown_at_a_few_cutoffs() -> None:
     from nlq2sql.experiments.quality import thin_curve
     from nlq2sql.experiments.summary_views import cut
     from nlq2sql.records.summary_parts import CurvePoint
-    from nlq2sql.stages.score import wilson
+    from nlq2sql.stages.score import rate
 
-    rate = wilson(1, 2)
-    short = [CurvePoint.model_validate({"min_vote_share": v, "coverage": rate, "accuracy": rate})
+    half = rate(1, 2)
+    short = [CurvePoint.model_validate({"min_vote_share": v, "coverage": half, "accuracy": half})
              for v in (1.0, 0.6, 0.4)]
     assert thin_curve(short) == short  # self-consistency's few shares: all of them
     long = [CurvePoint.model_validate({"min_confidence": round(1 - i / 40, 3), "min_vote_share": round(1 - i / 40, 3),
-                                      "coverage": rate, "accuracy": rate})
+                                      "coverage": half, "accuracy": half})
             for i in range(30)]  # 1.0 … 0.275
     cuts = [cut(p) for p in thin_curve(long)]
     assert cuts == [0.9, 0.8, 0.7, 0.6, 0.5, 0.275]
@@ -96,7 +96,7 @@ def test_unanswerable_precision_and_recall_are_listed_for_every_run_that_could_a
     from nlq2sql.experiments.quality import abstention_lines
     from nlq2sql.records.results import Summary
     from nlq2sql.records.summary_parts import Abstention
-    from nlq2sql.stages.score import wilson
+    from nlq2sql.stages.score import rate
 
     def run(name: str, abstention: dict | None) -> object:  # (a summary holding only what is listed)
         return SimpleNamespace(group=("qwen", "jaffle", name), label=name,
@@ -104,9 +104,9 @@ def test_unanswerable_precision_and_recall_are_listed_for_every_run_that_could_a
                                    abstention=None if abstention is None else Abstention.model_validate(abstention)))
 
     rows = [run("unanswerable", {"abstained": 5, "unanswerable_items": 23,
-                                 "precision": wilson(4, 5), "recall": wilson(4, 23)}),
+                                 "precision": rate(4, 5), "recall": rate(4, 23)}),
             run("heldout", {"abstained": 2, "unanswerable_items": 0,
-                            "precision": wilson(0, 2), "recall": wilson(0, 0)}),
+                            "precision": rate(0, 2), "recall": rate(0, 0)}),
             run("v1", None)]
     lines = abstention_lines(rows)  # type: ignore[arg-type]
     table = [ln for ln in lines if ln.startswith("| qwen")]

@@ -19,11 +19,16 @@ from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.pipeline import ScoreConfig, as_missing, read_responses, score_responses
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import case_record, score_item
+from nlq2sql.stages.score import case_record
 from nlq2sql.stages.sqlbuild import Query
 from nlq2sql.stages.summary import Summary
 
 RANKING = load_guardrails(["ranking"])
+
+
+def scored(*args: Any, **kw: Any) -> dict[str, Any]:
+    """An item's record line as ``case_record`` builds it (without the version)."""
+    return case_record(*args, **kw).to_json_dict(version=False)
 
 
 def answers(gold: dict[str, Any]) -> list[tuple[str | None, str | None]]:
@@ -48,11 +53,11 @@ def items() -> list[tuple[EvalCase, str | None, str | None]]:
 
 
 def test_remembered_records_are_the_records(tmp_path: Path, executor: Executor) -> None:
-    """Each line written from a RecordMemo equals score_item's record for that item, byte for byte."""
+    """Each line written from a RecordMemo equals case_record's record line for that item, byte for byte."""
     with RecordWriter(tmp_path / "each.jsonl") as each, RecordWriter(tmp_path / "memo.jsonl") as mem:
         memo = RecordMemo(RANKING, executor, RETAIL, mem)
         for case, text, finish in items() * 2:
-            each.write(score_item(case, text, RANKING, executor, finish_reason=finish, catalog=RETAIL))
+            each.write(scored(case, text, RANKING, executor, finish_reason=finish, catalog=RETAIL))
             memo.write(case.id, case, text, finish)
     assert (tmp_path / "each.jsonl").read_bytes() == (tmp_path / "memo.jsonl").read_bytes()
     assert 0 < len(memo._by_meaning) < len(memo._by_text) < len(items())
@@ -76,7 +81,7 @@ class FlakyExecutor:
 
 def test_failed_query_is_not_remembered(tmp_path: Path, executor: Executor) -> None:
     case, text, _ = items()[9]  # a false ranking: its query is not the gold query
-    rec = score_item(case, text, [], executor, catalog=RETAIL)
+    rec = scored(case, text, [], executor, catalog=RETAIL)
     flaky = FlakyExecutor(executor, Query(rec["sql"], tuple(rec["params"])))
     with RecordWriter(tmp_path / "r.jsonl") as w:
         memo = RecordMemo([], flaky, RETAIL, w)  # type: ignore[arg-type]
@@ -89,7 +94,7 @@ def test_shared_adds_give_the_same_summary(executor: Executor, monkeypatch: pyte
                                            pending_max: int) -> None:
     """Figures and the order of every table's keys, whatever the flushes; timings keep their order."""
     monkeypatch.setattr(summary, "PENDING_MAX", pending_max)
-    recs = [score_item(case, text, RANKING, executor, finish_reason=finish, catalog=RETAIL)
+    recs = [scored(case, text, RANKING, executor, finish_reason=finish, catalog=RETAIL)
             for case, text, finish in items()]
     recs[5] = {**recs[5], "latency_s": 0.25}
     recs[30] = {**recs[30], "latency_s": 0.5, "ttft_s": 0.1}
@@ -137,8 +142,8 @@ def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Exec
     summ = Summary(RANKING)
     with RecordWriter(tmp_path / "expected.jsonl") as w:
         for r in rs:
-            rec = score_item(cases[r["id"]], r["text"], RANKING, executor, finish_reason=r["finish_reason"],
-                             catalog=RETAIL)
+            rec = scored(cases[r["id"]], r["text"], RANKING, executor, finish_reason=r["finish_reason"],
+                         catalog=RETAIL)
             w.write(rec)
             summ.add(rec)
         answered = {r["id"] for r in rs}

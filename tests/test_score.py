@@ -14,7 +14,7 @@ from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.intent import FIELDS, Intent, canonicalise
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import error_class, mcnemar_exact, percentiles, score_item, wilson, wrong_fields
+from nlq2sql.stages.score import case_record, error_class, mcnemar_exact, rate, spread, wrong_fields
 from nlq2sql.stages.summary import Summary
 
 RANKING = load_guardrails(["ranking"])
@@ -35,6 +35,11 @@ def text(i: Intent, **over: Any) -> str:
     return json.dumps({**i.model_dump(mode="json"), **over})
 
 
+def scored(*args: Any, **kw: Any) -> dict[str, Any]:
+    """An item's record line as ``case_record`` builds it (without the version)."""
+    return case_record(*args, **kw).to_json_dict(version=False)
+
+
 # ---------------------------------------------------------------- statistics
 
 
@@ -47,15 +52,15 @@ def _wilson_formula(k: int, n: int, z: float = 1.959963984540054) -> tuple[float
 
 
 def test_wilson_known_values() -> None:
-    w = wilson(38, 60)
-    assert (w["k"], w["n"]) == (38, 60) and w["value"] == pytest.approx(38 / 60)
-    assert w["ci95"] == [pytest.approx(0.5068, abs=1e-4), pytest.approx(0.7438, abs=1e-4)]
+    w = rate(38, 60)
+    assert (w.k, w.n) == (38, 60) and w.value == pytest.approx(38 / 60)
+    assert w.ci95 == [pytest.approx(0.5068, abs=1e-4), pytest.approx(0.7438, abs=1e-4)]
     for k, n in ((38, 60), (0, 10), (10, 10), (1, 2), (57, 104)):
         lo, hi = _wilson_formula(k, n)
-        assert wilson(k, n)["ci95"] == [pytest.approx(lo, abs=6e-5), pytest.approx(hi, abs=6e-5)]
-    assert wilson(0, 10)["ci95"][0] == 0.0 and wilson(10, 10)["ci95"][1] == 1.0
-    assert wilson(0, 0) == {"value": None, "k": 0, "n": 0, "ci95": None}
-    json.dumps(w)  # serialisable as is
+        assert rate(k, n).ci95 == [pytest.approx(lo, abs=6e-5), pytest.approx(hi, abs=6e-5)]
+    assert (rate(0, 10).ci95 or [])[0] == 0.0 and (rate(10, 10).ci95 or [])[1] == 1.0
+    assert rate(0, 0).to_json_dict() == {"value": None, "k": 0, "n": 0, "ci95": None}
+    json.dumps(w.to_json_dict())  # serialisable as written
 
 
 @pytest.mark.parametrize("b, c", [(10, 2), (2, 10), (3, 3), (0, 5), (25, 12), (1, 0), (40, 60)])
@@ -71,10 +76,13 @@ def test_mcnemar_exact_hand_values() -> None:
 
 
 def test_percentiles() -> None:
-    assert percentiles([]) == {"n": 0, "p50": None, "p95": None, "p99": None, "mean": None}
-    p = percentiles([float(i) for i in range(1, 101)])
-    assert p["n"] == 100 and p["p50"] == pytest.approx(50.5) and p["mean"] == pytest.approx(50.5)
-    assert p["p99"] == pytest.approx(99.01)
+    empty = spread([]).to_json_dict()
+    assert empty == {"n": 0, "p50": None, "p95": None, "p99": None, "mean": None}
+    assert list(empty) == ["n", "p50", "p95", "p99", "mean"]  # as written: mean last when not observed
+    p = spread([float(i) for i in range(1, 101)])
+    assert p.n == 100 and p.p50 == pytest.approx(50.5) and p.mean == pytest.approx(50.5)
+    assert p.p99 == pytest.approx(99.01)
+    assert list(p.to_json_dict()) == ["n", "mean", "p50", "p95", "p99"]
 
 
 # ---------------------------------------------------------------- taxonomy
@@ -109,12 +117,12 @@ def test_wrong_fields() -> None:
     assert wrong_fields(intent(metric="units", order="asc"), intent()) == ["metric", "order"]
 
 
-# ---------------------------------------------------------------- score_item
+# ---------------------------------------------------------------- case_record
 
 
 def test_correct_answer(executor: Executor) -> None:
     gold = intent(intent="top_n_by_metric", limit=3, order="desc")
-    rec = score_item(case("Top 3 regions by revenue", gold), json.dumps(gold.model_dump(), indent=2),
+    rec = scored(case("Top 3 regions by revenue", gold), json.dumps(gold.model_dump(), indent=2),
                      RANKING, executor, finish_reason="stop", catalog=RETAIL)
     assert rec["status"] == rec["final_status"] == "ok"
     assert rec["correct_raw"] and rec["correct_final"] and rec["correct_exec"]
@@ -127,13 +135,13 @@ def test_correct_answer(executor: Executor) -> None:
 
 def test_default_top_n_equals_explicit(executor: Executor) -> None:
     gold = intent(intent="top_n_by_metric", limit=5, order="desc")
-    rec = score_item(case("Top regions by revenue", gold), text(gold, limit=None, order=None), [], executor,
+    rec = scored(case("Top regions by revenue", gold), text(gold, limit=None, order=None), [], executor,
                      catalog=RETAIL)
     assert rec["correct_raw"] and rec["correct_exec"]
 
 
 def test_schema_invalid(executor: Executor) -> None:
-    rec = score_item(case("revenue by region", intent()), text(intent(), metric="profit"), RANKING,
+    rec = scored(case("revenue by region", intent()), text(intent(), metric="profit"), RANKING,
                      executor, catalog=RETAIL)
     assert rec["status"] == rec["final_status"] == "schema_invalid"
     assert rec["status_reason"].startswith("metric: ")
@@ -154,13 +162,13 @@ def test_schema_invalid(executor: Executor) -> None:
     (None, "stop", "invalid_json"),
 ])
 def test_unparseable(executor: Executor, raw: str | None, finish: str | None, status: str) -> None:
-    rec = score_item(case("revenue by region", intent()), raw, RANKING, executor, finish_reason=finish, catalog=RETAIL)
+    rec = scored(case("revenue by region", intent()), raw, RANKING, executor, finish_reason=finish, catalog=RETAIL)
     assert rec["status"] == rec["error_raw"] == rec["error_final"] == status
     assert rec["finish_reason"] == finish and not rec["correct_final"]
 
 
 def test_request_error(executor: Executor) -> None:
-    rec = score_item(case("revenue by region", intent()), None, RANKING, executor,
+    rec = scored(case("revenue by region", intent()), None, RANKING, executor,
                      request_error="timeout after 120 s", catalog=RETAIL)
     assert (rec["status"], rec["status_reason"]) == ("request_error", "timeout after 120 s")
     assert rec["error_final"] == "request_error" and not rec["correct_exec"]
@@ -169,13 +177,13 @@ def test_request_error(executor: Executor) -> None:
 def test_inconsistent_without_and_with_repair(executor: Executor) -> None:
     gold = intent()
     raw = text(gold, time_grain="month")
-    rec = score_item(case("revenue by region", gold), raw, RANKING, executor, catalog=RETAIL)
+    rec = scored(case("revenue by region", gold), raw, RANKING, executor, catalog=RETAIL)
     assert rec["status"] == rec["final_status"] == "inconsistent"
     assert rec["status_reason"] == "time_grain must be null for breakdown"
     assert rec["raw_intent"]["time_grain"] == "month" and rec["sql"] is None
     assert rec["error_raw"] == "inconsistent" and not rec["correct_final"]
 
-    fixed = score_item(case("revenue by region", gold), raw, BOTH, executor, catalog=RETAIL)
+    fixed = scored(case("revenue by region", gold), raw, BOTH, executor, catalog=RETAIL)
     assert fixed["status"] == "inconsistent" and fixed["final_status"] == "ok"
     assert not fixed["correct_raw"] and fixed["correct_final"] and fixed["correct_exec"]
     assert [iv["rule"] for iv in fixed["interventions"]] == ["stray_time_grain"]
@@ -185,7 +193,7 @@ def test_inconsistent_without_and_with_repair(executor: Executor) -> None:
 
 def test_false_ranking_repaired(executor: Executor) -> None:
     gold = intent()
-    rec = score_item(case("revenue by region", gold),
+    rec = scored(case("revenue by region", gold),
                      text(gold, intent="top_n_by_metric", limit=10, order="desc"), RANKING, executor, catalog=RETAIL)
     assert rec["error_raw"] == "false_ranking" and rec["error_final"] is None
     assert not rec["correct_raw"] and rec["correct_final"] and rec["correct_exec"]
@@ -198,7 +206,7 @@ def test_false_ranking_repaired(executor: Executor) -> None:
 
 def test_bound_filter_values_in_record(executor: Executor) -> None:
     gold = intent(filters=[{"field": "region", "op": "eq", "value": "North"}])
-    rec = score_item(case("revenue in the North by region", gold),
+    rec = scored(case("revenue in the North by region", gold),
                      text(gold, filters=[{"field": "region", "op": "eq", "value": " North "}]), [], executor,
                      catalog=RETAIL)
     assert rec["correct_raw"] and rec["params"] == ["North"] and "North" not in rec["sql"]
@@ -210,15 +218,15 @@ def test_bound_filter_values_in_record(executor: Executor) -> None:
 
 def _tiny_set(executor: Executor) -> list[dict[str, Any]]:
     top10 = {"intent": "top_n_by_metric", "limit": 10, "order": "desc"}
-    a = score_item(case("revenue by region", intent(), "A"), text(intent(), **top10), RANKING, executor, catalog=RETAIL)
+    a = scored(case("revenue by region", intent(), "A"), text(intent(), **top10), RANKING, executor, catalog=RETAIL)
     b_gold = intent(intent="top_n_by_metric", limit=3, order="desc")
-    b = score_item(case("Top 3 regions by revenue", b_gold, "B", "top_n"), text(b_gold), RANKING, executor,
+    b = scored(case("Top 3 regions by revenue", b_gold, "B", "top_n"), text(b_gold), RANKING, executor,
                    catalog=RETAIL)
     c_gold = intent(order="desc")
-    c = score_item(case("revenue by region for the board", c_gold, "C"), text(c_gold, **top10), RANKING,
+    c = scored(case("revenue by region for the board", c_gold, "C"), text(c_gold, **top10), RANKING,
                    executor, catalog=RETAIL)
-    d = score_item(case("revenue by region", intent(), "D"), "{oops", RANKING, executor, catalog=RETAIL)
-    e = score_item(case("revenue by region, best guess", intent(), "E"), text(intent(), **top10), RANKING,
+    d = scored(case("revenue by region", intent(), "D"), "{oops", RANKING, executor, catalog=RETAIL)
+    e = scored(case("revenue by region, best guess", intent(), "E"), text(intent(), **top10), RANKING,
                    executor, catalog=RETAIL)
     return [a, b, c, d, e]
 
@@ -275,21 +283,21 @@ def test_summary_empty() -> None:
 
 def test_record_intents_are_independent_objects(executor: Executor) -> None:
     gold = intent(filters=[{"field": "year", "op": "eq", "value": "2024"}])
-    rec = score_item(case("revenue by region in 2024", gold), text(gold), RANKING, executor, catalog=RETAIL)
+    rec = scored(case("revenue by region in 2024", gold), text(gold), RANKING, executor, catalog=RETAIL)
     assert rec["interventions"] == [] and rec["raw_intent"] == rec["final_intent"]
     rec["final_intent"]["filters"].append({"field": "region", "op": "eq", "value": "North"})
     assert len(rec["raw_intent"]["filters"]) == 1, "mutating one record field leaves the others alone"
-    again = score_item(case("revenue by region in 2024", gold), text(gold), RANKING, executor, catalog=RETAIL)
+    again = scored(case("revenue by region in 2024", gold), text(gold), RANKING, executor, catalog=RETAIL)
     assert again["raw_intent"]["filters"] == [{"field": "year", "op": "eq", "value": "2024"}]
 
 
 def test_records_keep_the_first_rows_of_both_results(executor: Executor) -> None:
     from nlq2sql.stages.evalset import load_evalset
-    from nlq2sql.stages.score import RESULT_HEAD_ROWS, score_item
+    from nlq2sql.stages.score import RESULT_HEAD_ROWS
 
     case = next(c for c in load_evalset("heldout", retail_wh()).cases if c.gold.intent == "breakdown")
     wrong = {**case.gold.model_dump(mode="json"), "intent": "top_n_by_metric", "limit": 2, "order": "asc"}
-    rec = score_item(case, json.dumps(wrong), [], executor, catalog=RETAIL)
+    rec = scored(case, json.dumps(wrong), [], executor, catalog=RETAIL)
     assert len(rec["result_head"]) == 2 and 0 < len(rec["gold_result_head"]) <= RESULT_HEAD_ROWS
     assert rec["result_head"] != rec["gold_result_head"][:2] or rec["correct_exec"]
     json.dumps(rec)  # rows are plain JSON values (dates as ISO text, decimals as floats)

@@ -3,7 +3,7 @@ page's subset accuracy / filters / search / CSV, result rows side by side, the C
 filters and diffs, keyboard use, axe-core, and the layout at 390 and 1280 px.
 
 Shares the browser, the bundle and the Viewer of ``tests/test_view.py``; every figure asserted is
-computed here from ``records.jsonl`` / ``summary.json`` (proportions with ``score.wilson``).
+computed here from ``records.jsonl`` / ``summary.json`` (proportions with ``score.rate``).
 """
 
 # ruff: noqa: F811 -- the fixtures imported from test_view are parameters of the tests below
@@ -36,12 +36,17 @@ from test_view import (  # noqa: F401 -- fixtures shared with the first half
 )
 
 from nlq2sql.stages.report import pct
-from nlq2sql.stages.score import wilson
+from nlq2sql.stages.score import rate
 from nlq2sql.view import build_bundle, load_runs, write_bundle
 
 BASE, CONTRA = QWEN_ADV / "adversarial-baseline", QWEN_ADV / "adversarial-contrastive"
 AXE_DIR = ROOT / ".cache" / "axe"
 Z95 = 1.959963984540054
+
+
+def share(k: int, n: int) -> dict[str, Any]:
+    """A proportion as a summary file holds it (``score.rate``, written)."""
+    return rate(k, n).to_json_dict()
 
 
 def summary(d: Path) -> dict[str, Any]:
@@ -75,10 +80,10 @@ def test_breakdowns_show_the_summary(file_viewer: Viewer, tmp_path: Path) -> Non
     shot(page, "summary")
     # a v2 run's abstention block and a selective run's coverage
     run = shutil.copytree(HELDOUT, tmp_path / "v2run")
-    s2 = dict(s, abstention={"abstained": 7, "unanswerable_items": 5, "precision": wilson(4, 7),
-                             "recall": wilson(4, 5)},
-              selective={"n": 60, "abstained": 9, "coverage": wilson(51, 60), "accuracy_answered": wilson(3, 51),
-                         "curve": [{"min_confidence": 0.9, "coverage": wilson(20, 60), "accuracy": wilson(2, 20)}],
+    s2 = dict(s, abstention={"abstained": 7, "unanswerable_items": 5, "precision": share(4, 7),
+                             "recall": share(4, 5)},
+              selective={"n": 60, "abstained": 9, "coverage": share(51, 60), "accuracy_answered": share(3, 51),
+                         "curve": [{"min_confidence": 0.9, "coverage": share(20, 60), "accuracy": share(2, 20)}],
                          "without_logprob_evidence": 0})
     (run / "summary.json").write_text(json.dumps(s2))
     site = write_bundle(build_bundle(load_runs([run])), tmp_path / "site")
@@ -86,11 +91,11 @@ def test_breakdowns_show_the_summary(file_viewer: Viewer, tmp_path: Path) -> Non
     try:
         page = v.open("summary/0", "summary")
         ab = page.locator("#abstention").inner_text()
-        assert f"precision (unanswerable / answered so)\t{pct(wilson(4, 7))}" in ab
-        assert f"recall (answered so / unanswerable)\t{pct(wilson(4, 5))}" in ab
-        assert f"coverage (answered)\t{pct(wilson(51, 60))}" in page.locator("#selective").inner_text()
-        assert page.locator("#selective-curve tbody td").all_inner_texts() == ["0.900", pct(wilson(20, 60)),
-                                                                               pct(wilson(2, 20))]
+        assert f"precision (unanswerable / answered so)\t{pct(share(4, 7))}" in ab
+        assert f"recall (answered so / unanswerable)\t{pct(share(4, 5))}" in ab
+        assert f"coverage (answered)\t{pct(share(51, 60))}" in page.locator("#selective").inner_text()
+        assert page.locator("#selective-curve tbody td").all_inner_texts() == ["0.900", pct(share(20, 60)),
+                                                                               pct(share(2, 20))]
         v.check_clean()
     finally:
         v.close()
@@ -136,12 +141,12 @@ def test_items_subset_accuracy_filters_search_and_csv(browser: Browser, tmp_path
     try:
         page = v.open("items/0", "items")
         acc = page.locator("#subset-accuracy .acc")
-        assert acc.inner_text() == pct(wilson(sum(r["correct_final"] for r in recs), len(recs)))
+        assert acc.inner_text() == pct(share(sum(r["correct_final"] for r in recs), len(recs)))
         kind = recs[5]["raw_intent"]["intent"] if recs[5]["raw_intent"] else "invalid"
         page.select_option("#filter-pred_kind", kind)
         sub = [r for r in recs if (r["raw_intent"]["intent"] if r["raw_intent"] else "invalid") == kind]
         page.wait_for_selector(f"#match-count[data-count='{len(sub)}']", state="attached")
-        assert acc.inner_text() == pct(wilson(sum(r["correct_final"] for r in sub), len(sub)))
+        assert acc.inner_text() == pct(share(sum(r["correct_final"] for r in sub), len(sub)))
         assert set(page.locator("#items-table tbody td:nth-child(5)").all_inner_texts()) == {kind}
         page.click("#filter-reset")
         # search in the raw output and the SQL (loaded on demand), not in the question

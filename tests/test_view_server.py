@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import math
 import os
 import re
 import shutil
@@ -20,16 +21,17 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
-from nlq2sql.stages.score import mcnemar_exact
+from nlq2sql.stages.score import mcnemar_exact, rate
 from nlq2sql.view import build_bundle, load_runs
 from nlq2sql.view.bundle import ASSETS, CSP, js_string
-from nlq2sql.view.headline import headline, wilson
+from nlq2sql.view.headline import headline
 from nlq2sql.view.runs import mcnemar_exact as view_mcnemar
 from nlq2sql.view.server import HEADERS, ViewServer, make_server, safe_parts, serve_in_thread
 
@@ -147,6 +149,17 @@ def test_torn_last_line_is_skipped_and_summary_may_be_missing(tmp_path: Path) ->
 
 # ---------------------------------------------------------------- figures agree with the harness
 
+def _page_wilson(k: int, n: int) -> dict[str, Any]:
+    """The page's closed-form Wilson interval (``view.js``), here in Python."""
+    if n == 0:
+        return {"value": None, "k": 0, "n": 0, "ci95": None}
+    z, p = 1.959963984540054, k / n
+    denom = 1 + z ** 2 / n
+    centre = (p + z ** 2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z ** 2 / (4 * n * n)) / denom
+    return {"value": p, "k": k, "n": n, "ci95": [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]}
+
+
 def test_wilson_and_mcnemar_agree_with_the_harness() -> None:
     for run in load_runs([HELDOUT, LOADCHECK, QWEN_ADV]):
         assert run.summary is not None
@@ -155,9 +168,7 @@ def test_wilson_and_mcnemar_agree_with_the_harness() -> None:
                     "intervention_precision"):
             assert mine[key] == run.summary[key], (run.path, key)
     for k, n in ((0, 60), (3, 20), (2, 29), (59, 60), (60, 60), (17, 1000)):
-        ref = wilson(k, n).to_json_dict()
-        from nlq2sql.stages.score import wilson as harness_wilson
-        assert ref == harness_wilson(k, n)
+        assert _page_wilson(k, n) == rate(k, n).to_json_dict(), (k, n)
     for b, c in ((0, 0), (0, 5), (5, 0), (3, 4), (10, 2), (40, 61), (1000, 1100), (0, 30)):
         assert view_mcnemar(b, c) == pytest.approx(mcnemar_exact(b, c), rel=1e-9, abs=1e-300), (b, c)
     assert 0 < view_mcnemar(49_000, 51_000) < 1e-9  # stays finite for 100k discordant pairs

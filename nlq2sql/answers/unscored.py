@@ -2,7 +2,7 @@
 
 An eval set is scored; a plain question file (JSONL lines ``{"id", "question"}``) can only be
 *answered*: the model's raw text is parsed, guardrailed, built into SQL and executed, exactly
-as ``score.score_item`` does, but nothing is compared with a gold.
+as an eval item is (``score.intent_record``, with no ``gold``), but nothing is compared with a gold.
 
 One record schema.  An unscored record has every key an ``eval`` record has, so readers,
 the viewer and the Parquet/JSONL shards need no second layout.  What needs a gold is
@@ -21,16 +21,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import decode_line, json_object, regular_file
-from nlq2sql.semantic.catalog import Catalog
-from nlq2sql.stages.execute import Executor
-from nlq2sql.stages.guardrail import RuleSet
-from nlq2sql.stages.score import intent_record
 
-__all__ = ["Question", "answer_item", "read_questions"]
+__all__ = ["Question", "read_questions"]
 
 #: Keys a question line may have (a line with ``gold`` belongs to an eval set: ``--evalset``).
 QUESTION_KEYS = ("id", "question")
@@ -78,13 +73,4 @@ def read_questions(path: Path) -> Iterator[Question]:
             yield Question(qid, text)
     if not seen:
         raise InputError("no questions in the file", path=str(path))
-
-
-def answer_item(q: Question, raw_text: str | None, rulesets: list[RuleSet], executor: Executor, *,
-                catalog: Catalog, finish_reason: str | None = None,
-                request_error: str | None = None) -> dict[str, Any]:
-    """``score_item`` without a gold (the one builder, :func:`~nlq2sql.stages.score.intent_record`):
-    the same record keys, the gold's side ``null``."""
-    return intent_record(q.id, q.question, raw_text, rulesets, executor, gold=None, finish_reason=finish_reason,
-                         request_error=request_error, catalog=catalog).to_json_dict(version=False)
 

@@ -25,13 +25,14 @@ from msgspec import UNSET
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.common import Share, read_run
 from nlq2sql.experiments.compare import cost_per_1k
-from nlq2sql.load.figures import Fig, Num, Pct
+from nlq2sql.load.figures import Fig, Num
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Manifest, Summary
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
+from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
-from nlq2sql.stages.score import mcnemar_exact, percentiles
+from nlq2sql.stages.score import mcnemar_exact, spread
 
 __all__ = ["ARMS", "TAXONOMY", "Arm", "ArmPair", "ArmRow", "ArmsTable", "arms_table", "common_error", "load_arm",
            "matrix_arms", "parse_answers", "render_markdown", "run_arms", "write_result"]
@@ -139,9 +140,9 @@ class ArmRow(Fig):
     accuracy: Share
     lenient: Share
     examples: int
-    prompt_tokens: Pct
-    completion_tokens: Pct
-    latency_s: Pct
+    prompt_tokens: Percentiles
+    completion_tokens: Percentiles
+    latency_s: Percentiles
     req_per_s: Num | None
     cost_per_1k: float | None
     grammar_sha256: str | None
@@ -183,8 +184,8 @@ def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> ArmsT
             arm=a.answer, model=a.model, evalset=a.evalset, run=a.label,
             n=len(a.correct), accuracy=Share.wilson(k, len(a.correct)),
             lenient=Share.wilson(sum(a.lenient.values()), len(a.lenient)), examples=_examples(a.manifest),
-            prompt_tokens=percentiles(a.prompt_tokens), completion_tokens=percentiles(a.completion_tokens),
-            latency_s=percentiles(a.latency_s), req_per_s=rps, cost_per_1k=cost_per_1k(rps, gpu_cost_per_hour),
+            prompt_tokens=spread(a.prompt_tokens), completion_tokens=spread(a.completion_tokens),
+            latency_s=spread(a.latency_s), req_per_s=rps, cost_per_1k=cost_per_1k(rps, gpu_cost_per_hour),
             grammar_sha256=sampling.grammar_sha256 if sampling is not None else None,
             errors={t: a.errors.get(t, 0) for t in ("correct", *TAXONOMY) if a.errors.get(t)}
                    | {t: v for t, v in a.errors.items() if t not in TAXONOMY and t != "correct"},
@@ -213,9 +214,9 @@ def render_markdown(table: ArmsTable, title: str) -> str:
              "completion tokens (mean) | latency p50 | latency p95 | cost / 1k |", "|---" * 12 + "|"]
     for r in table.arms:
         lines.append(f"| {r.model} | {r.evalset} | {r.arm} | {r.examples} | {r.n} | "
-                     f"{r.accuracy.text()} | {r.lenient.text()} | {_num(r.prompt_tokens['mean'], '.0f')} | "
-                     f"{_num(r.completion_tokens['mean'], '.1f')} | {_num(r.latency_s['p50'], '.2f')} s | "
-                     f"{_num(r.latency_s['p95'], '.2f')} s | "
+                     f"{r.accuracy.text()} | {r.lenient.text()} | {_num(r.prompt_tokens.mean, '.0f')} | "
+                     f"{_num(r.completion_tokens.mean, '.1f')} | {_num(r.latency_s.p50, '.2f')} s | "
+                     f"{_num(r.latency_s.p95, '.2f')} s | "
                      f"{'$' + format(r.cost_per_1k, '.4f') if r.cost_per_1k is not None else 'n/a'} |")
     lines += ["", "Paired on item id (final correctness, exact McNemar):", "",
               "| model | set | A | B | n | A right, B wrong | B right, A wrong | p |", "|---" * 8 + "|"]

@@ -21,16 +21,17 @@ import jsonschema
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import Nlq2SqlError
-from nlq2sql.experiments.common import Share, spread_of
-from nlq2sql.load.figures import Fig, Num, Pct
+from nlq2sql.experiments.common import Share
+from nlq2sql.load.figures import Fig, Num
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Manifest, load_manifest, load_summary
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, output_dir, write_json_atomic
+from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.run.serving import COMPACT_BACKENDS, STRUCTURED_BACKENDS
-from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.score import spread
 
 __all__ = ["BackendError", "BackendRow", "BackendsConfig", "BackendsResult", "backend_config", "backend_row",
            "clean_error", "render_markdown", "run_backends", "summarise_backends", "write_result"]
@@ -93,9 +94,9 @@ class BackendRow(Fig):
     schema_valid_rate: Share
     accuracy: Share
     finish_length: int
-    completion_tokens: Pct
-    ttft_s: Pct | None
-    latency_s: Pct | None
+    completion_tokens: Percentiles
+    ttft_s: Percentiles | None
+    latency_s: Percentiles | None
     first_request_compile_s: float | None
     canary_latency_s: Num | None
     server_startup_s: float | None
@@ -149,8 +150,8 @@ def backend_row(run: Path, backend: str) -> BackendRow:
         whitespace_free=so.disable_any_whitespace if so else None, canary=canary.passed if canary else None,
         json_schema_valid=Share.wilson(valid, len(recs)), schema_valid_rate=Share.of(summary.schema_valid_rate),
         accuracy=Share.of(summary.final_accuracy), finish_length=summary.finish_reasons.get("length", 0),
-        completion_tokens=percentiles([t for r in ok if (t := present(r.request.completion_tokens)) is not None]),
-        ttft_s=spread_of(summary.timing.get("ttft_s")), latency_s=spread_of(summary.timing.get("latency_s")),
+        completion_tokens=spread([t for r in ok if (t := present(r.request.completion_tokens)) is not None]),
+        ttft_s=summary.timing.get("ttft_s"), latency_s=summary.timing.get("latency_s"),
         first_request_compile_s=compile_s, canary_latency_s=canary.latency_s if canary else None,
         server_startup_s=manifest.server_startup_s, concurrency=manifest.concurrency, model=manifest.model,
         evalset=manifest.evalset, git_commit=manifest.git_commit)
@@ -164,8 +165,8 @@ def _rate(r: Share) -> str:
     return f"{r.value:.0%} ({r.k}/{r.n}){ci}"
 
 
-def _s(d: Pct | None, k: str) -> str:
-    v = (d or {}).get(k)
+def _s(d: Percentiles | None, k: str) -> str:
+    v = getattr(d, k) if d is not None else None
     return f"{v:.2f}" if isinstance(v, int | float) else "n/a"
 
 

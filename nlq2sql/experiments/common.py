@@ -12,16 +12,16 @@ from pydantic import BaseModel, ValidationError
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import RecordError
-from nlq2sql.load.figures import UNSET, Fig, Pct, UnsetType
+from nlq2sql.load.figures import UNSET, Fig, UnsetType
 from nlq2sql.records.results import Manifest, Summary
 from nlq2sql.records.store import MANIFEST, SUMMARY, read_finished_run
-from nlq2sql.records.summary_parts import Percentiles, Rate
+from nlq2sql.records.summary_parts import Rate
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import bound_endpoint
 from nlq2sql.stages.report import pct
-from nlq2sql.stages.score import wilson
+from nlq2sql.stages.score import rate
 
-__all__ = ["Share", "read_run", "shared_endpoint", "spread_of"]
+__all__ = ["Share", "read_run", "shared_endpoint"]
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -45,7 +45,7 @@ def read_run(run_dir: Path) -> tuple[Manifest, Summary]:
 
 
 class Share(Fig, kw_only=True):
-    """A proportion as ``stages.score.wilson`` builds it and ``summary.json`` holds it (k of n, the
+    """A proportion as ``stages.score.rate`` builds it and ``summary.json`` holds it (k of n, the
     Wilson 95 % interval), in the written key order; ``label`` only where the summary names a class."""
 
     value: float | None
@@ -60,10 +60,9 @@ class Share(Fig, kw_only=True):
 
     @classmethod
     def wilson(cls, k: int, n: int) -> Share:
-        """``stages.score.wilson`` (its interval's ends are numpy floats: written as the same numbers)."""
-        w = wilson(k, n)
-        ci = w["ci95"]
-        return cls(value=w["value"], k=w["k"], n=w["n"], ci95=None if ci is None else [float(x) for x in ci])
+        """``stages.score.rate`` (its interval's ends are numpy floats: written as the same numbers)."""
+        r = rate(k, n)
+        return cls(value=r.value, k=r.k, n=r.n, ci95=None if r.ci95 is None else [float(x) for x in r.ci95])
 
     @classmethod
     def of(cls, rate: Rate) -> Share:
@@ -81,7 +80,3 @@ def shared_endpoint(cfg: EvalConfig) -> Iterator[EvalConfig]:
     with bound_endpoint(cfg) as (bound, _info):
         yield bound
 
-
-def spread_of(p: Percentiles | None) -> Pct | None:
-    """A summary's percentile block as the experiments' Structs hold it (the keys as written)."""
-    return p.to_json_dict() if p is not None else None

@@ -18,15 +18,16 @@ from pathlib import Path
 
 import httpx
 
-from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
+from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
+from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.item import whitespace_outside_strings
 from nlq2sql.run.live import run_eval
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.intent import compact_regex
-from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.score import spread
 from nlq2sql.transport.client import Sampling
 
 __all__ = ["ARMS", "ArmFigures", "Comparison", "CompactConfig", "CompactResult", "analyse", "arm_config",
@@ -75,15 +76,15 @@ class ArmFigures(Fig, kw_only=True):
     """One arm's figures; the post-parse arm (no decode of its own) has only ``n``, ``chars`` and ``note``."""
 
     n: int
-    completion_tokens: Pct | UnsetType = UNSET
+    completion_tokens: Percentiles | UnsetType = UNSET
     completion_tokens_median: Num | None | UnsetType = UNSET
-    chars: Pct
-    latency_s: Pct | UnsetType = UNSET
-    itl_mean_s: Pct | UnsetType = UNSET
+    chars: Percentiles
+    latency_s: Percentiles | UnsetType = UNSET
+    itl_mean_s: Percentiles | UnsetType = UNSET
     schema_valid: int | UnsetType = UNSET
     no_whitespace: int | UnsetType = UNSET
     tokens_per_char: float | None | UnsetType = UNSET
-    retokenized: Pct | UnsetType = UNSET
+    retokenized: Percentiles | UnsetType = UNSET
     generated_over_retokenized: float | None | UnsetType = UNSET
     note: str | UnsetType = UNSET
 
@@ -105,8 +106,8 @@ class CompactResult(Fig):
     comparisons: dict[str, Comparison]
 
 
-def _mean(p: Pct | UnsetType) -> Num | None:
-    return (present(p) or {}).get("mean")
+def _mean(p: Percentiles | UnsetType) -> Num | None:
+    return p.mean if isinstance(p, Percentiles) else None
 
 
 def _arm_stats(recs: list[ItemRecord], retok: list[int | None]) -> ArmFigures:
@@ -116,15 +117,15 @@ def _arm_stats(recs: list[ItemRecord], retok: list[int | None]) -> ArmFigures:
     pairs = [(t, n) for r, n in zip(recs, retok, strict=True) if n and (t := present(r.request.completion_tokens))]
     return ArmFigures(
         n=len(recs),
-        completion_tokens=percentiles([float(t) for t in toks]),
+        completion_tokens=spread([float(t) for t in toks]),
         completion_tokens_median=statistics.median(toks) if toks else None,
-        chars=percentiles([float(c) for c in chars]),
-        latency_s=percentiles([v for r in recs if (v := present(r.request.latency_s)) is not None]),
-        itl_mean_s=percentiles([v for r in recs if (v := present(r.request.itl_mean_s)) is not None]),
+        chars=spread([float(c) for c in chars]),
+        latency_s=spread([v for r in recs if (v := present(r.request.latency_s)) is not None]),
+        itl_mean_s=spread([v for r in recs if (v := present(r.request.itl_mean_s)) is not None]),
         schema_valid=sum(present(r.answer.raw_intent) is not None for r in recs),
         no_whitespace=sum(1 for t in texts if whitespace_outside_strings(t) == 0),
         tokens_per_char=(sum(toks) / sum(chars)) if chars and toks else None,
-        retokenized=percentiles([float(n) for n in retok if n is not None]),
+        retokenized=spread([float(n) for n in retok if n is not None]),
         generated_over_retokenized=(sum(a for a, _ in pairs) / sum(b for _, b in pairs)) if pairs else None,
     )
 
@@ -145,7 +146,7 @@ def analyse(dirs: dict[str, Path], base_url: str | None, model: str) -> CompactR
                     post.append(json.dumps(json.loads(text), separators=(",", ":")))
             except ValueError:
                 continue
-        arms["post-parse-compact"] = ArmFigures(n=len(post), chars=percentiles([float(len(p)) for p in post]),
+        arms["post-parse-compact"] = ArmFigures(n=len(post), chars=spread([float(len(p)) for p in post]),
                                                 note="re-serialised pretty output: fewer bytes, same decode time")
     result = CompactResult(arms=arms, comparisons={})
     pretty = {r.id: r for r in recs.get("pretty", [])}
@@ -190,8 +191,8 @@ def run(cfg: CompactConfig) -> CompactResult:
 def render_markdown(res: CompactResult) -> str:
     """The report, from the typed result (a written one is read into it first: ``CompactResult.from_json``)."""
 
-    def f(d: Pct | UnsetType, k: str = "mean", fmt: str = "{:.1f}") -> str:
-        v = (present(d) or {}).get(k)
+    def f(d: Percentiles | UnsetType, k: str = "mean", fmt: str = "{:.1f}") -> str:
+        v = getattr(d, k) if isinstance(d, Percentiles) else None
         return fmt.format(v) if v is not None else "n/a"
     lines = ["## Compact vs pretty", "",
              "| arm | n | completion tokens mean / median | re-tokenised mean | generated ÷ re-tokenised | "

@@ -45,7 +45,7 @@ from scipy.stats import binomtest
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.gate_inputs import RunFacts, check_same_inputs, read_run
 from nlq2sql.records.item import present
-from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.score import spread
 
 __all__ = ["Check", "Flip", "GateConfig", "GateResult", "ItemResult", "RunInfo", "Status", "config_from_options",
            "run_gate"]
@@ -214,20 +214,20 @@ def _error_classes(base: dict[str, int], cand: dict[str, int]) -> Check:
 
 def _latency(base: list[float], cand: list[float], max_rise: float | None) -> Check:
     title = "p95 latency"
-    pb, pc = percentiles(base), percentiles(cand)
-    numbers: dict[str, float | int | str | None] = {"baseline_n": pb["n"], "candidate_n": pc["n"],
-                                                    "baseline_p95_s": pb["p95"], "candidate_p95_s": pc["p95"],
+    pb, pc = spread(base), spread(cand)
+    numbers: dict[str, float | int | str | None] = {"baseline_n": pb.n, "candidate_n": pc.n,
+                                                    "baseline_p95_s": pb.p95, "candidate_p95_s": pc.p95,
                                                     "max_rise_pct": max_rise}
-    if pb["n"] < MIN_LATENCY_N or pc["n"] < MIN_LATENCY_N:
+    if pb.n < MIN_LATENCY_N or pc.n < MIN_LATENCY_N:
         return Check(id="p95_latency", title=title, status="not measured",
-                     detail=f"latency recorded for {pb['n']} baseline and {pc['n']} candidate "
+                     detail=f"latency recorded for {pb.n} baseline and {pc.n} candidate "
                             f"paired item(s); both need at least {MIN_LATENCY_N} (offline-scored runs "
                             "record none)", numbers=numbers)
-    b95, c95 = float(pb["p95"]), float(pc["p95"])
+    b95, c95 = float(pb.p95 or 0.0), float(pc.p95 or 0.0)  # (observed: n is at least MIN_LATENCY_N)
     rise = (c95 - b95) / b95 * 100 if b95 > 0 else (0.0 if c95 <= 0 else math.inf)
     numbers["rise_pct"] = rise if math.isfinite(rise) else None
     shown = f"{rise:+.1f} %" if math.isfinite(rise) else "from 0 s"
-    head = (f"baseline p95 {b95:.3f} s (n={pb['n']}), candidate p95 {c95:.3f} s (n={pc['n']}): "
+    head = (f"baseline p95 {b95:.3f} s (n={pb.n}), candidate p95 {c95:.3f} s (n={pc.n}): "
             f"rise {shown}")
     if max_rise is None:
         return Check(id="p95_latency", title=title, status="not checked",

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError
-from nlq2sql.experiments.common import Share, read_run, spread_of
-from nlq2sql.load.figures import UNSET, Fig, Num, Pct, UnsetType
+from nlq2sql.experiments.common import Share, read_run
+from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
+from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
@@ -54,8 +55,8 @@ class RunFigures(Fig):
     raw_accuracy: Share | None
     final_accuracy: Share | None
     req_per_s: Num | None
-    latency_s: Pct | None
-    ttft_s: Pct | None
+    latency_s: Percentiles | None
+    ttft_s: Percentiles | None
 
 
 class Divergent(Fig, kw_only=True):
@@ -194,7 +195,7 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
                                raw_accuracy=Share.of(summary.raw_accuracy),
                                final_accuracy=Share.of(summary.final_accuracy),
                                req_per_s=summary.throughput.req_per_s if summary.throughput else None,
-                               latency_s=spread_of(t.get("latency_s")), ttft_s=spread_of(t.get("ttft_s"))))
+                               latency_s=t.get("latency_s"), ttft_s=t.get("ttft_s")))
     divergent: list[Divergent] = []
     intent_divergent = 0
     for item_id, vals in sorted(texts.items()):
@@ -221,10 +222,11 @@ def render_markdown(res: LoadCheck) -> str:
              "| run | concurrency | n | raw accuracy | final accuracy | req/s | p50 | p95 | p99 | TTFT p50 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res.runs:
-        lat, ttft = r.latency_s or {}, r.ttft_s or {}
+        lat, ttft = r.latency_s, r.ttft_s
 
-        def s(d: Pct, k: str) -> str:
-            return f"{d[k]:.2f} s" if d.get(k) is not None else "n/a"
+        def s(d: Percentiles | None, k: str) -> str:
+            v = getattr(d, k) if d is not None else None
+            return f"{v:.2f} s" if v is not None else "n/a"
         rps = f"{r.req_per_s:.2f}" if r.req_per_s else "n/a"
         lines.append(f"| {_run_name(r.run)} | {r.concurrency} | {r.n} | {_pct(r.raw_accuracy)} | "
                      f"{_pct(r.final_accuracy)} | {rps} | {s(lat, 'p50')} | {s(lat, 'p95')} | "

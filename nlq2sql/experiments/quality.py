@@ -28,7 +28,7 @@ from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.intent import canonicalise, is_ordered
 from nlq2sql.stages.pipeline import make_executor, rescore_run
 from nlq2sql.stages.report import pct as report_pct
-from nlq2sql.stages.score import mcnemar_exact, percentiles
+from nlq2sql.stages.score import mcnemar_exact, spread
 from nlq2sql.stages.sqlbuild import build_sql
 
 __all__ = ["GUARDRAIL_CONDITIONS", "SEED_TABLE", "TARGETS", "RunRow", "collect", "render"]
@@ -127,7 +127,7 @@ def _cost(path: Path) -> Cost:
         lat = r.get("latency_total_s") or r.get("latency_s")
         if lat is not None:
             latency.append(float(lat))
-    return Cost(percentiles(tokens), sum(requests) / len(requests) if requests else 0.0, percentiles(latency))
+    return Cost(spread(tokens), sum(requests) / len(requests) if requests else 0.0, spread(latency))
 
 
 def collect(run_dirs: list[Path], conditions: tuple[str, ...] = GUARDRAIL_CONDITIONS) -> list[RunRow]:
@@ -197,8 +197,8 @@ def condition_tables(rows: list[RunRow]) -> list[str]:
                 pct(s.majority_baseline), f"{s.interventions} · {prec.k}/{prec.n}" if prec.n else "0",
                 "—" if r is base else mcnemar(base.final_ok, r.final_ok),
                 f"{sel.abstained} · {pct(sel.accuracy_answered)}" if sel else "—",
-                f"{cost.tokens['mean']:.1f}" if cost.tokens["n"] else "n/a", f"{cost.requests:.2f}",
-                (f"{cost.latency['p50']:.1f} / {cost.latency['p95']:.1f} s" if cost.latency["n"]
+                f"{cost.tokens.mean:.1f}" if cost.tokens.n else "n/a", f"{cost.requests:.2f}",
+                (f"{cost.latency.p50:.1f} / {cost.latency.p95:.1f} s" if cost.latency.n
                  else "n/a")]) + " |")
     return out
 

@@ -29,7 +29,7 @@ from nlq2sql.stages.pipeline import make_executor
 from nlq2sql.stages.query_score import ANSWER_KIND, query_record
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.report import pct
-from nlq2sql.stages.score import mcnemar_exact, wilson
+from nlq2sql.stages.score import mcnemar_exact, rate
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["ARM_ANSWERS", "ArmRun", "arm_lines", "collect_arms", "is_arm_run"]
@@ -135,6 +135,6 @@ def arm_lines(runs: list[ArmRun]) -> list[str]:
             vs = f"{mcnemar_exact(b, c):.3g} ({b}/{c})"
         k, n = sum(r.final_ok.values()), len(r.final_ok)
         model, wh, evalset = r.key
-        lines.append(f"| {model} | {wh} | {evalset} | {answer} | {n} | {pct(wilson(k, n))} | {vs} | "
+        lines.append(f"| {model} | {wh} | {evalset} | {answer} | {n} | {pct(rate(k, n))} | {vs} | "
                      f"{_abstention(r.summary)} | {r.same_as_recorded}/{n} |")
     return lines

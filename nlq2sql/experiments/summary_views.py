@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nlq2sql.load.figures import Pct
-from nlq2sql.records.summary_parts import CurvePoint, Figures, Selective
+from nlq2sql.records.summary_parts import CurvePoint, Figures, Percentiles, Selective
 
 __all__ = ["Cost", "curve_of", "cut", "selective_of"]
 
@@ -19,9 +18,9 @@ __all__ = ["Cost", "curve_of", "cut", "selective_of"]
 class Cost:
     """What a condition spent per item: tokens (every sample's and the planner's), requests, latency."""
 
-    tokens: Pct
+    tokens: Percentiles
     requests: float
-    latency: Pct
+    latency: Percentiles
 
 
 def selective_of(summary: Figures) -> Selective | None:

@@ -29,7 +29,7 @@ from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
 from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.models import DEFAULT_MODEL
-from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.score import spread
 
 __all__ = ["DTYPE_BYTES", "CapacityConfig", "analyse", "context_budget", "dtype_bytes", "fetch_metrics", "kv_need",
            "kv_per_token", "load_model_config", "render_markdown", "run", "run_dirs", "server_budget"]
@@ -103,7 +103,9 @@ def kv_need(per_token: float, concurrency: int, context: int, budget_tokens: int
 
 def _with_max(values: list[float]) -> Percentiles:
     """Token lengths' percentiles and their max (None: none recorded)."""
-    return Percentiles.model_validate({**percentiles(values), "max": max(values) if values else None})
+    p = spread(values)
+    p.max = max(values) if values else None  # (an assignment counts as set: written, after the rest)
+    return p
 
 
 def context_budget(records: list[ItemRecord], max_model_len: int | None, margin: float = 0.25

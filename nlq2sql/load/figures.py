@@ -19,11 +19,9 @@ from pydantic import BaseModel
 from nlq2sql.errors import RecordError
 from nlq2sql.load.contract import _M
 
-__all__ = ["UNSET", "Fig", "Num", "Pct", "UnsetType", "plain", "present"]
+__all__ = ["UNSET", "Fig", "Num", "UnsetType", "plain", "present"]
 
 Num = int | float
-#: ``stages.score.percentiles`` as it returns them (its key order depends on whether n is 0).
-Pct = dict[str, Num | None]
 T = TypeVar("T")
 F = TypeVar("F", bound="Fig")
 
@@ -34,6 +32,13 @@ def _edge(value: object) -> object:
     if isinstance(value, BaseModel):
         return value.model_dump(by_alias=True, exclude_unset=True)
     return str(value)
+
+
+def _part(kind: type, value: Any) -> Any:
+    """A pydantic part a Struct holds (a summary's ``Percentiles``), validated from its JSON."""
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return kind.model_validate(value)
+    raise NotImplementedError(kind)
 
 
 def present(v: T | UnsetType) -> T | None:
@@ -52,7 +57,7 @@ class Fig(msgspec.Struct, kw_only=True):
     def from_json(cls: type[F], data: Any, path: str | None = None) -> F:
         """``data`` (a written file's object) as this type; a wrong value is one RecordError naming the field."""
         try:
-            return msgspec.convert(data, cls)
+            return msgspec.convert(data, cls, dec_hook=_part)
         except msgspec.ValidationError as exc:
             msg, _, at = str(exc).partition(" - at `$")
             raise RecordError(msg, path=path, field=at.rstrip("`").lstrip(".") or None) from None

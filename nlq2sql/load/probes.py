@@ -39,10 +39,11 @@ from nlq2sql.load.probe_results import (
     PrefillRequests,
     PrefixProbeResult,
     PrefixScenario,
+    Unreported,
 )
 from nlq2sql.records.store import output_dir
 from nlq2sql.records.summary_parts import Percentiles
-from nlq2sql.stages.score import percentiles, spread
+from nlq2sql.stages.score import spread
 from nlq2sql.transport.stream import Accumulator, Completion, StreamEventError, sse_events
 
 __all__ = ["FILLER", "SCENARIOS", "ProbeResult", "Stream", "Target", "cancel_probe", "filler",
@@ -192,9 +193,9 @@ async def _health_loop(sess: aiohttp.ClientSession, url: str, stop: asyncio.Even
         except (TimeoutError, aiohttp.ClientError) as exc:
             errors.append(type(exc).__name__)
         await asyncio.sleep(interval_s)
-    p = percentiles(rtts)
+    p = spread(rtts)
     return HealthLoop(n=len(rtts) + len(errors), ok=len(rtts), errors=len(errors), error_kinds=sorted(set(errors)),
-                      p50_s=p["p50"], p95_s=p["p95"], max_s=max(rtts) if rtts else None)
+                      p50_s=p.p50, p95_s=p.p95, max_s=max(rtts) if rtts else None)
 
 
 async def health_probe(t: Target, prefill_words: int = 1200, parallel: int = 4, max_tokens: int = 16,
@@ -272,19 +273,19 @@ async def prefix_probe(t: Target, system: str, questions: list[str], requests: i
             pre, e2e = hist_delta(before, after, "prefill"), hist_delta(before, after, "e2e")
             cached = [float((r.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
                       for r in ok if r.usage]
-            out.scenarios[sc] = PrefixScenario.model_validate(dict(
+            out.scenarios[sc] = PrefixScenario(
                 n=len(rows), ok=len(ok), errors=[r.error for r in rows if r.error],
-                client_ttft_s=percentiles([r.ttft_s for r in ok if r.ttft_s is not None]),
-                client_latency_s=percentiles([r.latency_s for r in ok if r.latency_s is not None]),
-                prompt_tokens=percentiles([float(r.usage["prompt_tokens"]) for r in ok if r.usage]),
-                cached_tokens_reported=percentiles(cached) if any(cached) else
-                {"n": len(cached), "note": "not reported by the server (or zero)"},
+                client_ttft_s=spread([r.ttft_s for r in ok if r.ttft_s is not None]),
+                client_latency_s=spread([r.latency_s for r in ok if r.latency_s is not None]),
+                prompt_tokens=spread([float(r.usage["prompt_tokens"]) for r in ok if r.usage]),
+                cached_tokens_reported=spread(cached) if any(cached) else
+                Unreported(n=len(cached), note="not reported by the server (or zero)"),
                 prefix_cache=hit_rate(before, after),
                 server_ttft_s=hist_delta(before, after, "ttft"),
                 server_prefill_s=pre, server_decode_s=hist_delta(before, after, "decode"),
                 server_queue_s=hist_delta(before, after, "queue"), server_e2e_s=e2e,
                 prefill_share=pre.mean / e2e.mean if pre.mean is not None and e2e.mean else None,
-            ))  # percentiles' dicts and the unreported count validated into their parts
+            )
     return out
 
 

@@ -36,7 +36,7 @@ from nlq2sql.load.tune_results import ProbeCounts, TuneResult, TuneVerdict
 from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.store import RECORDS
 from nlq2sql.run.endpoint_facts import EndpointFacts
-from nlq2sql.stages.score import mcnemar_exact, wilson
+from nlq2sql.stages.score import mcnemar_exact, rate
 
 __all__ = ["Probe", "TuneMode", "TuneSettings", "bisect_next", "judge", "probe_from_records", "tune_result"]
 
@@ -88,15 +88,15 @@ def probe_from_records(load: float, run_dir: Path, records: list[ItemRecord], wa
     met = all(v is not None and v <= s.limit_s for s, v in zip(slos, observed.values(), strict=True)) \
         and len(ok) == len(records)
     n, k = len(records), len(within)
-    rate = (n / wall_s) if wall_s else None
-    ci = wilson(k, n)["ci95"] if n else None
-    acc = wilson(sum(correct.values()), n) if n else None
+    per_s = (n / wall_s) if wall_s else None
+    ci = rate(k, n).ci95 if n else None
+    acc = rate(sum(correct.values()), n) if n else None
     return Probe(load=load, run_dir=str(run_dir), n=n, ok=len(ok), correct=sum(correct.values()),
                  correct_in_slo=k, wall_s=wall_s, req_per_s=(len(ok) / wall_s) if wall_s else None,
                  goodput_per_s=(sum(correct.values()) / wall_s) if wall_s else None,
                  correct_goodput_per_s=(k / wall_s) if wall_s else None,
-                 correct_goodput_ci95=[ci[0] * rate, ci[1] * rate] if ci and rate else None,
-                 accuracy=acc["value"] if acc else None, accuracy_ci95=acc["ci95"] if acc else None,
+                 correct_goodput_ci95=[ci[0] * per_s, ci[1] * per_s] if ci and per_s else None,
+                 accuracy=acc.value if acc else None, accuracy_ci95=acc.ci95 if acc else None,
                  slo_observed=observed, slo_met=met, items=correct)
 
 

@@ -116,7 +116,7 @@ UNSCORED: Final = Judgement(gold_intent=None, guardrail_scope=[], gold_result_he
 
 
 class RequestPart(_Part):
-    """How the request went (``transport.stream.Completion.record_fields`` plus the runner's):
+    """How the request went (a ``transport.stream.Completion``, by ``run.item.request_part``, plus the runner's):
     outcome, timings, tokens, attempts and retries, the replica that answered, the output's size."""
 
     outcome: str | UnsetType = UNSET

@@ -3,7 +3,7 @@
 Ray Data's LLM processor (chat template → tokenize → vLLM engine → detokenize, each a Ray
 Data stage) generates every answer with per-row structured outputs (guided JSON: the intent
 schema of the warehouse, as the HTTP path sends it); a post-processing step scores the
-answer with the same ``score_item`` / ``answer_item`` and writes the same record keys.
+answer with the same ``score.intent_record`` (with or without a gold) and writes the same record keys.
 
 Made to run on the CPU build of vLLM (0.32) with Ray 2.60; three things stop it otherwise,
 each met here (measured on this machine, see the README's "Batch on Ray Data"):

@@ -19,7 +19,7 @@ import random
 import time
 
 from nlq2sql.records.run_parts import Harness, HarnessThresholds, LoopLag, ProcessLoad
-from nlq2sql.stages.score import percentiles
+from nlq2sql.stages.score import spread
 
 __all__ = ["CPU_SHARE_LIMIT", "LAG_P95_LIMIT_MS", "STARVED_SHARE_BELOW", "HarnessMonitor", "judged", "merge"]
 
@@ -72,9 +72,10 @@ class HarnessMonitor:
     def result(self) -> Harness:
         cpu = (self._cpu1 if self._cpu1 is not None else time.process_time()) - self._cpu0
         wall = (self._wall1 if self._wall1 is not None else time.monotonic()) - self._wall0
+        p = spread(self.lags_ms)  # (of the samples kept; the count and the worst are of all)
+        lag = LoopLag(n=self.n, mean=p.mean, p50=p.p50, p95=p.p95, p99=p.p99, max=self.max_ms)
         return judged(processes=1, cpu_s=cpu, wall_s=wall, cpu_share_of_core=cpu / wall if wall > 0 else None,
-                      loop_lag_ms=LoopLag.model_validate(dict(percentiles(self.lags_ms), n=self.n, max=self.max_ms)),
-                      interval_s=self.interval_s)
+                      loop_lag_ms=lag, interval_s=self.interval_s)
 
 
 def judged(*, processes: int, cpu_s: float, wall_s: float, cpu_share_of_core: float | None, loop_lag_ms: LoopLag,

@@ -1,7 +1,7 @@
 """Chains the stages: evalset → (client) → intent → guardrail → sqlbuild → execute → score.
 
 This is the only module that knows the order of the stages.  Offline re-scoring reads a
-responses file; live runs (``nlq2sql.run.live``) feed the same ``score_item`` from the client.
+responses file; live runs (``nlq2sql.run.live``) feed the same scorer (``score.intent_record``) from the client.
 """
 
 from __future__ import annotations

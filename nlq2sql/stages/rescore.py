@@ -3,7 +3,7 @@
 A re-scored run is typically many items over few distinct (question, answer) pairs: a large
 eval set repeats a few hundred questions under new ids, and a model gives the same few
 answers to each -- often as different texts (whitespace, key order) with one meaning.  A
-record (:func:`score.score_item`) depends on its case's question, category, pair and gold
+record (:func:`score.case_record`) depends on its case's question, category, pair and gold
 intent, on the finish reason, and on the raw text only through what it parses to -- except
 for fields copied as they are: the case's ``id``, the ``raw_text`` and, for a text that does
 not parse, the parser's reason.  So :class:`RecordMemo` scores each distinct (case, finish
@@ -43,13 +43,13 @@ Entry = tuple[Intent, ItemRecord, tuple[str, ...]]
 def meaning(raw_text: str | None, catalog: Catalog) -> tuple[Hashable, str | None]:
     """(what a raw answer parses to, the reason it does not parse or None).
 
-    The first is hashable, and equal for two texts exactly when :func:`score_item` scores them
+    The first is hashable, and equal for two texts exactly when :func:`case_record` scores them
     alike but for :data:`OPEN_FIELDS`: an intent's fields (plain str, int or None once
     validated), or the failure's status -- its reason (a JSON error's position, say) is only
     copied into ``status_reason`` and ``final_status_reason``.
     """
     try:
-        i = parse_intent(raw_text or "", catalog)  # cached per text: score_item's call is free
+        i = parse_intent(raw_text or "", catalog)  # cached per text: case_record's call is free
     except IntentError as exc:
         return ("error", exc.status), exc.reason
     return ("intent", i.intent, i.metric, i.dimension, i.time_grain,
@@ -57,7 +57,7 @@ def meaning(raw_text: str | None, catalog: Catalog) -> tuple[Hashable, str | Non
 
 
 class RecordMemo:
-    """:func:`score_item` for offline re-scoring, remembered per distinct answer to a case,
+    """:func:`case_record` for offline re-scoring, remembered per distinct answer to a case,
     writing each item's record line (:meth:`write`).
 
     Two bounded memos: by raw text (a repeated text costs one lookup, not even a parse), and

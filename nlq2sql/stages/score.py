@@ -37,8 +37,7 @@ from nlq2sql.stages.intent import (
 from nlq2sql.stages.sqlbuild import build_sql
 
 __all__ = ["RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "case_record", "error_class", "mcnemar_exact",
-           "parse_or_status", "intent_record", "percentiles", "rate", "run_intent", "score_item", "spread",
-           "wilson", "wrong_fields"]
+           "parse_or_status", "intent_record", "rate", "run_intent", "spread", "wrong_fields"]
 
 T = TypeVar("T")
 
@@ -130,15 +129,6 @@ def case_record(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], e
                          request_error=request_error, catalog=catalog)
 
 
-def score_item(case: EvalCase, raw_text: str | None, rulesets: list[RuleSet], executor: Executor,
-               *, catalog: Catalog, finish_reason: str | None = None,
-               request_error: str | None = None) -> dict[str, Any]:
-    """:func:`case_record` as the flat record: the JSON edge for rows that cross processes as
-    plain data (``run.batch_vllm``'s scored rows); in-process code takes :func:`case_record`."""
-    return case_record(case, raw_text, rulesets, executor, catalog=catalog, finish_reason=finish_reason,
-                       request_error=request_error).to_json_dict(version=False)
-
-
 def intent_record(item_id: str, question: str, raw_text: str | None, rulesets: list[RuleSet],
                   executor: Executor, *, gold: Intent | None, catalog: Catalog, category: str | None = None,
                   pair_id: str | None = None, finish_reason: str | None = None,
@@ -220,11 +210,6 @@ def rate(k: int, n: int) -> Rate:
     return Rate(value=k / n, k=k, n=n, ci95=[round(ci.low, 4), round(ci.high, 4)])
 
 
-def wilson(k: int, n: int) -> dict[str, Any]:
-    """:func:`rate` as the JSON it is written as (reports that still build their tables as JSON)."""
-    return rate(k, n).to_json_dict()
-
-
 def mcnemar_exact(b: int, c: int) -> float:
     """Exact McNemar p-value from the two discordant counts (b: A right/B wrong, c: reverse)."""
     from scipy.stats import binomtest
@@ -239,11 +224,6 @@ def spread(values: list[float]) -> Percentiles:
     arr = np.asarray(values, dtype=float)
     p50, p95, p99 = (float(np.percentile(arr, q)) for q in (50, 95, 99))
     return Percentiles(n=int(arr.size), mean=float(arr.mean()), p50=p50, p95=p95, p99=p99)
-
-
-def percentiles(values: list[float]) -> dict[str, Any]:
-    """:func:`spread` as the JSON it is written as."""
-    return spread(values).to_json_dict()
 
 
 #: Rows of the result and of the gold result kept in each record.

@@ -45,12 +45,6 @@ class Completion:
     #: logprob), …]).  Kept in memory for the confidence read-out, never recorded whole.
     token_logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
 
-    def record_fields(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in (
-            "outcome", "finish_reason", "http_status", "error", "attempts", "latency_s", "ttft_s",
-            "itl_mean_s", "itl_max_s", "chunks", "prompt_tokens", "completion_tokens",
-            "cached_tokens", "retry_waits_s", "unsent_retries")}
-
 
 class HTTPStatusError(Exception):
     """A non-200 answer, carrying what :func:`nlq2sql.transport.client.classify` needs."""

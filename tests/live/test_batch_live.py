@@ -21,19 +21,24 @@ from nlq2sql.run.batch_shards import iter_shard_records
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.pipeline import make_executor
-from nlq2sql.stages.score import score_item
-from nlq2sql.transport.stream import Completion
+from nlq2sql.stages.score import case_record
 
 pytest.importorskip("ray.data.llm")
+
+
+#: What a ``transport.stream.Completion`` puts in a record (``run.item.request_part``).
+COMPLETION_KEYS = ("outcome", "finish_reason", "http_status", "error", "attempts", "latency_s", "ttft_s",
+                   "itl_mean_s", "itl_max_s", "chunks", "prompt_tokens", "completion_tokens", "cached_tokens",
+                   "retry_waits_s", "unsent_retries")
 
 
 def eval_record_keys() -> set[str]:
     """The keys ``ItemRunner`` gives a record of one endpoint (no examples, no planner)."""
     wh = open_warehouse("retail")
     with make_executor(wh) as ex:
-        rec = score_item(load_evalset("heldout", retail_wh()).cases[0], None, [], ex, catalog=wh.catalog)
-    return set(rec) | set(Completion().record_fields()) | {"record_version", "started", "concurrency",
-                                                              "whitespace_chars", "chars"}
+        rec = case_record(load_evalset("heldout", retail_wh()).cases[0], None, [], ex, catalog=wh.catalog)
+    return set(rec.to_json_dict(version=False)) | set(COMPLETION_KEYS) | {"record_version", "started", "concurrency",
+                                                                          "whitespace_chars", "chars"}
 
 
 def test_batch_ray_vllm_answers_with_structured_outputs(tmp_path: Path) -> None:
