@@ -35,6 +35,7 @@ from nlq2sql.cli._common import (
 from nlq2sql.cli._serving import BatchInvariantOpt, check_local_only
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
+from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.models import DEFAULT_MODEL
 
 __all__ = ["compact", "compare", "gate", "load_check", "matrix"]
@@ -92,8 +93,9 @@ def load_check(
             with bound_endpoint(base) as (bound, info):  # one local server for every level, when started here
                 dirs = loadcheck.run_levels(replace(lc, base=bound))
                 result = loadcheck.compare_runs(dirs).with_split(loadcheck.split_identity(dirs))
-                result.server = {"started_by_us": info.started_by_us, "batch_invariant": info.batch_invariant,
-                                 "structured_outputs": info.structured_written()}
+                result.server = EndpointFacts.model_validate({  # these keys, in this order
+                    "started_by_us": info.started_by_us, "batch_invariant": info.batch_invariant,
+                    "structured_outputs": info.structured_outputs})
     if runs:
         result = loadcheck.compare_runs(dirs).with_split(loadcheck.split_identity(dirs))
     loadcheck.write_result(out, result)

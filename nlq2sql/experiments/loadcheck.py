@@ -20,6 +20,7 @@ from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
 
@@ -99,7 +100,7 @@ class LoadCheck(Fig, kw_only=True):
     divergent: list[Divergent]
     run_to_run: dict[str, Identity] | UnsetType = UNSET
     across_levels_first_repeat: Identity | UnsetType = UNSET
-    server: dict[str, Any] | UnsetType = UNSET  # the local server's facts, open by nature
+    server: EndpointFacts | UnsetType = UNSET  # the local server's facts (its keys as given)
     replicas: list[ReplicaLabel] | UnsetType = UNSET
     across_replicas: dict[str, Identity] | UnsetType = UNSET
     across_concurrency: dict[str, Identity] | UnsetType = UNSET
@@ -268,11 +269,12 @@ def _split_lines(result: LoadCheck) -> list[str]:
         return []
     lines = ["| identity | runs | items byte-identical | intents differ | divergent ids |", "|---|---|---|---|---|"]
     lines += [_identity_row(what, r) for what, r in rows]
-    server = present(result.server) or {}
-    if server:
+    server = present(result.server)
+    if server is not None and server.model_fields_set:
+        backend = server.structured_outputs.backend if server.structured_outputs is not None else None
         lines.append("")
-        lines.append(f"Server: batch-invariant {server.get('batch_invariant')}, structured-output backend "
-                     f"{(server.get('structured_outputs') or {}).get('backend') or 'unknown'}.")
+        lines.append(f"Server: batch-invariant {server.batch_invariant}, structured-output backend "
+                     f"{backend or 'unknown'}.")
     return [*lines, ""]
 
 
