@@ -20,7 +20,6 @@ from nlq2sql.errors import InputError
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
-from nlq2sql.records.results import validated
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, BulkRecordWriter, write_json_atomic
 from nlq2sql.records.summary_parts import Missing
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
@@ -100,10 +99,11 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> Summar
         from nlq2sql.semantic.catalog import display_path
 
         shown = display_path(Path(cfg.responses))
-        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, manifest_base("score", qs, rulesets, wh).keys() | {  # type: ignore[arg-type]
-            "answer": answer, "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
-            "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
-            "finished": time.time()}))
+        manifest = ManifestModel(**manifest_base("score", qs, rulesets, wh).keys(), answer=answer,
+                                 responses=shown if not shown.startswith("/") else Path(cfg.responses).name,
+                                 responses_sha256=warehouse.fingerprint(Path(cfg.responses)), started=started,
+                                 finished=time.time())
+        write_json_atomic(tmp / MANIFEST, manifest.written())
         publish(tmp, cfg.out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -43,7 +43,7 @@ from nlq2sql.records.summary_parts import (
 )
 
 __all__ = ["LEGACY_WAREHOUSE", "Manifest", "Summary", "load_manifest", "load_summary",
-           "manifest_warehouse", "validated"]
+           "manifest_warehouse"]
 
 #: The warehouse of a run recorded before manifests named their semantic model: ``retail``, then
 #: the only one.  A fact about old records, not a default for new runs.
@@ -164,16 +164,6 @@ class Manifest(_Model):
     def written(self) -> dict[str, Any]:
         """The manifest as ``manifest.json`` holds it (the JSON edge): the keys set, in write order."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
-
-
-def validated(model: type[Summary] | type[Manifest], data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` checked against its model before it is written (an undeclared key is a bug here,
-    not a reader's surprise later); returns it unchanged."""
-    try:
-        model.model_validate(data)
-    except ValidationError as exc:
-        raise AssertionError(f"{model.__name__} does not match its declared contract: {exc}") from None
-    return data
 
 
 def _load(model: type[Summary] | type[Manifest], path: Path) -> Any:

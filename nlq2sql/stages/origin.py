@@ -22,6 +22,7 @@ from nlq2sql.semantic.catalog import display_path
 from nlq2sql.stages.evalset import CaseIndex, EvalSet
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.learned_guardrail import LearnedRuleSet
+from nlq2sql.stages.queryset import QuerySet
 
 __all__ = ["RunOrigin", "manifest_base"]
 
@@ -51,7 +52,7 @@ class RunOrigin(msgspec.Struct, kw_only=True):
         return out | (msgspec.structs.asdict(self.warehouse) if self.warehouse is not None else {})
 
 
-def manifest_base(kind: str, evalset: EvalSet | CaseIndex, rulesets: list[RuleSet],
+def manifest_base(kind: str, evalset: EvalSet | CaseIndex | QuerySet, rulesets: list[RuleSet],
                   wh: Warehouse | None = None) -> RunOrigin:
     learned = {rs.name: rs.provenance() for rs in rulesets if isinstance(rs, LearnedRuleSet)}
     git = git_info()

@@ -20,7 +20,7 @@ from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
-from nlq2sql.records.results import manifest_warehouse, validated
+from nlq2sql.records.results import manifest_warehouse
 from nlq2sql.records.store import (
     MANIFEST,
     RECORD_VERSION,
@@ -271,11 +271,11 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
         from nlq2sql.semantic.catalog import display_path
 
         shown = display_path(Path(cfg.responses))
-        base = manifest_base("score", evalset, rulesets, wh).keys()
-        write_json_atomic(tmp / MANIFEST, validated(ManifestModel, base | {
-            "responses": shown if not shown.startswith("/") else Path(cfg.responses).name,
-            "responses_sha256": warehouse.fingerprint(Path(cfg.responses)), "started": started,
-            "finished": time.time()}))
+        manifest = ManifestModel(**manifest_base("score", evalset, rulesets, wh).keys(),
+                                 responses=shown if not shown.startswith("/") else Path(cfg.responses).name,
+                                 responses_sha256=warehouse.fingerprint(Path(cfg.responses)), started=started,
+                                 finished=time.time())
+        write_json_atomic(tmp / MANIFEST, manifest.written())
         publish(tmp, cfg.out)
     finally:
         gc.unfreeze()
