@@ -99,7 +99,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> Summar
         from nlq2sql.semantic.catalog import display_path
 
         shown = display_path(Path(cfg.responses))
-        manifest = ManifestModel(**manifest_base("score", qs, rulesets, wh).keys(), answer=answer,
+        manifest = ManifestModel(**manifest_base("score", qs, rulesets, wh).given(), answer=answer,
                                  responses=shown if not shown.startswith("/") else Path(cfg.responses).name,
                                  responses_sha256=warehouse.fingerprint(Path(cfg.responses)), started=started,
                                  finished=time.time())

@@ -24,14 +24,13 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, create
 from nlq2sql.errors import RecordError
 from nlq2sql.records.manifest_parts import (
     EngineArgs,
-    GuardrailArtefact,
+    Origin,
     RetryBudgetPart,
     SamplingPart,
     ServerFacts,
 )
 from nlq2sql.records.manifest_parts import Part as ManifestPart
 from nlq2sql.records.run_parts import ServerMetrics
-from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import AnswerFigures, Compactness, Figures, Part, Throughput
 
 __all__ = ["BatchLoad", "BatchManifest", "BatchManifestHead", "BatchRecords", "BatchReplica", "BatchSummary",
@@ -133,27 +132,10 @@ class SessionStart(ManifestPart):
     started: float
 
 
-class BatchManifestHead(ManifestPart):
+class BatchManifestHead(Origin):
     """A batch manifest's keys up to ``answer``: each condition's keys follow them on disk
     (:meth:`BatchManifest.with_conditions` declares them between this and the rest)."""
 
-    record_version: int = RECORD_VERSION
-    kind: str
-    harness_version: str
-    git_commit: str | None
-    git_dirty: bool | None
-    evalset: str | None = None  # an eval set's three keys, or a question file's two (below)
-    evalset_path: str | None = None
-    evalset_sha256: str | None = None
-    n_items: int
-    guardrails: list[str]
-    guardrail_artefacts: dict[str, GuardrailArtefact] | None = None  # by rule set
-    semantic_model: str | None = None
-    semantic_model_path: str | None = None
-    semantic_model_sha256: str | None = None
-    time_spine: str | None = None
-    db: str | None = None
-    db_sha256: str | None = None
     questions: str | None = None  # ``--questions``: the file's name and SHA-256
     questions_sha256: str | None = None
     scored: bool

@@ -18,10 +18,11 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
+from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import Part as Section
 
-__all__ = ["CanaryPart", "EngineArgs", "EnginePart", "GuardrailArtefact", "GuidedDecoding", "LoadPart", "Part",
-           "ReplicaPart", "RetryBudgetPart", "SamplingPart", "ServerFacts", "StructuredOutputs"]
+__all__ = ["CanaryPart", "EngineArgs", "EnginePart", "GuardrailArtefact", "GuidedDecoding", "LoadPart", "Origin",
+           "Part", "ReplicaPart", "RetryBudgetPart", "SamplingPart", "ServerFacts", "StructuredOutputs"]
 
 
 class Part(Section):
@@ -147,3 +148,33 @@ class EngineArgs(Part):
     max_num_seqs: int
     structured_outputs_config: GuidedDecoding | None = None  # a compact server's: no whitespace
     enforce_eager: bool | None = None  # without GPUs, as the CPU server runs
+
+
+class Origin(Part):
+    """The keys every manifest opens with, in their order: what was scored (an eval set's three
+    keys; a batch over a question file has none), by which harness, under which guardrails, against
+    which warehouse.  Built once (``stages.origin.manifest_base``); ``Manifest`` and the batch's
+    manifest extend it, so these keys are declared here only."""
+
+    record_version: int = RECORD_VERSION
+    kind: str
+    harness_version: str
+    git_commit: str | None
+    git_dirty: bool | None
+    evalset: str | None = None
+    evalset_path: str | None = None
+    evalset_sha256: str | None = None
+    n_items: int
+    guardrails: list[str]
+    guardrail_artefacts: dict[str, GuardrailArtefact] | None = None  # by rule set
+    semantic_model: str | None = None
+    semantic_model_path: str | None = None
+    semantic_model_sha256: str | None = None
+    time_spine: str | None = None  # declared | legacy | generated: what MetricFlow compiled against
+    db: str | None = None
+    db_sha256: str | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The keys set, as values (sections stay models), in order: a manifest model's keyword
+        arguments (``Manifest(**origin.given(), …)``), so a key not set stays absent there too."""
+        return {k: getattr(self, k) for k in Origin.model_fields if k in self.model_fields_set}

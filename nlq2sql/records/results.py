@@ -23,8 +23,8 @@ from nlq2sql.inputs import check_json_depth
 from nlq2sql.records.manifest_parts import (
     CanaryPart,
     EnginePart,
-    GuardrailArtefact,
     LoadPart,
+    Origin,
     ReplicaPart,
     RetryBudgetPart,
     SamplingPart,
@@ -90,7 +90,7 @@ class Summary(Figures):
         return cls.model_validate({**{k: getattr(figures, k) for k in figures.model_fields_set}, **added})
 
 
-class Manifest(_Model):
+class Manifest(Origin):
     """The keys every run writes; each condition's own keys are added by the condition registry
     (``nlq2sql.conditions.registry.REGISTRY.manifest_model()``: validate a whole manifest with that).
 
@@ -98,23 +98,9 @@ class Manifest(_Model):
     set, in the order declared here, each condition's keys after ``client`` (the order manifests
     have always had: the declaration order is the write order, so keep it when adding a key)."""
 
-    record_version: int = RECORD_VERSION
-    kind: str
-    harness_version: str
-    git_commit: str | None
-    git_dirty: bool | None
-    evalset: str
+    evalset: str  # (a run's manifest always names its eval set)
     evalset_path: str
     evalset_sha256: str
-    n_items: int
-    guardrails: list[str]
-    guardrail_artefacts: dict[str, GuardrailArtefact] | None = None  # by rule set
-    semantic_model: str | None = None
-    semantic_model_path: str | None = None
-    semantic_model_sha256: str | None = None
-    time_spine: str | None = None  # declared | legacy | generated: what MetricFlow compiled against
-    db: str | None = None
-    db_sha256: str | None = None
     # live runs
     endpoint: str | None = None
     model: str | None = None

@@ -13,9 +13,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-from msgspec import UNSET
-
 from nlq2sql.conditions.registry import REGISTRY, Condition
 from nlq2sql.errors import RecordError
 from nlq2sql.records.batch_parts import BatchManifest, BatchReplica
@@ -49,15 +46,9 @@ def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, 
                    total: int, grammar: str | None) -> BatchManifest:
     """What the batch is asked (items, cut, engine, model, prompt, sampling, conditions) and the
     server it measured; ``started`` now."""
-    if evalset is not None:
-        base = manifest_base("batch", evalset, rulesets, wh)
-    else:
-        base = manifest_base("batch", EvalSet(name=Path(cfg.input).stem, path=str(cfg.input), sha256=sha, cases=()),
-                             rulesets, wh)
-        base = msgspec.structs.replace(base, evalset=UNSET, evalset_path=UNSET, evalset_sha256=UNSET)
-    base = msgspec.structs.replace(base, n_items=n)
+    base = manifest_base("batch", evalset, rulesets, wh, n_items=n)  # a question file: no eval set keys
     manifest = manifest_model()(
-        **base.keys(), scored=evalset is not None, limit=wcfg.limit, engine=cfg.engine,
+        **base.given(), scored=evalset is not None, limit=wcfg.limit, engine=cfg.engine,
         ray_address=cfg.ray_address, actors=cfg.actors, concurrency_per_actor=cfg.concurrency,
         shard_rows=cfg.shard_rows, format=cfg.format, out=str(cfg.out) if "://" in str(cfg.out) else None,
         endpoint=wcfg.endpoint, model=wcfg.model, prompt=prompt.name, prompt_style=prompt.style,

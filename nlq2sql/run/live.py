@@ -234,7 +234,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
                 probe_grammar(url, mdl, k, grammar, timeout_s=cfg.timeout_s)
         more_facts = [asyncio.run(probe_endpoint(u, m, k)) for u, m, k in fleet[1:]]
         manifest = REGISTRY.manifest_model()(
-            **manifest_base("eval", evalset, rulesets, wh).keys(),
+            **manifest_base("eval", evalset, rulesets, wh).given(),
             endpoint=base_url if server is None else "local",
             model=model, prompt=prompt.name, prompt_style=prompt.style, prompt_sha256=prompt.sha256,
             sampling=bind_sampling(request_sampling(cfg), wh, cfg.answer,

@@ -271,7 +271,7 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
         from nlq2sql.semantic.catalog import display_path
 
         shown = display_path(Path(cfg.responses))
-        manifest = ManifestModel(**manifest_base("score", evalset, rulesets, wh).keys(),
+        manifest = ManifestModel(**manifest_base("score", evalset, rulesets, wh).given(),
                                  responses=shown if not shown.startswith("/") else Path(cfg.responses).name,
                                  responses_sha256=warehouse.fingerprint(Path(cfg.responses)), started=started,
                                  finished=time.time())
