@@ -217,8 +217,8 @@ def _loadcheck(name: str, runs: list[Path]) -> Iterator[tuple[str, str]]:
     server = {"started_by_us": False, "batch_invariant": True, "structured_outputs": {"backend": "xgrammar"}}
     if isinstance(res, dict):
         res["server"] = server
-    else:
-        res.server = server
+    else:  # the model, as the CLI sets it (its keys in the order given)
+        res.server = EndpointFacts.model_validate(server)
     out = Path(name.replace(":", "-"))
     loadcheck.write_result(out, res)
     yield f"{name}:loadcheck.json", (out / "loadcheck.json").read_text()
