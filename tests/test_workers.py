@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -175,12 +176,18 @@ def test_each_worker_answers_the_golds_before_its_first_request(tmp_path: Path, 
     for c in repeated:
         mine.send(c)
     mine.send(None)
+    got: list[Any] = []
+
+    def drain() -> None:  # as the driver does: a pipe nobody reads fills, and the worker's send waits
+        while not got or got[-1][0] != "done":
+            got.append(mine.recv())
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     with FakeServer(tmp_path / "fake", script(), model=MODEL) as f:
         cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=f.url, model=MODEL, limit=5)
         asyncio.run(worker._serve(cfg, (f.url, MODEL, ""), 1, theirs, RetryBudget(10, 0.1), golds))
-    got = []
-    while mine.poll():
-        got.append(mine.recv())
+    reader.join(timeout=30)
     assert [k for k, _ in got] == ["ready"] + ["rec"] * len(repeated) + ["done"]
     assert got[-1][1].sent == len(repeated)
     assert memo_at_start == {build_sql(canonicalise(c.gold), wh.catalog) for c in cases}
