@@ -26,6 +26,7 @@ from nlq2sql.errors import InputError
 from nlq2sql.experiments.arms import arms_table, common_error, load_arm, parse_answers, render_markdown
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.semantic.binding import Warehouse
+from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.pipeline import make_executor
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.transport.client import Sampling, bind_sampling, request_kwargs
@@ -103,7 +104,9 @@ def test_solved_examples_return_the_gold_rows_and_fit_the_grammar(warehouses: di
     wh = warehouses[name]
     text = sql_grammar(wh.catalog, wh).text
     bank = load_query_set("dev", wh.catalog)
-    with make_executor(wh) as ex, Sandbox(wh.db_path) as box:
+    # (a generous per-query timeout: this checks equivalence, and a contended machine once took
+    # over the default 10 s on one query, which then counted as not clean)
+    with Executor(wh.db_path, timeout_s=120) as ex, Sandbox(wh.db_path) as box:
         solved = solve([c.gold for c in bank.cases], wh.catalog, wh, ex)
         clean = [(c, s) for c, s in zip(bank.cases, solved, strict=True) if s is not None and s.style == "clean"]
         for case, s in clean:
