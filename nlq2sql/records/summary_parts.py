@@ -16,8 +16,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, WithJsonSchema, model_serializer
 
 __all__ = ["Abstention", "AnswerFigures", "CategoryFigures", "Compactness", "ConfusionMatrix", "CurvePoint",
-           "Digest", "EmptyGolds", "Figures", "LabelledRate", "LoadShape", "Missing", "Part", "Percentiles", "Rate",
-           "RuleFigures", "Selective", "Throughput", "WorkerFigures", "WorkerLoss", "WorkerPhases",
+           "Digest", "EmptyGolds", "Figures", "Headline", "LabelledRate", "LoadShape", "Missing", "Part", "Percentiles",
+           "Rate", "RuleFigures", "Selective", "Throughput", "WorkerFigures", "WorkerLoss", "WorkerPhases",
            "WorkerStartup"]
 
 Num = int | float
@@ -229,9 +229,9 @@ class WorkerFigures(Part):
     worker_startup_s: WorkerStartup
 
 
-class Figures(Part):
-    """What the aggregator counts from scored records (``stages.summary.Summary.result``): the
-    first keys of every scored summary, in their order on disk."""
+class Headline(Part):
+    """A scored summary's first keys, in their order on disk: the figures a run is read by first
+    (the viewer computes them itself for a run that has no summary yet)."""
 
     n: int
     raw_accuracy: Rate
@@ -240,6 +240,12 @@ class Figures(Part):
     schema_valid_rate: Rate
     interventions: int
     intervention_precision: Rate
+
+
+class Figures(Headline):
+    """What the aggregator counts from scored records (``stages.summary.Summary.result``): the
+    first keys of every scored summary, in their order on disk."""
+
     intervention_recall: dict[str, Rate]
     rules: dict[str, RuleFigures]
     majority_baseline: LabelledRate

@@ -11,36 +11,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from nlq2sql.records.summary_parts import Part, Percentiles, Rate
+from nlq2sql.records.summary_parts import Headline, Part, Percentiles
 from nlq2sql.stages.score import rate, spread
 
-__all__ = ["Headline", "HeadlineTiming", "headline"]
+__all__ = ["HeadlineTiming", "ViewerHeadline", "headline"]
 
 
 class HeadlineTiming(Part):
     latency_s: Percentiles
 
 
-class Headline(Part):
+class ViewerHeadline(Headline):
     """The headline part of a summary, in its key order, marked as the viewer's own."""
 
-    n: int
-    raw_accuracy: Rate
-    final_accuracy: Rate
-    execution_accuracy: Rate
-    schema_valid_rate: Rate
-    interventions: int
-    intervention_precision: Rate
     timing: HeadlineTiming
     computed_by_viewer: bool = True
 
 
-def headline(cols: dict[str, list[Any]]) -> Headline:
+def headline(cols: dict[str, list[Any]]) -> ViewerHeadline:
     """The headline part of a summary from the item columns (``runs.COLUMNS``)."""
     n = len(cols["id"])
     fired = sum(1 for v in cols["interventions"] if v)
     lat = [v for v in cols["latency_s"] if v is not None]
-    return Headline(n=n, raw_accuracy=rate(sum(cols["correct_raw"]), n),
+    return ViewerHeadline(n=n, raw_accuracy=rate(sum(cols["correct_raw"]), n),
                     final_accuracy=rate(sum(cols["correct_final"]), n),
                     execution_accuracy=rate(sum(cols["correct_exec"]), n),
                     schema_valid_rate=rate(sum(cols["schema_valid"]), n), interventions=fired,
