@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
@@ -53,10 +53,6 @@ LEGACY_WAREHOUSE = "retail"
 def manifest_warehouse(manifest: dict[str, Any]) -> str:
     """The semantic model a recorded run ran on: its path, else its name, else :data:`LEGACY_WAREHOUSE`."""
     return str(manifest.get("semantic_model_path") or manifest.get("semantic_model") or LEGACY_WAREHOUSE)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class Summary(Figures):
