@@ -76,7 +76,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> Summar
         answered = bytearray(len(ids))
         with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer, \
                 _scorer(answer, wh, rulesets) as scorer:
-            for resp in read_responses(cfg.responses, ids):
+            for resp in read_responses(cfg.responses, ids, answer):
                 pos = ids[resp.id]
                 rec = scorer(qs.cases[pos], resp.text, ex, wh.catalog, finish_reason=resp.finish_reason)
                 writer.write(rec)

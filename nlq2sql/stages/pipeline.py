@@ -6,7 +6,9 @@ responses file; live runs (``nlq2sql.run.live``) feed the same scorer (``score.i
 
 from __future__ import annotations
 
+import difflib
 import gc
+import json
 import os
 import shutil
 import time
@@ -71,8 +73,36 @@ class Response:
 RESPONSE_MEMO_SIZE = 4096
 
 
-def read_responses(path: Path, known_ids: Mapping[str, int]) -> Iterator[Response]:
+def answer_kind_of(text: str | None) -> str | None:
+    """What kind of answer a raw text plainly is (``intent``, ``query`` or ``sql``), or None when it
+    cannot be told (prose, a refusal, broken JSON): a v1 intent has ``intent``/``metric`` keys, a v2
+    query ``metrics``/``group_by``, SQL starts with SELECT or WITH."""
+    if not isinstance(text, str):
+        return None
+    head = text.lstrip()[:8].upper()
+    if head.startswith(("SELECT", "WITH")):
+        return "sql"
+    if not head.startswith("{"):
+        return None
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if "metrics" in obj or "group_by" in obj:
+        return "query"
+    if "metric" in obj or "dimension" in obj:
+        return "intent"
+    return None
+
+
+def read_responses(path: Path, known_ids: Mapping[str, int], answer: str | None = None) -> Iterator[Response]:
     """Stream ``{"id", "text"}`` lines, naming file, line and field on any problem.
+
+    ``answer``: the kind the caller scores (``--answer``); the first line whose text is plainly
+    another kind (:func:`answer_kind_of`) is refused with the option to pass, so a file of v2
+    queries is not scored 0 % as v1 intents.
 
     ``known_ids`` maps each eval-set id to its position (a duplicate is found by position, so
     no set of every id read is built).  A line that repeats an earlier one but for its
@@ -107,6 +137,13 @@ def read_responses(path: Path, known_ids: Mapping[str, int]) -> Iterator[Respons
             if seen[pos]:
                 raise InputError(f"duplicate id {rid!r}", path=where, line=lineno, field="id")
             seen[pos] = 1
+            if answer is not None and reused is None:
+                kind = answer_kind_of(text)
+                if kind is not None:
+                    if kind != ("sql" if answer == "sql-grammar" else answer):
+                        raise InputError(f"this answer is {_KIND_WORDS[kind]}, but --answer is {answer}: "
+                                         f"pass --answer {kind}", path=where, line=lineno, field="text")
+                    answer = None  # the first answer whose kind shows decides for the file
             if reused is None:
                 if text is not None and not isinstance(text, str):
                     raise InputError("text must be a string or null", path=where, line=lineno, field="text")
@@ -126,7 +163,14 @@ def _parse_response(line: str, where: str, lineno: int) -> tuple[str, Any, Any]:
     rid = obj.get("id")
     if not isinstance(rid, str):
         raise InputError("missing or non-string id", path=where, line=lineno, field="id")
+    if "text" not in obj:  # a line without the model's text is not "no answer": it is a malformed line
+        close = difflib.get_close_matches("text", [str(k) for k in obj if k != "id"], n=1, cutoff=0.5)
+        hint = f" (found {close[0]!r}: rename it to 'text')" if close else ' (null when the model gave none)'
+        raise InputError("missing field 'text'" + hint, path=where, line=lineno, field="text")
     return rid, obj.get("text"), obj.get("finish_reason")
+
+
+_KIND_WORDS = {"intent": "a v1 intent", "query": "a v2 query (MetricFlow)", "sql": "SQL"}
 
 
 def as_missing(rec: ItemRecord) -> ItemRecord:
@@ -249,7 +293,7 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
             # that encoding with the item's id, raw text (and parse error) filled in; the
             # summary, which reads none of those, counts each distinct record once.
             memo = RecordMemo(rulesets, ex, wh.catalog, writer)
-            for resp in read_responses(cfg.responses, ids):
+            for resp in read_responses(cfg.responses, ids, "intent"):
                 pos = ids[resp.id]
                 summ.add_shared(memo.write(resp.id, evalset.shared[pos], resp.text, resp.finish_reason))
                 answered[pos] = 1
