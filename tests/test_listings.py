@@ -16,7 +16,6 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
-
 from nlq2sql.errors import IntentError
 from nlq2sql.semantic import load_catalog
 from nlq2sql.semantic.contract import answer_schema, is_listing_branch, parse_answer
@@ -46,7 +45,8 @@ def test_a_query_needs_a_metric_or_a_group_by_and_a_listing_has_no_metric_time()
         with pytest.raises(ValidationError, match="needs a metric or a group-by"):
             MetricQuery.model_validate(empty)
     for timed in ({"group_by": ["metric_time__month"]},
-                  {"group_by": [REGION], "where": [{"field": "metric_time__day", "op": "gte", "values": ["2024-01-01"]}]},
+                  {"group_by": [REGION],
+                   "where": [{"field": "metric_time__day", "op": "gte", "values": ["2024-01-01"]}]},
                   {"group_by": [REGION], "order_by": [{"field": "metric_time__year", "descending": False}]}):
         with pytest.raises(ValidationError, match="cannot use 'metric_time"):
             MetricQuery.model_validate({"metrics": [], **timed})
@@ -58,7 +58,8 @@ def test_the_kind_of_a_listing_is_listing_whatever_its_order_and_limit() -> None
     assert _listing().kind == LISTING
     assert _listing(order_by=[], limit=None).kind == LISTING
     assert MetricQuery.model_validate({"metrics": ["revenue"], "group_by": [REGION]}).kind == "breakdown"
-    assert MetricQuery.model_validate({"metrics": ["revenue"], "group_by": ["metric_time__month"]}).kind == "time_series"
+    series = MetricQuery.model_validate({"metrics": ["revenue"], "group_by": ["metric_time__month"]})
+    assert series.kind == "time_series"
 
 
 # -- compiled by MetricFlow, run on the test warehouse --------------------------------------------
@@ -92,7 +93,8 @@ def test_a_time_dimension_of_a_model_is_listed(tmp_path: Path) -> None:
     from nlq2sql.semantic.binding import open_warehouse
 
     wh = open_warehouse("jaffle")
-    q = MetricQuery.model_validate({"metrics": [], "group_by": ["location__location_name", "location__opened_date__day"],
+    q = MetricQuery.model_validate({"metrics": [],
+                                    "group_by": ["location__location_name", "location__opened_date__day"],
                                     "order_by": [{"field": "location__opened_date__day", "descending": False}]})
     with Executor(wh.db_path) as ex:
         rows = ex.run(wh.catalog.engine.compile(q))

@@ -9,8 +9,9 @@ bound warehouse), and every number is bounded.  In either mode a **listing** (no
 distinct values of its group-bys) is a branch of its own — ``metrics`` exactly ``[]``
 (``maxItems: 0``), ``group_by`` at least one of MetricFlow's dimension-value names — beside the
 query branches, whose ``metrics`` keep ``minItems: 1``: so ``{"metrics": [], "group_by": []}``
-matches no branch, without ``if``/``then`` or ``uniqueItems`` (which xgrammar does not take).  Cross-part rules the schema cannot carry (a
-group-by no chosen metric reaches) are MetricFlow's compile errors, recorded per item.
+matches no branch, with no ``if``/``then`` or ``uniqueItems`` (grammar backends do not all take
+them).  Cross-part rules the schema cannot carry (a group-by no chosen metric reaches) are
+MetricFlow's compile errors, recorded per item.
 """
 
 from __future__ import annotations

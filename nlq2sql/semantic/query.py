@@ -18,8 +18,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from nlq2sql.inputs import not_a_boolean
 
-__all__ = ["ARITY", "GRAINS", "KINDS", "LISTING", "METRIC_TIME", "OPS", "MetricQuery", "OrderBy", "Unanswerable", "Value",
-           "Where", "is_metric_time"]
+__all__ = ["ARITY", "GRAINS", "KINDS", "LISTING", "METRIC_TIME", "OPS", "MetricQuery", "OrderBy", "Unanswerable",
+           "Value", "Where", "is_metric_time"]
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 Value = Annotated[str, Field(max_length=128)] | int | float
