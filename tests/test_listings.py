@@ -244,3 +244,14 @@ def test_evalset_check_passes_a_listing_gold(tmp_path: Path) -> None:
          "category": "listing"})))
     res = RUNNER.invoke(app, ["evalset", "check", str(path), "--semantic-model", "retail"])
     assert res.exit_code == 0 and "2 v2 items OK" in " ".join(res.stdout.split()), res.output
+
+
+def test_a_listings_confidence_is_its_answer_tokens_share() -> None:
+    """``--abstain-below`` on v2: a listing has no metric token, so its confidence is the first share."""
+    from nlq2sql.conditions.confidence import query_evidence
+
+    text = '{"metrics":[],"group_by":["customer_id__region"],"where":[],"order_by":[],"limit":null}'
+    tokens = [('{"', -0.01, [('{"', -0.01)]), ("metrics", -0.2, [("metrics", -0.2), ("unanswerable", -1.7)]),
+              *((ch, -0.01, [(ch, -0.01)]) for ch in text[len('{"metrics'):])]
+    ev = query_evidence(tokens, tuple(CAT.metrics))
+    assert ev is not None and ev.over == "answer" and ev.kind == "metrics" and 0.5 < ev.confidence < 1
