@@ -217,7 +217,7 @@ JSON_EDGES: dict[str, tuple[int, str]] = {
     "nlq2sql.records.run_parts": (2, DUMP),
     "nlq2sql.records.batch_parts": (2, f"{DUMP}; {READ}"),
     "nlq2sql.records.manifest_parts": (2, f"{DUMP}; {KWARGS}"),
-    "nlq2sql.semantic.contract": (7, SCHEMA),
+    "nlq2sql.semantic.contract": (9, SCHEMA),
     "nlq2sql.semantic.manifest": (4, DBT),
     "nlq2sql.semantic.project": (4, DBT),
     "nlq2sql.stages.intent": (12, SCHEMA),

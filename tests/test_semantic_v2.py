@@ -100,7 +100,9 @@ def test_schema_accepts_what_parse_accepts_and_names_come_from_metricflow() -> N
             jsonschema.validate({**good, "group_by": ["region"]}, schema)
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({**good, "limit": 10**6}, schema)
-    assert "anyOf" not in json.dumps(answer_schema(CAT, "flat", abstain=False)["properties"]["metrics"])
+    flat = answer_schema(CAT, "flat", abstain=False)["anyOf"]  # the query branch, then the listing branch
+    assert [b["properties"]["metrics"].get("minItems") for b in flat] == [1, None]
+    assert "anyOf" not in json.dumps(flat[0]["properties"]["metrics"])
     assert isinstance(parse_answer(json.dumps(good), CAT), MetricQuery)
     assert parse_answer('{"unanswerable": "no margin data"}', CAT) == Unanswerable(unanswerable="no margin data")
 

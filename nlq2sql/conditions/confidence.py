@@ -36,6 +36,7 @@ TOP_LOGPROBS = 8
 _KEY = re.compile(r'"intent"\s*:\s*"')
 _OPEN = re.compile(r'\s*\{\s*"')
 _METRICS = re.compile(r'"metrics"\s*:\s*\[\s*"')
+_NO_METRIC = re.compile(r'"metrics"\s*:\s*\[\s*\]')
 _ANSWER_KEYS = ("metrics", "unanswerable")
 
 Tokens = list[tuple[str, float, list[tuple[str, float]]]]
@@ -125,7 +126,8 @@ def query_evidence(tokens: Tokens | None, metrics: tuple[str, ...]) -> Evidence 
     """The v2 answer's confidence, from two decisive tokens: answering or abstaining (the first
     key, ``metrics`` or ``unanswerable``), then -- for a query -- its first metric.  An abstention's
     confidence is its share at the first; a query's, the product of both shares (``over`` says which:
-    ``answer`` or ``metric``; ``answer_share`` keeps the first)."""
+    ``answer`` or ``metric``; ``answer_share`` keeps the first).  A listing (``"metrics": []``) has
+    no metric token: its confidence is the first share, as an abstention's."""
     if not tokens:
         return None
     joined = "".join(t for t, _, _ in tokens)
@@ -133,7 +135,7 @@ def query_evidence(tokens: Tokens | None, metrics: tuple[str, ...]) -> Evidence 
     first = _decide(tokens, joined, m.end(), _ANSWER_KEYS) if m else None
     if first is None:
         return None
-    if first.kind != "metrics":
+    if first.kind != "metrics" or _NO_METRIC.search(joined):
         return msgspec.structs.replace(first, over="answer")
     m = _METRICS.search(joined)
     second = _decide(tokens, joined, m.end(), metrics) if m else None

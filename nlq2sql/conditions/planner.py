@@ -1,8 +1,8 @@
 """Two-stage planner: first a constrained choice of the intent kind, then the rest of the
 intent under that kind's branch schema.
 
-The first request is vLLM's ``structured_outputs.choice`` over the three kinds (a handful of
-tokens); the second carries only the chosen kind's branch, so the kind cannot change and no
+The first request is vLLM's ``structured_outputs.choice`` over the three kinds (v2: and
+``listing``; a handful of tokens); the second carries only the chosen kind's branch, so the kind cannot change and no
 inconsistent intent can be generated.  Both requests go through the one request path
 (:func:`nlq2sql.transport.client.complete`, the run's retry budget); the record keeps the first
 stage's choice, outcome, latency and tokens beside the second's, so the planner's cost in
@@ -25,7 +25,8 @@ from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.semantic.catalog import Catalog
-from nlq2sql.semantic.query import METRIC_TIME
+from nlq2sql.semantic.contract import is_listing_branch
+from nlq2sql.semantic.query import KINDS, LISTING, METRIC_TIME
 from nlq2sql.stages.intent import INTENTS, branch_schema
 from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.stream import Completion
@@ -45,7 +46,8 @@ def stage_one(base: Sampling, choices: tuple[str, ...] = INTENTS) -> Sampling:
                    schema_json=None)
 
 
-#: The v2 first stage's question, and its choices: the three kinds, not abstaining.  The v2 prompt
+#: The v2 first stage's question, and its choices: the three kinds and ``listing`` (a query with no
+#: metric), not abstaining.  The v2 prompt
 #: never names the kinds (a query has no ``intent`` field, unlike v1's), and offered the four words
 #: unexplained the first stage chose ``unanswerable`` 47 times of 97 on the adversarial sets,
 #: ``top_n_by_metric`` 49, ``breakdown`` once (3 right: reports/conditions-v2 at 6c9ee95); with the
@@ -57,7 +59,8 @@ KIND_QUESTION = (
     "question needs:\n"
     "- breakdown: totals of metrics, overall or per group (no time grouping, no top/bottom N)\n"
     "- time_series: metrics per day, week, month, quarter or year (grouped by a metric_time grain)\n"
-    "- top_n_by_metric: the top or bottom N groups by a metric (ordered, with a limit)")
+    "- top_n_by_metric: the top or bottom N groups by a metric (ordered, with a limit)\n"
+    "- listing: the values of fields themselves, with no metric (e.g. which stores exist, with their opening dates)")
 
 
 def kind_messages(messages: list[dict[str, str]], answer: str) -> list[dict[str, str]]:
@@ -106,8 +109,13 @@ def query_kind_schema(schema: dict[str, Any], kind: str) -> dict[str, Any]:
     runs could make)."""
     branches = schema.get("anyOf") or [{k: v for k, v in schema.items() if k not in ("$schema", "title")}]
     abstain = [b for b in branches if UNANSWERABLE in b.get("properties", {})]
-    kept = abstain if kind == UNANSWERABLE else \
-        [_query_branch(b, kind) for b in branches if "metrics" in b.get("properties", {})] + abstain
+    queries = [b for b in branches if "metrics" in b.get("properties", {})]
+    if kind == UNANSWERABLE:
+        kept = abstain
+    elif kind == LISTING:  # the listing branch as it is: no metric, whatever its order and limit
+        kept = [b for b in queries if is_listing_branch(b)] + abstain
+    else:  # a metric kind: the listing branch would make another kind
+        kept = [_query_branch(b, kind) for b in queries if not is_listing_branch(b)] + abstain
     head = {k: schema[k] for k in ("$schema", "title") if k in schema}
     return head | (kept[0] if len(kept) == 1 else {"anyOf": kept})
 
@@ -133,7 +141,7 @@ async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict
                           answer: str = "intent") -> tuple[Completion, PlannerTrace]:
     """Both stages for one item: (the answer's completion, the planner's record fields).  With the
     v2 answer the first stage is asked :data:`KIND_QUESTION` and the second may still abstain."""
-    kinds = INTENTS
+    kinds = KINDS if answer == "query" else INTENTS
     first = await complete(client, ecfg, kind_messages(messages, answer), stage_one(base, kinds), budget, fail_fast)
     choice = (first.text or "").strip()
     fields = PlannerTrace(

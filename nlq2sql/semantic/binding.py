@@ -150,7 +150,8 @@ class Warehouse:
 
     def query_vocabulary_text(self) -> str:
         """The v2 prompt's vocabulary: metrics, the group-by names MetricFlow accepts (with labels and
-        known values), the time grains, and which group-bys each metric reaches when they differ."""
+        known values), the time grains, which group-bys each metric reaches when they differ, and the
+        names a listing (``metrics: []``) may use."""
         cat = self.catalog
         eng = cat.engine
         lines = ["Metrics (metrics):"]
@@ -175,6 +176,9 @@ class Warehouse:
             for gbs, ms in by_set.items():
                 names = ", ".join(g for g in gbs if not g.startswith("metric_time") and "__" in g)
                 lines.append(f"- {', '.join(ms)}: {names}")
+        if listables := [g for g in eng.listables() if "__" in g]:  # entity ids alone are left out, as above
+            lines.append("Names a listing (metrics: [], the values themselves) may use in group_by, where and "
+                         f"order_by (no metric_time): {', '.join(listables)}")
         return "\n".join(lines)
 
     def vocabulary_text(self) -> str:

@@ -5,8 +5,13 @@ A model answers with a MetricFlow query (:class:`~.query.MetricQuery`) or with
 group-by names MetricFlow accepts (``flat``: any metric's; ``branches``: one branch per
 metric listing only the group-bys valid for it, so an invalid metric × group-by pair cannot
 be generated), the values the data holds for a small categorical field's ``where`` (given the
-bound warehouse), and every number is bounded.  Cross-part rules the schema cannot carry (a
-group-by no chosen metric reaches) are MetricFlow's compile errors, recorded per item.
+bound warehouse), and every number is bounded.  In either mode a **listing** (no metric: the
+distinct values of its group-bys) is a branch of its own — ``metrics`` exactly ``[]``
+(``maxItems: 0``), ``group_by`` at least one of MetricFlow's dimension-value names — beside the
+query branches, whose ``metrics`` keep ``minItems: 1``: so ``{"metrics": [], "group_by": []}``
+matches no branch, with no ``if``/``then`` or ``uniqueItems`` (grammar backends do not all take
+them).  Cross-part rules the schema cannot carry (a group-by no chosen metric reaches) are
+MetricFlow's compile errors, recorded per item.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from nlq2sql.errors import InputError, IntentError
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import ARITY, GRAINS, OPS, MetricQuery, Unanswerable
 
-__all__ = ["PARTS", "SCHEMA_MODES", "Answer", "KnownValues", "answer_schema", "parse_answer", "part_matches"]
+__all__ = ["PARTS", "SCHEMA_MODES", "Answer", "KnownValues", "answer_schema", "is_listing_branch", "parse_answer",
+           "part_matches"]
 
 SCHEMA_MODES = ("flat", "branches")
 PARTS = ("metrics", "group_by", "where", "order_by", "limit")
@@ -88,6 +94,23 @@ def _query(metrics: list[str], group_bys: list[str], all_metrics: list[str],
     }
 
 
+def _listing(names: list[str], known: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """The listing branch: no metric, one to :data:`MAX_GROUP_BY` of the dimension-value names,
+    ``where`` and ``order_by`` on those names only (no ``metric_time``: a listing has none)."""
+    out = _query([], names, [], known)
+    props = out["properties"]
+    props["metrics"] = {"type": "array", "items": {"type": "string"}, "maxItems": 0}
+    props["group_by"]["minItems"] = 1
+    props["where"]["items"] = _where_item(names, known)
+    props["order_by"]["items"]["properties"]["field"] = _enum(names)
+    return out
+
+
+def is_listing_branch(branch: dict[str, Any]) -> bool:
+    """Whether a branch of :func:`answer_schema` is the listing's (its ``metrics`` must be empty)."""
+    return branch.get("properties", {}).get("metrics", {}).get("maxItems") == 0
+
+
 _UNANSWERABLE = {"type": "object", "additionalProperties": False, "required": ["unanswerable"],
                  "properties": {"unanswerable": {"type": "string", "minLength": 1, "maxLength": 200}}}
 
@@ -109,6 +132,8 @@ def _schema(catalog: Catalog, mode: str, abstain: bool, values: KnownValues) -> 
         branches = [_query(ms, list(gbs), metrics, known) for gbs, ms in by_set.items()]
     else:
         raise InputError(f"unknown schema mode {mode!r} (known: {', '.join(SCHEMA_MODES)})", field="--schema")
+    if listables := list(eng.listables()):
+        branches.append(_listing(listables, known))
     if abstain:
         branches.append(_UNANSWERABLE)
     out: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -151,6 +176,13 @@ def parse_answer(text: str, catalog: Catalog) -> Answer:
     unknown = [m for m in q.metrics if m not in catalog.metrics]
     if unknown:
         raise IntentError("schema_invalid", f"metrics: {unknown[0]!r} is not a metric of {catalog.name!r}")
+    if not q.metrics:  # a listing: MetricFlow's dimension-value names, in every part
+        valid = set(catalog.engine.listables())
+        bad = [g for g in (*q.group_by, *(w.field for w in q.where or ()), *(o.field for o in q.order_by or ()))
+               if g not in valid]
+        if bad:
+            raise IntentError("schema_invalid", f"{bad[0]!r} cannot be listed without a metric")
+        return q
     valid = set(catalog.engine.group_bys(q.metrics))
     bad = [g for g in q.group_by if g not in valid]
     if bad:

@@ -6,7 +6,9 @@ anything.  Filter values never pass through MetricFlow's Jinja: each is written 
 opaque placeholder literal, and the rendered SQL's placeholders become DuckDB's numbered
 parameters (``$1``…) bound to the values.  Compiled SQL is cached per (manifest, query shape):
 values are parameters and the limit is appended as MetricFlow's last clause, so ``region =
-North`` and ``region = South``, or a top 3 and a top 5, share one compile.
+North`` and ``region = South``, or a top 3 and a top 5, share one compile.  A query with no
+metric (a listing) is MetricFlow's dimension-value query: the distinct values of its group-bys,
+with its ``where``, ``order_by`` and limit, over the names :meth:`Engine.listables` gives.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Engine:
         self._mf = MetricFlowEngine(SemanticManifestLookup(manifest), _CompileOnlyClient())
         self._cache: dict[str, str] = {}
         self._group_bys: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._listables: tuple[str, ...] | None = None
         self._lock = threading.Lock()
         self.compiles = 0
         self.entities = frozenset(e.name for sm in manifest.semantic_models for e in sm.entities)
@@ -98,6 +101,29 @@ class Engine:
         with self._lock:
             self._group_bys[metrics] = out
         return out
+
+    def listables(self) -> tuple[str, ...]:
+        """Every name a listing (a query with no metric) may group, filter or order by: MetricFlow's
+        items for a dimension-value query — dimensions, time dimensions at each grain, entities —
+        less ``metric_time`` (no metric, no metric time) and metrics used as group-bys."""
+        if self._listables is not None:
+            return self._listables
+        from metricflow_semantics.specs.dimension_spec import DimensionSpec
+        from metricflow_semantics.specs.entity_spec import EntitySpec
+        from metricflow_semantics.specs.time_dimension_spec import TimeDimensionSpec
+
+        names: set[str] = set()
+        lookup = self._mf._semantic_manifest_lookup.metric_lookup
+        for a in lookup.get_group_by_items_for_distinct_values_query().annotated_specs:
+            spec = a.spec
+            path = [link.element_name for link in spec.entity_links]
+            if isinstance(spec, TimeDimensionSpec):
+                if spec.element_name != METRIC_TIME:
+                    names.update("__".join([*path, spec.element_name, g]) for g in GRAINS)
+            elif isinstance(spec, DimensionSpec | EntitySpec):
+                names.add("__".join([*path, spec.element_name]))
+        self._listables = tuple(sorted(names))
+        return self._listables
 
     def _entity_names(self, metrics: tuple[str, ...]) -> set[str]:
         """Entities the metrics can be grouped by, named with their path (``order__customer``): a

@@ -4,7 +4,9 @@ The names are spelled as MetricFlow's query interface spells them (``customer__r
 ``metric_time__month``, multi-hop paths, bare entities); a ``where`` item is a field, an
 operator and its values, never SQL — the values are bound by the harness.  The seed's three
 intent kinds survive as a *derived label* (:meth:`MetricQuery.kind`) so per-kind tables, the
-majority baseline and the ranking guardrail keep their meaning on v2.
+majority baseline and the ranking guardrail keep their meaning on v2; a fourth, ``listing``, is a
+query with no metric: MetricFlow's dimension-value query (the distinct values of its group-bys,
+filtered, ordered and limited), for "list the stores with their opening dates".
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from nlq2sql.inputs import not_a_boolean
 
-__all__ = ["ARITY", "GRAINS", "METRIC_TIME", "OPS", "MetricQuery", "OrderBy", "Unanswerable", "Value", "Where"]
+__all__ = ["ARITY", "GRAINS", "KINDS", "LISTING", "METRIC_TIME", "OPS", "MetricQuery", "OrderBy", "Unanswerable",
+           "Value", "Where", "is_metric_time"]
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 Value = Annotated[str, Field(max_length=128)] | int | float
@@ -28,6 +31,15 @@ ARITY: dict[str, tuple[int, int | None]] = {
     op: (2, 2) if op == "between" else (1, None) if op in ("in", "not_in") else (1, 1) for op in OPS}
 _EXACTLY = {1: "one value", 2: "two values"}
 METRIC_TIME = "metric_time"
+#: The derived label of a query with no metric (a dimension-value query).
+LISTING = "listing"
+#: Every label :attr:`MetricQuery.kind` gives, the seed's three first.
+KINDS: tuple[str, ...] = ("breakdown", "top_n_by_metric", "time_series", LISTING)
+
+
+def is_metric_time(name: str) -> bool:
+    """``metric_time`` or one of its grains (``metric_time__month``)."""
+    return name == METRIC_TIME or name.startswith(METRIC_TIME + "__")
 
 
 class _Strict(BaseModel):
@@ -55,9 +67,14 @@ class OrderBy(_Strict):
 
 
 class MetricQuery(_Strict):
-    """What the question asks for, as MetricFlow would be asked; never SQL text."""
+    """What the question asks for, as MetricFlow would be asked; never SQL text.
 
-    metrics: tuple[Name, ...] = Field(min_length=1, max_length=8)
+    ``metrics`` may be empty when ``group_by`` is not: a listing, the distinct values of the
+    group-bys (MetricFlow's dimension-value query).  A listing names no ``metric_time``: with no
+    metric there is no metric time, and MetricFlow would answer from the time spine (every day
+    of 1900–2100) or cross-join it; a time dimension of a semantic model is the way to ask."""
+
+    metrics: tuple[Name, ...] = Field(default=(), max_length=8)
     group_by: tuple[Name, ...] = Field(default=(), max_length=8)
     where: tuple[Where, ...] | None = Field(default=None, max_length=8)
     order_by: tuple[OrderBy, ...] | None = Field(default=None, max_length=8)
@@ -68,6 +85,19 @@ class MetricQuery(_Strict):
     def _once(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         """A name said twice means it once (grammar backends do not all enforce ``uniqueItems``)."""
         return tuple(dict.fromkeys(names))
+
+    @model_validator(mode="after")
+    def _asks_something(self) -> MetricQuery:
+        if not self.metrics and not self.group_by:
+            raise ValueError("a query needs a metric or a group-by: metrics may be empty only when group_by "
+                             "names what to list")
+        if not self.metrics:
+            timed = [n for n in (*self.group_by, *(w.field for w in self.where or ()),
+                                 *(o.field for o in self.order_by or ())) if is_metric_time(n)]
+            if timed:
+                raise ValueError(f"a listing (no metric) cannot use {timed[0]!r}: metric_time exists only with a "
+                                 "metric; use a time dimension of the semantic model")
+        return self
 
     def key(self) -> str:
         """Stable text of the query: equal keys ⇔ equal queries (empty and null lists alike)."""
@@ -83,8 +113,11 @@ class MetricQuery(_Strict):
 
     @property
     def kind(self) -> str:
-        """The seed's label: time series (grouped by metric_time), top-N (ordered with a limit), breakdown."""
-        if any(g == METRIC_TIME or g.startswith(METRIC_TIME + "__") for g in self.group_by):
+        """The seed's label: time series (grouped by metric_time), top-N (ordered with a limit),
+        breakdown; and ``listing`` for a query with no metric, whatever its order and limit."""
+        if not self.metrics:
+            return LISTING
+        if any(is_metric_time(g) for g in self.group_by):
             return "time_series"
         if self.order_by and self.limit is not None:
             return "top_n_by_metric"

@@ -58,7 +58,10 @@ def _time(name: str) -> bool:
 
 
 def view(q: MetricQuery, catalog: Catalog) -> Intent | None:
-    """The v1 intent a query reads as (None when it reads as none: a limit past v1's bound)."""
+    """The v1 intent a query reads as (None when it reads as none: a limit past v1's bound, or a
+    listing, which has no metric — the ranking and sort rules, written for metrics, leave it alone)."""
+    if not q.metrics:
+        return None
     short = {d.group_by: name for name, d in catalog.dimensions.items()}
     dims = [g for g in q.group_by if not _time(g)]
     grains = [g.rsplit("__", 1)[-1] for g in q.group_by if _time(g)]

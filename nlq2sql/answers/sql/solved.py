@@ -8,7 +8,7 @@ way the prompt asks the model to write: one line, upper-case keywords, ``table.c
 (:mod:`.grammar`).  Each one is *checked by executing it*: it must return the gold's rows under
 the arm's own equivalence rule (strict); otherwise, and for what this writer does not cover
 (derived and cumulative metrics, metric filters, joins of more than one hop, measures of two
-tables), the example falls back to MetricFlow's SQL with its parameters inlined.
+tables, listings), the example falls back to MetricFlow's SQL with its parameters inlined.
 """
 
 from __future__ import annotations
@@ -150,6 +150,8 @@ class _Writer:
         return target.qualify(expr), kind
 
     def write(self, q: MetricQuery) -> str:
+        if not q.metrics:
+            raise Unsupported("a listing (no metric)")
         bases = [self.metric(m) for m in q.metrics]
         base = bases[0][0]
         if any(mo is not base for mo, _ in bases):
