@@ -208,12 +208,14 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def open_warehouse(semantic_model: str | Path, db: Path | None = None, *, dbt: DbtOptions | None = None) -> Warehouse:
+def open_warehouse(semantic_model: str | Path, db: Path | None = None, *, dbt: DbtOptions | None = None,
+                   validate: bool = True) -> Warehouse:
     """Load a semantic model (a shipped name or a path: no default), find its database, and check
-    one against the other.  ``dbt``: how relations resolve (``--db-schema``, ``--profiles-dir``,
-    ``--target``).  The time spine: the declared one when the database holds it (else the generated
-    one, noted in :attr:`Catalog.spine_note`), dbt's legacy table when the database holds it, else
-    the generated one."""
+    one against the other (``validate``: the data checks, else the caller runs them).  ``dbt``: how
+    relations resolve (``--db-schema``, ``--profiles-dir``, ``--target``).  The time spine: the
+    declared one when the database holds it (else the generated one, noted in
+    :attr:`Catalog.spine_note`), dbt's legacy table when the database holds it, else the generated
+    one."""
     catalog = load_catalog(semantic_model, dbt=dbt)
     shipped = catalog.name in shipped_names() and (not Path(str(semantic_model)).exists()
                                                    or catalog.path.startswith("warehouses/"))
@@ -227,7 +229,8 @@ def open_warehouse(semantic_model: str | Path, db: Path | None = None, *, dbt: D
                                              "the generated day spine is used")
     elif catalog.spine == "generated" and has_spine(wh.connect(), catalog.project.legacy_spine):
         wh.catalog = load_catalog(semantic_model, spine="legacy", dbt=dbt)  # dbt's convention before 1.9
-    wh.validate()
+    if validate:
+        wh.validate()
     return wh
 
 

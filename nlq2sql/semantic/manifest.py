@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import json
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from nlq2sql.semantic.dbt_project import Relation
 from nlq2sql.semantic.mf import mf_reason, quiet
@@ -58,7 +58,7 @@ def _validators() -> dict[str, Any]:
     from referencing import Registry
     from referencing.jsonschema import DRAFT7
 
-    store: dict[str, Any] = copy.deepcopy(schemas.schema_store)
+    store = cast("dict[str, Any]", copy.deepcopy(schemas.schema_store))
     for sid, extra in DBT_ONLY_KEYS.items():
         store[sid]["properties"].update(copy.deepcopy(extra))
     registry: Any = Registry().with_resources([(str(k), DRAFT7.create_resource(v)) for k, v in store.items()])

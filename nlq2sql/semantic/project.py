@@ -207,6 +207,8 @@ def read_project(root: Path, *, name: str, display: str, dbt: DbtOptions | None 
         model, column = project.spine_models[-1]
         rel = project.relation(model)
         project.declared_spine = TimeSpine(table=rel.alias, column=column, schema=rel.schema)
+    elif "metricflow_time_spine" in project.target.custom:  # dbt declares the legacy spine for such a model
+        project.declared_spine = project.legacy_spine
     if not project.semantic_models:
         if not problems:
             problems.append(Problem(display, None, None, "no semantic_models defined"))
