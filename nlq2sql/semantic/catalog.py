@@ -213,7 +213,9 @@ def resolve_spec_path(name_or_path: str | Path) -> tuple[Path, str]:
         if path.name == "semantic_manifest.json":  # dbt's target/: the project's name, else the folder above
             return path, project_name(path) or (path.parent.parent.name if path.parent.name == "target"
                                                 else path.parent.name)
-        return path, (path.parent.name if path.name == SPEC_FILE else path.stem if path.is_file() else path.name)
+        if path.name == SPEC_FILE:
+            return path, path.parent.name
+        return path, project_name(path) or (path.stem if path.is_file() else path.name)  # a dbt project's name
     shipped = WAREHOUSE_DIR / str(name_or_path) / SPEC_FILE
     if "/" not in str(name_or_path) and shipped.is_file():
         return shipped, str(name_or_path)
