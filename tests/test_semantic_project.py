@@ -154,7 +154,7 @@ BAD: list[tuple[str, str | bytes, int | None, str, str]] = [
 #: Errors only the data can reveal: (title, YAML text, key fragment, message fragment)
 BAD_DB: list[tuple[str, str, str, str]] = [
     ("missing table", _sub("model: ref('shops')", "model: ref('stores')"), "semantic_models.shops.model",
-     "table or view 'stores' is not in the database"),
+     "table or view 'stores' is not in schema 'main' of the database"),
     ("missing column", _sub("      - name: town\n        type: categorical",
                             "      - name: town\n        type: categorical\n        expr: city"),
      "semantic_models.shops.dimensions.town", "fails in DuckDB"),
@@ -195,6 +195,8 @@ def test_a_dbt_project_as_it_is_checks(tmp_path: Path, sales_db: Path) -> None:
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "sales.yml").write_text(GOOD)
     (tmp_path / "dbt_project.yml").write_text("name: shop\nversion: '1.0'\nprofile: x\n")
+    # the profile's target schema is where ref() resolves: the project folder holds profiles.yml here
+    (tmp_path / "profiles.yml").write_text("x:\n  target: dev\n  outputs:\n    dev: {type: duckdb, schema: main}\n")
     res = runner.invoke(app, ["semantic", "check", str(tmp_path), "--db", str(sales_db), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout[:res.stdout.rindex("}") + 1])

@@ -64,7 +64,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> Summar
     if cfg.guardrails and answer != ANSWER_KIND:
         raise InputError(f"guardrails act on intents and queries; --answer {answer} takes none (pass --guardrails "
                          "none)", field="--guardrails")
-    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     rulesets = load_guardrails(cfg.guardrails, wh.catalog, wh)  # on the v2 query: stages.query_guard
     compiles_before = wh.catalog.engine.compiles  # golds' and answers' compiles: what this run needed
     qs = load_query_set(cfg.evalset, wh.catalog)

@@ -166,6 +166,45 @@ SemanticModelOpt = Annotated[str, typer.Option(
 DbOpt = Annotated[Path | None, typer.Option(
     "--db", help="The DuckDB file (or a folder of Parquet/CSV files) the semantic model describes. "
     "Default: the shipped warehouse's cached build.")]
+
+
+def dbt_options(fn: F) -> F:
+    """Give a command the options that say where a dbt project's relations live: ``--db-schema``
+    (every relation's schema: overrides the profile), ``--profiles-dir`` and ``--target`` (dbt's,
+    for the project's profile); the command receives them as one ``dbt`` argument
+    (:class:`~nlq2sql.semantic.dbt_project.DbtOptions`, or None when none is given)."""
+    sig = inspect.signature(fn, eval_str=True)
+    extra = [
+        inspect.Parameter("db_schema", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+            str | None, typer.Option("--db-schema", help="The database schema every relation of the semantic model "
+                                     "is in (default: a dbt project's profile target schema with its custom "
+                                     "schemas, else main).")]),
+        inspect.Parameter("profiles_dir", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+            Path | None, typer.Option("--profiles-dir", help="The folder of the dbt project's profiles.yml "
+                                      "(default: $DBT_PROFILES_DIR, the project folder, ~/.dbt).")]),
+        inspect.Parameter("dbt_target", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+            str | None, typer.Option("--target", help="The dbt profile's target (default: its target:).")]),
+    ]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from nlq2sql.semantic.dbt_project import DbtOptions
+
+        db_schema, profiles_dir, target = (kwargs.pop(n, None) for n in ("db_schema", "profiles_dir", "dbt_target"))
+        if db_schema is not None and not str(db_schema).strip():
+            raise InputError("must name a schema", field="--db-schema")
+        given = (db_schema, profiles_dir, target) != (None, None, None)
+        dbt = DbtOptions(db_schema, str(profiles_dir) if profiles_dir is not None else None, target) if given else None
+        return fn(*args, dbt=dbt, **kwargs)
+
+    params = [p for p in sig.parameters.values() if p.name != "dbt"]
+    keyword = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+    params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    wrapper.__signature__ = sig.replace(parameters=[*params, *extra, *keyword])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in params}, **{p.name: p.annotation for p in extra}}
+    return wrapper  # type: ignore[return-value]
+
+
 SchemaOpt = Annotated[str, typer.Option(
     "--schema", help="Intent JSON Schema sent to the server: flat (one object; consistency checked in code) "
     "| branches (one anyOf branch per intent kind: inconsistent intents cannot be generated).")]
@@ -228,9 +267,10 @@ def parse_levels(text: str, option: str) -> tuple[int, ...]:
 def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
           limit: int | None, max_tokens: int, out: Path, guardrails: tuple[str, ...] = ("ranking",),
           semantic: tuple[str, Path | None, str] = (CLI_WAREHOUSE, None, "flat"),
-          conditions: Any = None, temperature: float = 0.0) -> Any:
+          conditions: Any = None, temperature: float = 0.0, dbt: Any = None) -> Any:
     """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``conditions``
-    what :func:`condition_options` gave the command (default: none)."""
+    what :func:`condition_options` gave the command (default: none), ``dbt`` what
+    :func:`dbt_options` gave it (``--db-schema``, ``--profiles-dir``, ``--target``)."""
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.transport.client import Sampling
 
@@ -239,7 +279,7 @@ def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str
     return EvalConfig(evalset=evalset, out=out, endpoint=endpoint, model=model, api_key_env=api_key_env,
                       prompt=prompt, guardrails=guardrails, limit=limit,
                       sampling=Sampling(max_tokens=max_tokens, schema=schema, temperature=temperature),
-                      semantic_model=semantic_model, warehouse=db, **extra)
+                      semantic_model=semantic_model, warehouse=db, dbt=dbt, **extra)
 
 
 EvalsetOpt = Annotated[str, typer.Option(help="Eval set name or path.")]

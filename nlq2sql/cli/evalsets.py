@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SemanticModelOpt, app, err, handled
+from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SemanticModelOpt, app, dbt_options, err, handled
 from nlq2sql.errors import InputError
 
 __all__ = ["evalset_app", "evalset_check", "evalset_upgrade"]
@@ -52,15 +52,16 @@ def _check_query_set(path: str, wh: Any) -> None:
 
 @evalset_app.command("check")
 @handled
+@dbt_options
 def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSONL path.")],
-                  semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None) -> None:
+                  semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, dbt: Any = None) -> None:
     """Validate an eval set: every line, id, gold intent against the warehouse's vocabulary, that
     every gold executes and returns rows, and that every filter value occurs in the data."""
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.evalset import load_evalset
     from nlq2sql.stages.pipeline import check_evalset
 
-    wh = open_warehouse(semantic_model, db)
+    wh = open_warehouse(semantic_model, db, dbt=dbt)
     if _is_v2_set(path, wh.catalog.name):
         return _check_query_set(path, wh)
     es = load_evalset(path, wh)
@@ -78,10 +79,11 @@ def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSO
 
 @evalset_app.command("upgrade")
 @handled
+@dbt_options
 def evalset_upgrade(path: Annotated[str, typer.Argument(help="A v1 eval set: name or JSONL path.")],
                     out: Annotated[Path, typer.Option(help="Write the v2 set here (JSONL).")],
                     semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
-                    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False) -> None:
+                    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False, dbt: Any = None) -> None:
     """Restate a v1 set's golds as MetricFlow queries (v2), each checked to return the rows its v1
     gold returns; any difference is reported (every one) and nothing is written."""
     from nlq2sql.records.store import write_text_atomic
@@ -93,7 +95,7 @@ def evalset_upgrade(path: Annotated[str, typer.Argument(help="A v1 eval set: nam
         raise InputError("is a directory; give a file name for the set", path=str(out), field="--out")
     if out.exists() and not force:
         raise InputError("exists; pass --force to overwrite", path=str(out), field="--out")
-    wh = open_warehouse(semantic_model, db)
+    wh = open_warehouse(semantic_model, db, dbt=dbt)
     if _is_v2_set(path, wh.catalog.name):
         raise InputError("is already a v2 set (its golds are MetricFlow queries)", path=path)
     with make_executor(wh) as ex:

@@ -24,6 +24,7 @@ from nlq2sql.cli._common import (
     TemperatureOpt,
     app,
     condition_options,
+    dbt_options,
     err,
     fleet_args,
     guardrail_names,
@@ -78,6 +79,7 @@ def db_build(
 
 @app.command("score")
 @handled
+@dbt_options
 def score(
     evalset: Annotated[str, typer.Option(help="Eval set name (dev, heldout, adversarial) or path.")],
     responses: Annotated[Path, typer.Option(help='JSONL of {"id": ..., "text": "<raw model output>"}.')],
@@ -94,6 +96,7 @@ def score(
                                         "MetricFlow query or {\"unanswerable\": …}, scored by rows) or 'sql' "
                                         "(SQL the model wrote: guarded, sandboxed, compared by result "
                                         "equivalence) or 'sql-grammar' (the same, under the grammar).")] = "intent",
+    dbt: Any = None,  # --db-schema, --profiles-dir, --target (dbt_options)
 ) -> None:
     """Re-score raw model outputs offline (no model needed)."""
     from nlq2sql.stages.pipeline import ScoreConfig, score_responses
@@ -104,7 +107,7 @@ def score(
                          field="--answer")
     names = guardrail_names(guardrails) if answer == "intent" or guardrails else ()
     cfg = ScoreConfig(evalset, responses, out, names, force=force, allow_missing=allow_missing,
-                      semantic_model=semantic_model, warehouse=db)
+                      semantic_model=semantic_model, warehouse=db, dbt=dbt)
     if answer in ("query", "sql", "sql-grammar"):
         from nlq2sql.answers.query_run import score_query_responses
 
@@ -120,6 +123,7 @@ def score(
 @app.command("eval")
 @handled
 @condition_options
+@dbt_options
 def eval_cmd(
     evalset: Annotated[str, typer.Option(help="Eval set name or path.")] = "heldout",
     endpoint: EndpointsOpt = None,
@@ -170,6 +174,7 @@ def eval_cmd(
                                         "sandboxed, scored by result equivalence; prompt 'sql') | sql-grammar (the "
                                         "same, constrained by a SQL grammar from the warehouse).")] = "intent",
     conditions: Any = None,  # every registered condition's options (condition_options)
+    dbt: Any = None,  # --db-schema, --profiles-dir, --target (dbt_options)
 ) -> None:
     """Run an eval set against a live endpoint and score it."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -202,7 +207,7 @@ def eval_cmd(
                          compact=compact_server, structured_backend=structured_backend,
                          batch_invariant=batch_invariant, max_model_len=max_model_len,
                          startup_timeout_s=startup_timeout),
-                     client=client, semantic_model=semantic_model, warehouse=db, conditions=conditions,
+                     client=client, semantic_model=semantic_model, warehouse=db, dbt=dbt, conditions=conditions,
                      workers=parse_workers(workers, concurrency),
                      engine=engine,
                      ray_address=ray_address)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SchemaOpt, SemanticModelOpt, app, err, handled
+from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SchemaOpt, SemanticModelOpt, app, dbt_options, err, handled
 from nlq2sql.errors import InputError
 
 __all__ = ["semantic_app", "semantic_check", "semantic_init", "semantic_show", "sql_cmd"]
@@ -22,14 +22,20 @@ app.add_typer(semantic_app, name="semantic")
 
 @semantic_app.command("check")
 @handled
-def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shipped name or YAML file/folder.")],
+@dbt_options
+def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shipped name, YAML file/folder or "
+                                                       "dbt's target/semantic_manifest.json.")],
                    db: DbOpt = None,
-                   as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False) -> None:
+                   as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+                   dbt: Any = None) -> None:
     """Load, resolve joins, and execute one query per metric × dimension; exit 2 on any failure."""
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.semantic_tools import check, dumps
 
-    wh = open_warehouse(path, db)
+    wh = open_warehouse(path, db, dbt=dbt, validate=False)
+    if wh.catalog.spine_note:  # said before the data's problems, which end the command
+        err.print(f"note: {escape(wh.catalog.spine_note)}", highlight=False, soft_wrap=True)
+    wh.validate()
     report = check(wh)
     if as_json:
         sys.stdout.write(dumps(report) + "\n")
@@ -46,13 +52,14 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
 
 @semantic_app.command("show")
 @handled
+@dbt_options
 def semantic_show(semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
-                  schema: SchemaOpt = "flat") -> None:
+                  schema: SchemaOpt = "flat", dbt: Any = None) -> None:
     """Print the derived vocabulary, known values, years, JSON Schema and compact regex (JSON)."""
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.semantic_tools import dumps, show
 
-    sys.stdout.write(dumps(show(open_warehouse(semantic_model, db), schema)) + "\n")
+    sys.stdout.write(dumps(show(open_warehouse(semantic_model, db, dbt=dbt), schema)) + "\n")
 
 
 @semantic_app.command("init")
@@ -85,9 +92,11 @@ def _exact(value: object) -> object:
 
 @app.command("sql")
 @handled
+@dbt_options
 def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as JSON text (or @FILE).")],
             semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
-            execute: Annotated[bool, typer.Option(help="Run it and print the rows as JSON lines.")] = False) -> None:
+            execute: Annotated[bool, typer.Option(help="Run it and print the rows as JSON lines.")] = False,
+            dbt: Any = None) -> None:
     """Print the SQL and bound parameters for one intent; with --execute, the result rows."""
     import json
 
@@ -98,7 +107,7 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as 
     from nlq2sql.stages.semantic_tools import sql_for
 
     intent = option_text(intent, "--intent")  # @FILE: a regular file only (a FIFO would block forever)
-    res = sql_for(open_warehouse(semantic_model, db), intent, execute=execute)
+    res = sql_for(open_warehouse(semantic_model, db, dbt=dbt), intent, execute=execute)
     sys.stdout.write(res.sql + ";\n")
     sys.stdout.write("-- params: " + json.dumps(res.params, default=str) + "\n")
     if res.columns is not UNSET:

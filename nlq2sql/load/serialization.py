@@ -86,7 +86,7 @@ def request_body(cfg: EvalConfig, question: str) -> dict[str, Any]:
     from nlq2sql.stages.prompt import load_prompt
     from nlq2sql.transport.client import bind_sampling, request_kwargs
 
-    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
     kw = request_kwargs(cfg.model, prompt.messages(question), bind_sampling(cfg.sampling, wh.catalog))
     extra = kw.pop("extra_body", {}) or {}

@@ -173,6 +173,7 @@ class Origin(Part):
     time_spine: str | None = None  # declared | legacy | generated: what MetricFlow compiled against
     db: str | None = None
     db_sha256: str | None = None
+    db_schema: str | None = None  # --db-schema: the schema every relation was read from
 
     def given(self) -> dict[str, Any]:
         """The keys set, as values (sections stay models), in order: a manifest model's keyword

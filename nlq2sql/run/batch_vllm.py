@@ -144,7 +144,7 @@ def _context(cfg: EvalConfig) -> _Context:
     from nlq2sql.stages.rulesets import load_guardrails
     from nlq2sql.transport.client import bind_sampling
 
-    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)
     return _Context(wh, load_prompt(cfg.prompt, cfg.style, wh), rulesets, make_executor(wh),
                     bind_sampling(cfg.sampling, wh.catalog))

@@ -24,6 +24,7 @@ from nlq2sql.records.manifest_parts import ServerFacts
 from nlq2sql.run.endpoints import ROUTINGS, ReplicaSpec, check_address, check_endpoint_url
 from nlq2sql.run.models import DEFAULT_MODEL
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
+from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import CLIENTS, Sampling
@@ -97,6 +98,7 @@ class EvalConfig:
     force: bool = False
     warehouse: Path | None = None  # the database (--db); default: the semantic model's shipped build
     semantic_model: str = DEFAULT_WAREHOUSE  # name or path of the warehouse's semantic model (the CLI's default)
+    dbt: DbtOptions | None = None  # --db-schema, --profiles-dir, --target: where the layer's relations live
     # The conditions applied (examples, planner, value linking, self-consistency, abstention…):
     # their settings by name, from the registry (``conditions.registry``; none by default).
     conditions: ConditionSet = field(default_factory=ConditionSet)

@@ -102,7 +102,7 @@ class ItemRunner:
             self.wh, self.rulesets, self.prompt = loaded.wh, loaded.rulesets, loaded.prompt
             self.conditions = loaded.conditions
         else:
-            self.wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+            self.wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
             self.rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), self.wh.catalog, self.wh)
             self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
             self.conditions = load_conditions(cfg, self.wh)

@@ -199,7 +199,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> Summary:
 def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> Summary:
     check_local_out(cfg.out)
     validate(cfg)
-    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     compiles_before, shapes_before = wh.catalog.engine.compiles, wh.catalog.engine.shapes()
     evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql", "sql-grammar")
                     else load_evalset(cfg.evalset, wh))

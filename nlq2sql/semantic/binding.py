@@ -18,11 +18,12 @@ import msgspec
 
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.semantic.catalog import Catalog, display_path, load_catalog, shipped_names
-from nlq2sql.semantic.manifest import LEGACY_SPINE, SCHEMA
-from nlq2sql.semantic.warehouse import connect_read_only, fingerprint, resolve_db
+from nlq2sql.semantic.dbt_project import DbtOptions
+from nlq2sql.semantic.project import TimeSpine
+from nlq2sql.semantic.warehouse import connect_read_only, fingerprint, open_error, resolve_db
 
 __all__ = ["PROMPT_VALUES_MAX", "SCHEMA_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "WarehouseFacts",
-           "has_legacy_spine", "open_warehouse"]
+           "has_legacy_spine", "has_spine", "open_warehouse"]
 
 #: A dimension with at most this many distinct values has them listed in the prompt.
 PROMPT_VALUES_MAX = 12
@@ -45,6 +46,7 @@ class WarehouseFacts(msgspec.Struct, frozen=True):
     time_spine: str
     db: str
     db_sha256: str
+    db_schema: str | None = None  # --db-schema, when given: every relation's schema
 
 
 @dataclass(eq=False)
@@ -64,8 +66,7 @@ class Warehouse:
             try:
                 self._con = connect_read_only(self.db_path)
             except duckdb.Error as exc:
-                raise SemanticModelError(f"cannot open database: {str(exc).splitlines()[0]}",
-                                         path=str(self.db_path)) from None
+                raise SemanticModelError(open_error(exc), path=str(self.db_path)) from None
         return self._con
 
     def close(self) -> None:
@@ -82,7 +83,9 @@ class Warehouse:
         return WarehouseFacts(semantic_model=self.catalog.name, semantic_model_path=self.catalog.path,
                               semantic_model_sha256=self.catalog.sha256, time_spine=self.catalog.spine,
                               db=display_path(self.db_path) if not str(display_path(self.db_path)).startswith("/")
-                              else self.db_path.name, db_sha256=self.fingerprint)
+                              else self.db_path.name, db_sha256=self.fingerprint,
+                              db_schema=self.catalog.project.target.schema if self.catalog.project.target.override
+                              else None)
 
     def validate(self) -> None:
         """The data checks MetricFlow cannot make (:mod:`.datacheck`); every problem at once."""
@@ -91,8 +94,9 @@ class Warehouse:
         check_data(self.catalog, self.connect(), self.db_path.name)
 
     def _dim_query(self, dimension: str) -> tuple[str, str]:
+        """The dimension's expression and its relation as SQL (``schema.alias``)."""
         d = self.catalog.dimensions[dimension]
-        return d.expr, d.table
+        return d.expr, d.relation
 
     @cached_property
     def _values(self) -> dict[str, tuple[str, ...]]:
@@ -100,7 +104,7 @@ class Warehouse:
         con = self.connect()
         for name in self.catalog.dimensions:
             expr, table = self._dim_query(name)
-            rows = con.execute(f'SELECT DISTINCT CAST({expr} AS VARCHAR) AS v FROM "{table}" '
+            rows = con.execute(f'SELECT DISTINCT CAST({expr} AS VARCHAR) AS v FROM {table} '
                                f"WHERE v IS NOT NULL ORDER BY v LIMIT {VALUES_FETCH_MAX + 1}").fetchall()
             out[name] = tuple(r[0] for r in rows)
         return out
@@ -130,7 +134,7 @@ class Warehouse:
         found: set[str] = set()
         for src in self.catalog.time_sources:
             rows = con.execute(f'SELECT DISTINCT CAST(YEAR({src.expr}) AS VARCHAR) FROM '
-                               f'"{src.table}" WHERE {src.expr} IS NOT NULL').fetchall()
+                               f'{src.relation} WHERE {src.expr} IS NOT NULL').fetchall()
             found.update(r[0] for r in rows)
         return tuple(sorted(found))
 
@@ -144,7 +148,7 @@ class Warehouse:
         if len(vals) <= VALUES_FETCH_MAX:
             return value in vals
         expr, table = self._dim_query(field_name)
-        row = self.connect().execute(f'SELECT 1 FROM "{table}" WHERE CAST({expr} AS VARCHAR) = ? LIMIT 1',
+        row = self.connect().execute(f'SELECT 1 FROM {table} WHERE CAST({expr} AS VARCHAR) = ? LIMIT 1',
                                      [value]).fetchone()
         return row is not None
 
@@ -208,24 +212,50 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def open_warehouse(semantic_model: str | Path, db: Path | None = None) -> Warehouse:
+def open_warehouse(semantic_model: str | Path, db: Path | None = None, *, dbt: DbtOptions | None = None,
+                   validate: bool = True) -> Warehouse:
     """Load a semantic model (a shipped name or a path: no default), find its database, and check
-    one against the other."""
-    catalog = load_catalog(semantic_model)
+    one against the other (``validate``: the data checks, else the caller runs them).  ``dbt``: how
+    relations resolve (``--db-schema``, ``--profiles-dir``, ``--target``).  The time spine: the
+    declared one when the database holds it (else the generated one, noted in
+    :attr:`Catalog.spine_note`), dbt's legacy table when the database holds it, else the generated
+    one."""
+    catalog = load_catalog(semantic_model, dbt=dbt)
     shipped = catalog.name in shipped_names() and (not Path(str(semantic_model)).exists()
                                                    or catalog.path.startswith("warehouses/"))
     path = resolve_db(db, catalog.name, shipped)
     wh = Warehouse(catalog, path)
-    if catalog.spine == "generated" and has_legacy_spine(wh.connect()):  # dbt's convention before 1.9
-        wh.catalog = load_catalog(semantic_model, legacy_spine=True)
-    wh.validate()
+    declared = catalog.project.declared_spine
+    if catalog.spine == "declared" and declared is not None and not has_spine(wh.connect(), declared):
+        wh.catalog = load_catalog(semantic_model, spine="generated", dbt=dbt)
+        where = f"{declared.relation.sql}.{declared.column}"
+        wh.catalog = _with_note(wh.catalog, f"the declared time spine {where} is not in the database: "
+                                             "the generated day spine is used")
+    elif catalog.spine == "generated" and has_spine(wh.connect(), catalog.project.legacy_spine):
+        wh.catalog = load_catalog(semantic_model, spine="legacy", dbt=dbt)  # dbt's convention before 1.9
+    if validate:
+        wh.validate()
     return wh
 
 
-def has_legacy_spine(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the database holds dbt's legacy time spine: a ``metricflow_time_spine`` table (or
-    view) with a ``date_day`` column, in the schema MetricFlow's SQL names."""
+def _with_note(catalog: Catalog, note: str) -> Catalog:
+    import dataclasses
+
+    out = dataclasses.replace(catalog, spine_note=note)
+    if "engine" in catalog.__dict__:
+        out.__dict__["engine"] = catalog.__dict__["engine"]
+    return out
+
+
+def has_spine(con: duckdb.DuckDBPyConnection, spine: TimeSpine) -> bool:
+    """Whether the database holds ``spine``: its table (or view) with its column, in its schema."""
     row = con.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = ? AND "
                       "table_name = ? AND column_name = ? LIMIT 1",
-                      [SCHEMA, LEGACY_SPINE.table, LEGACY_SPINE.column]).fetchone()
+                      [spine.schema, spine.table, spine.column]).fetchone()
     return row is not None
+
+
+def has_legacy_spine(con: duckdb.DuckDBPyConnection, schema: str = "main") -> bool:
+    """Whether the database holds dbt's legacy time spine: a ``metricflow_time_spine`` table (or
+    view) with a ``date_day`` column, in ``schema``."""
+    return has_spine(con, TimeSpine(table="metricflow_time_spine", column="date_day", schema=schema))

@@ -17,10 +17,11 @@ from typing import Any
 
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.semantic.dbt_project import DbtOptions, Relation
 from nlq2sql.semantic.engine import Engine
-from nlq2sql.semantic.manifest import GENERATED_SPINE, LEGACY_SPINE, SCHEMA, build_manifest
+from nlq2sql.semantic.manifest import GENERATED_SPINE, build_manifest
 from nlq2sql.semantic.mf import mf_reason
-from nlq2sql.semantic.project import Problem, Project, SemanticProblems, read_project
+from nlq2sql.semantic.project import Problem, Project, SemanticProblems, project_name, read_project
 
 __all__ = ["DEFAULT_WAREHOUSE", "SPEC_FILE", "WAREHOUSE_DIR", "YEAR_FIELD", "Catalog", "DimensionDef", "MetricDef",
            "Vocabulary", "default_catalog", "display_path", "load_catalog", "resolve_spec_path", "shipped_names"]
@@ -64,6 +65,7 @@ class DimensionDef:
     expr: str  # SQL over the model's table
     description: str
     label: str
+    relation: str = ""  # the table as SQL: schema.alias
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class TimeSource:
     table: str
     dimension: str
     expr: str
+    relation: str = ""  # the table as SQL: schema.alias
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,6 +90,7 @@ class Catalog:
     spine: str  # "declared" | "legacy" (dbt's metricflow_time_spine table in the database) | "generated"
     project: Project = field(repr=False)
     manifest: Any = field(repr=False)
+    spine_note: str = ""  # why the generated spine replaced a declared one (said by ``semantic check``)
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -95,6 +99,12 @@ class Catalog:
     @property
     def tables(self) -> dict[str, str]:
         return {sm.name: sm.node_relation.alias for sm in self.manifest.semantic_models}
+
+    @property
+    def relations(self) -> dict[str, Relation]:
+        """Each semantic model's relation (schema and alias) as MetricFlow's SQL names it."""
+        return {sm.name: Relation(schema=sm.node_relation.schema_name, alias=sm.node_relation.alias,
+                                  database=sm.node_relation.database) for sm in self.manifest.semantic_models}
 
     @cached_property
     def engine(self) -> Engine:
@@ -121,12 +131,18 @@ def _value(x: Any) -> str:
     return str(getattr(x, "value", x)).lower()
 
 
-def _resolve(project: Project, legacy: bool = False) -> Catalog:
-    """``legacy``: the database holds dbt's legacy spine (``metricflow_time_spine.date_day``), used
-    when the project declares none (the binding looks; :func:`nlq2sql.semantic.binding.open_warehouse`)."""
+SPINES = ("declared", "legacy", "generated")
+
+
+def _resolve(project: Project, spine: str | None = None) -> Catalog:
+    """``spine``: None → the project's declared spine, else the generated one; ``legacy``: the
+    database holds dbt's legacy spine (``metricflow_time_spine.date_day``); ``generated``: the
+    database lacks the declared one (the binding looks; :func:`nlq2sql.semantic.binding.open_warehouse`)."""
     spine_decl = project.declared_spine
-    kind = "declared" if spine_decl else "legacy" if legacy else "generated"
-    manifest = build_manifest(project, spine_decl or (LEGACY_SPINE if legacy else GENERATED_SPINE))
+    kind = spine or ("declared" if spine_decl else "generated")
+    chosen = {"declared": spine_decl, "legacy": project.legacy_spine}.get(kind) or GENERATED_SPINE
+    kind = kind if chosen is not GENERATED_SPINE else "generated"
+    manifest = build_manifest(project, chosen)
     metrics = {m.name: MetricDef(m.name, m.label or m.name, m.description or "", _value(m.type))
                for m in manifest.metrics}
     if not metrics:
@@ -142,6 +158,7 @@ def _resolve(project: Project, legacy: bool = False) -> Catalog:
     sources: list[TimeSource] = []
     for sm in manifest.semantic_models:
         table = sm.node_relation.alias
+        relation = Relation(schema=sm.node_relation.schema_name, alias=table).sql
         for d in sm.dimensions:
             if _value(d.type) == "time":
                 continue
@@ -151,16 +168,17 @@ def _resolve(project: Project, legacy: bool = False) -> Catalog:
                 continue
             by_name.setdefault(d.name, []).append(DimensionDef(
                 d.name, paths[0], sm.name, table, d.expr or d.name, d.description or "",
-                d.label or d.name.replace("_", " ")))
+                d.label or d.name.replace("_", " "), relation))
         agg_time = sm.defaults.agg_time_dimension if sm.defaults else None
         tdim = next((d for d in sm.dimensions if d.name == agg_time), None)
         if sm.measures and tdim is not None:
-            sources.append(TimeSource(sm.name, table, tdim.name, tdim.expr or tdim.name))
+            sources.append(TimeSource(sm.name, table, tdim.name, tdim.expr or tdim.name, relation))
     dimensions: dict[str, DimensionDef] = {}
     for name, defs in by_name.items():
         for d in defs:
             key = name if len(defs) == 1 and name != YEAR_FIELD else d.group_by
-            dimensions[key] = DimensionDef(key, d.group_by, d.model, d.table, d.expr, d.description, d.label)
+            dimensions[key] = DimensionDef(key, d.group_by, d.model, d.table, d.expr, d.description, d.label,
+                                           d.relation)
     if not dimensions:
         raise SemanticModelError("no categorical dimension is reachable from the metrics", path=project.path)
     catalog = Catalog(name=project.name, path=project.path, sha256=project.sha256, metrics=metrics,
@@ -172,7 +190,7 @@ def _resolve(project: Project, legacy: bool = False) -> Catalog:
 
 def _engine(manifest: Any, spine: str) -> Engine:
     return Engine(manifest, spine_sql=SPINE_SQL if spine == "generated" else None,
-                  spine_relation=f"{SCHEMA}.{GENERATED_SPINE.table}")
+                  spine_relation=GENERATED_SPINE.relation.sql)
 
 
 def _owner(manifest: Any, group_by: str) -> str | None:
@@ -192,8 +210,12 @@ def resolve_spec_path(name_or_path: str | Path) -> tuple[Path, str]:
     """A shipped warehouse by name (``warehouses/NAME/semantic_model.yml``) or a file/folder path."""
     path = Path(name_or_path)
     if path.exists():
-        return path, (path.parent.name if path.name in (SPEC_FILE, "semantic_manifest.json")
-                      else path.stem if path.is_file() else path.name)
+        if path.name == "semantic_manifest.json":  # dbt's target/: the project's name, else the folder above
+            return path, project_name(path) or (path.parent.parent.name if path.parent.name == "target"
+                                                else path.parent.name)
+        if path.name == SPEC_FILE:
+            return path, path.parent.name
+        return path, project_name(path) or (path.stem if path.is_file() else path.name)  # a dbt project's name
     shipped = WAREHOUSE_DIR / str(name_or_path) / SPEC_FILE
     if "/" not in str(name_or_path) and shipped.is_file():
         return shipped, str(name_or_path)
@@ -214,21 +236,24 @@ def display_path(path: Path) -> str:
 
 
 @lru_cache(maxsize=16)
-def _load(path: str, mtime: float, name: str, legacy: bool = False) -> Catalog:
+def _load(path: str, mtime: float, name: str, spine: str | None, dbt: DbtOptions | None) -> Catalog:
     p = Path(path)
-    return _resolve(read_project(p, name=name, display=display_path(p)), legacy)
+    return _resolve(read_project(p, name=name, display=display_path(p), dbt=dbt), spine)
 
 
-def load_catalog(name_or_path: str | Path, *, legacy_spine: bool = False) -> Catalog:
+def load_catalog(name_or_path: str | Path, *, spine: str | None = None, dbt: DbtOptions | None = None) -> Catalog:
     """Load and validate a semantic layer (a shipped name or a path: no default); cached per file.
-    ``legacy_spine``: compile against dbt's legacy ``metricflow_time_spine`` table when the project
-    declares no spine (the database has one: the binding decides)."""
+    ``spine``: ``legacy`` compiles against dbt's legacy ``metricflow_time_spine`` table when the
+    project declares no spine, ``generated`` against the generated one when the database lacks the
+    declared one (the binding decides).  ``dbt``: ``--db-schema``, ``--profiles-dir``, ``--target``."""
+    if spine is not None and spine not in SPINES:
+        raise ValueError(f"spine must be one of {SPINES}, got {spine!r}")
     path, name = resolve_spec_path(name_or_path)
     try:
         mtime = max(f.stat().st_mtime for f in ([path] if path.is_file() else path.rglob("*")))
     except (OSError, ValueError):
         mtime = 0.0
-    return _load(str(path), mtime, name, legacy_spine)
+    return _load(str(path), mtime, name, spine, dbt if dbt != DbtOptions() else None)
 
 
 def default_catalog() -> Catalog:

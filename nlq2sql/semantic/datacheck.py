@@ -29,10 +29,23 @@ def _qi(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _missing(table: str, schema: str, tables: set[tuple[str, str]], db_name: str, default: bool) -> str:
+    """A missing relation, with the schemas that hold one of that name and the option to choose one."""
+    elsewhere = sorted(s for s, t in tables if t == table)
+    text = f"table or view {table!r} is not in schema {schema!r} of the database ({db_name})"
+    if elsewhere:
+        where = ", ".join(repr(s) for s in elsewhere)
+        text += f"; schema {where} holds one: pass --db-schema {elsewhere[0]}"
+        if default:
+            text += " (or point at the dbt project, whose profile names its schema)"
+    return text
+
+
 def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -> None:
     """Raise :class:`SemanticProblems` listing every data problem of ``catalog`` on ``con``."""
     problems: list[Problem] = []
-    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    tables = {(r[0], r[1]) for r in con.execute("SELECT table_schema, table_name FROM information_schema.tables "
+                                                 "WHERE table_catalog = current_database()").fetchall()}
     proj = catalog.project
 
     def problem(sm: str, keys: tuple[str, ...], message: str) -> None:
@@ -40,11 +53,11 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
         problems.append(Problem(path, line, ".".join(("semantic_models", sm, *keys)), message))
 
     for sm in catalog.manifest.semantic_models:
-        table = sm.node_relation.alias
-        if table not in tables:
-            problem(sm.name, ("model",), f"table or view {table!r} is not in the database ({db_name})")
+        table, schema = sm.node_relation.alias, sm.node_relation.schema_name
+        if (schema, table) not in tables:
+            problem(sm.name, ("model",), _missing(table, schema, tables, db_name, catalog.project.target.is_default))
             continue
-        src = f"{sm.node_relation.schema_name}.{_qi(table)}"
+        src = f"{_qi(schema)}.{_qi(table)}"
         elements: list[tuple[str, Any, str]] = []
         elements += [("entities", e, e.expr or e.name) for e in sm.entities]
         elements += [("dimensions", d, d.expr or d.name) for d in sm.dimensions]

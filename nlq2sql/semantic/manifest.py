@@ -2,32 +2,107 @@
 
 Each object is built on its own, so one malformed metric does not hide another's problem;
 each carries its file and line as MetricFlow metadata, so MetricFlow's validation issues name
-them.  The time spine is decided here: the one the project declares, else dbt's legacy
-``metricflow_time_spine`` table when the database has it, else a generated day table
-(:data:`GENERATED_SPINE`, which :mod:`nlq2sql.semantic.engine` inlines as a ``range()``
+them.  An object is checked against MetricFlow's JSON Schema widened by the keys dbt-core
+accepts (:data:`DBT_ONLY_KEYS`, from dbt's ``Unparsed*`` classes): a description on an entity,
+``config`` with any dbt config, ``meta`` and ``tags`` load; a misspelt key is still refused.
+A dbt-written ``semantic_manifest.json`` goes through MetricFlow's reader for dbt manifests
+(``parse_manifest_from_dbt_generated_manifest``, which upgrades older dbt versions' manifests).
+Every relation is rendered as ``schema.alias`` (:class:`~.dbt_project.Relation`): the
+database part dbt records is not rendered, as DuckDB names an attached file after the file.
+The time spine is decided by the caller (:mod:`.catalog`): the one the project declares, else
+dbt's legacy ``metricflow_time_spine`` table when the database has it, else a generated day
+table (:data:`GENERATED_SPINE`, which :mod:`nlq2sql.semantic.engine` inlines as a ``range()``
 over the data's dates — the warehouse itself is never written).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+import json
+from functools import lru_cache
+from typing import Any, cast
 
+from nlq2sql.semantic.dbt_project import Relation
 from nlq2sql.semantic.mf import mf_reason, quiet
 from nlq2sql.semantic.project import Problem, Project, SemanticProblems, TimeSpine, ref_table
 from nlq2sql.semantic.yamlsafe import Doc
 
-__all__ = ["GENERATED_SPINE", "LEGACY_SPINE", "SCHEMA", "build_manifest"]
+__all__ = ["DBT_ONLY_KEYS", "GENERATED_SPINE", "build_manifest"]
 
-#: dbt's legacy convention: a table of this name with a ``date_day`` column.
-LEGACY_SPINE = TimeSpine(table="metricflow_time_spine", column="date_day")
 #: The relation a generated spine is rendered as; replaced by an inline range() at compile time.
 GENERATED_SPINE = TimeSpine(table="nlq2sql_generated_time_spine", column="date_day")
-SCHEMA = "main"
+_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+_TAGS: dict[str, Any] = {"type": ["string", "array"], "items": {"type": "string"}}
+#: Keys dbt-core accepts (``dbt/contracts/graph/unparsed.py``: ``UnparsedSemanticModel``,
+#: ``UnparsedEntity``, ``UnparsedDimension``, ``UnparsedMeasure``, ``UnparsedMetric``,
+#: ``UnparsedSavedQuery``, ``UnparsedExport``) that MetricFlow's JSON Schema for the same object
+#: lacks, by that schema's ``$id``.  ``config`` is a free mapping in dbt (``meta``, ``enabled``,
+#: ``group``, ``tags`` …): every ``*_config_schema`` reference becomes a plain object.
+DBT_ONLY_KEYS: dict[str, dict[str, Any]] = {
+    "semantic_model_schema": {"config": _ANY_OBJECT},
+    "entity_schema": {"description": {"type": "string"}, "config": _ANY_OBJECT},
+    "dimension_schema": {"config": _ANY_OBJECT},
+    "measure_schema": {"config": _ANY_OBJECT},
+    "metric_schema": {"meta": _ANY_OBJECT, "tags": _TAGS, "config": _ANY_OBJECT},
+    "saved_query_schema": {"config": _ANY_OBJECT, "tags": _TAGS},
+    "export_schema": {"config": _ANY_OBJECT},
+}
 
 
-def _node_relation(table: str) -> dict[str, str]:
-    return {"alias": table, "schema_name": SCHEMA, "relation_name": f"{SCHEMA}.{table}"}
+@lru_cache(maxsize=1)
+def _validators() -> dict[str, Any]:
+    """MetricFlow's JSON Schemas for a semantic model, a metric and a saved query, with
+    :data:`DBT_ONLY_KEYS` added: as strict as dbt about unknown keys, no stricter."""
+    from metricflow_semantic_interfaces.parsing import schemas
+    from metricflow_semantic_interfaces.parsing.schema_validator import SchemaValidator
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT7
+
+    store = cast("dict[str, Any]", copy.deepcopy(schemas.schema_store))
+    for sid, extra in DBT_ONLY_KEYS.items():
+        store[sid]["properties"].update(copy.deepcopy(extra))
+    registry: Any = Registry().with_resources([(str(k), DRAFT7.create_resource(v)) for k, v in store.items()])
+    return {"semantic_models": SchemaValidator(store["semantic_model_schema"], registry=registry),
+            "metrics": SchemaValidator(store["metric_schema"], registry=registry),
+            "saved_queries": SchemaValidator(store["saved_query_schema"], registry=registry)}
+
+
+def _mf_config(obj: dict[str, Any], meta: Any = None) -> None:
+    """dbt's ``config`` (any keys) → MetricFlow's (``meta`` only); a top-level ``meta`` merges in, as dbt does."""
+    config = obj.get("config")
+    merged = dict(meta) if isinstance(meta, dict) else {}
+    if isinstance(config, dict) and isinstance(config.get("meta"), dict):
+        merged.update(config["meta"])
+    if "config" in obj or merged:
+        obj["config"] = {"meta": merged} if merged else None
+    if obj.get("config") is None:
+        obj.pop("config", None)
+
+
+def _to_mf(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """Drop (or map) the keys dbt accepts that MetricFlow's objects do not take."""
+    _mf_config(obj, obj.pop("meta", None))
+    if kind == "metrics":
+        obj.pop("tags", None)
+    if kind == "semantic_models":
+        for group in ("entities", "dimensions", "measures"):
+            for el in obj.get(group) or ():
+                if isinstance(el, dict):
+                    _mf_config(el)
+    if kind == "saved_queries":
+        for export in obj.get("exports") or ():
+            if isinstance(export, dict) and isinstance(export.get("config"), dict):
+                conf = export["config"]
+                if "schema_name" in conf and "schema" not in conf:
+                    conf["schema"] = conf.pop("schema_name")
+                export["config"] = {k: v for k, v in conf.items() if k in ("export_as", "schema", "alias")}
+    return obj
+
+
+def disabled(raw: dict[str, Any]) -> bool:
+    """``config: {enabled: false}``: dbt leaves the object out."""
+    config = raw.get("config")
+    return isinstance(config, dict) and config.get("enabled") is False
 
 
 def _named(value: Any) -> Any:
@@ -35,21 +110,21 @@ def _named(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
 
-def _semantic_model(raw: dict[str, Any]) -> dict[str, Any]:
+def _semantic_model(raw: dict[str, Any], project: Project) -> dict[str, Any]:
     obj = copy.deepcopy(raw)
     if "model" in obj and "node_relation" not in obj:
         table = ref_table(obj["model"])
         if table is None:
             raise ValueError(f"model must be ref('TABLE'), got {obj['model']!r}")
         obj.pop("model")
-        obj["node_relation"] = _node_relation(table)
+        obj["node_relation"] = project.relation(table).node_relation()
     for group in ("entities", "dimensions", "measures"):
         if obj.get(group) is None and group in obj:
             obj[group] = []
     return obj
 
 
-def _metric(raw: dict[str, Any]) -> dict[str, Any]:
+def _metric(raw: dict[str, Any], project: Project) -> dict[str, Any]:
     obj = copy.deepcopy(raw)
     params = obj.get("type_params")
     if isinstance(params, dict):
@@ -99,6 +174,47 @@ def _schema_problems(validator: Any, raw: dict[str, Any], doc: Doc, at: tuple[An
     return out
 
 
+def _spine_config(spine: TimeSpine) -> dict[str, Any]:
+    return {"node_relation": spine.relation.node_relation(),
+            "primary_column": {"name": spine.column, "time_granularity": "day"}}
+
+
+def _dbt_manifest(project: Project, spine: TimeSpine) -> Any:
+    """A dbt-written manifest through MetricFlow's reader for them, relations as ``schema.alias``."""
+    from metricflow_semantics.model.dbt_manifest_parser import parse_manifest_from_dbt_generated_manifest
+
+    assert project.manifest_json is not None
+    data = copy.deepcopy(project.manifest_json)
+    override = project.target.schema if project.target.override else None
+    for sm in data.get("semantic_models") or ():
+        rel = sm.get("node_relation") if isinstance(sm, dict) else None
+        if isinstance(rel, dict) and rel.get("alias") and rel.get("schema_name"):
+            sm["node_relation"] = Relation(schema=override or str(rel["schema_name"]), alias=str(rel["alias"]),
+                                           database=rel.get("database")).node_relation()
+    config = data.get("project_configuration")
+    config = dict(config) if isinstance(config, dict) else {}
+    declared = [s for s in config.get("time_spines") or () if isinstance(s, dict)]
+    if spine == project.declared_spine and any(
+            (s.get("node_relation") or {}).get("alias") == spine.table for s in declared):
+        for s in declared:  # the project's own spines (custom granularities kept), relations rewritten
+            rel = s.get("node_relation") or {}
+            s["node_relation"] = Relation(schema=override or str(rel.get("schema_name")), alias=str(rel.get("alias")),
+                                          database=rel.get("database")).node_relation()
+        config["time_spines"] = declared
+    else:
+        config["time_spines"] = [_spine_config(spine)]
+    config["time_spine_table_configurations"] = []  # the legacy one, if used, is ``spine`` now
+    data["project_configuration"] = config
+    try:
+        manifest = parse_manifest_from_dbt_generated_manifest(json.dumps(data))
+    except Exception as exc:  # noqa: BLE001 — any parse or transformation failure is a reported problem
+        errors = getattr(exc, "errors", None)
+        if callable(errors):
+            raise SemanticProblems(_pydantic_problems(exc, project.path, None, "semantic_manifest")) from None
+        raise SemanticProblems([Problem(project.path, None, None, f"MetricFlow: {mf_reason(exc)}")]) from None
+    return _validated(manifest, project)
+
+
 def build_manifest(project: Project, spine: TimeSpine) -> Any:
     """MetricFlow's manifest for ``project`` with ``spine``; raises :class:`SemanticProblems`."""
     from metricflow_semantic_interfaces.implementations.metric import PydanticMetric
@@ -106,52 +222,39 @@ def build_manifest(project: Project, spine: TimeSpine) -> Any:
     from metricflow_semantic_interfaces.implementations.saved_query import PydanticSavedQuery
     from metricflow_semantic_interfaces.implementations.semantic_manifest import PydanticSemanticManifest
     from metricflow_semantic_interfaces.implementations.semantic_model import PydanticSemanticModel
-    from metricflow_semantic_interfaces.parsing.schemas import (
-        metric_validator,
-        saved_query_validator,
-        semantic_model_validator,
-    )
     from metricflow_semantic_interfaces.transformations.semantic_manifest_transformer import (
         PydanticSemanticManifestTransformer,
     )
 
     quiet()
-    validators = {"semantic_models": semantic_model_validator, "metrics": metric_validator,
-                  "saved_queries": saved_query_validator}
-    config = {"time_spines": [{"node_relation": _node_relation(spine.table),
-                               "primary_column": {"name": spine.column, "time_granularity": "day"}}]}
     if project.manifest_json is not None:
-        data = copy.deepcopy(project.manifest_json)
-        data.setdefault("project_configuration", config)
-        if not data["project_configuration"].get("time_spines"):
-            data["project_configuration"]["time_spines"] = config["time_spines"]
-        try:
-            manifest = PydanticSemanticManifest.parse_obj(data)
-        except Exception as exc:  # noqa: BLE001 — any parse failure is a reported problem
-            raise SemanticProblems(_pydantic_problems(exc, project.path, None, "semantic_manifest")) from None
-        return _validated(manifest, project)
-
+        return _dbt_manifest(project, spine)
+    validators = _validators()
+    config = {"time_spines": [_spine_config(spine)]}
     problems: list[Problem] = list(project.problems)
     built: dict[str, list[Any]] = {"semantic_models": [], "metrics": [], "saved_queries": []}
     kinds = (("semantic_models", project.semantic_models, PydanticSemanticModel, _semantic_model),
              ("metrics", project.metrics, PydanticMetric, _metric),
-             ("saved_queries", project.saved_queries, PydanticSavedQuery, copy.deepcopy))
+             ("saved_queries", project.saved_queries, PydanticSavedQuery, lambda raw, _p: copy.deepcopy(raw)))
     seen: dict[tuple[str, str], str] = {}
     for kind, items, cls, convert in kinds:
         for raw, doc, at in items:
             line = doc.line(*at)
             label = f"{kind}.{raw.get('name', at[-1])}"
             key = (kind, str(raw.get("name")))
+            if disabled(raw):
+                continue
             if key in seen:
                 problems.append(Problem(doc.path, line, label, f"defined twice (first at {seen[key]})"))
                 continue
             seen[key] = f"{doc.path}:{line}"
             try:
-                obj = convert(raw)
+                obj = convert(raw, project)
                 found = _schema_problems(validators[kind], obj, doc, at, label)
                 if found:
                     problems += found
                     continue
+                obj = _to_mf(kind, obj)
                 obj["metadata"] = _metadata(doc.path, line)
                 built[kind].append(cls.parse_obj(obj))
             except Exception as exc:  # noqa: BLE001 — every object's failure is collected, not raised

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import SemanticModelError
+from nlq2sql.semantic.dbt_project import DbtOptions, DbtTarget, Relation, dbt_target, find_dbt_project
 from nlq2sql.semantic.yamlsafe import Doc, YamlProblem, load_documents
 
-__all__ = ["DBT_KEYS", "Problem", "Project", "SemanticProblems", "TimeSpine", "read_project", "ref_table"]
+__all__ = ["DBT_KEYS", "Problem", "Project", "SemanticProblems", "TimeSpine", "project_name", "read_project",
+           "ref_table"]
 
 #: Ordinary dbt keys a properties file may hold beside the semantic layer: skipped.
 DBT_KEYS = frozenset({"version", "models", "sources", "seeds", "snapshots", "analyses", "macros", "unit_tests",
@@ -60,10 +62,16 @@ class SemanticProblems(SemanticModelError):
 
 @dataclass(frozen=True)
 class TimeSpine:
-    """The daily time spine a project declares (dbt ``time_spine:`` config), if any."""
+    """A daily time spine: the one a project declares (dbt ``time_spine:`` config, or a dbt
+    manifest's ``project_configuration``), dbt's legacy table, or the generated one."""
 
     table: str
     column: str
+    schema: str = "main"
+
+    @property
+    def relation(self) -> Relation:
+        return Relation(schema=self.schema, alias=self.table)
 
 
 @dataclass
@@ -79,6 +87,19 @@ class Project:
     declared_spine: TimeSpine | None = None
     problems: list[Problem] = field(default_factory=list)  # found while reading: reported with MetricFlow's
     manifest_json: dict[str, Any] | None = None  # a dbt-written semantic_manifest.json, read as is
+    target: DbtTarget = field(default_factory=lambda: DbtTarget(schema="main", source="default"))
+    spine_models: list[tuple[str, str]] = field(default_factory=list)  # folder: (model, column) with time_spine:
+
+    def relation(self, model: str) -> Relation:
+        """Where ``ref(model)`` lives (:mod:`.dbt_project`)."""
+        return self.target.relation(model)
+
+    @property
+    def legacy_spine(self) -> TimeSpine:
+        """dbt's legacy convention: a ``metricflow_time_spine`` model with a ``date_day`` column,
+        where ``ref('metricflow_time_spine')`` would be built."""
+        rel = self.relation("metricflow_time_spine")
+        return TimeSpine(table=rel.alias, column="date_day", schema=rel.schema)
 
     def origin(self, kind: str, name: str) -> tuple[Doc, tuple[Any, ...]] | None:
         items = {"semantic_model": self.semantic_models, "metric": self.metrics,
@@ -132,25 +153,40 @@ def _files(root: Path) -> list[Path]:
     return found
 
 
-def _spine_of(model: Any) -> TimeSpine | None:
-    """dbt 1.9's time spine model: ``time_spine: {standard_granularity_column: date_day}``."""
+def _spine_of(model: Any) -> tuple[str, str] | None:
+    """dbt 1.9's time spine model: ``time_spine: {standard_granularity_column: date_day}`` → (model, column)."""
     if not isinstance(model, dict) or not isinstance(model.get("time_spine"), dict):
         return None
     col = model["time_spine"].get("standard_granularity_column")
-    name = model.get("alias") or model.get("name")
+    name = model.get("name")
     if isinstance(col, str) and isinstance(name, str):
-        return TimeSpine(table=name, column=col)
+        return name, col
     return None
 
 
-def read_project(root: Path, *, name: str, display: str) -> Project:
-    """Read a file or folder; raises :class:`SemanticProblems` listing every problem found."""
+def project_name(path: Path) -> str | None:
+    """The dbt project's ``name`` (its ``dbt_project.yml`` at or above ``path``), else None."""
+    folder = find_dbt_project(path)
+    if folder is None:
+        return None
+    try:
+        docs, _ = load_documents("dbt_project.yml", (folder / "dbt_project.yml").read_bytes())
+    except OSError:
+        return None
+    data = docs[0].data if docs else None
+    name = data.get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) and name else folder.name
+
+
+def read_project(root: Path, *, name: str, display: str, dbt: DbtOptions | None = None) -> Project:
+    """Read a file or folder; raises :class:`SemanticProblems` listing every problem found.
+    ``dbt``: how relations resolve (``--db-schema``, ``--profiles-dir``, ``--target``)."""
     if root.is_file() and root.suffix == ".json":
-        return _read_manifest_json(root, name=name, display=display)
+        return _read_manifest_json(root, name=name, display=display, dbt=dbt)
     files = _files(root)
     digest = hashlib.sha256()
     problems: list[Problem] = []
-    project = Project(name=name, path=display, sha256="")
+    project = Project(name=name, path=display, sha256="", target=dbt_target(root, dbt))
     for file in files:
         shown = _display_file(file, root, display)
         try:
@@ -167,6 +203,12 @@ def read_project(root: Path, *, name: str, display: str) -> Project:
         for doc in docs:
             problems += _take(project, doc)
     project.sha256 = digest.hexdigest()
+    if project.spine_models:
+        model, column = project.spine_models[-1]
+        rel = project.relation(model)
+        project.declared_spine = TimeSpine(table=rel.alias, column=column, schema=rel.schema)
+    elif "metricflow_time_spine" in project.target.custom:  # dbt declares the legacy spine for such a model
+        project.declared_spine = project.legacy_spine
     if not project.semantic_models:
         if not problems:
             problems.append(Problem(display, None, None, "no semantic_models defined"))
@@ -190,7 +232,9 @@ def _take(project: Project, doc: Doc) -> list[Problem]:
         if key in DBT_KEYS:
             if key == "models" and isinstance(value, list):
                 for m in value:
-                    project.declared_spine = _spine_of(m) or project.declared_spine
+                    spine = _spine_of(m)
+                    if spine is not None:
+                        project.spine_models.append(spine)
             continue
         if key == "project_configuration":
             continue  # MetricFlow's own format: the time spine is chosen by the binding
@@ -220,7 +264,7 @@ def _display_file(file: Path, root: Path, display: str) -> str:
     return str(Path(display) / file.relative_to(root))
 
 
-def _read_manifest_json(path: Path, *, name: str, display: str) -> Project:
+def _read_manifest_json(path: Path, *, name: str, display: str, dbt: DbtOptions | None) -> Project:
     try:
         raw = path.read_bytes()
         data = json.loads(raw)
@@ -228,7 +272,40 @@ def _read_manifest_json(path: Path, *, name: str, display: str) -> Project:
         raise SemanticModelError(f"cannot read semantic_manifest.json: {exc}", path=display) from None
     if not isinstance(data, dict) or "semantic_models" not in data:
         raise SemanticModelError("not a dbt semantic_manifest.json (no semantic_models key)", path=display)
-    return Project(name=name, path=display, sha256=hashlib.sha256(raw).hexdigest(), manifest_json=data)
+    override = dbt.db_schema if dbt is not None else None
+    schemas = [sm["node_relation"].get("schema_name") for sm in data.get("semantic_models") or ()
+               if isinstance(sm, dict) and isinstance(sm.get("node_relation"), dict)]
+    usual = max(set(schemas), key=schemas.count) if schemas else "main"  # dbt's target schema, most likely
+    target = (DbtTarget(schema=override, source="--db-schema", override=True) if override
+              else DbtTarget(schema=str(usual), source="manifest"))
+    project = Project(name=name, path=display, sha256=hashlib.sha256(raw).hexdigest(), manifest_json=data,
+                      target=target)
+    project.declared_spine = _manifest_spine(data.get("project_configuration"), override)
+    return project
+
+
+def _unquote(part: str) -> str:
+    part = part.strip()
+    return part[1:-1].replace('""', '"') if len(part) > 1 and part[0] == part[-1] == '"' else part
+
+
+def _manifest_spine(config: Any, override: str | None) -> TimeSpine | None:
+    """The day-grain time spine a dbt manifest's ``project_configuration`` declares: ``time_spines``
+    (dbt 1.9+), else the legacy ``time_spine_table_configurations``; None when it declares none."""
+    if not isinstance(config, dict):
+        return None
+    spines = [s for s in config.get("time_spines") or () if isinstance(s, dict)]
+    for s in sorted(spines, key=lambda s: str((s.get("primary_column") or {}).get("time_granularity")) != "day"):
+        rel, col = s.get("node_relation") or {}, (s.get("primary_column") or {}).get("name")
+        if isinstance(rel, dict) and rel.get("alias") and rel.get("schema_name") and isinstance(col, str):
+            return TimeSpine(table=str(rel["alias"]), column=col, schema=override or str(rel["schema_name"]))
+    for legacy in config.get("time_spine_table_configurations") or ():
+        if not isinstance(legacy, dict) or str(legacy.get("grain", "day")).lower() != "day":
+            continue
+        parts = [_unquote(p) for p in str(legacy.get("location", "")).split(".")]
+        if len(parts) >= 2 and isinstance(legacy.get("column_name"), str):
+            return TimeSpine(table=parts[-1], column=legacy["column_name"], schema=override or parts[-2])
+    return None
 
 
 def ref_table(model: Any) -> str | None:

@@ -25,7 +25,7 @@ from nlq2sql.paths import cache_dir
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, shipped_names
 
 __all__ = ["DATA_SUFFIXES", "DEFAULT_NAME", "MAX_SCALE", "READ_ONLY_CONFIG", "build", "builder", "connect_read_only",
-           "default_path", "ensure", "fingerprint", "import_folder", "resolve_db"]
+           "default_path", "ensure", "fingerprint", "import_folder", "open_error", "resolve_db"]
 
 #: The one configuration every read-only connection opens with: DuckDB refuses a second
 #: connection to an open file under a different configuration, so there is only this one.
@@ -147,6 +147,18 @@ def resolve_db(db: Path | None, semantic_name: str, shipped: bool) -> Path:
         raise InputError(f"semantic model {semantic_name!r} is not a shipped warehouse: pass --db "
                          "(its DuckDB file, or a folder of Parquet/CSV files)", field="db")
     return ensure(name=semantic_name)
+
+
+def open_error(exc: Exception) -> str:
+    """Why a database file does not open, with the fix where there is one: a file written by
+    another DuckDB (dbt-duckdb installs the newest) names this harness's DuckDB and how to build
+    with it."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "version number" in str(exc) or "newer version of DuckDB" in str(exc):
+        return (f"cannot open database: {first} — this harness reads DuckDB {duckdb.__version__}'s file format; "
+                f"rebuild the file with duckdb=={duckdb.__version__} in the dbt environment "
+                f"(pip install 'duckdb=={duckdb.__version__}' beside dbt-duckdb, then dbt seed && dbt run)")
+    return f"cannot open database: {first}"
 
 
 def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:

@@ -35,6 +35,7 @@ from nlq2sql.records.store import (
 from nlq2sql.records.summary_parts import Figures, Missing
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
+from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.stages.evalset import EvalCase, EvalSet, index_evalset, load_evalset
 from nlq2sql.stages.execute import Executor
@@ -60,6 +61,7 @@ class ScoreConfig:
     force: bool = False
     allow_missing: bool = False  # items without a response are expected: status `missing`
     semantic_model: str = DEFAULT_WAREHOUSE  # name or path (the CLI's default, retail)
+    dbt: DbtOptions | None = None  # --db-schema, --profiles-dir, --target: where the layer's relations live
 
 
 @dataclass
@@ -276,7 +278,7 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
     is written to a sibling temp directory renamed into place only at the end, so bad input
     (a bad line, or items left unanswered without ``--allow-missing``) leaves no artifact.
     """
-    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     evalset = index_evalset(cfg.evalset, wh)
     rulesets = load_guardrails(list(cfg.guardrails), wh.catalog, wh)
     ids = evalset.ids
@@ -340,7 +342,8 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     from nlq2sql.stages.queryset import QueryCase, QuerySet, load_query_set
 
     manifest = read_json(run_dir / MANIFEST)
-    wh = open_warehouse(manifest_warehouse(manifest))
+    recorded = manifest.get("db_schema")  # --db-schema of the run: the relations are read there again
+    wh = open_warehouse(manifest_warehouse(manifest), dbt=DbtOptions(db_schema=recorded) if recorded else None)
     v2 = manifest.get("answer") == "query"  # the v2 answer: guardrails on its queries (stages.query_guard)
     name = evalset or manifest.get("evalset_path") or manifest["evalset"]
     es: QuerySet | EvalSet = load_query_set(name, wh.catalog) if v2 else load_evalset(name, wh.catalog)

@@ -276,12 +276,12 @@ def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
     measures, plus a count metric per table.  Meant to be edited, then checked."""
     import yaml
 
-    from nlq2sql.semantic.warehouse import connect_read_only
+    from nlq2sql.semantic.warehouse import connect_read_only, open_error
 
     try:
         con = connect_read_only(db)
     except duckdb.Error as exc:
-        raise InputError(f"cannot open database: {str(exc).splitlines()[0]}", path=str(db), field="--db") from None
+        raise InputError(open_error(exc), path=str(db), field="--db") from None
     try:
         tables = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
                                             "WHERE table_schema = 'main' ORDER BY table_name").fetchall()]
