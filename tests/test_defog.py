@@ -4,10 +4,13 @@ running in the SQL arm's sandbox, and the report rendered from run records."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import sys
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -228,3 +231,58 @@ def test_every_source_row_is_shipped_or_excluded_with_a_reason() -> None:
     for r in rows:  # a dropped alternative is named in the report with its reason
         for d in r.get("dropped", []):
             assert d["reason"]
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _report_module() -> Any:
+    """``scripts/defog_report.py`` as a module (registered, as its dataclass needs)."""
+    spec = importlib.util.spec_from_file_location("defog_report", ROOT / "scripts" / "defog_report.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["defog_report"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _fake_run(root: Path, model: str, db: str, evalset: str, arm: str, outcomes: dict[str, tuple[str, bool]]) -> None:
+    """A run directory as ``matrix --answers`` lays it out: manifest and one record line per item."""
+    d = root / model / f"defog_{db}-{evalset}" / f"{evalset}-{arm}"
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps({"model": model, "semantic_model": f"defog_{db}", "evalset": evalset,
+                                                 "answer": arm, "git_commit": "abc123def4567890", "git_dirty": False}))
+    (d / "records.jsonl").write_text("".join(
+        json.dumps({"record_version": 1, "id": i, "question": "q", "category": cat, "answer": arm,
+                    "correct_final": ok, "error_final": None if ok else "wrong_rows"}) + "\n"
+        for i, (cat, ok) in outcomes.items()))
+
+
+def test_the_report_renders_from_run_records(tmp_path: Path) -> None:
+    report = _report_module()
+    root = tmp_path / "defog"
+    root.mkdir()
+    for name in ("import.json", "published.json"):
+        (root / name).write_text((ROOT / "reports" / "defog" / name).read_text())
+    # sql right on 4 of 5, query right on 1 of 5 (the items sql got wrong: only query right on 0)
+    sql = {f"restaurants-00{i}": ("ratio" if i < 3 else "group_by", i != 5) for i in range(1, 6)}
+    query = {f"restaurants-00{i}": ("ratio" if i < 3 else "group_by", i == 1) for i in range(1, 6)}
+    _fake_run(root, "qwen2.5-coder-0.5b", "restaurants", "sql-eval", "sql", sql)
+    _fake_run(root, "qwen2.5-coder-0.5b", "restaurants", "sql-eval", "query", query)
+    _fake_run(root, "qwen2.5-coder-0.5b", "yelp", "sql-eval", "sql", {"yelp-001": ("table_join", True)})
+    text = report.render(root, {"restaurants"})
+    assert "| qwen2.5-coder-0.5b | sql-eval | sql | 2 | 83.3 % [" in text and "(5/6) |" in text
+    assert "| qwen2.5-coder-0.5b | sql-eval | query | 1 | 20.0 % [" in text
+    # paired on the 5 restaurants items both arms answered: sql alone right on 3, query alone on 0
+    assert "| qwen2.5-coder-0.5b | sql-eval | sql | query | 5 | 3 | 0 | 0.25 |" in text
+    assert "| qwen2.5-coder-0.5b | query | 0 % (0/3) | 50 % (1/2) | – |" in text  # group_by, ratio, table_join
+    assert "sqlcoder-7b-2" in text and "https://huggingface.co/defog/sqlcoder-7b-2" in text
+    assert "| its database is not in defog-data 0.1.1 | 20 | broker, car_dealership, derm_treatment, ewallet |" in text
+    assert "smollm2-135m · academic · sql-eval · sql" in text  # not recorded, listed
+    assert "qwen2.5-coder-0.5b · restaurants · sql-eval · query" not in text.split("## Not recorded")[1]
+    assert "abc123def456" in text and str(tmp_path) not in text
+
+
+def test_the_report_refuses_an_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no recorded runs"):
+        _report_module().render(tmp_path)
