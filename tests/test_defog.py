@@ -134,6 +134,18 @@ def test_a_broken_dump_names_every_problem() -> None:
     assert "bad.sql:9: 2 fields" in text and "no closing" in text and "'u', which no CREATE TABLE" in text
 
 
+@pytest.mark.parametrize("db", DATABASES)
+def test_every_layer_passes_semantic_check(db: str, defog_dbs: dict[str, Path]) -> None:
+    from typer.testing import CliRunner
+
+    from nlq2sql.cli.main import app
+
+    res = CliRunner().invoke(app, ["semantic", "check", f"defog_{db}", "--db", str(defog_dbs[db]), "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert not report["failed"] and report["metrics"] >= 3 and report["queries"] >= report["metrics"]
+
+
 # --- the conversion -------------------------------------------------------------------------
 
 

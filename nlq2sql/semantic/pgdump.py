@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
+import pandas as pd
 import sqlglot
 from sqlglot import exp
 
@@ -128,8 +128,8 @@ def load_dump(con: duckdb.DuckDBPyConnection, text: str, source: str = "<dump>")
     counts = dict.fromkeys(dump.tables, 0)
     for block in dump.copies:
         if block.rows:
-            data = pa.table({f"c{j}": pa.array([r[j] for r in block.rows], pa.string())
-                             for j in range(len(block.columns))})
+            data = pd.DataFrame({f"c{j}": pd.Series([r[j] for r in block.rows], dtype="string")
+                                 for j in range(len(block.columns))})
             con.register("_pgdump_rows", data)
             cols = ", ".join(f'"{c}"' for c in block.columns)
             sel = ", ".join(f"c{j}" for j in range(len(block.columns)))
