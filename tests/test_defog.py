@@ -146,6 +146,19 @@ def test_every_layer_passes_semantic_check(db: str, defog_dbs: dict[str, Path]) 
     assert not report["failed"] and report["metrics"] >= 3 and report["queries"] >= report["metrics"]
 
 
+@pytest.mark.parametrize("db", DATABASES)
+def test_the_sql_arms_see_every_column(db: str, defog_dbs: dict[str, Path]) -> None:
+    """The SQL arms' schema lists the columns a layer reads: each defog layer reads every column
+    (defog's prompt shows the whole schema, and its questions may need any column)."""
+    from nlq2sql.semantic.binding import open_warehouse
+    from nlq2sql.semantic.schema_text import describe_tables
+
+    wh = open_warehouse(f"defog_{db}", defog_dbs[db])
+    shown = {(t.name, c.name) for t in describe_tables(wh.catalog, wh) for c in t.columns}
+    every = set(wh.connect().execute("SELECT table_name, column_name FROM information_schema.columns").fetchall())
+    assert every and every == shown
+
+
 # --- the conversion -------------------------------------------------------------------------
 
 
