@@ -168,6 +168,7 @@ def test_braces_expand_to_every_subset_with_the_same_group_by() -> None:
                    "SELECT a.y, COUNT(*) AS n FROM a GROUP BY a.y ORDER BY n",
                    "SELECT a.x, a.y, COUNT(*) AS n FROM a GROUP BY a.x, a.y ORDER BY n"]
     assert expand_braces("SELECT 1") == ["SELECT 1"]
+    assert expand_braces("SELECT a FROM t GROUP BY {}") == ["SELECT a FROM t GROUP BY {}"]  # nothing to choose
     assert split_alternatives("SELECT 1; SELECT 2;  ;") == ["SELECT 1", "SELECT 2"]
 
 

@@ -113,6 +113,8 @@ def expand_braces(statement: str) -> list[str]:
     if start == -1 or end == -1:
         return [statement]
     options = [o.strip() for o in statement[start + 1:end].split(",") if o.strip()]
+    if not options:  # no column to choose: left as written (sqlglot then names the problem)
+        return [statement]
     out = []
     for r in range(1, len(options) + 1):
         for combo in itertools.combinations(options, r):
