@@ -154,8 +154,9 @@ def import_markdown(meta: dict[str, object]) -> str:
                      f"{sum(len(r.get('dropped', [])) for r in rs)} | "
                      f"{sum('relative-date' in r.get('tags', []) for r in rs)} |")
     lines += ["", "## Excluded rows", ""]
-    lines += [f"- `{r['source']}` ({r['db']}, {r['category']}): {r['reason']}" for r in rows
-              if r["status"] == "excluded"] or ["None."]
+    lines += [f"- `{r['source']}` ({r['db']}, {r['category']}): {r['reason']}"
+              + "".join(f"; `{d['sql']}` → {d['reason']}" for d in r.get("dropped", []))
+              for r in rows if r["status"] == "excluded"] or ["None."]
     lines += ["", "## Alternatives dropped from shipped items", ""]
     lines += [f"- `{r['id']}` (`{r['source']}`): {d['reason']} — `{d['sql']}`" for r in rows
               for d in r.get("dropped", []) if r["status"] == "shipped"] or ["None."]
