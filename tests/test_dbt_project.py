@@ -233,11 +233,22 @@ def test_semantic_check_lists_exactly_the_projects_problems(pawsure: DbtBuild, h
 
 @pytest.mark.parametrize("how", ["folder", "manifest"])
 def test_semantic_show_offers_the_layer_less_its_problems(pawsure: DbtBuild, how: str) -> None:
+    """The vocabulary offered to a model keeps every sound metric and group-by and drops exactly
+    what a problem touches: the all-NULL dimension, and the misspelt entity's join from payments
+    (the same holders stay reachable through the policy)."""
     res = runner.invoke(app, ["semantic", "show", "--semantic-model", _source(pawsure, how), "--db",
                               str(pawsure.db)])
     assert res.exit_code == 0, res.output
-    assert "premium_written" in res.output and "policy__plan" in res.output
-    assert "cancelled_on" not in res.output.split("exclu")[0], "an excluded dimension is not offered"
+    shown = json.loads(res.stdout)
+    metrics = shown["metrics"]
+    assert {"policies_sold", "premium_written", "average_premium", "claims_filed", "amount_paid", "payout_ratio",
+            "unpaid_amount", "premiums_collected", "premiums_collected_ytd", "loss_ratio"} <= set(metrics)
+    assert "policy__plan" in metrics["premium_written"]["group_by"]
+    assert "policy__holder__region" in metrics["premiums_collected"]["group_by"]
+    assert "holder__region" not in metrics["premiums_collected"]["group_by"], "joined through the misspelt entity"
+    offered = [g for m in metrics.values() for g in m["group_by"]]
+    assert not [g for g in offered if "cancelled_on" in g], "an all-NULL time dimension is not offered"
+    assert "cancelled_on" not in json.dumps(shown["query_schema"])
 
 
 QUERY = {"metrics": ["premium_written", "claims_filed"], "group_by": ["policy__plan"],
@@ -281,7 +292,7 @@ def test_a_listing_executes_and_returns_distinct_values(pawsure: DbtBuild, how: 
         policies = con.execute(f"SELECT count(DISTINCT policy_number) FROM {SCHEMA}.fct_policies").fetchone()
     finally:
         con.close()
-    assert sorted(r[0] for r in rows) == species and len(rows) == len(species) > 1
+    assert sorted(str(r[0]) for r in rows) == species and len(rows) == len(species) > 1
     header, rows = _sql(pawsure, how, {"metrics": [], "group_by": ["policy__policy_number",
                                                                   "policy__start_date__day"]})
     assert len(header) == 2 and len({tuple(map(str, r)) for r in rows}) == len(rows)
@@ -328,29 +339,62 @@ def _wrong(gold: dict[str, object]) -> dict[str, object]:
     return {**gold, "group_by": group_by}
 
 
-@pytest.mark.parametrize("how", ["folder", "manifest"])
-def test_score_on_the_v2_set_counts_exactly_the_right_answers(pawsure: DbtBuild, how: str, tmp_path: Path) -> None:
-    """Every other answerable item is answered with its gold, the rest with a query whose rows
-    differ; the unanswerable item is declined: the correct count follows from that."""
-    items = _lines(V2)
-    responses, expected = [], 0
+def _answers(items: list[dict[str, object]]) -> tuple[dict[str, str], int, set[str]]:
+    """Every other answerable item answered with its gold, the rest with a query whose rows
+    differ, the unanswerable item declined: (answer text by id, correct count, wrong ids)."""
+    texts: dict[str, str] = {}
+    expected, wrong = 0, set()
     for i, q in enumerate(items):
         if not q["answerable"]:
-            text, expected = json.dumps({"unanswerable": "we keep no clinic ratings"}), expected + 1
+            texts[str(q["id"])], expected = json.dumps({"unanswerable": "we keep no clinic ratings"}), expected + 1
         elif i % 2 == 0:
-            text, expected = json.dumps(q["gold"]), expected + 1
+            texts[str(q["id"])], expected = json.dumps(q["gold"]), expected + 1
         else:
-            text = json.dumps(_wrong(q["gold"]))  # type: ignore[arg-type]
-        responses.append({"id": q["id"], "text": text})
-    path = tmp_path / "responses.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in responses))
+            texts[str(q["id"])] = json.dumps(_wrong(q["gold"]))  # type: ignore[arg-type]
+            wrong.add(str(q["id"]))
     assert 0 < expected < len(items)
+    return texts, expected, wrong
+
+
+def _records(run: Path) -> list[dict[str, object]]:
+    return [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("how", ["folder", "manifest"])
+def test_score_on_the_v2_set_counts_exactly_the_right_answers(pawsure: DbtBuild, how: str, tmp_path: Path) -> None:
+    items = _lines(V2)
+    texts, expected, wrong = _answers(items)
+    path = tmp_path / "responses.jsonl"
+    path.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in texts.items()))
     res = runner.invoke(app, ["score", "--answer", "query", "--evalset", str(V2), "--responses", str(path),
                               "--out", str(tmp_path / "run"), "--semantic-model", _source(pawsure, how), "--db",
                               str(pawsure.db), "--json"])
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["n"] == len(items) and summary["final_accuracy"]["k"] == expected, summary["final_accuracy"]
-    records = [json.loads(x) for x in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
-    wrong = {r["id"] for r in records if not r["correct_final"]}
-    assert wrong == {q["id"] for i, q in enumerate(items) if q["answerable"] and i % 2 == 1}
+    assert {r["id"] for r in _records(tmp_path / "run") if not r["correct_final"]} == wrong
+
+
+def test_eval_against_a_fake_server_scores_and_records_what_was_excluded(pawsure: DbtBuild, tmp_path: Path) -> None:
+    """The live path on dbt's manifest: the schema sent offers no excluded object, the answers
+    score as by ``score``, and the run's manifest records what the layer excluded."""
+    from fakeserver import FakeServer, script
+
+    items = _lines(V2)
+    texts, expected, wrong = _answers(items)
+    by_q = {str(q["question"]): [{"kind": "text", "text": texts[str(q["id"])]}] for q in items}
+    with FakeServer(tmp_path / "fake", script(by_question=by_q), model="fake-model") as fake:
+        res = runner.invoke(app, ["eval", "--answer", "query", "--evalset", str(V2), "--endpoint", fake.url,
+                                  "--model", "fake-model", "--out", str(tmp_path / "run"), "--semantic-model",
+                                  str(pawsure.manifest), "--db", str(pawsure.db)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["n"] == len(items) and summary["final_accuracy"]["k"] == expected, summary["final_accuracy"]
+    assert {r["id"] for r in _records(tmp_path / "run") if not r["correct_final"]} == wrong
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    schema = manifest["sampling"]["schema_json"]
+    assert "policy__plan" in schema and "cancelled_on" not in schema
+    recorded = json.dumps(manifest)
+    assert "exclu" in recorded.lower(), "the run records what the layer excluded"
+    for _, key, _ in PROBLEMS:
+        assert key.rsplit(".", 1)[-1] in recorded, key
