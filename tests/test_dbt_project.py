@@ -328,10 +328,10 @@ def test_evalset_check_passes_the_gold_sql_file_naming_what_was_excluded(pawsure
 
 
 def _wrong(gold: dict[str, object]) -> dict[str, object]:
-    """A different query whose rows differ from the gold's (another group-by or no limit)."""
+    """A valid query whose rows differ from the gold's (another group-by, or no limit)."""
     if gold.get("limit"):
         return {k: v for k, v in gold.items() if k != "limit"}
-    swap = {"claim__status": "claim__condition", "policy__plan": "pet__species", "pet__species": "policy__plan",
+    swap = {"claim__status": "claim__condition", "policy__plan": "claim__condition", "pet__species": "policy__plan",
             "metric_time__month": "metric_time__quarter", "metric_time__quarter": "metric_time__year",
             "policy__holder__region": "policy__plan", "policy__start_date__day": "policy__end_date__day"}
     group_by = [swap.get(str(g), str(g)) for g in gold["group_by"]]  # type: ignore[attr-defined]
