@@ -313,7 +313,9 @@ def test_evalset_check_passes_the_v2_set_naming_what_was_excluded(pawsure: DbtBu
                               str(pawsure.db)])
     assert res.exit_code == 0, res.output
     unanswerable = sum(1 for q in items if not q["answerable"])
-    assert f"{len(items)} v2 items OK ({unanswerable} unanswerable)" in " ".join(res.output.split()), res.output
+    text = " ".join(res.output.split())
+    assert f"{len(items)} v2 items OK ({unanswerable} unanswerable)" in text, res.output
+    assert "pawsure" in text and "'target'" not in text, "the warehouse is named after the dbt project"
     _excluded_named(res.output)
 
 
@@ -398,3 +400,31 @@ def test_eval_against_a_fake_server_scores_and_records_what_was_excluded(pawsure
     assert "exclu" in recorded.lower(), "the run records what the layer excluded"
     for _, key, _ in PROBLEMS:
         assert key.rsplit(".", 1)[-1] in recorded, key
+
+
+def test_score_sql_answers_against_the_gold_sql_file_by_result(pawsure: DbtBuild, tmp_path: Path) -> None:
+    """Gold SQL as the answer is correct; other SQL is correct exactly when it returns the gold's
+    rows (here: the seed table read instead of the mart), wrong when its rows differ."""
+    items = _lines(GOLD_SQL)
+    texts = {str(g["id"]): str(g["gold_sql"]) for g in items}
+    texts["pg-004"] = f"SELECT claim_status, count(*) FROM {SCHEMA}__seed.raw_claims GROUP BY claim_status"
+    texts["pg-006"] = "SELECT full_name FROM dim_holders WHERE region = 'South'"
+    texts["pg-010"] = "SELECT max(paid_amount) FROM fct_claims"
+    con = _db(pawsure)
+    try:
+        con.execute(f"SET search_path = '{SCHEMA}'")
+        for ident in ("pg-004", "pg-006", "pg-010"):
+            gold = next(str(g["gold_sql"]) for g in items if g["id"] == ident)
+            answer, expected = (sorted(map(str, con.execute(q).fetchall())) for q in (texts[ident], gold))
+            assert (answer == expected) is (ident == "pg-004"), ident
+    finally:
+        con.close()
+    path = tmp_path / "responses.jsonl"
+    path.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in texts.items()))
+    res = runner.invoke(app, ["score", "--answer", "sql", "--evalset", str(GOLD_SQL), "--responses", str(path),
+                              "--out", str(tmp_path / "run"), "--semantic-model", str(pawsure.manifest), "--db",
+                              str(pawsure.db), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["n"] == len(items) and summary["final_accuracy"]["k"] == len(items) - 2, summary["final_accuracy"]
+    assert {r["id"] for r in _records(tmp_path / "run") if not r["correct_final"]} == {"pg-006", "pg-010"}
