@@ -9,6 +9,7 @@ semantic layer) and is validated by MetricFlow itself.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -16,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
+from nlq2sql.semantic.catalog import WAREHOUSE_DIR
 
 runner = CliRunner()
 
@@ -297,3 +299,14 @@ def test_dbts_semantic_manifest_json_is_read_directly(tmp_path: Path, sales_db: 
     (target / "semantic_manifest.json").write_text('{"metrics": []}')
     res = runner.invoke(app, ["semantic", "check", str(target / "semantic_manifest.json"), "--db", str(sales_db)])
     assert res.exit_code == 2 and "not a dbt semantic_manifest.json" in res.output, res.output
+
+
+def test_dot_files_in_a_project_folder_are_not_read(tmp_path: Path) -> None:
+    """dbt writes ``.user.yml`` into a project folder; it is not part of the semantic layer."""
+    from nlq2sql.semantic.project import read_project
+
+    shutil.copy(WAREHOUSE_DIR / "retail" / "semantic_model.yml", tmp_path / "semantic_model.yml")
+    (tmp_path / ".user.yml").write_text("id: 3f1b2c\n")
+    project = read_project(tmp_path, name="retail", display="retail")
+    assert not project.problems
+    assert project.semantic_models

@@ -142,7 +142,7 @@ def _files(root: Path) -> list[Path]:
     found: list[Path] = []
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).parts
-        if any(part in _SKIP_DIRS or part.startswith(".") for part in rel[:-1]):
+        if any(part in _SKIP_DIRS or part.startswith(".") for part in rel):  # dot-files too (dbt's .user.yml)
             continue
         if p.suffix in (".yml", ".yaml") and p.name not in _SKIP_FILES and p.is_file():
             found.append(p)
