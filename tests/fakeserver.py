@@ -166,6 +166,7 @@ class _State:
         self.key = os.environ.get(key_env) if key_env else None
         self.log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
         self.count = 0
+        self.tokenize = False
         self.chat_count = 0
         self.answers: dict[str, str] = spec.get("answers") or {}
         self.wrong: dict[str, str] = spec.get("wrong") or {}
@@ -277,6 +278,13 @@ def make_app(state: _State) -> Any:
         return web.json_response({"object": "list", "data": [
             {"id": state.model, "object": "model", "created": 0, "owned_by": "fake",
              "root": state.model, "max_model_len": state.max_model_len}]})
+
+    async def tokenize(request: web.Request) -> web.Response:
+        """vLLM's /tokenize, where asked (--tokenize): a message's characters / 4, a stand-in count."""
+        body = await request.json()
+        state.note({"path": "/tokenize"})
+        chars = sum(len(m.get("content", "")) for m in body.get("messages", []))
+        return web.json_response({"count": chars // 4, "max_model_len": state.max_model_len, "tokens": []})
 
     async def chat(request: web.Request) -> web.StreamResponse:
         state.inflight += 1
@@ -429,6 +437,8 @@ def make_app(state: _State) -> Any:
     app.router.add_get("/server_info", server_info)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
+    if state.tokenize:
+        app.router.add_post("/tokenize", tokenize)
     return app
 
 
@@ -441,6 +451,7 @@ async def _serve(args: argparse.Namespace) -> None:
     model = args.served_model_name or args.model or "fake-model"
     state = _State(spec, Path(args.log) if args.log else None, model, args.delay, args.max_model_len,
                    args.require_key_env)
+    state.tokenize = args.tokenize
     runner = web.AppRunner(make_app(state), access_log=None, handler_cancellation=True)
     await runner.setup()
     deadline = time.monotonic() + args.bind_retry_s
@@ -466,6 +477,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", default=None)
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--tokenize", action="store_true", help="serve vLLM's /tokenize (a stand-in count)")
     p.add_argument("--script", default=None, help="JSON script file")
     p.add_argument("--log", default=None, help="JSONL request log (appended)")
     p.add_argument("--delay", type=float, default=0.0, help="seconds spread over each stream")
@@ -509,7 +521,7 @@ class FakeServer:
                  model: str = "fake-model", delay_s: float = 0.0, port: int | None = None,
                  log: Path | None = None, require_key_env: str | None = None,
                  bind_retry_s: float = 0.0, ignore_sigterm: bool = False,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, max_model_len: int = 2048, tokenize: bool = False) -> None:
         FakeServer._n += 1
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -521,6 +533,7 @@ class FakeServer:
         self.port = port or free_port()
         self.require_key_env, self.bind_retry_s = require_key_env, bind_retry_s
         self.ignore_sigterm = ignore_sigterm
+        self.max_model_len, self.tokenize = max_model_len, tokenize
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr_path = self.workdir / f"{tag}-stderr.txt"
@@ -541,6 +554,7 @@ class FakeServer:
             args += ["--require-key-env", self.require_key_env]
         if self.ignore_sigterm:
             args.append("--ignore-sigterm")
+        args += ["--max-model-len", str(self.max_model_len)] + (["--tokenize"] if self.tokenize else [])
         return args
 
     def start(self, wait: bool = True, timeout: float = 20.0) -> FakeServer:

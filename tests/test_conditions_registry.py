@@ -260,13 +260,14 @@ def test_each_built_in_declares_its_per_item_trace() -> None:
     planner's first stage records it, and abstention's hook adds it only where it is absent."""
     from nlq2sql.conditions.abstain import AbstainTrace
     from nlq2sql.conditions.examples import ExamplesTrace
+    from nlq2sql.conditions.linking import LinkingTrace
     from nlq2sql.conditions.planner import PlannerTrace
     from nlq2sql.conditions.selfcheck import SelfCheckTrace
     from nlq2sql.conditions.values import ValuesTrace
 
     declared = {c.name: c.trace for c in REGISTRY}
     assert declared == {"examples": ExamplesTrace, "planner": PlannerTrace, "values": ValuesTrace,
-                        "selfcheck": SelfCheckTrace, "abstain": AbstainTrace}
+                        "linking": LinkingTrace, "selfcheck": SelfCheckTrace, "abstain": AbstainTrace}
     assert all(issubclass(t, Trace) for t in declared.values())
     by_name = {c.name: c for c in REGISTRY}
     for a in REGISTRY:

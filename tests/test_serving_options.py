@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
+from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.run.serving import batch_invariant_refusal, platform_device
 
 
@@ -81,7 +82,9 @@ def test_evals_own_server_takes_startup_timeout_and_context(monkeypatch: pytest.
         raise Stop  # what matters is the configuration it got
 
     monkeypatch.setattr(server.LocalServer, "start", start)
+    model = str(PROJECT_ROOT / ".cache" / "models" / "smollm2-135m")  # counted with its tokenizer, nothing fetched
     for args in (["--startup-timeout", "1800", "--max-model-len", "4096"], []):
-        CliRunner().invoke(app, ["eval", "--evalset", "dev", "--limit", "1", *args, "--out", str(tmp_path / "r"),
-                                 "--force"])
-    assert seen == [(1800.0, 4096), (600.0, 2048)]
+        CliRunner().invoke(app, ["eval", "--evalset", "dev", "--limit", "1", *args, "--model", model,
+                                 "--out", str(tmp_path / "r"), "--force"])
+    assert seen[0] == (1800.0, 4096)
+    assert seen[1][0] == 600.0 and seen[1][1] % 256 == 0  # sized from the prompts (tests/test_context_size.py)

@@ -11,8 +11,8 @@ import typer
 from nlq2sql.errors import InputError
 from nlq2sql.run.serving import STRUCTURED_BACKENDS
 
-__all__ = ["BatchInvariantOpt", "MaxModelLenOpt", "StartupTimeoutOpt", "StructuredBackendOpt", "check_local_only",
-           "check_startup_timeout"]
+__all__ = ["BatchInvariantOpt", "MaxModelLenOpt", "SizedMaxModelLenOpt", "StartupTimeoutOpt", "StructuredBackendOpt",
+           "check_local_only", "check_startup_timeout"]
 
 StructuredBackendOpt = Annotated[str, typer.Option(
     help=f"Local server: vLLM's structured-output backend ({' | '.join(STRUCTURED_BACKENDS)}); auto with the "
@@ -23,16 +23,21 @@ BatchInvariantOpt = Annotated[bool, typer.Option(
 
 MaxModelLenOpt = Annotated[int, typer.Option(
     help="vLLM --max-model-len (a local server's context; jaffle's v2 prompts with 8 examples need 4096).")]
+SizedMaxModelLenOpt = Annotated[int | None, typer.Option(
+    "--max-model-len", help="vLLM --max-model-len of the server the run starts. Default: the longest prompt "
+    "(counted with the model's tokenizer) plus --max-tokens, rounded up to 256, within the model's limit. A "
+    "prompt that cannot fit the context (this one, or an --endpoint's max_model_len) is refused before "
+    "anything is sent.")]
 StartupTimeoutOpt = Annotated[float, typer.Option(
     help="Seconds each local replica may take to become healthy (a loaded 2-core machine can need more "
          "than the default).")]
 
 
-def check_startup_timeout(seconds: float, max_model_len: int = 2048) -> None:
+def check_startup_timeout(seconds: float, max_model_len: int | None = 2048) -> None:
     """Bounds of the local server's start-up settings, checked before any model work."""
     if not (0 < seconds <= 86_400):
         raise InputError(f"must be more than 0 and at most 86400 seconds, got {seconds:g}", field="--startup-timeout")
-    if not 128 <= max_model_len <= 1_048_576:
+    if max_model_len is not None and not 128 <= max_model_len <= 1_048_576:
         raise InputError(f"must be between 128 and 1048576 tokens, got {max_model_len}", field="--max-model-len")
 
 

@@ -34,6 +34,7 @@ from nlq2sql.cli._common import (
 from nlq2sql.cli._serving import (
     BatchInvariantOpt,
     MaxModelLenOpt,
+    SizedMaxModelLenOpt,
     StartupTimeoutOpt,
     StructuredBackendOpt,
     check_local_only,
@@ -146,7 +147,7 @@ def eval_cmd(
                                                  "(server-wide; on by default).")] = True,
     structured_backend: StructuredBackendOpt = "auto",
     batch_invariant: BatchInvariantOpt = False,
-    max_model_len: MaxModelLenOpt = 2048,
+    max_model_len: SizedMaxModelLenOpt = None,
     startup_timeout: StartupTimeoutOpt = 600.0,
     repeats: Annotated[int, typer.Option(help="Run the same items N times, each repeat in its own seeded "
                                          "order (OUT/r0 … OUT/rN-1, summary across repeats in "
@@ -192,6 +193,9 @@ def eval_cmd(
                          field="--structured")
     first, replicas = fleet_args(endpoint, endpoints_file)
     check_local_only(first, structured_backend, batch_invariant)
+    if first is not None and max_model_len is not None:
+        raise InputError("only for a local server (no --endpoint): a running server's context is its own; the "
+                         "run checks its prompts against the endpoint's max_model_len", field="--max-model-len")
     check_startup_timeout(startup_timeout, max_model_len)
     if answer in ("query", "sql", "sql-grammar"):  # the answer's own prompt, and no v1 guardrail unless named
         prompt = ("sql" if answer == "sql-grammar" else answer) if prompt == "baseline" else prompt

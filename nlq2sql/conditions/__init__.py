@@ -11,6 +11,7 @@ built-ins register here, in the order their hooks run and their manifest keys ar
 from nlq2sql.conditions import examples  # noqa: F401
 from nlq2sql.conditions import planner  # noqa: F401
 from nlq2sql.conditions import values  # noqa: F401
+from nlq2sql.conditions import linking  # noqa: F401
 from nlq2sql.conditions import selfcheck  # noqa: F401
 from nlq2sql.conditions import abstain  # noqa: F401
 # isort: on

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from nlq2sql.conditions.synth import SYNTHETIC, SYNTHETIC_TAG, cached_bank
+from nlq2sql.conditions.synth import EMPTY_TAG, SYNTHETIC, SYNTHETIC_TAG, cached_bank
 from nlq2sql.errors import EvalSetError, InputError
 from nlq2sql.paths import cache_dir
 from nlq2sql.records.manifest_parts import Part
@@ -77,6 +77,11 @@ class ExampleBank:
     def cases(self) -> tuple[Any, ...]:
         return self.evalset.cases  # type: ignore[no-any-return]
 
+    @property
+    def empty_ids(self) -> frozenset[str]:
+        """Items whose gold returns no rows on the data (:data:`.synth.EMPTY_TAG`): a tiny layer's fallback."""
+        return frozenset(c.id for c in self.cases if EMPTY_TAG in (getattr(c, "tags", None) or ()))
+
     def manifest(self, k: int) -> ExamplesManifest:
         from pathlib import Path
 
@@ -89,6 +94,8 @@ class ExampleBank:
                                 bank_size=len(self.cases), similarity="tfidf char_wb 2-4 cosine", synthetic=synthetic)
         if synthetic:
             part.seed = seed
+        if self.empty_ids:
+            part.empty_results = len(self.empty_ids)
         return part
 
     def check_disjoint(self, tested: Any) -> None:
@@ -154,6 +161,7 @@ class ExamplesManifest(Part):
     synthetic: bool | None = None  # since generated banks (older runs: absent)
     seed: int | None = None  # a generated bank's (written only then)
     solutions: dict[str, str | int] | None = None  # a SQL bank's: kind "sql" and the count of each style
+    empty_results: int | None = None  # bank items whose gold returns no rows on this data (written only then)
 
 
 def load_bank(name_or_path: str | None, source: Catalog | Warehouse, k: int, answer: str = "intent") -> ExampleBank:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from msgspec import UNSET, UnsetType
 from pydantic import Field
 
 from nlq2sql.conditions.example_bank import ExampleBank, ExamplesManifest, load_bank
@@ -30,9 +31,11 @@ class ExamplesSettings(Settings):
 
 
 class ExamplesTrace(Trace):
-    """Per item: the bank ids of the examples shown, nearest first."""
+    """Per item: the bank ids of the examples shown, nearest first; those among them whose gold
+    returns no rows on this data (a synthetic bank's fallback on a tiny layer), where any."""
 
     example_ids: list[str]
+    empty_example_ids: list[str] | UnsetType = UNSET
 
 
 @register
@@ -76,4 +79,6 @@ class Examples(Condition[ExamplesSettings]):
     def before(self, question: str, messages: Messages) -> tuple[Messages, ExamplesTrace]:
         assert self.bank is not None
         messages, ids = self.bank.messages(messages, question, self.settings.examples)
-        return messages, ExamplesTrace(example_ids=ids)
+        empty = [i for i in ids if i in self.bank.empty_ids]
+        return messages, (ExamplesTrace(example_ids=ids, empty_example_ids=empty) if empty
+                          else ExamplesTrace(example_ids=ids))

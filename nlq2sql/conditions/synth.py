@@ -9,6 +9,11 @@ with a total order, entity group-bys).  Every gold is compiled by MetricFlow and
 that fails or returns no rows is dropped, and questions and queries are de-duplicated.  It
 never reads an eval set, so it cannot leak the set under test.  Deterministic for a seed: the
 same seed, layer and data give the same bytes.
+
+A layer whose data are tiny or empty (a metric none of whose golds returns rows) still gets
+examples: such a metric's golds that compile but return no rows are kept as a fallback, after
+every example with rows, tagged :data:`EMPTY_TAG` (the bank says so, and so does each record
+that is shown one); :func:`synthesize_report` says per metric why it produced nothing.
 """
 
 from __future__ import annotations
@@ -28,16 +33,18 @@ from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.query import MetricQuery, OrderBy, Where
 from nlq2sql.stages.execute import Executor
 
-__all__ = ["DEFAULT_N", "DEFAULT_SEED", "GENERATOR_VERSION", "SYNTHETIC", "SYNTHETIC_TAG", "Example", "cached_bank",
-           "synthesize", "to_jsonl", "write_bank"]
+__all__ = ["DEFAULT_N", "DEFAULT_SEED", "EMPTY_TAG", "GENERATOR_VERSION", "SYNTHETIC", "SYNTHETIC_TAG", "Example",
+           "MetricYield", "cached_bank", "synthesize", "synthesize_report", "to_jsonl", "write_bank"]
 
 DEFAULT_N, DEFAULT_SEED = 200, 0
 #: Part of the cache key: a cached bank made by an older generator is never reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 #: ``--example-bank synthetic``: the generated bank (also the default when a warehouse has no dev set).
 SYNTHETIC = "synthetic"
 #: Every synthetic line is tagged so, and ``seed:S``: a bank file says what made it.
 SYNTHETIC_TAG = "synthetic"
+#: A fallback example whose gold compiles but returns no rows on this data (tiny or empty tables).
+EMPTY_TAG = "empty-result"
 #: Filter values are drawn from dimensions with at most this many known values.
 FILTER_VALUES_MAX = 50
 _ATTEMPTS_PER_EXAMPLE = 25
@@ -277,16 +284,47 @@ _SHAPES: tuple[tuple[Shape, int], ...] = ((_by, 3), (_two_dims, 2), (_two_metric
                                           (_filtered, 3), (_top, 3))
 
 
+@dataclass
+class MetricYield:
+    """What the generator got from one metric: golds with rows, compiled but empty, refused by
+    MetricFlow or the database (the first such error kept)."""
+
+    rows: int = 0
+    empty: int = 0
+    failed: int = 0
+    first_error: str | None = None
+
+    def why(self) -> str:
+        """Why the metric gave no example with rows, in words."""
+        if not (self.rows or self.empty or self.failed):
+            return "no query drawn (no shape applies to it, or the bank filled first)"
+        parts = []
+        if self.empty:
+            parts.append(f"{self.empty} compiled, no rows")
+        if self.failed:
+            parts.append(f"{self.failed} refused (first: {self.first_error})")
+        return "; ".join(parts)
+
+
 def synthesize(wh: Warehouse, n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> list[Example]:
-    """Up to ``n`` examples whose golds compile and return rows; distinct by question and by query."""
+    """Up to ``n`` examples whose golds compile and return rows; distinct by question and by query;
+    compiled-but-empty ones (:data:`EMPTY_TAG`) only for metrics that returned rows for no shape."""
+    return synthesize_report(wh, n, seed)[0]
+
+
+def synthesize_report(wh: Warehouse, n: int = DEFAULT_N, seed: int = DEFAULT_SEED
+                      ) -> tuple[list[Example], dict[str, MetricYield]]:
+    """:func:`synthesize`, and per metric what its golds gave (rows, empty, refused and why)."""
     if n <= 0:
         raise InputError(f"must be at least 1, got {n}", field="--n")
     layer = _Layer(wh)
     rng = random.Random(seed)
     shapes, weights = zip(*_SHAPES, strict=True)
     out: list[Example] = []
+    empty: list[Example] = []  # compiled, no rows: the fallback for a metric that never returns rows
     questions: set[str] = set()
     queries: set[str] = set()
+    yields = {m.name: MetricYield() for m in layer.metrics}
     with Executor(wh.db_path) as ex:
         for _ in range(n * _ATTEMPTS_PER_EXAMPLE):
             if len(out) >= n:
@@ -299,14 +337,35 @@ def synthesize(wh: Warehouse, n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> l
                 continue
             try:
                 rows = ex.run(wh.catalog.engine.compile(e.gold))
-            except Nlq2SqlError:  # a metric that needs metric_time, a path MetricFlow refuses, …
+            except Nlq2SqlError as exc:  # a metric that needs metric_time, a path MetricFlow refuses, …
+                for m in e.gold.metrics:
+                    y = yields[m]
+                    y.failed += 1
+                    y.first_error = y.first_error or str(exc).splitlines()[0][:200]
                 continue
+            for m in e.gold.metrics:
+                if rows:
+                    yields[m].rows += 1
+                else:
+                    yields[m].empty += 1
             if not rows:
+                if len(empty) < n and not any(_norm(e.question) == _norm(x.question) or e.gold.key() == x.gold.key()
+                                              for x in empty):
+                    empty.append(e)
                 continue
             questions.add(_norm(e.question))
             queries.add(e.gold.key())
             out.append(e)
-    return out
+    for e in empty:  # after every example with rows, in the order generated: the same bytes for a seed
+        if len(out) >= n:
+            break
+        if any(yields[m].rows for m in e.gold.metrics) or _norm(e.question) in questions \
+                or e.gold.key() in queries:
+            continue
+        questions.add(_norm(e.question))
+        queries.add(e.gold.key())
+        out.append(Example(e.question, e.gold, e.category, (*e.tags, EMPTY_TAG)))
+    return out, yields
 
 
 def to_jsonl(examples: list[Example], seed: int) -> str:
@@ -322,9 +381,10 @@ def to_jsonl(examples: list[Example], seed: int) -> str:
 
 def write_bank(wh: Warehouse, out: Path, n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> int:
     """Generate and write atomically (nothing half-written); returns how many examples."""
-    examples = synthesize(wh, n, seed)
+    examples, yields = synthesize_report(wh, n, seed)
     if not examples:
-        raise InputError("no example could be generated (no metric returned rows for any shape)",
+        why = "; ".join(f"{m}: {y.why()}" for m, y in sorted(yields.items())) or "the layer has no metric"
+        raise InputError(f"no example could be generated (no metric's query compiled for any shape): {why}",
                          path=wh.catalog.path, field="--semantic-model")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")

@@ -21,8 +21,8 @@ from pydantic import ConfigDict, Field
 from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import Part as Section
 
-__all__ = ["CanaryPart", "EngineArgs", "EnginePart", "GuardrailArtefact", "GuidedDecoding", "LoadPart", "Origin",
-           "Part", "ReplicaPart", "RetryBudgetPart", "SamplingPart", "ServerFacts", "StructuredOutputs"]
+__all__ = ["CanaryPart", "ContextPart", "EngineArgs", "EnginePart", "GuardrailArtefact", "GuidedDecoding", "LoadPart",
+           "Origin", "Part", "ReplicaPart", "RetryBudgetPart", "SamplingPart", "ServerFacts", "StructuredOutputs"]
 
 
 class Part(Section):
@@ -59,6 +59,23 @@ class ServerFacts(Part):
     served_models: list[str | None] = []
     max_model_len: int | None = None
     server_version: str | None = None
+
+
+class ContextPart(Part):
+    """The context the run's prompts were checked against (``run.context``): a local server's
+    ``--max-model-len`` as sized from the prompts (``source: sized``) or given, or an endpoint's
+    ``max_model_len``; the longest prompt in the model's tokens and its item."""
+
+    max_model_len: int | None
+    source: str  # sized | given | default (nothing could count the prompts) | endpoint
+    longest_prompt_tokens: int | None = None
+    longest_item: str | None = None
+    max_tokens: int
+    model_limit: int | None = None  # the model's max_position_embeddings (a local folder)
+    prompts_counted: int | None = None
+    counted_by: str  # tokenizer | endpoint /tokenize | not counted (…)
+    checked: bool | None = None  # False where the prompts could not be counted (``note`` says why)
+    note: str | None = None
 
 
 class LoadPart(Part):

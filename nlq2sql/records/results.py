@@ -22,6 +22,7 @@ from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
 from nlq2sql.records.manifest_parts import (
     CanaryPart,
+    ContextPart,
     EnginePart,
     LoadPart,
     Origin,
@@ -109,6 +110,7 @@ class Manifest(Origin):
     concurrency: int | None = None
     limit: int | None = None
     server: ServerFacts | None = None
+    context: ContextPart | None = None  # the context the prompts were checked against (run.context)
     client: str | None = None
     # (each condition's keys are written here)
     timeout_s: float | None = None  # per-request timeout (absent: older runs, 120 s)

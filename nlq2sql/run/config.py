@@ -49,7 +49,7 @@ class LocalServerSettings:
     port: int | None = None  # default: a free port
     structured_backend: str = "auto"  # vLLM's structured-output backend (server.STRUCTURED_BACKENDS)
     batch_invariant: bool = False  # VLLM_BATCH_INVARIANT=1 (refused where the platform has no kernels)
-    max_model_len: int = 2048  # vLLM --max-model-len
+    max_model_len: int | None = 2048  # vLLM --max-model-len; None: sized from the run's prompts (run.context)
     startup_timeout_s: float = 600.0  # how long the server may take to become healthy
 
 

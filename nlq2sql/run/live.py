@@ -14,6 +14,7 @@ import hashlib
 import os
 import random
 import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -22,12 +23,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nlq2sql.conditions.registry import REGISTRY
+from nlq2sql.conditions.registry import REGISTRY, Messages
 from nlq2sql.records.manifest_parts import (
+    ContextPart,
     EnginePart,
     LoadPart,
     ReplicaPart,
     RetryBudgetPart,
+    ServerFacts,
     StructuredOutputs,
 )
 from nlq2sql.records.results import Summary
@@ -51,6 +54,7 @@ from nlq2sql.run.config import (
     targets,
     validate,
 )
+from nlq2sql.run.context import check_against, item_messages, prompt_sizes, size_local
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampling
 from nlq2sql.run.scheduler import closed_loop, open_loop
@@ -66,7 +70,8 @@ from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import RetryBudget, bind_sampling
 
 # The configuration and its checks live in ``run.config``, the session's figures in ``run.session``.
-__all__ = ["Interrupts", "Progress", "bound_endpoint", "recorded_args", "run_eval"]
+__all__ = ["Interrupts", "Progress", "bound_endpoint", "endpoint_context", "local_context", "recorded_args",
+           "run_eval", "sized_for_run"]
 
 Progress = Callable[[str, dict[str, int]], None]
 
@@ -212,6 +217,13 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
     cases = list(evalset.cases[: cfg.limit] if cfg.limit else evalset.cases)
     if cfg.load.order_seed is not None:  # a repeat's own order (the same items; batching differs)
         random.Random(cfg.load.order_seed).shuffle(cases)
+    # Every prompt of the run, as sent: a local server's context is sized from them (or a given one
+    # checked) before it starts; an endpoint's is checked once its max_model_len is known.
+    items = [(c.id, item_messages(prompt, conditions, c.question, cfg.load.context_suffix)) for c in cases]
+    context: ContextPart | None = None
+    if cfg.endpoint is None:
+        context = local_context(cfg, items)
+        cfg = replace(cfg, server=replace(cfg.server, max_model_len=context.max_model_len))
 
     started: list[Any] = []  # the local server, when there is no endpoint
 
@@ -233,6 +245,8 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             for url, mdl, k in fleet:
                 probe_grammar(url, mdl, k, grammar, timeout_s=cfg.timeout_s)
         more_facts = [asyncio.run(probe_endpoint(u, m, k)) for u, m, k in fleet[1:]]
+        if server is None:  # before any request: the endpoint's context (the smallest replica's) must fit
+            context = endpoint_context(cfg, items, base_url, model, key, [facts, *more_facts])
         manifest = REGISTRY.manifest_model()(
             **manifest_base("eval", evalset, rulesets, wh).given(),
             endpoint=base_url if server is None else "local",
@@ -266,6 +280,8 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         )
         if cfg.answer != "intent":  # (older runs: absent, v1 intents)
             manifest.answer = cfg.answer
+        if context is not None:
+            manifest.context = context
         if len(fleet) > 1:
             manifest.routing = cfg.routing
             manifest.replicas = [ReplicaPart(label=f"r{i}", url=u, model=m, server=f)
@@ -314,6 +330,43 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
     return finish_summary(cfg.out, rulesets, session, manifest)
 
 
+def local_context(cfg: EvalConfig, items: list[tuple[str, Messages]]) -> ContextPart:
+    """The context of the server started for the run: sized from its prompts, or the given one
+    checked against them (refused, exit 2, before the server starts, where one cannot fit)."""
+    sizes, limit = prompt_sizes(cfg.model, items)
+    context = size_local(sizes, cfg.sampling.max_tokens, cfg.server.max_model_len, limit)
+    if context.note:
+        sys.stderr.write(f"note: {context.note}\n")
+    return context
+
+
+def endpoint_context(cfg: EvalConfig, items: list[tuple[str, Messages]], base_url: str, model: str, key: str,
+                     facts: list[ServerFacts]) -> ContextPart:
+    """The run's prompts against a given endpoint's ``max_model_len``: refused before any request
+    where one cannot fit; where it could not be checked, said on stderr and recorded."""
+    lens = [f.max_model_len for f in facts if f.max_model_len is not None]
+    sizes, _ = prompt_sizes(model, items, base_url=base_url, key=key)
+    context = check_against(sizes, cfg.sampling.max_tokens, min(lens) if lens else None, base_url)
+    if not context.checked:
+        sys.stderr.write(f"note: {context.note}\n")
+    return context
+
+
+def sized_for_run(cfg: EvalConfig) -> EvalConfig:
+    """``cfg`` with its local server's context sized from the run's prompts where none is given
+    (``max_model_len`` None): for a command that starts the server before ``run_eval`` binds it."""
+    if cfg.endpoint is not None or cfg.server.max_model_len is not None:
+        return cfg
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
+    evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql", "sql-grammar")
+                    else load_evalset(cfg.evalset, wh))
+    prompt = load_prompt(cfg.prompt, cfg.style, wh)
+    conditions = load_conditions(cfg, wh)
+    cases = list(evalset.cases[: cfg.limit] if cfg.limit else evalset.cases)
+    items = [(c.id, item_messages(prompt, conditions, c.question, cfg.load.context_suffix)) for c in cases]
+    return replace(cfg, server=replace(cfg.server, max_model_len=local_context(cfg, items).max_model_len))
+
+
 def server_structured(cfg: EvalConfig, server: Any) -> StructuredOutputs | None:
     """The structured-output setting of a server this run started: asked (``cfg.server``) and
     effective (what its engine logged; None where the log did not say).  None for an endpoint."""
@@ -347,7 +400,8 @@ def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = No
         return
     from nlq2sql.run.server import LocalServer, ServerConfig, free_port
 
-    local = cfg.server
+    local = sized_for_run(cfg).server
+    assert local.max_model_len is not None  # sized above where none was given
     server = LocalServer(ServerConfig(model=cfg.model, port=local.port or free_port(),
                                       compact=local.compact, max_num_seqs=local.max_num_seqs,
                                       structured_backend=local.structured_backend,

@@ -8,6 +8,7 @@ and the years present are read here for prompts and eval-set checks.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -152,17 +153,23 @@ class Warehouse:
                                      [value]).fetchone()
         return row is not None
 
-    def query_vocabulary_text(self) -> str:
+    def query_vocabulary_text(self, metrics: Collection[str] | None = None, dimensions: Collection[str] | None = None,
+                              entities: Collection[str] = ()) -> str:
         """The v2 prompt's vocabulary: metrics, the group-by names MetricFlow accepts (with labels and
         known values), the time grains, which group-bys each metric reaches when they differ, and the
-        names a listing (``metrics: []``) may use."""
+        names a listing (``metrics: []``) may use.  ``metrics``/``dimensions`` (dimension names) narrow it
+        to a linked subset, and ``entities`` adds entity group-bys (schema linking, ``conditions.linking``);
+        None: all of them."""
         cat = self.catalog
         eng = cat.engine
         lines = ["Metrics (metrics):"]
         lines += [f'- "{m.name}": {m.label}' + (f" ({m.description.rstrip('.')})" if m.description else "")
-                  for m in cat.metrics.values()]
+                  for m in cat.metrics.values() if metrics is None or m.name in metrics]
         lines.append("Group-by names (group_by, where[].field, order_by[].field):")
+        lines += [f'- "{e}": the {e.replace("_", " ")} entity (its id)' for e in entities]
         for d in cat.dimensions.values():
+            if dimensions is not None and d.name not in dimensions:
+                continue
             vals = self._values[d.name]
             known = "; values: " + ", ".join(vals) if 0 < len(vals) <= PROMPT_VALUES_MAX else ""
             lines.append(f'- "{d.group_by}": {d.label}' + (f" ({d.description.rstrip('.')})" if d.description else "")
@@ -173,14 +180,18 @@ class Warehouse:
         if self.years:
             lines.append(f"Years in the data: {', '.join(self.years)}")
         by_set: dict[tuple[str, ...], list[str]] = {}
+        shown = {d.group_by for d in cat.dimensions.values() if dimensions is None or d.name in dimensions}
         for m in cat.metrics:  # one line per distinct set of group-bys, not per metric: the prompt stays short
-            by_set.setdefault(eng.group_bys((m,)), []).append(m)
+            if metrics is None or m in metrics:
+                by_set.setdefault(eng.group_bys((m,)), []).append(m)
         if len(by_set) > 1:
             lines.append("Which group-bys each metric reaches (a query's metrics must share its group-bys):")
             for gbs, ms in by_set.items():
-                names = ", ".join(g for g in gbs if not g.startswith("metric_time") and "__" in g)
+                names = ", ".join(g for g in gbs if not g.startswith("metric_time") and "__" in g
+                                  and (dimensions is None or g in shown))
                 lines.append(f"- {', '.join(ms)}: {names}")
-        if listables := [g for g in eng.listables() if "__" in g]:  # entity ids alone are left out, as above
+        if listables := [g for g in eng.listables() if "__" in g  # entity ids alone are left out, as above
+                         and (dimensions is None or g in shown)]:
             lines.append("Names a listing (metrics: [], the values themselves) may use in group_by, where and "
                          f"order_by (no metric_time): {', '.join(listables)}")
         return "\n".join(lines)
