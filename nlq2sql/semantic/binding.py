@@ -1,25 +1,35 @@
 """A semantic model bound to a database: checked against it, with the values it holds.
 
 Binding is where a semantic model meets data: every table it names must exist and every
-``expr`` must bind in DuckDB (a missing column is an error naming the YAML key, at load
-time, not an item failure at query time); the known values of low-cardinality dimensions
-and the years present are read here for prompts and eval-set checks.
+``expr`` must bind in DuckDB, keys must be unique, columns not all NULL (:mod:`.datacheck`).
+A data problem excludes exactly the objects it touches and what depends on them
+(:mod:`.prune`): the warehouse's catalog is the rest of the layer, the exclusions are recorded
+in every run's manifest, and each command says once on stderr how many objects were left out
+(``semantic check`` lists the problems and exits 2).  The known values of low-cardinality
+dimensions and the years present are read here for prompts and eval-set checks.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import msgspec
 
 from nlq2sql.errors import SemanticModelError
-from nlq2sql.semantic.catalog import Catalog, display_path, load_catalog, shipped_names
+from nlq2sql.semantic.catalog import Catalog, catalog_of, display_path, load_catalog, shipped_names
 from nlq2sql.semantic.manifest import LEGACY_SPINE, SCHEMA
+from nlq2sql.semantic.project import Problem, SemanticProblems
+from nlq2sql.semantic.prune import Exclusion, prune
 from nlq2sql.semantic.warehouse import connect_read_only, fingerprint, resolve_db
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.datacheck import DataProblem
 
 __all__ = ["PROMPT_VALUES_MAX", "SCHEMA_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "WarehouseFacts",
            "has_legacy_spine", "open_warehouse"]
@@ -45,6 +55,7 @@ class WarehouseFacts(msgspec.Struct, frozen=True):
     time_spine: str
     db: str
     db_sha256: str
+    excluded: list[Exclusion]  # what data problems left out of the layer, and why (empty: the whole layer)
 
 
 @dataclass(eq=False)
@@ -54,6 +65,8 @@ class Warehouse:
     catalog: Catalog
     db_path: Path
     _con: Any = field(default=None, repr=False)
+    #: The data problems found binding the layer (each excluded what it touches: ``catalog.excluded``).
+    data_problems: tuple[DataProblem, ...] = ()
 
     @property
     def name(self) -> str:
@@ -82,13 +95,15 @@ class Warehouse:
         return WarehouseFacts(semantic_model=self.catalog.name, semantic_model_path=self.catalog.path,
                               semantic_model_sha256=self.catalog.sha256, time_spine=self.catalog.spine,
                               db=display_path(self.db_path) if not str(display_path(self.db_path)).startswith("/")
-                              else self.db_path.name, db_sha256=self.fingerprint)
+                              else self.db_path.name, db_sha256=self.fingerprint,
+                              excluded=list(self.catalog.excluded))
 
-    def validate(self) -> None:
-        """The data checks MetricFlow cannot make (:mod:`.datacheck`); every problem at once."""
-        from nlq2sql.semantic.datacheck import check_data
-
-        check_data(self.catalog, self.connect(), self.db_path.name)
+    def bind(self) -> None:
+        """The data checks MetricFlow cannot make (:mod:`.datacheck`), once per process for a layer
+        and a database file; a problem excludes what it touches (``catalog`` becomes the rest).
+        Raises :class:`SemanticProblems` (every data problem, and why nothing usable is left) when
+        the rest is no layer."""
+        self.catalog, self.data_problems = _bound(self)
 
     def _dim_query(self, dimension: str) -> tuple[str, str]:
         d = self.catalog.dimensions[dimension]
@@ -204,9 +219,10 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def open_warehouse(semantic_model: str | Path, db: Path | None = None) -> Warehouse:
+def open_warehouse(semantic_model: str | Path, db: Path | None = None, *, announce: bool = True) -> Warehouse:
     """Load a semantic model (a shipped name or a path: no default), find its database, and check
-    one against the other."""
+    one against the other; a data problem excludes what it touches (``announce``: say on stderr,
+    once, how many objects were excluded — ``semantic check`` lists them itself)."""
     catalog = load_catalog(semantic_model)
     shipped = catalog.name in shipped_names() and (not Path(str(semantic_model)).exists()
                                                    or catalog.path.startswith("warehouses/"))
@@ -214,8 +230,59 @@ def open_warehouse(semantic_model: str | Path, db: Path | None = None) -> Wareho
     wh = Warehouse(catalog, path)
     if catalog.spine == "generated" and has_legacy_spine(wh.connect()):  # dbt's convention before 1.9
         wh.catalog = load_catalog(semantic_model, legacy_spine=True)
-    wh.validate()
+    wh.bind()
+    if announce and wh.catalog.excluded:
+        _announce(wh)
     return wh
+
+
+_BOUND: dict[tuple[Any, ...], tuple[Catalog, tuple[DataProblem, ...]]] = {}
+_ANNOUNCED: set[tuple[Any, ...]] = set()
+_LOCK = threading.Lock()
+
+
+def _bound(wh: Warehouse) -> tuple[Catalog, tuple[DataProblem, ...]]:
+    """The catalog the data leaves usable, and the data problems; computed once per layer (its
+    path, content and spine) and database file (its path, size and modification time)."""
+    from nlq2sql.semantic.datacheck import check_data
+
+    cat = wh.catalog
+    try:
+        st = wh.db_path.stat()
+        stamp: tuple[Any, ...] = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = ()
+    key = (cat.path, cat.sha256, cat.spine, str(wh.db_path.resolve()), *stamp)
+    with _LOCK:
+        hit = _BOUND.get(key)
+    if hit is not None:
+        return hit
+    problems = tuple(check_data(cat, wh.connect(), wh.db_path.name))
+    out = (cat, problems)
+    if problems:
+        try:
+            pruned, excluded = prune(cat.manifest, [(p.target, p.problem.message) for p in problems])
+            out = (catalog_of(cat.project, pruned, cat.spine, excluded, whole=cat.manifest), problems)
+        except SemanticModelError as exc:  # nothing usable is left: refused, with every data problem
+            raise SemanticProblems([*(p.problem for p in problems),
+                                    Problem(cat.path, None, None, f"the rest of the layer is not usable: {exc}")]
+                                   ) from None
+    with _LOCK:
+        _BOUND[key] = out
+    return out
+
+
+def _announce(wh: Warehouse) -> None:
+    """One line on stderr, once per process for a layer and database: how much was left out."""
+    key = (wh.catalog.path, wh.catalog.sha256, str(wh.db_path))
+    with _LOCK:
+        if key in _ANNOUNCED:
+            return
+        _ANNOUNCED.add(key)
+    n = len(wh.catalog.excluded)
+    sys.stderr.write(f"note: semantic layer {wh.catalog.name!r} on {wh.db_path.name}: {n} object"
+                     f"{'s' if n != 1 else ''} excluded for data problems, the rest is used; "
+                     "see `nlq2sql semantic check`\n")
 
 
 def has_legacy_spine(con: duckdb.DuckDBPyConnection) -> bool:
