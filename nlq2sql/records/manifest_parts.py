@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field
 from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import Part as Section
 
-__all__ = ["CanaryPart", "EngineArgs", "EnginePart", "GuardrailArtefact", "GuidedDecoding", "LoadPart", "Origin",
+__all__ = ["CanaryPart", "EngineArgs", "EnginePart", "ExcludedPart", "GuardrailArtefact", "GuidedDecoding", "LoadPart", "Origin",
            "Part", "ReplicaPart", "RetryBudgetPart", "SamplingPart", "ServerFacts", "StructuredOutputs"]
 
 
@@ -150,6 +150,15 @@ class EngineArgs(Part):
     enforce_eager: bool | None = None  # without GPUs, as the CPU server runs
 
 
+class ExcludedPart(Part):
+    """One object a partial semantic layer left out (``semantic.prune.Exclusion``): its manifest
+    path (``semantic_models.M.dimensions.D``, ``metrics.N`` …) and the data problem or dependency
+    that excluded it."""
+
+    object: str
+    reason: str
+
+
 class Origin(Part):
     """The keys every manifest opens with, in their order: what was scored (an eval set's three
     keys; a batch over a question file has none), by which harness, under which guardrails, against
@@ -173,6 +182,7 @@ class Origin(Part):
     time_spine: str | None = None  # declared | legacy | generated: what MetricFlow compiled against
     db: str | None = None
     db_sha256: str | None = None
+    excluded: list[ExcludedPart] | None = None  # what data problems left out of the layer (empty: nothing)
 
     def given(self) -> dict[str, Any]:
         """The keys set, as values (sections stay models), in order: a manifest model's keyword

@@ -41,4 +41,4 @@ def manifest_base(kind: str, evalset: EvalSet | CaseIndex | QuerySet | None, rul
         "record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__,
         "git_commit": git.git_commit, "git_dirty": git.git_dirty, **scored, "n_items": n_items,
         "guardrails": [rs.name for rs in rulesets], **({"guardrail_artefacts": learned} if learned else {}),
-        **(msgspec.structs.asdict(wh.manifest()) if wh is not None else {})})
+        **(msgspec.to_builtins(wh.manifest()) if wh is not None else {})})
