@@ -21,8 +21,8 @@ from pydantic import ConfigDict, Field
 from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import Part as Section
 
-__all__ = ["CanaryPart", "EngineArgs", "EnginePart", "ExcludedPart", "GuardrailArtefact", "GuidedDecoding", "LoadPart", "Origin",
-           "Part", "ReplicaPart", "RetryBudgetPart", "SamplingPart", "ServerFacts", "StructuredOutputs"]
+__all__ = ["CanaryPart", "EngineArgs", "EnginePart", "ExcludedPart", "GuardrailArtefact", "GuidedDecoding", "LoadPart",
+           "Origin", "Part", "ReplicaPart", "RetryBudgetPart", "SamplingPart", "ServerFacts", "StructuredOutputs"]
 
 
 class Part(Section):

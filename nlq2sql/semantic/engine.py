@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nlq2sql.errors import SqlBuildError
+from nlq2sql.errors import ExcludedObjectError, SqlBuildError
 from nlq2sql.semantic.mf import mf_reason, quiet
 from nlq2sql.semantic.query import GRAINS, METRIC_TIME, MetricQuery, Where
 
@@ -218,7 +218,7 @@ class Engine:
             if hit is not None:
                 part, ex = hit
                 uses = f"{name!r} is" if part == name else f"{name!r} uses {part!r}, which is"
-                raise SqlBuildError(f"{uses} excluded from this semantic layer ({ex.object}: {ex.reason}); "
+                raise ExcludedObjectError(f"{uses} excluded from this semantic layer ({ex.object}: {ex.reason}); "
                                     "see `nlq2sql semantic check`") from None
 
     def _compile(self, q: MetricQuery, where: list[str]) -> str:
