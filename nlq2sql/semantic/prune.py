@@ -169,11 +169,10 @@ class _Pruner:
             return False
         removed = False
         for issue in errors:
-            target = _issue_target(issue)
             msg = " ".join(str(issue.message).split("Traceback", 1)[0].split())
-            if target is not None and self.remove(target, f"MetricFlow rejects it once {self._excluded_list()} "
-                                                          f"are excluded: {msg}"):
-                removed = True
+            for target in _issue_targets(issue, self.m):
+                if self.remove(target, f"MetricFlow rejects it once {self._excluded_list()} are excluded: {msg}"):
+                    removed = True
         if not removed:
             shown = "; ".join(" ".join(str(i.message).split())[:300] for i in errors[:5])
             raise SemanticModelError(f"after excluding {self._excluded_list()} for data problems, MetricFlow "
@@ -287,20 +286,26 @@ def _missing_input(metric: Any, measures: dict[str, str], models: set[str], metr
     return None
 
 
-def _issue_target(issue: Any) -> str | None:
-    """The manifest object a MetricFlow validation issue concerns."""
+def _issue_targets(issue: Any, manifest: Any) -> list[str]:
+    """The manifest objects a MetricFlow validation issue concerns (a saved query's issue names
+    only the value it rejects: every saved query using that value)."""
     ctx = issue.context
     if hasattr(ctx, "semantic_model_element"):
         ref = ctx.semantic_model_element
         group = {"measure": "measures", "dimension": "dimensions", "entity": "entities"}.get(ctx.element_type.value)
-        return f"semantic_models.{ref.semantic_model_name}.{group}.{ref.element_name}" if group else None
+        return [f"semantic_models.{ref.semantic_model_name}.{group}.{ref.element_name}"] if group else []
     if hasattr(ctx, "semantic_model"):
-        return f"semantic_models.{ctx.semantic_model.semantic_model_name}"
+        return [f"semantic_models.{ctx.semantic_model.semantic_model_name}"]
     if hasattr(ctx, "metric"):
-        return f"metrics.{ctx.metric.metric_name}"
-    if hasattr(ctx, "saved_query"):
-        return f"saved_queries.{ctx.saved_query.saved_query_name}"
-    return None
+        return [f"metrics.{ctx.metric.metric_name}"]
+    if hasattr(ctx, "element_value"):
+        return [f"saved_queries.{sq.name}" for sq in manifest.saved_queries if ctx.element_value in sq.json()]
+    if hasattr(ctx, "object_type") and hasattr(ctx, "object_name"):
+        kind = str(ctx.object_type).lower()
+        group = ("saved_queries" if "saved" in kind else "metrics" if "metric" in kind
+                 else "semantic_models" if "semantic" in kind else None)
+        return [f"{group}.{ctx.object_name}"] if group else []
+    return []
 
 
 def prune(manifest: Any, removals: Sequence[tuple[str, str]]) -> tuple[Any, tuple[Exclusion, ...]]:
