@@ -65,7 +65,6 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
         problems.append(DataProblem(Problem(path, line, ".".join(("semantic_models", sm, *keys)), message),
                                     ".".join(("semantic_models", sm, *(keys if target is None else target)))))
 
-    models = {sm.name: sm for sm in catalog.manifest.semantic_models}
     for sm in catalog.manifest.semantic_models:
         table = sm.node_relation.alias
         if table not in tables:
@@ -102,7 +101,7 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
                 problem(sm.name, ("entities", e.name),
                         f"{etype} entity {e.name!r} is not unique in {table!r}: key {row[0]!r} occurs {row[1]} times "
                         "(every join through it would fan out and multiply the metrics)")
-    problems += _metric_exprs(catalog, con, models, tables)
+    problems += _metric_exprs(catalog, con, tables)
     return problems
 
 
@@ -125,11 +124,11 @@ def _all_null(con: duckdb.DuckDBPyConnection, src: str, table: str, bound: list[
                                           f"({row[0]} rows)")
 
 
-def _metric_exprs(catalog: Catalog, con: duckdb.DuckDBPyConnection, models: dict[str, Any],
-                  tables: set[str]) -> list[DataProblem]:
+def _metric_exprs(catalog: Catalog, con: duckdb.DuckDBPyConnection, tables: set[str]) -> list[DataProblem]:
     """A simple metric written without a measure (its own ``agg`` and ``expr`` over a semantic
     model) binds in DuckDB over that model's table."""
     out: list[DataProblem] = []
+    models = {sm.name: sm for sm in catalog.manifest.semantic_models}
     for m in catalog.manifest.metrics:
         params = m.type_params
         agg = params.metric_aggregation_params
