@@ -119,7 +119,7 @@ def _all_null(con: duckdb.DuckDBPyConnection, src: str, table: str, bound: list[
         return
     for (group, el, _), n in zip(bound, row[1:], strict=True):
         if n == 0:
-            what = {"dimensions": f"{_kind(el.type)} dimension", "measures": "measure"}[group]
+            what = f"{_kind(el.type)} dimension" if group == "dimensions" else "measure"
             problem(sm, (group, el.name), f"{what} {el.name!r} is NULL in every row of {table!r} "
                                           f"({row[0]} rows)")
 
