@@ -77,6 +77,7 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
         elements += [("measures", m, str(m.expr) if m.expr is not None else m.name) for m in sm.measures]
         bad: set[str] = set()
         bound: list[tuple[str, Any, str]] = []
+        wrong_type: dict[str, str] = {}
         for group, el, expr in elements:
             try:
                 kind = con.execute(f"SELECT typeof({expr}) FROM {src} LIMIT 1").fetchone()
@@ -87,9 +88,14 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
             bound.append((group, el, expr))
             is_time = group == "dimensions" and _kind(el.type) == "time"
             if is_time and kind is not None and kind[0] not in (*_TIME_TYPES, "NULL"):
-                problem(sm.name, (group, el.name), f"time dimension {el.name!r} is {kind[0]}, not a DATE or TIMESTAMP")
-                bad.add(el.name)
-        _all_null(con, src, table, [b for b in bound if b[0] != "entities" and b[1].name not in bad], problem, sm.name)
+                wrong_type[el.name] = kind[0]
+        # all NULL first: an empty CSV column is typed INTEGER, and its real problem is that it is empty
+        bad |= _all_null(con, src, table, [b for b in bound if b[0] != "entities"], problem, sm.name)
+        for name, kind_name in wrong_type.items():
+            if name not in bad:
+                problem(sm.name, ("dimensions", name),
+                        f"time dimension {name!r} is {kind_name}, not a DATE or TIMESTAMP")
+                bad.add(name)
         for e in sm.entities:
             etype = _kind(e.type)
             if etype not in ("primary", "unique") or e.name in bad:
@@ -106,22 +112,25 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
 
 
 def _all_null(con: duckdb.DuckDBPyConnection, src: str, table: str, bound: list[tuple[str, Any, str]],
-              problem: Any, sm: str) -> None:
-    """Dimensions and measures NULL in every row of a table that has rows: one scan per table."""
+              problem: Any, sm: str) -> set[str]:
+    """Dimensions and measures NULL in every row of a table that has rows (one scan per table):
+    each reported; their names returned."""
     if not bound:
-        return
+        return set()
     counts = ", ".join(f"COUNT({expr})" for _, _, expr in bound)
     try:
         row = con.execute(f"SELECT COUNT(*), {counts} FROM {src}").fetchone()
     except duckdb.Error:  # an expression that binds alone but not as an argument: left to the queries
-        return
+        return set()
     if row is None or not row[0]:
-        return
+        return set()
+    out: set[str] = set()
     for (group, el, _), n in zip(bound, row[1:], strict=True):
         if n == 0:
             what = f"{_kind(el.type)} dimension" if group == "dimensions" else "measure"
-            problem(sm, (group, el.name), f"{what} {el.name!r} is NULL in every row of {table!r} "
-                                          f"({row[0]} rows)")
+            problem(sm, (group, el.name), f"{what} {el.name!r} is NULL in every row of {table!r} ({row[0]} rows)")
+            out.add(el.name)
+    return out
 
 
 def _metric_exprs(catalog: Catalog, con: duckdb.DuckDBPyConnection, tables: set[str]) -> list[DataProblem]:

@@ -334,6 +334,7 @@ def excluded_names(manifest: Any, exclusions: Iterable[Exclusion]) -> dict[str, 
     model every element of it; the first exclusion of a name wins."""
     models = {sm.name: sm for sm in manifest.semantic_models}
     out: dict[str, Exclusion] = {}
+    exclusions = sorted(exclusions, key=lambda ex: not ex.object.startswith("metrics."))  # a metric's own first
     for ex in exclusions:
         parts = ex.object.split(".")
         if parts[0] in ("metrics", "saved_queries") or len(parts) == 4:
