@@ -239,13 +239,12 @@ def open_warehouse(semantic_model: str | Path, db: Path | None = None, *, announ
 _BOUND: dict[tuple[Any, ...], tuple[Catalog, tuple[DataProblem, ...]]] = {}
 _ANNOUNCED: set[tuple[Any, ...]] = set()
 _LOCK = threading.Lock()
+_BINDING = threading.Lock()
 
 
 def _bound(wh: Warehouse) -> tuple[Catalog, tuple[DataProblem, ...]]:
     """The catalog the data leaves usable, and the data problems; computed once per layer (its
     path, content and spine) and database file (its path, size and modification time)."""
-    from nlq2sql.semantic.datacheck import check_data
-
     cat = wh.catalog
     try:
         st = wh.db_path.stat()
@@ -253,10 +252,18 @@ def _bound(wh: Warehouse) -> tuple[Catalog, tuple[DataProblem, ...]]:
     except OSError:
         stamp = ()
     key = (cat.path, cat.sha256, cat.spine, str(wh.db_path.resolve()), *stamp)
-    with _LOCK:
+    with _BINDING:  # one thread checks; the others wait for its answer
         hit = _BOUND.get(key)
-    if hit is not None:
-        return hit
+        if hit is None:
+            hit = _bind_once(wh)
+            _BOUND[key] = hit
+    return hit
+
+
+def _bind_once(wh: Warehouse) -> tuple[Catalog, tuple[DataProblem, ...]]:
+    from nlq2sql.semantic.datacheck import check_data
+
+    cat = wh.catalog
     problems = tuple(check_data(cat, wh.connect(), wh.db_path.name))
     out = (cat, problems)
     if problems:
@@ -267,8 +274,6 @@ def _bound(wh: Warehouse) -> tuple[Catalog, tuple[DataProblem, ...]]:
             raise SemanticProblems([*(p.problem for p in problems),
                                     Problem(cat.path, None, None, f"the rest of the layer is not usable: {exc}")]
                                    ) from None
-    with _LOCK:
-        _BOUND[key] = out
     return out
 
 
