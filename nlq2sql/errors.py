@@ -7,8 +7,8 @@ can turn bad *input* into one clear message with exit code 2.
 
 from __future__ import annotations
 
-__all__ = ["ClientError", "EvalSetError", "ExecutionError", "GuardrailError", "InputError", "IntentError",
-           "Nlq2SqlError", "RecordError", "SemanticModelError", "ServerError", "SqlBuildError"]
+__all__ = ["ClientError", "EvalSetError", "ExcludedObjectError", "ExecutionError", "GuardrailError", "InputError",
+           "IntentError", "Nlq2SqlError", "RecordError", "SemanticModelError", "ServerError", "SqlBuildError"]
 
 
 class Nlq2SqlError(Exception):
@@ -52,6 +52,11 @@ class IntentError(Nlq2SqlError):
 
 class SqlBuildError(Nlq2SqlError):
     """A canonical intent could not be turned into SQL (should not happen for valid intents)."""
+
+
+class ExcludedObjectError(SqlBuildError):
+    """A query names an object a partial semantic layer excluded for a data problem (the message
+    says which and why)."""
 
 
 class ExecutionError(Nlq2SqlError):

@@ -272,8 +272,10 @@ def test_every_problem_is_reported_in_one_pass(tmp_path: Path, sales_db: Path) -
     text = _sub("      - name: town\n        type: categorical", "      - name: town\n        type: categorical\n"
                 "        expr: city", text)
     code, msg, _ = _run(tmp_path, sales_db, text)
-    assert code == 2 and "2 problems" in msg, msg
+    assert code == 2 and "3 problems" in msg, msg
     assert "not unique" in msg and "fails in DuckDB" in msg, msg
+    assert "the rest of the layer is not usable" in msg and "no categorical dimension" in msg, \
+        "both data problems exclude what they touch; what is left has no dimension: refused, saying why"
 
 
 def test_dbts_semantic_manifest_json_is_read_directly(tmp_path: Path, sales_db: Path) -> None:

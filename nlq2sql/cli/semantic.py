@@ -28,19 +28,30 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
                    db: DbOpt = None,
                    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
                    dbt: Any = None) -> None:
-    """Load, resolve joins, and execute one query per metric × dimension; exit 2 on any failure."""
+    """Load, check against the data, and execute one query per metric × dimension; exit 2 on any
+    failure.  Data problems are listed with what they exclude (other commands use the rest)."""
     from nlq2sql.semantic import open_warehouse
+    from nlq2sql.semantic.project import Problem, SemanticProblems
     from nlq2sql.stages.semantic_tools import check, dumps
 
     wh = open_warehouse(path, db, dbt=dbt, validate=False)
-    if wh.catalog.spine_note:  # said before the data's problems, which end the command
+    if wh.catalog.spine_note:  # said before the data's problems
         err.print(f"note: {escape(wh.catalog.spine_note)}", highlight=False, soft_wrap=True)
-    wh.validate()
+    wh.bind()
     report = check(wh)
     if as_json:
         sys.stdout.write(dumps(report) + "\n")
     for f in report.failed:
         err.print(f"{escape(f.metric)} × {escape(f.dimension)}: {escape(str(f.error))}", highlight=False)
+    if wh.data_problems:
+        excluded = wh.catalog.excluded
+        err.print(f"{len(excluded)} objects are excluded by every other command (they use the rest of the layer: "
+                  f"{report.metrics} metrics, {report.dimensions} dimensions):", highlight=False, soft_wrap=True)
+        for ex in excluded:
+            err.print(f"  excluded {escape(ex.object)}: {escape(ex.reason)}", highlight=False, soft_wrap=True)
+        failed = ([Problem(wh.catalog.path, None, None, f"{len(report.failed)} of {report.queries} queries on the "
+                           "rest of the layer failed")] if report.failed else [])
+        raise SemanticProblems([*(p.problem for p in wh.data_problems), *failed])
     if report.failed:
         raise InputError(f"{len(report.failed)} of {report.queries} queries failed", path=wh.catalog.path)
     if not as_json:

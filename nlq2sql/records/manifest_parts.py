@@ -21,8 +21,9 @@ from pydantic import ConfigDict, Field
 from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import Part as Section
 
-__all__ = ["CanaryPart", "ContextPart", "EngineArgs", "EnginePart", "GuardrailArtefact", "GuidedDecoding", "LoadPart",
-           "Origin", "Part", "ReplicaPart", "RetryBudgetPart", "SamplingPart", "ServerFacts", "StructuredOutputs"]
+__all__ = ["CanaryPart", "ContextPart", "EngineArgs", "EnginePart", "ExcludedPart", "GuardrailArtefact",
+           "GuidedDecoding", "LoadPart", "Origin", "Part", "ReplicaPart", "RetryBudgetPart", "SamplingPart",
+           "ServerFacts", "StructuredOutputs"]
 
 
 class Part(Section):
@@ -167,6 +168,15 @@ class EngineArgs(Part):
     enforce_eager: bool | None = None  # without GPUs, as the CPU server runs
 
 
+class ExcludedPart(Part):
+    """One object a partial semantic layer left out (``semantic.prune.Exclusion``): its manifest
+    path (``semantic_models.M.dimensions.D``, ``metrics.N`` …) and the data problem or dependency
+    that excluded it."""
+
+    object: str
+    reason: str
+
+
 class Origin(Part):
     """The keys every manifest opens with, in their order: what was scored (an eval set's three
     keys; a batch over a question file has none), by which harness, under which guardrails, against
@@ -191,6 +201,7 @@ class Origin(Part):
     db: str | None = None
     db_sha256: str | None = None
     db_schema: str | None = None  # --db-schema: the schema every relation was read from
+    excluded: list[ExcludedPart] | None = None  # what data problems left out of the layer (empty: nothing)
 
     def given(self) -> dict[str, Any]:
         """The keys set, as values (sections stay models), in order: a manifest model's keyword

@@ -1,27 +1,37 @@
 """A semantic model bound to a database: checked against it, with the values it holds.
 
 Binding is where a semantic model meets data: every table it names must exist and every
-``expr`` must bind in DuckDB (a missing column is an error naming the YAML key, at load
-time, not an item failure at query time); the known values of low-cardinality dimensions
-and the years present are read here for prompts and eval-set checks.
+``expr`` must bind in DuckDB, keys must be unique, columns not all NULL (:mod:`.datacheck`).
+A data problem excludes exactly the objects it touches and what depends on them
+(:mod:`.prune`): the warehouse's catalog is the rest of the layer, the exclusions are recorded
+in every run's manifest, and each command says once on stderr how many objects were left out
+(``semantic check`` lists the problems and exits 2).  The known values of low-cardinality
+dimensions and the years present are read here for prompts and eval-set checks.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import msgspec
 
 from nlq2sql.errors import SemanticModelError
-from nlq2sql.semantic.catalog import Catalog, display_path, load_catalog, shipped_names
+from nlq2sql.semantic.catalog import Catalog, catalog_of, display_path, load_catalog, shipped_names
 from nlq2sql.semantic.dbt_project import DbtOptions
-from nlq2sql.semantic.project import TimeSpine
+from nlq2sql.semantic.project import Problem, SemanticProblems, TimeSpine
+from nlq2sql.semantic.prune import Exclusion, prune
 from nlq2sql.semantic.warehouse import connect_read_only, fingerprint, open_error, resolve_db
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.datacheck import DataProblem
 
 __all__ = ["PROMPT_VALUES_MAX", "SCHEMA_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "WarehouseFacts",
            "has_legacy_spine", "has_spine", "open_warehouse"]
@@ -47,6 +57,7 @@ class WarehouseFacts(msgspec.Struct, frozen=True):
     time_spine: str
     db: str
     db_sha256: str
+    excluded: list[Exclusion]  # what data problems left out of the layer, and why (empty: the whole layer)
     db_schema: str | None = None  # --db-schema, when given: every relation's schema
 
 
@@ -57,6 +68,8 @@ class Warehouse:
     catalog: Catalog
     db_path: Path
     _con: Any = field(default=None, repr=False)
+    #: The data problems found binding the layer (each excluded what it touches: ``catalog.excluded``).
+    data_problems: tuple[DataProblem, ...] = ()
 
     @property
     def name(self) -> str:
@@ -85,14 +98,16 @@ class Warehouse:
                               semantic_model_sha256=self.catalog.sha256, time_spine=self.catalog.spine,
                               db=display_path(self.db_path) if not str(display_path(self.db_path)).startswith("/")
                               else self.db_path.name, db_sha256=self.fingerprint,
+                              excluded=list(self.catalog.excluded),
                               db_schema=self.catalog.project.target.schema if self.catalog.project.target.override
                               else None)
 
-    def validate(self) -> None:
-        """The data checks MetricFlow cannot make (:mod:`.datacheck`); every problem at once."""
-        from nlq2sql.semantic.datacheck import check_data
-
-        check_data(self.catalog, self.connect(), self.db_path.name)
+    def bind(self) -> None:
+        """The data checks MetricFlow cannot make (:mod:`.datacheck`), once per process for a layer
+        and a database file; a problem excludes what it touches (``catalog`` becomes the rest).
+        Raises :class:`SemanticProblems` (every data problem, and why nothing usable is left) when
+        the rest is no layer."""
+        self.catalog, self.data_problems = _bound(self)
 
     def _dim_query(self, dimension: str) -> tuple[str, str]:
         """The dimension's expression and its relation as SQL (``schema.alias``)."""
@@ -224,13 +239,14 @@ def _is_number(text: str) -> bool:
 
 
 def open_warehouse(semantic_model: str | Path, db: Path | None = None, *, dbt: DbtOptions | None = None,
-                   validate: bool = True) -> Warehouse:
+                   validate: bool = True, announce: bool = True) -> Warehouse:
     """Load a semantic model (a shipped name or a path: no default), find its database, and check
-    one against the other (``validate``: the data checks, else the caller runs them).  ``dbt``: how
-    relations resolve (``--db-schema``, ``--profiles-dir``, ``--target``).  The time spine: the
-    declared one when the database holds it (else the generated one, noted in
-    :attr:`Catalog.spine_note`), dbt's legacy table when the database holds it, else the generated
-    one."""
+    one against the other (``validate``: the data checks, else the caller runs :meth:`Warehouse.bind`);
+    a data problem excludes what it touches (``announce``: say on stderr, once, how many objects were
+    excluded — ``semantic check`` lists them itself).  ``dbt``: how relations resolve
+    (``--db-schema``, ``--profiles-dir``, ``--target``).  The time spine: the declared one when the
+    database holds it (else the generated one, noted in :attr:`Catalog.spine_note`), dbt's legacy
+    table when the database holds it, else the generated one."""
     catalog = load_catalog(semantic_model, dbt=dbt)
     shipped = catalog.name in shipped_names() and (not Path(str(semantic_model)).exists()
                                                    or catalog.path.startswith("warehouses/"))
@@ -245,13 +261,69 @@ def open_warehouse(semantic_model: str | Path, db: Path | None = None, *, dbt: D
     elif catalog.spine == "generated" and has_spine(wh.connect(), catalog.project.legacy_spine):
         wh.catalog = load_catalog(semantic_model, spine="legacy", dbt=dbt)  # dbt's convention before 1.9
     if validate:
-        wh.validate()
+        wh.bind()
+        if announce and wh.catalog.excluded:
+            _announce(wh)
     return wh
 
 
-def _with_note(catalog: Catalog, note: str) -> Catalog:
-    import dataclasses
+_BOUND: dict[tuple[Any, ...], tuple[Catalog, tuple[DataProblem, ...]]] = {}
+_ANNOUNCED: set[tuple[Any, ...]] = set()
+_LOCK = threading.Lock()
+_BINDING = threading.Lock()
 
+
+def _bound(wh: Warehouse) -> tuple[Catalog, tuple[DataProblem, ...]]:
+    """The catalog the data leaves usable, and the data problems; computed once per layer (its
+    path, content and spine) and database file (its path, size and modification time)."""
+    cat = wh.catalog
+    try:
+        st = wh.db_path.stat()
+        stamp: tuple[Any, ...] = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = ()
+    relations = tuple(r.sql for r in cat.relations.values())  # --db-schema moves them: another binding
+    key = (cat.path, cat.sha256, cat.spine, relations, str(wh.db_path.resolve()), *stamp)
+    with _BINDING:  # one thread checks; the others wait for its answer
+        hit = _BOUND.get(key)
+        if hit is None:
+            hit = _bind_once(wh)
+            _BOUND[key] = hit
+    return hit
+
+
+def _bind_once(wh: Warehouse) -> tuple[Catalog, tuple[DataProblem, ...]]:
+    from nlq2sql.semantic.datacheck import check_data
+
+    cat = wh.catalog
+    problems = tuple(check_data(cat, wh.connect(), wh.db_path.name))
+    out = (cat, problems)
+    if problems:
+        try:
+            pruned, excluded = prune(cat.manifest, [(p.target, p.problem.message) for p in problems])
+            rest = catalog_of(cat.project, pruned, cat.spine, excluded, whole=cat.manifest)
+            out = (_with_note(rest, cat.spine_note) if cat.spine_note else rest, problems)
+        except SemanticModelError as exc:  # nothing usable is left: refused, with every data problem
+            raise SemanticProblems([*(p.problem for p in problems),
+                                    Problem(cat.path, None, None, f"the rest of the layer is not usable: {exc}")]
+                                   ) from None
+    return out
+
+
+def _announce(wh: Warehouse) -> None:
+    """One line on stderr, once per process for a layer and database: how much was left out."""
+    key = (wh.catalog.path, wh.catalog.sha256, str(wh.db_path))
+    with _LOCK:
+        if key in _ANNOUNCED:
+            return
+        _ANNOUNCED.add(key)
+    n = len(wh.catalog.excluded)
+    sys.stderr.write(f"note: semantic layer {wh.catalog.name!r} on {wh.db_path.name}: {n} object"
+                     f"{'s' if n != 1 else ''} excluded for data problems, the rest is used; "
+                     "see `nlq2sql semantic check`\n")
+
+
+def _with_note(catalog: Catalog, note: str) -> Catalog:
     out = dataclasses.replace(catalog, spine_note=note)
     if "engine" in catalog.__dict__:
         out.__dict__["engine"] = catalog.__dict__["engine"]

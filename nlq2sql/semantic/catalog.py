@@ -10,6 +10,7 @@ dimension in the whole project, else MetricFlow's qualified name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -22,9 +23,11 @@ from nlq2sql.semantic.engine import Engine
 from nlq2sql.semantic.manifest import GENERATED_SPINE, build_manifest
 from nlq2sql.semantic.mf import mf_reason
 from nlq2sql.semantic.project import Problem, Project, SemanticProblems, project_name, read_project
+from nlq2sql.semantic.prune import Exclusion, excluded_names, exclusion_for
 
 __all__ = ["DEFAULT_WAREHOUSE", "SPEC_FILE", "WAREHOUSE_DIR", "YEAR_FIELD", "Catalog", "DimensionDef", "MetricDef",
-           "Vocabulary", "default_catalog", "display_path", "load_catalog", "resolve_spec_path", "shipped_names"]
+           "Vocabulary", "catalog_of", "default_catalog", "display_path", "load_catalog", "resolve_spec_path",
+           "shipped_names"]
 
 WAREHOUSE_DIR = PROJECT_ROOT / "warehouses"
 DEFAULT_WAREHOUSE = "retail"
@@ -91,6 +94,10 @@ class Catalog:
     project: Project = field(repr=False)
     manifest: Any = field(repr=False)
     spine_note: str = ""  # why the generated spine replaced a declared one (said by ``semantic check``)
+    #: What a partial layer left out for data problems (:mod:`.prune`); empty: the whole layer.
+    excluded: tuple[Exclusion, ...] = ()
+    #: Each name an exclusion took away (of the whole manifest) → that exclusion.
+    excluded_by_name: dict[str, Exclusion] = field(default_factory=dict, repr=False)
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -108,14 +115,19 @@ class Catalog:
 
     @cached_property
     def engine(self) -> Engine:
-        return _engine(self.manifest, self.spine)
+        return _engine(self.manifest, self.spine, self.exclusion_for)
 
     def __hash__(self) -> int:
-        return hash((self.name, self.sha256, self.spine))
+        return hash((self.name, self.sha256, self.spine, self.excluded))
 
     def __eq__(self, other: object) -> bool:  # the spine too: the same layer compiles other SQL on another spine
-        return isinstance(other, Catalog) and (self.name, self.sha256, self.spine) == (other.name, other.sha256,
-                                                                                       other.spine)
+        return isinstance(other, Catalog) and (self.name, self.sha256, self.spine, self.excluded) == (
+            other.name, other.sha256, other.spine, other.excluded)
+
+    def exclusion_for(self, name: str) -> tuple[str, Exclusion] | None:
+        """The excluded name that ``name`` (a metric, a dimension, a group-by) uses, with its
+        exclusion; None when it uses none (or the layer is whole)."""
+        return exclusion_for(self.excluded_by_name, name)
 
     def dimension_of(self, group_by: str) -> DimensionDef | None:
         """The categorical dimension a group-by name reaches, by whichever entity path
@@ -143,13 +155,24 @@ def _resolve(project: Project, spine: str | None = None) -> Catalog:
     chosen = {"declared": spine_decl, "legacy": project.legacy_spine}.get(kind) or GENERATED_SPINE
     kind = kind if chosen is not GENERATED_SPINE else "generated"
     manifest = build_manifest(project, chosen)
+    return catalog_of(project, manifest, kind)
+
+
+def catalog_of(project: Project, manifest: Any, kind: str, excluded: tuple[Exclusion, ...] = (),
+               whole: Any = None) -> Catalog:
+    """The catalog of a validated MetricFlow ``manifest`` read from ``project`` (``kind``: its time
+    spine).  A partial layer: ``manifest`` is the pruned one, ``excluded`` what was left out of
+    ``whole``, the manifest before pruning (its names make the refusals say why)."""
+    left_out = (f" once {len(excluded)} objects are excluded for data problems (see `nlq2sql semantic check`)"
+                if excluded else "")
     metrics = {m.name: MetricDef(m.name, m.label or m.name, m.description or "", _value(m.type))
                for m in manifest.metrics}
     if not metrics:
-        raise SemanticModelError("no metrics defined", path=project.path)
+        raise SemanticModelError("no metrics defined" + left_out, path=project.path)
+    by_name_ex = excluded_names(whole if whole is not None else manifest, excluded)
     reachable: set[str] = set()
     try:
-        engine = _engine(manifest, kind)
+        engine = _engine(manifest, kind, lambda n: exclusion_for(by_name_ex, n))
         for m in metrics:
             reachable.update(engine.group_bys((m,)))
     except Exception as exc:  # noqa: BLE001 — MetricFlow's lookups reject what its validator let through
@@ -180,17 +203,19 @@ def _resolve(project: Project, spine: str | None = None) -> Catalog:
             dimensions[key] = DimensionDef(key, d.group_by, d.model, d.table, d.expr, d.description, d.label,
                                            d.relation)
     if not dimensions:
-        raise SemanticModelError("no categorical dimension is reachable from the metrics", path=project.path)
+        raise SemanticModelError("no categorical dimension is reachable from the metrics" + left_out,
+                                 path=project.path)
     catalog = Catalog(name=project.name, path=project.path, sha256=project.sha256, metrics=metrics,
                       dimensions=dimensions, time_sources=tuple(sources),
-                      spine=kind, project=project, manifest=manifest)
+                      spine=kind, project=project, manifest=manifest, excluded=excluded,
+                      excluded_by_name=by_name_ex)
     catalog.__dict__["engine"] = engine  # the one built to list the group-bys (cached_property's slot)
     return catalog
 
 
-def _engine(manifest: Any, spine: str) -> Engine:
+def _engine(manifest: Any, spine: str, excluded: Callable[[str], tuple[str, Any] | None] | None = None) -> Engine:
     return Engine(manifest, spine_sql=SPINE_SQL if spine == "generated" else None,
-                  spine_relation=GENERATED_SPINE.relation.sql)
+                  spine_relation=GENERATED_SPINE.relation.sql, excluded=excluded)
 
 
 def _owner(manifest: Any, group_by: str) -> str | None:

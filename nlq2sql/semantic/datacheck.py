@@ -1,24 +1,45 @@
 """Checks of a semantic layer against its data that MetricFlow cannot make (it never reads data).
 
 Every table a semantic model reads exists; every entity, dimension and measure expression
-binds in DuckDB; each time dimension is a DATE or TIMESTAMP; and a **primary or unique
-entity really is unique** in its table — a duplicated key makes every join through it fan
-out and silently multiplies the metrics on the other side.  Every problem is reported at once,
-naming file, line and key (and, for a fan-out, one duplicated key value).
+binds in DuckDB; each time dimension is a DATE or TIMESTAMP; a **primary or unique entity
+really is unique** in its table — a duplicated key makes every join through it fan out and
+silently multiplies the metrics on the other side; and no dimension or measure is NULL in
+every row of a table that has rows (a dimension that is always NULL groups everything into
+one NULL group and filters nothing; a measure that is always NULL answers NULL, or 0 for a
+count, whatever the question, so no answer over it can be told right from wrong).  An empty
+table is not a problem: its columns are not known to be NULL, only unfilled.
+
+Every problem is returned, each naming file, line and key (and, for a fan-out, one duplicated
+key value) and the manifest object it touches (:attr:`DataProblem.target`), so the binding
+can exclude exactly that object (:mod:`.prune`) and keep the rest of the layer.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 
 from nlq2sql.semantic.catalog import Catalog
-from nlq2sql.semantic.project import Problem, SemanticProblems
+from nlq2sql.semantic.project import Problem
 
-__all__ = ["check_data"]
+__all__ = ["DataProblem", "check_data"]
 
 _TIME_TYPES = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_NS", "TIMESTAMP_MS", "TIMESTAMP_S")
+
+
+@dataclass(frozen=True)
+class DataProblem:
+    """One data problem: where it is written (``problem``) and the object it touches, as the
+    manifest path the pruning removes (``semantic_models.M``, ``semantic_models.M.dimensions.D``,
+    ``…entities.E``, ``…measures.X``, ``metrics.N``)."""
+
+    problem: Problem
+    target: str
+
+    def __str__(self) -> str:
+        return str(self.problem)
 
 
 def _first_line(exc: Exception) -> str:
@@ -41,21 +62,29 @@ def _missing(table: str, schema: str, tables: set[tuple[str, str]], db_name: str
     return text
 
 
-def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -> None:
-    """Raise :class:`SemanticProblems` listing every data problem of ``catalog`` on ``con``."""
-    problems: list[Problem] = []
+
+def _kind(x: Any) -> str:
+    return str(getattr(x, "value", x)).lower()
+
+
+
+def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -> list[DataProblem]:
+    """Every data problem of ``catalog`` on ``con`` (empty: the layer and its data agree)."""
+    problems: list[DataProblem] = []
     tables = {(r[0], r[1]) for r in con.execute("SELECT table_schema, table_name FROM information_schema.tables "
                                                  "WHERE table_catalog = current_database()").fetchall()}
     proj = catalog.project
 
-    def problem(sm: str, keys: tuple[str, ...], message: str) -> None:
+    def problem(sm: str, keys: tuple[str, ...], message: str, target: tuple[str, ...] | None = None) -> None:
         path, line = proj.locate("semantic_model", sm, *keys)
-        problems.append(Problem(path, line, ".".join(("semantic_models", sm, *keys)), message))
+        problems.append(DataProblem(Problem(path, line, ".".join(("semantic_models", sm, *keys)), message),
+                                    ".".join(("semantic_models", sm, *(keys if target is None else target)))))
 
     for sm in catalog.manifest.semantic_models:
         table, schema = sm.node_relation.alias, sm.node_relation.schema_name
         if (schema, table) not in tables:
-            problem(sm.name, ("model",), _missing(table, schema, tables, db_name, catalog.project.target.is_default))
+            problem(sm.name, ("model",), _missing(table, schema, tables, db_name, catalog.project.target.is_default),
+                    ())
             continue
         src = f"{_qi(schema)}.{_qi(table)}"
         elements: list[tuple[str, Any, str]] = []
@@ -63,6 +92,8 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
         elements += [("dimensions", d, d.expr or d.name) for d in sm.dimensions]
         elements += [("measures", m, str(m.expr) if m.expr is not None else m.name) for m in sm.measures]
         bad: set[str] = set()
+        bound: list[tuple[str, Any, str]] = []
+        wrong_type: dict[str, str] = {}
         for group, el, expr in elements:
             try:
                 kind = con.execute(f"SELECT typeof({expr}) FROM {src} LIMIT 1").fetchone()
@@ -70,11 +101,19 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
                 problem(sm.name, (group, el.name), f"expression {expr!r} fails in DuckDB: {_first_line(exc)}")
                 bad.add(el.name)
                 continue
-            is_time = group == "dimensions" and str(getattr(el.type, "value", el.type)).lower() == "time"
+            bound.append((group, el, expr))
+            is_time = group == "dimensions" and _kind(el.type) == "time"
             if is_time and kind is not None and kind[0] not in (*_TIME_TYPES, "NULL"):
-                problem(sm.name, (group, el.name), f"time dimension {el.name!r} is {kind[0]}, not a DATE or TIMESTAMP")
+                wrong_type[el.name] = kind[0]
+        # all NULL first: an empty CSV column is typed INTEGER, and its real problem is that it is empty
+        bad |= _all_null(con, src, table, [b for b in bound if b[0] != "entities"], problem, sm.name)
+        for name, kind_name in wrong_type.items():
+            if name not in bad:
+                problem(sm.name, ("dimensions", name),
+                        f"time dimension {name!r} is {kind_name}, not a DATE or TIMESTAMP")
+                bad.add(name)
         for e in sm.entities:
-            etype = str(getattr(e.type, "value", e.type)).lower()
+            etype = _kind(e.type)
             if etype not in ("primary", "unique") or e.name in bad:
                 continue
             expr = e.expr or e.name
@@ -84,5 +123,53 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
                 problem(sm.name, ("entities", e.name),
                         f"{etype} entity {e.name!r} is not unique in {table!r}: key {row[0]!r} occurs {row[1]} times "
                         "(every join through it would fan out and multiply the metrics)")
-    if problems:
-        raise SemanticProblems(problems)
+    problems += _metric_exprs(catalog, con, tables)
+    return problems
+
+
+def _all_null(con: duckdb.DuckDBPyConnection, src: str, table: str, bound: list[tuple[str, Any, str]],
+              problem: Any, sm: str) -> set[str]:
+    """Dimensions and measures NULL in every row of a table that has rows (one scan per table):
+    each reported; their names returned."""
+    if not bound:
+        return set()
+    counts = ", ".join(f"COUNT({expr})" for _, _, expr in bound)
+    try:
+        row = con.execute(f"SELECT COUNT(*), {counts} FROM {src}").fetchone()
+    except duckdb.Error:  # an expression that binds alone but not as an argument: left to the queries
+        return set()
+    if row is None or not row[0]:
+        return set()
+    out: set[str] = set()
+    for (group, el, _), n in zip(bound, row[1:], strict=True):
+        if n == 0:
+            what = f"{_kind(el.type)} dimension" if group == "dimensions" else "measure"
+            problem(sm, (group, el.name), f"{what} {el.name!r} is NULL in every row of {table!r} ({row[0]} rows)")
+            out.add(el.name)
+    return out
+
+
+def _metric_exprs(catalog: Catalog, con: duckdb.DuckDBPyConnection,
+                  tables: set[tuple[str, str]]) -> list[DataProblem]:
+    """A simple metric written without a measure (its own ``agg`` and ``expr`` over a semantic
+    model) binds in DuckDB over that model's table."""
+    out: list[DataProblem] = []
+    models = {sm.name: sm for sm in catalog.manifest.semantic_models}
+    for m in catalog.manifest.metrics:
+        params = m.type_params
+        agg = params.metric_aggregation_params
+        if _kind(m.type) != "simple" or params.measure is not None or agg is None:
+            continue
+        sm = models.get(agg.semantic_model)
+        if sm is None or (sm.node_relation.schema_name, sm.node_relation.alias) not in tables:
+            continue
+        expr = params.expr or m.name
+        try:
+            con.execute(f"SELECT typeof({expr}) FROM {_qi(sm.node_relation.schema_name)}.{_qi(sm.node_relation.alias)} "
+                        "LIMIT 1").fetchone()
+        except duckdb.Error as exc:
+            path, line = catalog.project.locate("metric", m.name, "type_params", "expr")
+            out.append(DataProblem(Problem(path, line, f"metrics.{m.name}.type_params.expr",
+                                           f"expression {expr!r} fails in DuckDB: {_first_line(exc)}"),
+                                   f"metrics.{m.name}"))
+    return out

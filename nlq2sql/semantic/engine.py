@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nlq2sql.errors import SqlBuildError
+from nlq2sql.errors import ExcludedObjectError, SqlBuildError
 from nlq2sql.semantic.mf import mf_reason, quiet
 from nlq2sql.semantic.query import GRAINS, METRIC_TIME, MetricQuery, Where
 
@@ -64,13 +65,17 @@ class _CompileOnlyClient:
 class Engine:
     """One manifest's compiler: group-by names per metric set, SQL per query shape."""
 
-    def __init__(self, manifest: Any, *, spine_sql: str | None = None, spine_relation: str = "") -> None:
+    def __init__(self, manifest: Any, *, spine_sql: str | None = None, spine_relation: str = "",
+                 excluded: Callable[[str], tuple[str, Any] | None] | None = None) -> None:
+        """``excluded``: a name a query may use → (the excluded name it uses, its
+        :class:`~nlq2sql.semantic.prune.Exclusion`), for a partial layer's refusals."""
         from metricflow.engine.metricflow_engine import MetricFlowEngine
         from metricflow_semantics.model.semantic_manifest_lookup import SemanticManifestLookup
 
         quiet()
         self.manifest = manifest
         self.spine_sql, self.spine_relation = spine_sql, spine_relation
+        self.excluded = excluded
         self._mf = MetricFlowEngine(SemanticManifestLookup(manifest), _CompileOnlyClient())
         self._cache: dict[str, str] = {}
         self._group_bys: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -191,7 +196,12 @@ class Engine:
         with self._lock:
             sql = self._cache.get(shape)
         if sql is None:
-            sql = self._compile(unlimited, where)
+            try:
+                sql = self._compile(unlimited, where)
+            except SqlBuildError:
+                self._refuse_excluded((*q.metrics, *q.group_by, *(w.field for w in q.where or ()),
+                                       *(o.field for o in q.order_by or ())))
+                raise
             with self._lock:
                 if len(self._cache) >= COMPILE_CACHE_SIZE:
                     self._cache.clear()
@@ -214,11 +224,28 @@ class Engine:
         with self._lock:
             sql = self._cache.get("saved:" + name)
         if sql is None:
-            sql = self._explain(MetricFlowQueryRequest.create(saved_query_name=name))
+            try:
+                sql = self._explain(MetricFlowQueryRequest.create(saved_query_name=name))
+            except SqlBuildError:
+                self._refuse_excluded((name,))
+                raise
             with self._lock:
                 self._cache["saved:" + name] = sql
                 self.compiles += 1
         return Query(sql=sql, params=())
+
+    def _refuse_excluded(self, names: tuple[str, ...]) -> None:
+        """A failed query that names an object a partial layer excluded: raise saying so and why
+        (MetricFlow's own message would only say the name is unknown)."""
+        if self.excluded is None:
+            return
+        for name in names:
+            hit = self.excluded(name)
+            if hit is not None:
+                part, ex = hit
+                uses = f"{name!r} is" if part == name else f"{name!r} uses {part!r}, which is"
+                raise ExcludedObjectError(f"{uses} excluded from this semantic layer ({ex.object}: {ex.reason}); "
+                                    "see `nlq2sql semantic check`") from None
 
     def _compile(self, q: MetricQuery, where: list[str]) -> str:
         from metricflow.engine.metricflow_engine import MetricFlowQueryRequest

@@ -23,8 +23,8 @@ from nlq2sql.semantic.catalog import Catalog, Vocabulary
 __all__ = ["DEFAULT_TOP_N", "FIELDS", "INTENTS", "OPS", "ORDERS", "PARSE_CACHE_SIZE", "SCHEMA_MODES",
            "STATUS_INCONSISTENT", "STATUS_INVALID_JSON", "STATUS_OK", "STATUS_SCHEMA_INVALID", "TIME_GRAINS",
            "Filter", "Intent", "IntentKind", "Name", "Op", "Order", "TimeGrain", "branch_schema", "canonicalise",
-           "compact_json", "compact_regex", "consistency_problem", "intent_schema", "is_ordered", "parse_intent",
-           "vocabulary_problem"]
+           "compact_json", "compact_regex", "consistency_problem", "excluded_problem", "intent_schema", "is_ordered",
+           "parse_intent", "vocabulary_problem"]
 
 IntentKind = Literal["breakdown", "top_n_by_metric", "time_series"]
 TimeGrain = Literal["month", "quarter", "year"]
@@ -239,14 +239,31 @@ def vocabulary_problem(intent: Intent, catalog: Catalog) -> tuple[str, str] | No
     """(field, why) when an intent uses a name the warehouse does not have; None when all are known."""
     vocab = catalog.vocabulary
     if intent.metric not in vocab.metrics:
-        return "metric", f"unknown metric {intent.metric!r} (known: {', '.join(map(repr, vocab.metrics))})"
+        return "metric", _unknown(catalog, "metric", intent.metric, vocab.metrics)
     if intent.dimension is not None and intent.dimension not in vocab.dimensions:
-        return "dimension", f"unknown dimension {intent.dimension!r} (known: {', '.join(map(repr, vocab.dimensions))})"
+        return "dimension", _unknown(catalog, "dimension", intent.dimension, vocab.dimensions)
     for i, f in enumerate(intent.filters):
         if f.field not in vocab.filter_fields:
-            return (f"filters.{i}.field",
-                    f"unknown filter field {f.field!r} (known: {', '.join(map(repr, vocab.filter_fields))})")
+            return f"filters.{i}.field", _unknown(catalog, "filter field", f.field, vocab.filter_fields)
     return None
+
+
+def excluded_problem(catalog: Catalog, what: str, name: str) -> str | None:
+    """Why a name outside the vocabulary is not there when a partial layer excluded it; else None."""
+    if name in (catalog.vocabulary.metrics if what == "metric" else catalog.vocabulary.filter_fields):
+        return None
+    hit = catalog.exclusion_for(name)
+    if hit is None:
+        return None
+    part, ex = hit
+    uses = "is" if part == name else f"uses {part!r}, which is"
+    return (f"{what} {name!r} {uses} excluded from this semantic layer ({ex.object}: {ex.reason}); "
+            "see `nlq2sql semantic check`")
+
+
+def _unknown(catalog: Catalog, what: str, name: str, known: tuple[str, ...]) -> str:
+    """Why a name is not in the vocabulary: a partial layer excluded it (and why), or it is unknown."""
+    return excluded_problem(catalog, what, name) or f"unknown {what} {name!r} (known: {', '.join(map(repr, known))})"
 
 
 def _canonical_filters(filters: list[Filter]) -> bool:

@@ -41,5 +41,5 @@ def manifest_base(kind: str, evalset: EvalSet | CaseIndex | QuerySet | None, rul
         "record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__,
         "git_commit": git.git_commit, "git_dirty": git.git_dirty, **scored, "n_items": n_items,
         "guardrails": [rs.name for rs in rulesets], **({"guardrail_artefacts": learned} if learned else {}),
-        **({k: v for k, v in msgspec.structs.asdict(wh.manifest()).items() if v is not None}
+        **({k: v for k, v in msgspec.to_builtins(wh.manifest()).items() if v is not None}
            if wh is not None else {})})

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from nlq2sql.errors import EvalSetError, SqlBuildError
+from nlq2sql.errors import EvalSetError, ExcludedObjectError, SqlBuildError
 from nlq2sql.inputs import json_object, read_text
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import MetricQuery, OrderBy
@@ -91,6 +91,8 @@ def _case(obj: dict[str, Any], catalog: Catalog, path: str, line: int) -> QueryC
     if case.gold is not None:
         try:
             catalog.engine.compile(case.gold)
+        except ExcludedObjectError as exc:  # names the exclusion and why, not MetricFlow's "unknown name"
+            raise EvalSetError(f"gold: {exc}", path=path, line=line, field="gold") from None
         except SqlBuildError as exc:
             raise EvalSetError(f"gold does not compile: {exc}", path=path, line=line, field="gold") from None
     return case

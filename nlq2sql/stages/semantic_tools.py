@@ -19,8 +19,9 @@ import duckdb
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from nlq2sql.errors import InputError, Nlq2SqlError
+from nlq2sql.errors import ExcludedObjectError, InputError, Nlq2SqlError
 from nlq2sql.semantic.binding import Warehouse
+from nlq2sql.semantic.prune import Exclusion
 
 __all__ = ["CheckReport", "DimensionShown", "MetricShown", "QueryCheck", "ShowReport", "SqlResult", "check", "dumps",
            "init_yaml", "show", "sql_for"]
@@ -51,6 +52,8 @@ class CheckReport(msgspec.Struct, kw_only=True):
     queries: int
     failed: list[QueryCheck]
     results: list[QueryCheck]
+    data_problems: list[str]  # each ``file:line: field 'key': message`` (they exclude what they touch)
+    excluded: list[Exclusion]  # what the data problems left out, and why: the rest is checked above
 
 
 class MetricShown(msgspec.Struct, kw_only=True):
@@ -78,6 +81,7 @@ class ShowReport(msgspec.Struct, kw_only=True):
     metrics: dict[str, MetricShown]
     dimensions: dict[str, DimensionShown]
     saved_queries: dict[str, str]
+    excluded: list[Exclusion]  # what data problems left out of the layer (see ``semantic check``)
     years: list[str]
     filter_fields: list[str]
     schema_mode: str
@@ -140,7 +144,8 @@ def check(wh: Warehouse) -> CheckReport:
     return CheckReport(semantic_model=cat.name, path=cat.path, sha256=cat.sha256, engine="metricflow",
                        metrics=len(cat.metrics), dimensions=len(cat.dimensions), time_spine=cat.spine,
                        saved_queries=[q.name for q in cat.manifest.saved_queries],
-                       compiles=cat.engine.compiles, queries=len(results), failed=failed, results=results)
+                       compiles=cat.engine.compiles, queries=len(results), failed=failed, results=results,
+                       data_problems=[str(p) for p in wh.data_problems], excluded=list(cat.excluded))
 
 
 def show(wh: Warehouse, schema: str = "flat") -> ShowReport:
@@ -157,10 +162,26 @@ def show(wh: Warehouse, schema: str = "flat") -> ShowReport:
                     for d in cat.dimensions.values()},
         saved_queries={q.name: q.query_params.json() if hasattr(q.query_params, "json") else str(q.query_params)
                        for q in cat.manifest.saved_queries},
-        years=list(wh.years), filter_fields=list(cat.vocabulary.filter_fields),
+        excluded=list(cat.excluded), years=list(wh.years), filter_fields=list(cat.vocabulary.filter_fields),
         schema_mode=schema, schema=intent_schema(cat, schema),
         query_schema=answer_schema(cat, schema, values=wh.schema_values),  # the v2 answer's (--answer query)
         compact_regex=compact_regex(cat, schema))
+
+
+def _excluded_name(data: Any, wh: Warehouse) -> str | None:
+    """A v1 intent's metric, dimension or filter field that the partial layer excluded: why."""
+    from nlq2sql.stages.intent import excluded_problem
+
+    if not isinstance(data, dict):
+        return None
+    filters = data.get("filters")
+    filters = filters if isinstance(filters, list) else []
+    names = [("metric", data.get("metric")), ("dimension", data.get("dimension")),
+             *(("filter field", f.get("field")) for f in filters if isinstance(f, dict))]
+    for what, name in names:
+        if isinstance(name, str) and (why := excluded_problem(wh.catalog, what, name)) is not None:
+            return why
+    return None
 
 
 def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> SqlResult:
@@ -189,13 +210,16 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> SqlRes
             e = exc.errors()[0]
             where = ".".join(str(x) for x in e["loc"])
             raise InputError(f"{where}: {e['msg']}" if where else e["msg"], field="--intent") from None
-        q = wh.catalog.engine.compile(mq)
+        try:
+            q = wh.catalog.engine.compile(mq)
+        except ExcludedObjectError as exc:  # the user's query names what the data left out: their input
+            raise InputError(str(exc), field="--intent") from None
         out = SqlResult(query=json.loads(mq.key()), kind=mq.kind, sql=q.sql, params=list(q.params))
     else:
         try:
             intent = parse_intent(intent_json, wh.catalog)
         except IntentError as exc:
-            raise InputError(f"{exc.status}: {exc.reason}", field="--intent") from None
+            raise InputError(_excluded_name(data, wh) or f"{exc.status}: {exc.reason}", field="--intent") from None
         problem = consistency_problem(intent)
         if problem:
             raise InputError(f"inconsistent intent: {problem}", field="--intent")
