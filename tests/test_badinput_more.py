@@ -432,3 +432,38 @@ def test_semantic_init_out_a_directory_leaves_nothing(small_warehouse: Path, tmp
             expect=[str(target), "--out", "is a directory"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
     assert not any(target.iterdir())
+
+
+# -- 8. batch without the Ray extra (issue 37) --------------------------------------------------
+
+_HIDE = "import sys\nfor _n in {names!r}:\n    sys.modules[_n] = None  # as if not installed: import fails\n"
+
+
+@pytest.mark.parametrize("missing", [("pyarrow",), ("ray",), ("pyarrow", "ray")])
+def test_batch_without_the_ray_extra_is_one_line_before_any_input(missing: tuple[str, ...], tmp_path: Path) -> None:
+    """Every batch, good input or bad, is refused with the extra's name before anything is read."""
+    import sys
+
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(_HIDE.format(names=missing))
+    env = {**os.environ, "PYTHONPATH": str(shim)}
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text("{not yaml")
+    cases = [
+        ["--evalset", "heldout", "--endpoint", DEAD],
+        ["--evalset", str(tmp_path / "absent.jsonl"), "--endpoint", DEAD],
+        ["--questions", str(tmp_path / "absent.jsonl"), "--endpoints-file", str(endpoints)],
+        ["--evalset", "heldout", "--engine", "ray-vllm", "--out", str(tmp_path / "out")],
+    ]
+    for case in cases[:2] if len(missing) == 2 else cases:
+        res = subprocess.run([sys.executable, "-m", "nlq2sql.cli", "batch", *case], cwd=Path(__file__).parents[1],
+                             env=env, capture_output=True, text=True, timeout=120)
+        out = res.stdout + res.stderr
+        assert res.returncode == 2, out
+        assert "Traceback" not in out, out
+        lines = out.strip().splitlines()
+        assert len(lines) == 1, out
+        assert "is not installed: pip install 'nlq2sql[ray]'" in lines[0], out
+        assert any(f"{name} is not installed" in lines[0] for name in missing), out
+    assert not (tmp_path / "out").exists()
