@@ -467,3 +467,68 @@ def test_batch_without_the_ray_extra_is_one_line_before_any_input(missing: tuple
         assert "is not installed: pip install 'nlq2sql[ray]'" in lines[0], out
         assert any(f"{name} is not installed" in lines[0] for name in missing), out
     assert not (tmp_path / "out").exists()
+
+
+# -- 9. sql --intent: names the layer lacks, the v1 shape, rows on stdout (issue 37) -------------
+
+@pytest.mark.parametrize(("query", "expect"), [
+    ({"metrics": ["revenu"]}, ["unknown metric 'revenu'", "closest: revenue"]),
+    ({"metrics": ["revenue"], "group_by": ["region"]}, ["unknown group-by 'region'", "closest: customer_id__region"]),
+    ({"metrics": ["revenue"], "group_by": ["customer__region"]}, ["closest: customer_id__region"]),
+    ({"metrics": ["revenue"], "group_by": ["metric_time__yr"]}, ["closest: metric_time__year"]),
+    ({"metrics": ["revenue"], "where": [{"field": "segmnt", "op": "eq", "values": ["x"]}]},
+     ["unknown filter field 'segmnt'", "customer_id__segment"]),
+    ({"metrics": ["revenue"], "order_by": [{"field": "revnue"}]}, ["unknown order field 'revnue'", "revenue"]),
+])
+def test_sql_intent_unknown_names_suggest_the_layers(query: dict[str, Any], expect: list[str]) -> None:
+    """Before: exit 1 and MetricFlow's raw text; now exit 2, one line, the layer's closest names."""
+    out = refused("sql", "--intent", json.dumps(query), expect=["--intent", *expect])
+    assert "query resolution" not in out
+
+
+def test_sql_intent_names_every_unknown_group_by() -> None:
+    refused("sql", "--intent", json.dumps({"metrics": ["revenue"], "group_by": ["region", "segmnt"]}),
+            expect=["'region'", "'segmnt'", "customer_id__region", "customer_id__segment"])
+
+
+@pytest.mark.parametrize("query", [{"metric": "revenue"}, {"metric": "revenue", "dimension": "region"}])
+def test_sql_intent_v1_shape_without_intent_shows_the_v2_shape(query: dict[str, Any]) -> None:
+    out = refused("sql", "--intent", json.dumps(query), expect=["'metrics' list", '{"metrics": ["revenue"]'])
+    assert "'intent' is a required property" not in out
+
+
+def test_closest_prefers_whole_parts_then_spelling() -> None:
+    from nlq2sql.stages.semantic_tools import closest
+
+    known = ["customer__region", "order__customer__region", "customer__segment", "revenue", "order__order_date__day"]
+    assert closest("region", known) == ["customer__region", "order__customer__region"]
+    assert closest("revnue", known) == ["revenue"]
+    assert closest("order_date", known)[0] == "order__order_date__day"
+    assert closest("zzz", known) == []
+
+
+def test_sql_execute_writes_only_rows_to_stdout() -> None:
+    """``sql --execute | jq`` works: JSON objects keyed by column (or CSV); the SQL only with --show-sql."""
+    q = json.dumps({"metrics": ["revenue", "orders"], "group_by": ["customer_id__region"],
+                    "order_by": [{"field": "customer_id__region"}]})
+    res = CliRunner().invoke(app, ["sql", "--intent", q, "--execute"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in res.stdout.splitlines()]
+    assert rows and all(list(r) == ["customer_id__region", "revenue", "orders"] for r in rows), rows
+    assert [r["customer_id__region"] for r in rows] == sorted(r["customer_id__region"] for r in rows)
+    assert "SELECT" not in res.output
+    shown = CliRunner().invoke(app, ["sql", "--intent", q, "--execute", "--show-sql"])
+    assert shown.stdout == res.stdout and "SELECT" in shown.stderr and "-- params: []" in shown.stderr
+    csv = CliRunner().invoke(app, ["sql", "--intent", q, "--execute", "--format", "csv"])
+    assert csv.exit_code == 0, csv.output
+    lines = csv.stdout.splitlines()
+    assert lines[0] == "customer_id__region,revenue,orders" and len(lines) == len(rows) + 1
+    assert lines[1].split(",") == [str(v) for v in rows[0].values()]
+    plain = CliRunner().invoke(app, ["sql", "--intent", q])
+    assert plain.stdout.startswith("SELECT") and "-- params: []" in plain.stdout
+
+
+def test_sql_format_is_checked() -> None:
+    q = json.dumps({"metrics": ["revenue"]})
+    refused("sql", "--intent", q, "--execute", "--format", "xml", expect=["--format", "unknown format 'xml'", "csv"])
+    refused("sql", "--intent", q, "--format", "csv", expect=["--format", "with --execute"])
