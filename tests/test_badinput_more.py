@@ -532,3 +532,36 @@ def test_sql_format_is_checked() -> None:
     q = json.dumps({"metrics": ["revenue"]})
     refused("sql", "--intent", q, "--execute", "--format", "xml", expect=["--format", "unknown format 'xml'", "csv"])
     refused("sql", "--intent", q, "--format", "csv", expect=["--format", "with --execute"])
+
+
+# -- 10. serving numbers checked up front (issue 37) ---------------------------------------------
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["serve", "--max-num-seqs", "0"], "--max-num-seqs: must be between 1 and 65,536, got 0"),
+    (["serve", "--max-num-seqs", "-3"], "--max-num-seqs: must be between 1 and 65,536, got -3"),
+    (["serve", "--max-num-seqs", "1000000"], "--max-num-seqs: must be between 1 and 65,536, got 1,000,000"),
+    (["serve", "--replicas", "0"], "--replicas: must be between 1 and 64, got 0"),
+    (["serve", "--gpus-per-replica", "0"], "--gpus-per-replica: must be between 1 and 64, got 0"),
+    (["serve", "--gpus-per-replica", "65"], "--gpus-per-replica: must be between 1 and 64, got 65"),
+    (["serve", "--max-model-len", "0"], "--max-model-len: must be between"),
+    (["serve", "--startup-timeout", "0"], "--startup-timeout: must be more than 0"),
+    (["sweep", "--max-num-seqs", "0"], "--max-num-seqs: must be between 1 and 65,536, got 0"),
+    (["sweep", "--server-sweep", "max-num-seqs=4,0"], "--server-sweep: every value must be between 1 and 65,536"),
+    (["sweep", "--server-sweep", "max-num-seqs=70000"], "--server-sweep: every value must be between 1 and 65,536"),
+])
+def test_serving_numbers_are_checked_before_any_model_work(argv: list[str], message: str, tmp_path: Path) -> None:
+    """Before: ``serve --max-num-seqs 0`` went on to vLLM and exited 1 when it failed."""
+    out = ["--out", str(tmp_path / "out")] if argv[0] == "sweep" else []
+    refused(*argv, *out, expect=[message])
+    assert not (tmp_path / "out").exists()
+
+
+def test_serving_numbers_accept_the_edges() -> None:
+    from nlq2sql.cli._serving import MAX_GPUS_PER_REPLICA, MAX_REPLICAS, check_server_numbers
+    from nlq2sql.inputs import MAX_NUM_SEQS
+    from nlq2sql.load.sweep import parse_server_sweep
+
+    check_server_numbers(None, 1, None)
+    check_server_numbers(1, MAX_REPLICAS, MAX_GPUS_PER_REPLICA)
+    check_server_numbers(MAX_NUM_SEQS)
+    assert parse_server_sweep(f"max-num-seqs=1,{MAX_NUM_SEQS}") == ("max_num_seqs", (1, MAX_NUM_SEQS))

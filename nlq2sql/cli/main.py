@@ -36,6 +36,7 @@ from nlq2sql.cli._serving import (
     StartupTimeoutOpt,
     StructuredBackendOpt,
     check_local_only,
+    check_server_numbers,
     check_startup_timeout,
 )
 from nlq2sql.errors import InputError
@@ -264,10 +265,7 @@ def serve(
         raise InputError(f"port {port} is already in use", field="--port")
     if dtype not in ("bfloat16", "float32", "float16"):
         raise InputError(f"unknown dtype {dtype!r}: use bfloat16, float32 or float16", field="--dtype")
-    if not 1 <= replicas <= 64:
-        raise InputError(f"must be between 1 and 64, got {replicas}", field="--replicas")
-    if gpus_per_replica is not None and gpus_per_replica < 1:
-        raise InputError(f"must be at least 1, got {gpus_per_replica}", field="--gpus-per-replica")
+    check_server_numbers(max_num_seqs, replicas, gpus_per_replica)
     check_startup_timeout(startup_timeout, max_model_len)
     config = ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                           compact=compact, dtype=dtype, structured_backend=structured_backend,
