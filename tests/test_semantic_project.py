@@ -149,6 +149,10 @@ BAD: list[tuple[str, str | bytes, int | None, str, str]] = [
     ("entity type that does not exist", _sub("        type: foreign", "        type: secondary"), 18,
      "semantic_models.sales", "secondary"),
     ("empty metrics key", GOOD.split("metrics:")[0] + "metrics:\n", None, "", "No metrics present"),
+    ("ratio without a denominator", _sub("      denominator: sales_count\n", ""), 49, "metrics.avg_sale.type_params",
+     "ratio metric 'avg_sale' has no denominator"),
+    ("ratio without a numerator", _sub("      numerator: revenue\n", ""), 49, "metrics.avg_sale.type_params",
+     "ratio metric 'avg_sale' has no numerator"),
 ]
 
 #: Errors only the data can reveal: (title, YAML text, key fragment, message fragment)
@@ -294,3 +298,37 @@ def test_dbts_semantic_manifest_json_is_read_directly(tmp_path: Path, sales_db: 
     (target / "semantic_manifest.json").write_text('{"metrics": []}')
     res = runner.invoke(app, ["semantic", "check", str(target / "semantic_manifest.json"), "--db", str(sales_db)])
     assert res.exit_code == 2 and "not a dbt semantic_manifest.json" in res.output, res.output
+
+
+def test_a_metric_error_is_its_reason_first_not_metricflows_object_dump(tmp_path: Path, sales_db: Path) -> None:
+    """MetricFlow words a ratio without a denominator as the metric's ~600-character repr, then the
+    reason: reported as the reason alone, at the metric's file, line and key."""
+    code, msg, path = _run(tmp_path, sales_db, _sub("      denominator: sales_count\n", ""))
+    assert code == 2, msg
+    assert msg.startswith(f"error: {path}:49: field 'metrics.avg_sale.type_params': ratio metric"), msg
+    assert "Pydantic" not in msg and "type_params=" not in msg and len(msg) < 300, msg
+
+
+def test_mf_reason_names_the_object_and_keeps_other_errors() -> None:
+    from nlq2sql.semantic.mf import mf_problem, mf_reason
+
+    class PydanticMetric:  # stands in for MetricFlow's class (matched by name), as its assertion words it
+        name = "margin"
+        metadata = type("M", (), {"repo_file_path": "m.yml", "file_slice": type("S", (), {"start_line_number": 7})})
+
+        def __str__(self) -> str:
+            return "name='margin' type=<MetricType.DERIVED: 'derived'> " + "x" * 600
+
+        def fail(self) -> None:
+            raise AssertionError(f"{self} is broken in some new way")
+
+    try:
+        PydanticMetric().fail()
+    except AssertionError as exc:
+        assert mf_reason(exc) == "metric 'margin': broken in some new way (m.yml:7)"
+        p = mf_problem(exc, "proj")
+        assert (p.path, p.line, p.key, p.message) == ("m.yml", 7, "metrics.margin", "metric 'margin': broken in "
+                                                      "some new way")
+    plain = ValueError("Error #1\nsomething\nTraceback (most recent call last): ...")
+    assert mf_reason(plain) == "something"
+    assert str(mf_problem(plain, "proj")) == "proj: MetricFlow: something"

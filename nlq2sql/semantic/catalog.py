@@ -19,8 +19,8 @@ from nlq2sql.errors import SemanticModelError
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.semantic.engine import Engine
 from nlq2sql.semantic.manifest import GENERATED_SPINE, LEGACY_SPINE, SCHEMA, build_manifest
-from nlq2sql.semantic.mf import mf_reason
-from nlq2sql.semantic.project import Problem, Project, SemanticProblems, read_project
+from nlq2sql.semantic.mf import mf_problem
+from nlq2sql.semantic.project import Project, SemanticProblems, read_project
 
 __all__ = ["DEFAULT_WAREHOUSE", "SPEC_FILE", "WAREHOUSE_DIR", "YEAR_FIELD", "Catalog", "DimensionDef", "MetricDef",
            "Vocabulary", "default_catalog", "display_path", "load_catalog", "resolve_spec_path", "shipped_names"]
@@ -137,7 +137,7 @@ def _resolve(project: Project, legacy: bool = False) -> Catalog:
         for m in metrics:
             reachable.update(engine.group_bys((m,)))
     except Exception as exc:  # noqa: BLE001 — MetricFlow's lookups reject what its validator let through
-        raise SemanticProblems([Problem(project.path, None, None, f"MetricFlow: {mf_reason(exc)}")]) from None
+        raise SemanticProblems([mf_problem(exc, project.path)]) from None
     by_name: dict[str, list[DimensionDef]] = {}
     sources: list[TimeSource] = []
     for sm in manifest.semantic_models:
