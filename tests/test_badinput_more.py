@@ -199,11 +199,16 @@ def test_deep_record_on_resume_is_refused(run_copy: Path) -> None:
         repair_tail(run_copy / "records.jsonl")
 
 
-def test_deep_view_records(run_copy: Path, tmp_path: Path) -> None:
-    _deepen_record(run_copy, 2)
-    code, out = run("view", str(run_copy), "--out", str(tmp_path / "site"))
-    assert code == 2, out
-    assert not (tmp_path / "site").exists()
+@pytest.mark.parametrize("shape", DEEP)
+def test_deep_view_records(shape: str, run_copy: Path, tmp_path: Path) -> None:
+    """``view`` names the run's file and line, as ``gate`` and ``compare`` do (issue 37)."""
+    keep = (run_copy / "records.jsonl").read_bytes()
+    for line in (2, 3):  # a middle line and the last complete line
+        (run_copy / "records.jsonl").write_bytes(keep)
+        _deepen_record(run_copy, line, shape)
+        refused("view", str(run_copy), "--out", str(tmp_path / "site"),
+                expect=[f"{run_copy / 'records.jsonl'}:{line}:", "nested more than 64 levels"])
+        assert not (tmp_path / "site").exists()
 
 
 @pytest.mark.parametrize("shape", DEEP)
