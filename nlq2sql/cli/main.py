@@ -40,6 +40,7 @@ from nlq2sql.cli._serving import (
     check_startup_timeout,
 )
 from nlq2sql.errors import InputError
+from nlq2sql.paths import shipped_warehouses
 from nlq2sql.run.models import DEFAULT_MODEL
 
 __all__ = ["app", "db_app", "db_build", "eval_cmd", "models_app", "models_pull", "score", "serve"]
@@ -57,7 +58,8 @@ def db_build(
                                              "(default: the cache, named by warehouse, version and scale).")] = None,
     scale: Annotated[float | None, typer.Option(help="Size multiplier (retail: 1 ≈ 100k order lines; tpch: "
                                                 "TPC-H scale factor). Default: the warehouse's own.")] = None,
-    warehouse: Annotated[str, typer.Option(help="Shipped warehouse to build (retail, tpch, flights).")] = "retail",
+    warehouse: Annotated[str, typer.Option(help=f"Shipped warehouse to build "
+                                           f"({', '.join(shipped_warehouses())}).")] = "retail",
     force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
 ) -> None:
     """Build a shipped warehouse's DuckDB data (deterministic; nothing downloaded at run time)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import SemanticModelError
-from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.paths import PROJECT_ROOT, SPEC_FILE, WAREHOUSE_DIR, shipped_warehouses
 from nlq2sql.semantic.engine import Engine
 from nlq2sql.semantic.manifest import GENERATED_SPINE, LEGACY_SPINE, SCHEMA, build_manifest
 from nlq2sql.semantic.mf import mf_problem
@@ -25,9 +25,7 @@ from nlq2sql.semantic.project import Project, SemanticProblems, read_project
 __all__ = ["DEFAULT_WAREHOUSE", "SPEC_FILE", "WAREHOUSE_DIR", "YEAR_FIELD", "Catalog", "DimensionDef", "MetricDef",
            "Vocabulary", "default_catalog", "display_path", "load_catalog", "resolve_spec_path", "shipped_names"]
 
-WAREHOUSE_DIR = PROJECT_ROOT / "warehouses"
 DEFAULT_WAREHOUSE = "retail"
-SPEC_FILE = "semantic_model.yml"
 YEAR_FIELD = "year"
 #: The generated spine's days (inlined as DuckDB's range(); read only by cumulative metrics,
 #: offset windows and zero-filled series).
@@ -202,7 +200,7 @@ def resolve_spec_path(name_or_path: str | Path) -> tuple[Path, str]:
 
 
 def shipped_names() -> list[str]:
-    return sorted(p.parent.name for p in WAREHOUSE_DIR.glob(f"*/{SPEC_FILE}"))
+    return shipped_warehouses()
 
 
 def display_path(path: Path) -> str:
