@@ -238,11 +238,29 @@ def test_semantic_init_on_every_shipped_db_checks(tmp_path: Path, name: str, sca
 
 
 def test_semantic_show_prints_the_contract() -> None:
-    res = runner.invoke(app, ["semantic", "show", "--schema", "branches"])
+    res = runner.invoke(app, ["semantic", "show", "--schema", "branches", "--json"])
     assert res.exit_code == 0, res.output
     shown = json.loads(res.stdout)
     assert shown["schema"] == intent_schema(RETAIL, "branches")
     assert shown["dimensions"]["channel"]["values"] == ["Online", "Partner", "Phone", "Retail"]
+
+
+def test_semantic_show_lists_metrics_and_group_bys_by_default() -> None:
+    """Without --json: a short listing (as ``mf list metrics``), every metric and group-by in it."""
+    from nlq2sql.stages.semantic_tools import grouped_names
+
+    full = json.loads(runner.invoke(app, ["semantic", "show", "--json"]).stdout)
+    res = runner.invoke(app, ["semantic", "show"])
+    assert res.exit_code == 0, res.output
+    text = res.stdout
+    assert len(text) * 10 < len(json.dumps(full)), "a listing, not the report"
+    for name, m in full["metrics"].items():
+        assert any(line.split()[:1] == [name] and f"{m['label']} ({m['type']})" in line for line in text.splitlines())
+        listed = " ".join(text.split())
+        assert all(g in listed for g in grouped_names(m["group_by"])), name
+    assert "customer_id__region: Central, East, North, South, West" in text
+    assert "metric_time__{day,week,month,quarter,year}" in text
+    assert grouped_names(["a__day", "b", "a__year", "a__month"]) == ["a__{day,month,year}", "b"]
 
 
 # ------------------------------------------------------------------ the shipped warehouses

@@ -48,12 +48,17 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
 @semantic_app.command("show")
 @handled
 def semantic_show(semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
-                  schema: SchemaOpt = "flat") -> None:
-    """Print the derived vocabulary, known values, years, JSON Schema and compact regex (JSON)."""
+                  schema: SchemaOpt = "flat",
+                  as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON: every group-by "
+                                                        "name, known values, the JSON Schemas and the regex sent "
+                                                        "to the server.")] = False) -> None:
+    """List the metrics (labels, the group-by names each reaches), dimensions with known values,
+    saved queries and years; --json for the full report."""
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.semantic_tools import dumps, show
+    from nlq2sql.stages.semantic_tools import dumps, show, show_text
 
-    sys.stdout.write(dumps(show(open_warehouse(semantic_model, db), schema)) + "\n")
+    report = show(open_warehouse(semantic_model, db), schema)
+    sys.stdout.write(dumps(report) + "\n" if as_json else show_text(report))
 
 
 @semantic_app.command("init")

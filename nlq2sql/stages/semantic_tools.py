@@ -24,7 +24,8 @@ from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["CheckReport", "DimensionShown", "MetricShown", "QueryCheck", "ShowReport", "SqlResult", "check", "closest",
-           "compile_or_explain", "dumps", "init_yaml", "name_problems", "show", "sql_for", "v2_shape_hint"]
+           "compile_or_explain", "dumps", "grouped_names", "init_yaml", "name_problems", "show", "show_text", "sql_for",
+           "v2_shape_hint"]
 
 
 class QueryCheck(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -162,6 +163,57 @@ def show(wh: Warehouse, schema: str = "flat") -> ShowReport:
         schema_mode=schema, schema=intent_schema(cat, schema),
         query_schema=answer_schema(cat, schema, values=wh.schema_values),  # the v2 answer's (--answer query)
         compact_regex=compact_regex(cat, schema))
+
+
+def grouped_names(names: Iterable[str]) -> list[str]:
+    """Group-by names with a time dimension's grains folded into one entry
+    (``metric_time__{day,week,month,quarter,year}``, grains finest first), in their first order."""
+    from nlq2sql.semantic.query import GRAINS
+
+    bases: dict[str, list[str]] = {}
+    for n in names:
+        base, _, grain = n.rpartition("__")
+        key = base if base and grain in GRAINS else n
+        bases.setdefault(key, [])
+        if key != n:
+            bases[key].append(grain)
+    return [f"{k}__{{{','.join(sorted(g, key=GRAINS.index))}}}" if g else k for k, g in bases.items()]
+
+
+def show_text(report: ShowReport, width: int = 100) -> str:
+    """``semantic show``'s short listing (as ``mf list metrics``): each metric with its label and
+    type, the group-by names metrics reach (one list per distinct set, time grains folded), the
+    dimensions with their known values, saved queries and years; ``--json`` prints the whole report."""
+    import textwrap
+
+    sets: dict[tuple[str, ...], str] = {}
+    for m in report.metrics.values():
+        sets.setdefault(tuple(m.group_by), chr(ord("A") + len(sets)) if len(sets) < 26 else str(len(sets)))
+    lines = [f"{report.semantic_model} ({report.path}) · time spine: {report.time_spine} · "
+             f"sha256 {report.sha256[:12]}", "", f"Metrics ({len(report.metrics)}):"]
+    pad = max((len(n) for n in report.metrics), default=0)
+    lpad = max((len(f"{m.label} ({m.type})") for m in report.metrics.values()), default=0)
+    for name, m in report.metrics.items():
+        lines.append(f"  {name.ljust(pad)}  {f'{m.label} ({m.type})'.ljust(lpad)}  group by: "
+                     f"{sets[tuple(m.group_by)]}")
+    lines.append("")
+    for names, tag in sets.items():
+        folded = grouped_names(names)
+        lines.append(f"Group by {tag} ({len(names)} names):")
+        lines += textwrap.wrap(", ".join(folded), width=width, initial_indent="  ", subsequent_indent="  ",
+                               break_on_hyphens=False, break_long_words=False)
+    lines += ["", f"Dimensions ({len(report.dimensions)}):"]
+    pad = max((len(n) for n in report.dimensions), default=0)
+    for name, d in report.dimensions.items():
+        vals = "" if d.values is None else (": " + ", ".join(d.values[:12]) +
+                                            (f", … {len(d.values) - 12} more" if len(d.values) > 12 else ""))
+        lines.append(f"  {name.ljust(pad)}  {d.group_by}{vals}")
+    if report.saved_queries:
+        lines += ["", f"Saved queries: {', '.join(report.saved_queries)}"]
+    if report.years:
+        lines += ["", f"Years in the data: {', '.join(report.years)}"]
+    lines += ["", "--json prints everything: the JSON Schemas and the regex sent to the server too"]
+    return "\n".join(lines) + "\n"
 
 
 def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> SqlResult:
