@@ -56,6 +56,7 @@ s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model=mode
                         load=LoadShape(metrics_interval_s=3600,
                                        duration_s=float(duration) if duration != "none" else None),
                         force=True, client=client))
+s = s.to_json_dict()  # the summary as summary.json holds it
 print("RESULT " + json.dumps({"n": s["n"], "outcomes": s["outcomes"], "retries_used": s["retries_used"],
       "throughput": s["throughput"], "records": s["records"]}))
 """
