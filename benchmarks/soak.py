@@ -158,7 +158,7 @@ def check_records(out: Path, summary: dict[str, Any]) -> tuple[bool, str]:
             outcomes[rec["outcome"]] += 1
     dup = sum(1 for v in ids.values() if v > 1)
     sent = summary["throughput"]["items_this_session"]
-    digest_ok = records_digest(out / "records.jsonl") == summary["records"]
+    digest_ok = records_digest(out / "records.jsonl").to_json_dict() == summary["records"]
     ok = dup == 0 and len(ids) == sent == summary["n"] and digest_ok and set(outcomes) == {"ok"}
     return ok, (f"{len(ids)} records for {sent} requests sent ({summary['throughput'].get('not_sent', 0)} "
                 f"not sent at the deadline), {dup} duplicated, outcomes {dict(outcomes)}, retries "
