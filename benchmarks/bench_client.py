@@ -39,7 +39,7 @@ w = auto_workers(int(c)) if workers == "auto" else int(workers)
 s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model="noop", concurrency=int(c),
                         guardrails=(), sampling=Sampling(max_tokens=16), load=LoadShape(metrics_interval_s=3600),
                         retry_budget=0.0, force=True, client=client, workers=w))
-print("RESULT", s["throughput"]["req_per_s"], s["n"], s.get("errors_by_class"))
+print("RESULT", s.throughput.req_per_s, s.n, s.errors_by_class)
 """
 
 THEIRS = r"""

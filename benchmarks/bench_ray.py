@@ -2,7 +2,7 @@
 
 The same items, the same ``eval`` path, against the no-op server (benchmarks/noop_server.py:
 every answer at once, so what limits req/s is the client side; no structured outputs: the
-no-op server does not enforce a schema, and the canary would refuse it), alternating the variants
+no-op server enforces no schema, it only answers the canary as a conforming server), alternating the variants
 ``--rounds`` times.  Per variant, from the process's launch and its records:
 
 * req/s with start-up counted: items ÷ (launch → the process's exit), Ray's start included;

@@ -149,6 +149,8 @@ def measure_score(evalset: str, responses: str, out: str, warehouse: str) -> dic
     started, cpu = time.perf_counter(), _cpu_s()
     summary = score_responses(cfg)
     wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
+    if hasattr(summary, "to_json_dict"):  # a typed Summary; older trees return summary.json's dict
+        summary = summary.to_json_dict()
     compared = {k: summary.get(k) for k in COMPARED_KEYS}
     return {"items": summary["n"], "wall_s": wall, "items_per_s": summary["n"] / wall, "cpu_s": cpu,
             "items_per_cpu_s": summary["n"] / cpu,

@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", type=Path, default=ROOT / ".cache" / "models" / "smollm2-135m")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--synthetic", default="100,1000,5000,20000", help="group-by enum sizes to synthesise")
+    ap.add_argument("--warehouses", default=None, help="comma-separated shipped warehouses (default: every one)")
     args = ap.parse_args()
 
     import xgrammar as xgr
@@ -61,7 +62,7 @@ def main() -> None:
     print(f"{'warehouse':10} {'mode':9} {'pinned':>6} {'bytes':>7} {'branches':>8} {'metrics':>7} {'group-bys':>9} "
           f"{'compile ms':>10}")
     base: dict[str, Any] | None = None
-    for name in shipped_names():
+    for name in args.warehouses.split(",") if args.warehouses else shipped_names():
         wh = open_warehouse(name)
         for mode in ("flat", "branches"):
             # As a run sends it: with the bound warehouse's known values of small categorical fields.

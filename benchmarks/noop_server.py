@@ -1,7 +1,9 @@
 """A no-op OpenAI-compatible streaming server for measuring *client* ceilings.
 
 It answers every chat completion at once with a fixed valid intent in a few SSE chunks,
-so whatever limits req/s is the client.  Benchmark only; never a stand-in for vLLM.
+so whatever limits req/s is the client.  The harness's structured-output canary is answered
+as a conforming server answers it (``{"color":"red"}``; ``red`` under a choice), so a run
+against it starts as against vLLM.  Benchmark only; never a stand-in for vLLM.
 Run: ``python benchmarks/noop_server.py PORT``.
 """
 
@@ -33,11 +35,34 @@ BODY = (b"".join(_chunk({"role": "assistant", "content": p}) for p in PIECES)
         + b"data: [DONE]\n\n")
 
 
+#: The structured-output canary's question (``nlq2sql.run.canary.CANARY_QUESTION``; not imported, so
+#: this server stays a bare aiohttp process) and the answers a conforming server gives it: the
+#: first allowed value under a choice, else the compact JSON its schema, regex or grammar allows.
+CANARY_MARK = b"nlq2sql structured-output canary"
+CANARY_JSON = '{"color":"red"}'
+CANARY_CHOICE = "red"
+
+
+def _body(text: str) -> bytes:
+    return (_chunk({"role": "assistant", "content": text}) + _chunk({}, "stop")
+            + _chunk({}, usage={"prompt_tokens": 40, "completion_tokens": 4, "total_tokens": 44})
+            + b"data: [DONE]\n\n")
+
+
+def canary_body(raw: bytes) -> bytes | None:
+    """The canary's answer as a conforming server gives it; None for any other request."""
+    if CANARY_MARK not in raw:
+        return None
+    body = json.loads(raw)
+    so = body.get("structured_outputs") or {}
+    return _body(CANARY_CHOICE if "choice" in so else CANARY_JSON)
+
+
 async def chat(request: web.Request) -> web.StreamResponse:
-    await request.read()
+    canary = canary_body(await request.read())
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    await resp.write(BODY)
+    await resp.write(BODY if canary is None else canary)
     await resp.write_eof()
     return resp
 

@@ -22,6 +22,9 @@ BOM = b"\xef\xbb\xbf"
 #: Upper bound for request counts (per level, warm-up, repeats of local work): a typo such as
 #: ``--requests 99999999999999999999`` is refused instead of building a list that never ends.
 MAX_REQUESTS = 1_000_000
+#: vLLM --max-num-seqs: any positive count is taken, but no engine batches more sequences than
+#: this (a typo such as 1000000 would only fail later, inside vLLM, after the model was resolved).
+MAX_NUM_SEQS = 65_536
 
 
 def at_most(value: int, limit: int, option: str) -> int:
@@ -119,9 +122,9 @@ def read_text(path: str | Path, what: str = "") -> str:
         raise not_utf8(moved, path=str(p), line=data.count(b"\n", 0, at) + 1, line_offset=0) from None
 
 
-__all__ = ["BOM", "MAX_JSON_DEPTH", "MAX_REQUESTS", "at_most", "check_json_depth", "decode_line", "json_depth",
-           "json_object", "not_a_boolean", "not_utf8", "option_text", "parse_json", "read_text", "regular_file",
-           "reusable_rest", "split_id", "strip_whitespace_outside_strings"]
+__all__ = ["BOM", "MAX_JSON_DEPTH", "MAX_NUM_SEQS", "MAX_REQUESTS", "at_most", "check_json_depth", "decode_line",
+           "json_depth", "json_object", "not_a_boolean", "not_utf8", "option_text", "parse_json", "read_text",
+           "regular_file", "reusable_rest", "split_id", "strip_whitespace_outside_strings"]
 
 
 def json_object(text: str, *, path: str, line: int, cls: type[InputError] = InputError) -> dict[str, Any]:

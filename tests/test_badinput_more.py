@@ -199,11 +199,16 @@ def test_deep_record_on_resume_is_refused(run_copy: Path) -> None:
         repair_tail(run_copy / "records.jsonl")
 
 
-def test_deep_view_records(run_copy: Path, tmp_path: Path) -> None:
-    _deepen_record(run_copy, 2)
-    code, out = run("view", str(run_copy), "--out", str(tmp_path / "site"))
-    assert code == 2, out
-    assert not (tmp_path / "site").exists()
+@pytest.mark.parametrize("shape", DEEP)
+def test_deep_view_records(shape: str, run_copy: Path, tmp_path: Path) -> None:
+    """``view`` names the run's file and line, as ``gate`` and ``compare`` do (issue 37)."""
+    keep = (run_copy / "records.jsonl").read_bytes()
+    for line in (2, 3):  # a middle line and the last complete line
+        (run_copy / "records.jsonl").write_bytes(keep)
+        _deepen_record(run_copy, line, shape)
+        refused("view", str(run_copy), "--out", str(tmp_path / "site"),
+                expect=[f"{run_copy / 'records.jsonl'}:{line}:", "nested more than 64 levels"])
+        assert not (tmp_path / "site").exists()
 
 
 @pytest.mark.parametrize("shape", DEEP)
@@ -432,3 +437,136 @@ def test_semantic_init_out_a_directory_leaves_nothing(small_warehouse: Path, tmp
             expect=[str(target), "--out", "is a directory"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
     assert not any(target.iterdir())
+
+
+# -- 8. batch without the Ray extra (issue 37) --------------------------------------------------
+
+_HIDE = "import sys\nfor _n in {names!r}:\n    sys.modules[_n] = None  # as if not installed: import fails\n"
+
+
+@pytest.mark.parametrize("missing", [("pyarrow",), ("ray",), ("pyarrow", "ray")])
+def test_batch_without_the_ray_extra_is_one_line_before_any_input(missing: tuple[str, ...], tmp_path: Path) -> None:
+    """Every batch, good input or bad, is refused with the extra's name before anything is read."""
+    import sys
+
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(_HIDE.format(names=missing))
+    env = {**os.environ, "PYTHONPATH": str(shim)}
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text("{not yaml")
+    cases = [
+        ["--evalset", "heldout", "--endpoint", DEAD],
+        ["--evalset", str(tmp_path / "absent.jsonl"), "--endpoint", DEAD],
+        ["--questions", str(tmp_path / "absent.jsonl"), "--endpoints-file", str(endpoints)],
+        ["--evalset", "heldout", "--engine", "ray-vllm", "--out", str(tmp_path / "out")],
+    ]
+    for case in cases[:2] if len(missing) == 2 else cases:
+        res = subprocess.run([sys.executable, "-m", "nlq2sql.cli", "batch", *case], cwd=Path(__file__).parents[1],
+                             env=env, capture_output=True, text=True, timeout=120)
+        out = res.stdout + res.stderr
+        assert res.returncode == 2, out
+        assert "Traceback" not in out, out
+        lines = out.strip().splitlines()
+        assert len(lines) == 1, out
+        assert "is not installed: pip install 'nlq2sql[ray]'" in lines[0], out
+        assert any(f"{name} is not installed" in lines[0] for name in missing), out
+    assert not (tmp_path / "out").exists()
+
+
+# -- 9. sql --intent: names the layer lacks, the v1 shape, rows on stdout (issue 37) -------------
+
+@pytest.mark.parametrize(("query", "expect"), [
+    ({"metrics": ["revenu"]}, ["unknown metric 'revenu'", "closest: revenue"]),
+    ({"metrics": ["revenue"], "group_by": ["region"]}, ["unknown group-by 'region'", "closest: customer_id__region"]),
+    ({"metrics": ["revenue"], "group_by": ["customer__region"]}, ["closest: customer_id__region"]),
+    ({"metrics": ["revenue"], "group_by": ["metric_time__yr"]}, ["closest: metric_time__year"]),
+    ({"metrics": ["revenue"], "where": [{"field": "segmnt", "op": "eq", "values": ["x"]}]},
+     ["unknown filter field 'segmnt'", "customer_id__segment"]),
+    ({"metrics": ["revenue"], "order_by": [{"field": "revnue"}]}, ["unknown order field 'revnue'", "revenue"]),
+])
+def test_sql_intent_unknown_names_suggest_the_layers(query: dict[str, Any], expect: list[str]) -> None:
+    """Before: exit 1 and MetricFlow's raw text; now exit 2, one line, the layer's closest names."""
+    out = refused("sql", "--intent", json.dumps(query), expect=["--intent", *expect])
+    assert "query resolution" not in out
+
+
+def test_sql_intent_names_every_unknown_group_by() -> None:
+    refused("sql", "--intent", json.dumps({"metrics": ["revenue"], "group_by": ["region", "segmnt"]}),
+            expect=["'region'", "'segmnt'", "customer_id__region", "customer_id__segment"])
+
+
+@pytest.mark.parametrize("query", [{"metric": "revenue"}, {"metric": "revenue", "dimension": "region"}])
+def test_sql_intent_v1_shape_without_intent_shows_the_v2_shape(query: dict[str, Any]) -> None:
+    out = refused("sql", "--intent", json.dumps(query), expect=["'metrics' list", '{"metrics": ["revenue"]'])
+    assert "'intent' is a required property" not in out
+
+
+def test_closest_prefers_whole_parts_then_spelling() -> None:
+    from nlq2sql.stages.semantic_tools import closest
+
+    known = ["customer__region", "order__customer__region", "customer__segment", "revenue", "order__order_date__day"]
+    assert closest("region", known) == ["customer__region", "order__customer__region"]
+    assert closest("revnue", known) == ["revenue"]
+    assert closest("order_date", known)[0] == "order__order_date__day"
+    assert closest("zzz", known) == []
+
+
+def test_sql_execute_writes_only_rows_to_stdout() -> None:
+    """``sql --execute | jq`` works: JSON objects keyed by column (or CSV); the SQL only with --show-sql."""
+    q = json.dumps({"metrics": ["revenue", "orders"], "group_by": ["customer_id__region"],
+                    "order_by": [{"field": "customer_id__region"}]})
+    res = CliRunner().invoke(app, ["sql", "--intent", q, "--execute"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in res.stdout.splitlines()]
+    assert rows and all(list(r) == ["customer_id__region", "revenue", "orders"] for r in rows), rows
+    assert [r["customer_id__region"] for r in rows] == sorted(r["customer_id__region"] for r in rows)
+    assert "SELECT" not in res.output
+    shown = CliRunner().invoke(app, ["sql", "--intent", q, "--execute", "--show-sql"])
+    assert shown.stdout == res.stdout and "SELECT" in shown.stderr and "-- params: []" in shown.stderr
+    csv = CliRunner().invoke(app, ["sql", "--intent", q, "--execute", "--format", "csv"])
+    assert csv.exit_code == 0, csv.output
+    lines = csv.stdout.splitlines()
+    assert lines[0] == "customer_id__region,revenue,orders" and len(lines) == len(rows) + 1
+    assert lines[1].split(",") == [str(v) for v in rows[0].values()]
+    plain = CliRunner().invoke(app, ["sql", "--intent", q])
+    assert plain.stdout.startswith("SELECT") and "-- params: []" in plain.stdout
+
+
+def test_sql_format_is_checked() -> None:
+    q = json.dumps({"metrics": ["revenue"]})
+    refused("sql", "--intent", q, "--execute", "--format", "xml", expect=["--format", "unknown format 'xml'", "csv"])
+    refused("sql", "--intent", q, "--format", "csv", expect=["--format", "with --execute"])
+
+
+# -- 10. serving numbers checked up front (issue 37) ---------------------------------------------
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["serve", "--max-num-seqs", "0"], "--max-num-seqs: must be between 1 and 65,536, got 0"),
+    (["serve", "--max-num-seqs", "-3"], "--max-num-seqs: must be between 1 and 65,536, got -3"),
+    (["serve", "--max-num-seqs", "1000000"], "--max-num-seqs: must be between 1 and 65,536, got 1,000,000"),
+    (["serve", "--replicas", "0"], "--replicas: must be between 1 and 64, got 0"),
+    (["serve", "--gpus-per-replica", "0"], "--gpus-per-replica: must be between 1 and 64, got 0"),
+    (["serve", "--gpus-per-replica", "65"], "--gpus-per-replica: must be between 1 and 64, got 65"),
+    (["serve", "--max-model-len", "0"], "--max-model-len: must be between"),
+    (["serve", "--startup-timeout", "0"], "--startup-timeout: must be more than 0"),
+    (["sweep", "--max-num-seqs", "0"], "--max-num-seqs: must be between 1 and 65,536, got 0"),
+    (["sweep", "--server-sweep", "max-num-seqs=4,0"], "--server-sweep: every value must be between 1 and 65,536"),
+    (["sweep", "--server-sweep", "max-num-seqs=70000"], "--server-sweep: every value must be between 1 and 65,536"),
+])
+def test_serving_numbers_are_checked_before_any_model_work(argv: list[str], message: str, tmp_path: Path) -> None:
+    """Before: ``serve --max-num-seqs 0`` went on to vLLM and exited 1 when it failed."""
+    out = ["--out", str(tmp_path / "out")] if argv[0] == "sweep" else []
+    refused(*argv, *out, expect=[message])
+    assert not (tmp_path / "out").exists()
+
+
+def test_serving_numbers_accept_the_edges() -> None:
+    from nlq2sql.cli._serving import MAX_GPUS_PER_REPLICA, MAX_REPLICAS, check_server_numbers
+    from nlq2sql.inputs import MAX_NUM_SEQS
+    from nlq2sql.load.sweep import parse_server_sweep
+
+    check_server_numbers(None, 1, None)
+    check_server_numbers(1, MAX_REPLICAS, MAX_GPUS_PER_REPLICA)
+    check_server_numbers(MAX_NUM_SEQS)
+    assert parse_server_sweep(f"max-num-seqs=1,{MAX_NUM_SEQS}") == ("max_num_seqs", (1, MAX_NUM_SEQS))

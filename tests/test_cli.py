@@ -306,3 +306,27 @@ def test_score_records_its_version_and_no_machine_path(tmp_path: Path) -> None:
     assert manifest["responses"] == "answers.jsonl"
     assert manifest["responses_sha256"] == hashlib.sha256(responses.read_bytes()).hexdigest()
     assert str(tmp_path) not in (tmp_path / "run" / "manifest.json").read_text()
+
+
+def test_every_warehouse_option_lists_what_ships_from_the_registry() -> None:
+    """``--semantic-model`` and ``db build --warehouse`` list the registry's names (jaffle too), not a
+    hand-written list that falls behind when a warehouse is added."""
+    import typer
+
+    from nlq2sql.paths import WAREHOUSE_DIR
+    from nlq2sql.semantic.catalog import shipped_names
+
+    names = shipped_names()
+    assert "jaffle" in names and names == sorted(p.parent.name for p in WAREHOUSE_DIR.glob("*/semantic_model.yml"))
+    seen: list[str] = []
+
+    def walk(cmd: Any, path: tuple[str, ...]) -> None:
+        for name, sub in sorted((getattr(cmd, "commands", None) or {}).items()):
+            walk(sub, (*path, name))
+        for p in getattr(cmd, "params", ()):
+            if "--semantic-model" in p.opts or (path == ("db", "build") and "--warehouse" in p.opts):
+                seen.append(" ".join(path))
+                assert f"({', '.join(names)})" in (p.help or ""), (path, p.opts, p.help)
+
+    walk(typer.main.get_command(app), ())
+    assert "db build" in seen and "eval" in seen and "sql" in seen and len(seen) >= 10, seen

@@ -243,7 +243,8 @@ PROBLEMS: list[tuple[str, str, str]] = [
     ("semantic_models.customers.dimensions.segment", "- name: segment", "fails in DuckDB"),
     ("semantic_models.stores.entities.store", "- name: store\n        type: primary", "is not unique in 'stores'"),
     ("semantic_models.visits.dimensions.visited_at", "- name: visited_at", "NULL in every row of 'visits'"),
-    ("semantic_models.refunds", "model: ref('refunds')", "table or view 'refunds' is not in schema 'main' of the database"),
+    ("semantic_models.refunds", "model: ref('refunds')",
+     "table or view 'refunds' is not in schema 'main' of the database"),
 ]
 #: What the problems take with them, and what stays.
 CASCADE = {"semantic_models.visits.measures.visit_count", "metrics.tax_total", "metrics.net_revenue",

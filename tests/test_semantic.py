@@ -119,9 +119,14 @@ def test_byo_left_join_keeps_unmatched_rows_as_a_null_group(library: tuple[Path,
     res = runner.invoke(app, ["sql", "--semantic-model", str(folder), "--db", str(db), "--execute", "--intent",
                               json.dumps(CASES[0][2])])
     assert res.exit_code == 0, res.output
-    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("[")][1:]  # after the column names
-    assert sum(r[1] for r in rows) == 202, "every loan is counted, including the uncatalogued book's"
-    assert rows[-1] == [None, 2]
+    rows = [json.loads(line) for line in res.stdout.splitlines()]  # stdout holds only the rows: one object each
+    assert all(set(r) == {"book__genre", "loans"} for r in rows), rows
+    assert sum(r["loans"] for r in rows) == 202, "every loan is counted, including the uncatalogued book's"
+    assert rows[-1] == {"book__genre": None, "loans": 2}
+    assert "SELECT" not in res.stdout
+    res = runner.invoke(app, ["sql", "--semantic-model", str(folder), "--db", str(db), "--intent",
+                              json.dumps(CASES[0][2])])  # without --execute: the SQL is the output
+    assert res.exit_code == 0, res.output
     assert "LEFT OUTER JOIN" in res.stdout and "main.books books_src" in res.stdout  # MetricFlow's join
 
 
@@ -191,7 +196,7 @@ def test_byo_folder_of_parquet_files(library: tuple[Path, Path], tmp_path: Path)
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["sql", "--semantic-model", str(folder), "--db", str(data), "--execute", "--intent",
                               json.dumps(CASES[0][2])])
-    assert res.exit_code == 0 and "[null, 2]" in res.stdout
+    assert res.exit_code == 0 and json.loads(res.stdout.splitlines()[-1]) == {"book__genre": None, "loans": 2}
 
 
 def test_semantic_init_writes_a_model_that_checks(tmp_path: Path) -> None:
@@ -233,11 +238,29 @@ def test_semantic_init_on_every_shipped_db_checks(tmp_path: Path, name: str, sca
 
 
 def test_semantic_show_prints_the_contract() -> None:
-    res = runner.invoke(app, ["semantic", "show", "--schema", "branches"])
+    res = runner.invoke(app, ["semantic", "show", "--schema", "branches", "--json"])
     assert res.exit_code == 0, res.output
     shown = json.loads(res.stdout)
     assert shown["schema"] == intent_schema(RETAIL, "branches")
     assert shown["dimensions"]["channel"]["values"] == ["Online", "Partner", "Phone", "Retail"]
+
+
+def test_semantic_show_lists_metrics_and_group_bys_by_default() -> None:
+    """Without --json: a short listing (as ``mf list metrics``), every metric and group-by in it."""
+    from nlq2sql.stages.semantic_tools import grouped_names
+
+    full = json.loads(runner.invoke(app, ["semantic", "show", "--json"]).stdout)
+    res = runner.invoke(app, ["semantic", "show"])
+    assert res.exit_code == 0, res.output
+    text = res.stdout
+    assert len(text) * 10 < len(json.dumps(full)), "a listing, not the report"
+    for name, m in full["metrics"].items():
+        assert any(line.split()[:1] == [name] and f"{m['label']} ({m['type']})" in line for line in text.splitlines())
+        listed = " ".join(text.split())
+        assert all(g in listed for g in grouped_names(m["group_by"])), name
+    assert "customer_id__region: Central, East, North, South, West" in text
+    assert "metric_time__{day,week,month,quarter,year}" in text
+    assert grouped_names(["a__day", "b", "a__year", "a__month"]) == ["a__{day,month,year}", "b"]
 
 
 # ------------------------------------------------------------------ the shipped warehouses

@@ -151,6 +151,10 @@ BAD: list[tuple[str, str | bytes, int | None, str, str]] = [
     ("entity type that does not exist", _sub("        type: foreign", "        type: secondary"), 18,
      "semantic_models.sales", "secondary"),
     ("empty metrics key", GOOD.split("metrics:")[0] + "metrics:\n", None, "", "No metrics present"),
+    ("ratio without a denominator", _sub("      denominator: sales_count\n", ""), 49, "metrics.avg_sale.type_params",
+     "ratio metric 'avg_sale' has no denominator"),
+    ("ratio without a numerator", _sub("      numerator: revenue\n", ""), 49, "metrics.avg_sale.type_params",
+     "ratio metric 'avg_sale' has no numerator"),
 ]
 
 #: Errors only the data can reveal: (title, YAML text, key fragment, message fragment)
@@ -215,13 +219,12 @@ def test_ratio_with_a_zero_denominator_is_null_and_the_left_join_keeps_unmatched
     (tmp_path / "m.yml").write_text(GOOD)
     q = {"metrics": ["revenue", "avg_sale"], "group_by": ["shop__town"], "order_by": [{"field": "shop__town"}]}
     res = runner.invoke(app, ["sql", "--semantic-model", str(tmp_path / "m.yml"), "--db", str(sales_db),
-                              "--intent", json.dumps(q), "--execute"])
+                              "--intent", json.dumps(q), "--execute", "--show-sql"])
     assert res.exit_code == 0, res.output
-    lines = res.stdout.strip().splitlines()
-    at = next(i for i, ln in enumerate(lines) if ln.startswith("-- params"))
-    assert "NULLIF(" in res.stdout, "MetricFlow's ratio divides by NULLIF(denominator, 0): NULL, never Infinity"
-    assert json.loads(lines[at + 1]) == ["shop__town", "revenue", "avg_sale"]
-    rows = [json.loads(x) for x in lines[at + 2:]]
+    assert "NULLIF(" in res.stderr, "MetricFlow's ratio divides by NULLIF(denominator, 0): NULL, never Infinity"
+    objects = [json.loads(x) for x in res.stdout.strip().splitlines()]  # stdout: the rows only
+    assert all(list(o) == ["shop__town", "revenue", "avg_sale"] for o in objects), objects
+    rows = [list(o.values()) for o in objects]
     assert [r[:2] for r in rows[:2]] == [["Bath", "8.0"], ["Ely", "5.0"]], rows
     assert rows[0][2] == 4.0 and len(rows) == 3
     assert rows[-1][0] is None, "a sale whose shop is missing forms a NULL group (LEFT OUTER JOIN)"
@@ -312,3 +315,37 @@ def test_dot_files_in_a_project_folder_are_not_read(tmp_path: Path) -> None:
     project = read_project(tmp_path, name="retail", display="retail")
     assert not project.problems
     assert project.semantic_models
+
+
+def test_a_metric_error_is_its_reason_first_not_metricflows_object_dump(tmp_path: Path, sales_db: Path) -> None:
+    """MetricFlow words a ratio without a denominator as the metric's ~600-character repr, then the
+    reason: reported as the reason alone, at the metric's file, line and key."""
+    code, msg, path = _run(tmp_path, sales_db, _sub("      denominator: sales_count\n", ""))
+    assert code == 2, msg
+    assert msg.startswith(f"error: {path}:49: field 'metrics.avg_sale.type_params': ratio metric"), msg
+    assert "Pydantic" not in msg and "type_params=" not in msg and len(msg) < 300, msg
+
+
+def test_mf_reason_names_the_object_and_keeps_other_errors() -> None:
+    from nlq2sql.semantic.mf import mf_problem, mf_reason
+
+    class PydanticMetric:  # stands in for MetricFlow's class (matched by name), as its assertion words it
+        name = "margin"
+        metadata = type("M", (), {"repo_file_path": "m.yml", "file_slice": type("S", (), {"start_line_number": 7})})
+
+        def __str__(self) -> str:
+            return "name='margin' type=<MetricType.DERIVED: 'derived'> " + "x" * 600
+
+        def fail(self) -> None:
+            raise AssertionError(f"{self} is broken in some new way")
+
+    try:
+        PydanticMetric().fail()
+    except AssertionError as exc:
+        assert mf_reason(exc) == "metric 'margin': broken in some new way (m.yml:7)"
+        p = mf_problem(exc, "proj")
+        assert (p.path, p.line, p.key, p.message) == ("m.yml", 7, "metrics.margin", "metric 'margin': broken in "
+                                                      "some new way")
+    plain = ValueError("Error #1\nsomething\nTraceback (most recent call last): ...")
+    assert mf_reason(plain) == "something"
+    assert str(mf_problem(plain, "proj")) == "proj: MetricFlow: something"

@@ -78,9 +78,11 @@ def test_a_table_without_date_day_is_not_the_legacy_spine(tmp_path: Path) -> Non
 def test_which_spine_is_recorded_and_shown(tmp_path: Path) -> None:
     """``semantic show`` says which spine; an offline run's manifest records it."""
     model, db = library(tmp_path, legacy=True)
-    res = runner.invoke(app, ["semantic", "show", "--semantic-model", str(model), "--db", str(db)])
+    res = runner.invoke(app, ["semantic", "show", "--semantic-model", str(model), "--db", str(db), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["time_spine"] == "legacy"
+    res = runner.invoke(app, ["semantic", "show", "--semantic-model", str(model), "--db", str(db)])
+    assert res.exit_code == 0 and "time spine: legacy" in res.stdout.splitlines()[0], res.output
     evalset = tmp_path / "set.jsonl"
     gold = {"metrics": ["loans_to_date"], "group_by": ["metric_time__month"]}
     evalset.write_text(json.dumps({"id": "q1", "question": "Loans to date by month", "gold": gold,

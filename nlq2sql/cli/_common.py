@@ -22,6 +22,7 @@ from typer.core import TyperGroup
 
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import MAX_JSON_DEPTH, MAX_REQUESTS, at_most
+from nlq2sql.paths import shipped_warehouses
 
 
 class OneLineErrors(TyperGroup):
@@ -161,8 +162,8 @@ def parse_workers(text: str, concurrency: int) -> int:
 #: functions take theirs as an argument, with no default: issue 24).
 CLI_WAREHOUSE = "retail"
 SemanticModelOpt = Annotated[str, typer.Option(
-    "--semantic-model", help="Warehouse semantic model: a shipped name (retail, tpch, flights) or a dbt "
-    "Semantic Layer YAML file/folder.")]
+    "--semantic-model", help=f"Warehouse semantic model: a shipped name ({', '.join(shipped_warehouses())}) or a "
+    "dbt Semantic Layer YAML file/folder.")]
 DbOpt = Annotated[Path | None, typer.Option(
     "--db", help="The DuckDB file (or a folder of Parquet/CSV files) the semantic model describes. "
     "Default: the shipped warehouse's cached build.")]

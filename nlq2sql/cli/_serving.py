@@ -9,10 +9,12 @@ from typing import Annotated
 import typer
 
 from nlq2sql.errors import InputError
+from nlq2sql.inputs import MAX_NUM_SEQS
 from nlq2sql.run.serving import STRUCTURED_BACKENDS
 
-__all__ = ["BatchInvariantOpt", "MaxModelLenOpt", "SizedMaxModelLenOpt", "StartupTimeoutOpt", "StructuredBackendOpt",
-           "check_local_only", "check_startup_timeout"]
+__all__ = ["MAX_GPUS_PER_REPLICA", "MAX_REPLICAS", "BatchInvariantOpt", "MaxModelLenOpt", "SizedMaxModelLenOpt",
+           "StartupTimeoutOpt", "StructuredBackendOpt", "check_local_only", "check_server_numbers",
+           "check_startup_timeout"]
 
 StructuredBackendOpt = Annotated[str, typer.Option(
     help=f"Local server: vLLM's structured-output backend ({' | '.join(STRUCTURED_BACKENDS)}); auto with the "
@@ -51,3 +53,17 @@ def check_local_only(endpoint: object, structured_backend: str, batch_invariant:
     if batch_invariant:
         raise InputError("only for a local server (no --endpoint): start the server with nlq2sql serve "
                          "--batch-invariant", field="--batch-invariant")
+
+
+MAX_REPLICAS = 64
+MAX_GPUS_PER_REPLICA = 64
+
+
+def check_server_numbers(max_num_seqs: int | None = None, replicas: int = 1,
+                         gpus_per_replica: int | None = None) -> None:
+    """The local server's counts within bounds, checked before any model work (vLLM would exit
+    with its own traceback, after the model was resolved)."""
+    for option, value, top in (("--max-num-seqs", max_num_seqs, MAX_NUM_SEQS), ("--replicas", replicas, MAX_REPLICAS),
+                               ("--gpus-per-replica", gpus_per_replica, MAX_GPUS_PER_REPLICA)):
+        if value is not None and not 1 <= value <= top:
+            raise InputError(f"must be between 1 and {top:,}, got {value:,}", field=option)

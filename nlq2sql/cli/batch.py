@@ -86,11 +86,12 @@ def batch_cmd(
 ) -> None:
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
     the usual summary.  Shards are written whole; an interrupted batch continues with --resume."""
-    from nlq2sql.run.batch import BatchConfig, run_batch
+    from nlq2sql.run.batch import BatchConfig, require_ray, run_batch
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.stages.report import render_summary
     from nlq2sql.transport.client import Sampling
 
+    require_ray()  # the extra first: no input (an endpoints file, the eval set) is read without it
     if (evalset is None) == (questions is None):
         raise InputError("give one of --evalset (scored) or --questions (answered, not scored)", field="--evalset")
     first, replicas = fleet_args(endpoint, endpoints_file)

@@ -31,6 +31,7 @@ from nlq2sql.cli._common import (
     handled,
     parse_levels,
 )
+from nlq2sql.cli._serving import check_server_numbers
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS, at_most
 from nlq2sql.run.models import DEFAULT_MODEL
@@ -69,6 +70,7 @@ def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str 
                          field="--structured")
     if max_num_seqs is not None and endpoint is not None:
         raise InputError("only for a local server (no --endpoint)", field="--max-num-seqs")
+    check_server_numbers(max_num_seqs)
     base = base_config(evalset, endpoint, model, api_key_env, prompt, None, max_tokens, out, semantic=semantic)
     return replace(base, sampling=replace(base.sampling, structured=structured),
                    server=replace(base.server, max_num_seqs=max_num_seqs))

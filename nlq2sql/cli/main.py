@@ -38,9 +38,11 @@ from nlq2sql.cli._serving import (
     StartupTimeoutOpt,
     StructuredBackendOpt,
     check_local_only,
+    check_server_numbers,
     check_startup_timeout,
 )
 from nlq2sql.errors import InputError
+from nlq2sql.paths import shipped_warehouses
 from nlq2sql.run.models import DEFAULT_MODEL
 
 __all__ = ["app", "db_app", "db_build", "eval_cmd", "models_app", "models_pull", "score", "serve"]
@@ -58,7 +60,8 @@ def db_build(
                                              "(default: the cache, named by warehouse, version and scale).")] = None,
     scale: Annotated[float | None, typer.Option(help="Size multiplier (retail: 1 ≈ 100k order lines; tpch: "
                                                 "TPC-H scale factor). Default: the warehouse's own.")] = None,
-    warehouse: Annotated[str, typer.Option(help="Shipped warehouse to build (retail, tpch, flights).")] = "retail",
+    warehouse: Annotated[str, typer.Option(help=f"Shipped warehouse to build "
+                                           f"({', '.join(shipped_warehouses())}).")] = "retail",
     force: Annotated[bool, typer.Option(help="Overwrite an existing --out file.")] = False,
 ) -> None:
     """Build a shipped warehouse's DuckDB data (deterministic; nothing downloaded at run time)."""
@@ -273,10 +276,7 @@ def serve(
         raise InputError(f"port {port} is already in use", field="--port")
     if dtype not in ("bfloat16", "float32", "float16"):
         raise InputError(f"unknown dtype {dtype!r}: use bfloat16, float32 or float16", field="--dtype")
-    if not 1 <= replicas <= 64:
-        raise InputError(f"must be between 1 and 64, got {replicas}", field="--replicas")
-    if gpus_per_replica is not None and gpus_per_replica < 1:
-        raise InputError(f"must be at least 1, got {gpus_per_replica}", field="--gpus-per-replica")
+    check_server_numbers(max_num_seqs, replicas, gpus_per_replica)
     check_startup_timeout(startup_timeout, max_model_len)
     config = ServerConfig(model=model, port=port, max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                           compact=compact, dtype=dtype, structured_backend=structured_backend,

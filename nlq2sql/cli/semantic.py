@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
@@ -13,7 +13,8 @@ from rich.markup import escape
 from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SchemaOpt, SemanticModelOpt, app, dbt_options, err, handled
 from nlq2sql.errors import InputError
 
-__all__ = ["semantic_app", "semantic_check", "semantic_init", "semantic_show", "sql_cmd"]
+__all__ = ["ROW_FORMATS", "semantic_app", "semantic_check", "semantic_init", "semantic_show", "sql_cmd",
+           "write_rows"]
 
 semantic_app = typer.Typer(help="Semantic models (dbt Semantic Layer YAML): check, show, init.",
                            no_args_is_help=True)
@@ -65,12 +66,17 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
 @handled
 @dbt_options
 def semantic_show(semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
-                  schema: SchemaOpt = "flat", dbt: Any = None) -> None:
-    """Print the derived vocabulary, known values, years, JSON Schema and compact regex (JSON)."""
+                  schema: SchemaOpt = "flat",
+                  as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON: every group-by "
+                                                        "name, known values, the JSON Schemas and the regex sent "
+                                                        "to the server.")] = False, dbt: Any = None) -> None:
+    """List the metrics (labels, the group-by names each reaches), dimensions with known values,
+    saved queries and years; --json for the full report."""
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.semantic_tools import dumps, show
+    from nlq2sql.stages.semantic_tools import dumps, show, show_text
 
-    sys.stdout.write(dumps(show(open_warehouse(semantic_model, db, dbt=dbt), schema)) + "\n")
+    report = show(open_warehouse(semantic_model, db, dbt=dbt), schema)
+    sys.stdout.write(dumps(report) + "\n" if as_json else show_text(report))
 
 
 @semantic_app.command("init")
@@ -104,24 +110,59 @@ def _exact(value: object) -> object:
 @app.command("sql")
 @handled
 @dbt_options
-def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The intent as JSON text (or @FILE).")],
+def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The query as JSON text (or @FILE): a v2 "
+                                                "MetricFlow query {\"metrics\": [...], \"group_by\": [...]} or a "
+                                                "v1 intent.")],
             semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
-            execute: Annotated[bool, typer.Option(help="Run it and print the rows as JSON lines.")] = False,
+            execute: Annotated[bool, typer.Option(help="Run it: the rows go to stdout (see --format), the SQL "
+                                                  "only with --show-sql, to stderr.")] = False,
+            format: Annotated[str, typer.Option("--format", help="With --execute: jsonl (one JSON object per "
+                                                "row, keyed by column) | csv (a header line, then the "
+                                                "rows).")] = "jsonl",
+            show_sql: Annotated[bool, typer.Option("--show-sql", help="With --execute: also print the SQL and its "
+                                                   "parameters, to stderr.")] = False,
             dbt: Any = None) -> None:
-    """Print the SQL and bound parameters for one intent; with --execute, the result rows."""
-    import json
-
-    from msgspec import UNSET
-
+    """Print the SQL and bound parameters for one query; with --execute, its result rows instead
+    (stdout holds only the rows, so `| jq` or a CSV reader takes them)."""
     from nlq2sql.inputs import option_text
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.semantic_tools import sql_for
 
+    if format not in ROW_FORMATS:
+        raise InputError(f"unknown format {format!r} (known: {', '.join(ROW_FORMATS)})", field="--format")
+    if not execute and format != "jsonl":
+        raise InputError("the rows' format applies with --execute (without it the SQL is printed)", field="--format")
     intent = option_text(intent, "--intent")  # @FILE: a regular file only (a FIFO would block forever)
     res = sql_for(open_warehouse(semantic_model, db, dbt=dbt), intent, execute=execute)
-    sys.stdout.write(res.sql + ";\n")
-    sys.stdout.write("-- params: " + json.dumps(res.params, default=str) + "\n")
-    if res.columns is not UNSET:
-        sys.stdout.write(json.dumps(res.columns) + "\n")
-    for row in res.rows or []:
-        sys.stdout.write(json.dumps(row, default=_exact) + "\n")
+    if not execute or show_sql:
+        _write_sql(sys.stderr if execute else sys.stdout, res.sql, res.params)
+    if execute:
+        write_rows(sys.stdout, list(res.columns or ()), res.rows or [], format)
+
+
+#: ``sql --execute --format``: how the rows are written.
+ROW_FORMATS = ("jsonl", "csv")
+
+
+def _write_sql(out: TextIO, sql: str, params: list[Any]) -> None:
+    import json
+
+    out.write(sql + ";\n")
+    out.write("-- params: " + json.dumps(params, default=str) + "\n")
+
+
+def write_rows(out: TextIO, columns: list[str], rows: list[list[Any]], fmt: str) -> None:
+    """Rows as JSON lines (an object per row, keyed by column) or CSV (a header, then the rows;
+    NULL as an empty field); a value JSON cannot hold is written exactly as DuckDB gave it."""
+    import json
+
+    if fmt == "csv":
+        import csv
+
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows([["" if v is None else v if isinstance(v, int | float | str) else _exact(v) for v in row]
+                     for row in rows])
+        return
+    for row in rows:
+        out.write(json.dumps(dict(zip(columns, row, strict=True)), default=_exact) + "\n")

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from pydantic import field_validator, model_validator
 
 from nlq2sql.errors import InputError
+from nlq2sql.inputs import MAX_NUM_SEQS
 from nlq2sql.load.analysis import Thresholds, analyse
 from nlq2sql.load.contract import ClientSeen, LevelStats, Machine, endpoint_labels
 from nlq2sql.load.driver import (
@@ -214,8 +215,9 @@ def parse_server_sweep(text: str) -> tuple[str, tuple[int, ...]]:
         vals = tuple(int(v) for v in values.split(",") if v.strip())
     except ValueError:
         raise InputError(f"values must be integers, got {values!r}", field="--server-sweep") from None
-    if not vals or any(v < 1 for v in vals):
-        raise InputError("every value must be at least 1", field="--server-sweep")
+    if not vals or any(not 1 <= v <= MAX_NUM_SEQS for v in vals):
+        raise InputError(f"every value must be between 1 and {MAX_NUM_SEQS:,}, got {values.strip()!r}",
+                         field="--server-sweep")
     return SERVER_KNOBS[key], vals
 
 

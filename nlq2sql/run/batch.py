@@ -68,9 +68,12 @@ from nlq2sql.stages.queryset import QueryCase, load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import RetryBudget
 
-__all__ = ["ANSWERS", "ENGINES", "BatchConfig", "check", "item_config", "load_items", "run_batch"]
+__all__ = ["ANSWERS", "ENGINES", "RAY_EXTRA", "BatchConfig", "check", "item_config", "load_items", "require_ray",
+           "run_batch"]
 
 ENGINES = ("ray", "ray-vllm")
+#: What ``nlq2sql[ray]`` brings that every batch needs (Ray Data, and pyarrow for the shards and ``--out``).
+RAY_EXTRA = ("ray", "pyarrow")
 #: What a batch's model writes: the v1 intent, or DuckDB SQL (free, or under the warehouse's grammar).
 ANSWERS = ("intent", "sql", "sql-grammar")
 
@@ -97,8 +100,26 @@ def item_config(cfg: BatchConfig) -> EvalConfig:
                    ray_address=None, resume=False, force=False)
 
 
+def require_ray() -> None:
+    """Refuse a batch when the Ray extra is absent: one line naming it, before any input is read.
+
+    Looked up with ``find_spec`` (nothing imported), so a bad input is not met by a traceback
+    from the first ``import pyarrow.fs`` on the way."""
+    import importlib.util
+
+    for name in RAY_EXTRA:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise InputError(f"a batch runs on Ray Data, and {name} is not installed: pip install 'nlq2sql[ray]'",
+                             field="--engine")
+
+
 def check(cfg: BatchConfig) -> None:
-    """The batch's own options (``live.validate`` checks the rest)."""
+    """The batch's own options (``live.validate`` checks the rest); the Ray extra first."""
+    require_ray()
     if cfg.engine not in ENGINES:
         raise InputError(f"unknown engine {cfg.engine!r} (known: {', '.join(ENGINES)})", field="--engine")
     if cfg.format not in FORMATS:

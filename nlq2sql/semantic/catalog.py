@@ -17,21 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import SemanticModelError
-from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.paths import PROJECT_ROOT, SPEC_FILE, WAREHOUSE_DIR, shipped_warehouses
 from nlq2sql.semantic.dbt_project import DbtOptions, Relation
 from nlq2sql.semantic.engine import Engine
 from nlq2sql.semantic.manifest import GENERATED_SPINE, build_manifest
-from nlq2sql.semantic.mf import mf_reason
-from nlq2sql.semantic.project import Problem, Project, SemanticProblems, project_name, read_project
+from nlq2sql.semantic.mf import mf_problem
+from nlq2sql.semantic.project import Project, SemanticProblems, project_name, read_project
 from nlq2sql.semantic.prune import Exclusion, excluded_names, exclusion_for
 
 __all__ = ["DEFAULT_WAREHOUSE", "SPEC_FILE", "WAREHOUSE_DIR", "YEAR_FIELD", "Catalog", "DimensionDef", "MetricDef",
            "Vocabulary", "catalog_of", "default_catalog", "display_path", "load_catalog", "resolve_spec_path",
            "shipped_names"]
 
-WAREHOUSE_DIR = PROJECT_ROOT / "warehouses"
 DEFAULT_WAREHOUSE = "retail"
-SPEC_FILE = "semantic_model.yml"
 YEAR_FIELD = "year"
 #: The generated spine's days (inlined as DuckDB's range(); read only by cumulative metrics,
 #: offset windows and zero-filled series).
@@ -176,7 +174,7 @@ def catalog_of(project: Project, manifest: Any, kind: str, excluded: tuple[Exclu
         for m in metrics:
             reachable.update(engine.group_bys((m,)))
     except Exception as exc:  # noqa: BLE001 — MetricFlow's lookups reject what its validator let through
-        raise SemanticProblems([Problem(project.path, None, None, f"MetricFlow: {mf_reason(exc)}")]) from None
+        raise SemanticProblems([mf_problem(exc, project.path)]) from None
     by_name: dict[str, list[DimensionDef]] = {}
     sources: list[TimeSource] = []
     for sm in manifest.semantic_models:
@@ -249,7 +247,7 @@ def resolve_spec_path(name_or_path: str | Path) -> tuple[Path, str]:
 
 
 def shipped_names() -> list[str]:
-    return sorted(p.parent.name for p in WAREHOUSE_DIR.glob(f"*/{SPEC_FILE}"))
+    return shipped_warehouses()
 
 
 def display_path(path: Path) -> str:

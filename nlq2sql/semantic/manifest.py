@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any, cast
 
 from nlq2sql.semantic.dbt_project import Relation
-from nlq2sql.semantic.mf import mf_reason, quiet
+from nlq2sql.semantic.mf import mf_problem, mf_reason, quiet
 from nlq2sql.semantic.project import Problem, Project, SemanticProblems, TimeSpine, ref_table
 from nlq2sql.semantic.yamlsafe import Doc
 
@@ -266,7 +266,7 @@ def build_manifest(project: Project, spine: TimeSpine) -> Any:
                                             **built)
         manifest = PydanticSemanticManifestTransformer.transform(manifest)
     except Exception as exc:  # noqa: BLE001 — MetricFlow's transformations raise plain exceptions
-        raise SemanticProblems([Problem(project.path, None, None, f"MetricFlow: {mf_reason(exc)}")]) from None
+        raise SemanticProblems([mf_problem(exc, project.path)]) from None
     return _validated(manifest, project)
 
 

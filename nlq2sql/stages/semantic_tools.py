@@ -12,6 +12,7 @@ on the database, so a model that loads but cannot answer is caught before an eva
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from nlq2sql.errors import ExcludedObjectError, InputError, Nlq2SqlError
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.prune import Exclusion
 
-__all__ = ["CheckReport", "DimensionShown", "MetricShown", "QueryCheck", "ShowReport", "SqlResult", "check", "dumps",
-           "init_yaml", "show", "sql_for"]
+__all__ = ["CheckReport", "DimensionShown", "MetricShown", "QueryCheck", "ShowReport", "SqlResult", "check", "closest",
+           "compile_or_explain", "dumps", "grouped_names", "init_yaml", "name_problems", "show", "show_text", "sql_for",
+           "v2_shape_hint"]
 
 
 class QueryCheck(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -184,6 +186,57 @@ def _excluded_name(data: Any, wh: Warehouse) -> str | None:
     return None
 
 
+def grouped_names(names: Iterable[str]) -> list[str]:
+    """Group-by names with a time dimension's grains folded into one entry
+    (``metric_time__{day,week,month,quarter,year}``, grains finest first), in their first order."""
+    from nlq2sql.semantic.query import GRAINS
+
+    bases: dict[str, list[str]] = {}
+    for n in names:
+        base, _, grain = n.rpartition("__")
+        key = base if base and grain in GRAINS else n
+        bases.setdefault(key, [])
+        if key != n:
+            bases[key].append(grain)
+    return [f"{k}__{{{','.join(sorted(g, key=GRAINS.index))}}}" if g else k for k, g in bases.items()]
+
+
+def show_text(report: ShowReport, width: int = 100) -> str:
+    """``semantic show``'s short listing (as ``mf list metrics``): each metric with its label and
+    type, the group-by names metrics reach (one list per distinct set, time grains folded), the
+    dimensions with their known values, saved queries and years; ``--json`` prints the whole report."""
+    import textwrap
+
+    sets: dict[tuple[str, ...], str] = {}
+    for m in report.metrics.values():
+        sets.setdefault(tuple(m.group_by), chr(ord("A") + len(sets)) if len(sets) < 26 else str(len(sets)))
+    lines = [f"{report.semantic_model} ({report.path}) · time spine: {report.time_spine} · "
+             f"sha256 {report.sha256[:12]}", "", f"Metrics ({len(report.metrics)}):"]
+    pad = max((len(n) for n in report.metrics), default=0)
+    lpad = max((len(f"{m.label} ({m.type})") for m in report.metrics.values()), default=0)
+    for name, m in report.metrics.items():
+        lines.append(f"  {name.ljust(pad)}  {f'{m.label} ({m.type})'.ljust(lpad)}  group by: "
+                     f"{sets[tuple(m.group_by)]}")
+    lines.append("")
+    for names, tag in sets.items():
+        folded = grouped_names(names)
+        lines.append(f"Group by {tag} ({len(names)} names):")
+        lines += textwrap.wrap(", ".join(folded), width=width, initial_indent="  ", subsequent_indent="  ",
+                               break_on_hyphens=False, break_long_words=False)
+    lines += ["", f"Dimensions ({len(report.dimensions)}):"]
+    pad = max((len(n) for n in report.dimensions), default=0)
+    for name, d in report.dimensions.items():
+        vals = "" if d.values is None else (": " + ", ".join(d.values[:12]) +
+                                            (f", … {len(d.values) - 12} more" if len(d.values) > 12 else ""))
+        lines.append(f"  {name.ljust(pad)}  {d.group_by}{vals}")
+    if report.saved_queries:
+        lines += ["", f"Saved queries: {', '.join(report.saved_queries)}"]
+    if report.years:
+        lines += ["", f"Years in the data: {', '.join(report.years)}"]
+    lines += ["", "--json prints everything: the JSON Schemas and the regex sent to the server too"]
+    return "\n".join(lines) + "\n"
+
+
 def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> SqlResult:
     """One intent (JSON text: v2 MetricFlow query, or v1) → SQL and parameters; exact rows with ``execute``.
 
@@ -210,12 +263,11 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> SqlRes
             e = exc.errors()[0]
             where = ".".join(str(x) for x in e["loc"])
             raise InputError(f"{where}: {e['msg']}" if where else e["msg"], field="--intent") from None
-        try:
-            q = wh.catalog.engine.compile(mq)
-        except ExcludedObjectError as exc:  # the user's query names what the data left out: their input
-            raise InputError(str(exc), field="--intent") from None
+        q = compile_or_explain(wh, mq)
         out = SqlResult(query=json.loads(mq.key()), kind=mq.kind, sql=q.sql, params=list(q.params))
     else:
+        if isinstance(data, dict) and "intent" not in data:  # neither shape: most likely a v2 query misspelt
+            raise InputError(v2_shape_hint(wh, data), field="--intent")
         try:
             intent = parse_intent(intent_json, wh.catalog)
         except IntentError as exc:
@@ -237,6 +289,90 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> SqlRes
         finally:
             con.close()
     return out
+
+
+def closest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """The known names nearest ``name``: first those holding it as whole ``__`` parts (``region``
+    → ``customer__region``, ``order_date`` → ``order__order_date__month``; the shortest first),
+    then difflib's close matches of the whole name and of the names' last part."""
+    import difflib
+
+    pool = sorted(set(known))
+    inside = sorted((k for k in pool if f"__{name}__" in f"__{k}__"), key=lambda k: (len(k), k))
+    tails: dict[str, list[str]] = {}
+    for k in pool:
+        tails.setdefault(k.rsplit("__", 1)[-1], []).append(k)
+    near = difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
+    near_tail = [k for t in difflib.get_close_matches(name.rsplit("__", 1)[-1], list(tails), n=n, cutoff=0.75)
+                 for k in sorted(tails[t], key=lambda k: (len(k), k))]
+    out: list[str] = []
+    for k in (*inside, *near, *near_tail):
+        if k not in out and k != name:
+            out.append(k)
+    return out[:n]
+
+
+def _unknown(what: str, name: str, known: Iterable[str]) -> str:
+    near = closest(name, known)
+    return f"unknown {what} {name!r}" + (f" (closest: {', '.join(near)})" if near else "")
+
+
+def name_problems(wh: Warehouse, mq: Any) -> list[str]:
+    """What in a v2 query names nothing the layer has: each unknown metric, group-by, filter or
+    order field, with the layer's closest names (group-bys: those reachable from its metrics)."""
+    engine = wh.catalog.engine
+    metrics = tuple(wh.catalog.metrics)
+    problems = [_unknown("metric", m, metrics) for m in mq.metrics if m not in wh.catalog.metrics]
+    if problems:
+        return problems  # the group-bys depend on the metrics: name those first
+    try:
+        reach = engine.group_bys(tuple(mq.metrics)) if mq.metrics else ()
+        anywhere = {g for m in metrics for g in engine.group_bys((m,))}
+    except Exception:  # noqa: BLE001 — a listing MetricFlow cannot make: no suggestion, its reason stands
+        return []
+    known = reach or tuple(anywhere)
+    for where, names in (("group-by", mq.group_by), ("filter field", [w.field for w in mq.where or ()]),
+                         ("order field", [o.field for o in mq.order_by or ()
+                                          if o.field not in mq.metrics and o.field not in mq.group_by])):
+        for g in names:
+            if g in known:
+                continue
+            if where == "order field":  # an order field is one of the query's own metrics or group-bys
+                problems.append(_unknown(where, g, (*mq.metrics, *mq.group_by)) + " (an order field is one of "
+                                "the query's metrics or group_by)")
+            elif g in anywhere:
+                problems.append(f"{where} {g!r} is not reachable from {', '.join(mq.metrics)} (reachable: "
+                                f"{', '.join(closest(g, known)) or 'see semantic show'})")
+            else:
+                problems.append(_unknown(where, g, known))
+    return problems
+
+
+def compile_or_explain(wh: Warehouse, mq: Any) -> Any:
+    """``mq`` compiled; a query MetricFlow refuses is bad input: the unknown names with the
+    layer's closest ones, else MetricFlow's reason, one line."""
+    from nlq2sql.errors import SqlBuildError
+
+    try:
+        return wh.catalog.engine.compile(mq)
+    except ExcludedObjectError as exc:  # a name the data left out of the layer: said with why
+        raise InputError(str(exc), field="--intent") from None
+    except SqlBuildError as exc:
+        problems = name_problems(wh, mq)
+        reason = "; ".join(problems) if problems else "MetricFlow cannot compile it: " + " ".join(str(exc).split())
+        raise InputError(reason, field="--intent") from None
+
+
+def v2_shape_hint(wh: Warehouse, data: Mapping[str, object]) -> str:
+    """For a JSON object that is neither a v2 query (``metrics``) nor a v1 intent (``intent``):
+    the v2 shape, filled with the object's own metric where it named one."""
+    metric = data.get("metric") if isinstance(data.get("metric"), str) else next(iter(wh.catalog.metrics), "m")
+    example = json.dumps({"metrics": [metric], "group_by": ["..."], "order_by": [{"field": metric,
+                                                                                   "descending": True}],
+                          "limit": 5})
+    keys = ", ".join(repr(k) for k in list(data)[:4]) or "no keys"
+    return (f"not a query: a v2 query has a 'metrics' list (this object has {keys}); e.g. {example} "
+            f"(group_by, where, order_by and limit optional; a v1 intent names its 'intent')")
 
 
 class _Entity(msgspec.Struct):

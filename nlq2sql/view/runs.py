@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError, RecordError
+from nlq2sql.inputs import check_json_depth
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
 from nlq2sql.view.discover import discover, unique_names
@@ -213,6 +214,8 @@ class _Reader:
             pos = nl + 1
             try:
                 text = raw.decode("utf-8")
+                # nested too deep for json: refused naming the run's file and line, as gate and compare do
+                check_json_depth(text, path=str(path), line=lineno, cls=RecordError)
                 self._special = False
                 rec = json.loads(text, parse_constant=self._constant)
             except (UnicodeDecodeError, json.JSONDecodeError):
