@@ -57,9 +57,7 @@ def _sql(layer: Path, db: Path, *extra: str) -> list[list[object]]:
     res = runner.invoke(app, ["sql", "--semantic-model", str(layer), "--db", str(db), "--intent", intent,
                               "--execute", *extra])
     assert res.exit_code == 0, res.output
-    lines = res.stdout.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("-- params:"))
-    return [json.loads(line) for line in lines[at + 2:]]  # after the params and the column names
+    return [list(json.loads(line).values()) for line in res.stdout.splitlines()]  # a JSON object per row
 
 
 def test_dbts_manifest_and_its_folder_load_alike(db: Path) -> None:
@@ -82,7 +80,7 @@ def test_dbts_manifest_and_its_folder_load_alike(db: Path) -> None:
 
 
 def test_semantic_show_and_value_lookups_read_the_relations_schema(db: Path) -> None:
-    res = runner.invoke(app, ["semantic", "show", "--semantic-model", str(MANIFEST), "--db", str(db)])
+    res = runner.invoke(app, ["semantic", "show", "--semantic-model", str(MANIFEST), "--db", str(db), "--json"])
     assert res.exit_code == 0, res.output
     shown = json.loads(res.stdout)
     assert shown["dimensions"]["region"]["values"] == ["North", "South"]

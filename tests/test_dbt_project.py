@@ -54,10 +54,9 @@ def _source(build: DbtBuild, how: str) -> str:
 
 
 def _rows(output: str) -> tuple[list[str], list[list[object]]]:
-    """The header and rows ``sql --execute`` prints after its ``-- params`` line."""
-    lines = output.strip().splitlines()
-    at = next(i for i, ln in enumerate(lines) if ln.startswith("-- params"))
-    return json.loads(lines[at + 1]), [json.loads(x) for x in lines[at + 2:]]
+    """The header and rows ``sql --execute`` prints: one JSON object per row, keyed by column."""
+    objs = [json.loads(x) for x in output.strip().splitlines()]
+    return (list(objs[0]) if objs else []), [list(o.values()) for o in objs]
 
 
 def _num(value: object) -> object:

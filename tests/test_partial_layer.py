@@ -338,8 +338,9 @@ def test_a_sound_metric_runs_and_one_line_says_what_was_excluded(shop: tuple[Pat
     res = runner.invoke(app, ["sql", "--semantic-model", str(layer), "--db", str(db), "--intent", json.dumps(q),
                               "--execute"])
     assert res.exit_code == 0, res.output
-    rows = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("[")]
-    assert rows == [["customer__region", "revenue", "avg_order"], ["North", "70.0", 35.0], ["South", "30.0", 30.0]]
+    rows = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert rows == [{"customer__region": "North", "revenue": "70.0", "avg_order": 35.0},
+                    {"customer__region": "South", "revenue": "30.0", "avg_order": 30.0}]
     notes = [ln for ln in res.stderr.splitlines() if ln.startswith("note:")]
     n = len(open_warehouse(layer, db, announce=False).catalog.excluded)
     assert len(notes) == 1 and f" {n} objects excluded" in notes[0] and "nlq2sql semantic check" in notes[0], notes
