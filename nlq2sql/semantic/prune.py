@@ -5,8 +5,9 @@ a dimension, measure or entity that fails or is unusable in the data, a simple m
 ``expr`` fails.  :func:`prune` removes exactly those from a MetricFlow manifest (a copy) and then
 what cannot stand without them:
 
-- a removed dimension that is a model's aggregation time dimension takes the measures
-  aggregated on it (a measure has no time without it);
+- a bad dimension that is a model's aggregation time dimension is excluded from what is offered
+  but stays in the manifest as a typed NULL: the measures aggregated on it keep a (NULL)
+  ``metric_time`` and answer by every other group-by;
 - a removed primary or unique entity (not unique in the data) is no longer joinable: every join
   through it would fan out and multiply the metrics on the other side.  Where it was the model's
   primary entity and the model has dimensions, its name stays as the model's ``primary_entity``
@@ -50,6 +51,10 @@ class Exclusion:
 
     object: str
     reason: str
+
+
+#: The expression a measure's unusable aggregation time dimension is given (a typed NULL).
+_NULL_TIME = "CAST(NULL AS DATE)"
 
 
 def _kind(x: Any) -> str:
@@ -107,20 +112,19 @@ class _Pruner:
         el = next((x for x in items if x.name == name), None)
         if el is None:
             return False
+        default = sm.defaults.agg_time_dimension if sm.defaults is not None else None
+        if group == "dimensions" and any((meas.agg_time_dimension or default) == name for meas in sm.measures):
+            # The measures' time column is unusable, the measures are not: they keep a time
+            # dimension that is NULL (their metric_time is NULL), so questions by any other
+            # group-by still reach them; the dimension itself is no longer offered.
+            el.expr = _NULL_TIME
+            self._record(obj, f"{reason}; the measures aggregated on it are kept, with a NULL metric_time")
+            return True
         setattr(sm, group, [x for x in items if x.name != name])
         if group == "measures":
             self.measures_gone.setdefault(name, obj)
         if group == "entities" and _kind(el.type) == "primary" and sm.dimensions and sm.primary_entity is None:
             sm.primary_entity = name  # its dimensions still group its own measures; nothing joins through it
-        if group == "dimensions":
-            default = sm.defaults.agg_time_dimension if sm.defaults is not None else None
-            for meas in list(sm.measures):
-                if (meas.agg_time_dimension or default) == name:
-                    self._record(obj, reason)
-                    self.remove(f"semantic_models.{sm.name}.measures.{meas.name}",
-                                f"aggregated on time dimension {name!r}, excluded — {self._because(obj)}", obj)
-            if default == name:
-                sm.defaults.agg_time_dimension = None
         return True
 
     # -- what depends on what ------------------------------------------------------------------
