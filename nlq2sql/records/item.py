@@ -102,6 +102,8 @@ class Judgement(_Part):
     error_final: str | None | UnsetType = UNSET
     error_lenient: str | None | UnsetType = UNSET
     wrong_fields_raw: list[str] | None | UnsetType = UNSET
+    column_rule: str | UnsetType = UNSET  # gold-SQL sets: how the answer's columns were matched to the gold's
+    gold_alternative: int | None | UnsetType = UNSET  # gold-SQL sets: the gold alternative matched (0-based)
 
     @property
     def scored(self) -> bool:

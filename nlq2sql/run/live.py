@@ -22,6 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nlq2sql.answers.sql.gold import COLUMN_RULE
+from nlq2sql.answers.sql.score import SQL_ANSWERS
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.records.manifest_parts import (
     EnginePart,
@@ -59,6 +61,7 @@ from nlq2sql.run.session import Session, finish_summary, recorded_retries, sessi
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set, resolve_search_path
 from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.queryset import load_query_set
@@ -201,7 +204,9 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
     compiles_before, shapes_before = wh.catalog.engine.compiles, wh.catalog.engine.shapes()
-    evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql", "sql-grammar")
+    gold_sql = is_gold_sql_set(cfg.evalset, wh.name)  # golds stated as SQL: every answer kind scored by their rows
+    evalset: Any = (load_gold_sql_set(cfg.evalset, wh.name) if gold_sql
+                    else load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql", "sql-grammar")
                     else load_evalset(cfg.evalset, wh))
     rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
@@ -266,6 +271,10 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         )
         if cfg.answer != "intent":  # (older runs: absent, v1 intents)
             manifest.answer = cfg.answer
+        if gold_sql:
+            manifest.gold, manifest.column_rule = "sql", COLUMN_RULE
+        if gold_sql or cfg.answer in SQL_ANSWERS:  # where unqualified names in gold and model SQL resolved
+            manifest.search_path = list(resolve_search_path(wh.catalog.manifest, cfg.search_path))
         if len(fleet) > 1:
             manifest.routing = cfg.routing
             manifest.replicas = [ReplicaPart(label=f"r{i}", url=u, model=m, server=f)

@@ -43,7 +43,7 @@ from nlq2sql.stages.evalset import CATEGORY, ID_MAX_LENGTH, resolve_path
 
 __all__ = ["GOLD_SQL_KEY", "MAX_ALTERNATIVES", "SEARCH_PATH_ENTRY", "EvalSetProblems", "GoldSqlCase",
            "GoldSqlLine", "GoldSqlSet", "derive_category", "derive_ordered", "is_gold_sql_set",
-           "layer_search_path", "load_gold_sql_set", "parse_search_path", "tie_columns"]
+           "layer_search_path", "load_gold_sql_set", "parse_search_path", "resolve_search_path", "tie_columns"]
 
 GOLD_SQL_KEY = "gold_sql"
 #: Most acceptable alternatives one item may list.
@@ -143,7 +143,8 @@ class EvalSetProblems(EvalSetError):
 
 def _parse(sql: str) -> exp.Expression | None:
     try:
-        return sqlglot.parse_one(sql, read="duckdb")
+        tree = sqlglot.parse_one(sql, read="duckdb")
+        return tree if isinstance(tree, exp.Expression) else None
     except Exception:  # noqa: BLE001 — an unparsable gold is reported by `evalset check`, not here
         return None
 
@@ -370,3 +371,9 @@ def layer_search_path(manifest: Any) -> tuple[str, ...]:
     order = list(counts)
     main = max(order, key=lambda s: (counts[s], -order.index(s)))
     return (main, *(s for s in order if s != main))
+
+
+def resolve_search_path(manifest: Any, override: Sequence[str] | None) -> tuple[str, ...]:
+    """The search path a run uses: ``--search-path`` when given (checked by :func:`parse_search_path`),
+    else the layer's (:func:`layer_search_path`)."""
+    return tuple(override) if override else layer_search_path(manifest)
