@@ -43,6 +43,8 @@ FORMATS = ("auto", "csv", "jsonl", "spider", "bird", "defog")
 _DEFAULT_DIALECT = {"spider": "sqlite", "bird": "sqlite", "defog": "postgres"}
 _DEFOG_COLUMNS = ("question", "query", "db_name", "query_category")
 _BRACES = re.compile(r"\{([^{}]*)\}")
+#: A source item as read (CSV row, JSON object), and a set line as written.
+JsonObject = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class ImportOptions:
 class _Row:
     line: int  # where the item starts in the source (JSON lists: the item's index, 1-based)
     n: int  # position among the source's items (1-based)
-    values: dict[str, Any]
+    values: JsonObject
 
 
 def _split_statements(sql: str) -> list[str]:
@@ -181,7 +183,7 @@ def _transpile(sql: str, dialect: str | None) -> str:
     return out[0]
 
 
-def import_gold_sql(path: Path, opts: ImportOptions) -> list[dict[str, Any]]:
+def import_gold_sql(path: Path, opts: ImportOptions) -> list[JsonObject]:
     """The gold-SQL set's lines (as dicts, in the set's key order) read from ``path``; every problem of
     the source at once (:class:`~.goldsql.EvalSetProblems`, each with line and column)."""
     if opts.fmt not in FORMATS:
@@ -210,7 +212,7 @@ def import_gold_sql(path: Path, opts: ImportOptions) -> list[dict[str, Any]]:
         q_col, db_col = "question", "db_id"
         sql_col = "SQL" if fmt == "bird" else "query"
         rows = _json_list_rows(text, where, problems)
-    lines: list[dict[str, Any]] = []
+    lines: list[JsonObject] = []
     seen: dict[str, int] = {}
     for row in rows:
         v = row.values
@@ -257,7 +259,7 @@ def import_gold_sql(path: Path, opts: ImportOptions) -> list[dict[str, Any]]:
         if len(problems) > before:
             continue
         seen[rid] = row.line
-        line: dict[str, Any] = {"id": rid, "question": question, "gold_sql": golds[0] if len(golds) == 1 else golds}
+        line: JsonObject = {"id": rid, "question": question, "gold_sql": golds[0] if len(golds) == 1 else golds}
         if category:
             line["category"] = category
         if fmt == "bird" and _text(v.get("difficulty")):
@@ -278,5 +280,5 @@ def import_gold_sql(path: Path, opts: ImportOptions) -> list[dict[str, Any]]:
     return lines
 
 
-def render_lines(lines: list[dict[str, Any]]) -> str:
+def render_lines(lines: list[JsonObject]) -> str:
     return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
