@@ -231,6 +231,8 @@ JSON_EDGES: dict[str, tuple[int, str]] = {
     "nlq2sql.stages.query_guard": (1, OUTPUT),
     "nlq2sql.stages.learned_artefact": (1, DUMP),
     "nlq2sql.stages.queryset": (1, READ),
+    "nlq2sql.stages.goldsql": (1, READ),
+    "nlq2sql.stages.goldsql_import": (1, f"{READ}; a set line as written"),
     "nlq2sql.stages.report": (1, f"{READ} (a rate in a report's JSON)"),
     "nlq2sql.stages.abstention": (1, "a condition's trace as the record holds it (JSON)"),
     "nlq2sql.answers.sql.score": (1, OUTPUT),

@@ -14,6 +14,7 @@ from retail import RETAIL, retail_wh
 
 from nlq2sql.load.results import RESULT_MODELS
 from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.goldsql import GoldSqlLine
 from nlq2sql.stages.intent import FIELDS, intent_schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +44,7 @@ def _walk(node: Any, path: str = "#") -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.parametrize("name, generate", [
     ("intent.schema.json", lambda: intent_schema(RETAIL)),
     ("evalset-line.schema.json", EvalCase.model_json_schema),
+    ("evalset-gold-sql-line.schema.json", GoldSqlLine.model_json_schema),
 ])
 def test_committed_schema_matches_models(name: str, generate: Any) -> None:
     committed = (SCHEMAS / name).read_text()
@@ -57,7 +59,8 @@ def test_gen_script_writes_exactly_the_committed_files(tmp_path: Path, monkeypat
     monkeypatch.setattr(mod, "SCHEMA_DIR", tmp_path)
     assert mod.main([]) == 0
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == sorted(["evalset-line.schema.json", "intent-branches.schema.json", "intent.schema.json",
+    assert written == sorted(["evalset-line.schema.json", "evalset-gold-sql-line.schema.json",
+                              "intent-branches.schema.json", "intent.schema.json",
                               "manifest.schema.json", "summary.schema.json",
                               *(f"{kind}.schema.json" for kind in RESULT_MODELS)])
     assert written == sorted(p.name for p in SCHEMAS.iterdir())  # nothing committed that no model makes
@@ -108,3 +111,15 @@ def test_shipped_evalsets_validate_against_the_line_schema() -> None:
             errors = list(validator.iter_errors(json.loads(raw)))
             assert not errors, (name, raw, errors[0].message)
     assert list(validator.iter_errors({"id": "x"})), "an incomplete line must not validate"
+
+
+def test_gold_sql_lines_validate_against_their_schema() -> None:
+    validator = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "evalset-gold-sql-line.schema.json").read_text()))
+    good = [{"id": "a", "question": "q", "gold_sql": "SELECT 1"},
+            {"id": "b", "question": "q", "gold_sql": ["SELECT 1", "SELECT 2"], "ordered": True, "category": "top_n",
+             "tags": ["x"], "pair_id": "p", "source_sql": "SELECT 1", "source_dialect": "postgres"},
+            {"id": "c", "question": "q", "gold_sql": None, "answerable": False}]
+    for line in good:
+        assert not list(validator.iter_errors(line)), line
+    assert list(validator.iter_errors({"id": "d", "question": "q"})), "gold_sql is required"
+    assert list(validator.iter_errors({"id": "d", "question": "q", "gold_sql": "x", "gold": {}})), "closed"

@@ -206,6 +206,21 @@ def dbt_options(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+SearchPathOpt = Annotated[str | None, typer.Option(
+    "--search-path", help="Schemas (comma-separated identifiers) unqualified table names in gold and model SQL "
+    "resolve in, in order (DuckDB's search_path). Default: the schemas of the semantic layer's relations, the "
+    "one holding most of them first.")]
+
+
+def search_path_arg(value: str | None) -> tuple[str, ...] | None:
+    """--search-path as schema names (each a plain identifier), or None (the layer's)."""
+    if value is None:
+        return None
+    from nlq2sql.stages.goldsql import parse_search_path
+
+    return parse_search_path(value)
+
+
 SchemaOpt = Annotated[str, typer.Option(
     "--schema", help="Intent JSON Schema sent to the server: flat (one object; consistency checked in code) "
     "| branches (one anyOf branch per intent kind: inconsistent intents cannot be generated).")]

@@ -1,4 +1,5 @@
-"""``nlq2sql evalset check|upgrade``: an eval set against its warehouse, and a v1 set restated as v2."""
+"""``nlq2sql evalset check|upgrade|import``: an eval set against its warehouse, a v1 set restated as v2,
+and a question file with gold SQL (CSV, JSONL, Spider, BIRD, defog) turned into a gold-SQL set."""
 
 from __future__ import annotations
 
@@ -9,10 +10,20 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SemanticModelOpt, app, dbt_options, err, handled
+from nlq2sql.cli._common import (
+    CLI_WAREHOUSE,
+    DbOpt,
+    SearchPathOpt,
+    SemanticModelOpt,
+    app,
+    dbt_options,
+    err,
+    handled,
+    search_path_arg,
+)
 from nlq2sql.errors import InputError
 
-__all__ = ["evalset_app", "evalset_check", "evalset_upgrade"]
+__all__ = ["evalset_app", "evalset_check", "evalset_import", "evalset_upgrade"]
 
 evalset_app = typer.Typer(help="Eval sets.", no_args_is_help=True)
 app.add_typer(evalset_app, name="evalset")
@@ -50,18 +61,49 @@ def _check_query_set(path: str, wh: Any) -> None:
                     f"compiles with MetricFlow on {wh.name!r} and returns rows")
 
 
+def _check_gold_sql_set(path: str, wh: Any, search_path: tuple[str, ...] | None) -> None:
+    from nlq2sql.answers.sql.gold import GoldRunner, check_gold_sql_set
+    from nlq2sql.answers.sql.sandbox import Sandbox
+    from nlq2sql.stages.goldsql import load_gold_sql_set, resolve_search_path
+
+    gs = load_gold_sql_set(path, wh.name)
+    schemas = resolve_search_path(wh.catalog.manifest, search_path)
+    with Sandbox(wh.db_path, search_path=schemas) as box:
+        problems = check_gold_sql_set(gs, GoldRunner(box))
+    for p in problems:
+        err.print(f"{gs.path}: {escape(str(p))}", highlight=False, soft_wrap=True)
+    if problems:
+        raise InputError(f"{len(problems)} gold SQL statement(s) fail, are refused or return no rows on warehouse "
+                         f"{wh.name!r} (search path {','.join(schemas)})", path=gs.path)
+    unanswerable = sum(1 for c in gs.cases if c.gold_sql is None)
+    alternatives = sum(len(c.gold_sql or ()) for c in gs.cases)
+    cats: dict[str, int] = {}
+    for c in gs.cases:
+        cats[c.category] = cats.get(c.category, 0) + 1
+    Console().print(f"{gs.path}: {len(gs.cases)} gold-SQL items OK ({', '.join(f'{k} {v}' for k, v in cats.items())}"
+                    f"; {unanswerable} unanswerable); all {alternatives} gold statements run read-only in the "
+                    f"sandbox on {wh.name!r} (search path {','.join(schemas)}) and return rows", highlight=False)
+
+
 @evalset_app.command("check")
 @handled
 @dbt_options
 def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSONL path.")],
-                  semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, dbt: Any = None) -> None:
+                  semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
+                  search_path: SearchPathOpt = None, dbt: Any = None) -> None:
     """Validate an eval set: every line, id, gold intent against the warehouse's vocabulary, that
-    every gold executes and returns rows, and that every filter value occurs in the data."""
+    every gold executes and returns rows, and that every filter value occurs in the data.  A gold-SQL
+    set (lines with gold_sql): every gold statement runs read-only in the SQL arm's sandbox; every
+    problem (refused, failing, empty) is reported at once."""
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.goldsql import is_gold_sql_set
     from nlq2sql.stages.pipeline import check_evalset
 
+    schemas = search_path_arg(search_path)
     wh = open_warehouse(semantic_model, db, dbt=dbt)
+    if is_gold_sql_set(path, wh.name):
+        return _check_gold_sql_set(path, wh, schemas)
     if _is_v2_set(path, wh.catalog.name):
         return _check_query_set(path, wh)
     es = load_evalset(path, wh)
@@ -98,6 +140,10 @@ def evalset_upgrade(path: Annotated[str, typer.Argument(help="A v1 eval set: nam
     wh = open_warehouse(semantic_model, db, dbt=dbt)
     if _is_v2_set(path, wh.catalog.name):
         raise InputError("is already a v2 set (its golds are MetricFlow queries)", path=path)
+    from nlq2sql.stages.goldsql import is_gold_sql_set
+
+    if is_gold_sql_set(path, wh.name):
+        raise InputError("is a gold-SQL set (its golds are SQL, scored by rows in every answer kind)", path=path)
     with make_executor(wh) as ex:
         up = upgrade_v1_set(path, wh, ex)
     for problem in up.problems:
@@ -108,3 +154,40 @@ def evalset_upgrade(path: Annotated[str, typer.Argument(help="A v1 eval set: nam
     write_text_atomic(out, "".join(line + "\n" for line in up.lines))
     Console().print(f"wrote {out}: {len(up.lines)} v2 items, each returning its v1 gold's rows "
                     f"({up.ordered} compared in order)", highlight=False)
+
+
+@evalset_app.command("import")
+@handled
+def evalset_import(
+    source: Annotated[Path, typer.Argument(help="The question file: CSV, JSONL, Spider/BIRD JSON or defog's "
+                                           "sql-eval CSV.")],
+    out: Annotated[Path, typer.Option(help="Write the gold-SQL set here (JSONL).")],
+    fmt: Annotated[str, typer.Option("--format", help="auto | csv | jsonl | spider | bird | defog (auto: by "
+                                     "extension and columns).")] = "auto",
+    question_col: Annotated[str, typer.Option(help="CSV/JSONL: the question column.")] = "question",
+    sql_col: Annotated[str, typer.Option(help="CSV/JSONL: the gold SQL column.")] = "sql",
+    id_col: Annotated[str | None, typer.Option(help="CSV/JSONL: the id column (default: <stem>-<n>).")] = None,
+    category_col: Annotated[str | None, typer.Option(help="CSV/JSONL: the category column (default: derived "
+                                                     "from the SQL).")] = None,
+    db_id: Annotated[str | None, typer.Option(help="Spider/BIRD: keep items of this db_id; defog: of this "
+                                              "db_name.")] = None,
+    dialect: Annotated[str | None, typer.Option(help="Transpile the gold SQL from this dialect to DuckDB "
+                                                "(sqlglot's names). Default: sqlite for Spider/BIRD, postgres "
+                                                "for defog, none for CSV/JSONL.")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
+) -> None:
+    """Convert a question file whose answers are SQL into a gold-SQL eval set (every problem of the
+    source at once; nothing written unless all is well)."""
+    from nlq2sql.records.store import write_text_atomic
+    from nlq2sql.stages.goldsql_import import ImportOptions, import_gold_sql, render_lines
+
+    if out.is_dir():
+        raise InputError("is a directory; give a file name for the set", path=str(out), field="--out")
+    if out.exists() and not force:
+        raise InputError("exists; pass --force to overwrite", path=str(out), field="--out")
+    lines = import_gold_sql(source, ImportOptions(fmt=fmt, question_col=question_col, sql_col=sql_col, id_col=id_col,
+                                                  category_col=category_col, db_id=db_id, dialect=dialect))
+    write_text_atomic(out, render_lines(lines))
+    alts = sum(1 for ln in lines if isinstance(ln["gold_sql"], list))
+    Console().print(f"wrote {out}: {len(lines)} gold-SQL items ({alts} with alternatives); check them with "
+                    f"'nlq2sql evalset check {out} --semantic-model … --db …'", highlight=False)

@@ -20,6 +20,7 @@ from nlq2sql.cli._common import (
     PromptOpt,
     RoutingOpt,
     SchemaOpt,
+    SearchPathOpt,
     SemanticModelOpt,
     TemperatureOpt,
     app,
@@ -30,6 +31,7 @@ from nlq2sql.cli._common import (
     guardrail_names,
     handled,
     parse_workers,
+    search_path_arg,
 )
 from nlq2sql.cli._serving import (
     BatchInvariantOpt,
@@ -100,9 +102,11 @@ def score(
                                         "MetricFlow query or {\"unanswerable\": …}, scored by rows) or 'sql' "
                                         "(SQL the model wrote: guarded, sandboxed, compared by result "
                                         "equivalence) or 'sql-grammar' (the same, under the grammar).")] = "intent",
+    search_path: SearchPathOpt = None,
     dbt: Any = None,  # --db-schema, --profiles-dir, --target (dbt_options)
 ) -> None:
-    """Re-score raw model outputs offline (no model needed)."""
+    """Re-score raw model outputs offline (no model needed).  A gold-SQL set (lines with gold_sql) is
+    scored for any --answer by the rows of its gold SQL."""
     from nlq2sql.stages.pipeline import ScoreConfig, score_responses
     from nlq2sql.stages.report import render_summary
 
@@ -111,8 +115,9 @@ def score(
                          field="--answer")
     names = guardrail_names(guardrails) if answer == "intent" or guardrails else ()
     cfg = ScoreConfig(evalset, responses, out, names, force=force, allow_missing=allow_missing,
-                      semantic_model=semantic_model, warehouse=db, dbt=dbt)
-    if answer in ("query", "sql", "sql-grammar"):
+                      semantic_model=semantic_model, warehouse=db, dbt=dbt,
+                      search_path=search_path_arg(search_path))
+    if answer in ("query", "sql", "sql-grammar") or _gold_sql(evalset, semantic_model, dbt):
         from nlq2sql.answers.query_run import score_query_responses
 
         summary = score_query_responses(cfg, answer)
@@ -122,6 +127,14 @@ def score(
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
     else:
         render_summary(summary, title=f"{evalset} ← {responses}")
+
+
+def _gold_sql(evalset: str, semantic_model: str, dbt: Any) -> bool:
+    """Whether ``evalset`` is a gold-SQL set (its lines carry gold_sql), resolved as the warehouse's set."""
+    from nlq2sql.semantic import load_catalog
+    from nlq2sql.stages.goldsql import is_gold_sql_set
+
+    return is_gold_sql_set(evalset, load_catalog(semantic_model, dbt=dbt).name)
 
 
 @app.command("eval")
@@ -177,10 +190,12 @@ def eval_cmd(
                                         "default) | sql (the model writes DuckDB SQL, free text, guarded and "
                                         "sandboxed, scored by result equivalence; prompt 'sql') | sql-grammar (the "
                                         "same, constrained by a SQL grammar from the warehouse).")] = "intent",
+    search_path: SearchPathOpt = None,
     conditions: Any = None,  # every registered condition's options (condition_options)
     dbt: Any = None,  # --db-schema, --profiles-dir, --target (dbt_options)
 ) -> None:
-    """Run an eval set against a live endpoint and score it."""
+    """Run an eval set against a live endpoint and score it (a gold-SQL set: every answer kind by the
+    rows of its gold SQL)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from nlq2sql.cli.serving import eval_repeats
@@ -216,6 +231,7 @@ def eval_cmd(
                          startup_timeout_s=startup_timeout),
                      client=client, semantic_model=semantic_model, warehouse=db, dbt=dbt, conditions=conditions,
                      workers=parse_workers(workers, concurrency),
+                     search_path=search_path_arg(search_path),
                      engine=engine,
                      ray_address=ray_address)
     if cfg.engine == "ray":  # join (or start) Ray now: a cluster we cannot join is refused before --out exists

@@ -102,6 +102,8 @@ class Judgement(_Part):
     error_final: str | None | UnsetType = UNSET
     error_lenient: str | None | UnsetType = UNSET
     wrong_fields_raw: list[str] | None | UnsetType = UNSET
+    column_rule: str | UnsetType = UNSET  # gold-SQL sets: how the answer's columns were matched to the gold's
+    gold_alternative: int | None | UnsetType = UNSET  # gold-SQL sets: the gold alternative matched (0-based)
 
     @property
     def scored(self) -> bool:
@@ -164,7 +166,7 @@ LAYOUT: Final[tuple[tuple[str, str] | None, ...]] = (
     ("result_truncated", _A), ("sql_exec_s", _A), ("gold_result_head", _J), ("gold_result_hash", _J),
     ("gold_sql", _J), ("gold_params", _J), ("parts", _J), ("correct_raw", _J), ("correct_final", _J),
     ("correct_exec", _J), ("correct_lenient", _J), ("error_raw", _J), ("error_final", _J),
-    ("error_lenient", _J), ("wrong_fields_raw", _J),
+    ("error_lenient", _J), ("wrong_fields_raw", _J), ("column_rule", _J), ("gold_alternative", _J),
     *((k, _R) for k in ("outcome", "http_status", "error", "attempts", "latency_s", "ttft_s", "itl_mean_s",
                         "itl_max_s", "chunks", "prompt_tokens", "completion_tokens", "cached_tokens",
                         "retry_waits_s", "unsent_retries", "started")),

@@ -76,6 +76,7 @@ class Summary(Figures):
     retries_used: int | None = None
     retry_budget: RetryBudgetPart | None = None
     compiles: int | None = None  # distinct MetricFlow compiles the run needed
+    column_rule: str | None = None  # gold-SQL sets: how answer columns are matched to the gold's
     missing: Missing | None = None  # offline re-scoring
     records: Digest | None = None  # since the summary hash (older runs: absent)
     record_version: int = RECORD_VERSION
@@ -106,6 +107,9 @@ class Manifest(Origin):
     prompt_sha256: str | None = None
     sampling: SamplingPart | None = None
     answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
+    gold: str | None = None  # gold-SQL sets: "sql" (absent: golds are intents or MetricFlow queries)
+    column_rule: str | None = None  # gold-SQL sets: how answer columns are matched to the gold's
+    search_path: list[str] | None = None  # the schemas unqualified names in gold and model SQL resolved in
     engine: EnginePart | None = None
     concurrency: int | None = None
     limit: int | None = None

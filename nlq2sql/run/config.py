@@ -104,6 +104,8 @@ class EvalConfig:
     conditions: ConditionSet = field(default_factory=ConditionSet)
     answer: str = "intent"  # intent (v1 intent JSON) | query (v2: a MetricFlow query or "unanswerable") | sql
     sql_timeout_s: float = 10.0  # --answer sql: the per-query time limit of the sandbox
+    # The schemas unqualified names in SQL (gold and model) resolve in (--search-path); None: the layer's.
+    search_path: tuple[str, ...] | None = None
     server: LocalServerSettings = field(default_factory=LocalServerSettings)  # only when endpoint is None
     load: LoadShape = field(default_factory=LoadShape)  # the defaults: a plain closed-loop eval
 

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from nlq2sql.answers.sql.gold import GoldRunner, gold_sql_record
 from nlq2sql.answers.sql.score import SQL_ANSWERS
 from nlq2sql.answers.unscored import Question
 from nlq2sql.conditions.registry import Condition, Request
@@ -28,6 +29,7 @@ from nlq2sql.run.pool import FAIL_FAST, Pool
 from nlq2sql.run.sql_grammar import grammar_for
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.goldsql import GoldSqlCase, is_gold_sql_set, resolve_search_path
 from nlq2sql.stages.intent import canonicalise
 from nlq2sql.stages.pipeline import make_executor
 from nlq2sql.stages.prompt import load_prompt
@@ -122,21 +124,30 @@ class ItemRunner:
         self.samplers = ([MetricsSampler(r.cfg.base_url, cfg.load.metrics_interval_s) for r in self.pool.replicas]
                          if sample_metrics else [])
         self.ex = make_executor(self.wh)
-        self.sandbox = None  # the direct-SQL answer's own read-only, locked, time-limited DuckDB
-        if cfg.answer in SQL_ANSWERS:
+        self.sandbox = None  # the direct-SQL answer's (and gold SQL's) own read-only, locked, time-limited DuckDB
+        self.golds: GoldRunner | None = None  # a gold-SQL set: its golds, each run once in the sandbox
+        gold_sql = is_gold_sql_set(cfg.evalset, self.wh.name)
+        if cfg.answer in SQL_ANSWERS or gold_sql:
             from nlq2sql.answers.sql.sandbox import Sandbox
 
-            self.sandbox = Sandbox(self.wh.db_path, timeout_s=cfg.sql_timeout_s)
+            self.sandbox = Sandbox(self.wh.db_path, timeout_s=cfg.sql_timeout_s,
+                                   search_path=resolve_search_path(self.wh.catalog.manifest, cfg.search_path))
+            if gold_sql:
+                self.golds = GoldRunner(self.sandbox)
         self.monitor = HarnessMonitor()
 
-    def prepare(self, cases: Iterable[EvalCase | QueryCase]) -> None:
+    def prepare(self, cases: Iterable[EvalCase | QueryCase | GoldSqlCase]) -> None:
         """Execute each distinct gold query once, before the clock starts: the answers are the
         warehouse's, not the endpoint's, so their cost belongs to setting up, not to the measured
         requests (``vllm bench serve`` prepares its prompts before its clock too).  A gold that
         fails here is left to fail the same way, recorded, when its item is scored."""
         for case in cases:
             with contextlib.suppress(SqlBuildError, ExecutionError):
-                if isinstance(case, QueryCase):
+                if isinstance(case, GoldSqlCase):
+                    for sql in case.gold_sql or ():
+                        if self.golds is not None:
+                            self.golds.result(sql)
+                elif isinstance(case, QueryCase):
                     if case.gold is not None:
                         self.ex.run(self.wh.catalog.engine.compile(case.gold))
                 else:
@@ -159,7 +170,8 @@ class ItemRunner:
             if self.sandbox is not None:
                 self.sandbox.close()
 
-    async def record(self, case: EvalCase | QueryCase | Question, scheduled: float | None = None) -> ItemRecord:
+    async def record(self, case: EvalCase | QueryCase | GoldSqlCase | Question, scheduled: float | None = None
+                     ) -> ItemRecord:
         """The item's record (a failed request is a recorded outcome, never an exception)."""
         cfg, pool = self.cfg, self.pool
         messages = self.prompt.messages(case.question + cfg.load.context_suffix)
@@ -179,7 +191,12 @@ class ItemRunner:
                 case.id, lambda r: complete(r.client, r.cfg, messages, self.sampling, self.budget, self.fail_fast))
         # A question without a gold (``batch --questions``) is answered, not scored: same keys.
         request_error = None if comp.outcome == "ok" else comp.outcome
-        if isinstance(case, QueryCase) and cfg.answer in SQL_ANSWERS:  # SQL the model wrote: guarded, sandboxed
+        if isinstance(case, GoldSqlCase):  # golds stated as SQL: any answer kind, by rows (answers.sql.gold)
+            assert self.golds is not None
+            rec = gold_sql_record(case, comp.text, answer=cfg.answer, executor=self.ex, catalog=self.wh.catalog,
+                                  golds=self.golds, rulesets=self.rulesets, finish_reason=comp.finish_reason,
+                                  request_error=request_error)
+        elif isinstance(case, QueryCase) and cfg.answer in SQL_ANSWERS:  # SQL the model wrote: guarded, sandboxed
             from nlq2sql.answers.sql.score import sql_record
 
             rec = sql_record(case, comp.text, self.ex, self.wh.catalog, sandbox=self.sandbox,

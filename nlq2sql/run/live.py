@@ -23,6 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nlq2sql.answers.sql.gold import COLUMN_RULE
+from nlq2sql.answers.sql.score import SQL_ANSWERS
 from nlq2sql.conditions.registry import REGISTRY, Messages
 from nlq2sql.records.manifest_parts import (
     ContextPart,
@@ -63,6 +65,7 @@ from nlq2sql.run.session import Session, finish_summary, recorded_retries, sessi
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set, resolve_search_path
 from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.queryset import load_query_set
@@ -201,13 +204,22 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> Summary:
         return _run_eval(cfg, progress, interrupts)
 
 
+def _eval_set(cfg: EvalConfig, wh: Any) -> tuple[bool, Any]:
+    """(whether its golds are SQL, the set): a gold-SQL set scores every answer kind by its rows;
+    otherwise v2 golds for the query and SQL answers, v1 golds for the intent."""
+    if is_gold_sql_set(cfg.evalset, wh.name):
+        return True, load_gold_sql_set(cfg.evalset, wh.name)
+    if cfg.answer in ("query", "sql", "sql-grammar"):
+        return False, load_query_set(cfg.evalset, wh.catalog)
+    return False, load_evalset(cfg.evalset, wh)
+
+
 def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> Summary:
     check_local_out(cfg.out)
     validate(cfg)
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     compiles_before, shapes_before = wh.catalog.engine.compiles, wh.catalog.engine.shapes()
-    evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql", "sql-grammar")
-                    else load_evalset(cfg.evalset, wh))
+    gold_sql, evalset = _eval_set(cfg, wh)
     rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
     conditions = load_conditions(cfg, wh)
@@ -282,6 +294,10 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             manifest.answer = cfg.answer
         if context is not None:
             manifest.context = context
+        if gold_sql:
+            manifest.gold, manifest.column_rule = "sql", COLUMN_RULE
+        if gold_sql or cfg.answer in SQL_ANSWERS:  # where unqualified names in gold and model SQL resolved
+            manifest.search_path = list(resolve_search_path(wh.catalog.manifest, cfg.search_path))
         if len(fleet) > 1:
             manifest.routing = cfg.routing
             manifest.replicas = [ReplicaPart(label=f"r{i}", url=u, model=m, server=f)
@@ -357,9 +373,8 @@ def sized_for_run(cfg: EvalConfig) -> EvalConfig:
     (``max_model_len`` None): for a command that starts the server before ``run_eval`` binds it."""
     if cfg.endpoint is not None or cfg.server.max_model_len is not None:
         return cfg
-    wh = open_warehouse(cfg.semantic_model, cfg.warehouse)
-    evalset: Any = (load_query_set(cfg.evalset, wh.catalog) if cfg.answer in ("query", "sql", "sql-grammar")
-                    else load_evalset(cfg.evalset, wh))
+    wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
+    _, evalset = _eval_set(cfg, wh)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
     conditions = load_conditions(cfg, wh)
     cases = list(evalset.cases[: cfg.limit] if cfg.limit else evalset.cases)

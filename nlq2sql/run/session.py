@@ -133,6 +133,7 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: M
         retries_used=retries, retry_budget=budget.model_copy(update={"used": retries}) if budget is not None else None,
         # distinct MetricFlow compiles this session needed (several workers: their shapes, joined)
         **({"compiles": session.compiles} if session.compiles is not None else {}),
+        **({"column_rule": manifest.column_rule} if manifest.column_rule is not None else {}),
         records=records_digest(out / RECORDS),  # what `compare` checks the records against
         record_version=RECORD_VERSION)
     write_json_atomic(out / SUMMARY, summary.to_json_dict())

@@ -18,6 +18,7 @@ from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import display_path
 from nlq2sql.stages.evalset import CaseIndex, EvalSet
+from nlq2sql.stages.goldsql import GoldSqlSet
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.learned_guardrail import LearnedRuleSet
 from nlq2sql.stages.queryset import QuerySet
@@ -25,7 +26,7 @@ from nlq2sql.stages.queryset import QuerySet
 __all__ = ["manifest_base"]
 
 
-def manifest_base(kind: str, evalset: EvalSet | CaseIndex | QuerySet | None, rulesets: list[RuleSet],
+def manifest_base(kind: str, evalset: EvalSet | CaseIndex | QuerySet | GoldSqlSet | None, rulesets: list[RuleSet],
                   wh: Warehouse | None = None, *, n_items: int | None = None) -> Origin:
     """The opening keys; ``evalset`` None (a batch over a question file): no eval set keys, and
     ``n_items`` must be given (it overrides the set's size where a run is cut, too)."""

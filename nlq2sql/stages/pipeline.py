@@ -62,6 +62,7 @@ class ScoreConfig:
     allow_missing: bool = False  # items without a response are expected: status `missing`
     semantic_model: str = DEFAULT_WAREHOUSE  # name or path (the CLI's default, retail)
     dbt: DbtOptions | None = None  # --db-schema, --profiles-dir, --target: where the layer's relations live
+    search_path: tuple[str, ...] | None = None  # --search-path; None: the layer's schemas (gold-SQL sets)
 
 
 @dataclass
@@ -234,8 +235,9 @@ def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> SummaryModel:
     for rec in iter_item_records(records_path):
         if summ is None:
             answer = present(rec.answer.answer)
-            summ = (Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets, fields=())
-                    if answer in ("sql", "sql-grammar") else Summary(rulesets))
+            gold_sql = rec.judgement is not None and present(rec.judgement.column_rule) is not None
+            summ = (Summary(rulesets, fields=()) if gold_sql or answer in ("sql", "sql-grammar")  # judged by rows only
+                    else Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets))
         summ.add(rec)
     figures = (summ or Summary(rulesets)).figures()
     return SummaryModel.of(figures, answer=answer) if answer is not None else SummaryModel.of(figures)

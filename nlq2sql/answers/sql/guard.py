@@ -18,7 +18,7 @@ import json
 import re
 import threading
 import unicodedata
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -286,18 +286,22 @@ def _sqlglot_view(sql: str) -> tuple[str | None, list[exp.Table], set[str], set[
     return None, tables, ctes, funcs, table_funcs, tree.args.get("order") is not None
 
 
-def check_sql(sql: str, tables: Collection[str], *, catalog_names: Collection[str] = ()) -> Verdict:
+def check_sql(sql: str, tables: Collection[str], *, catalog_names: Collection[str] = (),
+              schema_tables: Mapping[str, Collection[str]] | None = None) -> Verdict:
     """Accept ``sql`` only as one SELECT (or WITH … SELECT) reading ``tables`` (and its own CTEs).
 
-    ``tables`` are the warehouse's table/view names; ``catalog_names`` the catalog aliases a
-    qualified name may use (schema ``main`` is always accepted).  Never raises."""
+    ``tables`` are the table/view names an unqualified name reaches; ``catalog_names`` the
+    catalog aliases a qualified name may use; ``schema_tables`` each schema of the warehouse with
+    its tables (what a schema-qualified name may read; default: ``main`` holding ``tables``).
+    Never raises."""
     try:
-        return _check(sql, tables, catalog_names)
+        return _check(sql, tables, catalog_names, schema_tables)
     except Exception as exc:  # noqa: BLE001 — a guard that fails refuses; the run goes on
         return Verdict(REFUSED, f"guard failure: {type(exc).__name__}", sql)
 
 
-def _check(sql: str, tables: Collection[str], catalog_names: Collection[str]) -> Verdict:
+def _check(sql: str, tables: Collection[str], catalog_names: Collection[str],
+           schema_tables: Mapping[str, Collection[str]] | None = None) -> Verdict:
     def refuse(reason: str) -> Verdict:
         return Verdict(REFUSED, reason, sql)
 
@@ -328,14 +332,17 @@ def _check(sql: str, tables: Collection[str], catalog_names: Collection[str]) ->
     known = {t.lower() for t in tables}
     ctes = {c.lower() for c in d_ctes} | g_ctes
     catalogs = {c.lower() for c in catalog_names}
+    by_schema = ({s.lower(): {t.lower() for t in ts} for s, ts in schema_tables.items()} if schema_tables is not None
+                 else {"main": known})
+    by_schema.setdefault("main", set())
     used: list[str] = []
     refs = [(c, s, t) for c, s, t in d_tables] + [(t.catalog, t.db, t.name) for t in g_tables]
     for cat, schema, name in refs:
         low = name.lower()
-        if schema and schema.lower() != "main" or cat and cat.lower() not in catalogs:
+        if schema and schema.lower() not in by_schema or cat and cat.lower() not in catalogs:
             return refuse(f"table {'.'.join(p for p in (cat, schema, name) if p)!r} is outside the warehouse")
         if cat or schema:
-            if low not in known:
+            if low not in by_schema[(schema or "main").lower()]:
                 return refuse(f"table {name!r} is not in the warehouse")
         elif low not in known and low not in ctes:
             return refuse(f"table {name!r} is not in the warehouse (nor a CTE of the statement)")

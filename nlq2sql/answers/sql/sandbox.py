@@ -12,12 +12,19 @@ Each statement gets a wall-clock limit (a timer interrupts it → ``sql_timeout`
 (the result streams; ``fetchmany(cap + 1)`` → ``sql_too_many_rows`` with the first ``cap`` rows
 kept and ``truncated`` set), and DuckDB's errors become ``sql_error`` with their first line.
 Nothing raises out of :meth:`Sandbox.run`: a bad statement is an outcome, never the end of a run.
+
+``search_path``: the schemas unqualified table names resolve in, in order (DuckDB's
+``search_path``, set before the configuration is locked; the statement cannot ``SET`` it: the
+guard refuses every SET).  Each entry must be a plain identifier naming a schema of the
+warehouse file; a schema-qualified name may read any schema of the file.  Default: ``main``.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,7 @@ from typing import Any
 import duckdb
 
 from nlq2sql.answers.sql.guard import REFUSED, SQL_ERROR, Verdict, check_sql
+from nlq2sql.errors import InputError
 
 __all__ = ["DEFAULT_MEMORY_LIMIT", "DEFAULT_ROW_CAP", "DEFAULT_TIMEOUT_S", "SQL_TIMEOUT", "SQL_TOO_MANY_ROWS",
            "Sandbox", "SandboxResult"]
@@ -35,6 +43,7 @@ DEFAULT_MEMORY_LIMIT = "1GB"
 SQL_TIMEOUT = "sql_timeout"
 SQL_TOO_MANY_ROWS = "sql_too_many_rows"
 Row = tuple[Any, ...]
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -64,9 +73,14 @@ class Sandbox:
     """A locked, read-only DuckDB instance over one warehouse file; one statement at a time."""
 
     def __init__(self, db_path: str | Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, row_cap: int = DEFAULT_ROW_CAP,
-                 memory_limit: str = DEFAULT_MEMORY_LIMIT, threads: int = 1, alias: str = "warehouse") -> None:
+                 memory_limit: str = DEFAULT_MEMORY_LIMIT, threads: int = 1, alias: str = "warehouse",
+                 search_path: Sequence[str] | None = None) -> None:
         if not alias.isidentifier():
             raise ValueError(f"alias {alias!r} must be a plain identifier")
+        path_given = tuple(search_path) if search_path else ("main",)
+        bad = [s for s in path_given if not _SCHEMA_NAME.match(s)]
+        if bad:  # validated here too: the value is spliced into a SET statement
+            raise InputError(f"search path entries must be plain identifiers; refused: {bad}", field="--search-path")
         self.path, self.timeout_s, self.row_cap, self.alias = str(db_path), float(timeout_s), int(row_cap), alias
         self._lock = threading.Lock()
         con = duckdb.connect(":memory:", config={"threads": int(threads), "memory_limit": memory_limit,
@@ -75,18 +89,32 @@ class Sandbox:
         try:
             con.execute(f"ATTACH {_quote(self.path)} AS {alias} (READ_ONLY)")
             con.execute(f"USE {alias}")
+            pairs = con.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE "
+                                "table_catalog = $1 ORDER BY table_schema, table_name", [alias]).fetchall()
+            schemas: dict[str, list[str]] = {}
+            for schema, name in pairs:
+                schemas.setdefault(str(schema), []).append(str(name))
+            missing = [s for s in path_given if s not in schemas and s != "main"]
+            if missing:
+                known = ", ".join(sorted(schemas)) or "none"
+                raise InputError(f"search path schema(s) {', '.join(missing)} not in the warehouse (its schemas "
+                                 f"with tables: {known})", path=Path(self.path).name, field="--search-path")
+            if search_path:
+                con.execute(f"SET search_path = '{','.join(path_given)}'")
             for setting in ("enable_external_access = false", "python_enable_replacements = false",
                             "allow_community_extensions = false", "max_temp_directory_size = '0KiB'",
                             "enable_progress_bar = false", "lock_configuration = true"):
                 con.execute(f"SET {setting}")
-            rows = con.execute("SELECT table_name FROM information_schema.tables WHERE table_catalog = $1 "
-                               "AND table_schema = 'main' ORDER BY table_name", [alias]).fetchall()
         except BaseException:
             con.close()
             raise
         self._con = con
-        #: The warehouse's tables and views (the only relations a statement may read).
-        self.tables: tuple[str, ...] = tuple(str(r[0]) for r in rows)
+        #: The schemas unqualified names resolve in, in order.
+        self.search_path: tuple[str, ...] = path_given
+        #: Every schema of the warehouse with its tables and views (what a qualified name may read).
+        self.schema_tables: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in schemas.items()}
+        #: The tables and views an unqualified name reaches (the search path's, first schema first).
+        self.tables: tuple[str, ...] = tuple(dict.fromkeys(t for s in path_given for t in schemas.get(s, ())))
 
     def close(self) -> None:
         self._con.close()
@@ -99,7 +127,7 @@ class Sandbox:
 
     def check(self, sql: str) -> Verdict:
         """The guard's verdict on ``sql`` against this warehouse's tables."""
-        return check_sql(sql, self.tables, catalog_names=(self.alias,))
+        return check_sql(sql, self.tables, catalog_names=(self.alias,), schema_tables=self.schema_tables)
 
     def execute(self, sql: str) -> SandboxResult:
         """Guard, then run: the one entry point for untrusted text."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -31,7 +32,8 @@ from nlq2sql.stages.execute import Executor, result_hash
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS
 
-__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "extract_sql", "gold_columns", "parse_sql_answer",
+__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "SqlAnswer", "extract_sql", "gold_columns",
+           "parse_sql_answer", "row_head", "run_sql_answer", "sql_answer_part", "sql_error_class",
            "sql_record"]
 
 ANSWER_KIND = "sql"
@@ -114,7 +116,7 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _head(rows: list[tuple[Any, ...]], ordered: bool) -> list[list[Any]]:
+def row_head(rows: list[tuple[Any, ...]], ordered: bool) -> list[list[Any]]:
     """The first rows shown: in the statement's order, else sorted -- an unordered result comes back
     from DuckDB in any order, and a record must not depend on the run (or worker) that made it."""
     shown = rows if ordered else sorted(rows, key=repr)
@@ -125,12 +127,30 @@ def _dump(q: MetricQuery | None) -> dict[str, Any]:
     return {"intent": q.kind, **q.model_dump(mode="json")} if q is not None else {"intent": UNANSWERABLE}
 
 
-def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
-               sandbox: Sandbox | None = None, finish_reason: str | None = None,
-               request_error: str | None = None, answer: str = ANSWER_KIND) -> ItemRecord:
-    """One item's record: extract the statement, guard it, run it in ``sandbox`` (a temporary one
-    over ``executor``'s warehouse when None), compare its rows with the gold's.  ``answer`` is the
-    arm recorded (``sql``, or ``sql-grammar`` when the grammar constrained the text)."""
+@dataclass(frozen=True)
+class SqlAnswer:
+    """A model's SQL answer read and run: what it was (``sql``, ``unanswerable``, ``unparsable``),
+    the statement or abstention reason, the status, and the sandbox's result when it ran."""
+
+    kind: str
+    payload: str | None
+    status: str
+    reason: str | None
+    res: SandboxResult | None
+
+    @property
+    def sql(self) -> str | None:
+        return self.payload if self.kind == "sql" else None
+
+    @property
+    def rows(self) -> list[tuple[Any, ...]] | None:
+        return self.res.rows if self.res is not None and self.res.ok else None
+
+
+def run_sql_answer(raw_text: str | None, sandbox: Sandbox | None, db_path: str, timeout_s: float, *,
+                   finish_reason: str | None = None, request_error: str | None = None) -> SqlAnswer:
+    """Extract the statement, guard it, run it in ``sandbox`` (a temporary one over ``db_path``
+    when None)."""
     status, reason = "ok", None
     kind, payload = ("unparsable", None)
     if request_error is not None:
@@ -140,22 +160,58 @@ def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalo
         if kind == "unparsable":
             status = "truncated" if finish_reason == "length" else "unparsable"
             reason = "no SQL statement in the answer (prose, or nothing)"
-    sql = payload if kind == "sql" else None
-    gold_q = catalog.engine.compile(case.gold) if case.gold is not None else None
-    gold_rows = executor.run(gold_q) if gold_q is not None else None
-    ordered = case.gold.ordered if case.gold is not None else False
     res: SandboxResult | None = None
-    if sql is not None:
+    if kind == "sql" and payload is not None:
         own = sandbox is None
-        box = sandbox if sandbox is not None else Sandbox(executor.path, timeout_s=executor.timeout_s)
+        box = sandbox if sandbox is not None else Sandbox(db_path, timeout_s=timeout_s)
         try:
-            res = box.execute(sql)
+            res = box.execute(payload)
         finally:
             if own:
                 box.close()
         if not res.ok:
             status, reason = res.status, res.reason
-    rows = res.rows if res is not None and res.ok else None
+    return SqlAnswer(kind, payload, status, reason, res)
+
+
+def sql_answer_part(a: SqlAnswer, raw_text: str | None, *, finish_reason: str | None, answer: str,
+                    gold_ordered: bool) -> AnswerPart:
+    """The record's answer part of a SQL answer (its hash in order only when both the gold and the
+    statement order)."""
+    sql, res = a.sql, a.res
+    rows = a.rows
+    norm = normalise_rows(rows) if rows is not None else None
+    head_rows = res.rows if res is not None and res.rows is not None else None
+    own_order = res is not None and res.ordered  # the guard's reading: the statement orders its rows
+    raw_intent = ({"intent": ANSWER_KIND, "sql": sql} if a.kind == "sql"
+                  else {"intent": UNANSWERABLE, UNANSWERABLE: a.payload} if a.kind == UNANSWERABLE else None)
+    return AnswerPart(
+        answer=answer, raw_text=raw_text, finish_reason=finish_reason, status=a.status, status_reason=a.reason,
+        final_status=a.status, final_status_reason=a.reason, raw_intent=raw_intent,
+        final_intent=None if raw_intent is None else dict(raw_intent),
+        unanswerable=a.payload if a.kind == UNANSWERABLE else None, interventions=[],
+        sql=sql, params=[] if sql is not None else None,
+        exec_error=a.reason if a.status in ERROR_OF_STATUS else None,
+        result_hash=result_hash(norm, ordered=gold_ordered and own_order) if norm is not None else None,
+        result_rows=len(head_rows) if head_rows is not None else None,
+        result_head=row_head(normalise_rows(head_rows), own_order) if head_rows is not None else None,
+        result_columns=list(res.columns) if res is not None and res.rows is not None else None,
+        result_truncated=bool(res.truncated) if res is not None else False,
+        sql_exec_s=round(res.elapsed_s, 6) if res is not None else None)
+
+
+def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalog: Catalog, *,
+               sandbox: Sandbox | None = None, finish_reason: str | None = None,
+               request_error: str | None = None, answer: str = ANSWER_KIND) -> ItemRecord:
+    """One item's record: extract the statement, guard it, run it in ``sandbox`` (a temporary one
+    over ``executor``'s warehouse when None), compare its rows with the gold's.  ``answer`` is the
+    arm recorded (``sql``, or ``sql-grammar`` when the grammar constrained the text)."""
+    gold_q = catalog.engine.compile(case.gold) if case.gold is not None else None
+    gold_rows = executor.run(gold_q) if gold_q is not None else None
+    ordered = case.gold.ordered if case.gold is not None else False
+    a = run_sql_answer(raw_text, sandbox, str(executor.path), executor.timeout_s, finish_reason=finish_reason,
+                       request_error=request_error)
+    res, rows, kind, status = a.res, a.rows, a.kind, a.status
     strict = lenient = False
     eq_error: str | None = None
     if case.gold is None:
@@ -166,29 +222,12 @@ def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalo
                      pred_width=len(res.columns) if res is not None else None,
                      gold_width=len(gold_rows[0]) if gold_rows else len(cols))
         strict, lenient, eq_error = eq.strict, eq.lenient, eq.error
-    error = _error(status, case, kind, strict, eq_error)
+    error = sql_error_class(status, case.gold is None, kind, strict, eq_error)
     error_lenient = None if lenient else error
-    norm = normalise_rows(rows) if rows is not None else None
-    head_rows = res.rows if res is not None and res.rows is not None else None
-    own_order = res is not None and res.ordered  # the guard's reading: the statement orders its rows
-    raw_intent = ({"intent": ANSWER_KIND, "sql": sql} if kind == "sql"
-                  else {"intent": UNANSWERABLE, UNANSWERABLE: payload} if kind == UNANSWERABLE else None)
-    part = AnswerPart(
-        answer=answer, raw_text=raw_text, finish_reason=finish_reason, status=status, status_reason=reason,
-        final_status=status, final_status_reason=reason, raw_intent=raw_intent,
-        final_intent=None if raw_intent is None else dict(raw_intent),
-        unanswerable=payload if kind == UNANSWERABLE else None, interventions=[],
-        sql=sql, params=[] if sql is not None else None,
-        exec_error=reason if status in ERROR_OF_STATUS else None,
-        result_hash=result_hash(norm, ordered=ordered and own_order) if norm is not None else None,
-        result_rows=len(head_rows) if head_rows is not None else None,
-        result_head=_head(normalise_rows(head_rows), own_order) if head_rows is not None else None,
-        result_columns=list(res.columns) if res is not None and res.rows is not None else None,
-        result_truncated=bool(res.truncated) if res is not None else False,
-        sql_exec_s=round(res.elapsed_s, 6) if res is not None else None)
+    part = sql_answer_part(a, raw_text, finish_reason=finish_reason, answer=answer, gold_ordered=ordered)
     judgement = Judgement(
         answerable=case.answerable, gold_intent=_dump(case.gold), guardrail_scope=[],
-        gold_result_head=_head(gold_rows, ordered) if gold_rows is not None else None,
+        gold_result_head=row_head(gold_rows, ordered) if gold_rows is not None else None,
         gold_result_hash=executor.result_hash(gold_q, ordered=ordered) if gold_q is not None else None,
         gold_sql=gold_q.sql if gold_q is not None else None,
         gold_params=list(gold_q.params) if gold_q is not None else None, parts=None,
@@ -199,12 +238,13 @@ def sql_record(case: QueryCase, raw_text: str | None, executor: Executor, catalo
                       answer=part, judgement=judgement)
 
 
-def _error(status: str, case: QueryCase, kind: str, correct: bool, eq_error: str | None) -> str | None:
+def sql_error_class(status: str, unanswerable: bool, kind: str, correct: bool, eq_error: str | None) -> str | None:
+    """The error class of a SQL answer (None when correct)."""
     if correct:
         return None
     if status != "ok":
         return ERROR_OF_STATUS.get(status, status)
-    if case.gold is None:
+    if unanswerable:
         return "answered_unanswerable"
     if kind == UNANSWERABLE:
         return "false_abstention"
