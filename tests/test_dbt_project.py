@@ -236,7 +236,7 @@ def test_semantic_show_offers_the_layer_less_its_problems(pawsure: DbtBuild, how
     what a problem touches: the all-NULL dimension, and the misspelt entity's join from payments
     (the same holders stay reachable through the policy)."""
     res = runner.invoke(app, ["semantic", "show", "--semantic-model", _source(pawsure, how), "--db",
-                              str(pawsure.db)])
+                              str(pawsure.db), "--json"])
     assert res.exit_code == 0, res.output
     shown = json.loads(res.stdout)
     metrics = shown["metrics"]

@@ -101,7 +101,12 @@ def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSO
     from nlq2sql.stages.pipeline import check_evalset
 
     schemas = search_path_arg(search_path)
-    wh = open_warehouse(semantic_model, db, dbt=dbt)
+    wh = open_warehouse(semantic_model, db, dbt=dbt, announce=False)
+    if wh.catalog.excluded:  # the golds are checked against the rest: say what that leaves out
+        names = ", ".join(e.object for e in wh.catalog.excluded)
+        err.print(f"note: {len(wh.catalog.excluded)} objects excluded for data problems ({escape(names)}); the golds "
+                  "are checked against the rest of the layer; see `nlq2sql semantic check`", highlight=False,
+                  soft_wrap=True)
     if is_gold_sql_set(path, wh.name):
         return _check_gold_sql_set(path, wh, schemas)
     if _is_v2_set(path, wh.catalog.name):

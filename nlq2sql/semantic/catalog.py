@@ -96,6 +96,9 @@ class Catalog:
     excluded: tuple[Exclusion, ...] = ()
     #: Each name an exclusion took away (of the whole manifest) → that exclusion.
     excluded_by_name: dict[str, Exclusion] = field(default_factory=dict, repr=False)
+    #: The manifest before data problems were excluded (None: ``manifest`` is the whole layer); what
+    #: the tables hold is described from it (the SQL answer sees every column the layer names).
+    whole: Any = field(default=None, repr=False)
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -206,7 +209,7 @@ def catalog_of(project: Project, manifest: Any, kind: str, excluded: tuple[Exclu
     catalog = Catalog(name=project.name, path=project.path, sha256=project.sha256, metrics=metrics,
                       dimensions=dimensions, time_sources=tuple(sources),
                       spine=kind, project=project, manifest=manifest, excluded=excluded,
-                      excluded_by_name=by_name_ex)
+                      excluded_by_name=by_name_ex, whole=whole)
     catalog.__dict__["engine"] = engine  # the one built to list the group-bys (cached_property's slot)
     return catalog
 

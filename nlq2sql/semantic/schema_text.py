@@ -107,16 +107,21 @@ def relationships(catalog: Catalog) -> list[Relationship]:
 
 def describe_tables(catalog: Catalog, warehouse: Warehouse) -> list[TableInfo]:
     """The tables the layer reads, each with the columns it reads (DuckDB types, what the layer says
-    about them, known values of small categorical ones) and its measures; sorted by table name."""
+    about them, known values of small categorical ones) and its measures; sorted by table name.  A
+    partial layer is described whole (less the relations the database lacks): what data problems
+    exclude from the query vocabulary are still columns SQL may read."""
     known: dict[tuple[str, str], tuple[str, ...]] = {}
     for d in catalog.dimensions.values():
         vals = warehouse.values(d.name)
         if vals is not None and 0 < len(vals) <= PROMPT_VALUES_MAX and d.expr.isidentifier():
             known[(d.table, d.expr.lower())] = vals
     tables: list[TableInfo] = []
-    for sm in sorted(catalog.manifest.semantic_models, key=lambda s: (s.node_relation.alias, s.name)):
+    manifest = catalog.whole if catalog.whole is not None else catalog.manifest  # a column all NULL is still one
+    for sm in sorted(manifest.semantic_models, key=lambda s: (s.node_relation.alias, s.name)):
         table = sm.node_relation.alias
         cols = {n.lower(): ColumnInfo(n, t) for n, t in _db_columns(warehouse, table)}
+        if not cols:  # a relation the database lacks (excluded from the layer): nothing to describe
+            continue
         read: set[str] = set()
 
         def note(expr: str, text: str, cols: dict[str, ColumnInfo] = cols, read: set[str] = read) -> None:
