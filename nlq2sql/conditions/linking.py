@@ -115,6 +115,7 @@ class Linker:
             items.append(_Item("entity", e, e, frozenset(words(e.removesuffix("_id"))), frozenset(),
                                (_phrase(e.removesuffix("_id")),)))
         self.items = items
+        self.listable = set(self.engine.listables())  # a listing reaches these without a metric
         df: Counter[str] = Counter(w for it in items for w in it.strong | it.weak)
         self.idf = {w: math.log(1 + len(items) / n) for w, n in df.items()}
         self.values = ValueIndex(wh)
@@ -141,8 +142,10 @@ class Linker:
                 break
             if it.name not in chosen_m:
                 chosen_m.append(it.name)
-        reach = {g for m in chosen_m for g in self.engine.group_bys((m,))}
-        others = [(s, it) for s, _, it in ranked if it.kind != "metric" and it.group_by in reach]
+        reach = {g for m in chosen_m for g in self.engine.group_bys((m,))} | self.listable
+        reach_dims = {d.name for g in reach if (d := self.wh.catalog.dimension_of(g)) is not None}
+        others = [(s, it) for s, _, it in ranked if it.kind != "metric"  # by any path: the prompt names them all
+                  and (it.group_by in reach or it.kind == "dimension" and it.name in reach_dims)]
         dims: list[str] = []
         ents: list[str] = []
         picked_dims = 0

@@ -196,6 +196,9 @@ class Warehouse:
             lines.append(f"Years in the data: {', '.join(self.years)}")
         by_set: dict[tuple[str, ...], list[str]] = {}
         shown = {d.group_by for d in cat.dimensions.values() if dimensions is None or d.name in dimensions}
+        if dimensions is not None:  # a linked dimension by every path a listed metric reaches it
+            shown |= {g for m in cat.metrics if metrics is None or m in metrics for g in eng.group_bys((m,))
+                      if (d := cat.dimension_of(g)) is not None and d.name in dimensions}
         for m in cat.metrics:  # one line per distinct set of group-bys, not per metric: the prompt stays short
             if metrics is None or m in metrics:
                 by_set.setdefault(eng.group_bys((m,)), []).append(m)
