@@ -141,6 +141,7 @@ def test_the_builder_writes_what_the_dict_wrote(name: str, tmp_path: Path, monke
     expected = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
     assert built.pop("excluded") == [], "the warehouse's exclusions, recorded since the fixtures (none here)"
     assert built.pop("link_schema", None) is None, "schema linking's key, added since the fixtures (off here)"
+    assert len(built.pop("layer_sha256")) == 64, "the layer by content, recorded since the fixtures"
     assert list(built) == list(expected)
     assert {k: v for k, v in built.items() if k not in MACHINE | {"sessions"}} == \
         {k: v for k, v in expected.items() if k not in MACHINE | {"sessions"}}

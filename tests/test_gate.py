@@ -301,15 +301,37 @@ def test_refuses_different_eval_sets(runs: dict[str, Path], tmp_path: Path) -> N
 def test_refuses_different_warehouses(runs: dict[str, Path], tmp_path: Path) -> None:
     cand = copy(runs["same"], tmp_path / "c")
     manifest = json.loads((cand / "manifest.json").read_text())
-    manifest.update(semantic_model="tpch", semantic_model_sha256="0" * 64)
+    manifest.update(semantic_model="tpch", semantic_model_sha256="0" * 64, layer_sha256="1" * 64)
     (cand / "manifest.json").write_text(json.dumps(manifest))
-    refused(gate(runs["base"], cand), "different warehouses", "tpch")
+    refused(gate(runs["base"], cand), "different semantic layers", "tpch")
+    manifest.update(db_sha256="2" * 64)
+    (cand / "manifest.json").write_text(json.dumps(manifest))
+    refused(gate(runs["base"], cand), "different warehouses", "database")
+
+
+def test_the_same_layer_by_content_passes_whatever_its_path_or_file_hash(runs: dict[str, Path],
+                                                                        tmp_path: Path) -> None:
+    """Runs identify their layer by content (``layer_sha256``): read from another path, or hashed
+    by another release (``semantic_model_sha256`` differs), it is the same layer."""
+    base = json.loads((runs["base"] / "manifest.json").read_text())
+    assert len(base["layer_sha256"]) == 64
+    cand = copy(runs["same"], tmp_path / "c")
+    manifest = json.loads((cand / "manifest.json").read_text())
+    manifest.update(semantic_model_path="elsewhere/semantic_model.yml", semantic_model_sha256="0" * 64)
+    (cand / "manifest.json").write_text(json.dumps(manifest))
+    assert gate(runs["base"], cand).exit_code == 0
+    old = copy(runs["same"], tmp_path / "o")  # an older run: no layer content, another file hash
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest.pop("layer_sha256")
+    manifest.update(semantic_model_sha256="0" * 64)
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    assert gate(runs["base"], old).exit_code == 0, "the same layer by name on the same data"
 
 
 def test_missing_warehouse_hash_means_the_default_warehouse(runs: dict[str, Path], tmp_path: Path) -> None:
     def strip(run: Path) -> Path:
         m = json.loads((run / "manifest.json").read_text())
-        for k in ("semantic_model", "semantic_model_path", "semantic_model_sha256"):
+        for k in ("semantic_model", "semantic_model_path", "semantic_model_sha256", "layer_sha256"):
             m.pop(k)
         (run / "manifest.json").write_text(json.dumps(m))
         return run
@@ -319,7 +341,7 @@ def test_missing_warehouse_hash_means_the_default_warehouse(runs: dict[str, Path
     assert gate(old_b, runs["same"]).exit_code == 0   # an older run vs a retail run
     tpch = copy(runs["same"], tmp_path / "t")
     m = json.loads((tpch / "manifest.json").read_text())
-    m["semantic_model"], m["semantic_model_sha256"] = "tpch", "f" * 64
+    m["semantic_model"], m["semantic_model_sha256"], m["layer_sha256"] = "tpch", "f" * 64, "e" * 64
     (tpch / "manifest.json").write_text(json.dumps(m))
     refused(gate(old_b, tpch), "different warehouses", "(not recorded: the default)")
 

@@ -32,14 +32,22 @@ class RunFacts:
     evalset_sha256: str | None  # None: not recorded (refused in check_same_inputs)
     semantic_model: str | None
     semantic_model_sha256: str | None
+    layer_sha256: str | None = None  # the layer by content (recorded since runs name it)
+    db_sha256: str | None = None
 
     @classmethod
     def of(cls, m: dict[str, Any]) -> RunFacts:  # (the manifest just read: a JSON edge)
         g, ev, sha = m.get("guardrails"), m.get("evalset_sha256"), m.get("semantic_model_sha256")
+
+        def text(key: str) -> str | None:
+            v = m.get(key)
+            return v if isinstance(v, str) else None
+
         return cls(kind=m.get("kind"), model=m.get("model"), prompt=m.get("prompt"),
                    guardrails=[str(x) for x in g] if isinstance(g, list) else [], evalset=m.get("evalset"),
                    evalset_sha256=ev if isinstance(ev, str) else None, semantic_model=m.get("semantic_model"),
-                   semantic_model_sha256=sha if isinstance(sha, str) else None)
+                   semantic_model_sha256=sha if isinstance(sha, str) else None,
+                   layer_sha256=text("layer_sha256"), db_sha256=text("db_sha256"))
 
 
 def read_run(run_dir: Path) -> tuple[RunFacts, dict[str, ItemRecord]]:
@@ -76,9 +84,23 @@ def check_same_inputs(base_dir: Path, base: RunFacts, cand_dir: Path, cand: RunF
                          f"(sha256 {b_ev[:12]}…), the candidate "
                          f"{cand.evalset!r} (sha256 {c_ev[:12]}…); "
                          "a gate compares runs of the same eval set", field="--candidate")
+    if base.db_sha256 and cand.db_sha256 and base.db_sha256 != cand.db_sha256:
+        raise InputError(f"different warehouses: the baseline's database (sha256 {base.db_sha256[:12]}…) is not the "
+                         f"candidate's ({cand.db_sha256[:12]}…); a gate compares runs on the same data",
+                         field="--candidate")
+    if base.layer_sha256 and cand.layer_sha256:  # the layer by content: path and release do not matter
+        if base.layer_sha256 != cand.layer_sha256:
+            raise InputError(f"different semantic layers: the baseline's {base.semantic_model!r} (content sha256 "
+                             f"{base.layer_sha256[:12]}…) is not the candidate's {cand.semantic_model!r} "
+                             f"({cand.layer_sha256[:12]}…); a gate compares runs on the same layer",
+                             field="--candidate")
+        return
     b_sha, c_sha = base.semantic_model_sha256, cand.semantic_model_sha256
     if b_sha == c_sha:  # equal, or both missing: both on the default warehouse
         return
+    if (base.semantic_model or LEGACY_WAREHOUSE) == (cand.semantic_model or LEGACY_WAREHOUSE) and base.db_sha256 \
+            and base.db_sha256 == cand.db_sha256:
+        return  # an older run names no layer content: the same layer by name, on the same data
     from nlq2sql.semantic.catalog import load_catalog
 
     legacy = load_catalog(LEGACY_WAREHOUSE).sha256

@@ -202,6 +202,7 @@ class Origin(Part):
     db_sha256: str | None = None
     db_schema: str | None = None  # --db-schema: the schema every relation was read from
     excluded: list[ExcludedPart] | None = None  # what data problems left out of the layer (empty: nothing)
+    layer_sha256: str | None = None  # the layer by content, whatever path or release read it
 
     def given(self) -> dict[str, Any]:
         """The keys set, as values (sections stay models), in order: a manifest model's keyword

@@ -59,6 +59,7 @@ class WarehouseFacts(msgspec.Struct, frozen=True):
     db_sha256: str
     excluded: list[Exclusion]  # what data problems left out of the layer, and why (empty: the whole layer)
     db_schema: str | None = None  # --db-schema, when given: every relation's schema
+    layer_sha256: str | None = None  # the layer by content (Catalog.layer_sha256): what gate and compare match
 
 
 @dataclass(eq=False)
@@ -100,7 +101,7 @@ class Warehouse:
                               else self.db_path.name, db_sha256=self.fingerprint,
                               excluded=list(self.catalog.excluded),
                               db_schema=self.catalog.project.target.schema if self.catalog.project.target.override
-                              else None)
+                              else None, layer_sha256=self.catalog.layer_sha256)
 
     def bind(self) -> None:
         """The data checks MetricFlow cannot make (:mod:`.datacheck`), once per process for a layer
@@ -198,7 +199,7 @@ class Warehouse:
         shown = {d.group_by for d in cat.dimensions.values() if dimensions is None or d.name in dimensions}
         if dimensions is not None:  # a linked dimension by every path a listed metric reaches it
             shown |= {g for m in cat.metrics if metrics is None or m in metrics for g in eng.group_bys((m,))
-                      if (d := cat.dimension_of(g)) is not None and d.name in dimensions}
+                      if (owner := cat.dimension_of(g)) is not None and owner.name in dimensions}
         for m in cat.metrics:  # one line per distinct set of group-bys, not per metric: the prompt stays short
             if metrics is None or m in metrics:
                 by_set.setdefault(eng.group_bys((m,)), []).append(m)

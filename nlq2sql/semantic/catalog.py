@@ -115,6 +115,29 @@ class Catalog:
                                   database=sm.node_relation.database) for sm in self.manifest.semantic_models}
 
     @cached_property
+    def layer_sha256(self) -> str:
+        """The layer's identity by content: sha256 of MetricFlow's manifest (the whole one, before
+        data problems excluded anything) as canonical JSON, without the file names and lines it was
+        read from or MetricFlow's version stamp, objects in name order.  The same layer read from
+        another path, from its folder or from dbt's manifest, or by another release of this
+        harness, has the same identity; a changed metric, dimension, join or time spine has not."""
+        import hashlib
+        import json
+
+        def canonical(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: canonical(v) for k, v in x.items() if k not in ("metadata", "dsi_package_version")}
+            if isinstance(x, list):
+                items = [canonical(v) for v in x]
+                named = all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in items)
+                return sorted(items, key=lambda v: v["name"]) if named and items else items
+            return x
+
+        whole = self.whole if self.whole is not None else self.manifest
+        text = json.dumps(canonical(json.loads(whole.json())), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @cached_property
     def engine(self) -> Engine:
         return _engine(self.manifest, self.spine, self.exclusion_for)
 
