@@ -262,6 +262,8 @@ def is_gold_sql_set(name_or_path: str | Path, warehouse_name: str) -> bool:
     is resolved in the warehouse's folder; a file that cannot be read is left to its loader."""
     try:
         path = resolve_path(name_or_path, warehouse_name)
+        if not path.is_file():  # a FIFO, a device, a folder: never opened here (the loader refuses them)
+            return False
         with open(path, "rb") as fh:
             for raw in fh:
                 text = raw.decode("utf-8", "replace").lstrip("\ufeff").strip()
