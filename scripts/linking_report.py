@@ -6,7 +6,8 @@ recall and the prompt sizes are facts of the layer and the question file.  Accur
 linking comes from live runs (``eval --link-schema prompt``), reported beside these figures.
 
 Usage: .venv/bin/python scripts/linking_report.py --semantic-model M [--db DB] --evalset FILE
-       [--model qwen2.5-coder-0.5b] [--budget 600] [--title T]   (Markdown on stdout)
+       [--model qwen2.5-coder-0.5b] [--budget 600] [--title T]
+       [--runs WHOLE_RUN_DIR LINKED_RUN_DIR]   (Markdown on stdout; --runs adds the paired accuracy)
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
     ap.add_argument("--budget", type=int, default=600)
     ap.add_argument("--title", default="")
+    ap.add_argument("--runs", nargs=2, type=Path, metavar=("WHOLE", "LINKED"),
+                    help="two finished runs of the same items: whole vocabulary, then --link-schema prompt")
     args = ap.parse_args(argv)
     wh = open_warehouse(args.semantic_model, args.db, announce=False)
     cond = Linking(LinkingSettings(link_schema="prompt", link_budget=args.budget))
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         whole = prompt.messages(item["question"])
         linked, trace = cond.before(item["question"], whole)
         share, missed = recall(item["gold"], trace.linked_schema)  # type: ignore[arg-type]
-        rows.append((item["id"], share, missed, count(whole), count(linked)))
+        rows.append((item["id"], share, missed, count(whole) or 0, count(linked) or 0))
     shares = [r[1] for r in rows if r[1] is not None]
     full, short = [r[3] for r in rows], [r[4] for r in rows]
     whole = wh.catalog.whole if wh.catalog.whole is not None else wh.catalog.manifest
@@ -68,8 +71,33 @@ def main(argv: list[str] | None = None) -> int:
            "", "| item | recall | missed | tokens whole → linked |", "|---|---:|---|---|"]
     out += [f"| {rid} | {'—' if s is None else f'{s:.2f}'} | {', '.join(m) or '—'} | {a:,} → {b:,} |"
             for rid, s, m, a, b in rows]
+    if args.runs:
+        out[out.index("") + 1:out.index("") + 1] = _paired(*args.runs)
     sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+def _paired(whole: Path, linked: Path) -> list[str]:
+    """Final accuracy of the two runs with Wilson CIs, and the exact McNemar test paired on item id."""
+    from nlq2sql.records.item import iter_item_records
+    from nlq2sql.stages.score import mcnemar_exact, rate
+
+    def correct(run: Path) -> dict[str, bool]:
+        return {r.id: bool(r.judgement and r.judgement.correct_final) for r in iter_item_records(run / "records.jsonl")}
+
+    a, b = correct(whole), correct(linked)
+    ids = sorted(set(a) & set(b))
+    only_a = sum(1 for i in ids if a[i] and not b[i])
+    only_b = sum(1 for i in ids if b[i] and not a[i])
+    rows = []
+    for name, run, res in (("whole vocabulary", whole, a), ("linked (`--link-schema prompt`)", linked, b)):
+        r = rate(sum(res[i] for i in ids), len(ids))
+        lo, hi = r.ci95 or (0.0, 0.0)
+        rows.append(f"| {name} | {100 * (r.value or 0):.1f} % [{100 * lo:.1f}–{100 * hi:.1f}] ({r.k}/{r.n}) "
+                    f"| `{run.name}` |")
+    return ["| final accuracy, same items | | run |", "|---|---|---|", *rows, "",
+            f"Paired on item id: {only_a} right only with the whole vocabulary, {only_b} only when linked; "
+            f"exact McNemar p = {mcnemar_exact(only_a, only_b):.3g}.", ""]
 
 
 if __name__ == "__main__":
