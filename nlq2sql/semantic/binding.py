@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import msgspec
 
-from nlq2sql.errors import SemanticModelError
+from nlq2sql.errors import InputError, SemanticModelError
 from nlq2sql.semantic.catalog import Catalog, catalog_of, display_path, load_catalog, shipped_names
 from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.semantic.project import Problem, SemanticProblems, TimeSpine
@@ -256,6 +256,14 @@ def open_warehouse(semantic_model: str | Path, db: Path | None = None, *, dbt: D
                                                    or catalog.path.startswith("warehouses/"))
     path = resolve_db(db, catalog.name, shipped)
     wh = Warehouse(catalog, path)
+    target = catalog.project.target
+    if target.override:  # --db-schema names a schema the file must hold: one line, not a problem per relation
+        schemas = sorted(r[0] for r in wh.connect().execute(
+            "SELECT DISTINCT schema_name FROM information_schema.schemata WHERE catalog_name = current_database()"
+        ).fetchall())
+        if target.schema not in schemas:
+            raise InputError(f"schema {target.schema!r} is not in the database {path.name} (it holds: "
+                             f"{', '.join(schemas)})", field="--db-schema")
     declared = catalog.project.declared_spine
     if catalog.spine == "declared" and declared is not None and not has_spine(wh.connect(), declared):
         wh.catalog = load_catalog(semantic_model, spine="generated", dbt=dbt)
