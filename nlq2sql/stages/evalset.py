@@ -317,13 +317,15 @@ def _bound(name_or_path: str | Path, catalog: Catalog | Warehouse) -> tuple[Path
     return resolve_path(name_or_path, catalog.name), catalog
 
 
-def _all_v2(problems: Problems, path: Path) -> None:
-    """A file whose every line is a v2 line: one problem for the file, not one a line."""
-    if problems.found and not problems.more and all(p.field == "gold" and str(p).endswith(_NOT_V1["v2"])
+def _all_v2(problems: Problems, path: Path, sound: int) -> None:
+    """A file whose every line is a v2 line (``sound``: lines read as items): one problem for the
+    file, not one a line."""
+    if not sound and problems.found and all(p.field == "gold" and str(p).endswith(_NOT_V1["v2"])
                                                     for p in problems.found):
         problems.found = [EvalSetError(f"holds v2 golds (MetricFlow queries) on every line; run it with --answer "
                                        f"query (`evalset check` reads either kind; see {FORMATS_DOC})",
                                        path=str(path))]
+        problems.more = 0  # past the first hundred lines, more of the same
 
 
 def scan_evalset(name_or_path: str | Path, catalog: Catalog | Warehouse, problems: Problems | None = None
@@ -346,7 +348,7 @@ def scan_evalset(name_or_path: str | Path, catalog: Catalog | Warehouse, problem
             lines.append(lineno)
     if not cases and not found:
         found.add(EvalSetError("eval set is empty", path=str(path)))
-    _all_v2(found, path)
+    _all_v2(found, path, len(cases))
     if problems is None:
         found.raise_any()
     es = EvalSet(name=path.stem, path=str(path), sha256=digest.hexdigest(), cases=tuple(cases))
@@ -416,6 +418,6 @@ def index_evalset(name_or_path: str | Path, catalog: Catalog | Warehouse) -> Cas
             shared.append(case)
     if not shared and not problems:
         problems.add(EvalSetError("eval set is empty", path=str(path)))
-    _all_v2(problems, path)
+    _all_v2(problems, path, len(shared))
     problems.raise_any()
     return CaseIndex(name=path.stem, path=str(path), sha256=digest.hexdigest(), ids=ids, shared=shared)
