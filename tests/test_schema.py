@@ -13,9 +13,8 @@ import pytest
 from retail import RETAIL, retail_wh
 
 from nlq2sql.load.results import RESULT_MODELS
-from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.evalset import EvalCase, gold_kind, load_evalset
 from nlq2sql.stages.goldsql import GoldSqlLine
-from nlq2sql.stages.evalset import gold_kind
 from nlq2sql.stages.intent import FIELDS, intent_schema
 from nlq2sql.stages.queryset import QueryCase
 
