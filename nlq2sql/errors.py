@@ -7,8 +7,15 @@ can turn bad *input* into one clear message with exit code 2.
 
 from __future__ import annotations
 
-__all__ = ["ClientError", "EvalSetError", "ExcludedObjectError", "ExecutionError", "GuardrailError", "InputError",
-           "IntentError", "Nlq2SqlError", "RecordError", "SemanticModelError", "ServerError", "SqlBuildError"]
+from collections.abc import Sequence
+
+__all__ = ["MAX_PROBLEMS", "ClientError", "EvalSetError", "EvalSetProblems", "ExcludedObjectError", "ExecutionError",
+           "GuardrailError", "InputError", "IntentError", "Nlq2SqlError", "Problems", "RecordError",
+           "SemanticModelError", "ServerError", "SqlBuildError"]
+
+#: Problems of one file kept for the report; the rest are counted (a file of a million bad lines
+#: is reported in a screenful, not a million lines).
+MAX_PROBLEMS = 100
 
 
 class Nlq2SqlError(Exception):
@@ -36,6 +43,54 @@ class InputError(Nlq2SqlError):
 
 class EvalSetError(InputError):
     """An eval set file is malformed or its gold intents are invalid."""
+
+
+class EvalSetProblems(EvalSetError):
+    """Every problem of one file, each an :class:`EvalSetError` (file, line, field); the CLI prints
+    them one a line and exits 2.  ``more``: problems found past :data:`MAX_PROBLEMS`, counted only."""
+
+    def __init__(self, problems: Sequence[EvalSetError], path: str, more: int = 0) -> None:
+        self.problems = list(problems)
+        if more:
+            self.problems.append(EvalSetError(f"... and {more} more problem(s) not shown", path=path))
+        if len(self.problems) == 1:
+            first = self.problems[0]
+            super().__init__(str(first))
+            self.path, self.line, self.field = first.path, first.line, first.field
+        else:
+            super().__init__(f"{len(self.problems) - (1 if more else 0) + more} problems:\n"
+                             + "\n".join(str(p) for p in self.problems), path=path)
+
+
+class Problems:
+    """The problems of one file as a loader finds them, in file order; :meth:`raise_any` raises
+    them together (:class:`EvalSetProblems`).  Past :data:`MAX_PROBLEMS` they are only counted."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.found: list[EvalSetError] = []
+        self.more = 0
+
+    def add(self, problem: EvalSetError) -> None:
+        for p in getattr(problem, "problems", None) or [problem]:
+            if len(self.found) < MAX_PROBLEMS:
+                self.found.append(p)
+            else:
+                self.more += 1
+
+    def __bool__(self) -> bool:
+        return bool(self.found)
+
+    def __len__(self) -> int:
+        return len(self.found) + self.more
+
+    def sorted(self) -> list[EvalSetError]:
+        """By line (a problem of the whole file first), stable."""
+        return sorted(self.found, key=lambda p: p.line or 0)
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise EvalSetProblems(self.sorted(), self.path, self.more)
 
 
 class GuardrailError(InputError):

@@ -1,6 +1,7 @@
 """Write the JSON Schemas generated from the models into ``schemas/``.
 
 Run after changing :class:`nlq2sql.stages.intent.Intent`, :class:`nlq2sql.stages.evalset.EvalCase`,
+:class:`nlq2sql.stages.queryset.QueryCase`,
 :class:`nlq2sql.stages.goldsql.GoldSqlLine`, the run
 results (:mod:`nlq2sql.records.results`), the load tools' results (:mod:`nlq2sql.load.results`) or the
 default warehouse's semantic model (the intent schemas are the ``retail`` vocabulary's);
@@ -23,6 +24,7 @@ from nlq2sql.semantic.catalog import load_catalog
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.goldsql import GoldSqlLine
 from nlq2sql.stages.intent import intent_schema
+from nlq2sql.stages.queryset import QueryCase
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -38,6 +40,7 @@ def generated() -> dict[str, str]:
         "intent.schema.json": render(intent_schema(retail)),
         "intent-branches.schema.json": render(intent_schema(retail, "branches")),
         "evalset-line.schema.json": render(EvalCase.model_json_schema()),
+        "evalset-v2-line.schema.json": render(QueryCase.model_json_schema()),
         "evalset-gold-sql-line.schema.json": render(GoldSqlLine.model_json_schema()),
         "summary.schema.json": render(Summary.model_json_schema()),
         "manifest.schema.json": render(REGISTRY.manifest_model().model_json_schema()),  # with every condition's keys

@@ -570,3 +570,67 @@ def test_serving_numbers_accept_the_edges() -> None:
     check_server_numbers(1, MAX_REPLICAS, MAX_GPUS_PER_REPLICA)
     check_server_numbers(MAX_NUM_SEQS)
     assert parse_server_sweep(f"max-num-seqs=1,{MAX_NUM_SEQS}") == ("max_num_seqs", (1, MAX_NUM_SEQS))
+
+
+# --- question files: every problem at once, with the suggestion that fixes it (issue 37) ---
+
+V2_HELDOUT = [json.loads(x) for x in (EVALSET_DIR / "heldout-v2.jsonl").read_text().splitlines()]
+
+
+def _jsonl(path: Path, objs: list[dict[str, object]]) -> str:
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    return str(path)
+
+
+def _lines_of(out: str, path: str) -> list[str]:
+    """The ``line: field`` of each problem the report names, in order."""
+    import re
+
+    return re.findall(re.escape(path) + r":(\d+: field '[^']+')", out)
+
+
+def test_evalset_check_reports_three_bad_v1_lines_at_once(tmp_path: Path) -> None:
+    objs = [json.loads(x) for x in HELDOUT[:5]]
+    objs[1]["question"] = 5
+    objs[2]["gold"]["metric"] = "revenu"
+    objs[3]["category"] = "pie chart!"
+    path = _jsonl(tmp_path / "v1.jsonl", objs)
+    out = refused("evalset", "check", path, expect=["3 problems:", "closest: 'revenue'"])
+    assert _lines_of(out, path) == ["2: field 'question'", "3: field 'gold.metric'", "4: field 'category'"]
+
+
+def test_evalset_check_reports_three_bad_v2_lines_at_once(tmp_path: Path) -> None:
+    objs = [dict(o) for o in V2_HELDOUT[:5]]
+    objs[1]["gold"] = {**objs[1]["gold"], "metrics": ["revenu"]}
+    objs[2]["answerable"] = False  # a gold with answerable false
+    objs[3]["gold"] = {**objs[3]["gold"], "where": [{"field": "customer_id__region", "op": "eq", "values": ["west"]}]}
+    path = _jsonl(tmp_path / "v2.jsonl", objs)
+    out = refused("evalset", "check", path, expect=["3 problems:", "unknown metric 'revenu' (closest: revenue",
+                                                      "value 'west' is not a known customer_id__region",
+                                                      "the data spells it 'West'"])
+    assert _lines_of(out, path) == ["2: field 'gold'", "3: field '(line)'", "4: field 'gold'"]
+
+
+def test_a_v2_set_under_the_default_answer_suggests_answer_query(tmp_path: Path) -> None:
+    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.queryset import load_query_set
+
+    with pytest.raises(InputError) as exc:
+        load_evalset(EVALSET_DIR / "heldout-v2.jsonl", RETAIL)
+    assert "holds v2 golds" in str(exc.value) and "--answer query" in str(exc.value)
+    assert "gold.intent" not in str(exc.value)
+    v1_without_intent = {"id": "a", "question": "q", "gold": {"metric": "revenue", "dimension": "region"}}
+    with pytest.raises(InputError) as exc2:  # the reverse: a v1-shaped gold read as a MetricFlow query
+        load_query_set(_jsonl(tmp_path / "v1ish.jsonl", [v1_without_intent]), RETAIL)
+    assert "looks like a v1 intent without its 'intent' key" in str(exc2.value)
+
+
+def test_v2_category_is_derived_when_absent(tmp_path: Path) -> None:
+    from nlq2sql.stages.queryset import load_query_set
+
+    objs = [{k: v for k, v in o.items() if k != "category"} for o in V2_HELDOUT]
+    unanswerable = {"id": "u1", "question": "profit?", "gold": None, "answerable": False}
+    qs = load_query_set(_jsonl(tmp_path / "nocat.jsonl", [*objs, unanswerable]), RETAIL)
+    derived = [c.category for c in qs.cases]
+    assert derived[-1] == "unanswerable"
+    assert derived[:-1] == [o["category"] for o in V2_HELDOUT]  # the shipped labels are the derived ones

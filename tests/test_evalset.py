@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from retail import RETAIL, retail_wh
 
-from nlq2sql.errors import EvalSetError
+from nlq2sql.errors import MAX_PROBLEMS, EvalSetError, EvalSetProblems
 from nlq2sql.inputs import reusable_rest, split_id
 from nlq2sql.stages.evalset import CATEGORY, EVALSET_DIR, _lines, index_evalset, load_evalset, resolve_path
 from nlq2sql.stages.execute import Executor
@@ -124,12 +124,71 @@ def test_bad_input_catalogue_is_broad() -> None:
     assert len(BAD) >= 12
 
 
-def test_first_problem_wins(tmp_path: Path) -> None:
-    path = tmp_path / "two-problems.jsonl"
-    path.write_text(OK1 + "\n" + line(id="a2", category="pie chart!") + "\n" + "{\n")
-    with pytest.raises(EvalSetError) as exc:
+def test_every_problem_of_a_file_at_once(tmp_path: Path) -> None:
+    """Three bad lines (schema, unknown name, wrong-case value) among good ones: all three in one
+    error, each with its line and field, in file order."""
+    path = tmp_path / "three.jsonl"
+    path.write_text("\n".join([OK1, line(id="b2", question=5), line(id="b3", gold={**GOLD, "metric": "revenu"}),
+                               line(id="b4", gold={**GOLD, "filters": [{"field": "region", "op": "eq",
+                                                                        "value": "west"}]}), OK2]) + "\n")
+    with pytest.raises(EvalSetProblems) as exc:
         load_evalset(str(path), retail_wh())
-    assert exc.value.line == 2
+    found = [(p.line, p.field) for p in exc.value.problems]
+    assert found == [(2, "question"), (3, "gold.metric"), (4, "gold.filters.0.value")]
+    text = str(exc.value)
+    assert "closest: 'revenue'" in text
+    assert "the data spells it 'West'" in text
+    with pytest.raises(EvalSetProblems) as again:  # the offline index reads the same way
+        index_evalset(str(path), retail_wh())
+    assert [(p.line, p.field) for p in again.value.problems] == found
+
+
+def test_many_problems_are_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(line(id=f"x{i}", question=5) + "\n" for i in range(MAX_PROBLEMS + 7)))
+    with pytest.raises(EvalSetProblems) as exc:
+        load_evalset(str(path), RETAIL)
+    assert len(exc.value.problems) == MAX_PROBLEMS + 1
+    assert "and 7 more problem(s) not shown" in str(exc.value.problems[-1])
+
+
+def test_a_duplicate_after_bad_lines_names_the_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "dup.jsonl"
+    path.write_text("\n".join(["{", line(id="a1", question=5), OK1, OK2, OK1]) + "\n")
+    for load in (load_evalset, index_evalset):
+        with pytest.raises(EvalSetProblems) as exc:
+            load(str(path), RETAIL)
+        assert str(exc.value.problems[-1]).endswith("duplicate id 'a1' (first on line 3)"), load
+
+
+def test_a_v2_file_under_intent_suggests_answer_query() -> None:
+    with pytest.raises(EvalSetError) as exc:
+        load_evalset("heldout-v2", RETAIL)
+    msg = str(exc.value)
+    assert "holds v2 golds" in msg and "--answer query" in msg and "gold.intent" not in msg
+
+
+def test_a_v2_line_in_a_v1_file_says_which_reader(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.jsonl"
+    v2 = {"id": "q2", "question": "q", "gold": {"metrics": ["revenue"]}, "answerable": True}
+    path.write_text(OK1 + "\n" + json.dumps(v2) + "\n")
+    with pytest.raises(EvalSetError) as exc:
+        load_evalset(str(path), RETAIL)
+    assert (exc.value.line, exc.value.field) == (2, "gold") and "--answer query" in str(exc.value)
+
+
+@pytest.mark.parametrize("gold, category", [
+    (GOLD, "breakdown"),
+    ({**GOLD, "intent": "top_n_by_metric", "limit": 3, "order": "desc"}, "top_n"),
+    ({**GOLD, "intent": "time_series", "dimension": None, "time_grain": "month"}, "time_series"),
+])
+def test_category_is_derived_from_the_gold_when_absent(tmp_path: Path, gold: dict[str, Any], category: str) -> None:
+    path = tmp_path / "nocat.jsonl"
+    path.write_text(line(gold=gold, category=...) + "\n" + line(id="x2", gold=gold, category=None) + "\n")
+    es = load_evalset(str(path), RETAIL)
+    assert [c.category for c in es.cases] == [category, category]
+    path.write_text(line(gold=gold, category="mine") + "\n")
+    assert load_evalset(str(path), RETAIL).cases[0].category == "mine"
 
 
 def test_unknown_name_lists_shipped_sets() -> None:

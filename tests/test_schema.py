@@ -13,9 +13,10 @@ import pytest
 from retail import RETAIL, retail_wh
 
 from nlq2sql.load.results import RESULT_MODELS
-from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.evalset import EvalCase, gold_kind, load_evalset
 from nlq2sql.stages.goldsql import GoldSqlLine
 from nlq2sql.stages.intent import FIELDS, intent_schema
+from nlq2sql.stages.queryset import QueryCase
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "schemas"
@@ -44,6 +45,7 @@ def _walk(node: Any, path: str = "#") -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.parametrize("name, generate", [
     ("intent.schema.json", lambda: intent_schema(RETAIL)),
     ("evalset-line.schema.json", EvalCase.model_json_schema),
+    ("evalset-v2-line.schema.json", QueryCase.model_json_schema),
     ("evalset-gold-sql-line.schema.json", GoldSqlLine.model_json_schema),
 ])
 def test_committed_schema_matches_models(name: str, generate: Any) -> None:
@@ -59,7 +61,8 @@ def test_gen_script_writes_exactly_the_committed_files(tmp_path: Path, monkeypat
     monkeypatch.setattr(mod, "SCHEMA_DIR", tmp_path)
     assert mod.main([]) == 0
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == sorted(["evalset-line.schema.json", "evalset-gold-sql-line.schema.json",
+    assert written == sorted(["evalset-line.schema.json", "evalset-v2-line.schema.json",
+                              "evalset-gold-sql-line.schema.json",
                               "intent-branches.schema.json", "intent.schema.json",
                               "manifest.schema.json", "summary.schema.json",
                               *(f"{kind}.schema.json" for kind in RESULT_MODELS)])
@@ -123,3 +126,44 @@ def test_gold_sql_lines_validate_against_their_schema() -> None:
         assert not list(validator.iter_errors(line)), line
     assert list(validator.iter_errors({"id": "d", "question": "q"})), "gold_sql is required"
     assert list(validator.iter_errors({"id": "d", "question": "q", "gold_sql": "x", "gold": {}})), "closed"
+
+
+#: The schema of each kind of line (:func:`nlq2sql.stages.evalset.gold_kind`).
+LINE_SCHEMAS = {"v1": "evalset-line.schema.json", "v2": "evalset-v2-line.schema.json",
+                "gold_sql": "evalset-gold-sql-line.schema.json"}
+SHIPPED_SETS = sorted([*ROOT.glob("evalsets/*.jsonl"), *ROOT.glob("warehouses/*/evalsets/*.jsonl")])
+
+
+def test_every_shipped_line_validates_against_its_kinds_schema() -> None:
+    validators = {k: jsonschema.Draft202012Validator(json.loads((SCHEMAS / n).read_text()))
+                  for k, n in LINE_SCHEMAS.items()}
+    assert len(SHIPPED_SETS) >= 20, SHIPPED_SETS
+    kinds: set[str] = set()
+    for path in SHIPPED_SETS:
+        for n, raw in enumerate(path.read_text().splitlines(), start=1):
+            obj = json.loads(raw)
+            kind = gold_kind(obj)
+            assert kind in validators, (path, n, kind)
+            kinds.add(kind)
+            errors = list(validators[kind].iter_errors(obj))
+            assert not errors, (str(path.relative_to(ROOT)), n, errors[0].message)
+    assert kinds == set(LINE_SCHEMAS), kinds  # every format is exercised by what ships
+
+
+def test_category_is_optional_in_every_line_schema() -> None:
+    for name in LINE_SCHEMAS.values():
+        schema = json.loads((SCHEMAS / name).read_text())
+        assert "category" in schema["properties"], name
+        assert "category" not in schema.get("required", []), name
+        assert {"id", "question"} <= set(schema["required"]), name
+
+
+def test_v2_line_schema_refuses_what_the_loader_refuses() -> None:
+    validator = jsonschema.Draft202012Validator(json.loads((SCHEMAS / "evalset-v2-line.schema.json").read_text()))
+    good = {"id": "a", "question": "q", "gold": {"metrics": ["revenue"], "group_by": ["customer__region"]}}
+    assert not list(validator.iter_errors(good))
+    assert not list(validator.iter_errors({"id": "u", "question": "q", "gold": None, "answerable": False}))
+    assert list(validator.iter_errors({**good, "gold": {"metrics": ["revenue"], "colour": 1}})), "closed gold"
+    assert list(validator.iter_errors({**good, "gold": {"metrics": ["x"], "where": [{"field": "f", "op": "like",
+                                                                                       "values": ["a"]}]}})), "op enum"
+    assert list(validator.iter_errors({"id": "a", "question": "q"})), "gold is required"

@@ -30,32 +30,38 @@ app.add_typer(evalset_app, name="evalset")
 
 
 def _is_v2_set(path: str, warehouse_name: str) -> bool:
-    """A set whose first item's gold is a MetricFlow query (or null: unanswerable) is a v2 set."""
+    """A set whose first line that is a JSON object has a v2 gold (a MetricFlow query, or null:
+    unanswerable) is a v2 set (:func:`~nlq2sql.stages.evalset.gold_kind`)."""
     from nlq2sql.inputs import parse_json, read_text
-    from nlq2sql.stages.evalset import resolve_path
+    from nlq2sql.stages.evalset import gold_kind, resolve_path
 
     p = resolve_path(path, warehouse_name)
-    first = next((ln for ln in read_text(p, "eval set").splitlines() if ln.strip()), "")
-    try:
-        obj = parse_json(first, path=str(p), line=1)
-    except (InputError, ValueError):
-        return False  # the v1 loader reports the problem with its own message
-    gold = obj.get("gold", {}) if isinstance(obj, dict) else {}
-    return gold is None or (isinstance(gold, dict) and "metrics" in gold)
+    for n, text in enumerate(read_text(p, "eval set").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            obj = parse_json(text, path=str(p), line=n)
+        except (InputError, ValueError):
+            continue  # the loader reports the line with its own message
+        if isinstance(obj, dict):
+            return gold_kind(obj) == "v2"
+    return False
 
 
 def _check_query_set(path: str, wh: Any) -> None:
+    from nlq2sql.errors import EvalSetError, Problems
+    from nlq2sql.stages.evalset import resolve_path
     from nlq2sql.stages.pipeline import make_executor
-    from nlq2sql.stages.queryset import check_query_set, load_query_set
+    from nlq2sql.stages.queryset import check_query_set, scan_query_set
 
-    qs = load_query_set(path, wh.catalog)
+    problems = Problems(str(resolve_path(path, wh.catalog.name)))
+    qs = scan_query_set(path, wh.catalog, problems)
     with make_executor(wh) as ex:
-        problems = check_query_set(qs, wh.catalog, ex)
-    for p in problems:
-        err.print(f"{qs.path}: {escape(p.id)}: {escape(p.problem)}", highlight=False, soft_wrap=True)
-    if problems:
-        raise InputError(f"{len(problems)} gold queries fail or return no rows on warehouse {wh.name!r}",
-                         path=qs.path)
+        failed = check_query_set(qs, wh.catalog, ex, wh)
+    line = dict(zip((c.id for c in qs.cases), qs.lines, strict=True))
+    for p in failed:
+        problems.add(EvalSetError(p.problem, path=qs.path, line=line[p.id], field="gold"))
+    problems.raise_any()
     unanswerable = sum(1 for c in qs.cases if c.gold is None)
     Console().print(f"{qs.path}: {len(qs.cases)} v2 items OK ({unanswerable} unanswerable); every gold "
                     f"compiles with MetricFlow on {wh.name!r} and returns rows")
@@ -91,12 +97,15 @@ def _check_gold_sql_set(path: str, wh: Any, search_path: tuple[str, ...] | None)
 def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSONL path.")],
                   semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
                   search_path: SearchPathOpt = None, dbt: Any = None) -> None:
-    """Validate an eval set: every line, id, gold intent against the warehouse's vocabulary, that
-    every gold executes and returns rows, and that every filter value occurs in the data.  A gold-SQL
-    set (lines with gold_sql): every gold statement runs read-only in the SQL arm's sandbox; every
-    problem (refused, failing, empty) is reported at once."""
+    """Validate a question file against a warehouse, reporting every problem at once (file:line:
+    field each; exit 2).  Reads all three formats (documented with a JSON Schema each in
+    docs/evalsets.md): v1 (gold intent), v2 (gold MetricFlow query or null) and gold SQL.  Checks
+    every line, id and gold against the layer's names (with the closest ones), that every gold
+    compiles, executes and returns rows, and that filter values occur in the data (with the known
+    values).  A gold-SQL set's statements run read-only in the SQL arm's sandbox."""
+    from nlq2sql.errors import EvalSetError, Problems
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.evalset import load_evalset
+    from nlq2sql.stages.evalset import resolve_path, scan_evalset
     from nlq2sql.stages.goldsql import is_gold_sql_set
     from nlq2sql.stages.pipeline import check_evalset
 
@@ -111,12 +120,13 @@ def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSO
         return _check_gold_sql_set(path, wh, schemas)
     if _is_v2_set(path, wh.catalog.name):
         return _check_query_set(path, wh)
-    es = load_evalset(path, wh)
+    problems = Problems(str(resolve_path(path, wh.catalog.name)))
+    es, lines = scan_evalset(path, wh, problems)
     report = check_evalset(es, wh)
-    if report.problems:
-        for p in report.problems:
-            err.print(f"{es.path}: {escape(p)}", highlight=False, soft_wrap=True)
-        raise InputError(f"{len(report.problems)} gold intent(s) fail on warehouse {wh.name!r}", path=es.path)
+    line = dict(zip((c.id for c in es.cases), lines, strict=True))
+    for cid, why in report.failures:
+        problems.add(EvalSetError(why, path=es.path, line=line[cid], field="gold"))
+    problems.raise_any()
     cats: dict[str, int] = {}
     for c in es.cases:
         cats[c.category] = cats.get(c.category, 0) + 1

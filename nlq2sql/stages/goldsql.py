@@ -37,7 +37,7 @@ import sqlglot
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlglot import exp
 
-from nlq2sql.errors import EvalSetError
+from nlq2sql.errors import EvalSetError, EvalSetProblems
 from nlq2sql.inputs import json_object, read_text
 from nlq2sql.stages.evalset import CATEGORY, ID_MAX_LENGTH, resolve_path
 
@@ -124,21 +124,6 @@ class GoldSqlSet:
     path: str
     sha256: str
     cases: tuple[GoldSqlCase, ...]
-
-
-class EvalSetProblems(EvalSetError):
-    """Every problem of one file, each an :class:`EvalSetError` (file, line, field); the CLI prints
-    them one a line and exits 2."""
-
-    def __init__(self, problems: Sequence[EvalSetError], path: str) -> None:
-        self.problems = list(problems)
-        if len(self.problems) == 1:
-            first = self.problems[0]
-            super().__init__(str(first))
-            self.path, self.line, self.field = first.path, first.line, first.field
-        else:
-            super().__init__(f"{len(self.problems)} problems:\n" + "\n".join(str(p) for p in self.problems),
-                             path=path)
 
 
 def _parse(sql: str) -> exp.Expression | None:

@@ -201,6 +201,7 @@ class EvalsetCheck:
     semantic_model: str
     gold_rows: int
     problems: list[str]
+    failures: tuple[tuple[str, str], ...] = ()  # (case id, why) of each problem, in set order
 
 
 def check_evalset(es: EvalSet, wh: Warehouse) -> EvalsetCheck:
@@ -209,7 +210,7 @@ def check_evalset(es: EvalSet, wh: Warehouse) -> EvalsetCheck:
     from nlq2sql.stages.intent import canonicalise
     from nlq2sql.stages.sqlbuild import build_sql
 
-    problems: list[str] = []
+    failures: list[tuple[str, str]] = []
     rows = 0
     with make_executor(wh) as ex:
         for case in es.cases:
@@ -217,11 +218,11 @@ def check_evalset(es: EvalSet, wh: Warehouse) -> EvalsetCheck:
                 result = ex.run(build_sql(canonicalise(case.gold), wh.catalog))
                 rows += len(result)
                 if not result:
-                    problems.append(f"{case.id}: gold query returns no rows")
+                    failures.append((case.id, "gold query returns no rows"))
             except Nlq2SqlError as exc:
-                problems.append(f"{case.id}: {exc}")
+                failures.append((case.id, str(exc)))
     return EvalsetCheck(evalset=es.name, cases=len(es.cases), semantic_model=wh.name, gold_rows=rows,
-                        problems=problems)
+                        problems=[f"{cid}: {why}" for cid, why in failures], failures=tuple(failures))
 
 
 def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> SummaryModel:

@@ -10,6 +10,7 @@ and, checked against the data, return rows.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -18,30 +19,49 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from nlq2sql.errors import EvalSetError, ExcludedObjectError, SqlBuildError
+from nlq2sql.errors import EvalSetError, ExcludedObjectError, Problems, SqlBuildError
 from nlq2sql.inputs import json_object, read_text
+from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import MetricQuery, OrderBy
-from nlq2sql.stages.evalset import CATEGORY, ID_MAX_LENGTH, resolve_path
+from nlq2sql.stages.evalset import CATEGORY, FORMATS_DOC, ID_MAX_LENGTH, category_of_kind, resolve_path, unknown_value
 from nlq2sql.stages.execute import Executor, rows_equal
+from nlq2sql.stages.goldsql import GOLD_SQL_KEY
 from nlq2sql.stages.intent import Intent, canonicalise, is_ordered
 from nlq2sql.stages.sqlbuild import to_query
 
 __all__ = ["GoldProblem", "QueryCase", "QuerySet", "Upgrade", "check_query_set", "from_v1", "load_query_set",
-           "upgrade_v1_set"]
+           "scan_query_set", "upgrade_v1_set"]
 
 
 class QueryCase(BaseModel):
-    """One question with its v2 gold, or none when the layer cannot answer it."""
+    """One question with its v2 gold, or none when the layer cannot answer it (its JSON Schema is
+    ``schemas/evalset-v2-line.schema.json``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, title="QueryCase")
     id: str = Field(min_length=1, max_length=ID_MAX_LENGTH)
     question: str = Field(min_length=1, max_length=2000)
-    gold: MetricQuery | None
+    gold: MetricQuery | None = Field(description="The MetricFlow query that answers the question; null for a "
+                                     "question the layer cannot answer (answerable false).")
     answerable: bool = True
-    category: str
+    category: str = Field(default="", description="A reporting label (per-category tables group by it); absent or "
+                          "null: unanswerable for a null gold, else the query's kind (top_n for an ordered query "
+                          "with a limit, time_series when grouped by metric_time, listing with no metric, else "
+                          "breakdown).")
     pair_id: str | None = None
     tags: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_category(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("category") is None:
+            gold = data.get("gold", ...)
+            category = "unanswerable" if gold is None else ""
+            if isinstance(gold, dict):
+                with contextlib.suppress(ValidationError):  # the gold's own problems: the model's validation
+                    category = category_of_kind(MetricQuery.model_validate(gold).kind)
+            data = {**data, "category": category}
+        return data
 
     @model_validator(mode="after")
     def _gold_iff_answerable(self) -> QueryCase:
@@ -56,6 +76,7 @@ class QuerySet:
     path: str
     sha256: str
     cases: tuple[QueryCase, ...]
+    lines: tuple[int, ...] = ()  # the line of each case, where the loader kept them
 
 
 def from_v1(intent: Intent, catalog: Catalog) -> MetricQuery:
@@ -70,54 +91,96 @@ def from_v1(intent: Intent, catalog: Catalog) -> MetricQuery:
     return q.model_copy(update={"order_by": None})
 
 
-def _case(obj: dict[str, Any], catalog: Catalog, path: str, line: int) -> QueryCase:
+_V1_ONLY = frozenset({"metric", "dimension", "time_grain", "filters", "order"})
+
+
+def _case(obj: dict[str, Any], catalog: Catalog, path: str, line: int
+          ) -> tuple[QueryCase | None, list[EvalSetError]]:
+    """A line's case (None when it has problems) and every problem of it."""
+    def problem(msg: str, field: str | None = "gold") -> tuple[None, list[EvalSetError]]:
+        return None, [EvalSetError(msg, path=path, line=line, field=field)]
+
     gold = obj.get("gold")
+    if GOLD_SQL_KEY in obj:
+        return problem("a gold-SQL line (gold_sql) in a set of MetricFlow queries; a set mixes no kinds of gold "
+                       f"(see {FORMATS_DOC})", GOLD_SQL_KEY)
     if isinstance(gold, dict) and "intent" in gold:
         try:
             v1 = Intent.model_validate(gold)
             obj = {**obj, "gold": from_v1(v1, catalog).model_dump(mode="json")}
         except (ValidationError, SqlBuildError) as exc:
             msg = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
-            raise EvalSetError(f"v1 gold: {msg}", path=path, line=line, field="gold") from None
+            return problem(f"v1 gold: {msg}")
+    elif isinstance(gold, dict) and set(gold) & _V1_ONLY and not set(gold) & {"metrics", "where", "order_by"}:
+        return problem("looks like a v1 intent without its 'intent' key (breakdown, top_n_by_metric or "
+                       "time_series): add it, or write the gold as a MetricFlow query (metrics, group_by, where, "
+                       f"order_by, limit); see {FORMATS_DOC}")
     try:
         case = QueryCase.model_validate(obj)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(line)"
-        raise EvalSetError(err["msg"], path=path, line=line, field=field) from None
+        return None, [EvalSetError(err["msg"], path=path, line=line, field=".".join(str(p) for p in err["loc"])
+                                   or "(line)") for err in exc.errors()]
+    problems: list[EvalSetError] = []
     if not CATEGORY.match(case.category):
-        raise EvalSetError(f"category {case.category!r} must be a short label", path=path, line=line,
-                           field="category")
+        problems.append(EvalSetError(f"category {case.category!r} must be a short label (letters, digits, _ . -)",
+                                     path=path, line=line, field="category"))
     if case.gold is not None:
         try:
             catalog.engine.compile(case.gold)
         except ExcludedObjectError as exc:  # names the exclusion and why, not MetricFlow's "unknown name"
-            raise EvalSetError(f"gold: {exc}", path=path, line=line, field="gold") from None
+            problems.append(EvalSetError(f"gold: {exc}", path=path, line=line, field="gold"))
         except SqlBuildError as exc:
-            raise EvalSetError(f"gold does not compile: {exc}", path=path, line=line, field="gold") from None
-    return case
+            from nlq2sql.stages.semantic_tools import name_problems
+
+            names = name_problems(catalog, case.gold)
+            msg = "; ".join(names) if names else " ".join(str(exc).split())
+            problems.append(EvalSetError(f"gold does not compile: {msg}", path=path, line=line, field="gold"))
+    return (None if problems else case), problems
 
 
-def load_query_set(name_or_path: str | Path, catalog: Catalog) -> QuerySet:
-    """Read and check a set (shipped name of the catalog's warehouse, or a path); EvalSetError names file and line."""
+def scan_query_set(name_or_path: str | Path, catalog: Catalog, problems: Problems | None = None) -> QuerySet:
+    """The sound items of a set (shipped name of the catalog's warehouse, or a path) with their
+    lines; every problem of the others goes to ``problems`` -- raised together at the end when
+    none is given (:class:`~nlq2sql.errors.EvalSetProblems`, file, line and field each)."""
     path = resolve_path(name_or_path, catalog.name)
     text = read_text(path, "eval set")
+    where = str(path)
+    found = problems if problems is not None else Problems(where)
     cases: list[QueryCase] = []
+    lines: list[int] = []
     seen: dict[str, int] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        obj = json_object(line, path=str(path), line=lineno, cls=EvalSetError)
-        case = _case(obj, catalog, str(path), lineno)
+        try:
+            obj = json_object(line, path=where, line=lineno, cls=EvalSetError)
+        except EvalSetError as exc:
+            found.add(exc)
+            continue
+        case, bad = _case(obj, catalog, where, lineno)
+        for p in bad:
+            found.add(p)
+        if case is None:
+            continue
         if case.id in seen:
-            raise EvalSetError(f"duplicate id {case.id!r} (first on line {seen[case.id]})", path=str(path),
-                               line=lineno, field="id")
+            found.add(EvalSetError(f"duplicate id {case.id!r} (first on line {seen[case.id]})", path=where,
+                                   line=lineno, field="id"))
+            continue
         seen[case.id] = lineno
         cases.append(case)
-    if not cases:
-        raise EvalSetError("no items", path=str(path))
-    name = path.stem
-    return QuerySet(name=name, path=str(path), sha256=hashlib.sha256(text.encode()).hexdigest(), cases=tuple(cases))
+        lines.append(lineno)
+    if not cases and not found:
+        found.add(EvalSetError("no items", path=where))
+    if problems is None:
+        found.raise_any()
+    return QuerySet(name=path.stem, path=where, sha256=hashlib.sha256(text.encode()).hexdigest(), cases=tuple(cases),
+                    lines=tuple(lines))
+
+
+def load_query_set(name_or_path: str | Path, catalog: Catalog) -> QuerySet:
+    """Read and check a set (shipped name of the catalog's warehouse, or a path); every problem of
+    the file is raised together (:class:`~nlq2sql.errors.EvalSetProblems`)."""
+    return scan_query_set(name_or_path, catalog)
 
 
 @dataclass(frozen=True)
@@ -128,8 +191,30 @@ class GoldProblem:
     problem: str
 
 
-def check_query_set(qs: QuerySet, catalog: Catalog, executor: Executor) -> list[GoldProblem]:
-    """Problems of the golds against the data: a gold that fails or returns no rows (refused)."""
+def _unknown_values(q: MetricQuery, wh: Warehouse) -> list[str]:
+    """Which values of the query's equality filters (``eq``/``in`` on a categorical dimension)
+    the data does not hold, with what it does (:func:`~.evalset.unknown_value`)."""
+    out: list[str] = []
+    for i, w in enumerate(q.where or ()):
+        if w.op not in ("eq", "in"):
+            continue
+        dim = wh.catalog.dimension_of(w.field)
+        if dim is None:
+            continue
+        try:
+            known = wh.values(dim.name)
+        except KeyError:
+            continue
+        for v in w.values:
+            if known is not None and str(v) not in known:
+                out.append(f"where.{i} ({w.field}): " + unknown_value(wh, dim.name, v, shown=w.field))
+    return out
+
+
+def check_query_set(qs: QuerySet, catalog: Catalog, executor: Executor, wh: Warehouse | None = None
+                    ) -> list[GoldProblem]:
+    """Problems of the golds against the data: a gold that fails or returns no rows (refused); given
+    the bound warehouse, an empty gold says which filter values the data does not hold."""
     problems: list[GoldProblem] = []
     for case in qs.cases:
         if case.gold is None:
@@ -140,8 +225,9 @@ def check_query_set(qs: QuerySet, catalog: Catalog, executor: Executor) -> list[
             problems.append(GoldProblem(case.id, str(exc)))
             continue
         if not rows:
-            problems.append(GoldProblem(case.id, "the gold returns no rows (an empty gold cannot tell "
-                                                 "a right answer from a wrong one)"))
+            why = _unknown_values(case.gold, wh) if wh is not None else []
+            problems.append(GoldProblem(case.id, "the gold returns no rows" + (
+                f": {'; '.join(why)}" if why else " (an empty gold cannot tell a right answer from a wrong one)")))
     return problems
 
 

@@ -22,6 +22,7 @@ from msgspec import UNSET, UnsetType
 
 from nlq2sql.errors import ExcludedObjectError, InputError, Nlq2SqlError
 from nlq2sql.semantic.binding import Warehouse
+from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.prune import Exclusion
 
 __all__ = ["CheckReport", "DimensionShown", "MetricShown", "QueryCheck", "ShowReport", "SqlResult", "check", "closest",
@@ -317,12 +318,13 @@ def _unknown(what: str, name: str, known: Iterable[str]) -> str:
     return f"unknown {what} {name!r}" + (f" (closest: {', '.join(near)})" if near else "")
 
 
-def name_problems(wh: Warehouse, mq: Any) -> list[str]:
+def name_problems(wh: Warehouse | Catalog, mq: Any) -> list[str]:
     """What in a v2 query names nothing the layer has: each unknown metric, group-by, filter or
     order field, with the layer's closest names (group-bys: those reachable from its metrics)."""
-    engine = wh.catalog.engine
-    metrics = tuple(wh.catalog.metrics)
-    problems = [_unknown("metric", m, metrics) for m in mq.metrics if m not in wh.catalog.metrics]
+    cat = wh.catalog if isinstance(wh, Warehouse) else wh
+    engine = cat.engine
+    metrics = tuple(cat.metrics)
+    problems = [_unknown("metric", m, metrics) for m in mq.metrics if m not in cat.metrics]
     if problems:
         return problems  # the group-bys depend on the metrics: name those first
     try:
