@@ -341,17 +341,3 @@ def models_pull(name: Annotated[str, typer.Argument(help="Registered model alias
     from nlq2sql.run.models import pull
 
     Console().print(f"ready: {pull(name)}")
-
-
-# Register the experiment and load commands (they import ``app`` from here).
-from nlq2sql.cli import (  # noqa: E402,F401
-    batch,
-    evalsets,
-    examples,
-    experiments,
-    guardrail,
-    load,
-    semantic,
-    serving,
-    view,  # noqa: E402,F401
-)
