@@ -1,4 +1,5 @@
-"""The ``nlq2sql`` command line. Bad input → one clear message, exit code 2, no traceback."""
+"""``nlq2sql score``, ``eval``, ``serve``, ``db build`` and ``models pull`` (the app is
+:data:`nlq2sql.cli.app`). Bad input → one clear message, exit code 2, no traceback."""
 
 from __future__ import annotations
 
