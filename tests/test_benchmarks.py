@@ -82,6 +82,17 @@ def test_bench_ray_smoke() -> None:
     assert len(rows) == 2 and all(ratios(r, r"\| ([\d.]+) \|") for r in rows), out
 
 
+def test_bench_startup_smoke() -> None:
+    """Both commands, this tree against HEAD's (a temporary git worktree, removed afterwards), one round."""
+    worktrees = subprocess.run(["git", "-C", str(PROJECT_ROOT), "worktree", "list"], capture_output=True, text=True)
+    out = bench("bench_startup.py", "--baseline", "HEAD", "--smoke")
+    rows = re.findall(r"^\| nlq2sql (--help|sql --intent) \| [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ \| ([\d.]+)x \| "
+                      r"≤ [\d.]+ s \| (?:yes|no) \|$", out, re.M)
+    assert [r[0] for r in rows] == ["--help", "sql --intent"] and all(float(r[1]) > 0 for r in rows), out
+    after = subprocess.run(["git", "-C", str(PROJECT_ROOT), "worktree", "list"], capture_output=True, text=True)
+    assert after.stdout == worktrees.stdout  # the baseline's worktree is gone
+
+
 def test_soak_smoke() -> None:
     out = bench("soak.py", "--requests", "24", "--duration", "3", "--concurrency", "4", "--delay", "0.2",
                 "--sample-s", "1", "--fault-every", "5", "--rss-bound-mib", "4096")  # seconds long: start-up, not drift

@@ -1,3 +1,8 @@
-"""Typer commands only: parse, build a config, call one library function, render."""
+"""Typer commands only: parse, build a config, call one library function, render.
 
-__all__: list[str] = []
+:data:`app` is the ``nlq2sql`` entry point; each command's module is imported when that
+command is used (:data:`nlq2sql.cli._common.COMMANDS`)."""
+
+from nlq2sql.cli._common import app
+
+__all__ = ["app"]

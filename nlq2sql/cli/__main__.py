@@ -1,3 +1,3 @@
-from nlq2sql.cli.main import app
+from nlq2sql.cli import app
 
 app()

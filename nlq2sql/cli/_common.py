@@ -2,33 +2,157 @@
 the option types, and the small parsers that turn options into library values.
 
 Command modules import from here only (never from each other), so there is no import
-cycle; ``main`` registers them."""
+cycle.  :data:`COMMANDS` names the module that registers each top-level command: the app
+imports a command's module only when that command runs (or its own help is asked for), so
+``nlq2sql --help`` and ``nlq2sql sql`` load only what they use."""
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib
 import inspect
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer._click import Command, Context, HelpFormatter
 from typer._click import exceptions as click_errors  # typer's own (vendored) click
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import MAX_JSON_DEPTH, MAX_REQUESTS, at_most
 from nlq2sql.paths import shipped_warehouses
 
+#: Every top-level command and command group, in the order ``nlq2sql --help`` lists them, with
+#: the module of ``nlq2sql.cli`` that registers it on :data:`app` (a new command is added here;
+#: ``tests/test_startup.py`` checks the table against what the modules register).
+COMMANDS: dict[str, str] = {
+    "score": "main", "eval": "main", "serve": "main", "batch": "batch", "load-check": "experiments",
+    "compact": "experiments", "matrix": "experiments", "compare": "experiments", "gate": "experiments",
+    "sweep": "load", "grid": "load", "capacity": "load", "tune": "tune", "sql": "semantic",
+    "backends": "serving", "view": "view", "db": "main", "models": "main", "evalset": "evalsets",
+    "examples": "examples", "guardrail": "guardrail", "probe": "load", "semantic": "semantic",
+}
+
+
+def load_command(name: str) -> Command:
+    """Import the module that registers top-level command ``name`` and build its click command
+    the way typer builds every registered command (its options, defaults and help unchanged)."""
+    importlib.import_module(f"nlq2sql.cli.{COMMANDS[name]}")
+    for info in app.registered_commands:
+        if (info.name or typer.main.get_command_name(getattr(info.callback, "__name__", ""))) == name:
+            return typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                                    rich_markup_mode=app.rich_markup_mode)
+    for group in app.registered_groups:
+        if group.name == name:
+            return typer.main.get_group_from_info(group, pretty_exceptions_short=app.pretty_exceptions_short,
+                                                  suggest_commands=app.suggest_commands,
+                                                  rich_markup_mode=app.rich_markup_mode)
+    raise LookupError(f"nlq2sql.cli.{COMMANDS[name]} registers no command {name!r}")
+
+
+@functools.cache
+def _summaries(module: str) -> dict[str, str]:
+    """The help text of each top-level command a module registers, read from its source without
+    running it: a decorated function's docstring, a sub-app's ``typer.Typer(help=…)``.  What is
+    not a plain literal there is left out (the command is then loaded to list it)."""
+    tree = ast.parse((Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8"))
+    apps: dict[str, str] = {}  # sub-app variable → its help
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            for dec in node.decorator_list:
+                if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "command"
+                        and isinstance(dec.func.value, ast.Name) and dec.func.value.id == "app"
+                        and not dec.keywords and dec.args and isinstance(dec.args[0], ast.Constant)
+                        and (doc := ast.get_docstring(node)) is not None):
+                    out[str(dec.args[0].value)] = doc
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+              and isinstance(node.value, ast.Call)):
+            helps = [k.value for k in node.value.keywords if k.arg == "help"]
+            if helps and isinstance(helps[0], ast.Constant) and isinstance(helps[0].value, str):
+                apps[node.targets[0].id] = helps[0].value
+        elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+              and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "add_typer"
+              and node.value.args and isinstance(node.value.args[0], ast.Name)
+              and node.value.args[0].id in apps):
+            names = [k.value for k in node.value.keywords if k.arg == "name"]
+            if names and isinstance(names[0], ast.Constant):
+                out[str(names[0].value)] = apps[node.value.args[0].id]
+    return out
+
+
+class LazyCommands(MutableMapping[str, Command]):
+    """The root group's commands: every name of :data:`COMMANDS` is listed; a command is built
+    (its module imported) when it is first looked up.  Walking ``.items()`` builds them all, as
+    the docs generator and the tests that inspect every option do."""
+
+    def __init__(self, built: MutableMapping[str, Command]) -> None:
+        self.built = dict(built)
+
+    def __getitem__(self, name: str) -> Command:
+        if name not in self.built:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self.built[name] = load_command(name)
+        return self.built[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        self.built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self.built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from COMMANDS
+        yield from (n for n in self.built if n not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS) + sum(n not in COMMANDS for n in self.built)
+
+    def listed(self, name: str) -> Command | None:
+        """What the command list shows for ``name``: the command if built, else a stand-in with
+        the help its module's source declares (no import); unknown → None."""
+        if name in self.built:
+            return self.built[name]
+        if name not in COMMANDS:
+            return None
+        text = _summaries(COMMANDS[name]).get(name)
+        return TyperCommand(name, help=text) if text is not None else self[name]
+
 
 class OneLineErrors(TyperGroup):
-    """Usage errors (a value of the wrong type, an unknown option, a missing argument) print as
+    """The root group: lazy commands (:class:`LazyCommands`), one-line usage errors.
+
+    Usage errors (a value of the wrong type, an unknown option, a missing argument) print as
     one line, ``error: … (try 'nlq2sql CMD --help')``, exit 2, like every other refusal;
     typer would draw a framed box."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands(self.commands)
+        self._listing = False
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return list(self.commands)  # the names only: nothing is imported to list them
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if self._listing and isinstance(self.commands, LazyCommands):
+            return self.commands.listed(cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
+        self._listing = True  # the command list needs each command's help, not the command
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
@@ -54,6 +178,13 @@ app = typer.Typer(help="Evaluate structured-output text-to-SQL on batched LLM en
                   no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
 err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@app.callback()
+def _root() -> None:
+    # Makes ``app`` a command group before any command module is imported (typer builds a
+    # group only for an app with a callback or registered commands); it takes no options.
+    pass
 
 
 def finite_floats(params: dict[str, Any]) -> None:

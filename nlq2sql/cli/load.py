@@ -321,6 +321,3 @@ def capacity_cmd(
     md = cap.render_markdown(res)
     Console().print(md, markup=False, highlight=False)
 
-
-# ``tune`` is a load mode too; its command lives in its own module.
-from nlq2sql.cli import tune as _tune  # noqa: E402,F401

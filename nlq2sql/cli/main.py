@@ -1,4 +1,5 @@
-"""The ``nlq2sql`` command line. Bad input → one clear message, exit code 2, no traceback."""
+"""``nlq2sql score``, ``eval``, ``serve``, ``db build`` and ``models pull`` (the app is
+:data:`nlq2sql.cli.app`). Bad input → one clear message, exit code 2, no traceback."""
 
 from __future__ import annotations
 
@@ -341,17 +342,3 @@ def models_pull(name: Annotated[str, typer.Argument(help="Registered model alias
     from nlq2sql.run.models import pull
 
     Console().print(f"ready: {pull(name)}")
-
-
-# Register the experiment and load commands (they import ``app`` from here).
-from nlq2sql.cli import (  # noqa: E402,F401
-    batch,
-    evalsets,
-    examples,
-    experiments,
-    guardrail,
-    load,
-    semantic,
-    serving,
-    view,  # noqa: E402,F401
-)

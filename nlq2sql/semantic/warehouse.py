@@ -11,6 +11,7 @@ the executor always opens one file read-only with external access disabled
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import os
@@ -25,7 +26,7 @@ from nlq2sql.paths import cache_dir
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, shipped_names
 
 __all__ = ["DATA_SUFFIXES", "DEFAULT_NAME", "MAX_SCALE", "READ_ONLY_CONFIG", "build", "builder", "connect_read_only",
-           "default_path", "ensure", "fingerprint", "import_folder", "open_error", "resolve_db"]
+           "declared", "default_path", "ensure", "fingerprint", "import_folder", "open_error", "resolve_db"]
 
 #: The one configuration every read-only connection opens with: DuckDB refuses a second
 #: connection to an open file under a different configuration, so there is only this one.
@@ -51,13 +52,33 @@ def builder(name: str = DEFAULT_WAREHOUSE) -> ModuleType:
     return module
 
 
+@lru_cache(maxsize=16)
+def declared(name: str = DEFAULT_WAREHOUSE) -> tuple[object, float]:
+    """A shipped warehouse's ``VERSION`` and ``DEFAULT_SCALE``, read from its ``build.py`` source
+    when both are plain literals there: finding the cached build then runs none of the generator
+    (its numpy and pandas imports cost most of a short command's start-up).  Otherwise the module
+    itself is loaded."""
+    path = WAREHOUSE_DIR / name / "build.py"
+    if "/" not in name and path.is_file():
+        found: dict[str, object] = {}
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id in ("VERSION", "DEFAULT_SCALE") and isinstance(node.value, ast.Constant)):
+                found[node.targets[0].id] = node.value.value
+        scale = found.get("DEFAULT_SCALE")
+        if isinstance(scale, int | float) and "VERSION" in found:
+            return found["VERSION"], float(scale)
+    mod = builder(name)
+    return mod.VERSION, mod.DEFAULT_SCALE
+
+
 def default_path(name: str = DEFAULT_WAREHOUSE, scale: float | None = None) -> Path:
     """Where a shipped warehouse's data is cached (versioned, so a stale build is never reused)."""
-    mod = builder(name)
-    scale = mod.DEFAULT_SCALE if scale is None else scale
-    if name == DEFAULT_WAREHOUSE and scale == mod.DEFAULT_SCALE:
+    version, default_scale = declared(name)
+    scale = default_scale if scale is None else scale
+    if name == DEFAULT_WAREHOUSE and scale == default_scale:
         return cache_dir() / DEFAULT_NAME
-    return cache_dir() / f"{name}-v{mod.VERSION}-s{scale:g}.duckdb"
+    return cache_dir() / f"{name}-v{version}-s{scale:g}.duckdb"
 
 
 #: Largest scale a build accepts (retail: ~100M order lines; TPC-H: scale factor 1,000, ~1 TB):
