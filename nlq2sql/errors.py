@@ -8,7 +8,8 @@ can turn bad *input* into one clear message with exit code 2.
 from __future__ import annotations
 
 __all__ = ["ClientError", "EvalSetError", "ExcludedObjectError", "ExecutionError", "GuardrailError", "InputError",
-           "IntentError", "Nlq2SqlError", "RecordError", "SemanticModelError", "ServerError", "SqlBuildError"]
+           "IntentError", "Nlq2SqlError", "QueryTimeoutError", "RecordError", "SemanticModelError", "ServerError",
+           "SqlBuildError"]
 
 
 class Nlq2SqlError(Exception):
@@ -61,6 +62,14 @@ class ExcludedObjectError(SqlBuildError):
 
 class ExecutionError(Nlq2SqlError):
     """DuckDB failed or timed out on a built query."""
+
+
+class QueryTimeoutError(ExecutionError):
+    """A built query ran past its time limit (``timeout_s``): slow, not wrong."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"query exceeded {timeout_s:g}s timeout")
+        self.timeout_s = timeout_s
 
 
 class ClientError(Nlq2SqlError):
