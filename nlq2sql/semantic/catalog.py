@@ -250,7 +250,7 @@ def _window_days(window: Any) -> int:
     """The most days a MetricFlow time window (``7 days``, ``1 month``) or a grain spans."""
     if window is None:
         return 0
-    if isinstance(window, str):
+    if not hasattr(window, "granularity"):  # a grain: its name, or MetricFlow's TimeGranularity
         return _GRAIN_DAYS.get(_value(window), 1)
     count = getattr(window, "count", 1)
     return int(count if isinstance(count, int) else 1) * _GRAIN_DAYS.get(_value(window.granularity).rstrip("s"), 1)
