@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = ["MAX_PROBLEMS", "ClientError", "EvalSetError", "EvalSetProblems", "ExcludedObjectError", "ExecutionError",
-           "GuardrailError", "InputError", "IntentError", "Nlq2SqlError", "Problems", "RecordError",
-           "SemanticModelError", "ServerError", "SqlBuildError"]
+           "GuardrailError", "InputError", "IntentError", "Nlq2SqlError", "Problems", "QueryTimeoutError",
+           "RecordError", "SemanticModelError", "ServerError", "SqlBuildError"]
 
 #: Problems of one file kept for the report; the rest are counted (a file of a million bad lines
 #: is reported in a screenful, not a million lines).
@@ -116,6 +116,14 @@ class ExcludedObjectError(SqlBuildError):
 
 class ExecutionError(Nlq2SqlError):
     """DuckDB failed or timed out on a built query."""
+
+
+class QueryTimeoutError(ExecutionError):
+    """A built query ran past its time limit (``timeout_s``): slow, not wrong."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"query exceeded {timeout_s:g}s timeout")
+        self.timeout_s = timeout_s
 
 
 class ClientError(Nlq2SqlError):

@@ -27,10 +27,17 @@ app.add_typer(semantic_app, name="semantic")
 def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shipped name, YAML file/folder or "
                                                        "dbt's target/semantic_manifest.json.")],
                    db: DbOpt = None,
-                   as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+                   as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON (each query's "
+                                                         "seconds too).")] = False,
+                   query_timeout: Annotated[float | None, typer.Option(
+                       "--query-timeout", min=0.001, metavar="S",
+                       help="Each query's time limit in seconds (default 10, as every other command's); one "
+                       "that runs past it is reported as slow, not as a failure.")] = None,
                    dbt: Any = None) -> None:
-    """Load, check against the data, and execute one query per metric × dimension; exit 2 on any
-    failure.  Data problems are listed with what they exclude (other commands use the rest)."""
+    """Load, check against the data, and execute one query per metric × dimension, with progress
+    on stderr; exit 2 on a failed query or a data problem.  A query past --query-timeout is slow,
+    not failed: listed with a warning, exit 0 when nothing failed.  Data problems are listed with
+    what they exclude (other commands use the rest)."""
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.semantic.project import Problem, SemanticProblems
     from nlq2sql.stages.semantic_tools import check, dumps
@@ -39,11 +46,12 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
     if wh.catalog.spine_note:  # said before the data's problems
         err.print(f"note: {escape(wh.catalog.spine_note)}", highlight=False, soft_wrap=True)
     wh.bind()
-    report = check(wh)
+    report = _check_with_progress(wh, query_timeout, check)
     if as_json:
         sys.stdout.write(dumps(report) + "\n")
     for f in report.failed:
         err.print(f"{escape(f.metric)} × {escape(f.dimension)}: {escape(str(f.error))}", highlight=False)
+    _say_slow(report)
     if wh.data_problems:
         excluded = wh.catalog.excluded
         err.print(f"{len(excluded)} objects are excluded by every other command (they use the rest of the layer: "
@@ -56,10 +64,48 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
     if report.failed:
         raise InputError(f"{len(report.failed)} of {report.queries} queries failed", path=wh.catalog.path)
     if not as_json:
+        slow = f", {len(report.slow)} slow" if report.slow else ""
         Console().print(f"{wh.catalog.path}: valid for MetricFlow; {report.metrics} metrics × "
-                        f"{report.dimensions} dimensions OK; {report.queries} queries ran on {wh.db_path.name} "
-                        f"({report.compiles} compiles); time spine: {report.time_spine}; saved queries: "
-                        f"{len(report.saved_queries)}", highlight=False)
+                        f"{report.dimensions} dimensions OK{slow}; {report.queries} queries ran on {wh.db_path.name} "
+                        f"in {report.seconds:.1f} s ({report.compiles} compiles); time spine: {report.time_spine}; "
+                        f"saved queries: {len(report.saved_queries)}", highlight=False)
+
+
+def _check_with_progress(wh: Any, timeout_s: float | None, check: Any) -> Any:
+    """``check`` with its progress on stderr: a bar on a terminal, else nothing until one line at
+    the end (queries, seconds, the slowest few), so a log holds one line, not a bar's frames."""
+    from nlq2sql.stages.semantic_tools import slowest
+
+    if err.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("checking queries"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.description}"), console=err, transient=True) as bar:
+            task = bar.add_task("", total=None)
+
+            def step(done: int, total: int, r: Any) -> None:
+                bar.update(task, completed=done, total=total, description=f"{r.metric} × {r.dimension}")
+
+            report = check(wh, timeout_s=timeout_s, progress=step)
+    else:
+        report = check(wh, timeout_s=timeout_s)
+    top = ", ".join(f"{r.metric} × {r.dimension} {r.seconds:.2f} s" for r in slowest(report) if r.seconds > 0)
+    err.print(f"{report.queries} queries in {report.seconds:.1f} s" + (f"; slowest: {escape(top)}" if top else ""),
+              highlight=False, soft_wrap=True)
+    return report
+
+
+def _say_slow(report: Any) -> None:
+    """Each slow query with the limit it ran past, and how to give it more time."""
+    if not report.slow:
+        return
+    limit = report.query_timeout_s
+    err.print(f"warning: {len(report.slow)} of {report.queries} queries ran past the {limit:g} s limit (slow, not "
+              f"failed; give them more time with --query-timeout {max(limit * 6, 60):g}):", highlight=False,
+              soft_wrap=True)
+    for r in report.slow:
+        err.print(f"  slow {escape(r.metric)} × {escape(r.dimension)}: did not finish in {limit:g} s",
+                  highlight=False, soft_wrap=True)
 
 
 @semantic_app.command("show")

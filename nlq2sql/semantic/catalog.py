@@ -27,14 +27,18 @@ from nlq2sql.semantic.prune import Exclusion, excluded_names, exclusion_for
 
 __all__ = ["DEFAULT_WAREHOUSE", "SPEC_FILE", "WAREHOUSE_DIR", "YEAR_FIELD", "Catalog", "DimensionDef", "MetricDef",
            "Vocabulary", "catalog_of", "default_catalog", "display_path", "load_catalog", "resolve_spec_path",
-           "shipped_names"]
+           "shipped_names", "spine_reach_days", "spine_sql"]
 
 DEFAULT_WAREHOUSE = "retail"
 YEAR_FIELD = "year"
-#: The generated spine's days (inlined as DuckDB's range(); read only by cumulative metrics,
-#: offset windows and zero-filled series).
+#: The generated spine's widest extent: every day of 1900–2100 (DuckDB's range(), end excluded).
+SPINE_FROM, SPINE_UNTIL = "1900-01-01", "2101-01-01"
+#: The generated spine unbounded: every day of its widest extent (a layer whose measures have no
+#: time dimension, so the data's dates cannot bound it).
 SPINE_SQL = ("SELECT CAST(range AS DATE) AS date_day "
-             "FROM range(DATE '1900-01-01', DATE '2101-01-01', INTERVAL 1 DAY)")
+             f"FROM range(DATE '{SPINE_FROM}', DATE '{SPINE_UNTIL}', INTERVAL 1 DAY)")
+#: Days a window or offset of each grain may reach past the data (a month: its longest).
+_GRAIN_DAYS = {"day": 1, "week": 7, "month": 31, "quarter": 92, "year": 366}
 
 
 @dataclass(frozen=True)
@@ -238,8 +242,66 @@ def catalog_of(project: Project, manifest: Any, kind: str, excluded: tuple[Exclu
 
 
 def _engine(manifest: Any, spine: str, excluded: Callable[[str], tuple[str, Any] | None] | None = None) -> Engine:
-    return Engine(manifest, spine_sql=SPINE_SQL if spine == "generated" else None,
+    return Engine(manifest, spine_sql=spine_sql(manifest) if spine == "generated" else None,
                   spine_relation=GENERATED_SPINE.relation.sql, excluded=excluded)
+
+
+def _window_days(window: Any) -> int:
+    """The most days a MetricFlow time window (``7 days``, ``1 month``) or a grain spans."""
+    if window is None:
+        return 0
+    if not hasattr(window, "granularity"):  # a grain: its name, or MetricFlow's TimeGranularity
+        return _GRAIN_DAYS.get(_value(window), 1)
+    count = getattr(window, "count", 1)
+    return int(count if isinstance(count, int) else 1) * _GRAIN_DAYS.get(_value(window.granularity).rstrip("s"), 1)
+
+
+def spine_reach_days(manifest: Any) -> int:
+    """How many days past the data's last date a metric of the layer can have rows: its largest
+    cumulative window or grain-to-date period, offset window or offset-to-grain period."""
+    reach = 0
+    for m in manifest.metrics:
+        tp = m.type_params
+        cum = getattr(tp, "cumulative_type_params", None)
+        spans = [getattr(tp, "window", None), getattr(tp, "grain_to_date", None),
+                 getattr(cum, "window", None), getattr(cum, "grain_to_date", None),
+                 getattr(getattr(tp, "conversion_type_params", None), "window", None)]
+        for i in getattr(tp, "metrics", None) or ():
+            spans += [i.offset_window, i.offset_to_grain]
+        reach = max(reach, *(_window_days(w) for w in spans))
+    return reach
+
+
+def spine_sql(manifest: Any) -> str:
+    """The generated spine's days, bounded by the data: from January 1 of the first year any
+    measure's time dimension holds to December 31 of the year of its last date plus
+    :func:`spine_reach_days` (whole years, so every period up to a year is complete at both ends),
+    within 1900–2100.  The bounds are read by the query itself (the time sources' MIN and MAX),
+    so the SQL depends on the layer only: one compile serves any database, and a day the bounds
+    leave out is a day no cumulative window, offset or grain-to-date period of the data reaches
+    (an all-time running total's rows stop at that year's end instead of repeating the final
+    total to 2100; a zero-filled series covers those years, not two centuries).  A layer whose
+    measures have no time dimension gets the whole range (:data:`SPINE_SQL`)."""
+    sources: dict[tuple[str, str], None] = {}
+    for sm in manifest.semantic_models:
+        default = sm.defaults.agg_time_dimension if sm.defaults else None
+        dims = {d.name: d.expr or d.name for d in sm.dimensions if _value(d.type) == "time"}
+        relation = Relation(schema=sm.node_relation.schema_name, alias=sm.node_relation.alias,
+                            database=sm.node_relation.database).sql
+        for measure in sm.measures:
+            name = measure.agg_time_dimension or default
+            if name in dims:
+                sources[(relation, dims[name])] = None
+    if not sources:
+        return SPINE_SQL
+    bounds = " UNION ALL ".join(f"SELECT CAST(MIN({expr}) AS TIMESTAMP) AS lo, CAST(MAX({expr}) AS TIMESTAMP) AS hi "
+                                f"FROM {relation}" for relation, expr in sources)
+    pad = spine_reach_days(manifest)
+    first = f"GREATEST(DATE_TRUNC('year', MIN(lo)), TIMESTAMP '{SPINE_FROM}')"
+    last = (f"LEAST(DATE_TRUNC('year', MAX(hi) + INTERVAL {pad} DAY) + INTERVAL 1 YEAR, "
+            f"TIMESTAMP '{SPINE_UNTIL}') - INTERVAL 1 DAY")
+    return (f"SELECT CAST(d AS DATE) AS date_day FROM (SELECT UNNEST(generate_series({first}, {last}, "
+            f"INTERVAL 1 DAY)) AS d FROM ({bounds}) AS spine_bounds) AS spine_days")
 
 
 def _owner(manifest: Any, group_by: str) -> str | None:

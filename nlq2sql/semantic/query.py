@@ -72,7 +72,7 @@ class MetricQuery(_Strict):
     ``metrics`` may be empty when ``group_by`` is not: a listing, the distinct values of the
     group-bys (MetricFlow's dimension-value query).  A listing names no ``metric_time``: with no
     metric there is no metric time, and MetricFlow would answer from the time spine (every day
-    of 1900–2100) or cross-join it; a time dimension of a semantic model is the way to ask."""
+    of the generated spine) or cross-join it; a time dimension of a semantic model is the way to ask."""
 
     metrics: tuple[Name, ...] = Field(default=(), max_length=8)
     group_by: tuple[Name, ...] = Field(default=(), max_length=8)

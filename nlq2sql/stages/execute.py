@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from nlq2sql.errors import ExecutionError
+from nlq2sql.errors import ExecutionError, QueryTimeoutError
 from nlq2sql.semantic.engine import Query
 from nlq2sql.semantic.warehouse import connect_read_only
 
@@ -90,7 +90,7 @@ class Executor:
             try:
                 rows = self._con.execute(query.sql, list(query.params)).fetchall()
             except duckdb.InterruptException:
-                raise ExecutionError(f"query exceeded {self.timeout_s:g}s timeout") from None
+                raise QueryTimeoutError(self.timeout_s) from None
             except duckdb.Error as exc:
                 raise ExecutionError(str(exc).splitlines()[0]) from None
             finally:

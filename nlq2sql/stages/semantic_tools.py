@@ -12,7 +12,7 @@ on the database, so a model that loads but cannot answer is caught before an eva
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +25,23 @@ from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.prune import Exclusion
 
-__all__ = ["CheckReport", "DimensionShown", "MetricShown", "QueryCheck", "ShowReport", "SqlResult", "check", "closest",
-           "compile_or_explain", "dumps", "grouped_names", "init_yaml", "name_problems", "show", "show_text", "sql_for",
-           "v2_shape_hint"]
+__all__ = ["CheckReport", "DimensionShown", "MetricShown", "Progress", "QueryCheck", "ShowReport", "SqlResult", "check",
+           "closest", "compile_or_explain", "dumps", "grouped_names", "init_yaml", "name_problems", "show", "show_text",
+           "slowest", "sql_for", "v2_shape_hint"]
 
 
 class QueryCheck(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One query ``check`` ran: what it asked, and its row count or the error that stopped it."""
+    """One query ``check`` ran: what it asked, its row count or the error that stopped it, and
+    how long compiling and running it took.  ``slow``: it ran past the time limit (not ``ok``,
+    yet no failure of the layer: ``CheckReport.slow``, not ``failed``)."""
 
     metric: str
     dimension: str
     ok: bool
+    seconds: float
     rows: int | UnsetType = UNSET
     error: str | UnsetType = UNSET
+    slow: bool = False
 
 
 class CheckReport(msgspec.Struct, kw_only=True):
@@ -53,7 +57,10 @@ class CheckReport(msgspec.Struct, kw_only=True):
     saved_queries: list[str]
     compiles: int
     queries: int
+    query_timeout_s: float  # each query's time limit (``--query-timeout``)
+    seconds: float  # the whole check's wall time
     failed: list[QueryCheck]
+    slow: list[QueryCheck]  # ran past ``query_timeout_s``: not failures (exit 0 with a warning)
     results: list[QueryCheck]
     data_problems: list[str]  # each ``file:line: field 'key': message`` (they exclude what they touch)
     excluded: list[Exclusion]  # what the data problems left out, and why: the rest is checked above
@@ -107,48 +114,77 @@ class SqlResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     rows: list[list[Any]] | UnsetType = UNSET
 
 
-def check(wh: Warehouse) -> CheckReport:
+#: ``check``'s progress callback: (queries done, queries in all, the one just done).
+Progress = Callable[[int, int, QueryCheck], None]
+
+
+def check(wh: Warehouse, *, timeout_s: float | None = None, progress: Progress | None = None) -> CheckReport:
     """Execute, per metric, one query per dimension it reaches and one monthly series; a metric
     that needs ``metric_time`` (cumulative, offset windows) is asked each with the month added.
-    Every saved query is compiled and executed too."""
+    Every saved query is compiled and executed too.  Each query has ``timeout_s`` (default: the
+    executor's); one that runs past it is *slow*, listed apart from the failures.  ``progress`` is
+    called after each query."""
+    import time
+    from functools import partial
+
+    from nlq2sql.errors import QueryTimeoutError
     from nlq2sql.semantic.query import MetricQuery
-    from nlq2sql.stages.execute import Executor
+    from nlq2sql.stages.execute import DEFAULT_TIMEOUT_S, Executor
 
     cat = wh.catalog
+    limit = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+    asked: list[tuple[str, str, Callable[[], Any]]] = []
+    for metric in cat.metrics:
+        reachable = set(cat.engine.group_bys((metric,)))
+        month = MetricQuery(metrics=(metric,), group_by=("metric_time__month",))
+        asked.append((metric, "(time series, month)", partial(cat.engine.compile, month)))
+        for d, dd in cat.dimensions.items():
+            if dd.group_by not in reachable:
+                continue
+            q = MetricQuery(metrics=(metric,), group_by=(dd.group_by,))
+            try:
+                cat.engine.compile(q)
+            except Nlq2SqlError:  # e.g. a cumulative metric: asked per month
+                q = MetricQuery(metrics=(metric,), group_by=("metric_time__month", dd.group_by))
+            asked.append((metric, d, partial(cat.engine.compile, q)))
+    for sq in cat.manifest.saved_queries:
+        asked.append((f"saved query {sq.name}", "", partial(cat.engine.compile_saved, sq.name)))
     results: list[QueryCheck] = []
-
-    def run(ex: Executor, asked: tuple[str, str], make: Any) -> None:
-        metric, dimension = asked
-        try:
-            rows = ex.run(make())
-            results.append(QueryCheck(metric=metric, dimension=dimension, ok=True, rows=len(rows)))
-        except Nlq2SqlError as exc:
-            results.append(QueryCheck(metric=metric, dimension=dimension, ok=False, error=str(exc)))
-
-    with Executor(wh.db_path) as ex:
-        for metric in cat.metrics:
-            reachable = set(cat.engine.group_bys((metric,)))
-            month = MetricQuery(metrics=(metric,), group_by=("metric_time__month",))
-            run(ex, (metric, "(time series, month)"), lambda q=month: cat.engine.compile(q))
-            for d, dd in cat.dimensions.items():
-                if dd.group_by not in reachable:
-                    continue
-                q = MetricQuery(metrics=(metric,), group_by=(dd.group_by,))
-                try:
-                    cat.engine.compile(q)
-                except Nlq2SqlError:  # e.g. a cumulative metric: asked per month
-                    q = MetricQuery(metrics=(metric,), group_by=("metric_time__month", dd.group_by))
-                run(ex, (metric, d), lambda q=q: cat.engine.compile(q))
-        for sq in cat.manifest.saved_queries:
-            run(ex, (f"saved query {sq.name}", ""),
-                lambda name=sq.name: cat.engine.compile_saved(name))
-    failed = [r for r in results if not r.ok]
+    start = time.perf_counter()
+    with Executor(wh.db_path, timeout_s=limit) as ex:
+        for metric, dimension, make in asked:
+            t0 = time.perf_counter()
+            try:
+                rows = ex.run(make())
+                r = QueryCheck(metric=metric, dimension=dimension, ok=True, seconds=_secs(t0), rows=len(rows))
+            except QueryTimeoutError as exc:
+                r = QueryCheck(metric=metric, dimension=dimension, ok=False, seconds=_secs(t0), error=str(exc),
+                               slow=True)
+            except Nlq2SqlError as exc:
+                r = QueryCheck(metric=metric, dimension=dimension, ok=False, seconds=_secs(t0), error=str(exc))
+            results.append(r)
+            if progress is not None:
+                progress(len(results), len(asked), r)
+    seconds = _secs(start)
     cat = wh.catalog
     return CheckReport(semantic_model=cat.name, path=cat.path, sha256=cat.sha256, engine="metricflow",
                        metrics=len(cat.metrics), dimensions=len(cat.dimensions), time_spine=cat.spine,
                        saved_queries=[q.name for q in cat.manifest.saved_queries],
-                       compiles=cat.engine.compiles, queries=len(results), failed=failed, results=results,
-                       data_problems=[str(p) for p in wh.data_problems], excluded=list(cat.excluded))
+                       compiles=cat.engine.compiles, queries=len(results), query_timeout_s=limit, seconds=seconds,
+                       failed=[r for r in results if not r.ok and not r.slow], slow=[r for r in results if r.slow],
+                       results=results, data_problems=[str(p) for p in wh.data_problems],
+                       excluded=list(cat.excluded))
+
+
+def _secs(since: float) -> float:
+    import time
+
+    return round(time.perf_counter() - since, 3)
+
+
+def slowest(report: CheckReport, n: int = 3) -> list[QueryCheck]:
+    """The ``n`` queries of a check that took longest, longest first."""
+    return sorted(report.results, key=lambda r: -r.seconds)[:n]
 
 
 def show(wh: Warehouse, schema: str = "flat") -> ShowReport:
