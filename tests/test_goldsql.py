@@ -379,3 +379,16 @@ def test_import_reports_every_bad_row_and_writes_nothing(tmp_path: Path) -> None
     again = runner.invoke(app, ["evalset", "import", str(good), "--out", str(out)])
     assert again.exit_code == 2 and "--force" in again.output
     assert runner.invoke(app, ["evalset", "check", str(out)]).exit_code == 0
+
+
+def test_import_of_a_csv_the_csv_module_cannot_read_is_one_message(tmp_path: Path) -> None:
+    """A field past the csv module's limit is bad input (file and line, exit 2), never a traceback."""
+    from typer.testing import CliRunner
+
+    from nlq2sql.cli.main import app
+
+    src = tmp_path / "big.csv"
+    src.write_text("question,sql\nq1,\"" + "x" * 200_000 + "\"\n")
+    res = CliRunner().invoke(app, ["evalset", "import", str(src), "--out", str(tmp_path / "out.jsonl")])
+    assert res.exit_code == 2 and "not CSV: field larger than field limit" in res.output, res.output
+    assert not (tmp_path / "out.jsonl").exists()

@@ -114,13 +114,20 @@ def _detect(path: Path, text: str) -> str:
             return "spider"  # reported by the reader
         first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
         return "bird" if "SQL" in first else "spider"
-    header = next(csv.reader(io.StringIO(text)), [])
+    try:
+        header = next(csv.reader(io.StringIO(text)), [])
+    except csv.Error:  # reported, with its line, by the reader
+        return "csv"
     return "defog" if all(c in header for c in _DEFOG_COLUMNS) else "csv"
 
 
 def _csv_rows(text: str, where: str, needed: list[str], problems: list[EvalSetError]) -> list[_Row]:
     reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames or []
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as exc:  # a header CSV cannot read (a field past the csv module's limit, a NUL)
+        problems.append(EvalSetError(f"not CSV: {exc}", path=where, line=1))
+        return []
     missing = [c for c in needed if c not in header]
     for c in missing:
         problems.append(EvalSetError(f"no column {c!r} (columns: {', '.join(header) or 'none'})", path=where, line=1,
@@ -129,9 +136,12 @@ def _csv_rows(text: str, where: str, needed: list[str], problems: list[EvalSetEr
         return []
     rows: list[_Row] = []
     start = reader.line_num + 1
-    for n, rec in enumerate(reader, start=1):
-        rows.append(_Row(start, n, dict(rec)))
-        start = reader.line_num + 1
+    try:
+        for n, rec in enumerate(reader, start=1):
+            rows.append(_Row(start, n, dict(rec)))
+            start = reader.line_num + 1
+    except csv.Error as exc:  # the rest of the file cannot be read as CSV: said with the line it stopped at
+        problems.append(EvalSetError(f"not CSV: {exc}", path=where, line=reader.line_num or start))
     return rows
 
 
