@@ -30,6 +30,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -51,6 +52,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
+from nlq2sql.errors import MAX_PROBLEMS
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.evalset import EVALSET_DIR
@@ -319,7 +321,11 @@ def check_outcome(result: Any, args: list[str], root: Path, before: dict[str, An
     assert result.exit_code in (0, 2), f"exit {result.exit_code}\n{shown}"
     if result.exit_code == 2:
         lines = [x for x in result.stderr.splitlines() if x.strip()]
-        if one_line:
+        many = re.fullmatch(r"error: (\d+) problems:", lines[0]) if lines else None
+        if one_line and many is not None:  # a file's problems, all at once: the count, then one line each
+            listed = [x for x in lines[1:] if not x.startswith(("note:", "... and "))]
+            assert len(listed) == min(int(many.group(1)), MAX_PROBLEMS), shown
+        elif one_line:
             assert len(lines) == 1 and lines[0].startswith("error:"), shown
         else:
             assert lines and (lines[0].startswith("error:") or lines[-1].startswith("error:")), shown
