@@ -72,3 +72,26 @@ def test_committed_reports_hold_no_absolute_path() -> None:
     for f in (ROOT / "reports").rglob("*"):
         if f.is_file() and f.suffix in (".md", ".json", ".jsonl", ".log", ".html"):
             assert str(ROOT) + "/" not in f.read_text(errors="replace"), f
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
+    """A newcomer follows the README's links: each relative one (and each in docs/) names a file or
+    folder that exists, and a link to a heading of a Markdown file names a heading it has."""
+    import re
+
+    def anchors(md: Path) -> set[str]:
+        heads = re.findall(r"^#+ (.+)$", md.read_text(), flags=re.M)
+        return {re.sub(r"[^a-z0-9 _-]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+    broken = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (doc.parent / path).resolve()
+            if not dest.exists():
+                broken.append(f"{doc.name}: {target}")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{doc.name}: {target} (no such heading)")
+    assert not broken, broken
