@@ -15,11 +15,10 @@ from typer.testing import CliRunner
 from nlq2sql.answers.sql.gold import COLUMN_RULE, GoldRunner, check_gold_sql_set, gold_sql_record
 from nlq2sql.answers.sql.sandbox import Sandbox
 from nlq2sql.cli.main import app
-from nlq2sql.errors import EvalSetError, InputError
+from nlq2sql.errors import EvalSetError, EvalSetProblems, InputError
 from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.goldsql import (
-    EvalSetProblems,
     GoldSqlCase,
     derive_category,
     derive_ordered,

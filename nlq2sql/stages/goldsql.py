@@ -19,7 +19,7 @@ Derived when absent, from the first gold SQL as sqlglot (DuckDB dialect) reads i
 
 A file is a gold-SQL set when its lines carry ``gold_sql``; a file mixing such lines with
 lines of another kind (``gold``) is refused.  Every problem of the file is reported at once
-(:class:`EvalSetProblems`, file, line and field each).  The set binds to the warehouse the run
+(:class:`~nlq2sql.errors.EvalSetProblems`, file, line and field each).  The set binds to the warehouse the run
 names (``--semantic-model``/``--db``), like the other sets; its SQL runs there with DuckDB's
 ``search_path`` set by :func:`layer_search_path` (or ``--search-path``).
 """
@@ -37,11 +37,11 @@ import sqlglot
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlglot import exp
 
-from nlq2sql.errors import EvalSetError, EvalSetProblems
+from nlq2sql.errors import EvalSetError, Problems
 from nlq2sql.inputs import json_object, read_text
 from nlq2sql.stages.evalset import CATEGORY, ID_MAX_LENGTH, resolve_path
 
-__all__ = ["GOLD_SQL_KEY", "MAX_ALTERNATIVES", "SEARCH_PATH_ENTRY", "EvalSetProblems", "GoldSqlCase",
+__all__ = ["GOLD_SQL_KEY", "MAX_ALTERNATIVES", "SEARCH_PATH_ENTRY", "GoldSqlCase",
            "GoldSqlLine", "GoldSqlSet", "derive_category", "derive_ordered", "is_gold_sql_set",
            "layer_search_path", "load_gold_sql_set", "parse_search_path", "resolve_search_path", "tie_columns"]
 
@@ -282,12 +282,12 @@ def _case(line: GoldSqlLine) -> GoldSqlCase:
 
 def load_gold_sql_set(name_or_path: str | Path, warehouse_name: str) -> GoldSqlSet:
     """Read and check a gold-SQL set (a shipped name of the warehouse, or a path): every problem of
-    the file at once (:class:`EvalSetProblems`).  The gold SQL is run by ``evalset check`` and by
+    the file at once (:class:`~nlq2sql.errors.EvalSetProblems`).  The gold SQL is run by ``evalset check`` and by
     scoring (:mod:`nlq2sql.answers.sql.gold`), not here."""
     path = resolve_path(name_or_path, warehouse_name)
     text = read_text(path, "eval set")
     where = str(path)
-    problems: list[EvalSetError] = []
+    problems = Problems(where)  # every problem of the file, reported together
     cases: list[GoldSqlCase] = []
     seen: dict[str, int] = {}
     first_kind: tuple[str, int] | None = None
@@ -297,7 +297,7 @@ def load_gold_sql_set(name_or_path: str | Path, warehouse_name: str) -> GoldSqlS
         try:
             obj = json_object(raw, path=where, line=lineno, cls=EvalSetError)
         except EvalSetError as exc:
-            problems.append(exc)
+            problems.add(exc)
             continue
         kind = _line_kind(obj)
         if first_kind is None:
@@ -305,7 +305,7 @@ def load_gold_sql_set(name_or_path: str | Path, warehouse_name: str) -> GoldSqlS
         if kind != "gold_sql":
             said = ("a 'gold' key (an intent or MetricFlow query)" if kind == "gold"
                     else "no 'gold_sql' key")
-            problems.append(EvalSetError(f"{said} in a gold-SQL set (line {first_kind[1]} has gold_sql); a set "
+            problems.add(EvalSetError(f"{said} in a gold-SQL set (line {first_kind[1]} has gold_sql); a set "
                                          "mixes no kinds of gold", path=where, line=lineno, field=GOLD_SQL_KEY))
             continue
         try:
@@ -313,22 +313,21 @@ def load_gold_sql_set(name_or_path: str | Path, warehouse_name: str) -> GoldSqlS
         except ValidationError as exc:
             for err in exc.errors():
                 field = ".".join(str(p) for p in err["loc"]) or "(line)"
-                problems.append(EvalSetError(err["msg"], path=where, line=lineno, field=field))
+                problems.add(EvalSetError(err["msg"], path=where, line=lineno, field=field))
             continue
         if line.category is not None and not CATEGORY.match(line.category):
-            problems.append(EvalSetError(f"category {line.category!r} must be a short label (letters, digits, "
+            problems.add(EvalSetError(f"category {line.category!r} must be a short label (letters, digits, "
                                          "_ . -)", path=where, line=lineno, field="category"))
             continue
         if line.id in seen:
-            problems.append(EvalSetError(f"duplicate id {line.id!r} (first on line {seen[line.id]})", path=where,
+            problems.add(EvalSetError(f"duplicate id {line.id!r} (first on line {seen[line.id]})", path=where,
                                          line=lineno, field="id"))
             continue
         seen[line.id] = lineno
         cases.append(_case(line))
     if not cases and not problems:
-        problems.append(EvalSetError("no items", path=where))
-    if problems:
-        raise EvalSetProblems(problems, where)
+        problems.add(EvalSetError("no items", path=where))
+    problems.raise_any()
     return GoldSqlSet(name=path.stem, path=where, sha256=hashlib.sha256(text.encode()).hexdigest(),
                       cases=tuple(cases))
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import sqlglot
 
-from nlq2sql.errors import EvalSetError
+from nlq2sql.errors import EvalSetError, EvalSetProblems
 from nlq2sql.inputs import read_text
 from nlq2sql.stages.evalset import CATEGORY, ID_MAX_LENGTH
-from nlq2sql.stages.goldsql import MAX_ALTERNATIVES, EvalSetProblems, GoldSqlLine
+from nlq2sql.stages.goldsql import MAX_ALTERNATIVES, GoldSqlLine
 
 __all__ = ["FORMATS", "ImportOptions", "defog_alternatives", "import_gold_sql", "render_lines"]
 
@@ -195,7 +195,7 @@ def _transpile(sql: str, dialect: str | None) -> str:
 
 def import_gold_sql(path: Path, opts: ImportOptions) -> list[JsonObject]:
     """The gold-SQL set's lines (as dicts, in the set's key order) read from ``path``; every problem of
-    the source at once (:class:`~.goldsql.EvalSetProblems`, each with line and column)."""
+    the source at once (:class:`~nlq2sql.errors.EvalSetProblems`, each with line and column)."""
     if opts.fmt not in FORMATS:
         raise EvalSetError(f"unknown format {opts.fmt!r} (known: {', '.join(FORMATS)})", field="--format")
     text = read_text(path, "question file")
