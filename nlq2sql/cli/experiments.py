@@ -38,7 +38,7 @@ from nlq2sql.inputs import at_most
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.models import DEFAULT_MODEL
 
-__all__ = ["compact", "compare", "gate", "load_check", "matrix"]
+__all__ = ["compact", "compare", "compare_dirs", "gate", "load_check", "matrix"]
 
 
 @app.command("load-check")
@@ -220,10 +220,30 @@ def matrix(
                     markup=False, highlight=False)
 
 
+def compare_dirs(args: list[Path]) -> list[Path]:
+    """The runs ``compare`` reads: the viewer's discovery (a run directory, or a folder of runs at any
+    depth; its refusals), what it skipped told on stderr, and a repeated run (``OUT/r0`` …) found by
+    walking kept as its folder, so the report pairs it over all its repeats."""
+    from nlq2sql.run.repeats import repeat_dirs
+    from nlq2sql.view.discover import discover
+
+    found = discover(args)
+    for note in found.skipped:
+        err.print(f"note: skipped {note}", markup=False, highlight=False)
+    dirs: list[Path] = []
+    for f in found.found:
+        d = f.path.parent if not f.direct and f.path in repeat_dirs(f.path.parent) else f.path
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
 @app.command("compare")
 @handled
 def compare(
-    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories to compare.")],
+    run_dirs: Annotated[list[Path], typer.Argument(
+        help="Run directories, or folders holding runs at any depth (as `view` takes them); the first "
+             "run found is the baseline of the paired comparison.")],
     out: Annotated[Path, typer.Option(help="Report directory (report.md + report.html).")] = Path("report"),
     gpu_cost_per_hour: Annotated[float | None, typer.Option(help="For cost per 1,000 questions.")] = None,
     title: Annotated[str, typer.Option(help="Report title.")] = "nlq2sql comparison",
@@ -231,7 +251,7 @@ def compare(
     """Side-by-side report of recorded runs: Markdown + self-contained HTML with plots."""
     from nlq2sql.experiments.compare import render
 
-    paths = render(list(run_dirs), out, gpu_cost_per_hour, title)
+    paths = render(compare_dirs(list(run_dirs)), out, gpu_cost_per_hour, title)
     Console().print(f"wrote {paths['markdown']} and {paths['html']}")
 
 
