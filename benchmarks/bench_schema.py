@@ -36,9 +36,11 @@ def _compile_ms(compiler: Any, schema: dict[str, Any], rounds: int) -> float:
 
 def _enum_sizes(schema: dict[str, Any]) -> tuple[int, int]:
     branches = schema.get("anyOf", [schema])
+    def enum(branch: dict[str, Any], key: str) -> int:  # a listing branch's metrics take none (maxItems 0)
+        return len(branch["properties"][key].get("items", {}).get("enum", ()))
+
     q = [b for b in branches if "metrics" in b.get("properties", {})]
-    return (max(len(b["properties"]["metrics"]["items"]["enum"]) for b in q),
-            max(len(b["properties"]["group_by"]["items"]["enum"]) for b in q))
+    return max(enum(b, "metrics") for b in q), max(enum(b, "group_by") for b in q)
 
 
 def main() -> None:
