@@ -475,7 +475,7 @@ CASES: list[Case] = [
          lambda c: ["--out:", "afile exists and is not a directory"]),
     Case("compare-run-is-file", "compare A_FILE",
          lambda c: ["compare", str(c.file("afile", "")), "--out", str(c.out)],
-         lambda c: ["afile", "not a run directory: a file"]),
+         lambda c: ["afile", "not a run directory (a run directory holds manifest.json and records.jsonl)"]),
     Case("compare-not-a-run", "compare a folder that is not a run",
          lambda c: ["compare", str(c.dir("notarun", "notes.txt")), "--out", str(c.out)],
          lambda c: ["notarun", "not a run directory: no manifest.json"]),
