@@ -25,7 +25,8 @@ from sqlglot import exp
 
 from nlq2sql.errors import InputError
 
-__all__ = ["CopyBlock", "Dump", "build_from_dump", "load_dump", "parse_dump", "unescape_copy_field"]
+__all__ = ["CopyBlock", "Dump", "build_defog_database", "build_from_dump", "load_dump", "parse_dump",
+           "unescape_copy_field"]
 
 _CREATE = re.compile(r"^CREATE TABLE\b.*?\);\s*$", re.S | re.M)
 _COPY = re.compile(r"^COPY\s+(?P<table>[\w.\"]+)\s*\((?P<cols>[^)]*)\)\s+FROM\s+stdin;\s*$", re.M | re.I)
@@ -149,3 +150,13 @@ def build_from_dump(out: Path, text: str, source: str = "<dump>") -> dict[str, i
     finally:
         con.close()
     return counts
+
+
+def build_defog_database(out: Path, database: str) -> dict[str, int]:
+    """Write one of defog's sql-eval databases to ``out``: the ``pg_dump`` text the ``defog-data``
+    package installs as ``defog_data/<database>/<database>.sql`` (nothing downloaded), loaded by
+    :func:`build_from_dump`.  What each ``warehouses/defog_<database>/build.py`` calls."""
+    from importlib.resources import files
+
+    dump = files("defog_data").joinpath(database, f"{database}.sql")
+    return build_from_dump(out, dump.read_text(encoding="utf-8"), f"defog_data/{database}/{database}.sql")

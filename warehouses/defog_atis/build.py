@@ -2,19 +2,16 @@
 
 Flights, airlines, airports, fares and ground services (the ATIS air-travel schema).
 
-The data is the PostgreSQL ``pg_dump`` text that the ``defog-data`` package (PyPI, 0.1.1)
-installs as ``defog_data/atis/atis.sql``, loaded into DuckDB by
-:func:`nlq2sql.semantic.pgdump.build_from_dump` (DDL transpiled by sqlglot, COPY rows cast to
-the declared types).  Nothing is downloaded; ``scale`` is ignored (the database is what defog
-ships).  Its questions: ``evalsets/sql-eval.jsonl`` (see ``warehouses/defog_atis/evalsets/README.md``).
+The data is what the ``defog-data`` package (PyPI, 0.1.1) ships, loaded by
+:func:`nlq2sql.semantic.pgdump.build_defog_database`; ``scale`` is ignored.  Its questions:
+``evalsets/sql-eval.jsonl`` (see ``evalsets/README.md`` beside this file).
 """
 
 from __future__ import annotations
 
-from importlib.resources import files
 from pathlib import Path
 
-from nlq2sql.semantic.pgdump import build_from_dump
+from nlq2sql.semantic.pgdump import build_defog_database
 
 #: Bumped whenever the build changes, so a stale cached warehouse is never reused.
 VERSION = 1
@@ -24,5 +21,4 @@ DATABASE = "atis"
 
 def build(out: Path, scale: float = DEFAULT_SCALE) -> None:
     """Write the ``atis`` database to ``out`` (a new file)."""
-    dump = files("defog_data").joinpath(DATABASE, f"{DATABASE}.sql")
-    build_from_dump(out, dump.read_text(encoding="utf-8"), f"defog_data/{DATABASE}/{DATABASE}.sql")
+    build_defog_database(out, DATABASE)
