@@ -16,12 +16,26 @@ from pathlib import Path
 import pytest
 from dbt_build import DbtBuild, DbtMissing
 from dbt_build import build as dbt_build
+from snapshot import SNAPSHOTS, Snapshots, update_requested
 
 from nlq2sql.semantic import warehouse
 from nlq2sql.stages.execute import Executor
 
 SMALL_SCALE = 0.05
 EVALSETS = ("dev", "heldout", "adversarial")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--snapshot-update", action="store_true", default=False,
+                     help="write the per-case snapshots under tests/snapshots that are missing or differ "
+                          "(tests/snapshot.py) instead of failing")
+
+
+@pytest.fixture
+def snapshot(request: pytest.FixtureRequest) -> Snapshots:
+    """The test module's snapshots, ``tests/snapshots/<module>/`` (``tests/snapshot.py``)."""
+    update = bool(request.config.getoption("--snapshot-update")) or update_requested()
+    return Snapshots(SNAPSHOTS / request.path.stem, update)
 
 
 @pytest.fixture(scope="session")

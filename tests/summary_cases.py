@@ -1,15 +1,14 @@
-"""The summaries a golden fixture pins (``tests/fixtures/summary-golden.json``): every committed run's
-records summarised as scored and as unscored items, through each way the code summarises records.
+"""The summaries snapshotted per case (``tests/snapshots/test_summary_golden/``): every run committed
+at ``COMMIT`` summarised as scored and as unscored items, through each way the code summarises
+records.
 
-Each case is the summary's JSON text as ``records.store.write_json_atomic`` writes it, so comparing
-hashes is comparing the bytes written.  The golden was captured before the scored and unscored
-aggregators became one (``stages.summary.Summary``), from the two of them (the unscored one was
-``answers.unscored.AnswerSummary``).
+Each case is the summary's JSON text as ``records.store.write_json_atomic`` writes it; the test
+compares it as parsed.  The records are read as they were at ``COMMIT`` (``git cat-file``), so a
+report re-run or added later does not move the snapshots.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 from collections.abc import Iterator
@@ -27,10 +26,11 @@ from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.guardrail import Rule, RuleSet
 from nlq2sql.stages.summary import Summary
 
-__all__ = ["GOLDEN", "ROOT", "SHARD_RUNS", "at_commit", "cases", "committed_runs", "rulesets_for", "text"]
+__all__ = ["COMMIT", "ROOT", "SHARD_RUNS", "at_commit", "cases", "committed_runs", "rulesets_for", "runs_at", "text"]
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT / "tests" / "fixtures" / "summary-golden.json"
+#: The commit whose runs the snapshots summarise.
+COMMIT = "b3049e0a7dedfc5c02fc94dfcb3a4c5d8f09305f"
 #: Runs whose shard summaries are pinned too (small: the viewer's fixtures).
 SHARD_RUNS = ("tests/fixtures/view-runs/heldout-smollm2-135m",
               "tests/fixtures/view-runs/qwen2.5-coder-0.5b/matrix-adversarial/adversarial-baseline")
@@ -50,6 +50,13 @@ def committed_runs() -> list[str]:
     out = subprocess.run(["git", "ls-files", "*records.jsonl"], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.split()
     return sorted(out)
+
+
+def runs_at(commit: str) -> list[str]:
+    """Every records file committed at ``commit``, relative to the repository."""
+    out = subprocess.run(["git", "ls-tree", "-r", "--name-only", commit], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    return sorted(f for f in out if f.endswith("records.jsonl"))
 
 
 def rulesets_for(recs: list[ItemRecord]) -> list[RuleSet]:
@@ -137,7 +144,6 @@ def cases(tmp: Path, runs: list[str] | None = None, commit: str | None = None) -
         answer = present(recs[0].answer.answer)
         rulesets = rulesets_for(recs)
         bare = [msgspec.structs.replace(rec, judgement=None) for rec in recs]  # the same answers, no gold
-        yield f"{rel}:records", hashlib.sha256(paths[rel].read_bytes()).hexdigest()
         yield f"{rel}:scored", text(scored_summary(recs, rulesets, answer))
         yield f"{rel}:shared", text(shared_summary([r.to_json_dict() for r in recs], rulesets, answer))
         yield f"{rel}:unscored", text(unscored_summary(recs, rulesets))

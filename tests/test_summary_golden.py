@@ -1,31 +1,23 @@
-"""One aggregator, the same summaries: every committed run's records summarised as scored and as
-unscored items (and re-scoring's shared adds, and ``batch``'s shard summary) give the JSON text
-pinned in ``tests/fixtures/summary-golden.json``, captured from the two aggregators before they
-became one.  The runs are the golden's, their records read as they were at the golden's commit
-(``git cat-file``), so a report re-run or added later does not move it."""
+"""One aggregator, the same summaries: every run committed at ``summary_cases.COMMIT`` summarised as
+scored and as unscored items (and re-scoring's shared adds, and ``batch``'s shard summary) is, as
+parsed JSON, its per-case snapshot under ``tests/snapshots/test_summary_golden/`` (one file per run
+and way of summarising; ``pytest --snapshot-update`` rewrites them, see ``docs/testing.md``)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
-from summary_cases import GOLDEN, cases
+from snapshot import Snapshots
+from summary_cases import COMMIT, cases, runs_at
 
 
-def test_every_summary_is_byte_identical_to_the_golden(tmp_path: Path) -> None:
-    golden = json.loads(GOLDEN.read_text())
-    pinned, full = golden["sha256"], golden["full"]
-    runs = sorted({name.rsplit(":", 1)[0] for name in pinned})
-    seen: list[str] = []
-    for name, text in cases(tmp_path, runs, golden["commit"]):
-        seen.append(name)
-        assert name in pinned, f"{name}: not in the golden"
-        if name.endswith(":records"):
-            assert text == pinned[name], f"{name}: not the records the golden was captured from"
-            continue
-        if name in full:
-            assert text == full[name], name
-        assert hashlib.sha256(text.encode()).hexdigest() == pinned[name], name
-    assert sorted(seen) == sorted(pinned), "a pinned run is no longer there"
-    assert len(seen) > 1000 and any(":shards-unscored" in n for n in seen)
+def test_every_summary_is_its_snapshot(tmp_path: Path, snapshot: Snapshots) -> None:
+    runs = runs_at(COMMIT)
+    names = []
+    for name, text in cases(tmp_path, runs, COMMIT):
+        names.append(name)
+        snapshot.check(name, json.loads(text))
+    snapshot.assert_complete()
+    assert len(names) > 900 and any(n.endswith(":shards-unscored") for n in names)
+    assert len(names) == len(set(names)) and len(runs) > 150
