@@ -1,4 +1,4 @@
-"""The load results a golden fixture pins (``tests/fixtures/load-golden.json``): every file a load
+"""The load results snapshotted per case (``tests/snapshots/test_load_golden/``): every file a load
 mode writes, rendered from committed runs with the code of the day.
 
 No committed load result can be re-run from its inputs alone (a sweep's level directories are
@@ -15,8 +15,8 @@ not committed), so the cases are the modes' own functions on committed inputs:
 * ``load-check``'s comparison of the committed load-check runs, and the committed ``sweep.json``
   and ``tune.json`` re-rendered (and the sweep re-analysed) from the file alone.
 
-Inputs are read as at the golden's commit (``git cat-file``), so a report re-run later does not
-move it; time, CPU count and plots are fixed.
+Inputs are read as at ``COMMIT`` (``git cat-file``), so a report re-run later does not move the
+snapshots; time, CPU count and plots are fixed.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ from nlq2sql.records.store import RECORDS, write_json_atomic
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoint_facts import EndpointFacts
 
-__all__ = ["GOLDEN", "RUN_FILES", "SETS", "cases", "committed_run_dirs"]
+__all__ = ["COMMIT", "RUN_FILES", "SETS", "cases", "committed_run_dirs"]
 
-GOLDEN = ROOT / "tests" / "fixtures" / "load-golden.json"
+#: The commit whose runs and results the cases read.
+COMMIT = "2192d329ff4163e8083584098fa17fe326d7dca4"
 RUN_FILES = ("manifest.json", "summary.json", "records.jsonl")
 #: Level sets: committed runs that were measured together, each with its concurrency.
 SETS = {
