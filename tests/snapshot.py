@@ -106,7 +106,7 @@ class Snapshots:
         path = self.path_for(case, value)
         other = self.checked.setdefault(path, case)
         assert other == case, f"snapshot cases {other!r} and {case!r} share the file {path}"
-        rel = path.relative_to(SNAPSHOTS.parent) if path.is_relative_to(SNAPSHOTS.parent) else path
+        rel = path.relative_to(SNAPSHOTS.parents[1]) if path.is_relative_to(SNAPSHOTS.parents[1]) else path
         if isinstance(value, str):
             same = path.is_file() and path.read_text(encoding="utf-8") == value
             text = value
