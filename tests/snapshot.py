@@ -20,7 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SNAPSHOTS", "UPDATE_ENV", "Snapshots", "assert_snapshot", "same_json"]
+__all__ = ["SNAPSHOTS", "UPDATE_ENV", "Snapshots", "assert_same_json", "assert_snapshot", "first_difference",
+           "same_json", "update_requested"]
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 UPDATE_ENV = "NLQ2SQL_SNAPSHOT_UPDATE"
@@ -55,7 +56,7 @@ def _dump(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def _first_difference(want: Any, got: Any, at: str = "$") -> str:
+def first_difference(want: Any, got: Any, at: str = "$") -> str:
     """Where two JSON values first differ (a path like ``$.a[2].b``), for the failure message."""
     if isinstance(want, dict) and isinstance(got, dict):
         for k in sorted(set(want) | set(got), key=str):
@@ -64,15 +65,20 @@ def _first_difference(want: Any, got: Any, at: str = "$") -> str:
             if k not in want:
                 return f"{at}.{k}: not in the snapshot (value {json.dumps(got[k])[:200]})"
             if not same_json(want[k], got[k]):
-                return _first_difference(want[k], got[k], f"{at}.{k}")
+                return first_difference(want[k], got[k], f"{at}.{k}")
     if isinstance(want, list) and isinstance(got, list):
         for i, (w, g) in enumerate(zip(want, got, strict=False)):
             if not same_json(w, g):
-                return _first_difference(w, g, f"{at}[{i}]")
+                return first_difference(w, g, f"{at}[{i}]")
         if len(want) != len(got):
             return f"{at}: {len(got)} items, the snapshot has {len(want)}"
     return f"{at}: {json.dumps(got)[:200]} ({type(got).__name__}), the snapshot has {json.dumps(want)[:200]} " \
            f"({type(want).__name__})"
+
+
+def assert_same_json(got: Any, want: Any, what: object = "") -> None:
+    """Assert two JSON values equal as parsed, naming where they first differ."""
+    assert same_json(want, got), f"{what}: {first_difference(want, got)}"
 
 
 def update_requested() -> bool:
@@ -115,7 +121,7 @@ class Snapshots:
             text = _dump(value)
             want = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
             same = path.is_file() and same_json(want, value)
-            why = "" if same or not path.is_file() else _first_difference(want, value)
+            why = "" if same or not path.is_file() else first_difference(want, value)
         if same:
             return
         if self.update:

@@ -1,9 +1,11 @@
-"""The experiments' committed reports, re-derived from their committed inputs: byte for byte.
+"""The experiments' committed reports, re-derived from their committed inputs.
 
 Each experiment builds its result as a type and serialises it only when written, so the same
-recorded runs must still give the same ``*.json`` and ``*.md`` bytes.  Where the inputs are not
-all recorded (compact's re-tokenised counts came from a live server), the committed JSON is read
-into the type and written back, and the Markdown re-rendered from it.
+recorded runs must still give the same ``*.json`` as parsed (key order and layout are not compared;
+every value and its JSON type is) and the same ``*.md`` text (the rendered report is what a reader
+reads, so its text is the product).  Where the inputs are not all recorded (compact's re-tokenised
+counts came from a live server), the committed JSON is read into the type and written back, and
+the Markdown re-rendered from it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from snapshot import assert_same_json
 
 from nlq2sql.experiments import arms as ar
 from nlq2sql.experiments import backends as bk
@@ -26,8 +29,13 @@ REPORTS = PROJECT_ROOT / "reports"
 
 
 def _same(written: Path, committed: Path) -> None:
-    if committed.is_file():
-        assert written.read_bytes() == committed.read_bytes(), committed
+    """JSON as parsed; a rendered report as its text."""
+    if not committed.is_file():
+        return
+    if committed.suffix == ".json":
+        assert_same_json(json.loads(written.read_text()), json.loads(committed.read_text()), committed)
+    else:
+        assert written.read_text() == committed.read_text(), committed
 
 
 def _dirs(pattern: str) -> list[Path]:
