@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer
+from snapshot import assert_same_json
 from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
@@ -32,7 +33,7 @@ def test_committed_tune_reports_load_as_their_declared_model() -> None:
     for p in sorted((ROOT / "reports" / "tune").rglob("tune.json")):
         typed = load_result(p)
         assert isinstance(typed, TuneResult) and typed.record_version == RECORD_VERSION, p
-        assert typed.to_json() == json.loads(p.read_text())  # every key declared, every value as written
+        assert_same_json(typed.to_json(), json.loads(p.read_text()), p)  # every key declared, every value as written
 
 
 def test_fleet_sweep_writes_typed_versioned_results(tmp_path: Path) -> None:
