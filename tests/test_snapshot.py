@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from snapshot import Snapshots, assert_snapshot, same_json
 
-SUMMARY = {"n": 60, "raw_accuracy": {"value": 0.5, "k": 30, "n": 60, "ci95": [0.37, 0.63]}, "scored": True,
-           "by_category": {"top_n": {"k": 3, "n": 4}, "trend": {"k": 0, "n": 2}}, "note": None}
+SUMMARY: dict[str, Any] = {
+    "n": 60, "raw_accuracy": {"value": 0.5, "k": 30, "n": 60, "ci95": [0.37, 0.63]}, "scored": True,
+    "by_category": {"top_n": {"k": 3, "n": 4}, "trend": {"k": 0, "n": 2}}, "note": None}
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=5),
