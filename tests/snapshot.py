@@ -81,6 +81,15 @@ def assert_same_json(got: Any, want: Any, what: object = "") -> None:
     assert same_json(want, got), f"{what}: {first_difference(want, got)}"
 
 
+def _first_line_difference(want: str, got: str) -> str:
+    """The first line where two texts differ, for the failure message."""
+    a, b = want.splitlines(keepends=True), got.splitlines(keepends=True)
+    for i, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+        if x != y:
+            return f"the text differs at line {i}: {y!r}, the snapshot has {x!r}"
+    return f"the text differs: {len(b)} lines, the snapshot has {len(a)}"
+
+
 def update_requested() -> bool:
     return os.environ.get(UPDATE_ENV, "") not in ("", "0")
 
@@ -114,9 +123,10 @@ class Snapshots:
         assert other == case, f"snapshot cases {other!r} and {case!r} share the file {path}"
         rel = path.relative_to(SNAPSHOTS.parents[1]) if path.is_relative_to(SNAPSHOTS.parents[1]) else path
         if isinstance(value, str):
-            same = path.is_file() and path.read_text(encoding="utf-8") == value
+            old = path.read_text(encoding="utf-8") if path.is_file() else None
+            same = old == value
             text = value
-            why = "the text differs"
+            why = "" if old is None or same else _first_line_difference(old, value)
         else:
             text = _dump(value)
             want = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

@@ -74,7 +74,7 @@ def test_text_is_compared_as_text_and_keeps_its_suffix(tmp_path: Path) -> None:
     snaps = _written(tmp_path, "sweep:sweep.md", "| c | p95 |\n|---|---|\n| 1 | 2.0 |\n")
     assert (tmp_path / "test_mod" / "sweep" / "sweep.md").is_file()
     snaps.check("sweep:sweep.md", "| c | p95 |\n|---|---|\n| 1 | 2.0 |\n")
-    with pytest.raises(AssertionError, match="the text differs"):
+    with pytest.raises(AssertionError, match="the text differs at line 3"):
         snaps.check("sweep:sweep.md", "| c | p95 |\n|---|---|\n| 1 | 2.00 |\n")
     assert Snapshots(tmp_path).path_for("x:health", "text").name == "health.txt"
 
