@@ -18,8 +18,7 @@ from pathlib import Path
 
 from nlq2sql.load.contract import EndpointFacts
 from nlq2sql.load.output import write_outputs
-from nlq2sql.load.tune import Probe, TuneSettings, probe_from_records, tune_result
-from nlq2sql.load.tune_report import plot_curve, render_markdown
+from nlq2sql.load.tune import Probe, TuneSettings, plot_curve, probe_from_records, render_markdown, tune_result
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
 from nlq2sql.run.config import EvalConfig

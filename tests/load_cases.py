@@ -35,7 +35,7 @@ from probe_cases import probe_cases
 from summary_cases import ROOT, at_commit, text
 
 from nlq2sql.experiments import loadcheck
-from nlq2sql.load import capacity, tune_report
+from nlq2sql.load import capacity, tune
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.analysis import Thresholds, analyse
 from nlq2sql.load.contract import LevelStats
@@ -242,7 +242,7 @@ def _tune(run: Path, written: dict[str, Any]) -> Iterator[tuple[str, str]]:
             done.append(probe_from_records(row["load"], Path(row["run_dir"]), recs, wall, s.slo, s.by == "rate"))
         server = {"started_by_us": True, "endpoint": "local", "max_num_seqs": 4}
         result = tune_result(s, done, EndpointFacts.model_validate(server), ["a note"])
-        write_outputs(out, "tune", result, tune_report.render_markdown, ("plot", lambda _r, _o: "tune.png"))
+        write_outputs(out, "tune", result, tune.render_markdown, ("plot", lambda _r, _o: "tune.png"))
         yield f"{run}:tune-{tag}.json", (out / "tune.json").read_text()
         yield f"{run}:tune-{tag}.md", (out / "tune.md").read_text()
 
@@ -288,5 +288,5 @@ def cases(tmp: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[t
     yield from probe_cases(monkeypatch)
     for rel in extra[1:]:
         if rel.endswith("tune.json"):
-            yield f"{rel}:md", tune_report.render_markdown(TuneResult.from_json(json.loads(files[rel].read_text())))
+            yield f"{rel}:md", tune.render_markdown(TuneResult.from_json(json.loads(files[rel].read_text())))
             yield from _tune(Path(rel).parent, json.loads(files[rel].read_text()))

@@ -1,10 +1,12 @@
 """The package layout is the architecture: imports go down the layers, never in a circle.
 
-Every module under ``nlq2sql/`` is parsed with :mod:`ast`; module-level AND function-level
-imports count (a function-level import only hides a cycle until the function runs), imports
-under ``if TYPE_CHECKING:`` do not (they never execute).  The layer order is the one in
-``docs/layout.md``; a package may import itself, and a module may import any lower layer.
-The same walk checks ``__all__`` on every public module (modules are as long as their concept needs: no line cap).
+Every module under ``nlq2sql/`` is parsed with :mod:`ast`, and every import of our own modules is
+an edge: module-level, function-level (a deferred import only hides a cycle until the function
+runs) and under ``if TYPE_CHECKING:`` (a type two modules need of each other is one concept split
+in two: merge them, or move the type down).  The layer order is the one in ``docs/layout.md``; a
+package may import itself, and a module may import any lower layer.  Deferred imports of our own
+modules are counted and held to a ratchet (they are for start-up time only).  The same walk checks
+``__all__`` on every public module (modules are as long as their concept needs: no line cap).
 """
 
 from __future__ import annotations
@@ -59,46 +61,48 @@ def _layer(module: str) -> int:
     return 0  # a ground-floor module
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement that can execute (anywhere but an ``if TYPE_CHECKING:`` body)."""
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend(node.orelse)
-            continue
+    """Every import statement, wherever it stands (``if TYPE_CHECKING:`` bodies and functions included)."""
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
-        stack.extend(ast.iter_child_nodes(node))
+
+
+def _deferred(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements inside a function (or lambda) body, each once: they run when it is called."""
+    seen: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            for inner in ast.iter_child_nodes(node):
+                for imp in _imports(inner):
+                    if id(imp) not in seen:
+                        seen.add(id(imp))
+                        yield imp
+
+
+def _names(module: str, path: Path, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The nlq2sql modules one import statement names (a ``from pkg import sub`` names ``pkg.sub``)."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name.split(".")[0] == "nlq2sql" and a.name in MODULES}
+    if node.level:
+        base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    if source.split(".")[0] != "nlq2sql":
+        return set()
+    out = {f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source for a in node.names}
+    return {t for t in out if t in MODULES}
 
 
 def _targets(module: str, path: Path) -> set[str]:
-    """The nlq2sql modules ``module`` imports (a ``from pkg import sub`` names ``pkg.sub``)."""
-    is_pkg = path.name == "__init__.py"
+    """The nlq2sql modules ``module`` imports, anywhere in it."""
     out: set[str] = set()
     for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.split(".")[0] == "nlq2sql")
-            continue
-        if node.level:
-            base = module.split(".") if is_pkg else module.split(".")[:-1]
-            base = base[: len(base) - (node.level - 1)]
-            source = ".".join(base + ([node.module] if node.module else []))
-        else:
-            source = node.module or ""
-        if source.split(".")[0] != "nlq2sql":
-            continue
-        for alias in node.names:
-            sub = f"{source}.{alias.name}"
-            out.add(sub if sub in MODULES else source)
+        out |= _names(module, path, node)
     out.discard(module)
-    return {t for t in out if t in MODULES}
+    return out
 
 
 GRAPH: dict[str, set[str]] = {m: _targets(m, p) for m, p in MODULES.items()}
@@ -165,9 +169,55 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_the_walk_sees_type_checking_and_deferred_imports() -> None:
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from nlq2sql.errors import InputError\n"
+                     "def f():\n    import nlq2sql.paths\n    def g():\n        from . import env_info\n")
+    path = PACKAGE_ROOT / "inputs.py"
+    assert {t for node in _imports(tree) for t in _names("nlq2sql.inputs", path, node)} == {
+        "nlq2sql.errors", "nlq2sql.paths", "nlq2sql.env_info"}
+    # a nested function's import counts once
+    assert sorted(t for node in _deferred(tree) for t in _names("nlq2sql.inputs", path, node)) == [
+        "nlq2sql.env_info", "nlq2sql.paths"]
+
+
+#: Import cycles that exist today and are being removed; any other cycle fails, and so does one of
+#: these once it is gone (delete its line then).  Each is the exact set of modules in the cycle.
+ALLOWED_CYCLES: tuple[frozenset[str], ...] = (
+    # run.batch <-> batch_manifest <-> batch_vllm (under TYPE_CHECKING): being merged away (issue 36).
+    frozenset({"nlq2sql.run.batch", "nlq2sql.run.batch_manifest", "nlq2sql.run.batch_vllm"}),
+)
+
+
 def test_no_import_cycle() -> None:
-    cycles = _cycles(GRAPH)
-    assert not cycles, "import cycles inside nlq2sql/:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+    cycles = {frozenset(c) for c in _cycles(GRAPH)}
+    new = [sorted(c) for c in cycles if c not in ALLOWED_CYCLES]
+    assert not new, ("import cycles inside nlq2sql/ (TYPE_CHECKING and function-level imports count: merge the "
+                     "modules if they are one concept, else move the shared type down):\n"
+                     + "\n".join(" <-> ".join(c) for c in new))
+    gone = [sorted(c) for c in ALLOWED_CYCLES if c not in cycles]
+    assert not gone, "allowed cycles that no longer exist (delete them from ALLOWED_CYCLES): " + repr(gone)
+
+
+#: Function-level imports of our own modules: allowed where start-up time needs them (the CLI loads a
+#: command's machinery only when the command runs).  A ratchet: the count may fall, never rise; when
+#: you remove some, lower this number to the new count.  Issue 36's goal is 20, each with its reason.
+DEFERRED_IMPORTS_MAX = 219
+
+
+def _deferred_imports() -> dict[str, int]:
+    counts = {module: sum(1 for node in _deferred(ast.parse(path.read_text(encoding="utf-8")))
+                          if _names(module, path, node))
+              for module, path in MODULES.items()}
+    return {module: n for module, n in counts.items() if n}
+
+
+def test_deferred_imports_of_our_modules_do_not_grow() -> None:
+    counts = _deferred_imports()
+    total = sum(counts.values())
+    top = ", ".join(f"{m} {n}" for m, n in sorted(counts.items(), key=lambda x: -x[1])[:10])
+    assert total <= DEFERRED_IMPORTS_MAX, (
+        f"{total} function-level imports of nlq2sql modules, above the ratchet of {DEFERRED_IMPORTS_MAX}: import at "
+        f"module level (a deferred import is for start-up time only). Most: {top}")
 
 
 def test_imports_go_down_the_layers() -> None:

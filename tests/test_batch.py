@@ -87,6 +87,7 @@ def batch_config(url: str, out: Path, **kw: Any) -> BatchConfig:
                           "actors": 2, **kw})
 
 
+@pytest.mark.slow  # a local Ray (the module's ray_env)
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 def test_batch_writes_the_records_and_summary_eval_writes(
         fmt: str, ray_env: Path, evaluated: tuple[dict[str, Any], dict[str, dict[str, Any]]]) -> None:
@@ -127,6 +128,7 @@ def test_batch_writes_the_records_and_summary_eval_writes(
         assert [r["id"] for r in iter_records(shards[0])] == [r["id"] for r in recs[:8]]
 
 
+@pytest.mark.slow  # a local Ray (the module's ray_env)
 def test_a_question_file_is_answered_in_the_same_record_schema(
         ray_env: Path, evaluated: tuple[dict[str, Any], dict[str, dict[str, Any]]]) -> None:
     _, eval_recs = evaluated
@@ -216,6 +218,7 @@ def unordered_head(rec: dict[str, Any]) -> dict[str, Any]:
     return rec if not head else {**rec, "gold_result_head": sorted(head, key=json.dumps)}
 
 
+@pytest.mark.slow  # a local Ray (the module's ray_env)
 def test_batch_answers_sql_as_eval_does_and_sql_grammar_records_its_grammar(ray_env: Path) -> None:
     """Issue 23: ``batch --answer sql`` writes the records ``eval --answer sql`` writes for the same
     items; ``--answer sql-grammar`` sends the grammar's probe before any item and records the grammar
@@ -299,6 +302,7 @@ def test_ray_vllm_takes_no_sql_answer() -> None:
         check(BatchConfig(base=EvalConfig(answer="sql", model=MODEL), engine="ray-vllm"))
 
 
+@pytest.mark.slow  # a local Ray (the module's ray_env)
 def test_a_batch_over_two_replicas_lists_them_and_its_records_name_them(ray_env: Path) -> None:
     """Issue 27: ``batch`` lists its replicas in the manifest, labelled as its records name them."""
     out = ray_env / "batch-fleet"

@@ -210,6 +210,7 @@ def test_eval_options_are_generated_from_the_settings(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_every_ray_engine_applies_the_built_in_conditions(tmp_path: Path, cache_root: Path,
                                                           small_warehouse: Path) -> None:
     """``eval --engine ray`` (actors) and ``batch --engine ray`` (Ray Data) record what the

@@ -38,6 +38,8 @@ from retail import retail_wh
 
 from nlq2sql.paths import PROJECT_ROOT
 
+pytestmark = pytest.mark.slow  # seeded SIGKILL/resume cycles of a whole CLI process: minutes
+
 EVALSET, MODEL, N_ITEMS = "heldout", "fake-model", 12
 N_CYCLES, SEED = 20, 20240606
 #: Fields that measure time or effort, not results: they may differ between runs.

@@ -60,7 +60,7 @@ def run_v2(tmp: Path, name: str, evalset: Path, answers: dict[str, str], **kw: A
                                    load=LoadShape(metrics_interval_s=0.1), **({"guardrails": ()} | kw))).to_json_dict()
 
 
-@pytest.mark.parametrize("engine", ["local", "ray"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("ray", marks=pytest.mark.slow)])
 def test_workers_write_the_records_one_process_writes_for_the_v2_answer(engine: str, tmp_path: Path) -> None:
     """``--workers 2 --answer query`` (worker processes, or Ray actors): the answer kind travels to
     the workers, and each record (scored by rows, abstentions judged) equals the in-process run's."""

@@ -84,6 +84,7 @@ def head() -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_eval_joins_a_ray_start_head_cluster(head: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with FakeServer(tmp_path / "fake", script(), model=MODEL) as f:

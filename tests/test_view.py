@@ -27,6 +27,8 @@ from nlq2sql.stages.score import mcnemar_exact
 from nlq2sql.view import build_bundle, load_runs, write_bundle
 from nlq2sql.view.server import ViewServer, make_server, serve_in_thread
 
+pytestmark = pytest.mark.slow  # every test drives a Chromium browser
+
 ROOT = Path(__file__).resolve().parent.parent
 # Frozen copies of committed runs (reports/ as of 1ee253a): the viewer's tests pin what it shows for
 # known records, so they read runs that re-making reports/ does not change.

@@ -39,6 +39,8 @@ from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import rate
 from nlq2sql.view import build_bundle, load_runs, write_bundle
 
+pytestmark = pytest.mark.slow  # every test drives a Chromium browser
+
 BASE, CONTRA = QWEN_ADV / "adversarial-baseline", QWEN_ADV / "adversarial-contrastive"
 AXE_DIR = ROOT / ".cache" / "axe"
 Z95 = 1.959963984540054

@@ -150,6 +150,7 @@ def test_a_killed_worker_process_is_replaced_and_the_run_completes(point: str, f
     check(summary, out, at, point, reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["immediately", "mid-run"])
 def test_a_killed_ray_actor_is_replaced_and_the_run_completes(point: str, fake: FakeServer, env: dict[str, str],
                                                               reference: dict[str, dict[str, Any]],

@@ -50,7 +50,8 @@ def evaluate(tmp: Path, name: str, **kw: Any) -> tuple[dict[str, Any], dict[str,
     return summary, results(tmp / name)
 
 
-@pytest.mark.parametrize(("engine", "workers"), [("local", 2), ("local", 4), ("ray", 2)])
+@pytest.mark.parametrize(("engine", "workers"),
+                         [("local", 2), ("local", 4), pytest.param("ray", 2, marks=pytest.mark.slow)])
 def test_engines_write_the_records_one_process_writes(engine: str, workers: int, tmp_path: Path) -> None:
     _, single = evaluate(tmp_path, "single")
     summary, got = evaluate(tmp_path, "run", workers=workers, engine=engine)
@@ -98,7 +99,7 @@ def check_killed_run(f: FakeServer, out: Path) -> None:
     assert len(f.chat_requests()) == sent, "workers kept sending after the driver died"
 
 
-@pytest.mark.parametrize("engine", ["local", "ray"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("ray", marks=pytest.mark.slow)])
 def test_resume_after_sigkill_is_exact(engine: str, tmp_path: Path) -> None:
     """The driver is SIGKILLed mid-run; its workers stop; ``--resume`` ends every item once,
     with the records an uninterrupted run writes."""
@@ -231,7 +232,7 @@ def test_workers_die_with_their_driver(tmp_path: Path) -> None:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("engine", ["local", "ray"])
+@pytest.mark.parametrize("engine", ["local", pytest.param("ray", marks=pytest.mark.slow)])
 def test_every_engine_reports_the_compiles_one_process_reports(engine: str, tmp_path: Path) -> None:
     """``compiles`` (distinct MetricFlow compiles the run needed) was written by an in-process run
     only: worker processes and Ray actors compile in their own catalogs, and the driver's count

@@ -74,7 +74,7 @@ def tune_cmd(
     res = run_mode("tune", lambda m: err.print(m, markup=False, highlight=False), base=base, slo=slos, by=by,
                    min_accuracy=min_accuracy, alpha=alpha, lo=lo, hi=hi, probes=probes, requests=requests,
                    order_seed=seed, max_in_flight=max_in_flight, warmup=warmup, force=force, resume=resume)
-    from nlq2sql.load.tune_report import render_markdown
+    from nlq2sql.load.tune import render_markdown
     from nlq2sql.load.tune_results import TuneResult
 
     assert isinstance(res, TuneResult)  # the tune mode's result

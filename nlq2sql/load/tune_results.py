@@ -1,7 +1,8 @@
 """``tune.json``'s declaration: the typed result ``tune`` builds and writes, and ``load_result`` reads.
 
-Kept apart from :mod:`.tune_report` (the analysis and the report) so that :mod:`.results` can
-register it as a load result without importing the renderers (which import :mod:`.results`).
+A module of its own, below :mod:`.tune` (the mode: search, analysis, report), so that
+:mod:`.results` can register it as a load result without importing the mode, which imports
+the load outputs and, through them, :mod:`.results`.
 """
 
 from __future__ import annotations

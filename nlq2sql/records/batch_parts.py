@@ -160,7 +160,7 @@ class BatchManifestHead(Origin):
 
 
 class BatchManifest(BatchManifestHead):
-    """A batch's ``manifest.json``: fields in the order a batch has always written its keys (a key
+    """A batch's ``manifest.json``: fields in the order of a batch manifest's keys on disk (a key
     never set stays absent), each condition's keys after ``answer`` (:meth:`with_conditions`).
 
     Built once by ``run.batch_manifest`` (``engine_kwargs``, ``gpus`` added by the in-process vLLM

@@ -7,9 +7,9 @@ and the load (when an open-loop item was scheduled) -- so the type is composed o
 :class:`AnswerPart`, :class:`Judgement`, :class:`RequestPart`, ``traces`` (the conditions'
 keys, in the order they were written) and :class:`LoadStamp`.
 
-The flat layout is the contract on disk and stays byte for byte what it was: :meth:`ItemRecord.to_json_dict`
-writes the parts' keys in :data:`LAYOUT` order (a part's key that was never set is absent, as it
-was in the dict), and :meth:`ItemRecord.from_json` reads a line back.  Every committed record
+The flat layout is the contract on disk, byte for byte: :meth:`ItemRecord.to_json_dict`
+writes the parts' keys in :data:`LAYOUT` order (a part's key that was never set is absent), and
+:meth:`ItemRecord.from_json` reads a line back.  Every committed record
 round-trips byte-identically (``tests/test_item_record.py``); a line whose keys are in another
 order (none is known) keeps that order in ``key_order`` rather than being rewritten.
 
@@ -223,7 +223,7 @@ class ItemRecord(msgspec.Struct, kw_only=True):
 
     def to_json_dict(self, *, version: bool = True) -> dict[str, Json]:
         """The flat record as written: ``record_version`` first, then :data:`LAYOUT` (``version=False``:
-        without it, as the scorers have always returned a record -- the writer puts it first)."""
+        without it, as the scorers return a record -- the writer puts it first)."""
         out: dict[str, Json] = {"record_version": self.record_version} if version else {}
         parts = {name: self._part(name) for name in _PART_TYPES}
         for entry in LAYOUT:

@@ -8,8 +8,8 @@ imports its type from the bottom layer without the contracts (its base, shared w
 sections, is :class:`nlq2sql.records.summary_parts.Part`).  Each section is built as
 its model and turned into JSON once, at the write (:meth:`Part.written`): only the keys the
 builder set are written, in declaration order, so a key that is absent in some runs (``also``,
-``order_seed``, a sampling's ``top_logprobs``) stays absent, and manifests stay byte-identical.
-Reading is tolerant: keys added since the first runs have defaults, so old manifests still load.
+``order_seed``, a sampling's ``top_logprobs``) stays absent and a manifest's bytes are its run's.
+Reading is tolerant: a key some runs lack has a default, so every recorded manifest loads.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The summary and manifest are contracts other tools read (``compare``, ``gate``, the viewer,
 reports, a team's CI), so their keys are declared here (``extra="forbid"``): a key added
 without being declared fails the write, not a reader months later.  Both carry
-``record_version`` (the one ``records.RECORD_VERSION``).  Old runs still load: keys added
-since version 1 are optional, and ``tests/test_results.py`` loads every committed run under
+``record_version`` (the one ``records.RECORD_VERSION``).  Every recorded run loads: a key
+some runs lack is optional, and ``tests/test_results.py`` loads every committed run under
 ``reports/``.  The summary's sections are typed: the aggregator's in :mod:`nlq2sql.records.summary_parts`,
 the live run's machinery's (server metrics, the client's load, the fleet) in :mod:`nlq2sql.records.run_parts`.
 JSON Schemas: ``schemas/summary.schema.json``, ``schemas/manifest.schema.json``.
@@ -93,8 +93,8 @@ class Manifest(Origin):
     (``nlq2sql.conditions.registry.REGISTRY.manifest_model()``: validate a whole manifest with that).
 
     A live run builds its manifest as this model and writes it with :meth:`written`: the keys it
-    set, in the order declared here, each condition's keys after ``client`` (the order manifests
-    have always had: the declaration order is the write order, so keep it when adding a key)."""
+    set, in the order declared here, each condition's keys after ``client`` (the order of every
+    recorded manifest: the declaration order is the write order, so keep it when adding a key)."""
 
     evalset: str  # (a run's manifest always names its eval set)
     evalset_path: str

@@ -13,22 +13,19 @@ import os
 import queue
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import Any, Protocol, Self
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import not_utf8, parse_json, regular_file
 from nlq2sql.records.summary_parts import Digest
 
-if TYPE_CHECKING:
-    from nlq2sql.records.results import Manifest
-
 __all__ = ["BULK_BLOCK", "MANIFEST", "RECORDS", "RECORD_VERSION", "RESUME_KEYS", "SUMMARY", "BulkRecordWriter",
-           "FlatRecord", "RecordWriter", "check_resume", "done_ids", "encode_json", "iter_records", "output_dir",
-           "prepare_dir", "read_finished_run", "read_json", "records_digest", "repair_tail", "require_run",
-           "write_json_atomic", "write_text_atomic"]
+           "FlatRecord", "RecordWriter", "WrittenManifest", "check_resume", "done_ids", "encode_json", "iter_records",
+           "output_dir", "prepare_dir", "read_finished_run", "read_json", "records_digest", "repair_tail",
+           "require_run", "write_json_atomic", "write_text_atomic"]
 
 RECORD_VERSION = 1
 MANIFEST, RECORDS, SUMMARY = "manifest.json", "records.jsonl", "summary.json"
@@ -165,7 +162,15 @@ def prepare_dir(out: Path, *, resume: bool, force: bool) -> None:
         raise RecordError(f"output directory is not writable: {exc.strerror}", path=str(out)) from None
 
 
-def check_resume(out: Path, manifest: Manifest, keys: tuple[str, ...] = RESUME_KEYS) -> None:
+class WrittenManifest(Protocol):
+    """A run's manifest about to be written (:class:`nlq2sql.records.results.Manifest`): what
+    :func:`check_resume` compares is its JSON as ``manifest.json`` will hold it.  Declared here, by
+    what the store needs of it, so the store stays below the contracts that import it."""
+
+    def written(self) -> Mapping[str, object]: ...
+
+
+def check_resume(out: Path, manifest: WrittenManifest, keys: tuple[str, ...] = RESUME_KEYS) -> None:
     """Refuse to resume a run whose ``keys`` differ from ``manifest``'s as written, saying what differs."""
     if not (out / MANIFEST).exists():
         raise RecordError(f"cannot resume: not a run directory (no {MANIFEST}; a run writes one when "

@@ -2,11 +2,13 @@
 per-category tables, timings, selective prediction) and the ones a live run adds (compactness,
 throughput, load shape, retry budget).
 
-Kept apart from :mod:`nlq2sql.records.results` (the contracts' top level) so that module stays
-small.  The summary on disk is the contract, byte for byte: fields are declared in the order the
-summary files have their keys; a model is built with the keys it has (a key never set stays
-absent, not null: :meth:`Part.to_json_dict` dumps only the fields that were set), ints stay ints.
-Readers of older runs get ``None`` for keys added since.
+A module below :mod:`nlq2sql.records.results` (which assembles the summary) because the other
+sections (``run_parts``, ``manifest_parts``, ``batch_parts``), the store and the scorers build on its
+base (:class:`Part`) and figures without the contracts.  The summary on disk is
+the contract, byte for byte: fields are declared in the order the summary files have their keys; a
+model is built with the keys it has (a key never set stays absent, not null:
+:meth:`Part.to_json_dict` dumps only the fields that were set), ints stay ints.  A key a recorded
+run lacks reads as ``None``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlq2sql.answers.sql.gold import COLUMN_RULE
 from nlq2sql.answers.sql.score import SQL_ANSWERS
@@ -72,11 +72,12 @@ from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import RetryBudget, bind_sampling
 
-# The configuration and its checks live in ``run.config``, the session's figures in ``run.session``.
-__all__ = ["Interrupts", "Progress", "bound_endpoint", "endpoint_context", "local_context", "recorded_args",
-           "run_eval", "sized_for_run"]
+if TYPE_CHECKING:
+    from nlq2sql.run.workers import Progress
 
-Progress = Callable[[str, dict[str, int]], None]
+# The configuration and its checks live in ``run.config``, the session's figures in ``run.session``.
+__all__ = ["Interrupts", "bound_endpoint", "endpoint_context", "local_context", "recorded_args",
+           "run_eval", "sized_for_run"]
 
 
 class Interrupts:

@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,13 +46,16 @@ from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
-    from nlq2sql.run.live import Progress
     from nlq2sql.run.session import Session
 
-__all__ = ["ENGINES", "RESTARTS_PER_WORKER", "Fleet", "LocalEngine", "auto_workers", "distinct_golds",
+__all__ = ["ENGINES", "RESTARTS_PER_WORKER", "Fleet", "LocalEngine", "Progress", "auto_workers", "distinct_golds",
            "merge_fleets", "run_workers", "shares"]
 
 ENGINES = ("local", "ray")
+
+#: What a run reports as items finish: an event (``"update"``) and the outcome counts so far.  Declared
+#: here, beside the driver that calls it from its workers' records, and used by ``run.live`` for its own.
+Progress = Callable[[str, dict[str, int]], None]
 
 
 def auto_workers(concurrency: int) -> int:
