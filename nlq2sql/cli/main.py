@@ -103,9 +103,7 @@ def score(
                                                 "recorded with status 'missing' (scored wrong), not "
                                                 "refused.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    semantic_model: Annotated[str | None, typer.Option(
-        "--semantic-model", help=f"Warehouse semantic model: a shipped name ({', '.join(shipped_warehouses())}) or "
-        f"a dbt Semantic Layer YAML file/folder (default: {CLI_WAREHOUSE}).")] = None,
+    semantic_model: SemanticModelOpt = CLI_WAREHOUSE,
     db: DbOpt = None,
     answer: Annotated[str | None, typer.Option(help="What the responses are: 'intent' (v1 intents; the default), "
                                                "'query' (v2: a MetricFlow query or {\"unanswerable\": …}, scored by "
@@ -122,7 +120,8 @@ def score(
 
     if run is not None:
         _refuse_with_run(**{"--evalset": evalset, "--responses": responses, "--guardrails": guardrails,
-                            "--semantic-model": semantic_model, "--db": db, "--answer": answer,
+                            "--semantic-model": semantic_model if semantic_model != CLI_WAREHOUSE else None,
+                            "--db": db, "--answer": answer,
                             "--search-path": search_path, "--allow-missing": allow_missing,
                             "--db-schema/--profiles-dir/--target": dbt})
         _score_run(run, out, force=force, as_json=as_json)
@@ -131,7 +130,6 @@ def score(
         raise InputError("pass --evalset and --responses (raw model outputs to score), or --run (a finished run "
                          "to re-derive)", field="--responses" if evalset is not None else "--evalset")
     answer = answer or "intent"
-    semantic_model = semantic_model or CLI_WAREHOUSE
     if answer not in ("intent", "query", "sql", "sql-grammar"):
         raise InputError(f"unknown answer kind {answer!r} (known: intent, query, sql, sql-grammar)",
                          field="--answer")
