@@ -135,3 +135,22 @@ def test_refuses_what_is_not_a_run_and_hand_given_inputs(tmp_path: Path) -> None
     res = runner.invoke(app, ["score", "--out", str(tmp_path / "out")])
     assert res.exit_code == 2 and "pass --evalset and --responses" in res.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("run", "answer"), [(V1_INTENT, "intent"), (V2_LEARNED, "query")])
+def test_a_score_run_with_missing_items_is_reproduced(run: Path, answer: str, tmp_path: Path) -> None:
+    """A run ``score --responses`` wrote (items left unanswered under --allow-missing, guardrails
+    given by hand) re-derived from its manifest alone."""
+    recs = lines(run / RECORDS)
+    resp = tmp_path / "resp.jsonl"
+    resp.write_text("".join(json.dumps({"id": r["id"], "text": r["raw_text"], "finish_reason": r["finish_reason"]})
+                            + "\n" for r in recs[: len(recs) - 3]))
+    evalset = json.loads((run / MANIFEST).read_text())["evalset"]
+    res = runner.invoke(app, ["score", "--evalset", evalset, "--responses", str(resp), "--answer", answer,
+                              "--guardrails", "sort", "--allow-missing", "--out", str(tmp_path / "scored")])
+    assert res.exit_code == 0, res.output
+    assert sum(r["status"] == "missing" for r in lines(tmp_path / "scored" / RECORDS)) == 3
+    code, output = score_run(tmp_path / "scored", tmp_path / "out")
+    assert code == 0, output
+    for name in (RECORDS, SUMMARY, MANIFEST):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "scored" / name).read_bytes(), name

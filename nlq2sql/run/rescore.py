@@ -53,7 +53,7 @@ from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set, resolve_search_path
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.learned_guardrail import LearnedRuleSet
-from nlq2sql.stages.pipeline import ScoreConfig, make_executor, publish, staging_dir, summarise_file
+from nlq2sql.stages.pipeline import ScoreConfig, as_missing, make_executor, publish, staging_dir, summarise_file
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import case_record
@@ -67,6 +67,8 @@ RESCORE = "rescore.json"
 #: Summary keys re-derived from the records (the aggregator's figures and the answer kind); every
 #: other key of the original summary is what its session measured, carried as it is.
 SUMMARY_DERIVED = (*Figures.model_fields, "answer")
+#: The status of an item a responses file did not answer (``pipeline.as_missing``).
+MISSING = "missing"
 #: The abstention trace keys a condition decided from recorded evidence (decided again here).
 _ABSTAINED = "abstained"
 
@@ -184,6 +186,8 @@ def _rescore_line(old: ItemRecord, case: Any, score: Callable[..., ItemRecord], 
     scoring measured rather than derived is carried too: ``sql_exec_s`` (a timing), and a result
     head whose rows are the recorded head's in another order (an unordered result's order is the
     database's choice; the result's hash does not depend on it)."""
+    if present(old.answer.status) == MISSING:  # an item a responses file left unanswered (--allow-missing)
+        return as_missing(score(case, None, ex, wh.catalog, request_error="no response in file"))
     outcome = old.outcome
     rec = score(case, present(old.answer.raw_text), ex, wh.catalog, finish_reason=present(old.answer.finish_reason),
                 request_error=None if outcome in (None, "ok") else outcome)
