@@ -7,7 +7,9 @@ recorded raw text by the scorers a live run uses (:func:`nlq2sql.stages.score.ca
 intents, :mod:`nlq2sql.answers.query_run`'s scorer for v2 queries, SQL and gold-SQL sets); what
 no scorer derives -- the request (timings, tokens, attempts), the conditions' per-item choices
 (examples, linked values, votes) and the load stamp -- is carried from the recorded line, and
-abstention is decided again from its recorded evidence.  The summary's figures are re-derived from
+abstention is decided again from its recorded evidence; an item a responses file left unanswered
+is re-derived as ``missing``.  The example bank is not read in scoring (each item's ``example_ids``
+are carried): whether it is unchanged is said, not required.  The summary's figures are re-derived from
 the new records (:func:`nlq2sql.stages.pipeline.summarise_file`); what a live session measured
 (outcomes, throughput, harness, server metrics, compiles, retries) is carried; the records' digest is
 the new one.  The manifest is copied as it is (its ``started``/``finished`` are the run's).  With
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import filecmp
+import hashlib
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -162,6 +165,19 @@ def _check_rulesets(run: Path, m: Mapping[str, Any], rulesets: list[RuleSet], ch
         checked.append(f"guardrail_artefacts.{rs.name}.artefact_sha256 {now[:12]}…")
 
 
+def _bank_note(m: Mapping[str, Any]) -> str:
+    """What became of the run's example bank: never read in scoring (each item's choice, its
+    ``example_ids``, is carried from its record), so a changed bank is said, not refused."""
+    ex = m.get("examples")
+    if not isinstance(ex, dict) or not isinstance(ex.get("bank_path"), str):
+        return "examples: none recorded"
+    path, was = Path(ex["bank_path"]), ex.get("bank_sha256")
+    now = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    state = ("unchanged" if now == was else "not found here" if now is None else f"changed (now {now[:12]}…)")
+    return (f"examples.bank_sha256 {str(was)[:12]}… ({path}): {state}; not read in scoring, the example_ids "
+            "are carried")
+
+
 @contextlib.contextmanager
 def _scorer(m: Mapping[str, Any], wh: Warehouse, rulesets: list[RuleSet], gold_sql: bool
             ) -> Iterator[Callable[..., ItemRecord]]:
@@ -255,6 +271,7 @@ def rescore_run_dir(run: Path, out: Path, *, force: bool = False) -> Rescored:
         raise _refuse(f"the eval set changed: the run's {set_name} had sha256 {m.get('evalset_sha256')}, "
                       f"it now has {es.sha256}", run, "evalset_sha256")
     checked.append(f"evalset_sha256 {es.sha256[:12]}… ({set_name})")
+    checked.append(_bank_note(m))
     cases = {c.id: c for c in es.cases}
     tmp = staging_dir(ScoreConfig(set_name, Path(), out, force=force))
     try:
