@@ -88,9 +88,15 @@ def db_build(
 @handled
 @dbt_options
 def score(
-    evalset: Annotated[str, typer.Option(help="Eval set name (dev, heldout, adversarial) or path.")],
-    responses: Annotated[Path, typer.Option(help='JSONL of {"id": ..., "text": "<raw model output>"}.')],
     out: Annotated[Path, typer.Option(help="Run directory to write.")],
+    evalset: Annotated[str | None, typer.Option(help="Eval set name (dev, heldout, adversarial) or path.")] = None,
+    responses: Annotated[Path | None, typer.Option(help='JSONL of {"id": ..., "text": "<raw model output>"}.')] = None,
+    run: Annotated[Path | None, typer.Option(help="A finished run directory to re-derive from its own manifest and "
+                                             "records (answer kind, guardrails, layer, eval set): every other "
+                                             "input option is refused with it. --out gets the same records.jsonl, "
+                                             "summary.json and manifest.json (byte for byte where the inputs are "
+                                             "unchanged) and rescore.json (what was checked, what is identical).")
+           ] = None,
     guardrails: GuardrailsOpt = None,
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
     allow_missing: Annotated[bool, typer.Option(help="Eval set items without a response are expected: "
@@ -99,18 +105,31 @@ def score(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     semantic_model: SemanticModelOpt = CLI_WAREHOUSE,
     db: DbOpt = None,
-    answer: Annotated[str, typer.Option(help="What the responses are: 'intent' (v1 intents), 'query' (v2: a "
-                                        "MetricFlow query or {\"unanswerable\": …}, scored by rows) or 'sql' "
-                                        "(SQL the model wrote: guarded, sandboxed, compared by result "
-                                        "equivalence) or 'sql-grammar' (the same, under the grammar).")] = "intent",
+    answer: Annotated[str | None, typer.Option(help="What the responses are: 'intent' (v1 intents; the default), "
+                                               "'query' (v2: a MetricFlow query or {\"unanswerable\": …}, scored by "
+                                               "rows) or 'sql' (SQL the model wrote: guarded, sandboxed, compared "
+                                               "by result equivalence) or 'sql-grammar' (the same, under the "
+                                               "grammar).")] = None,
     search_path: SearchPathOpt = None,
     dbt: Any = None,  # --db-schema, --profiles-dir, --target (dbt_options)
 ) -> None:
-    """Re-score raw model outputs offline (no model needed).  A gold-SQL set (lines with gold_sql) is
-    scored for any --answer by the rows of its gold SQL."""
+    """Re-score raw model outputs offline (no model needed), or re-derive a finished run (--run).  A
+    gold-SQL set (lines with gold_sql) is scored for any --answer by the rows of its gold SQL."""
     from nlq2sql.stages.pipeline import ScoreConfig, score_responses
     from nlq2sql.stages.report import render_summary
 
+    if run is not None:
+        _refuse_with_run(**{"--evalset": evalset, "--responses": responses, "--guardrails": guardrails,
+                            "--semantic-model": semantic_model if semantic_model != CLI_WAREHOUSE else None,
+                            "--db": db, "--answer": answer,
+                            "--search-path": search_path, "--allow-missing": allow_missing,
+                            "--db-schema/--profiles-dir/--target": dbt})
+        _score_run(run, out, force=force, as_json=as_json)
+        return
+    if evalset is None or responses is None:
+        raise InputError("pass --evalset and --responses (raw model outputs to score), or --run (a finished run "
+                         "to re-derive)", field="--responses" if evalset is not None else "--evalset")
+    answer = answer or "intent"
     if answer not in ("intent", "query", "sql", "sql-grammar"):
         raise InputError(f"unknown answer kind {answer!r} (known: intent, query, sql, sql-grammar)",
                          field="--answer")
@@ -128,6 +147,30 @@ def score(
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
     else:
         render_summary(summary, title=f"{evalset} ← {responses}")
+
+
+def _refuse_with_run(**given: Any) -> None:
+    """--run re-derives every input from the run's manifest: an input option given with it is refused,
+    naming each (``given``: option → its value, None or False when not given)."""
+    named = [opt for opt, value in given.items() if value not in (None, False)]
+    if named:
+        raise InputError(f"--run takes every input from the run's manifest; drop {', '.join(named)}",
+                         field="--run")
+
+
+def _score_run(run: Path, out: Path, *, force: bool, as_json: bool) -> None:
+    """``score --run``: re-derive ``run`` into ``out`` (:mod:`nlq2sql.run.rescore`) and say whether each
+    file is the original's, byte for byte."""
+    from nlq2sql.run.rescore import RESCORE, rescore_run_dir
+
+    result = rescore_run_dir(run, out, force=force)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        return
+    con = Console()
+    for name, same in result.identical.items():
+        con.print(f"{name}: {'identical to the run' if same else 'differs from the run'}")
+    con.print(f"wrote {out} (what was checked and carried: {out / RESCORE})")
 
 
 def _gold_sql(evalset: str, semantic_model: str, dbt: Any) -> bool:

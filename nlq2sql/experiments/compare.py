@@ -25,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from nlq2sql.experiments.common import read_run  # noqa: E402
+from nlq2sql.experiments.identity import RunIdentity, difference  # noqa: E402
 from nlq2sql.records.item import ItemRecord, iter_item_records, present  # noqa: E402
 from nlq2sql.records.results import Manifest, Summary  # noqa: E402
 from nlq2sql.records.store import RECORDS, output_dir  # noqa: E402
@@ -138,6 +139,10 @@ def paired_runs(runs: list[ComparedRun]) -> tuple[list[PairedRuns], list[str]]:
             notes.append(f"{other.label}: not paired (another eval set than the baseline's, "
                          f"evalset_sha256 {other.manifest.evalset_sha256[:12]} vs "
                          f"{base.manifest.evalset_sha256[:12]})")
+            continue
+        differs = difference(RunIdentity.of(base.manifest), RunIdentity.of(other.manifest))
+        if differs is not None:  # the same questions on other data or another layer: other answers are right
+            notes.append(f"{other.label}: not paired ({differs.text('the baseline', 'this run')})")
             continue
         recs = _records(other)
         common = [i for i in base_recs if i in recs]

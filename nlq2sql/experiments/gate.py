@@ -25,9 +25,10 @@ their exact semantics (also in ``docs/gate.md``):
   byte for byte.  Reported always; judged only with ``require_identical``.
 
 Refusals (:class:`~nlq2sql.errors.InputError`, exit 2 on the command line): runs of different
-eval sets (manifest ``evalset_sha256``) or warehouses (manifest ``semantic_model_sha256``; a
-manifest without one is a run from before semantic models, on the default ``retail``
-warehouse), records that no longer match their summary (count or SHA-256), records without an
+eval sets (manifest ``evalset_sha256``) or warehouses (:mod:`nlq2sql.experiments.identity`: the data by
+``db_sha256``, the layer by its content ``layer_sha256``, whatever path or release read it; an older
+run by its semantic model on the same data; a manifest naming none ran on the default ``retail``),
+each naming the field and both values; records that no longer match their summary (count or SHA-256), records without an
 id or a final correctness, duplicate ids, and runs with no item in common.  The outputs (Markdown,
 JUnit XML, JSON) are made in :mod:`nlq2sql.experiments.gate_report`.
 """

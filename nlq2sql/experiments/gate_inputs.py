@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError, RecordError
+from nlq2sql.experiments.identity import RunIdentity, difference
 from nlq2sql.records.item import ItemRecord, iter_item_records
-from nlq2sql.records.results import LEGACY_WAREHOUSE
 from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run
 
 __all__ = ["RunFacts", "check_same_inputs", "read_run"]
@@ -84,32 +84,6 @@ def check_same_inputs(base_dir: Path, base: RunFacts, cand_dir: Path, cand: RunF
                          f"(sha256 {b_ev[:12]}…), the candidate "
                          f"{cand.evalset!r} (sha256 {c_ev[:12]}…); "
                          "a gate compares runs of the same eval set", field="--candidate")
-    if base.db_sha256 and cand.db_sha256 and base.db_sha256 != cand.db_sha256:
-        raise InputError(f"different warehouses: the baseline's database (sha256 {base.db_sha256[:12]}…) is not the "
-                         f"candidate's ({cand.db_sha256[:12]}…); a gate compares runs on the same data",
-                         field="--candidate")
-    if base.layer_sha256 and cand.layer_sha256:  # the layer by content: path and release do not matter
-        if base.layer_sha256 != cand.layer_sha256:
-            raise InputError(f"different semantic layers: the baseline's {base.semantic_model!r} (content sha256 "
-                             f"{base.layer_sha256[:12]}…) is not the candidate's {cand.semantic_model!r} "
-                             f"({cand.layer_sha256[:12]}…); a gate compares runs on the same layer",
-                             field="--candidate")
-        return
-    b_sha, c_sha = base.semantic_model_sha256, cand.semantic_model_sha256
-    if b_sha == c_sha:  # equal, or both missing: both on the default warehouse
-        return
-    if (base.semantic_model or LEGACY_WAREHOUSE) == (cand.semantic_model or LEGACY_WAREHOUSE) and base.db_sha256 \
-            and base.db_sha256 == cand.db_sha256:
-        return  # an older run names no layer content: the same layer by name, on the same data
-    from nlq2sql.semantic.catalog import load_catalog
-
-    legacy = load_catalog(LEGACY_WAREHOUSE).sha256
-    b_eff, c_eff = b_sha or legacy, c_sha or legacy
-    if b_eff != c_eff:
-        def name(m: RunFacts, sha: str | None) -> str:
-            return f"{m.semantic_model or LEGACY_WAREHOUSE}" + ("" if sha else " (not recorded: "
-                                                                         "the default)")
-        raise InputError(f"different warehouses: the baseline ran on {name(base, b_sha)} "
-                         f"(semantic model sha256 {b_eff[:12]}…), the candidate on {name(cand, c_sha)} "
-                         f"({c_eff[:12]}…); a gate compares runs on the same warehouse",
-                         field="--candidate")
+    diff = difference(RunIdentity.of(base), RunIdentity.of(cand))  # by content: data, then layer
+    if diff is not None:
+        raise InputError(diff.text() + f"; a gate compares runs on the same {diff.noun}", field="--candidate")

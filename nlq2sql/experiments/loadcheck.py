@@ -15,6 +15,7 @@ from typing import Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.common import Share, read_run
+from nlq2sql.experiments.identity import RunIdentity, difference
 from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
@@ -186,8 +187,15 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
     intents: dict[str, list[Any]] = {}
     if len(dirs) < 2:
         raise InputError(f"needs at least 2 runs to compare, got {len(dirs)}", field="--runs")
+    first: RunIdentity | None = None
     for d in dirs:
         manifest, summary = read_run(d)
+        ident = RunIdentity.of(manifest)  # the same data and layer by content, whatever path or release
+        diff = difference(first, ident) if first is not None else None
+        if diff is not None:
+            raise InputError(diff.text(str(dirs[0]), "this run") + "; load-check compares "
+                             "outputs on one warehouse", path=str(d / "manifest.json"), field=diff.field)
+        first = first or ident
         for rec in iter_item_records(d / RECORDS):
             texts.setdefault(rec.id, []).append(present(rec.answer.raw_text))
             intents.setdefault(rec.id, []).append(present(rec.answer.raw_intent))
