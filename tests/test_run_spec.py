@@ -134,7 +134,7 @@ def test_a_run_recorded_before_the_spec_section_still_gives_its_spec(tmp_path: P
 STOPS = {
     "load-check": ("nlq2sql.run.live.bound_endpoint", lambda cfg, *a, **k: cfg),
     "tune": ("nlq2sql.load.modes.run_mode", lambda mode, say, **k: k["base"]),
-    "sweep": ("nlq2sql.load.modes.run_job", lambda job, say: job.cfg.base),
+    "sweep": ("nlq2sql.load.modes.run_job", lambda job, say: job.sweep.base),
     "matrix": ("nlq2sql.experiments.common.shared_endpoint", lambda cfg, *a, **k: cfg),
 }
 

@@ -449,7 +449,7 @@ EndpointOpt = Annotated[str | None, typer.Option("--endpoint", "--base-url", hel
 ModelOpt = Annotated[str, typer.Option(help="Served model name (or local model alias).")]
 KeyOpt = Annotated[str | None, typer.Option(help="Environment variable holding the API key.",
                                             rich_help_panel=ENDPOINT_PANEL)]
-LimitOpt = Annotated[int | None, typer.Option(help="Only the first K items.")]
+LimitOpt = Annotated[int | None, typer.Option(help="Only the first K items.", rich_help_panel=LOAD_PANEL)]
 MaxTokOpt = Annotated[int, typer.Option(help="max_tokens per request.")]
 
 
@@ -581,8 +581,8 @@ def spec_options(fn: F | None = None, *, exclude: tuple[str, ...] = (), refuse: 
         preset, like = values.pop("preset"), values.pop("like")
         if preset is not None and like is not None:
             raise InputError("give one of --preset (a named spec) or --like (a recorded run's)", field="--like")
-        base = RunSpec.build(spec_values({n: v for n, v in values.items()
-                                          if n not in ("guardrails", "search_path") or v is not None}))
+        base = RunSpec.build(spec_values({n: v for n, v in base_defaults.items() if n not in ("preset", "like")
+                                          and (n not in ("guardrails", "search_path") or v is not None)}))
         spec = base
         if preset is not None:
             from nlq2sql.run.presets import presets
