@@ -16,7 +16,7 @@ import math
 import sys
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -28,6 +28,9 @@ from typer.core import TyperCommand, TyperGroup
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import MAX_JSON_DEPTH, MAX_REQUESTS, at_most
 from nlq2sql.paths import shipped_warehouses
+
+if TYPE_CHECKING:
+    from nlq2sql.run.spec import SpecValues
 
 #: Every top-level command and command group, in the order ``nlq2sql --help`` lists them, with
 #: the module of ``nlq2sql.cli`` that registers it on :data:`app` (a new command is added here;
@@ -461,7 +464,7 @@ _ANSWER_HELP = ("intent (v1 intent JSON) | query (v2: a MetricFlow query or {\"u
                 "grammar from the warehouse).")
 
 
-def _spec_params(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
+def _spec_params(defaults: SpecValues, exclude: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
     """(parameter name, default, annotation) of every run spec option, in help order."""
     from typing import Literal, get_args, get_origin
 
@@ -521,7 +524,7 @@ def _spec_params(defaults: dict[str, Any], exclude: tuple[str, ...]) -> list[tup
     return [(n, defaults.get(n, d), a) for n, d, a in own if n not in exclude]
 
 
-def _given(names: list[str], kwargs: dict[str, Any], defaults: dict[str, Any]) -> set[str]:
+def _given(names: list[str], kwargs: SpecValues, defaults: SpecValues) -> set[str]:
     """The options given on the command line (click's parameter source); called outside click
     (a library caller, a test), the values that differ from their defaults."""
     from typer._click.core import ParameterSource
@@ -539,7 +542,7 @@ def _given(names: list[str], kwargs: dict[str, Any], defaults: dict[str, Any]) -
     return out
 
 
-def spec_values(given: dict[str, Any]) -> dict[str, Any]:
+def spec_values(given: SpecValues) -> SpecValues:
     """Option values → the run spec's flat values (guardrails and search path parsed)."""
     out = dict(given)
     if "guardrails" in out:

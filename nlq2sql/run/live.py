@@ -62,8 +62,8 @@ from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampli
 from nlq2sql.run.scheduler import closed_loop, open_loop
 from nlq2sql.run.serving import endpoint_structured_outputs
 from nlq2sql.run.session import Session, finish_summary, recorded_retries, session_result
-from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.run.spec import RunSpec
+from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, load_evalset
 from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set, resolve_search_path

@@ -32,7 +32,11 @@ from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.transport.client import STRUCTURED_MODES
 
-__all__ = ["FIELDS", "RunSpec", "answer_guardrails", "answer_prompt", "condition_values"]
+__all__ = ["FIELDS", "RunSpec", "SpecValues", "answer_guardrails", "answer_prompt", "condition_values"]
+
+#: Flat spec values: option values by setting name, as a command line, a preset or a recorded run
+#: gives them (the edge where untyped option values enter; :meth:`RunSpec.build` types them).
+SpecValues = dict[str, Any]
 
 #: The prompt each answer kind uses unless one is named.
 _PROMPTS = {"intent": "baseline", "query": "query", "sql": "sql", "sql-grammar": "sql"}
@@ -49,10 +53,10 @@ def answer_guardrails(answer: str) -> tuple[str, ...]:
     return ("ranking",) if answer == "intent" else ()
 
 
-def condition_values(conditions: ConditionSet) -> dict[str, Any]:
+def condition_values(conditions: ConditionSet) -> SpecValues:
     """The settings of the conditions that are on, flat (``{"examples": 8, "link_values": "both"}``),
     left out where at their defaults: what :meth:`Registry.from_options` takes back."""
-    out: dict[str, Any] = {}
+    out: SpecValues = {}
     for c in conditions.active():
         default = type(c.settings)()
         for name in type(c.settings).model_fields:
@@ -113,10 +117,10 @@ class RunSpec(BaseModel):
             raise InputError(f"{first['msg']}, got {values.get(name)!r}",
                              field=_OPTION.get(name, "--" + name.replace("_", "-"))) from None
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> SpecValues:
         """The flat form (:meth:`build` gives this spec back): every field, the dbt options and the
         conditions' settings that are not at their defaults."""
-        out: dict[str, Any] = {f: getattr(self, f) for f in FIELDS}
+        out: SpecValues = {f: getattr(self, f) for f in FIELDS}
         dbt = self.dbt or DbtOptions()
         out |= {"db_schema": dbt.db_schema, "profiles_dir": dbt.profiles_dir, "dbt_target": dbt.target}
         return out | condition_values(self.conditions)
@@ -157,18 +161,20 @@ class RunSpec(BaseModel):
         """The manifest's ``spec`` section: the resolved spec as JSON values."""
         r = self.resolved()
         dbt = r.dbt or DbtOptions()
-        return SpecPart(model=r.model, answer=r.answer, prompt=r.prompt or "", guardrails=list(r.guardrails or ()),
+        part = SpecPart(model=r.model, answer=r.answer, prompt=r.prompt or "", guardrails=list(r.guardrails or ()),
                         conditions=condition_values(r.conditions), temperature=r.temperature,
-                        max_tokens=r.max_tokens, structured=r.structured, schema_mode=r.schema_mode,
-                        semantic_model=r.semantic_model, db=str(r.db) if r.db is not None else None,
-                        db_schema=dbt.db_schema, profiles_dir=dbt.profiles_dir, target=dbt.target,
+                        max_tokens=r.max_tokens, structured=r.structured, semantic_model=r.semantic_model,
+                        db=str(r.db) if r.db is not None else None, db_schema=dbt.db_schema,
+                        profiles_dir=dbt.profiles_dir, target=dbt.target,
                         search_path=list(r.search_path) if r.search_path is not None else None)
+        part.schema_mode = r.schema_mode  # (written as "schema", as the sampling section writes it)
+        return part
 
     @classmethod
     def from_part(cls, part: SpecPart) -> RunSpec:
         """A recorded ``spec`` section back as a spec; a prompt or guardrails that are the answer
         kind's own are left open again (an ``--answer`` given over it brings its own)."""
-        values: dict[str, Any] = {
+        values: SpecValues = {
             "model": part.model, "answer": part.answer, "temperature": part.temperature,
             "max_tokens": part.max_tokens, "structured": part.structured, "schema_mode": part.schema_mode,
             "semantic_model": part.semantic_model, "db": part.db, "db_schema": part.db_schema,
@@ -215,7 +221,7 @@ def _text(value: Any) -> str | None:
     return str(value) if value is not None else None
 
 
-def _from_legacy(data: dict[str, Any], path: Path) -> RunSpec:
+def _from_legacy(data: SpecValues, path: Path) -> RunSpec:
     """A manifest written before the ``spec`` section: its model, answer, prompt, sampling,
     warehouse and conditions' keys (each condition's recorded section read back to its settings)."""
     from nlq2sql.paths import shipped_warehouses
@@ -229,7 +235,7 @@ def _from_legacy(data: dict[str, Any], path: Path) -> RunSpec:
     if not isinstance(sampling, dict):
         raise InputError("cannot give a run spec: not an object", path=str(path), field="sampling")
     answer = data.get("answer") or "intent"
-    conds: dict[str, Any] = {}
+    conds: SpecValues = {}
     settings = {f for c in REGISTRY for f in c.settings_model.model_fields}
     for key in REGISTRY.manifest_keys():
         value = data.get(key)

@@ -6,6 +6,8 @@ MetricFlow query (v2; the prompt is the answer kind's own, ``query``) under the 
 
 from nlq2sql.run.presets import Preset, register
 
+__all__: list[str] = []  # (it registers its preset)
+
 register(Preset("main-job", "The README's main job: v2 MetricFlow query, Qwen2.5-Coder-0.5B, 8 examples, value "
                 "linking, learned ranking + sort guardrails.", {
                     "model": "qwen2.5-coder-0.5b", "answer": "query",
