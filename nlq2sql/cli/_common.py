@@ -368,41 +368,6 @@ SchemaOpt = Annotated[str, typer.Option(
     "| branches (one anyOf branch per intent kind: inconsistent intents cannot be generated).")]
 
 
-TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Sampling temperature (0: greedy).")]
-def condition_options(fn: F) -> F:
-    """Give a command every registered condition's options, generated from each condition's
-    settings declaration (name, type, default, help); the command receives them as one
-    ``conditions`` argument (a ``ConditionSet``, validated through the settings models, so a bad
-    value is one message naming its option)."""
-    from typing import Literal, get_args, get_origin
-
-    from nlq2sql.conditions.registry import REGISTRY, option
-
-    sig = inspect.signature(fn, eval_str=True)
-    fields = [(n, f) for c in REGISTRY for n, f in c.settings_model.model_fields.items()]
-    extra = []
-    for name, info in fields:
-        kind: Any = str if get_origin(info.annotation) is Literal else info.annotation  # typer reads str choices
-        if any(get_origin(a) is Literal for a in get_args(info.annotation)):
-            kind = str | None
-        extra.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info.default,
-                                       annotation=Annotated[kind, typer.Option(option(name), help=info.description)]))
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        given = {}
-        for name, info in fields:
-            value = kwargs.pop(name, info.default)
-            if value != info.default:
-                given[name] = value
-        return fn(*args, conditions=REGISTRY.from_options(**given), **kwargs)
-
-    params = [p for p in sig.parameters.values() if p.name != "conditions"]
-    wrapper.__signature__ = sig.replace(parameters=[*params, *extra])  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {**{p.name: p.annotation for p in params}, **{p.name: p.annotation for p in extra}}
-    return wrapper  # type: ignore[return-value]
-
-
 def guardrail_names(values: list[str] | None) -> tuple[str, ...]:
     names: list[str] = []
     for v in values or ["ranking"]:
@@ -426,9 +391,9 @@ def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str
           limit: int | None, max_tokens: int, out: Path, guardrails: tuple[str, ...] = ("ranking",),
           semantic: tuple[str, Path | None, str] = (CLI_WAREHOUSE, None, "flat"),
           conditions: Any = None, temperature: float = 0.0, dbt: Any = None) -> Any:
-    """The shared EvalConfig: ``semantic`` is (--semantic-model, --db, --schema), ``conditions``
-    what :func:`condition_options` gave the command (default: none), ``dbt`` what
-    :func:`dbt_options` gave it (``--db-schema``, ``--profiles-dir``, ``--target``)."""
+    """The shared EvalConfig of the commands without the run spec (compact, grid, probes):
+    ``semantic`` is (--semantic-model, --db, --schema), ``conditions`` a ConditionSet (default: none),
+    ``dbt`` what :func:`dbt_options` gave it (``--db-schema``, ``--profiles-dir``, ``--target``)."""
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.transport.client import Sampling
 
