@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from nlq2sql.cli import app
@@ -193,3 +195,33 @@ def test_vllm_bench_serve_aliases(monkeypatch: pytest.MonkeyPatch) -> None:
     res = runner.invoke(app, ["eval", "--base-url", "http://127.0.0.1:9/v1", "--max-concurrency", "3"])
     assert res.exit_code == 0, res.output
     assert seen[-1].endpoint == "http://127.0.0.1:9/v1" and seen[-1].concurrency == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(answer=st.sampled_from(["intent", "query", "sql"]), examples=st.integers(0, 20),
+       link=st.sampled_from(["none", "hint", "repair", "both"]), temperature=st.floats(0, 2),
+       max_tokens=st.integers(1, 4096), prompt=st.none() | st.sampled_from(["baseline", "contrastive", "query"]),
+       guardrails=st.none() | st.lists(st.sampled_from(["ranking", "sort", "learned:ranking"]), unique=True,
+                                       max_size=3).map(tuple))
+def test_a_spec_survives_its_flat_form_and_its_manifest_record(answer: str, examples: int, link: str,
+                                                               temperature: float, max_tokens: int,
+                                                               prompt: str | None,
+                                                               guardrails: tuple[str, ...] | None) -> None:
+    from nlq2sql.records.manifest_parts import SpecPart
+
+    spec = RunSpec.build({"answer": answer, "examples": examples, "link_values": link, "temperature": temperature,
+                          "max_tokens": max_tokens, "prompt": prompt, "guardrails": guardrails})
+    assert RunSpec.build(spec.values()) == spec
+    written = json.loads(json.dumps(spec.recorded().written()))  # as manifest.json holds it
+    again = RunSpec.from_part(SpecPart.model_validate(written))
+    assert again.resolved() == spec.resolved()
+    assert again.apply(EvalConfig()) == spec.apply(EvalConfig())
+
+
+def test_the_recorded_spec_names_no_machine_path(tmp_path: Path) -> None:
+    db = tmp_path / "w.duckdb"
+    part = RunSpec.build({"db": str(db), "semantic_model": str(tmp_path / "layer"), "model": str(tmp_path / "m"),
+                          "profiles_dir": str(tmp_path)}).recorded()
+    assert str(tmp_path) not in json.dumps(part.written())
+    assert part.db == "w.duckdb" and part.semantic_model == "layer"
+    assert RunSpec.build({"db": "rel/w.duckdb"}).recorded().db == "rel/w.duckdb"  # relative: as given

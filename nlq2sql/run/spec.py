@@ -158,14 +158,16 @@ class RunSpec(BaseModel):
 
     # -- recorded --------------------------------------------------------------------------------
     def recorded(self) -> SpecPart:
-        """The manifest's ``spec`` section: the resolved spec as JSON values."""
+        """The manifest's ``spec`` section: the resolved spec as JSON values, with no machine path
+        (:func:`_shown`: a path outside the project as its file name, as the manifest's ``db`` is)."""
         r = self.resolved()
         dbt = r.dbt or DbtOptions()
-        part = SpecPart(model=r.model, answer=r.answer, prompt=r.prompt or "", guardrails=list(r.guardrails or ()),
-                        conditions=condition_values(r.conditions), temperature=r.temperature,
-                        max_tokens=r.max_tokens, structured=r.structured, semantic_model=r.semantic_model,
-                        db=str(r.db) if r.db is not None else None, db_schema=dbt.db_schema,
-                        profiles_dir=dbt.profiles_dir, target=dbt.target,
+        part = SpecPart(model=_shown(r.model), answer=r.answer, prompt=_shown(r.prompt or ""),
+                        guardrails=list(r.guardrails or ()), conditions=condition_values(r.conditions),
+                        temperature=r.temperature, max_tokens=r.max_tokens, structured=r.structured,
+                        semantic_model=_shown(r.semantic_model), db=_shown(r.db) if r.db is not None else None,
+                        db_schema=dbt.db_schema, profiles_dir=_shown(dbt.profiles_dir) if dbt.profiles_dir else None,
+                        target=dbt.target,
                         search_path=list(r.search_path) if r.search_path is not None else None)
         part.schema_mode = r.schema_mode  # (written as "schema", as the sampling section writes it)
         return part
@@ -215,6 +217,18 @@ class RunSpec(BaseModel):
 FIELDS = tuple(f for f in RunSpec.model_fields if f not in ("dbt", "conditions"))
 _DBT = ("db_schema", "profiles_dir", "dbt_target")
 _OPTION = {"schema_mode": "--schema", "dbt_target": "--target"}
+
+
+def _shown(value: str | Path) -> str:
+    """A value that may name a file, as a manifest records it: as given unless absolute; an absolute
+    path relative to the project when inside it, else its name (no machine path is recorded)."""
+    from nlq2sql.semantic.catalog import display_path
+
+    path = Path(value)
+    if not path.is_absolute():
+        return str(value)
+    shown = display_path(path.expanduser())
+    return shown if not Path(shown).is_absolute() else path.name
 
 
 def _text(value: Any) -> str | None:
