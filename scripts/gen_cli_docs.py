@@ -49,9 +49,14 @@ def render() -> str:
     for path, cmd in commands(root):
         lines += [f"## `{path}`", "", (cmd.help or "").strip().split("\n\n")[0].replace("\n", " "), ""]
         params = [p for p in cmd.params if p.name != "help"]
-        if params:
+        panels: dict[str | None, list[Any]] = {}  # options by help panel (--help's grouping), in order
+        for p in params:
+            panels.setdefault(getattr(p, "rich_help_panel", None), []).append(p)
+        for panel, group in sorted(panels.items(), key=lambda kv: kv[0] is not None):  # ungrouped first
+            if panel is not None:
+                lines += [f"*{panel}*", ""]
             lines += ["| option | help |", "|---|---|"]
-            for p in params:
+            for p in group:
                 names = (f"`{(p.name or '').upper()}`" if _is_argument(p)
                          else " / ".join(f"`{o}`" for o in (*p.opts, *p.secondary_opts)))
                 help_text = (getattr(p, "help", None) or "").replace("|", "\\|").replace("\n", " ")

@@ -313,6 +313,7 @@ JSON_EDGES: dict[str, tuple[int, str]] = {
     "nlq2sql.view.runs": (4, f"{READ} (an untrusted run's files, read tolerantly)"),
     "nlq2sql.view.bundle": (2, f"the page's data (meta.js); {READ}"),
     "nlq2sql.cli._common": (1, "a command's parsed options"),
+    "nlq2sql.run.spec": (1, "flat run spec values: a command line's, a preset's or a recorded run's options"),
     "nlq2sql.cli.guardrail": (1, "a command's JSON output"),
 }
 

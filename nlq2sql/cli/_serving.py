@@ -16,23 +16,25 @@ __all__ = ["MAX_GPUS_PER_REPLICA", "MAX_REPLICAS", "BatchInvariantOpt", "MaxMode
            "StartupTimeoutOpt", "StructuredBackendOpt", "check_local_only", "check_server_numbers",
            "check_startup_timeout"]
 
+_PANEL = "Endpoint / server"  # (cli._common.ENDPOINT_PANEL)
 StructuredBackendOpt = Annotated[str, typer.Option(
     help=f"Local server: vLLM's structured-output backend ({' | '.join(STRUCTURED_BACKENDS)}); auto with the "
-         "compact grammar is xgrammar. The manifest records the backend the engine logged.")]
+         "compact grammar is xgrammar. The manifest records the backend the engine logged.", rich_help_panel=_PANEL)]
 BatchInvariantOpt = Annotated[bool, typer.Option(
     help="Local server: vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1); refused with the reason where "
-         "the installed vLLM has no batch-invariant kernels for this platform (CPU).")]
+         "the installed vLLM has no batch-invariant kernels for this platform (CPU).", rich_help_panel=_PANEL)]
 
 MaxModelLenOpt = Annotated[int, typer.Option(
-    help="vLLM --max-model-len (a local server's context; jaffle's v2 prompts with 8 examples need 4096).")]
+    help="vLLM --max-model-len (a local server's context; jaffle's v2 prompts with 8 examples need 4096).",
+    rich_help_panel=_PANEL)]
 SizedMaxModelLenOpt = Annotated[int | None, typer.Option(
     "--max-model-len", help="vLLM --max-model-len of the server the run starts. Default: the longest prompt "
     "(counted with the model's tokenizer) plus --max-tokens, rounded up to 256, within the model's limit. A "
     "prompt that cannot fit the context (this one, or an --endpoint's max_model_len) is refused before "
-    "anything is sent.")]
+    "anything is sent.", rich_help_panel=_PANEL)]
 StartupTimeoutOpt = Annotated[float, typer.Option(
     help="Seconds each local replica may take to become healthy (a loaded 2-core machine can need more "
-         "than the default).")]
+         "than the default).", rich_help_panel=_PANEL)]
 
 
 def check_startup_timeout(seconds: float, max_model_len: int | None = 2048) -> None:

@@ -12,36 +12,38 @@ from rich.console import Console
 from rich.table import Table
 
 from nlq2sql.cli._common import (
-    CLI_WAREHOUSE,
-    DbOpt,
+    ENDPOINT_PANEL,
+    LOAD_PANEL,
+    OUTPUT_PANEL,
     EndpointsFileOpt,
-    GuardrailsOpt,
     KeyOpt,
-    PromptOpt,
     RoutingOpt,
-    SemanticModelOpt,
     app,
-    condition_options,
     err,
     fleet_args,
-    guardrail_names,
     handled,
+    spec_options,
 )
 from nlq2sql.errors import InputError
 from nlq2sql.records.batch_parts import BatchTail
 from nlq2sql.records.summary_parts import AnswerFigures, Figures
-from nlq2sql.run.models import DEFAULT_MODEL
 
 __all__ = ["BatchEndpointsOpt", "answers_table", "batch_cmd"]
 
 BatchEndpointsOpt = Annotated[list[str] | None, typer.Option(
-    "--endpoint", help="--engine ray: OpenAI-compatible base URL (…/v1); give it several times for replicas "
-    "of one model (items are routed over all of them).")]
+    "--endpoint", "--base-url", help="--engine ray: OpenAI-compatible base URL (…/v1); give it several times for "
+    "replicas of one model (items are routed over all of them).", rich_help_panel=ENDPOINT_PANEL)]
+
+
+#: What the batch engines do not apply yet: refused by name when a spec sets it (option, preset or --like).
+BATCH_REFUSES = {name: "a batch reads the semantic model's relations where it declares them (not applied yet)"
+                 for name in ("db_schema", "profiles_dir", "dbt_target")} | {
+    "search_path": "a batch resolves SQL names in the layer's schemas (not applied yet)"}
 
 
 @app.command("batch")
 @handled
-@condition_options
+@spec_options(refuse=BATCH_REFUSES)
 def batch_cmd(
     evalset: Annotated[str | None, typer.Option(help="Eval set name or path: every item is scored.")] = None,
     questions: Annotated[Path | None, typer.Option(
@@ -49,60 +51,51 @@ def batch_cmd(
     endpoint: BatchEndpointsOpt = None,
     endpoints_file: EndpointsFileOpt = None,
     routing: RoutingOpt = "least-inflight",
-    model: Annotated[str, typer.Option(help="Served model name (--engine ray), or the model alias / folder "
-                                       "vLLM loads (--engine ray-vllm).")] = DEFAULT_MODEL,
     api_key_env: KeyOpt = None,
-    prompt: PromptOpt = "baseline",
-    guardrails: GuardrailsOpt = None,
-    semantic_model: SemanticModelOpt = CLI_WAREHOUSE,
-    db: DbOpt = None,
     out: Annotated[str, typer.Option(help="Output directory: records/ (shards), summary.json, manifest.json; "
                                      "a path, or a file://, s3:// or gs:// URI (pyarrow's filesystems: "
-                                     "credentials from the environment).")] = "runs/batch",
-    force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+                                     "credentials from the environment).", rich_help_panel=OUTPUT_PANEL)
+                   ] = "runs/batch",
+    force: Annotated[bool, typer.Option(help="Replace an existing output directory.",
+                                        rich_help_panel=OUTPUT_PANEL)] = False,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted batch in --out: finished shards are "
-                                         "kept, the rest answered (nothing there: a fresh start).")] = False,
+                                         "kept, the rest answered (nothing there: a fresh start).",
+                                         rich_help_panel=OUTPUT_PANEL)] = False,
     format: Annotated[str, typer.Option("--format", help="Shard format: parquet (columns id, record: the "
-                                        "record's JSON text) | jsonl (record lines, as records.jsonl).")] = "parquet",
+                                        "record's JSON text) | jsonl (record lines, as records.jsonl).",
+                                        rich_help_panel=OUTPUT_PANEL)] = "parquet",
     shard_rows: Annotated[int, typer.Option(help="At most this many records per shard (one Ray Data "
-                                            "batch).")] = 1000,
-    concurrency: Annotated[int, typer.Option(help="Requests in flight per actor (--engine ray-vllm: the "
-                                             "engine's max_num_seqs).")] = 8,
-    actors: Annotated[int, typer.Option(help="Ray actors answering (--engine ray-vllm: vLLM engines).")] = 1,
+                                            "batch).", rich_help_panel=OUTPUT_PANEL)] = 1000,
+    concurrency: Annotated[int, typer.Option("--concurrency", "--max-concurrency",
+                                             help="Requests in flight per actor (--engine ray-vllm: the "
+                                             "engine's max_num_seqs).", rich_help_panel=LOAD_PANEL)] = 8,
+    actors: Annotated[int, typer.Option(help="Ray actors answering (--engine ray-vllm: vLLM engines).",
+                                        rich_help_panel=LOAD_PANEL)] = 1,
     engine: Annotated[str, typer.Option(help="ray (actors send requests to --endpoint) | ray-vllm (vLLM runs "
-                                        "inside Ray Data: ray.data.llm, no server).")] = "ray",
+                                        "inside Ray Data: ray.data.llm, no server).", rich_help_panel=LOAD_PANEL)
+                      ] = "ray",
     ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster's GCS address (e.g. head:6379 "
                                                     "or auto; ray:// is refused); --out must then be storage every "
-                                                    "node can write. Default: a local Ray.")] = None,
-    answer: Annotated[str, typer.Option(help="intent (v1 intent JSON) | sql (DuckDB SQL the model writes, "
-                                        "guarded, sandboxed, scored by result rows; the eval set's v2 golds) | "
-                                        "sql-grammar (the same under the warehouse's SQL grammar: checked with one "
-                                        "request first, recorded in the manifest).")] = "intent",
-    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 128,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
-    limit: Annotated[int | None, typer.Option(help="Only the first K items.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    conditions: Any = None,  # every registered condition's options (condition_options)
+                                                    "node can write. Default: a local Ray.",
+                                                    rich_help_panel=LOAD_PANEL)] = None,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.", rich_help_panel=LOAD_PANEL)] = 120.0,
+    limit: Annotated[int | None, typer.Option(help="Only the first K items.", rich_help_panel=LOAD_PANEL)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.",
+                                          rich_help_panel=OUTPUT_PANEL)] = False,
+    spec: Any = None,  # the run spec (spec_options)
 ) -> None:
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
     the usual summary.  Shards are written whole; an interrupted batch continues with --resume."""
     from nlq2sql.run.batch import BatchConfig, require_ray, run_batch
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.stages.report import render_summary
-    from nlq2sql.transport.client import Sampling
 
     require_ray()  # the extra first: no input (an endpoints file, the eval set) is read without it
     if (evalset is None) == (questions is None):
         raise InputError("give one of --evalset (scored) or --questions (answered, not scored)", field="--evalset")
     first, replicas = fleet_args(endpoint, endpoints_file)
-    names = guardrail_names(guardrails)
-    if answer in ("sql", "sql-grammar"):  # as eval: the answer's own prompt, no v1 guardrail unless named
-        prompt = "sql" if prompt == "baseline" else prompt
-        names = names if guardrails else ()
-    base = EvalConfig(endpoint=first, replicas=replicas, routing=routing, model=model, api_key_env=api_key_env,
-                      prompt=prompt, guardrails=names, limit=limit, concurrency=concurrency, answer=answer,
-                      sampling=Sampling(max_tokens=max_tokens), timeout_s=timeout, semantic_model=semantic_model,
-                      warehouse=db, conditions=conditions)
+    base = spec.apply(EvalConfig(endpoint=first, replicas=replicas, routing=routing, api_key_env=api_key_env,
+                                 limit=limit, concurrency=concurrency, timeout_s=timeout))
     cfg = BatchConfig(base=base, input=str(questions if questions is not None else evalset),
                       questions=questions is not None, out=out, shard_rows=shard_rows, format=format,
                       engine=engine, ray_address=ray_address, concurrency=concurrency, actors=actors, force=force,
@@ -116,7 +109,7 @@ def batch_cmd(
     if as_json:
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
         return
-    title = f"{cfg.input} · {model} · {engine} · {actors}×c={concurrency}"
+    title = f"{cfg.input} · {base.model} · {engine} · {actors}×c={concurrency}"
     if isinstance(summary.figures, Figures):  # read as a run's summary, less what only a batch has
         from nlq2sql.records.results import Summary
 

@@ -11,6 +11,8 @@ from rich.console import Console
 
 from nlq2sql.cli._common import (
     CLI_WAREHOUSE,
+    LOAD_PANEL,
+    OUTPUT_PANEL,
     DbOpt,
     EndpointOpt,
     EndpointsFileOpt,
@@ -23,14 +25,13 @@ from nlq2sql.cli._common import (
     PromptOpt,
     SchemaOpt,
     SemanticModelOpt,
-    TemperatureOpt,
     app,
     base_config,
-    condition_options,
     err,
     fleet_args,
     handled,
     parse_levels,
+    spec_options,
 )
 from nlq2sql.cli._serving import BatchInvariantOpt, check_local_only
 from nlq2sql.errors import InputError
@@ -43,27 +44,32 @@ __all__ = ["compact", "compare", "compare_dirs", "gate", "load_check", "matrix"]
 
 @app.command("load-check")
 @handled
+@spec_options(max_tokens=96)
 def load_check(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = DEFAULT_MODEL,
-    api_key_env: KeyOpt = None, prompt: PromptOpt = "baseline",
-    concurrency: Annotated[str, typer.Option(help="Comma-separated levels.")] = "1,16,32",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None,
+    api_key_env: KeyOpt = None,
+    concurrency: Annotated[str, typer.Option(help="Comma-separated levels.", rich_help_panel=LOAD_PANEL)] = "1,16,32",
     endpoints_file: EndpointsFileOpt = None,
     across_replicas: Annotated[bool, typer.Option(
         help="Send every item to every replica (--endpoint given several times) at each level, and "
-             "report byte-identity across replicas beside identity across concurrency.")] = False,
-    repeats: Annotated[int, typer.Option(help="Runs per level.")] = 1,
-    limit: LimitOpt = None, max_tokens: MaxTokOpt = 96,
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/load-check"),
+             "report byte-identity across replicas beside identity across concurrency.",
+        rich_help_panel=LOAD_PANEL)] = False,
+    repeats: Annotated[int, typer.Option(help="Runs per level.", rich_help_panel=LOAD_PANEL)] = 1,
+    limit: LimitOpt = None,
+    out: Annotated[Path, typer.Option(help="Output directory.", rich_help_panel=OUTPUT_PANEL)
+                   ] = Path("runs/load-check"),
     runs: Annotated[list[Path] | None, typer.Option(help="Compare these recorded run dirs instead "
-                                                   "of querying.")] = None,
-    allow_diff: Annotated[bool, typer.Option(help="Exit 0 even when outputs diverge.")] = False,
-    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
+                                                   "of querying.", rich_help_panel=OUTPUT_PANEL)] = None,
+    allow_diff: Annotated[bool, typer.Option(help="Exit 0 even when outputs diverge.",
+                                             rich_help_panel=OUTPUT_PANEL)] = False,
     batch_invariant: BatchInvariantOpt = False,
+    spec: Any = None,  # the run spec (spec_options)
 ) -> None:
     """Quality under load: are outputs byte-identical at each concurrency (and, with --repeats,
     run to run at one concurrency)? Exit 1 if not."""
     from nlq2sql.experiments import loadcheck
     from nlq2sql.records.store import output_dir
+    from nlq2sql.run.config import EvalConfig
     from nlq2sql.run.live import bound_endpoint
 
     output_dir(out, create=False)
@@ -83,8 +89,8 @@ def load_check(
         if len(levels) * repeats * (1 + len(replicas) if across_replicas else 1) < 2:
             raise InputError(f"needs at least 2 runs to compare: {len(levels)} level(s) × {repeats} "
                              "repeat(s); give two levels or --repeats 2", field="--concurrency")
-        base = replace(base_config(evalset, first, model, api_key_env, prompt, limit, max_tokens, out,
-                             semantic=(semantic_model, db, schema)), replicas=replicas)
+        base = spec.apply(EvalConfig(evalset=evalset, out=out, endpoint=first, replicas=replicas,
+                                     api_key_env=api_key_env, limit=limit))
         base = replace(base, server=replace(base.server, batch_invariant=batch_invariant))
         lc = loadcheck.LoadCheckConfig(base, levels, repeats, across_replicas=across_replicas)
         if across_replicas:
@@ -139,32 +145,37 @@ def compact(
 
 @app.command("matrix")
 @handled
-@condition_options
+@spec_options(max_tokens=96, exclude=("prompt", "guardrails"))
 def matrix(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None,
     api_key_env: KeyOpt = None,
-    prompts: Annotated[str, typer.Option(help="Comma-separated prompt names.")] = "baseline,contrastive",
-    guardrails: Annotated[str, typer.Option(help="Comma-separated conditions; '+' joins sets "
-                                              "(rule set names or learned:NAME).")] = "none,ranking",
-    limit: LimitOpt = None, max_tokens: MaxTokOpt = 96,
-    concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 8,
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/matrix"),
+    prompts: Annotated[str | None, typer.Option(help="Comma-separated prompt names. Default: baseline,contrastive "
+                                                "for --answer intent, else the spec's prompt.")] = None,
+    guardrails: Annotated[str | None, typer.Option(help="Comma-separated conditions; '+' joins sets (rule set names "
+                                                   "or learned:NAME). Default: none and the spec's guardrails "
+                                                   "(none,ranking for --answer intent).")] = None,
+    limit: LimitOpt = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "--max-concurrency", help="Requests in flight.",
+                                             rich_help_panel=LOAD_PANEL)] = 8,
+    out: Annotated[Path, typer.Option(help="Output directory.", rich_help_panel=OUTPUT_PANEL)] = Path("runs/matrix"),
     runs: Annotated[list[Path] | None, typer.Option(help="Re-score these recorded runs (one per "
-                                                   "prompt) instead of querying.")] = None,
-    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
-    temperature: TemperatureOpt = 0.0,
+                                                   "prompt) instead of querying.", rich_help_panel=OUTPUT_PANEL)
+                    ] = None,
     answers: Annotated[str | None, typer.Option(help="Answer arms side by side instead (--prompts and --guardrails "
                                                 "then do not apply): comma-separated query (the v2 sets' intent; "
                                                 "'intent' is read as query), sql, sql-grammar.")] = None,
-    gpu_cost_per_hour: Annotated[float | None, typer.Option(help="--answers: for cost per 1,000 questions.")] = None,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
+    gpu_cost_per_hour: Annotated[float | None, typer.Option(help="--answers: for cost per 1,000 questions.",
+                                                            rich_help_panel=OUTPUT_PANEL)] = None,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.", rich_help_panel=LOAD_PANEL)] = 120.0,
     repeats: Annotated[int, typer.Option(help="Run each prompt N times in seeded orders (OUT/EVALSET-PROMPT/r0 …): "
                                          "accuracy and latency mean ± CI across repeats, pairs compared item "
-                                         "by item over repeats (SE clustered by pair_id).")] = 1,
-    conditions: Any = None,  # every registered condition's options (condition_options)
+                                         "by item over repeats (SE clustered by pair_id).",
+                                         rich_help_panel=LOAD_PANEL)] = 1,
+    spec: Any = None,  # the run spec, less prompt and guardrails (the matrix's axes) (spec_options)
 ) -> None:
     """Prompt × guardrail matrix with CIs and exact McNemar tests; guardrails re-scored offline.  With
     --answers: the answer arms side by side (accuracy, McNemar per pair, tokens, latency, cost, errors)."""
+    from nlq2sql.run.config import EvalConfig
     from nlq2sql.run.repeats import MAX_REPEATS
 
     if not 1 <= repeats <= MAX_REPEATS:
@@ -172,26 +183,30 @@ def matrix(
     if repeats > 1 and (answers is not None or runs):
         raise InputError("repeats the prompt × guardrail matrix's live runs: not with --answers or --runs "
                          "(give --runs a repeated run's directory instead)", field="--repeats")
-    if answers is not None:
-        from dataclasses import replace as with_
 
+    def spec_base(prompt: str) -> Any:
+        return replace(spec.apply(EvalConfig(evalset=evalset, out=out, endpoint=endpoint, api_key_env=api_key_env,
+                                             limit=limit)), prompt=prompt, concurrency=concurrency, timeout_s=timeout)
+
+    if answers is not None:
         from nlq2sql.experiments.arms import matrix_arms
 
-        def arm_base() -> Any:
-            return with_(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
-                                     semantic=(semantic_model, db, schema), conditions=conditions,
-                                     temperature=temperature), concurrency=concurrency, timeout_s=timeout)
-
-        md = matrix_arms(answers, runs, out, arm_base, gpu_cost_per_hour, f"Answer arms · {evalset} · {model}")
+        if spec.answer != "intent":
+            raise InputError("--answers gives each arm its answer kind: drop --answer", field="--answer")
+        md = matrix_arms(answers, runs, out, lambda: spec_base("baseline"), gpu_cost_per_hour,
+                         f"Answer arms · {evalset} · {spec.model}")
         Console().print(md, markup=False, highlight=False)
         return
-    from dataclasses import replace
-
     from nlq2sql.experiments import matrix as mx
     from nlq2sql.experiments.common import shared_endpoint
     from nlq2sql.records.store import output_dir, read_json, require_run
 
     output_dir(out, create=False)
+    resolved = spec.resolved()
+    if prompts is None:
+        prompts = "baseline,contrastive" if spec.prompt is None and spec.answer == "intent" else resolved.prompt
+    if guardrails is None:
+        guardrails = ",".join(dict.fromkeys(["none", "+".join(resolved.guardrails) or "none"]))
     conds = tuple(g.strip() for g in guardrails.split(",") if g.strip())
     if not conds:
         raise InputError(f"give at least one condition, got {guardrails!r}", field="--guardrails")
@@ -208,15 +223,11 @@ def matrix(
             raise InputError(f"give comma-separated prompt names, none empty, got {prompts!r}", field="--prompts")
         for name in names:  # a bad prompt is refused before any server starts
             load_prompt(name, "default", None)  # the file only (the run renders it for its warehouse)
-        base = replace(base_config(evalset, endpoint, model, api_key_env, "baseline", limit, max_tokens, out,
-                 semantic=(semantic_model, db, schema),
-                 conditions=conditions, temperature=temperature),
-                       concurrency=concurrency, timeout_s=timeout)
-        with shared_endpoint(base) as bound:
+        with shared_endpoint(spec_base(names[0])) as bound:
             dirs = mx.run_prompts(mx.MatrixConfig(bound, names, conds, repeats))
     table = mx.condition_table(dirs, conds)
-    mx.write_result(out, table, f"Condition matrix · {evalset} · {model}")
-    Console().print(mx.render_markdown(table, f"Condition matrix · {evalset} · {model}"),
+    mx.write_result(out, table, f"Condition matrix · {evalset} · {spec.model}")
+    Console().print(mx.render_markdown(table, f"Condition matrix · {evalset} · {spec.model}"),
                     markup=False, highlight=False)
 
 

@@ -11,6 +11,9 @@ from rich.console import Console
 
 from nlq2sql.cli._common import (
     CLI_WAREHOUSE,
+    ENDPOINT_PANEL,
+    LOAD_PANEL,
+    OUTPUT_PANEL,
     DbOpt,
     EndpointOpt,
     EndpointsFileOpt,
@@ -30,6 +33,7 @@ from nlq2sql.cli._common import (
     fleet_args,
     handled,
     parse_levels,
+    spec_options,
 )
 from nlq2sql.cli._serving import check_server_numbers
 from nlq2sql.errors import InputError
@@ -80,49 +84,56 @@ def _say(msg: str) -> None:
     err.print(msg, markup=False, highlight=False)
 
 
-LocalSeqsOpt = Annotated[int | None, typer.Option(help="Local server only: vLLM --max-num-seqs.")]
+LocalSeqsOpt = Annotated[int | None, typer.Option(help="Local server only: vLLM --max-num-seqs.",
+                                                  rich_help_panel=ENDPOINT_PANEL)]
 
 
 @app.command("sweep")
 @handled
+@spec_options(max_tokens=96)
 def sweep_cmd(
-    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None, model: ModelOpt = DEFAULT_MODEL,
-    api_key_env: KeyOpt = None, prompt: PromptOpt = "baseline",
-    concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.")] = "1,2,4,8,16,32",
+    evalset: EvalsetOpt = "heldout", endpoint: EndpointsOpt = None,
+    api_key_env: KeyOpt = None,
+    concurrency: Annotated[str, typer.Option(help="Comma-separated concurrency levels.",
+                                             rich_help_panel=LOAD_PANEL)] = "1,2,4,8,16,32",
     requests: Annotated[int, typer.Option(help="Requests per level (eval items cycled, ids id#k); with "
-                                          "--duration, the cap per level.")] = 64,
+                                          "--duration, the cap per level.", rich_help_panel=LOAD_PANEL)] = 64,
     duration: Annotated[float | None, typer.Option(help="Seconds per level: no request starts after this "
-                                                   "(finished ones are kept; the rest are counted as not sent).")
-                        ] = None,
-    rate: Annotated[str | None, typer.Option(help="Open loop: comma-separated offered rates (req/s, Poisson "
+                                                   "(finished ones are kept; the rest are counted as not sent).",
+                                                   rich_help_panel=LOAD_PANEL)] = None,
+    rate: Annotated[str | None, typer.Option("--rate", "--request-rate",
+                                             help="Open loop: comma-separated offered rates (req/s, Poisson "
                                              "arrivals) as the levels; --concurrency's largest value caps "
-                                             "requests in flight.")] = None,
-    arrival_seed: Annotated[int, typer.Option(help="Seed of the Poisson arrival schedule.")] = 0,
+                                             "requests in flight.", rich_help_panel=LOAD_PANEL)] = None,
+    arrival_seed: Annotated[int, typer.Option(help="Seed of the Poisson arrival schedule.",
+                                              rich_help_panel=LOAD_PANEL)] = 0,
     slo_p95: Annotated[list[str] | None, typer.Option(help="p95 target in seconds (repeat or comma-separate) "
                                                       "for the SLO policy table.")] = None,
     slo: Annotated[list[str] | None, typer.Option(help="Per-request SLO of correct goodput (correct answers/s "
                                                   "whose request met every one), e.g. e2e_p95<=8s; repeat.")
                    ] = None,
     gpu_cost_per_hour: Annotated[float | None, typer.Option(help="For cost per 1,000 queries.")] = None,
-    max_tokens: MaxTokOpt = 96,
-    structured: Annotated[str, typer.Option(help="json | response_format | none")] = "json",
-    warmup: Annotated[int, typer.Option(help="Uncounted warm-up requests at c=1 first.")] = 2,
+    warmup: Annotated[int, typer.Option(help="Uncounted warm-up requests at c=1 first.",
+                                        rich_help_panel=LOAD_PANEL)] = 2,
     efficiency_threshold: Annotated[float, typer.Option(help="Knee: scaling efficiency below this.")] = 0.8,
     marginal_threshold: Annotated[float, typer.Option(help="Knee: marginal gain per added request below "
                                                       "this fraction of a single-request lane.")] = 0.5,
     flat_pct: Annotated[float, typer.Option(help="Saturation: next level's throughput gain below this "
                                             "fraction while p95 rises more than it.")] = 0.10,
     server_sweep: Annotated[str | None, typer.Option(help="Restart a local server per setting, e.g. "
-                                                     "'max-num-seqs=1,4,16' (no --endpoint).")] = None,
+                                                     "'max-num-seqs=1,4,16' (no --endpoint).",
+                                                     rich_help_panel=ENDPOINT_PANEL)] = None,
     max_num_seqs: LocalSeqsOpt = None,
-    out: Annotated[Path, typer.Option(help="Output directory (sweep.json, sweep.md, PNGs, level runs).")
-                   ] = Path("runs/sweep"),
-    force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
+    out: Annotated[Path, typer.Option(help="Output directory (sweep.json, sweep.md, PNGs, level runs).",
+                                      rich_help_panel=OUTPUT_PANEL)] = Path("runs/sweep"),
+    force: Annotated[bool, typer.Option(help="Replace an existing output directory.",
+                                        rich_help_panel=OUTPUT_PANEL)] = False,
     reanalyse: Annotated[bool, typer.Option(help="Re-analyse the sweep already in --out (new thresholds, "
-                                            "SLOs or cost) without sending requests.")] = False,
+                                            "SLOs or cost) without sending requests.",
+                                            rich_help_panel=OUTPUT_PANEL)] = False,
     resume: ResumeLevelsOpt = False,
-    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
     endpoints_file: EndpointsFileOpt = None, routing: RoutingOpt = "least-inflight",
+    spec: Any = None,  # the run spec (spec_options)
 ) -> None:
     """Concurrency sweep on real eval prompts: req/s, goodput, latency, knee, saturation, SLO, cost.
 
@@ -133,12 +144,17 @@ def sweep_cmd(
     from nlq2sql.load import sweep as sw
     from nlq2sql.load.analysis import Thresholds
     from nlq2sql.load.slo import parse_slo
+    from nlq2sql.run.config import EvalConfig
 
     levels = parse_levels(concurrency, "--concurrency")
     endpoint_url, replicas = fleet_args(endpoint, endpoints_file)
-    base = _load_base(evalset, endpoint_url, model, api_key_env, prompt, max_tokens, structured, out,
-                      max_num_seqs, semantic=(semantic_model, db, schema))
-    base = replace(base, replicas=replicas, routing=routing, load=replace(base.load, arrival_seed=arrival_seed))
+    if max_num_seqs is not None and endpoint_url is not None:
+        raise InputError("only for a local server (no --endpoint)", field="--max-num-seqs")
+    check_server_numbers(max_num_seqs)
+    base = spec.apply(EvalConfig(evalset=evalset, out=out, endpoint=endpoint_url, api_key_env=api_key_env,
+                                 replicas=replicas, routing=routing))
+    base = replace(base, server=replace(base.server, max_num_seqs=max_num_seqs),
+                   load=replace(base.load, arrival_seed=arrival_seed))
     th = Thresholds(efficiency=efficiency_threshold, marginal=marginal_threshold, flat_pct=flat_pct,
                     p95_rise_pct=flat_pct)
     cfg = sw.SweepConfig(base=base, levels=levels, requests=requests, slo_p95=_floats(slo_p95, "--slo-p95"),

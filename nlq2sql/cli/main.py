@@ -13,19 +13,18 @@ from rich.console import Console
 
 from nlq2sql.cli._common import (
     CLI_WAREHOUSE,
+    ENDPOINT_PANEL,
+    LOAD_PANEL,
+    OUTPUT_PANEL,
     DbOpt,
     EndpointsFileOpt,
     EndpointsOpt,
     GuardrailsOpt,
     KeyOpt,
-    PromptOpt,
     RoutingOpt,
-    SchemaOpt,
     SearchPathOpt,
     SemanticModelOpt,
-    TemperatureOpt,
     app,
-    condition_options,
     dbt_options,
     err,
     fleet_args,
@@ -33,6 +32,7 @@ from nlq2sql.cli._common import (
     handled,
     parse_workers,
     search_path_arg,
+    spec_options,
 )
 from nlq2sql.cli._serving import (
     BatchInvariantOpt,
@@ -183,60 +183,47 @@ def _gold_sql(evalset: str, semantic_model: str, dbt: Any) -> bool:
 
 @app.command("eval")
 @handled
-@condition_options
-@dbt_options
+@spec_options
 def eval_cmd(
     evalset: Annotated[str, typer.Option(help="Eval set name or path.")] = "heldout",
     endpoint: EndpointsOpt = None,
     endpoints_file: EndpointsFileOpt = None,
     routing: RoutingOpt = "least-inflight",
-    model: Annotated[str, typer.Option(help="Served model name, or for a local server a model "
-                                       "alias / HF folder.")] = DEFAULT_MODEL,
     api_key_env: KeyOpt = None,
-    prompt: PromptOpt = "baseline",
-    guardrails: GuardrailsOpt = None,
-    concurrency: Annotated[int, typer.Option(help="Requests in flight.")] = 8,
-    limit: Annotated[int | None, typer.Option(help="Only the first K items.")] = None,
-    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 128,
-    structured: Annotated[str, typer.Option(help="json | response_format | none")] = "json",
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
-    out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/eval"),
-    resume: Annotated[bool, typer.Option(help="Finish an interrupted run.")] = False,
-    force: Annotated[bool, typer.Option(help="Replace an existing run directory.")] = False,
+    concurrency: Annotated[int, typer.Option("--concurrency", "--max-concurrency", help="Requests in flight.",
+                                             rich_help_panel=LOAD_PANEL)] = 8,
+    limit: Annotated[int | None, typer.Option(help="Only the first K items.", rich_help_panel=LOAD_PANEL)] = None,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.", rich_help_panel=LOAD_PANEL)] = 120.0,
+    out: Annotated[Path, typer.Option(help="Run directory.", rich_help_panel=OUTPUT_PANEL)] = Path("runs/eval"),
+    resume: Annotated[bool, typer.Option(help="Finish an interrupted run.", rich_help_panel=OUTPUT_PANEL)] = False,
+    force: Annotated[bool, typer.Option(help="Replace an existing run directory.",
+                                        rich_help_panel=OUTPUT_PANEL)] = False,
     compact_server: Annotated[bool, typer.Option(help="Local server: whitespace-free structured outputs "
-                                                 "(server-wide; on by default).")] = True,
+                                                 "(server-wide; on by default).",
+                                                 rich_help_panel=ENDPOINT_PANEL)] = True,
     structured_backend: StructuredBackendOpt = "auto",
     batch_invariant: BatchInvariantOpt = False,
     max_model_len: SizedMaxModelLenOpt = None,
     startup_timeout: StartupTimeoutOpt = 600.0,
     repeats: Annotated[int, typer.Option(help="Run the same items N times, each repeat in its own seeded "
                                          "order (OUT/r0 … OUT/rN-1, summary across repeats in "
-                                         "OUT/repeats.json); --resume finishes each repeat once.")] = 1,
-    max_failure_rate: Annotated[float, typer.Option(help="Exit 1 when more items than this fail.")] = 0.05,
+                                         "OUT/repeats.json); --resume finishes each repeat once.",
+                                         rich_help_panel=LOAD_PANEL)] = 1,
+    max_failure_rate: Annotated[float, typer.Option(help="Exit 1 when more items than this fail.",
+                                                    rich_help_panel=OUTPUT_PANEL)] = 0.05,
     client: Annotated[str, typer.Option(help="aiohttp (default: the request the SDK would send, on plain "
                                         "aiohttp; ~4-5x the SDK's req/s per core) | sdk (the official openai "
-                                        "SDK).")] = "aiohttp",
-    semantic_model: SemanticModelOpt = CLI_WAREHOUSE,
-    db: DbOpt = None,
-    schema: SchemaOpt = "flat",
-    temperature: TemperatureOpt = 0.0,
+                                        "SDK).", rich_help_panel=LOAD_PANEL)] = "aiohttp",
     workers: Annotated[str, typer.Option(help="Client processes, or 'auto' (one per CPU this process may use): "
                                          "items from one queue, the concurrency split over them (the cap "
-                                         "stays global).")] = "1",
+                                         "stays global).", rich_help_panel=LOAD_PANEL)] = "1",
     engine: Annotated[str, typer.Option(help="local (this machine's processes) | ray (client workers as Ray "
-                                        "actors; needs nlq2sql[ray]).")] = "local",
+                                        "actors; needs nlq2sql[ray]).", rich_help_panel=LOAD_PANEL)] = "local",
     ray_address: Annotated[str | None, typer.Option(help="--engine ray: an existing cluster's GCS address (e.g. "
                                                     "head:6379, or auto on one of its nodes; ray:// is "
-                                                    "refused). Default: a local Ray.")] = None,
-    answer: Annotated[str, typer.Option(help="intent (v1 intent JSON) | query (v2: a MetricFlow query or "
-                                        "{\"unanswerable\": …}, constrained by a schema generated from the "
-                                        "manifest, scored by rows; prompt 'query', no guardrails by "
-                                        "default) | sql (the model writes DuckDB SQL, free text, guarded and "
-                                        "sandboxed, scored by result equivalence; prompt 'sql') | sql-grammar (the "
-                                        "same, constrained by a SQL grammar from the warehouse).")] = "intent",
-    search_path: SearchPathOpt = None,
-    conditions: Any = None,  # every registered condition's options (condition_options)
-    dbt: Any = None,  # --db-schema, --profiles-dir, --target (dbt_options)
+                                                    "refused). Default: a local Ray.",
+                                                    rich_help_panel=LOAD_PANEL)] = None,
+    spec: Any = None,  # the run spec: model, answer, prompt, guardrails, conditions, sampling, layer (spec_options)
 ) -> None:
     """Run an eval set against a live endpoint and score it (a gold-SQL set: every answer kind by the
     rows of its gold SQL)."""
@@ -246,38 +233,22 @@ def eval_cmd(
     from nlq2sql.run.config import EvalConfig, LocalServerSettings
     from nlq2sql.run.live import run_eval
     from nlq2sql.stages.report import render_summary
-    from nlq2sql.transport.client import STRUCTURED_MODES, Sampling
 
     if not 0.0 <= max_failure_rate <= 1.0:
         raise InputError(f"must be between 0 and 1, got {max_failure_rate}", field="--max-failure-rate")
-    if structured not in STRUCTURED_MODES:
-        raise InputError(f"unknown mode {structured!r} (known: {', '.join(STRUCTURED_MODES)})",
-                         field="--structured")
     first, replicas = fleet_args(endpoint, endpoints_file)
     check_local_only(first, structured_backend, batch_invariant)
     if first is not None and max_model_len is not None:
         raise InputError("only for a local server (no --endpoint): a running server's context is its own; the "
                          "run checks its prompts against the endpoint's max_model_len", field="--max-model-len")
     check_startup_timeout(startup_timeout, max_model_len)
-    if answer in ("query", "sql", "sql-grammar"):  # the answer's own prompt, and no v1 guardrail unless named
-        prompt = ("sql" if answer == "sql-grammar" else answer) if prompt == "baseline" else prompt
-        names = guardrail_names(guardrails) if guardrails else ()
-    else:
-        names = guardrail_names(guardrails)
-    cfg = EvalConfig(evalset=evalset, out=out, endpoint=first, replicas=replicas, routing=routing,
-                     model=model, api_key_env=api_key_env, prompt=prompt, guardrails=names, answer=answer,
-                     concurrency=concurrency,
-                     limit=limit, sampling=Sampling(max_tokens=max_tokens, structured=structured, schema=schema,
-                                                    temperature=temperature),
-                     timeout_s=timeout, resume=resume, force=force, server=LocalServerSettings(
-                         compact=compact_server, structured_backend=structured_backend,
-                         batch_invariant=batch_invariant, max_model_len=max_model_len,
-                         startup_timeout_s=startup_timeout),
-                     client=client, semantic_model=semantic_model, warehouse=db, dbt=dbt, conditions=conditions,
-                     workers=parse_workers(workers, concurrency),
-                     search_path=search_path_arg(search_path),
-                     engine=engine,
-                     ray_address=ray_address)
+    cfg = spec.apply(EvalConfig(
+        evalset=evalset, out=out, endpoint=first, replicas=replicas, routing=routing, api_key_env=api_key_env,
+        concurrency=concurrency, limit=limit, timeout_s=timeout, resume=resume, force=force,
+        server=LocalServerSettings(compact=compact_server, structured_backend=structured_backend,
+                                   batch_invariant=batch_invariant, max_model_len=max_model_len,
+                                   startup_timeout_s=startup_timeout),
+        client=client, workers=parse_workers(workers, concurrency), engine=engine, ray_address=ray_address))
     if cfg.engine == "ray":  # join (or start) Ray now: a cluster we cannot join is refused before --out exists
         from nlq2sql.run.config import validate
         from nlq2sql.run.ray_engine import RayEngine
@@ -299,7 +270,7 @@ def eval_cmd(
         else:
             failed, n = sum((summary.errors_by_class or {}).values()), summary.n
     if summary is not None:
-        render_summary(summary, title=f"{evalset} · {model} · {prompt} · c={concurrency}")
+        render_summary(summary, title=f"{evalset} · {cfg.model} · {cfg.prompt} · c={concurrency}")
     if n and failed / n > max_failure_rate:
         err.print(f"{failed}/{n} items failed (> {max_failure_rate:.0%})")
         raise typer.Exit(1)

@@ -23,7 +23,7 @@ from nlq2sql.records.summary_parts import Part as Section
 
 __all__ = ["CanaryPart", "ContextPart", "EngineArgs", "EnginePart", "ExcludedPart", "GuardrailArtefact",
            "GuidedDecoding", "LoadPart", "Origin", "Part", "ReplicaPart", "RetryBudgetPart", "SamplingPart",
-           "ServerFacts", "StructuredOutputs"]
+           "ServerFacts", "SpecPart", "StructuredOutputs"]
 
 
 class Part(Section):
@@ -123,6 +123,27 @@ class StructuredOutputs(Part):
     backend: str | None = None
     disable_any_whitespace: bool | None = None
     source: str | None = None
+
+
+class SpecPart(Part):
+    """The run specification the run was asked (``run.spec.RunSpec``, resolved): what ``eval --like``
+    repeats.  Conditions are their settings that are not at their defaults, by setting name."""
+
+    model: str
+    answer: str
+    prompt: str
+    guardrails: list[str]
+    conditions: dict[str, str | int | float | bool | None] = {}
+    temperature: float
+    max_tokens: int
+    structured: str
+    schema_mode: str = Field(default="flat", alias="schema")  # --schema
+    semantic_model: str
+    db: str | None = None
+    db_schema: str | None = None
+    profiles_dir: str | None = None
+    target: str | None = None
+    search_path: list[str] | None = None
 
 
 class CanaryPart(Part):

@@ -30,6 +30,7 @@ from nlq2sql.records.manifest_parts import (
     RetryBudgetPart,
     SamplingPart,
     ServerFacts,
+    SpecPart,
     StructuredOutputs,
 )
 from nlq2sql.records.run_parts import Fleet, Harness, ServerMetrics
@@ -133,6 +134,7 @@ class Manifest(Origin):
     replicas: list[ReplicaPart] | None = None
     retry_budget: RetryBudgetPart | None = None
     structured_canary: CanaryPart | None = None  # the canary's reply and verdict (run.canary)
+    spec: SpecPart | None = None  # the run specification asked (run.spec; older runs: absent)
     # offline re-scoring
     responses: str | None = None  # relative to the project, else the file's name
     responses_sha256: str | None = None

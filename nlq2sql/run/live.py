@@ -62,6 +62,7 @@ from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampli
 from nlq2sql.run.scheduler import closed_loop, open_loop
 from nlq2sql.run.serving import endpoint_structured_outputs
 from nlq2sql.run.session import Session, finish_summary, recorded_retries, session_result
+from nlq2sql.run.spec import RunSpec
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase, load_evalset
@@ -295,6 +296,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             manifest.answer = cfg.answer
         if context is not None:
             manifest.context = context
+        manifest.spec = RunSpec.of(cfg).recorded()  # what `eval --like` repeats
         if gold_sql:
             manifest.gold, manifest.column_rule = "sql", COLUMN_RULE
         if gold_sql or cfg.answer in SQL_ANSWERS:  # where unqualified names in gold and model SQL resolved
