@@ -265,7 +265,7 @@ def test_batch_answers_sql_as_eval_does_and_sql_grammar_records_its_grammar(ray_
 @pytest.mark.parametrize(("args", "message"), [
     (["--answer", "sql", "--questions", "{qfile}"], "not available with --answer sql: --questions"),
     (["--answer", "sql-grammar", "--evalset", "heldout-v2", "--guardrails", "ranking"], "--guardrails"),
-    (["--answer", "query", "--evalset", "heldout-v2"], "a batch answers intent, sql, sql-grammar, not 'query'"),
+    (["--answer", "v3", "--evalset", "heldout-v2"], "a batch answers intent, query, sql, sql-grammar, not 'v3'"),
 ])
 def test_an_answer_with_an_option_it_cannot_take_exits_2_before_any_request(args: list[str], message: str,
                                                                               tmp_path: Path) -> None:
@@ -298,7 +298,7 @@ def test_ray_vllm_takes_no_sql_answer() -> None:
     from nlq2sql.errors import InputError
     from nlq2sql.run.batch import check
 
-    with pytest.raises(InputError, match="not available with --answer sql: --engine ray-vllm"):
+    with pytest.raises(InputError, match="--engine ray-vllm generates v1 intents only .*: --answer sql needs"):
         check(BatchConfig(base=EvalConfig(answer="sql", model=MODEL), engine="ray-vllm"))
 
 

@@ -69,8 +69,9 @@ def batch_cmd(
     concurrency: Annotated[int, typer.Option(help="Requests in flight per actor (--engine ray-vllm: the "
                                              "engine's max_num_seqs).")] = 8,
     actors: Annotated[int, typer.Option(help="Ray actors answering (--engine ray-vllm: vLLM engines).")] = 1,
-    engine: Annotated[str, typer.Option(help="ray (actors send requests to --endpoint) | ray-vllm (vLLM runs "
-                                        "inside Ray Data: ray.data.llm, no server).")] = "ray",
+    engine: Annotated[str, typer.Option(help="ray (actors send requests to --endpoint) | local (this process "
+                                        "sends them) | ray-vllm (vLLM runs inside Ray Data: ray.data.llm, no "
+                                        "server; v1 intents, no condition).")] = "ray",
     ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster's GCS address (e.g. head:6379 "
                                                     "or auto; ray:// is refused); --out must then be storage every "
                                                     "node can write. Default: a local Ray.")] = None,
@@ -91,13 +92,13 @@ def batch_cmd(
     from nlq2sql.stages.report import render_summary
     from nlq2sql.transport.client import Sampling
 
-    require_ray()  # the extra first: no input (an endpoints file, the eval set) is read without it
+    require_ray(engine)  # the extra first: no input (an endpoints file, the eval set) is read without it
     if (evalset is None) == (questions is None):
         raise InputError("give one of --evalset (scored) or --questions (answered, not scored)", field="--evalset")
     first, replicas = fleet_args(endpoint, endpoints_file)
     names = guardrail_names(guardrails)
-    if answer in ("sql", "sql-grammar"):  # as eval: the answer's own prompt, no v1 guardrail unless named
-        prompt = "sql" if prompt == "baseline" else prompt
+    if answer in ("query", "sql", "sql-grammar"):  # as eval: the answer's own prompt, no v1 guardrail unless named
+        prompt = ("sql" if answer == "sql-grammar" else answer) if prompt == "baseline" else prompt
         names = names if guardrails else ()
     base = EvalConfig(endpoint=first, replicas=replicas, routing=routing, model=model, api_key_env=api_key_env,
                       prompt=prompt, guardrails=names, limit=limit, concurrency=concurrency, answer=answer,
@@ -111,7 +112,7 @@ def batch_cmd(
         summary = run_batch(cfg)
     except KeyboardInterrupt:
         err.print(f"interrupted: the shards finished so far are kept in {out}; --resume continues the batch"
-                  if engine == "ray" else "interrupted: nothing was kept (--engine ray-vllm is all or nothing)")
+                  if engine != "ray-vllm" else "interrupted: nothing was kept (--engine ray-vllm is all or nothing)")
         raise typer.Exit(130) from None
     if as_json:
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
