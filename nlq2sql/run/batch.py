@@ -1,4 +1,4 @@
-"""Offline batch at scale: an eval set or a question file through Ray Data, records as shards.
+"""Offline batch at scale: an eval set or a question file through Ray Data (or this process), records as shards.
 
 Why a second path beside ``eval --engine ray``: ``eval`` streams every record back to one
 driver process, which alone writes ``records.jsonl`` (flushed per item, so a killed run
@@ -10,12 +10,16 @@ to compute the usual summary.  (The driver does hold the items it hands to
 ``ray.data.from_items``: after the validating first pass, which needs every line anyway.)
 
 What stays the same as ``eval``: each actor answers with one ``item.ItemRunner`` (the same
-client, replica pool, retries, prompt, guardrails and scoring), so a record is the
-``ItemRecord`` ``eval`` writes (typed until its shard line is written); the options are
+client, replica pool, retries, prompt, conditions, guardrails and scoring, for every answer kind
+and gold-SQL sets), so a record is the ``ItemRecord`` ``eval`` writes (typed until its shard line
+is written); the eval set is loaded as ``eval`` loads it (``stages.sets``); the options are
 validated by the same ``live.preflight``; the run's retry budget is one counter (a Ray actor)
-for all actors.  What differs: the output is shards, each written whole by the actor that
-answered it (``batch_out``: a local directory, or ``s3://`` / ``gs://`` / ``file://`` through
-pyarrow's filesystems), ``summary.json`` last.  A batch killed at any point is continued by
+for all actors.  ``--engine local`` is the same job without Ray: this process answers the
+shards one after another with one ``ItemRunner`` and writes the same shards, summary and
+manifest (what a batch is asked, and what each engine can apply of it: ``batch_config``).
+What differs: the output is shards, each written whole by the actor that answered it
+(``batch_out``: a local directory, or ``s3://`` / ``gs://`` / ``file://`` through pyarrow's
+filesystems), ``summary.json`` last.  A batch killed at any point is continued by
 ``--resume``: finished shards are kept, the rest are answered, and the shards, records and
 summary equal an uninterrupted run's.  The manifest is built and checked in ``batch_manifest``.
 

@@ -1,7 +1,8 @@
 """A batch's output: record shards (Parquet or JSONL) and the summary streamed back from them.
 
-Both batch engines (``run.batch`` over HTTP, ``run.batch_vllm`` inside Ray Data) write the
-same shards through here and read the same items, so neither engine imports the other.
+Every batch engine (``run.batch``: this process or Ray Data actors over HTTP; ``run.batch_vllm``
+inside Ray Data) writes the same shards through here and reads the same items, so no engine
+imports another.
 
 A record is an :class:`~nlq2sql.records.item.ItemRecord` until it is written; what crosses to
 Ray Data and lies in a shard is its flat JSON line (``encode_record``), and a line read back from
