@@ -213,3 +213,27 @@ def test_ray_vllm_refuses_a_gold_sql_set_before_anything_starts(tmp_path: Path) 
     with pytest.raises(InputError, match="--engine ray-vllm scores v1 gold intents: a gold-SQL set needs"):
         run_batch(BatchConfig(base=EvalConfig(model=MODEL), engine="ray-vllm", input=str(gold), out=out))
     assert not out.exists()
+
+
+@pytest.mark.parametrize("answer", ["intent", "sql"])
+def test_the_local_engine_writes_evals_records_for_v1_intents_and_sql(answer: str, tmp_path: Path) -> None:
+    """The other answer kinds on the local engine (the fake's default answers: v1 intents, which a
+    SQL answer refuses to run): the same records and scored figures as eval's."""
+    evalset = "heldout" if answer == "intent" else "heldout-v2"
+    args = ["--answer", answer, "--evalset", evalset, "--limit", "4", "--model", MODEL, "--concurrency", "2"]
+    with FakeServer(tmp_path / "fake-eval", script(), model=MODEL) as f:
+        res = runner.invoke(app, ["eval", *args, "--endpoint", f.url, "--out", str(tmp_path / "eval"),
+                                  "--max-failure-rate", "1"])
+    assert res.exit_code == 0, res.output
+    with FakeServer(tmp_path / "fake-batch", script(), model=MODEL) as f:
+        res = runner.invoke(app, ["batch", "--engine", "local", *args, "--endpoint", f.url,
+                                  "--out", str(tmp_path / "batch")])
+    assert res.exit_code == 0, res.output
+    want = {r["id"]: strip(r) for r in iter_records(tmp_path / "eval" / "records.jsonl")}
+    got = {r["id"]: strip(r) for r in iter_shard_records(tmp_path / "batch")}
+    assert got == want, differences(got, want)
+    assert len(got) == 4 and {r.get("answer", "intent") for r in got.values()} == {answer}
+    summary = json.loads((tmp_path / "batch" / "summary.json").read_text())
+    eval_summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    for key in FIGURES:
+        assert summary.get(key) == eval_summary.get(key), key
