@@ -237,3 +237,28 @@ def test_the_local_engine_writes_evals_records_for_v1_intents_and_sql(answer: st
     eval_summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     for key in FIGURES:
         assert summary.get(key) == eval_summary.get(key), key
+
+
+def test_a_local_batch_cut_short_is_resumed_to_the_same_records(tmp_path: Path) -> None:
+    """A local batch whose driver died after its first shard (the second shard and the summary not
+    written): ``--resume`` answers only the missing shard, and ends as the uninterrupted batch."""
+    out = tmp_path / "batch"
+    args = ["batch", "--engine", "local", "--evalset", "heldout", "--limit", "4", "--shard-rows", "2", "--model",
+            MODEL, "--format", "jsonl", "--out", str(out)]
+    with FakeServer(tmp_path / "fake", script(), model=MODEL) as f:  # (its endpoint is a resume key)
+        res = runner.invoke(app, [*args, "--endpoint", f.url])
+        assert res.exit_code == 0, res.output
+        whole = [strip(r) for r in iter_shard_records(out)]
+        whole_summary = json.loads((out / "summary.json").read_text())
+        (out / "records" / "shard-000001.jsonl").unlink()
+        (out / "summary.json").unlink()
+        before = len(f.chat_requests())
+        res = runner.invoke(app, [*args, "--endpoint", f.url, "--resume"])
+        asked = [c["question"] for c in f.chat_requests()[before:]]
+    assert res.exit_code == 0, res.output
+    assert [strip(r) for r in iter_shard_records(out)] == whole
+    assert sorted(asked) == sorted(r["question"] for r in whole[2:])  # the missing shard's items only
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed"] == {"sessions": 2, "shards_kept": 1}
+    for key in FIGURES:
+        assert summary.get(key) == whole_summary.get(key), key
