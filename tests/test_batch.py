@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.batch import BatchConfig, run_batch
+from nlq2sql.run.batch import run_batch
+from nlq2sql.run.batch_config import BatchConfig
 from nlq2sql.run.batch_shards import iter_shard_records
 from nlq2sql.run.config import EvalConfig, LoadShape
 from nlq2sql.run.endpoints import ReplicaSpec
@@ -296,7 +297,7 @@ def test_a_grammar_the_server_refuses_is_one_error_before_any_item(tmp_path: Pat
 
 def test_ray_vllm_takes_no_sql_answer() -> None:
     from nlq2sql.errors import InputError
-    from nlq2sql.run.batch import check
+    from nlq2sql.run.batch_config import check
 
     with pytest.raises(InputError, match="--engine ray-vllm generates v1 intents only .*: --answer sql needs"):
         check(BatchConfig(base=EvalConfig(answer="sql", model=MODEL), engine="ray-vllm"))

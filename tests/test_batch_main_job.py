@@ -22,7 +22,8 @@ from nlq2sql.cli.main import app
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.batch import BatchConfig, check, run_batch
+from nlq2sql.run.batch import run_batch
+from nlq2sql.run.batch_config import BatchConfig, check
 from nlq2sql.run.batch_shards import iter_shard_records
 from nlq2sql.run.config import EvalConfig
 

@@ -87,7 +87,8 @@ def batch_cmd(
 ) -> None:
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
     the usual summary.  Shards are written whole; an interrupted batch continues with --resume."""
-    from nlq2sql.run.batch import BatchConfig, require_ray, run_batch
+    from nlq2sql.run.batch import run_batch
+    from nlq2sql.run.batch_config import BatchConfig, require_ray
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.stages.report import render_summary
     from nlq2sql.transport.client import Sampling

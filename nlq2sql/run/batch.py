@@ -54,18 +54,11 @@ from nlq2sql.records.batch_parts import BatchLoad, BatchSummary, Resumed
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import MANIFEST, SUMMARY
-from nlq2sql.run.batch_config import (
-    ANSWERS,
-    ENGINES,
-    RAY_EXTRA,
-    BatchConfig,
-    check,
-    item_config,
-    require_ray,
-)
+from nlq2sql.run.batch_config import BatchConfig, check, item_config
 from nlq2sql.run.batch_manifest import build_manifest, resumed_manifest, written
 from nlq2sql.run.batch_out import SHARDS, BatchOut
 from nlq2sql.run.batch_shards import BatchSession, encode_record, parse_item, summarise_shards
+from nlq2sql.run.batch_vllm import answer_with_vllm
 from nlq2sql.run.config import EvalConfig, preflight, targets, validate
 from nlq2sql.run.item import ItemRunner, Loaded, load_conditions
 from nlq2sql.run.ray_engine import BudgetCounter, RayEngine, start_local_ray
@@ -78,8 +71,7 @@ from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.sets import AnySet, Case, load_eval_set
 from nlq2sql.transport.client import RetryBudget
 
-__all__ = ["ANSWERS", "ENGINES", "RAY_EXTRA", "BatchConfig", "answer_shard", "check", "item_config", "load_items",
-           "require_ray", "run_batch"]
+__all__ = ["answer_shard", "item_text", "load_items", "run_batch"]
 
 #: An item a batch answers: a case of an eval set (of any kind), or a question without gold.
 Item = Case | Question
@@ -158,8 +150,6 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
                 if cfg.engine == "ray":
                     session = _answer_over_http(ray, cfg, wcfg, key, plan, done, store, total, used)
                 else:
-                    from nlq2sql.run.batch_vllm import answer_with_vllm
-
                     rows = [{"id": c.id, "item": item_text(c)} for c in items]
                     session = answer_with_vllm(ray, cfg, wcfg, rows, store, manifest)
         mode = "batch (this process)" if cfg.engine == "local" else "batch (Ray Data)"
