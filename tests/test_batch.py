@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.records.store import iter_records
-from nlq2sql.run.batch import BatchConfig, run_batch
+from nlq2sql.run.batch import run_batch
+from nlq2sql.run.batch_config import BatchConfig
 from nlq2sql.run.batch_shards import iter_shard_records
 from nlq2sql.run.config import EvalConfig, LoadShape
 from nlq2sql.run.endpoints import ReplicaSpec
@@ -265,7 +266,7 @@ def test_batch_answers_sql_as_eval_does_and_sql_grammar_records_its_grammar(ray_
 @pytest.mark.parametrize(("args", "message"), [
     (["--answer", "sql", "--questions", "{qfile}"], "not available with --answer sql: --questions"),
     (["--answer", "sql-grammar", "--evalset", "heldout-v2", "--guardrails", "ranking"], "--guardrails"),
-    (["--answer", "query", "--evalset", "heldout-v2"], "a batch answers intent, sql, sql-grammar, not 'query'"),
+    (["--answer", "v3", "--evalset", "heldout-v2"], "a batch answers intent, query, sql, sql-grammar, not 'v3'"),
 ])
 def test_an_answer_with_an_option_it_cannot_take_exits_2_before_any_request(args: list[str], message: str,
                                                                               tmp_path: Path) -> None:
@@ -296,9 +297,9 @@ def test_a_grammar_the_server_refuses_is_one_error_before_any_item(tmp_path: Pat
 
 def test_ray_vllm_takes_no_sql_answer() -> None:
     from nlq2sql.errors import InputError
-    from nlq2sql.run.batch import check
+    from nlq2sql.run.batch_config import check
 
-    with pytest.raises(InputError, match="not available with --answer sql: --engine ray-vllm"):
+    with pytest.raises(InputError, match="--engine ray-vllm generates v1 intents only .*: --answer sql needs"):
         check(BatchConfig(base=EvalConfig(answer="sql", model=MODEL), engine="ray-vllm"))
 
 

@@ -25,7 +25,8 @@ from nlq2sql.errors import RecordError
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.manifest_parts import ServerFacts
 from nlq2sql.run import batch_manifest
-from nlq2sql.run.batch import BatchConfig, item_config, load_items
+from nlq2sql.run.batch import load_items
+from nlq2sql.run.batch_config import BatchConfig, item_config
 from nlq2sql.run.batch_manifest import build_manifest, manifest_model, resumed_manifest, written
 from nlq2sql.run.batch_vllm import engine_args
 from nlq2sql.run.config import EvalConfig

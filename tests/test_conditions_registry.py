@@ -188,7 +188,7 @@ def test_a_condition_set_is_hashable_picklable_and_drops_what_is_off() -> None:
 
 
 def test_ray_vllm_refuses_conditions_by_name(tmp_path: Path) -> None:
-    from nlq2sql.run.batch import BatchConfig, check
+    from nlq2sql.run.batch_config import BatchConfig, check
 
     base = EvalConfig(conditions=REGISTRY.from_options(examples=2, abstain=True))
     with pytest.raises(InputError, match=r"--engine ray-vllm does not apply conditions; drop --examples, --abstain"):
@@ -219,7 +219,8 @@ def test_every_ray_engine_applies_the_built_in_conditions(tmp_path: Path, cache_
     pytest.importorskip("ray.data")
     import ray
 
-    from nlq2sql.run.batch import BatchConfig, run_batch
+    from nlq2sql.run.batch import run_batch
+    from nlq2sql.run.batch_config import BatchConfig
     from nlq2sql.run.batch_shards import iter_shard_records
     from nlq2sql.run.ray_engine import RayEngine
 

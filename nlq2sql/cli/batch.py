@@ -71,8 +71,9 @@ def batch_cmd(
                                              "engine's max_num_seqs).", rich_help_panel=LOAD_PANEL)] = 8,
     actors: Annotated[int, typer.Option(help="Ray actors answering (--engine ray-vllm: vLLM engines).",
                                         rich_help_panel=LOAD_PANEL)] = 1,
-    engine: Annotated[str, typer.Option(help="ray (actors send requests to --endpoint) | ray-vllm (vLLM runs "
-                                        "inside Ray Data: ray.data.llm, no server).", rich_help_panel=LOAD_PANEL)
+    engine: Annotated[str, typer.Option(help="ray (actors send requests to --endpoint) | local (this process "
+                                        "sends them) | ray-vllm (vLLM runs inside Ray Data: ray.data.llm, no "
+                                        "server; v1 intents, no condition).", rich_help_panel=LOAD_PANEL)
                       ] = "ray",
     ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster's GCS address (e.g. head:6379 "
                                                     "or auto; ray:// is refused); --out must then be storage every "
@@ -86,11 +87,12 @@ def batch_cmd(
 ) -> None:
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
     the usual summary.  Shards are written whole; an interrupted batch continues with --resume."""
-    from nlq2sql.run.batch import BatchConfig, require_ray, run_batch
+    from nlq2sql.run.batch import run_batch
+    from nlq2sql.run.batch_config import BatchConfig, require_ray
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.stages.report import render_summary
 
-    require_ray()  # the extra first: no input (an endpoints file, the eval set) is read without it
+    require_ray(engine)  # the extra first: no input (an endpoints file, the eval set) is read without it
     if (evalset is None) == (questions is None):
         raise InputError("give one of --evalset (scored) or --questions (answered, not scored)", field="--evalset")
     first, replicas = fleet_args(endpoint, endpoints_file)
@@ -104,7 +106,7 @@ def batch_cmd(
         summary = run_batch(cfg)
     except KeyboardInterrupt:
         err.print(f"interrupted: the shards finished so far are kept in {out}; --resume continues the batch"
-                  if engine == "ray" else "interrupted: nothing was kept (--engine ray-vllm is all or nothing)")
+                  if engine != "ray-vllm" else "interrupted: nothing was kept (--engine ray-vllm is all or nothing)")
         raise typer.Exit(130) from None
     if as_json:
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")

@@ -75,7 +75,8 @@ class BatchTail(Part):
     """What a batch adds after the aggregator's figures, in its order on disk."""
 
     scored: bool
-    answer: str | None = None  # a SQL answer; absent for v1 intents
+    answer: str | None = None  # a v2 or SQL answer; absent for v1 intents
+    column_rule: str | None = None  # gold-SQL sets: how answer columns are matched to the gold's
     outcomes: dict[str, int]
     errors_by_class: dict[str, int]
     compactness: Compactness
@@ -140,7 +141,7 @@ class BatchManifestHead(Origin):
     questions_sha256: str | None = None
     scored: bool
     limit: int | None
-    engine: str  # ray | ray-vllm
+    engine: str  # local | ray | ray-vllm
     ray_address: str | None
     actors: int
     concurrency_per_actor: int
@@ -156,7 +157,10 @@ class BatchManifestHead(Origin):
     prompt_sha256: str
     client: str
     sampling: SamplingPart
-    answer: str | None = None  # a SQL answer; absent for v1 intents
+    answer: str | None = None  # a v2 or SQL answer; absent for v1 intents
+    gold: str | None = None  # gold-SQL sets: "sql" (absent: golds are intents or MetricFlow queries)
+    column_rule: str | None = None  # gold-SQL sets: how answer columns are matched to the gold's
+    search_path: list[str] | None = None  # gold-SQL sets: where unqualified names in gold and model SQL resolved
 
 
 class BatchManifest(BatchManifestHead):

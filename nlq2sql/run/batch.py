@@ -1,4 +1,4 @@
-"""Offline batch at scale: an eval set or a question file through Ray Data, records as shards.
+"""Offline batch at scale: an eval set or a question file through Ray Data (or this process), records as shards.
 
 Why a second path beside ``eval --engine ray``: ``eval`` streams every record back to one
 driver process, which alone writes ``records.jsonl`` (flushed per item, so a killed run
@@ -10,12 +10,16 @@ to compute the usual summary.  (The driver does hold the items it hands to
 ``ray.data.from_items``: after the validating first pass, which needs every line anyway.)
 
 What stays the same as ``eval``: each actor answers with one ``item.ItemRunner`` (the same
-client, replica pool, retries, prompt, guardrails and scoring), so a record is the
-``ItemRecord`` ``eval`` writes (typed until its shard line is written); the options are
+client, replica pool, retries, prompt, conditions, guardrails and scoring, for every answer kind
+and gold-SQL sets), so a record is the ``ItemRecord`` ``eval`` writes (typed until its shard line
+is written); the eval set is loaded as ``eval`` loads it (``stages.sets``); the options are
 validated by the same ``live.preflight``; the run's retry budget is one counter (a Ray actor)
-for all actors.  What differs: the output is shards, each written whole by the actor that
-answered it (``batch_out``: a local directory, or ``s3://`` / ``gs://`` / ``file://`` through
-pyarrow's filesystems), ``summary.json`` last.  A batch killed at any point is continued by
+for all actors.  ``--engine local`` is the same job without Ray: this process answers the
+shards one after another with one ``ItemRunner`` and writes the same shards, summary and
+manifest (what a batch is asked, and what each engine can apply of it: ``batch_config``).
+What differs: the output is shards, each written whole by the actor that answered it
+(``batch_out``: a local directory, or ``s3://`` / ``gs://`` / ``file://`` through pyarrow's
+filesystems), ``summary.json`` last.  A batch killed at any point is continued by
 ``--resume``: finished shards are kept, the rest are answered, and the shards, records and
 summary equal an uninterrupted run's.  The manifest is built and checked in ``batch_manifest``.
 
@@ -40,132 +44,55 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from nlq2sql.answers.unscored import Question, read_questions
 from nlq2sql.errors import InputError, Nlq2SqlError, RecordError
-from nlq2sql.inputs import at_most
 from nlq2sql.records.batch_parts import BatchLoad, BatchSummary, Resumed
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import MANIFEST, SUMMARY
+from nlq2sql.run.batch_config import BatchConfig, check, item_config
 from nlq2sql.run.batch_manifest import build_manifest, resumed_manifest, written
 from nlq2sql.run.batch_out import SHARDS, BatchOut
-from nlq2sql.run.batch_shards import FORMATS, BatchSession, encode_record, parse_item, summarise_shards
+from nlq2sql.run.batch_shards import BatchSession, encode_record, parse_item, summarise_shards
+from nlq2sql.run.batch_vllm import answer_with_vllm
 from nlq2sql.run.config import EvalConfig, preflight, targets, validate
-from nlq2sql.run.endpoints import check_address
-from nlq2sql.run.item import load_conditions
+from nlq2sql.run.item import ItemRunner, Loaded, load_conditions
 from nlq2sql.run.ray_engine import BudgetCounter, RayEngine, start_local_ray
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.run.worker import SharedBudget
 from nlq2sql.semantic import open_warehouse
-from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.goldsql import GoldSqlSet
 from nlq2sql.stages.prompt import load_prompt
-from nlq2sql.stages.queryset import QueryCase, load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
+from nlq2sql.stages.sets import AnySet, Case, load_eval_set
 from nlq2sql.transport.client import RetryBudget
 
-__all__ = ["ANSWERS", "ENGINES", "RAY_EXTRA", "BatchConfig", "check", "item_config", "load_items", "require_ray",
-           "run_batch"]
+__all__ = ["answer_shard", "item_text", "load_items", "run_batch"]
 
-ENGINES = ("ray", "ray-vllm")
-#: What ``nlq2sql[ray]`` brings that every batch needs (Ray Data, and pyarrow for the shards and ``--out``).
-RAY_EXTRA = ("ray", "pyarrow")
-#: What a batch's model writes: the v1 intent, or DuckDB SQL (free, or under the warehouse's grammar).
-ANSWERS = ("intent", "sql", "sql-grammar")
+#: An item a batch answers: a case of an eval set (of any kind), or a question without gold.
+Item = Case | Question
 
 
-@dataclass(frozen=True)
-class BatchConfig:
-    base: EvalConfig = field(default_factory=EvalConfig)  # endpoint(s), model, prompt, guardrails, limit…
-    input: str = "heldout"  # an eval set (name or path), or with ``questions`` a question file
-    questions: bool = False  # ``input`` is JSONL {"id", "question"}: answered, not scored
-    out: Path | str = Path("runs/batch")  # a directory, or a file:// s3:// gs:// URI (batch_out)
-    shard_rows: int = 1000  # at most this many records per shard (one Ray Data batch)
-    format: str = "parquet"  # parquet | jsonl
-    engine: str = "ray"  # ray (HTTP to the endpoints) | ray-vllm (vLLM inside Ray Data)
-    ray_address: str | None = None  # an existing cluster; default a local Ray
-    concurrency: int = 8  # requests in flight per actor
-    actors: int = 1
-    force: bool = False
-    resume: bool = False  # continue an interrupted batch in ``out`` (nothing there: start it)
-
-
-def item_config(cfg: BatchConfig) -> EvalConfig:
-    """The EvalConfig each actor answers with (its concurrency is the actor's)."""
-    return replace(cfg.base, concurrency=cfg.concurrency, out=Path(str(cfg.out)), workers=1, engine="local",
-                   ray_address=None, resume=False, force=False)
-
-
-def require_ray() -> None:
-    """Refuse a batch when the Ray extra is absent: one line naming it, before any input is read.
-
-    Looked up with ``find_spec`` (nothing imported), so a bad input is not met by a traceback
-    from the first ``import pyarrow.fs`` on the way."""
-    import importlib.util
-
-    for name in RAY_EXTRA:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            raise InputError(f"a batch runs on Ray Data, and {name} is not installed: pip install 'nlq2sql[ray]'",
-                             field="--engine")
-
-
-def check(cfg: BatchConfig) -> None:
-    """The batch's own options (``live.validate`` checks the rest); the Ray extra first."""
-    require_ray()
-    if cfg.engine not in ENGINES:
-        raise InputError(f"unknown engine {cfg.engine!r} (known: {', '.join(ENGINES)})", field="--engine")
-    if cfg.format not in FORMATS:
-        raise InputError(f"unknown format {cfg.format!r} (known: {', '.join(FORMATS)})", field="--format")
-    if cfg.shard_rows < 1:
-        raise InputError(f"must be at least 1, got {cfg.shard_rows}", field="--shard-rows")
-    at_most(cfg.shard_rows, 1_000_000, "--shard-rows")
-    if cfg.actors < 1:
-        raise InputError(f"must be at least 1, got {cfg.actors}", field="--actors")
-    base = cfg.base
-    if base.load.rate is not None or base.load.duration_s is not None:
-        raise InputError("a batch answers every item: no open loop or duration", field="--rate")
-    if cfg.engine == "ray" and base.endpoint is None:
-        raise InputError("--engine ray sends requests to an endpoint: give --endpoint (or use --engine "
-                         "ray-vllm to run the model inside Ray Data)", field="--endpoint")
-    if cfg.engine == "ray-vllm" and (base.endpoint is not None or base.replicas):
-        raise InputError("--engine ray-vllm runs the model inside Ray Data: drop --endpoint", field="--endpoint")
-    if cfg.engine == "ray-vllm":  # it sends no request of ours: no hook could run (nor be recorded)
-        base.conditions.refuse("--engine ray-vllm")
-    if base.answer not in ANSWERS:
-        raise InputError(f"a batch answers {', '.join(ANSWERS)}, not {base.answer!r}", field="--answer")
-    if base.answer != "intent" and (cfg.questions or cfg.engine == "ray-vllm"):
-        what = "--questions (a question file is answered as v1 intents)" if cfg.questions else "--engine ray-vllm"
-        raise InputError(f"not available with --answer {base.answer}: {what}", field="--answer")
-    if cfg.resume and cfg.force:
-        raise InputError("--resume keeps what is there, --force replaces it: give one", field="--resume")
-    if cfg.resume and cfg.engine == "ray-vllm":
-        raise InputError("--engine ray-vllm writes through Ray Data's own writers and cannot resume: "
-                         "use --engine ray (or --force to start again)", field="--resume")
-    BatchOut.open(cfg.out)  # an unsupported scheme is refused before anything starts
-    check_address(cfg.ray_address)  # ray:// refused, HOST:PORT must answer
-
-
-def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[Any], Any, str]:
-    """The items (first ``limit``), the eval set (None for a question file) and the input's SHA-256."""
+def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[Item], AnySet | None, str]:
+    """The items (first ``limit``), the eval set (None for a question file) and the input's SHA-256.
+    An eval set is loaded as ``eval`` loads it (``stages.sets``: v1, v2 or gold-SQL)."""
     limit = cfg.base.limit
     if cfg.questions:
         qs = list(read_questions(Path(cfg.input)))
         sha = hashlib.sha256(Path(cfg.input).read_bytes()).hexdigest()
-        return (qs[:limit] if limit else qs), None, sha
-    es = load_evalset(cfg.input, wh) if cfg.base.answer == "intent" else load_query_set(cfg.input, wh.catalog)
-    return list(es.cases[:limit] if limit else es.cases), es, es.sha256
+        return list(qs[:limit] if limit else qs), None, sha
+    es = load_eval_set(cfg.input, cfg.base.answer, wh)
+    cases: Sequence[Case] = es.cases
+    return list(cases[:limit] if limit else cases), es, es.sha256
 
 
 def run_batch(cfg: BatchConfig) -> BatchSummary:
-    """Answer every item with Ray Data, write the shards, ``summary.json`` and ``manifest.json``.
+    """Answer every item (in this process, or with Ray Data), write the shards, ``summary.json`` and
+    ``manifest.json``.
 
     With ``resume``, a batch interrupted at any point continues: its finished shards are kept
     (each checked to hold its items), the others are answered; the result equals an
@@ -175,14 +102,18 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
     wcfg = item_config(cfg)
     validate(wcfg)
     # Local input first (cheap, and what a typo most often is), then the endpoints.
-    wh = open_warehouse(wcfg.semantic_model, wcfg.warehouse)
+    wh = open_warehouse(wcfg.semantic_model, wcfg.warehouse, dbt=wcfg.dbt)
     rulesets = load_guardrails(wcfg.conditions.guardrails(wcfg.guardrails), wh.catalog, wh)
     prompt = load_prompt(wcfg.prompt, wcfg.style, wh)
     items, evalset, sha = load_items(cfg, wh)
-    conditions = load_conditions(wcfg, wh)  # the driver's copies: the manifest and the overlap check
+    gold_sql = isinstance(evalset, GoldSqlSet)
+    if gold_sql and cfg.engine == "ray-vllm":
+        raise InputError("--engine ray-vllm scores v1 gold intents: a gold-SQL set needs --engine local or ray",
+                         field="--evalset")
+    conditions = load_conditions(wcfg, wh)  # the driver's copies: the manifest, the overlap check, a local run
     for cond in conditions if evalset is not None else ():
         cond.check_against(evalset)
-    key = preflight(wcfg) if cfg.engine == "ray" else ""  # the API key, every endpoint probed
+    key = preflight(wcfg) if cfg.engine != "ray-vllm" else ""  # the API key, every endpoint probed
     state = _out_state(cfg, store)
     grammar = grammar_for(wcfg.answer, wh)
     if grammar is not None and state != "complete":  # a grammar the server refuses: one error, no request
@@ -196,7 +127,10 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
     resuming = state == "run"
     if resuming:
         manifest = resumed_manifest(store.read_json(MANIFEST), manifest, str(cfg.out))
-    ray, started_ray = _start_ray(cfg)
+    ray: Any = None
+    started_ray = False
+    if cfg.engine != "local":
+        ray, started_ray = _start_ray(cfg)
     plan = [items[i:i + cfg.shard_rows] for i in range(0, len(items), cfg.shard_rows)]
     ok = False
     try:
@@ -208,19 +142,22 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
                 store.clear()
             store.make(written(manifest))
             done, used = set(), 0
-        with _quiet_data(ray):
-            if cfg.engine == "ray":
-                session = _answer_over_http(ray, cfg, wcfg, key, plan, done, store, total, used)
-            else:
-                from nlq2sql.run.batch_vllm import answer_with_vllm
-
-                rows = [{"id": c.id, "item": item_text(c)} for c in items]
-                session = answer_with_vllm(ray, cfg, wcfg, rows, store, manifest)
+        if cfg.engine == "local":
+            loaded = Loaded(wh, rulesets, prompt, conditions)
+            session = asyncio.run(_answer_locally(cfg, wcfg, key, plan, done, store, total, used, loaded))
+        else:
+            with _quiet_data(ray):
+                if cfg.engine == "ray":
+                    session = _answer_over_http(ray, cfg, wcfg, key, plan, done, store, total, used)
+                else:
+                    rows = [{"id": c.id, "item": item_text(c)} for c in items]
+                    session = answer_with_vllm(ray, cfg, wcfg, rows, store, manifest)
+        mode = "batch (this process)" if cfg.engine == "local" else "batch (Ray Data)"
         summary = summarise_shards(store, cfg.format, rulesets, evalset is not None, [c.id for c in items], session,
-                                   load=BatchLoad(mode="batch (Ray Data)", engine=manifest.engine,
-                                                  actors=manifest.actors,
+                                   load=BatchLoad(mode=mode, engine=manifest.engine, actors=manifest.actors,
                                                   concurrency_per_actor=manifest.concurrency_per_actor),
-                                   retry_budget=manifest.retry_budget.written(), answer=manifest.answer or "intent")
+                                   retry_budget=manifest.retry_budget.written(), answer=manifest.answer or "intent",
+                                   column_rule=manifest.column_rule)
         summary.tail.resumed = Resumed(sessions=1 + len(manifest.sessions or ()), shards_kept=len(done))
         manifest.finished = time.time()
         store.write_json(MANIFEST, written(manifest))
@@ -235,11 +172,24 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
     return summary
 
 
-def item_text(case: EvalCase | QueryCase | Question) -> str:
+def item_text(case: Item) -> str:
     """An item as the actors get it (``batch_shards.parse_item`` reads it back)."""
-    if isinstance(case, EvalCase | QueryCase):
-        return case.model_dump_json()
-    return json.dumps({"id": case.id, "question": case.question})
+    if isinstance(case, Question):
+        return json.dumps({"id": case.id, "question": case.question})
+    return case.model_dump_json()
+
+
+async def answer_shard(items: ItemRunner, cases: Sequence[Item], concurrency: int) -> list[ItemRecord]:
+    """A shard's records, in item order, each made by ``items`` (``eval``'s item runner), with
+    ``concurrency`` in flight; the shard's gold answers are run first (as ``eval`` does before its clock)."""
+    items.prepare([c for c in cases if not isinstance(c, Question)])
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(case: Item) -> ItemRecord:
+        async with gate:
+            return await items.record(case)
+
+    return list(await asyncio.gather(*(one(c) for c in cases)))
 
 
 def _out_state(cfg: BatchConfig, store: BatchOut) -> str:
@@ -313,7 +263,29 @@ def _quiet_data(ray: Any) -> Iterator[None]:
         log.setLevel(level)
 
 
-def _answer_over_http(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, key: str, plan: list[list[Any]],
+async def _answer_locally(cfg: BatchConfig, wcfg: EvalConfig, key: str, plan: list[list[Item]], done: set[int],
+                          store: BatchOut, total: int, used: int, loaded: Loaded) -> BatchSession:
+    """``--engine local``: this process answers the shards still to do, one after another, with one
+    ``ItemRunner`` (the driver's warehouse, guardrails, prompt and conditions), and writes each whole."""
+    budget = RetryBudget(0, 0.0, used=used, total=total)
+    assert wcfg.endpoint is not None  # check(): --engine local needs an endpoint
+    items = ItemRunner(wcfg, wcfg.endpoint, wcfg.model, key, budget, concurrency=cfg.concurrency, loaded=loaded)
+    t0 = time.time()
+    items.start()
+    n = 0
+    try:
+        for k, cases in enumerate(plan):
+            if k in done:
+                continue
+            recs = await answer_shard(items, cases, cfg.concurrency)
+            store.write_shard(k, cfg.format, [r.id for r in recs], [encode_record(r) for r in recs])
+            n += len(cases)
+    finally:
+        await items.close()
+    return BatchSession(wall_s=time.time() - t0, items_this_session=n, server_metrics=items.server_metrics())
+
+
+def _answer_over_http(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, key: str, plan: list[list[Item]],
                       done: set[int], store: BatchOut, total: int, used: int) -> BatchSession:
     """Each row of the Ray dataset is one shard still to do: an actor answers its items and
     writes it whole (``BatchOut.write_shard``), so a kill at any point loses at most the shards
@@ -345,27 +317,15 @@ class _Answerer:
         self.cfg, self.store, self.fmt = cfg, BatchOut.open(out), fmt
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        self.items = self._call(self._start(endpoint, budget))
+        self.items: ItemRunner = self._call(self._start(endpoint, budget))
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    async def _start(self, endpoint: tuple[str, str, str], budget: RetryBudget) -> Any:
-        from nlq2sql.run.item import ItemRunner
-
+    async def _start(self, endpoint: tuple[str, str, str], budget: RetryBudget) -> ItemRunner:
         items = ItemRunner(self.cfg, *endpoint, budget, concurrency=self.cfg.concurrency, sample_metrics=False)
         items.start()
         return items
-
-    async def _answer(self, cases: list[EvalCase | QueryCase | Question]) -> list[ItemRecord]:
-        """The shard's records, typed until they are written (each as its line: ``encode_record``)."""
-        gate = asyncio.Semaphore(self.cfg.concurrency)
-
-        async def one(case: EvalCase | QueryCase | Question) -> ItemRecord:
-            async with gate:
-                return await self.items.record(case)  # type: ignore[no-any-return]
-
-        return await asyncio.gather(*(one(c) for c in cases))
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
@@ -373,9 +333,7 @@ class _Answerer:
         written = []
         for k, items in zip(batch.column("shard").to_pylist(), batch.column("items").to_pylist(), strict=True):
             cases = [parse_item(text, self.cfg.answer) for text in json.loads(items)]
-            # The shard's gold answers from the warehouse before its requests (as one process does).
-            self.items.prepare([c for c in cases if isinstance(c, EvalCase | QueryCase)])
-            recs = self._call(self._answer(cases))
+            recs: list[ItemRecord] = self._call(answer_shard(self.items, cases, self.cfg.concurrency))
             written.append(self.store.write_shard(k, self.fmt, [r.id for r in recs],
                                                   [encode_record(r) for r in recs]))
         return pa.table({"shard": written})
@@ -383,5 +341,3 @@ class _Answerer:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(self.items.close(), self.loop).result(timeout=5)
-
-

@@ -13,19 +13,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nlq2sql.answers.sql.gold import COLUMN_RULE
 from nlq2sql.conditions.registry import REGISTRY, Condition
 from nlq2sql.errors import RecordError
 from nlq2sql.records.batch_parts import BatchManifest, BatchReplica
 from nlq2sql.records.manifest_parts import RetryBudgetPart
 from nlq2sql.records.store import MANIFEST, RESUME_KEYS
+from nlq2sql.run.batch_config import BatchConfig
 from nlq2sql.run.config import EvalConfig, probe_endpoint, targets
 from nlq2sql.run.item import request_sampling
-from nlq2sql.stages.evalset import EvalSet
+from nlq2sql.stages.goldsql import GoldSqlSet, resolve_search_path
 from nlq2sql.stages.origin import manifest_base
+from nlq2sql.stages.sets import AnySet
 from nlq2sql.transport.client import bind_sampling
 
 if TYPE_CHECKING:
-    from nlq2sql.run.batch import BatchConfig
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.stages.guardrail import RuleSet
     from nlq2sql.stages.prompt import Prompt
@@ -41,7 +43,7 @@ def manifest_model() -> type[BatchManifest]:
     return BatchManifest.with_conditions(REGISTRY.conditions_part())
 
 
-def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, rulesets: list[RuleSet],
+def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: AnySet | None, rulesets: list[RuleSet],
                    wh: Warehouse, sha: str, n: int, prompt: Prompt, conditions: list[Condition[Any]], key: str,
                    total: int, grammar: str | None) -> BatchManifest:
     """What the batch is asked (items, cut, engine, model, prompt, sampling, conditions) and the
@@ -64,6 +66,9 @@ def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: EvalSet | None, 
                              for i, (u, m, _) in enumerate(targets(wcfg, wcfg.endpoint or "", wcfg.model, key))]
     if wcfg.answer != "intent":
         manifest.answer = wcfg.answer
+    if isinstance(evalset, GoldSqlSet):  # as eval records a gold-SQL set: its golds' rule and search path
+        manifest.gold, manifest.column_rule = "sql", COLUMN_RULE
+        manifest.search_path = list(resolve_search_path(wh.catalog.manifest, wcfg.search_path))
     if wcfg.conditions:  # the conditions the actors apply (their keys only when some are on: older batches unchanged)
         for k, v in wcfg.conditions.manifest(conditions):
             setattr(manifest, k, v)

@@ -1,7 +1,8 @@
 """A batch's output: record shards (Parquet or JSONL) and the summary streamed back from them.
 
-Both batch engines (``run.batch`` over HTTP, ``run.batch_vllm`` inside Ray Data) write the
-same shards through here and read the same items, so neither engine imports the other.
+Every batch engine (``run.batch``: this process or Ray Data actors over HTTP; ``run.batch_vllm``
+inside Ray Data) writes the same shards through here and reads the same items, so no engine
+imports another.
 
 A record is an :class:`~nlq2sql.records.item.ItemRecord` until it is written; what crosses to
 Ray Data and lies in a shard is its flat JSON line (``encode_record``), and a line read back from
@@ -27,9 +28,13 @@ from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import encode_json
 from nlq2sql.records.summary_parts import Compactness, Throughput
 from nlq2sql.run.batch_out import SHARDS, BatchOut
+from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.goldsql import GOLD_SQL_KEY, GoldSqlCase
+from nlq2sql.stages.intent import FIELDS
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import spread
+from nlq2sql.stages.sets import V2_GOLD_ANSWERS
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["FORMATS", "BatchSession", "encode_record", "iter_shard_records", "parse_item", "summarise_shards",
@@ -48,12 +53,15 @@ class BatchSession:
     not_sent: int = 0
 
 
-def parse_item(text: str, answer: str = "intent") -> EvalCase | QueryCase | Question:
-    """A row's item: an eval case (it has a gold; a v2 one for the query and SQL answers) or a question."""
+def parse_item(text: str, answer: str = "intent") -> EvalCase | QueryCase | GoldSqlCase | Question:
+    """A row's item: a case of an eval set (gold SQL; else a v2 gold for the query and SQL answers, a
+    v1 gold for the intent) or a question without gold."""
     obj = json.loads(text)
+    if GOLD_SQL_KEY in obj:
+        return GoldSqlCase.model_validate(obj)
     if "gold" not in obj:
         return Question(obj["id"], obj["question"])
-    return EvalCase.model_validate(obj) if answer == "intent" else QueryCase.model_validate(obj)
+    return EvalCase.model_validate(obj) if answer not in V2_GOLD_ANSWERS else QueryCase.model_validate(obj)
 
 
 def encode_record(rec: ItemRecord) -> str:
@@ -101,12 +109,16 @@ def iter_shard_records(out: Path | str) -> Iterator[dict[str, Any]]:
 
 def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
                      session: BatchSession, *, load: BatchLoad, retry_budget: Mapping[str, int | float] | None,
-                     answer: str = "intent") -> BatchSummary:
+                     answer: str = "intent", column_rule: str | None = None) -> BatchSummary:
     """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after
     checking that they hold each item exactly once.  ``load``: how the batch offered its items;
-    ``retry_budget``: the manifest's (its keys as recorded; the retries the records took are added)."""
-    # As ``pipeline.summarise_file``: the SQL answers have no parts to score field by field.
-    summ = Summary(rulesets, scored=scored) if answer == "intent" else Summary(rulesets, fields=(), scored=scored)
+    ``retry_budget``: the manifest's (its keys as recorded; the retries the records took are added);
+    ``column_rule``: a gold-SQL set's (its answers are judged by rows only)."""
+    # As ``pipeline.summarise_file``: the v1 intent's fields, the v2 query's parts; the SQL answers and
+    # every answer to a gold-SQL set have no parts to score field by field.
+    fields = (() if column_rule is not None or answer in ("sql", "sql-grammar")
+              else PARTS if answer == "query" else FIELDS)
+    summ = Summary(rulesets, fields=fields, scored=scored)
     digest, seen, shards = hashlib.sha256(), Counter[str](), list[Shard]()
     outcomes: Counter[str] = Counter()
     replicas: Counter[str] = Counter()
@@ -148,6 +160,8 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
         records=BatchRecords(count=sum(seen.values()), sha256=digest.hexdigest(), format=fmt, shards=shards))
     if answer != "intent":  # set only when so: a key never set stays absent
         tail.answer = answer
+    if column_rule is not None:
+        tail.column_rule = column_rule
     if replicas:
         tail.replicas_answered = dict(sorted(replicas.items()))
     return BatchSummary(figures=summ.result(), tail=tail)

@@ -39,16 +39,16 @@ import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nlq2sql.errors import InputError
+from nlq2sql.records.batch_parts import BatchManifest
 from nlq2sql.records.manifest_parts import EngineArgs, GuidedDecoding
 from nlq2sql.records.run_parts import ServerMetrics
+from nlq2sql.run.batch_config import BatchConfig
+from nlq2sql.run.batch_out import BatchOut
 from nlq2sql.run.batch_shards import BatchSession, encode_record, parse_item, write_shards
+from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.item import request_part, whitespace_outside_strings
 
 if TYPE_CHECKING:
-    from nlq2sql.records.batch_parts import BatchManifest
-    from nlq2sql.run.batch import BatchConfig
-    from nlq2sql.run.batch_out import BatchOut
-    from nlq2sql.run.config import EvalConfig
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.stages.execute import Executor
     from nlq2sql.stages.guardrail import RuleSet

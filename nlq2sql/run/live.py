@@ -65,12 +65,12 @@ from nlq2sql.run.session import Session, finish_summary, recorded_retries, sessi
 from nlq2sql.run.spec import RunSpec
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
-from nlq2sql.stages.evalset import EvalCase, load_evalset
-from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set, resolve_search_path
+from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.goldsql import GoldSqlSet, resolve_search_path
 from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.prompt import load_prompt
-from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
+from nlq2sql.stages.sets import load_eval_set
 from nlq2sql.transport.client import RetryBudget, bind_sampling
 
 if TYPE_CHECKING:
@@ -209,11 +209,8 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> Summary:
 def _eval_set(cfg: EvalConfig, wh: Any) -> tuple[bool, Any]:
     """(whether its golds are SQL, the set): a gold-SQL set scores every answer kind by its rows;
     otherwise v2 golds for the query and SQL answers, v1 golds for the intent."""
-    if is_gold_sql_set(cfg.evalset, wh.name):
-        return True, load_gold_sql_set(cfg.evalset, wh.name)
-    if cfg.answer in ("query", "sql", "sql-grammar"):
-        return False, load_query_set(cfg.evalset, wh.catalog)
-    return False, load_evalset(cfg.evalset, wh)
+    evalset = load_eval_set(cfg.evalset, cfg.answer, wh)
+    return isinstance(evalset, GoldSqlSet), evalset
 
 
 def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> Summary:
