@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.load import probes
+from nlq2sql.load.modes import mode, run_mode
 from nlq2sql.load.probe_results import CancelProbeResult, HealthProbeResult, PrefixProbeResult
 from nlq2sql.load.results import checked, load_result
+from nlq2sql.run.config import EvalConfig
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +29,14 @@ def fake(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
 
 
 def test_each_probe_writes_its_typed_result_and_says_not_observed(fake, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    t = probes.Target(fake.url, "fake-model")
     cases = {"cancel": ({"k_tokens": 2, "max_tokens": 64, "trials": 2, "settle_s": 0.0}, CancelProbeResult),
              "health": ({"prefill_words": 50, "parallel": 2, "idle_count": 5}, HealthProbeResult),
              "prefix": ({"system": "answer", "questions": ["revenue by region"], "requests": 2, "pad_words": 20,
                          "max_tokens": 8}, PrefixProbeResult)}
     for name, (kw, model) in cases.items():
-        r, md = probes.run_probe(name, t, tmp_path / name, **kw)
+        run_mode(f"probe-{name}", {"base": EvalConfig(endpoint=fake.url, model="fake-model", out=tmp_path / name),
+                                   **kw})
+        md = (tmp_path / name / f"{name}.md").read_text()
         typed = load_result(tmp_path / name / f"{name}.json", expect=model)
         assert typed.kind == f"probe-{name}" and typed.record_version is not None and typed.model == "fake-model"
         assert "not observed" in md, name
@@ -49,8 +52,7 @@ def test_each_probe_writes_its_typed_result_and_says_not_observed(fake, tmp_path
             assert shared.ok == 2 and shared.client_ttft_s.n == 2
             assert shared.prefix_cache.rate is None and shared.prefix_cache.note == "not observed"
         # The Markdown on disk is the one rendered from the typed result.
-        shown = probes.render_markdown(typed, f"{name} probe · fake-model")
-        assert (tmp_path / name / f"{name}.md").read_text() == shown
+        assert md == probes.render_markdown(typed, f"{name} probe · fake-model") == mode(f"probe-{name}").render(typed)
 
 
 @pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")

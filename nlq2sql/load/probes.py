@@ -21,12 +21,18 @@ import asyncio
 import contextlib
 import time
 import uuid
+from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import aiohttp
+from pydantic import Field, model_validator
 
+from nlq2sql.errors import InputError
+from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.contract import _M
+from nlq2sql.load.driver import Mode, ModeSettings, Progress, option, register
 from nlq2sql.load.figures import UnsetType
 from nlq2sql.load.metrics import HistMean, Snapshot, counter_delta, hist_delta, hit_rate, root_url, scrape
 from nlq2sql.load.output import write_outputs
@@ -43,12 +49,14 @@ from nlq2sql.load.probe_results import (
 )
 from nlq2sql.records.store import output_dir
 from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.run.config import EvalConfig, api_key, preflight
+from nlq2sql.run.live import bound_endpoint
 from nlq2sql.stages.score import spread
 from nlq2sql.transport.stream import Accumulator, Completion, StreamEventError, sse_events
 
-__all__ = ["FILLER", "SCENARIOS", "ProbeResult", "Stream", "Target", "cancel_probe", "filler",
-           "health_probe", "prefix_messages", "prefix_probe", "render_markdown", "run_probe", "stream_chat",
-           "wait_idle", "write"]
+__all__ = ["FILLER", "SCENARIOS", "CancelMode", "CancelSettings", "HealthMode", "HealthSettings", "PrefixMode",
+           "PrefixSettings", "ProbeMode", "ProbeResult", "ProbeSettings", "Stream", "Target", "cancel_probe", "filler",
+           "health_probe", "prefix_messages", "prefix_probe", "render_markdown", "stream_chat", "wait_idle", "write"]
 
 ProbeResult = CancelProbeResult | HealthProbeResult | PrefixProbeResult
 
@@ -367,17 +375,118 @@ def write(out: Path, r: ProbeResult, title: str) -> ProbeResult:
     return write_outputs(out, r.probe, r, lambda res: render_markdown(res, title))
 
 
-def run_probe(name: str, t: Target, out: Path, **kw: Any) -> tuple[ProbeResult, str]:
-    """Run one probe synchronously; returns the result as written and its Markdown."""
-    r: ProbeResult
-    if name == "cancel":
-        r = asyncio.run(cancel_probe(t, **kw))
-    elif name == "health":
-        r = asyncio.run(health_probe(t, **kw))
-    elif name == "prefix":
-        r = asyncio.run(prefix_probe(t, **kw))
-    else:
-        raise ValueError(name)
-    r.created = time.time()
-    written = write(out, r, f"{name} probe · {t.model}")
-    return written, (out / f"{written.probe}.md").read_text()
+# -- the probes as load modes ---------------------------------------------------------------
+
+class ProbeSettings(ModeSettings):
+    """Where a probe sends and writes: ``base.endpoint`` (or a local server started for it, with
+    ``base.server``), ``base.model``, ``base.api_key_env`` and ``base.out``."""
+
+    base: EvalConfig
+
+
+P = TypeVar("P", bound=ProbeSettings)
+R = TypeVar("R", bound=_M)
+
+
+class ProbeMode(Mode[P, R]):
+    """A serving-path probe: the endpoint bound (or a local server started and stopped), the
+    probe's own requests sent (:meth:`probe`), its result (``created`` stamped when it declares
+    one) written as ``STEM.json``/``STEM.md``."""
+
+    def run(self, settings: P, progress: Progress | None = None) -> R:
+        base = settings.base
+        output_dir(base.out, create=False)
+        key = api_key(base)
+        if base.endpoint is not None:
+            preflight(base)  # an unusable endpoint is refused before the local-server / probe work
+        with bound_endpoint(base) as (bound, _info):
+            assert bound.endpoint is not None
+            r = self.measure(Target(bound.endpoint, bound.model, key if base.endpoint else "EMPTY"), settings)
+        if "created" in type(r).model_fields:
+            setattr(r, "created", time.time())  # noqa: B010  (a field the result may declare)
+        output_dir(base.out)
+        return write_outputs(base.out, self.stem, r, self.render)
+
+    def measure(self, t: Target, settings: P) -> R:
+        """The probe's requests, sent (its event loop started and ended here)."""
+        return asyncio.run(self.probe(t, settings))
+
+    @abstractmethod
+    async def probe(self, t: Target, settings: P) -> R:
+        """The probe's measurement against a bound endpoint."""
+
+
+class _Builtin(ProbeMode[P, Any]):
+    """The package's probes: one renderer (:func:`render_markdown`), titled by the probe and model."""
+
+    def render(self, result: Any) -> str:
+        return render_markdown(result, f"{self.stem} probe · {result.model}")
+
+
+class CancelSettings(ProbeSettings):
+    k_tokens: int = option(16, "--k", ge=1)
+    max_tokens: int = option(512, "--max-tokens", ge=2, le=MAX_REQUESTS)
+    trials: int = option(3, "--trials", ge=1, le=10_000)
+    poll_s: float = Field(0.02, gt=0)
+    settle_s: float = Field(0.5, ge=0)
+
+    @model_validator(mode="after")
+    def _below_max(self) -> CancelSettings:
+        if self.k_tokens >= self.max_tokens:
+            raise InputError("need 1 ≤ k < max_tokens and trials ≥ 1", field="--k")
+        return self
+
+
+@register
+class CancelMode(_Builtin[CancelSettings]):
+    """Disconnect a long stream after k tokens: time until running = 0, tokens generated after."""
+
+    name: ClassVar[str] = "probe-cancel"
+    stem: ClassVar[str] = "cancel"
+    settings_model: ClassVar[type[ModeSettings]] = CancelSettings
+
+    async def probe(self, t: Target, settings: CancelSettings) -> ProbeResult:
+        s = settings
+        return await cancel_probe(t, s.k_tokens, s.max_tokens, s.trials, s.poll_s, s.settle_s)
+
+
+class HealthSettings(ProbeSettings):
+    prefill_words: int = option(1200, "--prefill-words", ge=1, le=MAX_REQUESTS)
+    parallel: int = option(4, "--parallel", ge=1, le=1024)
+    max_tokens: int = option(16, "--max-tokens", ge=1)
+    interval_s: float = option(0.05, "--interval", gt=0)
+    idle_count: int = Field(40, ge=1)
+
+
+@register
+class HealthMode(_Builtin[HealthSettings]):
+    """``/health`` round trips idle and while long prefills run."""
+
+    name: ClassVar[str] = "probe-health"
+    stem: ClassVar[str] = "health"
+    settings_model: ClassVar[type[ModeSettings]] = HealthSettings
+
+    async def probe(self, t: Target, settings: HealthSettings) -> ProbeResult:
+        s = settings
+        return await health_probe(t, s.prefill_words, s.parallel, s.max_tokens, s.interval_s, s.idle_count)
+
+
+class PrefixSettings(ProbeSettings):
+    system: str  # the eval's system prompt
+    questions: tuple[str, ...] = Field(min_length=1)
+    requests: int = option(8, "--requests", ge=1, le=MAX_REQUESTS)
+    pad_words: int = option(600, "--pad-words", ge=0, le=MAX_REQUESTS)
+    max_tokens: int = option(32, "--max-tokens", ge=1)
+
+
+@register
+class PrefixMode(_Builtin[PrefixSettings]):
+    """Shared vs diverse vs leading-unique prefixes, sequentially."""
+
+    name: ClassVar[str] = "probe-prefix"
+    stem: ClassVar[str] = "prefix"
+    settings_model: ClassVar[type[ModeSettings]] = PrefixSettings
+
+    async def probe(self, t: Target, settings: PrefixSettings) -> ProbeResult:
+        s = settings
+        return await prefix_probe(t, s.system, list(s.questions), s.requests, s.pad_words, s.max_tokens)
