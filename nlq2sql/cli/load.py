@@ -146,9 +146,9 @@ def sweep_cmd(
                          duration_s=duration, resume=resume, slo=tuple(parse_slo(x) for x in slo or ()))
     name, settings = modes.sweep_mode(cfg, rates=_floats([rate], "--rate") if rate is not None else None,
                                       server_sweep=server_sweep, reanalyse=reanalyse)
-    res = modes.run_mode(name, settings, _say)
-    Console().print(modes.mode(name).render(res), markup=False, highlight=False)
-    err.print(f"wrote {modes.mode(name).wrote(out)}")
+    res, chosen = modes.run_mode(name, settings, _say), modes.mode(name)
+    Console().print(chosen.render(res), markup=False, highlight=False)
+    err.print(f"wrote {chosen.wrote(out)}")
 
 
 @app.command("grid")

@@ -44,9 +44,8 @@ from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Mode", "ModeSettings", "Progress",
-           "begin_level_sets",
-           "begin_levels", "build_settings", "check_resume", "drive", "fresh_out", "job_settings", "next_in",
-           "option", "prepare_out", "register"]
+           "begin_level_sets", "begin_levels", "build_settings", "check_resume", "drive", "fresh_out",
+           "job_settings", "next_in", "option", "prepare_out", "register"]
 
 Progress = Callable[[str], None]
 
