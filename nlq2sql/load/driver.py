@@ -44,7 +44,7 @@ from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Mode", "ModeSettings", "Progress",
-           "begin_level_sets", "begin_levels", "build_settings", "check_resume", "drive", "fresh_out",
+           "begin_level_sets", "build_settings", "check_resume", "drive", "fresh_out",
            "job_settings", "next_in", "option", "prepare_out", "register"]
 
 Progress = Callable[[str], None]
@@ -329,14 +329,6 @@ def _resumable(out: Path, who: str, job: LoadSettings | None) -> list[Path]:
         raise InputError(f"{out} holds a run with other settings (differs in: {', '.join(diff[:6])}); rerun "
                          "without --resume (with --force to replace it)", field="--resume")
     return sorted(p.parent for p in out.rglob(LEVEL))
-
-
-def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str, *,
-                 job: LoadSettings | None = None,
-                 resume: bool = False) -> tuple[Path, list[str]]:
-    """:func:`begin_level_sets` with one expanded eval set; returns its path and the notes so far."""
-    paths, notes = begin_level_sets(base, {"": requests}, warmup, force, who, job=job, resume=resume)
-    return paths[""], notes
 
 
 def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force: bool, who: str, *,
