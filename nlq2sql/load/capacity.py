@@ -23,12 +23,14 @@ from typing import Any, ClassVar
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import parse_json, read_text
 from nlq2sql.load.driver import Mode, ModeSettings, Progress, option, register
+from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult, load_result
 from nlq2sql.load.server_results import CapacityResult, ContextBudget, KvBudget, KvNeed, KvPeak, KvPerToken
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
-from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
+from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, output_dir, read_json
 from nlq2sql.records.summary_parts import Percentiles
-from nlq2sql.run.models import DEFAULT_MODEL
+from nlq2sql.run.endpoints import check_endpoint_url
+from nlq2sql.run.models import DEFAULT_MODEL, resolve_model
 from nlq2sql.stages.score import spread
 
 __all__ = ["DTYPE_BYTES", "CapacityMode", "CapacitySettings", "analyse", "context_budget", "dtype_bytes",
@@ -195,8 +197,6 @@ class CapacitySettings(ModeSettings):
 
 def load_model_config(model: str, model_config: Path | None, kv_dtype: str) -> dict[str, Any]:
     """The model's config.json (given, or the local model's), checked to give a KV size."""
-    from nlq2sql.run.models import resolve_model
-
     if model_config is None:
         path = Path(resolve_model(model)[0]) / "config.json"
         if not path.is_file():
@@ -238,10 +238,6 @@ class CapacityMode(Mode[CapacitySettings, CapacityResult]):
     settings_model: ClassVar[type[ModeSettings]] = CapacitySettings
 
     def run(self, settings: CapacitySettings, progress: Progress | None = None) -> CapacityResult:
-        from nlq2sql.load.output import write_outputs
-        from nlq2sql.records.store import output_dir
-        from nlq2sql.run.endpoints import check_endpoint_url
-
         cfg = settings
         if cfg.out is not None:
             output_dir(cfg.out, create=False)

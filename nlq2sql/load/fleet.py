@@ -15,6 +15,7 @@ from nlq2sql.load.driver import Mode, ModeSettings, Progress, drive, prepare_out
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import FleetReplica, FleetRow, FleetSweepResult, SweepResult
 from nlq2sql.load.sweep import SweepConfig, SweepMode
+from nlq2sql.run.config import preflight
 from nlq2sql.run.endpoint_facts import EndpointFacts
 
 __all__ = ["FleetSweepMode", "members", "render_markdown"]
@@ -47,8 +48,6 @@ class FleetSweepMode(Mode[SweepConfig, FleetSweepResult]):
     settings_model: ClassVar[type[ModeSettings]] = SweepConfig
 
     def run(self, settings: SweepConfig, progress: Progress | None = None) -> FleetSweepResult:
-        from nlq2sql.run.config import preflight
-
         cfg = settings
         if not cfg.base.replicas:
             raise ValueError("a fleet sweep needs several endpoints")
