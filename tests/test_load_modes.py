@@ -179,6 +179,10 @@ def test_sweep_mode_picks_the_mode_and_its_settings(tmp_path: Path) -> None:
     name, server = sweep_mode(cfg.but(base=replace(cfg.base, endpoint=None)), server_sweep="max-num-seqs=2,8")
     assert name == "server-sweep" and isinstance(server, ServerSweepSettings)
     assert (server.knob, server.values) == ("max_num_seqs", (2, 8))
+    for bad in ({"knob": "gpu_memory"}, {"values": ()}):
+        with pytest.raises(InputError) as exc:
+            ServerSweepSettings(**({"sweep": cfg, "knob": "max_num_seqs", "values": (1,)} | bad))
+        assert exc.value.field == "--server-sweep"
     fleet = cfg.but(base=replace(cfg.base, replicas=(ReplicaSpec("http://127.0.0.1:8/v1"),)))
     assert sweep_mode(fleet) == ("fleet-sweep", fleet)
     (tmp_path / "out").mkdir()

@@ -233,8 +233,16 @@ class ServerSweepSettings(ModeSettings):
     """A server sweep: the concurrency sweep run once per value of one local-server knob."""
 
     sweep: SweepConfig
-    knob: str  # an EvalConfig.server field (SERVER_KNOBS' values)
+    knob: str = option("max_num_seqs", "--server-sweep")  # an EvalConfig.server field (SERVER_KNOBS' values)
     values: tuple[int, ...] = option((), "--server-sweep", min_length=1)
+
+    @field_validator("knob")
+    @classmethod
+    def _known(cls, knob: str) -> str:
+        if knob not in SERVER_KNOBS.values():
+            raise InputError(f"unknown server setting {knob!r} (known: {', '.join(SERVER_KNOBS.values())})",
+                             field="--server-sweep")
+        return knob
 
 
 @register
