@@ -9,7 +9,7 @@ not committed), so the cases are the modes' own functions on committed inputs:
 * level sets of committed runs (load-check, repeats, fleet, tune probes) driven through each
   mode's ``run_level`` (``--resume``: the level's ``level.json`` is read back, as a resumed run
   reads it) and ``analyse``, then written by the one output layer: ``STEM.json`` and ``STEM.md``
-  as bytes (a sweep's re-analysis ``rerender`` too); the open loop on the same runs with a
+  as bytes (a sweep's re-analysis, mode ``reanalyse``, too); the open loop on the same runs with a
   synthetic arrival schedule;
 * ``capacity`` on those runs with a fixture model config (with and without a server KV budget);
 * ``load-check``'s comparison of the committed load-check runs, and the committed ``sweep.json``
@@ -42,6 +42,7 @@ from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode
 from nlq2sql.load.grid import GridConfig, GridMode, LengthClass, cell
 from nlq2sql.load.levels import LEVEL, stats_from_run
+from nlq2sql.load.modes import run_mode
 from nlq2sql.load.openloop import RateSweepConfig, RateSweepMode, rate_level
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult
@@ -155,7 +156,7 @@ def _set_cases(name: str, runs: dict[int, Path]) -> Iterator[tuple[str, str]]:
         js, md = _drive(sw.SweepMode(), ctx, levels, "throughput_vs_p95.png")
         yield f"{name}:sweep-{tag}.json", js
         yield f"{name}:sweep-{tag}.md", md
-        sw.rerender(Path(out), cfg.but(slo_p95=(10.0,), gpu_cost_per_hour=1.0))
+        run_mode("reanalyse", cfg.but(slo_p95=(10.0,), gpu_cost_per_hour=1.0))
         yield f"{name}:sweep-{tag}-rerender.json", (Path(out) / "sweep.json").read_text()
         yield f"{name}:sweep-{tag}-rerender.md", (Path(out) / "sweep.md").read_text()
     # open loop: the same runs as offered rates

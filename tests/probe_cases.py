@@ -3,13 +3,15 @@
 The probes talk to a live server, so their golden cases replace the network with scripted
 answers: ``stream_chat`` (a streamed request's figures), ``scrape`` (a ``/metrics`` snapshot,
 or none: "not observed") and the ``/health`` loop's session; time is fixed.  Each probe then
-runs as ``probe cancel|health|prefix`` does and its ``STEM.json``/``STEM.md`` are pinned, with
-and without ``/metrics``; the ``/health`` loop is pinned on its own too.
+runs as ``probe cancel|health|prefix`` does (``run_mode``; the endpoint's binding is scripted
+too) and its ``STEM.json``/``STEM.md`` are pinned, with and without ``/metrics``; the
+``/health`` loop is pinned on its own too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,8 @@ import pytest
 
 from nlq2sql.load import probes
 from nlq2sql.load.metrics import HISTOGRAMS, Snapshot
+from nlq2sql.load.modes import run_mode
+from nlq2sql.run.config import EvalConfig
 
 __all__ = ["probe_cases"]
 
@@ -114,7 +118,13 @@ def probe_cases(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
         return await real_loop(_Session(), url, stop, interval_s, min(limit, 25))  # type: ignore[arg-type]
 
     monkeypatch.setattr(probes, "_health_loop", health_loop)
-    t = probes.Target("http://127.0.0.1:9/v1", "golden-model")
+
+    @contextlib.contextmanager
+    def bound(base: EvalConfig) -> Iterator[tuple[EvalConfig, None]]:
+        yield base, None
+
+    monkeypatch.setattr(probes, "preflight", lambda _base: "EMPTY")  # the endpoint is scripted, not reached
+    monkeypatch.setattr(probes, "bound_endpoint", bound)
     for observed in (True, False):
         tag = "metrics" if observed else "no-metrics"
         for name, kw in (("cancel", {"k_tokens": 4, "max_tokens": 64, "trials": 5}),
@@ -124,6 +134,7 @@ def probe_cases(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
             monkeypatch.setattr(probes, "scrape", _snapshots(observed))
             monkeypatch.setattr(probes, "stream_chat", _streams())
             out = Path(f"probe-{name}-{tag}")
-            _r, md = probes.run_probe(name, t, out, **kw)
+            run_mode(f"probe-{name}", {"base": EvalConfig(endpoint="http://127.0.0.1:9/v1", model="golden-model",
+                                                          out=out), **kw})
             yield f"probe:{name}-{tag}.json", (out / f"{name}.json").read_text()
-            yield f"probe:{name}-{tag}.md", md
+            yield f"probe:{name}-{tag}.md", (out / f"{name}.md").read_text()

@@ -291,7 +291,7 @@ def stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(live, "_run", work)  # the request loop of every run
     monkeypatch.setattr(models, "pull", work)  # model download and conversion
     monkeypatch.setattr(warehouse, "build", work)  # `db build`
-    monkeypatch.setattr(probes, "run_probe", work)
+    monkeypatch.setattr(probes.ProbeMode, "measure", work)  # a probe's own requests
     monkeypatch.setattr(compare, "plots", lambda runs: {})  # rendering, not input handling: slow
     for module, name in (("nlq2sql.view.server", "make_server"),  # `view` without --out: serves
                          ("nlq2sql.stages.learned_guardrail", "train")):  # `guardrail train`: fits a model

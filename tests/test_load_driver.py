@@ -81,7 +81,7 @@ def test_a_mode_declared_in_a_test_runs_through_the_driver(fake: FakeServer, tmp
     modes = registry()
     assert modes["test-pair"] is PairMode and "tune" in modes
     said: list[str] = []
-    res = run_mode("test-pair", said.append, **_values(fake, tmp_path / "pair"))
+    res = run_mode("test-pair", _values(fake, tmp_path / "pair"), said.append)
     assert isinstance(res, PairResult) and res.ok == [6, 6] and res.ratio > 1.5  # the fake serves concurrently
     assert said == ["c=1: 6/6", "c=3: 6/6"]
     out = tmp_path / "pair"
@@ -91,11 +91,11 @@ def test_a_mode_declared_in_a_test_runs_through_the_driver(fake: FakeServer, tmp
     assert any("warm-up" in n for n in res.notes)  # the driver ran the warm-up, not the mode
     # --resume keeps both finished levels (only the warm-up is sent again); other settings are refused.
     sent = len(fake.chat_requests())
-    again = run_mode("test-pair", None, **_values(fake, out, resume=True))
+    again = run_mode("test-pair", _values(fake, out, resume=True))
     assert isinstance(again, PairResult) and len(fake.chat_requests()) == sent + 1
     assert any("Resumed: 2 level" in n for n in again.notes)
     with pytest.raises(InputError) as exc:
-        run_mode("test-pair", None, **_values(fake, out, resume=True, high=4))
+        run_mode("test-pair", _values(fake, out, resume=True, high=4))
     assert exc.value.field == "--resume"
 
 
@@ -104,7 +104,7 @@ def test_a_mode_declared_in_a_test_runs_through_the_driver(fake: FakeServer, tmp
 def test_refusals_name_the_option_and_touch_nothing(fake: FakeServer, tmp_path: Path, kw: dict[str, Any],
                                                     field: str) -> None:
     with pytest.raises(InputError) as exc:
-        run_mode("test-pair", None, **_values(fake, tmp_path / "o", **kw))
+        run_mode("test-pair", _values(fake, tmp_path / "o", **kw))
     assert exc.value.field == field
     assert not (tmp_path / "o").exists()
 

@@ -148,6 +148,7 @@ def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Pat
 
     from nlq2sql.errors import InputError
     from nlq2sql.load import sweep as sw
+    from nlq2sql.load.modes import run_mode
     from nlq2sql.load.results import SweepResult, load_result
     from nlq2sql.run.config import EvalConfig, LoadShape
     from nlq2sql.transport.client import Sampling
@@ -156,12 +157,12 @@ def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Pat
         base = EvalConfig(evalset="heldout", out=tmp_path / "sw", endpoint=srv.url, model="fake-model",
                           sampling=Sampling(max_tokens=32), load=LoadShape(metrics_interval_s=0.05))
         cfg = sw.SweepConfig(base=base, levels=(1, 2), requests=4, warmup=0)
-        first = sw.run_sweep(cfg)
+        first = run_mode("sweep", cfg)
         c1 = json.loads((tmp_path / "sw" / "levels" / "c1" / "level.json").read_text())
         # The session "died" during c=2: its level never finished.
         (tmp_path / "sw" / "levels" / "c2" / "level.json").unlink()
         sent = len(srv.chat_requests())
-        again = sw.run_sweep(cfg.but(resume=True))
+        again = run_mode("sweep", cfg.but(resume=True))
         assert len(srv.chat_requests()) - sent == 4  # only c=2's four requests were sent again
         assert json.loads((tmp_path / "sw" / "levels" / "c1" / "level.json").read_text()) == c1
         assert [lv.concurrency for lv in again.levels] == [1, 2]
@@ -171,7 +172,7 @@ def test_a_resumed_sweep_keeps_finished_levels_and_reruns_the_rest(tmp_path: Pat
 
         before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "sw").rglob("*"))
         with pytest.raises(InputError, match=r"other settings \(differs in: requests\)"):
-            sw.run_sweep(cfg.but(requests=8, resume=True))
+            run_mode("sweep", cfg.but(requests=8, resume=True))
         with pytest.raises(InputError, match="pass one of them"):
-            sw.run_sweep(cfg.but(resume=True, force=True))
+            run_mode("sweep", cfg.but(resume=True, force=True))
         assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "sw").rglob("*")) == before

@@ -146,12 +146,13 @@ def test_grid_and_rate_sweeps_refuse_resume_with_force_before_any_server(tmp_pat
     from nlq2sql.errors import InputError
     from nlq2sql.load import grid as gr
     from nlq2sql.load import openloop as ol
+    from nlq2sql.load.modes import run_mode
     from nlq2sql.run.config import EvalConfig
 
     base = EvalConfig(evalset="dev", out=tmp_path / "out")
-    for run, cfg in ((gr.run_grid, gr.GridConfig(base=base, resume=True, force=True)),
-                     (ol.run_rate_sweep, ol.RateSweepConfig(base=base, rates=(1.0,), resume=True, force=True))):
+    for name, cfg in (("grid", gr.GridConfig(base=base, resume=True, force=True)),
+                      ("rate-sweep", ol.RateSweepConfig(base=base, rates=(1.0,), resume=True, force=True))):
         with pytest.raises(InputError) as exc:
-            run(cfg)  # type: ignore[operator]
+            run_mode(name, cfg)
         assert exc.value.field == "--force"
     assert not (tmp_path / "out").exists()

@@ -15,6 +15,7 @@ from nlq2sql.load import sweep as sw
 from nlq2sql.load.contract import LevelStats as Level
 from nlq2sql.load.figures import plain
 from nlq2sql.load.levels import client_stats, expand_evalset, inflight, intervals, level_stats
+from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.run_parts import ServerMetrics
@@ -158,7 +159,7 @@ def _result(levels: list[Level], cost: float | None = 1.0, slo: tuple[float, ...
 
 def test_render_and_plots_from_synthetic_levels(tmp_path: Path) -> None:
     levels = [_level(c, t, p) for c, (t, p) in SEED_KNEE.items()]
-    res = sw.write_result(tmp_path, _result(levels))
+    res = write_outputs(tmp_path, "sweep", _result(levels), rn.render_markdown, sw.SweepMode.plot)
     md = (tmp_path / "sweep.md").read_text()
     assert "**Knee: c=18**" in md and "last efficient level c=16" in md
     assert "Thresholds: knee = first level where scaling efficiency < 80%" in md

@@ -51,7 +51,7 @@ def _tune(engine: FakeServer, out: Path, **kw: Any) -> TuneResult:
     base = EvalConfig(evalset="dev", out=out, endpoint=engine.url, model="fake-model")
     values: dict[str, Any] = {"base": base, "slo": ("e2e_p95<=20s",), "hi": 16, "requests": 20, "warmup": 0,
                               "probes": 6, "min_accuracy": 0.5}
-    res = run_mode("tune", **(values | kw))
+    res = run_mode("tune", values | kw)
     assert isinstance(res, TuneResult)
     return res
 
@@ -142,9 +142,9 @@ def test_operating_point_lands_below_the_degradation(engine: FakeServer, tmp_pat
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_mode("tune", stop_after_two, base=EvalConfig(evalset="dev", out=out, endpoint=engine.url,
-                                                         model="fake-model"),
-                 slo=("e2e_p95<=20s",), hi=16, requests=20, warmup=0, probes=6, min_accuracy=0.5)
+        run_mode("tune", {"base": EvalConfig(evalset="dev", out=out, endpoint=engine.url, model="fake-model"),
+                          "slo": ("e2e_p95<=20s",), "hi": 16, "requests": 20, "warmup": 0, "probes": 6,
+                          "min_accuracy": 0.5}, stop_after_two)
     kept = {d.name: _digest(d) for d in (out / "probes").iterdir()}
     assert len(kept) == 2 and not (out / "tune.json").exists()
     again = _tune(engine, out, resume=True)

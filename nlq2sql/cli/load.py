@@ -160,10 +160,11 @@ def sweep_cmd(
     cfg = sw.SweepConfig(base=base, levels=levels, requests=requests, slo_p95=_floats(slo_p95, "--slo-p95"),
                          gpu_cost_per_hour=gpu_cost_per_hour, thresholds=th, warmup=warmup, force=force,
                          duration_s=duration, resume=resume, slo=tuple(parse_slo(x) for x in slo or ()))
-    done = modes.run_job(modes.SweepJob(cfg, rates=_floats([rate], "--rate") if rate is not None else None,
-                                        server_sweep=server_sweep, reanalyse=reanalyse), _say)
-    Console().print(done.markdown, markup=False, highlight=False)
-    err.print(f"wrote {done.wrote}")
+    name, settings = modes.sweep_mode(cfg, rates=_floats([rate], "--rate") if rate is not None else None,
+                                      server_sweep=server_sweep, reanalyse=reanalyse)
+    res, chosen = modes.run_mode(name, settings, _say), modes.mode(name)
+    Console().print(chosen.render(res), markup=False, highlight=False)
+    err.print(f"wrote {chosen.wrote(out)}")
 
 
 @app.command("grid")
@@ -187,12 +188,13 @@ def grid_cmd(
 ) -> None:
     """Concurrency × request-length class: req/s, p95 and peak KV usage per cell, as a table and heatmap."""
     from nlq2sql.load import grid as gr
+    from nlq2sql.load.modes import run_mode
 
     cfg = gr.GridConfig(base=_load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out,
                                         max_num_seqs, semantic=(semantic_model, db, schema)),
                         levels=parse_levels(concurrency, "--concurrency"), classes=gr.parse_classes(classes),
                         requests=requests, warmup=warmup, force=force, resume=resume)
-    res = gr.run_grid(cfg, None, _say)
+    res = run_mode("grid", cfg, _say)
     Console().print(gr.render_markdown(res), markup=False, highlight=False)
     err.print(f"wrote {out / 'grid.json'}, {out / 'grid.md'} and {out / 'grid.png'}")
 
@@ -214,13 +216,14 @@ def probe_serialization(
 ) -> None:
     """Batched, serialized (upstream or at the engine) or client-bound? Evidence and a verdict."""
     from nlq2sql.load import serialization as ser
+    from nlq2sql.load.modes import run_mode
 
     if expect is not None and expect not in ser.VERDICTS:
         raise InputError(f"unknown verdict {expect!r} (known: {', '.join(ser.VERDICTS)})", field="--expect")
     base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out, max_num_seqs)
-    res = ser.run(ser.SerializationConfig(base=base, level=level, requests_single=requests_single,
-                                          requests_level=requests_level, staircase=staircase, force=force),
-                  None, _say)
+    res = run_mode("serialization", ser.SerializationConfig(
+        base=base, level=level, requests_single=requests_single, requests_level=requests_level, staircase=staircase,
+        force=force), _say)
     Console().print(ser.render_markdown(res), markup=False, highlight=False)
     if expect is not None and res.verdict != expect:
         err.print(f"verdict {res.verdict!r}, expected {expect!r}")
@@ -229,20 +232,13 @@ def probe_serialization(
 
 def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None, max_num_seqs: int | None,
            out: Path, **kw: Any) -> None:
-    from nlq2sql.load.probes import Target, run_probe
+    from nlq2sql.load.modes import mode, run_mode
     from nlq2sql.records.store import output_dir
-    from nlq2sql.run.config import api_key, preflight
-    from nlq2sql.run.live import bound_endpoint
 
     output_dir(out, create=False)
     base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)
-    key = api_key(base)
-    if endpoint is not None:
-        preflight(base)  # an unusable endpoint is refused before the local-server / probe work
-    with bound_endpoint(base) as (bound, _info):
-        assert bound.endpoint is not None
-        _res, md = run_probe(name, Target(bound.endpoint, bound.model, key if endpoint else "EMPTY"), out, **kw)
-    Console().print(md, markup=False, highlight=False)
+    res = run_mode(f"probe-{name}", {"base": base, **kw})
+    Console().print(mode(f"probe-{name}").render(res), markup=False, highlight=False)
     err.print(f"wrote {out / (name + '.json')} and {out / (name + '.md')}")
 
 
@@ -330,10 +326,11 @@ def capacity_cmd(
 ) -> None:
     """KV bytes per token vs the server's KV budget; ISL/OSL, max_tokens and context headroom."""
     from nlq2sql.load import capacity as cap
+    from nlq2sql.load.modes import run_mode
 
-    res = cap.run(cap.CapacityConfig(runs=tuple(run or ()), sweep=sweep, model=model, model_config=model_config,
-                                     kv_dtype=kv_dtype, endpoint=endpoint, concurrency=concurrency,
-                                     context=context, margin=margin, out=out))
+    res = run_mode("capacity", cap.CapacitySettings(
+        runs=tuple(run or ()), sweep=sweep, model=model, config_json=model_config, kv_dtype=kv_dtype,
+        endpoint=endpoint, concurrency=concurrency, context=context, margin=margin, out=out))
     md = cap.render_markdown(res)
     Console().print(md, markup=False, highlight=False)
 

@@ -65,9 +65,10 @@ def tune_cmd(
 
     slos = tuple(parse_slo(s) for s in slo)  # a bad SLO is refused before anything starts
     base = spec.apply(EvalConfig(evalset=evalset, out=out, endpoint=endpoint, api_key_env=api_key_env))
-    res = run_mode("tune", lambda m: err.print(m, markup=False, highlight=False), base=base, slo=slos, by=by,
-                   min_accuracy=min_accuracy, alpha=alpha, lo=lo, hi=hi, probes=probes, requests=requests,
-                   order_seed=seed, max_in_flight=max_in_flight, warmup=warmup, force=force, resume=resume)
+    res = run_mode("tune", dict(base=base, slo=slos, by=by, min_accuracy=min_accuracy, alpha=alpha, lo=lo, hi=hi,
+                                probes=probes, requests=requests, order_seed=seed, max_in_flight=max_in_flight,
+                                warmup=warmup, force=force, resume=resume),
+                   lambda m: err.print(m, markup=False, highlight=False))
     from nlq2sql.load.tune import render_markdown
     from nlq2sql.load.tune_results import TuneResult
 

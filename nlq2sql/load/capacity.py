@@ -17,22 +17,25 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import parse_json, read_text
+from nlq2sql.load.driver import Mode, ModeSettings, Progress, option, register
+from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult, load_result
 from nlq2sql.load.server_results import CapacityResult, ContextBudget, KvBudget, KvNeed, KvPeak, KvPerToken
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
-from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
+from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, output_dir, read_json
 from nlq2sql.records.summary_parts import Percentiles
-from nlq2sql.run.models import DEFAULT_MODEL
+from nlq2sql.run.endpoints import check_endpoint_url
+from nlq2sql.run.models import DEFAULT_MODEL, resolve_model
 from nlq2sql.stages.score import spread
 
-__all__ = ["DTYPE_BYTES", "CapacityConfig", "analyse", "context_budget", "dtype_bytes", "fetch_metrics", "kv_need",
-           "kv_per_token", "load_model_config", "render_markdown", "run", "run_dirs", "server_budget"]
+__all__ = ["DTYPE_BYTES", "CapacityMode", "CapacitySettings", "analyse", "context_budget", "dtype_bytes",
+           "fetch_metrics", "kv_need", "kv_per_token", "load_model_config", "render_markdown", "run_dirs",
+           "server_budget"]
 
 DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0,
                "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "int8": 1.0}
@@ -176,26 +179,24 @@ def analyse(config: dict[str, Any], dirs: list[Path], *, kv_dtype: str | None = 
         need=need, measured_kv_peaks=peaks, context=ctx, runs=[str(d) for d in dirs], verdict=verdict)
 
 
-@dataclass(frozen=True)
-class CapacityConfig:
-    """What ``nlq2sql capacity`` is asked: the runs, the model's shape, the server, the margins."""
+class CapacitySettings(ModeSettings):
+    """What ``nlq2sql capacity`` is asked: the runs, the model's shape, the server, the margins
+    (checked when run, in the command's order: the output directory, the endpoint, the numbers)."""
 
-    runs: tuple[Path, ...] = ()
-    sweep: Path | None = None
-    model: str = DEFAULT_MODEL  # a local alias or folder holding config.json
-    model_config: Path | None = None  # a Hugging Face config.json (remote models)
-    kv_dtype: str = "auto"
-    endpoint: str | None = None  # read the KV budget from its /metrics
-    concurrency: int | None = None
-    context: int | None = None
-    margin: float = 0.25
-    out: Path | None = None
+    runs: tuple[Path, ...] = option((), "--run")
+    sweep: Path | None = option(None, "--sweep")
+    model: str = option(DEFAULT_MODEL, "--model")  # a local alias or folder holding config.json
+    config_json: Path | None = option(None, "--model-config")  # a Hugging Face config.json (remote models)
+    kv_dtype: str = option("auto", "--kv-dtype")
+    endpoint: str | None = option(None, "--endpoint")  # read the KV budget from its /metrics
+    concurrency: int | None = option(None, "--concurrency")
+    context: int | None = option(None, "--context")
+    margin: float = option(0.25, "--margin")
+    out: Path | None = option(None, "--out")
 
 
 def load_model_config(model: str, model_config: Path | None, kv_dtype: str) -> dict[str, Any]:
     """The model's config.json (given, or the local model's), checked to give a KV size."""
-    from nlq2sql.run.models import resolve_model
-
     if model_config is None:
         path = Path(resolve_model(model)[0]) / "config.json"
         if not path.is_file():
@@ -228,30 +229,37 @@ def fetch_metrics(endpoint: str) -> str | None:
         return None
 
 
-def run(cfg: CapacityConfig) -> CapacityResult:
-    """Validate, read, analyse; write ``capacity.json`` and ``capacity.md`` when ``cfg.out`` is set."""
-    from nlq2sql.load.output import write_outputs
-    from nlq2sql.records.store import output_dir
-    from nlq2sql.run.endpoints import check_endpoint_url
+@register
+class CapacityMode(Mode[CapacitySettings, CapacityResult]):
+    """Read the recorded runs, analyse; write ``capacity.json`` and ``capacity.md`` when ``out`` is set."""
 
-    if cfg.out is not None:
-        output_dir(cfg.out, create=False)
-    if cfg.endpoint is not None:
-        check_endpoint_url(cfg.endpoint)
-    for name, v in (("--concurrency", cfg.concurrency), ("--context", cfg.context)):
-        if v is not None and v < 1:
-            raise InputError(f"must be at least 1, got {v}", field=name)
-    if not (math.isfinite(cfg.margin) and 0 <= cfg.margin <= 5):
-        raise InputError(f"must be between 0 and 5, got {cfg.margin}", field="--margin")
-    dirs = run_dirs(list(cfg.runs), cfg.sweep)
-    config = load_model_config(cfg.model, cfg.model_config, cfg.kv_dtype)
-    metrics_text = fetch_metrics(cfg.endpoint) if cfg.endpoint is not None else None
-    res = analyse(config, dirs, kv_dtype=cfg.kv_dtype, metrics_text=metrics_text, concurrency=cfg.concurrency,
-                  context=cfg.context, margin=cfg.margin)
-    if cfg.out is not None:
-        output_dir(cfg.out)
-        write_outputs(cfg.out, "capacity", res, render_markdown)
-    return res
+    name: ClassVar[str] = "capacity"
+    stem: ClassVar[str] = "capacity"
+    settings_model: ClassVar[type[ModeSettings]] = CapacitySettings
+
+    def run(self, settings: CapacitySettings, progress: Progress | None = None) -> CapacityResult:
+        cfg = settings
+        if cfg.out is not None:
+            output_dir(cfg.out, create=False)
+        if cfg.endpoint is not None:
+            check_endpoint_url(cfg.endpoint)
+        for name, v in (("--concurrency", cfg.concurrency), ("--context", cfg.context)):
+            if v is not None and v < 1:
+                raise InputError(f"must be at least 1, got {v}", field=name)
+        if not (math.isfinite(cfg.margin) and 0 <= cfg.margin <= 5):
+            raise InputError(f"must be between 0 and 5, got {cfg.margin}", field="--margin")
+        dirs = run_dirs(list(cfg.runs), cfg.sweep)
+        config = load_model_config(cfg.model, cfg.config_json, cfg.kv_dtype)
+        metrics_text = fetch_metrics(cfg.endpoint) if cfg.endpoint is not None else None
+        res = analyse(config, dirs, kv_dtype=cfg.kv_dtype, metrics_text=metrics_text, concurrency=cfg.concurrency,
+                      context=cfg.context, margin=cfg.margin)
+        if cfg.out is not None:
+            output_dir(cfg.out)
+            write_outputs(cfg.out, "capacity", res, render_markdown)
+        return res
+
+    def render(self, result: CapacityResult) -> str:
+        return render_markdown(result)
 
 
 def render_markdown(r: CapacityResult) -> str:

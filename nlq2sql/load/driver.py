@@ -12,8 +12,12 @@ levels until it says "done" (adaptive modes such as ``tune`` choose the next lev
 ones measured), and writes ``STEM.json``/``STEM.md``/plots through
 :func:`.output.write_outputs`.
 
-Modes register by name (:func:`register`) into ``MODES``; :mod:`.modes` imports the package's
-own modes (so this module never imports one) and is the library entry (``run_mode``).
+Every load run is a :class:`Mode`: settings (a :class:`ModeSettings` model) in, a typed result out,
+written as ``STEM.json``/``STEM.md``.  A :class:`LoadMode` is the level-by-level kind the driver
+runs; a mode measuring otherwise (a probe's own requests, the capacity arithmetic on recorded
+runs, a sweep of sweeps) implements :meth:`Mode.run` itself.  Modes register by name
+(:func:`register`) into ``MODES``; :mod:`.modes` imports the package's own modes (so this module
+never imports one) and is the library entry (``run_mode``).
 """
 
 from __future__ import annotations
@@ -39,9 +43,9 @@ from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
-__all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Progress", "begin_level_sets",
-           "begin_levels", "build_settings", "check_resume", "drive", "fresh_out", "job_settings", "next_in",
-           "option", "prepare_out", "register"]
+__all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Mode", "ModeSettings", "Progress",
+           "begin_level_sets", "build_settings", "check_resume", "drive", "fresh_out",
+           "job_settings", "next_in", "option", "prepare_out", "register"]
 
 Progress = Callable[[str], None]
 
@@ -69,18 +73,15 @@ def option(default: Any, flag: str, **constraints: Any) -> Any:
     return Field(default, json_schema_extra={"option": flag}, **constraints)
 
 
-class LoadSettings(BaseModel):
-    """What every mode that sends requests shares; a mode's settings subclass this (one declaration:
-    the field constraints are the validation, and a violated one is an :class:`InputError` naming
-    the option, however the settings were built — the CLI, a library caller or a test)."""
+T = TypeVar("T", bound="ModeSettings")
+
+
+class ModeSettings(BaseModel):
+    """A mode's settings (one declaration: the field constraints are the validation, and a violated
+    one is an :class:`InputError` naming the option, however the settings were built — the CLI, a
+    library caller or a test)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
-
-    base: EvalConfig
-    requests: int = option(64, "--requests", ge=1, le=MAX_REQUESTS)
-    warmup: int = option(2, "--warmup", ge=0, le=MAX_REQUESTS)
-    force: bool = False
-    resume: bool = False  # keep the levels a same-settings run in ``out`` finished; rerun the rest
 
     @model_validator(mode="wrap")
     @classmethod
@@ -94,16 +95,26 @@ class LoadSettings(BaseModel):
             flag = extra.get("option") if isinstance(extra, dict) else None
             raise InputError(_bound_message(e), field=str(flag or "--" + name.replace("_", "-"))) from None
 
-    def but(self: S, **changes: Any) -> S:
+    def but(self: T, **changes: Any) -> T:
         """A copy with ``changes``, validated again (``model_copy`` would not check them)."""
         return type(self)(**(dict(self) | changes))
+
+
+class LoadSettings(ModeSettings):
+    """What every mode that sends requests level by level shares; its settings subclass this."""
+
+    base: EvalConfig
+    requests: int = option(64, "--requests", ge=1, le=MAX_REQUESTS)
+    warmup: int = option(2, "--warmup", ge=0, le=MAX_REQUESTS)
+    force: bool = False
+    resume: bool = False  # keep the levels a same-settings run in ``out`` finished; rerun the rest
 
 
 S = TypeVar("S", bound=LoadSettings)
 R = TypeVar("R", bound=_M)
 
 
-def build_settings(cls: type[S], **values: Any) -> S:
+def build_settings(cls: type[T], **values: Any) -> T:
     """``cls(**values)`` (kept as the one name the CLI calls; refusals are :class:`InputError`)."""
     return cls(**values)
 
@@ -127,14 +138,39 @@ class LevelContext(Generic[S]):
         return self.evalsets[""]
 
 
-class LoadMode(ABC, Generic[S, R]):
-    """One kind of load run (settings ``S``, result ``R``).  Subclass, set the class attributes,
-    implement the four methods, decorate with :func:`register` — the driver does the rest."""
+class Mode(ABC, Generic[T, R]):
+    """One kind of load run: settings ``T`` in, result ``R`` out (written as ``STEM.json`` and
+    ``STEM.md``).  Subclass, set the class attributes, implement :meth:`run` and :meth:`render`,
+    decorate with :func:`register`; :func:`.modes.run_mode` runs it by name."""
+
+    name: ClassVar[str]  # registry key
+    stem: ClassVar[str]  # output files: STEM.json, STEM.md
+    settings_model: ClassVar[type[ModeSettings]]
+
+    @abstractmethod
+    def run(self, settings: T, progress: Progress | None = None) -> R:
+        """Measure (or read), analyse and write; the result as written."""
+
+    @abstractmethod
+    def render(self, result: R) -> str:
+        """STEM.md from the result as written."""
+
+    def wrote(self, out: Path) -> str:
+        """Which files a run wrote, for the user."""
+        return f"{out / (self.stem + '.json')} and {out / (self.stem + '.md')}"
+
+
+class LoadMode(Mode[S, R]):
+    """A load run the driver runs level by level (settings ``S``, result ``R``).  Subclass, set the
+    class attributes, implement the four methods, decorate with :func:`register` — the driver does
+    the rest."""
 
     name: ClassVar[str]  # registry key (and the ``who`` of ``job.json``)
-    stem: ClassVar[str]  # output files: STEM.json, STEM.md
     settings_model: ClassVar[type[LoadSettings]]
     plot: ClassVar[Plot[Any] | None] = None
+
+    def run(self, settings: S, progress: Progress | None = None) -> R:
+        return drive(self, settings, progress)
 
     def who(self) -> str:
         """The name ``job.json`` records (``--resume`` refuses another mode's directory)."""
@@ -166,13 +202,9 @@ class LoadMode(ABC, Generic[S, R]):
     def analyse(self, ctx: LevelContext[S], done: list[Any]) -> R:
         """The result (with ``kind``; typed, fields in the file's order), written as STEM.json."""
 
-    @abstractmethod
-    def render(self, result: R) -> str:
-        """STEM.md from the result as written."""
 
-
-MODES: dict[str, type[LoadMode[Any, Any]]] = {}
-M = TypeVar("M", bound=type[LoadMode[Any, Any]])
+MODES: dict[str, type[Mode[Any, Any]]] = {}
+M = TypeVar("M", bound=type[Mode[Any, Any]])
 L = TypeVar("L")
 
 
@@ -297,14 +329,6 @@ def _resumable(out: Path, who: str, job: LoadSettings | None) -> list[Path]:
         raise InputError(f"{out} holds a run with other settings (differs in: {', '.join(diff[:6])}); rerun "
                          "without --resume (with --force to replace it)", field="--resume")
     return sorted(p.parent for p in out.rglob(LEVEL))
-
-
-def begin_levels(base: EvalConfig, requests: int, warmup: int, force: bool, who: str, *,
-                 job: LoadSettings | None = None,
-                 resume: bool = False) -> tuple[Path, list[str]]:
-    """:func:`begin_level_sets` with one expanded eval set; returns its path and the notes so far."""
-    paths, notes = begin_level_sets(base, {"": requests}, warmup, force, who, job=job, resume=resume)
-    return paths[""], notes
 
 
 def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force: bool, who: str, *,

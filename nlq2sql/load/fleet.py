@@ -8,15 +8,17 @@ configuration: the whole fleet's peak is set beside the sum of the replicas' own
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
-from nlq2sql.load.driver import Progress, prepare_out
+from nlq2sql.load.driver import Mode, ModeSettings, Progress, drive, prepare_out, register
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import FleetReplica, FleetRow, FleetSweepResult, SweepResult
-from nlq2sql.load.sweep import SweepConfig, run_sweep
+from nlq2sql.load.sweep import SweepConfig, SweepMode
+from nlq2sql.run.config import preflight
 from nlq2sql.run.endpoint_facts import EndpointFacts
 
-__all__ = ["render_markdown", "run_fleet_sweep"]
+__all__ = ["FleetSweepMode", "members", "render_markdown"]
 
 
 def members(cfg: SweepConfig) -> list[tuple[str, Any]]:
@@ -37,28 +39,44 @@ def _peak(res: SweepResult) -> FleetRow:
                     errors=sum(sum(s.errors.values()) for s in res.levels))
 
 
-def run_fleet_sweep(cfg: SweepConfig, server_info: EndpointFacts | None = None,
-                    progress: Progress | None = None) -> FleetSweepResult:
+@register
+class FleetSweepMode(Mode[SweepConfig, FleetSweepResult]):
     """The sweep for the whole fleet (``out/whole``), then for each replica (``out/replicaK``)."""
-    if not cfg.base.replicas:
-        raise ValueError("a fleet sweep needs several endpoints")
-    out = cfg.base.out
-    prepare_out(out, cfg.force)  # refuses a used directory unless --force
-    results = {"whole": run_sweep(cfg.but(base=replace(cfg.base, out=out / "whole")), server_info, progress)}
-    for label, pinned in members(cfg):
-        if progress:
-            progress(f"replica {label} alone: {pinned.endpoint}")
-        facts = EndpointFacts.model_validate({"endpoint": pinned.endpoint})
-        results[label] = run_sweep(cfg.but(base=pinned), facts, progress)
-    rows = {k: _peak(v) for k, v in results.items()}
-    alone = [rows[k].peak_req_per_s for k in rows if k != "whole"]
-    whole = rows["whole"].peak_req_per_s
-    total = sum(a for a in alone if a) if all(alone) else None
-    result = FleetSweepResult(kind="fleet-sweep", routing=cfg.base.routing,
-                              replicas=[FleetReplica(label=k, endpoint=p.endpoint) for k, p in members(cfg)],
-                              rows=rows, sum_of_replica_peaks=total,
-                              fleet_scaling_efficiency=whole / total if whole and total else None)
-    return write_outputs(out, "fleet-sweep", result, render_markdown)
+
+    name: ClassVar[str] = "fleet-sweep"
+    stem: ClassVar[str] = "fleet-sweep"
+    settings_model: ClassVar[type[ModeSettings]] = SweepConfig
+
+    def run(self, settings: SweepConfig, progress: Progress | None = None) -> FleetSweepResult:
+        cfg = settings
+        if not cfg.base.replicas:
+            raise ValueError("a fleet sweep needs several endpoints")
+        preflight(cfg.base)  # every replica reachable and serving the model before anything is written
+        out = cfg.base.out
+        prepare_out(out, cfg.force)  # refuses a used directory unless --force
+        whole = EndpointFacts.model_validate({"endpoint": "fleet", "started_by_us": False})
+        results = {"whole": drive(SweepMode(), cfg.but(base=replace(cfg.base, out=out / "whole")), progress,
+                                  server_info=whole)}
+        for label, pinned in members(cfg):
+            if progress:
+                progress(f"replica {label} alone: {pinned.endpoint}")
+            facts = EndpointFacts.model_validate({"endpoint": pinned.endpoint})
+            results[label] = drive(SweepMode(), cfg.but(base=pinned), progress, server_info=facts)
+        rows = {k: _peak(v) for k, v in results.items()}
+        alone = [rows[k].peak_req_per_s for k in rows if k != "whole"]
+        top = rows["whole"].peak_req_per_s
+        total = sum(a for a in alone if a) if all(alone) else None
+        result = FleetSweepResult(kind="fleet-sweep", routing=cfg.base.routing,
+                                  replicas=[FleetReplica(label=k, endpoint=p.endpoint) for k, p in members(cfg)],
+                                  rows=rows, sum_of_replica_peaks=total,
+                                  fleet_scaling_efficiency=top / total if top and total else None)
+        return write_outputs(out, "fleet-sweep", result, render_markdown)
+
+    def render(self, result: FleetSweepResult) -> str:
+        return render_markdown(result)
+
+    def wrote(self, out: Path) -> str:
+        return f"{out / 'fleet-sweep.json'}, {out / 'fleet-sweep.md'} and one sweep per replica"
 
 
 def render_markdown(r: FleetSweepResult) -> str:

@@ -28,12 +28,11 @@ from typing import Any, ClassVar
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
 from nlq2sql.load.contract import LevelStats, endpoint_labels
-from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, next_in, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import GridCell, GridClass, GridResult, GridSettings
 from nlq2sql.run.config import EvalConfig
-from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.semantic import load_catalog
 from nlq2sql.stages.evalset import load_evalset
 
@@ -232,11 +231,5 @@ class GridMode(LoadMode[GridConfig, GridResult]):
         return render_markdown(result)
 
 
-def run_grid(cfg: GridConfig, server_info: EndpointFacts | None = None,
-             progress: Progress | None = None) -> GridResult:
-    """Run every cell (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
-    return drive(GridMode(), cfg, progress, server_info=server_info)
-
-
 __all__ = ["DEFAULT_CLASSES", "GridConfig", "GridMode", "LengthClass", "cell", "context_block", "heatmap",
-           "parse_classes", "render_markdown", "run_grid"]
+           "parse_classes", "render_markdown"]

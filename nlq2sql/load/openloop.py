@@ -30,14 +30,13 @@ from pydantic import field_validator, model_validator
 from nlq2sql.errors import InputError
 from nlq2sql.load.analysis import cost_per_1k
 from nlq2sql.load.contract import Arrivals, LevelStats, endpoint_labels
-from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, next_in, option, register
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, next_in, option, register
 from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
 from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, RateSweepResult
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.store import RECORDS
-from nlq2sql.run.endpoint_facts import EndpointFacts
 
 
 class RateSweepConfig(LoadSettings):
@@ -119,6 +118,9 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
 
     def render(self, result: RateSweepResult) -> str:
         return render_markdown(result)
+
+    def wrote(self, out: Path) -> str:
+        return f"{out / 'rate-sweep.json'}, {out / 'rate-sweep.md'} and a plot"
 
 
 def arrival_stats(records: list[ItemRecord]) -> Arrivals:
@@ -261,11 +263,4 @@ def plot(res: RateSweepResult, out: Path) -> str:
     return path.name
 
 
-def run_rate_sweep(cfg: RateSweepConfig, server_info: EndpointFacts | None = None,
-                   progress: Progress | None = None) -> RateSweepResult:
-    """Run each offered rate (a local server is started when ``cfg.base`` has no endpoint); write
-    rate-sweep.json/.md and a plot."""
-    return drive(RateSweepMode(), cfg, progress, server_info=server_info)
-
-
-__all__ = ["RateSweepConfig", "RateSweepMode", "analyse_rates", "arrival_stats", "render_markdown", "run_rate_sweep"]
+__all__ = ["RateSweepConfig", "RateSweepMode", "analyse_rates", "arrival_stats", "render_markdown"]

@@ -29,7 +29,7 @@ class Unreported(_M):
     note: str
 
 
-#: What ``run_probe`` stamps on every probe's result; the files hold it after the probe's own figures.
+#: What a probe mode (``probes.ProbeMode``) stamps on its result; the files hold it after the probe's own figures.
 STAMP = ("kind", "endpoint", "model", "created")
 
 

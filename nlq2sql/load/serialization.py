@@ -31,14 +31,13 @@ from typing import Any, ClassVar
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
 from nlq2sql.load.contract import LevelStats
-from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, Progress, drive, option, register
+from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.oneshot import Shot
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import SerializationResult
 from nlq2sql.load.server_results import Evidence, SerializationSettings, Staircase
 from nlq2sql.run.config import EvalConfig
-from nlq2sql.run.endpoint_facts import EndpointFacts
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
 
@@ -310,12 +309,6 @@ class SerializationMode(LoadMode[SerializationConfig, SerializationResult]):
         return render_markdown(result)
 
 
-def run(cfg: SerializationConfig, server_info: EndpointFacts | None = None,
-        progress: Progress | None = None) -> SerializationResult:
-    """Measure and decide (a local server is started when ``cfg.base`` has no endpoint); write and return."""
-    return drive(SerializationMode(), cfg, progress, server_info=server_info)
-
-
 def render_markdown(r: SerializationResult) -> str:
     """The report, from the typed result (a dict is validated into it first)."""
     ev, st, th, cfg = r.evidence, r.staircase, r.thresholds, r.config
@@ -367,4 +360,4 @@ def render_markdown(r: SerializationResult) -> str:
 
 
 __all__ = ["VERDICTS", "SerializationConfig", "SerializationMode", "Verdict", "VerdictThresholds", "decide", "evidence",
-           "render_markdown", "run", "run_staircase", "staircase_index"]
+           "render_markdown", "run_staircase", "staircase_index"]

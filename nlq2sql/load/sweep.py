@@ -38,6 +38,8 @@ from nlq2sql.load.driver import (
     LevelContext,
     LoadMode,
     LoadSettings,
+    Mode,
+    ModeSettings,
     Progress,
     drive,
     next_in,
@@ -55,9 +57,8 @@ from nlq2sql.records.store import RECORDS
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
-__all__ = ["SweepConfig", "SweepMode", "assemble",
-           "parse_server_sweep", "rerender", "run_server_sweep",
-           "run_sweep", "write_result"]
+__all__ = ["RERENDER_ORDER", "ReanalyseMode", "ServerSweepMode", "ServerSweepSettings", "SweepConfig", "SweepMode",
+           "assemble", "parse_server_sweep", "render_server_sweep", "summarise_setting"]
 
 
 class SweepConfig(LoadSettings):
@@ -141,11 +142,8 @@ class SweepMode(LoadMode[SweepConfig, SweepResult]):
     def render(self, result: SweepResult) -> str:
         return render_markdown(result)
 
-
-def run_sweep(cfg: SweepConfig, server_info: EndpointFacts | None = None,
-              progress: Progress | None = None) -> SweepResult:
-    """Run every level (a local server is started when ``cfg.base`` has no endpoint); write and return the result."""
-    return drive(SweepMode(), cfg, progress, server_info=server_info)
+    def wrote(self, out: Path) -> str:
+        return f"{out / 'sweep.json'}, {out / 'sweep.md'} and plots"
 
 
 def assemble(cfg: SweepConfig, stats: list[LevelStats], server_info: EndpointFacts, notes: list[str]
@@ -168,35 +166,45 @@ def assemble(cfg: SweepConfig, stats: list[LevelStats], server_info: EndpointFac
     )
 
 
-def write_result(out: Path, result: SweepResult, order: tuple[str, ...] = ()) -> SweepResult:
-    return write_outputs(out, "sweep", result, render_markdown, ("plots", plot), order=order)
-
-
 #: A re-analysed ``sweep.json``'s keys before its levels and analysis, in the order re-renders have
 #: always written them (the read contract's, from before it was also the declaration the sweep builds).
 RERENDER_ORDER = ("record_version", "created", "elapsed_s", "model", "evalset", "endpoint_label", "cpu_label",
                   "server", "notes", "kind", "config")
 
 
-def rerender(out: Path, cfg: SweepConfig) -> SweepResult:
-    """Re-analyse a recorded sweep (new thresholds, SLOs or cost) without re-querying."""
-    from nlq2sql.load.levels import load_level_dirs
+@register
+class ReanalyseMode(Mode[SweepConfig, SweepResult]):
+    """Re-analyse the sweep recorded in ``out`` (new thresholds, SLOs or cost) without re-querying."""
 
-    typed: SweepResult = load_result(out / "sweep.json", SweepResult)
-    stats = load_level_dirs([Path(s.run_dir) for s in typed.levels])
-    for s, o in zip(stats, sorted(typed.levels, key=lambda x: x.concurrency), strict=False):
-        # measured live (a re-read run cannot measure it again): every field given, so all are written
-        s.client = ClientSeen(**o.client.model_dump())
-        if (m := o.machine) is not None:  # a re-analysis has always written the load averages as floats
-            s.machine = Machine(loadavg_1m_start=float(m.loadavg_1m_start), loadavg_1m_end=float(m.loadavg_1m_end),
-                                cpus=m.cpus)
-    # The file as read (every declared field), with the levels and analysis redone.
-    dumped = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
-    old = {k: dumped[k] for k in RERENDER_ORDER}
-    old["config"].update({"slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour})
-    redone = SweepResult.model_validate(old | {"levels": stats, "analysis": analyse(
-        stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)})
-    return write_result(out, redone, RERENDER_ORDER)
+    name: ClassVar[str] = "reanalyse"
+    stem: ClassVar[str] = "sweep"
+    settings_model: ClassVar[type[ModeSettings]] = SweepConfig
+
+    def run(self, settings: SweepConfig, progress: Progress | None = None) -> SweepResult:
+        from nlq2sql.load.levels import load_level_dirs
+
+        cfg, out = settings, settings.base.out
+        typed: SweepResult = load_result(out / "sweep.json", SweepResult)
+        stats = load_level_dirs([Path(s.run_dir) for s in typed.levels])
+        for s, o in zip(stats, sorted(typed.levels, key=lambda x: x.concurrency), strict=False):
+            # measured live (a re-read run cannot measure it again): every field given, so all are written
+            s.client = ClientSeen(**o.client.model_dump())
+            if (m := o.machine) is not None:  # a re-analysis writes the load averages as floats
+                s.machine = Machine(loadavg_1m_start=float(m.loadavg_1m_start),
+                                    loadavg_1m_end=float(m.loadavg_1m_end), cpus=m.cpus)
+        # The file as read (every declared field), with the levels and analysis redone.
+        dumped = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
+        old = {k: dumped[k] for k in RERENDER_ORDER}
+        old["config"].update({"slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour})
+        redone = SweepResult.model_validate(old | {"levels": stats, "analysis": analyse(
+            stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)})
+        return write_outputs(out, "sweep", redone, render_markdown, ("plots", plot), order=RERENDER_ORDER)
+
+    def render(self, result: SweepResult) -> str:
+        return render_markdown(result)
+
+    def wrote(self, out: Path) -> str:
+        return SweepMode().wrote(out)
 
 
 # -- server sweep -----------------------------------------------------------------------
@@ -221,24 +229,54 @@ def parse_server_sweep(text: str) -> tuple[str, tuple[int, ...]]:
     return SERVER_KNOBS[key], vals
 
 
-def run_server_sweep(cfg: SweepConfig, knob: str, values: tuple[int, ...],
-                     progress: Progress | None = None) -> ServerSweepResult:
+class ServerSweepSettings(ModeSettings):
+    """A server sweep: the concurrency sweep run once per value of one local-server knob."""
+
+    sweep: SweepConfig
+    knob: str = option("max_num_seqs", "--server-sweep")  # an EvalConfig.server field (SERVER_KNOBS' values)
+    values: tuple[int, ...] = option((), "--server-sweep", min_length=1)
+
+    @field_validator("knob")
+    @classmethod
+    def _known(cls, knob: str) -> str:
+        if knob not in SERVER_KNOBS.values():
+            raise InputError(f"unknown server setting {knob!r} (known: {', '.join(SERVER_KNOBS.values())})",
+                             field="--server-sweep")
+        return knob
+
+
+@register
+class ServerSweepMode(Mode[ServerSweepSettings, ServerSweepResult]):
     """Restart a local server per setting and sweep each; a combined table compares them."""
-    if cfg.base.endpoint is not None:
-        raise InputError("--server-sweep restarts a local server; it cannot be used with --endpoint",
-                         field="--server-sweep")
-    prepare_out(cfg.base.out, cfg.force)
-    rows = []
-    for v in values:
-        sub = cfg.base.out / f"{knob.replace('_', '-')}-{v}"
-        if progress:
-            progress(f"starting a local server with {knob.replace('_', '-')}={v}")
-        setting: dict[str, Any] = {knob: v}  # one server knob, chosen by name
-        with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, facts):
-            res = run_sweep(cfg.but(base=replace(bound, out=sub), force=True), facts, progress)
-        rows.append(summarise_setting(v, str(sub), res))
-    combined = ServerSweepResult(kind="server-sweep", knob=knob, values=list(values), settings=rows)
-    return write_outputs(cfg.base.out, "server-sweep", combined, render_server_sweep)
+
+    name: ClassVar[str] = "server-sweep"
+    stem: ClassVar[str] = "server-sweep"
+    settings_model: ClassVar[type[ModeSettings]] = ServerSweepSettings
+
+    def run(self, settings: ServerSweepSettings, progress: Progress | None = None) -> ServerSweepResult:
+        cfg, knob = settings.sweep, settings.knob
+        if cfg.base.endpoint is not None:
+            raise InputError("--server-sweep restarts a local server; it cannot be used with --endpoint",
+                             field="--server-sweep")
+        prepare_out(cfg.base.out, cfg.force)
+        rows = []
+        for v in settings.values:
+            sub = cfg.base.out / f"{knob.replace('_', '-')}-{v}"
+            if progress:
+                progress(f"starting a local server with {knob.replace('_', '-')}={v}")
+            setting: dict[str, Any] = {knob: v}  # one server knob, chosen by name
+            with bound_endpoint(replace(cfg.base, server=replace(cfg.base.server, **setting))) as (bound, facts):
+                res = drive(SweepMode(), cfg.but(base=replace(bound, out=sub), force=True), progress,
+                            server_info=facts)
+            rows.append(summarise_setting(v, str(sub), res))
+        combined = ServerSweepResult(kind="server-sweep", knob=knob, values=list(settings.values), settings=rows)
+        return write_outputs(cfg.base.out, "server-sweep", combined, render_server_sweep)
+
+    def render(self, result: ServerSweepResult) -> str:
+        return render_server_sweep(result)
+
+    def wrote(self, out: Path) -> str:
+        return f"{out / 'server-sweep.md'} and one sweep per setting"
 
 
 def summarise_setting(value: int, sub: str, res: SweepResult) -> SettingRow:

@@ -22,12 +22,11 @@ from retail import retail_wh
 
 from nlq2sql.load import serialization as ser
 from nlq2sql.load import sweep as sw
+from nlq2sql.load.modes import run_mode
 from nlq2sql.load.probe_results import CancelProbeResult, HealthProbeResult, PrefixProbeResult
-from nlq2sql.load.probes import Target, run_probe
 from nlq2sql.load.proxy import Proxy
 from nlq2sql.load.server_results import SerializationResult
 from nlq2sql.run.config import EvalConfig, LoadShape
-from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.server import LocalServer, ServerConfig, free_port
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.transport.client import Sampling
@@ -38,9 +37,17 @@ def base(url: str, model: str, out: Path) -> EvalConfig:
                       sampling=Sampling(max_tokens=32), load=LoadShape(metrics_interval_s=0.1))
 
 
+def probe(name: str, server: LocalServer, out: Path, **settings: object) -> tuple[object, str]:
+    """``probe NAME`` against the shared server: the result as written and its Markdown."""
+    r = run_mode(f"probe-{name}", {"base": EvalConfig(endpoint=server.url, model=server.model_name, out=out),
+                                   **settings})
+    return r, (out / f"{name}.md").read_text()
+
+
 def verdict(url: str, model: str, out: Path, level: int, n_single: int, n_level: int) -> SerializationResult:
-    res = ser.run(ser.SerializationConfig(base=base(url, model, out), level=level, requests_single=n_single,
-                                          requests_level=n_level, staircase=4))
+    res = run_mode("serialization", ser.SerializationConfig(base=base(url, model, out), level=level,
+                                                            requests_single=n_single, requests_level=n_level,
+                                                            staircase=4))
     print(json.dumps({"verdict": res.verdict, "rule": res.rule, "caveats": res.caveats}, indent=1))
     print(json.dumps(res.evidence.to_json(), indent=1))
     assert res.staircase is not None
@@ -52,7 +59,7 @@ def test_sweep_live(vllm_server: LocalServer, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     cfg = sw.SweepConfig(base=base(vllm_server.url, vllm_server.model_name, out), levels=(1, 8),
                          requests=8, slo_p95=(0.5, 120.0), gpu_cost_per_hour=1.0, warmup=0)
-    res = sw.run_sweep(cfg, EndpointFacts(started_by_us=False, endpoint=vllm_server.url))
+    res = run_mode("sweep", cfg)
     print((out / "sweep.md").read_text())
     lv = {s.concurrency: s for s in res.levels}
     assert all(s.n == 8 and s.ok == 8 for s in lv.values()), [s.errors for s in lv.values()]
@@ -77,7 +84,7 @@ def test_rate_sweep_live(vllm_server: LocalServer, tmp_path: Path) -> None:
     out = tmp_path / "rates"
     cfg = openloop.RateSweepConfig(base=base(vllm_server.url, vllm_server.model_name, out), rates=(0.2, 3.0),
                                    requests=6, max_in_flight=32, warmup=0, slo_p95=(300.0,))
-    res = openloop.run_rate_sweep(cfg, EndpointFacts(started_by_us=False, endpoint=vllm_server.url))
+    res = run_mode("rate-sweep", cfg)
     print((out / "rate-sweep.md").read_text())
     lv = {s.offered_rate: s for s in res.levels}
     assert all(s.n == 6 and s.ok == 6 for s in lv.values()), [s.errors for s in lv.values()]
@@ -97,7 +104,7 @@ def test_grid_live(vllm_server: LocalServer, tmp_path: Path) -> None:
     out = tmp_path / "grid"
     cfg = gr.GridConfig(base=base(vllm_server.url, vllm_server.model_name, out), levels=(1, 4),
                         classes=gr.parse_classes("short,long:384:24"), requests=4, warmup=0)
-    res = gr.run_grid(cfg, EndpointFacts(started_by_us=False, endpoint=vllm_server.url))
+    res = run_mode("grid", cfg)
     print((out / "grid.md").read_text())
     cells = {(c.cls, c.concurrency): c for c in res.cells}
     assert all(c.n == c.ok == 4 for c in cells.values()), [c.errors for c in cells.values()]
@@ -123,8 +130,7 @@ def test_serialization_behind_a_lock_is_serialized_upstream(vllm_server: LocalSe
 
 
 def test_probe_cancel(vllm_server: LocalServer, tmp_path: Path) -> None:
-    r, md = run_probe("cancel", Target(vllm_server.url, vllm_server.model_name), tmp_path, k_tokens=16,
-                      max_tokens=512, trials=2)
+    r, md = probe("cancel", vllm_server, tmp_path, k_tokens=16, max_tokens=512, trials=2)
     print(md)
     assert isinstance(r, CancelProbeResult)
     assert all(t.disconnected for t in r.trials)
@@ -133,8 +139,7 @@ def test_probe_cancel(vllm_server: LocalServer, tmp_path: Path) -> None:
 
 
 def test_probe_health(vllm_server: LocalServer, tmp_path: Path) -> None:
-    r, md = run_probe("health", Target(vllm_server.url, vllm_server.model_name), tmp_path, prefill_words=500,
-                      parallel=2)
+    r, md = probe("health", vllm_server, tmp_path, prefill_words=500, parallel=2)
     print(md)
     assert isinstance(r, HealthProbeResult)
     assert r.idle.n == 40 and r.idle.errors == 0
@@ -146,9 +151,8 @@ def test_probe_prefix(vllm_server: LocalServer, tmp_path: Path) -> None:
     from nlq2sql.stages.evalset import load_evalset
 
     qs = [c.question for c in load_evalset("heldout", retail_wh()).cases]
-    r, md = run_probe("prefix", Target(vllm_server.url, vllm_server.model_name), tmp_path,
-                      system=load_prompt("baseline", "default", retail_wh()).text, questions=qs, requests=3,
-                      pad_words=300, max_tokens=8)
+    r, md = probe("prefix", vllm_server, tmp_path, system=load_prompt("baseline", "default", retail_wh()).text,
+                  questions=qs, requests=3, pad_words=300, max_tokens=8)
     print(md)
     assert isinstance(r, PrefixProbeResult)
     sc = r.scenarios
