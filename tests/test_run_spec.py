@@ -135,8 +135,8 @@ def test_a_run_recorded_before_the_spec_section_still_gives_its_spec(tmp_path: P
 #: tune and sweep call the load driver, the matrix shares one endpoint over its runs.
 STOPS = {
     "load-check": ("nlq2sql.run.live.bound_endpoint", lambda cfg, *a, **k: cfg),
-    "tune": ("nlq2sql.load.modes.run_mode", lambda mode, say, **k: k["base"]),
-    "sweep": ("nlq2sql.load.modes.run_job", lambda job, say: job.sweep.base),
+    "tune": ("nlq2sql.load.modes.run_mode", lambda name, settings, *a: settings["base"]),
+    "sweep": ("nlq2sql.load.modes.run_mode", lambda name, settings, *a: settings.base),
     "matrix": ("nlq2sql.experiments.common.shared_endpoint", lambda cfg, *a, **k: cfg),
 }
 
