@@ -261,6 +261,7 @@ JSON_EDGES: dict[str, tuple[int, str]] = {
     "nlq2sql.records.store": (5, f"{LINES}; a finished run's two files as read"),
     "nlq2sql.records.results": (3, f"{DUMP}; {READ} (a manifest's warehouse)"),
     "nlq2sql.records.summary_parts": (3, DUMP),
+    "nlq2sql.records.typed": (1, DUMP),
     "nlq2sql.records.run_parts": (2, DUMP),
     "nlq2sql.records.batch_parts": (2, f"{DUMP}; {READ}"),
     "nlq2sql.records.manifest_parts": (2, f"{DUMP}; {KWARGS}"),
