@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.run.presets import presets
 from nlq2sql.run.server import LocalServer
 
 
@@ -33,12 +34,15 @@ def _swap(args: list[str], option: str, value: str) -> list[str]:
 
 def test_the_readme_main_job_runs_as_written(vllm_server: LocalServer, tmp_path: Path) -> None:
     args = readme_main_job()
-    assert "--model" in args and "--out" in args and "--answer" in args  # what the README promises
+    assert "--preset" in args and "--out" in args  # what the README promises: the recommended spec, by name
+    preset = presets()[args[args.index("--preset") + 1]]
     out = tmp_path / "run"
-    args = _swap(_swap(args, "--model", vllm_server.model_name), "--out", str(out))
-    res = CliRunner().invoke(app, ["eval", *args, "--endpoint", vllm_server.url, "--limit", "3", "--max-tokens", "160"])
+    args = _swap(args, "--out", str(out))  # the test's model and endpoint: given options win over the preset
+    res = CliRunner().invoke(app, ["eval", *args, "--model", vllm_server.model_name, "--endpoint", vllm_server.url,
+                                   "--limit", "3", "--max-tokens", "160"])
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
     summary = json.loads((out / "summary.json").read_text())
-    assert manifest["answer"] == args[args.index("--answer") + 1] and summary["n"] == 3
+    assert manifest["answer"] == preset.values["answer"] and summary["n"] == 3
+    assert manifest["spec"]["conditions"]["examples"] == preset.values["examples"]
     assert re.search(r"final accuracy", res.output)
