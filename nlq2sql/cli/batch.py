@@ -86,6 +86,7 @@ def batch_cmd(
 ) -> None:
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
     the usual summary.  Shards are written whole; an interrupted batch continues with --resume."""
+    from nlq2sql.answers.kinds import KINDS
     from nlq2sql.run.batch import BatchConfig, require_ray, run_batch
     from nlq2sql.run.config import EvalConfig
     from nlq2sql.stages.report import render_summary
@@ -96,9 +97,9 @@ def batch_cmd(
         raise InputError("give one of --evalset (scored) or --questions (answered, not scored)", field="--evalset")
     first, replicas = fleet_args(endpoint, endpoints_file)
     names = guardrail_names(guardrails)
-    if answer in ("sql", "sql-grammar"):  # as eval: the answer's own prompt, no v1 guardrail unless named
-        prompt = "sql" if prompt == "baseline" else prompt
-        names = names if guardrails else ()
+    if answer in KINDS:  # as eval: the kind's own prompt, no v1 guardrail unless named (answers.kinds)
+        prompt = KINDS[answer].prompt if prompt == "baseline" else prompt
+        names = names if KINDS[answer].default_guardrails or guardrails else ()
     base = EvalConfig(endpoint=first, replicas=replicas, routing=routing, model=model, api_key_env=api_key_env,
                       prompt=prompt, guardrails=names, limit=limit, concurrency=concurrency, answer=answer,
                       sampling=Sampling(max_tokens=max_tokens), timeout_s=timeout, semantic_model=semantic_model,

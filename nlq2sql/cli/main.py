@@ -108,19 +108,17 @@ def score(
 ) -> None:
     """Re-score raw model outputs offline (no model needed).  A gold-SQL set (lines with gold_sql) is
     scored for any --answer by the rows of its gold SQL."""
+    from nlq2sql.answers.kinds import KINDS
+    from nlq2sql.answers.query_run import score_query_responses, scored_here
     from nlq2sql.stages.pipeline import ScoreConfig, score_responses
     from nlq2sql.stages.report import render_summary
 
-    if answer not in ("intent", "query", "sql", "sql-grammar"):
-        raise InputError(f"unknown answer kind {answer!r} (known: intent, query, sql, sql-grammar)",
-                         field="--answer")
-    names = guardrail_names(guardrails) if answer == "intent" or guardrails else ()
+    kind = KINDS[answer]  # an unknown kind: one message naming the known ones
+    names = guardrail_names(guardrails) if kind.default_guardrails or guardrails else ()
     cfg = ScoreConfig(evalset, responses, out, names, force=force, allow_missing=allow_missing,
                       semantic_model=semantic_model, warehouse=db, dbt=dbt,
                       search_path=search_path_arg(search_path))
-    if answer in ("query", "sql", "sql-grammar") or _gold_sql(evalset, semantic_model, dbt):
-        from nlq2sql.answers.query_run import score_query_responses
-
+    if scored_here(answer) or _gold_sql(evalset, semantic_model, dbt):
         summary = score_query_responses(cfg, answer)
     else:
         summary = score_responses(cfg)
@@ -199,6 +197,7 @@ def eval_cmd(
     rows of its gold SQL)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from nlq2sql.answers.kinds import KINDS
     from nlq2sql.cli.serving import eval_repeats
     from nlq2sql.run.config import EvalConfig, LocalServerSettings
     from nlq2sql.run.live import run_eval
@@ -216,11 +215,9 @@ def eval_cmd(
         raise InputError("only for a local server (no --endpoint): a running server's context is its own; the "
                          "run checks its prompts against the endpoint's max_model_len", field="--max-model-len")
     check_startup_timeout(startup_timeout, max_model_len)
-    if answer in ("query", "sql", "sql-grammar"):  # the answer's own prompt, and no v1 guardrail unless named
-        prompt = ("sql" if answer == "sql-grammar" else answer) if prompt == "baseline" else prompt
-        names = guardrail_names(guardrails) if guardrails else ()
-    else:
-        names = guardrail_names(guardrails)
+    kind = KINDS[answer]  # the answer's own prompt, and no v1 guardrail unless named (answers.kinds)
+    prompt = kind.prompt if prompt == "baseline" else prompt
+    names = guardrail_names(guardrails) if kind.default_guardrails or guardrails else ()
     cfg = EvalConfig(evalset=evalset, out=out, endpoint=first, replicas=replicas, routing=routing,
                      model=model, api_key_env=api_key_env, prompt=prompt, guardrails=names, answer=answer,
                      concurrency=concurrency,

@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nlq2sql.answers.kinds import KINDS, bind_sampling
 from nlq2sql.answers.sql.gold import COLUMN_RULE
-from nlq2sql.answers.sql.score import SQL_ANSWERS
 from nlq2sql.conditions.registry import REGISTRY, Messages
 from nlq2sql.records.manifest_parts import (
     ContextPart,
@@ -64,13 +64,12 @@ from nlq2sql.run.serving import endpoint_structured_outputs
 from nlq2sql.run.session import Session, finish_summary, recorded_retries, session_result
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
 from nlq2sql.semantic import open_warehouse
-from nlq2sql.stages.evalset import EvalCase, load_evalset
+from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set, resolve_search_path
 from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.prompt import load_prompt
-from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.transport.client import RetryBudget, bind_sampling
+from nlq2sql.transport.client import RetryBudget
 
 # The configuration and its checks live in ``run.config``, the session's figures in ``run.session``.
 __all__ = ["Interrupts", "Progress", "bound_endpoint", "endpoint_context", "local_context", "recorded_args",
@@ -206,12 +205,10 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> Summary:
 
 def _eval_set(cfg: EvalConfig, wh: Any) -> tuple[bool, Any]:
     """(whether its golds are SQL, the set): a gold-SQL set scores every answer kind by its rows;
-    otherwise v2 golds for the query and SQL answers, v1 golds for the intent."""
+    otherwise the kind's own cases (v2 golds for the query and SQL answers, v1 golds for the intent)."""
     if is_gold_sql_set(cfg.evalset, wh.name):
         return True, load_gold_sql_set(cfg.evalset, wh.name)
-    if cfg.answer in ("query", "sql", "sql-grammar"):
-        return False, load_query_set(cfg.evalset, wh.catalog)
-    return False, load_evalset(cfg.evalset, wh)
+    return False, KINDS[cfg.answer].load_cases(cfg.evalset, wh)
 
 
 def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts) -> Summary:
@@ -290,13 +287,13 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             retry_budget=RetryBudgetPart(fraction=cfg.retry_budget,
                                          total=RetryBudget.allowed(len(cases), cfg.retry_budget)),
         )
-        if cfg.answer != "intent":  # (older runs: absent, v1 intents)
+        if not KINDS[cfg.answer].implicit:  # (older runs: absent, v1 intents)
             manifest.answer = cfg.answer
         if context is not None:
             manifest.context = context
         if gold_sql:
             manifest.gold, manifest.column_rule = "sql", COLUMN_RULE
-        if gold_sql or cfg.answer in SQL_ANSWERS:  # where unqualified names in gold and model SQL resolved
+        if gold_sql or KINDS[cfg.answer].writes_sql:  # where unqualified names in gold and model SQL resolved
             manifest.search_path = list(resolve_search_path(wh.catalog.manifest, cfg.search_path))
         if len(fleet) > 1:
             manifest.routing = cfg.routing
