@@ -24,7 +24,9 @@ import aiohttp
 if TYPE_CHECKING:  # the SDK loads only with the sdk client: workers on aiohttp never import it
     from openai import AsyncOpenAI
 
-from nlq2sql.answers.kinds import bind_sampling  # re-exported for callers not yet moved to answers.kinds
+# Kept only until run/batch_manifest and run/batch_vllm import it from answers.kinds (its home): the
+# transport takes a kind's structured-output part as plain sampling fields and knows no kind itself.
+from nlq2sql.answers.kinds import bind_sampling
 from nlq2sql.records.manifest_parts import SamplingPart
 from nlq2sql.transport.rawclient import RawClient, stream_once
 from nlq2sql.transport.stream import Accumulator, Completion, HTTPStatusError, StreamEventError, Transport
