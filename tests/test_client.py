@@ -13,13 +13,13 @@ import openai
 import pytest
 from retail import RETAIL
 
+from nlq2sql.answers.kinds import bind_sampling
 from nlq2sql.transport.client import (
     KEEPALIVE_S,
     EndpointConfig,
     RetryBudget,
     Sampling,
     _limits,
-    bind_sampling,
     complete,
 )
 

@@ -12,7 +12,8 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from nlq2sql.answers.sql.gold import COLUMN_RULE, GoldRunner, check_gold_sql_set, gold_sql_record
+from nlq2sql.answers.kinds import KINDS
+from nlq2sql.answers.sql.gold import COLUMN_RULE, GoldRunner, check_gold_sql_set
 from nlq2sql.answers.sql.sandbox import Sandbox
 from nlq2sql.cli.main import app
 from nlq2sql.errors import EvalSetError, EvalSetProblems, InputError
@@ -92,7 +93,7 @@ def _cases(gold_file: Path) -> dict[str, GoldSqlCase]:
 
 
 def _score(case: GoldSqlCase, text: str, answer: str, wh: Warehouse, ex: Executor, golds: GoldRunner) -> Any:
-    return gold_sql_record(case, text, answer=answer, executor=ex, catalog=wh.catalog, golds=golds)
+    return KINDS[answer].gold_record(case, text, executor=ex, catalog=wh.catalog, golds=golds)
 
 
 def test_loading_derives_ordered_and_category(gold_file: Path) -> None:

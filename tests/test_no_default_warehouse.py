@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from retail import RETAIL
 
+from nlq2sql.answers.kinds import bind_sampling
 from nlq2sql.cli._common import CLI_WAREHOUSE
 from nlq2sql.load.grid import context_block
 from nlq2sql.load.levels import expand_evalset
@@ -25,7 +26,7 @@ from nlq2sql.stages.intent import Intent, branch_schema, compact_regex, intent_s
 from nlq2sql.stages.prompt import SLOT, load_prompt
 from nlq2sql.stages.score import case_record, intent_record
 from nlq2sql.stages.sqlbuild import build_sql
-from nlq2sql.transport.client import Sampling, bind_sampling, request_kwargs
+from nlq2sql.transport.client import Sampling, request_kwargs
 
 #: (function, the parameter naming its warehouse)
 CORE: list[tuple[Callable[..., Any], str]] = [

@@ -293,8 +293,9 @@ def test_planner_stages_for_the_v2_answer() -> None:
     ``unanswerable`` choice keeps the abstention alone)."""
     import jsonschema
 
+    from nlq2sql.answers.kinds import bind_sampling
     from nlq2sql.conditions.planner import stage_one, stage_two
-    from nlq2sql.transport.client import Sampling, bind_sampling
+    from nlq2sql.transport.client import Sampling
 
     base = bind_sampling(Sampling(), catalog(), "query")
     one = stage_one(base, ("breakdown", "top_n_by_metric", "time_series", "unanswerable"))

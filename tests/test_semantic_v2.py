@@ -108,8 +108,9 @@ def test_schema_accepts_what_parse_accepts_and_names_come_from_metricflow() -> N
 
 
 def test_known_values_pin_a_small_fields_where_and_only_that_fields() -> None:
+    from nlq2sql.answers.kinds import bind_sampling
     from nlq2sql.semantic.binding import open_warehouse
-    from nlq2sql.transport.client import Sampling, bind_sampling
+    from nlq2sql.transport.client import Sampling
 
     wh = open_warehouse("retail")
     known = dict(wh.schema_values)

@@ -17,6 +17,7 @@ import xgrammar as xgr
 from typer.testing import CliRunner
 from xgrammar.testing import _is_grammar_accept_string
 
+from nlq2sql.answers.kinds import bind_sampling
 from nlq2sql.answers.sql.grammar import check_compiles, grammar_text, sql_grammar
 from nlq2sql.answers.sql.sandbox import Sandbox
 from nlq2sql.answers.sql.score import sql_record
@@ -29,7 +30,7 @@ from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.pipeline import make_executor
 from nlq2sql.stages.queryset import load_query_set
-from nlq2sql.transport.client import Sampling, bind_sampling, request_kwargs
+from nlq2sql.transport.client import Sampling, request_kwargs
 
 SHIPPED = ("retail", "tpch", "flights", "jaffle")
 V2_SETS = {"retail": "heldout-v2", "tpch": "heldout-v2", "flights": "heldout-v2"}

@@ -115,6 +115,8 @@ def score(
 ) -> None:
     """Re-score raw model outputs offline (no model needed), or re-derive a finished run (--run).  A
     gold-SQL set (lines with gold_sql) is scored for any --answer by the rows of its gold SQL."""
+    from nlq2sql.answers.kinds import KINDS
+    from nlq2sql.answers.query_run import score_query_responses, scored_here
     from nlq2sql.stages.pipeline import ScoreConfig, score_responses
     from nlq2sql.stages.report import render_summary
 
@@ -130,16 +132,12 @@ def score(
         raise InputError("pass --evalset and --responses (raw model outputs to score), or --run (a finished run "
                          "to re-derive)", field="--responses" if evalset is not None else "--evalset")
     answer = answer or "intent"
-    if answer not in ("intent", "query", "sql", "sql-grammar"):
-        raise InputError(f"unknown answer kind {answer!r} (known: intent, query, sql, sql-grammar)",
-                         field="--answer")
-    names = guardrail_names(guardrails) if answer == "intent" or guardrails else ()
+    kind = KINDS[answer]  # an unknown kind: one message naming the known ones
+    names = guardrail_names(guardrails) if kind.default_guardrails or guardrails else ()
     cfg = ScoreConfig(evalset, responses, out, names, force=force, allow_missing=allow_missing,
                       semantic_model=semantic_model, warehouse=db, dbt=dbt,
                       search_path=search_path_arg(search_path))
-    if answer in ("query", "sql", "sql-grammar") or _gold_sql(evalset, semantic_model, dbt):
-        from nlq2sql.answers.query_run import score_query_responses
-
+    if scored_here(answer) or _gold_sql(evalset, semantic_model, dbt):
         summary = score_query_responses(cfg, answer)
     else:
         summary = score_responses(cfg)

@@ -16,6 +16,7 @@ from typing import Any
 from msgspec import UNSET, UnsetType
 from pydantic import Field
 
+from nlq2sql.answers.kinds import answer_kind
 from nlq2sql.conditions.confidence import TOP_LOGPROBS, Evidence, intent_evidence, query_evidence
 from nlq2sql.conditions.registry import Condition, Settings, register
 from nlq2sql.conditions.trace import Trace
@@ -61,7 +62,7 @@ class Abstain(Condition[AbstainSettings]):
     trace = AbstainTrace
 
     def load(self, wh: Any, answer: str) -> None:
-        if answer == "query":
+        if answer_kind(answer).form == "query":
             self.metrics = tuple(wh.catalog.metrics)
 
     def sampling(self, s: Sampling) -> Sampling:

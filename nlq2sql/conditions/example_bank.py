@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nlq2sql.answers.kinds import answer_kind
 from nlq2sql.conditions.synth import EMPTY_TAG, SYNTHETIC, SYNTHETIC_TAG, cached_bank
 from nlq2sql.errors import EvalSetError, InputError
 from nlq2sql.paths import cache_dir
@@ -174,14 +175,14 @@ def load_bank(name_or_path: str | None, source: Catalog | Warehouse, k: int, ans
     name = name_or_path or DEFAULT_BANK
     if name == SYNTHETIC or (name_or_path is None and not _has_set(DEFAULT_BANK, catalog.name)):
         why = "" if name == SYNTHETIC else f" (warehouse {catalog.name!r} has no {DEFAULT_BANK} set)"
-        if answer != "query":
+        if answer_kind(answer).form != "query":
             raise InputError(f"the synthetic bank{why} holds MetricFlow queries: use it with --answer query, "
                              "or name a bank of v1 intents", field="--example-bank")
         if not isinstance(source, Warehouse):
             raise InputError(f"the synthetic bank{why} is generated from the warehouse's data, which this "
                              "caller did not give", field="--example-bank")
         name = str(cached_bank(source))
-    if answer == "query":
+    if answer_kind(answer).form == "query":
         from nlq2sql.stages.queryset import load_query_set
 
         bank = ExampleBank(load_query_set(name, catalog), _query_answer)

@@ -12,6 +12,7 @@ from typing import Any
 from msgspec import UNSET, UnsetType
 from pydantic import Field
 
+from nlq2sql.answers.kinds import answer_kind
 from nlq2sql.conditions.example_bank import ExampleBank, ExamplesManifest, load_bank
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.conditions.sql_examples import sql_bank
@@ -57,7 +58,7 @@ class Examples(Condition[ExamplesSettings]):
         return self.settings.examples > 0  # a bank named without --examples is not used
 
     def load(self, wh: Any, answer: str) -> None:
-        if answer in ("sql", "sql-grammar"):
+        if answer_kind(answer).writes_sql:
             self.bank = sql_bank(self.settings.example_bank, wh, self.settings.examples)
             return
         self.bank = load_bank(self.settings.example_bank, wh, self.settings.examples, answer)

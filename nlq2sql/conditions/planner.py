@@ -20,6 +20,7 @@ from typing import Any, Literal
 from msgspec import UNSET, UnsetType
 from pydantic import Field
 
+from nlq2sql.answers.kinds import answer_kind
 from nlq2sql.conditions.confidence import Evidence, intent_evidence
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.conditions.trace import Trace
@@ -67,13 +68,13 @@ def kind_messages(messages: list[dict[str, str]], answer: str) -> list[dict[str,
     """The first stage's messages: v2 adds :data:`KIND_QUESTION` to the system message (the
     question stays the last user message, as every request has it); v1's schema already names
     the kinds (its ``intent`` field), so its messages are the prompt's."""
-    if answer != "query" or not messages or messages[0].get("role") != "system":
+    if answer_kind(answer).form != "query" or not messages or messages[0].get("role") != "system":
         return messages
     return [{**messages[0], "content": messages[0]["content"] + KIND_QUESTION}, *messages[1:]]
 
 
 def stage_two(base: Sampling, catalog: Catalog, kind: str, answer: str = "intent") -> Sampling:
-    schema = query_kind_schema(json.loads(base.schema_json or "{}"), kind) if answer == "query" else \
+    schema = query_kind_schema(json.loads(base.schema_json or "{}"), kind) if answer_kind(answer).form == "query" else \
         branch_schema(kind, catalog)
     return replace(base, structured="json", regex=None, schema_json=json.dumps(schema, separators=(",", ":")))
 
@@ -141,7 +142,8 @@ async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict
                           answer: str = "intent") -> tuple[Completion, PlannerTrace]:
     """Both stages for one item: (the answer's completion, the planner's record fields).  With the
     v2 answer the first stage is asked :data:`KIND_QUESTION` and the second may still abstain."""
-    kinds = KINDS if answer == "query" else INTENTS
+    v2 = answer_kind(answer).form == "query"  # the kind's answers are MetricFlow queries
+    kinds = KINDS if v2 else INTENTS
     first = await complete(client, ecfg, kind_messages(messages, answer), stage_one(base, kinds), budget, fail_fast)
     choice = (first.text or "").strip()
     fields = PlannerTrace(
@@ -150,7 +152,7 @@ async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict
         planner_prompt_tokens=first.prompt_tokens, planner_completion_tokens=first.completion_tokens,
         requests=1,
     )
-    if first.token_logprobs is not None and answer != "query":  # --abstain-below: the kind was decided here
+    if first.token_logprobs is not None and not v2:  # --abstain-below: the kind was decided here
         fields.intent_evidence = intent_evidence(first.token_logprobs)
     if first.outcome != "ok":
         return first, fields  # the item failed in stage one: recorded as that failure

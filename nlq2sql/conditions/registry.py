@@ -39,11 +39,8 @@ if TYPE_CHECKING:
     from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling
     from nlq2sql.transport.stream import Completion
 
-__all__ = ["ANSWERS", "REGISTRY", "Condition", "ConditionSet", "Messages", "Registry", "Request", "Settings",
+__all__ = ["REGISTRY", "Condition", "ConditionSet", "Messages", "Registry", "Request", "Settings",
            "register"]
-
-#: The answer kinds a run may ask for (``--answer``).
-ANSWERS = ("intent", "query", "sql", "sql-grammar")
 
 Messages = list[dict[str, str]]
 

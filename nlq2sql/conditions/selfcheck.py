@@ -31,6 +31,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 from pydantic import Field
 
+from nlq2sql.answers.kinds import answer_kind
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import InputError, IntentError
@@ -76,7 +77,7 @@ class SelfCheckTrace(Trace):
 def _key(text: str, catalog: Catalog, answer: str) -> str:
     """The canonical form a sample votes with: a v1 intent's, or a v2 query's (every abstention
     one vote: :func:`~nlq2sql.stages.query_guard.canonical_key`)."""
-    if answer == "query":
+    if answer_kind(answer).form == "query":
         return canonical_key(parse_answer(text, catalog))
     return json.dumps(canonicalise(parse_intent(text, catalog)).model_dump(mode="json"), sort_keys=True)
 

@@ -13,9 +13,7 @@ from nlq2sql.conditions.example_bank import DEFAULT_BANK, ExampleBank, ExamplesM
 from nlq2sql.errors import InputError
 from nlq2sql.semantic.binding import Warehouse
 
-__all__ = ["SQL_ANSWERS", "SqlExampleBank", "sql_bank"]
-
-SQL_ANSWERS = frozenset({"sql", "sql-grammar"})
+__all__ = ["SqlExampleBank", "sql_bank"]
 
 
 class SqlExampleBank(ExampleBank):

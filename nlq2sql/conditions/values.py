@@ -26,6 +26,7 @@ from typing import Any, Literal
 from msgspec import UNSET, UnsetType
 from pydantic import Field
 
+from nlq2sql.answers.kinds import answer_kind
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
@@ -83,7 +84,7 @@ class Values(Condition[ValuesSettings]):
     def load(self, wh: Any, answer: str) -> None:
         if self.settings.link_values in ("hint", "both"):
             self.index = ValueIndex(wh)
-        if answer == "query":
+        if answer_kind(answer).form == "query":
             self.catalog = wh.catalog
 
     def manifest(self) -> Part:

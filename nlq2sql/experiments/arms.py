@@ -22,6 +22,7 @@ from pathlib import Path
 
 from msgspec import UNSET
 
+from nlq2sql.answers.kinds import KINDS
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.common import Share, read_run
 from nlq2sql.experiments.compare import cost_per_1k
@@ -81,7 +82,7 @@ def run_arms(base: EvalConfig, answers: tuple[str, ...]) -> dict[str, Path]:
     dirs: dict[str, Path] = {}
     for answer in answers:
         out = base.out / f"{base.evalset}-{answer}"
-        prompt = "query" if answer == "query" else "sql"
+        prompt = KINDS[answer].prompt
         run_eval(replace(base, answer=answer, prompt=prompt, guardrails=(), out=out, force=True, resume=False))
         dirs[answer] = out
     return dirs
@@ -251,7 +252,7 @@ def matrix_arms(answers: str, runs: list[Path] | None, out: Path, base: Callable
     else:
         cfg = base()
         for answer in wanted:  # bad input is refused before any server starts
-            validate(replace(cfg, answer=answer, prompt="query" if answer == "query" else "sql", guardrails=()))
+            validate(replace(cfg, answer=answer, prompt=KINDS[answer].prompt, guardrails=()))
         with shared_endpoint(cfg) as bound:
             arms = [load_arm(d) for d in run_arms(bound, wanted).values()]
     table = arms_table(arms, gpu_cost_per_hour)

@@ -11,36 +11,35 @@ the exact McNemar p against the query arm on the same items, and unanswerable pr
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nlq2sql.answers.kinds import KINDS, QueryKind
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.experiments.common import read_run
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Manifest, load_manifest, manifest_warehouse
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.store import MANIFEST, RECORDS
-from nlq2sql.semantic import Warehouse, open_warehouse
-from nlq2sql.semantic.contract import PARTS
+from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.pipeline import make_executor
-from nlq2sql.stages.query_score import ANSWER_KIND, query_record
-from nlq2sql.stages.queryset import load_query_set
+from nlq2sql.stages.queryset import QueryCase, load_query_set
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact, rate
 from nlq2sql.stages.summary import Summary
 
-__all__ = ["ARM_ANSWERS", "ArmRun", "arm_lines", "collect_arms", "is_arm_run"]
+__all__ = ["ArmRun", "arm_answers", "arm_lines", "collect_arms", "is_arm_run"]
 
-#: The answer arms this section re-scores (a manifest without ``answer`` is a v1 intent run).
-ARM_ANSWERS = ("query", "sql", "sql-grammar")
+
+def arm_answers() -> tuple[str, ...]:
+    """The answer arms this section re-scores: the kinds scored on v2 sets (a manifest without
+    ``answer`` is a v1 intent run), in registration order."""
+    return tuple(k.name for k in KINDS if k.case_type is QueryCase)
 
 
 def is_arm_run(run_dir: Path) -> bool:
     """Whether the run's manifest names an answer arm (read through the manifest model)."""
-    return load_manifest(run_dir / MANIFEST, REGISTRY.manifest_model()).answer in ARM_ANSWERS
+    return load_manifest(run_dir / MANIFEST, REGISTRY.manifest_model()).answer in arm_answers()
 
 
 @dataclass
@@ -59,29 +58,17 @@ class ArmRun:
         return str(m.model), str(m.semantic_model), m.evalset
 
 
-@contextlib.contextmanager
-def _scorer(answer: str, wh: Warehouse) -> Iterator[Callable[..., ItemRecord]]:
-    """The arm's record builder; the SQL arms share one sandbox per run (as ``score --answer sql`` does)."""
-    if answer == ANSWER_KIND:
-        yield query_record
-        return
-    from nlq2sql.answers.sql.sandbox import Sandbox
-    from nlq2sql.answers.sql.score import sql_record
-
-    with Sandbox(wh.db_path) as box:
-        yield functools.partial(sql_record, sandbox=box, answer=answer)
-
-
 def rescore_arm(run_dir: Path) -> ArmRun:
     """Re-score one arm run from its records (refused when they no longer match its summary)."""
     manifest, _ = read_run(run_dir)
     answer = str(manifest.answer)
     wh = open_warehouse(manifest_warehouse(manifest.model_dump(exclude_unset=True)))
     cases = {c.id: c for c in load_query_set(manifest.evalset_path or manifest.evalset, wh.catalog).cases}
-    summ = Summary([], fields=PARTS if answer == ANSWER_KIND else ())
+    kind = KINDS[answer]
+    summ = Summary([], fields=kind.fields())
     final_ok: dict[str, bool] = {}
     same = 0
-    with make_executor(wh) as ex, _scorer(answer, wh) as scorer:
+    with make_executor(wh) as ex, kind.scorer(wh, []) as scorer:
         for old in iter_item_records(run_dir / RECORDS):
             outcome = old.outcome
             rec = scorer(cases[old.id], present(old.answer.raw_text), ex, wh.catalog,
@@ -122,11 +109,11 @@ def arm_lines(runs: list[ArmRun]) -> list[str]:
              "Same: items whose re-derived correctness equals the recorded one. Full tables: `reports/arms/`.", "",
              "| model | warehouse | set | arm | n | final | McNemar vs query | abstention | same as recorded |",
              "|---" * 9 + "|"]
-    order = {a: i for i, a in enumerate(ARM_ANSWERS)}
+    order = {a: i for i, a in enumerate(arm_answers())}
     runs = sorted(runs, key=lambda r: (r.key, order.get(str(r.manifest.answer), 9)))
     for r in runs:
         answer = str(r.manifest.answer)
-        q = next((x for x in runs if x.key == r.key and x.manifest.answer == ANSWER_KIND), None)
+        q = next((x for x in runs if x.key == r.key and x.manifest.answer == QueryKind.name), None)
         vs = "—"
         if q is not None and q is not r:
             common = sorted(set(q.final_ok) & set(r.final_ok))

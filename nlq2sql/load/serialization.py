@@ -81,9 +81,10 @@ class SerializationConfig(LoadSettings):
 
 def request_body(cfg: EvalConfig, question: str) -> dict[str, Any]:
     """The eval's structured-output request as a plain JSON body (non-streaming)."""
+    from nlq2sql.answers.kinds import bind_sampling
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.prompt import load_prompt
-    from nlq2sql.transport.client import bind_sampling, request_kwargs
+    from nlq2sql.transport.client import request_kwargs
 
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)

@@ -12,7 +12,7 @@ to compute the usual summary.  (The driver does hold the items it hands to
 What stays the same as ``eval``: each actor answers with one ``item.ItemRunner`` (the same
 client, replica pool, retries, prompt, conditions, guardrails and scoring, for every answer kind
 and gold-SQL sets), so a record is the ``ItemRecord`` ``eval`` writes (typed until its shard line
-is written); the eval set is loaded as ``eval`` loads it (``stages.sets``); the options are
+is written); the eval set is loaded as ``eval`` loads it (``answers.kinds.load_eval_set``); the options are
 validated by the same ``live.preflight``; the run's retry budget is one counter (a Ray actor)
 for all actors.  ``--engine local`` is the same job without Ray: this process answers the
 shards one after another with one ``ItemRunner`` and writes the same shards, summary and
@@ -48,6 +48,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from nlq2sql.answers.kinds import load_eval_set
 from nlq2sql.answers.unscored import Question, read_questions
 from nlq2sql.errors import InputError, Nlq2SqlError, RecordError
 from nlq2sql.records.batch_parts import BatchLoad, BatchSummary, Resumed
@@ -68,7 +69,7 @@ from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.goldsql import GoldSqlSet
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.sets import AnySet, Case, load_eval_set
+from nlq2sql.stages.sets import AnySet, Case
 from nlq2sql.transport.client import RetryBudget
 
 __all__ = ["answer_shard", "item_text", "load_items", "run_batch"]
@@ -79,7 +80,7 @@ Item = Case | Question
 
 def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[Item], AnySet | None, str]:
     """The items (first ``limit``), the eval set (None for a question file) and the input's SHA-256.
-    An eval set is loaded as ``eval`` loads it (``stages.sets``: v1, v2 or gold-SQL)."""
+    An eval set is loaded as ``eval`` loads it (``answers.kinds.load_eval_set``: v1, v2 or gold-SQL)."""
     limit = cfg.base.limit
     if cfg.questions:
         qs = list(read_questions(Path(cfg.input)))

@@ -17,6 +17,7 @@ import importlib.util
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from nlq2sql.answers.kinds import KINDS
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
 from nlq2sql.run.batch_out import BatchOut
@@ -24,7 +25,7 @@ from nlq2sql.run.batch_shards import FORMATS
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoints import check_address
 
-__all__ = ["ANSWERS", "ENGINES", "RAY_ENGINES", "RAY_EXTRA", "BatchConfig", "check", "item_config", "require_ray"]
+__all__ = ["ENGINES", "RAY_ENGINES", "RAY_EXTRA", "BatchConfig", "check", "item_config", "require_ray"]
 
 #: ``local``: this process; ``ray``: Ray Data actors (both over HTTP); ``ray-vllm``: vLLM inside Ray Data.
 ENGINES = ("local", "ray", "ray-vllm")
@@ -33,7 +34,6 @@ RAY_ENGINES = ("ray", "ray-vllm")
 RAY_EXTRA = ("ray", "pyarrow")
 #: What a batch's model writes: the v1 intent, the v2 MetricFlow query, or DuckDB SQL (free, or under the
 #: warehouse's grammar).
-ANSWERS = ("intent", "query", "sql", "sql-grammar")
 
 
 @dataclass(frozen=True)
@@ -100,17 +100,16 @@ def check(cfg: BatchConfig) -> None:
     if cfg.engine in ("local", "ray") and base.endpoint is None:
         raise InputError(f"--engine {cfg.engine} sends requests to an endpoint: give --endpoint (or use --engine "
                          "ray-vllm to run the model inside Ray Data)", field="--endpoint")
-    if base.answer not in ANSWERS:
-        raise InputError(f"a batch answers {', '.join(ANSWERS)}, not {base.answer!r}", field="--answer")
+    kind = KINDS[base.answer]  # an unknown kind: refused naming the known ones
     if cfg.engine == "ray-vllm":
         if base.endpoint is not None or base.replicas:
             raise InputError("--engine ray-vllm runs the model inside Ray Data: drop --endpoint", field="--endpoint")
-        if base.answer != "intent":
+        if not kind.implicit:
             raise InputError(f"--engine ray-vllm generates v1 intents only (its vLLM engine decodes under the "
                              f"intent schema and scores v1 golds): --answer {base.answer} needs --engine local or "
                              "ray", field="--answer")
         base.conditions.refuse("--engine ray-vllm")  # it sends no request of ours: no hook could run
-    if base.answer != "intent" and cfg.questions:
+    if not kind.implicit and cfg.questions:
         raise InputError(f"not available with --answer {base.answer}: --questions (a question file is answered "
                          "as v1 intents)", field="--answer")
     if cfg.resume and cfg.force:

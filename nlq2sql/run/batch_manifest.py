@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nlq2sql.answers.kinds import KINDS, bind_sampling
 from nlq2sql.answers.sql.gold import COLUMN_RULE
 from nlq2sql.conditions.registry import REGISTRY, Condition
 from nlq2sql.errors import RecordError
@@ -25,7 +26,6 @@ from nlq2sql.run.item import request_sampling
 from nlq2sql.stages.goldsql import GoldSqlSet, resolve_search_path
 from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.sets import AnySet
-from nlq2sql.transport.client import bind_sampling
 
 if TYPE_CHECKING:
     from nlq2sql.semantic.binding import Warehouse
@@ -64,7 +64,7 @@ def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: AnySet | None, r
         manifest.routing = wcfg.routing
         manifest.replicas = [BatchReplica(label=f"r{i}", url=u, model=m)
                              for i, (u, m, _) in enumerate(targets(wcfg, wcfg.endpoint or "", wcfg.model, key))]
-    if wcfg.answer != "intent":
+    if not KINDS[wcfg.answer].implicit:
         manifest.answer = wcfg.answer
     if isinstance(evalset, GoldSqlSet):  # as eval records a gold-SQL set: its golds' rule and search path
         manifest.gold, manifest.column_rule = "sql", COLUMN_RULE

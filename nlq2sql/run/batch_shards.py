@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nlq2sql.answers.kinds import KINDS
 from nlq2sql.answers.unscored import Question
 from nlq2sql.errors import Nlq2SqlError
 from nlq2sql.records.batch_parts import BatchLoad, BatchRecords, BatchSummary, BatchTail, Shard
@@ -28,13 +29,10 @@ from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import encode_json
 from nlq2sql.records.summary_parts import Compactness, Throughput
 from nlq2sql.run.batch_out import SHARDS, BatchOut
-from nlq2sql.semantic.contract import PARTS
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.goldsql import GOLD_SQL_KEY, GoldSqlCase
-from nlq2sql.stages.intent import FIELDS
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import spread
-from nlq2sql.stages.sets import V2_GOLD_ANSWERS
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["FORMATS", "BatchSession", "encode_record", "iter_shard_records", "parse_item", "summarise_shards",
@@ -61,7 +59,7 @@ def parse_item(text: str, answer: str = "intent") -> EvalCase | QueryCase | Gold
         return GoldSqlCase.model_validate(obj)
     if "gold" not in obj:
         return Question(obj["id"], obj["question"])
-    return EvalCase.model_validate(obj) if answer not in V2_GOLD_ANSWERS else QueryCase.model_validate(obj)
+    return KINDS[answer].case_type.model_validate(obj)
 
 
 def encode_record(rec: ItemRecord) -> str:
@@ -114,10 +112,8 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
     checking that they hold each item exactly once.  ``load``: how the batch offered its items;
     ``retry_budget``: the manifest's (its keys as recorded; the retries the records took are added);
     ``column_rule``: a gold-SQL set's (its answers are judged by rows only)."""
-    # As ``pipeline.summarise_file``: the v1 intent's fields, the v2 query's parts; the SQL answers and
-    # every answer to a gold-SQL set have no parts to score field by field.
-    fields = (() if column_rule is not None or answer in ("sql", "sql-grammar")
-              else PARTS if answer == "query" else FIELDS)
+    # As ``pipeline.summarise_file``: the kind's own fields; every answer to a gold-SQL set is judged by rows only.
+    fields = KINDS[answer].fields(gold_sql=column_rule is not None)
     summ = Summary(rulesets, fields=fields, scored=scored)
     digest, seen, shards = hashlib.sha256(), Counter[str](), list[Shard]()
     outcomes: Counter[str] = Counter()
@@ -158,7 +154,7 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
         load=load, server_metrics=session.server_metrics, retries_used=retries,
         retry_budget=dict(retry_budget or {}, used=retries),
         records=BatchRecords(count=sum(seen.values()), sha256=digest.hexdigest(), format=fmt, shards=shards))
-    if answer != "intent":  # set only when so: a key never set stays absent
+    if not KINDS[answer].implicit:  # set only when so: a key never set stays absent
         tail.answer = answer
     if column_rule is not None:
         tail.column_rule = column_rule

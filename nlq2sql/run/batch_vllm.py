@@ -138,11 +138,11 @@ def sampling_params(s: Sampling) -> dict[str, Any]:
 @functools.cache
 def _context(cfg: EvalConfig) -> _Context:
     """Per worker process: warehouse, prompt, guardrails, executor and the bound sampling."""
+    from nlq2sql.answers.kinds import bind_sampling
     from nlq2sql.semantic import open_warehouse
     from nlq2sql.stages.pipeline import make_executor
     from nlq2sql.stages.prompt import load_prompt
     from nlq2sql.stages.rulesets import load_guardrails
-    from nlq2sql.transport.client import bind_sampling
 
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)

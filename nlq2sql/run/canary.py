@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from nlq2sql.answers.kinds import KINDS
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import strip_whitespace_outside_strings
 from nlq2sql.records.manifest_parts import CanaryPart
@@ -66,7 +67,7 @@ def run_modes(structured: str, answer: str, condition_modes: Iterable[str] = ())
     """The constraint modes a run's requests carry, first its own: the sampling's (the
     ``sql-grammar`` answer: a grammar; free ``sql``: none), then its conditions' (the planner's
     choice); only those a canary checks, each once."""
-    own = "grammar" if answer == "sql-grammar" else "none" if answer == "sql" else structured
+    own = KINDS[answer].constraint_mode(structured)
     return tuple(dict.fromkeys(m for m in (own, *condition_modes) if m in _MODES))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import aiohttp
 
+from nlq2sql.answers.kinds import KINDS
 from nlq2sql.conditions.registry import ConditionSet
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
@@ -110,19 +111,14 @@ class EvalConfig:
     load: LoadShape = field(default_factory=LoadShape)  # the defaults: a plain closed-loop eval
 
 
-ANSWERS = ("intent", "query", "sql", "sql-grammar")
-
-
 def _check_answer(cfg: EvalConfig) -> None:
-    """The v2 answer takes the conditions that do not read v1 intent fields; the rest are refused by name."""
-    if cfg.answer not in ANSWERS:
-        raise InputError(f"unknown answer kind {cfg.answer!r} (known: {', '.join(ANSWERS)})", field="--answer")
+    """The answer kind (``answers.kinds``) takes the conditions that name it, guardrails where its answers
+    have fields to rewrite, more workers or engines where it is declared parallel; the rest are refused by name."""
+    kind = KINDS[cfg.answer]  # an unknown kind: one message naming the known ones
     cfg.conditions.validate(cfg.answer, cfg.sampling)  # each condition names the answer kinds it applies to
-    if cfg.answer == "intent":
-        return
-    refused = [(cfg.answer != "query" and bool(cfg.guardrails),
+    refused = [(not kind.takes_guardrails and bool(cfg.guardrails),
                 "--guardrails (they rewrite intent and query fields; pass --guardrails none)"),
-               (cfg.answer != "query" and (cfg.workers > 1 or cfg.engine != "local"), "--workers / --engine")]
+               (not kind.parallel and (cfg.workers > 1 or cfg.engine != "local"), "--workers / --engine")]
     for bad, what in refused:
         if bad:
             raise InputError(f"not available with --answer {cfg.answer} yet: {what}", field="--answer")

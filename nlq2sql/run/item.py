@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from nlq2sql.answers.sql.gold import GoldRunner, gold_sql_record
-from nlq2sql.answers.sql.score import SQL_ANSWERS
+from nlq2sql.answers.kinds import KINDS, bind_sampling
+from nlq2sql.answers.sql.gold import GoldRunner
 from nlq2sql.answers.unscored import Question
 from nlq2sql.conditions.registry import Condition, Request
 from nlq2sql.conditions.trace import Trace
@@ -33,12 +33,10 @@ from nlq2sql.stages.goldsql import GoldSqlCase, is_gold_sql_set, resolve_search_
 from nlq2sql.stages.intent import canonicalise
 from nlq2sql.stages.pipeline import make_executor
 from nlq2sql.stages.prompt import load_prompt
-from nlq2sql.stages.query_score import query_record
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import intent_record
 from nlq2sql.stages.sqlbuild import build_sql
-from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, bind_sampling, complete
+from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.server_metrics import MetricsSampler
 from nlq2sql.transport.stream import Completion
 
@@ -108,6 +106,7 @@ class ItemRunner:
             self.rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), self.wh.catalog, self.wh)
             self.prompt = load_prompt(cfg.prompt, cfg.style, self.wh)
             self.conditions = load_conditions(cfg, self.wh)
+        self.kind = KINDS[cfg.answer]  # what the answer is: its request part, its scorer
         grammar = grammar_for(cfg.answer, self.wh)  # --answer sql-grammar: the warehouse's SQL grammar
         self.sampling = bind_sampling(request_sampling(cfg), self.wh, cfg.answer,
                                       grammar=grammar.text if grammar is not None else None)
@@ -127,7 +126,7 @@ class ItemRunner:
         self.sandbox = None  # the direct-SQL answer's (and gold SQL's) own read-only, locked, time-limited DuckDB
         self.golds: GoldRunner | None = None  # a gold-SQL set: its golds, each run once in the sandbox
         gold_sql = is_gold_sql_set(cfg.evalset, self.wh.name)
-        if cfg.answer in SQL_ANSWERS or gold_sql:
+        if self.kind.writes_sql or gold_sql:
             from nlq2sql.answers.sql.sandbox import Sandbox
 
             self.sandbox = Sandbox(self.wh.db_path, timeout_s=cfg.sql_timeout_s,
@@ -193,23 +192,13 @@ class ItemRunner:
         request_error = None if comp.outcome == "ok" else comp.outcome
         if isinstance(case, GoldSqlCase):  # golds stated as SQL: any answer kind, by rows (answers.sql.gold)
             assert self.golds is not None
-            rec = gold_sql_record(case, comp.text, answer=cfg.answer, executor=self.ex, catalog=self.wh.catalog,
-                                  golds=self.golds, rulesets=self.rulesets, finish_reason=comp.finish_reason,
-                                  request_error=request_error)
-        elif isinstance(case, QueryCase) and cfg.answer in SQL_ANSWERS:  # SQL the model wrote: guarded, sandboxed
-            from nlq2sql.answers.sql.score import sql_record
-
-            rec = sql_record(case, comp.text, self.ex, self.wh.catalog, sandbox=self.sandbox,
-                             finish_reason=comp.finish_reason, request_error=request_error, answer=cfg.answer)
-        elif isinstance(case, QueryCase):  # the v2 answer: scored by rows
-            rec = query_record(case, comp.text, self.ex, self.wh.catalog, finish_reason=comp.finish_reason,
-                               request_error=request_error, rulesets=self.rulesets)
-        else:
-            rec = intent_record(case.id, case.question, comp.text, self.rulesets, self.ex,
-                                gold=None if isinstance(case, Question) else case.gold,
-                                category=getattr(case, "category", None), pair_id=getattr(case, "pair_id", None),
-                                finish_reason=comp.finish_reason, request_error=request_error,
-                                catalog=self.wh.catalog)
+            rec = self.kind.gold_record(case, comp.text, executor=self.ex, catalog=self.wh.catalog,
+                                        golds=self.golds, rulesets=self.rulesets, finish_reason=comp.finish_reason,
+                                        request_error=request_error)
+        else:  # the kind's own scorer (the SQL kinds': guarded, sandboxed)
+            rec = self.kind.record(case, comp.text, self.ex, self.wh.catalog, rulesets=self.rulesets,
+                                   sandbox=self.sandbox, finish_reason=comp.finish_reason,
+                                   request_error=request_error)
         rec.request = request_part(comp)
         for chosen in traces:  # converted to the record's JSON values only here, in registry order
             rec.merge(chosen)

@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nlq2sql.answers.kinds import KINDS, bind_sampling, load_eval_set
 from nlq2sql.answers.sql.gold import COLUMN_RULE
-from nlq2sql.answers.sql.score import SQL_ANSWERS
 from nlq2sql.conditions.registry import REGISTRY, Messages
 from nlq2sql.records.manifest_parts import (
     ContextPart,
@@ -70,8 +70,7 @@ from nlq2sql.stages.goldsql import GoldSqlSet, resolve_search_path
 from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.sets import load_eval_set
-from nlq2sql.transport.client import RetryBudget, bind_sampling
+from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:
     from nlq2sql.run.workers import Progress
@@ -208,7 +207,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> Summary:
 
 def _eval_set(cfg: EvalConfig, wh: Any) -> tuple[bool, Any]:
     """(whether its golds are SQL, the set): a gold-SQL set scores every answer kind by its rows;
-    otherwise v2 golds for the query and SQL answers, v1 golds for the intent."""
+    otherwise the kind's own cases (v2 golds for the query and SQL answers, v1 golds for the intent)."""
     evalset = load_eval_set(cfg.evalset, cfg.answer, wh)
     return isinstance(evalset, GoldSqlSet), evalset
 
@@ -289,14 +288,14 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             retry_budget=RetryBudgetPart(fraction=cfg.retry_budget,
                                          total=RetryBudget.allowed(len(cases), cfg.retry_budget)),
         )
-        if cfg.answer != "intent":  # (older runs: absent, v1 intents)
+        if not KINDS[cfg.answer].implicit:  # (older runs: absent, v1 intents)
             manifest.answer = cfg.answer
         if context is not None:
             manifest.context = context
         manifest.spec = RunSpec.of(cfg).recorded()  # what `eval --like` repeats
         if gold_sql:
             manifest.gold, manifest.column_rule = "sql", COLUMN_RULE
-        if gold_sql or cfg.answer in SQL_ANSWERS:  # where unqualified names in gold and model SQL resolved
+        if gold_sql or KINDS[cfg.answer].writes_sql:  # where unqualified names in gold and model SQL resolved
             manifest.search_path = list(resolve_search_path(wh.catalog.manifest, cfg.search_path))
         if len(fleet) > 1:
             manifest.routing = cfg.routing

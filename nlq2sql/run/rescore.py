@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql import __version__
-from nlq2sql.answers.query_run import _scorer as answer_scorer  # the live scorers, per answer kind
+from nlq2sql.answers.kinds import KINDS, summary_fields
 from nlq2sql.env_info import git_info
 from nlq2sql.errors import InputError
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
@@ -61,10 +61,10 @@ from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import case_record
 
-__all__ = ["KINDS", "RESCORE", "Rescored", "SUMMARY_DERIVED", "rescore_run_dir"]
+__all__ = ["RUN_KINDS", "RESCORE", "Rescored", "SUMMARY_DERIVED", "rescore_run_dir"]
 
 #: The run kinds whose records are one scored answer per item (``batch`` keeps its own layout).
-KINDS = ("eval", "score")
+RUN_KINDS = ("eval", "score")
 #: What ``score --run`` writes beside the run's files: what it checked and whether they are equal.
 RESCORE = "rescore.json"
 #: Summary keys re-derived from the records (the aggregator's figures and the answer kind); every
@@ -114,8 +114,8 @@ def _read_manifest(run: Path) -> Mapping[str, Any]:
     if not isinstance(m, dict) or not isinstance(s, dict):
         raise InputError("manifest and summary must be JSON objects", path=str(run), field="--run")
     kind = m.get("kind")
-    if kind not in KINDS:
-        raise _refuse(f"a {kind!r} run has no per-item scored records to re-derive (kinds: {', '.join(KINDS)})",
+    if kind not in RUN_KINDS:
+        raise _refuse(f"a {kind!r} run has no per-item scored records to re-derive (kinds: {', '.join(RUN_KINDS)})",
                       run, "kind")
     return m
 
@@ -191,7 +191,7 @@ def _scorer(m: Mapping[str, Any], wh: Warehouse, rulesets: list[RuleSet], gold_s
         return
     recorded = m.get("search_path")
     path = resolve_search_path(wh.catalog.manifest, tuple(recorded) if isinstance(recorded, list) else None)
-    with answer_scorer(answer, wh, rulesets, gold_sql=gold_sql, search_path=path) as score:
+    with KINDS[answer].scorer(wh, rulesets, gold_sql=gold_sql, search_path=path) as score:  # the live scorer
         yield score
 
 
@@ -284,7 +284,7 @@ def rescore_run_dir(run: Path, out: Path, *, force: bool = False) -> Rescored:
                     raise InputError(f"record id {old.id!r} is not in eval set {es.name}", path=str(records),
                                      line=lineno, field="id")
                 writer.write(_rescore_line(old, case, score, ex, wh))
-        derived = summarise_file(tmp / RECORDS, rulesets).to_json_dict()
+        derived = summarise_file(tmp / RECORDS, rulesets, summary_fields).to_json_dict()
         summary, carried = _summary(read_json(run / SUMMARY), derived, writer.digest().to_json_dict())
         write_json_atomic(tmp / SUMMARY, summary)
         shutil.copyfile(run / MANIFEST, tmp / MANIFEST)

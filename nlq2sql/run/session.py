@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nlq2sql.answers.kinds import summary_fields
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Manifest, Summary
 from nlq2sql.records.run_parts import Fleet, FleetSession, Harness, ReplicaFigures, ServerMetrics
@@ -87,7 +88,7 @@ def recorded_retries(records_path: Path) -> tuple[set[str], int]:
 def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: Manifest) -> Summary:
     """Summary from the records on disk (all sessions), plus this session's throughput; written
     (``summary.json``, then the manifest with its finish time) and returned."""
-    base = summarise_file(out / RECORDS, rulesets)
+    base = summarise_file(out / RECORDS, rulesets, summary_fields)
     outcomes: Counter[str] = Counter()
     ws: list[int] = []
     chars: list[int] = []

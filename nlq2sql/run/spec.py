@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nlq2sql.answers.kinds import KINDS
 from nlq2sql.conditions.registry import REGISTRY, ConditionSet
 from nlq2sql.errors import InputError
 from nlq2sql.records.manifest_parts import SpecPart
@@ -38,19 +39,15 @@ __all__ = ["FIELDS", "RunSpec", "SpecValues", "answer_guardrails", "answer_promp
 #: gives them (the edge where untyped option values enter; :meth:`RunSpec.build` types them).
 SpecValues = dict[str, Any]
 
-#: The prompt each answer kind uses unless one is named.
-_PROMPTS = {"intent": "baseline", "query": "query", "sql": "sql", "sql-grammar": "sql"}
-
-
 def answer_prompt(answer: str) -> str:
-    """The prompt an answer kind uses when none is named."""
-    return _PROMPTS.get(answer, answer)
+    """The prompt an answer kind uses when none is named (the kind declares it)."""
+    return KINDS[answer].prompt
 
 
 def answer_guardrails(answer: str) -> tuple[str, ...]:
-    """The guardrails an answer kind runs when none are named: v1 intents the ranking rule set,
-    the others none (rule sets rewrite intent and query fields)."""
-    return ("ranking",) if answer == "intent" else ()
+    """The guardrails an answer kind runs when none are named: the ranking rule set where the kind
+    takes guardrails by default (v1 intents), none otherwise (rule sets rewrite intent and query fields)."""
+    return ("ranking",) if KINDS[answer].default_guardrails else ()
 
 
 def condition_values(conditions: ConditionSet) -> SpecValues:

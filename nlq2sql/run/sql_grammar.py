@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING
 
+from nlq2sql.answers.kinds import KINDS
 from nlq2sql.errors import InputError
 
 if TYPE_CHECKING:
@@ -22,19 +23,16 @@ if TYPE_CHECKING:
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.transport.client import Sampling
 
-__all__ = ["GRAMMAR_ANSWER", "grammar_for", "probe_grammar", "with_grammar"]
+__all__ = ["grammar_for", "probe_grammar", "with_grammar"]
 
-GRAMMAR_ANSWER = "sql-grammar"
 PROBE_TOKENS = 8
 
 
 def grammar_for(answer: str, wh: Warehouse) -> SqlGrammar | None:
-    """The warehouse's SQL grammar for the ``sql-grammar`` answer (None for the others)."""
-    if answer != GRAMMAR_ANSWER:
-        return None
-    from nlq2sql.answers.sql.grammar import sql_grammar
-
-    return sql_grammar(wh.catalog, wh)
+    """The grammar the answer kind's requests are constrained by (the ``sql-grammar`` answer's: the
+    warehouse's SQL grammar; None for the others)."""
+    grammar: SqlGrammar | None = KINDS[answer].grammar(wh)
+    return grammar
 
 
 def with_grammar(s: Sampling, grammar: SqlGrammar | None) -> Sampling:

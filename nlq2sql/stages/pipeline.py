@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,12 +100,13 @@ def answer_kind_of(text: str | None) -> str | None:
     return None
 
 
-def read_responses(path: Path, known_ids: Mapping[str, int], answer: str | None = None) -> Iterator[Response]:
+def read_responses(path: Path, known_ids: Mapping[str, int], answer: str | None = None, *, form: str | None = None
+                   ) -> Iterator[Response]:
     """Stream ``{"id", "text"}`` lines, naming file, line and field on any problem.
 
     ``answer``: the kind the caller scores (``--answer``); the first line whose text is plainly
-    another kind (:func:`answer_kind_of`) is refused with the option to pass, so a file of v2
-    queries is not scored 0 % as v1 intents.
+    another kind (:func:`answer_kind_of`) than its ``form`` (the kind's, ``answers.kinds``; default:
+    ``answer``) is refused with the option to pass, so a file of v2 queries is not scored 0 % as v1 intents.
 
     ``known_ids`` maps each eval-set id to its position (a duplicate is found by position, so
     no set of every id read is built).  A line that repeats an earlier one but for its
@@ -143,7 +144,7 @@ def read_responses(path: Path, known_ids: Mapping[str, int], answer: str | None 
             if answer is not None and reused is None:
                 kind = answer_kind_of(text)
                 if kind is not None:
-                    if kind != ("sql" if answer == "sql-grammar" else answer):
+                    if kind != (form or answer):
                         raise InputError(f"this answer is {_KIND_WORDS[kind]}, but --answer is {answer}: "
                                          f"pass --answer {kind}", path=where, line=lineno, field="text")
                     answer = None  # the first answer whose kind shows decides for the file
@@ -225,20 +226,19 @@ def check_evalset(es: EvalSet, wh: Warehouse) -> EvalsetCheck:
                         problems=[f"{cid}: {why}" for cid, why in failures], failures=tuple(failures))
 
 
-def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> SummaryModel:
+def summarise_file(records_path: Path, rulesets: list[RuleSet],
+                   fields_of: Callable[[str | None, bool], tuple[str, ...]]) -> SummaryModel:
     """Re-derive the summary from a records file (reports never trust a cached summary).
 
-    Records of the v2 answer (``"answer": "query"``) are summarised over the query's parts."""
-    from nlq2sql.semantic.contract import PARTS
-
+    ``fields_of(answer, gold_sql)``: the fields the recorded answer kind is summarised over (the
+    kind's, ``answers.kinds``: the v1 intent's, the v2 query's parts, none for SQL or gold SQL)."""
     summ: Summary | None = None
     answer = None
     for rec in iter_item_records(records_path):
         if summ is None:
             answer = present(rec.answer.answer)
             gold_sql = rec.judgement is not None and present(rec.judgement.column_rule) is not None
-            summ = (Summary(rulesets, fields=()) if gold_sql or answer in ("sql", "sql-grammar")  # judged by rows only
-                    else Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets))
+            summ = Summary(rulesets, fields=fields_of(answer, gold_sql))
         summ.add(rec)
     figures = (summ or Summary(rulesets)).figures()
     return SummaryModel.of(figures, answer=answer) if answer is not None else SummaryModel.of(figures)

@@ -8,7 +8,6 @@ honouring ``Retry-After``, under a per-run retry budget so a sick server is not 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import hashlib
 import json
@@ -25,13 +24,14 @@ import aiohttp
 if TYPE_CHECKING:  # the SDK loads only with the sdk client: workers on aiohttp never import it
     from openai import AsyncOpenAI
 
+# Kept only until run/batch_manifest and run/batch_vllm import it from answers.kinds (its home): the
+# transport takes a kind's structured-output part as plain sampling fields and knows no kind itself.
 from nlq2sql.records.manifest_parts import SamplingPart
-from nlq2sql.stages.intent import intent_schema
 from nlq2sql.transport.rawclient import RawClient, stream_once
 from nlq2sql.transport.stream import Accumulator, Completion, HTTPStatusError, StreamEventError, Transport
 
 __all__ = ["ATTEMPT_WATCH", "CLIENTS", "KEEPALIVE_S", "OUTCOMES", "STRUCTURED_MODES", "AttemptWatch",
-           "EndpointConfig", "RetryBudget", "Sampling", "bind_sampling", "classify", "complete", "make_client",
+           "EndpointConfig", "RetryBudget", "Sampling", "classify", "complete", "make_client",
            "redact", "request_kwargs", "unsent"]
 
 #: outcome → retried?  (the docs list the same table)
@@ -72,7 +72,7 @@ class Sampling:
     ignore_eos: bool = False  # vLLM extension: generate exactly max_tokens (fixed output lengths)
     schema: str = "flat"  # flat | branches (intent.SCHEMA_MODES)
     #: The exact JSON Schema sent (from the warehouse's semantic model; set by
-    #: :func:`bind_sampling`); None: not bound yet (structured JSON refuses to send it).
+    #: ``answers.kinds.bind_sampling``); None: not bound yet (structured JSON refuses to send it).
     schema_json: str | None = None
     choices: tuple[str, ...] | None = None  # structured "choice": the answer is one of these strings
     #: structured "grammar": the xgrammar EBNF sent as ``structured_outputs.grammar`` (the
@@ -120,26 +120,6 @@ class Sampling:
         if self.schema_json is None:  # no default warehouse to take one from (bind_sampling sets it)
             raise ValueError("structured JSON needs the warehouse's schema: bind the sampling first")
         return json.loads(self.schema_json)  # type: ignore[no-any-return]
-
-
-def bind_sampling(s: Sampling, source: Any, answer: str = "intent", grammar: str | None = None) -> Sampling:
-    """The sampling with the warehouse's schema (``s.schema`` mode) fixed into it: the v1 intent's, or the v2
-    query's (``answer="query"``), with a bound warehouse's known values of small categorical fields."""
-    if (catalog := getattr(source, "catalog", source)) is None:
-        return s
-    if answer == "sql":  # free text: the SQL is checked and sandboxed after, not constrained before
-        return dataclasses.replace(s, structured="none", schema_json=None)
-    if answer == "sql-grammar":  # the warehouse's SQL grammar (``answers.sql.grammar``), bound by the caller
-        if grammar is None:
-            raise ValueError("--answer sql-grammar needs the warehouse's grammar")
-        return dataclasses.replace(s, structured="grammar", schema_json=None, grammar=grammar)
-    if answer == "query":
-        from nlq2sql.semantic.contract import answer_schema
-
-        schema = answer_schema(catalog, s.schema, values=getattr(source, "schema_values", ()))
-    else:
-        schema = intent_schema(catalog, s.schema)
-    return dataclasses.replace(s, schema_json=json.dumps(schema, separators=(",", ":")))
 
 
 class RetryBudget:

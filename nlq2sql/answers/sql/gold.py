@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from nlq2sql.answers.sql.equivalence import compare, normalise_rows
 from nlq2sql.answers.sql.guard import REFUSED
 from nlq2sql.answers.sql.sandbox import SQL_TOO_MANY_ROWS, Sandbox, SandboxResult
 from nlq2sql.answers.sql.score import (
     ERROR_OF_STATUS,
-    SQL_ANSWERS,
     UNANSWERABLE,
     row_head,
     run_sql_answer,
@@ -47,8 +46,8 @@ from nlq2sql.stages.query_score import query_record
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import intent_record, parse_or_status, run_intent
 
-__all__ = ["COLUMN_RULE", "COLUMN_RULE_TEXT", "GOLD_ERROR", "GoldProblem", "GoldRunner", "check_gold_sql_set",
-           "gold_sql_record"]
+__all__ = ["COLUMN_RULE", "COLUMN_RULE_TEXT", "GOLD_ERROR", "GoldAnswer", "GoldProblem", "GoldReader", "GoldRunner",
+           "check_gold_sql_set", "gold_sql_record", "read_intent_answer", "read_query_answer", "read_sql_answer"]
 
 #: The column rule's name, as records, summaries and manifests carry it.
 COLUMN_RULE = "gold_columns_within_answer"
@@ -112,7 +111,7 @@ def check_gold_sql_set(gs: GoldSqlSet, golds: GoldRunner) -> list[GoldProblem]:
 
 
 @dataclass
-class _Answer:
+class GoldAnswer:
     """An answer of any kind reduced to what its judgement needs."""
 
     part: AnswerPart
@@ -125,23 +124,31 @@ class _Answer:
     changed: bool  # a guardrail changed the answer
 
 
-def _sql_answer(raw_text: str | None, golds: GoldRunner, answer: str, ordered: bool, finish_reason: str | None,
-                request_error: str | None) -> _Answer:
+class GoldReader(Protocol):
+    """An answer kind's reading of its answer to a gold-SQL item (``AnswerKind.gold_read``)."""
+
+    def __call__(self, case: GoldSqlCase, raw_text: str | None, *, golds: GoldRunner, executor: Executor,
+                 catalog: Catalog, rulesets: Sequence[RuleSet], finish_reason: str | None,
+                 request_error: str | None) -> GoldAnswer: ...
+
+
+def read_sql_answer(raw_text: str | None, golds: GoldRunner, answer: str, ordered: bool, finish_reason: str | None,
+                request_error: str | None) -> GoldAnswer:
     box = golds.sandbox
     a = run_sql_answer(raw_text, box, box.path, box.timeout_s, finish_reason=finish_reason,
                        request_error=request_error)
     part = sql_answer_part(a, raw_text, finish_reason=finish_reason, answer=answer, gold_ordered=ordered)
     width = len(a.res.columns) if a.res is not None and a.rows is not None else None
     kind = UNANSWERABLE if a.kind == UNANSWERABLE else "rows" if a.rows is not None else "none"
-    return _Answer(part, kind, a.status, a.rows, width, a.rows, width, False)
+    return GoldAnswer(part, kind, a.status, a.rows, width, a.rows, width, False)
 
 
 def _width(rows: list[Row] | None) -> int | None:
     return len(rows[0]) if rows else None
 
 
-def _query_answer(case: GoldSqlCase, raw_text: str | None, executor: Executor, catalog: Catalog,
-                  rulesets: Sequence[RuleSet], finish_reason: str | None, request_error: str | None) -> _Answer:
+def read_query_answer(case: GoldSqlCase, raw_text: str | None, executor: Executor, catalog: Catalog,
+                  rulesets: Sequence[RuleSet], finish_reason: str | None, request_error: str | None) -> GoldAnswer:
     shell = QueryCase(id=case.id, question=case.question, gold=None, answerable=False, category=case.category,
                       pair_id=case.pair_id)
     part = query_record(shell, raw_text, executor, catalog, finish_reason=finish_reason, request_error=request_error,
@@ -167,11 +174,11 @@ def _query_answer(case: GoldSqlCase, raw_text: str | None, executor: Executor, c
     kind = UNANSWERABLE if isinstance(final, Unanswerable) else "rows" if rows is not None else "none"
     if kind == "none" and status == STATUS_OK and isinstance(final, MetricQuery):
         status = str(part.final_status or "exec_error")
-    return _Answer(part, kind, status, rows, _width(rows), raw_rows, _width(raw_rows), changed)
+    return GoldAnswer(part, kind, status, rows, _width(rows), raw_rows, _width(raw_rows), changed)
 
 
-def _intent_answer(case: GoldSqlCase, raw_text: str | None, executor: Executor, catalog: Catalog,
-                   rulesets: Sequence[RuleSet], finish_reason: str | None, request_error: str | None) -> _Answer:
+def read_intent_answer(case: GoldSqlCase, raw_text: str | None, executor: Executor, catalog: Catalog,
+                   rulesets: Sequence[RuleSet], finish_reason: str | None, request_error: str | None) -> GoldAnswer:
     rec = intent_record(case.id, case.question, raw_text, list(rulesets), executor, gold=None, catalog=catalog,
                         category=case.category, pair_id=case.pair_id, finish_reason=finish_reason,
                         request_error=request_error)
@@ -197,7 +204,7 @@ def _intent_answer(case: GoldSqlCase, raw_text: str | None, executor: Executor, 
     kind = "rows" if rows is not None else "none"
     if kind == "none" and final_status == STATUS_OK:
         final_status = "exec_error"
-    return _Answer(part, kind, final_status, rows, _width(rows), raw_rows, _width(raw_rows), changed)
+    return GoldAnswer(part, kind, final_status, rows, _width(rows), raw_rows, _width(raw_rows), changed)
 
 
 def _match(rows: list[Row] | None, width: int | None, golds: list[tuple[str, SandboxResult]], ordered: bool
@@ -217,7 +224,7 @@ def _match(rows: list[Row] | None, width: int | None, golds: list[tuple[str, San
     return None, why or "wrong_rows"
 
 
-def _error(a: _Answer, unanswerable: bool, correct: bool, why: str | None, gold_ok: bool) -> str | None:
+def _error(a: GoldAnswer, unanswerable: bool, correct: bool, why: str | None, gold_ok: bool) -> str | None:
     if correct:
         return None
     if a.status != STATUS_OK:
@@ -231,17 +238,14 @@ def _error(a: _Answer, unanswerable: bool, correct: bool, why: str | None, gold_
     return sql_error_class(a.status, False, "sql", False, why)
 
 
-def gold_sql_record(case: GoldSqlCase, raw_text: str | None, *, answer: str, executor: Executor, catalog: Catalog,
-                    golds: GoldRunner, rulesets: Sequence[RuleSet] = (), finish_reason: str | None = None,
-                    request_error: str | None = None) -> ItemRecord:
-    """One item's record: the answer (of kind ``answer``) read and run, its rows matched against the
-    gold SQL's under :data:`COLUMN_RULE`; an unanswerable item is right when the model abstained."""
-    if answer in SQL_ANSWERS:
-        a = _sql_answer(raw_text, golds, answer, case.ordered, finish_reason, request_error)
-    elif answer == "query":
-        a = _query_answer(case, raw_text, executor, catalog, rulesets, finish_reason, request_error)
-    else:
-        a = _intent_answer(case, raw_text, executor, catalog, rulesets, finish_reason, request_error)
+def gold_sql_record(case: GoldSqlCase, raw_text: str | None, *, answer: str, read: GoldReader, executor: Executor,
+                    catalog: Catalog, golds: GoldRunner, rulesets: Sequence[RuleSet] = (),
+                    finish_reason: str | None = None, request_error: str | None = None) -> ItemRecord:
+    """One item's record: the answer (of kind ``answer``, reduced to rows by ``read``: the kind's
+    ``gold_read``, ``answers.kinds``) matched against the gold SQL's rows under :data:`COLUMN_RULE`;
+    an unanswerable item is right when the model abstained."""
+    a = read(case, raw_text, golds=golds, executor=executor, catalog=catalog, rulesets=rulesets,
+             finish_reason=finish_reason, request_error=request_error)
     gold_runs = [(sql, golds.result(sql)) for sql in case.gold_sql or ()]
     gold_ok = any(g.ok and g.rows is not None for _, g in gold_runs)
     if case.gold_sql is None:

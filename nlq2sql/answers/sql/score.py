@@ -32,13 +32,11 @@ from nlq2sql.stages.execute import Executor, result_hash
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS
 
-__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SQL_ANSWERS", "SqlAnswer", "extract_sql", "gold_columns",
+__all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SqlAnswer", "extract_sql", "gold_columns",
            "parse_sql_answer", "row_head", "run_sql_answer", "sql_answer_part", "sql_error_class",
            "sql_record"]
 
 ANSWER_KIND = "sql"
-#: The arms whose answer is SQL the model wrote (free, or constrained by the warehouse grammar).
-SQL_ANSWERS = ("sql", "sql-grammar")
 UNANSWERABLE = "unanswerable"
 HEAD_CELL_CHARS = 1000
 #: error_final for a statement that did not give rows (the status itself for the others).
