@@ -427,3 +427,32 @@ def test_score_sql_answers_against_the_gold_sql_file_by_result(pawsure: DbtBuild
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["n"] == len(items) and summary["final_accuracy"]["k"] == len(items) - 2, summary["final_accuracy"]
     assert {r["id"] for r in _records(tmp_path / "run") if not r["correct_final"]} == {"pg-006", "pg-010"}
+
+
+TIMING = {"latency_s", "ttft_s", "itl_mean_s", "itl_max_s", "started", "chunks", "attempts", "retry_waits_s",
+          "sql_exec_s"}
+
+
+def test_batch_answers_a_dbt_projects_questions_as_eval_does(pawsure: DbtBuild, tmp_path: Path) -> None:
+    """The run spec's layer parts (the dbt project, ``--db-schema``) reach ``batch`` as they reach
+    ``eval``: the same question file, the same answers, the same records (timings aside)."""
+    from fakeserver import FakeServer, script
+
+    from nlq2sql.records.store import iter_records
+    from nlq2sql.run.batch_shards import iter_shard_records
+
+    layer = ["--semantic-model", _source(pawsure, "folder"), "--db", str(pawsure.db), "--db-schema", SCHEMA,
+             "--answer", "query", "--evalset", str(V2), "--limit", "3", "--model", "fake-model"]
+    answer = script(default={"kind": "text", "text": json.dumps(QUERY)})
+    with FakeServer(tmp_path / "fake", answer, model="fake-model") as fake:
+        res = runner.invoke(app, ["eval", *layer, "--endpoint", fake.url, "--out", str(tmp_path / "eval"),
+                                  "--max-failure-rate", "1"])
+        assert res.exit_code == 0, res.output
+        res = runner.invoke(app, ["batch", "--engine", "local", *layer, "--endpoint", fake.url, "--format", "jsonl",
+                                  "--out", str(tmp_path / "batch")])
+        assert res.exit_code == 0, res.output
+    evaluated = {r["id"]: {k: v for k, v in r.items() if k not in TIMING}
+                 for r in iter_records(tmp_path / "eval" / "records.jsonl")}
+    batched = {r["id"]: {k: v for k, v in r.items() if k not in TIMING} for r in iter_shard_records(tmp_path / "batch")}
+    assert batched == evaluated and len(batched) == 3
+    assert any(r.get("correct_final") for r in batched.values()) or all(r["sql"] for r in batched.values())

@@ -180,9 +180,9 @@ def test_a_part_a_command_cannot_apply_is_refused_by_name(tmp_path: Path) -> Non
     res = runner.invoke(app, ["batch", "--evalset", "heldout", "--engine", "ray-vllm", "--examples", "2",
                               "--out", str(tmp_path / "b")])
     assert res.exit_code == 2 and "--examples" in res.output, res.output
-    res = runner.invoke(app, ["batch", "--evalset", "heldout", "--db-schema", "main", "--endpoint",
-                              "http://127.0.0.1:9/v1", "--out", str(tmp_path / "b")])
-    assert res.exit_code == 2 and "--db-schema" in res.output and not (tmp_path / "b").exists(), res.output
+    res = runner.invoke(app, ["batch", "--evalset", "heldout", "--engine", "ray-vllm", "--answer", "query",
+                              "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "--answer query" in res.output and not (tmp_path / "b").exists(), res.output
 
 
 def test_preset_and_like_together_are_refused(tmp_path: Path) -> None:

@@ -36,14 +36,12 @@ BatchEndpointsOpt = Annotated[list[str] | None, typer.Option(
 
 
 #: What the batch engines do not apply yet: refused by name when a spec sets it (option, preset or --like).
-BATCH_REFUSES = {name: "a batch reads the semantic model's relations where it declares them (not applied yet)"
-                 for name in ("db_schema", "profiles_dir", "dbt_target")} | {
-    "search_path": "a batch resolves SQL names in the layer's schemas (not applied yet)"}
+
 
 
 @app.command("batch")
 @handled
-@spec_options(refuse=BATCH_REFUSES)
+@spec_options()
 def batch_cmd(
     evalset: Annotated[str | None, typer.Option(help="Eval set name or path: every item is scored.")] = None,
     questions: Annotated[Path | None, typer.Option(
