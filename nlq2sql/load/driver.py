@@ -37,8 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import _M
 from nlq2sql.load.output import Plot, write_outputs
+from nlq2sql.records.typed import Typed
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
@@ -111,7 +111,7 @@ class LoadSettings(ModeSettings):
 
 
 S = TypeVar("S", bound=LoadSettings)
-R = TypeVar("R", bound=_M)
+R = TypeVar("R", bound=Typed)
 
 
 def build_settings(cls: type[T], **values: Any) -> T:

@@ -14,15 +14,16 @@ from typing import Any, Literal
 
 from pydantic import model_serializer
 
-from nlq2sql.load.contract import _M, Num, _Result
+from nlq2sql.load.contract import _Result
 from nlq2sql.load.metrics import HistMean, PrefixCache
 from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["CancelProbeResult", "CancelTrial", "HealthLoop", "HealthProbeResult", "PROBE_MODELS", "PrefillRequests",
            "PrefixProbeResult", "PrefixScenario", "Unreported"]
 
 
-class Unreported(_M):
+class Unreported(Typed):
     """A client-side count the server did not report (or reported as zero)."""
 
     n: int
@@ -51,7 +52,7 @@ class _Probe(_Result):
 
 # -- cancel -------------------------------------------------------------------------------
 
-class CancelTrial(_M):
+class CancelTrial(Typed):
     received_tokens: int
     disconnected: bool
     error: str | None
@@ -80,7 +81,7 @@ class CancelProbeResult(_Probe):
 
 # -- health -------------------------------------------------------------------------------
 
-class HealthLoop(_M):
+class HealthLoop(Typed):
     """``/health`` round trips: how many, how many answered 200, their latency."""
 
     n: int
@@ -92,7 +93,7 @@ class HealthLoop(_M):
     max_s: Num | None
 
 
-class PrefillRequests(_M):
+class PrefillRequests(Typed):
     n: int
     ok: int
     parallel: int
@@ -115,7 +116,7 @@ class HealthProbeResult(_Probe):
 
 # -- prefix -------------------------------------------------------------------------------
 
-class PrefixScenario(_M):
+class PrefixScenario(Typed):
     n: int
     ok: int
     errors: list[str]

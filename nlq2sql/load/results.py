@@ -31,10 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import parse_json, read_text
 from nlq2sql.load.analysis import SweepAnalysis
-from nlq2sql.load.contract import _M, LevelStats, Num, _LabelsFirst, _Result, _ServerFirst, _Stamped
+from nlq2sql.load.contract import LevelStats, _LabelsFirst, _Result, _ServerFirst, _Stamped
 from nlq2sql.load.probe_results import PROBE_MODELS
 from nlq2sql.load.server_results import CapacityResult, SerializationResult
 from nlq2sql.load.tune_results import TuneResult
+from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["FleetReplica", "FleetRow", "FleetSweepResult", "GridCell", "GridClass", "GridResult", "GridSettings",
            "RESULT_MODELS", "RateAnalysis", "RateRow", "RateSettings", "RateSlo", "RateSweepResult",
@@ -44,7 +45,7 @@ __all__ = ["FleetReplica", "FleetRow", "FleetSweepResult", "GridCell", "GridClas
 
 # -- sweep --------------------------------------------------------------------------------
 
-class SweepSettings(_M):
+class SweepSettings(Typed):
     """``sweep.json``'s ``config``: what the sweep measured."""
 
     levels: list[int]
@@ -68,7 +69,7 @@ class SweepResult(_LabelsFirst):
     plots: dict[str, str] = Field(default_factory=dict)
 
 
-class SettingRow(_M):
+class SettingRow(Typed):
     """One server setting of a server sweep: its sweep's peak, knee and saturation, and each level."""
 
     value: int
@@ -91,7 +92,7 @@ class ServerSweepResult(_Stamped):
     settings: list[SettingRow]
 
 
-class FleetRow(_M):
+class FleetRow(Typed):
     peak_req_per_s: Num | None
     at_concurrency: int | None
     knee: int | None
@@ -99,7 +100,7 @@ class FleetRow(_M):
     errors: int
 
 
-class FleetReplica(_M):
+class FleetReplica(Typed):
     label: str
     endpoint: str | None
 
@@ -115,7 +116,7 @@ class FleetSweepResult(_Stamped):
 
 # -- open loop ----------------------------------------------------------------------------
 
-class RateSettings(_M):
+class RateSettings(Typed):
     """``rate-sweep.json``'s ``config``."""
 
     rates: list[float]
@@ -131,7 +132,7 @@ class RateSettings(_M):
     slo: list[str] = []  # per-request SLOs of correct goodput (none: absent, the column is not shown)
 
 
-class RateRow(_M):
+class RateRow(Typed):
     offered: Num
     achieved: Num | None
     achieved_ratio: Num | None
@@ -142,13 +143,13 @@ class RateRow(_M):
     sustained: bool | None  # None: too short to judge
 
 
-class RateSlo(_M):
+class RateSlo(Typed):
     p95_target_s: Num
     rate: Num | None
     p95_s: Num | None
 
 
-class RateAnalysis(_M):
+class RateAnalysis(Typed):
     rows: list[RateRow]
     max_sustained_rate: Num | None
     first_unsustained_rate: Num | None
@@ -169,20 +170,20 @@ class RateSweepResult(_ServerFirst):
 
 # -- grid ---------------------------------------------------------------------------------
 
-class GridClass(_M):
+class GridClass(Typed):
     name: str
     pad_tokens: int
     out_tokens: int
     describe: str
 
 
-class GridSettings(_M):
+class GridSettings(Typed):
     levels: list[int]
     requests: int
     classes: list[GridClass]
 
 
-class GridCell(_M):
+class GridCell(Typed):
     """One (length class, concurrency) cell of the grid."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
