@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
@@ -76,12 +76,12 @@ def option(default: Any, flag: str, **constraints: Any) -> Any:
 T = TypeVar("T", bound="ModeSettings")
 
 
-class ModeSettings(BaseModel):
+class ModeSettings(Typed):
     """A mode's settings (one declaration: the field constraints are the validation, and a violated
     one is an :class:`InputError` naming the option, however the settings were built — the CLI, a
     library caller or a test)."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     @model_validator(mode="wrap")
     @classmethod

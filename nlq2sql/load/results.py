@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import parse_json, read_text
@@ -185,8 +185,6 @@ class GridSettings(Typed):
 
 class GridCell(Typed):
     """One (length class, concurrency) cell of the grid."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
     cls: str = Field(alias="class")
     concurrency: int
