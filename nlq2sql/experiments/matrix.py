@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
-from nlq2sql.records.summary_parts import Figures, Rate
+from nlq2sql.records.summary_parts import Figures
 from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
@@ -158,20 +158,16 @@ def _across_repeats(summaries: list[Figures], finals: list[dict[str, bool]], clu
         item_level_accuracy=cluster_mean(finals_means(finals), clusters))
 
 
-def _rate(r: Rate) -> str:
-    return pct(r.model_dump(exclude_unset=True))
-
-
 def render_markdown(table: MatrixTable, title: str = "Condition matrix") -> str:
     lines = [f"## {title}", "",
              "| condition | raw intent | final after guardrail | interventions | precision | recall | "
              "schema-valid |", "|---|---|---|---|---|---|---|"]
     for c in table.conditions:
         s = c.read()
-        rec = "; ".join(f"{k} {_rate(v)}" for k, v in s.intervention_recall.items()) or "n/a"
-        lines.append(f"| {c.condition} | {_rate(s.raw_accuracy)} | {_rate(s.final_accuracy)} | "
-                     f"{s.interventions} | {_rate(s.intervention_precision)} | {rec} | "
-                     f"{_rate(s.schema_valid_rate)} |")
+        rec = "; ".join(f"{k} {pct(v)}" for k, v in s.intervention_recall.items()) or "n/a"
+        lines.append(f"| {c.condition} | {pct(s.raw_accuracy)} | {pct(s.final_accuracy)} | "
+                     f"{s.interventions} | {pct(s.intervention_precision)} | {rec} | "
+                     f"{pct(s.schema_valid_rate)} |")
     lines += ["", "Paired comparisons (final correctness, exact McNemar):", "",
               "| A | B | n | A right, B wrong | B right, A wrong | p |", "|---|---|---|---|---|---|"]
     for p in table.pairs:
