@@ -297,7 +297,6 @@ JSON_EDGES: dict[str, tuple[int, str]] = {
     "nlq2sql.run.endpoint_facts": (2, DUMP),
     "nlq2sql.run.server": (1, HTTP),
     "nlq2sql.load.capacity": (3, f"{READ} (a model's config.json)"),
-    "nlq2sql.load.probe_results": (2, DUMP),
     "nlq2sql.load.serialization": (2, HTTP),
     "nlq2sql.load.results": (1, DUMP),
     "nlq2sql.load.driver": (1, DUMP),

@@ -28,18 +28,20 @@ class _Stamped(_Result):
 
 
 class _Header(_Result):
-    """What a result measured at one endpoint says first: which run, when, how long, what model and set.
+    """What a result measured at one endpoint says of it: which run, when, how long, what model and
+    set, and the endpoint (its label, the CPU caveat, its facts).
 
     ``elapsed_s`` is given here by the modes that time themselves (rate sweep, grid); sweep and tune
-    leave it to the driver, which appends it after the analysis.  The endpoint's label and facts
-    follow in one of two orders (:class:`_LabelsFirst`, :class:`_ServerFirst`): each mode's files
-    have always held one of them, and a model writes its fields in declaration order."""
+    leave it to the driver (:func:`.output.write_outputs`)."""
 
     kind: str
     created: float | None = None
     elapsed_s: float | None = None
     model: str
     evalset: str
+    endpoint_label: str
+    cpu_label: str | None
+    server: EndpointFacts
 
 
 #: What a result measured on a local CPU server says of its timings.
@@ -51,22 +53,6 @@ def endpoint_labels(local: str | None, endpoint: object) -> tuple[str, str | Non
     is called; None: the run used a given endpoint) or the endpoint, and the CPU caveat for a local one."""
     return (local, CPU_LABEL) if local is not None else (str(endpoint), None)
 
-
-
-class _LabelsFirst(_Header):
-    """Sweep and tune: the endpoint's labels, then its facts."""
-
-    endpoint_label: str
-    cpu_label: str | None
-    server: EndpointFacts
-
-
-class _ServerFirst(_Header):
-    """Rate sweep and grid: the endpoint's facts, then its labels."""
-
-    server: EndpointFacts
-    endpoint_label: str
-    cpu_label: str | None
 
 
 class Gauge(Typed):

@@ -200,7 +200,7 @@ class LoadMode(Mode[S, R]):
 
     @abstractmethod
     def analyse(self, ctx: LevelContext[S], done: list[Any]) -> R:
-        """The result (with ``kind``; typed, fields in the file's order), written as STEM.json."""
+        """The result (with ``kind``; typed), written as STEM.json."""
 
 
 MODES: dict[str, type[Mode[Any, Any]]] = {}

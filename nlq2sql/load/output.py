@@ -21,16 +21,13 @@ Plot = tuple[str, Callable[[R, Path], Any]]
 
 
 def write_outputs(out: Path, stem: str, result: R, render: Callable[[R], str], plot: Plot[R] | None = None, *,
-                  elapsed_s: float | None = None, order: tuple[str, ...] = ()) -> R:
+                  elapsed_s: float | None = None) -> R:
     """Checked, then plots (their file names go into the JSON under ``plot[0]``), the JSON and the
     Markdown; returns the result as written (versioned, timed, with its plots' names).
 
-    This is the one place a result becomes JSON.  ``elapsed_s``: the driver's timing, added after
-    the result's own fields when the mode did not time itself; ``order``: keys written first, in
-    that order (a re-analysed sweep keeps the order its re-renders have always written)."""
+    This is the one place a result becomes JSON.  ``elapsed_s``: the driver's timing, added when
+    the mode did not time itself."""
     data = result.to_json()
-    if order:
-        data = {k: data[k] for k in order if k in data} | {k: v for k, v in data.items() if k not in order}
     if elapsed_s is not None:
         data.setdefault("elapsed_s", elapsed_s)
     if "kind" in data:

@@ -3,16 +3,13 @@
 The probes' ``STEM.json`` are contracts like every other load result (:mod:`.results`): the
 one output layer validates each against its model before any file is written, the renderer
 reads attributes, and :func:`.results.load_result` reads one back naming the file and field of
-a bad one.  They are also what the probes build (fields in the file's order: see
-:mod:`.contract`).  Server-side figures that ``/metrics`` did not show keep their sample count and a
-note ("not observed"), never a zero.
+a bad one.  They are also what the probes build.  Server-side figures that ``/metrics`` did not
+show keep their sample count and a note ("not observed"), never a zero.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-from pydantic import model_serializer
+from typing import Literal
 
 from nlq2sql.load.contract import _Result
 from nlq2sql.load.metrics import HistMean, PrefixCache
@@ -30,24 +27,14 @@ class Unreported(Typed):
     note: str
 
 
-#: What a probe mode (``probes.ProbeMode``) stamps on its result; the files hold it after the probe's own figures.
-STAMP = ("kind", "endpoint", "model", "created")
-
-
 class _Probe(_Result):
+    """What a probe mode (``probes.ProbeMode``) stamps on its result."""
+
     kind: str
     endpoint: str
     model: str
     created: float | None = None
     elapsed_s: float | None = None
-
-    @model_serializer(mode="wrap")
-    def _stamp_last(self, handler: Any) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        for key in STAMP:
-            if key in out:
-                out[key] = out.pop(key)
-        return out
 
 
 # -- cancel -------------------------------------------------------------------------------

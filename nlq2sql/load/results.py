@@ -11,8 +11,8 @@ committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer take
 model (the result as written), so a report cannot show a key the contract does not declare.
 Mappings remain only where the keys are open by nature:
 the server's facts, a thresholds dataclass's fields, counts by error or finish reason.
-These models are also the one declaration each mode *builds* its result as (fields in the
-file's order, written with ``to_json``: see :mod:`.contract`).  The probes' results
+These models are also the one declaration each mode *builds* its result as (written with
+``to_json``: the fields given).  The probes' results
 (``probe cancel|health|prefix``) are declared in :mod:`.probe_results`, the serialization
 verdict's and capacity's in :mod:`.server_results`, tune's in :mod:`.tune_results`, the sweep's
 analysis in :mod:`.analysis`, the shared parts (level stats, percentiles, the header) in
@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, ValidationError
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import parse_json, read_text
 from nlq2sql.load.analysis import SweepAnalysis
-from nlq2sql.load.contract import LevelStats, _LabelsFirst, _Result, _ServerFirst, _Stamped
+from nlq2sql.load.contract import LevelStats, _Header, _Result, _Stamped
 from nlq2sql.load.probe_results import PROBE_MODELS
 from nlq2sql.load.server_results import CapacityResult, SerializationResult
 from nlq2sql.load.tune_results import TuneResult
@@ -60,7 +60,7 @@ class SweepSettings(Typed):
     slo: list[str] = []  # per-request SLOs of correct goodput (none: absent, the column is not shown)
 
 
-class SweepResult(_LabelsFirst):
+class SweepResult(_Header):
     kind: Literal["sweep"]
     config: SweepSettings
     levels: list[LevelStats]
@@ -159,7 +159,7 @@ class RateAnalysis(Typed):
     slo_policy: list[RateSlo]
 
 
-class RateSweepResult(_ServerFirst):
+class RateSweepResult(_Header):
     kind: Literal["rate-sweep"]
     config: RateSettings
     levels: list[LevelStats]
@@ -203,7 +203,7 @@ class GridCell(Typed):
     run_dir: str
 
 
-class GridResult(_ServerFirst):
+class GridResult(_Header):
     kind: Literal["grid"]
     config: GridSettings
     cells: list[GridCell]

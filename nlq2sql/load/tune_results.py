@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nlq2sql.load.contract import _LabelsFirst
+from nlq2sql.load.contract import _Header
 from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["OperatingPoint", "ProbeCounts", "ProbeRow", "TuneConfig", "TuneResult", "TuneVerdict"]
@@ -85,7 +85,7 @@ class TuneConfig(Typed):
     prompt: str
 
 
-class TuneResult(_LabelsFirst):
+class TuneResult(_Header):
     kind: Literal["tune"]
     config: TuneConfig
     ci_method: str
