@@ -62,7 +62,7 @@ def overview(groups: Group) -> list[str]:
     for (model, wh, evalset), group in sorted(groups.items()):
         table = arms_table(group)
         by = {r.arm: r for r in table.arms}
-        cells = [by[a].accuracy.text() if a in by else "–" for a in ARMS]
+        cells = [pct(by[a].accuracy) if a in by else "–" for a in ARMS]
         n = max(r.n for r in table.arms)
         lines.append(f"| {model} | {wh} | {evalset} | {n} | {' | '.join(cells)} | {_p(table, 'query', 'sql')} | "
                      f"{_p(table, 'query', 'sql-grammar')} |")
@@ -92,7 +92,7 @@ def pooled(groups: Group) -> list[str]:
         table = arms_table(arms)
         for r in table.arms:
             lat = r.latency_s
-            lines.append(f"| {model} | {r.arm} | {len(full)} | {r.n} | {r.accuracy.text()} | "
+            lines.append(f"| {model} | {r.arm} | {len(full)} | {r.n} | {pct(r.accuracy)} | "
                          f"{_p(table, 'query', r.arm) if r.arm != 'query' else '—'} | "
                          f"{r.prompt_tokens.mean:.0f} | {r.completion_tokens.mean:.1f} | "
                          f"{lat.p50:.1f} / {lat.p95:.1f} s |")
@@ -175,12 +175,12 @@ def abstention_targets(root: Path) -> list[tuple[str, str, str, bool | None]]:
     for wh, p in leave_one_out(groups).items():
         if p is not None:
             rows.append((f"{wh}: unanswerable precision ≥ 0.8 at recall ≥ 0.6 (cut-off chosen on the other warehouses)",
-                         f"precision {p.precision.text()}, recall {p.recall.text()} at {p.threshold:.3g}", src,
+                         f"precision {pct(p.precision)}, recall {pct(p.recall)} at {p.threshold:.3g}", src,
                          p.meets_target))
     best = best_at_recall(sweep([x for items in groups.values() for x in items]))
     if best is not None:
         rows.append(("all warehouses: unanswerable precision ≥ 0.8 at recall ≥ 0.6 (best cut-off, in-sample)",
-                     f"precision {best.precision.text()}, recall {best.recall.text()} at {best.threshold:.3g}",
+                     f"precision {pct(best.precision)}, recall {pct(best.recall)} at {best.threshold:.3g}",
                      src,
                      best.meets_target))
     return rows

@@ -12,10 +12,11 @@ import pytest
 from fakeserver import FakeServer
 
 from nlq2sql.errors import InputError
-from nlq2sql.load.contract import _M, LevelStats
+from nlq2sql.load.contract import LevelStats
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.modes import registry, run_mode
+from nlq2sql.records.typed import Typed
 from nlq2sql.run.config import EvalConfig
 
 
@@ -24,7 +25,7 @@ class PairSettings(LoadSettings):
     high: int = option(3, "--high", ge=1)
 
 
-class PairResult(_M):
+class PairResult(Typed):
     """The mode's result, typed like every mode's (``elapsed_s``: the driver's timing, added last)."""
 
     levels: list[int]

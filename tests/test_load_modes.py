@@ -20,12 +20,12 @@ import pytest
 from fakeserver import FakeServer
 
 from nlq2sql.errors import InputError
-from nlq2sql.load.contract import _M
 from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, ModeSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.modes import BUILTIN, mode, registry, run_mode, sweep_mode
 from nlq2sql.load.probes import ProbeMode, ProbeSettings, Target, stream_chat
 from nlq2sql.load.sweep import ServerSweepSettings, SweepConfig
+from nlq2sql.records.typed import Typed
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoints import ReplicaSpec
 
@@ -37,7 +37,7 @@ class StairSettings(LoadSettings):
     top: int = option(5, "--top", ge=1, le=64)
 
 
-class StairResult(_M):
+class StairResult(Typed):
     kind: str  # given (a result's JSON holds the fields set)
     levels: list[int]
     ok: list[int]
@@ -82,7 +82,7 @@ class FirstTokenSettings(ProbeSettings):
     question: str = "revenue by region"
 
 
-class FirstTokenResult(_M):
+class FirstTokenResult(Typed):
     kind: str
     endpoint: str
     model: str

@@ -13,7 +13,6 @@ from nlq2sql.load import analysis as an
 from nlq2sql.load import render as rn
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.contract import LevelStats as Level
-from nlq2sql.load.figures import plain
 from nlq2sql.load.levels import client_stats, expand_evalset, inflight, intervals, level_stats
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult
@@ -149,12 +148,12 @@ def _level(c: int, thr: float, p95: float, observed: bool = True) -> Level:
 
 
 def _result(levels: list[Level], cost: float | None = 1.0, slo: tuple[float, ...] = (4.0,)) -> SweepResult:
-    return SweepResult.from_json(plain({"kind": "sweep", "model": "m", "evalset": "heldout", "endpoint_label": "http://x/v1",
+    return SweepResult.from_json({"kind": "sweep", "model": "m", "evalset": "heldout", "endpoint_label": "http://x/v1",
             "cpu_label": "CPU-only", "server": {"endpoint": "http://x/v1"},
             "config": {"levels": [s.concurrency for s in levels], "requests": 32, "slo_p95": list(slo),
                        "gpu_cost_per_hour": cost, "max_tokens": 96, "structured": "json", "prompt": "baseline",
                        "warmup": 0},
-            "levels": levels, "analysis": an.analyse(levels, TH, slo, cost), "notes": ["a note"]}))
+            "levels": levels, "analysis": an.analyse(levels, TH, slo, cost), "notes": ["a note"]})
 
 
 def test_render_and_plots_from_synthetic_levels(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.experiments import loadcheck
-from nlq2sql.load.figures import UnsetType
 from nlq2sql.run.config import EvalConfig, LoadShape
 
 OTHER = '{"intent":"breakdown","metric":"revenue","dimension":"category","time_grain":null,"filters":[],' \
@@ -29,7 +28,7 @@ def test_run_to_run_and_across_levels_are_told_apart(tmp_path: Path) -> None:
         dirs = loadcheck.run_levels(loadcheck.LoadCheckConfig(base, (1, 2), repeats=2))
     assert [d.name for d in dirs] == ["c1-r0", "c1-r1", "c2-r0", "c2-r1"]
     split = loadcheck.split_identity(dirs)
-    assert isinstance(split.run_to_run, dict) and not isinstance(split.across_levels_first_repeat, UnsetType)
+    assert isinstance(split.run_to_run, dict) and split.across_levels_first_repeat is not None
     assert split.run_to_run["c1"].identical_items == 2 and split.run_to_run["c1"].divergent_ids == [ids[0]]
     assert split.run_to_run["c2"].identical_items == 3
     assert split.across_levels_first_repeat.identical_items == 3

@@ -104,7 +104,7 @@ def eval_repeats(cfg: EvalConfig, repeats: int, progress: Callable[[str, dict[st
     result.server = RepeatsServer(started_by_us=bool(info.started_by_us),
                                   structured_outputs=info.structured_written(),
                                   batch_invariant=info.batch_invariant)
-    write_json_atomic(cfg.out / REPEATS_FILE, result.written())
+    write_json_atomic(cfg.out / REPEATS_FILE, result.to_json())
     Console().print(render_repeats(result), markup=False, highlight=False, soft_wrap=True)
     failed = n = 0
     for d in repeat_dirs(cfg.out)[:repeats]:

@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from nlq2sql.experiments.common import Share
 from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.summary_parts import Rate
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import rate
 
 __all__ = ["MIN_RECALL", "CutPoint", "Decision", "best_at_recall", "cut", "decisions", "leave_one_out", "render",
            "sweep"]
@@ -66,17 +68,17 @@ class CutPoint:
     answered_right: int
 
     @property
-    def precision(self) -> Share:
-        return Share.wilson(self.abstained_right, self.abstained)
+    def precision(self) -> Rate:
+        return rate(self.abstained_right, self.abstained)
 
     @property
-    def recall(self) -> Share:
-        return Share.wilson(self.abstained_right, self.unanswerable)
+    def recall(self) -> Rate:
+        return rate(self.abstained_right, self.unanswerable)
 
     @property
-    def accuracy(self) -> Share:
+    def accuracy(self) -> Rate:
         """Final accuracy over every item (a right abstention counts right, a wrong one wrong)."""
-        return Share.wilson(self.answered_right + self.abstained_right, self.n)
+        return rate(self.answered_right + self.abstained_right, self.n)
 
     @property
     def meets_target(self) -> bool:
@@ -85,9 +87,9 @@ class CutPoint:
                 and self.unanswerable > 0 and self.abstained_right / self.unanswerable >= MIN_RECALL)
 
     @property
-    def coverage(self) -> Share:
+    def coverage(self) -> Rate:
         """Share of the answerable items still answered."""
-        return Share.wilson(self.answered_answerable, self.n - self.unanswerable)
+        return rate(self.answered_answerable, self.n - self.unanswerable)
 
 
 def cut(items: list[Decision], threshold: float) -> CutPoint:
@@ -135,9 +137,9 @@ def leave_one_out(groups: dict[str, list[Decision]]) -> dict[str, CutPoint | Non
 
 
 def _row(label: str, p: CutPoint) -> str:
-    prec = p.precision.text() if p.abstained else "—"
-    return (f"| {label} | {p.threshold:.3g} | {p.abstained} | {prec} | {p.recall.text()} | {p.coverage.text()} | "
-            f"{p.accuracy.text()} |")
+    prec = pct(p.precision) if p.abstained else "—"
+    return (f"| {label} | {p.threshold:.3g} | {p.abstained} | {prec} | {pct(p.recall)} | {pct(p.coverage)} | "
+            f"{pct(p.accuracy)} |")
 
 
 def render(groups: dict[str, list[Decision]], run_threshold: float | None,

@@ -20,20 +20,19 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
 
-from msgspec import UNSET
-
 from nlq2sql.answers.kinds import KINDS
 from nlq2sql.errors import InputError
-from nlq2sql.experiments.common import Share, read_run
+from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.compare import cost_per_1k
-from nlq2sql.load.figures import Fig, Num
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Manifest, Summary
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
-from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.records.summary_parts import Percentiles, Rate
+from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
-from nlq2sql.stages.score import mcnemar_exact, spread
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import mcnemar_exact, rate, spread
 
 __all__ = ["ARMS", "TAXONOMY", "Arm", "ArmPair", "ArmRow", "ArmsTable", "arms_table", "common_error", "load_arm",
            "matrix_arms", "parse_answers", "render_markdown", "run_arms", "write_result"]
@@ -119,7 +118,8 @@ def load_arm(run_dir: Path) -> Arm:
         j = rec.judgement
         final = present(j.correct_final) if j is not None else None
         correct[rec.id] = bool(final)
-        lenient[rec.id] = bool(final if j is None or j.correct_lenient is UNSET else j.correct_lenient)
+        loose = present(j.correct_lenient) if j is not None else None  # absent: the query arm (= correct)
+        lenient[rec.id] = bool(final if loose is None else loose)
         errors[common_error(present(j.error_final) if j is not None else None) or "correct"] += 1
         for v, into in ((rec.request.prompt_tokens, pt), (rec.request.completion_tokens, ct),
                         (rec.request.latency_s, lat)):
@@ -130,16 +130,16 @@ def load_arm(run_dir: Path) -> Arm:
     return Arm(f"{answer} · {model}", answer, model, m.evalset, m, s, correct, lenient, errors, pt, ct, lat)
 
 
-# ``arms.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+# ``arms.json`` as built.
 
-class ArmRow(Fig):
+class ArmRow(Typed):
     arm: str
     model: str
     evalset: str
     run: str
     n: int
-    accuracy: Share
-    lenient: Share
+    accuracy: Rate
+    lenient: Rate
     examples: int
     prompt_tokens: Percentiles
     completion_tokens: Percentiles
@@ -150,7 +150,7 @@ class ArmRow(Fig):
     errors: dict[str, int]
 
 
-class ArmPair(Fig):
+class ArmPair(Typed):
     a: str
     b: str
     model: str
@@ -161,7 +161,7 @@ class ArmPair(Fig):
     mcnemar_exact_p: float
 
 
-class ArmsTable(Fig):
+class ArmsTable(Typed):
     arms: list[ArmRow]
     pairs: list[ArmPair]
     gpu_cost_per_hour: float | None
@@ -183,8 +183,8 @@ def arms_table(arms: list[Arm], gpu_cost_per_hour: float | None = None) -> ArmsT
         sampling = a.manifest.sampling if a.manifest else None
         rows.append(ArmRow(
             arm=a.answer, model=a.model, evalset=a.evalset, run=a.label,
-            n=len(a.correct), accuracy=Share.wilson(k, len(a.correct)),
-            lenient=Share.wilson(sum(a.lenient.values()), len(a.lenient)), examples=_examples(a.manifest),
+            n=len(a.correct), accuracy=rate(k, len(a.correct)),
+            lenient=rate(sum(a.lenient.values()), len(a.lenient)), examples=_examples(a.manifest),
             prompt_tokens=spread(a.prompt_tokens), completion_tokens=spread(a.completion_tokens),
             latency_s=spread(a.latency_s), req_per_s=rps, cost_per_1k=cost_per_1k(rps, gpu_cost_per_hour),
             grammar_sha256=sampling.grammar_sha256 if sampling is not None else None,
@@ -215,7 +215,7 @@ def render_markdown(table: ArmsTable, title: str) -> str:
              "completion tokens (mean) | latency p50 | latency p95 | cost / 1k |", "|---" * 12 + "|"]
     for r in table.arms:
         lines.append(f"| {r.model} | {r.evalset} | {r.arm} | {r.examples} | {r.n} | "
-                     f"{r.accuracy.text()} | {r.lenient.text()} | {_num(r.prompt_tokens.mean, '.0f')} | "
+                     f"{pct(r.accuracy)} | {pct(r.lenient)} | {_num(r.prompt_tokens.mean, '.0f')} | "
                      f"{_num(r.completion_tokens.mean, '.1f')} | {_num(r.latency_s.p50, '.2f')} s | "
                      f"{_num(r.latency_s.p95, '.2f')} s | "
                      f"{'$' + format(r.cost_per_1k, '.4f') if r.cost_per_1k is not None else 'n/a'} |")

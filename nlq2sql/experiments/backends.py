@@ -21,17 +21,16 @@ import jsonschema
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import Nlq2SqlError
-from nlq2sql.experiments.common import Share
-from nlq2sql.load.figures import Fig, Num
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.results import Manifest, load_manifest, load_summary
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, output_dir, write_json_atomic
-from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.records.summary_parts import Percentiles, Rate
+from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.run.serving import COMPACT_BACKENDS, STRUCTURED_BACKENDS
-from nlq2sql.stages.score import spread
+from nlq2sql.stages.score import rate, spread
 
 __all__ = ["BackendError", "BackendRow", "BackendsConfig", "BackendsResult", "backend_config", "backend_row",
            "clean_error", "render_markdown", "run_backends", "summarise_backends", "write_result"]
@@ -72,16 +71,16 @@ def clean_error(message: str) -> str:
     return " ".join(message.split())[:600]
 
 
-# ``backends.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+# ``backends.json`` as built.
 
-class BackendError(Fig):
+class BackendError(Typed):
     """A backend that did not run: its error as a report may keep it (``clean_error``)."""
 
     backend: str
     error: str
 
 
-class BackendRow(Fig):
+class BackendRow(Typed):
     """One backend's figures from its finished run."""
 
     backend: str
@@ -90,9 +89,9 @@ class BackendRow(Fig):
     effective_backend: str | None
     whitespace_free: bool | None
     canary: bool | None
-    json_schema_valid: Share
-    schema_valid_rate: Share
-    accuracy: Share
+    json_schema_valid: Rate
+    schema_valid_rate: Rate
+    accuracy: Rate
     finish_length: int
     completion_tokens: Percentiles
     ttft_s: Percentiles | None
@@ -106,7 +105,7 @@ class BackendRow(Fig):
     git_commit: str | None
 
 
-class BackendsResult(Fig):
+class BackendsResult(Typed):
     backends: list[BackendRow | BackendError]
 
 
@@ -148,8 +147,8 @@ def backend_row(run: Path, backend: str) -> BackendRow:
     return BackendRow(
         backend=backend, run=run.name, n=summary.n, effective_backend=so.backend if so else None,
         whitespace_free=so.disable_any_whitespace if so else None, canary=canary.passed if canary else None,
-        json_schema_valid=Share.wilson(valid, len(recs)), schema_valid_rate=Share.of(summary.schema_valid_rate),
-        accuracy=Share.of(summary.final_accuracy), finish_length=summary.finish_reasons.get("length", 0),
+        json_schema_valid=rate(valid, len(recs)), schema_valid_rate=summary.schema_valid_rate,
+        accuracy=summary.final_accuracy, finish_length=summary.finish_reasons.get("length", 0),
         completion_tokens=spread([t for r in ok if (t := present(r.request.completion_tokens)) is not None]),
         ttft_s=summary.timing.get("ttft_s"), latency_s=summary.timing.get("latency_s"),
         first_request_compile_s=compile_s, canary_latency_s=canary.latency_s if canary else None,
@@ -157,7 +156,7 @@ def backend_row(run: Path, backend: str) -> BackendRow:
         evalset=manifest.evalset, git_commit=manifest.git_commit)
 
 
-def _rate(r: Share) -> str:
+def _rate(r: Rate) -> str:
     if r.value is None:
         return "n/a"
     lo, hi = r.ci95 or (None, None)

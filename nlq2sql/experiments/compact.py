@@ -18,10 +18,10 @@ from pathlib import Path
 
 import httpx
 
-from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.item import whitespace_outside_strings
 from nlq2sql.run.live import run_eval
@@ -70,26 +70,26 @@ def retokenize(base_url: str, model: str, texts: list[str]) -> list[int | None]:
     return out
 
 
-# ``compact.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+# ``compact.json`` as built.
 
-class ArmFigures(Fig, kw_only=True):
+class ArmFigures(Typed):
     """One arm's figures; the post-parse arm (no decode of its own) has only ``n``, ``chars`` and ``note``."""
 
     n: int
-    completion_tokens: Percentiles | UnsetType = UNSET
-    completion_tokens_median: Num | None | UnsetType = UNSET
+    completion_tokens: Percentiles | None = None
+    completion_tokens_median: Num | None = None
     chars: Percentiles
-    latency_s: Percentiles | UnsetType = UNSET
-    itl_mean_s: Percentiles | UnsetType = UNSET
-    schema_valid: int | UnsetType = UNSET
-    no_whitespace: int | UnsetType = UNSET
-    tokens_per_char: float | None | UnsetType = UNSET
-    retokenized: Percentiles | UnsetType = UNSET
-    generated_over_retokenized: float | None | UnsetType = UNSET
-    note: str | UnsetType = UNSET
+    latency_s: Percentiles | None = None
+    itl_mean_s: Percentiles | None = None
+    schema_valid: int | None = None
+    no_whitespace: int | None = None
+    tokens_per_char: float | None = None
+    retokenized: Percentiles | None = None
+    generated_over_retokenized: float | None = None
+    note: str | None = None
 
 
-class Comparison(Fig):
+class Comparison(Typed):
     """A compact arm against pretty, item by item and in mean tokens and latency."""
 
     honoured: int
@@ -101,12 +101,12 @@ class Comparison(Fig):
     itl_used_s: Num | None
 
 
-class CompactResult(Fig):
+class CompactResult(Typed):
     arms: dict[str, ArmFigures]
     comparisons: dict[str, Comparison]
 
 
-def _mean(p: Percentiles | UnsetType) -> Num | None:
+def _mean(p: Percentiles | None) -> Num | None:
     return p.mean if isinstance(p, Percentiles) else None
 
 
@@ -191,7 +191,7 @@ def run(cfg: CompactConfig) -> CompactResult:
 def render_markdown(res: CompactResult) -> str:
     """The report, from the typed result (a written one is read into it first: ``CompactResult.from_json``)."""
 
-    def f(d: Percentiles | UnsetType, k: str = "mean", fmt: str = "{:.1f}") -> str:
+    def f(d: Percentiles | None, k: str = "mean", fmt: str = "{:.1f}") -> str:
         v = getattr(d, k) if isinstance(d, Percentiles) else None
         return fmt.format(v) if v is not None else "n/a"
     lines = ["## Compact vs pretty", "",
@@ -204,10 +204,10 @@ def render_markdown(res: CompactResult) -> str:
             continue
         gr = f"{a.generated_over_retokenized:.2f}" if a.generated_over_retokenized else "n/a"
         tpc = f"{a.tokens_per_char:.3f}" if a.tokens_per_char else "n/a"
-        lines.append(f"| {arm} | {a.n} | {f(a.completion_tokens)} / {present(a.completion_tokens_median)} | "
+        lines.append(f"| {arm} | {a.n} | {f(a.completion_tokens)} / {a.completion_tokens_median} | "
                      f"{f(a.retokenized)} | {gr} | {f(a.chars)} | {tpc} | "
                      f"{f(a.latency_s, 'p50', '{:.3f}')} / {f(a.latency_s, 'p95', '{:.3f}')} s | "
-                     f"{present(a.schema_valid)}/{a.n} | {present(a.no_whitespace)}/{a.n} |")
+                     f"{a.schema_valid}/{a.n} | {a.no_whitespace}/{a.n} |")
     lines += ["", "| arm vs pretty | honoured | ignored | backfired | tokens saved (mean) | predicted saving "
               "| measured saving |", "|---|---|---|---|---|---|---|"]
     for arm, c in res.comparisons.items():

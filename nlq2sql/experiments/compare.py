@@ -19,7 +19,7 @@ import matplotlib
 
 __all__ = ["COLUMNS", "ComparedRun", "FlippedItem", "PairedRuns", "accuracy_figure", "answer_text", "cost_per_1k",
            "diff_text", "load_runs", "machine_line", "paired_html", "paired_markdown", "paired_runs", "plots",
-           "png_base64", "rate_text", "recall_text", "render", "rows", "server_device"]
+           "png_base64", "recall_text", "render", "rows", "server_device"]
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -244,15 +244,10 @@ def paired_html(base: str, pairs: list[PairedRuns], notes: list[str]) -> str:
     return "".join(out)
 
 
-def rate_text(rate: Rate) -> str:
-    """``stages.report.pct`` of a summary's rate."""
-    return pct(rate.model_dump())
-
-
 def recall_text(recall: dict[str, Rate]) -> str:
     """Intervention recall, each value named by the failure kind it is the recall of
     ("sort_desc 83.3 % [43.6–97.0] (5/6)"); kinds with no failing item are left out."""
-    shown = [f"{kind} {rate_text(r)}" for kind, r in recall.items() if r.n]
+    shown = [f"{kind} {pct(r)}" for kind, r in recall.items() if r.n]
     return "; ".join(shown) or "n/a (no item of a kind a guardrail fixes failed)"
 
 
@@ -318,10 +313,10 @@ def rows(runs: list[ComparedRun], gpu_cost_per_hour: float | None) -> list[dict[
         lat, ct = t.get("latency_s"), t.get("completion_tokens")
         rps = s.throughput.req_per_s if s.throughput is not None else None
         out.append({
-            "run": r.label, "n": str(s.n), "raw": rate_text(s.raw_accuracy), "final": rate_text(s.final_accuracy),
-            "precision": rate_text(s.intervention_precision),
+            "run": r.label, "n": str(s.n), "raw": pct(s.raw_accuracy), "final": pct(s.final_accuracy),
+            "precision": pct(s.intervention_precision),
             "recall": recall_text(s.intervention_recall),
-            "schema_valid": rate_text(s.schema_valid_rate),
+            "schema_valid": pct(s.schema_valid_rate),
             "p50": f"{lat.p50:.2f} s" if lat is not None and lat.p50 is not None else "n/a",
             "p95": f"{lat.p95:.2f} s" if lat is not None and lat.p95 is not None else "n/a",
             "tokens": f"{ct.mean:.1f}" if ct is not None and ct.mean is not None else "n/a",

@@ -40,12 +40,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 from scipy.stats import binomtest
 
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.gate_inputs import RunFacts, check_same_inputs, read_run
 from nlq2sql.records.item import present
+from nlq2sql.records.typed import Typed
 from nlq2sql.stages.score import spread
 
 __all__ = ["Check", "Flip", "GateConfig", "GateResult", "ItemResult", "RunInfo", "Status", "config_from_options",
@@ -60,10 +61,10 @@ Status = Literal["pass", "fail", "not measured", "not checked"]
 Flip = Literal["right_to_wrong", "wrong_to_right", "both_right", "both_wrong"]
 
 
-class GateConfig(BaseModel):
+class GateConfig(Typed):
     """What to compare and the bounds; validated the same way for the CLI and library callers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     baseline: Path
     candidate: Path
@@ -78,8 +79,8 @@ class GateConfig(BaseModel):
     require_identical: bool = Field(default=False, description="Fail when any paired item's raw_text changed.")
 
 
-class RunInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class RunInfo(Typed):
+    model_config = ConfigDict(frozen=True)
 
     path: str
     kind: str | None
@@ -92,8 +93,8 @@ class RunInfo(BaseModel):
     n: int
 
 
-class Check(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Check(Typed):
+    model_config = ConfigDict(frozen=True)
 
     id: str
     title: str
@@ -102,8 +103,8 @@ class Check(BaseModel):
     numbers: dict[str, float | int | str | None] = Field(default_factory=dict)
 
 
-class ItemResult(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ItemResult(Typed):
+    model_config = ConfigDict(frozen=True)
 
     id: str
     question: str | None
@@ -115,8 +116,8 @@ class ItemResult(BaseModel):
     identical: bool
 
 
-class GateResult(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class GateResult(Typed):
+    model_config = ConfigDict(frozen=True)
 
     verdict: Literal["pass", "fail"]
     config: GateConfig

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError
-from nlq2sql.experiments.common import Share, read_run
+from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.identity import RunIdentity, difference
-from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
-from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.records.summary_parts import Percentiles, Rate
+from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import run_eval
@@ -48,33 +48,33 @@ def run_levels(cfg: LoadCheckConfig) -> list[Path]:
     return dirs
 
 
-# ``loadcheck.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+# ``loadcheck.json`` as built (a field some runs lack is unset: left out of the file).
 
-class RunFigures(Fig):
+class RunFigures(Typed):
     run: str
     concurrency: int | None
     n: int
-    raw_accuracy: Share | None
-    final_accuracy: Share | None
+    raw_accuracy: Rate | None
+    final_accuracy: Rate | None
     req_per_s: Num | None
     latency_s: Percentiles | None
     ttft_s: Percentiles | None
 
 
-class Divergent(Fig, kw_only=True):
+class Divergent(Typed):
     """One item whose output differs between runs (or that some runs lack: ``reason``)."""
 
     id: str
-    reason: str | UnsetType = UNSET
-    first_run: str | UnsetType = UNSET
-    other_run: str | UnsetType = UNSET
-    first_diff_at: int | UnsetType = UNSET
-    text_a: str | None | UnsetType = UNSET
-    text_b: str | None | UnsetType = UNSET
-    intents_equal: bool | UnsetType = UNSET
+    reason: str | None = None
+    first_run: str | None = None
+    other_run: str | None = None
+    first_diff_at: int | None = None
+    text_a: str | None = None
+    text_b: str | None = None
+    intents_equal: bool | None = None
 
 
-class Identity(Fig):
+class Identity(Typed):
     items: int
     runs: int
     identical_items: int
@@ -82,33 +82,34 @@ class Identity(Fig):
     divergent_ids: list[str]
 
 
-class ReplicaLabel(Fig):
+class ReplicaLabel(Typed):
     label: str
     url: str | None
     model: str
 
 
-class Split(Fig, kw_only=True):
-    run_to_run: dict[str, Identity] | UnsetType = UNSET  # repeats of one level: plain nondeterminism
-    across_levels_first_repeat: Identity | UnsetType = UNSET  # batch effects
+class Split(Typed):
+    run_to_run: dict[str, Identity] | None = None  # repeats of one level: plain nondeterminism
+    across_levels_first_repeat: Identity | None = None  # batch effects
 
 
-class LoadCheck(Fig, kw_only=True):
+class LoadCheck(Typed):
     items: int
     runs: list[RunFigures]
     identical_items: int
     intent_divergent_items: int
     divergent: list[Divergent]
-    run_to_run: dict[str, Identity] | UnsetType = UNSET
-    across_levels_first_repeat: Identity | UnsetType = UNSET
-    server: EndpointFacts | UnsetType = UNSET  # the local server's facts (its keys as given)
-    replicas: list[ReplicaLabel] | UnsetType = UNSET
-    across_replicas: dict[str, Identity] | UnsetType = UNSET
-    across_concurrency: dict[str, Identity] | UnsetType = UNSET
+    run_to_run: dict[str, Identity] | None = None
+    across_levels_first_repeat: Identity | None = None
+    server: EndpointFacts | None = None  # the local server's facts (its keys as given)
+    replicas: list[ReplicaLabel] | None = None
+    across_replicas: dict[str, Identity] | None = None
+    across_concurrency: dict[str, Identity] | None = None
 
     def with_split(self, split: Split) -> LoadCheck:
         """This comparison with the identity split of the same runs (``split_identity``)."""
-        self.run_to_run, self.across_levels_first_repeat = split.run_to_run, split.across_levels_first_repeat
+        for name in split.model_fields_set:
+            setattr(self, name, getattr(split, name))
         return self
 
 
@@ -201,8 +202,8 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
             intents.setdefault(rec.id, []).append(present(rec.answer.raw_intent))
         t = summary.timing
         runs.append(RunFigures(run=str(d), concurrency=manifest.concurrency, n=summary.n,
-                               raw_accuracy=Share.of(summary.raw_accuracy),
-                               final_accuracy=Share.of(summary.final_accuracy),
+                               raw_accuracy=summary.raw_accuracy,
+                               final_accuracy=summary.final_accuracy,
                                req_per_s=summary.throughput.req_per_s if summary.throughput else None,
                                latency_s=t.get("latency_s"), ttft_s=t.get("ttft_s")))
     divergent: list[Divergent] = []
@@ -237,13 +238,13 @@ def render_markdown(res: LoadCheck) -> str:
             v = getattr(d, k) if d is not None else None
             return f"{v:.2f} s" if v is not None else "n/a"
         rps = f"{r.req_per_s:.2f}" if r.req_per_s else "n/a"
-        lines.append(f"| {_run_name(r.run)} | {r.concurrency} | {r.n} | {_pct(r.raw_accuracy)} | "
-                     f"{_pct(r.final_accuracy)} | {rps} | {s(lat, 'p50')} | {s(lat, 'p95')} | "
+        lines.append(f"| {_run_name(r.run)} | {r.concurrency} | {r.n} | {pct(r.raw_accuracy)} | "
+                     f"{pct(r.final_accuracy)} | {rps} | {s(lat, 'p50')} | {s(lat, 'p95')} | "
                      f"{s(lat, 'p99')} | {s(ttft, 'p50')} |")
     if res.divergent:
         lines += ["", "### Divergent items", ""]
         for d in res.divergent:
-            if not isinstance(d.text_a, UnsetType):
+            if "text_a" in d.model_fields_set:
                 lines.append(f"- `{d.id}` differs at byte {d.first_diff_at} "
                              f"({Path(str(d.first_run)).name} vs {Path(str(d.other_run)).name}; intents "
                              f"{'equal' if d.intents_equal else 'differ'}):\n  - `{d.text_a}`\n"
@@ -251,10 +252,6 @@ def render_markdown(res: LoadCheck) -> str:
             else:
                 lines.append(f"- `{d.id}`: {d.reason}")
     return "\n".join(lines) + "\n"
-
-
-def _pct(rate: Share | None) -> str:
-    return rate.text() if rate is not None else pct(None)
 
 
 def _run_name(run: str) -> str:
@@ -270,14 +267,14 @@ def _identity_row(what: str, r: Identity) -> str:
 
 def _split_lines(result: LoadCheck) -> list[str]:
     """Run-to-run at one level (nondeterminism) and across levels (batch effects), when measured."""
-    rows = [(f"run to run at {key}", r) for key, r in (present(result.run_to_run) or {}).items()]
-    if (across := present(result.across_levels_first_repeat)) is not None:
+    rows = [(f"run to run at {key}", r) for key, r in (result.run_to_run or {}).items()]
+    if (across := result.across_levels_first_repeat) is not None:
         rows.append(("across levels (first repeat)", across))
     if not rows:
         return []
     lines = ["| identity | runs | items byte-identical | intents differ | divergent ids |", "|---|---|---|---|---|"]
     lines += [_identity_row(what, r) for what, r in rows]
-    server = present(result.server)
+    server = result.server
     if server is not None and server.model_fields_set:
         backend = server.structured_outputs.backend if server.structured_outputs is not None else None
         lines.append("")
@@ -288,13 +285,13 @@ def _split_lines(result: LoadCheck) -> list[str]:
 
 def _identity_lines(result: LoadCheck) -> list[str]:
     """Across replicas (same level) and across concurrency (same replica), when measured."""
-    if (replicas := present(result.across_replicas)) is None:
+    if (replicas := result.across_replicas) is None:
         return _split_lines(result)
     lines = ["| identity | runs | items byte-identical | intents differ | divergent ids |", "|---|---|---|---|---|"]
     for what, table in (("across replicas at", replicas),
-                        ("across concurrency on", present(result.across_concurrency) or {})):
+                        ("across concurrency on", result.across_concurrency or {})):
         lines += [_identity_row(f"{what} {key}", r) for key, r in table.items()]
-    urls = ", ".join(f"{r.label} = {r.url}" for r in present(result.replicas) or [])
+    urls = ", ".join(f"{r.label} = {r.url}" for r in result.replicas or [])
     return [*lines, "", f"Replicas: {urls}.", ""]
 
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
 
-from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType, present
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
-from nlq2sql.records.summary_parts import Figures, Rate
+from nlq2sql.records.summary_parts import Figures
+from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.run.repeats import (
@@ -65,9 +65,9 @@ def run_prompts(cfg: MatrixConfig) -> dict[str, Path]:
     return dirs
 
 
-# ``matrix.json`` as built (fields in the file's order; see :mod:`nlq2sql.load.figures`).
+# ``matrix.json`` as built (a condition or pair without repeats leaves ``repeats`` / ``over_repeats`` out).
 
-class MatrixRepeats(Fig):
+class MatrixRepeats(Typed):
     """One condition over its repeats."""
 
     repeats: int
@@ -78,30 +78,30 @@ class MatrixRepeats(Fig):
     item_level_accuracy: ClusterMean
 
 
-class MatrixCondition(Fig, kw_only=True):
+class MatrixCondition(Typed):
     condition: str
     prompt: str
     guardrails: list[str]
     run: str
-    summary: Figures  # ``stages.pipeline.rescore_run``'s, written as its file has it (``Fig.to_json``)
-    repeats: MatrixRepeats | UnsetType = UNSET
+    summary: Figures  # ``stages.pipeline.rescore_run``'s, written as its file has it
+    repeats: MatrixRepeats | None = None
 
     def read(self) -> Figures:
         """The summary (what the report reads)."""
         return self.summary
 
 
-class MatrixPair(Fig, kw_only=True):
+class MatrixPair(Typed):
     a: str
     b: str
     n: int
     a_right_b_wrong: int
     b_right_a_wrong: int
     mcnemar_exact_p: float
-    over_repeats: PairedMeans | UnsetType = UNSET
+    over_repeats: PairedMeans | None = None
 
 
-class MatrixTable(Fig):
+class MatrixTable(Typed):
     conditions: list[MatrixCondition]
     pairs: list[MatrixPair]
 
@@ -158,20 +158,16 @@ def _across_repeats(summaries: list[Figures], finals: list[dict[str, bool]], clu
         item_level_accuracy=cluster_mean(finals_means(finals), clusters))
 
 
-def _rate(r: Rate) -> str:
-    return pct(r.model_dump(exclude_unset=True))
-
-
 def render_markdown(table: MatrixTable, title: str = "Condition matrix") -> str:
     lines = [f"## {title}", "",
              "| condition | raw intent | final after guardrail | interventions | precision | recall | "
              "schema-valid |", "|---|---|---|---|---|---|---|"]
     for c in table.conditions:
         s = c.read()
-        rec = "; ".join(f"{k} {_rate(v)}" for k, v in s.intervention_recall.items()) or "n/a"
-        lines.append(f"| {c.condition} | {_rate(s.raw_accuracy)} | {_rate(s.final_accuracy)} | "
-                     f"{s.interventions} | {_rate(s.intervention_precision)} | {rec} | "
-                     f"{_rate(s.schema_valid_rate)} |")
+        rec = "; ".join(f"{k} {pct(v)}" for k, v in s.intervention_recall.items()) or "n/a"
+        lines.append(f"| {c.condition} | {pct(s.raw_accuracy)} | {pct(s.final_accuracy)} | "
+                     f"{s.interventions} | {pct(s.intervention_precision)} | {rec} | "
+                     f"{pct(s.schema_valid_rate)} |")
     lines += ["", "Paired comparisons (final correctness, exact McNemar):", "",
               "| A | B | n | A right, B wrong | B right, A wrong | p |", "|---|---|---|---|---|---|"]
     for p in table.pairs:
@@ -187,7 +183,7 @@ def render_markdown(table: MatrixTable, title: str = "Condition matrix") -> str:
 
 def _repeats_lines(table: MatrixTable) -> list[str]:
     """The repeated runs' section: across repeats per condition, then each pair over repeats."""
-    rows = [(c.condition, r) for c in table.conditions if (r := present(c.repeats)) is not None]
+    rows = [(c.condition, r) for c in table.conditions if (r := c.repeats) is not None]
     if not rows:
         return []
 
@@ -209,7 +205,7 @@ def _repeats_lines(table: MatrixTable) -> list[str]:
     lines += ["", "Paired over repeats (B − A, item by item, SE clustered by pair_id; normal two-sided p):", "",
               "| A | B | items (clusters) | B − A [95 % CI] | p |", "|---|---|---|---|---|"]
     for p in table.pairs:
-        d = present(p.over_repeats)
+        d = p.over_repeats
         if d is None or d.mean is None:
             continue
         diff = f"{100 * d.mean:+.1f} pp" + (f" [{100 * d.ci95[0]:+.1f}, {100 * d.ci95[1]:+.1f}]" if d.ci95 else "")

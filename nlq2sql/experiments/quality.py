@@ -148,7 +148,7 @@ def collect(run_dirs: list[Path], conditions: tuple[str, ...] = GUARDRAIL_CONDIT
 
 def pct(p: Rate | LabelledRate | None) -> str:
     """The report's rate with CI and counts; a bare "n/a" for nothing sampled (table cells)."""
-    return "n/a" if p is None or not p.n else report_pct(p.model_dump())
+    return "n/a" if p is None or not p.n else report_pct(p)
 
 
 def mcnemar(base: dict[str, bool], other: dict[str, bool]) -> str:

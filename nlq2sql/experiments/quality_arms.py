@@ -93,8 +93,8 @@ def _abstention(s: SummaryModel) -> str:
     if (ab := s.abstention) is None:
         return "—"
     prec, rec = ab.precision, ab.recall
-    return (f"{ab.abstained} · P {pct(prec.model_dump()) if prec.n else '—'} · "
-            f"R {pct(rec.model_dump()) if rec.n else '—'}")
+    return (f"{ab.abstained} · P {pct(prec) if prec.n else '—'} · "
+            f"R {pct(rec) if rec.n else '—'}")
 
 
 def arm_lines(runs: list[ArmRun]) -> list[str]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from nlq2sql.load.contract import _M, LevelStats, Num
+from nlq2sql.load.contract import LevelStats
+from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["Knee", "LevelCost", "Point", "Saturation", "ScalingRow", "Signature", "SloPick", "SweepAnalysis",
            "Thresholds", "analyse", "cost_per_1k", "find_knee", "find_saturation", "points", "scaling",
@@ -32,20 +33,20 @@ class Thresholds:
 
 # The analysis as ``sweep.json`` holds it (the one declaration: built here, read by the renderers).
 
-class ScalingRow(_M):
+class ScalingRow(Typed):
     concurrency: int
     req_per_s: Num | None
     efficiency: Num | None
     marginal: Num | None
 
 
-class Knee(_M):
+class Knee(Typed):
     level: int | None
     last_efficient: int | None
     reasons: list[str]
 
 
-class Saturation(_M):
+class Saturation(Typed):
     level: int | None
     next: int | None = None
     throughput_gain: Num | None = None
@@ -53,7 +54,7 @@ class Saturation(_M):
     note: str | None = None  # not reached
 
 
-class SloPick(_M):
+class SloPick(Typed):
     p95_target_s: Num
     level: int | None
     req_per_s: Num | None = None
@@ -63,20 +64,20 @@ class SloPick(_M):
     note: str | None = None  # no level meets the target
 
 
-class Signature(_M):
+class Signature(Typed):
     speedup: Num
     concurrency_ratio: Num
     p95_ratio: Num
     present: bool
 
 
-class LevelCost(_M):
+class LevelCost(Typed):
     concurrency: int
     per_1k_queries: Num | None
     per_1k_correct: Num | None
 
 
-class SweepAnalysis(_M):
+class SweepAnalysis(Typed):
     baseline_level: int | None
     baseline_note: str | None
     scaling: list[ScalingRow]

@@ -1,55 +1,22 @@
 """The parts every typed load result shares (:mod:`.results`, :mod:`.probe_results`,
-:mod:`.server_results`): the base models, percentiles and one load level's stats.
+:mod:`.server_results`): the result headers, the endpoint labels and one load level's stats.
 
-Each model is the one declaration of its part: built where measured, checked when built, read
-back from a file with :meth:`_M.from_json` / :func:`.results.load_result`, and written with
-:meth:`_M.to_json`.  Two rules make that dump the file byte for byte: fields are declared in the
-order the files hold them, and a field is written only when it was given (``exclude_unset``:
-a key some modes or older files lack stays absent, never ``null``).  Numbers the files keep as
-they were measured are :data:`Num`, so an int stays an int (``2``, not ``2.0``).
+Each model is the one declaration of its part (a :class:`~nlq2sql.records.typed.Typed`): built
+where measured, read back with ``from_json`` / :func:`.results.load_result`, written with
+``to_json`` (the fields given: a key some modes or older files lack stays absent, never ``null``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
-
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    ValidationError,
-    WithJsonSchema,
-)
-
-from nlq2sql.errors import RecordError
 from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.endpoint_facts import EndpointFacts
 
 __all__ = ["CPU_LABEL", "Arrivals", "ClientSeen", "Gauge", "Inflight", "LevelStats", "Machine",
-           "Num", "ServerSeen", "endpoint_labels"]
-
-#: A measured number kept as given: an int is not turned into a float (the schema says "number").
-Num = Annotated[int | float, WithJsonSchema({"type": "number"})]
-F = TypeVar("F", bound="_M")
+           "ServerSeen", "endpoint_labels"]
 
 
-class _M(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON written: declared order, the fields given (or read) only."""
-        return self.model_dump(by_alias=True, exclude_unset=True)
-
-    @classmethod
-    def from_json(cls: type[F], data: Any, path: str | None = None) -> F:
-        """``data`` (a written file's object) as this type; a wrong value is one RecordError naming the field."""
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            raise RecordError(first["msg"], path=path, field=".".join(str(x) for x in first["loc"])) from None
-
-
-class _Result(_M):
+class _Result(Typed):
     record_version: int | None = None  # the output layer sets it, last; absent: written before versioning
 
 
@@ -61,18 +28,20 @@ class _Stamped(_Result):
 
 
 class _Header(_Result):
-    """What a result measured at one endpoint says first: which run, when, how long, what model and set.
+    """What a result measured at one endpoint says of it: which run, when, how long, what model and
+    set, and the endpoint (its label, the CPU caveat, its facts).
 
     ``elapsed_s`` is given here by the modes that time themselves (rate sweep, grid); sweep and tune
-    leave it to the driver, which appends it after the analysis.  The endpoint's label and facts
-    follow in one of two orders (:class:`_LabelsFirst`, :class:`_ServerFirst`): each mode's files
-    have always held one of them, and a model writes its fields in declaration order."""
+    leave it to the driver (:func:`.output.write_outputs`)."""
 
     kind: str
     created: float | None = None
     elapsed_s: float | None = None
     model: str
     evalset: str
+    endpoint_label: str
+    cpu_label: str | None
+    server: EndpointFacts
 
 
 #: What a result measured on a local CPU server says of its timings.
@@ -86,23 +55,7 @@ def endpoint_labels(local: str | None, endpoint: object) -> tuple[str, str | Non
 
 
 
-class _LabelsFirst(_Header):
-    """Sweep and tune: the endpoint's labels, then its facts."""
-
-    endpoint_label: str
-    cpu_label: str | None
-    server: EndpointFacts
-
-
-class _ServerFirst(_Header):
-    """Rate sweep and grid: the endpoint's facts, then its labels."""
-
-    server: EndpointFacts
-    endpoint_label: str
-    cpu_label: str | None
-
-
-class Gauge(_M):
+class Gauge(Typed):
     """A server gauge sampled from ``/metrics`` during a level: peak and mean over n samples."""
 
     n: int
@@ -111,7 +64,7 @@ class Gauge(_M):
     note: str | None = None  # "not observed"
 
 
-class ServerSeen(_M):
+class ServerSeen(Typed):
     observed: bool
     samples: int
     interval_s: Num | None
@@ -121,7 +74,7 @@ class ServerSeen(_M):
     prefix_cache_hit_rate: Num | None
 
 
-class Inflight(_M):
+class Inflight(Typed):
     """Client-side requests in flight: peak and time-weighted mean over ``inflight_n`` requests."""
 
     inflight_peak: int | None
@@ -129,7 +82,7 @@ class Inflight(_M):
     inflight_n: int
 
 
-class ClientSeen(_M):
+class ClientSeen(Typed):
     """The harness's own CPU during the level (measured live; a re-read run says so) and its requests in flight."""
 
     cpu_s: Num | None
@@ -143,7 +96,7 @@ class ClientSeen(_M):
     inflight_n: int
 
 
-class Machine(_M):
+class Machine(Typed):
     """A live level: the machine's load around it."""
 
     loadavg_1m_start: Num
@@ -151,7 +104,7 @@ class Machine(_M):
     cpus: int | None
 
 
-class Arrivals(_M):
+class Arrivals(Typed):
     """Open loop: realised arrival rate and the late/early latency growth of one level."""
 
     n: int
@@ -161,7 +114,7 @@ class Arrivals(_M):
     growth: Num | None
 
 
-class LevelStats(_M):
+class LevelStats(Typed):
     """One load level (an ordinary run directory): ``level.json`` and each entry of a result's ``levels``."""
 
     concurrency: int

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import _M
 from nlq2sql.load.output import Plot, write_outputs
+from nlq2sql.records.typed import Typed
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
@@ -76,12 +76,12 @@ def option(default: Any, flag: str, **constraints: Any) -> Any:
 T = TypeVar("T", bound="ModeSettings")
 
 
-class ModeSettings(BaseModel):
+class ModeSettings(Typed):
     """A mode's settings (one declaration: the field constraints are the validation, and a violated
     one is an :class:`InputError` naming the option, however the settings were built — the CLI, a
     library caller or a test)."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -111,7 +111,7 @@ class LoadSettings(ModeSettings):
 
 
 S = TypeVar("S", bound=LoadSettings)
-R = TypeVar("R", bound=_M)
+R = TypeVar("R", bound=Typed)
 
 
 def build_settings(cls: type[T], **values: Any) -> T:
@@ -200,7 +200,7 @@ class LoadMode(Mode[S, R]):
 
     @abstractmethod
     def analyse(self, ctx: LevelContext[S], done: list[Any]) -> R:
-        """The result (with ``kind``; typed, fields in the file's order), written as STEM.json."""
+        """The result (with ``kind``; typed), written as STEM.json."""
 
 
 MODES: dict[str, type[Mode[Any, Any]]] = {}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from nlq2sql.load.contract import _M, Num
+from nlq2sql.records.typed import Num, Typed
 from nlq2sql.transport.server_metrics import parse_metrics
 
 __all__ = ["EXTRA_COUNTERS", "HISTOGRAMS", "HistMean", "PrefixCache", "Snapshot", "counter_delta", "hist_delta",
@@ -94,7 +94,7 @@ def counter_delta(before: Snapshot | None, after: Snapshot | None, name: str) ->
     return float(after.values[name]) - float(before.values[name])
 
 
-class HistMean(_M):
+class HistMean(Typed):
     """Mean of a server histogram over the requests between two snapshots, with its count."""
 
     n: int
@@ -102,7 +102,7 @@ class HistMean(_M):
     note: str | None = None  # "not observed"
 
 
-class PrefixCache(_M):
+class PrefixCache(Typed):
     """Prefix-cache hit rate in tokens, from the server's counters (hits / queries)."""
 
     rate: Num | None

@@ -9,31 +9,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nlq2sql.load.contract import _M
-from nlq2sql.load.figures import plain
 from nlq2sql.load.results import checked
 from nlq2sql.records.store import RECORD_VERSION, write_json_atomic
+from nlq2sql.records.typed import Typed
 
 __all__ = ["Plot", "write_outputs"]
 
-R = TypeVar("R", bound=_M)
+R = TypeVar("R", bound=Typed)
 #: The key the plots' file names go under, and what draws them from the typed result into a directory.
 Plot = tuple[str, Callable[[R, Path], Any]]
 
 
 def write_outputs(out: Path, stem: str, result: R, render: Callable[[R], str], plot: Plot[R] | None = None, *,
-                  elapsed_s: float | None = None, order: tuple[str, ...] = ()) -> R:
+                  elapsed_s: float | None = None) -> R:
     """Checked, then plots (their file names go into the JSON under ``plot[0]``), the JSON and the
     Markdown; returns the result as written (versioned, timed, with its plots' names).
 
-    This is the one place a result becomes JSON.  ``elapsed_s``: the driver's timing, added after
-    the result's own fields when the mode did not time itself; ``order``: keys written first, in
-    that order (a re-analysed sweep keeps the order its re-renders have always written)."""
+    This is the one place a result becomes JSON.  ``elapsed_s``: the driver's timing, added when
+    the mode did not time itself."""
     data = result.to_json()
-    if order:
-        data = {k: data[k] for k in order if k in data} | {k: v for k, v in data.items() if k not in order}
-    for k, v in data.items():
-        data[k] = plain(v)
     if elapsed_s is not None:
         data.setdefault("elapsed_s", elapsed_s)
     if "kind" in data:

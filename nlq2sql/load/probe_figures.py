@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from nlq2sql.load.figures import UNSET, Fig, Num, UnsetType
+from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["Stream"]
 
 
-class Stream(Fig, kw_only=True):
+class Stream(Typed):
     """One streamed chat request as the client saw it (not written: the probes' rows are)."""
 
     status: int | None
@@ -22,4 +22,4 @@ class Stream(Fig, kw_only=True):
     usage: dict[str, Any] | None  # the server's usage object, as sent
     disconnected: bool
     t_start: float
-    t_disconnect: float | UnsetType = UNSET
+    t_disconnect: float | None = None  # when the client disconnected (a disconnecting probe)

@@ -3,55 +3,43 @@
 The probes' ``STEM.json`` are contracts like every other load result (:mod:`.results`): the
 one output layer validates each against its model before any file is written, the renderer
 reads attributes, and :func:`.results.load_result` reads one back naming the file and field of
-a bad one.  They are also what the probes build (fields in the file's order: see
-:mod:`.contract`).  Server-side figures that ``/metrics`` did not show keep their sample count and a
-note ("not observed"), never a zero.
+a bad one.  They are also what the probes build.  Server-side figures that ``/metrics`` did not
+show keep their sample count and a note ("not observed"), never a zero.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import model_serializer
-
-from nlq2sql.load.contract import _M, Num, _Result
+from nlq2sql.load.contract import _Result
 from nlq2sql.load.metrics import HistMean, PrefixCache
 from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["CancelProbeResult", "CancelTrial", "HealthLoop", "HealthProbeResult", "PROBE_MODELS", "PrefillRequests",
            "PrefixProbeResult", "PrefixScenario", "Unreported"]
 
 
-class Unreported(_M):
+class Unreported(Typed):
     """A client-side count the server did not report (or reported as zero)."""
 
     n: int
     note: str
 
 
-#: What a probe mode (``probes.ProbeMode``) stamps on its result; the files hold it after the probe's own figures.
-STAMP = ("kind", "endpoint", "model", "created")
-
-
 class _Probe(_Result):
+    """What a probe mode (``probes.ProbeMode``) stamps on its result."""
+
     kind: str
     endpoint: str
     model: str
     created: float | None = None
     elapsed_s: float | None = None
 
-    @model_serializer(mode="wrap")
-    def _stamp_last(self, handler: Any) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        for key in STAMP:
-            if key in out:
-                out[key] = out.pop(key)
-        return out
-
 
 # -- cancel -------------------------------------------------------------------------------
 
-class CancelTrial(_M):
+class CancelTrial(Typed):
     received_tokens: int
     disconnected: bool
     error: str | None
@@ -80,7 +68,7 @@ class CancelProbeResult(_Probe):
 
 # -- health -------------------------------------------------------------------------------
 
-class HealthLoop(_M):
+class HealthLoop(Typed):
     """``/health`` round trips: how many, how many answered 200, their latency."""
 
     n: int
@@ -92,7 +80,7 @@ class HealthLoop(_M):
     max_s: Num | None
 
 
-class PrefillRequests(_M):
+class PrefillRequests(Typed):
     n: int
     ok: int
     parallel: int
@@ -115,7 +103,7 @@ class HealthProbeResult(_Probe):
 
 # -- prefix -------------------------------------------------------------------------------
 
-class PrefixScenario(_M):
+class PrefixScenario(Typed):
     n: int
     ok: int
     errors: list[str]

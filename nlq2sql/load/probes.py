@@ -32,9 +32,7 @@ from pydantic import Field, model_validator
 
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
-from nlq2sql.load.contract import _M
 from nlq2sql.load.driver import Mode, ModeSettings, Progress, option, register
-from nlq2sql.load.figures import UnsetType
 from nlq2sql.load.metrics import HistMean, Snapshot, counter_delta, hist_delta, hit_rate, root_url, scrape
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.probe_figures import Stream
@@ -50,6 +48,7 @@ from nlq2sql.load.probe_results import (
 )
 from nlq2sql.records.store import output_dir
 from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.records.typed import Typed
 from nlq2sql.run.config import EvalConfig, api_key, preflight
 from nlq2sql.run.live import bound_endpoint
 from nlq2sql.stages.score import spread
@@ -133,7 +132,7 @@ class ProbeSettings(ModeSettings):
 
 
 P = TypeVar("P", bound=ProbeSettings)
-R = TypeVar("R", bound=_M)
+R = TypeVar("R", bound=Typed)
 
 
 class ProbeMode(Mode[P, R]):
@@ -243,7 +242,7 @@ class CancelMode(_Titled[CancelSettings, CancelProbeResult]):
                     rows.append(_trial(r, busy, to_idle_s=None, polls=0, tokens_after_disconnect=None,
                                        note="/metrics not observed"))
                     continue
-                if not r.disconnected or isinstance(r.t_disconnect, UnsetType):
+                if not r.disconnected or r.t_disconnect is None:
                     rows.append(_trial(r, busy, to_idle_s=None, polls=0, tokens_after_disconnect=None,
                                        note="stream ended before k tokens: nothing to cancel"))
                     continue

@@ -11,8 +11,8 @@ committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer take
 model (the result as written), so a report cannot show a key the contract does not declare.
 Mappings remain only where the keys are open by nature:
 the server's facts, a thresholds dataclass's fields, counts by error or finish reason.
-These models are also the one declaration each mode *builds* its result as (fields in the
-file's order, written with ``to_json``: see :mod:`.contract`).  The probes' results
+These models are also the one declaration each mode *builds* its result as (written with
+``to_json``: the fields given).  The probes' results
 (``probe cancel|health|prefix``) are declared in :mod:`.probe_results`, the serialization
 verdict's and capacity's in :mod:`.server_results`, tune's in :mod:`.tune_results`, the sweep's
 analysis in :mod:`.analysis`, the shared parts (level stats, percentiles, the header) in
@@ -26,15 +26,16 @@ import json
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import parse_json, read_text
 from nlq2sql.load.analysis import SweepAnalysis
-from nlq2sql.load.contract import _M, LevelStats, Num, _LabelsFirst, _Result, _ServerFirst, _Stamped
+from nlq2sql.load.contract import LevelStats, _Header, _Result, _Stamped
 from nlq2sql.load.probe_results import PROBE_MODELS
 from nlq2sql.load.server_results import CapacityResult, SerializationResult
 from nlq2sql.load.tune_results import TuneResult
+from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["FleetReplica", "FleetRow", "FleetSweepResult", "GridCell", "GridClass", "GridResult", "GridSettings",
            "RESULT_MODELS", "RateAnalysis", "RateRow", "RateSettings", "RateSlo", "RateSweepResult",
@@ -44,7 +45,7 @@ __all__ = ["FleetReplica", "FleetRow", "FleetSweepResult", "GridCell", "GridClas
 
 # -- sweep --------------------------------------------------------------------------------
 
-class SweepSettings(_M):
+class SweepSettings(Typed):
     """``sweep.json``'s ``config``: what the sweep measured."""
 
     levels: list[int]
@@ -59,7 +60,7 @@ class SweepSettings(_M):
     slo: list[str] = []  # per-request SLOs of correct goodput (none: absent, the column is not shown)
 
 
-class SweepResult(_LabelsFirst):
+class SweepResult(_Header):
     kind: Literal["sweep"]
     config: SweepSettings
     levels: list[LevelStats]
@@ -68,7 +69,7 @@ class SweepResult(_LabelsFirst):
     plots: dict[str, str] = Field(default_factory=dict)
 
 
-class SettingRow(_M):
+class SettingRow(Typed):
     """One server setting of a server sweep: its sweep's peak, knee and saturation, and each level."""
 
     value: int
@@ -91,7 +92,7 @@ class ServerSweepResult(_Stamped):
     settings: list[SettingRow]
 
 
-class FleetRow(_M):
+class FleetRow(Typed):
     peak_req_per_s: Num | None
     at_concurrency: int | None
     knee: int | None
@@ -99,7 +100,7 @@ class FleetRow(_M):
     errors: int
 
 
-class FleetReplica(_M):
+class FleetReplica(Typed):
     label: str
     endpoint: str | None
 
@@ -115,7 +116,7 @@ class FleetSweepResult(_Stamped):
 
 # -- open loop ----------------------------------------------------------------------------
 
-class RateSettings(_M):
+class RateSettings(Typed):
     """``rate-sweep.json``'s ``config``."""
 
     rates: list[float]
@@ -131,7 +132,7 @@ class RateSettings(_M):
     slo: list[str] = []  # per-request SLOs of correct goodput (none: absent, the column is not shown)
 
 
-class RateRow(_M):
+class RateRow(Typed):
     offered: Num
     achieved: Num | None
     achieved_ratio: Num | None
@@ -142,13 +143,13 @@ class RateRow(_M):
     sustained: bool | None  # None: too short to judge
 
 
-class RateSlo(_M):
+class RateSlo(Typed):
     p95_target_s: Num
     rate: Num | None
     p95_s: Num | None
 
 
-class RateAnalysis(_M):
+class RateAnalysis(Typed):
     rows: list[RateRow]
     max_sustained_rate: Num | None
     first_unsustained_rate: Num | None
@@ -158,7 +159,7 @@ class RateAnalysis(_M):
     slo_policy: list[RateSlo]
 
 
-class RateSweepResult(_ServerFirst):
+class RateSweepResult(_Header):
     kind: Literal["rate-sweep"]
     config: RateSettings
     levels: list[LevelStats]
@@ -169,23 +170,21 @@ class RateSweepResult(_ServerFirst):
 
 # -- grid ---------------------------------------------------------------------------------
 
-class GridClass(_M):
+class GridClass(Typed):
     name: str
     pad_tokens: int
     out_tokens: int
     describe: str
 
 
-class GridSettings(_M):
+class GridSettings(Typed):
     levels: list[int]
     requests: int
     classes: list[GridClass]
 
 
-class GridCell(_M):
+class GridCell(Typed):
     """One (length class, concurrency) cell of the grid."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
     cls: str = Field(alias="class")
     concurrency: int
@@ -204,7 +203,7 @@ class GridCell(_M):
     run_dir: str
 
 
-class GridResult(_ServerFirst):
+class GridResult(_Header):
     kind: Literal["grid"]
     config: GridSettings
     cells: list[GridCell]

@@ -10,8 +10,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from nlq2sql.load.contract import _M, LevelStats, Num, _Result, _Stamped
+from nlq2sql.load.contract import LevelStats, _Result, _Stamped
 from nlq2sql.records.summary_parts import Percentiles
+from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.endpoint_facts import EndpointFacts
 
 __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", "KvPeak", "KvPerToken",
@@ -20,7 +21,7 @@ __all__ = ["CapacityResult", "ContextBudget", "Evidence", "KvBudget", "KvNeed", 
 
 # -- serialization ------------------------------------------------------------------------
 
-class SerializationSettings(_M):
+class SerializationSettings(Typed):
     level: int
     requests_single: int
     warmup: int
@@ -30,7 +31,7 @@ class SerializationSettings(_M):
     structured: str
 
 
-class Staircase(_M):
+class Staircase(Typed):
     """N processes sending one request each at the same moment, and the single service time."""
 
     n: int
@@ -47,7 +48,7 @@ class Staircase(_M):
     note: str | None = None  # too few successful requests to judge
 
 
-class Evidence(_M):
+class Evidence(Typed):
     """The serialization verdict's inputs: c=1 against c=K, the server's gauges, the staircase."""
 
     level: int
@@ -93,14 +94,14 @@ class SerializationResult(_Result):
 
 # -- capacity -----------------------------------------------------------------------------
 
-class KvPeak(_M):
+class KvPeak(Typed):
     run: str
     concurrency: int | None
     peak: Num
     n: int
 
 
-class ContextBudget(_M):
+class ContextBudget(Typed):
     n: int
     isl: Percentiles  # percentiles and the max
     osl: Percentiles
@@ -114,7 +115,7 @@ class ContextBudget(_M):
     headroom_tokens: int | None = None
 
 
-class KvPerToken(_M):
+class KvPerToken(Typed):
     """KV bytes per token and the model shape the formula used (MLA: no KV heads, no head dim)."""
 
     bytes_per_token: Num
@@ -128,7 +129,7 @@ class KvPerToken(_M):
     dtype_bytes: Num
 
 
-class KvBudget(_M):
+class KvBudget(Typed):
     """What the server's ``/metrics`` (``vllm:cache_config_info``) said of its KV cache."""
 
     observed: bool
@@ -139,7 +140,7 @@ class KvBudget(_M):
     note: str | None = None  # why not observed
 
 
-class KvNeed(_M):
+class KvNeed(Typed):
     concurrency: int
     context_tokens: int
     tokens: int

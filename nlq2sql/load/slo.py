@@ -13,10 +13,11 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from nlq2sql.errors import InputError
 from nlq2sql.records.item import ItemRecord, present
+from nlq2sql.records.typed import Typed
 
 __all__ = ["METRICS", "Slo", "correct_goodput", "is_correct", "parse_slo", "parse_slos", "request_value"]
 
@@ -25,7 +26,7 @@ METRICS = {"e2e": "latency_s", "ttft": "ttft_s", "itl": "itl_mean_s"}
 _SLO = re.compile(r"^\s*(e2e|ttft|itl)_(p50|p90|p95|p99)\s*<=\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*$")
 
 
-class Slo(BaseModel):
+class Slo(Typed):
     model_config = ConfigDict(frozen=True)
     metric: Literal["e2e", "ttft", "itl"]
     pct: int

@@ -57,7 +57,7 @@ from nlq2sql.records.store import RECORDS
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
-__all__ = ["RERENDER_ORDER", "ReanalyseMode", "ServerSweepMode", "ServerSweepSettings", "SweepConfig", "SweepMode",
+__all__ = ["ReanalyseMode", "ServerSweepMode", "ServerSweepSettings", "SweepConfig", "SweepMode",
            "assemble", "parse_server_sweep", "render_server_sweep", "summarise_setting"]
 
 
@@ -166,12 +166,6 @@ def assemble(cfg: SweepConfig, stats: list[LevelStats], server_info: EndpointFac
     )
 
 
-#: A re-analysed ``sweep.json``'s keys before its levels and analysis, in the order re-renders have
-#: always written them (the read contract's, from before it was also the declaration the sweep builds).
-RERENDER_ORDER = ("record_version", "created", "elapsed_s", "model", "evalset", "endpoint_label", "cpu_label",
-                  "server", "notes", "kind", "config")
-
-
 @register
 class ReanalyseMode(Mode[SweepConfig, SweepResult]):
     """Re-analyse the sweep recorded in ``out`` (new thresholds, SLOs or cost) without re-querying."""
@@ -193,12 +187,11 @@ class ReanalyseMode(Mode[SweepConfig, SweepResult]):
                 s.machine = Machine(loadavg_1m_start=float(m.loadavg_1m_start),
                                     loadavg_1m_end=float(m.loadavg_1m_end), cpus=m.cpus)
         # The file as read (every declared field), with the levels and analysis redone.
-        dumped = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
-        old = {k: dumped[k] for k in RERENDER_ORDER}
+        old = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
         old["config"].update({"slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour})
         redone = SweepResult.model_validate(old | {"levels": stats, "analysis": analyse(
             stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)})
-        return write_outputs(out, "sweep", redone, render_markdown, ("plots", plot), order=RERENDER_ORDER)
+        return write_outputs(out, "sweep", redone, render_markdown, ("plots", plot))
 
     def render(self, result: SweepResult) -> str:
         return render_markdown(result)

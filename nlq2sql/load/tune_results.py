@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nlq2sql.load.contract import _M, Num, _LabelsFirst
+from nlq2sql.load.contract import _Header
+from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["OperatingPoint", "ProbeCounts", "ProbeRow", "TuneConfig", "TuneResult", "TuneVerdict"]
 
 
-class ProbeCounts(_M):
+class ProbeCounts(Typed):
     """One probe's counts as measured (``tune.Probe`` adds the items that pair it with the baseline)."""
 
     load: float
@@ -34,7 +35,7 @@ class ProbeCounts(_M):
     slo_met: bool
 
 
-class TuneVerdict(_M):
+class TuneVerdict(Typed):
     """A probe judged against the baseline: McNemar on the items both answered, and the bounds."""
 
     b_baseline_only: int  # right at the baseline, wrong here
@@ -55,7 +56,7 @@ class ProbeRow(TuneVerdict, _Ordered):
     fields first, so the row is counts, order, verdict)."""
 
 
-class OperatingPoint(_M):
+class OperatingPoint(Typed):
     load: Num
     correct_goodput_per_s: Num | None
     correct_goodput_ci95: list[Num] | None
@@ -65,7 +66,7 @@ class OperatingPoint(_M):
     n: int
 
 
-class TuneConfig(_M):
+class TuneConfig(Typed):
     """``tune.json``'s ``config``: what the search was asked."""
 
     by: str
@@ -84,7 +85,7 @@ class TuneConfig(_M):
     prompt: str
 
 
-class TuneResult(_LabelsFirst):
+class TuneResult(_Header):
     kind: Literal["tune"]
     config: TuneConfig
     ci_method: str

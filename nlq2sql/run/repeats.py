@@ -20,12 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from msgspec import UNSET, UnsetType
-
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.item import iter_item_records, present
 from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run, write_json_atomic
+from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig, validate
 
 __all__ = ["MAX_REPEATS", "REPEATS_FILE", "AcrossRepeats", "ClusterMean", "ItemCounts", "MeanCI", "PairedMeans",
@@ -39,9 +37,8 @@ _REPEAT = re.compile(r"r(\d+)")
 Z95 = 1.959963984540054
 
 
-# The figures as types (msgspec Structs: fields in the order ``repeats.json`` has always had them,
-# ints and floats as computed), turned into JSON once, where they are written.
-class MeanCI(msgspec.Struct):
+# The figures as types, turned into JSON once, where they are written (``to_json``).
+class MeanCI(Typed):
     """A mean across repeats with its t-interval (``sd``/``ci95`` None under two values)."""
 
     n: int
@@ -50,7 +47,7 @@ class MeanCI(msgspec.Struct):
     ci95: list[float] | None
 
 
-class ClusterMean(msgspec.Struct):
+class ClusterMean(Typed):
     """A mean of per-item values with its cluster-robust SE (CR1) and the naive one."""
 
     n_items: int
@@ -71,20 +68,20 @@ class PairedMeans(ClusterMean):
     candidate_only: int
 
 
-class RepeatRow(msgspec.Struct):
-    """One repeat's figures, from its summary."""
+class RepeatRow(Typed):
+    """One repeat's figures, from its summary (as it holds them: an int stays an int)."""
 
     run: str
     n: int
-    accuracy: float | None
-    raw_accuracy: float | None
-    latency_p50_s: float | None
-    latency_p95_s: float | None
-    ttft_p50_s: float | None
-    req_per_s: float | None
+    accuracy: Num | None
+    raw_accuracy: Num | None
+    latency_p50_s: Num | None
+    latency_p95_s: Num | None
+    ttft_p50_s: Num | None
+    req_per_s: Num | None
 
 
-class AcrossRepeats(msgspec.Struct):
+class AcrossRepeats(Typed):
     accuracy: MeanCI
     raw_accuracy: MeanCI
     latency_p50_s: MeanCI
@@ -93,13 +90,13 @@ class AcrossRepeats(msgspec.Struct):
     req_per_s: MeanCI
 
 
-class ItemCounts(msgspec.Struct):
+class ItemCounts(Typed):
     always_right: int
     never_right: int
     flaky: int
 
 
-class RepeatsServer(msgspec.Struct):
+class RepeatsServer(Typed):
     """The server the repeats ran on (``eval --repeats``): started here or not, its backend."""
 
     started_by_us: bool
@@ -107,7 +104,7 @@ class RepeatsServer(msgspec.Struct):
     batch_invariant: bool | None
 
 
-class RepeatsResult(msgspec.Struct):
+class RepeatsResult(Typed):
     """``repeats.json``: each repeat, the figures across them, the item-level accuracy."""
 
     repeats: int
@@ -115,12 +112,8 @@ class RepeatsResult(msgspec.Struct):
     across_repeats: AcrossRepeats
     item_level_accuracy: ClusterMean
     items: ItemCounts
-    order_seeds: list[int] | UnsetType = UNSET  # set by run_repeats
-    server: RepeatsServer | UnsetType = UNSET  # set by the CLI
-
-    def written(self) -> Any:
-        """As ``repeats.json`` holds it (the JSON edge)."""
-        return msgspec.to_builtins(self)
+    order_seeds: list[int] | None = None  # set by run_repeats
+    server: RepeatsServer | None = None  # set by the CLI
 
 
 def repeat_dirs(out: Path) -> list[Path]:
@@ -167,7 +160,7 @@ def run_repeats(cfg: EvalConfig, repeats: int, run: Callable[[EvalConfig], objec
             shutil.rmtree(stale)
     result = summarise_repeats(out)
     result.order_seeds = [seed + k for k in range(repeats)]
-    write_json_atomic(out / REPEATS_FILE, result.written())
+    write_json_atomic(out / REPEATS_FILE, result.to_json())
     return result
 
 
@@ -177,13 +170,13 @@ def mean_ci(values: list[float | None]) -> MeanCI:
 
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
-        return MeanCI(0, None, None, None)
+        return MeanCI(n=0, mean=None, sd=None, ci95=None)
     mean = statistics.fmean(vals)
     if len(vals) < 2:
-        return MeanCI(1, mean, None, None)
+        return MeanCI(n=1, mean=mean, sd=None, ci95=None)
     sd = statistics.stdev(vals)
     half = float(t.ppf(0.975, len(vals) - 1)) * sd / math.sqrt(len(vals))
-    return MeanCI(len(vals), mean, sd, [mean - half, mean + half])
+    return MeanCI(n=len(vals), mean=mean, sd=sd, ci95=[mean - half, mean + half])
 
 
 def item_means(dirs: list[Path]) -> tuple[dict[str, float], dict[str, str]]:
@@ -216,7 +209,7 @@ def cluster_mean(values: dict[str, float], cluster: dict[str, str]) -> ClusterMe
     ``pair_id`` groups), beside the naive one that treats every item as independent."""
     n = len(values)
     if n == 0:
-        return ClusterMean(0, 0, None, None, None, None)
+        return ClusterMean(n_items=0, n_clusters=0, mean=None, se_cluster=None, se_naive=None, ci95=None)
     mean = statistics.fmean(values.values())
     sums: dict[str, float] = {}
     for item, v in values.items():
@@ -224,7 +217,8 @@ def cluster_mean(values: dict[str, float], cluster: dict[str, str]) -> ClusterMe
     g = len(sums)
     se = math.sqrt(g / (g - 1) * sum(s * s for s in sums.values())) / n if g > 1 else None
     naive = statistics.stdev(values.values()) / math.sqrt(n) if n > 1 else None
-    return ClusterMean(n, g, mean, se, naive, [mean - Z95 * se, mean + Z95 * se] if se is not None else None)
+    return ClusterMean(n_items=n, n_clusters=g, mean=mean, se_cluster=se, se_naive=naive,
+                       ci95=[mean - Z95 * se, mean + Z95 * se] if se is not None else None)
 
 
 def paired_difference(base: list[Path], cand: list[Path]) -> PairedMeans:
@@ -245,8 +239,9 @@ def paired_means(b: dict[str, float], c: dict[str, float], cluster: dict[str, st
     res = cluster_mean({i: c[i] - b[i] for i in shared}, cluster)
     se, mean = res.se_cluster, res.mean
     p = (float(2 * norm.sf(abs(mean) / se)) if se else (1.0 if not mean else 0.0)) if mean is not None else None
-    return PairedMeans(res.n_items, res.n_clusters, mean, se, res.se_naive, res.ci95, p, base_repeats, cand_repeats,
-                       len(b.keys() - c.keys()), len(c.keys() - b.keys()))
+    return PairedMeans(n_items=res.n_items, n_clusters=res.n_clusters, mean=mean, se_cluster=se, se_naive=res.se_naive,
+                       ci95=res.ci95, p_two_sided=p, baseline_repeats=base_repeats, candidate_repeats=cand_repeats,
+                       baseline_only=len(b.keys() - c.keys()), candidate_only=len(c.keys() - b.keys()))
 
 
 def summarise_repeats(out: Path) -> RepeatsResult:
@@ -271,7 +266,7 @@ def summarise_repeats(out: Path) -> RepeatsResult:
 
     return RepeatsResult(
         repeats=len(dirs), per_repeat=per,
-        across_repeats=AcrossRepeats(**{f: across(f) for f in AcrossRepeats.__struct_fields__}),
+        across_repeats=AcrossRepeats(**{f: across(f) for f in AcrossRepeats.model_fields}),
         item_level_accuracy=cluster_mean(means, cluster),
         items=ItemCounts(always_right=sum(v == 1 for v in means.values()),
                          never_right=sum(v == 0 for v in means.values()), flaky=sum(0 < v < 1 for v in means.values())))
