@@ -455,8 +455,8 @@ def _spread(values: list[float], spec: str) -> str:
 def against(other: Path, *, n: int, scale: float, rounds: int, workdir: Path | None) -> None:
     """``score N`` for ``other`` and this tree in alternating rounds, on the same input files."""
     other = other.resolve()
-    if not (other / "nlq2sql" / "runner.py").is_file():
-        raise SystemExit(f"--against {other}: not a checkout of this repository (no nlq2sql/stages/pipeline.py)")
+    if not (other / "nlq2sql" / "__init__.py").is_file():
+        raise SystemExit(f"--against {other}: not a checkout of this repository (no nlq2sql/__init__.py)")
     if rounds < 1:
         raise SystemExit("--rounds must be at least 1")
     trees = {"old": other, "new": THIS_TREE}
