@@ -4,8 +4,9 @@ v1 intent scorer whoever the kind was -- and a recorded run is re-scored through
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,9 @@ class WrappedIntentKind(IntentKind):
     def record(cls, case: Any, raw_text: str | None, executor: Any, catalog: Any, *,
                rulesets: Sequence[Any] = (), sandbox: Any = None, finish_reason: str | None = None,
                request_error: str | None = None) -> ItemRecord:
-        try:
+        inner: str | None = raw_text
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # not the envelope: scored as it is
             inner = json.dumps(json.loads(raw_text or "")["answer"])
-        except (ValueError, KeyError, TypeError):
-            inner = raw_text
         rec = super().record(case, inner, executor, catalog, rulesets=rulesets, finish_reason=finish_reason,
                              request_error=request_error)
         rec.answer.raw_text = raw_text
@@ -53,7 +53,7 @@ def wrapped() -> Iterator[type[AnswerKind]]:
         KINDS.remove(WrappedIntentKind.name)
 
 
-def _score(tmp_path: Path, name: str, answer: str, texts: dict[str, str | None]) -> tuple[list[Any], Any, Any]:
+def _score(tmp_path: Path, name: str, answer: str, texts: Mapping[str, str | None]) -> tuple[list[Any], Any, Any]:
     responses = tmp_path / f"{name}.jsonl"
     responses.write_text("".join(json.dumps({"id": cid, "text": t}) + "\n" for cid, t in texts.items()))
     out = tmp_path / name
