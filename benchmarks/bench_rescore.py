@@ -5,7 +5,7 @@ responses file of N lines cycling four kinds of model output — correct (compac
 ranking, invalid JSON (cut off), pretty-printed — then measures, each in its own
 subprocess so peak RSS (``ru_maxrss``) belongs to one measurement only:
 
-* ``score N``      ``runner.score_responses`` end to end (read, parse, guardrail, build,
+* ``score N``      ``answers.offline.score_responses`` end to end (read, parse, guardrail, build,
                    execute, compare, write records, summary): items/s and peak RSS;
 * ``score n``      the same on the first n lines (default 20 000) of a set of n items;
 * ``load N/n``     only reading that set as a scoring run holds it (``index_evalset``): the
@@ -136,7 +136,12 @@ def generate(workdir: Path, n: int, *, unique_texts: bool = False, tag: str = ""
 
 def measure_score(evalset: str, responses: str, out: str, warehouse: str) -> dict[str, Any]:
     import nlq2sql
-    from nlq2sql.stages.pipeline import ScoreConfig, score_responses
+    from nlq2sql.stages.pipeline import ScoreConfig
+
+    try:
+        from nlq2sql.answers.offline import score_responses
+    except ImportError:  # a tree from before the one offline scorer
+        from nlq2sql.stages.pipeline import score_responses  # type: ignore[attr-defined,no-redef]
 
     # Only the fields this tree's ScoreConfig has (older trees lack allow_missing, semantic_model).
     fields = {f.name for f in dataclasses.fields(ScoreConfig)}
@@ -450,8 +455,8 @@ def _spread(values: list[float], spec: str) -> str:
 def against(other: Path, *, n: int, scale: float, rounds: int, workdir: Path | None) -> None:
     """``score N`` for ``other`` and this tree in alternating rounds, on the same input files."""
     other = other.resolve()
-    if not (other / "nlq2sql" / "runner.py").is_file():
-        raise SystemExit(f"--against {other}: not a checkout of this repository (no nlq2sql/stages/pipeline.py)")
+    if not (other / "nlq2sql" / "__init__.py").is_file():
+        raise SystemExit(f"--against {other}: not a checkout of this repository (no nlq2sql/__init__.py)")
     if rounds < 1:
         raise SystemExit("--rounds must be at least 1")
     trees = {"old": other, "new": THIS_TREE}

@@ -79,10 +79,10 @@ CONDITIONS = ("none", "ranking", "values", "ranking+values", "learned:ranking", 
 def guardrail_table(runs: list[Path]) -> list[str]:
     """Each run's recorded answers under every guardrail condition, with per-rule precision and
     the error classes that remain under the best one."""
-    from nlq2sql.stages.pipeline import rescore_run
+    from nlq2sql.answers.offline import rescore_run
 
     out = ["", "## Guardrails re-scored on each run's answers", "",
-           "The same recorded answers under each guardrail condition (`nlq2sql.stages.pipeline.rescore_run`, no new "
+           "The same recorded answers under each guardrail condition (`nlq2sql.answers.offline.rescore_run`, no new "
            "request). McNemar: final correctness against `none` (raw) on the same items. Precision: "
            "interventions whose changed fields equal the gold's.", "",
            "| run | guardrails | final accuracy | interventions | precision | McNemar p vs none (b/c) | "

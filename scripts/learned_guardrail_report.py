@@ -27,11 +27,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from nlq2sql.answers.offline import score_responses  # noqa: E402
 from nlq2sql.records.store import iter_records, read_json  # noqa: E402
 from nlq2sql.semantic import open_warehouse  # noqa: E402
 from nlq2sql.stages.evalset import load_evalset  # noqa: E402
 from nlq2sql.stages.learned_guardrail import load_model  # noqa: E402
-from nlq2sql.stages.pipeline import ScoreConfig, score_responses  # noqa: E402
+from nlq2sql.stages.pipeline import ScoreConfig  # noqa: E402
 from nlq2sql.stages.rulesets import load_guardrails  # noqa: E402
 from nlq2sql.stages.score import mcnemar_exact, rate  # noqa: E402
 from nlq2sql.stages.summary import Summary  # noqa: E402

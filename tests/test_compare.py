@@ -13,9 +13,10 @@ import pytest
 from retail import retail_wh
 from typer.testing import CliRunner
 
+from nlq2sql.answers.offline import score_responses
 from nlq2sql.cli.main import app
 from nlq2sql.stages.evalset import EVALSET_DIR, load_evalset
-from nlq2sql.stages.pipeline import ScoreConfig, score_responses
+from nlq2sql.stages.pipeline import ScoreConfig
 from nlq2sql.stages.score import mcnemar_exact
 
 runner = CliRunner()

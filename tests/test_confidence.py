@@ -96,10 +96,10 @@ def test_eval_abstains_below_the_threshold(tmp_path: Path, client: str) -> None:
     the manifest records what was asked, and re-scoring decides the same."""
     from fakeserver import FakeServer, script
 
+    from nlq2sql.answers.offline import rescore_run
     from nlq2sql.records.store import iter_records
     from nlq2sql.run.config import EvalConfig, LoadShape
     from nlq2sql.run.live import run_eval
-    from nlq2sql.stages.pipeline import rescore_run
 
     cases = [c for c in load_evalset("heldout", open_warehouse("retail")).cases if c.gold.intent == "breakdown"][:2]
     by_q = {c.question: [{"kind": "text", "text": compact(c.gold.model_dump(mode="json")), "intent_p": p}]

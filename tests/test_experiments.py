@@ -9,13 +9,14 @@ from pathlib import Path
 from retail import RETAIL, retail_wh
 from typer.testing import CliRunner
 
+from nlq2sql.answers.offline import score_responses
 from nlq2sql.cli.main import app
 from nlq2sql.experiments import compact as cx
 from nlq2sql.experiments import loadcheck
 from nlq2sql.records.store import write_json_atomic
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.intent import compact_json, compact_regex
-from nlq2sql.stages.pipeline import ScoreConfig, score_responses
+from nlq2sql.stages.pipeline import ScoreConfig
 
 runner = CliRunner()
 

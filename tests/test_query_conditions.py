@@ -143,8 +143,8 @@ def test_samples_and_abstain_on_the_v2_answer_against_the_fake_server(tmp_path: 
     """Three samples per item: a majority of equal queries written differently answers; two
     abstentions out-vote a query; three different queries abstain -- on an answerable item that is
     wrong, on an unanswerable one right (declining is what it asks)."""
+    from nlq2sql.answers.offline import rescore_run
     from nlq2sql.conditions.registry import REGISTRY
-    from nlq2sql.stages.pipeline import rescore_run
     from nlq2sql.transport.client import Sampling
 
     items = [{"id": "a", "question": "Revenue and orders by region and channel for North and South", "gold": GOLD,
@@ -255,9 +255,9 @@ def test_guardrails_and_value_linking_on_the_v2_answer_live(tmp_path: Path) -> N
     prompt carries the linked values as where items, each rule repairs its item (raw wrong, final
     right), the right answer is left alone, and precision and recall per rule are the summary's;
     re-scoring without guardrails gives back the raw answers' accuracy."""
+    from nlq2sql.answers.offline import rescore_run
     from nlq2sql.conditions.registry import REGISTRY
     from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.pipeline import rescore_run
     from nlq2sql.stages.query_guard import link_where, where_hint
     from nlq2sql.stages.value_links import ValueIndex
 

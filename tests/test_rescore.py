@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 from retail import RETAIL, retail_wh
 
+from nlq2sql.answers.offline import score_responses
 from nlq2sql.errors import ExecutionError, InputError
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.store import RecordWriter
 from nlq2sql.stages import summary
 from nlq2sql.stages.evalset import EvalCase, load_evalset
 from nlq2sql.stages.execute import Executor
-from nlq2sql.stages.pipeline import ScoreConfig, as_missing, read_responses, score_responses
+from nlq2sql.stages.pipeline import ScoreConfig, as_missing, read_responses
 from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.score import case_record

@@ -106,10 +106,10 @@ def test_eval_with_samples_and_abstain(tmp_path: Path) -> None:
     none; the second abstains, the summary says so, and re-scoring decides the same."""
     from fakeserver import FakeServer, script
 
+    from nlq2sql.answers.offline import rescore_run
     from nlq2sql.records.store import iter_records
     from nlq2sql.run.config import EvalConfig, LoadShape
     from nlq2sql.run.live import run_eval
-    from nlq2sql.stages.pipeline import rescore_run
     from nlq2sql.transport.client import Sampling
 
     cases = load_evalset("heldout", open_warehouse("retail")).cases[:2]

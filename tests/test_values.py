@@ -139,10 +139,10 @@ def test_eval_with_hint_and_repair_records_both(tmp_path: Path) -> None:
     lists the linked values, the `values` rule set is applied and re-scoring drops it."""
     from fakeserver import FakeServer, script
 
+    from nlq2sql.answers.offline import rescore_run
     from nlq2sql.records.store import iter_records
     from nlq2sql.run.config import EvalConfig, LoadShape
     from nlq2sql.run.live import run_eval
-    from nlq2sql.stages.pipeline import rescore_run
 
     with FakeServer(tmp_path / "fake", script(), model="fake-model") as fake:
         cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",

@@ -116,8 +116,8 @@ def score(
     """Re-score raw model outputs offline (no model needed), or re-derive a finished run (--run).  A
     gold-SQL set (lines with gold_sql) is scored for any --answer by the rows of its gold SQL."""
     from nlq2sql.answers.kinds import KINDS
-    from nlq2sql.answers.query_run import score_query_responses, scored_here
-    from nlq2sql.stages.pipeline import ScoreConfig, score_responses
+    from nlq2sql.answers.offline import score_responses
+    from nlq2sql.stages.pipeline import ScoreConfig
     from nlq2sql.stages.report import render_summary
 
     if run is not None:
@@ -137,10 +137,7 @@ def score(
     cfg = ScoreConfig(evalset, responses, out, names, force=force, allow_missing=allow_missing,
                       semantic_model=semantic_model, warehouse=db, dbt=dbt,
                       search_path=search_path_arg(search_path))
-    if scored_here(answer) or _gold_sql(evalset, semantic_model, dbt):
-        summary = score_query_responses(cfg, answer)
-    else:
-        summary = score_responses(cfg)
+    summary = score_responses(cfg, answer)
     if as_json:
         sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
     else:
@@ -169,14 +166,6 @@ def _score_run(run: Path, out: Path, *, force: bool, as_json: bool) -> None:
     for name, same in result.identical.items():
         con.print(f"{name}: {'identical to the run' if same else 'differs from the run'}")
     con.print(f"wrote {out} (what was checked and carried: {out / RESCORE})")
-
-
-def _gold_sql(evalset: str, semantic_model: str, dbt: Any) -> bool:
-    """Whether ``evalset`` is a gold-SQL set (its lines carry gold_sql), resolved as the warehouse's set."""
-    from nlq2sql.semantic import load_catalog
-    from nlq2sql.stages.goldsql import is_gold_sql_set
-
-    return is_gold_sql_set(evalset, load_catalog(semantic_model, dbt=dbt).name)
 
 
 @app.command("eval")

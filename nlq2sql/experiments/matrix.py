@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
 
+from nlq2sql.answers.offline import rescore_run
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Figures
@@ -34,7 +35,6 @@ from nlq2sql.run.repeats import (
     repeat_dirs,
     run_repeats,
 )
-from nlq2sql.stages.pipeline import rescore_run
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact
 
@@ -83,7 +83,7 @@ class MatrixCondition(Typed):
     prompt: str
     guardrails: list[str]
     run: str
-    summary: Figures  # ``stages.pipeline.rescore_run``'s, written as its file has it
+    summary: Figures  # ``answers.offline.rescore_run``'s, written as its file has it
     repeats: MatrixRepeats | None = None
 
     def read(self) -> Figures:

@@ -1,6 +1,6 @@
 """The quality report: every recorded condition × model × warehouse, re-derived from records.
 
-Each run's answers are re-scored from its ``records.jsonl`` (``runner.rescore_run``: the recorded raw text
+Each run's answers are re-scored from its ``records.jsonl`` (``answers.offline.rescore_run``: the recorded raw text
 through today's intent parser, guardrails and SQL builder, against the warehouse rebuilt from its recipe),
 under its own guardrails and under a fixed set of guardrail conditions, so the lexical and learned rules meet
 head to head on the same answers. Nothing is read from a summary except to check that the records still match
@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nlq2sql.answers.offline import rescore_run
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.quality_html import page
@@ -26,7 +27,7 @@ from nlq2sql.records.summary_parts import CurvePoint, Figures, LabelledRate, Rat
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.intent import canonicalise, is_ordered
-from nlq2sql.stages.pipeline import make_executor, rescore_run
+from nlq2sql.stages.pipeline import make_executor
 from nlq2sql.stages.report import pct as report_pct
 from nlq2sql.stages.score import mcnemar_exact, spread
 from nlq2sql.stages.sqlbuild import build_sql

@@ -1,6 +1,6 @@
 """The quality report's answer-arm section (issues 22 and 23): v2 and SQL runs, re-scored from records.
 
-The v1 condition runs are re-scored by :func:`nlq2sql.stages.pipeline.rescore_run` (intent parser,
+The v1 condition runs are re-scored by :func:`nlq2sql.answers.offline.rescore_run` (intent parser,
 guardrails, SQL builder); a run whose manifest names an ``answer`` arm (``query``: a MetricFlow
 query; ``sql`` / ``sql-grammar``: SQL the model wrote) is re-scored here instead, by that arm's own
 scorer over the recorded raw text against the warehouse rebuilt from its recipe (the SQL arms in

@@ -3,8 +3,8 @@
 Everything the scoring needs is read from the run: the answer kind, the guardrails (a learned one's
 artefact checked by its sha256), the layer (semantic model, database, ``--db-schema``, the SQL
 search path) and the eval set (its golds, checked by sha256).  Each record is scored again from its
-recorded raw text by the scorers a live run uses (:func:`nlq2sql.stages.score.case_record` for v1
-intents, :mod:`nlq2sql.answers.query_run`'s scorer for v2 queries, SQL and gold-SQL sets); what
+recorded raw text by the answer kind's scorer, the one a live run uses
+(:func:`nlq2sql.answers.offline.recorded_scorer`, for every kind and gold-SQL sets); what
 no scorer derives -- the request (timings, tokens, attempts), the conditions' per-item choices
 (examples, linked values, votes) and the load stamp -- is carried from the recorded line, and
 abstention is decided again from its recorded evidence; an item a responses file left unanswered
@@ -23,18 +23,18 @@ both values: the layer by ``layer_sha256`` (content, not path nor file hash), th
 
 from __future__ import annotations
 
-import contextlib
 import filecmp
 import hashlib
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nlq2sql import __version__
-from nlq2sql.answers.kinds import KINDS, summary_fields
+from nlq2sql.answers.kinds import summary_fields
+from nlq2sql.answers.offline import recorded_scorer
 from nlq2sql.env_info import git_info
 from nlq2sql.errors import InputError
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
@@ -53,13 +53,12 @@ from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.stages.evalset import load_evalset
-from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set, resolve_search_path
+from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.learned_guardrail import LearnedRuleSet
 from nlq2sql.stages.pipeline import ScoreConfig, as_missing, make_executor, publish, staging_dir, summarise_file
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import case_record
 
 __all__ = ["RUN_KINDS", "RESCORE", "Rescored", "SUMMARY_DERIVED", "rescore_run_dir"]
 
@@ -178,23 +177,6 @@ def _bank_note(m: Mapping[str, Any]) -> str:
             "are carried")
 
 
-@contextlib.contextmanager
-def _scorer(m: Mapping[str, Any], wh: Warehouse, rulesets: list[RuleSet], gold_sql: bool
-            ) -> Iterator[Callable[..., ItemRecord]]:
-    """The scorer a live run of this answer kind used (``run.item.ItemRunner.record``)."""
-    answer = _text(m, "answer") or "intent"
-    if answer == "intent" and not gold_sql:
-        def intent(case: Any, text: str | None, ex: Any, catalog: Any, **kw: Any) -> ItemRecord:
-            return case_record(case, text, rulesets, ex, catalog=catalog, **kw)
-
-        yield intent
-        return
-    recorded = m.get("search_path")
-    path = resolve_search_path(wh.catalog.manifest, tuple(recorded) if isinstance(recorded, list) else None)
-    with KINDS[answer].scorer(wh, rulesets, gold_sql=gold_sql, search_path=path) as score:  # the live scorer
-        yield score
-
-
 def _rescore_line(old: ItemRecord, case: Any, score: Callable[..., ItemRecord], ex: Any, wh: Warehouse
                   ) -> ItemRecord:
     """One record scored again from its raw text; the request, the conditions' choices and the load
@@ -276,7 +258,7 @@ def rescore_run_dir(run: Path, out: Path, *, force: bool = False) -> Rescored:
     tmp = staging_dir(ScoreConfig(set_name, Path(), out, force=force))
     try:
         with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer, \
-                _scorer(m, wh, rulesets, gold_sql) as score:
+                recorded_scorer(m, wh, rulesets, gold_sql) as score:
             records = run / RECORDS
             for lineno, old in enumerate(iter_item_records(records), start=1):
                 case = cases.get(old.id)

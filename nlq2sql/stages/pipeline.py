@@ -1,17 +1,16 @@
-"""Chains the stages: evalset → (client) → intent → guardrail → sqlbuild → execute → score.
+"""What offline scoring is made of below the answer kinds: its configuration, the responses file
+read and checked line by line, items without a response, the staging directory renamed into
+place at the end, an eval set checked, a records file summarised.
 
-This is the only module that knows the order of the stages.  Offline re-scoring reads a
-responses file; live runs (``nlq2sql.run.live``) feed the same scorer (``score.intent_record``) from the client.
+The scoring itself, for every answer kind, is :mod:`nlq2sql.answers.offline`.
 """
 
 from __future__ import annotations
 
 import difflib
-import gc
 import json
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,35 +19,18 @@ from typing import Any
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
 from nlq2sql.records.item import ItemRecord, iter_item_records, present
-from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
-from nlq2sql.records.results import manifest_warehouse
-from nlq2sql.records.store import (
-    MANIFEST,
-    RECORD_VERSION,
-    RECORDS,
-    SUMMARY,
-    BulkRecordWriter,
-    prepare_dir,
-    write_json_atomic,
-)
-from nlq2sql.records.summary_parts import Figures, Missing
-from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
+from nlq2sql.records.store import prepare_dir
+from nlq2sql.semantic import Warehouse, warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.semantic.dbt_project import DbtOptions
-from nlq2sql.stages.abstention import apply_abstention
-from nlq2sql.stages.evalset import EvalCase, EvalSet, index_evalset, load_evalset
+from nlq2sql.stages.evalset import EvalSet
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
-from nlq2sql.stages.origin import manifest_base
-from nlq2sql.stages.rescore import RecordMemo
-from nlq2sql.stages.rulesets import load_guardrails
-from nlq2sql.stages.score import case_record
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["RESPONSE_MEMO_SIZE", "EvalsetCheck", "Response", "ScoreConfig", "as_missing", "check_evalset",
-           "make_executor", "publish", "read_responses", "refuse_missing", "rescore_run",
-           "score_responses", "staging_dir", "summarise_file"]
+           "make_executor", "publish", "read_responses", "refuse_missing", "staging_dir", "summarise_file"]
 
 
 @dataclass(frozen=True)
@@ -272,110 +254,3 @@ def publish(tmp: Path, out: Path) -> None:
         shutil.rmtree(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, out)
-
-
-def score_responses(cfg: ScoreConfig) -> SummaryModel:
-    """Offline re-scoring of a responses file into a run directory.
-
-    One streaming pass over the responses: every line is checked as it is scored, and output
-    is written to a sibling temp directory renamed into place only at the end, so bad input
-    (a bad line, or items left unanswered without ``--allow-missing``) leaves no artifact.
-    """
-    wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
-    evalset = index_evalset(cfg.evalset, wh)
-    rulesets = load_guardrails(list(cfg.guardrails), wh.catalog, wh)
-    ids = evalset.ids
-    tmp = staging_dir(cfg)
-    started = time.time()
-    # The eval set lives for the whole run: freezing it keeps the cyclic garbage collector
-    # from re-walking it on each collection.
-    gc.freeze()
-    try:
-        summ = Summary(rulesets)
-        answered = bytearray(len(ids))
-        with make_executor(wh) as ex, BulkRecordWriter(tmp / RECORDS) as writer:
-            # Each distinct (case, answer) is scored and encoded once (RecordMemo): a line is
-            # that encoding with the item's id, raw text (and parse error) filled in; the
-            # summary, which reads none of those, counts each distinct record once.
-            memo = RecordMemo(rulesets, ex, wh.catalog, writer)
-            for resp in read_responses(cfg.responses, ids, "intent"):
-                pos = ids[resp.id]
-                summ.add_shared(memo.write(resp.id, evalset.shared[pos], resp.text, resp.finish_reason))
-                answered[pos] = 1
-            missing = [cid for cid, pos in ids.items() if not answered[pos]]
-            refuse_missing(missing, len(ids), cfg)
-            for cid in missing:
-                rec = as_missing(case_record(evalset.case(cid), None, rulesets, ex,
-                                             request_error="no response in file", catalog=wh.catalog))
-                writer.write(rec)
-                summ.add(rec)
-            executed = ex.executed
-        summary = SummaryModel.of(
-            summ.figures(), distinct_queries_executed=executed,
-            missing=Missing(n=len(missing), allowed=cfg.allow_missing, first_ids=missing[:5]),
-            records=writer.digest(),  # = records_digest(tmp / RECORDS)
-            record_version=RECORD_VERSION)
-        write_json_atomic(tmp / SUMMARY, summary.to_json_dict())
-        # The responses file as recorded: relative to the project, else its name; and its hash.
-        from nlq2sql.semantic.catalog import display_path
-
-        shown = display_path(Path(cfg.responses))
-        manifest = ManifestModel(**manifest_base("score", evalset, rulesets, wh).given(),
-                                 responses=shown if not shown.startswith("/") else Path(cfg.responses).name,
-                                 responses_sha256=warehouse.fingerprint(Path(cfg.responses)), started=started,
-                                 finished=time.time())
-        write_json_atomic(tmp / MANIFEST, manifest.written())
-        publish(tmp, cfg.out)
-    finally:
-        gc.unfreeze()
-        shutil.rmtree(tmp, ignore_errors=True)
-    return summary
-
-
-def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None = None
-                ) -> tuple[Figures, dict[str, bool], dict[str, bool]]:
-    """Re-score a recorded run under other guardrails, without re-querying the model.
-
-    Returns (summary, raw correctness by id, final correctness by id) — the by-id maps are
-    what paired tests (McNemar) need.
-    """
-    from nlq2sql.records.store import read_json
-    from nlq2sql.semantic.contract import PARTS
-    from nlq2sql.stages.query_score import query_record
-    from nlq2sql.stages.queryset import QueryCase, QuerySet, load_query_set
-
-    manifest = read_json(run_dir / MANIFEST)
-    recorded = manifest.get("db_schema")  # --db-schema of the run: the relations are read there again
-    wh = open_warehouse(manifest_warehouse(manifest), dbt=DbtOptions(db_schema=recorded) if recorded else None)
-    v2 = manifest.get("answer") == "query"  # the v2 answer: guardrails on its queries (stages.query_guard)
-    name = evalset or manifest.get("evalset_path") or manifest["evalset"]
-    es: QuerySet | EvalSet = load_query_set(name, wh.catalog) if v2 else load_evalset(name, wh.catalog)
-    cases: dict[str, QueryCase | EvalCase] = {c.id: c for c in es.cases}
-    rulesets = load_guardrails(list(guardrails), wh.catalog, wh)
-    summ = Summary(rulesets, fields=PARTS) if v2 else Summary(rulesets)
-    raw_ok: dict[str, bool] = {}
-    final_ok: dict[str, bool] = {}
-    with make_executor(wh) as ex:
-        for old in iter_item_records(run_dir / RECORDS):
-            case = cases.get(old.id)
-            if case is None:
-                raise InputError(f"record id {old.id!r} is not in eval set {es.name}",
-                                 path=str(run_dir / RECORDS), field="id")
-            outcome = old.outcome
-            request_error = None if outcome in (None, "ok") else outcome
-            raw_text, finish = present(old.answer.raw_text), present(old.answer.finish_reason)
-            rec = (query_record(case, raw_text, ex, wh.catalog, finish_reason=finish,
-                                request_error=request_error, rulesets=rulesets) if isinstance(case, QueryCase) else
-                   case_record(case, raw_text, rulesets, ex, catalog=wh.catalog, finish_reason=finish,
-                               request_error=request_error))
-            rec.merge({key: old.get(key) for key in ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens",
-                                                     "itl_mean_s")})
-            if "abstained" in old.traces:  # decided again from the recorded evidence, under these guardrails
-                rec.merge({key: old.traces[key] for key in ("votes", "planner_choice", "intent_evidence",
-                                                            "abstain_below") if key in old.traces})
-                apply_abstention(rec)
-            summ.add(rec)
-            assert rec.judgement is not None  # every re-scored item has its gold
-            raw_ok[rec.id] = bool(present(rec.judgement.correct_raw))
-            final_ok[rec.id] = bool(present(rec.judgement.correct_final))
-    return summ.figures(), raw_ok, final_ok

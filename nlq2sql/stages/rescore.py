@@ -14,7 +14,7 @@ and a few string joins.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from nlq2sql.errors import IntentError
@@ -66,11 +66,15 @@ class RecordMemo:
     when their lines are equal but for the id (``evalset.CaseIndex``) -- plus question,
     category and pair; an entry holds that intent, so its ``id()`` is not reused while the
     entry lives.  A record whose query failed to execute is not kept: a timeout need not recur.
+
+    ``score``: the per-item scorer, ``(case, raw_text, executor, catalog, *, finish_reason=…)`` (the
+    intent kind's, ``answers.kinds``); default: :func:`case_record` under ``rulesets``.
     """
 
     def __init__(self, rulesets: list[RuleSet], executor: Executor, catalog: Catalog,
-                 writer: RecordWriter) -> None:
+                 writer: RecordWriter, score: Callable[..., ItemRecord] | None = None) -> None:
         self.rulesets, self.executor, self.catalog, self.writer = rulesets, executor, catalog, writer
+        self.score = score
         self._by_text: dict[tuple[Any, ...], Entry] = {}
         self._by_meaning: dict[tuple[Any, ...], Entry] = {}
 
@@ -88,8 +92,10 @@ class RecordMemo:
             entry = self._by_meaning.get(meaning_key)
             keep = True
             if entry is None:
-                rec = case_record(case, raw_text, self.rulesets, self.executor, finish_reason=finish_reason,
-                                  catalog=self.catalog)
+                rec = (self.score(case, raw_text, self.executor, self.catalog, finish_reason=finish_reason)
+                       if self.score is not None else
+                       case_record(case, raw_text, self.rulesets, self.executor, finish_reason=finish_reason,
+                                   catalog=self.catalog))
                 # (the line's encoding is cut from the flat record, once: the writer's edge)
                 entry = (gold, rec, self.writer.template(rec.to_json_dict(version=False), OPEN_FIELDS))
                 keep = present(rec.answer.exec_error) is None
