@@ -266,7 +266,7 @@ def test_batch_answers_sql_as_eval_does_and_sql_grammar_records_its_grammar(ray_
 @pytest.mark.parametrize(("args", "message"), [
     (["--answer", "sql", "--questions", "{qfile}"], "not available with --answer sql: --questions"),
     (["--answer", "sql-grammar", "--evalset", "heldout-v2", "--guardrails", "ranking"], "--guardrails"),
-    (["--answer", "v3", "--evalset", "heldout-v2"], "a batch answers intent, query, sql, sql-grammar, not 'v3'"),
+    (["--answer", "v3", "--evalset", "heldout-v2"], "unknown answer kind 'v3' (known: intent, query"),
 ])
 def test_an_answer_with_an_option_it_cannot_take_exits_2_before_any_request(args: list[str], message: str,
                                                                               tmp_path: Path) -> None:

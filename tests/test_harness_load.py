@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from fakeserver import FakeServer, script
 
+from nlq2sql.answers.kinds import IntentKind
 from nlq2sql.records.run_parts import Harness, LoopLag
-from nlq2sql.run import item
 from nlq2sql.run.config import EvalConfig, LoadShape
 from nlq2sql.run.harness_load import LAG_P95_LIMIT_MS, STARVED_SHARE_BELOW, HarnessMonitor, judged, merge
 from nlq2sql.run.live import run_eval
@@ -39,7 +39,7 @@ def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,
     assert h["saturated"] is False, h
     assert h["loop_lag_ms"]["n"] > 10 and 0 < h["cpu_share_of_core"] < 0.9
 
-    real = item.intent_record
+    real = IntentKind.record  # the v1 kind's scorer, per item
 
     def hog(*a: Any, **k: Any) -> Any:
         t = time.process_time()
@@ -47,7 +47,7 @@ def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,
             pass
         return real(*a, **k)
 
-    monkeypatch.setattr(item, "intent_record", hog)
+    monkeypatch.setattr(IntentKind, "record", hog)
     with FakeServer(tmp_path / "fast", script(), model=MODEL) as f:
         starved = evaluate(f, tmp_path / "starved")
     h = starved["harness"]
