@@ -27,7 +27,7 @@ def test_tune_live(vllm_server: LocalServer, tmp_path: Path) -> None:
                       sampling=Sampling(max_tokens=32), load=LoadShape(metrics_interval_s=0.1))
     # The SLO is generous (a CPU server shared with other work), so every probe meets it and the
     # search goes c=1, c=4, then stops (the top is eligible) unless accuracy moved significantly.
-    res = run_mode("tune", print, base=base, slo=("e2e_p95<=120s",), hi=4, requests=6, warmup=0, probes=3)
+    res = run_mode("tune", dict(base=base, slo=("e2e_p95<=120s",), hi=4, requests=6, warmup=0, probes=3), print)
     print((out / "tune.md").read_text())
     assert isinstance(res, TuneResult)
     probes = {p.load: p for p in res.probes}
