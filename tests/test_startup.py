@@ -100,6 +100,20 @@ def test_sql_imports_its_own_module_only_and_no_heavy_library() -> None:
     assert loaded(modules, HEAVY) == []
 
 
+#: What a command's own module never loads at import (its imports of these wait, marked ``# deferred:``).
+OPTIONAL_HEAVY = ("scipy", "matplotlib", "ray", "vllm", "torch", "sklearn", "playwright")
+
+
+def test_a_commands_help_imports_its_module_and_no_optional_heavy_library() -> None:
+    for args in (("load-check", "--help"), ("eval", "--help")):
+        got = probe(*args)
+        assert got["code"] == 0 and "Usage" in str(got["out"]), got["out"]
+        modules = got["modules"]
+        assert isinstance(modules, list)
+        assert f"nlq2sql.cli.{COMMANDS[args[0]]}" in modules
+        assert loaded(modules, OPTIONAL_HEAVY) == [], args
+
+
 def test_a_command_is_loaded_when_looked_up_and_an_unknown_one_is_refused() -> None:
     res = CliRunner().invoke(app, ["sqll"])
     assert res.exit_code == 2 and "No such command 'sqll'" in res.output and "'sql'" in res.output, res.output

@@ -20,13 +20,17 @@ from nlq2sql.cli._common import (
     RoutingOpt,
     app,
     err,
-    fleet_args,
     handled,
-    spec_options,
 )
+from nlq2sql.cli._spec import fleet_args, spec_options
 from nlq2sql.errors import InputError
 from nlq2sql.records.batch_parts import BatchTail
+from nlq2sql.records.results import Summary
 from nlq2sql.records.summary_parts import AnswerFigures, Figures
+from nlq2sql.run.batch import run_batch
+from nlq2sql.run.batch_config import BatchConfig, require_ray
+from nlq2sql.run.config import EvalConfig
+from nlq2sql.stages.report import pct, render_summary
 
 __all__ = ["BatchEndpointsOpt", "answers_table", "batch_cmd"]
 
@@ -85,10 +89,6 @@ def batch_cmd(
 ) -> None:
     """Answer an eval set or a question file at scale with Ray Data: records as Parquet/JSONL shards plus
     the usual summary.  Shards are written whole; an interrupted batch continues with --resume."""
-    from nlq2sql.run.batch import run_batch
-    from nlq2sql.run.batch_config import BatchConfig, require_ray
-    from nlq2sql.run.config import EvalConfig
-    from nlq2sql.stages.report import render_summary
 
     require_ray(engine)  # the extra first: no input (an endpoints file, the eval set) is read without it
     if (evalset is None) == (questions is None):
@@ -111,8 +111,6 @@ def batch_cmd(
         return
     title = f"{cfg.input} · {base.model} · {engine} · {actors}×c={concurrency}"
     if isinstance(summary.figures, Figures):  # read as a run's summary, less what only a batch has
-        from nlq2sql.records.results import Summary
-
         tail = summary.tail
         render_summary(Summary.of(summary.figures, **{k: getattr(tail, k) for k in tail.model_fields_set
                                                       if k in Summary.model_fields
@@ -127,7 +125,6 @@ def batch_cmd(
 
 def answers_table(s: AnswerFigures, tail: BatchTail, title: str) -> Table:
     """An unscored batch: how the answers came out (no gold, so no accuracy)."""
-    from nlq2sql.stages.report import pct
 
     t = Table(title=title, show_header=True)
     t.add_column("measure")

@@ -10,18 +10,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from nlq2sql.cli._common import (
-    CLI_WAREHOUSE,
-    DbOpt,
-    SearchPathOpt,
-    SemanticModelOpt,
-    app,
-    dbt_options,
-    err,
-    handled,
-    search_path_arg,
-)
-from nlq2sql.errors import InputError
+from nlq2sql.answers.sql.gold import GoldRunner, check_gold_sql_set
+from nlq2sql.answers.sql.sandbox import Sandbox
+from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SearchPathOpt, SemanticModelOpt, app, dbt_options, err, handled
+from nlq2sql.errors import EvalSetError, InputError, Problems
+from nlq2sql.inputs import parse_json, read_text
+from nlq2sql.records.store import write_text_atomic
+from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.evalset import gold_kind, resolve_path, scan_evalset
+from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set, parse_search_path, resolve_search_path
+from nlq2sql.stages.goldsql_import import ImportOptions, import_gold_sql, render_lines
+from nlq2sql.stages.pipeline import check_evalset, make_executor
+from nlq2sql.stages.queryset import check_query_set, scan_query_set, upgrade_v1_set
 
 __all__ = ["evalset_app", "evalset_check", "evalset_import", "evalset_upgrade"]
 
@@ -32,8 +32,6 @@ app.add_typer(evalset_app, name="evalset")
 def _is_v2_set(path: str, warehouse_name: str) -> bool:
     """A set whose first line that is a JSON object has a v2 gold (a MetricFlow query, or null:
     unanswerable) is a v2 set (:func:`~nlq2sql.stages.evalset.gold_kind`)."""
-    from nlq2sql.inputs import parse_json, read_text
-    from nlq2sql.stages.evalset import gold_kind, resolve_path
 
     p = resolve_path(path, warehouse_name)
     for n, text in enumerate(read_text(p, "eval set").splitlines(), start=1):
@@ -49,11 +47,6 @@ def _is_v2_set(path: str, warehouse_name: str) -> bool:
 
 
 def _check_query_set(path: str, wh: Any) -> None:
-    from nlq2sql.errors import EvalSetError, Problems
-    from nlq2sql.stages.evalset import resolve_path
-    from nlq2sql.stages.pipeline import make_executor
-    from nlq2sql.stages.queryset import check_query_set, scan_query_set
-
     problems = Problems(str(resolve_path(path, wh.catalog.name)))
     qs = scan_query_set(path, wh.catalog, problems)
     with make_executor(wh) as ex:
@@ -68,10 +61,6 @@ def _check_query_set(path: str, wh: Any) -> None:
 
 
 def _check_gold_sql_set(path: str, wh: Any, search_path: tuple[str, ...] | None) -> None:
-    from nlq2sql.answers.sql.gold import GoldRunner, check_gold_sql_set
-    from nlq2sql.answers.sql.sandbox import Sandbox
-    from nlq2sql.stages.goldsql import load_gold_sql_set, resolve_search_path
-
     gs = load_gold_sql_set(path, wh.name)
     schemas = resolve_search_path(wh.catalog.manifest, search_path)
     with Sandbox(wh.db_path, search_path=schemas) as box:
@@ -103,13 +92,8 @@ def evalset_check(path: Annotated[str, typer.Argument(help="Eval set name or JSO
     every line, id and gold against the layer's names (with the closest ones), that every gold
     compiles, executes and returns rows, and that filter values occur in the data (with the known
     values).  A gold-SQL set's statements run read-only in the SQL arm's sandbox."""
-    from nlq2sql.errors import EvalSetError, Problems
-    from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.evalset import resolve_path, scan_evalset
-    from nlq2sql.stages.goldsql import is_gold_sql_set
-    from nlq2sql.stages.pipeline import check_evalset
 
-    schemas = search_path_arg(search_path)
+    schemas = parse_search_path(search_path) if search_path is not None else None
     wh = open_warehouse(semantic_model, db, dbt=dbt, announce=False)
     if wh.catalog.excluded:  # the golds are checked against the rest: say what that leaves out
         names = ", ".join(e.object for e in wh.catalog.excluded)
@@ -143,10 +127,6 @@ def evalset_upgrade(path: Annotated[str, typer.Argument(help="A v1 eval set: nam
                     force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False, dbt: Any = None) -> None:
     """Restate a v1 set's golds as MetricFlow queries (v2), each checked to return the rows its v1
     gold returns; any difference is reported (every one) and nothing is written."""
-    from nlq2sql.records.store import write_text_atomic
-    from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.pipeline import make_executor
-    from nlq2sql.stages.queryset import upgrade_v1_set
 
     if out.is_dir():
         raise InputError("is a directory; give a file name for the set", path=str(out), field="--out")
@@ -155,7 +135,6 @@ def evalset_upgrade(path: Annotated[str, typer.Argument(help="A v1 eval set: nam
     wh = open_warehouse(semantic_model, db, dbt=dbt)
     if _is_v2_set(path, wh.catalog.name):
         raise InputError("is already a v2 set (its golds are MetricFlow queries)", path=path)
-    from nlq2sql.stages.goldsql import is_gold_sql_set
 
     if is_gold_sql_set(path, wh.name):
         raise InputError("is a gold-SQL set (its golds are SQL, scored by rows in every answer kind)", path=path)
@@ -193,8 +172,6 @@ def evalset_import(
 ) -> None:
     """Convert a question file whose answers are SQL into a gold-SQL eval set (every problem of the
     source at once; nothing written unless all is well)."""
-    from nlq2sql.records.store import write_text_atomic
-    from nlq2sql.stages.goldsql_import import ImportOptions, import_gold_sql, render_lines
 
     if out.is_dir():
         raise InputError("is a directory; give a file name for the set", path=str(out), field="--out")

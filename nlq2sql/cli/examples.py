@@ -9,7 +9,9 @@ import typer
 from rich.console import Console
 
 from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SemanticModelOpt, app, handled
+from nlq2sql.conditions.synth import write_bank
 from nlq2sql.errors import InputError
+from nlq2sql.semantic import open_warehouse
 
 __all__ = ["examples_app"]
 
@@ -30,8 +32,6 @@ def examples_synth(
 ) -> None:
     """Generate solved questions from the semantic layer and its data (never from an eval set): each
     gold a MetricFlow query that compiles and returns rows; distinct questions and queries."""
-    from nlq2sql.conditions.synth import write_bank
-    from nlq2sql.semantic import open_warehouse
 
     if n <= 0:
         raise InputError(f"must be at least 1, got {n}", field="--n")

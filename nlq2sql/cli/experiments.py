@@ -26,18 +26,26 @@ from nlq2sql.cli._common import (
     SchemaOpt,
     SemanticModelOpt,
     app,
-    base_config,
     err,
-    fleet_args,
     handled,
     parse_levels,
-    spec_options,
 )
 from nlq2sql.cli._serving import BatchInvariantOpt, check_local_only
+from nlq2sql.cli._spec import base_config, fleet_args, spec_options
 from nlq2sql.errors import InputError
+from nlq2sql.experiments import common as exp_common
+from nlq2sql.experiments import compact as cx
+from nlq2sql.experiments import loadcheck
+from nlq2sql.experiments import matrix as mx
 from nlq2sql.inputs import at_most
+from nlq2sql.records.store import output_dir, read_json, require_run
+from nlq2sql.run import live as run_live
+from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.models import DEFAULT_MODEL
+from nlq2sql.run.repeats import MAX_REPEATS, repeat_dirs
+from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.view.discover import discover
 
 __all__ = ["compact", "compare", "compare_dirs", "gate", "load_check", "matrix"]
 
@@ -67,10 +75,6 @@ def load_check(
 ) -> None:
     """Quality under load: are outputs byte-identical at each concurrency (and, with --repeats,
     run to run at one concurrency)? Exit 1 if not."""
-    from nlq2sql.experiments import loadcheck
-    from nlq2sql.records.store import output_dir
-    from nlq2sql.run.config import EvalConfig
-    from nlq2sql.run.live import bound_endpoint
 
     output_dir(out, create=False)
     if runs:
@@ -96,7 +100,7 @@ def load_check(
         if across_replicas:
             result = loadcheck.run_across_replicas(lc)
         else:
-            with bound_endpoint(base) as (bound, info):  # one local server for every level, when started here
+            with run_live.bound_endpoint(base) as (bound, info):  # one local server for every level, when started here
                 dirs = loadcheck.run_levels(replace(lc, base=bound))
                 result = loadcheck.compare_runs(dirs).with_split(loadcheck.split_identity(dirs))
                 result.server = EndpointFacts.model_validate({  # these keys, in this order
@@ -124,9 +128,6 @@ def compact(
     """Compact vs pretty output: tokens, bytes, latency, and whether compactness was honoured."""
     from dataclasses import replace
 
-    from nlq2sql.experiments import compact as cx
-    from nlq2sql.experiments.common import shared_endpoint
-    from nlq2sql.records.store import output_dir
 
     output_dir(out, create=False)
     if concurrency < 1:
@@ -137,7 +138,7 @@ def compact(
     base = base_config(evalset, endpoint, model, api_key_env, prompt, limit, max_tokens, out,
                  semantic=(semantic_model, db, schema))
     base = replace(base, concurrency=concurrency, server=replace(base.server, compact=False))
-    with shared_endpoint(base) as bound:
+    with exp_common.shared_endpoint(base) as bound:
         res = cx.run(cx.CompactConfig(bound))
     cx.write_result(out, res)
     Console().print(cx.render_markdown(res), markup=False, highlight=False)
@@ -175,8 +176,6 @@ def matrix(
 ) -> None:
     """Prompt × guardrail matrix with CIs and exact McNemar tests; guardrails re-scored offline.  With
     --answers: the answer arms side by side (accuracy, McNemar per pair, tokens, latency, cost, errors)."""
-    from nlq2sql.run.config import EvalConfig
-    from nlq2sql.run.repeats import MAX_REPEATS
 
     if not 1 <= repeats <= MAX_REPEATS:
         raise InputError(f"must be between 1 and {MAX_REPEATS}, got {repeats}", field="--repeats")
@@ -189,7 +188,7 @@ def matrix(
                                              limit=limit)), prompt=prompt, concurrency=concurrency, timeout_s=timeout)
 
     if answers is not None:
-        from nlq2sql.experiments.arms import matrix_arms
+        from nlq2sql.experiments.arms import matrix_arms  # deferred: its reports load matplotlib (0.3 s)
 
         if spec.answer != "intent":
             raise InputError("--answers gives each arm its answer kind: drop --answer", field="--answer")
@@ -197,9 +196,6 @@ def matrix(
                          f"Answer arms · {evalset} · {spec.model}")
         Console().print(md, markup=False, highlight=False)
         return
-    from nlq2sql.experiments import matrix as mx
-    from nlq2sql.experiments.common import shared_endpoint
-    from nlq2sql.records.store import output_dir, read_json, require_run
 
     output_dir(out, create=False)
     resolved = spec.resolved()
@@ -211,19 +207,15 @@ def matrix(
     if not conds:
         raise InputError(f"give at least one condition, got {guardrails!r}", field="--guardrails")
     if runs:
-        from nlq2sql.run.repeats import repeat_dirs
-
         dirs = {read_json(require_run((repeat_dirs(d) or [d])[0]) / "manifest.json").get("prompt", d.name)
                 + f"@{d.name}": d for d in runs}  # a repeated run (OUT/r0 …) is re-scored repeat by repeat
     else:
-        from nlq2sql.stages.prompt import load_prompt
-
         names = tuple(p.strip() for p in prompts.split(","))
         if not prompts.strip() or not all(names):
             raise InputError(f"give comma-separated prompt names, none empty, got {prompts!r}", field="--prompts")
         for name in names:  # a bad prompt is refused before any server starts
             load_prompt(name, "default", None)  # the file only (the run renders it for its warehouse)
-        with shared_endpoint(spec_base(names[0])) as bound:
+        with exp_common.shared_endpoint(spec_base(names[0])) as bound:
             dirs = mx.run_prompts(mx.MatrixConfig(bound, names, conds, repeats))
     table = mx.condition_table(dirs, conds)
     mx.write_result(out, table, f"Condition matrix · {evalset} · {spec.model}")
@@ -235,8 +227,6 @@ def compare_dirs(args: list[Path]) -> list[Path]:
     """The runs ``compare`` reads: the viewer's discovery (a run directory, or a folder of runs at any
     depth; its refusals), what it skipped told on stderr, and a repeated run (``OUT/r0`` …) found by
     walking kept as its folder, so the report pairs it over all its repeats."""
-    from nlq2sql.run.repeats import repeat_dirs
-    from nlq2sql.view.discover import discover
 
     found = discover(args)
     for note in found.skipped:
@@ -260,7 +250,7 @@ def compare(
     title: Annotated[str, typer.Option(help="Report title.")] = "nlq2sql comparison",
 ) -> None:
     """Side-by-side report of recorded runs: Markdown + self-contained HTML with plots."""
-    from nlq2sql.experiments.compare import render
+    from nlq2sql.experiments.compare import render  # deferred: loads matplotlib (0.3 s)
 
     paths = render(compare_dirs(list(run_dirs)), out, gpu_cost_per_hour, title)
     Console().print(f"wrote {paths['markdown']} and {paths['html']}")
@@ -284,10 +274,9 @@ def gate(
                                              "(default: print only).")] = None,
 ) -> None:
     """Regression gate for CI: exit 1 when the candidate run is worse than the baseline, 2 on bad input."""
-    from nlq2sql.experiments import gate as gt
-    from nlq2sql.experiments.gate_report import render_markdown, write_outputs
-    from nlq2sql.experiments.repeated import gate as run_gate
-    from nlq2sql.records.store import output_dir
+    from nlq2sql.experiments import gate as gt  # deferred: loads scipy.stats (0.7 s)
+    from nlq2sql.experiments.gate_report import render_markdown, write_outputs  # deferred: scipy.stats (0.7 s)
+    from nlq2sql.experiments.repeated import gate as run_gate  # deferred: scipy.stats (0.7 s)
 
     cfg = gt.config_from_options(baseline=baseline, candidate=candidate, max_drop=max_drop, alpha=alpha,
                                  max_p95_rise=max_p95_rise, require_identical=require_identical)

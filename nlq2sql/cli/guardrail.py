@@ -12,6 +12,9 @@ from rich.console import Console
 
 from nlq2sql.cli._common import app, handled
 from nlq2sql.errors import InputError
+from nlq2sql.semantic.catalog import display_path
+from nlq2sql.stages import learned_guardrail as lg
+from nlq2sql.stages import learned_training as lt
 from nlq2sql.stages.learned_artefact import Proportion
 
 __all__ = ["guardrail_app", "show", "train"]
@@ -45,8 +48,6 @@ def train(
 ) -> None:
     """Train the learned guardrail (logistic regression on word and character n-grams) and save a
     versioned JSON artefact with the training set's sha256 and 5-fold cross-validated accuracy."""
-    from nlq2sql.stages import learned_guardrail as lg
-    from nlq2sql.stages import learned_training as lt
 
     if out is not None and out.suffix != ".json":
         raise InputError("the artefact is JSON (never pickle): give a path ending in .json", field="--out")
@@ -79,8 +80,6 @@ def show(
         "--question", help="Classify this question too (repeatable).")] = None,
 ) -> None:
     """A learned guardrail's metadata (verified), and its predictions for the given questions."""
-    from nlq2sql.semantic.catalog import display_path
-    from nlq2sql.stages import learned_guardrail as lg
 
     model = lg.load_model(ref.removeprefix(lg.PREFIX))
     a = model.artefact

@@ -28,17 +28,28 @@ from nlq2sql.cli._common import (
     SchemaOpt,
     SemanticModelOpt,
     app,
-    base_config,
     err,
-    fleet_args,
     handled,
     parse_levels,
-    spec_options,
 )
 from nlq2sql.cli._serving import check_server_numbers
+from nlq2sql.cli._spec import base_config, fleet_args, spec_options
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS, at_most
+from nlq2sql.load import capacity as cap
+from nlq2sql.load import grid as gr
+from nlq2sql.load import modes
+from nlq2sql.load import serialization as ser
+from nlq2sql.load import sweep as sw
+from nlq2sql.load.analysis import Thresholds
+from nlq2sql.load.slo import parse_slo
+from nlq2sql.records.store import output_dir
+from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.models import DEFAULT_MODEL
+from nlq2sql.semantic.binding import open_warehouse
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.transport.client import STRUCTURED_MODES
 
 __all__ = ["LocalSeqsOpt", "capacity_cmd", "grid_cmd", "probe_app", "probe_cancel", "probe_health", "probe_prefix",
            "probe_serialization", "sweep_cmd"]
@@ -67,7 +78,6 @@ def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str 
                semantic: tuple[str, Path | None, str] = (CLI_WAREHOUSE, None, "flat")) -> Any:
     from dataclasses import replace
 
-    from nlq2sql.transport.client import STRUCTURED_MODES
 
     if structured not in STRUCTURED_MODES:
         raise InputError(f"unknown mode {structured!r} (known: {', '.join(STRUCTURED_MODES)})",
@@ -140,11 +150,6 @@ def sweep_cmd(
     With several endpoints: the sweep of the whole fleet, then of each replica alone."""
     from dataclasses import replace
 
-    from nlq2sql.load import modes
-    from nlq2sql.load import sweep as sw
-    from nlq2sql.load.analysis import Thresholds
-    from nlq2sql.load.slo import parse_slo
-    from nlq2sql.run.config import EvalConfig
 
     levels = parse_levels(concurrency, "--concurrency")
     endpoint_url, replicas = fleet_args(endpoint, endpoints_file)
@@ -187,14 +192,12 @@ def grid_cmd(
     semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
 ) -> None:
     """Concurrency × request-length class: req/s, p95 and peak KV usage per cell, as a table and heatmap."""
-    from nlq2sql.load import grid as gr
-    from nlq2sql.load.modes import run_mode
 
     cfg = gr.GridConfig(base=_load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out,
                                         max_num_seqs, semantic=(semantic_model, db, schema)),
                         levels=parse_levels(concurrency, "--concurrency"), classes=gr.parse_classes(classes),
                         requests=requests, warmup=warmup, force=force, resume=resume)
-    res = run_mode("grid", cfg, _say)
+    res = modes.run_mode("grid", cfg, _say)
     Console().print(gr.render_markdown(res), markup=False, highlight=False)
     err.print(f"wrote {out / 'grid.json'}, {out / 'grid.md'} and {out / 'grid.png'}")
 
@@ -215,13 +218,11 @@ def probe_serialization(
     expect: Annotated[str | None, typer.Option(help="Exit 1 unless the verdict is this one.")] = None,
 ) -> None:
     """Batched, serialized (upstream or at the engine) or client-bound? Evidence and a verdict."""
-    from nlq2sql.load import serialization as ser
-    from nlq2sql.load.modes import run_mode
 
     if expect is not None and expect not in ser.VERDICTS:
         raise InputError(f"unknown verdict {expect!r} (known: {', '.join(ser.VERDICTS)})", field="--expect")
     base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out, max_num_seqs)
-    res = run_mode("serialization", ser.SerializationConfig(
+    res = modes.run_mode("serialization", ser.SerializationConfig(
         base=base, level=level, requests_single=requests_single, requests_level=requests_level, staircase=staircase,
         force=force), _say)
     Console().print(ser.render_markdown(res), markup=False, highlight=False)
@@ -232,13 +233,11 @@ def probe_serialization(
 
 def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None, max_num_seqs: int | None,
            out: Path, **kw: Any) -> None:
-    from nlq2sql.load.modes import mode, run_mode
-    from nlq2sql.records.store import output_dir
 
     output_dir(out, create=False)
     base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)
-    res = run_mode(f"probe-{name}", {"base": base, **kw})
-    Console().print(mode(f"probe-{name}").render(res), markup=False, highlight=False)
+    res = modes.run_mode(f"probe-{name}", {"base": base, **kw})
+    Console().print(modes.mode(f"probe-{name}").render(res), markup=False, highlight=False)
     err.print(f"wrote {out / (name + '.json')} and {out / (name + '.md')}")
 
 
@@ -293,9 +292,6 @@ def probe_prefix(
     semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
 ) -> None:
     """Shared vs diverse vs leading-unique prefixes: TTFT, prefill share, prefix-cache hit rate."""
-    from nlq2sql.semantic.binding import open_warehouse
-    from nlq2sql.stages.evalset import load_evalset
-    from nlq2sql.stages.prompt import load_prompt
 
     if requests < 1 or pad_words < 0 or max_tokens < 1:
         raise InputError("need --requests ≥ 1, --pad-words ≥ 0, --max-tokens ≥ 1", field="--requests")
@@ -325,10 +321,8 @@ def capacity_cmd(
     out: Annotated[Path | None, typer.Option(help="Write capacity.json and capacity.md here.")] = None,
 ) -> None:
     """KV bytes per token vs the server's KV budget; ISL/OSL, max_tokens and context headroom."""
-    from nlq2sql.load import capacity as cap
-    from nlq2sql.load.modes import run_mode
 
-    res = run_mode("capacity", cap.CapacitySettings(
+    res = modes.run_mode("capacity", cap.CapacitySettings(
         runs=tuple(run or ()), sweep=sweep, model=model, config_json=model_config, kv_dtype=kv_dtype,
         endpoint=endpoint, concurrency=concurrency, context=context, margin=margin, out=out))
     md = cap.render_markdown(res)

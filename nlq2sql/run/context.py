@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError
 from nlq2sql.records.manifest_parts import ContextPart
+from nlq2sql.run.models import REGISTRY, is_complete, model_dir, resolve_model
 
 if TYPE_CHECKING:
     from nlq2sql.conditions.registry import Condition, Messages
@@ -61,7 +62,6 @@ def item_messages(prompt: Prompt, conditions: Iterable[Condition[Any]], question
 def model_folder(model: str) -> Path | None:
     """The local Hugging Face folder of ``model`` (a pulled alias, or a folder path), else None.
     Nothing is downloaded here."""
-    from nlq2sql.run.models import REGISTRY, is_complete, model_dir
 
     if model in REGISTRY:
         folder = model_dir(model)
@@ -198,8 +198,7 @@ def prompt_sizes(model: str, items: Iterable[tuple[str, Messages]], *, base_url:
     ``/tokenize`` (``base_url``), and the model's own limit where its folder says it."""
     folder = model_folder(model)
     if folder is None and base_url is None:  # the server's own model: resolved as it would be (a bad path
-        from nlq2sql.run.models import resolve_model  # refused, an alias fetched), then counted
-
+        # refused, an alias fetched), then counted
         target = Path(resolve_model(model)[0])
         folder = target if target.is_dir() else None
     if folder is not None:

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from nlq2sql.errors import InputError
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.run.endpoints import check_address
+from nlq2sql.run.worker import ItemWorker, SharedBudget, WorkerReady, WorkerReport
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
-    from nlq2sql.run.worker import SharedBudget, WorkerReady, WorkerReport
     from nlq2sql.stages.evalset import EvalCase
 
 __all__ = ["MAX_CHUNK", "BudgetCounter", "RayEngine", "chunk_size", "ray_available", "start_local_ray"]
@@ -189,7 +189,6 @@ class _Worker:
                     golds: list[EvalCase], spawned_at: float) -> WorkerReady:
         import os
 
-        from nlq2sql.run.worker import ItemWorker, WorkerReady
 
         self.worker = ItemWorker(cfg, endpoint, slots, budget, golds)
         self.worker.start()

@@ -4,7 +4,7 @@ A :class:`RunSpec` is the model, the answer kind, the prompt, the guardrails, th
 (``conditions.registry``), the sampling (temperature, max_tokens), the structured mode and the
 warehouse and layer (semantic model, database, dbt options, search path).  It is what ``eval``,
 ``load-check``, ``tune``, ``sweep``, ``matrix`` and ``batch`` take from their "Run spec" options
-(``cli._common.spec_options``), from a named preset (:mod:`nlq2sql.run.presets`) or from a recorded
+(``cli._spec.spec_options``), from a named preset (:mod:`nlq2sql.run.presets`) or from a recorded
 run (:meth:`RunSpec.from_run`), and what a run records (the manifest's ``spec`` section), so any run
 can be repeated.  It is applied onto the rest of a run's settings with :meth:`RunSpec.apply`.
 
@@ -25,11 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nlq2sql.answers.kinds import KINDS
 from nlq2sql.conditions.registry import REGISTRY, ConditionSet
 from nlq2sql.errors import InputError
+from nlq2sql.paths import shipped_warehouses
 from nlq2sql.records.manifest_parts import SpecPart
 from nlq2sql.records.store import MANIFEST, read_json
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.models import DEFAULT_MODEL
-from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE
+from nlq2sql.run.repeats import repeat_dirs
+from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, display_path
 from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.transport.client import STRUCTURED_MODES
 
@@ -188,7 +190,6 @@ class RunSpec(BaseModel):
         """The spec of a recorded run (``eval --like``): its manifest's ``spec`` section, or for a run
         recorded before it, the manifest's own keys.  A directory without a manifest (a repeated run:
         its first repeat's), or a manifest that cannot give a spec, is refused naming file and field."""
-        from nlq2sql.run.repeats import repeat_dirs
 
         path = run_dir / MANIFEST
         if not path.is_file() and (reps := repeat_dirs(run_dir)):
@@ -219,7 +220,6 @@ _OPTION = {"schema_mode": "--schema", "dbt_target": "--target"}
 def _shown(value: str | Path) -> str:
     """A value that may name a file, as a manifest records it: as given unless absolute; an absolute
     path relative to the project when inside it, else its name (no machine path is recorded)."""
-    from nlq2sql.semantic.catalog import display_path
 
     path = Path(value)
     if not path.is_absolute():
@@ -235,7 +235,6 @@ def _text(value: Any) -> str | None:
 def _from_legacy(data: SpecValues, path: Path) -> RunSpec:
     """A manifest written before the ``spec`` section: its model, answer, prompt, sampling,
     warehouse and conditions' keys (each condition's recorded section read back to its settings)."""
-    from nlq2sql.paths import shipped_warehouses
 
     def need(key: str) -> Any:
         if data.get(key) is None:

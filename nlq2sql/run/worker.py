@@ -135,7 +135,7 @@ class ItemWorker:
     def __init__(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: RetryBudget,
                  golds: Sequence[EvalCase] = ()) -> None:
         t0 = time.time()
-        from nlq2sql.run.item import ItemRunner
+        from nlq2sql.run.item import ItemRunner  # deferred: its import time is the worker's measured import_s phase
 
         t1 = time.time()
         base_url, model, key = endpoint

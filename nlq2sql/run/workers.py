@@ -39,14 +39,16 @@ from nlq2sql.records.store import RECORDS, RecordWriter
 from nlq2sql.records.summary_parts import WorkerFigures, WorkerLoss, WorkerPhases, WorkerStartup
 from nlq2sql.run.harness_load import HarnessMonitor
 from nlq2sql.run.harness_load import merge as merge_harness
+from nlq2sql.run.item import targets
 from nlq2sql.run.ray_engine import RayEngine
+from nlq2sql.run.session import Session, session_result
 from nlq2sql.run.worker import SharedBudget, WorkerReport, serve_items
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
+from nlq2sql.transport.server_metrics import MetricsSampler
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
-    from nlq2sql.run.session import Session
 
 __all__ = ["ENGINES", "RESTARTS_PER_WORKER", "Fleet", "LocalEngine", "Progress", "auto_workers", "distinct_golds",
            "merge_fleets", "run_workers", "shares"]
@@ -199,9 +201,6 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
     process's sentinel, its actor's failed task); what it held is re-queued and a replacement
     started (``Fleet``).  The session's wall time counts the workers' start-up
     (``startup_s`` says how much of it was)."""
-    from nlq2sql.run.item import targets
-    from nlq2sql.run.session import session_result
-    from nlq2sql.transport.server_metrics import MetricsSampler
 
     lanes = shares(cfg.concurrency, cfg.workers)
     t0 = time.time()

@@ -18,20 +18,19 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import duckdb
 import msgspec
 
 from nlq2sql.errors import InputError, SemanticModelError
+from nlq2sql.semantic import datacheck
 from nlq2sql.semantic.catalog import Catalog, catalog_of, display_path, load_catalog, shipped_names
+from nlq2sql.semantic.datacheck import DataProblem
 from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.semantic.project import Problem, SemanticProblems, TimeSpine
 from nlq2sql.semantic.prune import Exclusion, prune
 from nlq2sql.semantic.warehouse import connect_read_only, fingerprint, open_error, resolve_db
-
-if TYPE_CHECKING:
-    from nlq2sql.semantic.datacheck import DataProblem
 
 __all__ = ["PROMPT_VALUES_MAX", "SCHEMA_VALUES_MAX", "VALUES_FETCH_MAX", "Warehouse", "WarehouseFacts",
            "has_legacy_spine", "has_spine", "open_warehouse"]
@@ -305,10 +304,8 @@ def _bound(wh: Warehouse) -> tuple[Catalog, tuple[DataProblem, ...]]:
 
 
 def _bind_once(wh: Warehouse) -> tuple[Catalog, tuple[DataProblem, ...]]:
-    from nlq2sql.semantic.datacheck import check_data
-
     cat = wh.catalog
-    problems = tuple(check_data(cat, wh.connect(), wh.db_path.name))
+    problems = tuple(datacheck.check_data(cat, wh.connect(), wh.db_path.name))
     out = (cat, problems)
     if problems:
         try:

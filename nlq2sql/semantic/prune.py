@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from nlq2sql.errors import SemanticModelError
+from nlq2sql.semantic.engine import Engine
 from nlq2sql.semantic.mf import mf_reason, quiet
+from nlq2sql.semantic.query import GRAINS, MetricQuery
 
 __all__ = ["Exclusion", "excluded_names", "exclusion_for", "prune"]
 
@@ -190,8 +192,6 @@ class _Pruner:
     def filters(self, whole: Any) -> bool:
         """Remove metrics and saved queries that compiled on the whole manifest and no longer do
         (a filter or group-by naming a removed object); True when something was removed."""
-        from nlq2sql.semantic.engine import Engine
-        from nlq2sql.semantic.query import MetricQuery
 
         mine, theirs = Engine(self.m), Engine(whole)
         removed = False
@@ -354,7 +354,6 @@ def exclusion_for(names: dict[str, Exclusion], name: str) -> tuple[str, Exclusio
     """The excluded name a query's name uses, with its exclusion: the name itself (a metric, a
     saved query), else its parts from the last (``order__shop__town`` uses ``town``, then
     ``shop`` …; a trailing time grain is not a part).  Asked only of a query that failed."""
-    from nlq2sql.semantic.query import GRAINS
 
     if not names:
         return None

@@ -19,6 +19,7 @@ from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, Catalog
 from nlq2sql.stages.intent import Intent, consistency_problem, vocabulary_problem
+from nlq2sql.stages.semantic_tools import closest
 
 __all__ = ["BLOCK", "CASE_MEMO_SIZE", "CATEGORY", "EVALSET_DIR", "FORMATS_DOC", "ID_MAX_LENGTH", "LIST_VALUES_MAX",
            "CaseIndex", "EvalCase", "EvalSet", "category_of_kind", "evalset_dir", "gold_kind", "index_evalset",
@@ -152,7 +153,6 @@ def unknown_value(wh: Warehouse, dimension: str, value: object, shown: str | Non
 
 def _closest_known(msg: str, name: str, known: tuple[str, ...]) -> str:
     """``msg`` with the layer's closest names (:func:`~.semantic_tools.closest`)."""
-    from nlq2sql.stages.semantic_tools import closest
 
     near = closest(name, known)
     return f"{msg}; closest: {', '.join(map(repr, near))}" if near else msg

@@ -42,6 +42,7 @@ import numpy as np
 from nlq2sql.errors import GuardrailError
 from nlq2sql.inputs import parse_json
 from nlq2sql.records.manifest_parts import GuardrailArtefact
+from nlq2sql.semantic.catalog import display_path
 from nlq2sql.stages.guardrail import GUARDRAIL_DIR, NUMBER_WORDS, Intervention, Rule, RuleSet, propose
 from nlq2sql.stages.intent import Intent
 from nlq2sql.stages.learned_artefact import Artefact
@@ -247,7 +248,6 @@ class LearnedRuleSet(RuleSet):
 
     def provenance(self) -> GuardrailArtefact:
         """What a run's manifest records of the artefact (its section's type)."""
-        from nlq2sql.semantic.catalog import display_path
 
         assert self.model is not None
         a = self.model.artefact

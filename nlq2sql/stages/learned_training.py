@@ -20,6 +20,7 @@ import numpy as np
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import decode_line, json_object, regular_file
 from nlq2sql.paths import PROJECT_ROOT
+from nlq2sql.semantic.catalog import display_path
 from nlq2sql.stages.learned_artefact import (
     Artefact,
     ArtefactRule,
@@ -56,6 +57,7 @@ from nlq2sql.stages.learned_guardrail import (
     numbers_in,
     prepare,
 )
+from nlq2sql.stages.score import rate
 
 __all__ = ["Example", "artefact_text", "check_disjoint", "pipeline", "read_training", "save", "shipped_questions",
            "train"]
@@ -193,7 +195,6 @@ def _targets(examples: list[Example]) -> dict[str, tuple[list[int], list[str]]]:
 def _cv(texts: list[str], targets: dict[str, tuple[list[int], list[str]]], threshold: float) -> CrossValidation:
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-    from nlq2sql.stages.score import rate
 
     accuracy: dict[str, Proportion] = {}
     oof: dict[str, OutOfFold] = {}
@@ -227,7 +228,6 @@ def train(training: Path, name: str = DEFAULT_NAME, threshold: float = DEFAULT_T
     """Fit the heads and return the artefact (with its own sha256)."""
     import sklearn
 
-    from nlq2sql.semantic.catalog import display_path
 
     if not SAFE_NAME.match(name):
         raise InputError(f"must be letters, digits, '_' or '-', got {name!r}", field="--name")

@@ -24,11 +24,20 @@ from nlq2sql.inputs import json_object, read_text
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import MetricQuery, OrderBy
-from nlq2sql.stages.evalset import CATEGORY, FORMATS_DOC, ID_MAX_LENGTH, category_of_kind, resolve_path, unknown_value
+from nlq2sql.stages.evalset import (
+    CATEGORY,
+    FORMATS_DOC,
+    ID_MAX_LENGTH,
+    category_of_kind,
+    load_evalset,
+    resolve_path,
+    unknown_value,
+)
 from nlq2sql.stages.execute import Executor, rows_equal
 from nlq2sql.stages.goldsql import GOLD_SQL_KEY
 from nlq2sql.stages.intent import Intent, canonicalise, is_ordered
-from nlq2sql.stages.sqlbuild import to_query
+from nlq2sql.stages.semantic_tools import name_problems
+from nlq2sql.stages.sqlbuild import build_sql, to_query
 
 __all__ = ["GoldProblem", "QueryCase", "QuerySet", "Upgrade", "check_query_set", "from_v1", "load_query_set",
            "scan_query_set", "upgrade_v1_set"]
@@ -130,8 +139,6 @@ def _case(obj: dict[str, Any], catalog: Catalog, path: str, line: int
         except ExcludedObjectError as exc:  # names the exclusion and why, not MetricFlow's "unknown name"
             problems.append(EvalSetError(f"gold: {exc}", path=path, line=line, field="gold"))
         except SqlBuildError as exc:
-            from nlq2sql.stages.semantic_tools import name_problems
-
             names = name_problems(catalog, case.gold)
             msg = "; ".join(names) if names else " ".join(str(exc).split())
             problems.append(EvalSetError(f"gold does not compile: {msg}", path=path, line=line, field="gold"))
@@ -246,8 +253,6 @@ def upgrade_v1_set(name_or_path: str | Path, wh: Any, executor: Executor) -> Upg
     data) as the MetricFlow query it means, each checked to return the rows the v1 gold returns
     (in order where both order: a v1 time series is compared as a multiset in v2, as v2 runs read
     it).  Every problem is reported, not only the first."""
-    from nlq2sql.stages.evalset import load_evalset
-    from nlq2sql.stages.sqlbuild import build_sql
 
     es = load_evalset(name_or_path, wh)
     cat = wh.catalog

@@ -42,6 +42,8 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
+from nlq2sql.errors import InputError
+
 __all__ = ["CSV_COLUMNS", "ORDER_WORDS", "PINNED_DATE", "Converted", "SourceRow", "convert_row", "db_names",
            "expand_braces",
            "order_sensitive", "pin_dates", "read_csv", "split_alternatives", "to_duckdb"]
@@ -90,8 +92,6 @@ def read_csv(text: str, source: str = "<csv>") -> list[SourceRow]:
     reader = csv.DictReader(io.StringIO(text))
     missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
-        from nlq2sql.errors import InputError
-
         raise InputError(f"not a defog question file: no column {', '.join(missing)}", path=source)
     rows = []
     for rec in reader:

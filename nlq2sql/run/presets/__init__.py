@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nlq2sql.errors import InputError
+from nlq2sql.run.spec import RunSpec
 
 __all__ = ["Preset", "PresetRegistry", "presets", "register"]
 
@@ -39,7 +40,6 @@ class PresetRegistry:
     def add(self, preset: Preset) -> None:
         if preset.name in self._by_name and self._by_name[preset.name] != preset:
             raise ValueError(f"preset {preset.name!r} is registered twice")
-        from nlq2sql.run.spec import RunSpec
 
         RunSpec.build(preset.values)  # a preset that cannot give a spec fails where it is declared
         self._by_name[preset.name] = preset
