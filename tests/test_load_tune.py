@@ -149,7 +149,10 @@ def test_operating_point_lands_below_the_degradation(engine: FakeServer, tmp_pat
     assert len(kept) == 2 and not (out / "tune.json").exists()
     again = _tune(engine, out, resume=True)
     assert [(p.order, p.load, p.eligible) for p in again.probes] == [(p.order, p.load, p.eligible) for p in res.probes]
-    assert again.operating_point.load == op.load
+    # The probes after the interruption are measured again, so their goodput (a timing) may differ
+    # from the first run's: the decision is the same rule over the resumed run's own measurements.
+    best = max((p for p in again.probes if p.eligible), key=lambda p: (p.correct_goodput_per_s or 0, p.load))
+    assert again.operating_point is not None and again.operating_point.load == best.load < K
     assert {d: _digest(out / "probes" / d) for d in kept} == kept
     assert any("Resumed" in n for n in again.notes)
 

@@ -171,8 +171,12 @@ class _Writer:
         if q.order_by:
             if any(o.field not in names for o in q.order_by):
                 raise Unsupported("order by a field not selected")
-            sql += " ORDER BY " + ", ".join(f"{names.index(o.field) + 1}{' DESC' if o.descending else ''}"
-                                            for o in q.order_by)
+            keys = [f"{names.index(o.field) + 1}{' DESC' if o.descending else ''}" for o in q.order_by]
+            # Ties are broken by the group-bys, as the compiled gold breaks them: otherwise a tie
+            # at a LIMIT lets the database pick either row, and the rows differ run to run.
+            ordered = {o.field for o in q.order_by}
+            keys += [str(i + 1) for i, g in enumerate(q.group_by) if g not in ordered]
+            sql += " ORDER BY " + ", ".join(keys)
         if q.limit is not None:
             sql += f" LIMIT {q.limit}"
         return sql
