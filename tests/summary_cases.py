@@ -80,7 +80,7 @@ def scored_summary(recs: list[ItemRecord], rulesets: list[RuleSet], answer: str 
     summ = Summary(rulesets) if fields is None else Summary(rulesets, fields=fields)
     for rec in recs:
         summ.add(rec)
-    return summ.result().to_json_dict()
+    return summ.result().to_json()
 
 
 def shared_summary(flat: list[dict[str, Any]], rulesets: list[RuleSet], answer: str | None) -> dict[str, Any]:
@@ -89,14 +89,14 @@ def shared_summary(flat: list[dict[str, Any]], rulesets: list[RuleSet], answer: 
     summ = Summary(rulesets) if fields is None else Summary(rulesets, fields=fields)
     for rec in flat + flat:
         summ.add_shared(rec)
-    return summ.result().to_json_dict()
+    return summ.result().to_json()
 
 
 def unscored_summary(recs: list[ItemRecord], rulesets: list[RuleSet]) -> dict[str, Any]:
     summ = Summary(rulesets, scored=False)
     for rec in recs:
         summ.add(rec)
-    return summ.result().to_json_dict()
+    return summ.result().to_json()
 
 
 def shard_summary(tmp: Path, lines: list[str], rulesets: list[RuleSet], scored: bool, answer: str | None
@@ -110,7 +110,7 @@ def shard_summary(tmp: Path, lines: list[str], rulesets: list[RuleSet], scored: 
             store.write_shard(index, "jsonl", [json.loads(t)["id"] for t in chunk], chunk)
     ids = [json.loads(t)["id"] for t in lines]
     return summarise_shards(store, "jsonl", rulesets, scored, ids, SESSION, load=LOAD, retry_budget=RETRY_BUDGET,
-                            answer=answer or "intent").to_json_dict()
+                            answer=answer or "intent").to_json()
 
 
 def at_commit(commit: str, paths: list[str], tmp: Path) -> dict[str, Path]:
@@ -145,7 +145,7 @@ def cases(tmp: Path, runs: list[str] | None = None, commit: str | None = None) -
         rulesets = rulesets_for(recs)
         bare = [msgspec.structs.replace(rec, judgement=None) for rec in recs]  # the same answers, no gold
         yield f"{rel}:scored", text(scored_summary(recs, rulesets, answer))
-        yield f"{rel}:shared", text(shared_summary([r.to_json_dict() for r in recs], rulesets, answer))
+        yield f"{rel}:shared", text(shared_summary([r.to_json() for r in recs], rulesets, answer))
         yield f"{rel}:unscored", text(unscored_summary(recs, rulesets))
         yield f"{rel}:unscored-bare", text(unscored_summary(bare, rulesets))
         yield f"{rel}:scored-bare", text(scored_summary(bare, rulesets, answer))

@@ -136,7 +136,7 @@ def test_the_builder_writes_what_the_dict_wrote(name: str, tmp_path: Path, monke
     if vllm:  # what the in-process engine adds
         manifest.model, manifest.engine_kwargs, manifest.gpus = "smollm2-135m", engine_args(cfg, wcfg, 0), 0
     if resumed:
-        manifest = resumed_manifest(json.loads(text(manifest.written())), manifest, "out")
+        manifest = resumed_manifest(json.loads(text(manifest.to_json())), manifest, "out")
     manifest.finished = 1.0
     built = written(manifest)
     expected = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))

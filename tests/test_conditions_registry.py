@@ -184,7 +184,7 @@ def test_a_condition_set_is_hashable_picklable_and_drops_what_is_off() -> None:
     cs = REGISTRY.from_options(examples=0, example_bank="dev", samples=1, link_values="hint")
     assert cs.names() == ("values",)  # a bank without --examples, one sample: off
     assert pickle.loads(pickle.dumps(cs)) == cs and hash(cs) == hash(REGISTRY.from_options(link_values="hint"))
-    assert not ConditionSet() and ConditionSet().manifest().written() == dict.fromkeys(REGISTRY.manifest_keys())
+    assert not ConditionSet() and ConditionSet().manifest().to_json() == dict.fromkeys(REGISTRY.manifest_keys())
 
 
 def test_ray_vllm_refuses_conditions_by_name(tmp_path: Path) -> None:

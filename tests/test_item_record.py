@@ -17,7 +17,7 @@ from snapshot import assert_same_json
 
 from nlq2sql.errors import RecordError
 from nlq2sql.records.item import UNSCORED, ItemRecord, iter_item_records
-from nlq2sql.records.store import RecordWriter
+from nlq2sql.records.store import RECORD_VERSION, RecordWriter
 from nlq2sql.stages.execute import Executor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +54,9 @@ def test_every_committed_record_round_trips_as_parsed() -> None:
 def test_parts_hold_what_readers_ask() -> None:
     path = next(p for p in _committed() if "fleet" in p.parts)
     rec = next(iter_item_records(path))
-    assert rec.request.replica is not None and rec.outcome == rec.request.outcome
+    line = json.loads(path.read_bytes().splitlines()[0])
+    assert rec.outcome == rec.request.outcome == line["outcome"] is not None
+    assert rec.request.replica == line.get("replica") and rec.get("replica") == line.get("replica")
     assert rec.judgement is not None and rec.scored and rec.judgement.gold_intent is not None
     assert rec.answer.status in ("ok", "schema_invalid", "inconsistent", "invalid_json", "truncated", "request_error")
     v2 = next(iter_item_records(next(p for p in _committed() if p.parent.name == "adversarial-query")))
@@ -65,7 +67,7 @@ def test_parts_hold_what_readers_ask() -> None:
 
 def test_an_unscored_record_has_no_judgement_and_the_gold_keys_null() -> None:
     rec = ItemRecord(id="q1", question="Revenue by region?")
-    data = rec.to_json_dict()
+    data = rec.to_json()
     assert not rec.scored and rec.judgement is None
     assert data["gold_intent"] is None and data["correct_final"] is None and data["guardrail_scope"] == []
     back = ItemRecord.from_json(json.loads(rec.to_line()))
@@ -73,10 +75,15 @@ def test_an_unscored_record_has_no_judgement_and_the_gold_keys_null() -> None:
     assert ItemRecord(id="q1", question="Revenue by region?", judgement=UNSCORED).to_line() == rec.to_line()
 
 
-def test_a_line_in_another_key_order_keeps_its_order() -> None:
-    data = {"record_version": 1, "question": "q", "id": "a", "category": None, "pair_id": None, "status": "ok"}
+def test_key_order_is_not_read_and_an_absent_key_stays_absent() -> None:
+    data = {"record_version": 1, "question": "q", "id": "a", "category": None, "pair_id": None, "status": "ok",
+            "raw_text": None, "linked_values": []}
     rec = ItemRecord.from_json(data)
-    assert rec.key_order is not None and rec.to_line() == json.dumps(data, separators=(",", ":")) + "\n"
+    assert rec == ItemRecord.from_json(dict(reversed(data.items())))
+    written = json.loads(rec.to_line())
+    assert written["raw_text"] is None and "final_status" not in written and rec.answer.final_status is None
+    assert rec.traces == {"linked_values": []} and not rec.scored
+    assert_same_json(written, data, "line")
 
 
 @pytest.mark.parametrize(("line", "field"), [
@@ -104,14 +111,14 @@ def test_the_writer_writes_a_typed_record_as_its_line(tmp_path: Path) -> None:
     assert_same_json(_parsed_lines(out.read_text(encoding="utf-8")), want, out)
 
 
-def test_a_scorers_dict_without_its_version_reads_in_layout_order_and_takes_later_parts() -> None:
-    """A scorer's record has no ``record_version`` (the writer adds it): read back, it is in layout
-    order, and the request keys set afterwards are written in their place."""
+def test_a_scorers_dict_without_its_version_reads_and_takes_later_parts() -> None:
+    """A scorer's record has no ``record_version`` (the writer adds it): read back, it has the current
+    one, and the request keys set afterwards are written."""
     path = next(p for p in _committed() if "fleet" in p.parts)
     data = json.loads(path.read_bytes().splitlines()[0])
     core = {k: v for k, v in data.items() if k != "record_version" and k not in ("outcome", "concurrency")}
     rec = ItemRecord.from_json(core)
-    assert rec.key_order is None
+    assert rec.record_version == RECORD_VERSION
     rec.request.outcome, rec.request.concurrency = data["outcome"], data["concurrency"]
     assert_same_json(json.loads(rec.to_line()), json.loads(path.read_bytes().splitlines()[0]), path)
 
@@ -143,9 +150,9 @@ def test_one_builder_for_scored_and_unscored_items(executor: Executor, answer: o
             "result_head")
     assert all(getattr(scored.answer, k) == getattr(unscored.answer, k) for k in same)
     flat = case_record(EvalCase(id="c1", question=question, gold=gold, category="breakdown"), raw, rules, executor,
-                       catalog=RETAIL).to_json_dict(version=False)
-    bare = unscored.to_json_dict(version=False)
-    assert list(flat) == list(bare) and "record_version" not in flat  # (the writer puts the version first)
+                       catalog=RETAIL).to_json(version=False)
+    bare = unscored.to_json(version=False)
+    assert set(flat) == set(bare) and "record_version" not in flat  # (the writer puts the version first)
     assert bare["gold_intent"] is None and bare["correct_final"] is None and bare["guardrail_scope"] == []
     assert [iv["rule"] for iv in flat["interventions"]] == [iv["rule"] for iv in bare["interventions"]]
     assert all(isinstance(iv["correct"], bool) for iv in flat["interventions"])

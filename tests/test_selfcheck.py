@@ -75,13 +75,13 @@ def test_selective_summary_and_curve() -> None:
             rec.id = f"x{i}"
             rec.merge({"votes": {"winner": 0, "tie": tie, "share": share}})
             summ.add(apply_abstention(rec))
-    sel = summ.result().to_json_dict()["selective"]
+    sel = summ.result().to_json()["selective"]
     assert sel["n"] == 4 and sel["abstained"] == 1
     assert (sel["coverage"]["k"], sel["accuracy_answered"]["k"], sel["accuracy_answered"]["n"]) == (3, 2, 3)
     assert [(p["min_vote_share"], p["coverage"]["k"], p["accuracy"]["k"]) for p in sel["curve"]] == [
         (1.0, 2, 1), (0.6, 3, 2), (0.4, 4, 3)]
-    assert summ.result().to_json_dict()["final_accuracy"]["k"] == 2  # the abstention is not counted correct
-    assert "selective" not in Summary([]).result().to_json_dict()  # runs without --abstain are unchanged
+    assert summ.result().to_json()["final_accuracy"]["k"] == 2  # the abstention is not counted correct
+    assert "selective" not in Summary([]).result().to_json()  # runs without --abstain are unchanged
 
 
 def test_options_are_checked(tmp_path: Path) -> None:
@@ -123,7 +123,7 @@ def test_eval_with_samples_and_abstain(tmp_path: Path) -> None:
                          limit=2, concurrency=2, conditions=REGISTRY.from_options(samples=3, abstain=True),
                          guardrails=(),
                          sampling=Sampling(temperature=0.7, max_tokens=96), load=LoadShape(metrics_interval_s=0.05))
-        summary = run_eval(cfg).to_json_dict()
+        summary = run_eval(cfg).to_json()
         assert len(fake.chat_requests()) == 6
     recs = {r["id"]: r for r in iter_records(cfg.out / "records.jsonl")}
     first, second = recs[cases[0].id], recs[cases[1].id]

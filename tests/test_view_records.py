@@ -65,7 +65,7 @@ def test_a_line_that_is_no_record_is_shown_as_read_with_a_note(tmp_path: Path) -
 
 def test_an_untyped_line_with_interventions_gets_its_cues() -> None:
     rec = next(r for r in iter_item_records(HELDOUT / "records.jsonl") if r.answer.interventions)
-    obj = rec.to_json_dict()
+    obj = rec.to_json()
     assert _cue_inputs(obj) == (rec.question, rec.answer.interventions)
     odd = dict(obj, id=7, question=None)
     assert _cue_inputs(odd) == ("", obj["interventions"])

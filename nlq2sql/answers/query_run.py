@@ -120,7 +120,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> Summar
             missing=Missing(n=len(missing), allowed=cfg.allow_missing, first_ids=missing[:5]),
             **({"column_rule": COLUMN_RULE} if gold_sql else {}),
             records=writer.digest(), record_version=RECORD_VERSION)
-        write_json_atomic(tmp / SUMMARY, summary.to_json_dict())
+        write_json_atomic(tmp / SUMMARY, summary.to_json())
         from nlq2sql.semantic.catalog import display_path
 
         shown = display_path(Path(cfg.responses))
@@ -132,7 +132,7 @@ def score_query_responses(cfg: ScoreConfig, answer: str = ANSWER_KIND) -> Summar
             manifest.gold, manifest.column_rule = "sql", COLUMN_RULE
         if gold_sql or answer != ANSWER_KIND:  # where unqualified names in gold and model SQL resolved
             manifest.search_path = list(search_path)
-        write_json_atomic(tmp / MANIFEST, manifest.written())
+        write_json_atomic(tmp / MANIFEST, manifest.to_json())
         publish(tmp, cfg.out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

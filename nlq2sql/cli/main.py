@@ -144,7 +144,7 @@ def score(
     else:
         summary = score_responses(cfg)
     if as_json:
-        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
     else:
         render_summary(summary, title=f"{evalset} ← {responses}")
 

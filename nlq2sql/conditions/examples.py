@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from msgspec import UNSET, UnsetType
 from pydantic import Field
 
 from nlq2sql.conditions.example_bank import ExampleBank, ExamplesManifest, load_bank
@@ -35,7 +34,7 @@ class ExamplesTrace(Trace):
     returns no rows on this data (a synthetic bank's fallback on a tiny layer), where any."""
 
     example_ids: list[str]
-    empty_example_ids: list[str] | UnsetType = UNSET
+    empty_example_ids: list[str] | None = None
 
 
 @register

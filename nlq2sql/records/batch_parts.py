@@ -6,7 +6,7 @@ Apart from :class:`nlq2sql.records.results.Summary` because a batch's summary ha
 order of its own (``scored`` after the figures, Ray Data's load shape, ``replicas_answered``, the
 shards in the digest, ``resumed``) and may be of unscored answers (``AnswerFigures``, which
 carries ``scored`` itself).  Fields are declared in the order the summaries have their keys on
-disk; a key never set stays absent; written once by :meth:`BatchSummary.to_json_dict`.
+disk; a key never set stays absent; written once by :meth:`BatchSummary.to_json`.
 
 The manifest is apart from :class:`nlq2sql.records.results.Manifest` for the same reason: its keys
 and order are a batch's (``engine`` names the batch engine, not a client engine section; Ray Data's
@@ -103,10 +103,10 @@ class BatchSummary(BaseModel):
     def scored(self) -> bool:
         return self.tail.scored
 
-    def to_json_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """As written (the JSON edge): the figures' keys, then the tail's (an unscored summary's
         ``scored`` stays where the figures put it)."""
-        return {**self.figures.to_json_dict(), **self.tail.to_json_dict()}
+        return {**self.figures.to_json(), **self.tail.to_json()}
 
     @classmethod
     def from_json_dict(cls, obj: dict[str, Any]) -> BatchSummary:
@@ -194,15 +194,15 @@ class BatchManifest(BatchManifestHead):
         return _extended(cls, conditions)
 
     @classmethod
-    def from_json(cls, obj: Any, *, path: str) -> BatchManifest:
+    def from_json(cls, data: Any, path: str | None = None) -> BatchManifest:
         """A written manifest read back (``--resume``): refused in one line if it is not one."""
         try:
-            manifest = cls.model_validate(obj)
+            manifest = cls.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             raise RecordError(f"not a batch manifest: {first['msg']}", path=path,
                               field=".".join(str(x) for x in first["loc"])) from None
-        manifest._key_order = tuple(obj)
+        manifest._key_order = tuple(data)
         return manifest
 
     def resumed(self, started: float) -> None:

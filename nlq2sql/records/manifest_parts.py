@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import Part as Section
@@ -27,14 +27,12 @@ __all__ = ["CanaryPart", "ContextPart", "EngineArgs", "EnginePart", "ExcludedPar
 
 
 class Part(Section):
-    """A manifest section: a results section (undeclared keys refused) whose keys may have aliases
-    (``schema``/``schema_json`` in sampling), so it is read by field name too and written by alias."""
-
-    model_config = ConfigDict(populate_by_name=True)
+    """A manifest section: a results section whose keys may have aliases (``schema``/``schema_json``
+    in sampling): read by field name too, written by alias (:meth:`~nlq2sql.records.typed.Typed.to_json`)."""
 
     def written(self) -> dict[str, Any]:
-        """The section as ``manifest.json`` holds it (the JSON edge): the keys set, in order."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        """:meth:`to_json`, for callers not yet moved to it (``experiments.compact``)."""
+        return self.to_json()
 
 
 class SamplingPart(Part):

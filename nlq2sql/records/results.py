@@ -61,7 +61,7 @@ class Summary(Figures):
     """``summary.json``: the aggregator's figures, then what the run adds, in that order on disk
     (a live run: its answer kind, outcomes, compactness, throughput, load, harness, server metrics,
     fleet, retries, compiles; offline scoring: queries executed, compiles, missing items), then the
-    records' digest and ``record_version``.  Built once by the run and written by :meth:`Part.to_json_dict`."""
+    records' digest and ``record_version``.  Built once by the run and written by :meth:`Part.to_json`."""
 
     distinct_queries_executed: int | None = None  # offline re-scoring
     answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
@@ -151,9 +151,6 @@ class Manifest(Origin):
         return ({k: data[k] for k in own[:cut] if k in data} | {k: v for k, v in data.items() if k not in own}
                 | {k: data[k] for k in own[cut:] if k in data})
 
-    def written(self) -> dict[str, Any]:
-        """The manifest as ``manifest.json`` holds it (the JSON edge): the keys set, in write order."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def _load(model: type[Summary] | type[Manifest], path: Path) -> Any:

@@ -9,9 +9,10 @@ on disk, a key never set stays absent, and ints stay ints (``Num``).
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any
 
 from pydantic import SerializerFunctionWrapHandler, model_serializer
+from typing_extensions import TypedDict
 
 from nlq2sql.records.summary_parts import Part, Percentiles
 
@@ -100,8 +101,8 @@ class Harness(Part):
 
 class AttemptEntry(TypedDict):
     """One request of an item, on one replica (``run.pool.Trail.attempt_log``): a record's
-    ``attempt_log`` entry, in its written key order.  A TypedDict, not a model: the entries sit in
-    the record's request part (``records.item.RequestPart``) and are written as they are."""
+    ``attempt_log`` entry.  A TypedDict (``typing_extensions``'s: pydantic reads that on Python 3.11),
+    not a model: the entries sit in the record's request part (``records.item.RequestPart``) as dicts."""
 
     replica: str
     outcome: str

@@ -167,7 +167,7 @@ class WrittenManifest(Protocol):
     :func:`check_resume` compares is its JSON as ``manifest.json`` will hold it.  Declared here, by
     what the store needs of it, so the store stays below the contracts that import it."""
 
-    def written(self) -> Mapping[str, object]: ...
+    def to_json(self) -> Mapping[str, object]: ...
 
 
 def check_resume(out: Path, manifest: WrittenManifest, keys: tuple[str, ...] = RESUME_KEYS) -> None:
@@ -175,7 +175,7 @@ def check_resume(out: Path, manifest: WrittenManifest, keys: tuple[str, ...] = R
     if not (out / MANIFEST).exists():
         raise RecordError(f"cannot resume: not a run directory (no {MANIFEST}; a run writes one when "
                           "it starts), and it is not empty", path=str(out))
-    old, now = read_json(out / MANIFEST), manifest.written()
+    old, now = read_json(out / MANIFEST), manifest.to_json()
     diffs = [k for k in keys if old.get(k) != now.get(k)]
     if diffs:
         detail = "; ".join(f"{k}: was {old.get(k)!r}, now {now.get(k)!r}" for k in diffs)
@@ -234,7 +234,7 @@ def done_ids(path: Path) -> set[str]:
 class FlatRecord(Protocol):
     """A typed record (:class:`nlq2sql.records.item.ItemRecord`): written as its flat JSON object."""
 
-    def to_json_dict(self) -> dict[str, Any]: ...
+    def to_json(self) -> dict[str, Any]: ...
 
 
 #: The one encoding of a record line, for every writer of records (and Ray Data's shards).  Its
@@ -267,7 +267,7 @@ class RecordWriter:
         """One record's line: a typed record as its flat object (it carries its ``record_version``),
         a dict (the bulk re-scorers' records) with the current one first."""
         if not isinstance(record, dict):
-            self._emit(self._dumps(record.to_json_dict()) + "\n")
+            self._emit(self._dumps(record.to_json()) + "\n")
             return
         self._emit(self._dumps({"record_version": RECORD_VERSION, **record}) + "\n")
 

@@ -156,12 +156,12 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
         summary = summarise_shards(store, cfg.format, rulesets, evalset is not None, [c.id for c in items], session,
                                    load=BatchLoad(mode=mode, engine=manifest.engine, actors=manifest.actors,
                                                   concurrency_per_actor=manifest.concurrency_per_actor),
-                                   retry_budget=manifest.retry_budget.written(), answer=manifest.answer or "intent",
+                                   retry_budget=manifest.retry_budget.to_json(), answer=manifest.answer or "intent",
                                    column_rule=manifest.column_rule)
         summary.tail.resumed = Resumed(sessions=1 + len(manifest.sessions or ()), shards_kept=len(done))
         manifest.finished = time.time()
         store.write_json(MANIFEST, written(manifest))
-        store.write_json(SUMMARY, summary.to_json_dict())  # last: a summary says the batch is complete
+        store.write_json(SUMMARY, summary.to_json())  # last: a summary says the batch is complete
         ok = True
     finally:
         if not ok and cfg.engine == "ray-vllm" and not resuming:

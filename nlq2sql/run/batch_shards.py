@@ -66,7 +66,7 @@ def parse_item(text: str, answer: str = "intent") -> EvalCase | QueryCase | Gold
 
 def encode_record(rec: ItemRecord) -> str:
     """A record's JSON text: the line ``RecordWriter`` writes, without its newline."""
-    return encode_json(rec.to_json_dict())  # type: ignore[no-any-return]
+    return encode_json(rec.to_json())  # type: ignore[no-any-return]
 
 
 def write_shards(ds: Any, fmt: str, shard_rows: int, out: BatchOut) -> None:

@@ -218,7 +218,6 @@ def _rescore_line(old: ItemRecord, case: Any, score: Callable[..., ItemRecord], 
     if rec.judgement is not None and old.judgement is not None and \
             _same_rows(rec.judgement.gold_result_head, old.judgement.gold_result_head):
         rec.judgement.gold_result_head = old.judgement.gold_result_head
-    rec.key_order = old.key_order
     return rec
 
 
@@ -284,8 +283,8 @@ def rescore_run_dir(run: Path, out: Path, *, force: bool = False) -> Rescored:
                     raise InputError(f"record id {old.id!r} is not in eval set {es.name}", path=str(records),
                                      line=lineno, field="id")
                 writer.write(_rescore_line(old, case, score, ex, wh))
-        derived = summarise_file(tmp / RECORDS, rulesets).to_json_dict()
-        summary, carried = _summary(read_json(run / SUMMARY), derived, writer.digest().to_json_dict())
+        derived = summarise_file(tmp / RECORDS, rulesets).to_json()
+        summary, carried = _summary(read_json(run / SUMMARY), derived, writer.digest().to_json())
         write_json_atomic(tmp / SUMMARY, summary)
         shutil.copyfile(run / MANIFEST, tmp / MANIFEST)
         same = {name: filecmp.cmp(run / name, tmp / name, shallow=False) for name in (RECORDS, SUMMARY, MANIFEST)}

@@ -136,9 +136,9 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: M
         **({"column_rule": manifest.column_rule} if manifest.column_rule is not None else {}),
         records=records_digest(out / RECORDS),  # what `compare` checks the records against
         record_version=RECORD_VERSION)
-    write_json_atomic(out / SUMMARY, summary.to_json_dict())
+    write_json_atomic(out / SUMMARY, summary.to_json())
     manifest.finished = time.time()
-    write_json_atomic(out / MANIFEST, manifest.written())
+    write_json_atomic(out / MANIFEST, manifest.to_json())
     return summary
 
 

@@ -3,7 +3,7 @@
 A module of its own because both sides need it and neither owns it: training
 (:mod:`.learned_training`) builds an :class:`Artefact`, the loader (:mod:`.learned_guardrail`)
 validates the file into one and rebuilds the classifier from its parts.  The file is the
-artefact's fields in declaration order, compact JSON (:meth:`Artefact.to_json_dict` is that
+artefact's fields in declaration order, compact JSON (:meth:`Artefact.to_json` is that
 object; ``learned_guardrail.canonical_sha256`` hashes it), so the order here is the file's order
 and every committed artefact reads back into the same bytes.
 """
@@ -132,6 +132,6 @@ class Artefact(msgspec.Struct, kw_only=True):
     heads: dict[str, HeadSpec]
     artefact_sha256: str | UnsetType = UNSET
 
-    def to_json_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The JSON object the file holds (what is hashed and written): the JSON edge."""
         return dict(msgspec.to_builtins(self))

@@ -138,7 +138,7 @@ def _decide(head: str, proba: Any, texts: list[str]) -> list[str]:
 
 def canonical_sha256(payload: dict[str, Any]) -> str:
     """sha256 of an artefact's canonical JSON, without its own ``artefact_sha256`` key (the JSON
-    object as read from the file, or :meth:`~.learned_artefact.Artefact.to_json_dict`)."""
+    object as read from the file, or :meth:`~.learned_artefact.Artefact.to_json`)."""
     body = {k: v for k, v in payload.items() if k != "artefact_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -279,13 +279,13 @@ def train(training: Path, name: str = DEFAULT_NAME, threshold: float = DEFAULT_T
         head: round(float(np.mean(np.asarray(_decide(head, stored.heads[head].predict_proba(xs[rows]),
                                                      [texts[i] for i in rows])) == np.asarray(y))), 6)
         for head, (rows, y) in targets.items()}
-    artefact.artefact_sha256 = canonical_sha256(artefact.to_json_dict())
+    artefact.artefact_sha256 = canonical_sha256(artefact.to_json())
     return artefact
 
 
 def artefact_text(artefact: Artefact) -> str:
     """The file's bytes: one compact JSON object, metadata first, then a newline."""
-    return json.dumps(artefact.to_json_dict(), separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
+    return json.dumps(artefact.to_json(), separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
 
 
 def save(artefact: Artefact, out: Path) -> Path:

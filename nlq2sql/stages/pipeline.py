@@ -315,7 +315,7 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
             missing=Missing(n=len(missing), allowed=cfg.allow_missing, first_ids=missing[:5]),
             records=writer.digest(),  # = records_digest(tmp / RECORDS)
             record_version=RECORD_VERSION)
-        write_json_atomic(tmp / SUMMARY, summary.to_json_dict())
+        write_json_atomic(tmp / SUMMARY, summary.to_json())
         # The responses file as recorded: relative to the project, else its name; and its hash.
         from nlq2sql.semantic.catalog import display_path
 
@@ -324,7 +324,7 @@ def score_responses(cfg: ScoreConfig) -> SummaryModel:
                                  responses=shown if not shown.startswith("/") else Path(cfg.responses).name,
                                  responses_sha256=warehouse.fingerprint(Path(cfg.responses)), started=started,
                                  finished=time.time())
-        write_json_atomic(tmp / MANIFEST, manifest.written())
+        write_json_atomic(tmp / MANIFEST, manifest.to_json())
         publish(tmp, cfg.out)
     finally:
         gc.unfreeze()

@@ -91,7 +91,7 @@ class RecordMemo:
                 rec = case_record(case, raw_text, self.rulesets, self.executor, finish_reason=finish_reason,
                                   catalog=self.catalog)
                 # (the line's encoding is cut from the flat record, once: the writer's edge)
-                entry = (gold, rec, self.writer.template(rec.to_json_dict(version=False), OPEN_FIELDS))
+                entry = (gold, rec, self.writer.template(rec.to_json(version=False), OPEN_FIELDS))
                 keep = present(rec.answer.exec_error) is None
                 if keep:
                     _keep(self._by_meaning, meaning_key, entry)

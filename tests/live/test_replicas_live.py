@@ -44,7 +44,7 @@ def cfg(a: LocalServer, b: LocalServer, out: Path, **kw: object) -> EvalConfig:
 
 def test_two_replicas_serve_one_run_and_answer_identically(vllm_server: LocalServer, second: LocalServer,
                                                           tmp_path: Path) -> None:
-    summary = run_eval(cfg(vllm_server, second, tmp_path / "run", limit=8, concurrency=4)).to_json_dict()
+    summary = run_eval(cfg(vllm_server, second, tmp_path / "run", limit=8, concurrency=4)).to_json()
     recs = list(iter_records(tmp_path / "run" / "records.jsonl"))
     assert summary["outcomes"] == {"ok": 8} and len({r["id"] for r in recs}) == 8
     assert set(Counter(r["replica"] for r in recs)) == {"r0", "r1"}
@@ -88,7 +88,7 @@ def test_a_replica_killed_mid_run_loses_nothing(vllm_server: LocalServer, second
     # (cold) r1 once held two requests while r0 answered the other 14 (CI, 2026-12-05): its
     # answers came at the run's end, the kill after it, and no request ever met the dead r1.
     summary = run_eval(cfg(vllm_server, second, out, limit=n, concurrency=4, retry_budget=0.0,
-                           routing="round-robin")).to_json_dict()
+                           routing="round-robin")).to_json()
     seen["run_ended_at"] = time.monotonic()
     killer.join(timeout=5)
     if second.proc is not None and "killed_at" in seen:
