@@ -10,6 +10,7 @@ import pytest
 from retail import RETAIL, retail_wh
 from scipy.stats import binomtest
 
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.intent import FIELDS, Intent, canonicalise
@@ -269,7 +270,7 @@ def test_summary_counts_and_intervention_metrics(executor: Executor) -> None:
 def test_summary_timing(executor: Executor) -> None:
     summ = Summary(RANKING)
     for i, rec in enumerate(_tiny_set(executor)):
-        summ.add({**rec, "latency_s": 0.1 * (i + 1), "ttft_s": None})
+        summ.add(ItemRecord.from_json({**rec, "latency_s": 0.1 * (i + 1), "ttft_s": None}))
     t = summ.result().to_json()["timing"]
     assert set(t) == {"latency_s"} and t["latency_s"]["n"] == 5
     assert t["latency_s"]["p50"] == pytest.approx(0.3)
