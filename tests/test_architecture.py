@@ -259,8 +259,8 @@ KWARGS = "keyword arguments handed to a constructor"
 JSON_EDGES: dict[str, tuple[int, str]] = {
     "nlq2sql.inputs": (1, READ),
     "nlq2sql.records.store": (5, f"{LINES}; a finished run's two files as read"),
-    "nlq2sql.records.results": (3, f"{DUMP}; {READ} (a manifest's warehouse)"),
-    "nlq2sql.records.summary_parts": (3, DUMP),
+    "nlq2sql.records.results": (2, f"{DUMP}; {READ} (a manifest's warehouse)"),
+    "nlq2sql.records.summary_parts": (2, DUMP),
     "nlq2sql.records.typed": (1, DUMP),
     "nlq2sql.records.run_parts": (2, DUMP),
     "nlq2sql.records.batch_parts": (2, f"{DUMP}; {READ}"),

@@ -60,7 +60,7 @@ class ValuesTrace(Trace):
     linked_values: list[dict[str, str]] | list[Where] | None = None
 
     @field_serializer("linked_values")
-    def _whole(self, value: list[dict[str, str]] | list[Where] | None) -> list[dict[str, Any]] | None:
+    def _whole(self, value: list[dict[str, str]] | list[Where] | None) -> list[object] | None:
         """A ``where`` item is written whole (its JSON dump), every field of it."""
         return None if value is None else [v.model_dump(mode="json") if isinstance(v, Where) else v for v in value]
 
