@@ -37,7 +37,7 @@ from nlq2sql import __version__
 from nlq2sql.answers.query_run import _scorer as answer_scorer  # the live scorers, per answer kind
 from nlq2sql.env_info import git_info
 from nlq2sql.errors import InputError
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.results import manifest_warehouse
 from nlq2sql.records.store import (
     MANIFEST,
@@ -202,16 +202,16 @@ def _rescore_line(old: ItemRecord, case: Any, score: Callable[..., ItemRecord], 
     scoring measured rather than derived is carried too: ``sql_exec_s`` (a timing), and a result
     head whose rows are the recorded head's in another order (an unordered result's order is the
     database's choice; the result's hash does not depend on it)."""
-    if present(old.answer.status) == MISSING:  # an item a responses file left unanswered (--allow-missing)
+    if old.answer.status == MISSING:  # an item a responses file left unanswered (--allow-missing)
         return as_missing(score(case, None, ex, wh.catalog, request_error="no response in file"))
     outcome = old.outcome
-    rec = score(case, present(old.answer.raw_text), ex, wh.catalog, finish_reason=present(old.answer.finish_reason),
+    rec = score(case, old.answer.raw_text, ex, wh.catalog, finish_reason=old.answer.finish_reason,
                 request_error=None if outcome in (None, "ok") else outcome)
     rec.request, rec.load = old.request, old.load
     rec.merge({k: v for k, v in old.traces.items() if k not in rec.traces})
     if _ABSTAINED in old.traces and rec.scored:
         apply_abstention(rec)
-    if present(rec.answer.sql_exec_s) is not None and present(old.answer.sql_exec_s) is not None:
+    if rec.answer.sql_exec_s is not None and old.answer.sql_exec_s is not None:
         rec.answer.sql_exec_s = old.answer.sql_exec_s
     if _same_rows(rec.answer.result_head, old.answer.result_head):
         rec.answer.result_head = old.answer.result_head

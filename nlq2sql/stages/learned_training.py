@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from nlq2sql.errors import InputError
@@ -251,8 +250,8 @@ def train(training: Path, name: str = DEFAULT_NAME, threshold: float = DEFAULT_T
     feats = {}
     for fname, vec in features.transformer_list:
         vocab = sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__)
-        feats[fname] = msgspec.convert({**COMMON, **FEATURES[fname], "vocabulary": vocab, "idf": _floats(vec.idf_)},
-                                       FeatureSpec)
+        feats[fname] = FeatureSpec.model_validate({**COMMON, **FEATURES[fname], "vocabulary": vocab,
+                                                   "idf": _floats(vec.idf_)})
     counts = {head: dict(sorted(Counter(y).items())) for head, (_, y) in targets.items()}
     artefact = Artefact(
         format=FORMAT, format_version=FORMAT_VERSION, name=name,

@@ -19,7 +19,7 @@ from typing import Any
 
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.results import manifest_warehouse
@@ -235,8 +235,8 @@ def summarise_file(records_path: Path, rulesets: list[RuleSet]) -> SummaryModel:
     answer = None
     for rec in iter_item_records(records_path):
         if summ is None:
-            answer = present(rec.answer.answer)
-            gold_sql = rec.judgement is not None and present(rec.judgement.column_rule) is not None
+            answer = rec.answer.answer
+            gold_sql = rec.judgement is not None and rec.judgement.column_rule is not None
             summ = (Summary(rulesets, fields=()) if gold_sql or answer in ("sql", "sql-grammar")  # judged by rows only
                     else Summary(rulesets, fields=PARTS) if answer == "query" else Summary(rulesets))
         summ.add(rec)
@@ -363,7 +363,7 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
                                  path=str(run_dir / RECORDS), field="id")
             outcome = old.outcome
             request_error = None if outcome in (None, "ok") else outcome
-            raw_text, finish = present(old.answer.raw_text), present(old.answer.finish_reason)
+            raw_text, finish = old.answer.raw_text, old.answer.finish_reason
             rec = (query_record(case, raw_text, ex, wh.catalog, finish_reason=finish,
                                 request_error=request_error, rulesets=rulesets) if isinstance(case, QueryCase) else
                    case_record(case, raw_text, rulesets, ex, catalog=wh.catalog, finish_reason=finish,
@@ -376,6 +376,6 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
                 apply_abstention(rec)
             summ.add(rec)
             assert rec.judgement is not None  # every re-scored item has its gold
-            raw_ok[rec.id] = bool(present(rec.judgement.correct_raw))
-            final_ok[rec.id] = bool(present(rec.judgement.correct_final))
+            raw_ok[rec.id] = bool(rec.judgement.correct_raw)
+            final_ok[rec.id] = bool(rec.judgement.correct_final)
     return summ.figures(), raw_ok, final_ok
