@@ -12,12 +12,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from retail import RETAIL
 from snapshot import assert_same_json
 
 from nlq2sql.errors import RecordError
 from nlq2sql.records.item import UNSCORED, ItemRecord, iter_item_records
-from nlq2sql.records.store import RECORD_VERSION, RecordWriter
+from nlq2sql.records.store import LINE_VERSION, RecordWriter
 from nlq2sql.stages.execute import Executor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,9 +120,9 @@ def test_a_scorers_dict_without_its_version_reads_and_takes_later_parts() -> Non
     data = json.loads(path.read_bytes().splitlines()[0])
     core = {k: v for k, v in data.items() if k != "record_version" and k not in ("outcome", "concurrency")}
     rec = ItemRecord.from_json(core)
-    assert rec.record_version == RECORD_VERSION
+    assert rec.record_version == LINE_VERSION
     rec.request.outcome, rec.request.concurrency = data["outcome"], data["concurrency"]
-    assert_same_json(json.loads(rec.to_line()), json.loads(path.read_bytes().splitlines()[0]), path)
+    assert_same_json(json.loads(rec.to_line()), {**data, "record_version": LINE_VERSION}, path)
 
 
 @pytest.mark.parametrize("answer", [
@@ -164,3 +166,45 @@ def test_one_builder_for_scored_and_unscored_items(executor: Executor, answer: o
         assert bool(bare["interventions"]) is (answer["intent"] != "breakdown")
     for rec in (scored, unscored):
         assert ItemRecord.from_json(json.loads(rec.to_line())).to_line() == rec.to_line()
+
+
+def test_older_lines_keep_their_version_and_a_newer_one_is_refused(tmp_path: Path) -> None:
+    old = {"record_version": 1, "id": "a", "question": "q", "category": None, "pair_id": None, "status": "ok"}
+    rec = ItemRecord.from_json(old)
+    assert rec.record_version == 1 < LINE_VERSION and json.loads(rec.to_line()) == old
+    assert ItemRecord(id="b", question="q").record_version == LINE_VERSION
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps({**old, "record_version": LINE_VERSION + 1}) + "\n")
+    with pytest.raises(RecordError) as err:
+        list(iter_item_records(path))
+    assert err.value.field == "record_version" and err.value.line == 1 and "newer" in str(err.value)
+
+
+_SCALARS = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=8)
+_JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                             max_size=3), max_leaves=8)
+
+
+@given(answer=st.fixed_dictionaries({}, optional={
+           "raw_text": st.none() | st.text(max_size=20), "status": st.text(max_size=8),
+           "result_rows": st.none() | st.integers(0, 10**6), "result_head": st.none() | st.lists(st.lists(_JSON,
+                                                                                                        max_size=3),
+                                                                                               max_size=3),
+           "sql_exec_s": st.none() | st.integers(0, 100) | st.floats(0, 100)}),
+       request=st.fixed_dictionaries({}, optional={
+           "latency_s": st.none() | st.floats(0, 1e4), "attempts": st.integers(0, 9),
+           "retry_waits_s": st.lists(st.floats(0, 60), max_size=3), "replica": st.none() | st.text(max_size=4)}),
+       traces=st.dictionaries(st.sampled_from(["votes", "linked_values", "abstained", "planner"]), _JSON, max_size=3),
+       correct=st.sampled_from([None, True, False, "absent"]))
+def test_a_line_reads_back_to_the_keys_it_had(answer: dict[str, object], request: dict[str, object],
+                                              traces: dict[str, object], correct: object) -> None:
+    """Whatever subset of keys a line has (null included), it is written back with exactly those keys
+    and values, each with its JSON type (an int stays an int); an absent key reads as None."""
+    line: dict[str, object] = {"record_version": LINE_VERSION, "id": "x", "question": "q", "category": None,
+                               "pair_id": None, **answer, **request, **traces}
+    if correct != "absent":
+        line["correct_final"] = correct
+    rec = ItemRecord.from_json(json.loads(json.dumps(line)))
+    assert_same_json(json.loads(rec.to_line()), json.loads(json.dumps(line)), "line")
+    assert rec.answer.status == answer.get("status") and rec.request.replica == request.get("replica")
+    assert rec.traces == traces and rec.retries() == len(request.get("retry_waits_s") or ())  # type: ignore[arg-type]

@@ -140,7 +140,7 @@ def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Exec
             rec = scored(cases[r["id"]], r["text"], RANKING, executor, finish_reason=r["finish_reason"],
                          catalog=RETAIL)
             w.write(rec)
-            summ.add(rec)
+            summ.add(ItemRecord.from_json(rec))
         answered = {r["id"] for r in rs}
         for case in es.cases:
             if case.id not in answered:

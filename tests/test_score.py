@@ -239,7 +239,7 @@ def test_summary_counts_and_intervention_metrics(executor: Executor) -> None:
     assert [bool(r["interventions"]) for r in recs] == [True, False, True, False, False]
     summ = Summary(RANKING)
     for r in recs:
-        summ.add(r)
+        summ.add(ItemRecord.from_json(r))
     s = summ.result().to_json()
     assert s["n"] == 5
     assert (s["raw_accuracy"]["k"], s["final_accuracy"]["k"]) == (1, 2)

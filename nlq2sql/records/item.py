@@ -10,7 +10,8 @@ keys) and :class:`LoadStamp`.
 A part's field that a record lacks is unset (absent on disk, ``None`` to a reader); one set to
 ``None`` is written as null.  :meth:`ItemRecord.to_json` writes the flat object and
 :meth:`ItemRecord.from_json` reads one back (every record version: version 1 differs only in
-its key order, which is not a contract -- compare records as parsed JSON).
+its key order, which is not a contract -- compare records as parsed JSON; a line keeps the
+version it was read with, a new one is :data:`~nlq2sql.records.store.LINE_VERSION`).
 
 Values that are JSON by nature (intent dumps, result heads, condition traces) stay JSON values:
 this module is their edge.
@@ -27,7 +28,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.records.run_parts import AttemptEntry
-from nlq2sql.records.store import RECORD_VERSION, encode_json, iter_records
+from nlq2sql.records.store import LINE_VERSION, encode_json, iter_records
 from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["UNSCORED", "AnswerPart", "ItemRecord", "Judgement", "LoadStamp", "RequestPart", "iter_item_records",
@@ -182,7 +183,7 @@ class ItemRecord(Typed):
     #: abstention): JSON values, each condition's own.
     traces: dict[str, Json] = Field(default_factory=dict)
     load: LoadStamp = Field(default_factory=LoadStamp)
-    record_version: int = RECORD_VERSION
+    record_version: int = LINE_VERSION
 
     @property
     def scored(self) -> bool:
@@ -216,6 +217,9 @@ class ItemRecord(Typed):
             if key == "record_version":
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise RecordError("record_version is not an integer", path=path, line=line, field=key)
+                if value > LINE_VERSION:
+                    raise RecordError(f"record_version {value} is newer than this harness reads ({LINE_VERSION}): "
+                                      "upgrade nlq2sql", path=path, line=line, field=key)
                 continue
             owner = _PART_OF.get(key)
             if owner is None:

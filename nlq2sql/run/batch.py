@@ -214,10 +214,10 @@ def _finished(store: BatchOut, fmt: str, plan: list[list[Any]]) -> tuple[set[int
     for name in store.shards(fmt):
         k = store.shard_index(name)
         ids = []
-        for text in store.shard_lines(name):
-            rec = json.loads(text)
-            ids.append(rec["id"])
-            used += len(rec.get("retry_waits_s") or ())
+        for line, text in enumerate(store.shard_lines(name), start=1):
+            rec = ItemRecord.from_json(json.loads(text), f"{store.uri}/{SHARDS}/{name}", line=line)
+            ids.append(rec.id)
+            used += rec.retries()
         if k is None or k >= len(plan) or ids != [c.id for c in plan[k]]:
             raise RecordError("cannot resume: this shard does not hold the items the batch puts there "
                               "(another input or --shard-rows?)", path=f"{store.uri}/{SHARDS}/{name}")
