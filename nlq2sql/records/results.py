@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
@@ -93,9 +93,7 @@ class Manifest(Origin):
     """The keys every run writes; each condition's own keys are added by the condition registry
     (``nlq2sql.conditions.registry.REGISTRY.manifest_model()``: validate a whole manifest with that).
 
-    A live run builds its manifest as this model and writes it with :meth:`written`: the keys it
-    set, in the order declared here, each condition's keys after ``client`` (the order of every
-    recorded manifest: the declaration order is the write order, so keep it when adding a key)."""
+    A live run builds its manifest as this model and writes it with :meth:`to_json`: the keys it set."""
 
     evalset: str  # (a run's manifest always names its eval set)
     evalset_path: str
@@ -141,15 +139,6 @@ class Manifest(Origin):
     resumed_at: float | None = None
     started: float | None = None
     finished: float | None = None
-
-    @model_serializer(mode="wrap")
-    def _in_write_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The run's keys in declaration order, the conditions' (declared by subclasses) after ``client``."""
-        data = handler(self)
-        own = list(Manifest.model_fields)
-        cut = own.index("client") + 1
-        return ({k: data[k] for k in own[:cut] if k in data} | {k: v for k, v in data.items() if k not in own}
-                | {k: data[k] for k in own[cut:] if k in data})
 
 
 

@@ -55,7 +55,7 @@ from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import MANIFEST, SUMMARY
 from nlq2sql.run.batch_config import BatchConfig, check, item_config
-from nlq2sql.run.batch_manifest import build_manifest, resumed_manifest, written
+from nlq2sql.run.batch_manifest import build_manifest, resumed_manifest
 from nlq2sql.run.batch_out import SHARDS, BatchOut
 from nlq2sql.run.batch_shards import BatchSession, encode_record, parse_item, summarise_shards
 from nlq2sql.run.batch_vllm import answer_with_vllm
@@ -140,7 +140,7 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
         else:
             if cfg.force:
                 store.clear()
-            store.make(written(manifest))
+            store.make(manifest.to_json())
             done, used = set(), 0
         if cfg.engine == "local":
             loaded = Loaded(wh, rulesets, prompt, conditions)
@@ -160,7 +160,7 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
                                    column_rule=manifest.column_rule)
         summary.tail.resumed = Resumed(sessions=1 + len(manifest.sessions or ()), shards_kept=len(done))
         manifest.finished = time.time()
-        store.write_json(MANIFEST, written(manifest))
+        store.write_json(MANIFEST, manifest.to_json())
         store.write_json(SUMMARY, summary.to_json())  # last: a summary says the batch is complete
         ok = True
     finally:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from nlq2sql.stages.guardrail import RuleSet
     from nlq2sql.stages.prompt import Prompt
 
-__all__ = ["RESUME_BATCH", "build_manifest", "manifest_model", "resumed_manifest", "written"]
+__all__ = ["RESUME_BATCH", "build_manifest", "manifest_model", "resumed_manifest"]
 
 #: Beyond eval's resume keys, what fixes a batch's shards: the same items cut the same way.
 RESUME_BATCH = ("evalset_sha256", "questions_sha256", "n_items", "limit", "shard_rows", "format", "engine")
@@ -73,15 +73,6 @@ def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: AnySet | None, r
         for k, v in wcfg.conditions.manifest(conditions):
             setattr(manifest, k, v)
     return manifest
-
-
-def written(manifest: BatchManifest) -> dict[str, Any]:
-    """The manifest as ``manifest.json`` holds it (the JSON edge, at the write): the keys set, in
-    declared order, or for a manifest read back in its order on disk with keys set since after."""
-    data = manifest.to_json()
-    if (order := manifest.key_order) is None:
-        return data
-    return {**{k: data[k] for k in order if k in data}, **data}
 
 
 def resumed_manifest(old: Any, new: BatchManifest, out: str) -> BatchManifest:
