@@ -94,7 +94,7 @@ def score(
     run: Annotated[Path | None, typer.Option(help="A finished run directory to re-derive from its own manifest and "
                                              "records (answer kind, guardrails, layer, eval set): every other "
                                              "input option is refused with it. --out gets the same records.jsonl, "
-                                             "summary.json and manifest.json (byte for byte where the inputs are "
+                                             "summary.json and manifest.json (as parsed JSON, where the inputs are "
                                              "unchanged) and rescore.json (what was checked, what is identical).")
            ] = None,
     guardrails: GuardrailsOpt = None,

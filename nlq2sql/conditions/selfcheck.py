@@ -47,7 +47,7 @@ MAX_SAMPLES = 16
 
 
 class Vote(Typed):
-    """The record's ``votes`` (keys in written order): samples, valid ones, the first winning
+    """The record's ``votes``: samples, valid ones, the first winning
     sample's index among those voted (None: no valid sample), its votes, a tie at the top, its
     share, distinct answers (absent when no sample was valid)."""
 

@@ -19,4 +19,4 @@ __all__ = ["Trace"]
 
 
 class Trace(Typed):
-    """A condition's per-item record keys (its fields, in written order); empty: it records nothing."""
+    """A condition's per-item record keys (its fields); empty: it records nothing."""
