@@ -10,10 +10,6 @@ key never set stays absent, not null), ints stay ints; a key a recorded run lack
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import SerializerFunctionWrapHandler, model_serializer
-
 from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["Abstention", "AnswerFigures", "CategoryFigures", "Compactness", "ConfusionMatrix", "CurvePoint",
@@ -48,8 +44,7 @@ class LabelledRate(Part):
 
 class Percentiles(Part):
     """p50/p95/p99/mean with the sample count; none observed: ``n`` 0 and nulls (never zero).
-    Written as it always was: ``mean`` after the count when observed, after the percentiles when
-    not.  One declaration for the summaries' blocks and the load results' (``max``: capacity's
+    One declaration for the summaries' blocks and the load results' (``max``: capacity's
     token lengths); ints stay ints, as a load result read back holds them."""
 
     n: int
@@ -58,13 +53,6 @@ class Percentiles(Part):
     p95: Num | None = None
     p99: Num | None = None
     max: Num | None = None
-
-    @model_serializer(mode="wrap")
-    def _in_written_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        if not self.n:
-            out = {k: out[k] for k in ("n", "p50", "p95", "p99", "mean", "max") if k in out}
-        return out
 
 
 class Digest(Part):
