@@ -42,7 +42,7 @@ from nlq2sql.stages import prompt as P
 P.Prompt.messages = lambda self, q: [{"role": "user", "content": self.text + "\n\n" + q}]
 url, model, evalset, out, c, mt = sys.argv[1:7]
 s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model=model, concurrency=int(c),
-                        sampling=Sampling(max_tokens=int(mt)), force=True)).to_json_dict()
+                        sampling=Sampling(max_tokens=int(mt)), force=True)).to_json()
 t = s["timing"]
 print("RESULT", s["throughput"]["req_per_s"],
       s["throughput"]["req_per_s"] * t["completion_tokens"]["mean"], t["prompt_tokens"]["mean"])

@@ -56,7 +56,7 @@ s = run_eval(EvalConfig(evalset=evalset, out=Path(out), endpoint=url, model=mode
                         load=LoadShape(metrics_interval_s=3600,
                                        duration_s=float(duration) if duration != "none" else None),
                         force=True, client=client))
-s = s.to_json_dict()  # the summary as summary.json holds it
+s = s.to_json()  # the summary as summary.json holds it
 print("RESULT " + json.dumps({"n": s["n"], "outcomes": s["outcomes"], "retries_used": s["retries_used"],
       "throughput": s["throughput"], "records": s["records"]}))
 """
@@ -158,7 +158,7 @@ def check_records(out: Path, summary: dict[str, Any]) -> tuple[bool, str]:
             outcomes[rec["outcome"]] += 1
     dup = sum(1 for v in ids.values() if v > 1)
     sent = summary["throughput"]["items_this_session"]
-    digest_ok = records_digest(out / "records.jsonl").to_json_dict() == summary["records"]
+    digest_ok = records_digest(out / "records.jsonl").to_json() == summary["records"]
     ok = dup == 0 and len(ids) == sent == summary["n"] and digest_ok and set(outcomes) == {"ok"}
     return ok, (f"{len(ids)} records for {sent} requests sent ({summary['throughput'].get('not_sent', 0)} "
                 f"not sent at the deadline), {dup} duplicated, outcomes {dict(outcomes)}, retries "

@@ -93,7 +93,7 @@ def guardrail_table(runs: list[Path]) -> list[str]:
         for cond in CONDITIONS:
             names = tuple(n for n in cond.split("+") if n != "none")
             figures, r_ok, f_ok = rescore_run(run, names)
-            summ = figures.to_json_dict()  # (the table reads the figures as written)
+            summ = figures.to_json()  # (the table reads the figures as written)
             raw_ok = raw_ok or r_ok
             n = summ["n"]
             k = sum(f_ok.values())

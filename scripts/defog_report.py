@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
-from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.item import iter_item_records
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact, rate
 
@@ -59,9 +59,9 @@ def collect(root: Path) -> list[Run]:
                   str(m.get("answer") or "intent"), str(m.get("git_commit", "?"))[:12], bool(m.get("git_dirty")))
         for rec in iter_item_records(mpath.parent / "records.jsonl"):
             j = rec.judgement
-            run.correct[rec.id] = bool(present(j.correct_final)) if j is not None else False
+            run.correct[rec.id] = bool(j.correct_final) if j is not None else False
             run.category[rec.id] = rec.category or "?"
-            err = present(j.error_final) if j is not None else None
+            err = j.error_final if j is not None else None
             run.error[rec.id] = str(err) if err else ("correct" if run.correct[rec.id] else "wrong")
         runs.append(run)
     return runs

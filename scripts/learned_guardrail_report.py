@@ -84,7 +84,7 @@ def load_run(path: Path, artefact_sha: str) -> tuple[dict[str, Any], dict[str, b
     for rec in iter_records(path / "records.jsonl"):
         summ.add(rec)
         final[rec["id"]] = bool(rec["correct_final"])
-    return summ.result().to_json_dict(), final, manifest
+    return summ.result().to_json(), final, manifest
 
 
 def pct(w: dict[str, Any]) -> str:
@@ -100,7 +100,7 @@ def p_fmt(p: float) -> str:
 
 def render(runs: Path) -> str:
     model = load_model("ranking")
-    art = model.artefact.to_json_dict()  # rendered from the artefact as its file holds it
+    art = model.artefact.to_json()  # rendered from the artefact as its file holds it
     sha = art["artefact_sha256"]
     cv = art["cv"]
     rows = [json.loads(x) for x in (ROOT / art["training"]["path"]).read_text().splitlines() if x.strip()]
@@ -167,10 +167,10 @@ def render(runs: Path) -> str:
             g, rid = key.split("|")
             lines.append(
                 f"| {'**all six sets**' if first else ''} | {pooled_raw[1] if first else ''} | "
-                f"{pct(rate(*pooled_raw).to_json_dict()) if first else ''} | {g if g != prev else ''} | "
-                f"{pct(rate(*pooled_final[g]).to_json_dict()) if g != prev else ''} | `{rid}` | "
-                f"{acc['fired'][1]} | {pct(rate(*acc['fired']).to_json_dict())} | "
-                f"{pct(rate(*acc['recall']).to_json_dict())} |")
+                f"{pct(rate(*pooled_raw).to_json()) if first else ''} | {g if g != prev else ''} | "
+                f"{pct(rate(*pooled_final[g]).to_json()) if g != prev else ''} | `{rid}` | "
+                f"{acc['fired'][1]} | {pct(rate(*acc['fired']).to_json())} | "
+                f"{pct(rate(*acc['recall']).to_json())} |")
             first, prev = False, g
         b, c, n = pooled_bc
         lines += ["", f"Final correctness, `{LEXICAL}` vs `{LEARNED}` (`{m}`):", "",

@@ -15,10 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from nlq2sql.records.batch_parts import BatchLoad
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.run.batch_out import BatchOut
 from nlq2sql.run.batch_shards import BatchSession, summarise_shards
@@ -63,9 +61,9 @@ def rulesets_for(recs: list[ItemRecord]) -> list[RuleSet]:
     """Rules named by the records (fired or in scope), and one that never fires."""
     ids: set[str] = set()
     for rec in recs:
-        ids.update(iv["rule"] for iv in present(rec.answer.interventions) or [])
+        ids.update(iv["rule"] for iv in rec.answer.interventions or [])
         if rec.judgement is not None:
-            ids.update(present(rec.judgement.guardrail_scope) or [])
+            ids.update(rec.judgement.guardrail_scope or [])
     rules = tuple(Rule(id=rid, field="intent", from_values=(), to=None) for rid in [*sorted(ids), "never-fired"])
     return [RuleSet(name="golden", rules=rules)]
 
@@ -80,23 +78,23 @@ def scored_summary(recs: list[ItemRecord], rulesets: list[RuleSet], answer: str 
     summ = Summary(rulesets) if fields is None else Summary(rulesets, fields=fields)
     for rec in recs:
         summ.add(rec)
-    return summ.result().to_json_dict()
+    return summ.result().to_json()
 
 
-def shared_summary(flat: list[dict[str, Any]], rulesets: list[RuleSet], answer: str | None) -> dict[str, Any]:
+def shared_summary(flat: list[ItemRecord], rulesets: list[RuleSet], answer: str | None) -> dict[str, Any]:
     """Re-scoring's way: the same objects passed twice (``add_shared``)."""
     fields = _fields(answer)
     summ = Summary(rulesets) if fields is None else Summary(rulesets, fields=fields)
     for rec in flat + flat:
         summ.add_shared(rec)
-    return summ.result().to_json_dict()
+    return summ.result().to_json()
 
 
 def unscored_summary(recs: list[ItemRecord], rulesets: list[RuleSet]) -> dict[str, Any]:
     summ = Summary(rulesets, scored=False)
     for rec in recs:
         summ.add(rec)
-    return summ.result().to_json_dict()
+    return summ.result().to_json()
 
 
 def shard_summary(tmp: Path, lines: list[str], rulesets: list[RuleSet], scored: bool, answer: str | None
@@ -110,7 +108,7 @@ def shard_summary(tmp: Path, lines: list[str], rulesets: list[RuleSet], scored: 
             store.write_shard(index, "jsonl", [json.loads(t)["id"] for t in chunk], chunk)
     ids = [json.loads(t)["id"] for t in lines]
     return summarise_shards(store, "jsonl", rulesets, scored, ids, SESSION, load=LOAD, retry_budget=RETRY_BUDGET,
-                            answer=answer or "intent").to_json_dict()
+                            answer=answer or "intent").to_json()
 
 
 def at_commit(commit: str, paths: list[str], tmp: Path) -> dict[str, Path]:
@@ -141,11 +139,11 @@ def cases(tmp: Path, runs: list[str] | None = None, commit: str | None = None) -
         recs = list(iter_item_records(paths[rel]))
         if not recs:
             continue
-        answer = present(recs[0].answer.answer)
+        answer = recs[0].answer.answer
         rulesets = rulesets_for(recs)
-        bare = [msgspec.structs.replace(rec, judgement=None) for rec in recs]  # the same answers, no gold
+        bare = [rec.model_copy(update={"judgement": None}) for rec in recs]  # the same answers, no gold
         yield f"{rel}:scored", text(scored_summary(recs, rulesets, answer))
-        yield f"{rel}:shared", text(shared_summary([r.to_json_dict() for r in recs], rulesets, answer))
+        yield f"{rel}:shared", text(shared_summary(recs, rulesets, answer))
         yield f"{rel}:unscored", text(unscored_summary(recs, rulesets))
         yield f"{rel}:unscored-bare", text(unscored_summary(bare, rulesets))
         yield f"{rel}:scored-bare", text(scored_summary(bare, rulesets, answer))

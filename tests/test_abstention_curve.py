@@ -32,7 +32,7 @@ def _summary(executor: Executor, answers: list[tuple[bool, str]]) -> dict[str, A
     s = Summary([], fields=())
     for i, (answerable, text) in enumerate(answers):
         s.add(query_record(_case(i, answerable), text, executor, CAT))
-    return s.result().to_json_dict()
+    return s.result().to_json()
 
 
 def test_v2_curve_counts_abstentions(executor: Executor) -> None:
@@ -80,7 +80,7 @@ def test_v1_abstain_runs_keep_their_curve_and_gain_precision() -> None:
                  correct_raw=False, correct_final=False, correct_exec=False)]
     for r in recs:
         s.add(apply_abstention(ItemRecord.from_json(r)))
-    result = s.result().to_json_dict()
+    result = s.result().to_json()
     sel, ab = result["selective"], result["abstention"]
     assert sel["abstained"] == 1 and sel["abstained_unanswerable"] == 0
     assert [p["coverage"]["k"] for p in sel["curve"]] == [1, 2]

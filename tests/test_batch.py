@@ -78,7 +78,7 @@ def evaluated(ray_env: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]
     with fake(ray_env, "eval") as f:
         summary = run_eval(EvalConfig(evalset="heldout", out=ray_env / "eval", endpoint=f.url, model=MODEL, limit=N,
                                       concurrency=4, timeout_s=10.0,
-                                      load=LoadShape(metrics_interval_s=0.1))).to_json_dict()
+                                      load=LoadShape(metrics_interval_s=0.1))).to_json()
     return summary, {r["id"]: r for r in iter_records(ray_env / "eval" / "records.jsonl")}
 
 
@@ -95,7 +95,7 @@ def test_batch_writes_the_records_and_summary_eval_writes(
     eval_summary, eval_recs = evaluated
     out = ray_env / f"batch-{fmt}"
     with fake(ray_env, f"batch-{fmt}") as f:
-        summary = run_batch(batch_config(f.url, out, format=fmt)).to_json_dict()
+        summary = run_batch(batch_config(f.url, out, format=fmt)).to_json()
     shards = sorted((out / "records").iterdir())
     assert [p.suffix for p in shards] == [f".{fmt}"] * 3
     assert [s["rows"] for s in summary["records"]["shards"]] == [8, 8, 4]
@@ -310,7 +310,7 @@ def test_a_batch_over_two_replicas_lists_them_and_its_records_name_them(ray_env:
     with fake(ray_env, "r0") as a, fake(ray_env, "r1") as b:
         summary = run_batch(batch_config(a.url, out, base=EvalConfig(
             endpoint=a.url, replicas=(ReplicaSpec(b.url),), model=MODEL, limit=8, timeout_s=10.0,
-            routing="round-robin"))).to_json_dict()
+            routing="round-robin"))).to_json()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["routing"] == "round-robin"
     assert manifest["replicas"] == [{"label": "r0", "url": a.url, "model": MODEL},

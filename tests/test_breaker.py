@@ -54,7 +54,7 @@ def run(tmp_path: Path, urls: list[str], n: int, **kw: Any) -> tuple[dict[str, A
     out = tmp_path / "run"
     cfg = EvalConfig(evalset="heldout", out=out, endpoint=urls[0], replicas=tuple(ReplicaSpec(u) for u in urls[1:]),
                      model=MODEL, limit=n, load=LoadShape(metrics_interval_s=0.2), **kw)
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = list(iter_records(out / "records.jsonl"))
     assert sorted(r["id"] for r in recs) == sorted(IDS[:n])  # never an item lost or counted twice
     return summary, recs

@@ -70,7 +70,7 @@ def test_a_server_that_ignores_the_schema_stops_the_run_before_anything_is_writt
 def test_a_conforming_server_passes_and_the_manifest_says_so(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with FakeServer(tmp_path, script()) as fake:
-        summary = live.run_eval(_cfg(fake.url, out)).to_json_dict()
+        summary = live.run_eval(_cfg(fake.url, out)).to_json()
         assert summary["n"] == 2 and len(fake.chat_requests()) == 2 and len(fake.canary_requests()) == 1
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["structured_canary"]["passed"] is True
@@ -157,7 +157,7 @@ def test_effective_backend_from_a_real_vllm_log_line(tmp_path: Path) -> None:
         "structured_outputs_config=StructuredOutputsConfig(backend='guidance', disable_any_whitespace=False, "
         "disable_additional_properties=False, reasoning_parser=''), observability_config=None\n")
     found = effective_structured_outputs(log)
-    assert found is not None and found.written() == {"backend": "guidance", "disable_any_whitespace": False,
+    assert found is not None and found.to_json() == {"backend": "guidance", "disable_any_whitespace": False,
                                                       "source": "server log"}
     log.write_text("nothing here\n")
     assert effective_structured_outputs(log) is None

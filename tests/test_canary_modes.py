@@ -63,7 +63,7 @@ def test_a_server_that_ignores_one_constraint_kind_trips_the_canary_in_that_mode
     with FakeServer(tmp_path / "ok", script()) as fake:  # an enforcing server passes in every mode
         res = require_constraints(fake.url, "fake-model", "EMPTY", ("json", mode), compact=False)
         assert res is not None and res.passed and [a.structured for a in res.also] == [mode]
-        assert res.written()["also"][0]["passed"] is True
+        assert res.to_json()["also"][0]["passed"] is True
 
 
 def test_a_planner_run_canaries_the_choice_too(tmp_path: Path) -> None:

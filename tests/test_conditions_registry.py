@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 from fakeserver import FakeServer, script
 from pydantic import Field
@@ -26,6 +25,7 @@ from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.store import RECORDS, iter_records
+from nlq2sql.records.typed import Typed
 from nlq2sql.run.config import EvalConfig, LoadShape, validate
 from nlq2sql.run.live import run_eval
 from nlq2sql.transport.stream import Completion
@@ -44,7 +44,7 @@ class NoteTrace(Trace):
     note_chars: int
 
 
-class Outcome(msgspec.Struct):
+class Outcome(Typed):
     outcome: str
     scored: bool
 
@@ -184,7 +184,7 @@ def test_a_condition_set_is_hashable_picklable_and_drops_what_is_off() -> None:
     cs = REGISTRY.from_options(examples=0, example_bank="dev", samples=1, link_values="hint")
     assert cs.names() == ("values",)  # a bank without --examples, one sample: off
     assert pickle.loads(pickle.dumps(cs)) == cs and hash(cs) == hash(REGISTRY.from_options(link_values="hint"))
-    assert not ConditionSet() and ConditionSet().manifest().written() == dict.fromkeys(REGISTRY.manifest_keys())
+    assert not ConditionSet() and ConditionSet().manifest().to_json() == dict.fromkeys(REGISTRY.manifest_keys())
 
 
 def test_ray_vllm_refuses_conditions_by_name(tmp_path: Path) -> None:
@@ -275,10 +275,10 @@ def test_each_built_in_declares_its_per_item_trace() -> None:
     for a in REGISTRY:
         for b in REGISTRY:
             if a.name < b.name and b.name not in a.conflicts and a.name not in b.conflicts:
-                shared = set(a.trace.__struct_fields__) & set(b.trace.__struct_fields__)
+                shared = set(a.trace.model_fields) & set(b.trace.model_fields)
                 assert shared <= {"intent_evidence"}, (a.name, b.name, shared)
     assert "planner" in by_name["selfcheck"].conflicts  # both record ``requests``: never together
-    # an empty trace writes nothing; UNSET keys are absent, None is written as null
+    # an empty trace writes nothing; unset keys are absent, None is written as null
     rec = ItemRecord(id="x", question="q")
     rec.merge(Trace())
     rec.merge(AbstainTrace(intent_evidence=None, abstain_below=0.5))

@@ -62,7 +62,7 @@ def evaluate(fake: FakeServer, tmp_path: Path, n: int, **kw: Any
     cfg = EvalConfig(evalset=EVALSET, out=tmp_path / "run", endpoint=fake.url, model=MODEL,
                      limit=n, concurrency=kw.pop("concurrency", 3), timeout_s=kw.pop("timeout_s", 10.0),
                      retry_budget=kw.pop("retry_budget", 1.0), load=LoadShape(metrics_interval_s=0.05), **kw)
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = list(iter_records(cfg.out / "records.jsonl"))
     ids = [r["id"] for r in recs]
     # Exactly one record per item, each with a classified outcome.

@@ -109,7 +109,7 @@ def rewrite_records(run: Path, edit: Any) -> None:
     recs = [json.loads(line) for line in (run / RECORDS).read_text().splitlines()]
     (run / RECORDS).write_text("".join(json.dumps(edit(i, r)) + "\n" for i, r in enumerate(recs)))
     summary = json.loads((run / SUMMARY).read_text())
-    summary["records"] = records_digest(run / RECORDS).to_json_dict()
+    summary["records"] = records_digest(run / RECORDS).to_json()
     (run / SUMMARY).write_text(json.dumps(summary))
 
 
@@ -231,7 +231,7 @@ def test_candidate_missing_items_fails_coverage(runs: dict[str, Path], tmp_path:
     lines = (cand / RECORDS).read_text().splitlines(keepends=True)
     (cand / RECORDS).write_text("".join(lines[:50]))
     summary = json.loads((cand / SUMMARY).read_text())
-    summary.update(n=50, records=records_digest(cand / RECORDS).to_json_dict())
+    summary.update(n=50, records=records_digest(cand / RECORDS).to_json())
     (cand / SUMMARY).write_text(json.dumps(summary))
     res = run_gate(GateConfig(baseline=runs["base"], candidate=cand))
     assert [c.id for c in res.failed] == ["coverage"] and res.paired == 50

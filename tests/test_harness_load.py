@@ -28,7 +28,7 @@ HOG_S = 0.15  # CPU each item's scoring burns in the event loop, in the starved 
 def evaluate(f: FakeServer, out: Path, **kw: Any) -> dict[str, Any]:
     return run_eval(EvalConfig(evalset="heldout", out=out, endpoint=f.url, model=MODEL, limit=30,
                                concurrency=8, timeout_s=20.0, load=LoadShape(metrics_interval_s=0.1),
-                               **kw)).to_json_dict()
+                               **kw)).to_json()
 
 
 def test_a_starved_client_is_flagged_and_a_relaxed_one_is_not(tmp_path: Path,

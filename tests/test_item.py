@@ -26,7 +26,7 @@ def test_in_process_runs_load_warehouse_prompt_guardrails_and_bank_once(tmp_path
         summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
                                       limit=3, concurrency=2,
                                       conditions=REGISTRY.from_options(examples=2, link_values="both"),
-                                      load=LoadShape(metrics_interval_s=0.05))).to_json_dict()
+                                      load=LoadShape(metrics_interval_s=0.05))).to_json()
     assert summary["n"] == 3 and summary["outcomes"] == {"ok": 3}
 
 
@@ -44,6 +44,6 @@ def test_gold_answers_are_computed_before_the_clock_starts(tmp_path: Path, memo_
     golds = {build_sql(canonicalise(c.gold), wh.catalog) for c in load_evalset("heldout", wh).cases[:6]}
     with FakeServer(tmp_path / "fake", script(), model="fake-model") as fake:
         summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
-                                      limit=6, concurrency=2, load=LoadShape(metrics_interval_s=0.05))).to_json_dict()
+                                      limit=6, concurrency=2, load=LoadShape(metrics_interval_s=0.05))).to_json()
     assert summary["n"] == 6
     assert memo_at_start == golds

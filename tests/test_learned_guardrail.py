@@ -166,7 +166,7 @@ def test_training_is_deterministic_and_the_artefact_round_trips(small_train: Pat
 def test_committed_artefact_is_current_and_verified() -> None:
     art = lg.read_artefact(ARTEFACT)
     assert lt.artefact_text(art) == ARTEFACT.read_text()  # the type reads the file back into its bytes
-    assert art.artefact_sha256 == lg.canonical_sha256(art.to_json_dict())
+    assert art.artefact_sha256 == lg.canonical_sha256(art.to_json())
     assert art.training.sha256 == hashlib.sha256(TRAIN.read_bytes()).hexdigest()
     assert art.training.path == "guardrails/training/ranking-train.jsonl"
     assert art.cv.kind_accuracy.n == art.training.n == len(_rows(TRAIN))

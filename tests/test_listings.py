@@ -174,14 +174,14 @@ def test_a_listing_scores_right_against_a_listing_and_wrong_against_a_breakdown(
     breakdown = QueryCase(id="b", question="revenue by region",
                           gold=MetricQuery.model_validate({**FULL, "metrics": ["revenue"]}), category="breakdown")
     answer = json.dumps(FULL)
-    right = query_record(listing, answer, executor, CAT).to_json_dict(version=False)
+    right = query_record(listing, answer, executor, CAT).to_json(version=False)
     assert right["correct_final"] is True and right["raw_intent"]["intent"] == LISTING
     assert right["gold_intent"]["intent"] == LISTING and right["result_rows"] > 1
-    wrong = query_record(breakdown, answer, executor, CAT).to_json_dict(version=False)
+    wrong = query_record(breakdown, answer, executor, CAT).to_json(version=False)
     assert wrong["correct_final"] is False and wrong["error_final"] == "wrong_metrics"
     # and the other way round: a breakdown answering a listing question has a column too many
     extra = query_record(listing, json.dumps({**FULL, "metrics": ["revenue"]}), executor, CAT)
-    assert extra.to_json_dict(version=False)["correct_final"] is False
+    assert extra.to_json(version=False)["correct_final"] is False
 
 
 def test_guardrail_rules_leave_a_listing_alone(executor: Executor) -> None:

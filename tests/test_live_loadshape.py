@@ -27,7 +27,7 @@ def _run(fake: FakeServer, tmp_path: Path, load: LoadShape | None = None,
          **kw: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model=MODEL,
                      timeout_s=10.0, load=replace(load or LoadShape(), metrics_interval_s=0.05), **kw)
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     return summary, list(iter_records(cfg.out / "records.jsonl"))
 
 

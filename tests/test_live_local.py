@@ -40,7 +40,7 @@ def test_a_run_without_endpoint_starts_a_server_with_its_settings(tmp_path: Path
                      timeout_s=10.0, server=LocalServerSettings(compact=False, max_num_seqs=3, port=port),
                      load=LoadShape(metrics_interval_s=0.05))
     interrupts = live.Interrupts()  # not installed: only its hooks are looked at
-    summary = live._run_eval(cfg, None, interrupts).to_json_dict()
+    summary = live._run_eval(cfg, None, interrupts).to_json()
     assert summary["n"] == 3
     manifest = json.loads((cfg.out / "manifest.json").read_text())
     assert manifest["endpoint"] == "local" and manifest["server_started_by_us"] is True

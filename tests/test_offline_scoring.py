@@ -84,5 +84,5 @@ def test_a_kind_on_v1_cases_is_scored_by_its_own_scorer(tmp_path: Path, wrapped:
     assert summary["answer"] == manifest["answer"] == wrapped.name and "answer" not in ref_summary
     # and a recorded run of it is re-scored through the same kind's scorer
     figs, raw_ok, final_ok = rescore_run(tmp_path / "wrapped", ("ranking",))
-    assert figs.final_accuracy.to_json_dict() == summary["final_accuracy"]
+    assert figs.final_accuracy.to_json() == summary["final_accuracy"]
     assert sum(final_ok.values()) == 7 and set(raw_ok) == {r["id"] for r in got}

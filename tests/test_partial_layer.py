@@ -443,8 +443,7 @@ def test_the_run_manifest_records_the_exclusions(shop: tuple[Path, Path], tmp_pa
                               "--semantic-model", str(layer), "--db", str(db), "--guardrails", "none", "--json"])
     assert res.exit_code == 0, res.output
     manifest = json.loads((out / "manifest.json").read_text())
-    keys = list(manifest)
-    assert keys.index("excluded") == keys.index("db_sha256") + 1
+    assert "db_sha256" in manifest and "excluded" in manifest
     wh = open_warehouse(layer, db, announce=False)
     assert manifest["excluded"] == [{"object": e.object, "reason": e.reason} for e in wh.catalog.excluded]
     assert json.loads((out / "summary.json").read_text())["raw_accuracy"]["k"] == 1

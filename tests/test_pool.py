@@ -48,7 +48,7 @@ def run(tmp_path: Path, urls: list[str], n: int, name: str = "run", **kw: Any
     cfg = EvalConfig(evalset="heldout", out=out, endpoint=urls[0], replicas=tuple(ReplicaSpec(u) for u in urls[1:]),
                      model=MODEL, limit=n, concurrency=kw.pop("concurrency", 4), timeout_s=10.0,
                      load=LoadShape(metrics_interval_s=0.05), **kw)
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = list(iter_records(out / "records.jsonl"))
     # Never an item lost or counted twice.
     assert sorted(r["id"] for r in recs) == sorted(IDS[:n])
@@ -126,7 +126,7 @@ def test_every_replica_down_ends_items_as_failures_not_a_hang(tmp_path: Path, fa
     cfg = EvalConfig(evalset="heldout", out=tmp_path / "dead", endpoint=a.url, replicas=(ReplicaSpec(b.url),),
                      model=MODEL, limit=4, concurrency=2, timeout_s=1.0, retry_budget=0.0,
                      load=LoadShape(metrics_interval_s=0.05))
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     assert summary["n"] == 4 and "ok" not in summary["outcomes"]
     assert set(summary["outcomes"]) <= {"connection_error", "stream_error"}
 

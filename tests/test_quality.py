@@ -30,7 +30,7 @@ def _rewrite(run: Path, change: dict[str, dict]) -> None:
     recs = [dict(r, **change.get(r["id"], {})) for r in iter_records(path)]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     summary = json.loads((run / "summary.json").read_text())
-    summary["records"] = records_digest(path).to_json_dict()
+    summary["records"] = records_digest(path).to_json()
     (run / "summary.json").write_text(json.dumps(summary))
 
 

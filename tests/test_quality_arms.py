@@ -31,7 +31,7 @@ def _rewrite(run: Path, rid: str, raw_text: str) -> None:
     recs = [dict(r, raw_text=raw_text) if r["id"] == rid else r for r in iter_records(path)]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     summary = json.loads((run / "summary.json").read_text())
-    summary["records"] = records_digest(path).to_json_dict()
+    summary["records"] = records_digest(path).to_json()
     (run / "summary.json").write_text(json.dumps(summary))
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import EvalSetError
-from nlq2sql.records.item import ItemRecord, present
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.semantic import load_catalog
 from nlq2sql.semantic.query import MetricQuery
 from nlq2sql.stages.evalset import load_evalset
@@ -33,7 +33,7 @@ TOP = {"metrics": ["units"], "group_by": ["product_id__category"],
 
 def _flat(*args: Any, **kw: Any) -> dict[str, Any]:
     """:func:`query_record` as its flat line (what these tests read key by key)."""
-    return query_record(*args, **kw).to_json_dict(version=False)
+    return query_record(*args, **kw).to_json(version=False)
 
 
 def _write(path: Path, lines: list[dict[str, object]]) -> Path:
@@ -130,10 +130,10 @@ def test_the_record_is_built_typed_and_its_flat_line_round_trips(executor: Execu
         rec = query_record(item, text, executor, CAT, request_error=error)
         flat = _flat(item, text, executor, CAT, request_error=error)
         assert isinstance(rec, ItemRecord) and rec.judgement is not None
-        assert rec.to_json_dict(version=False) == flat and list(rec.to_json_dict(version=False)) == list(flat)
+        assert rec.to_json(version=False) == flat and list(rec.to_json(version=False)) == list(flat)
         assert ItemRecord.from_json(flat).to_line() == rec.to_line()
-        assert present(rec.judgement.correct_final) is flat["correct_final"]
-        assert present(rec.answer.status) == flat["status"] and rec.answer.answer == "query"
+        assert rec.judgement.correct_final is flat["correct_final"]
+        assert rec.answer.status == flat["status"] and rec.answer.answer == "query"
 
 
 def test_score_cli_answer_query_writes_a_run_with_abstention_figures(tmp_path: Path) -> None:

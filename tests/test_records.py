@@ -12,8 +12,8 @@ from nlq2sql.errors import RecordError
 from nlq2sql.records import store as records
 from nlq2sql.records.results import Manifest
 from nlq2sql.records.store import (
+    LINE_VERSION,
     MANIFEST,
-    RECORD_VERSION,
     RESUME_KEYS,
     BulkRecordWriter,
     RecordWriter,
@@ -41,7 +41,7 @@ def test_writer_appends_versioned_lines(tmp_path: Path) -> None:
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 3
     first = json.loads(lines[0])
-    assert list(first) == ["record_version", "id", "text"] and first["record_version"] == RECORD_VERSION
+    assert list(first) == ["record_version", "id", "text"] and first["record_version"] == LINE_VERSION
     assert [r["id"] for r in iter_records(path)] == ["r0", "r1", "r0"]
     assert first["text"] == "a\nb \u2713"
 
@@ -246,7 +246,7 @@ def test_bulk_writer_writes_the_same_bytes_and_knows_their_digest(tmp_path: Path
     assert (tmp_path / "bulk.jsonl").read_bytes() == (tmp_path / "expected.jsonl").read_bytes()
     assert b.digest() == records_digest(tmp_path / "bulk.jsonl") and b.digest().count == 50
     assert (tmp_path / "flush.jsonl").read_text(encoding="utf-8") == "".join(
-        json.dumps({"record_version": RECORD_VERSION, **r}, separators=(",", ":")) + "\n" for r in
+        json.dumps({"record_version": LINE_VERSION, **r}, separators=(",", ":")) + "\n" for r in
         [{"id": f"r{i}", "x": [1, {"y": None}], "raw_text": "é\n\"q\"" * (i % 3), "z": i} for i in range(50)])
 
 

@@ -69,7 +69,7 @@ def test_score_allow_missing_counts_missing_not_request_errors(tmp_path: Path) -
     missing = [r for r in recs if r["status"] == "missing"]
     assert sorted(r["id"] for r in missing) == ids[2:]
     assert all(r["final_status"] == "missing" and r["correct_final"] is False for r in missing)
-    assert summary["records"] == records_digest(tmp_path / "out" / "records.jsonl").to_json_dict()
+    assert summary["records"] == records_digest(tmp_path / "out" / "records.jsonl").to_json()
 
 
 def test_evalset_bom_and_crlf_accepted_non_utf8_located(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_evalset_bom_and_crlf_accepted_non_utf8_located(tmp_path: Path) -> None:
 
 def test_summary_keeps_records_digest_and_compare_checks_it(run: Path, tmp_path: Path) -> None:
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["records"] == records_digest(run / "records.jsonl").to_json_dict()
+    assert summary["records"] == records_digest(run / "records.jsonl").to_json()
     assert summary["records"]["count"] == summary["n"] == 3
     read_finished_run(run)  # accepted as it is
     result = CliRunner().invoke(app, ["compare", str(run), str(run), "--out", str(tmp_path / "report")])

@@ -29,7 +29,7 @@ RANKING = load_guardrails(["ranking"])
 
 def scored(*args: Any, **kw: Any) -> dict[str, Any]:
     """An item's record line as ``case_record`` builds it (without the version)."""
-    return case_record(*args, **kw).to_json_dict(version=False)
+    return case_record(*args, **kw).to_json(version=False)
 
 
 def answers(gold: dict[str, Any]) -> list[tuple[str | None, str | None]]:
@@ -100,18 +100,13 @@ def test_shared_adds_give_the_same_summary(executor: Executor, monkeypatch: pyte
     recs[5] = {**recs[5], "latency_s": 0.25}
     recs[30] = {**recs[30], "latency_s": 0.5, "ttft_s": 0.1}
     order = [recs[i % len(recs)] for i in (7, 3, 3, 100, 7, 5, 30, 3, 41, 5, *range(len(recs)), 7, 30)]
+    typed = {id(r): ItemRecord.from_json(r) for r in recs}  # each distinct record passed again as the same object
     one, shared = Summary(RANKING), Summary(RANKING)
     for rec in order:
-        one.add(rec)
-        shared.add_shared(rec)
-    assert json.dumps(shared.result().to_json_dict()) == json.dumps(one.result().to_json_dict())
+        one.add(ItemRecord.from_json(rec))
+        shared.add_shared(typed[id(rec)])
+    assert json.dumps(shared.result().to_json()) == json.dumps(one.result().to_json())
     assert shared.n == one.n and shared.field_ok == one.field_ok
-    # typed records (RecordMemo's), each distinct one passed again as the same object: the same figures
-    typed = {id(r): ItemRecord.from_json(r) for r in recs}
-    again = Summary(RANKING)
-    for rec in order:
-        again.add_shared(typed[id(rec)])
-    assert json.dumps(again.result().to_json_dict()) == json.dumps(one.result().to_json_dict())
 
 
 def _files(tmp_path: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
@@ -137,7 +132,7 @@ def _files(tmp_path: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
 def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Executor) -> None:
     """End to end: records byte for byte, and every summary figure, as scoring item by item."""
     es_path, rs_path, rs = _files(tmp_path)
-    summary = score_responses(ScoreConfig(str(es_path), rs_path, tmp_path / "run", allow_missing=True)).to_json_dict()
+    summary = score_responses(ScoreConfig(str(es_path), rs_path, tmp_path / "run", allow_missing=True)).to_json()
     es = load_evalset(str(es_path), retail_wh())
     cases = es.by_id()
     summ = Summary(RANKING)
@@ -146,7 +141,7 @@ def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Exec
             rec = scored(cases[r["id"]], r["text"], RANKING, executor, finish_reason=r["finish_reason"],
                          catalog=RETAIL)
             w.write(rec)
-            summ.add(rec)
+            summ.add(ItemRecord.from_json(rec))
         answered = {r["id"] for r in rs}
         for case in es.cases:
             if case.id not in answered:
@@ -155,7 +150,7 @@ def test_score_responses_equals_scoring_each_item(tmp_path: Path, executor: Exec
                 w.write(rec)
                 summ.add(rec)
     assert (tmp_path / "run" / "records.jsonl").read_bytes() == (tmp_path / "expected.jsonl").read_bytes()
-    expected = summ.result().to_json_dict()
+    expected = summ.result().to_json()
     assert {k: summary[k] for k in expected} == expected
     assert summary["missing"]["n"] == 60 - len(rs) > 0
 

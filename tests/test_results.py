@@ -31,14 +31,14 @@ def test_every_committed_run_loads(path: Path) -> None:
     assert s.n == s.raw_accuracy.n and 0 <= s.final_accuracy.k <= s.n
     assert m.n_items >= s.n or m.limit is not None or m.kind != "eval"
     # the typed summary is the file as parsed: every value, ints and floats, absent keys absent
-    assert_same_json(s.to_json_dict(), json.loads(path.read_text(encoding="utf-8")), path)
+    assert_same_json(s.to_json(), json.loads(path.read_text(encoding="utf-8")), path)
 
 
 def test_an_undeclared_key_fails_the_write_not_a_reader() -> None:
     """Summaries and manifests are built as their models: an undeclared or missing key is refused
     where the writer builds it, not found by a reader later."""
     s = json.loads(COMMITTED[0].read_text())
-    assert Summary.model_validate(s).to_json_dict() == s
+    assert Summary.model_validate(s).to_json() == s
     with pytest.raises(ValidationError, match="surprise"):
         Summary.model_validate(dict(s, surprise=1))
     with pytest.raises(ValidationError, match="harness_version"):

@@ -212,7 +212,7 @@ def test_a_spec_survives_its_flat_form_and_its_manifest_record(answer: str, exam
     spec = RunSpec.build({"answer": answer, "examples": examples, "link_values": link, "temperature": temperature,
                           "max_tokens": max_tokens, "prompt": prompt, "guardrails": guardrails})
     assert RunSpec.build(spec.values()) == spec
-    written = json.loads(json.dumps(spec.recorded().written()))  # as manifest.json holds it
+    written = json.loads(json.dumps(spec.recorded().to_json()))  # as manifest.json holds it
     again = RunSpec.from_part(SpecPart.model_validate(written))
     assert again.resolved() == spec.resolved()
     assert again.apply(EvalConfig()) == spec.apply(EvalConfig())
@@ -222,6 +222,6 @@ def test_the_recorded_spec_names_no_machine_path(tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     part = RunSpec.build({"db": str(db), "semantic_model": str(tmp_path / "layer"), "model": str(tmp_path / "m"),
                           "profiles_dir": str(tmp_path)}).recorded()
-    assert str(tmp_path) not in json.dumps(part.written())
+    assert str(tmp_path) not in json.dumps(part.to_json())
     assert part.db == "w.duckdb" and part.semantic_model == "layer"
     assert RunSpec.build({"db": "rel/w.duckdb"}).recorded().db == "rel/w.duckdb"  # relative: as given

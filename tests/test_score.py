@@ -10,6 +10,7 @@ import pytest
 from retail import RETAIL, retail_wh
 from scipy.stats import binomtest
 
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.intent import FIELDS, Intent, canonicalise
@@ -37,7 +38,7 @@ def text(i: Intent, **over: Any) -> str:
 
 def scored(*args: Any, **kw: Any) -> dict[str, Any]:
     """An item's record line as ``case_record`` builds it (without the version)."""
-    return case_record(*args, **kw).to_json_dict(version=False)
+    return case_record(*args, **kw).to_json(version=False)
 
 
 # ---------------------------------------------------------------- statistics
@@ -59,8 +60,8 @@ def test_wilson_known_values() -> None:
         lo, hi = _wilson_formula(k, n)
         assert rate(k, n).ci95 == [pytest.approx(lo, abs=6e-5), pytest.approx(hi, abs=6e-5)]
     assert (rate(0, 10).ci95 or [])[0] == 0.0 and (rate(10, 10).ci95 or [])[1] == 1.0
-    assert rate(0, 0).to_json_dict() == {"value": None, "k": 0, "n": 0, "ci95": None}
-    json.dumps(w.to_json_dict())  # serialisable as written
+    assert rate(0, 0).to_json() == {"value": None, "k": 0, "n": 0, "ci95": None}
+    json.dumps(w.to_json())  # serialisable as written
 
 
 @pytest.mark.parametrize("b, c", [(10, 2), (2, 10), (3, 3), (0, 5), (25, 12), (1, 0), (40, 60)])
@@ -76,13 +77,13 @@ def test_mcnemar_exact_hand_values() -> None:
 
 
 def test_percentiles() -> None:
-    empty = spread([]).to_json_dict()
+    empty = spread([]).to_json()
     assert empty == {"n": 0, "p50": None, "p95": None, "p99": None, "mean": None}
-    assert list(empty) == ["n", "p50", "p95", "p99", "mean"]  # as written: mean last when not observed
+    assert set(empty) == {"n", "p50", "p95", "p99", "mean"}
     p = spread([float(i) for i in range(1, 101)])
     assert p.n == 100 and p.p50 == pytest.approx(50.5) and p.mean == pytest.approx(50.5)
     assert p.p99 == pytest.approx(99.01)
-    assert list(p.to_json_dict()) == ["n", "mean", "p50", "p95", "p99"]
+    assert set(p.to_json()) == {"n", "mean", "p50", "p95", "p99"}
 
 
 # ---------------------------------------------------------------- taxonomy
@@ -238,8 +239,8 @@ def test_summary_counts_and_intervention_metrics(executor: Executor) -> None:
     assert [bool(r["interventions"]) for r in recs] == [True, False, True, False, False]
     summ = Summary(RANKING)
     for r in recs:
-        summ.add(r)
-    s = summ.result().to_json_dict()
+        summ.add(ItemRecord.from_json(r))
+    s = summ.result().to_json()
     assert s["n"] == 5
     assert (s["raw_accuracy"]["k"], s["final_accuracy"]["k"]) == (1, 2)
     assert s["schema_valid_rate"]["k"] == 4
@@ -269,14 +270,14 @@ def test_summary_counts_and_intervention_metrics(executor: Executor) -> None:
 def test_summary_timing(executor: Executor) -> None:
     summ = Summary(RANKING)
     for i, rec in enumerate(_tiny_set(executor)):
-        summ.add({**rec, "latency_s": 0.1 * (i + 1), "ttft_s": None})
-    t = summ.result().to_json_dict()["timing"]
+        summ.add(ItemRecord.from_json({**rec, "latency_s": 0.1 * (i + 1), "ttft_s": None}))
+    t = summ.result().to_json()["timing"]
     assert set(t) == {"latency_s"} and t["latency_s"]["n"] == 5
     assert t["latency_s"]["p50"] == pytest.approx(0.3)
 
 
 def test_summary_empty() -> None:
-    empty = Summary([]).result().to_json_dict()
+    empty = Summary([]).result().to_json()
     assert empty["n"] == 0 and empty["raw_accuracy"]["value"] is None
     assert empty["confusion_matrix"]["rows_gold_cols_pred"] is None
 

@@ -43,7 +43,7 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeServer]:
 
 def _expected() -> dict[str, Any]:
     """The preset's spec as a run records it, with the test's model given beside it (it wins)."""
-    return RunSpec.build({**presets()["main-job"].values, "model": MODEL}).recorded().written()
+    return RunSpec.build({**presets()["main-job"].values, "model": MODEL}).recorded().to_json()
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

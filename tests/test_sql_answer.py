@@ -84,10 +84,10 @@ def test_a_statement_nested_past_the_parser_is_an_outcome_and_unordered_rows_are
     wh = open_warehouse("retail")
     case = load_query_set("heldout", CAT).cases[0]
     with Executor(wh.db_path) as ex:
-        rec = sql_record(case, deep, ex, CAT).to_json_dict()
+        rec = sql_record(case, deep, ex, CAT).to_json()
         assert rec["status"] != "ok" and rec["correct_final"] is False
         plain = "SELECT region FROM customers GROUP BY region"
-        a = sql_record(case, plain, ex, CAT).to_json_dict()
-        b = sql_record(case, plain + " ORDER BY region DESC", ex, CAT).to_json_dict()
+        a = sql_record(case, plain, ex, CAT).to_json()
+        b = sql_record(case, plain + " ORDER BY region DESC", ex, CAT).to_json()
     assert a["result_head"] == sorted(a["result_head"], key=repr)
     assert b["result_head"] == sorted(b["result_head"], key=repr, reverse=True)

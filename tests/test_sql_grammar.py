@@ -39,7 +39,7 @@ runner = CliRunner()
 
 def _sql_flat(*args: Any, **kw: Any) -> dict[str, Any]:
     """:func:`sql_record` as its flat line (what these tests read key by key)."""
-    return sql_record(*args, **kw).to_json_dict(version=False)
+    return sql_record(*args, **kw).to_json(version=False)
 
 
 @pytest.fixture(scope="module")

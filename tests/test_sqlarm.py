@@ -30,7 +30,7 @@ STOPPED = {"sql_refused", "sql_error", "sql_timeout", "sql_too_many_rows"}
 
 def _sql_flat(*args: Any, **kw: Any) -> dict[str, Any]:
     """:func:`sql_record` as its flat line (what these tests read key by key)."""
-    return sql_record(*args, **kw).to_json_dict(version=False)
+    return sql_record(*args, **kw).to_json(version=False)
 
 
 @pytest.fixture(scope="module")
@@ -414,7 +414,7 @@ def test_outcomes_in_the_record(heldout: QuerySet, catalog: Catalog, executor: E
     rec = _score(case, '{"unanswerable": "no such data"}', executor, catalog, sandbox)
     assert rec["error_final"] == "false_abstention" and rec["unanswerable"] == "no such data"
     from nlq2sql.stages.query_score import query_record
-    keys = set(query_record(case, "{}", executor, catalog).to_json_dict(version=False))
+    keys = set(query_record(case, "{}", executor, catalog).to_json(version=False))
     assert keys <= set(rec), keys - set(rec)
 
 

@@ -148,7 +148,7 @@ def test_eval_with_hint_and_repair_records_both(tmp_path: Path) -> None:
         cfg = EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=fake.url, model="fake-model",
                          limit=6, concurrency=2, conditions=REGISTRY.from_options(link_values="both"),
                          load=LoadShape(metrics_interval_s=0.05))
-        summary = run_eval(cfg).to_json_dict()
+        summary = run_eval(cfg).to_json()
         sent = [json.loads(line)["question"] for line in fake.log.read_text().splitlines()
                 if '"/v1/chat/completions"' in line]
     manifest = json.loads((cfg.out / "manifest.json").read_text())
@@ -168,4 +168,4 @@ def test_eval_with_hint_and_repair_records_both(tmp_path: Path) -> None:
     assert scope == sum(len([s for s in r["guardrail_scope"] if s.startswith("values:")]) for r in recs.values())
     rescored, raw_ok, _ = rescore_run(cfg.out, ("ranking",))  # the repair is re-scorable away
     assert not any(r.startswith("values:") for r in rescored.rules)
-    assert rescored.raw_accuracy.to_json_dict() == summary["raw_accuracy"]
+    assert rescored.raw_accuracy.to_json() == summary["raw_accuracy"]

@@ -48,7 +48,7 @@ Z95 = 1.959963984540054
 
 def share(k: int, n: int) -> dict[str, Any]:
     """A proportion as a summary file holds it (``score.rate``, written)."""
-    return rate(k, n).to_json_dict()
+    return rate(k, n).to_json()
 
 
 def summary(d: Path) -> dict[str, Any]:

@@ -163,12 +163,12 @@ def _page_wilson(k: int, n: int) -> dict[str, Any]:
 def test_wilson_and_mcnemar_agree_with_the_harness() -> None:
     for run in load_runs([HELDOUT, LOADCHECK, QWEN_ADV]):
         assert run.summary is not None
-        mine = headline(run.cols).to_json_dict()
+        mine = headline(run.cols).to_json()
         for key in ("raw_accuracy", "final_accuracy", "execution_accuracy", "schema_valid_rate",
                     "intervention_precision"):
             assert mine[key] == run.summary[key], (run.path, key)
     for k, n in ((0, 60), (3, 20), (2, 29), (59, 60), (60, 60), (17, 1000)):
-        assert _page_wilson(k, n) == rate(k, n).to_json_dict(), (k, n)
+        assert _page_wilson(k, n) == rate(k, n).to_json(), (k, n)
     for b, c in ((0, 0), (0, 5), (5, 0), (3, 4), (10, 2), (40, 61), (1000, 1100), (0, 30)):
         assert view_mcnemar(b, c) == pytest.approx(mcnemar_exact(b, c), rel=1e-9, abs=1e-300), (b, c)
     assert 0 < view_mcnemar(49_000, 51_000) < 1e-9  # stays finite for 100k discordant pairs

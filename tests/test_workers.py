@@ -46,7 +46,7 @@ def evaluate(tmp: Path, name: str, **kw: Any) -> tuple[dict[str, Any], dict[str,
                     delay_s=0.02) as f:
         summary = run_eval(EvalConfig(evalset="heldout", out=tmp / name, endpoint=f.url, model=MODEL, limit=24,
                                       concurrency=4, timeout_s=10.0, load=LoadShape(metrics_interval_s=0.1),
-                                      **kw)).to_json_dict()
+                                      **kw)).to_json()
     return summary, results(tmp / name)
 
 
@@ -75,7 +75,7 @@ def test_the_retry_budget_is_one_for_all_workers(tmp_path: Path) -> None:
     with FakeServer(tmp_path / "fake", spec, model=MODEL) as f:
         summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=f.url, model=MODEL,
                                       limit=10, concurrency=4, workers=2, retry_budget=0.3, timeout_s=10.0,
-                                      load=LoadShape(metrics_interval_s=0.1))).to_json_dict()
+                                      load=LoadShape(metrics_interval_s=0.1))).to_json()
         assert summary["outcomes"] == {"http_5xx": 10}
         assert summary["retries_used"] == 3 and len(f.chat_requests()) == 13
 
@@ -147,7 +147,7 @@ def test_workers_sample_every_replicas_metrics(tmp_path: Path) -> None:
     with FakeServer(tmp_path / "a", spec, model=MODEL) as a, FakeServer(tmp_path / "b", spec, model=MODEL) as b:
         summary = run_eval(EvalConfig(evalset="heldout", out=tmp_path / "run", endpoint=a.url, model=MODEL,
                                       replicas=(ReplicaSpec(b.url),), limit=12, concurrency=4, workers=2,
-                                      load=LoadShape(metrics_interval_s=0.05))).to_json_dict()
+                                      load=LoadShape(metrics_interval_s=0.05))).to_json()
     per = summary["fleet"]["server_metrics"]
     assert set(per) == {"r0", "r1"}
     # The fake serves no /metrics: each replica's sampler tried (and says so), none was skipped.

@@ -28,7 +28,7 @@ from typing import Any
 from nlq2sql.answers.kinds import KINDS, AnswerKind, IntentKind, answer_kind, load_eval_set
 from nlq2sql.answers.sql.gold import COLUMN_RULE
 from nlq2sql.errors import InputError
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.results import manifest_warehouse
@@ -150,7 +150,7 @@ def score_responses(cfg: ScoreConfig, answer: str = IntentKind.name) -> SummaryM
         if gold_sql:
             added["column_rule"] = COLUMN_RULE
         summary = SummaryModel.of(summ.figures(), **added, records=writer.digest(), record_version=RECORD_VERSION)
-        write_json_atomic(tmp / SUMMARY, summary.to_json_dict())
+        write_json_atomic(tmp / SUMMARY, summary.to_json())
         # The responses file as recorded: relative to the project, else its name; and its hash.
         shown = display_path(Path(cfg.responses))
         manifest = ManifestModel(**manifest_base("score", items.scored, rulesets, wh).given(),
@@ -163,7 +163,7 @@ def score_responses(cfg: ScoreConfig, answer: str = IntentKind.name) -> SummaryM
             manifest.gold, manifest.column_rule = "sql", COLUMN_RULE
         if gold_sql or kind.writes_sql:  # where unqualified names in gold and model SQL resolved
             manifest.search_path = list(search_path)
-        write_json_atomic(tmp / MANIFEST, manifest.written())
+        write_json_atomic(tmp / MANIFEST, manifest.to_json())
         publish(tmp, cfg.out)
     finally:
         gc.unfreeze()
@@ -212,8 +212,8 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
                 raise InputError(f"record id {old.id!r} is not in eval set {es.name}",
                                  path=str(run_dir / RECORDS), field="id")
             outcome = old.outcome
-            rec = score(case, present(old.answer.raw_text), ex, wh.catalog,
-                        finish_reason=present(old.answer.finish_reason),
+            rec = score(case, old.answer.raw_text, ex, wh.catalog,
+                        finish_reason=old.answer.finish_reason,
                         request_error=None if outcome in (None, "ok") else outcome)
             rec.merge({key: old.get(key) for key in _REQUEST_KEYS})
             if "abstained" in old.traces:  # decided again from the recorded evidence, under these guardrails
@@ -221,6 +221,6 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
                 apply_abstention(rec)
             summ.add(rec)
             assert rec.judgement is not None  # every re-scored item has its gold
-            raw_ok[rec.id] = bool(present(rec.judgement.correct_raw))
-            final_ok[rec.id] = bool(present(rec.judgement.correct_final))
+            raw_ok[rec.id] = bool(rec.judgement.correct_raw)
+            final_ok[rec.id] = bool(rec.judgement.correct_final)
     return summ.figures(), raw_ok, final_ok

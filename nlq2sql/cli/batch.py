@@ -107,7 +107,7 @@ def batch_cmd(
                   if engine != "ray-vllm" else "interrupted: nothing was kept (--engine ray-vllm is all or nothing)")
         raise typer.Exit(130) from None
     if as_json:
-        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
         return
     title = f"{cfg.input} · {base.model} · {engine} · {actors}×c={concurrency}"
     if isinstance(summary.figures, Figures):  # read as a run's summary, less what only a batch has

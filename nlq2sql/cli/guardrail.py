@@ -56,7 +56,7 @@ def train(
         raise InputError(f"must be letters, digits, '_' or '-', got {name!r}", field="--name")
     artefact = lt.train(train or lg.DEFAULT_TRAINING, name, threshold)
     path = lt.save(artefact, out or lg.LEARNED_DIR / f"{name}.json")
-    meta = {k: v for k, v in artefact.to_json_dict().items() if k not in ("features", "heads")}
+    meta = {k: v for k, v in artefact.to_json().items() if k not in ("features", "heads")}
     if as_json:
         sys.stdout.write(json.dumps(meta, indent=2) + "\n")
         return
@@ -83,7 +83,7 @@ def show(
 
     model = lg.load_model(ref.removeprefix(lg.PREFIX))
     a = model.artefact
-    meta = {k: v for k, v in a.to_json_dict().items() if k not in ("features", "heads")}
+    meta = {k: v for k, v in a.to_json().items() if k not in ("features", "heads")}
     meta["n_features"] = {k: len(v.vocabulary) for k, v in a.features.items()}
     out: dict[str, Any] = {"artefact": display_path(Path(model.source)), **meta}
     if question:

@@ -104,7 +104,7 @@ def score(
     run: Annotated[Path | None, typer.Option(help="A finished run directory to re-derive from its own manifest and "
                                              "records (answer kind, guardrails, layer, eval set): every other "
                                              "input option is refused with it. --out gets the same records.jsonl, "
-                                             "summary.json and manifest.json (byte for byte where the inputs are "
+                                             "summary.json and manifest.json (as parsed JSON, where the inputs are "
                                              "unchanged) and rescore.json (what was checked, what is identical).")
            ] = None,
     guardrails: GuardrailsOpt = None,
@@ -145,7 +145,7 @@ def score(
                       search_path=search_path_arg(search_path))
     summary = score_responses(cfg, answer)
     if as_json:
-        sys.stdout.write(json.dumps(summary.to_json_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
     else:
         render_summary(summary, title=f"{evalset} ← {responses}")
 

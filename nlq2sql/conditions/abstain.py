@@ -13,7 +13,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from msgspec import UNSET, UnsetType
 from pydantic import Field
 
 from nlq2sql.answers.kinds import answer_kind
@@ -43,8 +42,8 @@ class AbstainTrace(Trace):
     recorded it) and the threshold.  The decision's keys (``stages.abstention.ABSTENTION_KEYS``)
     follow, set by the decision itself."""
 
-    intent_evidence: Evidence | None | UnsetType = UNSET
-    abstain_below: float | UnsetType = UNSET
+    intent_evidence: Evidence | None = None
+    abstain_below: float | None = None
 
 
 @register

@@ -24,9 +24,7 @@ import math
 import re
 from collections import defaultdict
 
-import msgspec
-from msgspec import UNSET, UnsetType
-
+from nlq2sql.records.typed import Typed
 from nlq2sql.stages.intent import INTENTS
 
 __all__ = ["TOP_LOGPROBS", "Evidence", "intent_evidence", "query_evidence"]
@@ -42,20 +40,20 @@ _ANSWER_KEYS = ("metrics", "unanswerable")
 Tokens = list[tuple[str, float, list[tuple[str, float]]]]
 
 
-class Evidence(msgspec.Struct, kw_only=True):
-    """The record's ``intent_evidence`` (its keys in written order): the decisive token, the name it
+class Evidence(Typed):
+    """The record's ``intent_evidence``: the decisive token, the name it
     fits (``kind``), its probability, the offered mass per name and the chosen name's share.  The
     v2 answer's adds ``over`` (``answer`` or ``metric``: which token decided) and, over a metric,
     ``answer_share`` (the share at the first token); v1's has neither (absent, not null)."""
 
-    over: str | UnsetType = UNSET
+    over: str | None = None
     kind: str
     token: str
     token_index: int
     p_token: float
     kinds: dict[str, float]
     confidence: float
-    answer_share: float | UnsetType = UNSET
+    answer_share: float | None = None
 
 
 def _value_start(joined: str) -> int | None:
@@ -136,10 +134,10 @@ def query_evidence(tokens: Tokens | None, metrics: tuple[str, ...]) -> Evidence 
     if first is None:
         return None
     if first.kind != "metrics" or _NO_METRIC.search(joined):
-        return msgspec.structs.replace(first, over="answer")
+        return first.model_copy(update={"over": "answer"})
     m = _METRICS.search(joined)
     second = _decide(tokens, joined, m.end(), metrics) if m else None
     if second is None:
         return None
-    return msgspec.structs.replace(second, over="metric", answer_share=first.confidence,
-                                   confidence=round(first.confidence * second.confidence, 4))
+    return second.model_copy(update={"over": "metric", "answer_share": first.confidence,
+                                     "confidence": round(first.confidence * second.confidence, 4)})

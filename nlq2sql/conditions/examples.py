@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from msgspec import UNSET, UnsetType
 from pydantic import Field
 
 from nlq2sql.answers.kinds import answer_kind
@@ -36,7 +35,7 @@ class ExamplesTrace(Trace):
     returns no rows on this data (a synthetic bank's fallback on a tiny layer), where any."""
 
     example_ids: list[str]
-    empty_example_ids: list[str] | UnsetType = UNSET
+    empty_example_ids: list[str] | None = None
 
 
 @register

@@ -26,12 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from msgspec import UNSET, Struct, UnsetType
 from pydantic import Field
 
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
+from nlq2sql.records.typed import Typed
 
 __all__ = ["Linked", "Linker", "Linking", "LinkingSettings", "LinkingTrace", "gold_names", "recall"]
 
@@ -74,7 +74,7 @@ class _Item:
     phrases: tuple[str, ...]  # label and spaced name, as phrases
 
 
-class Linked(Struct, omit_defaults=True):
+class Linked(Typed):
     """One item's linked part of the layer (its record's ``linked_schema``)."""
 
     metrics: list[str]
@@ -86,9 +86,9 @@ class Linked(Struct, omit_defaults=True):
 class LinkingTrace(Trace):
     """Per item: what was linked; on a scored item the share of the gold's names it covered."""
 
-    linked_schema: Linked | UnsetType = UNSET
-    linking_recall: float | None | UnsetType = UNSET
-    linking_missed: list[str] | UnsetType = UNSET
+    linked_schema: Linked | None = None
+    linking_recall: float | None = None
+    linking_missed: list[str] | None = None
 
 
 class Linker:
@@ -162,9 +162,12 @@ class Linker:
         while len(chosen_m) > 1 and self._tokens(chosen_m, dims, ents) > self.budget:
             chosen_m.pop()  # the lowest-ranked metric first
         by_name = {d.name: d.group_by for d in self.wh.catalog.dimensions.values()}
-        return Linked(metrics=chosen_m, group_by=[*ents, *(by_name[d] for d in dims)],
-                      values=[f"{f}={v}" for f, v in valued.items()],
-                      est_tokens=self._tokens(chosen_m, dims, ents))
+        linked = Linked(metrics=chosen_m, group_by=[*ents, *(by_name[d] for d in dims)])
+        if values := [f"{f}={v}" for f, v in valued.items()]:  # (empty: absent)
+            linked.values = values
+        if est := self._tokens(chosen_m, dims, ents):
+            linked.est_tokens = est
+        return linked
 
     def text(self, linked: Linked) -> str:
         by_gb = {d.group_by: d.name for d in self.wh.catalog.dimensions.values()}

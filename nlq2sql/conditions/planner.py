@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal
 
-from msgspec import UNSET, UnsetType
 from pydantic import Field
 
 from nlq2sql.answers.kinds import answer_kind
@@ -133,8 +132,8 @@ class PlannerTrace(Trace):
     planner_prompt_tokens: int | None
     planner_completion_tokens: int | None
     requests: int
-    intent_evidence: Evidence | None | UnsetType = UNSET
-    latency_total_s: float | UnsetType = UNSET
+    intent_evidence: Evidence | None = None
+    latency_total_s: float | None = None
 
 
 async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,

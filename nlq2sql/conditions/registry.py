@@ -96,7 +96,7 @@ class Condition(Generic[S]):
     replaces_request: ClassVar[bool] = False
     #: Constraint modes its own requests carry besides the run's (the canary checks each).
     constraint_modes: ClassVar[tuple[str, ...]] = ()
-    #: What it records per item: the type its hooks return (fields: record keys, in written order).
+    #: What it records per item: the type its hooks return (fields: record keys).
     trace: ClassVar[type[Trace]] = Trace
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

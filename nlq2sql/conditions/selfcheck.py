@@ -27,8 +27,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import msgspec
-from msgspec import UNSET, UnsetType
 from pydantic import Field
 
 from nlq2sql.answers.kinds import answer_kind
@@ -36,6 +34,7 @@ from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import InputError, IntentError
 from nlq2sql.records.manifest_parts import Part
+from nlq2sql.records.typed import Typed
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import parse_answer
 from nlq2sql.stages.intent import canonicalise, parse_intent
@@ -48,8 +47,8 @@ __all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "SelfCheckTrace", "V
 MAX_SAMPLES = 16
 
 
-class Vote(msgspec.Struct, kw_only=True):
-    """The record's ``votes`` (keys in written order): samples, valid ones, the first winning
+class Vote(Typed):
+    """The record's ``votes``: samples, valid ones, the first winning
     sample's index among those voted (None: no valid sample), its votes, a tie at the top, its
     share, distinct answers (absent when no sample was valid)."""
 
@@ -59,7 +58,7 @@ class Vote(msgspec.Struct, kw_only=True):
     votes: int
     tie: bool
     share: float
-    distinct: int | UnsetType = UNSET
+    distinct: int | None = None
 
 
 class SelfCheckTrace(Trace):

@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from msgspec import UNSET, UnsetType
-from pydantic import Field
+from pydantic import Field, field_serializer
 
 from nlq2sql.answers.kinds import answer_kind
 from nlq2sql.conditions.registry import Condition, Messages, Settings, register
@@ -59,7 +58,12 @@ class ValuesTrace(Trace):
     """Per item, with the hint on: the values linked, as the hint wrote them -- v1 filters
     (field, op, value), or v2 ``where`` items (written as their JSON dump); absent without the hint."""
 
-    linked_values: list[dict[str, str]] | list[Where] | UnsetType = UNSET
+    linked_values: list[dict[str, str]] | list[Where] | None = None
+
+    @field_serializer("linked_values")
+    def _whole(self, value: list[dict[str, str]] | list[Where] | None) -> list[object] | None:
+        """A ``where`` item is written whole (its JSON dump), every field of it."""
+        return None if value is None else [v.model_dump(mode="json") if isinstance(v, Where) else v for v in value]
 
 
 @register

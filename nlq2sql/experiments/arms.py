@@ -24,7 +24,7 @@ from nlq2sql.answers.kinds import KINDS
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.compare import cost_per_1k
-from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.results import Manifest, Summary
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles, Rate
@@ -116,11 +116,11 @@ def load_arm(run_dir: Path) -> Arm:
     lat: list[float] = []
     for rec in iter_item_records(run_dir / RECORDS):
         j = rec.judgement
-        final = present(j.correct_final) if j is not None else None
+        final = j.correct_final if j is not None else None
         correct[rec.id] = bool(final)
-        loose = present(j.correct_lenient) if j is not None else None  # absent: the query arm (= correct)
+        loose = j.correct_lenient if j is not None else None  # absent: the query arm (= correct)
         lenient[rec.id] = bool(final if loose is None else loose)
-        errors[common_error(present(j.error_final) if j is not None else None) or "correct"] += 1
+        errors[common_error(j.error_final if j is not None else None) or "correct"] += 1
         for v, into in ((rec.request.prompt_tokens, pt), (rec.request.completion_tokens, ct),
                         (rec.request.latency_s, lat)):
             if isinstance(v, int | float):

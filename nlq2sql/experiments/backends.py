@@ -22,7 +22,7 @@ import jsonschema
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import Nlq2SqlError
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.results import Manifest, load_manifest, load_summary
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles, Rate
@@ -130,18 +130,18 @@ def backend_row(run: Path, backend: str) -> BackendRow:
     manifest = load_manifest(run / MANIFEST, REGISTRY.manifest_model())
     summary = load_summary(run / SUMMARY)
     schema = _schema_of(manifest)
-    recs = sorted(iter_item_records(run / RECORDS), key=lambda r: present(r.request.started) or 0.0)
+    recs = sorted(iter_item_records(run / RECORDS), key=lambda r: r.request.started or 0.0)
     ok = [r for r in recs if r.outcome == "ok"]
     valid = 0
     for r in ok:
         try:
-            value = json.loads(present(r.answer.raw_text) or "")
+            value = json.loads(r.answer.raw_text or "")
             if schema is not None:
                 jsonschema.validate(value, schema)
             valid += 1
         except (json.JSONDecodeError, jsonschema.ValidationError):
             pass
-    ttfts = [t for r in ok if (t := present(r.request.ttft_s)) is not None]
+    ttfts = [t for r in ok if (t := r.request.ttft_s) is not None]
     compile_s = (ttfts[0] - statistics.median(ttfts[1:])) if len(ttfts) >= 3 else None
     so, canary = manifest.structured_outputs, manifest.structured_canary
     return BackendRow(
@@ -149,7 +149,7 @@ def backend_row(run: Path, backend: str) -> BackendRow:
         whitespace_free=so.disable_any_whitespace if so else None, canary=canary.passed if canary else None,
         json_schema_valid=rate(valid, len(recs)), schema_valid_rate=summary.schema_valid_rate,
         accuracy=summary.final_accuracy, finish_length=summary.finish_reasons.get("length", 0),
-        completion_tokens=spread([t for r in ok if (t := present(r.request.completion_tokens)) is not None]),
+        completion_tokens=spread([t for r in ok if (t := r.request.completion_tokens) is not None]),
         ttft_s=summary.timing.get("ttft_s"), latency_s=summary.timing.get("latency_s"),
         first_request_compile_s=compile_s, canary_latency_s=canary.latency_s if canary else None,
         server_startup_s=manifest.server_startup_s, concurrency=manifest.concurrency, model=manifest.model,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.records.typed import Num, Typed
@@ -49,7 +49,7 @@ def arm_config(base: EvalConfig, arm: str) -> EvalConfig:
     if arm == "prompt-compact":
         return replace(base, style="compact", out=out, force=True)
     if arm == "grammar-compact":
-        sampling = Sampling(**{**base.sampling.recorded().written(), "structured": "regex",
+        sampling = Sampling(**{**base.sampling.recorded().to_json(), "structured": "regex",
                                "regex": compact_regex(load_catalog(base.semantic_model), base.sampling.schema)})
         return replace(base, style="compact", sampling=sampling, out=out, force=True)
     raise ValueError(f"unknown arm {arm}")
@@ -111,18 +111,18 @@ def _mean(p: Percentiles | None) -> Num | None:
 
 
 def _arm_stats(recs: list[ItemRecord], retok: list[int | None]) -> ArmFigures:
-    toks = [t for r in recs if (t := present(r.request.completion_tokens)) is not None]
-    texts = [s for r in recs if (s := present(r.answer.raw_text)) is not None]
+    toks = [t for r in recs if (t := r.request.completion_tokens) is not None]
+    texts = [s for r in recs if (s := r.answer.raw_text) is not None]
     chars = [len(t) for t in texts]
-    pairs = [(t, n) for r, n in zip(recs, retok, strict=True) if n and (t := present(r.request.completion_tokens))]
+    pairs = [(t, n) for r, n in zip(recs, retok, strict=True) if n and (t := r.request.completion_tokens)]
     return ArmFigures(
         n=len(recs),
         completion_tokens=spread([float(t) for t in toks]),
         completion_tokens_median=statistics.median(toks) if toks else None,
         chars=spread([float(c) for c in chars]),
-        latency_s=spread([v for r in recs if (v := present(r.request.latency_s)) is not None]),
-        itl_mean_s=spread([v for r in recs if (v := present(r.request.itl_mean_s)) is not None]),
-        schema_valid=sum(present(r.answer.raw_intent) is not None for r in recs),
+        latency_s=spread([v for r in recs if (v := r.request.latency_s) is not None]),
+        itl_mean_s=spread([v for r in recs if (v := r.request.itl_mean_s) is not None]),
+        schema_valid=sum(r.answer.raw_intent is not None for r in recs),
         no_whitespace=sum(1 for t in texts if whitespace_outside_strings(t) == 0),
         tokens_per_char=(sum(toks) / sum(chars)) if chars and toks else None,
         retokenized=spread([float(n) for n in retok if n is not None]),
@@ -135,12 +135,12 @@ def analyse(dirs: dict[str, Path], base_url: str | None, model: str) -> CompactR
     recs = {arm: list(iter_item_records(d / RECORDS)) for arm, d in dirs.items()}
     arms: dict[str, ArmFigures] = {}
     for arm, rs in recs.items():
-        texts = [present(r.answer.raw_text) or "" for r in rs]
+        texts = [r.answer.raw_text or "" for r in rs]
         retok: list[int | None] = retokenize(base_url, model, texts) if base_url else [None] * len(texts)
         arms[arm] = _arm_stats(rs, retok)
     if "pretty" in recs:
         post = []
-        for text in (present(r.answer.raw_text) for r in recs["pretty"]):
+        for text in (r.answer.raw_text for r in recs["pretty"]):
             try:
                 if text is not None:
                     post.append(json.dumps(json.loads(text), separators=(",", ":")))
@@ -157,11 +157,11 @@ def analyse(dirs: dict[str, Path], base_url: str | None, model: str) -> CompactR
         honoured = ignored = backfired = 0
         for r in recs[arm]:
             p = pretty.get(r.id)
-            mine = present(r.request.completion_tokens)
-            theirs = present(p.request.completion_tokens) if p else None
+            mine = r.request.completion_tokens
+            theirs = p.request.completion_tokens if p else None
             if not p or mine is None or theirs is None:
                 continue
-            text = present(r.answer.raw_text)
+            text = r.answer.raw_text
             if mine > theirs:
                 backfired += 1
             elif text is not None and whitespace_outside_strings(text) == 0 and mine < theirs:

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from nlq2sql.experiments.common import read_run  # noqa: E402
 from nlq2sql.experiments.identity import RunIdentity, difference  # noqa: E402
-from nlq2sql.records.item import ItemRecord, iter_item_records, present  # noqa: E402
+from nlq2sql.records.item import ItemRecord, iter_item_records  # noqa: E402
 from nlq2sql.records.results import Manifest, Summary  # noqa: E402
 from nlq2sql.records.store import RECORDS, output_dir  # noqa: E402
 from nlq2sql.records.summary_parts import Figures, Rate  # noqa: E402
@@ -98,7 +98,7 @@ def answer_text(rec: ItemRecord) -> str:
     """A record's final answer, short: its final intent (compact JSON), else its SQL, else its
     reason for not answering, else its status; the final error class after it."""
     a = rec.answer
-    intent, sql, reason = present(a.final_intent), present(a.sql), present(a.unanswerable)
+    intent, sql, reason = a.final_intent, a.sql, a.unanswerable
     if intent is not None:
         text = json.dumps(intent, separators=(",", ":"), ensure_ascii=False)
     elif sql:
@@ -106,10 +106,10 @@ def answer_text(rec: ItemRecord) -> str:
     elif reason:
         text = f"unanswerable: {reason}"
     else:
-        text = f"({present(a.final_status) or 'no answer'})"
+        text = f"({a.final_status or 'no answer'})"
     if len(text) > ANSWER_CHARS:
         text = text[: ANSWER_CHARS - 1] + "…"
-    error = present(rec.judgement.error_final) if rec.judgement is not None else None
+    error = rec.judgement.error_final if rec.judgement is not None else None
     return text + (f" [{error}]" if error else "")
 
 
@@ -122,7 +122,7 @@ def _records(run: ComparedRun) -> dict[str, ItemRecord]:
 
 
 def _right(rec: ItemRecord) -> bool:
-    return rec.judgement is not None and bool(present(rec.judgement.correct_final))
+    return rec.judgement is not None and bool(rec.judgement.correct_final)
 
 
 def paired_runs(runs: list[ComparedRun]) -> tuple[list[PairedRuns], list[str]]:

@@ -45,7 +45,6 @@ from scipy.stats import binomtest
 
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.gate_inputs import RunFacts, check_same_inputs, read_run
-from nlq2sql.records.item import present
 from nlq2sql.records.typed import Typed
 from nlq2sql.stages.score import spread
 
@@ -299,20 +298,20 @@ def run_gate(cfg: GateConfig) -> GateResult:
         bj, cj = b.judgement, c.judgement
         assert bj is not None and cj is not None  # (read_run: every record has its boolean correct_final)
         b_ok, c_ok = bool(bj.correct_final), bool(cj.correct_final)
-        be, ce = present(bj.error_final), present(cj.error_final)
+        be, ce = bj.error_final, cj.error_final
         for counts, e in ((base_err, be), (cand_err, ce)):
             if e is not None:
                 counts[str(e)] = counts.get(str(e), 0) + 1
-        base_valid += present(b.answer.raw_intent) is not None
-        cand_valid += present(c.answer.raw_intent) is not None
+        base_valid += b.answer.raw_intent is not None
+        cand_valid += c.answer.raw_intent is not None
         for lat, rec in ((base_lat, b), (cand_lat, c)):
-            v = present(rec.request.latency_s)
+            v = rec.request.latency_s
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 lat.append(float(v))
         items.append(ItemResult(id=item_id, question=c.question, baseline_correct=b_ok, candidate_correct=c_ok,
                                 flip=_flip(b_ok, c_ok), baseline_error=None if be is None else str(be),
                                 candidate_error=None if ce is None else str(ce),
-                                identical=present(b.answer.raw_text) == present(c.answer.raw_text)))
+                                identical=b.answer.raw_text == c.answer.raw_text))
     n = len(items)
     rw = sum(i.flip == "right_to_wrong" for i in items)
     wr = sum(i.flip == "wrong_to_right" for i in items)

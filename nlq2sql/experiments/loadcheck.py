@@ -16,7 +16,7 @@ from typing import Any
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.identity import RunIdentity, difference
-from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles, Rate
 from nlq2sql.records.typed import Num, Typed
@@ -198,8 +198,8 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
                              "outputs on one warehouse", path=str(d / "manifest.json"), field=diff.field)
         first = first or ident
         for rec in iter_item_records(d / RECORDS):
-            texts.setdefault(rec.id, []).append(present(rec.answer.raw_text))
-            intents.setdefault(rec.id, []).append(present(rec.answer.raw_intent))
+            texts.setdefault(rec.id, []).append(rec.answer.raw_text)
+            intents.setdefault(rec.id, []).append(rec.answer.raw_intent)
         t = summary.timing
         runs.append(RunFigures(run=str(d), concurrency=manifest.concurrency, n=summary.n,
                                raw_accuracy=summary.raw_accuracy,

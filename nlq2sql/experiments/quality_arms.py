@@ -17,7 +17,7 @@ from pathlib import Path
 from nlq2sql.answers.kinds import KINDS, QueryKind
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.experiments.common import read_run
-from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.results import Manifest, load_manifest, manifest_warehouse
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.store import MANIFEST, RECORDS
@@ -71,16 +71,16 @@ def rescore_arm(run_dir: Path) -> ArmRun:
     with make_executor(wh) as ex, kind.scorer(wh, []) as scorer:
         for old in iter_item_records(run_dir / RECORDS):
             outcome = old.outcome
-            rec = scorer(cases[old.id], present(old.answer.raw_text), ex, wh.catalog,
-                         finish_reason=present(old.answer.finish_reason),
+            rec = scorer(cases[old.id], old.answer.raw_text, ex, wh.catalog,
+                         finish_reason=old.answer.finish_reason,
                          request_error=None if outcome in (None, "ok") else outcome)
             was, now = old.request, rec.request
-            now.latency_s, now.completion_tokens = present(was.latency_s), present(was.completion_tokens)
-            now.prompt_tokens = present(was.prompt_tokens)
+            now.latency_s, now.completion_tokens = was.latency_s, was.completion_tokens
+            now.prompt_tokens = was.prompt_tokens
             summ.add(rec)
             assert rec.judgement is not None  # an arm's scorer always judges (its sets have golds)
-            final_ok[rec.id] = bool(present(rec.judgement.correct_final))
-            old_final = present(old.judgement.correct_final) if old.judgement is not None else None
+            final_ok[rec.id] = bool(rec.judgement.correct_final)
+            old_final = old.judgement.correct_final if old.judgement is not None else None
             same += final_ok[rec.id] == bool(old_final)
     return ArmRun(run_dir, manifest, SummaryModel.of(summ.figures()), final_ok, same)
 

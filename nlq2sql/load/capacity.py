@@ -26,7 +26,7 @@ from nlq2sql.load.driver import Mode, ModeSettings, Progress, option, register
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult, load_result
 from nlq2sql.load.server_results import CapacityResult, ContextBudget, KvBudget, KvNeed, KvPeak, KvPerToken
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, output_dir, read_json
 from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.endpoints import check_endpoint_url
@@ -113,15 +113,15 @@ def _with_max(values: list[float]) -> Percentiles:
 
 def context_budget(records: list[ItemRecord], max_model_len: int | None, margin: float = 0.25
                    ) -> ContextBudget:
-    isl = [float(v) for r in records if (v := present(r.request.prompt_tokens)) is not None]
-    osl = [float(v) for r in records if (v := present(r.request.completion_tokens)) is not None]
-    valid = [float(v) for r in records if (v := present(r.request.completion_tokens)) is not None
-             and present(r.answer.finish_reason) == "stop" and present(r.answer.raw_intent) is not None]
+    isl = [float(v) for r in records if (v := r.request.prompt_tokens) is not None]
+    osl = [float(v) for r in records if (v := r.request.completion_tokens) is not None]
+    valid = [float(v) for r in records if (v := r.request.completion_tokens) is not None
+             and r.answer.finish_reason == "stop" and r.answer.raw_intent is not None]
     rec = int(math.ceil(max(valid) * (1 + margin) / 8) * 8) if valid else None
     out = ContextBudget(
         n=len(records), isl=_with_max(isl), osl=_with_max(osl), valid_osl=_with_max(valid),
         margin=margin, recommended_max_tokens=rec,
-        finish_length=sum(1 for r in records if present(r.answer.finish_reason) == "length"),
+        finish_length=sum(1 for r in records if r.answer.finish_reason == "length"),
         context_overflow=sum(1 for r in records if r.outcome == "context_overflow"),
         max_model_len=max_model_len,
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 from nlq2sql.inputs import MAX_REQUESTS, at_most
 from nlq2sql.load.contract import ClientSeen, Gauge, Inflight, LevelStats, Machine, ServerSeen
 from nlq2sql.load.slo import is_correct
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.results import Summary
 from nlq2sql.records.run_parts import Gauge as SummaryGauge
 from nlq2sql.records.run_parts import ServerMetrics
@@ -115,7 +115,7 @@ def client_stats(cpu_s: float | None, wall_s: float | None, n: int, seen: Inflig
 def intervals(records: list[ItemRecord]) -> list[tuple[float, float]]:
     """(start, end) of every request that has both."""
     return [(start, start + latency) for r in records
-            if (start := present(r.request.started)) and (latency := present(r.request.latency_s)) is not None]
+            if (start := r.request.started) and (latency := r.request.latency_s) is not None]
 
 
 def inflight(spans: list[tuple[float, float]]) -> Inflight:
@@ -146,8 +146,8 @@ def level_stats(records: list[ItemRecord], wall_s: float | None,
     ok = [r for r in records if r.outcome == "ok"]
     good = [r for r in ok if is_correct(r)]
     errors = Counter(r.outcome or "n/a" for r in records if r.outcome != "ok")
-    finish = Counter(present(r.answer.finish_reason) or "n/a" for r in records)
-    out_tokens = sum(present(r.request.completion_tokens) or 0 for r in ok)
+    finish = Counter(r.answer.finish_reason or "n/a" for r in records)
+    out_tokens = sum(r.request.completion_tokens or 0 for r in ok)
 
     def rate(k: float) -> float | None:
         return k / wall_s if wall_s else None
@@ -165,7 +165,7 @@ def level_stats(records: list[ItemRecord], wall_s: float | None,
 
     return LevelStats(
         concurrency=concurrency, n=n, ok=len(ok), good=len(good),
-        schema_valid=sum(1 for r in ok if present(r.answer.raw_intent) is not None),
+        schema_valid=sum(1 for r in ok if r.answer.raw_intent is not None),
         wall_s=wall_s,
         req_per_s=rate(len(ok)), goodput_per_s=rate(len(good)),
         output_tok_per_s=rate(out_tokens), output_tokens=out_tokens,

@@ -35,7 +35,7 @@ from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
 from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, RateSweepResult
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.store import RECORDS
 
 
@@ -125,7 +125,7 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
 
 def arrival_stats(records: list[ItemRecord]) -> Arrivals:
     """Realised arrival rate and queue growth (late vs early arrivals) from one level's records."""
-    arr = sorted((at, present(r.load.latency_from_arrival_s)) for r in records if (at := present(r.load.scheduled)))
+    arr = sorted((at, r.load.latency_from_arrival_s) for r in records if (at := r.load.scheduled))
     rate = (len(arr) - 1) / (arr[-1][0] - arr[0][0]) if len(arr) >= 2 and arr[-1][0] > arr[0][0] else None
     third = len(arr) // 3
     early = [v for _, v in arr[:third] if v is not None]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 
 from nlq2sql.errors import InputError
-from nlq2sql.records.item import ItemRecord, present
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.typed import Typed
 
 __all__ = ["METRICS", "Slo", "correct_goodput", "is_correct", "parse_slo", "parse_slos", "request_value"]
@@ -58,14 +58,14 @@ def request_value(r: ItemRecord, s: Slo, open_loop: bool = False) -> float | Non
     key = "latency_from_arrival_s" if open_loop and s.metric == "e2e" else METRICS[s.metric]
     v = r.get(key)
     if v is None and key == "latency_from_arrival_s":
-        v = present(r.request.latency_s)
+        v = r.request.latency_s
     return float(v) if v is not None else None
 
 
 def is_correct(r: ItemRecord) -> bool:
     """The sweep's "good": answered, schema-valid and finally correct."""
-    return bool(r.outcome == "ok" and present(r.answer.raw_intent) is not None
-                and r.judgement is not None and present(r.judgement.correct_final))
+    return bool(r.outcome == "ok" and r.answer.raw_intent is not None
+                and r.judgement is not None and r.judgement.correct_final)
 
 
 def correct_goodput(records: list[ItemRecord], wall_s: float | None, slos: tuple[Slo, ...],

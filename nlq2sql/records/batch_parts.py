@@ -6,7 +6,7 @@ Apart from :class:`nlq2sql.records.results.Summary` because a batch's summary ha
 order of its own (``scored`` after the figures, Ray Data's load shape, ``replicas_answered``, the
 shards in the digest, ``resumed``) and may be of unscored answers (``AnswerFigures``, which
 carries ``scored`` itself).  Fields are declared in the order the summaries have their keys on
-disk; a key never set stays absent; written once by :meth:`BatchSummary.to_json_dict`.
+disk; a key never set stays absent; written once by :meth:`BatchSummary.to_json`.
 
 The manifest is apart from :class:`nlq2sql.records.results.Manifest` for the same reason: its keys
 and order are a batch's (``engine`` names the batch engine, not a client engine section; Ray Data's
@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from nlq2sql.errors import RecordError
 from nlq2sql.records.manifest_parts import (
@@ -103,10 +103,10 @@ class BatchSummary(BaseModel):
     def scored(self) -> bool:
         return self.tail.scored
 
-    def to_json_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """As written (the JSON edge): the figures' keys, then the tail's (an unscored summary's
         ``scored`` stays where the figures put it)."""
-        return {**self.figures.to_json_dict(), **self.tail.to_json_dict()}
+        return {**self.figures.to_json(), **self.tail.to_json()}
 
     @classmethod
     def from_json_dict(cls, obj: dict[str, Any]) -> BatchSummary:
@@ -164,13 +164,12 @@ class BatchManifestHead(Origin):
 
 
 class BatchManifest(BatchManifestHead):
-    """A batch's ``manifest.json``: fields in the order of a batch manifest's keys on disk (a key
-    never set stays absent), each condition's keys after ``answer`` (:meth:`with_conditions`).
+    """A batch's ``manifest.json`` (a key never set stays absent), with each condition's keys
+    (:meth:`with_conditions`).
 
     Built once by ``run.batch_manifest`` (``engine_kwargs``, ``gpus`` added by the in-process vLLM
-    engine, ``finished`` at the end) and turned into JSON only where it is written.  A manifest read
-    back (``--resume``) remembers the order its keys had on disk (:attr:`key_order`), which the
-    writer keeps: a key on disk keeps its place, keys set since follow."""
+    engine, ``finished`` at the end) and turned into JSON only where it is written; a manifest read
+    back (``--resume``) is continued (:meth:`resumed`)."""
 
     server: ServerFacts | None
     retry_budget: RetryBudgetPart
@@ -180,13 +179,6 @@ class BatchManifest(BatchManifestHead):
     sessions: list[SessionStart] | None = None  # a resumed batch's later sessions
     finished: float | None = None
 
-    _key_order: tuple[str, ...] | None = PrivateAttr(default=None)
-
-    @property
-    def key_order(self) -> tuple[str, ...] | None:
-        """The keys' order on disk of a manifest read back (None: one built by this run)."""
-        return self._key_order
-
     @classmethod
     def with_conditions(cls, conditions: type[BaseModel]) -> type[BatchManifest]:
         """The manifest with each condition's keys (the registry's conditions part) declared
@@ -194,23 +186,18 @@ class BatchManifest(BatchManifestHead):
         return _extended(cls, conditions)
 
     @classmethod
-    def from_json(cls, obj: Any, *, path: str) -> BatchManifest:
+    def from_json(cls, data: Any, path: str | None = None) -> BatchManifest:
         """A written manifest read back (``--resume``): refused in one line if it is not one."""
         try:
-            manifest = cls.model_validate(obj)
+            return cls.model_validate(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             raise RecordError(f"not a batch manifest: {first['msg']}", path=path,
                               field=".".join(str(x) for x in first["loc"])) from None
-        manifest._key_order = tuple(obj)
-        return manifest
 
     def resumed(self, started: float) -> None:
-        """Record a later session (a manifest read back): ``sessions`` keeps its place, or follows
-        the keys on disk."""
+        """Record a later session (a manifest read back)."""
         self.sessions = [*(self.sessions or []), SessionStart(started=started)]
-        if self._key_order is not None and "sessions" not in self._key_order:
-            self._key_order = (*self._key_order, "sessions")
 
 
 @functools.cache

@@ -6,8 +6,8 @@ They live apart from :mod:`nlq2sql.records.results` (the manifest and summary co
 the code building a section (``run.config.probe_endpoint``, ``run.canary``, ``run.serving``, …)
 imports its type from the bottom layer without the contracts (its base, shared with the summary's
 sections, is :class:`nlq2sql.records.summary_parts.Part`).  Each section is built as
-its model and turned into JSON once, at the write (:meth:`Part.written`): only the keys the
-builder set are written, in declaration order, so a key that is absent in some runs (``also``,
+its model and turned into JSON once, at the write (``to_json``): only the keys the
+builder set are written, so a key that is absent in some runs (``also``,
 ``order_seed``, a sampling's ``top_logprobs``) stays absent and a manifest's bytes are its run's.
 Reading is tolerant: a key some runs lack has a default, so every recorded manifest loads.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from nlq2sql.records.store import RECORD_VERSION
 from nlq2sql.records.summary_parts import Part as Section
@@ -27,14 +27,8 @@ __all__ = ["CanaryPart", "ContextPart", "EngineArgs", "EnginePart", "ExcludedPar
 
 
 class Part(Section):
-    """A manifest section: a results section (undeclared keys refused) whose keys may have aliases
-    (``schema``/``schema_json`` in sampling), so it is read by field name too and written by alias."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    def written(self) -> dict[str, Any]:
-        """The section as ``manifest.json`` holds it (the JSON edge): the keys set, in order."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    """A manifest section: a results section whose keys may have aliases (``schema``/``schema_json``
+    in sampling): read by field name too, written by alias (:meth:`~nlq2sql.records.typed.Typed.to_json`)."""
 
 
 class SamplingPart(Part):

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.inputs import check_json_depth
@@ -61,7 +61,7 @@ class Summary(Figures):
     """``summary.json``: the aggregator's figures, then what the run adds, in that order on disk
     (a live run: its answer kind, outcomes, compactness, throughput, load, harness, server metrics,
     fleet, retries, compiles; offline scoring: queries executed, compiles, missing items), then the
-    records' digest and ``record_version``.  Built once by the run and written by :meth:`Part.to_json_dict`."""
+    records' digest and ``record_version``.  Built once by the run and written by :meth:`Part.to_json`."""
 
     distinct_queries_executed: int | None = None  # offline re-scoring
     answer: str | None = None  # the answer kind (v2: "query"); older runs: absent (v1 intents)
@@ -93,9 +93,7 @@ class Manifest(Origin):
     """The keys every run writes; each condition's own keys are added by the condition registry
     (``nlq2sql.conditions.registry.REGISTRY.manifest_model()``: validate a whole manifest with that).
 
-    A live run builds its manifest as this model and writes it with :meth:`written`: the keys it
-    set, in the order declared here, each condition's keys after ``client`` (the order of every
-    recorded manifest: the declaration order is the write order, so keep it when adding a key)."""
+    A live run builds its manifest as this model and writes it with :meth:`to_json`: the keys it set."""
 
     evalset: str  # (a run's manifest always names its eval set)
     evalset_path: str
@@ -142,18 +140,6 @@ class Manifest(Origin):
     started: float | None = None
     finished: float | None = None
 
-    @model_serializer(mode="wrap")
-    def _in_write_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The run's keys in declaration order, the conditions' (declared by subclasses) after ``client``."""
-        data = handler(self)
-        own = list(Manifest.model_fields)
-        cut = own.index("client") + 1
-        return ({k: data[k] for k in own[:cut] if k in data} | {k: v for k, v in data.items() if k not in own}
-                | {k: data[k] for k in own[cut:] if k in data})
-
-    def written(self) -> dict[str, Any]:
-        """The manifest as ``manifest.json`` holds it (the JSON edge): the keys set, in write order."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def _load(model: type[Summary] | type[Manifest], path: Path) -> Any:

@@ -9,16 +9,14 @@ on disk, a key never set stays absent, and ints stay ints (``Num``).
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
-
-from pydantic import SerializerFunctionWrapHandler, model_serializer
+from typing_extensions import TypedDict
 
 from nlq2sql.records.summary_parts import Part, Percentiles
+from nlq2sql.records.typed import Num
 
 __all__ = ["AttemptEntry", "Fleet", "FleetSession", "Gauge", "Harness", "HarnessThresholds", "LoopLag", "ProcessLoad",
            "ReplicaEvent", "ReplicaFigures", "ReplicaRotation", "ServerMetrics"]
 
-Num = int | float
 
 
 class Gauge(Part):
@@ -48,8 +46,7 @@ class ServerMetrics(Part):
 
 
 class LoopLag(Part):
-    """The client's event-loop lag (ms): percentiles of its samples and the worst one.  Written
-    as it always was: ``mean`` after the count when observed, after the percentiles when not."""
+    """The client's event-loop lag (ms): percentiles of its samples and the worst one."""
 
     n: int
     mean: Num | None = None
@@ -57,14 +54,6 @@ class LoopLag(Part):
     p95: Num | None = None
     p99: Num | None = None
     max: Num | None = None
-
-    @model_serializer(mode="wrap")
-    def _in_written_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        if self.mean is None and "mean" in out:
-            order = ("n", "p50", "p95", "p99", "mean", "max")
-            out = {k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order}
-        return out
 
 
 class ProcessLoad(Part):
@@ -100,8 +89,8 @@ class Harness(Part):
 
 class AttemptEntry(TypedDict):
     """One request of an item, on one replica (``run.pool.Trail.attempt_log``): a record's
-    ``attempt_log`` entry, in its written key order.  A TypedDict, not a model: the entries sit in
-    the record's request part (``records.item.RequestPart``) and are written as they are."""
+    ``attempt_log`` entry.  A TypedDict (``typing_extensions``'s: pydantic reads that on Python 3.11),
+    not a model: the entries sit in the record's request part (``records.item.RequestPart``) as dicts."""
 
     replica: str
     outcome: str

@@ -22,12 +22,17 @@ from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import not_utf8, parse_json, regular_file
 from nlq2sql.records.summary_parts import Digest
 
-__all__ = ["BULK_BLOCK", "MANIFEST", "RECORDS", "RECORD_VERSION", "RESUME_KEYS", "SUMMARY", "BulkRecordWriter",
-           "FlatRecord", "RecordWriter", "WrittenManifest", "check_resume", "done_ids", "encode_json", "iter_records",
-           "output_dir", "prepare_dir", "read_finished_run", "read_json", "records_digest", "repair_tail",
-           "require_run", "write_json_atomic", "write_text_atomic"]
+__all__ = ["BULK_BLOCK", "LINE_VERSION", "MANIFEST", "RECORDS", "RECORD_VERSION", "RESUME_KEYS", "SUMMARY",
+           "BulkRecordWriter", "FlatRecord", "RecordWriter", "WrittenManifest", "check_resume", "done_ids",
+           "encode_json", "iter_records", "output_dir", "prepare_dir", "read_finished_run", "read_json",
+           "records_digest", "repair_tail", "require_run", "write_json_atomic", "write_text_atomic"]
 
+#: The layout version of a run's JSON files (manifest, summary, load results).
 RECORD_VERSION = 1
+#: The version of a ``records.jsonl`` line (its ``record_version``): 2 since key order stopped being
+#: written in a fixed layout; a version-1 line has the same keys and reads the same
+#: (``records.item.ItemRecord.from_json``).  A line of a later version is refused.
+LINE_VERSION = 2
 MANIFEST, RECORDS, SUMMARY = "manifest.json", "records.jsonl", "summary.json"
 
 #: Manifest keys that must match for ``--resume`` to continue a run (with every condition's
@@ -167,7 +172,7 @@ class WrittenManifest(Protocol):
     :func:`check_resume` compares is its JSON as ``manifest.json`` will hold it.  Declared here, by
     what the store needs of it, so the store stays below the contracts that import it."""
 
-    def written(self) -> Mapping[str, object]: ...
+    def to_json(self) -> Mapping[str, object]: ...
 
 
 def check_resume(out: Path, manifest: WrittenManifest, keys: tuple[str, ...] = RESUME_KEYS) -> None:
@@ -175,7 +180,7 @@ def check_resume(out: Path, manifest: WrittenManifest, keys: tuple[str, ...] = R
     if not (out / MANIFEST).exists():
         raise RecordError(f"cannot resume: not a run directory (no {MANIFEST}; a run writes one when "
                           "it starts), and it is not empty", path=str(out))
-    old, now = read_json(out / MANIFEST), manifest.written()
+    old, now = read_json(out / MANIFEST), manifest.to_json()
     diffs = [k for k in keys if old.get(k) != now.get(k)]
     if diffs:
         detail = "; ".join(f"{k}: was {old.get(k)!r}, now {now.get(k)!r}" for k in diffs)
@@ -234,7 +239,7 @@ def done_ids(path: Path) -> set[str]:
 class FlatRecord(Protocol):
     """A typed record (:class:`nlq2sql.records.item.ItemRecord`): written as its flat JSON object."""
 
-    def to_json_dict(self) -> dict[str, Any]: ...
+    def to_json(self) -> dict[str, Any]: ...
 
 
 #: The one encoding of a record line, for every writer of records (and Ray Data's shards).  Its
@@ -267,9 +272,9 @@ class RecordWriter:
         """One record's line: a typed record as its flat object (it carries its ``record_version``),
         a dict (the bulk re-scorers' records) with the current one first."""
         if not isinstance(record, dict):
-            self._emit(self._dumps(record.to_json_dict()) + "\n")
+            self._emit(self._dumps(record.to_json()) + "\n")
             return
-        self._emit(self._dumps({"record_version": RECORD_VERSION, **record}) + "\n")
+        self._emit(self._dumps({"record_version": LINE_VERSION, **record}) + "\n")
 
     def template(self, record: dict[str, Any], holes: tuple[str, ...]) -> tuple[str, ...]:
         """The line :meth:`write` writes for ``record``, in pieces around the values of ``holes``
@@ -284,7 +289,7 @@ class RecordWriter:
             raise ValueError(f"holes {holes} must be keys of the record, in its order")
         pieces: list[str] = []
         text, run = "{", {}
-        for key, value in {"record_version": RECORD_VERSION, **record}.items():
+        for key, value in {"record_version": LINE_VERSION, **record}.items():
             if key not in holes:
                 run[key] = value
                 continue

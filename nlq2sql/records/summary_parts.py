@@ -4,36 +4,23 @@ throughput, load shape, retry budget).
 
 A module below :mod:`nlq2sql.records.results` (which assembles the summary) because the other
 sections (``run_parts``, ``manifest_parts``, ``batch_parts``), the store and the scorers build on its
-base (:class:`Part`) and figures without the contracts.  The summary on disk is
-the contract, byte for byte: fields are declared in the order the summary files have their keys; a
-model is built with the keys it has (a key never set stays absent, not null:
-:meth:`Part.to_json_dict` dumps only the fields that were set), ints stay ints.  A key a recorded
-run lacks reads as ``None``.
+base (:class:`Part`) and figures without the contracts.  A model is built with the keys it has (a
+key never set stays absent, not null), ints stay ints; a key a recorded run lacks reads as ``None``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, WithJsonSchema, model_serializer
+from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["Abstention", "AnswerFigures", "CategoryFigures", "Compactness", "ConfusionMatrix", "CurvePoint",
            "Digest", "EmptyGolds", "Figures", "Headline", "LabelledRate", "LoadShape", "Missing", "Part", "Percentiles",
            "Rate", "RuleFigures", "Selective", "Throughput", "WorkerFigures", "WorkerLoss", "WorkerPhases",
            "WorkerStartup"]
 
-Num = int | float
 
-
-class Part(BaseModel):
-    """A section of a run's results: undeclared keys are refused (a key added without being
-    declared fails the write, not a reader months later)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """As written: the keys that were set, in declared order (the JSON edge)."""
-        return self.model_dump(exclude_unset=True)
+class Part(Typed):
+    """A section of a run's results (:class:`~nlq2sql.records.typed.Typed`: undeclared keys refused,
+    unset keys absent)."""
 
 
 class Rate(Part):
@@ -55,29 +42,17 @@ class LabelledRate(Part):
     ci95: list[float] | None
 
 
-#: A figure that keeps an int an int and is a JSON "number" in the schemas (as ``load.contract.Num``).
-_Number = Annotated[int | float, WithJsonSchema({"type": "number"})]
-
-
 class Percentiles(Part):
     """p50/p95/p99/mean with the sample count; none observed: ``n`` 0 and nulls (never zero).
-    Written as it always was: ``mean`` after the count when observed, after the percentiles when
-    not.  One declaration for the summaries' blocks and the load results' (``max``: capacity's
+    One declaration for the summaries' blocks and the load results' (``max``: capacity's
     token lengths); ints stay ints, as a load result read back holds them."""
 
     n: int
-    mean: _Number | None = None
-    p50: _Number | None = None
-    p95: _Number | None = None
-    p99: _Number | None = None
-    max: _Number | None = None
-
-    @model_serializer(mode="wrap")
-    def _in_written_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        if not self.n:
-            out = {k: out[k] for k in ("n", "p50", "p95", "p99", "mean", "max") if k in out}
-        return out
+    mean: Num | None = None
+    p50: Num | None = None
+    p95: Num | None = None
+    p99: Num | None = None
+    max: Num | None = None
 
 
 class Digest(Part):

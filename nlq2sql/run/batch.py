@@ -56,7 +56,7 @@ from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.store import MANIFEST, SUMMARY
 from nlq2sql.run.batch_config import BatchConfig, check, item_config
-from nlq2sql.run.batch_manifest import build_manifest, resumed_manifest, written
+from nlq2sql.run.batch_manifest import build_manifest, resumed_manifest
 from nlq2sql.run.batch_out import SHARDS, BatchOut
 from nlq2sql.run.batch_shards import BatchSession, encode_record, parse_item, summarise_shards
 from nlq2sql.run.batch_vllm import answer_with_vllm
@@ -141,7 +141,7 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
         else:
             if cfg.force:
                 store.clear()
-            store.make(written(manifest))
+            store.make(manifest.to_json())
             done, used = set(), 0
         if cfg.engine == "local":
             loaded = Loaded(wh, rulesets, prompt, conditions)
@@ -157,12 +157,12 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
         summary = summarise_shards(store, cfg.format, rulesets, evalset is not None, [c.id for c in items], session,
                                    load=BatchLoad(mode=mode, engine=manifest.engine, actors=manifest.actors,
                                                   concurrency_per_actor=manifest.concurrency_per_actor),
-                                   retry_budget=manifest.retry_budget.written(), answer=manifest.answer or "intent",
+                                   retry_budget=manifest.retry_budget.to_json(), answer=manifest.answer or "intent",
                                    column_rule=manifest.column_rule)
         summary.tail.resumed = Resumed(sessions=1 + len(manifest.sessions or ()), shards_kept=len(done))
         manifest.finished = time.time()
-        store.write_json(MANIFEST, written(manifest))
-        store.write_json(SUMMARY, summary.to_json_dict())  # last: a summary says the batch is complete
+        store.write_json(MANIFEST, manifest.to_json())
+        store.write_json(SUMMARY, summary.to_json())  # last: a summary says the batch is complete
         ok = True
     finally:
         if not ok and cfg.engine == "ray-vllm" and not resuming:
@@ -215,10 +215,10 @@ def _finished(store: BatchOut, fmt: str, plan: list[list[Any]]) -> tuple[set[int
     for name in store.shards(fmt):
         k = store.shard_index(name)
         ids = []
-        for text in store.shard_lines(name):
-            rec = json.loads(text)
-            ids.append(rec["id"])
-            used += len(rec.get("retry_waits_s") or ())
+        for line, text in enumerate(store.shard_lines(name), start=1):
+            rec = ItemRecord.from_json(json.loads(text), f"{store.uri}/{SHARDS}/{name}", line=line)
+            ids.append(rec.id)
+            used += rec.retries()
         if k is None or k >= len(plan) or ids != [c.id for c in plan[k]]:
             raise RecordError("cannot resume: this shard does not hold the items the batch puts there "
                               "(another input or --shard-rows?)", path=f"{store.uri}/{SHARDS}/{name}")

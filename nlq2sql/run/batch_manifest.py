@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from nlq2sql.stages.guardrail import RuleSet
     from nlq2sql.stages.prompt import Prompt
 
-__all__ = ["RESUME_BATCH", "build_manifest", "manifest_model", "resumed_manifest", "written"]
+__all__ = ["RESUME_BATCH", "build_manifest", "manifest_model", "resumed_manifest"]
 
 #: Beyond eval's resume keys, what fixes a batch's shards: the same items cut the same way.
 RESUME_BATCH = ("evalset_sha256", "questions_sha256", "n_items", "limit", "shard_rows", "format", "engine")
@@ -75,19 +75,10 @@ def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: AnySet | None, r
     return manifest
 
 
-def written(manifest: BatchManifest) -> dict[str, Any]:
-    """The manifest as ``manifest.json`` holds it (the JSON edge, at the write): the keys set, in
-    declared order, or for a manifest read back in its order on disk with keys set since after."""
-    data = manifest.written()
-    if (order := manifest.key_order) is None:
-        return data
-    return {**{k: data[k] for k in order if k in data}, **data}
-
-
 def resumed_manifest(old: Any, new: BatchManifest, out: str) -> BatchManifest:
     """The manifest on disk (``old``, as read) continued by this session, once it is checked to
     describe the same batch as ``new`` (else one RecordError naming each key that differs)."""
-    now = new.written()
+    now = new.to_json()
     keys = (*RESUME_KEYS, *RESUME_BATCH, *REGISTRY.manifest_keys())
     if diffs := [k for k in keys if old.get(k) != now.get(k)]:
         detail = "; ".join(f"{k}: was {old.get(k)!r}, now {now.get(k)!r}" for k in diffs)

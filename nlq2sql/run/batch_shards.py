@@ -64,7 +64,7 @@ def parse_item(text: str, answer: str = "intent") -> EvalCase | QueryCase | Gold
 
 def encode_record(rec: ItemRecord) -> str:
     """A record's JSON text: the line ``RecordWriter`` writes, without its newline."""
-    return encode_json(rec.to_json_dict())  # type: ignore[no-any-return]
+    return encode_json(rec.to_json())  # type: ignore[no-any-return]
 
 
 def write_shards(ds: Any, fmt: str, shard_rows: int, out: BatchOut) -> None:
@@ -123,20 +123,21 @@ def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool,
         n = 0
         for text in out.shard_lines(name):
             digest.update(text.encode() + b"\n")
-            rec = json.loads(text)
+            rec = ItemRecord.from_json(json.loads(text), f"{SHARDS}/{name}", line=n + 1)
+            req = rec.request
             n += 1
-            seen[rec["id"]] += 1
+            seen[rec.id] += 1
             summ.add(rec)
-            outcomes[rec.get("outcome") or "n/a"] += 1
-            if rec.get("replica") is not None:
-                replicas[rec["replica"]] += 1
-            if rec.get("whitespace_chars") is not None:
-                ws.append(float(rec["whitespace_chars"]))
-                chars.append(float(rec["chars"]))
-            retries += len(rec.get("retry_waits_s") or ())
-            if rec.get("started") and rec.get("latency_s") is not None:
-                starts.append(rec["started"])
-                ends.append(rec["started"] + rec["latency_s"])
+            outcomes[req.outcome or "n/a"] += 1
+            if req.replica is not None:
+                replicas[req.replica] += 1
+            if req.whitespace_chars is not None:
+                ws.append(float(req.whitespace_chars))
+                chars.append(float(req.chars or 0))
+            retries += rec.retries()
+            if req.started and req.latency_s is not None:
+                starts.append(req.started)
+                ends.append(req.started + req.latency_s)
         shards.append(Shard(file=f"{SHARDS}/{name}", rows=n))
     missing = [i for i in ids if i not in seen]
     doubled = [i for i, k in seen.items() if k > 1]

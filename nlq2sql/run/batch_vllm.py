@@ -107,7 +107,7 @@ def answer_with_vllm(ray: Any, cfg: BatchConfig, wcfg: EvalConfig, rows: list[di
     gpus = ray.cluster_resources().get("GPU", 0)
     args = engine_args(cfg, wcfg, gpus)
     pcfg = vLLMEngineProcessorConfig(
-        model_source=model_path, engine_kwargs=args.written(), batch_size=cfg.shard_rows,
+        model_source=model_path, engine_kwargs=args.to_json(), batch_size=cfg.shard_rows,
         concurrency=cfg.actors, log_engine_metrics=False, runtime_env={"env_vars": _engine_env()},
         placement_group_config=None if gpus else {"bundles": [{"CPU": 1}]},
         chat_template_stage=dict(LIGHT), tokenize_stage=dict(LIGHT), detokenize_stage=dict(LIGHT))

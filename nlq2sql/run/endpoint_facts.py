@@ -62,9 +62,9 @@ class EndpointFacts(BaseModel):
         out = {**{k: out[k] for k in self._order if k in out and k in given},
                **{k: v for k, v in out.items() if k in given}}
         if self.structured_outputs is not None and "structured_outputs" in out:
-            out["structured_outputs"] = self.structured_outputs.written()  # its keys as given, too
+            out["structured_outputs"] = self.structured_outputs.to_json()  # its keys as given, too
         return out
 
     def structured_written(self) -> dict[str, Any] | None:
         """The local server's structured-output setting as manifests record it (None: not stated)."""
-        return self.structured_outputs.written() if self.structured_outputs is not None else None
+        return self.structured_outputs.to_json() if self.structured_outputs is not None else None

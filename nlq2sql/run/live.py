@@ -325,7 +325,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             manifest.resumed_at = time.time()
         budget = RetryBudget(0, 0.0, used=used, total=manifest.retry_budget.total)
         manifest.started = time.time()
-        write_json_atomic(cfg.out / MANIFEST, manifest.written())
+        write_json_atomic(cfg.out / MANIFEST, manifest.to_json())
         try:
             if cfg.workers > 1 or cfg.engine != "local":
                 from nlq2sql.run.workers import run_workers

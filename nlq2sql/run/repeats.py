@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nlq2sql.errors import InputError, RecordError
-from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run, write_json_atomic
 from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig, validate
@@ -188,7 +188,7 @@ def item_means(dirs: list[Path]) -> tuple[dict[str, float], dict[str, str]]:
         right: dict[str, bool] = {}
         for rec in iter_item_records(d / RECORDS):
             item = rec.id
-            right[item] = bool(present(rec.judgement.correct_final)) if rec.judgement is not None else False
+            right[item] = bool(rec.judgement.correct_final) if rec.judgement is not None else False
             cluster[item] = rec.pair_id or item
         finals.append(right)
     return finals_means(finals), cluster

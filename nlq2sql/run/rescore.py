@@ -14,7 +14,8 @@ the new records (:func:`nlq2sql.stages.pipeline.summarise_file`); what a live se
 (outcomes, throughput, harness, server metrics, compiles, retries) is carried; the records' digest is
 the new one.  The manifest is copied as it is (its ``started``/``finished`` are the run's).  With
 the same inputs the output's ``records.jsonl``, ``summary.json`` and ``manifest.json`` are the
-original's byte for byte; ``rescore.json`` says what was checked and whether they are.
+original's as parsed JSON (each line keeps its ``record_version``; the summary's records digest is
+of the bytes written, so it is not compared); ``rescore.json`` says what was checked and whether they are.
 
 A layer or database whose content is no longer the run's is refused, naming the manifest field and
 both values: the layer by ``layer_sha256`` (content, not path nor file hash), the data by
@@ -23,8 +24,8 @@ both values: the layer by ``layer_sha256`` (content, not path nor file hash), th
 
 from __future__ import annotations
 
-import filecmp
 import hashlib
+import json
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -37,7 +38,7 @@ from nlq2sql.answers.kinds import summary_fields
 from nlq2sql.answers.offline import recorded_scorer
 from nlq2sql.env_info import git_info
 from nlq2sql.errors import InputError
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.results import manifest_warehouse
 from nlq2sql.records.store import (
     MANIFEST,
@@ -81,7 +82,7 @@ class Rescored:
 
     run: str
     out: str
-    identical: dict[str, bool]  # file name → equal to the original's, byte for byte
+    identical: dict[str, bool]  # file name → equal to the original's as parsed JSON (:func:`_same_json`)
     carried: list[str]  # summary keys carried from the original (not derived from the records)
     checked: list[str] = field(default_factory=list)  # what of the manifest was matched, and how
     left_out: list[str] = field(default_factory=list)  # figures derived now that the original summary lacks
@@ -180,28 +181,43 @@ def _bank_note(m: Mapping[str, Any]) -> str:
 def _rescore_line(old: ItemRecord, case: Any, score: Callable[..., ItemRecord], ex: Any, wh: Warehouse
                   ) -> ItemRecord:
     """One record scored again from its raw text; the request, the conditions' choices and the load
-    stamp carried from the recorded line (in its key order), abstention decided again.  What the
+    stamp carried from the recorded line (with its ``record_version``), abstention decided again.  What the
     scoring measured rather than derived is carried too: ``sql_exec_s`` (a timing), and a result
     head whose rows are the recorded head's in another order (an unordered result's order is the
     database's choice; the result's hash does not depend on it)."""
-    if present(old.answer.status) == MISSING:  # an item a responses file left unanswered (--allow-missing)
+    if old.answer.status == MISSING:  # an item a responses file left unanswered (--allow-missing)
         return as_missing(score(case, None, ex, wh.catalog, request_error="no response in file"))
     outcome = old.outcome
-    rec = score(case, present(old.answer.raw_text), ex, wh.catalog, finish_reason=present(old.answer.finish_reason),
+    rec = score(case, old.answer.raw_text, ex, wh.catalog, finish_reason=old.answer.finish_reason,
                 request_error=None if outcome in (None, "ok") else outcome)
-    rec.request, rec.load = old.request, old.load
+    rec.request, rec.load, rec.record_version = old.request, old.load, old.record_version
     rec.merge({k: v for k, v in old.traces.items() if k not in rec.traces})
     if _ABSTAINED in old.traces and rec.scored:
         apply_abstention(rec)
-    if present(rec.answer.sql_exec_s) is not None and present(old.answer.sql_exec_s) is not None:
+    if rec.answer.sql_exec_s is not None and old.answer.sql_exec_s is not None:
         rec.answer.sql_exec_s = old.answer.sql_exec_s
     if _same_rows(rec.answer.result_head, old.answer.result_head):
         rec.answer.result_head = old.answer.result_head
     if rec.judgement is not None and old.judgement is not None and \
             _same_rows(rec.judgement.gold_result_head, old.judgement.gold_result_head):
         rec.judgement.gold_result_head = old.judgement.gold_result_head
-    rec.key_order = old.key_order
     return rec
+
+
+def _same_json(a: Path, b: Path, *, lines: bool = False, skip: tuple[str, ...] = ()) -> bool:
+    """Whether two JSON files (``lines``: JSON lines, line by line) are equal as parsed: key order
+    aside, each value with its JSON type (``1`` is not ``1.0``), a top-level key of ``skip`` left out."""
+    def canonical(path: Path) -> list[str]:
+        text = path.read_text(encoding="utf-8")
+        out = []
+        for part in text.splitlines() if lines else [text]:
+            obj = json.loads(part)
+            if skip and isinstance(obj, dict):
+                obj = {k: v for k, v in obj.items() if k not in skip}
+            out.append(json.dumps(obj, sort_keys=True))
+        return out
+
+    return canonical(a) == canonical(b)
 
 
 def _same_rows(new: Any, old: Any) -> bool:
@@ -266,11 +282,13 @@ def rescore_run_dir(run: Path, out: Path, *, force: bool = False) -> Rescored:
                     raise InputError(f"record id {old.id!r} is not in eval set {es.name}", path=str(records),
                                      line=lineno, field="id")
                 writer.write(_rescore_line(old, case, score, ex, wh))
-        derived = summarise_file(tmp / RECORDS, rulesets, summary_fields).to_json_dict()
-        summary, carried = _summary(read_json(run / SUMMARY), derived, writer.digest().to_json_dict())
+        derived = summarise_file(tmp / RECORDS, rulesets, summary_fields).to_json()
+        summary, carried = _summary(read_json(run / SUMMARY), derived, writer.digest().to_json())
         write_json_atomic(tmp / SUMMARY, summary)
         shutil.copyfile(run / MANIFEST, tmp / MANIFEST)
-        same = {name: filecmp.cmp(run / name, tmp / name, shallow=False) for name in (RECORDS, SUMMARY, MANIFEST)}
+        same = {RECORDS: _same_json(run / RECORDS, tmp / RECORDS, lines=True),
+                SUMMARY: _same_json(run / SUMMARY, tmp / SUMMARY, skip=("records",)),
+                MANIFEST: _same_json(run / MANIFEST, tmp / MANIFEST)}
         original = read_json(run / SUMMARY)
         result = Rescored(run=str(run), out=str(out), identical=same, carried=carried, checked=checked,
                           left_out=[k for k in derived if k in SUMMARY_DERIVED and k not in original])

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.answers.kinds import summary_fields
-from nlq2sql.records.item import iter_item_records, present
+from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.results import Manifest, Summary
 from nlq2sql.records.run_parts import Fleet, FleetSession, Harness, ReplicaFigures, ServerMetrics
 from nlq2sql.records.store import MANIFEST, RECORD_VERSION, RECORDS, SUMMARY, records_digest, write_json_atomic
@@ -98,14 +98,14 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: M
     for rec in iter_item_records(out / RECORDS):
         req = rec.request
         outcomes[rec.outcome or "n/a"] += 1
-        white, size = present(req.whitespace_chars), present(req.chars)
+        white, size = req.whitespace_chars, req.chars
         if white is not None and size is not None:
             ws.append(white)
             chars.append(size)
         retries += rec.retries()
         # (with several replicas an item's span is every attempt's: latency_e2e_s, failovers included)
-        e2e = present(req.latency_e2e_s)
-        took, started = e2e if e2e is not None else present(req.latency_s), present(req.started)
+        e2e = req.latency_e2e_s
+        took, started = e2e if e2e is not None else req.latency_s, req.started
         if started and took is not None:
             starts.append(started)
             ends.append(started + took)
@@ -137,9 +137,9 @@ def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: M
         **({"column_rule": manifest.column_rule} if manifest.column_rule is not None else {}),
         records=records_digest(out / RECORDS),  # what `compare` checks the records against
         record_version=RECORD_VERSION)
-    write_json_atomic(out / SUMMARY, summary.to_json_dict())
+    write_json_atomic(out / SUMMARY, summary.to_json())
     manifest.finished = time.time()
-    write_json_atomic(out / MANIFEST, manifest.written())
+    write_json_atomic(out / MANIFEST, manifest.to_json())
     return summary
 
 
@@ -160,19 +160,19 @@ def fleet_summary(out: Path, manifest: Manifest, session: FleetSession | None) -
     per: dict[str, _Tally] = {}
     for rec in iter_item_records(out / RECORDS):
         req = rec.request
-        label = present(req.replica)
+        label = req.replica
         if label is None:
             continue
         st = per.setdefault(label, _Tally())
         st.requests += 1
-        latency = present(req.latency_s)
+        latency = req.latency_s
         if rec.outcome == "ok":
             st.ok += 1
             if latency is not None:
                 st.lat.append(float(latency))
         else:
             st.errors[rec.outcome or "n/a"] += 1
-        for lab in present(req.failed_over_from) or ():
+        for lab in req.failed_over_from or ():
             per.setdefault(lab, _Tally()).failed_here += 1
     live = {r.label: r for r in session.replicas} if session is not None else {}
     rows = []

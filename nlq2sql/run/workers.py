@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError, Nlq2SqlError
-from nlq2sql.records.item import present
 from nlq2sql.records.run_parts import FleetSession, ReplicaRotation, ServerMetrics
 from nlq2sql.records.store import RECORDS, RecordWriter
 from nlq2sql.records.summary_parts import WorkerFigures, WorkerLoss, WorkerPhases, WorkerStartup
@@ -254,7 +253,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                             if body.id in fleet.written:
                                 continue  # never twice (a worker is declared lost only once drained)
                             fleet.written.add(body.id)
-                            first[0] = min(first[0], present(body.request.started) or first[0])
+                            first[0] = min(first[0], body.request.started or first[0])
                             writer.write(body)
                             counts["done"] += 1
                             counts["failed"] += body.outcome != "ok"

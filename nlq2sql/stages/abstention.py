@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nlq2sql.records.item import ItemRecord, present
+from nlq2sql.records.item import ItemRecord
 
 __all__ = ["ABSTENTION_KEYS", "abstain_reason", "apply_abstention", "kind_share"]
 
@@ -33,7 +33,7 @@ def abstain_reason(rec: ItemRecord) -> str | None:
     if votes is not None and (votes["winner"] is None or votes["tie"]):
         return "no majority among samples"
     choice = rec.traces.get("planner_choice")
-    final = present(rec.answer.final_intent)
+    final = rec.answer.final_intent
     if choice is not None and final is not None and final.get("intent") not in (choice, "unanswerable"):
         return f"planner chose {choice}, guardrail made it {final.get('intent')}"
     below, ev = rec.traces.get("abstain_below"), rec.traces.get("intent_evidence")
@@ -49,14 +49,14 @@ ABSTENTION_KEYS = ("abstained", "abstain_reason", "answer_correct", "correct_fin
 
 
 def apply_abstention(rec: ItemRecord) -> ItemRecord:
-    """Decide and record abstention on a scored record (in place; returns it).  The keys are
-    merged in :data:`ABSTENTION_KEYS` order, as the flat record had them set."""
+    """Decide and record abstention on a scored record (in place; returns it): the keys of
+    :data:`ABSTENTION_KEYS`."""
     reason = abstain_reason(rec)
     judged = rec.judgement
-    correct = bool(present(judged.correct_final)) if judged is not None else False
+    correct = bool(judged.correct_final) if judged is not None else False
     rec.merge({"abstained": reason is not None, "abstain_reason": reason, "answer_correct": correct})
     if reason is not None:
         # Declining a question the layer cannot answer (a v2 item marked unanswerable) is right.
-        declined_rightly = rec.get("answerable") is False
+        declined_rightly = judged is not None and judged.answerable is False
         rec.merge({"correct_final": declined_rightly, "correct_exec": declined_rightly})
     return rec

@@ -3,17 +3,18 @@
 A module of its own because both sides need it and neither owns it: training
 (:mod:`.learned_training`) builds an :class:`Artefact`, the loader (:mod:`.learned_guardrail`)
 validates the file into one and rebuilds the classifier from its parts.  The file is the
-artefact's fields in declaration order, compact JSON (:meth:`Artefact.to_json_dict` is that
-object; ``learned_guardrail.canonical_sha256`` hashes it), so the order here is the file's order
-and every committed artefact reads back into the same bytes.
+artefact as compact JSON (:meth:`Artefact.to_json` is that object;
+``learned_guardrail.canonical_sha256`` hashes it with sorted keys, so its hash does not depend on
+key order).  Strict: a value of another JSON type is refused, not converted.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import msgspec
-from msgspec import UNSET, UnsetType
+from pydantic import AliasChoices, ConfigDict, Field
+
+from nlq2sql.records.typed import Typed
 
 if TYPE_CHECKING:
     from nlq2sql.records.summary_parts import Rate
@@ -22,17 +23,21 @@ __all__ = ["Artefact", "ArtefactRule", "CrossValidation", "FeatureSpec", "HeadSp
            "Proportion", "TrainingInfo"]
 
 
-class ArtefactRule(msgspec.Struct, kw_only=True, rename={"from_values": "from"}):
+class _Spec(Typed):
+    model_config = ConfigDict(strict=True)
+
+
+class ArtefactRule(_Spec):
     """One rule the classifier gates: ``field`` from one of ``from`` to ``to``."""
 
     id: str
     field: str
-    from_values: list[str]
+    from_values: list[str] = Field(validation_alias=AliasChoices("from", "from_values"), serialization_alias="from")
     to: str
     description: str = ""
 
 
-class TrainingInfo(msgspec.Struct, kw_only=True):
+class TrainingInfo(_Spec):
     """The training set (path, sha256, size) and each head's class counts, sorted by class."""
 
     path: str
@@ -44,17 +49,17 @@ class TrainingInfo(msgspec.Struct, kw_only=True):
     count: dict[str, int]
 
 
-class ModelInfo(msgspec.Struct, kw_only=True):
+class ModelInfo(_Spec):
     """The heads' hyper-parameters, and their accuracy on the training set (set after fitting)."""
 
     C: float
     solver: str
     random_state: int
     significant_digits: int
-    train_accuracy: dict[str, float] | UnsetType = UNSET
+    train_accuracy: dict[str, float] | None = None
 
 
-class Proportion(msgspec.Struct, kw_only=True):
+class Proportion(_Spec):
     """``stages.score.rate``'s figures: the value, k of n, and its 95 % Wilson interval."""
 
     value: float | None
@@ -71,14 +76,14 @@ class Proportion(msgspec.Struct, kw_only=True):
                    ci95=None if ci95 is None else [float(x) for x in ci95])
 
 
-class OutOfFold(msgspec.Struct, kw_only=True):
+class OutOfFold(_Spec):
     """A rule's gate, out of fold, at the stored threshold."""
 
     precision: Proportion
     recall: Proportion
 
 
-class CrossValidation(msgspec.Struct, kw_only=True):
+class CrossValidation(_Spec):
     """Stratified k-fold cross-validation: each head's accuracy and each rule's gate, out of fold."""
 
     folds: int
@@ -93,7 +98,7 @@ class CrossValidation(msgspec.Struct, kw_only=True):
     count_accuracy: Proportion
 
 
-class FeatureSpec(msgspec.Struct, kw_only=True):
+class FeatureSpec(_Spec):
     """One TF-IDF vectoriser: its settings, vocabulary (in column order) and IDF weights."""
 
     lowercase: bool
@@ -105,7 +110,7 @@ class FeatureSpec(msgspec.Struct, kw_only=True):
     idf: list[float]
 
 
-class HeadSpec(msgspec.Struct, kw_only=True):
+class HeadSpec(_Spec):
     """One logistic-regression head: its classes, coefficients (one row per class, or one for two)
     and intercepts."""
 
@@ -114,7 +119,7 @@ class HeadSpec(msgspec.Struct, kw_only=True):
     intercept: list[float]
 
 
-class Artefact(msgspec.Struct, kw_only=True):
+class Artefact(_Spec):
     """The whole artefact; ``artefact_sha256`` is set last, over everything else."""
 
     format: str
@@ -130,8 +135,4 @@ class Artefact(msgspec.Struct, kw_only=True):
     cv: CrossValidation
     features: dict[str, FeatureSpec]
     heads: dict[str, HeadSpec]
-    artefact_sha256: str | UnsetType = UNSET
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """The JSON object the file holds (what is hashed and written): the JSON edge."""
-        return dict(msgspec.to_builtins(self))
+    artefact_sha256: str | None = None

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
+from pydantic import ValidationError
 
 from nlq2sql.errors import GuardrailError
 from nlq2sql.inputs import parse_json
@@ -139,7 +139,7 @@ def _decide(head: str, proba: Any, texts: list[str]) -> list[str]:
 
 def canonical_sha256(payload: dict[str, Any]) -> str:
     """sha256 of an artefact's canonical JSON, without its own ``artefact_sha256`` key (the JSON
-    object as read from the file, or :meth:`~.learned_artefact.Artefact.to_json_dict`)."""
+    object as read from the file, or :meth:`~.learned_artefact.Artefact.to_json`)."""
     body = {k: v for k, v in payload.items() if k != "artefact_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -332,9 +332,11 @@ def read_artefact(path: Path) -> Artefact:
     if not isinstance(data.get("name"), str):
         raise GuardrailError("missing", path=src, field="name")
     try:
-        return msgspec.convert(data, Artefact)
-    except msgspec.ValidationError as exc:
-        raise GuardrailError(f"malformed learned guardrail artefact: {exc}", path=src) from None
+        return Artefact.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise GuardrailError(f"malformed learned guardrail artefact: {first['msg']}", path=src,
+                             field=".".join(str(x) for x in first["loc"])) from None
 
 
 def load_model(ref: str) -> LearnedModel:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from nlq2sql.errors import InputError
@@ -251,8 +250,8 @@ def train(training: Path, name: str = DEFAULT_NAME, threshold: float = DEFAULT_T
     feats = {}
     for fname, vec in features.transformer_list:
         vocab = sorted(vec.vocabulary_, key=vec.vocabulary_.__getitem__)
-        feats[fname] = msgspec.convert({**COMMON, **FEATURES[fname], "vocabulary": vocab, "idf": _floats(vec.idf_)},
-                                       FeatureSpec)
+        feats[fname] = FeatureSpec.model_validate({**COMMON, **FEATURES[fname], "vocabulary": vocab,
+                                                   "idf": _floats(vec.idf_)})
     counts = {head: dict(sorted(Counter(y).items())) for head, (_, y) in targets.items()}
     artefact = Artefact(
         format=FORMAT, format_version=FORMAT_VERSION, name=name,
@@ -279,13 +278,13 @@ def train(training: Path, name: str = DEFAULT_NAME, threshold: float = DEFAULT_T
         head: round(float(np.mean(np.asarray(_decide(head, stored.heads[head].predict_proba(xs[rows]),
                                                      [texts[i] for i in rows])) == np.asarray(y))), 6)
         for head, (rows, y) in targets.items()}
-    artefact.artefact_sha256 = canonical_sha256(artefact.to_json_dict())
+    artefact.artefact_sha256 = canonical_sha256(artefact.to_json())
     return artefact
 
 
 def artefact_text(artefact: Artefact) -> str:
     """The file's bytes: one compact JSON object, metadata first, then a newline."""
-    return json.dumps(artefact.to_json_dict(), separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
+    return json.dumps(artefact.to_json(), separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
 
 
 def save(artefact: Artefact, out: Path) -> Path:

@@ -18,7 +18,7 @@ from typing import Any
 
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
-from nlq2sql.records.item import ItemRecord, iter_item_records, present
+from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.store import prepare_dir
 from nlq2sql.semantic import Warehouse, warehouse
@@ -218,8 +218,8 @@ def summarise_file(records_path: Path, rulesets: list[RuleSet],
     answer = None
     for rec in iter_item_records(records_path):
         if summ is None:
-            answer = present(rec.answer.answer)
-            gold_sql = rec.judgement is not None and present(rec.judgement.column_rule) is not None
+            answer = rec.answer.answer
+            gold_sql = rec.judgement is not None and rec.judgement.column_rule is not None
             summ = Summary(rulesets, fields=fields_of(answer, gold_sql))
         summ.add(rec)
     figures = (summ or Summary(rulesets)).figures()

@@ -5,7 +5,7 @@ orders), or, for a question the layer cannot answer, that the model abstained.  
 (:func:`query_record`, an :class:`~nlq2sql.records.item.ItemRecord`) carries the same keys as a v1
 record — so the summary, the viewer, ``compare`` and ``gate`` read it unchanged — with the intents
 as MetricFlow queries (plus their derived ``intent`` label), per-part agreement (``parts``) and
-the abstention (``unanswerable``); every writer takes the type (its flat line is ``to_json_dict``).
+the abstention (``unanswerable``); every writer takes the type (its flat line is ``to_json``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def pct(p: Rate | LabelledRate | dict[str, Any] | None) -> str:
     """"63.3 % [50.7–74.4] (38/60)": value, 95 % CI and the counts behind it (a rate, or one read
     from a report's JSON)."""
     if isinstance(p, Rate | LabelledRate):
-        p = p.to_json_dict()
+        p = p.to_json()
     if not p or p.get("value") is None:
         return "n/a (0 samples)" if p is not None else "n/a"
     lo, hi = p["ci95"]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from nlq2sql.errors import IntentError
-from nlq2sql.records.item import ItemRecord, present
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.store import RecordWriter
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.stages.evalset import EvalCase
@@ -97,13 +97,13 @@ class RecordMemo:
                        case_record(case, raw_text, self.rulesets, self.executor, finish_reason=finish_reason,
                                    catalog=self.catalog))
                 # (the line's encoding is cut from the flat record, once: the writer's edge)
-                entry = (gold, rec, self.writer.template(rec.to_json_dict(version=False), OPEN_FIELDS))
-                keep = present(rec.answer.exec_error) is None
+                entry = (gold, rec, self.writer.template(rec.to_json(version=False), OPEN_FIELDS))
+                keep = rec.answer.exec_error is None
                 if keep:
                     _keep(self._by_meaning, meaning_key, entry)
             rec = entry[1]  # a text that does not parse brings its own reason
             reasons = ((reason, reason) if reason is not None
-                       else (present(rec.answer.status_reason), present(rec.answer.final_status_reason)))
+                       else (rec.answer.status_reason, rec.answer.final_status_reason))
             # The line but for its id, encoded once per distinct text.
             hit = (gold, rec, self.writer.fill_last(entry[2], (raw_text, *reasons)))
             if keep:

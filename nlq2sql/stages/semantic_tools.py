@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import msgspec
-from msgspec import UNSET, UnsetType
+from pydantic import Field
 
 from nlq2sql.errors import ExcludedObjectError, InputError, Nlq2SqlError
+from nlq2sql.records.typed import Typed
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.prune import Exclusion
@@ -30,7 +30,7 @@ __all__ = ["CheckReport", "DimensionShown", "MetricShown", "Progress", "QueryChe
            "slowest", "sql_for", "v2_shape_hint"]
 
 
-class QueryCheck(msgspec.Struct, kw_only=True, omit_defaults=True):
+class QueryCheck(Typed):
     """One query ``check`` ran: what it asked, its row count or the error that stopped it, and
     how long compiling and running it took.  ``slow``: it ran past the time limit (not ``ok``,
     yet no failure of the layer: ``CheckReport.slow``, not ``failed``)."""
@@ -39,13 +39,13 @@ class QueryCheck(msgspec.Struct, kw_only=True, omit_defaults=True):
     dimension: str
     ok: bool
     seconds: float
-    rows: int | UnsetType = UNSET
-    error: str | UnsetType = UNSET
-    slow: bool = False
+    rows: int | None = None
+    error: str | None = None
+    slow: bool = False  # written when set (a timed-out query's)
 
 
-class CheckReport(msgspec.Struct, kw_only=True):
-    """What ``semantic check`` found (``--json`` prints it as it stands, in this key order)."""
+class CheckReport(Typed):
+    """What ``semantic check`` found (``--json`` prints it as it stands)."""
 
     semantic_model: str
     path: str
@@ -66,21 +66,21 @@ class CheckReport(msgspec.Struct, kw_only=True):
     excluded: list[Exclusion]  # what the data problems left out, and why: the rest is checked above
 
 
-class MetricShown(msgspec.Struct, kw_only=True):
+class MetricShown(Typed):
     label: str
     type: str
     description: str
     group_by: list[str]
 
 
-class DimensionShown(msgspec.Struct, kw_only=True):
+class DimensionShown(Typed):
     group_by: str
     model: str
     expr: str
     values: tuple[str, ...] | None
 
 
-class ShowReport(msgspec.Struct, kw_only=True):
+class ShowReport(Typed):
     """What ``semantic show`` prints: the derived vocabulary, values and years, and the JSON Schemas
     and regex sent to the server (those stay JSON documents: they are sent as they are)."""
 
@@ -95,23 +95,23 @@ class ShowReport(msgspec.Struct, kw_only=True):
     years: list[str]
     filter_fields: list[str]
     schema_mode: str
-    schema: dict[str, Any]
+    intent_schema: dict[str, Any] = Field(alias="schema")  # (``schema`` is a BaseModel method)
     query_schema: dict[str, Any]
     compact_regex: str
 
 
-class SqlResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+class SqlResult(Typed):
     """One intent's SQL (``nlq2sql sql``): the v2 query as compiled (with its kind) or the v1 intent
     as canonicalised (each a model's JSON dump), its parameters, and with ``execute`` the rows as
     DuckDB returned them."""
 
-    intent: dict[str, Any] | UnsetType = UNSET
-    query: dict[str, Any] | UnsetType = UNSET
-    kind: str | UnsetType = UNSET
+    intent: dict[str, Any] | None = None
+    query: dict[str, Any] | None = None
+    kind: str | None = None
     sql: str
     params: list[Any]
-    columns: list[str] | UnsetType = UNSET
-    rows: list[list[Any]] | UnsetType = UNSET
+    columns: list[str] | None = None
+    rows: list[list[Any]] | None = None
 
 
 #: ``check``'s progress callback: (queries done, queries in all, the one just done).
@@ -413,44 +413,44 @@ def v2_shape_hint(wh: Warehouse, data: Mapping[str, object]) -> str:
             f"(group_by, where, order_by and limit optional; a v1 intent names its 'intent')")
 
 
-class _Entity(msgspec.Struct):
+class _Entity(Typed):
     name: str
     type: str  # primary / foreign
     expr: str
 
 
-class _Granularity(msgspec.Struct):
+class _Granularity(Typed):
     time_granularity: str
 
 
-class _Dimension(msgspec.Struct, omit_defaults=True):
+class _Dimension(Typed):
     name: str
     type: str  # categorical / time
     type_params: _Granularity | None = None
 
 
-class _Measure(msgspec.Struct):
+class _Measure(Typed):
     name: str
     agg: str
     expr: str
 
 
-class _MeasureRef(msgspec.Struct):
+class _MeasureRef(Typed):
     measure: str
 
 
-class _Metric(msgspec.Struct):
+class _Metric(Typed):
     name: str
     label: str
     type: str
     type_params: _MeasureRef
 
 
-class _Defaults(msgspec.Struct):
+class _Defaults(Typed):
     agg_time_dimension: str
 
 
-class _Model(msgspec.Struct, omit_defaults=True):
+class _Model(Typed):
     """One table's semantic model as ``semantic init`` writes it (the YAML keys in this order; an
     empty list or an unset default is left out)."""
 
@@ -502,28 +502,28 @@ def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
                     primary = (name.lower() in (f"{one.lower()}_id", "id")
                                and not any(e.type == "primary" for e in entities)
                                and _unique(con, t, name))  # a key the data repeats would fan out every join
-                    entities.append(_Entity(name if name.lower() != "id" else f"{one}_id",
-                                            "primary" if primary else "foreign", name))
+                    entities.append(_Entity(name=name if name.lower() != "id" else f"{one}_id",
+                                            type="primary" if primary else "foreign", expr=name))
                 elif dtype in ("DATE", "TIMESTAMP") or dtype.startswith("TIMESTAMP"):
-                    dims.append(_Dimension(name, "time", _Granularity("day")))
+                    dims.append(_Dimension(name=name, type="time", type_params=_Granularity(time_granularity="day")))
                     time_dim = time_dim or name
                 elif dtype.startswith(_NUMERIC):
                     mname = f"total_{name}" if f"total_{name}" not in used else f"{t}_total_{name}"
                     used.add(mname)
-                    measures.append(_Measure(mname, "sum", name))
+                    measures.append(_Measure(name=mname, agg="sum", expr=name))
                 elif dtype == "VARCHAR" or dtype == "BOOLEAN":
                     n = con.execute(f'SELECT COUNT(DISTINCT "{name}") FROM "{t}"').fetchone()
                     if n is not None and n[0] <= max_categorical:
-                        dims.append(_Dimension(name, "categorical"))
+                        dims.append(_Dimension(name=name, type="categorical"))
             model = _Model(name=t, description=f"Table {t} (edit me).", model=f"ref('{t}')")
             if not any(e.type == "primary" for e in entities):
                 model.primary_entity = t  # MetricFlow: a model with dimensions needs a primary entity
             if time_dim:
-                model.defaults = _Defaults(time_dim)
-                measures.insert(0, _Measure(f"{t}_count", "count", "1"))
-                metrics.append(_Metric(f"{t}_count", f"{t} rows", "simple", _MeasureRef(f"{t}_count")))
-                metrics += [_Metric(m.name, m.name.replace("_", " "), "simple", _MeasureRef(m.name))
-                            for m in measures[1:]]
+                model.defaults = _Defaults(agg_time_dimension=time_dim)
+                measures.insert(0, _Measure(name=f"{t}_count", agg="count", expr="1"))
+                metrics += [_Metric(name=m.name, label=f"{t} rows" if i == 0 else m.name.replace("_", " "),
+                                    type="simple", type_params=_MeasureRef(measure=m.name))
+                            for i, m in enumerate(measures)]
             else:
                 measures = []
             model.entities, model.dimensions, model.measures = entities, dims, measures
@@ -532,7 +532,8 @@ def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
         con.close()
     head = ("# A starting semantic model generated by `nlq2sql semantic init` from "
             f"{db.name}.\n# Edit names, labels and joins, then run `nlq2sql semantic check`.\n")
-    doc = msgspec.to_builtins({"semantic_models": models, "metrics": metrics})  # the YAML document: the edge
+    doc = {"semantic_models": [m.model_dump(exclude_defaults=True) for m in models],  # the YAML document: the edge
+           "metrics": [m.model_dump() for m in metrics]}
     return head + yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -554,4 +555,4 @@ def _unique(con: Any, table: str, column: str) -> bool:
 
 def dumps(report: CheckReport | ShowReport) -> str:
     """A report as the CLI prints it: indented JSON, a value JSON cannot hold written as its ``str``."""
-    return json.dumps(msgspec.to_builtins(report, enc_hook=str), indent=2, default=str)
+    return json.dumps(report.to_json(), indent=2, default=str)

@@ -10,10 +10,9 @@ or new, and never scores one; scoring an item needs none of this.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
 from typing import Any
 
-from nlq2sql.records.item import UNSCORED, ItemRecord, present
+from nlq2sql.records.item import UNSCORED, ItemRecord
 from nlq2sql.records.summary_parts import (
     Abstention,
     AnswerFigures,
@@ -48,7 +47,7 @@ def confidence(rec: ItemRecord) -> float:
         return round(float(votes["share"]), 4)
     ev = rec.traces.get("intent_evidence")
     if ev:  # the model's share on the kind answered (a guardrail may have changed it)
-        return round(kind_share(ev, (present(rec.answer.final_intent) or {}).get("intent")), 2)
+        return round(kind_share(ev, (rec.answer.final_intent or {}).get("intent")), 2)
     return 1.0
 
 
@@ -86,13 +85,13 @@ class Summary:
         # table) when flushed -- by add, field_ok and result.
         self._pending: dict[int, list[Any]] = {}
 
-    def add(self, rec: ItemRecord | Mapping[str, Any]) -> None:
-        """Count one record (a flat one, as the offline scorers still make them, is read through the type)."""
+    def add(self, rec: ItemRecord) -> None:
+        """Count one record."""
         if self._pending:
             self._flush()
         self._add(rec, 1)
 
-    def add_shared(self, rec: ItemRecord | Mapping[str, Any]) -> None:
+    def add_shared(self, rec: ItemRecord) -> None:
         """Count one record that may be passed again as the same object (re-scoring's
         remembered records, :class:`nlq2sql.stages.rescore.RecordMemo`): the same figures as :meth:`add`.
 
@@ -104,8 +103,7 @@ class Summary:
         if entry is not None:
             entry[1] += 1
             return
-        if (any(rec.get(key) is not None for key in TIMING_KEYS) if isinstance(rec, ItemRecord)
-                else any(key in rec for key in TIMING_KEYS)):
+        if any(rec.get(key) is not None for key in TIMING_KEYS):
             self.add(rec)
             return
         if len(self._pending) >= PENDING_MAX:
@@ -117,48 +115,47 @@ class Summary:
             self._add(rec, times)
         self._pending.clear()
 
-    def _add(self, record: ItemRecord | Mapping[str, Any], times: int) -> None:
-        rec = record if isinstance(record, ItemRecord) else ItemRecord.from_json(record)
+    def _add(self, rec: ItemRecord, times: int) -> None:
         ans, j, traces = rec.answer, rec.judgement or UNSCORED, rec.traces
         self.n += times
         c = self.c
-        correct_raw, correct_final = bool(present(j.correct_raw)) * times, bool(present(j.correct_final)) * times
+        correct_raw, correct_final = bool(j.correct_raw) * times, bool(j.correct_final) * times
         c["correct_raw"] += correct_raw
         c["correct_final"] += correct_final
-        c["correct_exec"] += bool(present(j.correct_exec)) * times
-        raw_intent = present(ans.raw_intent)
+        c["correct_exec"] += bool(j.correct_exec) * times
+        raw_intent = ans.raw_intent
         c["schema_valid"] += (raw_intent is not None) * times
-        ivs = present(ans.interventions) or []
+        ivs = ans.interventions or []
         if ivs:
             c["intervened"] += times
             c["intervened_correct"] += all(iv["correct"] for iv in ivs) * times
             for iv in ivs:
                 self.rule_fired[iv["rule"]] += times
                 self.rule_correct[iv["rule"]] += bool(iv["correct"]) * times
-        self.status[present(ans.status) or ""] += times
-        self.final_status[present(ans.final_status) or ""] += times
-        final = present(ans.final_intent)
+        self.status[ans.status or ""] += times
+        self.final_status[ans.final_status or ""] += times
+        final = ans.final_intent
         self.final_intents[final["intent"] if final is not None else "invalid"] += times
-        c["executed"] += (present(ans.result_rows) is not None) * times
-        c["exec_error"] += (present(ans.exec_error) is not None) * times
-        self.errors_raw[present(j.error_raw) or "correct"] += times
-        self.errors_final[present(j.error_final) or "correct"] += times
-        self.finish[present(ans.finish_reason) or "n/a"] += times
-        gold = present(j.gold_intent)
+        c["executed"] += (ans.result_rows is not None) * times
+        c["exec_error"] += (ans.exec_error is not None) * times
+        self.errors_raw[j.error_raw or "correct"] += times
+        self.errors_final[j.error_final or "correct"] += times
+        self.finish[ans.finish_reason or "n/a"] += times
+        gold = j.gold_intent
         gold_kind: str = gold["intent"] if gold is not None else "none"  # (a summary is of scored records)
         self.gold_intents[gold_kind] += times
         self.pairs[(gold_kind, raw_intent["intent"] if raw_intent else "invalid")] += times
-        for f in set(present(j.wrong_fields_raw) or ()):
+        for f in set(j.wrong_fields_raw or ()):
             self.field_wrong[f] += times
-        scope = present(j.guardrail_scope)
+        scope = j.guardrail_scope
         if scope:
             fired_ok = {iv["rule"] for iv in ivs if iv["correct"]}
             for rid in scope:
                 self.rule_scope[rid] += times
                 self.rule_scope_correct[rid] += (rid in fired_ok) * times
-        answerable = present(j.answerable)
+        answerable = j.answerable
         v2 = answerable is not None  # a v2 record: the model may answer "unanswerable"
-        said_unanswerable = v2 and present(ans.unanswerable) is not None
+        said_unanswerable = v2 and ans.unanswerable is not None
         if said_unanswerable:  # in the curve at every cut-off: never covered, or right when it is right
             c["sel_out" if answerable else "sel_right"] += times
         elif v2 and traces.get("abstained") and not answerable:  # declined rightly: as said_unanswerable
@@ -169,14 +166,14 @@ class Summary:
                     and raw_intent is not None:
                 self.no_evidence += times
         elif v2:
-            self.selective[(confidence(rec), True, bool(present(j.correct_final)))] += times
+            self.selective[(confidence(rec), True, bool(j.correct_final))] += times
         if v2 or "abstained" in traces:  # unanswerable precision and recall, on every set that can abstain
             abstained = said_unanswerable or bool(traces.get("abstained"))
             c["abstention_scope"] += times
             c["gold_unanswerable"] += (v2 and not answerable) * times
             c["abstained"] += abstained * times
             c["abstained_right"] += (abstained and v2 and not answerable) * times
-        if present(j.gold_result_head) == []:  # a gold with no rows cannot tell right from wrong
+        if j.gold_result_head == []:  # a gold with no rows cannot tell right from wrong
             c["empty_gold"] += times
             if len(self.empty_gold_ids) < 5:
                 self.empty_gold_ids.append(rec.id)

@@ -292,7 +292,7 @@ def load_run(key: int, path: Path, shown: str | None = None) -> Run:
         summary = loaded
     else:
         notes.append("summary.json missing (an unfinished run?): headline figures computed from records.jsonl")
-        summary = headline(reader.cols).to_json_dict()  # (the page's data: JSON, as a summary read)
+        summary = headline(reader.cols).to_json()  # (the page's data: JSON, as a summary read)
     if reader.untyped:
         notes.append(f"{reader.untyped} line(s) of records.jsonl are not records, shown as read "
                      f"(first: {reader.first_untyped})")

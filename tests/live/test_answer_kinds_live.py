@@ -18,7 +18,7 @@ def test_free_sql_answers_are_sent_unconstrained_and_scored_in_the_sandbox(vllm_
     cfg = EvalConfig(evalset="heldout-v2", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
                      concurrency=2, limit=2, answer="sql", prompt="sql", guardrails=(),
                      sampling=Sampling(max_tokens=120))
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     manifest = json.loads((out / "manifest.json").read_text())
     assert summary["n"] == 2 and summary["answer"] == manifest["answer"] == "sql"

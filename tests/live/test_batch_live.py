@@ -37,7 +37,7 @@ def eval_record_keys() -> set[str]:
     wh = open_warehouse("retail")
     with make_executor(wh) as ex:
         rec = case_record(load_evalset("heldout", retail_wh()).cases[0], None, [], ex, catalog=wh.catalog)
-    return set(rec.to_json_dict(version=False)) | set(COMPLETION_KEYS) | {"record_version", "started", "concurrency",
+    return set(rec.to_json(version=False)) | set(COMPLETION_KEYS) | {"record_version", "started", "concurrency",
                                                                           "whitespace_chars", "chars"}
 
 

@@ -29,7 +29,7 @@ def test_the_canary_passes_on_a_server_that_enforces_the_schema(vllm_server: Loc
 
 def test_the_log_names_the_backend(vllm_server: LocalServer) -> None:
     found = effective_structured_outputs(vllm_server.log_path)
-    assert found is not None and found.written() == {
+    assert found is not None and found.to_json() == {
         "backend": "xgrammar", "disable_any_whitespace": True, "source": "server log"}
     # As an endpoint (no log to read): vLLM outside dev mode serves no /server_info.
     assert endpoint_structured_outputs(vllm_server.url, "EMPTY").backend == UNKNOWN_BACKEND

@@ -41,7 +41,7 @@ def test_two_stage_planner_chooses_then_answers_within_the_choice(vllm_server: L
     out = tmp_path / "planner"
     summary = run_eval(EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
                                   concurrency=4, limit=4, conditions=REGISTRY.from_options(planner="two-stage"),
-                                  sampling=Sampling(max_tokens=160))).to_json_dict()
+                                  sampling=Sampling(max_tokens=160))).to_json()
     recs = list(iter_records(out / "records.jsonl"))
     assert len(recs) == 4
     for r in recs:
@@ -61,7 +61,7 @@ def test_abstain_below_reads_the_intent_token_logprobs(vllm_server: LocalServer,
     summary = run_eval(EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
                                   concurrency=4, limit=4, guardrails=(),
                                   conditions=REGISTRY.from_options(abstain_below=0.5),
-                                  sampling=Sampling(max_tokens=160, schema="branches"))).to_json_dict()
+                                  sampling=Sampling(max_tokens=160, schema="branches"))).to_json()
     recs = list(iter_records(out / "records.jsonl"))
     assert len(recs) == 4
     for r in recs:

@@ -26,7 +26,7 @@ def test_eval_heldout_concurrent(vllm_server: LocalServer, tmp_path: Path) -> No
     cfg = EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url,
                      model=vllm_server.model_name, concurrency=8, limit=24,
                      sampling=Sampling(max_tokens=160), load=LoadShape(metrics_interval_s=0.1))
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = _records(out)
     ids = [r["id"] for r in recs]
     assert len(ids) == 24 and len(set(ids)) == 24

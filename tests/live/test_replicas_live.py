@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from nlq2sql.experiments import loadcheck
-from nlq2sql.records.item import present
 from nlq2sql.records.store import iter_records
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.endpoints import ReplicaSpec
@@ -44,7 +43,7 @@ def cfg(a: LocalServer, b: LocalServer, out: Path, **kw: object) -> EvalConfig:
 
 def test_two_replicas_serve_one_run_and_answer_identically(vllm_server: LocalServer, second: LocalServer,
                                                           tmp_path: Path) -> None:
-    summary = run_eval(cfg(vllm_server, second, tmp_path / "run", limit=8, concurrency=4)).to_json_dict()
+    summary = run_eval(cfg(vllm_server, second, tmp_path / "run", limit=8, concurrency=4)).to_json()
     recs = list(iter_records(tmp_path / "run" / "records.jsonl"))
     assert summary["outcomes"] == {"ok": 8} and len({r["id"] for r in recs}) == 8
     assert set(Counter(r["replica"] for r in recs)) == {"r0", "r1"}
@@ -56,7 +55,7 @@ def test_two_replicas_serve_one_run_and_answer_identically(vllm_server: LocalSer
     result = loadcheck.run_across_replicas(loadcheck.LoadCheckConfig(
         cfg(vllm_server, second, tmp_path / "lc", limit=4), levels=(1,), repeats=1, across_replicas=True))
     print(loadcheck.render_markdown(result))
-    across = present(result.across_replicas)
+    across = result.across_replicas
     assert across is not None and across["c1"].runs == 2
     assert across["c1"].identical_items == 4, result.divergent
 
@@ -88,7 +87,7 @@ def test_a_replica_killed_mid_run_loses_nothing(vllm_server: LocalServer, second
     # (cold) r1 once held two requests while r0 answered the other 14 (CI, 2026-12-05): its
     # answers came at the run's end, the kill after it, and no request ever met the dead r1.
     summary = run_eval(cfg(vllm_server, second, out, limit=n, concurrency=4, retry_budget=0.0,
-                           routing="round-robin")).to_json_dict()
+                           routing="round-robin")).to_json()
     seen["run_ended_at"] = time.monotonic()
     killer.join(timeout=5)
     if second.proc is not None and "killed_at" in seen:

@@ -30,7 +30,7 @@ def test_branch_schema_makes_inconsistent_intents_ungrammatical(vllm_server: Loc
     out = tmp_path / "branches"
     cfg = EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
                      concurrency=8, limit=8, sampling=Sampling(max_tokens=160, schema="branches"))
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = _records(out)
     assert len(recs) == 8 and all(r["outcome"] == "ok" for r in recs)
     finished = [r for r in recs if r["finish_reason"] == "stop"]
@@ -48,7 +48,7 @@ def test_shipped_warehouse_eval(vllm_server: LocalServer, tmp_path: Path, wareho
     out = tmp_path / warehouse
     cfg = EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
                      concurrency=4, limit=4, semantic_model=warehouse, sampling=Sampling(max_tokens=160))
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = _records(out)
     cat = load_catalog(warehouse)
     assert len(recs) == 4 and summary["n"] == 4
@@ -70,7 +70,7 @@ def test_byo_semantic_model_eval(vllm_server: LocalServer, tmp_path: Path) -> No
     cfg = EvalConfig(evalset=str(es), out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
                      concurrency=6, semantic_model=str(folder), warehouse=db, guardrails=(),
                      sampling=Sampling(max_tokens=160, schema="branches"))
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = _records(out)
     assert summary["n"] == 6 and len(recs) == 6
     cat = load_catalog(folder)
@@ -95,7 +95,7 @@ def test_v2_answer_is_constrained_to_metricflow_names_and_scored_by_rows(vllm_se
     cfg = EvalConfig(evalset="heldout", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
                      concurrency=6, limit=6, answer="query", prompt="query", guardrails=(),
                      sampling=Sampling(max_tokens=200))
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = _records(out)
     cat = load_catalog("retail")
     assert len(recs) == 6 and summary["n"] == 6 and summary["answer"] == "query"

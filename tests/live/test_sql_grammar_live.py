@@ -33,7 +33,7 @@ def test_sql_grammar_answers_name_only_the_warehouse(vllm_server: LocalServer, t
     cfg = EvalConfig(evalset="heldout-v2", out=out, endpoint=vllm_server.url, model=vllm_server.model_name,
                      concurrency=3, limit=3, answer="sql-grammar", prompt="sql", guardrails=(),
                      sampling=Sampling(max_tokens=160), conditions=REGISTRY.from_options(examples=2))
-    summary = run_eval(cfg).to_json_dict()
+    summary = run_eval(cfg).to_json()
     recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     manifest = json.loads((out / "manifest.json").read_text())
     assert summary["n"] == 3 and manifest["sampling"]["grammar_sha256"] == grammar.sha256
