@@ -1,7 +1,7 @@
 """Write docs/cli.md: every command and option of ``nlq2sql``, from the app itself.
 
 sqlite-utils style: the reference is generated from the code and drift-tested
-(``tests/test_docs.py``), so an option cannot ship undocumented.
+(``tests/integration/test_docs.py``), so an option cannot ship undocumented.
 
     .venv/bin/python scripts/gen_cli_docs.py [--check]
 """

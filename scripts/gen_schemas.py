@@ -5,7 +5,7 @@ Run after changing :class:`nlq2sql.stages.intent.Intent`, :class:`nlq2sql.stages
 :class:`nlq2sql.stages.goldsql.GoldSqlLine`, the run
 results (:mod:`nlq2sql.records.results`), the load tools' results (:mod:`nlq2sql.load.results`) or the
 default warehouse's semantic model (the intent schemas are the ``retail`` vocabulary's);
-``tests/test_schema.py`` fails while the committed files differ from what the models generate.
+``tests/unit/records/test_schema.py`` fails while the committed files differ from what the models generate.
 
     .venv/bin/python scripts/gen_schemas.py [--check]
 """

@@ -4,7 +4,7 @@ No LLM: two offline "models" answer every shipped held-out and adversarial set (
 tpch, flights) from the gold intents, wrong in one known way each:
 
 - ``false-ranking``: every breakdown answered as a top-10 ranking, descending (the seed's
-  error class; ``false_ranking_responses`` in tests/test_cli.py);
+  error class; ``false_ranking_responses`` in tests/integration/cli/test_cli.py);
 - ``false-breakdown``: every ranking answered as a plain breakdown (limit and order null;
   the error the issue measured for Qwen2.5-Coder-0.5B, which the lexical rules cannot fix).
 

@@ -23,7 +23,7 @@ Recipe (deterministic: same code → same bytes; ``--check`` verifies the commit
    punctuation → spaces; :func:`nlq2sql.stages.learned_guardrail.normalise_question`) equals a
    question of ``evalsets/*.jsonl`` or ``warehouses/*/evalsets/*.jsonl`` is dropped, as are
    duplicates within the set (first kept); the counts dropped are printed.
-   ``tests/test_learned_guardrail.py`` asserts the disjointness on the committed file.
+   ``tests/integration/conditions/test_learned_guardrail.py`` asserts the disjointness on the committed file.
 
 The templates were written by someone who had read the shipped sets (as were the lexical
 ``ranking`` rules' cues): the adversarial sets are therefore not a blind test of either

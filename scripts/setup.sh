@@ -90,7 +90,7 @@ elif command -v apt-get >/dev/null 2>&1; then
     $SUDO apt-get update -q
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
 else
-    echo "    no apt-get here: install Chromium yourself (tests/test_view.py fails without it)"
+    echo "    no apt-get here: install Chromium yourself (tests/integration/view/test_view.py fails without it)"
 fi
 done_step
 
@@ -100,7 +100,7 @@ if [[ -f "$ROOT/.cache/axe/node_modules/axe-core/axe.min.js" ]]; then
 elif command -v npm >/dev/null 2>&1; then
     npm install --no-audit --no-fund --silent --prefix "$ROOT/.cache/axe" "axe-core@4"
 else
-    echo "    no npm here: tests/test_view_pages.py's accessibility test needs it"
+    echo "    no npm here: tests/integration/view/test_view_pages.py's accessibility test needs it"
 fi
 done_step
 

@@ -1,4 +1,4 @@
-"""The probes' files on fixture inputs (cases of ``tests/test_load_golden.py``).
+"""The probes' files on fixture inputs (cases of ``tests/unit/load/test_load_golden.py``).
 
 The probes talk to a live server, so their golden cases replace the network with scripted
 answers: ``stream_chat`` (a streamed request's figures), ``scrape`` (a ``/metrics`` snapshot,

@@ -16,7 +16,7 @@ It declares what the harness would otherwise decide by comparing the kind's name
 - whether the model **writes SQL** (a sandbox per run, the ``search_path`` in the manifest).
 
 Which conditions apply to a kind stays declared by each condition (``Condition.answers``).
-Adding a kind is one module: a subclass with :func:`register` (``tests/test_answer_kinds.py``
+Adding a kind is one module: a subclass with :func:`register` (``tests/integration/answers/test_answer_kinds.py``
 declares one inside the test).  The built-ins below register when this module loads.
 """
 

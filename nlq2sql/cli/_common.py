@@ -32,7 +32,7 @@ from nlq2sql.paths import shipped_warehouses
 
 #: Every top-level command and command group, in the order ``nlq2sql --help`` lists them, with
 #: the module of ``nlq2sql.cli`` that registers it on :data:`app` (a new command is added here;
-#: ``tests/test_startup.py`` checks the table against what the modules register).
+#: ``tests/integration/cli/test_startup.py`` checks the table against what the modules register).
 COMMANDS: dict[str, str] = {
     "score": "main", "eval": "main", "serve": "main", "batch": "batch", "load-check": "experiments",
     "compact": "experiments", "matrix": "experiments", "compare": "experiments", "gate": "experiments",

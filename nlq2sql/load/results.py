@@ -6,7 +6,7 @@ team's dashboards), so its keys are declared here with ``extra="forbid"``: the o
 layer (:func:`.output.write_outputs`) validates a result before anything is written, and
 readers load it with :func:`load_result`, which names the file and field of a bad one.
 Results carry ``record_version`` (the one ``records.RECORD_VERSION``); those written before
-results were versioned have none and still load (``tests/test_load_results.py`` loads the
+results were versioned have none and still load (``tests/integration/load/test_load_results.py`` loads the
 committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer takes its
 model (the result as written), so a report cannot show a key the contract does not declare.
 Mappings remain only where the keys are open by nature:

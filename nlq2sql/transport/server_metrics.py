@@ -60,7 +60,7 @@ def parse_metrics(text: str) -> dict[str, float]:
     """Prometheus text → {logical name: value summed over label sets}.
 
     Read line by line for the names in ``GAUGES`` and ``COUNTERS`` only: equal to
-    ``prometheus_client``'s parser on those names (``tests/test_server_metrics.py``, on a real
+    ``prometheus_client``'s parser on those names (``tests/unit/transport/test_server_metrics.py``, on a real
     vLLM page) at ~30-50x less CPU per page (``benchmarks/bench_metrics_parse.py``) -- the full
     parser was most of the harness's own CPU in a CPU-server sweep."""
     totals: dict[str, float] = {}

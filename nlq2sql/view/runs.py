@@ -17,7 +17,7 @@ missing): it is still shown, and the run carries a note naming the first such li
 The columns are declared once (:func:`_row`) over an accessor of the flat keys; every line's
 are read from its parsed object, record or not: a record's flat keys are its parts' (the type
 round-trips the line byte for byte), the builder checks each value's type, and
-``tests/test_view_records.py`` holds the record's own accessor to the same columns on every
+``tests/integration/view/test_view_records.py`` holds the record's own accessor to the same columns on every
 committed record.  Reading the parsed object rather than the record's parts keeps 100k items
 as quick to load as before.
 """
