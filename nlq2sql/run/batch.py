@@ -1,39 +1,14 @@
 """Offline batch at scale: an eval set or a question file through Ray Data (or this process), records as shards.
 
-Why a second path beside ``eval --engine ray``: ``eval`` streams every record back to one
-driver process, which alone writes ``records.jsonl`` (flushed per item, so a killed run
-resumes exactly).  That is right for measured runs, but the driver is a single writer.  A
-batch of 10⁵–10⁶ questions is a data job: Ray Data takes the items, actors answer them and
-Ray Data's write tasks store the records as Parquet or JSONL **shards** (``out/records/``),
-with no record funnelled through the driver.  The driver only streams the shards at the end
-to compute the usual summary.  (The driver does hold the items it hands to
-``ray.data.from_items``: after the validating first pass, which needs every line anyway.)
-
-What stays the same as ``eval``: each actor answers with one ``item.ItemRunner`` (the same
-client, replica pool, retries, prompt, conditions, guardrails and scoring, for every answer kind
-and gold-SQL sets), so a record is the ``ItemRecord`` ``eval`` writes (typed until its shard line
-is written); the eval set is loaded as ``eval`` loads it (``answers.kinds.load_eval_set``); the options are
-validated by the same ``live.preflight``; the run's retry budget is one counter (a Ray actor)
-for all actors.  ``--engine local`` is the same job without Ray: this process answers the
-shards one after another with one ``ItemRunner`` and writes the same shards, summary and
-manifest (what a batch is asked, and what each engine can apply of it: ``batch_config``).
-What differs: the output is shards, each written whole by the actor that answered it
-(``batch_out``: a local directory, or ``s3://`` / ``gs://`` / ``file://`` through pyarrow's
-filesystems), ``summary.json`` last.  A batch killed at any point is continued by
-``--resume``: finished shards are kept, the rest are answered, and the shards, records and
-summary equal an uninterrupted run's.  The manifest is built and checked in ``batch_manifest``.
-
-Shards: shard *k* holds the input's *k*-th run of ``shard_rows`` items (a fixed cut, so a
-resumed batch puts every item where an uninterrupted one does), answered by one actor
-(``concurrency`` requests in flight per actor, ``actors`` actors; a record's ``concurrency``
-is its actor's), in item order.  A record holds nested values of mixed types (result rows mix
-strings and numbers, ``params`` too), which Arrow cannot type as columns, so every shard
-stores each record as its JSON text (a JSON edge by choice) -- the exact line
-``RecordWriter`` writes to ``records.jsonl``.  JSONL shards *are* such lines
-(``cat out/records/*.jsonl`` is an eval-style ``records.jsonl``); Parquet shards have two
-columns, ``id`` and ``record`` (that JSON text).  ``summary.records.sha256`` hashes those
-lines in shard order, so it is the same for both formats.
-"""
+A batch of 10⁵–10⁶ questions is a data job: actors answer items and Ray Data's write tasks store the
+records as shards under ``out/records/``, none funnelled through the driver (``eval`` has one writer).
+Each actor answers with one ``item.ItemRunner``, so a record is ``eval``'s ``ItemRecord``; eval set,
+preflight and the single retry budget are ``eval``'s too; ``--engine local`` is the same job in-process.
+Shard *k* holds the input's *k*-th run of ``shard_rows`` items, in item order: a fixed cut, so
+``--resume`` keeps finished shards and ends equal to an uninterrupted run. A record is stored as its
+exact ``records.jsonl`` line (Arrow cannot type its mixed values): JSONL shards are those lines,
+Parquet shards have columns ``id`` and ``record``; ``summary.records.sha256`` hashes the lines in
+shard order, so it is the same for both formats."""
 
 from __future__ import annotations
 

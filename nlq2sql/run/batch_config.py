@@ -1,15 +1,9 @@
-"""What a batch is asked: :class:`BatchConfig`, and what each engine can apply of it.
+"""What a batch is asked (:class:`BatchConfig`) and what each engine can apply of it.
 
-Below every other batch module (``run.batch`` drives the job, ``batch_manifest`` records it,
-``batch_vllm`` runs the model inside Ray Data): each reads the configuration from here, so none
-of them imports another to know what was asked.
-
-The engines: ``local`` answers in this process, ``ray`` in Ray Data actors; both answer each item
-with ``item.ItemRunner`` (the runner ``eval`` uses: every answer kind, every condition, gold-SQL
-sets), so their records are ``eval``'s.  ``ray-vllm`` runs vLLM inside Ray Data: it sends no
-request of ours, so it applies no condition, and it generates under the v1 intent schema and
-scores v1 golds only; what it cannot apply is refused by name before anything starts.
-"""
+Below the other batch modules, so each reads the configuration without importing another.
+``local`` and ``ray`` answer with ``item.ItemRunner``, so their records are ``eval``'s. ``ray-vllm``
+runs vLLM inside Ray Data and sends no request of ours: no condition, the v1 intent schema and v1
+golds only; what it cannot apply is refused by name before anything starts."""
 
 from __future__ import annotations
 

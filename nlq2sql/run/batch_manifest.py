@@ -1,10 +1,5 @@
-"""A batch's manifest: built once as :class:`~nlq2sql.records.batch_parts.BatchManifest`, checked
-against the one on disk when a batch is resumed, written by ``run.batch`` at the edge.
-
-Apart from ``run.batch`` (the driver: options, Ray, shards) because building it gathers what
-the run was asked and measured from every part of the configuration, and ``--resume`` reads the
-written one back through the same type; ``run.batch`` is left with the job itself.
-"""
+"""A batch's manifest: built once as :class:`~nlq2sql.records.batch_parts.BatchManifest` from every
+part of the configuration, checked against the one on disk on ``--resume``, written by ``run.batch``."""
 
 from __future__ import annotations
 

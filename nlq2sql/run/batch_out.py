@@ -1,24 +1,12 @@
-"""Where a batch writes: a local directory, or object storage through pyarrow's filesystems.
+"""Where a batch writes: a local directory, or ``s3://`` / ``gs://`` / ``file://`` through pyarrow.
 
-Why pyarrow's filesystems: on a cluster every node writes its own shards, so ``--out`` must be
-storage every node reaches -- on Kubernetes that is an S3 or GCS bucket, rarely a shared disk.
-Ray Data and pyarrow already speak ``s3://``, ``gs://`` and ``file://`` (``FileSystem.from_uri``:
-credentials and region from the environment, or as URI query parameters such as
-``?region=…&endpoint_override=…``), so the batch writes through them rather than through a
-client of its own.  Any other scheme is refused in one line before anything is written.
-
-Why shards are written whole: an object store has no append and no directory rename, and a
-resumed batch must tell a finished shard from a torn one.  So a shard is written under a
-hidden temporary name and moved to ``records/shard-NNNNNN.<fmt>`` when complete (on a bucket a
-server-side copy: the object appears whole or not at all); a shard file that exists is
-complete, and ``summary.json`` (written last) says the batch is.  What is written when:
-``manifest.json`` first, then ``records/``, the shards as they finish (in any order), the
-manifest again (its ``finished``) and ``summary.json`` last.
-
-Why credentials in the URI are refused: ``--out`` is recorded in the manifest and named in
-messages, and pyarrow would take ``s3://KEY:SECRET@bucket`` as keys.  They come from the
-environment (``AWS_*``, GCP's default credentials) or the node's role, never from ``--out``.
-"""
+Every node writes its own shards, so ``--out`` is storage all reach, through pyarrow's filesystems
+(credentials and region from the environment or URI parameters like ``?region=…``). Other schemes
+are refused before anything is written; so are credentials in the URI (``s3://KEY:SECRET@…``):
+``--out`` is recorded and shown, keys come from the environment or the node's role.
+An object store has no append or rename: a shard is written under a hidden temporary name and moved
+to ``records/shard-NNNNNN.<fmt>`` when complete, so a shard file that exists is complete. Order:
+``manifest.json``, shards (any order), the manifest again (``finished``), ``summary.json`` last."""
 
 from __future__ import annotations
 

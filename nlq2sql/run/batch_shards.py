@@ -1,14 +1,8 @@
 """A batch's output: record shards (Parquet or JSONL) and the summary streamed back from them.
 
-Every batch engine (``run.batch``: this process or Ray Data actors over HTTP; ``run.batch_vllm``
-inside Ray Data) writes the same shards through here and reads the same items, so no engine
-imports another.
-
-A record is an :class:`~nlq2sql.records.item.ItemRecord` until it is written; what crosses to
-Ray Data and lies in a shard is its flat JSON line (``encode_record``), and a line read back from
-a shard is a JSON value again (``iter_shard_records``): the shards are a JSON edge by choice (Arrow
-cannot type a record's mixed values as columns, and the lines are ``records.jsonl``'s byte for byte).
-"""
+Every batch engine writes and reads shards here, so no engine imports another. A record is an
+``ItemRecord`` until written; in a shard it is its flat JSON line (``encode_record``), read back as a
+JSON value (``iter_shard_records``): a JSON edge by choice, ``records.jsonl``'s lines byte for byte."""
 
 from __future__ import annotations
 

@@ -1,34 +1,12 @@
 """``batch --engine ray-vllm``: the model runs inside Ray Data (``ray.data.llm``), no server.
 
-Ray Data's LLM processor (chat template → tokenize → vLLM engine → detokenize, each a Ray
-Data stage) generates every answer with per-row structured outputs (guided JSON: the intent
-schema of the warehouse, as the HTTP path sends it); a post-processing step scores the
-answer with the same ``score.intent_record`` (with or without a gold) and writes the same record keys.
-
-Made to run on the CPU build of vLLM (0.32) with Ray 2.60; three things stop it otherwise,
-each met here (measured on this machine, see the README's "Batch on Ray Data"):
-
-* the engine stage asks Ray for a ``{"GPU": 1, "CPU": 1}`` bundle per engine unless given a
-  placement group, so on a cluster without GPUs it waits forever ("No available node types
-  can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}"): without GPUs we pass
-  ``placement_group_config={"bundles": [{"CPU": 1}]}``;
-* its engine metrics need Ray Serve (vLLM's ``RayPrometheusMetric`` imports ``ray.serve``;
-  without ``ray[serve]`` the engine dies with "RayPrometheusMetric requires Ray to be
-  installed."): ``log_engine_metrics=False``;
-* a schema given as a dict travels through Arrow, whose nested lists come back as numpy
-  arrays ("Failed to transform json schema into a grammar: Object of type ndarray is not
-  JSON serializable"): the schema goes as its JSON text.
-
-Record fields a server measures and Ray Data does not report are ``null`` (``ttft_s``,
-``itl_*``, ``started``, ``http_status``); ``latency_s`` is the engine's time for the row,
-``finish_reason`` is inferred (``length`` when the answer used all of ``max_tokens``).
-
-Types: the engine's keyword arguments are built as :class:`~nlq2sql.records.manifest_parts.EngineArgs`
-(the manifest records that value); a record is an ``ItemRecord`` until ``_finish`` hands its line to
-Ray Data.  The rows ``_prepare`` and ``_finish`` take and return are Ray Data's (columns by name, as
-Arrow carries them), and a row's ``sampling_params`` are the keyword arguments of vLLM's
-``SamplingParams`` that Ray Data passes on: both JSON edges, plain dicts by nature.
-"""
+Answers are generated under per-row guided JSON (the warehouse's intent schema) and scored with
+``score.intent_record`` into the same record keys. To run on vLLM's CPU build: without GPUs a
+one-CPU placement group (else the engine waits for a GPU bundle forever); ``log_engine_metrics=False``
+(the metrics need ``ray[serve]``); the schema as JSON text (Arrow turns a dict's lists into arrays).
+What Ray Data does not report is ``null`` (``ttft_s``, ``itl_*``, ``started``, ``http_status``);
+``latency_s`` is the engine's time for the row; ``finish_reason`` is ``length`` when all of
+``max_tokens`` was used. Ray Data rows and ``sampling_params`` are JSON edges (plain dicts)."""
 
 from __future__ import annotations
 

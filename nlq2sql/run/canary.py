@@ -1,24 +1,11 @@
 """The structured-output canary: one short request whose constraint the server must enforce.
 
-A server that silently ignores ``structured_outputs`` (vLLM's removed ``guided_json`` field
-answers HTTP 200, unconstrained; a backend has dropped keywords in past releases; a gateway
-may strip the field) is the worst failure this harness can have: every later number would
-measure free text as if it were constrained.  So before a run writes anything it asks the
-model to echo JSON that breaks the canary schema three ways at once -- an enum value outside
-the vocabulary, an extra property, and (under the compact grammar) whitespace between tokens.
-A server that enforces the schema cannot produce any of them; one that does not, given that
-instruction, produces at least one.  A violation stops the run with one clear line (exit 2).
-
-Every constraint mode the harness sends is canaried in its own kind: the JSON Schema (``json``,
-``response_format``), a regex (the compact experiment's), a choice (the two-stage planner's first
-stage) and a grammar (the ``sql-grammar`` answer's), each a constraint whose language is the same
-two answers (``{"color":"red"}`` / ``{"color":"green"}``; the choice: ``red`` / ``green``), so
-one reply judges them all.  A server that enforces JSON Schemas but drops a regex or grammar
-field is as silent as one that drops them all.
-
-A reply cut off by ``max_tokens`` is judged on what it wrote: it passes only while it is still
-a prefix of an allowed answer (a weak model under the grammar may spell slowly).
-"""
+A server that silently ignores the constraint would make every later number measure free text as if
+constrained. So before a run writes anything the model is asked to echo JSON that breaks the canary
+three ways (an enum value outside the vocabulary, an extra property, whitespace under the compact
+grammar); any of them stops the run with one line (exit 2). Each constraint kind sent (JSON Schema,
+regex, choice, grammar) is canaried over the same two answers (``{"color":"red"}`` / ``"green"``);
+a reply cut off by ``max_tokens`` passes only while it is a prefix of an allowed answer."""
 
 from __future__ import annotations
 

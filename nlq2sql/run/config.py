@@ -1,9 +1,6 @@
-"""What a run evaluates, how a local server is started and the load shape -- and the checks a
-run makes before it writes anything (options, API key, the endpoint itself).
-
-A library caller gets the same validation as the CLI: ``run_eval`` and every load mode call
-:func:`validate` (or :func:`preflight`) on the one :class:`EvalConfig` they were given.
-"""
+"""What a run evaluates, how a local server is started and the load shape, and the checks made before
+anything is written (options, API key, endpoint): ``run_eval`` and every load mode call
+:func:`validate` or :func:`preflight`, so a library caller is checked as the CLI is."""
 
 from __future__ import annotations
 

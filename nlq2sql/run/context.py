@@ -1,22 +1,12 @@
 """The context a run needs: every prompt it will send, counted in the model's own tokens.
 
-A local server started for a run gets ``--max-model-len`` sized from the longest prompt plus
-``max_tokens`` (rounded up to a multiple of :data:`ROUND_TO`), within the model's own limit
-(``max_position_embeddings``); where nothing can count them (a folder without a tokenizer) it
-keeps :data:`DEFAULT_CONTEXT` and says so; an explicit ``--max-model-len`` is honoured, but a prompt that
-cannot fit it is refused.  A run against an endpoint checks its prompts against the endpoint's
-``max_model_len`` (vLLM's ``/v1/models``).  Either way the refusal comes before the server starts
-or any request is sent, naming the item and the sizes: a request that cannot fit would only come
-back as ``context_overflow``.
-
-Prompts are counted as vLLM renders them: the chat template applied to the item's messages
-(the prompt, then every condition's ``before``: examples, value hints, linking) with the generation
-prompt, tokenised without adding special tokens again.  The tokenizer is the model's own where
-the model is a local folder (an alias of ``run.models`` or a folder path); otherwise an endpoint's
-``/tokenize`` (vLLM offers it) counts them; where neither can, the run says it could not check.
-The planner's first stage adds a short question to the system message but asks for at most 12
-tokens, so the item's own prompt plus ``max_tokens`` bounds it.
-"""
+A local server gets ``--max-model-len`` = longest prompt + ``max_tokens``, rounded up to
+:data:`ROUND_TO`, within ``max_position_embeddings`` (:data:`DEFAULT_CONTEXT`, said, if nothing can
+count); an explicit value is honoured. An endpoint's ``max_model_len`` is read from ``/v1/models``.
+A prompt that cannot fit is refused, naming item and sizes, before any server or request. Prompts
+are counted as vLLM renders them (chat template over the prompt and each condition's ``before``,
+generation prompt, no special tokens added) by the local model's tokenizer, else the endpoint's
+``/tokenize``, else the run says it could not check."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""How a run's endpoint came to be (:class:`EndpointFacts`): given, or a local server started here.
-
-``run.live.bound_endpoint`` states it; every load result writes it as its ``server``.  Declared
-here, in the layer that binds the endpoint, so the binding builds the type itself and the load
-modes above read it, rather than the binding handing up a dict for ``load`` to convert.
-"""
+"""How a run's endpoint came to be (:class:`EndpointFacts`): given, or a local server started here;
+declared where the endpoint is bound, so load results above write it typed as their ``server``."""
 
 from __future__ import annotations
 

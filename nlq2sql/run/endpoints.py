@@ -1,10 +1,5 @@
-"""Where a run sends its requests, checked before anything is started or written.
-
-The endpoint URLs (``--endpoint``, ``--endpoints-file``), the fleet's routing names and the
-Ray cluster's address are validated here, at the bottom of ``run/``: the configuration
-(``run.config``), the replica pool (``run.pool``) and the Ray engine all check the same way
-without importing one another.
-"""
+"""Where a run sends its requests, checked before anything is started or written: endpoint URLs,
+routing names and the Ray address, at the bottom of ``run/`` so every caller checks them alike."""
 
 from __future__ import annotations
 

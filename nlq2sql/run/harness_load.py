@@ -1,15 +1,8 @@
-"""Is the harness itself the bottleneck?  Event-loop lag and the client's own CPU time.
+"""Is the harness itself the bottleneck? Event-loop lag and the client's own CPU time.
 
-A client that cannot keep up measures itself, not the server: requests start late, and
-TTFT and latency include time spent waiting for the event loop.  Every live run records,
-per client process, its CPU time over the session (as a share of one core) and how late a
-timer that should fire every ``interval_s`` actually fires (the loop lag).  The summary says
-*saturated* when the lag's p95 or the CPU share crosses a stated threshold, so a figure
-measured by a starved client is flagged instead of being believed.
-
-The figures are built as the summary's own type (``records.run_parts.Harness``, a pydantic
-model: it pickles across a worker's pipe or from a Ray actor as it is), so they are declared once.
-"""
+A starved client measures itself, not the server. Every live run records per client process its CPU
+share of one core and how late a timer due every ``interval_s`` fires; the summary says *saturated*
+when the lag's p95 or the CPU share crosses a stated threshold."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """One item's live path: prompt → request (over the replica pool) → score → record.
 
-``ItemRunner`` holds what one process needs to answer items (warehouse, guardrails, prompt,
-example bank, replica pool, DuckDB executor) and turns a case into its record.  Every
-engine uses it unchanged: the in-process run (``live``), worker processes and Ray actors
-(``workers``) and Ray Data's batch actors (``batch``), so a record does not depend on where it
-was made.  An item without a gold (``answer.Question``) is answered, not scored.
-"""
+``ItemRunner`` turns a case into its record; every engine uses it unchanged, so a record does not
+depend on where it was made. An item without a gold is answered, not scored."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Live evaluation: evalset × endpoint → records, at a fixed concurrency.
 
-Items are scored and appended to ``records.jsonl`` the moment they complete; ``resume``
-finishes an interrupted run with every item exactly once.  When no endpoint is given, a
-local vLLM is started (and always stopped) for the run.
-"""
+Records are appended to ``records.jsonl`` as items complete; ``resume`` finishes an interrupted run
+with every item exactly once. Without an endpoint a local vLLM is started, and always stopped."""
 
 from __future__ import annotations
 

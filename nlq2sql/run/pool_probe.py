@@ -1,9 +1,5 @@
-"""How the pool asks a replica whether it is well: the half-open probe (one small real chat
-request, answered by the run's model) and the ``/models`` check.
-
-Apart from :mod:`nlq2sql.run.pool` (the breakers that act on the answers) because these are
-plain HTTP requests that know nothing of replicas, and so that module stays under the size limit.
-"""
+"""How the pool asks a replica whether it is well: the half-open probe (one real chat request,
+answered by the run's model) and the ``/models`` check; plain HTTP, knowing nothing of breakers."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """``--engine ray``: the client workers as Ray actors, spread over a cluster.
 
-Nothing here is a home-made RPC: each worker is an async actor running
-``worker.ItemWorker`` (the code a local worker process runs), each item one actor task, so
-the driver knows which items an actor holds and a dead actor is seen at once (its tasks fail
-with ``ActorDiedError``); the run's retry budget is one small actor.  Without
-``--ray-address`` a local Ray is started for the run (2 CPUs at most, a small object store,
-its session files under the project's cache); with one, the run joins that cluster (every
-node needs nlq2sql installed, as for any Ray job, and must reach the endpoints).
-"""
+Each worker is an async actor running ``worker.ItemWorker``, each item one actor task, so the driver
+knows what an actor holds and sees a dead one at once; the retry budget is one small actor. Without
+``--ray-address`` a local Ray is started (2 CPUs at most, sessions under the cache); with one the run
+joins that cluster (each node needs nlq2sql and must reach the endpoints)."""
 
 from __future__ import annotations
 

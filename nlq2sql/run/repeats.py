@@ -1,13 +1,8 @@
 """Repeated runs: the same items N times, each repeat in its own seeded order.
 
-One run says little about a small eval set: a server's nondeterminism and the batch an item
-lands in move single answers.  ``eval --repeats N`` writes ``OUT/r0 … OUT/r{N-1}`` (each a
-whole run: manifest, records, summary, its own order ``load.order_seed = seed + k``) and
-``OUT/repeats.json``: accuracy and latency as mean ± CI across repeats, and an item-level
-accuracy whose standard error is clustered by ``pair_id`` (paraphrases of one question are
-not independent evidence).  A record's identity is (repeat directory, item id), so resume
-finishes each repeat exactly once: a finished repeat is kept, an interrupted one resumed.
-"""
+``eval --repeats N`` writes whole runs ``OUT/r0 … OUT/r{N-1}`` (``load.order_seed = seed + k``) and
+``OUT/repeats.json``: mean ± CI across repeats, and item-level accuracy with standard error clustered
+by ``pair_id`` (paraphrases are not independent). Resume keeps finished repeats, resumes the rest."""
 
 from __future__ import annotations
 

@@ -1,26 +1,12 @@
 """``nlq2sql score --run DIR``: a finished run re-derived from its own manifest and records.
 
-Everything the scoring needs is read from the run: the answer kind, the guardrails (a learned one's
-artefact checked by its sha256), the layer (semantic model, database, ``--db-schema``, the SQL
-search path) and the eval set (its golds, checked by sha256).  Each record is scored again from its
-recorded raw text by the answer kind's scorer, the one a live run uses
-(:func:`nlq2sql.answers.offline.recorded_scorer`, for every kind and gold-SQL sets); what
-no scorer derives -- the request (timings, tokens, attempts), the conditions' per-item choices
-(examples, linked values, votes) and the load stamp -- is carried from the recorded line, and
-abstention is decided again from its recorded evidence; an item a responses file left unanswered
-is re-derived as ``missing``.  The example bank is not read in scoring (each item's ``example_ids``
-are carried): whether it is unchanged is said, not required.  The summary's figures are re-derived from
-the new records (:func:`nlq2sql.stages.pipeline.summarise_file`); what a live session measured
-(outcomes, throughput, harness, server metrics, compiles, retries) is carried; the records' digest is
-the new one.  The manifest is copied as it is (its ``started``/``finished`` are the run's).  With
-the same inputs the output's ``records.jsonl``, ``summary.json`` and ``manifest.json`` are the
-original's as parsed JSON (each line keeps its ``record_version``; the summary's records digest is
-of the bytes written, so it is not compared); ``rescore.json`` says what was checked and whether they are.
-
-A layer or database whose content is no longer the run's is refused, naming the manifest field and
-both values: the layer by ``layer_sha256`` (content, not path nor file hash), the data by
-``db_sha256``, the eval set by ``evalset_sha256``, a learned guardrail by its ``artefact_sha256``.
-"""
+Answer kind, guardrails, layer and eval set are read from the run; each record is scored again from
+its raw text by the live scorer (:func:`nlq2sql.answers.offline.recorded_scorer`); what no scorer
+derives (request figures, conditions' per-item choices, load stamp) is carried and abstention decided
+again; summary figures are re-derived, session measurements carried, the manifest copied. With the
+same inputs the three files equal the original's as parsed JSON; ``rescore.json`` says what was
+checked. Refused, naming the field and both values: changed layer content (``layer_sha256``), data
+(``db_sha256``), eval set (``evalset_sha256``) or learned guardrail (``artefact_sha256``)."""
 
 from __future__ import annotations
 

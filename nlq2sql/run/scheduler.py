@@ -1,9 +1,7 @@
 """When items are sent: a closed loop (a fixed number in flight) or an open loop (arrivals).
 
-A scheduler only decides *when* ``handle(case, scheduled)`` starts; what an item does is
-``item.ItemRunner``'s business.  Both return how many items they sent: with a deadline
-(``--duration``) the rest are *not sent*, never counted as failures.
-"""
+Both return how many items they sent: past a ``--duration`` deadline the rest are *not sent*, never
+counted as failures."""
 
 from __future__ import annotations
 

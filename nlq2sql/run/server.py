@@ -1,10 +1,7 @@
 """Start and stop a local vLLM (CPU) OpenAI-compatible server.
 
-The server runs in its own process group so that :meth:`LocalServer.stop` can take down
-the API server and its engine worker together; every started server is also stopped at
-interpreter exit. Only one server fits on a small machine, so callers should use
-:class:`LocalServer` as a context manager.
-"""
+Its own process group lets :meth:`LocalServer.stop` end API server and engine together; any started
+server is stopped at interpreter exit. Use :class:`LocalServer` as a context manager."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""What the local vLLM is asked to be beyond its model: the structured-output backend and
-batch-invariant mode -- and what it says it became.
-
-The backend is a server setting (vLLM ignores a per-request one), so a run records the backend
-the engine *logged* at start-up, not the flag it was given.  Batch invariance is checked against
-the platform of the interpreter that will serve: the installed vLLM has kernels for it only on
-GPUs (and XPU), and a CPU run must be refused with the reason rather than silently unchanged.
-"""
+"""What the local vLLM is asked to be beyond its model (structured-output backend, batch-invariant
+mode) and what it says it became: the run records the backend the engine *logged* at start-up,
+and batch invariance on a CPU (kernels exist only for GPUs and XPU) is refused with the reason."""
 
 from __future__ import annotations
 

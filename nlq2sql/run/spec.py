@@ -1,17 +1,9 @@
 """One run specification: what a run asks of the model, every command the same way.
 
-A :class:`RunSpec` is the model, the answer kind, the prompt, the guardrails, the conditions
-(``conditions.registry``), the sampling (temperature, max_tokens), the structured mode and the
-warehouse and layer (semantic model, database, dbt options, search path).  It is what ``eval``,
-``load-check``, ``tune``, ``sweep``, ``matrix`` and ``batch`` take from their "Run spec" options
-(``cli._spec.spec_options``), from a named preset (:mod:`nlq2sql.run.presets`) or from a recorded
-run (:meth:`RunSpec.from_run`), and what a run records (the manifest's ``spec`` section), so any run
-can be repeated.  It is applied onto the rest of a run's settings with :meth:`RunSpec.apply`.
-
-Values travel in one flat form (:meth:`RunSpec.values`, :meth:`RunSpec.build`): the field names
-below and every registered condition's setting names (``examples``, ``link_values``…), so a
-preset, a recorded run and the command line are merged key by key, the later winning.
-"""
+A :class:`RunSpec` comes from a command's "Run spec" options, a preset (:mod:`nlq2sql.run.presets`)
+or a recorded run (:meth:`RunSpec.from_run`); the manifest records it, so any run can be repeated.
+Values travel flat (:meth:`RunSpec.values`, :meth:`RunSpec.build`): field names plus every registered
+condition's settings, merged key by key, the later winning."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """The ``sql-grammar`` answer in a run: bind the warehouse's grammar, probe the server with it first.
 
-A grammar the server cannot compile fails *every* request with HTTP 400 ("Invalid grammar
-specification."): without a probe, a run would record N identical request errors and call them
-the arm's accuracy.  So one request carrying the grammar goes first; a refusal is one clear
-error naming the server's reason before any item runs or any output is written.  The grammar
-(text and sha256) goes in the manifest's ``sampling``, as the query answer's JSON Schema does.
-"""
+A grammar the server cannot compile fails every request (HTTP 400), so a refusal of the probe is one
+error with the server's reason before any item or output. The grammar and its sha256 go in ``sampling``."""
 
 from __future__ import annotations
 

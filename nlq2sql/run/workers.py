@@ -1,22 +1,10 @@
 """Past one core: client worker processes on this machine, or Ray actors on a cluster.
 
-One Python event loop tops out at a few hundred to a thousand streamed requests per second
-(the client benchmark), below what a fleet of replicas serves.  ``--workers N`` runs N
-client processes; ``--engine ray`` runs them as Ray actors, spread over a cluster.  Both
-use the same worker body (``worker.serve_items``) and the same ``item.ItemRunner``, so a record is
-the same wherever it was made:
-
-* items go out from **one queue** (whoever is free takes the next), and the run's
-  concurrency is split over the workers, so the cap stays global;
-* the retry budget is **one** counter for the run (shared memory locally, a Ray actor on a
-  cluster);
-* records stream back to this process, which alone writes ``records.jsonl`` (in completion
-  order, flushed per record), so resume after a kill is exact, as for one process;
-* a worker process dies with its driver: on Linux the kernel kills it the moment the driver
-  dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)``, set as the worker starts), and everywhere a
-  watchdog thread ends it within ``PARENT_POLL_S`` of its parent changing -- requests in
-  flight, retry waits and all: a killed driver's workers send nothing more.
-"""
+``--workers N`` and ``--engine ray`` run the same worker body and ``item.ItemRunner``. Items go out
+from one queue with the concurrency split over workers (a global cap); the retry budget is one counter;
+records stream back to this process, the only writer of ``records.jsonl`` (flushed per record, so
+resume is exact). A worker dies with its driver: ``PR_SET_PDEATHSIG`` on Linux, and a watchdog
+within ``PARENT_POLL_S`` everywhere, so a killed driver's workers send nothing more."""
 
 from __future__ import annotations
 

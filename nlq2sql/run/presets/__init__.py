@@ -1,11 +1,8 @@
 """Named run specifications (``--preset NAME``), one module each, registered by name.
 
-A preset is a :class:`Preset`: its name, one line of help and flat spec values (the keys
-:meth:`nlq2sql.run.spec.RunSpec.build` takes: fields and condition settings).  A module of this
-package registers its preset with :func:`register` when :func:`presets` first runs (every module
-here is imported then), so adding a preset is adding a module; a module elsewhere (a test's, a
-team's) registers the same way once imported.  Options given on the command line win over it.
-"""
+A :class:`Preset` is a name, one line of help and flat spec values (keys of
+:meth:`nlq2sql.run.spec.RunSpec.build`). Modules here register with :func:`register` when
+:func:`presets` first runs (a module elsewhere once imported). Command-line options win over it."""
 
 from __future__ import annotations
 
