@@ -1,10 +1,8 @@
 """Run built queries on DuckDB (read-only, no external access, timed out) and compare.
 
-Results are compared the way Spider's test-suite does: as a multiset of rows when order
-does not matter, as a sequence when the intent implies an order; floats are compared
-after rounding to ``FLOAT_DIGITS`` significant digits.  Results are memoised by
-(SQL, params), so the thousands of items that share a query execute it once.
-"""
+Results compare as in Spider's test suite: a multiset of rows, or a sequence when the intent implies
+an order; floats after rounding to ``FLOAT_DIGITS`` significant digits. Results are memoised by
+(SQL, params), so the many items sharing a query execute it once."""
 
 from __future__ import annotations
 

@@ -1,28 +1,15 @@
 """Eval sets whose golds are SQL: the format of Spider, BIRD, defog's sql-eval and most query logs.
 
 A line is ``{"id", "question", "gold_sql": str | [str, ...] | null, "answerable"?, "ordered"?,
-"category"?, "tags"?, "pair_id"?, "source_sql"?, "source_dialect"?}``.  ``gold_sql`` as a list
-gives acceptable alternatives (an answer is right when it returns the rows of ANY of them);
-``null`` with ``answerable: false`` marks a question the warehouse cannot answer (the model
-should abstain).  ``source_sql``/``source_dialect``: the gold as a benchmark first stated it,
-before ``evalset import --dialect`` transpiled it to DuckDB (kept for the record, never run).
-
-Derived when absent, from the first gold SQL as sqlglot (DuckDB dialect) reads it:
-
-- ``ordered``: the statement orders its result at the top level (an outermost ``ORDER BY``);
-  rows are then compared in order, else as a multiset.
-- ``category`` (:func:`derive_category`), the first rule that holds:
-  ``time_series`` (a GROUP BY key is a date truncation or extraction: ``date_trunc``,
-  ``time_bucket``, ``strftime``, ``EXTRACT``, ``year()`` …), ``top_n`` (an outermost ORDER BY
-  with a LIMIT), ``breakdown`` (GROUP BY with an aggregate), ``aggregate`` (an aggregate, no
-  GROUP BY), else ``listing``.  An unanswerable line's category is ``unanswerable``.
-
-A file is a gold-SQL set when its lines carry ``gold_sql``; a file mixing such lines with
-lines of another kind (``gold``) is refused.  Every problem of the file is reported at once
-(:class:`~nlq2sql.errors.EvalSetProblems`, file, line and field each).  The set binds to the warehouse the run
-names (``--semantic-model``/``--db``), like the other sets; its SQL runs there with DuckDB's
-``search_path`` set by :func:`layer_search_path` (or ``--search-path``).
-"""
+"category"?, "tags"?, "pair_id"?, "source_sql"?, "source_dialect"?}``. A list gives alternatives
+(right when the rows of ANY match); ``null`` with ``answerable: false`` is a question to abstain on;
+``source_sql``/``source_dialect`` keep the gold as first stated, before transpiling (never run).
+When absent, from the first gold as sqlglot (DuckDB) reads it: ``ordered`` = an outermost
+``ORDER BY``; ``category`` (:func:`derive_category`) = the first of ``time_series`` (a date
+truncation or extraction in GROUP BY), ``top_n`` (outer ORDER BY with LIMIT), ``breakdown``,
+``aggregate``, ``listing``; ``unanswerable`` for an unanswerable line. Lines mixing ``gold_sql`` and
+``gold`` are refused; every problem is reported at once (:class:`~nlq2sql.errors.EvalSetProblems`).
+The SQL runs on the run's warehouse with ``search_path`` from :func:`layer_search_path` (or ``--search-path``)."""
 
 from __future__ import annotations
 

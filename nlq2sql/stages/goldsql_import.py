@@ -1,23 +1,13 @@
 """``nlq2sql evalset import``: question files of common formats → a gold-SQL set (:mod:`.goldsql`).
 
-Formats (``auto`` picks by extension and columns):
-
-- ``csv`` / ``jsonl``: a question column and a SQL column (``--question-col``, ``--sql-col``;
-  optional ``--id-col``, ``--category-col``).
-- ``spider`` / ``bird``: a JSON list of ``{"question", "query" | "SQL", "db_id"}`` (``--db-id``
-  keeps one database's items).  BIRD's ``evidence`` is appended to the question as ``Hint: …``
-  (BIRD's own prompts give it to the model) and its ``difficulty`` becomes a tag.
-- ``defog``: defog's sql-eval CSV (``question,query,db_name,query_category[,...]``; ``--db-id``
-  filters on ``db_name``).  A gold that lists acceptable statements separated by ``;``, or
-  acceptable columns as ``{a, b}``, becomes alternatives: each statement, and each non-empty
-  subset of the braced columns (``GROUP BY {}`` takes the same columns), as sql-eval expands them.
-
-``--dialect`` (sqlglot's names: postgres, sqlite, mysql, …) transpiles each gold to DuckDB;
-default: ``sqlite`` for Spider and BIRD, ``postgres`` for defog, none (DuckDB already) for
-CSV/JSONL.  A transpiled gold keeps its original as ``source_sql`` with ``source_dialect``.
-Ids: the id column, else ``<db_id or file stem>-<n>`` with ``n`` the item's position in the source
-(stable under ``--db-id``).  Every problem of the source is reported at once (line, column).
-"""
+Formats (``auto`` picks by extension and columns): ``csv`` / ``jsonl`` (``--question-col``,
+``--sql-col``, optional ``--id-col``, ``--category-col``); ``spider`` / ``bird`` (a JSON list;
+``--db-id`` keeps one database; BIRD's ``evidence`` is appended as ``Hint: …``, its ``difficulty``
+is a tag); ``defog`` (sql-eval's CSV; ``;``-separated statements and ``{a, b}`` columns become
+alternatives as sql-eval expands them). ``--dialect`` (sqlglot's names) transpiles golds to DuckDB,
+by default ``sqlite`` for Spider/BIRD, ``postgres`` for defog, none for CSV/JSONL; the original is
+kept as ``source_sql``. Ids: the id column, else ``<db_id or file stem>-<n>`` by source position
+(stable under ``--db-id``). Every problem of the source is reported at once (line, column)."""
 
 from __future__ import annotations
 

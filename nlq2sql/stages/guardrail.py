@@ -1,12 +1,9 @@
 """Deterministic guardrails: named rule sets (``guardrails/NAME.toml``) loaded by name.
 
-A rule declares its scope — one ``field``, the ``from`` values it may change and the
-``to`` value it sets — and its trigger: conditions on other fields (``where``) and on
-*cues* found in the question (``when`` present / ``unless`` absent).  Cues are regular
-expressions with exclusions blanked out first, so "top-line revenue" is not a ranking.
-A rule may also ``set`` other fields from what a cue extracts (a row count, a sort
-direction).  Rules are idempotent: after firing, the field is outside ``from``.
-"""
+A rule declares its scope (one ``field``, the ``from`` values it may change, the ``to`` value it sets)
+and its trigger: ``where`` on other fields, question *cues* ``when`` present / ``unless`` absent
+(regexes, exclusions blanked first: "top-line revenue" is not a ranking); it may ``set`` other
+fields from a cue. Rules are idempotent: after firing, the field is outside ``from``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The intent contract: typed model, JSON Schema, parse → validate → canonicalise.
 
-The model answers with a small JSON object; everything downstream depends on it being
-*exactly* this shape.  All seven keys are required so a constrained decoder always emits
-the same shape, and every number is bounded so a weak model cannot emit digits until
-``max_tokens``.  Cross-field rules are checked here, in code, because grammar backends do
-not reliably support ``if``/``then``/``oneOf``.
-"""
+All seven keys are required, so a constrained decoder always emits one shape, and every number is
+bounded, so a weak model cannot emit digits until ``max_tokens``. Cross-field rules are checked in
+code, as grammar backends do not reliably support ``if``/``then``/``oneOf``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """The learned guardrail's artefact as a type: what ``guardrail train`` writes and the loader reads.
 
-A module of its own because both sides need it and neither owns it: training
-(:mod:`.learned_training`) builds an :class:`Artefact`, the loader (:mod:`.learned_guardrail`)
-validates the file into one and rebuilds the classifier from its parts.  The file is the
-artefact as compact JSON (:meth:`Artefact.to_json` is that object;
-``learned_guardrail.canonical_sha256`` hashes it with sorted keys, so its hash does not depend on
-key order).  Strict: a value of another JSON type is refused, not converted.
-"""
+Its own module because training and loader both need it. The file is the artefact as compact JSON
+(:meth:`Artefact.to_json`), hashed with sorted keys; a value of another JSON type is refused."""
 
 from __future__ import annotations
 

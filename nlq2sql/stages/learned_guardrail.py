@@ -1,31 +1,15 @@
 """The learned guardrail (``--guardrails learned:NAME``): a classifier in place of word lists.
 
-Four logistic-regression heads share one feature union of TF-IDF word (1–2) and character
-(``char_wb`` 2–5) n-grams of the question (numbers and years replaced by placeholders):
-
-- ``kind``: ranking vs breakdown (its probability gates the rules);
-- ``sort_breakdown``: none / desc / asc — the order a breakdown question asks for (trained on
-  the breakdown questions only); ``sort_ranking``: desc / asc — a ranking's direction
-  (trained on the ranking questions only);
-- ``count``: none / literal / one — the row count is the first number written in the
-  question (digits or a number word, not a year, ``Brand#12`` or ``1-URGENT``; "literal" is
-  never chosen for a question without one), or 1 for a singular superlative ("which region
-  had the most …"), or absent.
-
-Two rules, with the same :class:`~nlq2sql.stages.guardrail.Intervention` records as the lexical
-rule sets (so :class:`~nlq2sql.stages.summary.Summary` reports precision and recall per rule):
-``learned_false_ranking`` (``top_n_by_metric`` → ``breakdown`` when P(breakdown) ≥ the
-artefact's threshold; limit from a written row count, order from the sort head) and
-``learned_false_breakdown`` (``breakdown`` → ``top_n_by_metric`` when P(ranking) ≥ the
-threshold; limit from the count head, null → the default top N, order from the sort head).
-
-``nlq2sql guardrail train`` (:mod:`nlq2sql.stages.learned_training`) fits them on a training set that
-shares no question with any shipped eval set, deterministically (sorted inputs, fixed ``random_state``), and writes a
-versioned artefact: **JSON, never pickle** — the vectorisers' vocabularies and IDF weights
-and the heads' coefficients, with the training set's sha256, the scikit-learn version, n,
-5-fold stratified cross-validated accuracy per head, and the artefact's own sha256 over its
-canonical content, which the loader verifies: an edited file is refused.
-"""
+Logistic-regression heads over TF-IDF word (1–2) and character (``char_wb`` 2–5) n-grams of the
+question (numbers and years as placeholders): ``kind`` (ranking vs breakdown; gates the rules),
+``sort_breakdown`` / ``sort_ranking`` (order), ``count`` (none / literal: the first number written,
+not a year or code / one: a singular superlative). Two rules, recorded as the lexical ones'
+:class:`~nlq2sql.stages.guardrail.Intervention`: ``learned_false_ranking`` (``top_n_by_metric`` →
+``breakdown``) and ``learned_false_breakdown`` (the reverse), each when its probability ≥ the
+artefact's threshold, limit and order from the heads.
+The artefact is **JSON, never pickle** (vocabularies, IDF weights, coefficients, training set
+sha256, scikit-learn version, cross-validated accuracy), with its own sha256 over its canonical
+content, which the loader verifies: an edited file is refused."""
 
 from __future__ import annotations
 

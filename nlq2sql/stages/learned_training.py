@@ -1,8 +1,6 @@
-"""Training the learned guardrail (``nlq2sql guardrail train``): read a training set that
-shares no question with any shipped eval set, fit the heads deterministically, cross-validate
-them, and write the JSON artefact :mod:`nlq2sql.stages.learned_guardrail` loads.  Only training
-needs this module; a run that applies a learned guardrail never imports it.
-"""
+"""Training the learned guardrail (``nlq2sql guardrail train``): fit the heads deterministically on a
+set sharing no question with any shipped eval set, cross-validate, write the JSON artefact. A run
+that applies a learned guardrail never imports it."""
 
 from __future__ import annotations
 

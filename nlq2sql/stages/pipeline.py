@@ -1,9 +1,6 @@
 """What offline scoring is made of below the answer kinds: its configuration, the responses file
-read and checked line by line, items without a response, the staging directory renamed into
-place at the end, an eval set checked, a records file summarised.
-
-The scoring itself, for every answer kind, is :mod:`nlq2sql.answers.offline`.
-"""
+checked line by line, items without a response, the staging directory renamed into place, an eval
+set checked, a records file summarised (the scoring itself: :mod:`nlq2sql.answers.offline`)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Versioned prompt templates (``prompts/NAME.txt``) → chat messages for one question.
 
-A prompt is a template: ``{{vocabulary}}`` becomes the warehouse's metrics, dimensions,
-known values and years (read from its semantic model and data), and ``{{metric:N}}``,
-``{{metric_label:N}}``, ``{{dimension:N}}``, ``{{dimension_label:N}}``, ``{{group_by:N}}`` (the
-dimension's MetricFlow name), ``{{year}}`` name
-its N-th metric / dimension and its latest year, so one prompt renders for every
-semantic model.  The question is passed as data in its own user message; nothing in it
-can change the schema the server enforces or the SQL that is executed.
-"""
+``{{vocabulary}}`` becomes the warehouse's metrics, dimensions, known values and years; ``{{metric:N}}``,
+``{{metric_label:N}}``, ``{{dimension:N}}``, ``{{dimension_label:N}}``, ``{{group_by:N}}`` and
+``{{year}}`` name its N-th entries and latest year, so one prompt renders for every semantic model.
+The question is data in its own user message: it cannot change the enforced schema or the SQL run."""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """Guardrails and value linking on the v2 answer (a MetricFlow query), and its canonical form.
 
-The rule sets were written for the v1 intent's fields (``intent``, ``limit``, ``order``…).  A v2
-query is read through a **v1 view** of itself — its derived kind, its first metric and non-time
-group-by, its row limit and the direction of its order on a metric — so every ranking and sort
-rule, lexical or learned, applies unchanged; what a rule set changed in the view is written back
-onto the query (``limit``; the metric's sort direction; dropping or adding the order on the
-metric).  A rule set whose changes cannot be written back (a metric, a dimension, a grain) or
-would leave the query a different kind than the rule meant is skipped for that item: never a
-guess.  Interventions keep the v1 field names, so the summary's precision and recall per rule
-read them as for v1, judged against the gold's view.
-
-The ``values`` rule set works on the query's ``where`` items themselves: a value the question
-names becomes a ``where`` item in MetricFlow's names (two values of one field: ``in``), and the
-repair drops, flips or adds items as the v1 repair does with filters (:mod:`.value_links`).
-"""
+A v2 query is read through a **v1 view** (derived kind, first metric and non-time group-by, limit,
+order direction on a metric), so every v1 rule set applies unchanged; its changes are written back
+onto the query. A rule set whose change cannot be written back, or would leave another kind than
+meant, is skipped for that item: never a guess. Interventions keep v1 field names, judged against
+the gold's view. The ``values`` rule set edits the query's ``where`` items (two values of one field:
+``in``), repairing as the v1 repair does (:mod:`.value_links`)."""
 
 from __future__ import annotations
 

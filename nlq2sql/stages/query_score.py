@@ -1,12 +1,8 @@
 """Score one v2 answer (a MetricFlow query, or an abstention) against a v2 gold, by rows.
 
-Correct means the answer's rows equal the gold's rows (order compared only when the gold
-orders), or, for a question the layer cannot answer, that the model abstained.  The record
-(:func:`query_record`, an :class:`~nlq2sql.records.item.ItemRecord`) carries the same keys as a v1
-record — so the summary, the viewer, ``compare`` and ``gate`` read it unchanged — with the intents
-as MetricFlow queries (plus their derived ``intent`` label), per-part agreement (``parts``) and
-the abstention (``unanswerable``); every writer takes the type (its flat line is ``to_json``).
-"""
+Correct: the rows equal the gold's (order compared only when the gold orders), or, for a question the
+layer cannot answer, the model abstained. The record (:func:`query_record`) has a v1 record's keys,
+so summary, viewer, ``compare`` and ``gate`` read it unchanged, plus per-part agreement (``parts``)."""
 
 from __future__ import annotations
 

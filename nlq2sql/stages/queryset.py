@@ -1,12 +1,9 @@
 """Eval sets whose golds are v2 intents (MetricFlow queries), or none: unanswerable questions.
 
-A line is ``{"id", "question", "gold": {MetricFlow query} | null, "answerable": bool,
-"category", "pair_id", "tags"}``.  A v1 line (``gold`` with an ``intent`` key) is read too and
-restated as the MetricFlow query it means, so every shipped set runs in the v2 arm without a
-second copy: a breakdown or a time series does not order (its rows are compared as a
-multiset), a ranking orders by its metric with its limit.  Every answerable gold must compile
-and, checked against the data, return rows.
-"""
+A line is ``{"id", "question", "gold": {MetricFlow query} | null, "answerable": bool, "category",
+"pair_id", "tags"}``. A v1 line is restated as the query it means (a ranking orders by its metric
+with its limit; otherwise rows compare as a multiset), so every shipped set runs in the v2 arm.
+Every answerable gold must compile and return rows on the data."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
 """Offline re-scoring at scale: each distinct answer to each distinct question is scored once.
 
-A re-scored run is typically many items over few distinct (question, answer) pairs: a large
-eval set repeats a few hundred questions under new ids, and a model gives the same few
-answers to each -- often as different texts (whitespace, key order) with one meaning.  A
-record (:func:`score.case_record`) depends on its case's question, category, pair and gold
-intent, on the finish reason, and on the raw text only through what it parses to -- except
-for fields copied as they are: the case's ``id``, the ``raw_text`` and, for a text that does
-not parse, the parser's reason.  So :class:`RecordMemo` scores each distinct (case, finish
-reason, parsed answer) once, keeps the record's encoding with those fields left open
-(:meth:`RecordWriter.template`), and every later item with the same meaning is one lookup
-and a few string joins.
-"""
+A record depends on the raw text only through what it parses to, except fields copied as they are
+(``id``, ``raw_text``, a parse failure's reason). So :class:`RecordMemo` scores each distinct (case,
+finish reason, parsed answer) once and keeps the encoding with those fields open
+(:meth:`RecordWriter.template`): a later item with the same meaning is a lookup and a few joins."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Rule sets by name: the one loader for TOML rule sets, learned ones and value linking.
-
-``guardrail`` defines what a rule set is and reads the TOML ones; ``learned_guardrail`` and
-``value_links`` build on it.  This module sits above all three, so none of them imports
-another to resolve a name.
-"""
+"""Rule sets by name: the one loader for TOML rule sets, learned ones and value linking, above all
+three so none imports another to resolve a name."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Per-item scoring, and the statistics summaries and reports share (the summary: :mod:`.summary`).
 
-Definitions (also in the README):
-- raw accuracy: canonical raw intent == canonical gold (unparseable, schema-invalid,
-  inconsistent or failed requests count as wrong); final accuracy: the same after guardrails.
-- interventions: items a guardrail changed; precision = interventions after which every
-  changed field equals gold ÷ interventions; recall per rule = correct interventions ÷ items
-  in the rule's scope class (raw value in its from-values, gold value equal to its to-value).
-- execution accuracy: the final intent's result rows == the gold result rows (Spider-style).
-"""
+Raw accuracy: canonical raw intent == canonical gold (unparseable, invalid or failed count wrong);
+final accuracy: the same after guardrails. Intervention precision: interventions whose changed
+fields all equal gold ÷ interventions; recall per rule: correct interventions ÷ items in the rule's
+scope class. Execution accuracy: the final intent's rows == the gold's (Spider-style)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""What the ``semantic`` and ``sql`` commands do, as library calls (same checks for any caller).
-
-A stage, not part of ``semantic/``: checking a model means building and executing queries
-(:mod:`.sqlbuild`, :mod:`.execute`, :mod:`.intent`), which sit above the semantic layer.
-
-``check``: every metric × dimension (and every metric as a time series) builds and runs
-on the database, so a model that loads but cannot answer is caught before an eval.
-``init``: a starting YAML from a database's tables and columns, for a person to edit.
-``sql_for``: one intent → its SQL, bound parameters and (optionally) result rows.
-"""
+"""What the ``semantic`` and ``sql`` commands do, as library calls (same checks for any caller); a
+stage because checking a model builds and executes queries. ``check``: every metric × dimension
+(and time series) builds and runs on the database; ``init``: a starting YAML from a database's
+tables; ``sql_for``: one intent → its SQL, bound parameters and optionally rows."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The three kinds of eval set as one type (the dispatch is ``answers.kinds.load_eval_set``).
-
-Three kinds of set exist: v1 sets (golds are intents, :mod:`nlq2sql.stages.evalset`), v2 sets
-(golds are MetricFlow queries, :mod:`nlq2sql.stages.queryset`) and gold-SQL sets (golds are SQL,
-:mod:`nlq2sql.stages.goldsql`).  A gold-SQL set is recognised by its lines and scores every answer
-kind by its rows; otherwise the answer kind's own cases.
-"""
+"""The three kinds of eval set as one type (dispatch: ``answers.kinds.load_eval_set``): v1 (intents),
+v2 (MetricFlow queries) and gold-SQL sets; a gold-SQL set is recognised by its lines and scores
+every answer kind by its rows."""
 
 from __future__ import annotations
 

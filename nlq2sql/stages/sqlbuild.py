@@ -1,12 +1,8 @@
 """Canonical intent → MetricFlow's SQL plus bound parameters.
 
-There is one engine: an intent is restated as a MetricFlow query
-(:class:`~nlq2sql.semantic.query.MetricQuery`) and MetricFlow compiles it
-(:mod:`nlq2sql.semantic.engine`).  The v1 intent (one metric, one dimension, equality
-filters, a calendar year) maps onto that query with its row order made explicit: ranked
-questions break metric ties by the dimension ascending, so top-N cut-offs are deterministic.
-Filter values are only ever bound parameters.
-"""
+An intent is restated as a :class:`~nlq2sql.semantic.query.MetricQuery` and MetricFlow compiles it,
+its row order explicit: ranked questions break metric ties by the dimension ascending, so top-N
+cut-offs are deterministic. Filter values are only ever bound parameters."""
 
 from __future__ import annotations
 

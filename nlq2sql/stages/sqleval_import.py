@@ -1,31 +1,13 @@
 """defog's sql-eval question files → gold-SQL question lines, converted to DuckDB.
 
-defog's ``questions_gen_postgres.csv`` (columns ``question, query, db_name, query_category,
-instructions``) states each answer as PostgreSQL with two conventions of its own, which its
-evaluator expands before comparing (this module re-states them, it shares no code):
-
-- **alternatives**: ``query`` may hold several statements separated by ``;``, each an acceptable
-  answer (e.g. another join path);
-- **either column**: the first ``{a, b, …}`` of a statement lists columns of which any non-empty
-  subset is acceptable (in the listed order), and ``GROUP BY {}`` takes the same subset.
-
-A line of the gold-SQL format is ``{"id", "question", "gold_sql": [alternatives], "ordered",
-"category", "tags"}``: every expanded statement, transpiled from PostgreSQL to DuckDB by sqlglot
-(types annotated from the database's schema where sqlglot can qualify the query, so that
-PostgreSQL's integer division stays integer division), is one acceptable gold.
-
-**Relative dates.**  ``CURRENT_DATE``, ``NOW()`` and ``CURRENT_TIMESTAMP`` are replaced by a fixed
-date (:data:`PINNED_DATE`), the question says which day is today, and the item is tagged
-``relative-date``: the gold rows no longer depend on the day the benchmark runs.
-
-**Order.**  defog's comparison sorts both results by all their columns (the ORDER BY columns
-first) before comparing, so row order never decides an item there; ``ordered`` is ``False`` on
-every line, and the items whose rows defog sorts by the ORDER BY columns (category ``order_by``,
-or the question says order/sort/arrange) carry the tag ``defog-order`` for a stricter reading.
-
-**Instructions.**  defog's ``instructions`` column (extra guidance given with some questions)
-is appended to the question after ``Instructions:``, and the item is tagged ``instructions``.
-"""
+The CSV (``question, query, db_name, query_category, instructions``) states golds in PostgreSQL with
+two conventions re-stated here (no shared code): ``;``-separated statements are alternatives; the
+first ``{a, b, …}`` lists columns of which any non-empty subset is acceptable (``GROUP BY {}`` alike).
+Each expanded statement is transpiled to DuckDB by sqlglot (types from the schema, so integer
+division stays integer). ``CURRENT_DATE``/``NOW()``/``CURRENT_TIMESTAMP`` become :data:`PINNED_DATE`,
+named in the question and tagged ``relative-date``, so gold rows do not depend on the run's day.
+defog sorts both results before comparing, so ``ordered`` is ``False``; items it sorts by ORDER BY
+columns are tagged ``defog-order``. ``instructions`` are appended after ``Instructions:`` (tag ``instructions``)."""
 
 from __future__ import annotations
 

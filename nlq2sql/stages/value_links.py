@@ -1,16 +1,10 @@
 """Value linking's matching: the warehouse's known values a question names, as filters.
 
-Deterministic and model-free, so it is a stage: the ``values`` guardrail (``ValueRuleSet``)
-re-scores offline like any rule set, and the ``--link-values`` condition
-(:mod:`nlq2sql.conditions.values`) writes the same links after the question as a hint.
-
-Matching is on normalised words (lower case, punctuation as spaces), longest value first,
-never overlapping.  A value held by two dimensions is linked only when the question names
-one of those dimensions better than the other; pure numbers are never linked as values
-(only four-digit years present in the data).  A value after "excluding", "except", "other
-than", "leave out", "without", "not" (up to two words between), or in a list that follows
-one with values of the same field ("except AIR and REG AIR"), is linked with ``neq``.
-"""
+Model-free, so the ``values`` guardrail re-scores offline and the ``--link-values`` condition writes
+the same links as a hint. Matching is on normalised words, longest value first, never overlapping;
+a value held by two dimensions is linked only when the question names one better; numbers are never
+values (only four-digit years in the data). After "excluding", "except", "other than", "leave out",
+"without", "not" (≤ two words between), or in a list following one, a value is linked with ``neq``."""
 
 from __future__ import annotations
 
