@@ -1,7 +1,4 @@
-"""The sweep's analysis: pure arithmetic on measured levels (unit-tested on synthetic numbers).
-
-What each figure means is in :mod:`nlq2sql.load.sweep`'s docstring.
-"""
+"""The sweep's analysis: pure arithmetic on measured levels (figures defined in :mod:`nlq2sql.load.sweep`)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """Capacity and context budget: can KV be what limits the batch, and how much room is left?
 
-KV math (seed 000's "context math sets the ceiling", seed 002's "KV capacity was ruled
-out"): from the served model's config (layers with attention, KV heads, head dim, KV
-dtype) → KV bytes per token → the KV a given concurrency × context needs, compared with
-the server's KV budget (``vllm:cache_config_info``: blocks × block size, from its own
-``/metrics``) and with the peak ``kv_cache_usage_perc`` measured during recorded runs.
-
-Context budget (seed 002): the recorded runs' input and output token distributions
-(ISL / OSL p50 / p95 / max), a recommended ``max_tokens`` (largest valid output plus a
-stated margin), the headroom to ``max_model_len``, and the count of
-``finish_reason=length`` and context-overflow rejections.  Pure functions on recorded
-data; nothing here sends a generation request.
-"""
+KV: the served model's config (attention layers, KV heads, head dim, dtype) → KV bytes per token →
+what a concurrency × context needs, against the server's KV budget (``vllm:cache_config_info``) and
+the peak ``kv_cache_usage_perc`` of recorded runs. Context: the recorded ISL / OSL distributions, a
+recommended ``max_tokens`` (largest valid output plus a stated margin), headroom to
+``max_model_len``, and ``length`` / overflow counts. Pure functions on recorded data: no requests."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The parts every typed load result shares (:mod:`.results`, :mod:`.probe_results`,
-:mod:`.server_results`): the result headers, the endpoint labels and one load level's stats.
+"""The parts every typed load result shares: result headers, endpoint labels, one level's stats.
 
-Each model is the one declaration of its part (a :class:`~nlq2sql.records.typed.Typed`): built
-where measured, read back with ``from_json`` / :func:`.results.load_result`, written with
-``to_json`` (the fields given: a key some modes or older files lack stays absent, never ``null``).
-"""
+Each is a :class:`~nlq2sql.records.typed.Typed`, written with ``to_json`` (the fields given: a key
+some modes or older files lack stays absent, never ``null``)."""
 
 from __future__ import annotations
 

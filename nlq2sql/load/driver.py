@@ -1,24 +1,12 @@
 """The one driver of every load mode: endpoint binding, warm-up, resume, the level loop, notes, output.
 
-A load mode (:class:`LoadMode`) says *what* to measure — its settings (one pydantic
-declaration, :class:`LoadSettings` and its subclasses), which level comes next, how one
-level runs, the analysis and the rendering.  This module says *how*, once for all of them,
-so a mode never re-implements the output directory's rules, the ``--resume`` contract or
-the warm-up: :func:`drive` binds the endpoint (an ``--endpoint`` or one local vLLM started
-and always stopped here), prepares ``out`` (refusing a used directory without ``--force``;
-a failure before the first level leaves it as found), writes ``job.json`` so that
-``--resume`` can recognise its own run, runs the uncounted warm-up, then asks the mode for
-levels until it says "done" (adaptive modes such as ``tune`` choose the next level from the
-ones measured), and writes ``STEM.json``/``STEM.md``/plots through
-:func:`.output.write_outputs`.
-
-Every load run is a :class:`Mode`: settings (a :class:`ModeSettings` model) in, a typed result out,
-written as ``STEM.json``/``STEM.md``.  A :class:`LoadMode` is the level-by-level kind the driver
-runs; a mode measuring otherwise (a probe's own requests, the capacity arithmetic on recorded
-runs, a sweep of sweeps) implements :meth:`Mode.run` itself.  Modes register by name
-(:func:`register`) into ``MODES``; :mod:`.modes` imports the package's own modes (so this module
-never imports one) and is the library entry (``run_mode``).
-"""
+A :class:`LoadMode` says *what* to measure (settings, next level, how a level runs, analysis,
+rendering); :func:`drive` says *how*, once: it binds the endpoint (or starts and always stops a
+local vLLM), refuses a used ``out`` without ``--force`` (a failure before the first level leaves it
+as found), writes ``job.json`` so ``--resume`` recognises its run, runs the uncounted warm-up, asks
+for levels until the mode is done, and writes ``STEM.json``/``STEM.md``/plots. Every load run is a
+:class:`Mode` (settings in, typed result out); one measuring otherwise implements :meth:`Mode.run`.
+Modes register by name (:func:`register`); :mod:`.modes` imports the package's own."""
 
 from __future__ import annotations
 

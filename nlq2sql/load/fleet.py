@@ -1,9 +1,5 @@
-"""A sweep over a fleet: the whole (items routed over every replica) and each replica alone.
-
-Whether N replicas serve N times one replica's throughput is a measurement, not a
-configuration: the whole fleet's peak is set beside the sum of the replicas' own peaks
-(their ratio is the fleet's scaling efficiency), each with its knee and lowest p95.
-"""
+"""A sweep over a fleet: the whole (items routed over every replica) and each replica alone; the
+fleet's peak beside the sum of the replicas' peaks is its scaling efficiency."""
 
 from __future__ import annotations
 

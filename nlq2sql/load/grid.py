@@ -1,22 +1,11 @@
-"""Benchmark grid (seed 001): concurrency × request-length class.
+"""Benchmark grid: concurrency × request-length class, each cell one eval run on the real questions.
 
-A batching engine's behaviour depends on how long requests are as much as on how many
-there are: long prompts make prefill expensive, long outputs hold a sequence slot (and KV
-blocks) for longer.  Each cell is one ordinary eval run at one concurrency with one length
-class, on the eval set's real questions:
-
-* the **prompt** grows by a context block made of *other questions from the same eval set*
-  (about ``pad_tokens`` tokens, estimated at 4 characters per token — the measured prompt
-  tokens of every request are reported, so the estimate is never the figure).  The block
-  comes *after* the question, so prefix caching cannot share it between requests: each
-  request pays its own prefill, as distinct long prompts would;
-* the **output** is either the real structured intent (``out_tokens`` 0: ~30–40 tokens) or
-  exactly ``out_tokens`` free-text tokens (vLLM's ``ignore_eos``), so output length is fixed
-  by construction and checked on the measured completion tokens.
-
-Per cell: req/s, output tok/s, p95 end-to-end latency, p95 TTFT and the peak KV-cache usage
-sampled from ``/metrics`` — each with its sample count.
-"""
+Long prompts make prefill expensive and long outputs hold slots and KV longer, so: the **prompt**
+grows by a block of *other questions of the set* (about ``pad_tokens``, estimated at 4 characters a
+token; measured tokens are reported), placed *after* the question so prefix caching cannot share
+it; the **output** is the real intent (``out_tokens`` 0) or exactly ``out_tokens`` free-text tokens
+(``ignore_eos``), checked on measured completion tokens. Per cell: req/s, output tok/s, p95 latency
+and TTFT, peak KV usage from ``/metrics``, each with its sample count."""
 
 from __future__ import annotations
 

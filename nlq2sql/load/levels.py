@@ -1,11 +1,8 @@
 """One load level = one normal eval run over an expanded eval set.
 
-The eval set's items are cycled to N requests with unique ids (``ho-001#2`` is the second
-copy of ``ho-001``) and written as a JSONL eval set beside the results, so every level is
-an ordinary run directory (manifest, records, summary, its own ``/metrics`` samples) that
-``nlq2sql compare`` and ``load-check`` can read.  :func:`level_stats` turns one such run
-into the figures a sweep needs, every one with its sample count.
-"""
+Items are cycled to N requests with unique ids (``ho-001#2`` is the second copy of ``ho-001``),
+written beside the results, so each level is an ordinary run directory ``compare`` and
+``load-check`` read; :func:`level_stats` gives its figures, each with its sample count."""
 
 from __future__ import annotations
 

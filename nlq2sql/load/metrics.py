@@ -1,11 +1,7 @@
-"""One-shot ``/metrics`` scrapes for probes: gauges, counters and histogram sums/counts.
+"""One-shot ``/metrics`` scrapes for probes: gauges, counters and histogram ``_sum`` / ``_count``.
 
-The run-long sampler lives in :mod:`nlq2sql.transport.server_metrics`; probes need single snapshots
-taken at chosen moments (before a request, right after a disconnect) and the server-side
-histograms (TTFT, prefill, decode, queue time) as ``_sum`` / ``_count`` pairs whose deltas
-give means over exactly the probe's requests.  An endpoint without ``/metrics`` yields
-``None``: the caller reports "not observed", never zero.
-"""
+Snapshots at chosen moments whose deltas give means over exactly the probe's requests. An endpoint
+without ``/metrics`` yields ``None``: the caller reports "not observed", never zero."""
 
 from __future__ import annotations
 

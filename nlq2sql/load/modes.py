@@ -1,16 +1,9 @@
 """The one entry of every load run: :func:`run_mode` runs a registered mode by name.
 
-The package's modes register on import (this module imports them all): the closed-loop
-``sweep``, the open-loop ``rate-sweep``, ``server-sweep`` (a local vLLM restarted per setting),
-``fleet-sweep`` (several endpoints: the whole, then each replica), ``reanalyse`` (a recorded
-sweep analysed again), ``grid``, ``serialization``, ``tune``, the probes ``probe-cancel``,
-``probe-health`` and ``probe-prefix``, and ``capacity``.  A caller (a plugin, a test) registers
-its own with :func:`.driver.register`.
-
-``nlq2sql sweep`` covers five of them; :func:`sweep_mode` is the one place that decides which,
-and refuses the combinations that make no sense (options, then endpoints, then the output
-directory), so a library caller asking for an impossible one gets the command's message.
-"""
+Importing this module registers the package's modes; a caller registers its own with
+:func:`.driver.register`. :func:`sweep_mode` alone decides which mode ``nlq2sql sweep`` means and
+refuses impossible combinations (options, then endpoints, then the output directory), so a
+library caller gets the command's message."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """One request from its own OS process, sent at an agreed wall-clock moment (staircase test).
 
 ``python -m nlq2sql.load.oneshot URL BODY_JSON_FILE START_AT [API_KEY_ENV]`` sleeps until
-``START_AT`` (epoch seconds), POSTs the body once (stdlib only, so start-up is cheap and
-nothing is shared with any other process: no pool, no event loop, no lock) and prints one
-JSON line: when it sent, when it finished, the HTTP status and any error.
-"""
+``START_AT`` (epoch seconds), POSTs once (stdlib only: nothing shared with another process) and
+prints one JSON line: sent, finished, HTTP status, error."""
 
 from __future__ import annotations
 

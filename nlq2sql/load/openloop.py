@@ -1,20 +1,11 @@
 """Open-loop rate sweep: Poisson arrivals at offered rates, and the rate the endpoint sustains.
 
-A closed loop (the concurrency sweep) hides queueing: a slow server slows the client down
-with it, so latency looks bounded.  An open loop sends on a seeded Poisson schedule whatever
-the server does, as real users do.  Each level is one ``run_eval`` with ``rate=R`` and a cap
-on requests in flight; a full cap delays an arrival (never drops it) and the delay is
-recorded as ``queued_s``, so *latency from arrival* includes every second a user would wait.
-
-A level is **sustained** when its queue does not build: the median latency from arrival of
-the last third of arrivals is at most ``growth`` × that of the first third, and nothing
-failed.  A level is judged only when it reached a steady state — at most a third of its
-arrivals were in flight at once; otherwise every arrival may have fit in one batch, which
-says nothing about the long run, and the verdict is "too short" (raise ``--requests`` or
-``--duration``).  Achieved ÷ offered is shown beside it, but not used for the call: a
-short level's drain (the last requests finishing after the schedule ends) lowers it
-without any queueing.
-"""
+A closed loop hides queueing; an open loop sends on a seeded schedule whatever the server does. A
+full in-flight cap delays an arrival (never drops it), recorded as ``queued_s``, so latency from
+arrival counts every second a user waits. A level is **sustained** when the median latency of the
+last third of arrivals is ≤ ``growth`` × the first third's and nothing failed; it is judged only
+in steady state (at most a third of arrivals in flight at once), else "too short". Achieved ÷
+offered is shown but not used: a short level's drain lowers it without queueing."""
 
 from __future__ import annotations
 

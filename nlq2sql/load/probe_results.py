@@ -1,11 +1,6 @@
-"""Typed, versioned results of the serving-path probes (``probe cancel|health|prefix``).
-
-The probes' ``STEM.json`` are contracts like every other load result (:mod:`.results`): the
-one output layer validates each against its model before any file is written, the renderer
-reads attributes, and :func:`.results.load_result` reads one back naming the file and field of
-a bad one.  They are also what the probes build.  Server-side figures that ``/metrics`` did not
-show keep their sample count and a note ("not observed"), never a zero.
-"""
+"""Typed, versioned results of the serving-path probes (``probe cancel|health|prefix``), contracts
+like every load result (:mod:`.results`). Figures ``/metrics`` did not show keep their sample
+count and "not observed", never a zero."""
 
 from __future__ import annotations
 

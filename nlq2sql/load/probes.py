@@ -1,21 +1,13 @@
-"""Serving-path probes from seeds 000 and 002: cancellation, /health under prefill, prefix reuse.
+"""Serving-path probes: cancellation, /health under prefill, prefix reuse.
 
-* **cancel** — stream a long generation (no structured output, ``max_tokens`` 512,
-  ``ignore_eos``), disconnect after k tokens, then poll ``/metrics`` until
-  ``num_requests_running`` returns to 0: the time that took, and how many tokens the
-  engine generated after the disconnect (``generation_tokens`` counter delta minus the
-  tokens received).  Needs an otherwise idle server.
-* **health** — ``/health`` round-trip latency (count, p50, p95, max, errors) while idle
-  and while long prefills run, to see whether the API server stays responsive.
-* **prefix** — shared-prefix vs diverse-prefix (unique text half-way) vs leading-unique
-  prompts, sequentially: client TTFT and latency, and from server counter deltas the
-  prefix-cache hit rate and the prefill share of server time.
+* **cancel**: stream a long ``ignore_eos`` generation, disconnect after k tokens, poll ``/metrics``
+  until ``num_requests_running`` is 0: that time, and tokens generated after the disconnect.
+  Needs an otherwise idle server.
+* **health**: ``/health`` latency idle and during long prefills.
+* **prefix**: shared vs diverse vs leading-unique prefixes: TTFT, latency, cache hit rate, prefill share.
 
-Each probe is a load mode (:class:`ProbeMode`, run by :func:`.modes.run_mode`): its settings, its
-requests and its report in one class; the endpoint's binding (or a local server) and the
-output are the family's.  Every figure carries its sample count; without ``/metrics``
-server-side figures are "not observed", never zero.
-"""
+Each is a :class:`ProbeMode`; every figure carries its sample count; without ``/metrics``
+server-side figures are "not observed", never zero."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """A tiny reverse proxy that can serialize: an artificial admission limit for tests and demos.
 
-``python -m nlq2sql.load.proxy --upstream http://127.0.0.1:8000 --port 8100 --serialize``
-forwards every request to the upstream server, streaming bodies through chunk by chunk.
-With ``--serialize`` each generation request (``POST …/completions``) holds one
-``asyncio.Lock`` for its whole duration, so the engine behind it never sees more than one
-request — the upstream concurrency limit of seed 002, reproduced on loopback.  Everything
-else (``/metrics``, ``/health``, ``/v1/models``) passes through unlocked, so the engine's
-own gauges stay observable through the proxy.  It only listens on loopback.
-"""
+``python -m nlq2sql.load.proxy --upstream URL --port 8100 --serialize`` streams requests through;
+with ``--serialize`` each ``POST …/completions`` holds one lock for its whole duration, so the
+engine sees one request at a time; ``/metrics``, ``/health`` and ``/v1/models`` pass unlocked.
+It listens on loopback only."""
 
 from __future__ import annotations
 

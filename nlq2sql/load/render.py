@@ -1,8 +1,5 @@
-"""The sweep's rendering: table cells, the Markdown report and the plots.
-
-Everything here reads the typed result (:class:`.results.SweepResult`), as the output layer
-wrote it, so a renderer cannot read a key the contract does not declare.
-"""
+"""The sweep's rendering (table cells, Markdown, plots), read from the typed
+:class:`.results.SweepResult` only, so it cannot show a key the contract does not declare."""
 
 from __future__ import annotations
 

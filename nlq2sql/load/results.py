@@ -1,24 +1,11 @@
 """Typed, versioned results of the load tools: level stats and every mode's ``STEM.json``.
 
-Like ``summary.json`` (:mod:`nlq2sql.records.results`), each mode's result is a contract read by
-others (re-rendering, ``capacity`` reading a sweep, fleet and server-sweep roll-ups, a
-team's dashboards), so its keys are declared here with ``extra="forbid"``: the one output
-layer (:func:`.output.write_outputs`) validates a result before anything is written, and
-readers load it with :func:`load_result`, which names the file and field of a bad one.
-Results carry ``record_version`` (the one ``records.RECORD_VERSION``); those written before
-results were versioned have none and still load (``tests/integration/load/test_load_results.py`` loads the
-committed ``reports/sweep-cpu-smollm2/sweep.json``).  Every mode's renderer takes its
-model (the result as written), so a report cannot show a key the contract does not declare.
-Mappings remain only where the keys are open by nature:
-the server's facts, a thresholds dataclass's fields, counts by error or finish reason.
-These models are also the one declaration each mode *builds* its result as (written with
-``to_json``: the fields given).  The probes' results
-(``probe cancel|health|prefix``) are declared in :mod:`.probe_results`, the serialization
-verdict's and capacity's in :mod:`.server_results`, tune's in :mod:`.tune_results`, the sweep's
-analysis in :mod:`.analysis`, the shared parts (level stats, percentiles, the header) in
-:mod:`.contract`; all are registered here.
-JSON Schemas: ``schemas/<kind>.schema.json`` (``scripts/gen_schemas.py``, drift-tested).
-"""
+A mode's result is a contract others read (re-rendering, ``capacity``, roll-ups, dashboards), so
+its keys are declared with ``extra="forbid"``: :func:`.output.write_outputs` validates it before
+writing, :func:`load_result` names the file and field of a bad one, and renderers read the model.
+Results carry ``record_version``; unversioned ones still load. Mappings remain only where keys are
+open by nature (server facts, thresholds, counts by reason). Every result model is registered here;
+JSON Schemas: ``schemas/<kind>.schema.json`` (``scripts/gen_schemas.py``, drift-tested)."""
 
 from __future__ import annotations
 

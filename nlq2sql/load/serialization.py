@@ -1,22 +1,12 @@
 """Serialization verdict: do concurrent requests become batched work, and if not, where do they queue?
 
-Evidence gathered (seed 002's method, automated):
-
-1. **Load curve** — the same real workload at c=1 and c=K: throughput speedup and p95
-   growth.  Flat throughput with p95 growing ~linearly in c is the serialized signature.
-2. **Client in-flight vs server running/waiting** — from the records' start/end times and
-   the server's own ``/metrics`` sampled during the c=K level.  Requests the client holds
-   in flight that the server neither runs nor queues are queued *upstream* of it.
-3. **Independent-process staircase** — N OS processes (no shared pool, loop or lock)
-   started together, one request each; completion times ≈ 1×, 2×, 3× … the single
-   service time mean the queue is beyond the client.
-4. **Client-overhead self-check** — the harness's own CPU time during the c=K level (share
-   of a core, ms per request): a harness near a full core is itself the bottleneck.
-
-Verdict: ``batched`` / ``serialized-upstream`` / ``serialized-at-engine`` / ``client-bound``
-/ ``inconclusive``, with the numbers and the rule that fired.  Without ``/metrics`` the
-server side is "not observed", and a serialized endpoint cannot be placed (inconclusive).
-"""
+Evidence: (1) the load curve at c=1 and c=K (flat throughput with p95 growing ~linearly is the
+serialized signature); (2) client in-flight vs the server's running/waiting from ``/metrics``
+(held but neither run nor queued means queued *upstream*); (3) a staircase of N independent OS
+processes (completions at ≈ 1×, 2×, 3× … one service time: the queue is beyond the client);
+(4) the harness's own CPU share (near a full core: it is the bottleneck). Verdict ``batched`` /
+``serialized-upstream`` / ``serialized-at-engine`` / ``client-bound`` / ``inconclusive``, with the
+numbers and the rule that fired; without ``/metrics`` a serialized endpoint is inconclusive."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Typed results about the server's own limits: the serialization verdict and KV capacity.
-
-Declared like every load result (:mod:`.results`, which registers them and re-exports them):
-validated before anything is written, read back with :func:`.results.load_result`.
-"""
+"""Typed results about the server's own limits (serialization verdict, KV capacity), declared and
+registered like every load result (:mod:`.results`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Per-request SLOs and *correct goodput*: correct answers per second whose request met every SLO.
 
-Peers count goodput as requests within a latency SLO (vLLM's ``bench serve --goodput``) and
-report accuracy elsewhere; an answer delivered fast but wrong is worth nothing to the user, so
-here a request counts only when its final answer is correct **and** it met every threshold.
-An SLO is written as a percentile target, ``e2e_p95<=8s``: the limit applies to each request
-(its e2e ≤ 8 s), the percentile is the level's check (its observed p95 ≤ 8 s).
-"""
+A fast wrong answer is worth nothing, so a request counts only when its final answer is correct
+**and** it met every threshold. ``e2e_p95<=8s``: the limit applies to each request (e2e ≤ 8 s),
+the percentile is the level's check (observed p95 ≤ 8 s)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """Concurrency sweep: throughput, goodput and tail latency per level; knee, saturation, SLO, cost.
 
-Each level is an ordinary eval run (see :mod:`nlq2sql.load.levels`) with the eval set's
-real prompts and the structured-output contract, so the workload is ours, not random
-tokens.  The analysis is pure arithmetic on the measured levels and is unit-tested on
-synthetic numbers, including seed 002's tables:
-
-* scaling efficiency ``thr(N) / (N · thr(1))`` (baseline: the lowest level swept);
-* marginal gain per added request ``Δthr / (Δc · thr(1))`` — 1.0 means each added
-  request bought a whole single-request lane;
-* the **knee**: the first level where efficiency or marginal gain falls below its stated
-  threshold (the level before it is the last efficient one);
-* the **saturation** point: the first level after which throughput is flat (gain below
-  ``flat_pct``) while p95 climbs (by more than ``p95_rise_pct``);
-* the SLO policy: for each p95 target, the level with the highest throughput meeting it;
-* cost per 1,000 queries: ``hourly cost / (req/s · 3600) · 1000``.
-
-This module runs the levels and writes the result; the arithmetic is :mod:`.analysis` and
-the tables and plots :mod:`.render`, each usable on a result read back from ``sweep.json``.
-"""
+Levels are eval runs on the real prompts under the structured-output contract. Figures: efficiency
+``thr(N) / (N · thr(1))`` (baseline the lowest level); marginal gain ``Δthr / (Δc · thr(1))``; the
+**knee**, the first level where either falls below its threshold; **saturation**, the first level
+after which throughput is flat (< ``flat_pct``) while p95 rises (> ``p95_rise_pct``); per p95 target
+the highest-throughput level meeting it; cost per 1,000 queries ``hourly / (req/s · 3600) · 1000``.
+Arithmetic in :mod:`.analysis`, rendering in :mod:`.render`, both usable on ``sweep.json``."""
 
 from __future__ import annotations
 

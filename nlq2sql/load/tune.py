@@ -1,25 +1,12 @@
 """``tune``: the load to deploy at — the most *correct answers per second within the SLO*.
 
-Peers report goodput as requests within a latency SLO and accuracy elsewhere; a team deploys
-on the join.  Each probe here is a real scored eval run (the eval set's items, repeated in a
-seeded order when the set is shorter than ``requests``) at one closed-loop concurrency or one
-open-loop Poisson rate, and counts a request as *correct goodput* only when its final answer
-is correct **and** it met every per-request SLO threshold (``e2e_p95<=8s`` contributes
-"e2e ≤ 8 s" per request; the p95 itself is the level's check).
-
-A probe is **eligible** when every SLO percentile holds, accuracy is at least
-``--min-accuracy`` and not significantly below the baseline's (one-sided at ``alpha`` via
-the exact McNemar test on the same items; the baseline is c=1, or the lowest rate).  The
-search bisects (geometric midpoints) between the highest eligible and the lowest ineligible
-load, starting from the baseline and ``--hi``.  The **operating point** is the eligible
-probe with the highest correct goodput (ties: the higher load).  Every choice depends only on
-measured probes, and each probe's run directory is kept, so a resumed tune replays the same
-decisions and equals an uninterrupted one.
-
-This module is the whole mode: its settings, the search, the analysis into the typed result
-(:mod:`.tune_results`, which :mod:`.results` registers without importing this module) and its
-report and plot, which read only that result, so a report re-renders from ``tune.json`` alone.
-"""
+Each probe is a scored eval run at one concurrency or Poisson rate (items repeated in seeded order
+when short). It is **eligible** when every SLO percentile holds and accuracy is ≥ ``--min-accuracy``
+and not significantly below the baseline's (c=1 or the lowest rate; one-sided exact McNemar at
+``alpha``). The search bisects geometrically between the highest eligible and lowest ineligible
+load from the baseline and ``--hi``; the **operating point** is the eligible probe with the most
+correct goodput (ties: higher load). Choices depend only on measured probes, whose runs are kept,
+so a resumed tune equals an uninterrupted one; the report re-renders from ``tune.json`` alone."""
 
 from __future__ import annotations
 

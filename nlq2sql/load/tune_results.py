@@ -1,9 +1,4 @@
-"""``tune.json``'s declaration: the typed result ``tune`` builds and writes, and ``load_result`` reads.
-
-A module of its own, below :mod:`.tune` (the mode: search, analysis, report), so that
-:mod:`.results` can register it as a load result without importing the mode, which imports
-the load outputs and, through them, :mod:`.results`.
-"""
+"""``tune.json``'s declaration, below :mod:`.tune` so :mod:`.results` registers it without importing the mode."""
 
 from __future__ import annotations
 
