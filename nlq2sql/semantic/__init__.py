@@ -1,9 +1,4 @@
-"""Semantic models: a team's dbt Semantic Layer YAML drives the intent contract and the SQL.
-
-``spec`` reads the YAML (with lines for messages), ``catalog`` resolves metrics, dimensions
-and one-hop joins, ``binding`` checks the result against a DuckDB database and reads the
-values the prompt and the eval-set checks need.
-"""
+"""Semantic models: a team's dbt Semantic Layer YAML drives the intent contract and the SQL."""
 
 from nlq2sql.semantic.binding import Warehouse, open_warehouse
 from nlq2sql.semantic.catalog import (

@@ -1,12 +1,9 @@
 """A team's semantic layer, loaded through MetricFlow → the catalog the harness reads.
 
-The catalog is MetricFlow's validated manifest plus what the prompt, the schema and the
-eval-set checks need from it: each metric's label and description, each categorical
-dimension's group-by name as MetricFlow spells it (``customer_id__region``), the table and
-expression behind it (for known values), and the compiler (:class:`~.engine.Engine`).  The
-intent's short dimension names are the dimensions' own names where one name means one
-dimension in the whole project, else MetricFlow's qualified name.
-"""
+MetricFlow's validated manifest plus what prompt, schema and eval-set checks need: labels and
+descriptions, each categorical dimension's group-by name as MetricFlow spells it
+(``customer_id__region``) with the table and expression behind it, and the compiler. The intent's
+short dimension names are the dimensions' own where one name means one dimension, else qualified."""
 
 from __future__ import annotations
 

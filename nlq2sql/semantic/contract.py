@@ -1,18 +1,12 @@
 """The v2 answer contract, generated from the manifest: JSON Schema, parse, per-part comparison.
 
-A model answers with a MetricFlow query (:class:`~.query.MetricQuery`) or with
-``{"unanswerable": "reason"}``.  The schema's names come from MetricFlow: metric names, the
-group-by names MetricFlow accepts (``flat``: any metric's; ``branches``: one branch per
-metric listing only the group-bys valid for it, so an invalid metric × group-by pair cannot
-be generated), the values the data holds for a small categorical field's ``where`` (given the
-bound warehouse), and every number is bounded.  In either mode a **listing** (no metric: the
-distinct values of its group-bys) is a branch of its own — ``metrics`` exactly ``[]``
-(``maxItems: 0``), ``group_by`` at least one of MetricFlow's dimension-value names — beside the
-query branches, whose ``metrics`` keep ``minItems: 1``: so ``{"metrics": [], "group_by": []}``
-matches no branch, with no ``if``/``then`` or ``uniqueItems`` (grammar backends do not all take
-them).  Cross-part rules the schema cannot carry (a group-by no chosen metric reaches) are
-MetricFlow's compile errors, recorded per item.
-"""
+An answer is a MetricFlow query (:class:`~.query.MetricQuery`) or ``{"unanswerable": "reason"}``.
+The schema uses MetricFlow's names: metrics, accepted group-bys (``flat``: any metric's;
+``branches``: one branch per metric with only its valid group-bys), the data's values for a small
+categorical ``where``, bounded numbers. A **listing** is its own branch (``metrics`` ``maxItems: 0``,
+at least one group-by) beside query branches (``minItems: 1``), so ``{"metrics": [], "group_by": []}``
+matches none, without ``if``/``then`` or ``uniqueItems`` (not every grammar backend takes them).
+Cross-part rules the schema cannot carry are MetricFlow's compile errors, recorded per item."""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """Checks of a semantic layer against its data that MetricFlow cannot make (it never reads data).
 
-Every table a semantic model reads exists; every entity, dimension and measure expression
-binds in DuckDB; each time dimension is a DATE or TIMESTAMP; a **primary or unique entity
-really is unique** in its table — a duplicated key makes every join through it fan out and
-silently multiplies the metrics on the other side; and no dimension or measure is NULL in
-every row of a table that has rows (a dimension that is always NULL groups everything into
-one NULL group and filters nothing; a measure that is always NULL answers NULL, or 0 for a
-count, whatever the question, so no answer over it can be told right from wrong).  An empty
-table is not a problem: its columns are not known to be NULL, only unfilled.
-
-Every problem is returned, each naming file, line and key (and, for a fan-out, one duplicated
-key value) and the manifest object it touches (:attr:`DataProblem.target`), so the binding
-can exclude exactly that object (:mod:`.prune`) and keep the rest of the layer.
-"""
+Every table exists; every entity, dimension and measure expression binds in DuckDB; time dimensions
+are DATE or TIMESTAMP; a **primary or unique entity is unique** (a duplicated key fans out every join
+and silently multiplies metrics); no dimension or measure is NULL in every row of a non-empty table
+(it would group or answer the same whatever the question). Every problem is returned, naming file,
+line, key (for a fan-out, a duplicated value) and the manifest object (:attr:`DataProblem.target`),
+so the binding excludes exactly that object (:mod:`.prune`)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """Where dbt put a model: ``ref('x')`` → the schema and alias dbt builds it as, for a folder of dbt YAML.
 
-A semantic model names its table as ``ref('orders')``; dbt builds that model into the profile
-target's schema, or ``<target schema>_<custom>`` when the model has a custom schema (dbt's
-default ``generate_schema_name``), under its ``alias`` if one is configured.  This module reads
-what dbt reads for that: the ``dbt_project.yml`` at or above the folder, the profile it names
-(``profiles.yml`` in ``--profiles-dir``, ``$DBT_PROFILES_DIR``, the project folder or
-``~/.dbt``) and its target, the ``+schema``/``+alias`` configs of ``dbt_project.yml`` by folder,
-``config:`` in properties files and ``{{ config(...) }}`` in a model's SQL.  ``--db-schema``
-overrides the schema of every relation.  Without a dbt project and without the option the
-schema is DuckDB's ``main`` (the shipped warehouses), and the data check says where else a
-missing table is.  A ``dbt_project.yml`` found without its profile is a problem, never a silent
-``main``.
-"""
+As dbt's default ``generate_schema_name``: the profile target's schema, or
+``<target schema>_<custom>`` for a custom schema, under a configured ``alias``; read from the
+``dbt_project.yml`` at or above the folder, its profile (``--profiles-dir``, ``$DBT_PROFILES_DIR``,
+the project folder, ``~/.dbt``), folder ``+schema``/``+alias``, properties ``config:`` and SQL
+``{{ config(...) }}``. ``--db-schema`` overrides every relation. With neither, the schema is
+``main``; a ``dbt_project.yml`` without its profile is a problem, never a silent ``main``."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """MetricFlow compiles a :class:`~nlq2sql.semantic.query.MetricQuery` to DuckDB SQL; cached.
 
-MetricFlow needs a ``SqlClient`` only to render: the harness executes the SQL itself, on a
-read-only connection with external access off, so the client here compiles and refuses to run
-anything.  Filter values never pass through MetricFlow's Jinja: each is written as an
-opaque placeholder literal, and the rendered SQL's placeholders become DuckDB's numbered
-parameters (``$1``…) bound to the values.  Compiled SQL is cached per (manifest, query shape):
-values are parameters and the limit is appended as MetricFlow's last clause, so ``region =
-North`` and ``region = South``, or a top 3 and a top 5, share one compile.  A query with no
-metric (a listing) is MetricFlow's dimension-value query: the distinct values of its group-bys,
-with its ``where``, ``order_by`` and limit, over the names :meth:`Engine.listables` gives.
-"""
+The harness executes the SQL itself (read-only, external access off), so the ``SqlClient`` here
+refuses to run anything. Filter values never pass through MetricFlow's Jinja: each is an opaque
+placeholder literal that becomes a numbered parameter (``$1``…). Compiles are cached per
+(manifest, query shape), the limit appended last, so ``region = North`` and ``South``, or top 3 and
+top 5, share one. A listing is MetricFlow's dimension-value query over :meth:`Engine.listables`."""
 
 from __future__ import annotations
 

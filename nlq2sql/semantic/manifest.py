@@ -1,19 +1,12 @@
 """Read objects → MetricFlow's semantic manifest, transformed and validated by MetricFlow.
 
-Each object is built on its own, so one malformed metric does not hide another's problem;
-each carries its file and line as MetricFlow metadata, so MetricFlow's validation issues name
-them.  An object is checked against MetricFlow's JSON Schema widened by the keys dbt-core
-accepts (:data:`DBT_ONLY_KEYS`, from dbt's ``Unparsed*`` classes): a description on an entity,
-``config`` with any dbt config, ``meta`` and ``tags`` load; a misspelt key is still refused.
-A dbt-written ``semantic_manifest.json`` goes through MetricFlow's reader for dbt manifests
-(``parse_manifest_from_dbt_generated_manifest``, which upgrades older dbt versions' manifests).
-Every relation is rendered as ``schema.alias`` (:class:`~.dbt_project.Relation`): the
-database part dbt records is not rendered, as DuckDB names an attached file after the file.
-The time spine is decided by the caller (:mod:`.catalog`): the one the project declares, else
-dbt's legacy ``metricflow_time_spine`` table when the database has it, else a generated day
-table (:data:`GENERATED_SPINE`, which :mod:`nlq2sql.semantic.engine` inlines as a ``range()``
-over the data's dates — the warehouse itself is never written).
-"""
+Each object is built on its own (one malformed metric hides no other problem) with its file and line
+as metadata, so MetricFlow's issues name them. Objects are checked against MetricFlow's JSON Schema
+widened by the keys dbt-core accepts (:data:`DBT_ONLY_KEYS`); a misspelt key is still refused. A
+dbt ``semantic_manifest.json`` goes through MetricFlow's dbt reader. Relations render as
+``schema.alias`` (DuckDB names an attached file after the file). Time spine (chosen by
+:mod:`.catalog`): the declared one, else a ``metricflow_time_spine`` table, else
+:data:`GENERATED_SPINE`, inlined as a ``range()`` over the data's dates (the warehouse is never written)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Living with MetricFlow as a library: its loggers kept quiet, its error reports made one line.
 
-Some MetricFlow errors begin with the whole repr of the object at fault (a metric's is ~600
-characters, with the reason after it: "… is metric type MetricType.RATIO, so neither the
-numerator and denominator should not be None").  ``mf_reason`` puts such a reason first, the
-object named by kind, name and file:line; ``mf_problem`` makes it a :class:`Problem` at that
-file, line and key."""
+``mf_reason`` puts the reason of an error that begins with an object's whole repr first, naming the
+object by kind, name and file:line; ``mf_problem`` makes it a :class:`Problem` at that file, line and key."""
 
 from __future__ import annotations
 

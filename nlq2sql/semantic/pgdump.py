@@ -1,16 +1,9 @@
 """A PostgreSQL ``pg_dump`` plain-text file → tables in a DuckDB database.
 
-A plain-text dump is DDL statements and ``COPY table (columns) FROM stdin;`` blocks of
-tab-separated rows ending in a line ``\\.``.  This reads the dump, never runs it: each
-``CREATE TABLE`` is transpiled by sqlglot from PostgreSQL to DuckDB (the ``public.`` schema
-dropped, so the tables land in DuckDB's ``main``; types and defaults as declared, as sqlglot
-maps them), and each COPY block is read as text rows (``\\N`` is NULL, COPY's backslash escapes
-undone) and inserted through the declared column types, so DuckDB casts every value as
-PostgreSQL would have.  Everything else a dump holds (``SET``, owners, constraints, indexes,
-sequences) is ignored: the tables are read-only data here.
-
-Deterministic: the same dump gives the same tables and rows in the same order.
-"""
+The dump is read, never run: each ``CREATE TABLE`` is transpiled by sqlglot to DuckDB (``public.``
+dropped, so tables land in ``main``), each ``COPY … FROM stdin`` block is read as text rows (``\\N``
+is NULL, escapes undone) and inserted through the declared types, so DuckDB casts as PostgreSQL
+would. ``SET``, owners, constraints, indexes and sequences are ignored. Deterministic."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """A team's dbt project, as it is, → one MetricFlow semantic manifest (every problem at once).
 
-dbt projects keep ``semantic_models:``, ``metrics:`` and ``saved_queries:`` as plural lists
-beside ordinary dbt keys (``models:``, ``sources:``, ``unit_tests:`` …) and write
-``model: ref('orders')``; MetricFlow's own parser wants one object per YAML document and a
-``node_relation``.  This module does the conversion dbt-core does when it writes
-``target/semantic_manifest.json`` (that artefact is read directly too), builds MetricFlow's
-pydantic objects with their file and line as metadata, applies MetricFlow's transformations
-and runs MetricFlow's validator.  Nothing of the meaning is ours: a problem MetricFlow finds is
-reported in MetricFlow's words, with the file, line and key it concerns.
-"""
+Does the conversion dbt-core does for ``target/semantic_manifest.json`` (also read directly): plural
+lists beside ordinary dbt keys and ``model: ref('orders')`` → MetricFlow's objects with file and line,
+its transformations and validator. Nothing of the meaning is ours: problems are MetricFlow's words
+with the file, line and key."""
 
 from __future__ import annotations
 

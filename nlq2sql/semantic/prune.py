@@ -1,30 +1,13 @@
 """A partial layer: MetricFlow's manifest without the objects its data cannot serve, and what needs them.
 
-A data problem (:mod:`.datacheck`) touches one object — a semantic model whose table is missing,
-a dimension, measure or entity that fails or is unusable in the data, a simple metric whose
-``expr`` fails.  :func:`prune` removes exactly those from a MetricFlow manifest (a copy) and then
-what cannot stand without them:
-
-- a bad dimension that is a model's aggregation time dimension is excluded from what is offered
-  but stays in the manifest as a typed NULL: the measures aggregated on it keep a (NULL)
-  ``metric_time`` and answer by every other group-by;
-- a removed primary or unique entity (not unique in the data) is no longer joinable: every join
-  through it would fan out and multiply the metrics on the other side.  Where it was the model's
-  primary entity and the model has dimensions, its name stays as the model's ``primary_entity``
-  (MetricFlow's field for a model without a joinable key), so the model's own dimensions still
-  group its own measures — no join is involved there;
-- every metric whose measure, input metric or semantic model is gone, transitively (ratio,
-  derived, cumulative, conversion), and every saved query that names a removed metric;
-- whatever MetricFlow's validator then rejects (a conversion metric whose entity is gone, a
-  measure whose non-additive dimension is gone …), recorded with MetricFlow's message, until
-  the manifest validates;
-- a metric whose filter, or a saved query whose group-by or filter, named a removed object: it
-  compiled on the whole manifest and no longer does on the pruned one.
-
-The function reads and returns MetricFlow's own objects, whatever wrote the manifest (a folder of
-YAML, dbt's ``semantic_manifest.json``); every removal is an :class:`Exclusion` naming the object
-as a manifest path and saying why.
-"""
+:func:`prune` removes, from a copy, each object a data problem (:mod:`.datacheck`) touches, then what
+cannot stand without it: a bad aggregation time dimension stays as a typed NULL (its measures answer
+by other group-bys); a non-unique entity is not joinable (joins would fan out), but as a model's
+primary entity its name stays so the model's own dimensions group its own measures; metrics whose
+inputs are gone, transitively, and saved queries naming them; whatever MetricFlow's validator then
+rejects, until it validates; metrics and saved queries whose filter or group-by named a removed
+object. It reads and returns MetricFlow's objects; each removal is an :class:`Exclusion` (manifest
+path and reason)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """Intent v2: a MetricFlow query as JSON, or a reasoned refusal.
 
-The names are spelled as MetricFlow's query interface spells them (``customer__region``,
-``metric_time__month``, multi-hop paths, bare entities); a ``where`` item is a field, an
-operator and its values, never SQL — the values are bound by the harness.  The seed's three
-intent kinds survive as a *derived label* (:meth:`MetricQuery.kind`) so per-kind tables, the
-majority baseline and the ranking guardrail keep their meaning on v2; a fourth, ``listing``, is a
-query with no metric: MetricFlow's dimension-value query (the distinct values of its group-bys,
-filtered, ordered and limited), for "list the stores with their opening dates".
-"""
+Names are spelled as MetricFlow's query interface spells them (``customer__region``,
+``metric_time__month``, multi-hop paths, bare entities); a ``where`` item is field, operator and
+values, never SQL (values are bound). :meth:`MetricQuery.kind` derives the v1 kinds, so per-kind
+tables, the majority baseline and the ranking guardrail apply to v2; ``listing`` is a query with no
+metric (MetricFlow's dimension-value query)."""
 
 from __future__ import annotations
 

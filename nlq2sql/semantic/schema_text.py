@@ -1,14 +1,9 @@
 """The warehouse as the SQL arm's prompt sees it: the tables and columns the semantic layer reads.
 
-A model that writes SQL needs what a model that writes a MetricFlow query gets from the
-layer's names: which tables, which columns with their DuckDB types, what they mean (the
-layer's descriptions of models, entities, dimensions and measures), how tables join (a foreign
-entity → the model where that entity is primary), a few known values of small categorical
-columns, and how each metric is computed.  All of it is read from the catalog and the data, in a
-fixed order, so the same warehouse always gives the same bytes (prompts are cached and compared).
-It lives in the semantic layer (as the vocabulary texts do) so the prompt stage renders it
-without importing the SQL answer.
-"""
+Tables, columns with DuckDB types, the layer's descriptions, joins (foreign entity → the model where
+it is primary), a few known values and each metric's computation, read from the catalog and data in
+a fixed order, so one warehouse always gives the same bytes (prompts are cached and compared). In
+the semantic layer so the prompt stage renders it without importing the SQL answer."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Warehouse databases: build a shipped warehouse's data, find it in the cache, fingerprint it, open it.
 
-A shipped warehouse is a folder ``warehouses/NAME/`` with its semantic model, its eval sets
-and ``build.py`` (``VERSION``, ``DEFAULT_SCALE``, ``build(out, scale)``); nothing of any
-warehouse is written in this package.  A user's own data is a DuckDB file, or a folder of
-Parquet/CSV files imported once into a cached DuckDB file (named by the files' hash), so
-the executor always opens one file read-only with external access disabled
-(``connect_read_only``).  The semantic layer binds its model to such a file
-(:mod:`nlq2sql.semantic.binding`); the stages query it.
-"""
+A shipped warehouse is ``warehouses/NAME/`` (semantic model, eval sets, ``build.py`` with
+``VERSION``, ``DEFAULT_SCALE``, ``build(out, scale)``). A user's data is a DuckDB file, or
+Parquet/CSV imported once into a cached file named by the files' hash, so the executor always opens
+one file read-only with external access disabled (``connect_read_only``)."""
 
 from __future__ import annotations
 

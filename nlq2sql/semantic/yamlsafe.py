@@ -1,12 +1,9 @@
 """YAML a team wrote, read safely and with every key's line kept.
 
-A dbt project's YAML is untrusted input here: PyYAML's node API composes it without
-constructing anything, and this module then refuses what a semantic layer never needs and
-what could hurt the reader — tags outside YAML's core schema (``!!python/name:`` …),
-non-scalar mapping keys, duplicate keys (YAML says they are an error; PyYAML keeps the last),
-nesting deeper than :data:`MAX_DEPTH` and alias expansion past :data:`MAX_NODES` (the
-"billion laughs" document).  Each problem names file, line and key.
-"""
+The YAML is untrusted: PyYAML's node API composes it without constructing anything, and this refuses
+tags outside the core schema (``!!python/name:`` …), non-scalar keys, duplicate keys, nesting deeper
+than :data:`MAX_DEPTH` and alias expansion past :data:`MAX_NODES` ("billion laughs"). Each problem
+names file, line and key."""
 
 from __future__ import annotations
 
