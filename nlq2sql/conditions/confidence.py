@@ -1,22 +1,13 @@
 """The model's own confidence in the intent kind, read from vLLM's token logprobs.
 
-``--abstain-below P`` asks the server for each token's logprob and its top alternatives
-(``logprobs``/``top_logprobs``, streamed).  The kind of an intent is decided at one token:
-the first whose text, together with the value generated before it, fits exactly one kind
-(``top`` → ``top_n_by_metric``; a ``t`` alone would still be ``top_n…`` or ``time_series``).
-At that token the alternatives the server offered are grouped by the kind each would have
-started; the **confidence** is the chosen kind's share of that mass.  Abstention reads the
-share of the kind finally answered (:func:`nlq2sql.stages.abstention.kind_share`): when a guardrail overrules the
-model, its confidence is what the model gave the guardrail's kind.  Alternatives that fit
-no kind or several are left out: under the JSON-Schema constraint vLLM reports the masked
-tokens at about -9999, so the mass left is the mass the grammar allowed.
-
-Only the decisive token is read: an ambiguous token before it (``t``) is not multiplied in,
-and the confidence says nothing about the other fields.  Checked on CPU vLLM 0.32.0 with
-Qwen2.5-Coder-0.5B (compact grammar): the kind is one token (``break`` / ``top`` /
-``time``) right after ``{"intent":"``.  The planner's first stage answers the bare kind
-(a structured ``choice``); its text is read from offset 0.
-"""
+``--abstain-below P`` asks for each token's logprob and top alternatives (streamed). The kind is
+decided at one token: the first whose text, with what precedes it, fits exactly one kind (``top`` →
+``top_n_by_metric``; ``t`` alone does not). There the alternatives are grouped by the kind each would
+start, and the **confidence** is the chosen kind's share of that mass (abstention reads the share of
+the kind finally answered: :func:`nlq2sql.stages.abstention.kind_share`). Alternatives fitting no
+kind or several are left out; tokens the JSON-Schema constraint masks come back at about -9999, so
+the mass left is what the grammar allowed. Only the decisive token is read, and says nothing of the
+other fields. The planner's first stage (a structured ``choice``) is read from offset 0."""
 
 from __future__ import annotations
 

@@ -1,21 +1,14 @@
 """Schema linking (``--link-schema prompt``): the part of the layer a question needs, in place of
 the whole vocabulary in the v2 prompt.
 
-A layer with hundreds of metrics does not fit a small model's context, and a long vocabulary
-hurts large models too.  For each question the metrics, dimensions and entities most relevant
-to it are retrieved lexically — no model: the question's words against each item's name
-(split on ``_``), label, description and (for a dimension) known values, weighted by how rare
-each word is across the layer (IDF), with a bonus where the label or the spaced name occurs as
-a phrase and where value linking (:mod:`nlq2sql.stages.value_links`) finds one of the
-dimension's values — and written as the same vocabulary lines (``Warehouse.query_vocabulary_text``
-narrowed to them) within ``--link-budget`` estimated tokens (about 4 characters a token).  The
-time grains and years stay.  The JSON Schema the server enforces stays whole, so a name that
-linking missed is still possible to answer.
-
-Recorded per item: what was linked (``linked_schema``), and on a scored item whether the gold's
-names — its metrics, group-bys and ``where`` fields, ``metric_time`` aside — were among them
-(``linking_recall``, ``linking_missed``), so a miss is attributed to linking or to the model.
-"""
+A long vocabulary does not fit a small model's context and hurts large ones. Per question the most
+relevant metrics, dimensions and entities are retrieved lexically (no model): its words against
+each item's split name, label, description and known values, IDF-weighted, with bonuses for a
+phrase match and a value linked (:mod:`nlq2sql.stages.value_links`); written as the usual vocabulary
+lines within ``--link-budget`` estimated tokens (4 characters a token); time grains and years stay.
+The enforced JSON Schema stays whole, so a missed name is still answerable. Recorded per item:
+``linked_schema``, and on a scored item ``linking_recall`` / ``linking_missed`` (the gold's names,
+``metric_time`` aside), so a miss is attributed to linking or to the model."""
 
 from __future__ import annotations
 

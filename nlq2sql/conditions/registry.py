@@ -1,23 +1,14 @@
 """Conditions as registered plugins: one module declares a condition, the run reads the registry.
 
-A condition (retrieved examples, value linking, the planner, self-consistency, abstention…)
-is one :class:`Condition` subclass, registered by name with :func:`register`.  It declares
-
-- its **settings**: one pydantic model (fields, defaults, bounds, help) from which the CLI
-  options are generated and through which every option is validated; the defaults mean "off";
-- the **answer kinds** it applies to (``intent`` v1, ``query`` v2, ``sql``) and the conditions
-  it **conflicts** with: anything else is refused by name before a run writes anything;
-- the **manifest keys** it owns (``None`` when off, so they take part in ``--resume`` checks);
-- **hooks** around the one request of an item: ``before`` (prompt additions), ``answer``
-  (replaces the single request: planner, sampling), ``after`` (over the scored record:
-  abstention); what they choose per item is its **trace**, a declared type
-  (:class:`~nlq2sql.conditions.trace.Trace`) whose fields are its record keys.
-
-Why a registry: before it, adding a condition touched ~11 files (config field and rules, an
-if/elif in the item runner, the manifest literal and model, resume keys, CLI options, report
-labels, viewer columns).  Now each of those reads :data:`REGISTRY`; see ``docs/conditions.md``.
-The registry's order is the order hooks run and manifest keys are written.
-"""
+A condition is one :class:`Condition` subclass registered by name (:func:`register`). It declares
+its **settings** (one pydantic model: the CLI options are generated from it and validated through
+it; defaults mean "off"), the **answer kinds** it applies to and the conditions it **conflicts**
+with (anything else is refused by name before a run writes anything), the **manifest keys** it owns
+(``None`` when off, so they take part in ``--resume`` checks), and **hooks** around an item's request:
+``before`` (prompt additions), ``answer`` (replaces the request), ``after`` (over the scored
+record); what they choose per item is its **trace** (:class:`~nlq2sql.conditions.trace.Trace`).
+Config, runner, manifest, resume, CLI, reports and viewer read :data:`REGISTRY`, whose order is
+the order hooks run and manifest keys are written (``docs/conditions.md``)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,14 @@
 """Self-consistency (``--samples N``) and abstention (``--abstain``): answer only when the
 model's own evidence agrees.
 
-**Self-consistency**: N answers to the same messages at temperature > 0 (unseeded, see
-:func:`sample_and_vote`), each parsed and canonicalised; the canonical intent with most votes wins
-and its text is the item's answer.  The record keeps every sample's text, the vote counts
-and the samples' summed tokens, so the cost sits beside the gain.  A tie at the top (or no
-valid sample) has no majority.
-
-**Abstention**: the item answers "needs clarification" instead of guessing when the evidence
-is split — self-consistency without a majority, the two-stage planner's chosen kind
-overruled by a guardrail, or (``--abstain-below P``) the model's own probability of its
-intent kind, read from vLLM's token logprobs (:mod:`.confidence`), below P.  Scored as
-selective prediction: an abstention is never correct (``correct_final`` false, the answer's
-own correctness kept as ``answer_correct``); the summary's ``selective`` gives coverage,
-accuracy on answered items and the coverage-accuracy curve over the confidence (the vote
-share; else the intent-token confidence).  The decision reads only recorded fields, so
-re-scoring under other guardrails decides it again the same way.
-"""
+**Self-consistency**: N answers at temperature > 0 (unseeded), canonicalised; the intent with most
+votes is the answer; every sample's text, the votes and summed tokens are recorded, so cost sits
+beside gain. A tie at the top, or no valid sample, has no majority.
+**Abstention**: "needs clarification" when the evidence is split: no majority, the planner's kind
+overruled by a guardrail, or (``--abstain-below P``) the intent kind's probability below P
+(:mod:`.confidence`). An abstention is never correct (``correct_final`` false, ``answer_correct``
+kept); the summary's ``selective`` gives coverage, accuracy on answered items and the curve. The
+decision reads only recorded fields, so re-scoring decides it again the same way."""
 
 from __future__ import annotations
 

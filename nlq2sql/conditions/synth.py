@@ -1,20 +1,11 @@
 """A bank of solved examples for a warehouse nobody has labelled: made from the semantic layer.
 
-Retrieved examples are the main lever of the v2 answer, and a newly brought warehouse has no
-dev set to retrieve from.  This module writes one from what the layer and its data already
-say — metric and dimension labels and descriptions, the group-bys MetricFlow accepts per
-metric, known values and the years present — in the v2 shapes (one or two metrics, one or two
-group-bys incl. time grains and multi-hop names, ``eq``/``in``/date-range filters, top/bottom N
-with a total order, entity group-bys).  Every gold is compiled by MetricFlow and executed; one
-that fails or returns no rows is dropped, and questions and queries are de-duplicated.  It
-never reads an eval set, so it cannot leak the set under test.  Deterministic for a seed: the
-same seed, layer and data give the same bytes.
-
-A layer whose data are tiny or empty (a metric none of whose golds returns rows) still gets
-examples: such a metric's golds that compile but return no rows are kept as a fallback, after
-every example with rows, tagged :data:`EMPTY_TAG` (the bank says so, and so does each record
-that is shown one); :func:`synthesize_report` says per metric why it produced nothing.
-"""
+Retrieved examples are the v2 answer's main lever and a new warehouse has no dev set, so this
+writes one from the layer and its data (labels, accepted group-bys per metric, known values, years)
+in the v2 shapes. Every gold is compiled and executed; failures and empty results are dropped and
+duplicates removed, except that a metric with no gold returning rows keeps its compiling ones last,
+tagged :data:`EMPTY_TAG` (:func:`synthesize_report` says why a metric produced nothing). It never
+reads an eval set, so it cannot leak the set under test; the same seed, layer and data give the same bytes."""
 
 from __future__ import annotations
 

@@ -1,22 +1,10 @@
-"""Value linking: the warehouse's known values a question names, proposed as filters.
+"""Value linking (``--link-values``): the warehouse's known values a question names, proposed as filters.
 
-"Units sold per product in the Apparel category", "excluding the Phone channel", "2025
-only": the filter values a question names are values the warehouse holds.  Matching the
-question against the semantic model's value lists (the distinct values of each listable
-dimension, and the years present) is deterministic and needs no model, so it is offered
-two ways (``--link-values``):
-
-- **hint**: the linked filters are written after the question in the user message, so the
-  model is told the exact spelling and field (recorded per item as ``linked_values``);
-- **repair**: a guardrail named ``values`` rewrites the model's filters after it answered —
-  drops filters on a value field that the question never names, fixes the operator of a
-  named value (``eq`` ↔ ``neq``), adds the named values that are missing — each step an
-  intervention scored like any other rule (precision and recall per rule), and re-scorable
-  offline (``nlq2sql score --guardrails ranking,values``).
-
-The matching itself is a stage (:mod:`nlq2sql.stages.value_links`); this module is the
-condition around it.
-"""
+The matching (:mod:`nlq2sql.stages.value_links`) is deterministic and model-free, so it is offered
+two ways: **hint**, the linked filters written after the question (recorded as ``linked_values``);
+**repair**, the ``values`` guardrail, which drops filters on values the question never names, fixes
+``eq`` ↔ ``neq`` and adds missing ones, each step an intervention scored like any rule and
+re-scorable offline (``nlq2sql score --guardrails ranking,values``)."""
 
 from __future__ import annotations
 
