@@ -1,14 +1,10 @@
-"""Unanswerable precision and recall at every confidence cut-off, from the records (issue 22).
+"""Unanswerable precision and recall at every confidence cut-off, from the records.
 
-A run with ``--abstain-below P`` records each item's confidence (``intent_evidence``: for a v2
-answer the model's share on answering at all times its share on the first metric) and the answer
-before abstention (``answer_correct``).  The threshold used in the run is one point; the records
-hold the whole curve: at cut-off ``t`` an item abstains when the model said "unanswerable" or its
-confidence is below ``t``.  Pooling a warehouse's held-out run (every item answerable) with its
-unanswerable run gives what a team deploying the abstention needs: of the questions declined, how
-many should have been (precision); of the questions that cannot be answered, how many were
-declined (recall); and what the answerable questions lose (coverage, accuracy on answered).
-"""
+Records of a ``--abstain-below`` run hold each item's confidence (``intent_evidence``) and its
+answer before abstention (``answer_correct``), so the whole curve is available: at cut-off ``t`` an
+item abstains when it said "unanswerable" or its confidence is below ``t``. Pooling a held-out run
+with an unanswerable run gives precision of declines, recall of the unanswerable, and what the
+answerable lose (coverage, accuracy on answered)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""Answer arms side by side (issue 23): does the semantic layer help, for which model, at what cost?
+"""Answer arms side by side: does the semantic layer help, for which model, at what cost?
 
-The arms answer the same items of the same eval set: ``query`` (the v2 answer, a MetricFlow
-query constrained by the manifest's JSON Schema: the issue's "intent" arm for v2 sets), ``sql``
-(the model writes DuckDB SQL, free text) and ``sql-grammar`` (the same prompt, constrained by the
-warehouse's SQL grammar).  All are scored by their rows against the same gold, so correctness is
-comparable item by item: per arm the accuracy with its Wilson CI, per pair an exact McNemar test
-paired on item id, tokens, latency, cost per 1,000 questions (the comparison report's model:
-hourly price ÷ measured completed requests per hour) and one error taxonomy for every arm.
-
-Everything is read from finished run directories (records + manifest + summary), so the report
-is rebuilt offline from what was recorded.
-"""
+``query`` (a MetricFlow query under the manifest's JSON Schema), ``sql`` (free DuckDB SQL) and
+``sql-grammar`` (the same under the warehouse's SQL grammar) answer the same items and are scored by
+rows against the same gold: per arm accuracy with a Wilson CI, per pair an exact McNemar test paired
+on item id, tokens, latency, cost per 1,000 questions and one error taxonomy. Read from finished
+run directories only, so the report rebuilds offline."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Structured-output backends side by side: one local vLLM per backend, the same items each.
 
-The backend is a server-wide setting, so a team never sees how xgrammar, guidance, outlines and
-lm-format-enforcer differ unless someone runs them on its own schema: which keywords each
-enforces (schema-valid rate, measured on the bytes against the schema that was sent), what it
-does to accuracy and tokens, and what the grammar costs (TTFT/e2e, and the first request's
-compile -- the first item's TTFT over the median of the rest, at concurrency 1).  Backends run
-one after another (two CPU servers do not fit beside each other here); one that cannot start,
-or whose canary shows it does not enforce the schema, is reported with its error.
-"""
+The backend is server-wide, so only a run per backend shows which keywords each enforces (schema-valid
+rate on the bytes), its effect on accuracy and tokens, and its cost (TTFT/e2e; first-request compile
+as the first item's TTFT over the median of the rest, at concurrency 1). Backends run one after
+another; one that cannot start, or whose canary shows it does not enforce, is reported with its error."""
 
 from __future__ import annotations
 

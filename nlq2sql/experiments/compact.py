@@ -1,13 +1,9 @@
 """Compact vs pretty output: does whitespace-free JSON really save decode time?
 
-Arms on the same items: **pretty** (prompt asks for indented JSON), **prompt-compact**
-(prompt asks for minified JSON, nothing enforces it), **grammar-compact** (a whitespace-free
-regex generated from the schema is sent with the request, so whitespace cannot be
-generated), and **post-parse compact** (pretty output re-serialised: fewer bytes, no
-decode saving).  Compactness is verified on the bytes.  Token counts are set beside the
-same text re-tokenised normally by the server's own tokenizer (``/tokenize``), because
-constrained decoding can fragment tokens and make "compact" cost *more*.
-"""
+Arms on the same items: **pretty**, **prompt-compact** (asked, not enforced), **grammar-compact**
+(a whitespace-free regex from the schema) and **post-parse compact** (pretty re-serialised).
+Compactness is verified on the bytes; token counts are set beside the same text re-tokenised by the
+server (``/tokenize``), as constrained decoding can fragment tokens and make "compact" cost *more*."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Side-by-side comparison of recorded runs → Markdown + one self-contained HTML file.
-
-Rendered only from run records (manifest + summary, re-derived from records where the
-guardrails differ), so a report can be rebuilt offline at any time.
-"""
+"""Side-by-side comparison of recorded runs → Markdown + one self-contained HTML file, rendered only
+from run records (summaries re-derived where guardrails differ), so it rebuilds offline."""
 
 from __future__ import annotations
 

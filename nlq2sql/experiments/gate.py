@@ -1,37 +1,17 @@
 """A regression gate for CI: is a candidate run worse than a baseline run of the same eval set?
 
-Both runs are read from their records (``manifest.json``, ``records.jsonl``, ``summary.json``)
-and compared **item by item on the ids they share** (the paired items).  The checks and
-their exact semantics (also in ``docs/gate.md``):
-
-- ``coverage``: fails when the candidate lacks items the baseline has (extra candidate
-  items are reported, never failed).
-- ``accuracy_mcnemar``: one-sided exact McNemar on final correctness: ``b`` = items right in
-  the baseline and wrong in the candidate, ``c`` = the reverse; p = P(X ≥ b), X ~
-  Binomial(b + c, ½).  Fails when p < alpha.  No discordant pair: p = 1.
-- ``accuracy_drop``: drop = (baseline right − candidate right) ÷ paired × 100, in percentage
-  points.  A drop **equal** to ``max_drop`` passes; a larger one fails (compared exactly, as
-  fractions of the decimal the user wrote, so 3 of 60 items against 5 pp is exactly 5).
-- ``schema_valid``: fails when fewer paired items parse into a schema-valid raw intent in the
-  candidate than in the baseline (any decrease).
-- ``new_error_classes``: fails when the candidate's final error classes (``error_final``:
-  request_error, truncated, invalid_json, …, wrong_metric, …) include one the baseline's do
-  not, on the paired items.
-- ``p95_latency``: p95 of ``latency_s`` on the paired items; only measured when both runs
-  recorded it for at least 5 items, otherwise "not measured"; only judged when
-  ``max_p95_rise`` is given (otherwise "not checked", with the numbers).  A rise equal to the
-  bound passes.
-- ``byte_identity``: per item, whether the candidate's ``raw_text`` equals the baseline's,
-  byte for byte.  Reported always; judged only with ``require_identical``.
-
-Refusals (:class:`~nlq2sql.errors.InputError`, exit 2 on the command line): runs of different
-eval sets (manifest ``evalset_sha256``) or warehouses (:mod:`nlq2sql.experiments.identity`: the data by
-``db_sha256``, the layer by its content ``layer_sha256``, whatever path or release read it; an older
-run by its semantic model on the same data; a manifest naming none ran on the default ``retail``),
-each naming the field and both values; records that no longer match their summary (count or SHA-256), records without an
-id or a final correctness, duplicate ids, and runs with no item in common.  The outputs (Markdown,
-JUnit XML, JSON) are made in :mod:`nlq2sql.experiments.gate_report`.
-"""
+Runs are read from their records and compared **item by item on the ids they share**. Checks
+(exact semantics in ``docs/gate.md``): ``coverage`` (candidate lacks baseline items; extras never
+fail); ``accuracy_mcnemar`` (one-sided exact McNemar, p = P(X ≥ b), X ~ Binomial(b + c, ½), fails
+when p < alpha); ``accuracy_drop`` (percentage points; equal to ``max_drop`` passes, compared exactly
+as fractions of the decimal written); ``schema_valid`` (any decrease); ``new_error_classes`` (an
+``error_final`` class the baseline lacks); ``p95_latency`` (measured only with ≥ 5 items latency on
+both sides, judged only with ``max_p95_rise``; equal passes); ``byte_identity`` (``raw_text`` per
+item, judged only with ``require_identical``).
+Refused (:class:`~nlq2sql.errors.InputError`, exit 2), naming the field and both values: different
+eval sets (``evalset_sha256``) or warehouses (:mod:`nlq2sql.experiments.identity`); records not
+matching their summary (count or SHA-256), without an id or final correctness, with duplicate ids;
+runs with no item in common. Outputs: :mod:`nlq2sql.experiments.gate_report`."""
 
 from __future__ import annotations
 

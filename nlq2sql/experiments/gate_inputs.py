@@ -1,9 +1,5 @@
-"""What the gate reads from its two runs, and the refusals of runs it cannot compare.
-
-Split from :mod:`.gate` (its checks and result types) to keep that module under the size limit.
-The manifest is read as written and checked fact by fact here, with the gate's own messages
-(a manifest of any age), rather than through the manifest model; the records through ItemRecord.
-"""
+"""What the gate reads from its two runs, and the refusals of runs it cannot compare: a manifest of
+any age is read as written and checked fact by fact with the gate's messages; records through ItemRecord."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The regression gate's outputs: Markdown for people, JUnit XML for CI, JSON for programs.
-
-Rendering is kept apart from the checks (:mod:`nlq2sql.experiments.gate`): a result is a
-typed ``GateResult``, and each format is made from it alone.
-"""
+"""The regression gate's outputs (Markdown for people, JUnit XML for CI, JSON for programs), each made
+from the typed ``GateResult`` alone."""
 
 from __future__ import annotations
 

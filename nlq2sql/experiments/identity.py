@@ -1,16 +1,10 @@
 """Whether two runs ran on the same warehouse: the same data and the same semantic layer, by content.
 
-A run's data is its database file's ``db_sha256``; its layer is ``layer_sha256``, MetricFlow's
-manifest as canonical JSON (``semantic.catalog.Catalog.layer_sha256``): neither depends on the path
-the layer was read from nor on the harness release that read it.  Older runs (every run committed
-before layers were named by content) recorded only ``semantic_model_sha256``, a hash of the file
-as read whose method has changed between releases; two such runs -- or one of them and a newer one
--- are the same warehouse when that hash is equal, or when they name the same semantic model on the
-same data.  A run that recorded no semantic model ran on the default one (:data:`LEGACY_WAREHOUSE`).
-
-``gate`` refuses two runs that differ, ``load-check --runs`` too; ``compare`` does not pair them.
-Each says which manifest field differs and both values (:class:`Difference`).
-"""
+Data: ``db_sha256``; layer: ``layer_sha256``, MetricFlow's manifest as canonical JSON, independent of
+path and harness release. A run with only ``semantic_model_sha256`` (a file hash whose method varied
+by release) matches when that hash is equal or it names the same semantic model on the same data; one
+naming none ran on :data:`LEGACY_WAREHOUSE`. ``gate`` and ``load-check --runs`` refuse runs that
+differ, ``compare`` does not pair them; each names the field and both values (:class:`Difference`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Quality under load: are outputs bit-identical at concurrency 1, 16 and 32?
 
-The same items run at each level (temperature 0, fixed seed).  Identity is *measured*
-on the raw output bytes and on the parsed intents, never assumed; any divergence is
-reported with the first differing position and both texts.
-"""
+The same items run at each level (temperature 0, fixed seed); identity is *measured* on raw bytes and
+parsed intents, and a divergence is reported with the first differing position and both texts."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""The prompt × guardrail condition matrix (the seed's held-out table).
+"""The prompt × guardrail condition matrix.
 
-The model is queried once per (prompt, item); every guardrail condition is re-scored
-from the recorded raw outputs, so conditions differ only in what they claim to differ in.
-Pairs of conditions on the same items get an exact McNemar test on final correctness.
-
-With ``repeats`` N each prompt is a repeated run (``eval --repeats``: ``r0 … r{N-1}``, seeded
-orders); every repeat is re-scored under every condition, the table shows the first repeat,
-and a section adds accuracy and latency as mean ± CI across repeats and, per pair, the
-difference paired item by item over the repeats with standard errors clustered by ``pair_id``.
-"""
+The model is queried once per (prompt, item) and every guardrail condition re-scored from the raw
+outputs, so conditions differ only in what they claim to; pairs get an exact McNemar test. With
+``repeats`` N each prompt is a repeated run, every repeat re-scored: the table shows the first, and a
+section gives mean ± CI across repeats and paired differences with standard errors clustered by ``pair_id``."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """The quality report: every recorded condition × model × warehouse, re-derived from records.
 
-Each run's answers are re-scored from its ``records.jsonl`` (``answers.offline.rescore_run``: the recorded raw text
-through today's intent parser, guardrails and SQL builder, against the warehouse rebuilt from its recipe),
-under its own guardrails and under a fixed set of guardrail conditions, so the lexical and learned rules meet
-head to head on the same answers. Nothing is read from a summary except to check that the records still match
-it (``read_finished_run``); the database fingerprint is compared with the recorded one, so a figure re-derived
-on different data says so. Markdown and one self-contained HTML file (plots inline, every string escaped, no
-remote resource).
-"""
+Each run is re-scored from ``records.jsonl`` (``answers.offline.rescore_run``) against the warehouse
+rebuilt from its recipe, under its own guardrails and a fixed set of conditions, so lexical and
+learned rules meet on the same answers. Summaries serve only to check the records still match; a
+database fingerprint differing from the recorded one is said. Markdown and one self-contained HTML
+file (plots inline, every string escaped, no remote resource)."""
 
 from __future__ import annotations
 

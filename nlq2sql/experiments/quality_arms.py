@@ -1,13 +1,9 @@
-"""The quality report's answer-arm section (issues 22 and 23): v2 and SQL runs, re-scored from records.
+"""The quality report's answer-arm section: v2 and SQL runs, re-scored from records.
 
-The v1 condition runs are re-scored by :func:`nlq2sql.answers.offline.rescore_run` (intent parser,
-guardrails, SQL builder); a run whose manifest names an ``answer`` arm (``query``: a MetricFlow
-query; ``sql`` / ``sql-grammar``: SQL the model wrote) is re-scored here instead, by that arm's own
-scorer over the recorded raw text against the warehouse rebuilt from its recipe (the SQL arms in
-the sandbox), so the section is re-derived like the rest of the report, and it says how many
-items agree with what the run recorded.  Per model × warehouse × set: each arm's final accuracy,
-the exact McNemar p against the query arm on the same items, and unanswerable precision and recall.
-"""
+A run whose manifest names an ``answer`` arm is re-scored by that arm's scorer over its raw text
+against the rebuilt warehouse (SQL arms in the sandbox), saying how many items agree with what was
+recorded. Per model × warehouse × set: each arm's accuracy, exact McNemar p against the query arm,
+and unanswerable precision and recall."""
 
 from __future__ import annotations
 

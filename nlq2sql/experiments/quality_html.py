@@ -1,9 +1,5 @@
-"""The quality report's self-contained HTML page, from its Markdown (no Markdown library needed).
-
-Split from :mod:`.quality` (which renders the figures) so that module stays one screenful of
-report logic: this one only turns the report's own Markdown subset (tables, headings, lines with
-`code` and **bold**) into escaped HTML and wraps it with the inline plots in one page.
-"""
+"""The quality report's self-contained HTML page from its own Markdown subset (tables, headings,
+`code`, **bold**), escaped, with the inline plots; no Markdown library needed."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """The gate and the comparison report on repeated runs (``eval --repeats N``: ``OUT/r0 …``).
 
-A repeated run is compared **item by item over its repeats**: each item's fraction of repeats
-answered right, candidate minus baseline, averaged over the shared items.  Items are not
-independent when the eval set holds paraphrases of one question (``pair_id``), so the
-standard error is clustered by ``pair_id`` (CR1); the naive one is shown beside it.  The
-per-item checks of the plain gate (flips, errors, latency, identity) run on the first repeats.
-"""
+Compared item by item over repeats: each item's fraction right, candidate minus baseline, averaged
+over shared items, with standard error clustered by ``pair_id`` (CR1; the naive one beside it). The
+plain gate's per-item checks run on the first repeats."""
 
 from __future__ import annotations
 

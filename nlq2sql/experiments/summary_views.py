@@ -1,9 +1,5 @@
-"""What the quality report reads from a run beside its summary: its cost per item, and the views of
-the summary's typed ``selective`` figures it needs (where the run could abstain, the curve, a cut-off).
-
-Split from :mod:`.quality` to keep that module under the size limit; the views are read once per
-run, where the report needs them (the figures themselves are ``records.summary_parts`` types).
-"""
+"""What the quality report reads from a run beside its summary: cost per item, and views of the
+summary's typed ``selective`` figures (where the run could abstain, the curve, a cut-off)."""
 
 from __future__ import annotations
 
