@@ -1,24 +1,13 @@
 """Answer kinds as registered plugins: one class declares what a kind of answer is, the run reads it.
 
-An answer kind (``--answer``: the v1 JSON ``intent``, the v2 MetricFlow ``query``, free ``sql``,
-``sql-grammar``) is one :class:`AnswerKind` subclass registered by name with :func:`register`.
-It declares what the harness would otherwise decide by comparing the kind's name:
-
-- its **name** and **help** line (the CLI's list of kinds is :meth:`Registry.names`);
-- its **form**: what its raw answers look like (``intent``, ``query`` or ``sql``): what
-  ``pipeline.answer_kind_of`` tells apart in a responses file and what conditions act on;
-- its **case type** (:attr:`~AnswerKind.case_type`) and how a set of them loads (:meth:`~AnswerKind.load_cases`);
-- its **structured-output request part** (:meth:`~AnswerKind.structured`): a plain payload
-  (:class:`StructuredRequest`) the transport's sampling takes as given -- the transport knows no kind;
-- its **default prompt**, whether **guardrails** apply (by default, or only when named, or never);
-- how it is **scored**: its record per item (:meth:`~AnswerKind.record`), against gold SQL
-  (:meth:`~AnswerKind.gold_read`), the summary's **fields** (none: judged by rows only);
-- whether the model **writes SQL** (a sandbox per run, the ``search_path`` in the manifest).
-
-Which conditions apply to a kind stays declared by each condition (``Condition.answers``).
-Adding a kind is one module: a subclass with :func:`register` (``tests/integration/answers/test_answer_kinds.py``
-declares one inside the test).  The built-ins below register when this module loads.
-"""
+An answer kind (``--answer``: ``intent``, ``query``, ``sql``, ``sql-grammar``) is one
+:class:`AnswerKind` subclass registered with :func:`register`. It declares what the harness would
+otherwise decide by the kind's name: help line, **form** of its raw answers, case type and loading,
+its **structured-output request part** (a plain :class:`StructuredRequest`: the transport knows no
+kind), default prompt, whether **guardrails** apply, how it is **scored** (record, gold SQL, summary
+fields) and whether the model **writes SQL** (sandbox per run, ``search_path`` in the manifest).
+Which conditions apply stays declared by each condition. Adding a kind is one module; the built-ins
+below register when this module loads."""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """Offline scoring over answer kinds: a responses file into a run directory (``nlq2sql score
 --responses``), a recorded run re-scored under other guardrails (:func:`rescore_run`).
 
-One path for every registered kind (:data:`~nlq2sql.answers.kinds.KINDS`) and for gold-SQL sets
-(any kind, judged by the rows of the gold SQL): each item is scored by the kind's scorer
-(:meth:`AnswerKind.scorer`, the one a live run and ``score --run`` use: :func:`recorded_scorer`).
-Every response line is checked as it is read, and the run directory is written to a sibling temp
-directory renamed into place only at the end, so bad input (a bad line, items left unanswered
-without ``--allow-missing``) leaves nothing behind.
-
-A v1 eval set is read as a :class:`~nlq2sql.stages.evalset.CaseIndex` (a case per distinct line,
-not per item) and, for answers that are v1 intents, each distinct answer to a case is scored once
-(:class:`~nlq2sql.stages.rescore.RecordMemo`, around the kind's scorer): a million re-scored items
-take seconds and a few hundred MiB.
-"""
+Every registered kind and gold-SQL set is scored by the kind's scorer, the one live runs and
+``score --run`` use (:func:`recorded_scorer`). Response lines are checked as read and the run is
+written to a sibling temporary directory renamed into place at the end, so bad input leaves nothing
+behind. A v1 set is read as one case per distinct line, and each distinct v1 answer to a case is
+scored once (:class:`~nlq2sql.stages.rescore.RecordMemo`): a million items take seconds."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
-"""Answering questions that have no gold intent (``nlq2sql batch --questions FILE``).
+"""Answering questions that have no gold (``nlq2sql batch --questions FILE``).
 
-An eval set is scored; a plain question file (JSONL lines ``{"id", "question"}``) can only be
-*answered*: the model's raw text is parsed, guardrailed, built into SQL and executed, exactly
-as an eval item is (``score.intent_record``, with no ``gold``), but nothing is compared with a gold.
-
-One record schema.  An unscored record has every key an ``eval`` record has, so readers,
-the viewer and the Parquet/JSONL shards need no second layout.  What needs a gold is
-``null``: ``gold_intent``, ``gold_result_head``, ``gold_result_hash``, ``correct_raw``,
-``correct_final``, ``correct_exec``, ``error_raw``, ``error_final``, ``wrong_fields_raw``,
-``category``, ``pair_id`` and each intervention's ``correct``; ``guardrail_scope`` is ``[]``.
-``gold_intent is None`` is the test for "not scored" (an eval record always has one).  The
-answer itself is fully recorded: ``raw_text``, ``status`` / ``final_status`` (with reasons),
-``raw_intent`` / ``final_intent``, ``interventions``, ``sql`` / ``params``, ``result_rows``,
-``result_head`` and ``result_hash`` (or ``exec_error``).  Their summary is
-``stages.summary.Summary(..., scored=False)``: the one aggregator, reporting no accuracy.
-"""
+A question file (JSONL ``{"id", "question"}``) is answered as an eval item is (parsed, guardrailed,
+built, executed), compared with nothing. An unscored record has every key of an ``eval`` record, so
+readers and shards need one layout: what needs a gold (``gold_*``, ``correct_*``, ``error_raw``,
+``error_final``, ``wrong_fields_raw``, ``category``, ``pair_id``, interventions' ``correct``) is
+``null``, ``guardrail_scope`` is ``[]``; ``gold_intent is None`` means "not scored". Its summary is
+``Summary(..., scored=False)``: no accuracy."""
 
 from __future__ import annotations
 

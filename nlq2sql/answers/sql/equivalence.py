@@ -1,19 +1,11 @@
 """Result equivalence of a model's SQL and the gold's, as Spider 2.0 and defog's sql-eval judge it.
 
-An answer written in SQL cannot be compared by text or by parts: it is right when it returns
-the gold's rows.  Rows are compared as a multiset unless the gold orders (then in the gold's
-order, except rows that tie on every gold ORDER BY column: MetricFlow breaks such ties by the
-group-bys, which the question never asked for).  Column names never count and column order
-never counts: some permutation of the answer's columns must match the gold's.  The *strict*
-figure wants exactly the gold's columns; the *lenient* one also accepts extra columns when some
-of them, permuted, match the gold exactly.  Cells are normalised first: numbers (int, float,
-Decimal, bool) compare within a relative tolerance (two ints exactly), a DATE equals a
-TIMESTAMP at midnight, lists and structs compare element by element.
-
-Permutations are searched only among columns whose values already match the gold column's as
-multisets (a per-column signature), identical answer columns count once, and the search stops
-after :data:`MAX_PERMUTATIONS` full assignments (``capped`` says so).
-"""
+An answer is right when it returns the gold's rows: a multiset unless the gold orders (then in order,
+except rows tying on every gold ORDER BY column). Column names and order never count: some
+permutation must match. *Strict* wants exactly the gold's columns; *lenient* also accepts extra ones.
+Cells are normalised: numbers within a relative tolerance (ints exactly), a DATE equals a TIMESTAMP
+at midnight, lists and structs element by element. Permutations are searched only among columns
+whose value multisets match, and stop after :data:`MAX_PERMUTATIONS` (``capped`` says so)."""
 
 from __future__ import annotations
 

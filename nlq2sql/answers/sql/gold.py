@@ -1,19 +1,11 @@
 """Score any answer kind against gold SQL by its rows; check a gold-SQL set against its warehouse.
 
-A gold-SQL set (:mod:`nlq2sql.stages.goldsql`) states each answer as SQL.  Its golds run in the
-SQL arm's sandbox (:mod:`.sandbox`: guarded, read-only, the same time limit and row cap, DuckDB's
-``search_path`` set to the layer's schemas), each distinct statement once.  Every answer kind is
-scored against those rows: ``sql`` / ``sql-grammar`` (the model's statement, in the same
-sandbox), ``query`` (a MetricFlow query, compiled and run by the harness's executor) and
-``intent`` (a v1 intent, built and run likewise; guardrails act on both as in their own arms).
-
-**The column rule** (:data:`COLUMN_RULE`, recorded in every record's judgement and in the run's
-summary and manifest): the answer is right when every gold column appears among the answer's
-columns -- matched by values, names ignored, extra answer columns allowed, as Spider 2.0 and
-defog's sql-eval judge -- and the rows are the gold's (:func:`~.equivalence.compare`'s *lenient*
-match), compared in order only when the item is ``ordered``.  With alternatives the answer is
-right when it matches ANY of them; ``gold_alternative`` records the first that matched.
-"""
+Golds run in the SQL arm's sandbox (guarded, read-only, same limits, ``search_path`` set to the
+layer's schemas), each distinct statement once; every answer kind is scored against those rows (SQL
+in the same sandbox, queries and intents through the harness's executor). **The column rule**
+(:data:`COLUMN_RULE`, recorded in records, summary and manifest): right when every gold column
+appears among the answer's (by values; names ignored, extras allowed) and the rows are the gold's,
+in order only when ``ordered``. With alternatives ANY may match; ``gold_alternative`` names the first."""
 
 from __future__ import annotations
 

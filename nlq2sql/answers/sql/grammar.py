@@ -1,20 +1,12 @@
 """The ``sql-grammar`` answer's constraint: a SQL-subset grammar generated from the warehouse.
 
-Sent as vLLM's ``structured_outputs: {"grammar": …}``, it makes a statement that names a table or
-column outside the warehouse impossible *in generation*: every column is written
-``table.column`` with a pair the warehouse has, and every table is one of its tables.  The
-subset is what a metric question needs: a SELECT list of expressions and aggregates (optionally
-``AS`` an alias), FROM one table with JOIN … ON, WHERE with comparisons / IN / BETWEEN / AND / OR,
-GROUP BY, ORDER BY (expressions or positions) and LIMIT, with string, number and DATE literals,
-or the abstention ``{"unanswerable": "…"}``.  Spacing is fixed (one space, no newlines, upper-case
-keywords), as the solved examples are written (:mod:`.solved`), so the model copies one style.
-
-Syntax: xgrammar's EBNF (GBNF: ``root ::= …``).  vLLM 0.32's xgrammar backend reads a grammar as
-Lark only when no line has ``::=`` (``grammar_is_likely_lark``) and otherwise calls
-``GrammarCompiler.compile_grammar`` (EBNF); its request validation parses it with
-``xgr.Grammar.from_ebnf`` and answers HTTP 400 "Invalid grammar specification." when that fails.
-The text is deterministic for a warehouse, so its sha256 identifies it in the manifest.
-"""
+Sent as ``structured_outputs: {"grammar": …}``, it makes a table or column outside the warehouse
+impossible *in generation* (every column is ``table.column`` of a real pair). The subset is what a
+metric question needs: SELECT expressions and aggregates (``AS`` alias), FROM with JOIN … ON, WHERE
+(comparisons, IN, BETWEEN, AND, OR), GROUP BY, ORDER BY, LIMIT, string/number/DATE literals, or
+``{"unanswerable": "…"}``; spacing fixed as the solved examples are written (:mod:`.solved`).
+Syntax is xgrammar's EBNF (``root ::= …``; vLLM answers HTTP 400 to a grammar it cannot parse). The
+text is deterministic per warehouse, so its sha256 identifies it in the manifest."""
 
 from __future__ import annotations
 

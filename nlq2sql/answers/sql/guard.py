@@ -1,16 +1,11 @@
 """Check a model's SQL before it runs: one read-only SELECT over the warehouse's tables, nothing else.
 
-The sandbox (:mod:`.sandbox`) already runs with external access off and its configuration
-locked, so the guard is the first of two walls, not the only one: it refuses what should never
-reach DuckDB at all (a second statement, DDL/DML, ATTACH/COPY/INSTALL/PRAGMA/SET, file- or
-URL-reading functions, tables outside the warehouse) and says why.  The statement is read by
-two parsers — sqlglot (DuckDB dialect) and DuckDB's own (``extract_statements`` and
-``json_serialize_sql``) — and refused when either objects, so a trick that one parser reads
-differently from the other (a backslash in a string, a nested comment) cannot slip through.
-Text outside string literals and quoted identifiers must be plain ASCII (look-alike letters —
-fullwidth, Cyrillic — are refused, naming the character and its NFKC form).  Nothing here
-raises: every outcome is a :class:`Verdict`.
-"""
+The first of two walls (the :mod:`.sandbox` is the second): refuses, saying why, a second statement,
+DDL/DML, ATTACH/COPY/INSTALL/PRAGMA/SET, file- or URL-reading functions and tables outside the
+warehouse. Read by sqlglot (DuckDB) and by DuckDB's own parser, refused when either objects, so a
+trick one reads differently cannot slip through. Outside literals and quoted identifiers text must be
+plain ASCII (look-alikes are refused, naming the character and its NFKC form). Every outcome is a
+:class:`Verdict`; nothing raises."""
 
 from __future__ import annotations
 

@@ -1,23 +1,12 @@
 """Run a guard-accepted SELECT on the warehouse where it can read nothing else and stop nothing.
 
-The second wall behind :mod:`.guard`: a dedicated in-memory DuckDB instance that attaches the
-warehouse file READ_ONLY, then turns external access off (no file, URL, extension or ATTACH
-from here on), turns off Python replacement scans and extension auto-loading, sets its memory
-limit, threads and a zero temp-directory budget (no spilling to disk), and locks its
-configuration so the statement cannot undo any of it.  A dedicated instance, not a cursor of
-the harness's :class:`~nlq2sql.stages.execute.Executor`: DuckDB's limits are per instance, and locking
-the Executor's would lock the harness's too.
-
-Each statement gets a wall-clock limit (a timer interrupts it → ``sql_timeout``), a row cap
-(the result streams; ``fetchmany(cap + 1)`` → ``sql_too_many_rows`` with the first ``cap`` rows
-kept and ``truncated`` set), and DuckDB's errors become ``sql_error`` with their first line.
-Nothing raises out of :meth:`Sandbox.run`: a bad statement is an outcome, never the end of a run.
-
-``search_path``: the schemas unqualified table names resolve in, in order (DuckDB's
-``search_path``, set before the configuration is locked; the statement cannot ``SET`` it: the
-guard refuses every SET).  Each entry must be a plain identifier naming a schema of the
-warehouse file; a schema-qualified name may read any schema of the file.  Default: ``main``.
-"""
+A dedicated in-memory DuckDB (limits are per instance, so not the harness's ``Executor``) attaches
+the warehouse READ_ONLY, then turns external access, replacement scans and extension auto-loading
+off, sets memory, threads and a zero temp-directory budget, and locks its configuration. Per
+statement: a wall-clock limit (``sql_timeout``), a row cap (``sql_too_many_rows``, first ``cap``
+rows kept, ``truncated``), DuckDB errors as ``sql_error``; nothing raises out of
+:meth:`Sandbox.run`. ``search_path`` (default ``main``) is set before locking, entries plain
+identifiers naming schemas of the file (the guard refuses SET); qualified names may read any schema."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """Score one direct-SQL answer against a v2 gold by its rows: guarded, sandboxed, compared.
 
-The model writes one DuckDB SELECT (bare, or in a ```sql fence) — or abstains with
-``{"unanswerable": "reason"}``.  The statement passes the guard (:mod:`.guard`), runs in the
-sandbox (:mod:`.sandbox`), and its rows are compared with the gold MetricFlow query's rows (run
-by the harness's normal :class:`~nlq2sql.stages.execute.Executor`) under :mod:`.equivalence`'s rules.
-The record (:func:`sql_record`, an ``ItemRecord``) has the keys of
-:func:`nlq2sql.stages.query_score.query_record`'s, so the summary, the viewer, ``compare`` and
-``gate`` read it unchanged, plus ``answer: "sql"``, ``correct_lenient`` / ``error_lenient`` (extra
-columns allowed) and the sandbox's facts.
-"""
+The model writes one DuckDB SELECT (bare or in a ```sql fence) or ``{"unanswerable": "reason"}``.
+Rows are compared with the gold query's (normal executor) under :mod:`.equivalence`. The record has
+:func:`nlq2sql.stages.query_score.query_record`'s keys plus ``answer: "sql"``, ``correct_lenient`` /
+``error_lenient`` and the sandbox's facts."""
 
 from __future__ import annotations
 

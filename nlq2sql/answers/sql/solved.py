@@ -1,15 +1,10 @@
 """Solved SQL for the SQL arms' retrieved examples: a bank item's gold as a short, clean SELECT.
 
-MetricFlow's compiled SQL is right but long (nested subqueries, generated aliases, hundreds of
-tokens): eight of them do not fit a 4,096-token context next to the schema, and a model shown
-them copies a style the ``sql-grammar`` arm cannot write.  So a gold query is written here the
-way the prompt asks the model to write: one line, upper-case keywords, ``table.column`` names,
-``JOIN … ON`` the layer's relationships, ``ORDER BY`` a position — the grammar's style
-(:mod:`.grammar`).  Each one is *checked by executing it*: it must return the gold's rows under
-the arm's own equivalence rule (strict); otherwise, and for what this writer does not cover
-(derived and cumulative metrics, metric filters, joins of more than one hop, measures of two
-tables, listings), the example falls back to MetricFlow's SQL with its parameters inlined.
-"""
+MetricFlow's SQL is long (eight do not fit a 4,096-token context beside the schema) and in a style
+the ``sql-grammar`` arm cannot write, so golds are written in the grammar's style (:mod:`.grammar`).
+Each is *checked by executing it* (the gold's rows, strict); otherwise, and for what this does not
+cover (derived and cumulative metrics, metric filters, multi-hop joins, listings), MetricFlow's SQL
+with parameters inlined is used."""
 
 from __future__ import annotations
 
