@@ -1,21 +1,11 @@
 """The viewer's files: one HTML page, its script and style, and data scripts made from the runs.
 
-The same files are served by :mod:`.server` and written by ``--out`` (a static bundle that
-works from ``file://``).  Data travels as separate ``.js`` files, each one call
-``__nlq2sql_load(NAME, "JSON text")`` that the page parses with ``JSON.parse``, so the page
-needs no ``fetch`` (which ``file://`` forbids), no inline script, and never evaluates
-recorded text as code:
-
-- ``data/meta.js``: runs (manifest, summary, notes), paired McNemar counts;
-- ``data/r{K}-index.js``: per-item columns of run K (the Items table, plots, comparison);
-- ``data/r{K}-text.js``: run K's raw model output and SQL per item, loaded only when the
-  Items page is asked to search them;
-- ``data/r{K}-c{J}.js``: the records of run K, ``CHUNK`` per file, as written, loaded when
-  an item is opened (with its interventions' cues).
-
-The JSON text is a JavaScript string literal with every non-ASCII character, ``<``, ``>``
-and ``&`` escaped, so no recorded text can end a script or be read as markup.
-"""
+Served by :mod:`.server` or written by ``--out`` (works from ``file://``). Data travels as ``.js``
+files each calling ``__nlq2sql_load(NAME, "JSON text")``, parsed with ``JSON.parse``: no ``fetch``,
+no inline script, recorded text never evaluated. ``data/meta.js`` (runs, McNemar counts),
+``data/r{K}-index.js`` (per-item columns), ``data/r{K}-text.js`` (raw output and SQL, loaded for
+search), ``data/r{K}-c{J}.js`` (records, ``CHUNK`` per file, loaded on opening an item). The string
+literal escapes every non-ASCII character, ``<``, ``>`` and ``&``, so no text can end a script or be markup."""
 
 from __future__ import annotations
 

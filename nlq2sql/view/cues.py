@@ -1,11 +1,8 @@
 """Each guardrail intervention with its rule and the cues that rule reads, found in the question.
 
-A record keeps an intervention's rule id, the fields it changed and their values before and
-after.  What made the rule fire — its ``when`` / ``unless`` cue, and the cues it ``set`` fields
-from — lives in the rule set file, so it is read from ``guardrails/NAME.toml`` as that file is
-now and evaluated on the recorded question (the page says so).  Rule set names come from the
-run's manifest and are used only when they are plain names.
-"""
+Cues live in the rule set file, so they are read from ``guardrails/NAME.toml`` as it is now and
+evaluated on the recorded question (the page says so); rule set names from the manifest are used
+only when they are plain names."""
 
 from __future__ import annotations
 

@@ -1,17 +1,10 @@
 """Which run directories the viewer's arguments name, and how to show them without machine paths.
 
-An argument is a run directory (``manifest.json`` in it) or a folder holding runs at any
-depth (``reports/``, a load-check, a matrix, a tree of conditions).  A folder is walked in
-natural order; a run directory is a leaf (its own sub-directories are its business); folders
-whose name starts with ``.`` are not entered (a virtualenv, a cache, a half-written bundle);
-a symlinked folder is looked at but not entered, so a link loop cannot trap the walk.  What
-the walk cannot list is noted, not fatal: one unreadable corner must not hide the other runs.
-
-Every run is shown by a relative path -- from the working directory when it lies inside
-it, else from the argument's own name -- so a bundle carries no absolute path of the
-machine, and two runs that share a folder name (``a-baseline-flat`` under each warehouse)
-are told apart by their parents.
-"""
+An argument is a run directory (``manifest.json``) or a folder with runs at any depth, walked in
+natural order; a run directory is a leaf; dot-folders are not entered; a symlinked folder is not
+entered (no loops); what cannot be listed is noted, not fatal. A run is shown by a relative path
+(from the working directory, else from the argument's name), so a bundle has no absolute path and
+same-named runs are told apart by their parents."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The headline figures the viewer computes itself, for a run without ``summary.json`` (an unfinished
-run): the summary's own section types (:class:`~nlq2sql.records.summary_parts.Rate`,
-:class:`~nlq2sql.records.summary_parts.Percentiles`), so the page reads them as it reads a summary,
-computed by the harness's own ``stages.score.rate`` and ``spread`` (the same figures a summary has).
-
-Kept apart from :mod:`.runs` (reading run directories) so that module stays small; the figures are
-turned into JSON only where the run's summary is (``load_run``: the page's data is JSON).
-"""
+"""The headline figures for a run without ``summary.json`` (unfinished), as the summary's own section
+types, computed by ``stages.score.rate`` and ``spread``, so the page reads them as a summary's."""
 
 from __future__ import annotations
 

@@ -1,26 +1,11 @@
 """Find, read and check run directories for the viewer; paired statistics between runs.
 
-A run directory holds ``manifest.json`` and ``records.jsonl`` (``summary.json`` too, once a
-run has finished).  A directory without a manifest stands for the runs below it, at any
-depth (:mod:`.discover`).  A run named directly that cannot be read is bad input: one
-:class:`~nlq2sql.errors.InputError` naming the path (and line), never a traceback; one found
-below a folder is skipped with a note (on stderr and on the Runs page), so that one broken
-run does not hide the others.
-
-A run is read in one pass and kept compact, so 100k items stay cheap: each record's JSON
-text as it was written (handed to the page verbatim, parsed there only when the item is
-opened) plus a few columns per item for the table, the plots and the comparison.
-
-A line is checked against the record type (:class:`~nlq2sql.records.item.ItemRecord`).  A line
-from elsewhere may be JSON with an id but not a record (a value of the wrong type, a key
-missing): it is still shown, and the run carries a note naming the first such line and field.
-The columns are declared once (:func:`_row`) over an accessor of the flat keys; every line's
-are read from its parsed object, record or not: a record's flat keys are its parts' (the type
-round-trips the line byte for byte), the builder checks each value's type, and
-``tests/integration/view/test_view_records.py`` holds the record's own accessor to the same columns on every
-committed record.  Reading the parsed object rather than the record's parts keeps 100k items
-as quick to load as before.
-"""
+A run named directly that cannot be read is one :class:`~nlq2sql.errors.InputError` naming path (and
+line); one found below a folder is skipped with a note, so one broken run hides no other. A run is
+read in one pass and kept compact (each record's JSON text verbatim, plus a few columns per item),
+so 100k items stay cheap. Lines are checked against :class:`~nlq2sql.records.item.ItemRecord`; a
+line that is JSON with an id but not a record is still shown, with a note naming the first such
+line and field. Columns are declared once (:func:`_row`) over the flat keys of the parsed object."""
 
 from __future__ import annotations
 

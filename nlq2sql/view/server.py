@@ -1,26 +1,12 @@
 """A small read-only HTTP server for the viewer, bound to 127.0.0.1 only.
 
-It answers GET and HEAD for exactly two kinds of path:
-
-- the page's own files (``/``, ``/assets/…``, ``/data/…``), built in memory by
-  :func:`~nlq2sql.view.bundle.build_bundle`;
-- ``/runs/K/NAME``: a file under the K-th run directory it was given, after checking that
-  no segment is ``..``, ``.`` or empty (also when percent-encoded), that the path is
-  relative, and that the resolved file (symlinks followed) still lies inside that
-  directory.
-
-A run's file is data, never a page or a script: whatever its name, it is served as
-``text/plain; charset=utf-8`` under ``Content-Security-Policy: sandbox`` (bytes that are not
-UTF-8 text as an attachment), so a ``.js``, ``.html``, ``.xhtml``, ``.xml`` or ``.svg`` left in a
-run directory cannot run script in the viewer's origin.  A file with more than one hard link
-is refused: its other name may lie outside the run directory, and finding out would mean
-walking the disk.
-
-Everything else is 404 (unknown), 403 (refused path, foreign Host header) or 405 (any
-method but GET and HEAD).  A foreign ``Host`` is refused so that a web page cannot reach
-the server through DNS rebinding.  Every answer -- http.server's own 400, 414, 431 and 501
-included -- carries the security headers.
-"""
+GET and HEAD for two kinds of path: the page's own files (``/``, ``/assets/…``, ``/data/…``), and
+``/runs/K/NAME``, a file under the K-th run directory once no segment is ``..``, ``.`` or empty (also
+percent-encoded), the path is relative and the resolved file (symlinks followed) lies inside it.
+A run's file is data: served as ``text/plain; charset=utf-8`` under ``Content-Security-Policy:
+sandbox`` (non-UTF-8 as an attachment), so nothing in a run can run script in the viewer's origin;
+a file with several hard links is refused (another name may lie outside). Otherwise 404, 403
+(refused path, foreign ``Host``: no DNS rebinding) or 405; every answer carries the security headers."""
 
 from __future__ import annotations
 
