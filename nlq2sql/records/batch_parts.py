@@ -1,18 +1,10 @@
-"""A batch's ``summary.json`` and ``manifest.json`` (``nlq2sql batch``) as models: the summary is
-the aggregator's figures, then what a batch adds; the manifest is what the batch was asked and
-measured, built once by ``run.batch`` and written at the edge.
+"""A batch's ``summary.json`` and ``manifest.json`` (``nlq2sql batch``) as models.
 
-Apart from :class:`nlq2sql.records.results.Summary` because a batch's summary has keys and an
-order of its own (``scored`` after the figures, Ray Data's load shape, ``replicas_answered``, the
-shards in the digest, ``resumed``) and may be of unscored answers (``AnswerFigures``, which
-carries ``scored`` itself).  Fields are declared in the order the summaries have their keys on
-disk; a key never set stays absent; written once by :meth:`BatchSummary.to_json`.
-
-The manifest is apart from :class:`nlq2sql.records.results.Manifest` for the same reason: its keys
-and order are a batch's (``engine`` names the batch engine, not a client engine section; Ray Data's
-actors and shards; a question file instead of an eval set; the conditions' keys after ``answer``;
-``engine_kwargs`` and ``gpus`` of an in-process vLLM; ``sessions`` of a resumed batch).
-"""
+Apart from :class:`nlq2sql.records.results.Summary` and ``Manifest`` because a batch's keys and order
+are its own (``scored`` after the figures, Ray Data's load shape and actors, shards in the digest,
+``resumed``, a question file instead of an eval set, an in-process vLLM's ``engine_kwargs`` and
+``gpus``, ``sessions``) and its answers may be unscored (``AnswerFigures``). Fields are declared in
+on-disk key order; a key never set stays absent."""
 
 from __future__ import annotations
 

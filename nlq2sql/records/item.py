@@ -1,21 +1,13 @@
 """One item's record as a type: :class:`ItemRecord`, composed of the parts every reader asks about.
 
-A record line in ``records.jsonl`` is one flat JSON object (``record_version``, ``id``, …,
-``chars``).  Its keys come from four owners -- the scorer (the answer and its judgement), the
-request (timings, tokens, attempts, replica), the run's conditions (what each chose per item)
-and the load (when an open-loop item was scheduled) -- so the type is composed of those parts:
-:class:`AnswerPart`, :class:`Judgement`, :class:`RequestPart`, ``traces`` (the conditions'
-keys) and :class:`LoadStamp`.
-
-A part's field that a record lacks is unset (absent on disk, ``None`` to a reader); one set to
-``None`` is written as null.  :meth:`ItemRecord.to_json` writes the flat object and
-:meth:`ItemRecord.from_json` reads one back (every record version: version 1 differs only in
-its key order, which is not a contract -- compare records as parsed JSON; a line keeps the
-version it was read with, a new one is :data:`~nlq2sql.records.store.LINE_VERSION`).
-
-Values that are JSON by nature (intent dumps, result heads, condition traces) stay JSON values:
-this module is their edge.
-"""
+A ``records.jsonl`` line is one flat JSON object whose keys have four owners, hence the parts:
+:class:`AnswerPart` and :class:`Judgement` (the scorer), :class:`RequestPart` (timings, tokens,
+attempts, replica), ``traces`` (the conditions) and :class:`LoadStamp`. A field a record lacks is
+unset (absent on disk, ``None`` to a reader); one set to ``None`` is written as null.
+:meth:`ItemRecord.from_json` reads every record version (version 1 differs only in key order, not a
+contract: compare as parsed JSON); a line keeps its version, a new one is
+:data:`~nlq2sql.records.store.LINE_VERSION`. Values JSON by nature (intent dumps, result heads,
+traces) stay JSON values: this module is their edge."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""The sections of a run's ``manifest.json`` as types: what the run asked of the server (sampling),
-what it measured of it (server facts, structured-output backend, the canary's verdict), how it
-sent its load, its retry budget, its replicas and client engine, a learned guardrail's artefact.
+"""The sections of a run's ``manifest.json`` as types: sampling asked, server facts measured
+(structured-output backend, canary verdict), load, retry budget, replicas and client engine, a
+learned guardrail's artefact.
 
-They live apart from :mod:`nlq2sql.records.results` (the manifest and summary contracts) so that
-the code building a section (``run.config.probe_endpoint``, ``run.canary``, ``run.serving``, …)
-imports its type from the bottom layer without the contracts (its base, shared with the summary's
-sections, is :class:`nlq2sql.records.summary_parts.Part`).  Each section is built as
-its model and turned into JSON once, at the write (``to_json``): only the keys the
-builder set are written, so a key that is absent in some runs (``also``,
-``order_seed``, a sampling's ``top_logprobs``) stays absent and a manifest's bytes are its run's.
-Reading is tolerant: a key some runs lack has a default, so every recorded manifest loads.
-"""
+Apart from :mod:`nlq2sql.records.results` so the code building a section imports its type without
+the contracts. Only keys the builder set are written (``to_json``), so a key absent in some runs
+stays absent and a manifest's bytes are its run's; reading is tolerant (such keys have defaults)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """Typed, versioned run results: ``summary.json`` and ``manifest.json`` as pydantic models.
 
-The summary and manifest are contracts other tools read (``compare``, ``gate``, the viewer,
-reports, a team's CI), so their keys are declared here (``extra="forbid"``): a key added
-without being declared fails the write, not a reader months later.  Both carry
-``record_version`` (the one ``records.RECORD_VERSION``).  Every recorded run loads: a key
-some runs lack is optional, and ``tests/unit/records/test_results.py`` loads every committed run under
-``reports/``.  The summary's sections are typed: the aggregator's in :mod:`nlq2sql.records.summary_parts`,
-the live run's machinery's (server metrics, the client's load, the fleet) in :mod:`nlq2sql.records.run_parts`.
-JSON Schemas: ``schemas/summary.schema.json``, ``schemas/manifest.schema.json``.
-"""
+They are contracts other tools read (``compare``, ``gate``, the viewer, reports, a team's CI), so
+keys are declared (``extra="forbid"``): an undeclared key fails the write, not a reader later. Both
+carry ``record_version``; every recorded run loads (keys some runs lack are optional).
+JSON Schemas: ``schemas/summary.schema.json``, ``schemas/manifest.schema.json``."""
 
 from __future__ import annotations
 

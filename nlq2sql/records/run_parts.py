@@ -1,11 +1,6 @@
-"""The sections of ``summary.json`` a live run's machinery measures: the server's ``/metrics``
-(``transport.server_metrics``), the client's own load (``run.harness_load``) and, with several
-replicas, the fleet (``run.pool``, ``run.session.fleet_summary``).
-
-Apart from :mod:`nlq2sql.records.summary_parts` (the aggregator's figures) because their shape is
-owned by other layers; like those, fields are declared in the order the summaries have their keys
-on disk, a key never set stays absent, and ints stay ints (``Num``).
-"""
+"""The sections of ``summary.json`` a live run's machinery measures: the server's ``/metrics``, the
+client's own load and, with several replicas, the fleet. Fields in on-disk key order; a key never
+set stays absent; ints stay ints (``Num``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The versioned run record: ``manifest.json`` + ``records.jsonl`` + ``summary.json``.
 
-Records are appended and flushed one line per item as it completes, so nothing measured
-is lost when a run dies; a torn last line is cut off on resume.  Every report is
-rendered from these files, so any run can be re-scored offline.
-"""
+Records are appended and flushed one line per item as it completes, so nothing measured is lost
+when a run dies; a torn last line is cut off on resume. Every report is rendered from these files."""
 
 from __future__ import annotations
 

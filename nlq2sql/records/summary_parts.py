@@ -1,12 +1,9 @@
-"""The sections of ``summary.json`` as types: the figures the aggregator counts (rates, per-rule and
-per-category tables, timings, selective prediction) and the ones a live run adds (compactness,
-throughput, load shape, retry budget).
+"""The sections of ``summary.json`` as types: the aggregator's figures (rates, per-rule and
+per-category tables, timings, selective prediction) and a live run's (compactness, throughput,
+load shape, retry budget), with the base :class:`Part` the other sections build on.
 
-A module below :mod:`nlq2sql.records.results` (which assembles the summary) because the other
-sections (``run_parts``, ``manifest_parts``, ``batch_parts``), the store and the scorers build on its
-base (:class:`Part`) and figures without the contracts.  A model is built with the keys it has (a
-key never set stays absent, not null), ints stay ints; a key a recorded run lacks reads as ``None``.
-"""
+A model is built with the keys it has (never set: absent, not null); ints stay ints; a key a
+recorded run lacks reads as ``None``."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
 """The one base of every typed JSON part the harness writes or reads: manifests, summaries,
 records, load results, reports.
 
-- Undeclared keys are refused (``extra="forbid"``): a key added without being declared fails the
-  write, not a reader months later.
-- A field that some runs lack is optional and *unset* when absent: ``to_json`` writes the fields
-  that were given (``exclude_unset``), so an absent key stays absent, never ``null``.
-- ``from_json`` reads a file's object, a wrong value is one :class:`~nlq2sql.errors.RecordError`
-  naming the file and the field.
-- A measured number is :data:`Num`, kept as given (an int stays an int).
-
-Key order on disk is not a contract: compare JSON as parsed.
-"""
+Undeclared keys are refused (``extra="forbid"``): the write fails, not a reader later. A field
+some runs lack is optional and *unset* when absent; ``to_json`` writes the fields given, so an absent
+key stays absent, never ``null``. ``from_json`` raises one :class:`~nlq2sql.errors.RecordError`
+naming file and field. A measured number is :data:`Num` (an int stays an int). Key order on disk is
+not a contract: compare JSON as parsed."""
 
 from __future__ import annotations
 
