@@ -1,9 +1,5 @@
-"""One exception root with a subclass per stage.
-
-A failed *item* is a recorded outcome, not an exception that escapes the run; these
-exceptions carry the stage so the runner can classify what went wrong, and the CLI
-can turn bad *input* into one clear message with exit code 2.
-"""
+"""One exception root with a subclass per stage: a failed *item* is a recorded outcome, not an escaping
+exception; the stage lets the runner classify, and the CLI turns bad *input* into one message, exit 2."""
 
 from __future__ import annotations
 

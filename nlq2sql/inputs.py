@@ -1,10 +1,7 @@
 """Reading files a user names: regular files only, strict UTF-8, errors that say where.
 
-A FIFO with no writer would block a reader forever and a device may never end, so only
-regular files are read.  Text must be UTF-8: a byte that is not is refused with the file,
-line and byte offset instead of being replaced (which would silently change a question
-sent to the model).  A UTF-8 byte-order mark at the start of a file is allowed and dropped.
-"""
+Only regular files (a FIFO or device may never end). A byte that is not UTF-8 is refused with file,
+line and byte offset, never replaced (that would silently change a question); a leading BOM is dropped."""
 
 from __future__ import annotations
 

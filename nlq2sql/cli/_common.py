@@ -1,11 +1,9 @@
 """What every command shares: the app, the one error path (exit codes, one-line messages),
 the option types, and the small parsers that turn options into library values.
 
-Command modules import from here and from :mod:`nlq2sql.cli._spec` (the run's options, whose
-imports are heavier), not from each other (``main`` alone reuses ``serving.eval_repeats``), so
-there is no import cycle.  :data:`COMMANDS` names the module that registers each top-level
-command: the app imports a command's module only when that command runs (or its own help is
-asked for), so ``nlq2sql --help`` and ``nlq2sql sql`` load only what they use."""
+Command modules import from here and :mod:`nlq2sql.cli._spec`, not from each other (no cycle).
+:data:`COMMANDS` names the module registering each top-level command, imported only when that
+command runs or its help is asked for, so ``nlq2sql --help`` loads only what it uses."""
 
 from __future__ import annotations
 

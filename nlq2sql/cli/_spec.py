@@ -1,9 +1,6 @@
 """The run's options, for the commands that run one: the run spec's generated option set
-(:func:`spec_options`), the shared :class:`~nlq2sql.run.config.EvalConfig` of the commands without
-it (:func:`base_config`), and the parsers that need the run's own modules.
-
-Apart from :mod:`nlq2sql.cli._common` because its imports load pydantic, DuckDB and the
-transport at module level: ``nlq2sql --help`` and ``nlq2sql sql`` import ``_common`` only."""
+(:func:`spec_options`), :func:`base_config` for commands without it, and the parsers that need the
+run's modules; apart from ``_common`` because its imports are heavy (pydantic, DuckDB, transport)."""
 
 from __future__ import annotations
 

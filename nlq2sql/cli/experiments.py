@@ -1,4 +1,4 @@
-"""Experiment commands: load-check, compact, matrix, compare (seed 002's experiments)."""
+"""Experiment commands: load-check, compact, matrix, compare."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """A plain-aiohttp chat-completions stream: the same wire request as the SDK path, less CPU.
 
-The official SDK spends most of its per-request CPU transforming parameters and building
-pydantic models for every stream chunk; on one core that caps a client well below what
-``vllm bench serve`` drives (see ``benchmarks/bench_client.py``).  A harness that tops out
-below the server it measures cannot measure it, so ``--client aiohttp`` sends the *same*
-JSON body (``extra_body`` merged at the top level, as the SDK does) and reads the SSE lines
-with the one reader (``stream.sse_events``).  Outcomes, retries and records are shared with
-the SDK path: only the transport (``stream.Transport``) differs.
-"""
+The SDK's per-chunk CPU caps a client on one core below what ``vllm bench serve`` drives, and a
+harness slower than its server cannot measure it. ``--client aiohttp`` sends the *same* JSON body
+(``extra_body`` merged at the top level) and reads SSE lines with ``stream.sse_events``; outcomes,
+retries and records are shared with the SDK path."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Sample the server's own ``/metrics`` while a run is in flight.
 
-A configured number is not a measured one: the run records what the server itself said
-(running / waiting requests, KV-cache usage, prefix-cache hits), each figure with its
-sample count.  Endpoints without ``/metrics`` are reported as not observed, never as zero.
-Old metric names (``gpu_cache_usage_perc``) are accepted beside the new ones.
-"""
+The run records what the server said (running / waiting requests, KV-cache usage, prefix-cache
+hits), each with its sample count; without ``/metrics``: not observed, never zero. Both metric names
+vLLM has used (``gpu_cache_usage_perc`` and today's) are accepted."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """One place turns a chat-completions stream into a measured ``Completion``.
 
-Every transport (the openai SDK, plain aiohttp, the serving probes) hands its stream events
-to an ``Accumulator``: TTFT (first content chunk), inter-token gaps, usage, finish reason and
-the chunk counts are computed here once, so the two clients and the probes cannot disagree
-on what a chunk or a gap is.  A leaf module: it imports nothing of nlq2sql.
-"""
+Every transport hands its events to an ``Accumulator`` (TTFT, inter-token gaps, usage, finish reason,
+chunk counts), so clients and probes cannot disagree on a chunk or a gap. A leaf: imports nothing of nlq2sql."""
 
 from __future__ import annotations
 
