@@ -114,7 +114,7 @@ class AnswerKind:
     summary_fields: ClassVar[tuple[str, ...]] = ()
     #: The model writes SQL: it runs in the sandbox and the run records its ``search_path``.
     writes_sql: ClassVar[bool] = False
-    #: Its runs carry no ``answer`` key (the harness's first kind; older runs are of it).
+    #: Its runs carry no ``answer`` key (a run without one is of this kind).
     implicit: ClassVar[bool] = False
     #: The structured mode its requests carry regardless of ``--structured`` (None: the run's).
     structured_mode: ClassVar[str | None] = None

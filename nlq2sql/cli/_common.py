@@ -270,7 +270,7 @@ RoutingOpt = Annotated[str, typer.Option(
 
 
 #: The CLI's warehouse when ``--semantic-model`` is not given: chosen here, at the edge (library
-#: functions take theirs as an argument, with no default: issue 24).
+#: functions take theirs as an argument, with no default).
 CLI_WAREHOUSE = "retail"
 SemanticModelOpt = Annotated[str, typer.Option(
     "--semantic-model", help=f"Warehouse semantic model: a shipped name ({', '.join(shipped_warehouses())}) or a "

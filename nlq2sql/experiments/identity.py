@@ -70,7 +70,7 @@ def difference(base: RunIdentity, other: RunIdentity) -> Difference | None:
     if base.semantic_model_sha256 == other.semantic_model_sha256:  # equal, or both unrecorded (the default)
         return None
     if base.name == other.name and base.db_sha256 and base.db_sha256 == other.db_sha256:
-        return None  # an older run names no layer content: the same semantic model on the same data
+        return None  # no layer content recorded: the same semantic model on the same data
     return Difference("semantic_model", _shown(base), _shown(other), "semantic model", "warehouses")
 
 

@@ -64,7 +64,7 @@ def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: AnySet | None, r
     if isinstance(evalset, GoldSqlSet):  # as eval records a gold-SQL set: its golds' rule and search path
         manifest.gold, manifest.column_rule = "sql", COLUMN_RULE
         manifest.search_path = list(resolve_search_path(wh.catalog.manifest, wcfg.search_path))
-    if wcfg.conditions:  # the conditions the actors apply (their keys only when some are on: older batches unchanged)
+    if wcfg.conditions:  # the conditions the actors apply (their keys only when some are on)
         for k, v in wcfg.conditions.manifest(conditions):
             setattr(manifest, k, v)
     return manifest

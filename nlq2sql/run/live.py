@@ -317,7 +317,7 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
             repair_tail(records_path)
             done, used = recorded_retries(records_path)
             cases = [c for c in cases if c.id not in done]
-            kept = read_json(cfg.out / MANIFEST).get("retry_budget")  # a run from before the budget was kept: as now
+            kept = read_json(cfg.out / MANIFEST).get("retry_budget")  # none recorded: the budget as configured
             if kept:
                 manifest.retry_budget = RetryBudgetPart.model_validate(kept)
             manifest.resumed_at = time.time()

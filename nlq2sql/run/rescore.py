@@ -130,7 +130,7 @@ def _open_layer(run: Path, m: Mapping[str, Any], checked: list[str]) -> Warehous
             raise _refuse(f"the semantic layer changed: the run's {sm} had content sha256 {layer}, it now has "
                           f"{facts.layer_sha256}", run, "layer_sha256")
         checked.append(f"layer_sha256 {layer[:12]}… (content)")
-    else:  # an older run names no layer content: its file hash (whose method has changed), else its name
+    else:  # a run naming no layer content: its file hash (method varies by release), else its name
         sha = _text(m, "semantic_model_sha256")
         how = ("semantic_model_sha256 (file)" if sha == facts.semantic_model_sha256 else
                "semantic_model by name on the same data (no layer_sha256 recorded; the records are the check)")

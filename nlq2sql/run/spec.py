@@ -179,8 +179,8 @@ class RunSpec(BaseModel):
 
     @classmethod
     def from_run(cls, run_dir: Path) -> RunSpec:
-        """The spec of a recorded run (``eval --like``): its manifest's ``spec`` section, or for a run
-        recorded before it, the manifest's own keys.  A directory without a manifest (a repeated run:
+        """The spec of a recorded run (``eval --like``): its manifest's ``spec`` section, or for a manifest
+        without one, the manifest's own keys.  A directory without a manifest (a repeated run:
         its first repeat's), or a manifest that cannot give a spec, is refused naming file and field."""
 
         path = run_dir / MANIFEST

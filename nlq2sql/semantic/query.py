@@ -30,7 +30,7 @@ _EXACTLY = {1: "one value", 2: "two values"}
 METRIC_TIME = "metric_time"
 #: The derived label of a query with no metric (a dimension-value query).
 LISTING = "listing"
-#: Every label :attr:`MetricQuery.kind` gives, the seed's three first.
+#: Every label :attr:`MetricQuery.kind` gives, the three v1 intent kinds first.
 KINDS: tuple[str, ...] = ("breakdown", "top_n_by_metric", "time_series", LISTING)
 
 
