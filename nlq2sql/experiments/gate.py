@@ -2,11 +2,11 @@
 
 Runs are read from their records and compared **item by item on the ids they share**. Checks
 (exact semantics in ``docs/gate.md``): ``coverage`` (candidate lacks baseline items; extras never
-fail); ``accuracy_mcnemar`` (one-sided exact McNemar, p = P(X ≥ b), X ~ Binomial(b + c, ½), fails
+fail); ``accuracy_mcnemar`` (one-sided exact McNemar, b = right → wrong, p = P(X ≥ b), X ~ Binomial(b + c, ½), fails
 when p < alpha); ``accuracy_drop`` (percentage points; equal to ``max_drop`` passes, compared exactly
 as fractions of the decimal written); ``schema_valid`` (any decrease); ``new_error_classes`` (an
-``error_final`` class the baseline lacks); ``p95_latency`` (measured only with ≥ 5 items latency on
-both sides, judged only with ``max_p95_rise``; equal passes); ``byte_identity`` (``raw_text`` per
+``error_final`` class the baseline lacks); ``p95_latency`` (measured only when both runs have latency
+for ≥ 5 items, judged only with ``max_p95_rise``; equal passes); ``byte_identity`` (``raw_text`` per
 item, judged only with ``require_identical``).
 Refused (:class:`~nlq2sql.errors.InputError`, exit 2), naming the field and both values: different
 eval sets (``evalset_sha256``) or warehouses (:mod:`nlq2sql.experiments.identity`); records not
