@@ -26,11 +26,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from nlq2sql.experiments.common import read_run  # noqa: E402
 from nlq2sql.experiments.identity import RunIdentity, difference  # noqa: E402
+from nlq2sql.experiments.repeated import repeats_section  # noqa: E402
 from nlq2sql.records.item import ItemRecord, iter_item_records  # noqa: E402
 from nlq2sql.records.results import Manifest, Summary  # noqa: E402
 from nlq2sql.records.store import RECORDS, output_dir  # noqa: E402
 from nlq2sql.records.summary_parts import Figures, Rate  # noqa: E402
-from nlq2sql.run.repeats import PairedMeans, paired_means  # noqa: E402
+from nlq2sql.run.repeats import PairedMeans, paired_means, repeat_dirs  # noqa: E402
 from nlq2sql.stages.report import pct  # noqa: E402
 from nlq2sql.stages.score import mcnemar_exact  # noqa: E402
 
@@ -404,9 +405,6 @@ def plots(runs: list[ComparedRun]) -> dict[str, str]:
 
 def render(dirs: list[Path], out: Path, gpu_cost_per_hour: float | None = None,
            title: str = "nlq2sql comparison") -> dict[str, Path]:
-    from nlq2sql.experiments.repeated import repeats_section
-    from nlq2sql.run.repeats import repeat_dirs
-
     # A repeated run (eval --repeats: OUT/r0 …) is tabled by its first repeat, and compared over
     # all its repeats, item-paired with clustered errors, in its own section below.
     runs = load_runs([(repeat_dirs(d) or [d])[0] for d in dirs])
