@@ -324,6 +324,9 @@ def _nan(rate: Rate) -> float:
 
 
 def _plots(rows: list[RunRow]) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
 
     figs: dict[str, str] = {}
