@@ -29,6 +29,7 @@ from nlq2sql.answers.sql.gold import (
     read_query_answer,
     read_sql_answer,
 )
+from nlq2sql.answers.sql.grammar import sql_grammar
 from nlq2sql.answers.sql.sandbox import Sandbox
 from nlq2sql.answers.sql.score import sql_record
 from nlq2sql.answers.unscored import Question
@@ -377,8 +378,6 @@ class SqlGrammarKind(SqlKind):
 
     @classmethod
     def grammar(cls, wh: Warehouse) -> Any:
-        from nlq2sql.answers.sql.grammar import sql_grammar
-
         return sql_grammar(wh.catalog, wh)
 
     @classmethod

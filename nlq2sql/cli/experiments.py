@@ -35,8 +35,13 @@ from nlq2sql.cli._spec import base_config, fleet_args, spec_options
 from nlq2sql.errors import InputError
 from nlq2sql.experiments import common as exp_common
 from nlq2sql.experiments import compact as cx
+from nlq2sql.experiments import gate as gt
 from nlq2sql.experiments import loadcheck
 from nlq2sql.experiments import matrix as mx
+from nlq2sql.experiments.arms import matrix_arms
+from nlq2sql.experiments.compare import render
+from nlq2sql.experiments.gate_report import render_markdown, write_outputs
+from nlq2sql.experiments.repeated import gate as run_gate
 from nlq2sql.inputs import at_most
 from nlq2sql.records.store import output_dir, read_json, require_run
 from nlq2sql.run import live as run_live
@@ -188,8 +193,6 @@ def matrix(
                                              limit=limit)), prompt=prompt, concurrency=concurrency, timeout_s=timeout)
 
     if answers is not None:
-        from nlq2sql.experiments.arms import matrix_arms  # deferred: its reports load matplotlib (0.3 s)
-
         if spec.answer != "intent":
             raise InputError("--answers gives each arm its answer kind: drop --answer", field="--answer")
         md = matrix_arms(answers, runs, out, lambda: spec_base("baseline"), gpu_cost_per_hour,
@@ -250,8 +253,6 @@ def compare(
     title: Annotated[str, typer.Option(help="Report title.")] = "nlq2sql comparison",
 ) -> None:
     """Side-by-side report of recorded runs: Markdown + self-contained HTML with plots."""
-    from nlq2sql.experiments.compare import render  # deferred: loads matplotlib (0.3 s)
-
     paths = render(compare_dirs(list(run_dirs)), out, gpu_cost_per_hour, title)
     Console().print(f"wrote {paths['markdown']} and {paths['html']}")
 
@@ -274,10 +275,6 @@ def gate(
                                              "(default: print only).")] = None,
 ) -> None:
     """Regression gate for CI: exit 1 when the candidate run is worse than the baseline, 2 on bad input."""
-    from nlq2sql.experiments import gate as gt  # deferred: loads scipy.stats (0.7 s)
-    from nlq2sql.experiments.gate_report import render_markdown, write_outputs  # deferred: scipy.stats (0.7 s)
-    from nlq2sql.experiments.repeated import gate as run_gate  # deferred: scipy.stats (0.7 s)
-
     cfg = gt.config_from_options(baseline=baseline, candidate=candidate, max_drop=max_drop, alpha=alpha,
                                  max_p95_rise=max_p95_rise, require_identical=require_identical)
     if out is not None:

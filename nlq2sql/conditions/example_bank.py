@@ -27,6 +27,7 @@ from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog, display_path
 from nlq2sql.stages.evalset import load_evalset, resolve_path
 from nlq2sql.stages.intent import compact_json
+from nlq2sql.stages.queryset import load_query_set
 
 __all__ = ["DEFAULT_BANK", "ExampleBank", "ExamplesManifest", "load_bank", "normalise", "synthetic_origin"]
 
@@ -183,8 +184,6 @@ def load_bank(name_or_path: str | None, source: Catalog | Warehouse, k: int, ans
                              "caller did not give", field="--example-bank")
         name = str(cached_bank(source))
     if answer_kind(answer).form == "query":
-        from nlq2sql.stages.queryset import load_query_set
-
         bank = ExampleBank(load_query_set(name, catalog), _query_answer)
     else:
         bank = ExampleBank(load_evalset(name, catalog))

@@ -25,6 +25,7 @@ from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.typed import Typed
+from nlq2sql.stages.value_links import ValueIndex
 
 __all__ = ["Linked", "Linker", "Linking", "LinkingSettings", "LinkingTrace", "gold_names", "recall"]
 
@@ -88,8 +89,6 @@ class Linker:
     """The layer's metrics, dimensions and entities as lexical documents, and the selection."""
 
     def __init__(self, wh: Any, budget: int) -> None:
-        from nlq2sql.stages.value_links import ValueIndex
-
         self.wh, self.budget = wh, budget
         cat = wh.catalog
         self.engine = cat.engine

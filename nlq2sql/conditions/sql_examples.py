@@ -9,9 +9,11 @@ inlined.  How many of each is in the manifest (``examples.solutions``).
 
 from __future__ import annotations
 
+from nlq2sql.answers.sql.solved import solved_texts
 from nlq2sql.conditions.example_bank import DEFAULT_BANK, ExampleBank, ExamplesManifest
 from nlq2sql.errors import InputError
 from nlq2sql.semantic.binding import Warehouse
+from nlq2sql.stages.queryset import load_query_set
 
 __all__ = ["SqlExampleBank", "sql_bank"]
 
@@ -29,9 +31,6 @@ class SqlExampleBank(ExampleBank):
 
 def sql_bank(name_or_path: str | None, wh: Warehouse, k: int) -> ExampleBank:
     """The bank (a set of the warehouse, default ``dev``, or a JSONL path) with SQL solutions."""
-    from nlq2sql.answers.sql.solved import solved_texts
-    from nlq2sql.stages.queryset import load_query_set
-
     qs = load_query_set(name_or_path or DEFAULT_BANK, wh.catalog)
     texts, styles = solved_texts(list(qs.cases), wh)
     bank = SqlExampleBank(qs, lambda case: texts[case.id])

@@ -16,14 +16,15 @@ from pathlib import Path
 
 from nlq2sql.answers.kinds import KINDS
 from nlq2sql.errors import InputError
-from nlq2sql.experiments.common import read_run
+from nlq2sql.experiments.common import read_run, shared_endpoint
 from nlq2sql.experiments.compare import cost_per_1k
 from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.results import Manifest, Summary
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
+from nlq2sql.records.store import output_dir as check_out
 from nlq2sql.records.summary_parts import Percentiles, Rate
 from nlq2sql.records.typed import Num, Typed
-from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.config import EvalConfig, validate
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
 from nlq2sql.stages.score import mcnemar_exact, rate, spread
@@ -232,10 +233,6 @@ def matrix_arms(answers: str, runs: list[Path] | None, out: Path, base: Callable
     """``matrix --answers``: the recorded ``runs`` side by side, or one live run per arm on one
     endpoint (every arm's configuration checked before a server starts); the table written to
     ``out`` (``arms.json``, ``arms.md``); returns the Markdown."""
-    from nlq2sql.experiments.common import shared_endpoint
-    from nlq2sql.records.store import output_dir as check_out
-    from nlq2sql.run.config import validate
-
     check_out(out, create=False)
     wanted = parse_answers(answers)
     if runs:

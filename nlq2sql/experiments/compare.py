@@ -12,24 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import matplotlib
+from nlq2sql.experiments.common import read_run
+from nlq2sql.experiments.identity import RunIdentity, difference
+from nlq2sql.experiments.repeated import repeats_section
+from nlq2sql.records.item import ItemRecord, iter_item_records
+from nlq2sql.records.results import Manifest, Summary
+from nlq2sql.records.store import RECORDS, output_dir
+from nlq2sql.records.summary_parts import Figures, Rate
+from nlq2sql.run.repeats import PairedMeans, paired_means, repeat_dirs
+from nlq2sql.stages.report import pct
+from nlq2sql.stages.score import mcnemar_exact
 
 __all__ = ["COLUMNS", "ComparedRun", "FlippedItem", "PairedRuns", "accuracy_figure", "answer_text", "cost_per_1k",
            "diff_text", "load_runs", "machine_line", "paired_html", "paired_markdown", "paired_runs", "plots",
            "png_base64", "recall_text", "render", "rows", "server_device"]
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from nlq2sql.experiments.common import read_run  # noqa: E402
-from nlq2sql.experiments.identity import RunIdentity, difference  # noqa: E402
-from nlq2sql.records.item import ItemRecord, iter_item_records  # noqa: E402
-from nlq2sql.records.results import Manifest, Summary  # noqa: E402
-from nlq2sql.records.store import RECORDS, output_dir  # noqa: E402
-from nlq2sql.records.summary_parts import Figures, Rate  # noqa: E402
-from nlq2sql.run.repeats import PairedMeans, paired_means  # noqa: E402
-from nlq2sql.stages.report import pct  # noqa: E402
-from nlq2sql.stages.score import mcnemar_exact  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -332,6 +328,8 @@ COLUMNS = [("run", "run"), ("n", "n"), ("raw", "raw intent"), ("final", "final")
 
 
 def png_base64(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
@@ -342,6 +340,11 @@ def accuracy_figure(rows: list[tuple[str, Figures]], *, size: tuple[float, float
                     xlabel: str, legend: Callable[[str], str] = str, majority: float | None = None) -> str:
     """Raw and final accuracy with their 95 % CIs, one row per (label, summary): the comparison
     and quality reports' figure.  ``size``: width, base height, height per row; ``fontsize``: the row labels'."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
     width, base, per_row = size
     fig, ax = plt.subplots(figsize=(width, base + per_row * len(rows)))
     for i, (_, summary) in enumerate(rows):
@@ -364,6 +367,11 @@ def accuracy_figure(rows: list[tuple[str, Figures]], *, size: tuple[float, float
 
 def plots(runs: list[ComparedRun]) -> dict[str, str]:
     """Accuracy with CIs per run; output tokens vs latency; accuracy and p95 vs concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
     figs: dict[str, str] = {}
     figs["accuracy"] = accuracy_figure([(r.label, r.summary) for r in runs], size=(8, 0.5, 0.45), fontsize=7,
                                        xlabel="accuracy (95 % Wilson CI)")
@@ -401,9 +409,6 @@ def plots(runs: list[ComparedRun]) -> dict[str, str]:
 
 def render(dirs: list[Path], out: Path, gpu_cost_per_hour: float | None = None,
            title: str = "nlq2sql comparison") -> dict[str, Path]:
-    from nlq2sql.experiments.repeated import repeats_section
-    from nlq2sql.run.repeats import repeat_dirs
-
     # A repeated run (eval --repeats: OUT/r0 …) is tabled by its first repeat, and compared over
     # all its repeats, item-paired with clustered errors, in its own section below.
     runs = load_runs([(repeat_dirs(d) or [d])[0] for d in dirs])

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
-from scipy.stats import binomtest
 
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.gate_inputs import RunFacts, check_same_inputs, read_run
@@ -149,6 +148,8 @@ def _pp(k: int, n: int) -> str:
 
 
 def _mcnemar(b: int, c: int, alpha: float) -> Check:
+    from scipy.stats import binomtest  # (scipy.stats: 0.7 s, paid by the gate's run only, never its --help)
+
     p = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5, alternative="greater").pvalue)
     status: Status = "fail" if p < alpha else "pass"
     return Check(id="accuracy_mcnemar", title="final accuracy: one-sided exact McNemar",

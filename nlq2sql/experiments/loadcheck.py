@@ -18,7 +18,7 @@ from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles, Rate
 from nlq2sql.records.typed import Num, Typed
-from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.config import EvalConfig, preflight
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
@@ -115,8 +115,6 @@ def run_across_replicas(cfg: LoadCheckConfig) -> LoadCheck:
     """Every item on every replica, at every level: one run per (replica, level, repeat),
     each pinned to its replica.  Identity is then reported across replicas (same level) and
     across levels (same replica) beside the comparison of all runs."""
-    from nlq2sql.run.config import preflight
-
     base = cfg.base
     if base.endpoint is None or not base.replicas:
         raise InputError("needs at least two endpoints", field="--across-replicas")

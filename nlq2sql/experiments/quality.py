@@ -15,6 +15,7 @@ from pathlib import Path
 from nlq2sql.answers.offline import rescore_run
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.experiments.common import read_run
+from nlq2sql.experiments.compare import accuracy_figure, png_base64
 from nlq2sql.experiments.quality_html import page
 from nlq2sql.experiments.summary_views import Cost, curve_of, cut, selective_of
 from nlq2sql.records.item import iter_item_records
@@ -320,9 +321,10 @@ def _nan(rate: Rate) -> float:
 
 
 def _plots(rows: list[RunRow]) -> dict[str, str]:
-    import matplotlib.pyplot as plt
+    import matplotlib
 
-    from nlq2sql.experiments.compare import accuracy_figure, png_base64
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
 
     figs: dict[str, str] = {}
     figs["accuracy by condition"] = accuracy_figure(

@@ -25,9 +25,11 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
+from nlq2sql.load.levels import LEVEL, expand_evalset, run_level
 from nlq2sql.load.output import Plot, write_outputs
+from nlq2sql.records.store import read_json, write_json_atomic
 from nlq2sql.records.typed import Typed
-from nlq2sql.run.config import EvalConfig
+from nlq2sql.run.config import EvalConfig, preflight
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
@@ -302,9 +304,6 @@ def _differing(a: Any, b: Any, at: str = "") -> list[str]:
 
 def _resumable(out: Path, who: str, job: LoadSettings | None) -> list[Path]:
     """The finished levels of the same job in ``out`` (refusing another job's directory)."""
-    from nlq2sql.load.levels import LEVEL
-    from nlq2sql.records.store import read_json
-
     settings = job_settings(job) if job is not None else {}
     try:
         got = read_json(out / JOB)
@@ -330,10 +329,6 @@ def begin_level_sets(base: EvalConfig, sets: dict[str, int], warmup: int, force:
     failure before the first level (a bad eval set or prompt, the warm-up failing) leaves it as
     it was found.  With ``resume`` (``job``: the mode's settings) a directory holding the same
     job is kept as it is: the levels it finished are kept by :func:`.levels.run_level`."""
-    from nlq2sql.load.levels import expand_evalset, run_level
-    from nlq2sql.records.store import write_json_atomic
-    from nlq2sql.run.config import preflight
-
     if base.endpoint is None:
         raise InputError(f"{who} needs a bound endpoint (use bound_endpoint)", field="--endpoint")
     check_resume(resume, force)

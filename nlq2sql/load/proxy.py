@@ -19,6 +19,8 @@ import time
 import urllib.request
 from typing import Any
 
+from nlq2sql.run.server import free_port
+
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
        "transfer-encoding", "upgrade", "content-length", "host", "content-encoding"}
 
@@ -78,8 +80,6 @@ class Proxy:
     """Run the proxy as a child process: ``with Proxy(upstream, serialize=True) as px: px.url``."""
 
     def __init__(self, upstream: str, serialize: bool = True, port: int | None = None) -> None:
-        from nlq2sql.run.server import free_port
-
         self.upstream = upstream.rstrip("/").removesuffix("/v1")
         self.serialize = serialize
         self.port = port or free_port()

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from nlq2sql.answers.kinds import bind_sampling
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import MAX_REQUESTS
 from nlq2sql.load.contract import LevelStats
@@ -28,6 +29,10 @@ from nlq2sql.load.render import fmt_num
 from nlq2sql.load.results import SerializationResult
 from nlq2sql.load.server_results import Evidence, SerializationSettings, Staircase
 from nlq2sql.run.config import EvalConfig
+from nlq2sql.semantic import load_catalog, open_warehouse
+from nlq2sql.stages.evalset import load_evalset
+from nlq2sql.stages.prompt import load_prompt
+from nlq2sql.transport.client import request_kwargs
 
 VERDICTS = ("batched", "serialized-upstream", "serialized-at-engine", "client-bound", "inconclusive")
 
@@ -71,11 +76,6 @@ class SerializationConfig(LoadSettings):
 
 def request_body(cfg: EvalConfig, question: str) -> dict[str, Any]:
     """The eval's structured-output request as a plain JSON body (non-streaming)."""
-    from nlq2sql.answers.kinds import bind_sampling
-    from nlq2sql.semantic import open_warehouse
-    from nlq2sql.stages.prompt import load_prompt
-    from nlq2sql.transport.client import request_kwargs
-
     wh = open_warehouse(cfg.semantic_model, cfg.warehouse, dbt=cfg.dbt)
     prompt = load_prompt(cfg.prompt, cfg.style, wh)
     kw = request_kwargs(cfg.model, prompt.messages(question), bind_sampling(cfg.sampling, wh.catalog))
@@ -273,9 +273,6 @@ class SerializationMode(LoadMode[SerializationConfig, SerializationResult]):
         return f"c={level}: {stats.req_per_s or 0:.2f} req/s (n={stats.n})"
 
     def analyse(self, ctx: LevelContext[SerializationConfig], done: list[Any]) -> SerializationResult:
-        from nlq2sql.semantic import load_catalog
-        from nlq2sql.stages.evalset import load_evalset
-
         cfg, base, out, info = ctx.settings, ctx.settings.base, ctx.out, ctx.server_info
         single, loaded = done
         question = load_evalset(base.evalset, load_catalog(base.semantic_model)).cases[0].question

@@ -35,7 +35,7 @@ from nlq2sql.load.driver import (
     prepare_out,
     register,
 )
-from nlq2sql.load.levels import run_level
+from nlq2sql.load.levels import load_level_dirs, run_level
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
 from nlq2sql.load.results import ServerSweepResult, SettingRow, SweepResult, SweepSettings, load_result
@@ -163,8 +163,6 @@ class ReanalyseMode(Mode[SweepConfig, SweepResult]):
     settings_model: ClassVar[type[ModeSettings]] = SweepConfig
 
     def run(self, settings: SweepConfig, progress: Progress | None = None) -> SweepResult:
-        from nlq2sql.load.levels import load_level_dirs
-
         cfg, out = settings, settings.base.out
         typed: SweepResult = load_result(out / "sweep.json", SweepResult)
         stats = load_level_dirs([Path(s.run_dir) for s in typed.levels])

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nlq2sql.answers.kinds import KINDS, bind_sampling
 from nlq2sql.answers.sql.gold import GoldRunner
+from nlq2sql.answers.sql.sandbox import Sandbox
 from nlq2sql.answers.unscored import Question
 from nlq2sql.conditions.registry import Condition, Request
 from nlq2sql.conditions.trace import Trace
@@ -123,8 +124,6 @@ class ItemRunner:
         self.golds: GoldRunner | None = None  # a gold-SQL set: its golds, each run once in the sandbox
         gold_sql = is_gold_sql_set(cfg.evalset, self.wh.name)
         if self.kind.writes_sql or gold_sql:
-            from nlq2sql.answers.sql.sandbox import Sandbox
-
             self.sandbox = Sandbox(self.wh.db_path, timeout_s=cfg.sql_timeout_s,
                                    search_path=resolve_search_path(self.wh.catalog.manifest, cfg.search_path))
             if gold_sql:

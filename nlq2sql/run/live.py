@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from nlq2sql.answers.kinds import KINDS, bind_sampling, load_eval_set
 from nlq2sql.answers.sql.gold import COLUMN_RULE
 from nlq2sql.conditions.registry import REGISTRY, Messages
+from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.manifest_parts import (
     ContextPart,
     EnginePart,
@@ -58,10 +59,12 @@ from nlq2sql.run.context import check_against, item_messages, prompt_sizes, size
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.item import ItemRunner, Loaded, load_conditions, request_sampling
 from nlq2sql.run.scheduler import closed_loop, open_loop
+from nlq2sql.run.server import LocalServer, ServerConfig, free_port
 from nlq2sql.run.serving import endpoint_structured_outputs
 from nlq2sql.run.session import Session, finish_summary, recorded_retries, session_result
 from nlq2sql.run.spec import RunSpec
 from nlq2sql.run.sql_grammar import grammar_for, probe_grammar
+from nlq2sql.run.workers import run_workers
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.stages.goldsql import GoldSqlSet, resolve_search_path
@@ -180,8 +183,6 @@ async def _run_items(cfg: EvalConfig, base_url: str, model: str, key: str, out: 
 def recorded_args(args: list[str]) -> list[str]:
     """A command line as a manifest records it: paths relative to the project, or their name
     when outside it (the interpreter, a model folder in the cache), never a machine path."""
-    from nlq2sql.paths import PROJECT_ROOT
-
     out = []
     for a in args:
         if a.startswith("/"):
@@ -326,8 +327,6 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         write_json_atomic(cfg.out / MANIFEST, manifest.to_json())
         try:
             if cfg.workers > 1 or cfg.engine != "local":
-                from nlq2sql.run.workers import run_workers
-
                 session = run_workers(cfg, base_url, model, key, cfg.out, cases, progress, budget)
             else:
                 session = asyncio.run(_run(cfg, base_url, model, key, cfg.out, cases, progress,
@@ -410,7 +409,6 @@ def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = No
     if cfg.endpoint is not None:
         yield cfg, EndpointFacts(started_by_us=False, endpoint=cfg.endpoint)
         return
-    from nlq2sql.run.server import LocalServer, ServerConfig, free_port
 
     local = sized_for_run(cfg).server
     assert local.max_model_len is not None  # sized above where none was given

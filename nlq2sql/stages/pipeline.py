@@ -24,6 +24,8 @@ from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.stages.evalset import EvalSet
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.guardrail import RuleSet
+from nlq2sql.stages.intent import canonicalise
+from nlq2sql.stages.sqlbuild import build_sql
 from nlq2sql.stages.summary import Summary
 
 __all__ = ["RESPONSE_MEMO_SIZE", "EvalsetCheck", "Response", "ScoreConfig", "as_missing", "check_evalset",
@@ -187,9 +189,6 @@ class EvalsetCheck:
 def check_evalset(es: EvalSet, wh: Warehouse) -> EvalsetCheck:
     """Every gold intent must build, execute and return rows (filter values are checked when
     the set is loaded against the warehouse)."""
-    from nlq2sql.stages.intent import canonicalise
-    from nlq2sql.stages.sqlbuild import build_sql
-
     failures: list[tuple[str, str]] = []
     rows = 0
     with make_executor(wh) as ex:

@@ -13,11 +13,24 @@ from typing import Any
 import duckdb
 from pydantic import Field
 
-from nlq2sql.errors import ExcludedObjectError, InputError, Nlq2SqlError
+from nlq2sql.errors import ExcludedObjectError, InputError, IntentError, Nlq2SqlError, QueryTimeoutError, SqlBuildError
 from nlq2sql.records.typed import Typed
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog
+from nlq2sql.semantic.contract import answer_schema
 from nlq2sql.semantic.prune import Exclusion
+from nlq2sql.semantic.query import GRAINS, MetricQuery
+from nlq2sql.semantic.warehouse import connect_read_only, open_error
+from nlq2sql.stages.execute import DEFAULT_TIMEOUT_S, Executor
+from nlq2sql.stages.intent import (
+    canonicalise,
+    compact_regex,
+    consistency_problem,
+    excluded_problem,
+    intent_schema,
+    parse_intent,
+)
+from nlq2sql.stages.sqlbuild import build_sql
 
 __all__ = ["CheckReport", "DimensionShown", "MetricShown", "Progress", "QueryCheck", "ShowReport", "SqlResult", "check",
            "closest", "compile_or_explain", "dumps", "grouped_names", "init_yaml", "name_problems", "show", "show_text",
@@ -121,10 +134,6 @@ def check(wh: Warehouse, *, timeout_s: float | None = None, progress: Progress |
     import time
     from functools import partial
 
-    from nlq2sql.errors import QueryTimeoutError
-    from nlq2sql.semantic.query import MetricQuery
-    from nlq2sql.stages.execute import DEFAULT_TIMEOUT_S, Executor
-
     cat = wh.catalog
     limit = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
     asked: list[tuple[str, str, Callable[[], Any]]] = []
@@ -183,9 +192,6 @@ def slowest(report: CheckReport, n: int = 3) -> list[QueryCheck]:
 
 def show(wh: Warehouse, schema: str = "flat") -> ShowReport:
     """The derived vocabulary, values, years and the JSON Schema sent to the server."""
-    from nlq2sql.semantic.contract import answer_schema
-    from nlq2sql.stages.intent import compact_regex, intent_schema
-
     cat = wh.catalog
     return ShowReport(
         semantic_model=cat.name, path=cat.path, sha256=cat.sha256, time_spine=cat.spine,
@@ -203,8 +209,6 @@ def show(wh: Warehouse, schema: str = "flat") -> ShowReport:
 
 def _excluded_name(data: Any, wh: Warehouse) -> str | None:
     """A v1 intent's metric, dimension or filter field that the partial layer excluded: why."""
-    from nlq2sql.stages.intent import excluded_problem
-
     if not isinstance(data, dict):
         return None
     filters = data.get("filters")
@@ -220,8 +224,6 @@ def _excluded_name(data: Any, wh: Warehouse) -> str | None:
 def grouped_names(names: Iterable[str]) -> list[str]:
     """Group-by names with a time dimension's grains folded into one entry
     (``metric_time__{day,week,month,quarter,year}``, grains finest first), in their first order."""
-    from nlq2sql.semantic.query import GRAINS
-
     bases: dict[str, list[str]] = {}
     for n in names:
         base, _, grain = n.rpartition("__")
@@ -275,12 +277,6 @@ def sql_for(wh: Warehouse, intent_json: str, *, execute: bool = False) -> SqlRes
     Rows are printed as DuckDB returns them (no rounding), with the column names.
     """
     from pydantic import ValidationError
-
-    from nlq2sql.errors import IntentError
-    from nlq2sql.semantic.query import MetricQuery
-    from nlq2sql.semantic.warehouse import connect_read_only
-    from nlq2sql.stages.intent import canonicalise, consistency_problem, parse_intent
-    from nlq2sql.stages.sqlbuild import build_sql
 
     try:
         data = json.loads(intent_json)
@@ -383,8 +379,6 @@ def name_problems(wh: Warehouse | Catalog, mq: Any) -> list[str]:
 def compile_or_explain(wh: Warehouse, mq: Any) -> Any:
     """``mq`` compiled; a query MetricFlow refuses is bad input: the unknown names with the
     layer's closest ones, else MetricFlow's reason, one line."""
-    from nlq2sql.errors import SqlBuildError
-
     try:
         return wh.catalog.engine.compile(mq)
     except ExcludedObjectError as exc:  # a name the data left out of the layer: said with why
@@ -467,8 +461,6 @@ def init_yaml(db: Path, *, max_categorical: int = 200) -> str:
     columns with few values as categorical dimensions, dates as time dimensions, numbers as sum
     measures, plus a count metric per table.  Meant to be edited, then checked."""
     import yaml
-
-    from nlq2sql.semantic.warehouse import connect_read_only, open_error
 
     try:
         con = connect_read_only(db)

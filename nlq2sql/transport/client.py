@@ -24,9 +24,12 @@ import aiohttp
 if TYPE_CHECKING:  # the SDK loads only with the sdk client: workers on aiohttp never import it
     from openai import AsyncOpenAI
 
+from nlq2sql.errors import InputError
+
 # Kept only until run/batch_manifest and run/batch_vllm import it from answers.kinds (its home): the
 # transport takes a kind's structured-output part as plain sampling fields and knows no kind itself.
 from nlq2sql.records.manifest_parts import SamplingPart
+from nlq2sql.stages.intent import SCHEMA_MODES
 from nlq2sql.transport.rawclient import RawClient, stream_once
 from nlq2sql.transport.stream import Accumulator, Completion, HTTPStatusError, StreamEventError, Transport
 
@@ -83,9 +86,6 @@ class Sampling:
     top_logprobs: int | None = None
 
     def __post_init__(self) -> None:
-        from nlq2sql.errors import InputError
-        from nlq2sql.stages.intent import SCHEMA_MODES
-
         if self.structured not in STRUCTURED_MODES:
             raise InputError(f"unknown structured mode {self.structured!r} (known: {', '.join(STRUCTURED_MODES)})",
                              field="structured")

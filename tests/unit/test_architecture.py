@@ -202,18 +202,7 @@ def test_no_import_cycle() -> None:
 #: module imports what the command needs at module level), a measured import phase, or a cycle or
 #: a heavy optional dependency (Ray, vLLM, Playwright) that a module-level import would bring.
 #: A ratchet: the count may fall, never rise; when you remove some, lower this number.
-DEFERRED_IMPORTS_MAX = 56
-
-#: Modules whose deferred imports do not say why yet: rewritten by other work of issue 36, each
-#: is taken off as its imports move to module level or gain their reason.
-UNREASONED_DEFERRED: frozenset[str] = frozenset({
-    "nlq2sql.answers.kinds", "nlq2sql.answers.sql.solved", "nlq2sql.conditions.example_bank",
-    "nlq2sql.conditions.linking", "nlq2sql.conditions.sql_examples",
-    "nlq2sql.experiments.arms", "nlq2sql.experiments.compare", "nlq2sql.experiments.loadcheck",
-    "nlq2sql.experiments.quality", "nlq2sql.load.driver", "nlq2sql.load.proxy", "nlq2sql.load.serialization",
-    "nlq2sql.load.sweep", "nlq2sql.run.item", "nlq2sql.run.live", "nlq2sql.stages.pipeline",
-    "nlq2sql.stages.semantic_tools", "nlq2sql.transport.client",
-})
+DEFERRED_IMPORTS_MAX = 3
 
 #: The mark a deferred import carries, with its reason.
 DEFERRED_MARK = re.compile(r"#\s*deferred:\s*\S")
@@ -242,16 +231,11 @@ def test_deferred_imports_of_our_modules_do_not_grow() -> None:
 
 
 def test_every_deferred_import_of_our_modules_says_why() -> None:
-    found = _deferred_imports()
-    unmarked = {module: [line for line, marked in imports if not marked] for module, imports in found.items()}
-    unmarked = {module: lines for module, lines in unmarked.items() if lines}
     silent = [f"{MODULES[m].relative_to(PACKAGE_ROOT.parent)}:{line}"
-              for m, lines in sorted(unmarked.items()) if m not in UNREASONED_DEFERRED for line in lines]
+              for m, imports in sorted(_deferred_imports().items()) for line, marked in imports if not marked]
     assert not silent, ("function-level imports of nlq2sql modules without '# deferred: <reason>' on their line: "
                         "import at module level, or say why it must wait (start-up time, a heavy optional "
                         "dependency, a cycle): " + ", ".join(silent))
-    done = sorted(UNREASONED_DEFERRED - set(unmarked))
-    assert not done, "every deferred import of these says why now: take them off UNREASONED_DEFERRED: " + repr(done)
 
 
 def test_imports_go_down_the_layers() -> None:

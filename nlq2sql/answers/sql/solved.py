@@ -23,6 +23,7 @@ from nlq2sql.semantic.engine import Query
 from nlq2sql.semantic.query import METRIC_TIME, MetricQuery
 from nlq2sql.semantic.schema_text import describe_tables
 from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.pipeline import make_executor
 
 __all__ = ["SolvedSql", "Unsupported", "clean_sql", "inline_params", "solve", "solved_texts"]
 
@@ -232,8 +233,6 @@ def solve(queries: list[MetricQuery | None], catalog: Catalog, warehouse: Wareho
 def solved_texts(cases: list[Any], warehouse: Warehouse) -> tuple[dict[str, str], dict[str, int]]:
     """Each bank case's solution as the SQL arms' assistant turn (its id → text): the solved SQL,
     or the abstention for a case without a gold; and how many of each style."""
-    from nlq2sql.stages.pipeline import make_executor
-
     with make_executor(warehouse) as ex:
         solved = solve([c.gold for c in cases], warehouse.catalog, warehouse, ex)
     texts: dict[str, str] = {}
