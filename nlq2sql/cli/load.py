@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,13 +36,14 @@ from nlq2sql.cli._common import (
 from nlq2sql.cli._serving import check_server_numbers
 from nlq2sql.cli._spec import base_config, fleet_args, spec_options
 from nlq2sql.errors import InputError
-from nlq2sql.inputs import MAX_REQUESTS, at_most
 from nlq2sql.load import capacity as cap
 from nlq2sql.load import grid as gr
 from nlq2sql.load import modes
 from nlq2sql.load import serialization as ser
 from nlq2sql.load import sweep as sw
 from nlq2sql.load.analysis import Thresholds
+from nlq2sql.load.driver import ModeSettings
+from nlq2sql.load.probes import ProbeMode
 from nlq2sql.load.slo import parse_slo
 from nlq2sql.records.store import output_dir
 from nlq2sql.run.config import EvalConfig
@@ -51,7 +53,7 @@ from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.transport.client import STRUCTURED_MODES
 
-__all__ = ["LocalSeqsOpt", "capacity_cmd", "grid_cmd", "probe_app", "probe_cancel", "probe_health", "probe_prefix",
+__all__ = ["LocalSeqsOpt", "add_probe_commands", "capacity_cmd", "grid_cmd", "mode_params", "probe_app",
            "probe_serialization", "sweep_cmd"]
 
 probe_app = typer.Typer(help="Serving-path probes: serialization verdict, cancel, /health, prefix reuse.",
@@ -231,76 +233,71 @@ def probe_serialization(
         raise typer.Exit(1)
 
 
-def _probe(name: str, endpoint: str | None, model: str, api_key_env: str | None, max_num_seqs: int | None,
-           out: Path, **kw: Any) -> None:
-
-    output_dir(out, create=False)
-    base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)
-    res = modes.run_mode(f"probe-{name}", {"base": base, **kw})
-    Console().print(modes.mode(f"probe-{name}").render(res), markup=False, highlight=False)
-    err.print(f"wrote {out / (name + '.json')} and {out / (name + '.md')}")
-
-
-@probe_app.command("cancel")
-@handled
-def probe_cancel(
-    endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL, api_key_env: KeyOpt = None,
-    k: Annotated[int, typer.Option(help="Disconnect after this many streamed tokens.")] = 16,
-    max_tokens: Annotated[int, typer.Option(help="The long generation's max_tokens (ignore_eos).")] = 512,
-    trials: Annotated[int, typer.Option(help="Repetitions.")] = 3,
-    max_num_seqs: LocalSeqsOpt = None,
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-cancel"),
-) -> None:
-    """Disconnect a long stream after k tokens: time until running = 0, tokens generated after."""
-    if k < 1 or max_tokens <= k or trials < 1:
-        raise InputError("need 1 ≤ k < max_tokens and trials ≥ 1", field="--k")
-    at_most(trials, 10_000, "--trials")
-    at_most(max_tokens, MAX_REQUESTS, "--max-tokens")
-    _probe("cancel", endpoint, model, api_key_env, max_num_seqs, out, k_tokens=k, max_tokens=max_tokens,
-           trials=trials)
+def mode_params(model: type[ModeSettings], panel: str | None = None) -> list[inspect.Parameter]:
+    """One keyword parameter per field of ``model`` declared with an option's help
+    (:func:`nlq2sql.load.driver.option`): its flag, help, default and type."""
+    out = []
+    for name, info in model.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if "help" not in extra:
+            continue
+        opt = typer.Option(str(extra["option"]), help=str(extra["help"]), rich_help_panel=panel)
+        out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info.default,
+                                     annotation=Annotated[info.annotation, opt]))
+    return out
 
 
-@probe_app.command("health")
-@handled
-def probe_health(
-    endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL, api_key_env: KeyOpt = None,
-    prefill_words: Annotated[int, typer.Option(help="Words in each long prompt (≈ tokens).")] = 1200,
-    parallel: Annotated[int, typer.Option(help="Long prompts sent together.")] = 4,
-    interval: Annotated[float, typer.Option(help="Seconds between /health calls.")] = 0.05,
-    max_num_seqs: LocalSeqsOpt = None,
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-health"),
-) -> None:
-    """/health round-trip (count, p50, p95, max, errors) idle and while long prefills run."""
-    if prefill_words < 1 or parallel < 1 or interval <= 0:
-        raise InputError("need positive --prefill-words, --parallel and --interval", field="--parallel")
-    at_most(parallel, 1024, "--parallel")
-    at_most(prefill_words, MAX_REQUESTS, "--prefill-words")
-    _probe("health", endpoint, model, api_key_env, max_num_seqs, out, prefill_words=prefill_words,
-           parallel=parallel, interval_s=interval)
+def _probe_command(mode: type[ProbeMode[Any, Any]]) -> None:
+    """``nlq2sql probe X`` for the registered mode ``probe-X``: where it sends and writes, the
+    eval set it asks (``asks_questions``), then its settings' own options."""
+    short = mode.name.removeprefix("probe-")
+    stem = mode.stem
+
+    def command(endpoint: str | None = None, model: str = DEFAULT_MODEL, api_key_env: str | None = None,
+                max_num_seqs: int | None = None, out: Path = Path(f"runs/probe-{short}"),
+                evalset: str = "heldout", prompt: str = "baseline", semantic_model: str = CLI_WAREHOUSE,
+                db: Path | None = None, **values: Any) -> None:
+        output_dir(out, create=False)
+        base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)
+        if mode.asks_questions:
+            wh = open_warehouse(semantic_model, db)  # the CLI's warehouse (default retail, as --semantic-model says)
+            values |= {"system": load_prompt(prompt, "default", wh).text,
+                       "questions": [c.question for c in load_evalset(evalset, wh).cases]}
+        res = modes.run_mode(mode.name, {"base": base, **values})
+        Console().print(modes.mode(mode.name).render(res), markup=False, highlight=False)
+        err.print(f"wrote {out / (stem + '.json')} and {out / (stem + '.md')}")
+
+    common = [("endpoint", EndpointOpt), ("model", ModelOpt), ("api_key_env", KeyOpt), ("max_num_seqs", LocalSeqsOpt),
+              ("out", Annotated[Path, typer.Option(help="Output directory.", rich_help_panel=OUTPUT_PANEL)])]
+    if mode.asks_questions:
+        common += [("evalset", EvalsetOpt), ("prompt", PromptOpt), ("semantic_model", SemanticModelOpt), ("db", DbOpt)]
+    defaults = inspect.signature(command).parameters
+    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults[n].default, annotation=a)
+              for n, a in common] + mode_params(mode.settings_model)
+
+    def run(**kwargs: Any) -> None:
+        fixed = {n: kwargs.pop(n) for n in list(kwargs) if n in defaults}
+        command(**fixed, **kwargs)
+
+    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    run.__doc__ = (mode.__doc__ or "").strip().split("\n\n")[0]
+    run.__name__ = f"probe_{short.replace('-', '_')}"
+    probe_app.command(short)(handled(run))
 
 
-@probe_app.command("prefix")
-@handled
-def probe_prefix(
-    endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL, api_key_env: KeyOpt = None,
-    evalset: EvalsetOpt = "heldout", prompt: PromptOpt = "baseline",
-    requests: Annotated[int, typer.Option(help="Sequential requests per scenario.")] = 8,
-    pad_words: Annotated[int, typer.Option(help="Padding words appended to the system prompt.")] = 600,
-    max_tokens: Annotated[int, typer.Option(help="max_tokens per request.")] = 32,
-    max_num_seqs: LocalSeqsOpt = None,
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-prefix"),
-    semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None,
-) -> None:
-    """Shared vs diverse vs leading-unique prefixes: TTFT, prefill share, prefix-cache hit rate."""
+def add_probe_commands() -> list[str]:
+    """A ``nlq2sql probe X`` command for every registered ``probe-X`` mode that has none yet (run
+    when this module loads; again by a caller that registered a probe later); the names added."""
+    have = {c.name for c in probe_app.registered_commands}
+    added = [m.name.removeprefix("probe-") for m in modes.registry().values()
+             if m.name.startswith("probe-") and issubclass(m, ProbeMode) and m.name.removeprefix("probe-") not in have]
+    for name in added:
+        _probe_command(modes.registry()[f"probe-{name}"])
+    return added
 
-    if requests < 1 or pad_words < 0 or max_tokens < 1:
-        raise InputError("need --requests ≥ 1, --pad-words ≥ 0, --max-tokens ≥ 1", field="--requests")
-    at_most(requests, MAX_REQUESTS, "--requests")
-    at_most(pad_words, MAX_REQUESTS, "--pad-words")
-    wh = open_warehouse(semantic_model, db)  # the CLI's warehouse (default retail, as --semantic-model says)
-    questions = [c.question for c in load_evalset(evalset, wh).cases]
-    _probe("prefix", endpoint, model, api_key_env, max_num_seqs, out, system=load_prompt(prompt, "default", wh).text,
-           questions=questions, requests=requests, pad_words=pad_words, max_tokens=max_tokens)
+
+add_probe_commands()
 
 
 @app.command("capacity")

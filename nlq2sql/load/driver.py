@@ -58,9 +58,11 @@ def _bound_message(e: Any) -> str:
     return f"{e['msg']}{got}"
 
 
-def option(default: Any, flag: str, **constraints: Any) -> Any:
-    """A settings field and the command-line option a refusal names (``--requests``)."""
-    return Field(default, json_schema_extra={"option": flag}, **constraints)
+def option(default: Any, flag: str, help: str | None = None, **constraints: Any) -> Any:
+    """A settings field and its command-line option: the flag a refusal names (``--requests``) and,
+    with ``help``, an option the CLI generates for the mode (``cli.load``)."""
+    extra: dict[str, str] = {"option": flag} | ({"help": help} if help else {})
+    return Field(default, json_schema_extra=extra, **constraints)  # type: ignore[arg-type]
 
 
 T = TypeVar("T", bound="ModeSettings")

@@ -130,7 +130,11 @@ R = TypeVar("R", bound=Typed)
 class ProbeMode(Mode[P, R]):
     """A serving-path probe: the endpoint bound (or a local server started and stopped), the
     probe's own requests sent (:meth:`probe`), its result (``created`` stamped when it declares
-    one) written as ``STEM.json``/``STEM.md``."""
+    one) written as ``STEM.json``/``STEM.md``.  A mode named ``probe-X`` is the command
+    ``nlq2sql probe X``, its options generated from the settings' :func:`.driver.option` fields;
+    ``asks_questions``: the settings take ``system`` and ``questions`` (an eval set's, as prompted)."""
+
+    asks_questions: ClassVar[bool] = False
 
     def run(self, settings: P, progress: Progress | None = None) -> R:
         base = settings.base
@@ -195,9 +199,10 @@ def _opt(v: Any) -> str:
 # -- cancel -----------------------------------------------------------------------------
 
 class CancelSettings(ProbeSettings):
-    k_tokens: int = option(16, "--k", ge=1)
-    max_tokens: int = option(512, "--max-tokens", ge=2, le=MAX_REQUESTS)
-    trials: int = option(3, "--trials", ge=1, le=10_000)
+    k_tokens: int = option(16, "--k", "Disconnect after this many streamed tokens.", ge=1)
+    max_tokens: int = option(512, "--max-tokens", "The long generation's max_tokens (ignore_eos).", ge=2,
+                             le=MAX_REQUESTS)
+    trials: int = option(3, "--trials", "Repetitions.", ge=1, le=10_000)
     poll_s: float = Field(0.02, gt=0)
     settle_s: float = Field(0.5, ge=0)
 
@@ -313,16 +318,17 @@ async def _health_loop(sess: aiohttp.ClientSession, url: str, stop: asyncio.Even
 
 
 class HealthSettings(ProbeSettings):
-    prefill_words: int = option(1200, "--prefill-words", ge=1, le=MAX_REQUESTS)
-    parallel: int = option(4, "--parallel", ge=1, le=1024)
+    prefill_words: int = option(1200, "--prefill-words", "Words in each long prompt (≈ tokens).", ge=1,
+                                le=MAX_REQUESTS)
+    parallel: int = option(4, "--parallel", "Long prompts sent together.", ge=1, le=1024)
     max_tokens: int = option(16, "--max-tokens", ge=1)
-    interval_s: float = option(0.05, "--interval", gt=0)
+    interval_s: float = option(0.05, "--interval", "Seconds between /health calls.", gt=0)
     idle_count: int = Field(40, ge=1)
 
 
 @register
 class HealthMode(_Titled[HealthSettings, HealthProbeResult]):
-    """``/health`` round trips idle and while long prefills run."""
+    """/health round trip (count, p50, p95, max, errors) idle and while long prefills run."""
 
     name: ClassVar[str] = "probe-health"
     stem: ClassVar[str] = "health"
@@ -396,18 +402,20 @@ def prefix_messages(scenario: str, system: str, question: str, pad_words: int) -
 class PrefixSettings(ProbeSettings):
     system: str  # the eval's system prompt
     questions: tuple[str, ...] = Field(min_length=1)
-    requests: int = option(8, "--requests", ge=1, le=MAX_REQUESTS)
-    pad_words: int = option(600, "--pad-words", ge=0, le=MAX_REQUESTS)
-    max_tokens: int = option(32, "--max-tokens", ge=1)
+    requests: int = option(8, "--requests", "Sequential requests per scenario.", ge=1, le=MAX_REQUESTS)
+    pad_words: int = option(600, "--pad-words", "Padding words appended to the system prompt.", ge=0,
+                            le=MAX_REQUESTS)
+    max_tokens: int = option(32, "--max-tokens", "max_tokens per request.", ge=1)
 
 
 @register
 class PrefixMode(_Titled[PrefixSettings, PrefixProbeResult]):
-    """Shared vs diverse vs leading-unique prefixes, sequentially."""
+    """Shared vs diverse vs leading-unique prefixes: TTFT, prefill share, prefix-cache hit rate."""
 
     name: ClassVar[str] = "probe-prefix"
     stem: ClassVar[str] = "prefix"
     settings_model: ClassVar[type[ModeSettings]] = PrefixSettings
+    asks_questions: ClassVar[bool] = True
 
     async def probe(self, t: Target, settings: PrefixSettings) -> PrefixProbeResult:
         system, questions, requests = settings.system, list(settings.questions), settings.requests

@@ -2,7 +2,8 @@
 
 A new load mode and a new probe are declared here, in the test (settings, levels or requests,
 analysis and render in one place; no package file touched), and run through ``run_mode``
-against the fake server.  The sweep command's choice among its five modes is decided in the
+against the fake server; the probe is also a ``nlq2sql probe`` command with its options
+generated from its settings.  The sweep command's choice among its five modes is decided in the
 library (``sweep_mode``), so a library caller gets the command's refusals.
 """
 
@@ -18,9 +19,12 @@ from typing import Any, ClassVar
 import aiohttp
 import pytest
 from fakeserver import FakeServer
+from typer.testing import CliRunner
 
+from nlq2sql.cli.load import add_probe_commands, probe_app
+from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
-from nlq2sql.load.driver import LevelContext, LoadMode, LoadSettings, ModeSettings, option, register
+from nlq2sql.load.driver import MODES, LevelContext, LoadMode, LoadSettings, ModeSettings, option, register
 from nlq2sql.load.levels import run_level
 from nlq2sql.load.modes import BUILTIN, mode, registry, run_mode, sweep_mode
 from nlq2sql.load.probes import ProbeMode, ProbeSettings, Target, stream_chat
@@ -78,8 +82,8 @@ class StairMode(LoadMode[StairSettings, StairResult]):
 
 
 class FirstTokenSettings(ProbeSettings):
-    requests: int = option(3, "--requests", ge=1, le=100)
-    question: str = "revenue by region"
+    requests: int = option(3, "--requests", "Streamed requests, one after another.", ge=1, le=100)
+    question: str = option("revenue by region", "--question", "The question each request asks.")
 
 
 class FirstTokenResult(Typed):
@@ -95,7 +99,7 @@ class FirstTokenResult(Typed):
 
 @register
 class FirstTokenProbe(ProbeMode[FirstTokenSettings, FirstTokenResult]):
-    name: ClassVar[str] = "test-first-token"
+    name: ClassVar[str] = "probe-test-first-token"
     stem: ClassVar[str] = "first-token"
     settings_model: ClassVar[type[ModeSettings]] = FirstTokenSettings
 
@@ -109,6 +113,16 @@ class FirstTokenProbe(ProbeMode[FirstTokenSettings, FirstTokenResult]):
 
     def render(self, result: FirstTokenResult) -> str:
         return f"# first token · {result.model}\n\n{result.ok}/{result.n} streamed, TTFT p50 {result.ttft_p50_s}\n"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _unregister() -> Iterator[None]:
+    """The modes (and the probe's command) declared here leave with this module: a later test
+    (the CLI reference, the registry listing) sees the package's own only."""
+    yield
+    for name in ("test-stairs", "probe-test-first-token"):
+        MODES.pop(name, None)
+    probe_app.registered_commands[:] = [c for c in probe_app.registered_commands if c.name != "test-first-token"]
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +155,7 @@ def test_a_mode_declared_here_runs_through_run_mode(fake: FakeServer, tmp_path: 
 def test_a_probe_declared_here_runs_through_run_mode(fake: FakeServer, tmp_path: Path) -> None:
     sent = len(fake.chat_requests())
     out = tmp_path / "ft"
-    res = run_mode("test-first-token", {"base": _base(fake, out), "requests": 3})
+    res = run_mode("probe-test-first-token", {"base": _base(fake, out), "requests": 3})
     assert isinstance(res, FirstTokenResult) and res.created is not None
     assert len(fake.chat_requests()) == sent + 3
     written = json.loads((out / "first-token.json").read_text())
@@ -224,3 +238,23 @@ def test_resume_is_for_closed_loop_and_rate_sweeps(tmp_path: Path, kw: dict[str,
         run_mode(name, settings)
     assert exc.value.field == field
     assert not (tmp_path / "out").exists()
+
+
+def test_a_probe_declared_here_is_a_command_with_its_options(fake: FakeServer, tmp_path: Path) -> None:
+    assert "test-first-token" in add_probe_commands() + [c.name for c in probe_app.registered_commands]
+    runner = CliRunner()
+    shown = runner.invoke(app, ["probe", "test-first-token", "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    for text in ("--requests", "Streamed requests, one after another.", "--question", "--endpoint", "--out"):
+        assert text in shown.output
+    sent = len(fake.chat_requests())
+    out = tmp_path / "cli-ft"
+    res = runner.invoke(app, ["probe", "test-first-token", "--endpoint", fake.url, "--model", "fake-model",
+                              "--requests", "2", "--question", "orders by month", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert len(fake.chat_requests()) == sent + 2
+    assert json.loads((out / "first-token.json").read_text())["n"] == 2
+    bad = runner.invoke(app, ["probe", "test-first-token", "--endpoint", fake.url, "--requests", "0",
+                              "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "--requests" in bad.output and "at least 1" in bad.output
+    assert not (tmp_path / "bad").exists()
