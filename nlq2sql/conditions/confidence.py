@@ -6,7 +6,7 @@ the first whose text, together with the value generated before it, fits exactly 
 (``top`` → ``top_n_by_metric``; a ``t`` alone would still be ``top_n…`` or ``time_series``).
 At that token the alternatives the server offered are grouped by the kind each would have
 started; the **confidence** is the chosen kind's share of that mass.  Abstention reads the
-share of the kind finally answered (:func:`nlq2sql.stages.abstention.kind_share`): when a guardrail overrules the
+share of the kind finally answered (:meth:`Evidence.share`): when a guardrail overrules the
 model, its confidence is what the model gave the guardrail's kind.  Alternatives that fit
 no kind or several are left out: under the JSON-Schema constraint vLLM reports the masked
 tokens at about -9999, so the mass left is the mass the grammar allowed.
@@ -54,6 +54,15 @@ class Evidence(Typed):
     kinds: dict[str, float]
     confidence: float
     answer_share: float | None = None
+
+    def share(self, kind: str | None) -> float:
+        """The share of the model's offered mass on ``kind`` -- the kind actually answered, which a
+        guardrail may have changed (the model's own share of its raw kind when None).  A v2 answer's
+        evidence is over answering and its metric, not a kind: its confidence."""
+        if kind is None or kind == self.kind or ("over" in self.model_fields_set and self.over != "intent"):
+            return self.confidence
+        total = sum(self.kinds.values())
+        return self.kinds.get(kind, 0.0) / total if total > 0 else 0.0
 
 
 def _value_start(joined: str) -> int | None:
