@@ -25,7 +25,7 @@ from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import RecordError
 from nlq2sql.paths import PROJECT_ROOT
 from nlq2sql.records.item import ItemRecord, iter_item_records
-from nlq2sql.stages.abstention import abstain_reason, apply_abstention
+from nlq2sql.stages.abstention import abstain_reason, apply_abstention, carry_evidence, decided
 from nlq2sql.stages.summary import Summary, confidence
 
 INTENT = {"intent": "breakdown"}
@@ -151,3 +151,15 @@ def test_the_committed_runs_are_read_through_their_traces() -> None:
                 abstain_reason(rec)
             seen += 1
     assert seen > 0
+
+
+def test_re_scoring_carries_the_evidence_each_condition_declares() -> None:
+    votes = {"n": 2, "valid": 2, "winner": None, "votes": 1, "tie": True, "share": 0.5}
+    old = apply_abstention(_rec(votes=votes, sample_texts=["a", "b"], planner_choice=None, abstain_below=0.4,
+                                example_ids=["e1"], **SCORED))
+    assert decided(old) and old.traces["abstain_reason"] == "no majority among samples"
+    new = _rec(**SCORED)
+    assert not decided(new)
+    carry_evidence(old, new)
+    assert new.traces == {"planner_choice": None, "votes": votes, "abstain_below": 0.4}
+    assert apply_abstention(new).traces["abstain_reason"] == old.traces["abstain_reason"]

@@ -49,6 +49,8 @@ class AbstainTrace(Trace):
     abstain_reason: str | None = None
     answer_correct: bool | None = None
 
+    evidence_keys = ("intent_evidence", "abstain_below")
+
     @classmethod
     def reason_to_abstain(cls, rec: ItemRecord) -> str | None:
         below: float | None = cls.read(rec, "abstain_below")

@@ -136,6 +136,8 @@ class PlannerTrace(Trace):
     intent_evidence: Evidence | None = None
     latency_total_s: float | None = None
 
+    evidence_keys = ("planner_choice",)
+
     @classmethod
     def reason_to_abstain(cls, rec: ItemRecord) -> str | None:
         """The kind it chose, overruled by a guardrail (to anything but abstaining)."""

@@ -276,6 +276,11 @@ class Registry:
         """The item's recorded abstention, from the condition that decides it."""
         return next((x for t in self.traces() if (x := t.selection(rec)) is not None), None)
 
+    def carry_evidence(self, old: ItemRecord, new: ItemRecord) -> None:
+        """The keys each condition's decision reads, from ``old`` into ``new`` (where ``old`` has them)."""
+        keys = dict.fromkeys(k for t in self.traces() for k in t.evidence_keys)
+        new.merge({k: old.traces[k] for k in keys if k in old.traces})
+
     def decision(self, reason: str | None, answer_correct: bool) -> Trace:
         """The trace keys recording an abstention decision, from the condition that decides it."""
         found = next((x for t in self.traces() if (x := t.decision(reason, answer_correct)) is not None), None)

@@ -73,6 +73,8 @@ class SelfCheckTrace(Trace):
     samples_failed: int
     votes: Vote
 
+    evidence_keys = ("votes",)
+
     @classmethod
     def reason_to_abstain(cls, rec: ItemRecord) -> str | None:
         votes: Vote | None = cls.read(rec, "votes")

@@ -21,7 +21,7 @@ conditions declare (``intent_evidence``, ``requests``) is read by the record's k
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -42,6 +42,9 @@ def _adapter(cls: type[Trace], name: str) -> TypeAdapter[Any]:
 
 class Trace(Typed):
     """A condition's per-item record keys (its fields); empty: it records nothing."""
+
+    #: Its keys that :meth:`reason_to_abstain` reads: what re-scoring carries to decide again.
+    evidence_keys: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def read(cls, rec: ItemRecord, name: str) -> Any:

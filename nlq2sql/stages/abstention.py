@@ -18,8 +18,8 @@ from typing import Protocol
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.typed import Typed
 
-__all__ = ["ConditionTraces", "Selection", "abstain_reason", "apply_abstention", "conditions",
-           "read_traces_with"]
+__all__ = ["ConditionTraces", "Selection", "abstain_reason", "apply_abstention", "carry_evidence", "conditions",
+           "decided", "read_traces_with"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,9 @@ class ConditionTraces(Protocol):
     def decision(self, reason: str | None, answer_correct: bool) -> Typed:
         """The trace keys that record an abstention decision."""
 
+    def carry_evidence(self, old: ItemRecord, new: ItemRecord) -> None:
+        """Copy into ``new`` the trace keys of ``old`` that the decision reads (each condition's own)."""
+
 
 _SOURCE: list[ConditionTraces] = []
 
@@ -69,6 +72,18 @@ def conditions() -> ConditionTraces:
 def abstain_reason(rec: ItemRecord) -> str | None:
     """Why an item abstains, from its record (None: it answers)."""
     return conditions().abstain_reason(rec)
+
+
+def decided(rec: ItemRecord) -> bool:
+    """Whether the record holds an abstention decision (its run had ``--abstain``)."""
+    return conditions().selection(rec) is not None
+
+
+def carry_evidence(old: ItemRecord, new: ItemRecord) -> None:
+    """Carry the recorded evidence abstention is decided from (the votes, the planner's choice, the
+    intent-token evidence and its threshold: each condition says which of its keys) from ``old``
+    into ``new``, a re-scored record, so :func:`apply_abstention` decides it again the same way."""
+    conditions().carry_evidence(old, new)
 
 
 def apply_abstention(rec: ItemRecord) -> ItemRecord:
