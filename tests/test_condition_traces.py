@@ -74,6 +74,8 @@ class GaugeTrace(Trace):
 
     gauge_p: float
 
+    timing_keys = ("gauge_p",)
+
     @classmethod
     def confidence(cls, rec: ItemRecord) -> float | None:
         p: float | None = cls.read(rec, "gauge_p")
@@ -101,9 +103,10 @@ def test_a_registered_condition_adds_its_confidence_to_the_curve(gauge: None) ->
         for i, p in enumerate(gauges):
             rec = _rec(id=f"x{i}", gauge_p=p, **SCORED)
             s.add(apply_abstention(rec))  # answered: no condition's evidence says otherwise
-        sel = s.figures().selective
-        assert sel is not None
-        return [point.min_confidence for point in sel.curve]
+        figures = s.figures()
+        assert figures.selective is not None
+        assert figures.timing["gauge_p"].n == len(gauges)  # its cost keys, in the summary's timing
+        return [point.min_confidence for point in figures.selective.curve]
 
     assert run([0.9, 0.4]) == [0.9, 0.4]
     # registry order: the vote share, measured first, wins over a later condition's

@@ -137,6 +137,9 @@ class PlannerTrace(Trace):
     latency_total_s: float | None = None
 
     evidence_keys = ("planner_choice",)
+    #: the first request, and both stages together (when the second was answered)
+    timing_keys = ("planner_latency_s", "planner_completion_tokens", "planner_prompt_tokens", "latency_total_s",
+                   "requests")
 
     @classmethod
     def reason_to_abstain(cls, rec: ItemRecord) -> str | None:

@@ -276,6 +276,10 @@ class Registry:
         """The item's recorded abstention, from the condition that decides it."""
         return next((x for t in self.traces() if (x := t.selection(rec)) is not None), None)
 
+    def timing_keys(self) -> tuple[str, ...]:
+        """Each condition's cost keys for the summary's ``timing``, once each, in registry order."""
+        return tuple(dict.fromkeys(k for t in self.traces() for k in t.timing_keys))
+
     def carry_evidence(self, old: ItemRecord, new: ItemRecord) -> None:
         """The keys each condition's decision reads, from ``old`` into ``new`` (where ``old`` has them)."""
         keys = dict.fromkeys(k for t in self.traces() for k in t.evidence_keys)

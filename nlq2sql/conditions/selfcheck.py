@@ -74,6 +74,7 @@ class SelfCheckTrace(Trace):
     votes: Vote
 
     evidence_keys = ("votes",)
+    timing_keys = ("requests", "samples_completion_tokens")
 
     @classmethod
     def reason_to_abstain(cls, rec: ItemRecord) -> str | None:

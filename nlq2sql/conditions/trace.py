@@ -45,6 +45,8 @@ class Trace(Typed):
 
     #: Its keys that :meth:`reason_to_abstain` reads: what re-scoring carries to decide again.
     evidence_keys: ClassVar[tuple[str, ...]] = ()
+    #: Its keys the summary's ``timing`` gives percentiles of: what it cost, beside what it gained.
+    timing_keys: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def read(cls, rec: ItemRecord, name: str) -> Any:

@@ -49,6 +49,9 @@ class ConditionTraces(Protocol):
     def decision(self, reason: str | None, answer_correct: bool) -> Typed:
         """The trace keys that record an abstention decision."""
 
+    def timing_keys(self) -> tuple[str, ...]:
+        """The trace keys the summary's ``timing`` gives percentiles of (each condition's costs)."""
+
     def carry_evidence(self, old: ItemRecord, new: ItemRecord) -> None:
         """Copy into ``new`` the trace keys of ``old`` that the decision reads (each condition's own)."""
 

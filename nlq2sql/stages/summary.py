@@ -54,6 +54,8 @@ class Summary:
     def __init__(self, rulesets: list[RuleSet], fields: tuple[str, ...] = FIELDS, *, scored: bool = True) -> None:
         self.rule_ids = [r.id for rs in rulesets for r in rs.rules]
         self.fields = fields  # the answer's parts: the v1 intent's fields, or the v2 query's
+        #: What ``timing`` gives percentiles of: the request's, then each condition's costs.
+        self.timing_keys = TIMING_KEYS + conditions().timing_keys()
         self.scored = scored
         self.empty_gold_ids: list[str] = []
         self.n = 0
@@ -99,7 +101,7 @@ class Summary:
         if entry is not None:
             entry[1] += 1
             return
-        if any(rec.get(key) is not None for key in TIMING_KEYS):
+        if any(rec.get(key) is not None for key in self.timing_keys):
             self.add(rec)
             return
         if len(self._pending) >= PENDING_MAX:
@@ -177,7 +179,7 @@ class Summary:
         cat["n"] += times
         cat["raw"] += correct_raw
         cat["final"] += correct_final
-        for key in TIMING_KEYS:
+        for key in self.timing_keys:
             value = rec.get(key)
             if value is not None:
                 self.timing[key].extend([float(value)] * times)
