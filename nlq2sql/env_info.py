@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import msgspec
 
 from nlq2sql.paths import PROJECT_ROOT
 
@@ -16,9 +15,11 @@ __all__ = ["OUTPUTS", "GitState", "git_info", "git_state"]
 OUTPUTS = "reports"
 
 
-class GitState(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class GitState:
     """The checkout a run came from, as the manifest's ``git_commit`` / ``git_dirty`` keys hold it
-    (None for both when it is not a git checkout)."""
+    (None for both when it is not a git checkout).  Not JSON itself (its values go into the
+    manifest's typed ``Origin``), and below ``records``: a plain frozen dataclass."""
 
     git_commit: str | None
     git_dirty: bool | None

@@ -38,7 +38,7 @@ from nlq2sql.records.summary_parts import Figures, Missing
 from nlq2sql.semantic import Warehouse, open_warehouse, warehouse
 from nlq2sql.semantic.catalog import display_path
 from nlq2sql.semantic.dbt_project import DbtOptions
-from nlq2sql.stages.abstention import apply_abstention
+from nlq2sql.stages.abstention import apply_abstention, carry_evidence, decided
 from nlq2sql.stages.evalset import CaseIndex, EvalCase, index_evalset
 from nlq2sql.stages.goldsql import is_gold_sql_set, resolve_search_path
 from nlq2sql.stages.guardrail import RuleSet
@@ -62,8 +62,6 @@ __all__ = ["recorded_scorer", "rescore_run", "score_responses"]
 NO_RESPONSE = "no response in file"
 #: Per-item keys of a recorded request carried into a re-scored record (:func:`rescore_run`).
 _REQUEST_KEYS = ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s")
-#: Trace keys abstention is decided again from (:func:`rescore_run`).
-_ABSTENTION_KEYS = ("votes", "planner_choice", "intent_evidence", "abstain_below")
 
 
 @dataclass(frozen=True)
@@ -209,8 +207,8 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
                         finish_reason=old.answer.finish_reason,
                         request_error=None if outcome in (None, "ok") else outcome)
             rec.merge({key: old.get(key) for key in _REQUEST_KEYS})
-            if "abstained" in old.traces:  # decided again from the recorded evidence, under these guardrails
-                rec.merge({key: old.traces[key] for key in _ABSTENTION_KEYS if key in old.traces})
+            if decided(old):  # decided again from the recorded evidence, under these guardrails
+                carry_evidence(old, rec)
                 apply_abstention(rec)
             summ.add(rec)
             assert rec.judgement is not None  # every re-scored item has its gold

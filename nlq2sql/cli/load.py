@@ -290,11 +290,11 @@ def add_probe_commands() -> list[str]:
     """A ``nlq2sql probe X`` command for every registered ``probe-X`` mode that has none yet (run
     when this module loads; again by a caller that registered a probe later); the names added."""
     have = {c.name for c in probe_app.registered_commands}
-    added = [m.name.removeprefix("probe-") for m in modes.registry().values()
-             if m.name.startswith("probe-") and issubclass(m, ProbeMode) and m.name.removeprefix("probe-") not in have]
-    for name in added:
-        _probe_command(modes.registry()[f"probe-{name}"])
-    return added
+    new = [m for m in modes.registry().values()
+           if issubclass(m, ProbeMode) and m.name.startswith("probe-") and m.name.removeprefix("probe-") not in have]
+    for m in new:
+        _probe_command(m)
+    return [m.name.removeprefix("probe-") for m in new]
 
 
 add_probe_commands()

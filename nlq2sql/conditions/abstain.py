@@ -21,7 +21,7 @@ from nlq2sql.conditions.registry import Condition, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.manifest_parts import Part
-from nlq2sql.stages.abstention import apply_abstention
+from nlq2sql.stages.abstention import Selection, apply_abstention
 from nlq2sql.transport.client import Sampling
 from nlq2sql.transport.stream import Completion
 
@@ -39,11 +39,53 @@ class AbstainSettings(Settings):
 
 class AbstainTrace(Trace):
     """Per item, with ``--abstain-below``: the intent-token evidence (unless the planner's first stage
-    recorded it) and the threshold.  The decision's keys (``stages.abstention.ABSTENTION_KEYS``)
-    follow, set by the decision itself."""
+    recorded it) and the threshold.  On a scored item the decision follows
+    (``stages.abstention.apply_abstention``): whether it abstained, why, and whether the answer was
+    right all the same (``correct_final`` then says whether abstaining was)."""
 
     intent_evidence: Evidence | None = None
     abstain_below: float | None = None
+    abstained: bool | None = None
+    abstain_reason: str | None = None
+    answer_correct: bool | None = None
+
+    evidence_keys = ("intent_evidence", "abstain_below")
+
+    @classmethod
+    def reason_to_abstain(cls, rec: ItemRecord) -> str | None:
+        below: float | None = cls.read(rec, "abstain_below")
+        ev: Evidence | None = cls.read(rec, "intent_evidence")
+        if below is not None and ev is not None:
+            share = ev.share(_final_kind(rec))
+            if share < below:
+                return f"intent-token confidence {share:.2f} < {below:g}"
+        return None
+
+    @classmethod
+    def confidence(cls, rec: ItemRecord) -> float | None:
+        """The intent-token (v2: answer and metric token) confidence in the kind finally answered
+        (a guardrail may have changed it), whichever condition recorded the evidence."""
+        ev: Evidence | None = cls.read(rec, "intent_evidence")
+        return round(ev.share(_final_kind(rec)), 2) if ev is not None else None
+
+    @classmethod
+    def selection(cls, rec: ItemRecord) -> Selection | None:
+        if "abstained" not in rec.traces:
+            return None
+        return Selection(abstained=bool(cls.read(rec, "abstained")),
+                         answer_correct=bool(cls.read(rec, "answer_correct")),
+                         without_evidence=cls.read(rec, "abstain_below") is not None
+                         and cls.read(rec, "intent_evidence") is None)
+
+    @classmethod
+    def decision(cls, reason: str | None, answer_correct: bool) -> AbstainTrace:
+        return cls(abstained=reason is not None, abstain_reason=reason, answer_correct=answer_correct)
+
+
+def _final_kind(rec: ItemRecord) -> str | None:
+    """The kind finally answered (after guardrails; None: no valid answer)."""
+    kind = (rec.answer.final_intent or {}).get("intent")
+    return kind if isinstance(kind, str) else None
 
 
 @register

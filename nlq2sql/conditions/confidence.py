@@ -4,7 +4,7 @@
 decided at one token: the first whose text, with what precedes it, fits exactly one kind (``top`` →
 ``top_n_by_metric``; ``t`` alone does not). There the alternatives are grouped by the kind each would
 start, and the **confidence** is the chosen kind's share of that mass (abstention reads the share of
-the kind finally answered: :func:`nlq2sql.stages.abstention.kind_share`). Alternatives fitting no
+the kind finally answered: :meth:`Evidence.share`). Alternatives fitting no
 kind or several are left out; tokens the JSON-Schema constraint masks come back at about -9999, so
 the mass left is what the grammar allowed. Only the decisive token is read, and says nothing of the
 other fields. The planner's first stage (a structured ``choice``) is read from offset 0."""
@@ -45,6 +45,15 @@ class Evidence(Typed):
     kinds: dict[str, float]
     confidence: float
     answer_share: float | None = None
+
+    def share(self, kind: str | None) -> float:
+        """The share of the model's offered mass on ``kind`` -- the kind actually answered, which a
+        guardrail may have changed (the model's own share of its raw kind when None).  A v2 answer's
+        evidence is over answering and its metric, not a kind: its confidence."""
+        if kind is None or kind == self.kind or ("over" in self.model_fields_set and self.over != "intent"):
+            return self.confidence
+        total = sum(self.kinds.values())
+        return self.kinds.get(kind, 0.0) / total if total > 0 else 0.0
 
 
 def _value_start(joined: str) -> int | None:

@@ -23,6 +23,7 @@ from nlq2sql.answers.kinds import answer_kind
 from nlq2sql.conditions.confidence import Evidence, intent_evidence
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.conditions.trace import Trace
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import is_listing_branch
@@ -134,6 +135,20 @@ class PlannerTrace(Trace):
     requests: int
     intent_evidence: Evidence | None = None
     latency_total_s: float | None = None
+
+    evidence_keys = ("planner_choice",)
+    #: the first request, and both stages together (when the second was answered)
+    timing_keys = ("planner_latency_s", "planner_completion_tokens", "planner_prompt_tokens", "latency_total_s",
+                   "requests")
+
+    @classmethod
+    def reason_to_abstain(cls, rec: ItemRecord) -> str | None:
+        """The kind it chose, overruled by a guardrail (to anything but abstaining)."""
+        choice: str | None = cls.read(rec, "planner_choice")
+        final = rec.answer.final_intent
+        if choice is not None and final is not None and final.get("intent") not in (choice, "unanswerable"):
+            return f"planner chose {choice}, guardrail made it {final.get('intent')}"
+        return None
 
 
 async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,

@@ -23,6 +23,7 @@ from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import InputError
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.results import Manifest
+from nlq2sql.stages.abstention import Selection, read_traces_with
 
 if TYPE_CHECKING:
     from nlq2sql.records.item import ItemRecord
@@ -248,9 +249,44 @@ class Registry:
         """Whether a recorded run used a condition that keeps it from being a baseline."""
         return any(not c.neutral and c.label(manifest) for c in self)
 
+    # -- a record read through the conditions' traces (``stages.abstention.ConditionTraces``) ----------
+    def traces(self) -> list[type[Trace]]:
+        """Each registered condition's trace type, once, in registry order."""
+        return list(dict.fromkeys(c.trace for c in self))
+
+    def abstain_reason(self, rec: ItemRecord) -> str | None:
+        """Why the item abstains: the first condition whose recorded evidence says so."""
+        return next((r for t in self.traces() if (r := t.reason_to_abstain(rec)) is not None), None)
+
+    def confidence(self, rec: ItemRecord) -> float | None:
+        """The item's confidence, from the first condition that measured one (the vote share before
+        the intent-token evidence: registry order)."""
+        return next((x for t in self.traces() if (x := t.confidence(rec)) is not None), None)
+
+    def selection(self, rec: ItemRecord) -> Selection | None:
+        """The item's recorded abstention, from the condition that decides it."""
+        return next((x for t in self.traces() if (x := t.selection(rec)) is not None), None)
+
+    def timing_keys(self) -> tuple[str, ...]:
+        """Each condition's cost keys for the summary's ``timing``, once each, in registry order."""
+        return tuple(dict.fromkeys(k for t in self.traces() for k in t.timing_keys))
+
+    def carry_evidence(self, old: ItemRecord, new: ItemRecord) -> None:
+        """The keys each condition's decision reads, from ``old`` into ``new`` (where ``old`` has them)."""
+        keys = dict.fromkeys(k for t in self.traces() for k in t.evidence_keys)
+        new.merge({k: old.traces[k] for k in keys if k in old.traces})
+
+    def decision(self, reason: str | None, answer_correct: bool) -> Trace:
+        """The trace keys recording an abstention decision, from the condition that decides it."""
+        found = next((x for t in self.traces() if (x := t.decision(reason, answer_correct)) is not None), None)
+        if found is None:
+            raise RuntimeError("no registered condition records an abstention decision")
+        return found
+
 
 #: Every condition this process knows; the built-ins register when ``nlq2sql.conditions`` loads.
 REGISTRY = Registry()
+read_traces_with(REGISTRY)  # scoring (below the conditions) reads records' traces through it
 
 
 def register(cls: C) -> C:

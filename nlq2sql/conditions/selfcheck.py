@@ -25,6 +25,7 @@ from nlq2sql.answers.kinds import answer_kind
 from nlq2sql.conditions.registry import Condition, Request, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import InputError, IntentError
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.typed import Typed
 from nlq2sql.semantic.catalog import Catalog
@@ -63,6 +64,20 @@ class SelfCheckTrace(Trace):
     samples_completion_tokens: int
     samples_failed: int
     votes: Vote
+
+    evidence_keys = ("votes",)
+    timing_keys = ("requests", "samples_completion_tokens")
+
+    @classmethod
+    def reason_to_abstain(cls, rec: ItemRecord) -> str | None:
+        votes: Vote | None = cls.read(rec, "votes")
+        return "no majority among samples" if votes is not None and (votes.winner is None or votes.tie) else None
+
+    @classmethod
+    def confidence(cls, rec: ItemRecord) -> float | None:
+        """The winner's vote share."""
+        votes: Vote | None = cls.read(rec, "votes")
+        return round(votes.share, 4) if votes is not None else None
 
 
 def _key(text: str, catalog: Catalog, answer: str) -> str:

@@ -244,8 +244,8 @@ class ItemRecord(Typed):
 
     def get(self, key: str) -> Json:
         """A flat key's value wherever it lives (a part, or a condition's trace), None when absent:
-        for figures whose keys span owners (``stages.score.TIMING_KEYS``: the request's timings and a
-        planner's or self-consistency's)."""
+        for figures whose keys span owners (the summary's timings: the request's, and the costs a
+        planner or self-consistency records)."""
         owner = _PART_OF.get(key)
         if owner is None:
             return self.traces.get(key)

@@ -188,7 +188,7 @@ class _Worker:
 
         self.worker = ItemWorker(cfg, endpoint, slots, budget, golds)
         self.worker.start()
-        return WorkerReady(os.getpid(), time.time() - spawned_at, dict(self.worker.phases))
+        return WorkerReady(pid=os.getpid(), startup_s=time.time() - spawned_at, phases=dict(self.worker.phases))
 
     async def run_many(self, cases: list[EvalCase]) -> list[ItemRecord]:
         import asyncio

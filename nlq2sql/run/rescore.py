@@ -38,7 +38,7 @@ from nlq2sql.records.store import (
 from nlq2sql.records.summary_parts import Figures
 from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.semantic.dbt_project import DbtOptions
-from nlq2sql.stages.abstention import apply_abstention
+from nlq2sql.stages.abstention import apply_abstention, decided
 from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set
 from nlq2sql.stages.guardrail import RuleSet
@@ -58,8 +58,6 @@ RESCORE = "rescore.json"
 SUMMARY_DERIVED = (*Figures.model_fields, "answer")
 #: The status of an item a responses file did not answer (``pipeline.as_missing``).
 MISSING = "missing"
-#: The abstention trace keys a condition decided from recorded evidence (decided again here).
-_ABSTAINED = "abstained"
 
 
 @dataclass
@@ -178,7 +176,7 @@ def _rescore_line(old: ItemRecord, case: Any, score: Callable[..., ItemRecord], 
                 request_error=None if outcome in (None, "ok") else outcome)
     rec.request, rec.load, rec.record_version = old.request, old.load, old.record_version
     rec.merge({k: v for k, v in old.traces.items() if k not in rec.traces})
-    if _ABSTAINED in old.traces and rec.scored:
+    if decided(old) and rec.scored:  # decided again from the recorded evidence
         apply_abstention(rec)
     if rec.answer.sql_exec_s is not None and old.answer.sql_exec_s is not None:
         rec.answer.sql_exec_s = old.answer.sql_exec_s

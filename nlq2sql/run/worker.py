@@ -22,29 +22,29 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.run_parts import FleetSession, Harness
+from nlq2sql.records.typed import Typed
 from nlq2sql.stages.evalset import EvalCase
 from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:  # (the item code loads inside ItemWorker: its import time is a measured phase)
-    from nlq2sql.records.run_parts import FleetSession, Harness
     from nlq2sql.run.config import EvalConfig
 
 __all__ = ["PARENT_POLL_S", "ItemWorker", "SharedBudget", "WorkerReady", "WorkerReport", "die_with_parent",
            "serve_items"]
 
 
-class WorkerReady(msgspec.Struct):
-    """A worker's first message: it can send requests, and how long getting there took, by phase."""
+class WorkerReady(Typed):
+    """A worker's first message: it can send requests, and how long getting there took, by phase.
+    It crosses to the driver pickled (a pipe or Ray), as :class:`WorkerReport` does."""
 
     pid: int
     startup_s: float | None
     phases: dict[str, float | None]
 
 
-class WorkerReport(msgspec.Struct):
+class WorkerReport(Typed):
     """What a worker (process or Ray actor) reports when it is done: the driver merges these."""
 
     sent: int
@@ -159,8 +159,8 @@ class ItemWorker:
 
     async def finish(self) -> WorkerReport:
         await self.items.close()
-        return WorkerReport(self.sent, self.items.fleet(), self.items.harness(), os.getpid(),
-                            self.items.wh.catalog.engine.shapes())
+        return WorkerReport(sent=self.sent, fleet=self.items.fleet(), harness=self.items.harness(), pid=os.getpid(),
+                            shapes=self.items.wh.catalog.engine.shapes())
 
 
 def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection, budget: RetryBudget,
@@ -200,9 +200,10 @@ async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, co
     threading.Thread(target=read, name="nlq2sql-inbox", daemon=True).start()
     worker = ItemWorker(cfg, endpoint, slots, budget, golds)
     worker.start()
-    conn.send(("ready", WorkerReady(os.getpid(), time.time() - spawned_at if spawned_at is not None else None,
-                                    {"interpreter_s": round(entered - spawned_at, 3) if spawned_at else None,
-                                     **worker.phases})))
+    conn.send(("ready", WorkerReady(pid=os.getpid(),
+                                    startup_s=time.time() - spawned_at if spawned_at is not None else None,
+                                    phases={"interpreter_s": round(entered - spawned_at, 3) if spawned_at else None,
+                                            **worker.phases})))
 
     async def lane() -> None:
         while True:

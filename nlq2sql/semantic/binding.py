@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import msgspec
+from pydantic import ConfigDict
 
 from nlq2sql.errors import InputError, SemanticModelError
+from nlq2sql.records.typed import Typed
 from nlq2sql.semantic import datacheck
 from nlq2sql.semantic.catalog import Catalog, catalog_of, display_path, load_catalog, shipped_names
 from nlq2sql.semantic.datacheck import DataProblem
@@ -46,9 +47,11 @@ SCHEMA_VALUES_MAX = 32
 VALUES_FETCH_MAX = 1000
 
 
-class WarehouseFacts(msgspec.Struct, frozen=True):
+class WarehouseFacts(Typed):
     """What a run records about its warehouse (:meth:`Warehouse.manifest`), as the manifest's keys,
     in their order: names, relative path, hashes, which time spine MetricFlow compiled against."""
+
+    model_config = ConfigDict(frozen=True)
 
     semantic_model: str
     semantic_model_path: str

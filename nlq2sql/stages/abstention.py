@@ -3,58 +3,100 @@
 The decision reads only recorded evidence (the samples' votes, the planner's choice, the
 intent token's confidence), so scoring and re-scoring offline (``stages.pipeline``) take it
 here, below the conditions that record that evidence (``conditions.selfcheck``,
-``conditions.planner``, ``conditions.confidence``, ``conditions.abstain``).  It works on the
-typed record (:class:`~nlq2sql.records.item.ItemRecord`): the evidence is the conditions'
-traces (JSON values, each condition's own), the decision is merged where the flat record had it.
+``conditions.planner``, ``conditions.abstain``).  Each of those conditions reads its own trace
+(its declared ``conditions.trace.Trace``): this module names no trace key.  It reaches them
+through the conditions' one registry (``conditions.registry.REGISTRY``), which hands itself
+down here when it loads (:func:`read_traces_with`) -- the conditions sit above the stages, so
+the stages see it only as :class:`ConditionTraces`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Protocol
 
 from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.typed import Typed
 
-__all__ = ["ABSTENTION_KEYS", "abstain_reason", "apply_abstention", "kind_share"]
+__all__ = ["ConditionTraces", "Selection", "abstain_reason", "apply_abstention", "carry_evidence", "conditions",
+           "decided", "read_traces_with"]
 
 
-def kind_share(evidence: dict[str, Any], kind: str | None) -> float:
-    """The share of the model's offered mass on ``kind`` — the kind actually answered, which a
-    guardrail may have changed (the model's own share of its raw kind when None).  ``evidence`` is
-    the ``intent_evidence`` trace as recorded (a JSON edge: ``conditions.confidence`` writes it)."""
-    if kind is None or kind == evidence["kind"] or evidence.get("over", "intent") != "intent":
-        return float(evidence["confidence"])  # (a v2 answer's: over answering and its metric, no kind)
-    total = sum(evidence["kinds"].values())
-    return float(evidence["kinds"].get(kind, 0.0)) / total if total > 0 else 0.0
+@dataclass(frozen=True)
+class Selection:
+    """An item's recorded abstention, as the summary's selective figures count it: whether it
+    abstained, whether its answer was right all the same, and whether a confidence threshold was
+    set that no recorded evidence could be held against (the endpoint streamed no logprobs)."""
+
+    abstained: bool
+    answer_correct: bool
+    without_evidence: bool = False
+
+
+class ConditionTraces(Protocol):
+    """The conditions' traces as scoring reads a record through them, each condition from its
+    own trace's keys (those present in the record), in registry order."""
+
+    def abstain_reason(self, rec: ItemRecord) -> str | None:
+        """Why the item abstains, by the first condition whose evidence says so (None: it answers)."""
+
+    def confidence(self, rec: ItemRecord) -> float | None:
+        """The item's confidence, from the first condition that measured one (None: none did)."""
+
+    def selection(self, rec: ItemRecord) -> Selection | None:
+        """The item's recorded abstention (None: no abstention was decided for it)."""
+
+    def decision(self, reason: str | None, answer_correct: bool) -> Typed:
+        """The trace keys that record an abstention decision."""
+
+    def timing_keys(self) -> tuple[str, ...]:
+        """The trace keys the summary's ``timing`` gives percentiles of (each condition's costs)."""
+
+    def carry_evidence(self, old: ItemRecord, new: ItemRecord) -> None:
+        """Copy into ``new`` the trace keys of ``old`` that the decision reads (each condition's own)."""
+
+
+_SOURCE: list[ConditionTraces] = []
+
+
+def read_traces_with(source: ConditionTraces) -> None:
+    """Read conditions' traces through ``source`` (the conditions' registry, when it loads)."""
+    _SOURCE[:] = [source]
+
+
+def conditions() -> ConditionTraces:
+    """The conditions' traces; loading ``nlq2sql.conditions`` provides them (never silently none)."""
+    if not _SOURCE:
+        raise RuntimeError("the conditions' registry is not loaded: import nlq2sql.conditions before scoring "
+                           "or summarising records")
+    return _SOURCE[0]
 
 
 def abstain_reason(rec: ItemRecord) -> str | None:
     """Why an item abstains, from its record (None: it answers)."""
-    votes = rec.traces.get("votes")
-    if votes is not None and (votes["winner"] is None or votes["tie"]):
-        return "no majority among samples"
-    choice = rec.traces.get("planner_choice")
-    final = rec.answer.final_intent
-    if choice is not None and final is not None and final.get("intent") not in (choice, "unanswerable"):
-        return f"planner chose {choice}, guardrail made it {final.get('intent')}"
-    below, ev = rec.traces.get("abstain_below"), rec.traces.get("intent_evidence")
-    if below is not None and ev is not None:
-        share = kind_share(ev, (final or {}).get("intent"))
-        if share < below:
-            return f"intent-token confidence {share:.2f} < {below:g}"
-    return None
+    return conditions().abstain_reason(rec)
 
 
-#: What :func:`apply_abstention` sets: its decision, and the correctness it may overrule.
-ABSTENTION_KEYS = ("abstained", "abstain_reason", "answer_correct", "correct_final", "correct_exec")
+def decided(rec: ItemRecord) -> bool:
+    """Whether the record holds an abstention decision (its run had ``--abstain``)."""
+    return conditions().selection(rec) is not None
+
+
+def carry_evidence(old: ItemRecord, new: ItemRecord) -> None:
+    """Carry the recorded evidence abstention is decided from (the votes, the planner's choice, the
+    intent-token evidence and its threshold: each condition says which of its keys) from ``old``
+    into ``new``, a re-scored record, so :func:`apply_abstention` decides it again the same way."""
+    conditions().carry_evidence(old, new)
 
 
 def apply_abstention(rec: ItemRecord) -> ItemRecord:
-    """Decide and record abstention on a scored record (in place; returns it): the keys of
-    :data:`ABSTENTION_KEYS`."""
+    """Decide and record abstention on a scored record (in place; returns it): its decision
+    (whether it abstained, why, the answer's own correctness) and, when it abstains, the
+    correctness it overrules (``correct_final``, ``correct_exec``)."""
     reason = abstain_reason(rec)
     judged = rec.judgement
     correct = bool(judged.correct_final) if judged is not None else False
-    rec.merge({"abstained": reason is not None, "abstain_reason": reason, "answer_correct": correct})
+    rec.merge(conditions().decision(reason, correct))
     if reason is not None:
         # Declining a question the layer cannot answer (a v2 item marked unanswerable) is right.
         declined_rightly = judged is not None and judged.answerable is False

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
 from nlq2sql import __version__
 from nlq2sql.env_info import git_info
 from nlq2sql.records.manifest_parts import Origin
@@ -42,5 +40,5 @@ def manifest_base(kind: str, evalset: EvalSet | CaseIndex | QuerySet | GoldSqlSe
         "record_version": RECORD_VERSION, "kind": kind, "harness_version": __version__,
         "git_commit": git.git_commit, "git_dirty": git.git_dirty, **scored, "n_items": n_items,
         "guardrails": [rs.name for rs in rulesets], **({"guardrail_artefacts": learned} if learned else {}),
-        **({k: v for k, v in msgspec.to_builtins(wh.manifest()).items() if v is not None}
+        **({k: v for k, v in wh.manifest().to_json().items() if v is not None}
            if wh is not None else {})})

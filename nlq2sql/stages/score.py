@@ -225,7 +225,6 @@ def spread(values: list[float]) -> Percentiles:
 #: Rows of the result and of the gold result kept in each record.
 RESULT_HEAD_ROWS = 5
 
-TIMING_KEYS = ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s",
-               # the two-stage planner's first request, and both stages together (when recorded)
-               "planner_latency_s", "planner_completion_tokens", "planner_prompt_tokens", "latency_total_s",
-               "requests", "samples_completion_tokens")
+#: The request's timings and tokens the summary gives percentiles of (the conditions add their own
+#: costs: ``stages.abstention.ConditionTraces.timing_keys``).
+TIMING_KEYS = ("latency_s", "ttft_s", "completion_tokens", "prompt_tokens", "itl_mean_s")

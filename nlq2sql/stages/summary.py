@@ -25,7 +25,7 @@ from nlq2sql.records.summary_parts import (
     RuleFigures,
     Selective,
 )
-from nlq2sql.stages.abstention import kind_share
+from nlq2sql.stages.abstention import conditions
 from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.intent import (
     FIELDS,
@@ -40,15 +40,11 @@ PENDING_MAX = 4096
 
 
 def confidence(rec: ItemRecord) -> float:
-    """The item's confidence for the coverage-accuracy curve: its vote share under
-    self-consistency, else its intent-token confidence, else 1 (nothing said otherwise)."""
-    votes = rec.traces.get("votes")
-    if votes:
-        return round(float(votes["share"]), 4)
-    ev = rec.traces.get("intent_evidence")
-    if ev:  # the model's share on the kind answered (a guardrail may have changed it)
-        return round(kind_share(ev, (rec.answer.final_intent or {}).get("intent")), 2)
-    return 1.0
+    """The item's confidence for the coverage-accuracy curve, as the conditions measured it (the
+    vote share under self-consistency, else the intent-token confidence), else 1 (nothing said
+    otherwise)."""
+    measured = conditions().confidence(rec)
+    return 1.0 if measured is None else measured
 
 
 class Summary:
@@ -58,6 +54,8 @@ class Summary:
     def __init__(self, rulesets: list[RuleSet], fields: tuple[str, ...] = FIELDS, *, scored: bool = True) -> None:
         self.rule_ids = [r.id for rs in rulesets for r in rs.rules]
         self.fields = fields  # the answer's parts: the v1 intent's fields, or the v2 query's
+        #: What ``timing`` gives percentiles of: the request's, then each condition's costs.
+        self.timing_keys = TIMING_KEYS + conditions().timing_keys()
         self.scored = scored
         self.empty_gold_ids: list[str] = []
         self.n = 0
@@ -103,7 +101,7 @@ class Summary:
         if entry is not None:
             entry[1] += 1
             return
-        if any(rec.get(key) is not None for key in TIMING_KEYS):
+        if any(rec.get(key) is not None for key in self.timing_keys):
             self.add(rec)
             return
         if len(self._pending) >= PENDING_MAX:
@@ -116,7 +114,7 @@ class Summary:
         self._pending.clear()
 
     def _add(self, rec: ItemRecord, times: int) -> None:
-        ans, j, traces = rec.answer, rec.judgement or UNSCORED, rec.traces
+        ans, j = rec.answer, rec.judgement or UNSCORED
         self.n += times
         c = self.c
         correct_raw, correct_final = bool(j.correct_raw) * times, bool(j.correct_final) * times
@@ -156,19 +154,19 @@ class Summary:
         answerable = j.answerable
         v2 = answerable is not None  # a v2 record: the model may answer "unanswerable"
         said_unanswerable = v2 and ans.unanswerable is not None
+        sel = conditions().selection(rec)  # a condition's abstention decision (--abstain), if recorded
         if said_unanswerable:  # in the curve at every cut-off: never covered, or right when it is right
             c["sel_out" if answerable else "sel_right"] += times
-        elif v2 and traces.get("abstained") and not answerable:  # declined rightly: as said_unanswerable
+        elif v2 and sel is not None and sel.abstained and not answerable:  # declined rightly: as said_unanswerable
             c["sel_right"] += times
-        elif "abstained" in traces:
-            self.selective[(confidence(rec), not traces["abstained"], bool(traces["answer_correct"]))] += times
-            if traces.get("abstain_below") is not None and traces.get("intent_evidence") is None \
-                    and raw_intent is not None:
+        elif sel is not None:
+            self.selective[(confidence(rec), not sel.abstained, sel.answer_correct)] += times
+            if sel.without_evidence and raw_intent is not None:
                 self.no_evidence += times
         elif v2:
             self.selective[(confidence(rec), True, bool(j.correct_final))] += times
-        if v2 or "abstained" in traces:  # unanswerable precision and recall, on every set that can abstain
-            abstained = said_unanswerable or bool(traces.get("abstained"))
+        if v2 or sel is not None:  # unanswerable precision and recall, on every set that can abstain
+            abstained = said_unanswerable or (sel is not None and sel.abstained)
             c["abstention_scope"] += times
             c["gold_unanswerable"] += (v2 and not answerable) * times
             c["abstained"] += abstained * times
@@ -181,7 +179,7 @@ class Summary:
         cat["n"] += times
         cat["raw"] += correct_raw
         cat["final"] += correct_final
-        for key in TIMING_KEYS:
+        for key in self.timing_keys:
             value = rec.get(key)
             if value is not None:
                 self.timing[key].extend([float(value)] * times)

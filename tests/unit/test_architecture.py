@@ -300,7 +300,6 @@ JSON_EDGES: dict[str, tuple[int, str]] = {
     "nlq2sql.stages.goldsql": (1, READ),
     "nlq2sql.stages.goldsql_import": (1, f"{READ}; a set line as written"),
     "nlq2sql.stages.report": (1, f"{READ} (a rate in a report's JSON)"),
-    "nlq2sql.stages.abstention": (1, "a condition's trace as the record holds it (JSON)"),
     "nlq2sql.answers.sql.score": (1, OUTPUT),
     "nlq2sql.answers.sql.guard": (1, "DuckDB's parse tree, as its JSON"),
     "nlq2sql.transport.client": (6, f"{HTTP}; {SCHEMA}"),

@@ -12,7 +12,6 @@ from nlq2sql.conditions.confidence import intent_evidence
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError
 from nlq2sql.semantic import open_warehouse
-from nlq2sql.stages.abstention import kind_share
 from nlq2sql.stages.evalset import load_evalset
 
 
@@ -39,8 +38,8 @@ def test_the_decisive_token_of_a_compact_answer() -> None:
     flat = ev.to_json()
     assert set(flat) == {"kind", "token", "token_index", "p_token", "kinds", "confidence"}
     # the model's share on a kind a guardrail answered instead
-    assert kind_share(flat, "breakdown") == pytest.approx(0.3 / 0.96, abs=1e-4)
-    assert kind_share(flat, "top_n_by_metric") == ev.confidence == kind_share(flat, None)
+    assert ev.share("breakdown") == pytest.approx(0.3 / 0.96, abs=1e-4)
+    assert ev.share("top_n_by_metric") == ev.confidence == ev.share(None)
 
 
 def test_an_ambiguous_token_defers_the_decision() -> None:

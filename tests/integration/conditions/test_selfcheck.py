@@ -40,19 +40,24 @@ def test_vote_majority_over_canonical_intents() -> None:
     assert v.to_json()["distinct"] == v.distinct is not None
 
 
+def _votes(winner: int, *, tie: bool, share: float = 0.5) -> dict[str, Any]:
+    """A record's ``votes`` (a ``selfcheck.Vote``) over ten valid samples."""
+    return {"n": 10, "valid": 10, "winner": winner, "votes": round(share * 10), "tie": tie, "share": share}
+
+
 def _rec(**fields: Any) -> ItemRecord:
     return ItemRecord.from_json({"id": "x", "question": "q", **fields})
 
 
 def test_abstention_reasons_and_scoring() -> None:
-    rec = _rec(votes={"winner": 0, "tie": True}, correct_final=True, correct_exec=True, final_intent=A)
+    rec = _rec(votes=_votes(0, tie=True), correct_final=True, correct_exec=True, final_intent=A)
     assert abstain_reason(rec) == "no majority among samples"
     apply_abstention(rec)
     assert rec.get("abstained") and rec.get("answer_correct")
     assert not rec.get("correct_final") and not rec.get("correct_exec")
     planner = _rec(planner_choice="top_n_by_metric", final_intent=A, correct_final=False, correct_exec=False)
     assert abstain_reason(planner) == "planner chose top_n_by_metric, guardrail made it breakdown"
-    agree = _rec(planner_choice="breakdown", final_intent=A, votes={"winner": 1, "tie": False},
+    agree = _rec(planner_choice="breakdown", final_intent=A, votes=_votes(1, tie=False),
                  correct_final=True, correct_exec=True)
     assert not apply_abstention(agree).get("abstained") and agree.get("correct_final")
     # the decision's keys follow the record's traces, as the flat record had them appended
@@ -72,7 +77,7 @@ def test_selective_summary_and_curve() -> None:
             answer = case.gold.model_dump(mode="json") if good else B
             rec = case_record(case, json.dumps(answer), [], ex, catalog=wh.catalog)
             rec.id = f"x{i}"
-            rec.merge({"votes": {"winner": 0, "tie": tie, "share": share}})
+            rec.merge({"votes": _votes(0, tie=tie, share=share)})
             summ.add(apply_abstention(rec))
     sel = summ.result().to_json()["selective"]
     assert sel["n"] == 4 and sel["abstained"] == 1

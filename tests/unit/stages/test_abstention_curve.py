@@ -75,8 +75,8 @@ def test_v1_abstain_runs_keep_their_curve_and_gain_precision() -> None:
             "final_intent": {"intent": "breakdown"}, "wrong_fields_raw": [], "guardrail_scope": [],
             "interventions": [], "correct_raw": True, "correct_final": True, "correct_exec": True,
             "schema_valid": True, "abstain": True}
-    recs = [dict(base, votes={"winner": {}, "votes": 3, "valid": 3, "distinct": 1, "tie": False, "share": 1.0}),
-            dict(base, votes={"winner": {}, "votes": 1, "valid": 3, "distinct": 3, "tie": True, "share": 0.34},
+    recs = [dict(base, votes={"n": 3, "winner": 0, "votes": 3, "valid": 3, "distinct": 1, "tie": False, "share": 1.0}),
+            dict(base, votes={"n": 3, "winner": 0, "votes": 1, "valid": 3, "distinct": 3, "tie": True, "share": 0.34},
                  correct_raw=False, correct_final=False, correct_exec=False)]
     for r in recs:
         s.add(apply_abstention(ItemRecord.from_json(r)))
