@@ -175,6 +175,7 @@ class ReanalyseMode(Mode[SweepConfig, SweepResult]):
         # The file as read (every declared field), with the levels and analysis redone.
         old = typed.model_dump(mode="json", exclude={"levels", "analysis", "plots"})
         old["config"].update({"slo_p95": list(cfg.slo_p95), "gpu_cost_per_hour": cfg.gpu_cost_per_hour})
+        old["server"] = typed.server.to_json()  # how the endpoint came to be: the keys recorded
         redone = SweepResult.model_validate(old | {"levels": stats, "analysis": analyse(
             stats, cfg.thresholds, cfg.slo_p95, cfg.gpu_cost_per_hour)})
         return write_outputs(out, "sweep", redone, render_markdown, ("plots", plot))

@@ -3,63 +3,33 @@ declared where the endpoint is bound, so load results above write it typed as th
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    PrivateAttr,
-    SerializerFunctionWrapHandler,
-    ValidatorFunctionWrapHandler,
-    WithJsonSchema,
-    model_serializer,
-    model_validator,
-)
+from pydantic import ConfigDict
 
 from nlq2sql.records.manifest_parts import StructuredOutputs
+from nlq2sql.records.typed import Num, Typed
 
 __all__ = ["EndpointFacts"]
 
-#: A measured number kept as given (as ``load.contract.Num``: the schema says "number").
-_Num = Annotated[int | float, WithJsonSchema({"type": "number"})]
 
-
-class EndpointFacts(BaseModel):
+class EndpointFacts(Typed):
     """The endpoint a load run used, as ``run.live.bound_endpoint`` states it and every load result
     writes it (``server``): a given endpoint is ``started_by_us``/``endpoint`` only; a local server
-    adds its arguments, start time and settings.  Only the keys given are written, in the order
-    given (a fleet's producers write ``endpoint`` first).  Not the manifest's ``ServerFacts``: those
-    are measured (``/v1/models``), these are how the endpoint came to be."""
+    adds its arguments, start time and settings.  Only the keys given are written.  Not the
+    manifest's ``ServerFacts``: those are measured (``/v1/models``), these are how the endpoint
+    came to be."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(validate_assignment=True)
 
     started_by_us: bool | None = None  # absent for a fleet's member
     endpoint: str | None = None  # the URL, or "local"
     args: list[str] | None = None  # the local server's command line (after the program)
-    startup_s: _Num | None = None
+    startup_s: Num | None = None
     max_num_seqs: int | None = None
     cpu: bool | None = None
     structured_outputs: StructuredOutputs | None = None
     batch_invariant: bool | None = None
-    _order: tuple[str, ...] = PrivateAttr(default=())
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _keep_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> EndpointFacts:
-        facts: EndpointFacts = handler(data)
-        if isinstance(data, dict):
-            facts._order = tuple(data)
-        return facts
-
-    @model_serializer(mode="wrap")
-    def _in_given_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out = handler(self)  # the JSON edge: the keys given only (whatever the dump asks), in their order
-        given = self.model_fields_set
-        out = {**{k: out[k] for k in self._order if k in out and k in given},
-               **{k: v for k, v in out.items() if k in given}}
-        if self.structured_outputs is not None and "structured_outputs" in out:
-            out["structured_outputs"] = self.structured_outputs.to_json()  # its keys as given, too
-        return out
 
     def structured_written(self) -> dict[str, Any] | None:
         """The local server's structured-output setting as manifests record it (None: not stated)."""
