@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, get_args, get_origin
 
 import typer
 from rich.console import Console
@@ -53,8 +55,10 @@ from nlq2sql.stages.evalset import load_evalset
 from nlq2sql.stages.prompt import load_prompt
 from nlq2sql.transport.client import STRUCTURED_MODES
 
-__all__ = ["LocalSeqsOpt", "add_probe_commands", "capacity_cmd", "grid_cmd", "mode_params", "probe_app",
+__all__ = ["LocalSeqsOpt", "add_probe_commands", "capacity_cmd", "grid_cmd", "mode_options", "mode_params", "probe_app",
            "probe_serialization", "sweep_cmd"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 probe_app = typer.Typer(help="Serving-path probes: serialization verdict, cancel, /health, prefix reuse.",
                         no_args_is_help=True)
@@ -94,6 +98,55 @@ def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str 
 
 def _say(msg: str) -> None:
     err.print(msg, markup=False, highlight=False)
+
+
+def mode_params(model: type[ModeSettings], panel: str | None = None) -> list[inspect.Parameter]:
+    """One keyword parameter per field of ``model`` declared with an option's help
+    (:func:`nlq2sql.load.driver.option`): its flag, help, default and type (a tuple field is a
+    repeatable option)."""
+    out = []
+    for name, info in model.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if "help" not in extra:
+            continue
+        opt = typer.Option(str(extra["option"]), help=str(extra["help"]), rich_help_panel=panel)
+        kind: Any = info.annotation
+        default = info.default
+        if get_origin(kind) is tuple:  # tuple[X, ...]: the option repeated
+            kind, default = list[get_args(kind)[0]] | None, None  # type: ignore[misc]
+        out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                     annotation=Annotated[kind, opt]))
+    return out
+
+
+def _settings_values(model: type[ModeSettings], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The generated options' values (popped from ``kwargs``) as the settings take them."""
+    values = {}
+    for p in mode_params(model):
+        v = kwargs.pop(p.name)
+        if get_origin(model.model_fields[p.name].annotation) is tuple:
+            v = tuple(v) if v is not None else model.model_fields[p.name].default
+        values[p.name] = v
+    return values
+
+
+def mode_options(model: type[ModeSettings], panel: str | None = LOAD_PANEL) -> Callable[[F], F]:
+    """Give a command the options of ``model``'s declared fields (after its own); it receives them as
+    ``values`` (field name → value), which the settings model validates (a bad one names its option)."""
+    def deco(fn: F) -> F:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != "values"]
+        extra = mode_params(model, panel)
+
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any) -> Any:
+            return fn(values=_settings_values(model, kwargs), **kwargs)
+
+        params = [*own, *extra]
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper  # type: ignore[return-value]
+    return deco
 
 
 LocalSeqsOpt = Annotated[int | None, typer.Option(help="Local server only: vLLM --max-num-seqs.",
@@ -206,45 +259,26 @@ def grid_cmd(
 
 @probe_app.command("serialization")
 @handled
+@mode_options(ser.SerializationConfig, panel=None)
 def probe_serialization(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
     api_key_env: KeyOpt = None, prompt: PromptOpt = "baseline",
-    level: Annotated[int, typer.Option(help="The loaded concurrency level K (compared with c=1).")] = 8,
-    requests_single: Annotated[int, typer.Option(help="Requests at c=1.")] = 6,
-    requests_level: Annotated[int, typer.Option(help="Requests at c=K.")] = 24,
-    staircase: Annotated[int, typer.Option(help="Independent OS processes started together.")] = 4,
     max_tokens: MaxTokOpt = 96,
     max_num_seqs: LocalSeqsOpt = None,
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("runs/probe-serialization"),
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
     expect: Annotated[str | None, typer.Option(help="Exit 1 unless the verdict is this one.")] = None,
+    values: dict[str, Any] | None = None,
 ) -> None:
     """Batched, serialized (upstream or at the engine) or client-bound? Evidence and a verdict."""
-
     if expect is not None and expect not in ser.VERDICTS:
         raise InputError(f"unknown verdict {expect!r} (known: {', '.join(ser.VERDICTS)})", field="--expect")
     base = _load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out, max_num_seqs)
-    res = modes.run_mode("serialization", ser.SerializationConfig(
-        base=base, level=level, requests_single=requests_single, requests_level=requests_level, staircase=staircase,
-        force=force), _say)
+    res = modes.run_mode("serialization", {"base": base, "force": force, **(values or {})}, _say)
     Console().print(ser.render_markdown(res), markup=False, highlight=False)
     if expect is not None and res.verdict != expect:
         err.print(f"verdict {res.verdict!r}, expected {expect!r}")
         raise typer.Exit(1)
-
-
-def mode_params(model: type[ModeSettings], panel: str | None = None) -> list[inspect.Parameter]:
-    """One keyword parameter per field of ``model`` declared with an option's help
-    (:func:`nlq2sql.load.driver.option`): its flag, help, default and type."""
-    out = []
-    for name, info in model.model_fields.items():
-        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-        if "help" not in extra:
-            continue
-        opt = typer.Option(str(extra["option"]), help=str(extra["help"]), rich_help_panel=panel)
-        out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info.default,
-                                     annotation=Annotated[info.annotation, opt]))
-    return out
 
 
 def _probe_command(mode: type[ProbeMode[Any, Any]]) -> None:
@@ -276,8 +310,7 @@ def _probe_command(mode: type[ProbeMode[Any, Any]]) -> None:
               for n, a in common] + mode_params(mode.settings_model)
 
     def run(**kwargs: Any) -> None:
-        fixed = {n: kwargs.pop(n) for n in list(kwargs) if n in defaults}
-        command(**fixed, **kwargs)
+        command(**_settings_values(mode.settings_model, kwargs), **kwargs)
 
     run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in params}
@@ -302,26 +335,10 @@ add_probe_commands()
 
 @app.command("capacity")
 @handled
-def capacity_cmd(
-    run: Annotated[list[Path] | None, typer.Option(help="Recorded run directories (repeat).")] = None,
-    sweep: Annotated[Path | None, typer.Option(help="A sweep directory: all its levels.")] = None,
-    model: Annotated[str, typer.Option(help="Local model alias or folder (its config.json).")] = DEFAULT_MODEL,
-    model_config: Annotated[Path | None, typer.Option(help="A Hugging Face config.json (for remote models).")
-                            ] = None,
-    kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype: auto (the model's), bfloat16, fp8, …")] = "auto",
-    endpoint: Annotated[str | None, typer.Option(help="Read the KV budget from this server's /metrics.")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Concurrency for the KV need (default: the "
-                                                    "highest recorded).")] = None,
-    context: Annotated[int | None, typer.Option(help="Tokens per sequence (default: largest prompt + "
-                                                "recommended max_tokens).")] = None,
-    margin: Annotated[float, typer.Option(help="Margin over the largest valid output for max_tokens.")] = 0.25,
-    out: Annotated[Path | None, typer.Option(help="Write capacity.json and capacity.md here.")] = None,
-) -> None:
+@mode_options(cap.CapacitySettings, panel=None)
+def capacity_cmd(values: dict[str, Any]) -> None:
     """KV bytes per token vs the server's KV budget; ISL/OSL, max_tokens and context headroom."""
-
-    res = modes.run_mode("capacity", cap.CapacitySettings(
-        runs=tuple(run or ()), sweep=sweep, model=model, config_json=model_config, kv_dtype=kv_dtype,
-        endpoint=endpoint, concurrency=concurrency, context=context, margin=margin, out=out))
+    res = modes.run_mode("capacity", values)
     md = cap.render_markdown(res)
     Console().print(md, markup=False, highlight=False)
 

@@ -176,16 +176,18 @@ class CapacitySettings(ModeSettings):
     """What ``nlq2sql capacity`` is asked: the runs, the model's shape, the server, the margins
     (checked when run, in the command's order: the output directory, the endpoint, the numbers)."""
 
-    runs: tuple[Path, ...] = option((), "--run")
-    sweep: Path | None = option(None, "--sweep")
-    model: str = option(DEFAULT_MODEL, "--model")  # a local alias or folder holding config.json
-    config_json: Path | None = option(None, "--model-config")  # a Hugging Face config.json (remote models)
-    kv_dtype: str = option("auto", "--kv-dtype")
-    endpoint: str | None = option(None, "--endpoint")  # read the KV budget from its /metrics
-    concurrency: int | None = option(None, "--concurrency")
-    context: int | None = option(None, "--context")
-    margin: float = option(0.25, "--margin")
-    out: Path | None = option(None, "--out")
+    runs: tuple[Path, ...] = option((), "--run", "Recorded run directories (repeat).")
+    sweep: Path | None = option(None, "--sweep", "A sweep directory: all its levels.")
+    model: str = option(DEFAULT_MODEL, "--model", "Local model alias or folder (its config.json).")
+    config_json: Path | None = option(None, "--model-config", "A Hugging Face config.json (for remote models).")
+    kv_dtype: str = option("auto", "--kv-dtype", "KV-cache dtype: auto (the model's), bfloat16, fp8, …")
+    endpoint: str | None = option(None, "--endpoint", "Read the KV budget from this server's /metrics.")
+    concurrency: int | None = option(None, "--concurrency", "Concurrency for the KV need (default: the highest "
+                                     "recorded).")
+    context: int | None = option(None, "--context", "Tokens per sequence (default: largest prompt + recommended "
+                                 "max_tokens).")
+    margin: float = option(0.25, "--margin", "Margin over the largest valid output for max_tokens.")
+    out: Path | None = option(None, "--out", "Write capacity.json and capacity.md here.")
 
 
 def load_model_config(model: str, model_config: Path | None, kv_dtype: str) -> dict[str, Any]:

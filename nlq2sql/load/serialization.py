@@ -59,10 +59,10 @@ class VerdictThresholds:
 class SerializationConfig(LoadSettings):
     """The probe's settings (the one declaration); ``base`` bound to an endpoint or not (a local server)."""
 
-    level: int = option(8, "--level", ge=2, le=MAX_REQUESTS)
-    requests_single: int = option(6, "--requests-single", ge=1, le=MAX_REQUESTS)
-    requests_level: int = option(24, "--requests-level", ge=1, le=MAX_REQUESTS)
-    staircase: int = option(4, "--staircase", ge=2, le=256)  # one OS process each
+    level: int = option(8, "--level", "The loaded concurrency level K (compared with c=1).", ge=2, le=MAX_REQUESTS)
+    requests_single: int = option(6, "--requests-single", "Requests at c=1.", ge=1, le=MAX_REQUESTS)
+    requests_level: int = option(24, "--requests-level", "Requests at c=K.", ge=1, le=MAX_REQUESTS)
+    staircase: int = option(4, "--staircase", "Independent OS processes started together.", ge=2, le=256)
     solo_runs: int = option(2, "--solo-runs", ge=1, le=64)
     warmup: int = option(2, "--warmup", ge=0, le=MAX_REQUESTS)  # uncounted: a cold server must not flatter
     thresholds: VerdictThresholds = VerdictThresholds()
