@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -24,6 +24,9 @@ from nlq2sql.records.manifest_parts import Part
 from nlq2sql.stages.abstention import apply_abstention
 from nlq2sql.transport.client import Sampling
 from nlq2sql.transport.stream import Completion
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["Abstain", "AbstainSettings", "AbstainTrace"]
 
@@ -60,7 +63,7 @@ class Abstain(Condition[AbstainSettings]):
     metrics: tuple[str, ...] | None = None  # the v2 answer: its evidence is read over these names
     trace = AbstainTrace
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         if answer_kind(answer).form == "query":
             self.metrics = tuple(wh.catalog.metrics)
 

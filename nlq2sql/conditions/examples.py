@@ -7,7 +7,7 @@ SQL (:mod:`.sql_examples`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -17,6 +17,9 @@ from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.conditions.sql_examples import sql_bank
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["Examples", "ExamplesSettings", "ExamplesTrace"]
 
@@ -56,7 +59,7 @@ class Examples(Condition[ExamplesSettings]):
     def on(self) -> bool:
         return self.settings.examples > 0  # a bank named without --examples is not used
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         if answer_kind(answer).writes_sql:
             self.bank = sql_bank(self.settings.example_bank, wh, self.settings.examples)
             return

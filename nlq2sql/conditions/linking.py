@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -32,6 +32,9 @@ from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.typed import Typed
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["Linked", "Linker", "Linking", "LinkingSettings", "LinkingTrace", "gold_names", "recall"]
 
@@ -94,7 +97,7 @@ class LinkingTrace(Trace):
 class Linker:
     """The layer's metrics, dimensions and entities as lexical documents, and the selection."""
 
-    def __init__(self, wh: Any, budget: int) -> None:
+    def __init__(self, wh: Warehouse, budget: int) -> None:
         from nlq2sql.stages.value_links import ValueIndex
 
         self.wh, self.budget = wh, budget
@@ -236,7 +239,7 @@ class Linking(Condition[LinkingSettings]):
     def on(self) -> bool:
         return self.settings.link_schema != "none"  # a budget without --link-schema is not used
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         self.linker = Linker(wh, self.settings.link_budget)
         self.full = wh.query_vocabulary_text()
         self._linked: dict[str, Linked] = {}

@@ -15,7 +15,7 @@ import copy
 import json
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -28,8 +28,11 @@ from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import is_listing_branch
 from nlq2sql.semantic.query import KINDS, LISTING, METRIC_TIME
 from nlq2sql.stages.intent import INTENTS, branch_schema
-from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
+from nlq2sql.transport.client import Client, EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.stream import Completion
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["CHOICE_MAX_TOKENS", "KIND_QUESTION", "PLANNERS", "UNANSWERABLE", "Planner", "PlannerSettings",
            "PlannerTrace", "kind_messages", "plan_and_answer", "query_kind_schema", "stage_one", "stage_two"]
@@ -136,7 +139,7 @@ class PlannerTrace(Trace):
     latency_total_s: float | None = None
 
 
-async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
+async def plan_and_answer(client: Client, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
                           catalog: Catalog, budget: RetryBudget, fail_fast: frozenset[str] = frozenset(),
                           answer: str = "intent") -> tuple[Completion, PlannerTrace]:
     """Both stages for one item: (the answer's completion, the planner's record fields).  With the
@@ -188,7 +191,7 @@ class Planner(Condition[PlannerSettings]):
     answer_kind = "intent"
     trace = PlannerTrace
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         self.catalog = wh.catalog
         self.answer_kind = answer
 

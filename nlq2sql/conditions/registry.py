@@ -36,7 +36,7 @@ from nlq2sql.records.results import Manifest
 if TYPE_CHECKING:
     from nlq2sql.records.item import ItemRecord
     from nlq2sql.semantic.binding import Warehouse
-    from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling
+    from nlq2sql.transport.client import Client, EndpointConfig, RetryBudget, Sampling
     from nlq2sql.transport.stream import Completion
 
 __all__ = ["REGISTRY", "Condition", "ConditionSet", "Messages", "Registry", "Request", "Settings",
@@ -60,7 +60,7 @@ S = TypeVar("S", bound=Settings)
 class Request:
     """What an ``answer`` hook gets to send an item's request(s) on one replica."""
 
-    client: Any
+    client: Client
     endpoint: EndpointConfig
     messages: Messages
     sampling: Sampling

@@ -25,7 +25,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
@@ -39,8 +39,11 @@ from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import parse_answer
 from nlq2sql.stages.intent import canonicalise, parse_intent
 from nlq2sql.stages.query_guard import canonical_key
-from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
+from nlq2sql.transport.client import Client, EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.stream import Completion
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "SelfCheckTrace", "Vote", "sample_and_vote", "vote"]
 
@@ -101,7 +104,7 @@ def vote(texts: list[str | None], catalog: Catalog, answer: str = "intent") -> V
                 share=top / len(texts), distinct=len(ranked))
 
 
-async def sample_and_vote(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
+async def sample_and_vote(client: Client, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
                           catalog: Catalog, budget: RetryBudget, n: int,
                           fail_fast: frozenset[str] = frozenset(), answer: str = "intent"
                           ) -> tuple[Completion, SelfCheckTrace]:
@@ -155,7 +158,7 @@ class SelfCheck(Condition[SelfCheckSettings]):
         if not sampling.temperature > 0:
             raise InputError("self-consistency needs different answers: give --temperature > 0", field="--samples")
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         self.catalog = wh.catalog
         self.answer_kind = answer
 

@@ -21,7 +21,7 @@ condition around it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_serializer
 
@@ -33,6 +33,9 @@ from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import Where
 from nlq2sql.stages.query_guard import link_where, where_hint
 from nlq2sql.stages.value_links import ValueIndex, hint_text
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["LINK_MODES", "Values", "ValuesSettings", "ValuesTrace", "effective_guardrails"]
 
@@ -85,7 +88,7 @@ class Values(Condition[ValuesSettings]):
     def guardrails(self) -> tuple[str, ...]:
         return ("values",) if self.settings.link_values in ("repair", "both") else ()
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         if self.settings.link_values in ("hint", "both"):
             self.index = ValueIndex(wh)
         if answer_kind(answer).form == "query":

@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlq2sql.answers.kinds import load_eval_set
 from nlq2sql.answers.unscored import Question, read_questions
@@ -72,13 +72,16 @@ from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.sets import AnySet, Case
 from nlq2sql.transport.client import RetryBudget
 
+if TYPE_CHECKING:
+    from nlq2sql.semantic.binding import Warehouse
+
 __all__ = ["answer_shard", "item_text", "load_items", "run_batch"]
 
 #: An item a batch answers: a case of an eval set (of any kind), or a question without gold.
 Item = Case | Question
 
 
-def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[Item], AnySet | None, str]:
+def load_items(cfg: BatchConfig, wh: Warehouse) -> tuple[list[Item], AnySet | None, str]:
     """The items (first ``limit``), the eval set (None for a question file) and the input's SHA-256.
     An eval set is loaded as ``eval`` loads it (``answers.kinds.load_eval_set``: v1, v2 or gold-SQL)."""
     limit = cfg.base.limit

@@ -74,6 +74,7 @@ from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:
     from nlq2sql.run.workers import Progress
+    from nlq2sql.semantic.binding import Warehouse
 
 # The configuration and its checks live in ``run.config``, the session's figures in ``run.session``.
 __all__ = ["Interrupts", "bound_endpoint", "endpoint_context", "local_context", "recorded_args",
@@ -205,7 +206,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> Summary:
         return _run_eval(cfg, progress, interrupts)
 
 
-def _eval_set(cfg: EvalConfig, wh: Any) -> tuple[bool, Any]:
+def _eval_set(cfg: EvalConfig, wh: Warehouse) -> tuple[bool, Any]:
     """(whether its golds are SQL, the set): a gold-SQL set scores every answer kind by its rows;
     otherwise the kind's own cases (v2 golds for the query and SQL answers, v1 golds for the intent)."""
     evalset = load_eval_set(cfg.evalset, cfg.answer, wh)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlq2sql import __version__
 from nlq2sql.answers.kinds import summary_fields
@@ -60,6 +60,11 @@ from nlq2sql.stages.learned_guardrail import LearnedRuleSet
 from nlq2sql.stages.pipeline import ScoreConfig, as_missing, make_executor, publish, staging_dir, summarise_file
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
+    from nlq2sql.stages.execute import Executor
+    from nlq2sql.stages.sets import AnySet, Case
 
 __all__ = ["RUN_KINDS", "RESCORE", "Rescored", "SUMMARY_DERIVED", "rescore_run_dir"]
 
@@ -178,7 +183,7 @@ def _bank_note(m: Mapping[str, Any]) -> str:
             "are carried")
 
 
-def _rescore_line(old: ItemRecord, case: Any, score: Callable[..., ItemRecord], ex: Any, wh: Warehouse
+def _rescore_line(old: ItemRecord, case: Case, score: Callable[..., ItemRecord], ex: Executor, wh: Warehouse
                   ) -> ItemRecord:
     """One record scored again from its raw text; the request, the conditions' choices and the load
     stamp carried from the recorded line (with its ``record_version``), abstention decided again.  What the
@@ -220,7 +225,7 @@ def _same_json(a: Path, b: Path, *, lines: bool = False, skip: tuple[str, ...] =
     return canonical(a) == canonical(b)
 
 
-def _same_rows(new: Any, old: Any) -> bool:
+def _same_rows(new: list[list[JsonValue]] | None, old: list[list[JsonValue]] | None) -> bool:
     """Two result heads with the same rows, in any order."""
     if not isinstance(new, list) or not isinstance(old, list) or len(new) != len(old):
         return False
@@ -263,7 +268,7 @@ def rescore_run_dir(run: Path, out: Path, *, force: bool = False) -> Rescored:
         raise _refuse("no eval set recorded: nothing to score against", run, "evalset_path")
     gold_sql = is_gold_sql_set(set_name, wh.name)
     answer = _text(m, "answer") or "intent"
-    es: Any = (load_gold_sql_set(set_name, wh.name) if gold_sql else
+    es: AnySet = (load_gold_sql_set(set_name, wh.name) if gold_sql else
                load_query_set(set_name, wh.catalog) if answer != "intent" else load_evalset(set_name, wh))
     if es.sha256 != _text(m, "evalset_sha256"):
         raise _refuse(f"the eval set changed: the run's {set_name} had sha256 {m.get('evalset_sha256')}, "

@@ -248,7 +248,7 @@ class Upgrade:
     ordered: int  # golds whose order is compared
 
 
-def upgrade_v1_set(name_or_path: str | Path, wh: Any, executor: Executor) -> Upgrade:
+def upgrade_v1_set(name_or_path: str | Path, wh: Warehouse, executor: Executor) -> Upgrade:
     """Every gold of a v1 set (``wh``: the bound warehouse, so filter values are checked against its
     data) as the MetricFlow query it means, each checked to return the rows the v1 gold returns
     (in order where both order: a v1 time series is compared as a multiset in v2, as v2 runs read
