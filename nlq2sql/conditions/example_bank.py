@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,13 @@ from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog, display_path
 from nlq2sql.stages.evalset import load_evalset, resolve_path
 from nlq2sql.stages.intent import compact_json
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from nlq2sql.stages.evalset import EvalCase, EvalSet
+    from nlq2sql.stages.queryset import QueryCase, QuerySet
+    from nlq2sql.stages.sets import AnySet
 
 __all__ = ["DEFAULT_BANK", "ExampleBank", "ExamplesManifest", "load_bank", "normalise", "synthetic_origin"]
 
@@ -62,7 +69,7 @@ class ExampleBank:
     """Solved questions to retrieve from, with a fitted TF-IDF index; ``answer`` writes an item's
     solution as the assistant turn (a v1 intent, or for ``--answer query`` the MetricFlow query)."""
 
-    evalset: Any  # EvalSet | queryset.QuerySet: a name, path, sha256 and cases with id, question, gold
+    evalset: EvalSet | QuerySet
     answer: Callable[[Any], str] = _v1_answer
     _vectorizer: Any = field(default=None, repr=False)
     _matrix: Any = field(default=None, repr=False)
@@ -75,8 +82,8 @@ class ExampleBank:
         self._matrix = self._vectorizer.fit_transform([c.question for c in self.evalset.cases])
 
     @property
-    def cases(self) -> tuple[Any, ...]:
-        return self.evalset.cases  # type: ignore[no-any-return]
+    def cases(self) -> tuple[EvalCase | QueryCase, ...]:
+        return self.evalset.cases
 
     @property
     def empty_ids(self) -> frozenset[str]:
@@ -99,7 +106,7 @@ class ExampleBank:
             part.empty_results = len(self.empty_ids)
         return part
 
-    def check_disjoint(self, tested: Any) -> None:
+    def check_disjoint(self, tested: AnySet) -> None:
         """Refuse a bank that shares an id or a question with the set under test."""
         ids = {c.id for c in self.cases}
         texts = {normalise(c.question): c.id for c in self.cases}
@@ -114,7 +121,7 @@ class ExampleBank:
                                  f"({case.question!r}) of the eval set under test", path=self.evalset.path,
                                  field="--example-bank")
 
-    def nearest(self, question: str, k: int) -> list[Any]:
+    def nearest(self, question: str, k: int) -> list[EvalCase | QueryCase]:
         """The ``k`` most similar bank items, most similar first (ties: bank order)."""
         if k <= 0:
             return []
@@ -141,7 +148,7 @@ def _has_set(name: str, warehouse: str) -> bool:
     return True
 
 
-def synthetic_origin(cases: Any) -> tuple[bool, int | None]:
+def synthetic_origin(cases: Iterable[EvalCase | QueryCase]) -> tuple[bool, int | None]:
     """Whether every bank line says :mod:`.synth` made it, and its seed (None: not one seed)."""
     tags = [set(c.tags) for c in cases]
     if not tags or not all(SYNTHETIC_TAG in t for t in tags):

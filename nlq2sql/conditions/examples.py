@@ -20,6 +20,7 @@ from nlq2sql.records.manifest_parts import Part
 
 if TYPE_CHECKING:
     from nlq2sql.semantic.binding import Warehouse
+    from nlq2sql.stages.sets import AnySet
 
 __all__ = ["Examples", "ExamplesSettings", "ExamplesTrace"]
 
@@ -65,7 +66,7 @@ class Examples(Condition[ExamplesSettings]):
             return
         self.bank = load_bank(self.settings.example_bank, wh, self.settings.examples, answer)
 
-    def check_against(self, evalset: Any) -> None:
+    def check_against(self, evalset: AnySet) -> None:
         assert self.bank is not None
         self.bank.check_disjoint(evalset)
 

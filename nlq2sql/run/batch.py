@@ -115,8 +115,9 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
         raise InputError("--engine ray-vllm scores v1 gold intents: a gold-SQL set needs --engine local or ray",
                          field="--evalset")
     conditions = load_conditions(wcfg, wh)  # the driver's copies: the manifest, the overlap check, a local run
-    for cond in conditions if evalset is not None else ():
-        cond.check_against(evalset)
+    for cond in conditions:
+        if evalset is not None:
+            cond.check_against(evalset)
     key = preflight(wcfg) if cfg.engine != "ray-vllm" else ""  # the API key, every endpoint probed
     state = _out_state(cfg, store)
     grammar = grammar_for(wcfg.answer, wh)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from nlq2sql.answers.kinds import KINDS, bind_sampling
 from nlq2sql.answers.sql.gold import COLUMN_RULE
-from nlq2sql.conditions.registry import REGISTRY, Condition
+from nlq2sql.conditions.registry import REGISTRY, Condition, Settings
 from nlq2sql.errors import RecordError
 from nlq2sql.records.batch_parts import BatchManifest, BatchReplica
 from nlq2sql.records.manifest_parts import RetryBudgetPart
@@ -44,7 +44,7 @@ def manifest_model() -> type[BatchManifest]:
 
 
 def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: AnySet | None, rulesets: list[RuleSet],
-                   wh: Warehouse, sha: str, n: int, prompt: Prompt, conditions: list[Condition[Any]], key: str,
+                   wh: Warehouse, sha: str, n: int, prompt: Prompt, conditions: list[Condition[Settings]], key: str,
                    total: int, grammar: str | None) -> BatchManifest:
     """What the batch is asked (items, cut, engine, model, prompt, sampling, conditions) and the
     server it measured; ``started`` now."""
