@@ -34,7 +34,9 @@ from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.typed import Typed
 
 if TYPE_CHECKING:
+    from nlq2sql.records.item import ItemRecord
     from nlq2sql.semantic.binding import Warehouse
+    from nlq2sql.transport.stream import Completion
 
 __all__ = ["Linked", "Linker", "Linking", "LinkingSettings", "LinkingTrace", "gold_names", "recall"]
 
@@ -264,7 +266,7 @@ class Linking(Condition[LinkingSettings]):
                         *messages[1:]]
         return messages, LinkingTrace(linked_schema=linked)
 
-    def after(self, rec: Any, comp: Any, scored: bool) -> None:
+    def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
         linked = self._linked.get(rec.question)
         gold = rec.judgement.gold_intent if scored and rec.judgement is not None else None
         if linked is None or not isinstance(gold, Mapping):

@@ -73,6 +73,9 @@ from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:
+    from types import FrameType
+
+    from nlq2sql.run.server import LocalServer
     from nlq2sql.run.workers import Progress
     from nlq2sql.semantic.binding import Warehouse
 
@@ -95,7 +98,7 @@ class Interrupts:
         self.count = 0
         self.cancel: Callable[[], None] | None = None
         self.kill_server: Callable[[], None] | None = None
-        self._previous: Any = None
+        self._previous: signal._HANDLER = None
         self._installed = False
 
     def __enter__(self) -> Interrupts:
@@ -109,7 +112,7 @@ class Interrupts:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
         if self.count == 1:
             if self.cancel is not None:
@@ -236,9 +239,9 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         context = local_context(cfg, items)
         cfg = replace(cfg, server=replace(cfg.server, max_model_len=context.max_model_len))
 
-    started: list[Any] = []  # the local server, when there is no endpoint
+    started: list[LocalServer] = []  # the local server, when there is no endpoint
 
-    def hold(server: Any) -> None:  # before it starts: a second Ctrl-C kills its process group
+    def hold(server: LocalServer) -> None:  # before it starts: a second Ctrl-C kills its process group
         started.append(server)
         interrupts.kill_server = functools.partial(_kill_group, server)
 
@@ -382,7 +385,7 @@ def sized_for_run(cfg: EvalConfig) -> EvalConfig:
     return replace(cfg, server=replace(cfg.server, max_model_len=local_context(cfg, items).max_model_len))
 
 
-def server_structured(cfg: EvalConfig, server: Any) -> StructuredOutputs | None:
+def server_structured(cfg: EvalConfig, server: LocalServer | None) -> StructuredOutputs | None:
     """The structured-output setting of a server this run started: asked (``cfg.server``) and
     effective (what its engine logged; None where the log did not say).  None for an endpoint."""
     if server is None:
@@ -394,7 +397,7 @@ def server_structured(cfg: EvalConfig, server: Any) -> StructuredOutputs | None:
                              source="server log" if effective else None)
 
 
-def _kill_group(server: Any) -> None:
+def _kill_group(server: LocalServer) -> None:
     """SIGKILL a local server's process group (it runs in its own session)."""
     pid = getattr(server, "pid", None)
     if pid:
@@ -403,7 +406,7 @@ def _kill_group(server: Any) -> None:
 
 
 @contextlib.contextmanager
-def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = None
+def bound_endpoint(cfg: EvalConfig, on_server: Callable[[LocalServer], None] | None = None
                    ) -> Iterator[tuple[EvalConfig, EndpointFacts]]:
     """``cfg`` bound to its endpoint, or to one local vLLM started (and always stopped) here
     with ``cfg.server``'s settings: the one way a run starts a local server.

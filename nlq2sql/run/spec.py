@@ -228,7 +228,7 @@ def _shown(value: str | Path) -> str:
     return shown if not Path(shown).is_absolute() else path.name
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return str(value) if value is not None else None
 
 

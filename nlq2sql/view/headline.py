@@ -9,10 +9,13 @@ turned into JSON only where the run's summary is (``load_run``: the page's data 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.records.summary_parts import Headline, Part, Percentiles
 from nlq2sql.stages.score import rate, spread
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["HeadlineTiming", "ViewerHeadline", "headline"]
 
@@ -28,7 +31,7 @@ class ViewerHeadline(Headline):
     computed_by_viewer: bool = True
 
 
-def headline(cols: dict[str, list[Any]]) -> ViewerHeadline:
+def headline(cols: dict[str, list[JsonValue]]) -> ViewerHeadline:
     """The headline part of a summary from the item columns (``runs.COLUMNS``)."""
     n = len(cols["id"])
     fired = sum(1 for v in cols["interventions"] if v)
