@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import matplotlib
 
@@ -33,6 +33,9 @@ from nlq2sql.records.summary_parts import Figures, Rate  # noqa: E402
 from nlq2sql.run.repeats import PairedMeans, paired_means  # noqa: E402
 from nlq2sql.stages.report import pct  # noqa: E402
 from nlq2sql.stages.score import mcnemar_exact  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -334,7 +337,7 @@ COLUMNS = [("run", "run"), ("n", "n"), ("raw", "raw intent"), ("final", "final")
            ("errors", "error taxonomy (final)")]
 
 
-def png_base64(fig: Any) -> str:
+def png_base64(fig: Figure) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)

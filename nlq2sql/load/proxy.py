@@ -21,13 +21,16 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
        "transfer-encoding", "upgrade", "content-length", "host", "content-encoding"}
 
 
-def make_app(upstream: str, serialize: bool) -> Any:
+def make_app(upstream: str, serialize: bool) -> web.Application:
     import aiohttp
     from aiohttp import web
 

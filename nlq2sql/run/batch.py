@@ -46,7 +46,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nlq2sql.answers.kinds import load_eval_set
 from nlq2sql.answers.unscored import Question, read_questions
@@ -73,12 +73,15 @@ from nlq2sql.stages.sets import AnySet, Case
 from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["answer_shard", "item_text", "load_items", "run_batch"]
 
 #: An item a batch answers: a case of an eval set (of any kind), or a question without gold.
 Item = Case | Question
+_T = TypeVar("_T")
 
 
 def load_items(cfg: BatchConfig, wh: Warehouse) -> tuple[list[Item], AnySet | None, str]:
@@ -213,7 +216,7 @@ def _out_state(cfg: BatchConfig, store: BatchOut) -> str:
                       path=str(cfg.out))
 
 
-def _finished(store: BatchOut, fmt: str, plan: list[list[Any]]) -> tuple[set[int], int]:
+def _finished(store: BatchOut, fmt: str, plan: list[list[Item]]) -> tuple[set[int], int]:
     """The shards a killed run finished (each must hold exactly its items), and the retries they used."""
     done, used = set(), 0
     for name in store.shards(fmt):
@@ -324,7 +327,7 @@ class _Answerer:
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.items: ItemRunner = self._call(self._start(endpoint, budget))
 
-    def _call(self, coro: Any) -> Any:
+    def _call(self, coro: Coroutine[object, None, _T]) -> _T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     async def _start(self, endpoint: tuple[str, str, str], budget: RetryBudget) -> ItemRunner:

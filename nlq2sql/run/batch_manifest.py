@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.answers.kinds import KINDS, bind_sampling
 from nlq2sql.answers.sql.gold import COLUMN_RULE
@@ -28,6 +28,7 @@ from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.sets import AnySet
 
 if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.stages.guardrail import RuleSet
     from nlq2sql.stages.prompt import Prompt
@@ -75,7 +76,7 @@ def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: AnySet | None, r
     return manifest
 
 
-def resumed_manifest(old: Any, new: BatchManifest, out: str) -> BatchManifest:
+def resumed_manifest(old: JsonValue, new: BatchManifest, out: str) -> BatchManifest:
     """The manifest on disk (``old``, as read) continued by this session, once it is checked to
     describe the same batch as ``new`` (else one RecordError naming each key that differs)."""
     now = new.to_json()

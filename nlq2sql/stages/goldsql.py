@@ -144,7 +144,7 @@ def derive_ordered(sql: str) -> bool:
 
 
 def _outer_select(tree: exp.Expression) -> exp.Select | None:
-    node: Any = tree
+    node: exp.Expression = tree
     while isinstance(node, exp.Subquery):
         node = node.this
     return node if isinstance(node, exp.Select) else None
@@ -155,7 +155,7 @@ def _is_aggregate(node: exp.Expression) -> bool:
     for n in node.walk():
         if not isinstance(n, exp.AggFunc):
             continue
-        p: Any = n
+        p: exp.Expr | None = n
         while p is not node and p is not None:
             p = p.parent
             if isinstance(p, exp.Window | exp.Subquery | exp.Select):
