@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.answers.kinds import KINDS, AnswerKind, IntentKind, answer_kind, load_eval_set
 from nlq2sql.answers.sql.gold import COLUMN_RULE
@@ -64,6 +64,7 @@ from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.summary import Summary
 
 if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.stages.sets import AnySet, Case
 
 __all__ = ["recorded_scorer", "rescore_run", "score_responses"]
@@ -177,7 +178,7 @@ def score_responses(cfg: ScoreConfig, answer: str = IntentKind.name) -> SummaryM
 
 
 @contextlib.contextmanager
-def recorded_scorer(manifest: Mapping[str, Any], wh: Warehouse, rulesets: Sequence[RuleSet], gold_sql: bool
+def recorded_scorer(manifest: Mapping[str, JsonValue], wh: Warehouse, rulesets: Sequence[RuleSet], gold_sql: bool
                     ) -> Iterator[Callable[..., ItemRecord]]:
     """The per-item scorer of a recorded run: its answer kind's (absent: the implicit kind), on the
     search path it recorded (else the layer's)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
@@ -27,6 +27,9 @@ from nlq2sql.stages.semantic_tools import (
     slowest,
     sql_for,
 )
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["ROW_FORMATS", "semantic_app", "semantic_check", "semantic_init", "semantic_show", "sql_cmd",
            "write_rows"]
@@ -196,7 +199,7 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The query as J
 ROW_FORMATS = ("jsonl", "csv")
 
 
-def _write_sql(out: TextIO, sql: str, params: list[Any]) -> None:
+def _write_sql(out: TextIO, sql: str, params: list[JsonValue]) -> None:
     import json
 
     out.write(sql + ";\n")

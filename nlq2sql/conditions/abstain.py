@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -26,6 +26,7 @@ from nlq2sql.transport.client import Sampling
 from nlq2sql.transport.stream import Completion
 
 if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["Abstain", "AbstainSettings", "AbstainTrace"]
@@ -77,7 +78,7 @@ class Abstain(Condition[AbstainSettings]):
                                                  "abstain_below": self.settings.abstain_below})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         if manifest.get("abstain_below") is not None:
             return f"abstain below p {manifest['abstain_below']:g}"
         return "abstain" if manifest.get("abstain") else None

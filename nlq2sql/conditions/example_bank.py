@@ -46,11 +46,11 @@ def normalise(question: str) -> str:
     return _SPACE.sub(" ", question.lower()).strip(" ?.!")
 
 
-def _v1_answer(case: Any) -> str:
+def _v1_answer(case: EvalCase) -> str:
     return compact_json(case.gold)
 
 
-def _query_answer(case: Any) -> str:
+def _query_answer(case: QueryCase) -> str:
     """A v2 bank item's answer as the model should write it: the query in the schema's key order,
     whitespace-free — with spaced examples under a compact grammar, Qwen2.5-Coder-0.5B left
     ``where`` empty on 40 of 60 items it filled when unconstrained (measured)."""

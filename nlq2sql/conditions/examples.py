@@ -7,7 +7,7 @@ SQL (:mod:`.sql_examples`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -19,6 +19,7 @@ from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
 
 if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.stages.sets import AnySet
 
@@ -76,7 +77,7 @@ class Examples(Condition[ExamplesSettings]):
             {"examples": bank.manifest(self.settings.examples) if bank is not None else None})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         ex = manifest.get("examples")
         return f"{ex['k']} examples" if ex else None
 

@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -35,6 +35,7 @@ from nlq2sql.records.typed import Typed
 
 if TYPE_CHECKING:
     from nlq2sql.records.item import ItemRecord
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.transport.stream import Completion
 
@@ -184,7 +185,7 @@ class Linker:
         return len(self.wh.query_vocabulary_text(metrics=metrics, dimensions=dims, entities=ents)) // CHARS_PER_TOKEN
 
 
-def gold_names(gold: Mapping[str, Any]) -> list[str]:
+def gold_names(gold: Mapping[str, JsonValue]) -> list[str]:
     """The names a gold query uses that linking must offer: metrics, group-bys, ``where`` fields
     (``metric_time`` aside: always offered), each once, in order."""
     names = [*(gold.get("metrics") or ()), *(gold.get("group_by") or ()),
@@ -192,7 +193,7 @@ def gold_names(gold: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(str(n) for n in names if n and not str(n).startswith("metric_time")))
 
 
-def recall(gold: Mapping[str, Any], linked: Linked) -> tuple[float | None, list[str]]:
+def recall(gold: Mapping[str, JsonValue], linked: Linked) -> tuple[float | None, list[str]]:
     """The share of the gold's names that were linked (a group-by by its name, or the same
     ``entity__dimension`` reached by another path), and those missed; None for a gold without names."""
     names = gold_names(gold)
@@ -252,7 +253,7 @@ class Linking(Condition[LinkingSettings]):
         return self.manifest_part().model_validate({"link_schema": value})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         ls = manifest.get("link_schema")
         return f"linked {ls['budget']}" if isinstance(ls, Mapping) else None
 

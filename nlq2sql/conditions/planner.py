@@ -32,6 +32,7 @@ from nlq2sql.transport.client import Client, EndpointConfig, RetryBudget, Sampli
 from nlq2sql.transport.stream import Completion
 
 if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["CHOICE_MAX_TOKENS", "KIND_QUESTION", "PLANNERS", "UNANSWERABLE", "Planner", "PlannerSettings",
@@ -199,7 +200,7 @@ class Planner(Condition[PlannerSettings]):
         return self.manifest_part().model_validate({"planner": self.settings.planner if self.on else None})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         return f"planner {manifest['planner']}" if manifest.get("planner") else None
 
     async def answer(self, req: Request) -> tuple[Completion, PlannerTrace]:

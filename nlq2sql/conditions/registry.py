@@ -35,6 +35,7 @@ from nlq2sql.records.results import Manifest
 
 if TYPE_CHECKING:
     from nlq2sql.records.item import ItemRecord
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.stages.sets import AnySet
     from nlq2sql.transport.client import Client, EndpointConfig, RetryBudget, Sampling
@@ -154,7 +155,7 @@ class Condition(Generic[S]):
         return self.manifest_part().model_validate(dict.fromkeys(self.manifest_keys))
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         """A recorded run's short label for this condition (None: off in that run)."""
         return None
 
@@ -249,12 +250,12 @@ class Registry:
             per.setdefault(owners[key].name, {})[key] = value
         return ConditionSet.of(*(settings(self._by_name[n].settings_model, kw) for n, kw in per.items()))
 
-    def labels(self, manifest: Mapping[str, Any]) -> list[str]:
+    def labels(self, manifest: Mapping[str, JsonValue]) -> list[str]:
         """The labels of a recorded run's conditions, in label order."""
         found = [(c.label_rank, c.label(manifest)) for c in self]
         return [text for _, text in sorted(found, key=lambda x: x[0]) if text]
 
-    def changes_baseline(self, manifest: Mapping[str, Any]) -> bool:
+    def changes_baseline(self, manifest: Mapping[str, JsonValue]) -> bool:
         """Whether a recorded run used a condition that keeps it from being a baseline."""
         return any(not c.neutral and c.label(manifest) for c in self)
 

@@ -25,7 +25,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -43,6 +43,7 @@ from nlq2sql.transport.client import Client, EndpointConfig, RetryBudget, Sampli
 from nlq2sql.transport.stream import Completion
 
 if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "SelfCheckTrace", "Vote", "sample_and_vote", "vote"]
@@ -166,7 +167,7 @@ class SelfCheck(Condition[SelfCheckSettings]):
         return self.manifest_part().model_validate({"samples": self.settings.samples if self.on else None})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         n = manifest.get("samples") or 1
         return f"{n} samples" if n > 1 else None
 

@@ -21,7 +21,7 @@ condition around it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_serializer
 
@@ -35,6 +35,7 @@ from nlq2sql.stages.query_guard import link_where, where_hint
 from nlq2sql.stages.value_links import ValueIndex, hint_text
 
 if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["LINK_MODES", "Values", "ValuesSettings", "ValuesTrace", "effective_guardrails"]
@@ -98,7 +99,7 @@ class Values(Condition[ValuesSettings]):
         return self.manifest_part().model_validate({"link_values": self.settings.link_values if self.on else None})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         mode = manifest.get("link_values")
         return f"values {mode}" if mode and mode != "off" else None
 

@@ -23,7 +23,7 @@ import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import field_validator, model_validator
 
@@ -37,6 +37,9 @@ from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, R
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.store import RECORDS
+
+if TYPE_CHECKING:
+    from nlq2sql.load.output import Plot
 
 
 class RateSweepConfig(LoadSettings):
@@ -69,7 +72,7 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult, float, LevelStats
     settings_model: ClassVar[type[LoadSettings]] = RateSweepConfig
 
     @property
-    def plot(self) -> Any:  # type: ignore[override]
+    def plot(self) -> Plot[RateSweepResult]:  # type: ignore[override]
         return ("plot", plot)
 
     def who(self) -> str:

@@ -7,7 +7,7 @@ modes above read it, rather than the binding handing up a dict for ``load`` to c
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -21,6 +21,9 @@ from pydantic import (
 )
 
 from nlq2sql.records.manifest_parts import StructuredOutputs
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["EndpointFacts"]
 
@@ -49,7 +52,7 @@ class EndpointFacts(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _keep_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> EndpointFacts:
+    def _keep_order(cls, data: JsonValue, handler: ValidatorFunctionWrapHandler) -> EndpointFacts:
         facts: EndpointFacts = handler(data)
         if isinstance(data, dict):
             facts._order = tuple(data)

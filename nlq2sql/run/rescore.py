@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nlq2sql import __version__
 from nlq2sql.answers.kinds import summary_fields
@@ -102,12 +102,12 @@ def _refuse(msg: str, run: Path, fld: str) -> InputError:
     return InputError(msg, path=str(run / MANIFEST), field=fld)
 
 
-def _text(m: Mapping[str, Any], key: str) -> str | None:
+def _text(m: Mapping[str, JsonValue], key: str) -> str | None:
     v = m.get(key)
     return v if isinstance(v, str) else None
 
 
-def _read_manifest(run: Path) -> Mapping[str, Any]:
+def _read_manifest(run: Path) -> Mapping[str, JsonValue]:
     if not run.is_dir():
         raise InputError("not a run directory", path=str(run), field="--run")
     for name in (MANIFEST, RECORDS, SUMMARY):
@@ -125,7 +125,7 @@ def _read_manifest(run: Path) -> Mapping[str, Any]:
     return m
 
 
-def _open_layer(run: Path, m: Mapping[str, Any], checked: list[str]) -> Warehouse:
+def _open_layer(run: Path, m: Mapping[str, JsonValue], checked: list[str]) -> Warehouse:
     """The run's warehouse, opened as it recorded it, refused unless it is still the same content."""
     sm = manifest_warehouse(dict(m))
     if _text(m, "semantic_model_path") and not Path(sm).exists():
@@ -157,7 +157,7 @@ def _open_layer(run: Path, m: Mapping[str, Any], checked: list[str]) -> Warehous
     return wh
 
 
-def _check_rulesets(run: Path, m: Mapping[str, Any], rulesets: list[RuleSet], checked: list[str]) -> None:
+def _check_rulesets(run: Path, m: Mapping[str, JsonValue], rulesets: list[RuleSet], checked: list[str]) -> None:
     recorded = m.get("guardrail_artefacts") or {}
     for rs in rulesets:
         if not isinstance(rs, LearnedRuleSet):
@@ -170,7 +170,7 @@ def _check_rulesets(run: Path, m: Mapping[str, Any], rulesets: list[RuleSet], ch
         checked.append(f"guardrail_artefacts.{rs.name}.artefact_sha256 {now[:12]}…")
 
 
-def _bank_note(m: Mapping[str, Any]) -> str:
+def _bank_note(m: Mapping[str, JsonValue]) -> str:
     """What became of the run's example bank: never read in scoring (each item's choice, its
     ``example_ids``, is carried from its record), so a changed bank is said, not refused."""
     ex = m.get("examples")
@@ -232,7 +232,7 @@ def _same_rows(new: list[list[JsonValue]] | None, old: list[list[JsonValue]] | N
     return sorted(map(repr, new)) == sorted(map(repr, old))
 
 
-def _summary(original: Mapping[str, Any], derived: Mapping[str, Any], digest: object
+def _summary(original: Mapping[str, JsonValue], derived: Mapping[str, JsonValue], digest: object
              ) -> tuple[dict[str, object], list[str]]:
     """The original summary with its figures re-derived, the records' digest new, the rest carried,
     in the original's key order.  A figure this harness derives that the original's did not (an

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -34,6 +34,9 @@ from nlq2sql.run.repeats import repeat_dirs
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, display_path
 from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.transport.client import STRUCTURED_MODES
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["FIELDS", "RunSpec", "SpecValues", "answer_guardrails", "answer_prompt", "condition_values"]
 
@@ -236,7 +239,7 @@ def _from_legacy(data: SpecValues, path: Path) -> RunSpec:
     """A manifest written before the ``spec`` section: its model, answer, prompt, sampling,
     warehouse and conditions' keys (each condition's recorded section read back to its settings)."""
 
-    def need(key: str) -> Any:
+    def need(key: str) -> JsonValue:
         if data.get(key) is None:
             raise InputError("cannot give a run spec: the manifest records no " + key, path=str(path), field=key)
         return data[key]

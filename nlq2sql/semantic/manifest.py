@@ -71,7 +71,7 @@ def _validators() -> dict[str, Any]:
             "saved_queries": SchemaValidator(store["saved_query_schema"], registry=registry)}
 
 
-def _mf_config(obj: dict[str, Any], meta: Any = None) -> None:
+def _mf_config(obj: dict[str, Any], meta: object = None) -> None:
     """dbt's ``config`` (any keys) → MetricFlow's (``meta`` only); a top-level ``meta`` merges in, as dbt does."""
     config = obj.get("config")
     merged = dict(meta) if isinstance(meta, dict) else {}

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -106,7 +106,7 @@ def _field_of(err: ErrorDetails) -> str:
     return ".".join(str(p) for p in err["loc"]) or "(line)"
 
 
-def gold_kind(obj: Mapping[str, Any]) -> str:
+def gold_kind(obj: Mapping[str, JsonValue]) -> str:
     """What a line's gold looks like: ``v1`` (an intent), ``v2`` (a MetricFlow query, or null for an
     unanswerable question), ``gold_sql``, or ``unknown`` -- for messages that name the right reader."""
     if "gold_sql" in obj:
