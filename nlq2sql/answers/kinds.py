@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from nlq2sql.answers.sql.gold import (
     GoldAnswer,
@@ -35,17 +35,19 @@ from nlq2sql.answers.sql.score import sql_record
 from nlq2sql.answers.unscored import Question
 from nlq2sql.errors import InputError
 from nlq2sql.records.item import ItemRecord
-from nlq2sql.semantic.contract import PARTS, answer_schema
+from nlq2sql.semantic.contract import PARTS, KnownValues, answer_schema
 from nlq2sql.stages.evalset import EvalCase, load_evalset
 from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set
 from nlq2sql.stages.intent import intent_schema
 from nlq2sql.stages.query_score import query_record
 from nlq2sql.stages.queryset import QueryCase, load_query_set
 from nlq2sql.stages.score import intent_record
-from nlq2sql.stages.sets import AnySet
+from nlq2sql.stages.sets import AnySet, Case
 from nlq2sql.stages.summary import FIELDS
 
 if TYPE_CHECKING:
+    from nlq2sql.answers.sql.grammar import SqlGrammar
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.semantic.catalog import Catalog
     from nlq2sql.stages.execute import Executor
@@ -105,7 +107,7 @@ class AnswerKind:
     #: What its raw answers look like (``pipeline.answer_kind_of``): ``intent``, ``query`` or ``sql``.
     form: ClassVar[str] = "query"
     #: The type of the cases it is scored on (a set of them: :meth:`load_cases`).
-    case_type: ClassVar[type[Any]] = QueryCase
+    case_type: ClassVar[type[Case]] = QueryCase
     #: The prompt ``--prompt baseline`` means for it.
     prompt: ClassVar[str] = "baseline"
     #: Guardrails: applied when none are named (the v1 defaults), accepted when named, or refused.
@@ -124,12 +126,12 @@ class AnswerKind:
 
     # -- what a run asks ---------------------------------------------------------------------
     @classmethod
-    def grammar(cls, wh: Warehouse) -> Any:
+    def grammar(cls, wh: Warehouse) -> SqlGrammar | None:
         """The grammar its requests are constrained by (an ``SqlGrammar``; None: none)."""
         return None
 
     @classmethod
-    def structured(cls, catalog: Catalog, schema_mode: str, values: Any = (), grammar: str | None = None
+    def structured(cls, catalog: Catalog, schema_mode: str, values: KnownValues = (), grammar: str | None = None
                    ) -> StructuredRequest:
         """Its requests' structured-output part on ``catalog`` (``schema_mode``: flat / branches)."""
         return StructuredRequest(schema_json=_compact(answer_schema(catalog, schema_mode, values=values)))
@@ -141,7 +143,7 @@ class AnswerKind:
 
     # -- what it is scored on ----------------------------------------------------------------
     @classmethod
-    def load_cases(cls, path: str | Path, wh: Warehouse) -> Any:
+    def load_cases(cls, path: str | Path, wh: Warehouse) -> AnySet:
         """Its eval set (checked against the warehouse; every problem of the file at once)."""
         return load_query_set(path, wh.catalog)
 
@@ -187,14 +189,15 @@ class AnswerKind:
                 return
             golds = GoldRunner(box)
 
-            def score(case: Any, text: str | None, ex: Executor, catalog: Catalog, **kw: Any) -> ItemRecord:
+            def score(case: GoldSqlCase, text: str | None, ex: Executor, catalog: Catalog, **kw: str | None
+                      ) -> ItemRecord:
                 return cls.gold_record(case, text, executor=ex, catalog=catalog, golds=golds, rulesets=rulesets,
                                        **kw)
 
             yield score
 
 
-def _compact(schema: Any) -> str:
+def _compact(schema: JsonValue) -> str:
     return json.dumps(schema, separators=(",", ":"))
 
 
@@ -271,12 +274,14 @@ def summary_fields(answer: str | None, gold_sql: bool = False) -> tuple[str, ...
     return answer_kind(answer).fields(gold_sql)
 
 
-def bind_sampling(s: SamplingT, source: Any, answer: str = "intent", grammar: str | None = None) -> SamplingT:
+def bind_sampling(s: SamplingT, source: Catalog | Warehouse | None, answer: str = "intent",
+                  grammar: str | None = None) -> SamplingT:
     """The sampling with the answer kind's structured-output part fixed into it: on a catalog (or a
     bound warehouse: its known values of small categorical fields too), in ``s.schema`` mode;
     ``grammar``: the kind's grammar text, bound by the caller (:meth:`AnswerKind.grammar`)."""
-    if (catalog := getattr(source, "catalog", source)) is None:
+    if source is None:
         return s
+    catalog = cast("Catalog", getattr(source, "catalog", source))  # a warehouse's, or the catalog given
     part = KINDS[answer].structured(catalog, s.schema, values=getattr(source, "schema_values", ()), grammar=grammar)
     return dataclasses.replace(s, **part.changes())  # type: ignore[type-var]
 
@@ -294,12 +299,12 @@ class IntentKind(AnswerKind):
     implicit = True
 
     @classmethod
-    def structured(cls, catalog: Catalog, schema_mode: str, values: Any = (), grammar: str | None = None
+    def structured(cls, catalog: Catalog, schema_mode: str, values: KnownValues = (), grammar: str | None = None
                    ) -> StructuredRequest:
         return StructuredRequest(schema_json=_compact(intent_schema(catalog, schema_mode)))
 
     @classmethod
-    def load_cases(cls, path: str | Path, wh: Warehouse) -> Any:
+    def load_cases(cls, path: str | Path, wh: Warehouse) -> AnySet:
         return load_evalset(path, wh)
 
     @classmethod
@@ -351,7 +356,7 @@ class SqlKind(AnswerKind):
     parallel = False
 
     @classmethod
-    def structured(cls, catalog: Catalog, schema_mode: str, values: Any = (), grammar: str | None = None
+    def structured(cls, catalog: Catalog, schema_mode: str, values: KnownValues = (), grammar: str | None = None
                    ) -> StructuredRequest:
         # free text: the SQL is checked and sandboxed after, not constrained before
         return StructuredRequest(structured="none")
@@ -377,11 +382,11 @@ class SqlGrammarKind(SqlKind):
     structured_mode = "grammar"
 
     @classmethod
-    def grammar(cls, wh: Warehouse) -> Any:
+    def grammar(cls, wh: Warehouse) -> SqlGrammar | None:
         return sql_grammar(wh.catalog, wh)
 
     @classmethod
-    def structured(cls, catalog: Catalog, schema_mode: str, values: Any = (), grammar: str | None = None
+    def structured(cls, catalog: Catalog, schema_mode: str, values: KnownValues = (), grammar: str | None = None
                    ) -> StructuredRequest:
         if grammar is None:
             raise ValueError("--answer sql-grammar needs the warehouse's grammar")

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.answers.kinds import KINDS, AnswerKind, IntentKind, answer_kind, load_eval_set
 from nlq2sql.answers.sql.gold import COLUMN_RULE
@@ -56,6 +56,10 @@ from nlq2sql.stages.rescore import RecordMemo
 from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.summary import Summary
 
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
+    from nlq2sql.stages.sets import AnySet, Case
+
 __all__ = ["recorded_scorer", "rescore_run", "score_responses"]
 
 #: What a request error is recorded as for an item a responses file does not answer.
@@ -70,11 +74,11 @@ class _Items:
     names.  A v1 eval set is a :class:`CaseIndex`, whose case at a position is shared by every line
     equal to it but for the id (:meth:`case` gives an item's own)."""
 
-    scored: Any  # CaseIndex | EvalSet | QuerySet | GoldSqlSet (manifest_base's)
+    scored: CaseIndex | AnySet
     ids: Mapping[str, int]
-    cases: Sequence[Any]
+    cases: Sequence[Case]
 
-    def case(self, cid: str) -> Any:
+    def case(self, cid: str) -> Case:
         if isinstance(self.scored, CaseIndex):
             return self.scored.case(cid)
         return self.cases[self.ids[cid]]
@@ -85,7 +89,7 @@ def _items(name_or_path: str, kind: type[AnswerKind], wh: Warehouse, gold_sql: b
         index = index_evalset(name_or_path, wh)
         return _Items(index, index.ids, index.shared)
     es = load_eval_set(name_or_path, kind.name, wh)
-    cases: Sequence[Any] = es.cases
+    cases: Sequence[Case] = es.cases
     return _Items(es, {c.id: i for i, c in enumerate(cases)}, cases)
 
 
@@ -121,7 +125,9 @@ def score_responses(cfg: ScoreConfig, answer: str = IntentKind.name) -> SummaryM
             for resp in read_responses(cfg.responses, ids, answer, form=kind.form):
                 pos = ids[resp.id]
                 if memo is not None:
-                    summ.add_shared(memo.write(resp.id, items.cases[pos], resp.text, resp.finish_reason))
+                    case = items.cases[pos]
+                    assert isinstance(case, EvalCase)  # a memo reads indexed v1 cases only
+                    summ.add_shared(memo.write(resp.id, case, resp.text, resp.finish_reason))
                 else:
                     rec = score(items.case(resp.id), resp.text, ex, wh.catalog, finish_reason=resp.finish_reason)
                     writer.write(rec)
@@ -163,7 +169,7 @@ def score_responses(cfg: ScoreConfig, answer: str = IntentKind.name) -> SummaryM
 
 
 @contextlib.contextmanager
-def recorded_scorer(manifest: Mapping[str, Any], wh: Warehouse, rulesets: Sequence[RuleSet], gold_sql: bool
+def recorded_scorer(manifest: Mapping[str, JsonValue], wh: Warehouse, rulesets: Sequence[RuleSet], gold_sql: bool
                     ) -> Iterator[Callable[..., ItemRecord]]:
     """The per-item scorer of a recorded run: its answer kind's (absent: the implicit kind), on the
     search path it recorded (else the layer's)."""

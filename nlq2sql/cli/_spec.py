@@ -4,17 +4,18 @@ run's modules; apart from ``_common`` because its imports are heavy (pydantic, D
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 import typer
 from typer._click.core import ParameterSource
 from typer._click.globals import get_current_context
 
 from nlq2sql.cli._common import CLI_WAREHOUSE, SPEC_PANEL, F, guardrail_names
-from nlq2sql.conditions.registry import REGISTRY, option
+from nlq2sql.conditions.registry import REGISTRY, ConditionSet, option
 from nlq2sql.errors import InputError
 from nlq2sql.paths import shipped_warehouses
 from nlq2sql.run.config import EvalConfig
@@ -25,6 +26,9 @@ from nlq2sql.run.spec import RunSpec, SpecValues
 from nlq2sql.run.workers import auto_workers
 from nlq2sql.stages.goldsql import parse_search_path
 from nlq2sql.transport.client import Sampling
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.dbt_project import DbtOptions
 
 
 def fleet_args(endpoints: list[str] | None, endpoints_file: Path | None) -> tuple[str | None, tuple[ReplicaSpec, ...]]:
@@ -60,17 +64,18 @@ def search_path_arg(value: str | None) -> tuple[str, ...] | None:
 def base_config(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
                 limit: int | None, max_tokens: int, out: Path, guardrails: tuple[str, ...] = ("ranking",),
                 semantic: tuple[str, Path | None, str] = (CLI_WAREHOUSE, None, "flat"),
-                conditions: Any = None, temperature: float = 0.0, dbt: Any = None) -> EvalConfig:
+                conditions: ConditionSet | None = None, temperature: float = 0.0, dbt: DbtOptions | None = None
+                ) -> EvalConfig:
     """The shared EvalConfig of the commands without the run spec (compact, grid, probes):
     ``semantic`` is (--semantic-model, --db, --schema), ``conditions`` a ConditionSet (default: none),
     ``dbt`` what :func:`~nlq2sql.cli._common.dbt_options` gave it (``--db-schema``, ``--profiles-dir``,
     ``--target``)."""
     semantic_model, db, schema = semantic
-    extra = {"conditions": conditions} if conditions is not None else {}
-    return EvalConfig(evalset=evalset, out=out, endpoint=endpoint, model=model, api_key_env=api_key_env,
-                      prompt=prompt, guardrails=guardrails, limit=limit,
-                      sampling=Sampling(max_tokens=max_tokens, schema=schema, temperature=temperature),
-                      semantic_model=semantic_model, warehouse=db, dbt=dbt, **extra)
+    cfg = EvalConfig(evalset=evalset, out=out, endpoint=endpoint, model=model, api_key_env=api_key_env,
+                     prompt=prompt, guardrails=guardrails, limit=limit,
+                     sampling=Sampling(max_tokens=max_tokens, schema=schema, temperature=temperature),
+                     semantic_model=semantic_model, warehouse=db, dbt=dbt)
+    return cfg if conditions is None else dataclasses.replace(cfg, conditions=conditions)
 
 
 _ANSWER_HELP = ("intent (v1 intent JSON) | query (v2: a MetricFlow query or {\"unanswerable\": …}, constrained by a "

@@ -4,7 +4,7 @@ and a question file with gold SQL (CSV, JSONL, Spider, BIRD, defog) turned into 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,6 +22,9 @@ from nlq2sql.stages.goldsql import is_gold_sql_set, load_gold_sql_set, parse_sea
 from nlq2sql.stages.goldsql_import import ImportOptions, import_gold_sql, render_lines
 from nlq2sql.stages.pipeline import check_evalset, make_executor
 from nlq2sql.stages.queryset import check_query_set, scan_query_set, upgrade_v1_set
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["evalset_app", "evalset_check", "evalset_import", "evalset_upgrade"]
 
@@ -46,7 +49,7 @@ def _is_v2_set(path: str, warehouse_name: str) -> bool:
     return False
 
 
-def _check_query_set(path: str, wh: Any) -> None:
+def _check_query_set(path: str, wh: Warehouse) -> None:
     problems = Problems(str(resolve_path(path, wh.catalog.name)))
     qs = scan_query_set(path, wh.catalog, problems)
     with make_executor(wh) as ex:
@@ -60,7 +63,7 @@ def _check_query_set(path: str, wh: Any) -> None:
                     f"compiles with MetricFlow on {wh.name!r} and returns rows")
 
 
-def _check_gold_sql_set(path: str, wh: Any, search_path: tuple[str, ...] | None) -> None:
+def _check_gold_sql_set(path: str, wh: Warehouse, search_path: tuple[str, ...] | None) -> None:
     gs = load_gold_sql_set(path, wh.name)
     schemas = resolve_search_path(wh.catalog.manifest, search_path)
     with Sandbox(wh.db_path, search_path=schemas) as box:

@@ -188,7 +188,7 @@ def matrix(
         raise InputError("repeats the prompt × guardrail matrix's live runs: not with --answers or --runs "
                          "(give --runs a repeated run's directory instead)", field="--repeats")
 
-    def spec_base(prompt: str) -> Any:
+    def spec_base(prompt: str) -> EvalConfig:
         return replace(spec.apply(EvalConfig(evalset=evalset, out=out, endpoint=endpoint, api_key_env=api_key_env,
                                              limit=limit)), prompt=prompt, concurrency=concurrency, timeout_s=timeout)
 

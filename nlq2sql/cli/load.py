@@ -81,7 +81,7 @@ def _floats(values: list[str] | None, option: str) -> tuple[float, ...]:
 
 def _load_base(evalset: str, endpoint: str | None, model: str, api_key_env: str | None, prompt: str,
                max_tokens: int, structured: str, out: Path, max_num_seqs: int | None,
-               semantic: tuple[str, Path | None, str] = (CLI_WAREHOUSE, None, "flat")) -> Any:
+               semantic: tuple[str, Path | None, str] = (CLI_WAREHOUSE, None, "flat")) -> EvalConfig:
     from dataclasses import replace
 
 

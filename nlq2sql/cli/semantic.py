@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
@@ -13,9 +14,22 @@ from rich.markup import escape
 from nlq2sql.cli._common import CLI_WAREHOUSE, DbOpt, SchemaOpt, SemanticModelOpt, app, dbt_options, err, handled
 from nlq2sql.errors import InputError
 from nlq2sql.inputs import option_text
-from nlq2sql.semantic import open_warehouse
+from nlq2sql.semantic import Warehouse, open_warehouse
 from nlq2sql.semantic.project import Problem, SemanticProblems
-from nlq2sql.stages.semantic_tools import check, dumps, init_yaml, show, show_text, slowest, sql_for
+from nlq2sql.stages.semantic_tools import (
+    CheckReport,
+    QueryCheck,
+    check,
+    dumps,
+    init_yaml,
+    show,
+    show_text,
+    slowest,
+    sql_for,
+)
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["ROW_FORMATS", "semantic_app", "semantic_check", "semantic_init", "semantic_show", "sql_cmd",
            "write_rows"]
@@ -72,7 +86,8 @@ def semantic_check(path: Annotated[str, typer.Argument(help="Semantic model: shi
                         f"saved queries: {len(report.saved_queries)}", highlight=False)
 
 
-def _check_with_progress(wh: Any, timeout_s: float | None, check: Any) -> Any:
+def _check_with_progress(wh: Warehouse, timeout_s: float | None,
+                         check: Callable[..., CheckReport]) -> CheckReport:
     """``check`` with its progress on stderr: a bar on a terminal, else nothing until one line at
     the end (queries, seconds, the slowest few), so a log holds one line, not a bar's frames."""
 
@@ -83,7 +98,7 @@ def _check_with_progress(wh: Any, timeout_s: float | None, check: Any) -> Any:
                       TextColumn("{task.description}"), console=err, transient=True) as bar:
             task = bar.add_task("", total=None)
 
-            def step(done: int, total: int, r: Any) -> None:
+            def step(done: int, total: int, r: QueryCheck) -> None:
                 bar.update(task, completed=done, total=total, description=f"{r.metric} × {r.dimension}")
 
             report = check(wh, timeout_s=timeout_s, progress=step)
@@ -95,7 +110,7 @@ def _check_with_progress(wh: Any, timeout_s: float | None, check: Any) -> Any:
     return report
 
 
-def _say_slow(report: Any) -> None:
+def _say_slow(report: CheckReport) -> None:
     """Each slow query with the limit it ran past, and how to give it more time."""
     if not report.slow:
         return
@@ -184,7 +199,7 @@ def sql_cmd(intent: Annotated[str, typer.Option("--intent", help="The query as J
 ROW_FORMATS = ("jsonl", "csv")
 
 
-def _write_sql(out: TextIO, sql: str, params: list[Any]) -> None:
+def _write_sql(out: TextIO, sql: str, params: list[JsonValue]) -> None:
     import json
 
     out.write(sql + ";\n")

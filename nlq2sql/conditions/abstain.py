@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -24,6 +24,10 @@ from nlq2sql.records.manifest_parts import Part
 from nlq2sql.stages.abstention import Selection, apply_abstention
 from nlq2sql.transport.client import Sampling
 from nlq2sql.transport.stream import Completion
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["Abstain", "AbstainSettings", "AbstainTrace"]
 
@@ -102,7 +106,7 @@ class Abstain(Condition[AbstainSettings]):
     metrics: tuple[str, ...] | None = None  # the v2 answer: its evidence is read over these names
     trace = AbstainTrace
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         if answer_kind(answer).form == "query":
             self.metrics = tuple(wh.catalog.metrics)
 
@@ -116,7 +120,7 @@ class Abstain(Condition[AbstainSettings]):
                                                  "abstain_below": self.settings.abstain_below})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         if manifest.get("abstain_below") is not None:
             return f"abstain below p {manifest['abstain_below']:g}"
         return "abstain" if manifest.get("abstain") else None

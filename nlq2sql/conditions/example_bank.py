@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,13 @@ from nlq2sql.stages.evalset import load_evalset, resolve_path
 from nlq2sql.stages.intent import compact_json
 from nlq2sql.stages.queryset import load_query_set
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from nlq2sql.stages.evalset import EvalCase, EvalSet
+    from nlq2sql.stages.queryset import QueryCase, QuerySet
+    from nlq2sql.stages.sets import AnySet
+
 __all__ = ["DEFAULT_BANK", "ExampleBank", "ExamplesManifest", "load_bank", "normalise", "synthetic_origin"]
 
 DEFAULT_BANK = "dev"
@@ -40,11 +47,11 @@ def normalise(question: str) -> str:
     return _SPACE.sub(" ", question.lower()).strip(" ?.!")
 
 
-def _v1_answer(case: Any) -> str:
+def _v1_answer(case: EvalCase) -> str:
     return compact_json(case.gold)
 
 
-def _query_answer(case: Any) -> str:
+def _query_answer(case: QueryCase) -> str:
     """A v2 bank item's answer as the model should write it: the query in the schema's key order,
     whitespace-free — with spaced examples under a compact grammar, Qwen2.5-Coder-0.5B left
     ``where`` empty on 40 of 60 items it filled when unconstrained (measured)."""
@@ -63,7 +70,7 @@ class ExampleBank:
     """Solved questions to retrieve from, with a fitted TF-IDF index; ``answer`` writes an item's
     solution as the assistant turn (a v1 intent, or for ``--answer query`` the MetricFlow query)."""
 
-    evalset: Any  # EvalSet | queryset.QuerySet: a name, path, sha256 and cases with id, question, gold
+    evalset: EvalSet | QuerySet
     answer: Callable[[Any], str] = _v1_answer
     _vectorizer: Any = field(default=None, repr=False)
     _matrix: Any = field(default=None, repr=False)
@@ -76,8 +83,8 @@ class ExampleBank:
         self._matrix = self._vectorizer.fit_transform([c.question for c in self.evalset.cases])
 
     @property
-    def cases(self) -> tuple[Any, ...]:
-        return self.evalset.cases  # type: ignore[no-any-return]
+    def cases(self) -> tuple[EvalCase | QueryCase, ...]:
+        return self.evalset.cases
 
     @property
     def empty_ids(self) -> frozenset[str]:
@@ -100,7 +107,7 @@ class ExampleBank:
             part.empty_results = len(self.empty_ids)
         return part
 
-    def check_disjoint(self, tested: Any) -> None:
+    def check_disjoint(self, tested: AnySet) -> None:
         """Refuse a bank that shares an id or a question with the set under test."""
         ids = {c.id for c in self.cases}
         texts = {normalise(c.question): c.id for c in self.cases}
@@ -115,7 +122,7 @@ class ExampleBank:
                                  f"({case.question!r}) of the eval set under test", path=self.evalset.path,
                                  field="--example-bank")
 
-    def nearest(self, question: str, k: int) -> list[Any]:
+    def nearest(self, question: str, k: int) -> list[EvalCase | QueryCase]:
         """The ``k`` most similar bank items, most similar first (ties: bank order)."""
         if k <= 0:
             return []
@@ -142,7 +149,7 @@ def _has_set(name: str, warehouse: str) -> bool:
     return True
 
 
-def synthetic_origin(cases: Any) -> tuple[bool, int | None]:
+def synthetic_origin(cases: Iterable[EvalCase | QueryCase]) -> tuple[bool, int | None]:
     """Whether every bank line says :mod:`.synth` made it, and its seed (None: not one seed)."""
     tags = [set(c.tags) for c in cases]
     if not tags or not all(SYNTHETIC_TAG in t for t in tags):

@@ -7,7 +7,7 @@ SQL (:mod:`.sql_examples`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -17,6 +17,11 @@ from nlq2sql.conditions.registry import Condition, Messages, Settings, register
 from nlq2sql.conditions.sql_examples import sql_bank
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
+    from nlq2sql.semantic.binding import Warehouse
+    from nlq2sql.stages.sets import AnySet
 
 __all__ = ["Examples", "ExamplesSettings", "ExamplesTrace"]
 
@@ -56,13 +61,13 @@ class Examples(Condition[ExamplesSettings]):
     def on(self) -> bool:
         return self.settings.examples > 0  # a bank named without --examples is not used
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         if answer_kind(answer).writes_sql:
             self.bank = sql_bank(self.settings.example_bank, wh, self.settings.examples)
             return
         self.bank = load_bank(self.settings.example_bank, wh, self.settings.examples, answer)
 
-    def check_against(self, evalset: Any) -> None:
+    def check_against(self, evalset: AnySet) -> None:
         assert self.bank is not None
         self.bank.check_disjoint(evalset)
 
@@ -72,7 +77,7 @@ class Examples(Condition[ExamplesSettings]):
             {"examples": bank.manifest(self.settings.examples) if bank is not None else None})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         ex = manifest.get("examples")
         return f"{ex['k']} examples" if ex else None
 

@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -26,6 +26,12 @@ from nlq2sql.conditions.trace import Trace
 from nlq2sql.records.manifest_parts import Part
 from nlq2sql.records.typed import Typed
 from nlq2sql.stages.value_links import ValueIndex
+
+if TYPE_CHECKING:
+    from nlq2sql.records.item import ItemRecord
+    from nlq2sql.records.typed import JsonValue
+    from nlq2sql.semantic.binding import Warehouse
+    from nlq2sql.transport.stream import Completion
 
 __all__ = ["Linked", "Linker", "Linking", "LinkingSettings", "LinkingTrace", "gold_names", "recall"]
 
@@ -88,7 +94,7 @@ class LinkingTrace(Trace):
 class Linker:
     """The layer's metrics, dimensions and entities as lexical documents, and the selection."""
 
-    def __init__(self, wh: Any, budget: int) -> None:
+    def __init__(self, wh: Warehouse, budget: int) -> None:
         self.wh, self.budget = wh, budget
         cat = wh.catalog
         self.engine = cat.engine
@@ -171,7 +177,7 @@ class Linker:
         return len(self.wh.query_vocabulary_text(metrics=metrics, dimensions=dims, entities=ents)) // CHARS_PER_TOKEN
 
 
-def gold_names(gold: Mapping[str, Any]) -> list[str]:
+def gold_names(gold: Mapping[str, JsonValue]) -> list[str]:
     """The names a gold query uses that linking must offer: metrics, group-bys, ``where`` fields
     (``metric_time`` aside: always offered), each once, in order."""
     names = [*(gold.get("metrics") or ()), *(gold.get("group_by") or ()),
@@ -179,7 +185,7 @@ def gold_names(gold: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(str(n) for n in names if n and not str(n).startswith("metric_time")))
 
 
-def recall(gold: Mapping[str, Any], linked: Linked) -> tuple[float | None, list[str]]:
+def recall(gold: Mapping[str, JsonValue], linked: Linked) -> tuple[float | None, list[str]]:
     """The share of the gold's names that were linked (a group-by by its name, or the same
     ``entity__dimension`` reached by another path), and those missed; None for a gold without names."""
     names = gold_names(gold)
@@ -228,7 +234,7 @@ class Linking(Condition[LinkingSettings]):
     def on(self) -> bool:
         return self.settings.link_schema != "none"  # a budget without --link-schema is not used
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         self.linker = Linker(wh, self.settings.link_budget)
         self.full = wh.query_vocabulary_text()
         self._linked: dict[str, Linked] = {}
@@ -239,7 +245,7 @@ class Linking(Condition[LinkingSettings]):
         return self.manifest_part().model_validate({"link_schema": value})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         ls = manifest.get("link_schema")
         return f"linked {ls['budget']}" if isinstance(ls, Mapping) else None
 
@@ -253,7 +259,7 @@ class Linking(Condition[LinkingSettings]):
                         *messages[1:]]
         return messages, LinkingTrace(linked_schema=linked)
 
-    def after(self, rec: Any, comp: Any, scored: bool) -> None:
+    def after(self, rec: ItemRecord, comp: Completion, scored: bool) -> None:
         linked = self._linked.get(rec.question)
         gold = rec.judgement.gold_intent if scored and rec.judgement is not None else None
         if linked is None or not isinstance(gold, Mapping):

@@ -15,7 +15,7 @@ import copy
 import json
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -29,8 +29,12 @@ from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import is_listing_branch
 from nlq2sql.semantic.query import KINDS, LISTING, METRIC_TIME
 from nlq2sql.stages.intent import INTENTS, branch_schema
-from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
+from nlq2sql.transport.client import Client, EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.stream import Completion
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["CHOICE_MAX_TOKENS", "KIND_QUESTION", "PLANNERS", "UNANSWERABLE", "Planner", "PlannerSettings",
            "PlannerTrace", "kind_messages", "plan_and_answer", "query_kind_schema", "stage_one", "stage_two"]
@@ -151,7 +155,7 @@ class PlannerTrace(Trace):
         return None
 
 
-async def plan_and_answer(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
+async def plan_and_answer(client: Client, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
                           catalog: Catalog, budget: RetryBudget, fail_fast: frozenset[str] = frozenset(),
                           answer: str = "intent") -> tuple[Completion, PlannerTrace]:
     """Both stages for one item: (the answer's completion, the planner's record fields).  With the
@@ -203,7 +207,7 @@ class Planner(Condition[PlannerSettings]):
     answer_kind = "intent"
     trace = PlannerTrace
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         self.catalog = wh.catalog
         self.answer_kind = answer
 
@@ -211,7 +215,7 @@ class Planner(Condition[PlannerSettings]):
         return self.manifest_part().model_validate({"planner": self.settings.planner if self.on else None})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         return f"planner {manifest['planner']}" if manifest.get("planner") else None
 
     async def answer(self, req: Request) -> tuple[Completion, PlannerTrace]:

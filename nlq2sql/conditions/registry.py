@@ -27,8 +27,10 @@ from nlq2sql.stages.abstention import Selection, read_traces_with
 
 if TYPE_CHECKING:
     from nlq2sql.records.item import ItemRecord
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
-    from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling
+    from nlq2sql.stages.sets import AnySet
+    from nlq2sql.transport.client import Client, EndpointConfig, RetryBudget, Sampling
     from nlq2sql.transport.stream import Completion
 
 __all__ = ["REGISTRY", "Condition", "ConditionSet", "Messages", "Registry", "Request", "Settings",
@@ -45,14 +47,14 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-S = TypeVar("S", bound=Settings)
+S = TypeVar("S", bound=Settings, covariant=True)
 
 
 @dataclass(frozen=True)
 class Request:
     """What an ``answer`` hook gets to send an item's request(s) on one replica."""
 
-    client: Any
+    client: Client
     endpoint: EndpointConfig
     messages: Messages
     sampling: Sampling
@@ -63,7 +65,7 @@ class Request:
 #: Each condition class by its settings model, recorded when the class is *defined*: a worker
 #: process or Ray actor that unpickles a run's settings imports the module declaring them, and so
 #: can apply the condition without any registration of its own (registration is the driver's).
-_DECLARED: dict[type[Settings], type[Condition[Any]]] = {}
+_DECLARED: dict[type[Settings], type[Condition[Settings]]] = {}
 
 
 class Condition(Generic[S]):
@@ -130,7 +132,7 @@ class Condition(Generic[S]):
     def load(self, wh: Warehouse, answer: str) -> None:
         """Per process, once: load what the hooks need (a bank, an index)."""
 
-    def check_against(self, evalset: Any) -> None:
+    def check_against(self, evalset: AnySet) -> None:
         """Once per run, before anything is written: refuse a set this condition cannot run on."""
 
     @classmethod
@@ -145,7 +147,7 @@ class Condition(Generic[S]):
         return self.manifest_part().model_validate(dict.fromkeys(self.manifest_keys))
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         """A recorded run's short label for this condition (None: off in that run)."""
         return None
 
@@ -163,7 +165,7 @@ class Condition(Generic[S]):
         goes through ``rec.merge`` (its :attr:`trace`; a key to the part that owns it, else a trace)."""
 
 
-def _optional(*conditions: type[Condition[Any]]) -> dict[str, Any]:
+def _optional(*conditions: type[Condition[Settings]]) -> dict[str, Any]:
     """Conditions' manifest keys as create_model's field definitions: (type form ``X | None``, default
     None) each -- type forms, not data.  Typed ``Any`` because it is unpacked as ``**`` into create_model,
     whose other keywords (``__config__``, ``__base__``…) each value would have to fit too."""
@@ -174,18 +176,18 @@ def option(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-C = TypeVar("C", bound=type[Condition[Any]])
+C = TypeVar("C", bound=type[Condition[Settings]])
 
 
 class Registry:
     """Conditions by name, in registration order (the order hooks run and keys are written)."""
 
     def __init__(self) -> None:
-        self._by_name: dict[str, type[Condition[Any]]] = {}
+        self._by_name: dict[str, type[Condition[Settings]]] = {}
         self._model: tuple[tuple[str, ...], type[Manifest]] | None = None
         self._part: tuple[tuple[str, ...], type[Part]] | None = None
 
-    def add(self, cls: type[Condition[Any]]) -> None:
+    def add(self, cls: type[Condition[Settings]]) -> None:
         if cls.name in self._by_name:
             raise ValueError(f"condition {cls.name!r} is registered twice")
         fields = {f for c in self._by_name.values() for f in c.settings_model.model_fields}
@@ -200,10 +202,10 @@ class Registry:
         """Unregister (a test's condition, after the test)."""
         self._by_name.pop(name, None)
 
-    def __iter__(self) -> Iterator[type[Condition[Any]]]:
+    def __iter__(self) -> Iterator[type[Condition[Settings]]]:
         return iter(tuple(self._by_name.values()))
 
-    def __getitem__(self, name: str) -> type[Condition[Any]]:
+    def __getitem__(self, name: str) -> type[Condition[Settings]]:
         try:
             return self._by_name[name]
         except KeyError:
@@ -240,12 +242,12 @@ class Registry:
             per.setdefault(owners[key].name, {})[key] = value
         return ConditionSet.of(*(settings(self._by_name[n].settings_model, kw) for n, kw in per.items()))
 
-    def labels(self, manifest: Mapping[str, Any]) -> list[str]:
+    def labels(self, manifest: Mapping[str, JsonValue]) -> list[str]:
         """The labels of a recorded run's conditions, in label order."""
         found = [(c.label_rank, c.label(manifest)) for c in self]
         return [text for _, text in sorted(found, key=lambda x: x[0]) if text]
 
-    def changes_baseline(self, manifest: Mapping[str, Any]) -> bool:
+    def changes_baseline(self, manifest: Mapping[str, JsonValue]) -> bool:
         """Whether a recorded run used a condition that keeps it from being a baseline."""
         return any(not c.neutral and c.label(manifest) for c in self)
 
@@ -305,7 +307,7 @@ def settings(model: type[Settings], values: Mapping[str, Any]) -> Settings:
         raise InputError(_bad(model, name, values.get(name)), field=option(name)) from None
 
 
-def _bad(model: type[Settings], name: str, value: Any) -> str:
+def _bad(model: type[Settings], name: str, value: object) -> str:
     """The message for a value its field refuses: its choices or bounds, else pydantic's type."""
     info = model.model_fields[name]
     choices = [a for t in (info.annotation, *get_args(info.annotation)) for a in get_args(t) if isinstance(a, str)]
@@ -364,13 +366,13 @@ class ConditionSet:
     def names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self._items)
 
-    def bound(self) -> list[Condition[Any]]:
+    def bound(self) -> list[Condition[Settings]]:
         """Every registered condition bound to this run's settings (the defaults when off), in
         registry order: what manifests and checks walk."""
         mine = dict(self._items)
         return [c(mine.get(c.name, c.settings_model())) for c in REGISTRY]
 
-    def active(self) -> list[Condition[Any]]:
+    def active(self) -> list[Condition[Settings]]:
         """The conditions that are on, bound to their settings, in registry order (each found from
         its settings' class: this works in a worker that registered nothing)."""
         return [_DECLARED[type(s)](s) for _, s in self._items]
@@ -407,7 +409,7 @@ class ConditionSet:
             s = c.sampling(s)
         return s
 
-    def manifest(self, loaded: list[Condition[Any]] | None = None) -> Part:
+    def manifest(self, loaded: list[Condition[Settings]] | None = None) -> Part:
         """Every registered condition's manifest keys (``None`` for those off), from the loaded
         conditions where given (a bank's hash is known only once it is loaded)."""
         by_name = {c.name: c for c in loaded or ()}

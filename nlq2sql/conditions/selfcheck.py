@@ -17,7 +17,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -32,8 +32,12 @@ from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import parse_answer
 from nlq2sql.stages.intent import canonicalise, parse_intent
 from nlq2sql.stages.query_guard import canonical_key
-from nlq2sql.transport.client import EndpointConfig, RetryBudget, Sampling, complete
+from nlq2sql.transport.client import Client, EndpointConfig, RetryBudget, Sampling, complete
 from nlq2sql.transport.stream import Completion
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["MAX_SAMPLES", "SelfCheck", "SelfCheckSettings", "SelfCheckTrace", "Vote", "sample_and_vote", "vote"]
 
@@ -108,7 +112,7 @@ def vote(texts: list[str | None], catalog: Catalog, answer: str = "intent") -> V
                 share=top / len(texts), distinct=len(ranked))
 
 
-async def sample_and_vote(client: Any, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
+async def sample_and_vote(client: Client, ecfg: EndpointConfig, messages: list[dict[str, str]], base: Sampling,
                           catalog: Catalog, budget: RetryBudget, n: int,
                           fail_fast: frozenset[str] = frozenset(), answer: str = "intent"
                           ) -> tuple[Completion, SelfCheckTrace]:
@@ -162,7 +166,7 @@ class SelfCheck(Condition[SelfCheckSettings]):
         if not sampling.temperature > 0:
             raise InputError("self-consistency needs different answers: give --temperature > 0", field="--samples")
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         self.catalog = wh.catalog
         self.answer_kind = answer
 
@@ -170,7 +174,7 @@ class SelfCheck(Condition[SelfCheckSettings]):
         return self.manifest_part().model_validate({"samples": self.settings.samples if self.on else None})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         n = manifest.get("samples") or 1
         return f"{n} samples" if n > 1 else None
 

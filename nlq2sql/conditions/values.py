@@ -9,7 +9,7 @@ re-scorable offline (``nlq2sql score --guardrails ranking,values``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_serializer
 
@@ -21,6 +21,10 @@ from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.query import Where
 from nlq2sql.stages.query_guard import link_where, where_hint
 from nlq2sql.stages.value_links import ValueIndex, hint_text
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
+    from nlq2sql.semantic.binding import Warehouse
 
 __all__ = ["LINK_MODES", "Values", "ValuesSettings", "ValuesTrace", "effective_guardrails"]
 
@@ -73,7 +77,7 @@ class Values(Condition[ValuesSettings]):
     def guardrails(self) -> tuple[str, ...]:
         return ("values",) if self.settings.link_values in ("repair", "both") else ()
 
-    def load(self, wh: Any, answer: str) -> None:
+    def load(self, wh: Warehouse, answer: str) -> None:
         if self.settings.link_values in ("hint", "both"):
             self.index = ValueIndex(wh)
         if answer_kind(answer).form == "query":
@@ -83,7 +87,7 @@ class Values(Condition[ValuesSettings]):
         return self.manifest_part().model_validate({"link_values": self.settings.link_values if self.on else None})
 
     @classmethod
-    def label(cls, manifest: Mapping[str, Any]) -> str | None:
+    def label(cls, manifest: Mapping[str, JsonValue]) -> str | None:
         mode = manifest.get("link_values")
         return f"values {mode}" if mode and mode != "off" else None
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.identity import RunIdentity, difference
@@ -26,6 +26,9 @@ from nlq2sql.stages.score import mcnemar_exact
 __all__ = ["COLUMNS", "ComparedRun", "FlippedItem", "PairedRuns", "accuracy_figure", "answer_text", "cost_per_1k",
            "diff_text", "load_runs", "machine_line", "paired_html", "paired_markdown", "paired_runs", "plots",
            "png_base64", "recall_text", "render", "rows", "server_device"]
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -327,7 +330,7 @@ COLUMNS = [("run", "run"), ("n", "n"), ("raw", "raw intent"), ("final", "final")
            ("errors", "error taxonomy (final)")]
 
 
-def png_base64(fig: Any) -> str:
+def png_base64(fig: Figure) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()

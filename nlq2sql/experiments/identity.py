@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.records.results import LEGACY_WAREHOUSE
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["Difference", "RunIdentity", "difference"]
 
@@ -27,7 +30,7 @@ class RunIdentity:
     db_sha256: str | None
 
     @classmethod
-    def of(cls, manifest: Mapping[str, Any] | object) -> RunIdentity:
+    def of(cls, manifest: Mapping[str, JsonValue] | object) -> RunIdentity:
         """From a manifest as read (a JSON object) or through its model (attributes)."""
         def text(key: str) -> str | None:
             v = manifest.get(key) if isinstance(manifest, Mapping) else getattr(manifest, key, None)

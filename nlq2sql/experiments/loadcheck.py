@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.common import read_run
@@ -22,6 +22,9 @@ from nlq2sql.run.config import EvalConfig, preflight
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.report import pct
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["Divergent", "Identity", "LoadCheck", "LoadCheckConfig", "ReplicaLabel", "RunFigures", "Split",
            "compare_runs", "render_markdown", "run_across_replicas", "run_levels", "split_identity", "write_result"]
@@ -181,7 +184,7 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
     """Per-item identity across runs, plus per-run accuracy and latency figures."""
     runs = []
     texts: dict[str, list[str | None]] = {}
-    intents: dict[str, list[Any]] = {}
+    intents: dict[str, list[JsonValue]] = {}
     if len(dirs) < 2:
         raise InputError(f"needs at least 2 runs to compare, got {len(dirs)}", field="--runs")
     first: RunIdentity | None = None

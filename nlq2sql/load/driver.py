@@ -21,14 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, model_validator
+from pydantic_core import ErrorDetails
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import MAX_REQUESTS
 from nlq2sql.load.levels import LEVEL, expand_evalset, run_level
 from nlq2sql.load.output import Plot, write_outputs
 from nlq2sql.records.store import read_json, write_json_atomic
-from nlq2sql.records.typed import Typed
+from nlq2sql.records.typed import JsonValue, Typed
 from nlq2sql.run.config import EvalConfig, preflight
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
@@ -44,11 +46,11 @@ _BOUNDS = {"less_than_equal": ("le", "at most"), "greater_than_equal": ("ge", "a
            "less_than": ("lt", "less than"), "greater_than": ("gt", "more than")}
 
 
-def _fmt(x: Any) -> str:
+def _fmt(x: object) -> str:
     return f"{x:,}" if isinstance(x, int | float) and not isinstance(x, bool) else repr(x)
 
 
-def _bound_message(e: Any) -> str:
+def _bound_message(e: ErrorDetails) -> str:
     """One validation error as a sentence: ``must be at most 1,000,000, got 99,999,…``."""
     bound = _BOUNDS.get(e.get("type", ""))
     ctx = e.get("ctx") or {}
@@ -77,7 +79,7 @@ class ModeSettings(Typed):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _named(cls, data: Any, handler: Any) -> Any:
+    def _named(cls, data: JsonValue, handler: ValidatorFunctionWrapHandler) -> ModeSettings:
         try:
             return handler(data)
         except ValidationError as exc:
@@ -104,6 +106,10 @@ class LoadSettings(ModeSettings):
 
 S = TypeVar("S", bound=LoadSettings)
 R = TypeVar("R", bound=Typed)
+#: A load mode's level (a concurrency, a rate, a grid cell) and what measuring one gives; a mode that
+#: declares neither (a small one in a test) gets any.
+LevelT = DefaultedTypeVar("LevelT", default=Any)
+StatsT = DefaultedTypeVar("StatsT", default=Any)
 
 
 def build_settings(cls: type[T], **values: Any) -> T:
@@ -152,8 +158,9 @@ class Mode(ABC, Generic[T, R]):
         return f"{out / (self.stem + '.json')} and {out / (self.stem + '.md')}"
 
 
-class LoadMode(Mode[S, R]):
-    """A load run the driver runs level by level (settings ``S``, result ``R``).  Subclass, set the
+class LoadMode(Mode[S, R], Generic[S, R, LevelT, StatsT]):
+    """A load run the driver runs level by level (settings ``S``, result ``R``, each level a ``LevelT``
+    measured as a ``StatsT``).  Subclass, set the
     class attributes, implement the four methods, decorate with :func:`register` — the driver does
     the rest."""
 
@@ -180,18 +187,18 @@ class LoadMode(Mode[S, R]):
         return None
 
     @abstractmethod
-    def next_level(self, settings: S, done: list[Any]) -> Any | None:
+    def next_level(self, settings: S, done: list[StatsT]) -> LevelT | None:
         """The next level to run given those measured (in order), or None when finished."""
 
     @abstractmethod
-    def run_level(self, ctx: LevelContext[S], level: Any) -> Any:
+    def run_level(self, ctx: LevelContext[S], level: LevelT) -> StatsT:
         """Measure one level (a kept one, under ``--resume``, is read back, not re-run)."""
 
-    def describe(self, level: Any, stats: Any) -> str:
+    def describe(self, level: LevelT, stats: StatsT) -> str:
         return f"level {level}: done"
 
     @abstractmethod
-    def analyse(self, ctx: LevelContext[S], done: list[Any]) -> R:
+    def analyse(self, ctx: LevelContext[S], done: list[StatsT]) -> R:
         """The result (with ``kind``; typed), written as STEM.json."""
 
 
@@ -213,7 +220,7 @@ def register(cls: M) -> M:
     return cls
 
 
-def drive(mode: LoadMode[S, R], settings: S, progress: Progress | None = None,
+def drive(mode: LoadMode[S, R, LevelT, StatsT], settings: S, progress: Progress | None = None,
           server_info: EndpointFacts | None = None) -> R:
     """Run ``mode`` with ``settings`` from binding the endpoint to writing its files; return the result
     as written.
@@ -229,7 +236,7 @@ def drive(mode: LoadMode[S, R], settings: S, progress: Progress | None = None,
         paths, notes = begin_level_sets(bound, mode.evalsets(s), s.warmup, s.force, mode.who(), job=s,
                                         resume=s.resume, order_seed=mode.order_seed(s))
         ctx = LevelContext(settings=s, server_info=info, evalsets=paths, notes=notes)
-        done: list[Any] = []
+        done: list[StatsT] = []
         while (level := mode.next_level(s, done)) is not None:
             stats = mode.run_level(ctx, level)
             done.append(stats)
@@ -298,7 +305,7 @@ def job_settings(job: LoadSettings) -> dict[str, Any]:  # the JSON ``job.json`` 
     return json.loads(json.dumps(d, sort_keys=True, default=str))  # type: ignore[no-any-return]
 
 
-def _differing(a: Any, b: Any, at: str = "") -> list[str]:
+def _differing(a: JsonValue, b: JsonValue, at: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         return [x for k in sorted(set(a) | set(b)) for x in _differing(a.get(k), b.get(k), f"{at}.{k}" if at else k)]
     return [] if a == b else [at or "(all)"]

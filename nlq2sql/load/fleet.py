@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from nlq2sql.load.driver import Mode, ModeSettings, Progress, drive, prepare_out, register
 from nlq2sql.load.output import write_outputs
@@ -14,10 +14,13 @@ from nlq2sql.load.sweep import SweepConfig, SweepMode
 from nlq2sql.run.config import preflight
 from nlq2sql.run.endpoint_facts import EndpointFacts
 
+if TYPE_CHECKING:
+    from nlq2sql.run.config import EvalConfig
+
 __all__ = ["FleetSweepMode", "members", "render_markdown"]
 
 
-def members(cfg: SweepConfig) -> list[tuple[str, Any]]:
+def members(cfg: SweepConfig) -> list[tuple[str, EvalConfig]]:
     """(label, EvalConfig pinned to that replica) for every replica of ``cfg.base``."""
     b = cfg.base
     urls = [(b.endpoint, b.model, b.api_key_env)] + [

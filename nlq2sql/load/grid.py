@@ -173,7 +173,7 @@ def heatmap(res: GridResult, out: Path) -> str:
 
 
 @register
-class GridMode(LoadMode[GridConfig, GridResult]):
+class GridMode(LoadMode[GridConfig, GridResult, tuple[LengthClass, int], GridCell]):
     """Every length class at every concurrency: class by class, lowest concurrency first."""
 
     name: ClassVar[str] = "grid"
@@ -185,10 +185,10 @@ class GridMode(LoadMode[GridConfig, GridResult]):
     def who(self) -> str:
         return "run_grid"  # what job.json said before the driver: older grids still resume
 
-    def next_level(self, settings: GridConfig, done: list[Any]) -> tuple[LengthClass, int] | None:
+    def next_level(self, settings: GridConfig, done: list[GridCell]) -> tuple[LengthClass, int] | None:
         return next_in([(k, c) for k in settings.classes for c in sorted(set(settings.levels))], done)
 
-    def run_level(self, ctx: LevelContext[GridConfig], level: Any) -> GridCell:
+    def run_level(self, ctx: LevelContext[GridConfig], level: tuple[LengthClass, int]) -> GridCell:
         cls, c = level
         st = run_level(cell_config(ctx.settings.base, cls), ctx.evalset_path, c,
                        ctx.out / "cells" / f"{cls.name}-c{c}", reuse=ctx.settings.resume)
@@ -199,11 +199,11 @@ class GridMode(LoadMode[GridConfig, GridResult]):
                                  "asked (the endpoint may not honour ignore_eos).")
         return cell(st, cls)
 
-    def describe(self, level: Any, stats: Any) -> str:
+    def describe(self, level: tuple[LengthClass, int], stats: GridCell) -> str:
         return (f"{level[0].name} c={level[1]}: {stats.ok}/{stats.n} ok, "
                 f"{fmt_num(stats.req_per_s, '{:.3f}')} req/s")
 
-    def analyse(self, ctx: LevelContext[GridConfig], done: list[Any]) -> GridResult:
+    def analyse(self, ctx: LevelContext[GridConfig], done: list[GridCell]) -> GridResult:
         cfg, info = ctx.settings, ctx.server_info
         label, cpu = endpoint_labels("local vLLM started for the grid" if info.started_by_us else None,
                                      info.endpoint)

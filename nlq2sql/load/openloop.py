@@ -14,7 +14,7 @@ import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import field_validator, model_validator
 
@@ -28,6 +28,9 @@ from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, R
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
 from nlq2sql.records.item import ItemRecord, iter_item_records
 from nlq2sql.records.store import RECORDS
+
+if TYPE_CHECKING:
+    from nlq2sql.load.output import Plot
 
 
 class RateSweepConfig(LoadSettings):
@@ -52,7 +55,7 @@ class RateSweepConfig(LoadSettings):
 
 
 @register
-class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
+class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult, float, LevelStats]):
     """Open loop: one level per offered rate, lowest first, at most ``max_in_flight`` in flight."""
 
     name: ClassVar[str] = "rate-sweep"
@@ -60,16 +63,16 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
     settings_model: ClassVar[type[LoadSettings]] = RateSweepConfig
 
     @property
-    def plot(self) -> Any:  # type: ignore[override]
+    def plot(self) -> Plot[RateSweepResult]:  # type: ignore[override]
         return ("plot", plot)
 
     def who(self) -> str:
         return "run_rate_sweep"  # what job.json said before the driver: older sweeps still resume
 
-    def next_level(self, settings: RateSweepConfig, done: list[Any]) -> float | None:
+    def next_level(self, settings: RateSweepConfig, done: list[LevelStats]) -> float | None:
         return next_in(sorted(set(settings.rates)), done)
 
-    def run_level(self, ctx: LevelContext[RateSweepConfig], level: Any) -> LevelStats:
+    def run_level(self, ctx: LevelContext[RateSweepConfig], level: float) -> LevelStats:
         s = ctx.settings
         base = replace(s.base, load=replace(s.base.load, duration_s=s.duration_s))
         d = ctx.out / "levels" / f"r{level:g}"
@@ -83,13 +86,13 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult]):
                              f"{st.n} arrivals ({st.not_sent} of the cap not sent).")
         return st
 
-    def describe(self, level: Any, stats: Any) -> str:
+    def describe(self, level: float, stats: LevelStats) -> str:
         arrival = stats.latency_from_arrival_s
         return (f"rate {level:g}/s: {stats.ok}/{stats.n} ok, achieved "
                 f"{fmt_num(stats.req_per_s, '{:.3f}')} req/s, p95 from arrival "
                 f"{fmt_num(arrival.p95 if arrival else None)} s")
 
-    def analyse(self, ctx: LevelContext[RateSweepConfig], done: list[Any]) -> RateSweepResult:
+    def analyse(self, ctx: LevelContext[RateSweepConfig], done: list[LevelStats]) -> RateSweepResult:
         cfg, info = ctx.settings, ctx.server_info
         label, cpu = endpoint_labels("local vLLM started for the sweep" if info.started_by_us else None,
                                      info.endpoint)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from nlq2sql.load.results import checked
 from nlq2sql.records.store import RECORD_VERSION, write_json_atomic
@@ -17,7 +17,7 @@ __all__ = ["Plot", "write_outputs"]
 
 R = TypeVar("R", bound=Typed)
 #: The key the plots' file names go under, and what draws them from the typed result into a directory.
-Plot = tuple[str, Callable[[R, Path], Any]]
+Plot = tuple[str, Callable[[R, Path], object]]
 
 
 def write_outputs(out: Path, stem: str, result: R, render: Callable[[R], str], plot: Plot[R] | None = None, *,

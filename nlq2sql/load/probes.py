@@ -170,7 +170,7 @@ class _Titled(ProbeMode[P, R]):
         """The Markdown lines under the title."""
 
 
-def _s(v: Any, fmt: str = "{:.3f}") -> str:
+def _s(v: object, fmt: str = "{:.3f}") -> str:
     return "n/a" if v is None else fmt.format(v)
 
 
@@ -192,7 +192,7 @@ def _h(h: HistMean) -> str:
     return f"{h.mean:.3f} (n={h.n})"
 
 
-def _opt(v: Any) -> str:
+def _opt(v: object) -> str:
     return "n/a" if v is None else str(v)
 
 
@@ -289,7 +289,7 @@ class CancelMode(_Titled[CancelSettings, CancelProbeResult]):
         return md
 
 
-def _trial(r: Stream, busy: Any, **measured: Any) -> CancelTrial:
+def _trial(r: Stream, busy: object, **measured: Any) -> CancelTrial:
     return CancelTrial(received_tokens=r.chunks, disconnected=r.disconnected, error=r.error,
                        finish_reason=r.finish_reason, server_busy_before=bool(busy), **measured)
 

@@ -17,7 +17,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 from nlq2sql.run.server import free_port
 
@@ -25,7 +28,7 @@ HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", 
        "transfer-encoding", "upgrade", "content-length", "host", "content-encoding"}
 
 
-def make_app(upstream: str, serialize: bool) -> Any:
+def make_app(upstream: str, serialize: bool) -> web.Application:
     import aiohttp
     from aiohttp import web
 

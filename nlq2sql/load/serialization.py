@@ -252,7 +252,7 @@ def evidence(single: LevelStats, loaded: LevelStats, stair: Staircase | None) ->
 # -- run + render -------------------------------------------------------------------------
 
 @register
-class SerializationMode(LoadMode[SerializationConfig, SerializationResult]):
+class SerializationMode(LoadMode[SerializationConfig, SerializationResult, int, LevelStats]):
     """Two levels (c=1 and c=K, each on its own expanded set), then the staircase and the verdict."""
 
     name: ClassVar[str] = "serialization"
@@ -262,17 +262,17 @@ class SerializationMode(LoadMode[SerializationConfig, SerializationResult]):
     def evalsets(self, settings: SerializationConfig) -> dict[str, int]:
         return {"c1": settings.requests_single, f"c{settings.level}": settings.requests_level}
 
-    def next_level(self, settings: SerializationConfig, done: list[Any]) -> int | None:
+    def next_level(self, settings: SerializationConfig, done: list[LevelStats]) -> int | None:
         levels = (1, settings.level)
         return levels[len(done)] if len(done) < len(levels) else None
 
-    def run_level(self, ctx: LevelContext[SerializationConfig], level: Any) -> LevelStats:
+    def run_level(self, ctx: LevelContext[SerializationConfig], level: int) -> LevelStats:
         return run_level(ctx.settings.base, ctx.evalsets[f"c{level}"], level, ctx.out / f"c{level}" / "run")
 
-    def describe(self, level: Any, stats: Any) -> str:
+    def describe(self, level: int, stats: LevelStats) -> str:
         return f"c={level}: {stats.req_per_s or 0:.2f} req/s (n={stats.n})"
 
-    def analyse(self, ctx: LevelContext[SerializationConfig], done: list[Any]) -> SerializationResult:
+    def analyse(self, ctx: LevelContext[SerializationConfig], done: list[LevelStats]) -> SerializationResult:
         cfg, base, out, info = ctx.settings, ctx.settings.base, ctx.out, ctx.server_info
         single, loaded = done
         question = load_evalset(base.evalset, load_catalog(base.semantic_model)).cases[0].question

@@ -76,7 +76,7 @@ class SweepConfig(LoadSettings):
 
 
 @register
-class SweepMode(LoadMode[SweepConfig, SweepResult]):
+class SweepMode(LoadMode[SweepConfig, SweepResult, int, LevelStats]):
     """Closed loop: one level per concurrency, lowest first."""
 
     name: ClassVar[str] = "sweep"
@@ -87,10 +87,10 @@ class SweepMode(LoadMode[SweepConfig, SweepResult]):
     def who(self) -> str:
         return "run_sweep"  # what job.json said before the driver: older sweeps still resume
 
-    def next_level(self, settings: SweepConfig, done: list[Any]) -> int | None:
+    def next_level(self, settings: SweepConfig, done: list[LevelStats]) -> int | None:
         return next_in(sorted(set(settings.levels)), done)
 
-    def run_level(self, ctx: LevelContext[SweepConfig], level: Any) -> LevelStats:
+    def run_level(self, ctx: LevelContext[SweepConfig], level: int) -> LevelStats:
         s = ctx.settings
         base = replace(s.base, load=replace(s.base.load, duration_s=s.duration_s))
         d = ctx.out / "levels" / f"c{level}"
@@ -99,11 +99,11 @@ class SweepMode(LoadMode[SweepConfig, SweepResult]):
             st.correct_goodput_per_s = correct_goodput(list(iter_item_records(d / RECORDS)), st.wall_s, s.slo)
         return st
 
-    def describe(self, level: Any, stats: Any) -> str:
+    def describe(self, level: int, stats: LevelStats) -> str:
         return (f"c={level}: {stats.ok}/{stats.n} ok, {fmt_num(stats.req_per_s)} req/s, "
                 f"p95 {fmt_num(stats.p95())} s")
 
-    def analyse(self, ctx: LevelContext[SweepConfig], done: list[Any]) -> SweepResult:
+    def analyse(self, ctx: LevelContext[SweepConfig], done: list[LevelStats]) -> SweepResult:
         cfg, notes = ctx.settings, ctx.notes
         stats: list[LevelStats] = done
         for st in stats:

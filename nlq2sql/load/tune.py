@@ -285,7 +285,7 @@ def tune_result(s: TuneSettings, done: list[Probe], server_info: EndpointFacts, 
 
 
 @register
-class TuneMode(LoadMode[TuneSettings, TuneResult]):
+class TuneMode(LoadMode[TuneSettings, TuneResult, float, Probe]):
     name: ClassVar[str] = "tune"
     stem: ClassVar[str] = "tune"
     settings_model: ClassVar[type[LoadSettings]] = TuneSettings
@@ -295,10 +295,10 @@ class TuneMode(LoadMode[TuneSettings, TuneResult]):
     def order_seed(self, settings: TuneSettings) -> int | None:
         return settings.order_seed
 
-    def next_level(self, settings: TuneSettings, done: list[Any]) -> float | None:
+    def next_level(self, settings: TuneSettings, done: list[Probe]) -> float | None:
         return bisect_next(settings, done)
 
-    def run_level(self, ctx: LevelContext[TuneSettings], level: Any) -> Probe:
+    def run_level(self, ctx: LevelContext[TuneSettings], level: float) -> Probe:
         s, load = ctx.settings, float(level)
         if s.by == "concurrency":
             d = ctx.out / "probes" / f"c{load:g}"
@@ -309,12 +309,12 @@ class TuneMode(LoadMode[TuneSettings, TuneResult]):
         return probe_from_records(load, d.relative_to(ctx.out), list(iter_item_records(d / RECORDS)), st.wall_s,
                                   s.slo, s.by == "rate")
 
-    def describe(self, level: Any, stats: Any) -> str:
+    def describe(self, level: float, stats: Probe) -> str:
         p: Probe = stats
         return (f"probe {level:g}: accuracy {p.correct}/{p.n}, correct within SLO {p.correct_in_slo}, "
                 f"correct goodput {p.correct_goodput_per_s or 0:.3f}/s, SLO {'met' if p.slo_met else 'missed'}")
 
-    def analyse(self, ctx: LevelContext[TuneSettings], done: list[Any]) -> TuneResult:
+    def analyse(self, ctx: LevelContext[TuneSettings], done: list[Probe]) -> TuneResult:
         return tune_result(ctx.settings, done, ctx.server_info, ctx.notes)
 
     def render(self, result: TuneResult) -> str:

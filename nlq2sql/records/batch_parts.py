@@ -24,6 +24,7 @@ from nlq2sql.records.manifest_parts import (
 from nlq2sql.records.manifest_parts import Part as ManifestPart
 from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.summary_parts import AnswerFigures, Compactness, Figures, Part, Throughput
+from nlq2sql.records.typed import JsonValue
 
 __all__ = ["BatchLoad", "BatchManifest", "BatchManifestHead", "BatchRecords", "BatchReplica", "BatchSummary",
            "BatchTail", "Resumed", "SessionStart", "Shard"]
@@ -178,7 +179,8 @@ class BatchManifest(BatchManifestHead):
         return _extended(cls, conditions)
 
     @classmethod
-    def from_json(cls, data: Any, path: str | None = None) -> BatchManifest:
+    def from_json(cls, data: JsonValue, path: str | None = None) -> BatchManifest:
+
         """A written manifest read back (``--resume``): refused in one line if it is not one."""
         try:
             return cls.model_validate(data)

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from pydantic import ConfigDict, Field, ValidationError
 
 from nlq2sql.errors import RecordError
 from nlq2sql.records.run_parts import AttemptEntry
 from nlq2sql.records.store import LINE_VERSION, encode_json, iter_records
-from nlq2sql.records.typed import Num, Typed
+from nlq2sql.records.typed import JsonValue, Num, Typed
 
 __all__ = ["UNSCORED", "AnswerPart", "ItemRecord", "Judgement", "LoadStamp", "RequestPart", "iter_item_records"]
-
-#: A JSON value as parsed (an intent dump, a result row, a condition's trace): the JSON edge.
-Json = Any
 
 
 class _Part(Typed):
@@ -34,7 +31,7 @@ class _Part(Typed):
 
     model_config = ConfigDict(strict=True)
 
-    def keys_set(self) -> dict[str, Json]:
+    def keys_set(self) -> dict[str, JsonValue]:
         """The fields given, as the flat record holds them (values are JSON already)."""
         return self.model_dump(exclude_unset=True)
 
@@ -50,16 +47,16 @@ class AnswerPart(_Part):
     status_reason: str | None = None
     final_status: str | None = None
     final_status_reason: str | None = None
-    raw_intent: dict[str, Json] | None = None
-    final_intent: dict[str, Json] | None = None
+    raw_intent: dict[str, JsonValue] | None = None
+    final_intent: dict[str, JsonValue] | None = None
     unanswerable: str | None = None  # v2: the model's reason for not answering
-    interventions: list[dict[str, Json]] | None = None
+    interventions: list[dict[str, JsonValue]] | None = None
     sql: str | None = None
-    params: list[Json] | None = None
+    params: list[JsonValue] | None = None
     exec_error: str | None = None
     result_hash: str | None = None
     result_rows: int | None = None
-    result_head: list[list[Json]] | None = None
+    result_head: list[list[JsonValue]] | None = None
     result_columns: list[str] | None = None  # the SQL arm
     result_truncated: bool | None = None
     sql_exec_s: Num | None = None
@@ -70,12 +67,12 @@ class Judgement(_Part):
     the error class.  An unscored item (no gold) carries :data:`UNSCORED`: the same keys, null."""
 
     answerable: bool | None = None  # v2 sets: whether the gold is a query or "unanswerable"
-    gold_intent: dict[str, Json] | None = None
+    gold_intent: dict[str, JsonValue] | None = None
     guardrail_scope: list[str] | None = None
-    gold_result_head: list[list[Json]] | None = None
+    gold_result_head: list[list[JsonValue]] | None = None
     gold_result_hash: str | None = None
     gold_sql: str | None = None
-    gold_params: list[Json] | None = None
+    gold_params: list[JsonValue] | None = None
     parts: dict[str, bool] | None = None
     correct_raw: bool | None = None
     correct_final: bool | None = None
@@ -95,7 +92,7 @@ class Judgement(_Part):
 
 #: The judgement keys of an item without a gold (``batch --questions``): every key a scored v1
 #: record has, null (``guardrail_scope`` empty), so readers need no second layout.
-_UNSCORED_KEYS: Final[dict[str, Json]] = {
+_UNSCORED_KEYS: Final[dict[str, JsonValue]] = {
     "gold_intent": None, "guardrail_scope": [], "gold_result_head": None, "gold_result_hash": None,
     "correct_raw": None, "correct_final": None, "correct_exec": None, "error_raw": None, "error_final": None,
     "wrong_fields_raw": None}
@@ -163,7 +160,7 @@ class ItemRecord(Typed):
     request: RequestPart = Field(default_factory=RequestPart)
     #: The conditions' per-item keys (examples chosen, values linked, votes, the planner's stage,
     #: abstention): JSON values, each condition's own.
-    traces: dict[str, Json] = Field(default_factory=dict)
+    traces: dict[str, JsonValue] = Field(default_factory=dict)
     load: LoadStamp = Field(default_factory=LoadStamp)
     record_version: int = LINE_VERSION
 
@@ -171,10 +168,10 @@ class ItemRecord(Typed):
     def scored(self) -> bool:
         return self.judgement is not None and self.judgement.scored
 
-    def to_json(self, *, version: bool = True) -> dict[str, Json]:  # type: ignore[override]
+    def to_json(self, *, version: bool = True) -> dict[str, JsonValue]:  # type: ignore[override]
         """The flat record as written (``version=False``: without ``record_version``, as the scorers
         return a record -- the writer adds it).  ``category`` and ``pair_id`` are always written."""
-        out: dict[str, Json] = {"record_version": self.record_version} if version else {}
+        out: dict[str, JsonValue] = {"record_version": self.record_version} if version else {}
         out.update(id=self.id, question=self.question, category=self.category, pair_id=self.pair_id)
         out.update(self.answer.keys_set())
         out.update(self.judgement.keys_set() if self.judgement is not None else _unscored())
@@ -188,13 +185,13 @@ class ItemRecord(Typed):
         return encode_json(self.to_json()) + "\n"
 
     @classmethod
-    def from_json(cls, data: Any, path: str | None = None, *, line: int | None = None) -> ItemRecord:
+    def from_json(cls, data: JsonValue, path: str | None = None, *, line: int | None = None) -> ItemRecord:
         """A record line (any record version) as parsed back into its parts; a line that is not a
         record (a missing id, a value of the wrong type) is one RecordError naming file, line and key."""
         if not isinstance(data, Mapping):
             raise RecordError("a record is a JSON object", path=path, line=line)
-        split: dict[str, dict[str, Json]] = {"id": {}, "answer": {}, "judgement": {}, "request": {}, "load": {}}
-        traces: dict[str, Json] = {}
+        split: dict[str, dict[str, JsonValue]] = {"id": {}, "answer": {}, "judgement": {}, "request": {}, "load": {}}
+        traces: dict[str, JsonValue] = {}
         for key, value in data.items():
             if key == "record_version":
                 if not isinstance(value, int) or isinstance(value, bool):
@@ -221,11 +218,11 @@ class ItemRecord(Typed):
             field = loc[1] if len(loc) > 1 and loc[0] in _PARTS else (loc[0] if loc else None)
             raise RecordError(f"not a valid record: {first['msg']}", path=path, line=line, field=field) from None
 
-    def merge(self, fields: Mapping[str, Json] | Typed) -> None:
+    def merge(self, fields: Mapping[str, JsonValue] | Typed) -> None:
         """Add keys a condition chose (its trace, or a replacing request's fields): each to the part
         that owns it, any other to ``traces``.  A condition's typed trace (``conditions.trace.Trace``)
         becomes JSON values here (:meth:`~nlq2sql.records.typed.Typed.to_json`)."""
-        keys: Mapping[str, Json] = fields.to_json() if isinstance(fields, Typed) else fields
+        keys: Mapping[str, JsonValue] = fields.to_json() if isinstance(fields, Typed) else fields
         for key, value in keys.items():
             owner = _PART_OF.get(key)
             if owner is None:
@@ -242,7 +239,7 @@ class ItemRecord(Typed):
     def outcome(self) -> str | None:
         return self.request.outcome
 
-    def get(self, key: str) -> Json:
+    def get(self, key: str) -> JsonValue:
         """A flat key's value wherever it lives (a part, or a condition's trace), None when absent:
         for figures whose keys span owners (the summary's timings: the request's, and the costs a
         planner or self-consistency records)."""
@@ -259,7 +256,7 @@ class ItemRecord(Typed):
         return len(self.request.retry_waits_s or ())
 
 
-def _unscored() -> dict[str, Json]:
+def _unscored() -> dict[str, JsonValue]:
     """:data:`_UNSCORED_KEYS`, its list fresh (a record never shares a nested object with another)."""
     return {**_UNSCORED_KEYS, "guardrail_scope": []}
 

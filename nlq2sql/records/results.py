@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -137,7 +137,10 @@ class Manifest(Origin):
 
 
 
-def _load(model: type[Summary] | type[Manifest], path: Path) -> Any:
+_Model = TypeVar("_Model", "Summary", "Manifest")
+
+
+def _load(model: type[_Model], path: Path) -> _Model:
     try:
         text = path.read_text(encoding="utf-8")
         check_json_depth(text, path=str(path), cls=RecordError)
@@ -153,9 +156,10 @@ def _load(model: type[Summary] | type[Manifest], path: Path) -> Any:
 
 
 def load_summary(path: Path) -> Summary:
-    return _load(Summary, path)  # type: ignore[no-any-return]
+    return _load(Summary, path)
 
 
 def load_manifest(path: Path, model: type[Manifest] = Manifest) -> Manifest:
     """A manifest through ``model``: pass the condition registry's model for a run's conditions."""
-    return _load(model, path)  # type: ignore[no-any-return]
+    return _load(model, path)
+

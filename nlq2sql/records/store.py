@@ -19,6 +19,7 @@ from typing import Any, Protocol, Self
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import not_utf8, parse_json, regular_file
 from nlq2sql.records.summary_parts import Digest
+from nlq2sql.records.typed import JsonValue
 
 __all__ = ["BULK_BLOCK", "LINE_VERSION", "MANIFEST", "RECORDS", "RECORD_VERSION", "RESUME_KEYS", "SUMMARY",
            "BulkRecordWriter", "FlatRecord", "RecordWriter", "WrittenManifest", "check_resume", "done_ids",
@@ -50,12 +51,12 @@ def write_text_atomic(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: JsonValue) -> None:
     """Write JSON via a temp file and rename, so readers never see half a file."""
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> JsonValue:
     """A run's JSON file (manifest, summary, level): a regular file of UTF-8 JSON nested at most
     :data:`~nlq2sql.inputs.MAX_JSON_DEPTH` levels, or one RecordError naming file and line."""
     try:
@@ -299,7 +300,8 @@ class RecordWriter:
         pieces.append((text + self._dumps(run)[1:-1] if run else text.lstrip(",")) + "}")
         return tuple(pieces)
 
-    def fill_last(self, pieces: tuple[str, ...], values: tuple[Any, ...]) -> tuple[str, ...]:
+    def fill_last(self, pieces: tuple[str, ...], values: tuple[JsonValue, ...]
+) -> tuple[str, ...]:
         """A :meth:`template` with its last ``len(values)`` holes filled: the pieces of the same
         line around the holes left (re-scoring fills the raw text and reasons once per distinct
         text, so a repeated text costs one join around its id)."""
@@ -308,11 +310,13 @@ class RecordWriter:
             raise ValueError(f"{len(values)} values for {len(pieces) - 1} holes")
         return (*pieces[:keep], self._fill(pieces[keep:], values, ""))
 
-    def write_filled(self, pieces: tuple[str, ...], values: tuple[Any, ...]) -> None:
+    def write_filled(self, pieces: tuple[str, ...], values: tuple[JsonValue, ...]
+) -> None:
         """Write a :meth:`template`'s line with ``values`` for its holes."""
         self._emit(self._fill(pieces, values, "\n"))
 
-    def _fill(self, pieces: tuple[str, ...], values: tuple[Any, ...], end: str) -> str:
+    def _fill(self, pieces: tuple[str, ...], values: tuple[JsonValue, ...]
+, end: str) -> str:
         """``pieces`` joined around ``values`` (one per hole, each encoded), then ``end``."""
         parts = [pieces[0]]
         for value, piece in zip(values, pieces[1:], strict=True):

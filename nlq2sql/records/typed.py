@@ -15,11 +15,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError, WithJsonSchema
 
 from nlq2sql.errors import RecordError
 
-__all__ = ["Num", "Typed"]
+__all__ = ["JsonValue", "Num", "Typed"]
 
 #: A measured number kept as given: an int is not turned into a float (the schema says "number").
 Num = Annotated[int | float, WithJsonSchema({"type": "number"})]
 T = TypeVar("T", bound="Typed")
+#: A JSON value as parsed (``json.loads``, a record's intent dump, a result row, a condition's
+#: trace): the harness's one name for its JSON edge, where a value is not yet one of its types.
+JsonValue = Any
 
 
 class Typed(BaseModel):
@@ -32,7 +35,8 @@ class Typed(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
     @classmethod
-    def from_json(cls: type[T], data: Any, path: str | None = None) -> T:
+    def from_json(cls: type[T], data: JsonValue, path: str | None = None) -> T:
+
         """``data`` (a file's object) as this type; a wrong value is one RecordError naming the field."""
         try:
             return cls.model_validate(data)

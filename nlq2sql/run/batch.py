@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nlq2sql.answers.kinds import load_eval_set
 from nlq2sql.answers.unscored import Question, read_questions
@@ -47,13 +47,19 @@ from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.stages.sets import AnySet, Case
 from nlq2sql.transport.client import RetryBudget
 
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+    from nlq2sql.semantic.binding import Warehouse
+
 __all__ = ["answer_shard", "item_text", "load_items", "run_batch"]
 
 #: An item a batch answers: a case of an eval set (of any kind), or a question without gold.
 Item = Case | Question
+_T = TypeVar("_T")
 
 
-def load_items(cfg: BatchConfig, wh: Any) -> tuple[list[Item], AnySet | None, str]:
+def load_items(cfg: BatchConfig, wh: Warehouse) -> tuple[list[Item], AnySet | None, str]:
     """The items (first ``limit``), the eval set (None for a question file) and the input's SHA-256.
     An eval set is loaded as ``eval`` loads it (``answers.kinds.load_eval_set``: v1, v2 or gold-SQL)."""
     limit = cfg.base.limit
@@ -87,8 +93,9 @@ def run_batch(cfg: BatchConfig) -> BatchSummary:
         raise InputError("--engine ray-vllm scores v1 gold intents: a gold-SQL set needs --engine local or ray",
                          field="--evalset")
     conditions = load_conditions(wcfg, wh)  # the driver's copies: the manifest, the overlap check, a local run
-    for cond in conditions if evalset is not None else ():
-        cond.check_against(evalset)
+    for cond in conditions:
+        if evalset is not None:
+            cond.check_against(evalset)
     key = preflight(wcfg) if cfg.engine != "ray-vllm" else ""  # the API key, every endpoint probed
     state = _out_state(cfg, store)
     grammar = grammar_for(wcfg.answer, wh)
@@ -184,7 +191,7 @@ def _out_state(cfg: BatchConfig, store: BatchOut) -> str:
                       path=str(cfg.out))
 
 
-def _finished(store: BatchOut, fmt: str, plan: list[list[Any]]) -> tuple[set[int], int]:
+def _finished(store: BatchOut, fmt: str, plan: list[list[Item]]) -> tuple[set[int], int]:
     """The shards a killed run finished (each must hold exactly its items), and the retries they used."""
     done, used = set(), 0
     for name in store.shards(fmt):
@@ -295,7 +302,7 @@ class _Answerer:
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.items: ItemRunner = self._call(self._start(endpoint, budget))
 
-    def _call(self, coro: Any) -> Any:
+    def _call(self, coro: Coroutine[object, None, _T]) -> _T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     async def _start(self, endpoint: tuple[str, str, str], budget: RetryBudget) -> ItemRunner:

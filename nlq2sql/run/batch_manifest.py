@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.answers.kinds import KINDS, bind_sampling
 from nlq2sql.answers.sql.gold import COLUMN_RULE
-from nlq2sql.conditions.registry import REGISTRY, Condition
+from nlq2sql.conditions.registry import REGISTRY, Condition, Settings
 from nlq2sql.errors import RecordError
 from nlq2sql.records.batch_parts import BatchManifest, BatchReplica
 from nlq2sql.records.manifest_parts import RetryBudgetPart
@@ -23,6 +23,7 @@ from nlq2sql.stages.origin import manifest_base
 from nlq2sql.stages.sets import AnySet
 
 if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
     from nlq2sql.semantic.binding import Warehouse
     from nlq2sql.stages.guardrail import RuleSet
     from nlq2sql.stages.prompt import Prompt
@@ -39,7 +40,7 @@ def manifest_model() -> type[BatchManifest]:
 
 
 def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: AnySet | None, rulesets: list[RuleSet],
-                   wh: Warehouse, sha: str, n: int, prompt: Prompt, conditions: list[Condition[Any]], key: str,
+                   wh: Warehouse, sha: str, n: int, prompt: Prompt, conditions: list[Condition[Settings]], key: str,
                    total: int, grammar: str | None) -> BatchManifest:
     """What the batch is asked (items, cut, engine, model, prompt, sampling, conditions) and the
     server it measured; ``started`` now."""
@@ -70,7 +71,7 @@ def build_manifest(cfg: BatchConfig, wcfg: EvalConfig, evalset: AnySet | None, r
     return manifest
 
 
-def resumed_manifest(old: Any, new: BatchManifest, out: str) -> BatchManifest:
+def resumed_manifest(old: JsonValue, new: BatchManifest, out: str) -> BatchManifest:
     """The manifest on disk (``old``, as read) continued by this session, once it is checked to
     describe the same batch as ``new`` (else one RecordError naming each key that differs)."""
     now = new.to_json()

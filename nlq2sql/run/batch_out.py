@@ -16,11 +16,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import parse_json
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["SCHEMES", "SHARDS", "BatchOut", "shard_name"]
 
@@ -90,7 +93,7 @@ class BatchOut:
             return "empty"
         return "complete" if "summary.json" in names else "run" if "manifest.json" in names else "other"
 
-    def make(self, manifest: Any) -> None:
+    def make(self, manifest: JsonValue) -> None:
         """Create the directory with ``manifest`` in it, then the shard folder: a directory of ours
         always holds its manifest (a kill in between cannot leave one ``--resume`` would refuse)."""
         try:
@@ -118,10 +121,10 @@ class BatchOut:
             fh.write(data)
         self.fs.move(tmp, self.path(name))
 
-    def write_json(self, name: str, data: Any) -> None:
+    def write_json(self, name: str, data: JsonValue) -> None:
         self.write_bytes(name, (json.dumps(data, indent=2, default=str) + "\n").encode())
 
-    def read_json(self, name: str) -> Any:
+    def read_json(self, name: str) -> JsonValue:
         try:
             with self.fs.open_input_stream(self.path(name)) as fh:
                 text = fh.read().decode("utf-8")

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlq2sql.answers.kinds import KINDS
 from nlq2sql.answers.unscored import Question
@@ -28,6 +28,9 @@ from nlq2sql.stages.goldsql import GOLD_SQL_KEY, GoldSqlCase
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import spread
 from nlq2sql.stages.summary import Summary
+
+if TYPE_CHECKING:
+    from nlq2sql.stages.guardrail import RuleSet
 
 __all__ = ["FORMATS", "BatchSession", "encode_record", "iter_shard_records", "parse_item", "summarise_shards",
            "write_shards"]
@@ -99,7 +102,7 @@ def iter_shard_records(out: Path | str) -> Iterator[dict[str, Any]]:
             yield json.loads(text)
 
 
-def summarise_shards(out: BatchOut, fmt: str, rulesets: list[Any], scored: bool, ids: list[str],
+def summarise_shards(out: BatchOut, fmt: str, rulesets: list[RuleSet], scored: bool, ids: list[str],
                      session: BatchSession, *, load: BatchLoad, retry_budget: Mapping[str, int | float] | None,
                      answer: str = "intent", column_rule: str | None = None) -> BatchSummary:
     """The usual summary, streamed from the shards (``session.finish_summary``'s figures), after

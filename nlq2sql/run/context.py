@@ -24,7 +24,7 @@ from nlq2sql.records.manifest_parts import ContextPart
 from nlq2sql.run.models import REGISTRY, is_complete, model_dir, resolve_model
 
 if TYPE_CHECKING:
-    from nlq2sql.conditions.registry import Condition, Messages
+    from nlq2sql.conditions.registry import Condition, Messages, Settings
     from nlq2sql.stages.prompt import Prompt
 
 __all__ = ["DEFAULT_CONTEXT", "ROUND_TO", "Counter", "PromptSizes", "check_against", "endpoint_counter",
@@ -39,7 +39,7 @@ DEFAULT_CONTEXT = 2048
 Counter = Callable[["Messages"], int | None]
 
 
-def item_messages(prompt: Prompt, conditions: Iterable[Condition[Any]], question: str,
+def item_messages(prompt: Prompt, conditions: Iterable[Condition[Settings]], question: str,
                   suffix: str = "") -> Messages:
     """The messages an item's request carries: the prompt, then each condition's additions
     (the same hooks, in the same order, as the item runner)."""

@@ -8,13 +8,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.answers.kinds import KINDS, bind_sampling
 from nlq2sql.answers.sql.gold import GoldRunner
 from nlq2sql.answers.sql.sandbox import Sandbox
 from nlq2sql.answers.unscored import Question
-from nlq2sql.conditions.registry import Condition, Request
+from nlq2sql.conditions.registry import Condition, Request, Settings
 from nlq2sql.conditions.trace import Trace
 from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.inputs import strip_whitespace_outside_strings
@@ -53,7 +53,7 @@ def request_sampling(cfg: EvalConfig) -> Sampling:
     return cfg.conditions.sampling(cfg.sampling)
 
 
-def load_conditions(cfg: EvalConfig, wh: Warehouse) -> list[Condition[Any]]:
+def load_conditions(cfg: EvalConfig, wh: Warehouse) -> list[Condition[Settings]]:
     """The run's conditions, each bound to its settings and loaded for this process (a bank
     fitted, an index built), in the registry's order."""
     active = cfg.conditions.active()
@@ -85,7 +85,7 @@ class Loaded:
     wh: Warehouse
     rulesets: list[RuleSet]
     prompt: Prompt
-    conditions: list[Condition[Any]]
+    conditions: list[Condition[Settings]]
 
 
 class ItemRunner:

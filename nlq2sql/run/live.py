@@ -74,7 +74,11 @@ from nlq2sql.stages.rulesets import load_guardrails
 from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:
+    from types import FrameType
+
+    from nlq2sql.run.server import LocalServer
     from nlq2sql.run.workers import Progress
+    from nlq2sql.semantic.binding import Warehouse
 
 # The configuration and its checks live in ``run.config``, the session's figures in ``run.session``.
 __all__ = ["Interrupts", "bound_endpoint", "endpoint_context", "local_context", "recorded_args",
@@ -95,7 +99,7 @@ class Interrupts:
         self.count = 0
         self.cancel: Callable[[], None] | None = None
         self.kill_server: Callable[[], None] | None = None
-        self._previous: Any = None
+        self._previous: signal._HANDLER = None
         self._installed = False
 
     def __enter__(self) -> Interrupts:
@@ -109,7 +113,7 @@ class Interrupts:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.count += 1
         if self.count == 1:
             if self.cancel is not None:
@@ -204,7 +208,7 @@ def run_eval(cfg: EvalConfig, progress: Progress | None = None) -> Summary:
         return _run_eval(cfg, progress, interrupts)
 
 
-def _eval_set(cfg: EvalConfig, wh: Any) -> tuple[bool, Any]:
+def _eval_set(cfg: EvalConfig, wh: Warehouse) -> tuple[bool, Any]:
     """(whether its golds are SQL, the set): a gold-SQL set scores every answer kind by its rows;
     otherwise the kind's own cases (v2 golds for the query and SQL answers, v1 golds for the intent)."""
     evalset = load_eval_set(cfg.evalset, cfg.answer, wh)
@@ -234,9 +238,9 @@ def _run_eval(cfg: EvalConfig, progress: Progress | None, interrupts: Interrupts
         context = local_context(cfg, items)
         cfg = replace(cfg, server=replace(cfg.server, max_model_len=context.max_model_len))
 
-    started: list[Any] = []  # the local server, when there is no endpoint
+    started: list[LocalServer] = []  # the local server, when there is no endpoint
 
-    def hold(server: Any) -> None:  # before it starts: a second Ctrl-C kills its process group
+    def hold(server: LocalServer) -> None:  # before it starts: a second Ctrl-C kills its process group
         started.append(server)
         interrupts.kill_server = functools.partial(_kill_group, server)
 
@@ -378,7 +382,7 @@ def sized_for_run(cfg: EvalConfig) -> EvalConfig:
     return replace(cfg, server=replace(cfg.server, max_model_len=local_context(cfg, items).max_model_len))
 
 
-def server_structured(cfg: EvalConfig, server: Any) -> StructuredOutputs | None:
+def server_structured(cfg: EvalConfig, server: LocalServer | None) -> StructuredOutputs | None:
     """The structured-output setting of a server this run started: asked (``cfg.server``) and
     effective (what its engine logged; None where the log did not say).  None for an endpoint."""
     if server is None:
@@ -390,7 +394,7 @@ def server_structured(cfg: EvalConfig, server: Any) -> StructuredOutputs | None:
                              source="server log" if effective else None)
 
 
-def _kill_group(server: Any) -> None:
+def _kill_group(server: LocalServer) -> None:
     """SIGKILL a local server's process group (it runs in its own session)."""
     pid = getattr(server, "pid", None)
     if pid:
@@ -399,7 +403,7 @@ def _kill_group(server: Any) -> None:
 
 
 @contextlib.contextmanager
-def bound_endpoint(cfg: EvalConfig, on_server: Callable[[Any], None] | None = None
+def bound_endpoint(cfg: EvalConfig, on_server: Callable[[LocalServer], None] | None = None
                    ) -> Iterator[tuple[EvalConfig, EndpointFacts]]:
     """``cfg`` bound to its endpoint, or to one local vLLM started (and always stopped) here
     with ``cfg.server``'s settings: the one way a run starts a local server.

@@ -17,7 +17,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiohttp
 
@@ -25,7 +25,7 @@ from nlq2sql.errors import InputError
 from nlq2sql.records.run_parts import AttemptEntry, ReplicaEvent, ReplicaRotation
 from nlq2sql.run.endpoints import ROUTINGS
 from nlq2sql.run.pool_probe import healthy, probe_answer
-from nlq2sql.transport.client import ATTEMPT_WATCH, EndpointConfig, make_client
+from nlq2sql.transport.client import ATTEMPT_WATCH, Client, EndpointConfig, make_client
 from nlq2sql.transport.stream import Completion
 
 __all__ = ["FAILURE_THRESHOLD", "FAIL_FAST", "FLAP_WINDOW_S", "PROBE_BACKOFF_MAX_S", "REPLICA_FAULTS", "Attempt",
@@ -57,7 +57,7 @@ class Replica:
 
     label: str
     cfg: EndpointConfig
-    client: Any
+    client: Client
     in_flight: int = 0
     state: str = "closed"  # closed (in rotation) | open (out) | half-open (out, a probe in flight)
     failures: int = 0  # consecutive replica faults while closed

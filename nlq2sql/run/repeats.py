@@ -13,7 +13,6 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.item import iter_item_records
@@ -279,7 +278,7 @@ def render_repeats(result: RepeatsResult) -> str:
     lines = [f"## {result.repeats} repeats", "", "| repeat | n | accuracy | e2e p50 s | e2e p95 s | req/s |",
              "|---|---|---|---|---|---|"]
     for r in result.per_repeat:
-        def f(v: Any, spec: str) -> str:
+        def f(v: object, spec: str) -> str:
             return format(v, spec) if isinstance(v, int | float) else "n/a"
         lines.append(f"| {r.run} | {r.n} | {f(r.accuracy, '.1%')} | {f(r.latency_p50_s, '.2f')} | "
                      f"{f(r.latency_p95_s, '.2f')} | {f(r.req_per_s, '.2f')} |")

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nlq2sql import __version__
 from nlq2sql.answers.kinds import summary_fields
@@ -46,6 +46,11 @@ from nlq2sql.stages.learned_guardrail import LearnedRuleSet
 from nlq2sql.stages.pipeline import ScoreConfig, as_missing, make_executor, publish, staging_dir, summarise_file
 from nlq2sql.stages.queryset import load_query_set
 from nlq2sql.stages.rulesets import load_guardrails
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
+    from nlq2sql.stages.execute import Executor
+    from nlq2sql.stages.sets import AnySet, Case
 
 __all__ = ["RUN_KINDS", "RESCORE", "Rescored", "SUMMARY_DERIVED", "rescore_run_dir"]
 
@@ -81,12 +86,12 @@ def _refuse(msg: str, run: Path, fld: str) -> InputError:
     return InputError(msg, path=str(run / MANIFEST), field=fld)
 
 
-def _text(m: Mapping[str, Any], key: str) -> str | None:
+def _text(m: Mapping[str, JsonValue], key: str) -> str | None:
     v = m.get(key)
     return v if isinstance(v, str) else None
 
 
-def _read_manifest(run: Path) -> Mapping[str, Any]:
+def _read_manifest(run: Path) -> Mapping[str, JsonValue]:
     if not run.is_dir():
         raise InputError("not a run directory", path=str(run), field="--run")
     for name in (MANIFEST, RECORDS, SUMMARY):
@@ -104,7 +109,7 @@ def _read_manifest(run: Path) -> Mapping[str, Any]:
     return m
 
 
-def _open_layer(run: Path, m: Mapping[str, Any], checked: list[str]) -> Warehouse:
+def _open_layer(run: Path, m: Mapping[str, JsonValue], checked: list[str]) -> Warehouse:
     """The run's warehouse, opened as it recorded it, refused unless it is still the same content."""
     sm = manifest_warehouse(dict(m))
     if _text(m, "semantic_model_path") and not Path(sm).exists():
@@ -136,7 +141,7 @@ def _open_layer(run: Path, m: Mapping[str, Any], checked: list[str]) -> Warehous
     return wh
 
 
-def _check_rulesets(run: Path, m: Mapping[str, Any], rulesets: list[RuleSet], checked: list[str]) -> None:
+def _check_rulesets(run: Path, m: Mapping[str, JsonValue], rulesets: list[RuleSet], checked: list[str]) -> None:
     recorded = m.get("guardrail_artefacts") or {}
     for rs in rulesets:
         if not isinstance(rs, LearnedRuleSet):
@@ -149,7 +154,7 @@ def _check_rulesets(run: Path, m: Mapping[str, Any], rulesets: list[RuleSet], ch
         checked.append(f"guardrail_artefacts.{rs.name}.artefact_sha256 {now[:12]}…")
 
 
-def _bank_note(m: Mapping[str, Any]) -> str:
+def _bank_note(m: Mapping[str, JsonValue]) -> str:
     """What became of the run's example bank: never read in scoring (each item's choice, its
     ``example_ids``, is carried from its record), so a changed bank is said, not refused."""
     ex = m.get("examples")
@@ -162,7 +167,7 @@ def _bank_note(m: Mapping[str, Any]) -> str:
             "are carried")
 
 
-def _rescore_line(old: ItemRecord, case: Any, score: Callable[..., ItemRecord], ex: Any, wh: Warehouse
+def _rescore_line(old: ItemRecord, case: Case, score: Callable[..., ItemRecord], ex: Executor, wh: Warehouse
                   ) -> ItemRecord:
     """One record scored again from its raw text; the request, the conditions' choices and the load
     stamp carried from the recorded line (with its ``record_version``), abstention decided again.  What the
@@ -204,14 +209,14 @@ def _same_json(a: Path, b: Path, *, lines: bool = False, skip: tuple[str, ...] =
     return canonical(a) == canonical(b)
 
 
-def _same_rows(new: Any, old: Any) -> bool:
+def _same_rows(new: list[list[JsonValue]] | None, old: list[list[JsonValue]] | None) -> bool:
     """Two result heads with the same rows, in any order."""
     if not isinstance(new, list) or not isinstance(old, list) or len(new) != len(old):
         return False
     return sorted(map(repr, new)) == sorted(map(repr, old))
 
 
-def _summary(original: Mapping[str, Any], derived: Mapping[str, Any], digest: object
+def _summary(original: Mapping[str, JsonValue], derived: Mapping[str, JsonValue], digest: object
              ) -> tuple[dict[str, object], list[str]]:
     """The original summary with its figures re-derived, the records' digest new, the rest carried,
     in the original's key order.  A figure this harness derives that the original's did not (an
@@ -247,7 +252,7 @@ def rescore_run_dir(run: Path, out: Path, *, force: bool = False) -> Rescored:
         raise _refuse("no eval set recorded: nothing to score against", run, "evalset_path")
     gold_sql = is_gold_sql_set(set_name, wh.name)
     answer = _text(m, "answer") or "intent"
-    es: Any = (load_gold_sql_set(set_name, wh.name) if gold_sql else
+    es: AnySet = (load_gold_sql_set(set_name, wh.name) if gold_sql else
                load_query_set(set_name, wh.catalog) if answer != "intent" else load_evalset(set_name, wh))
     if es.sha256 != _text(m, "evalset_sha256"):
         raise _refuse(f"the eval set changed: the run's {set_name} had sha256 {m.get('evalset_sha256')}, "

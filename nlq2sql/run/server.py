@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError, ServerError
 from nlq2sql.paths import cache_dir
@@ -32,6 +32,9 @@ from nlq2sql.run.serving import (
     effective_structured_outputs,
     platform_device,
 )
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["COMPACT_STRUCTURED_OUTPUTS", "STOP_GRACE_S", "LocalFleet", "LocalServer", "ServerConfig",
            "check_server_settings", "free_port", "is_port_in_use"]
@@ -265,7 +268,7 @@ class LocalServer:
             raise ServerError(f"warm-up request failed: {exc}; log {self.log_path}:\n"
                               f"{_tail(self.log_path) if self.log_path else ''}") from exc
 
-    def post_json(self, path: str, body: dict[str, Any], timeout: float = 60) -> Any:
+    def post_json(self, path: str, body: dict[str, Any], timeout: float = 60) -> JsonValue:
         req = urllib.request.Request(f"{self.base_url}{path}", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=timeout) as resp:

@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.answers.kinds import summary_fields
 from nlq2sql.records.item import iter_item_records
@@ -22,6 +22,7 @@ from nlq2sql.stages.score import spread
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
+    from nlq2sql.stages.guardrail import RuleSet
 
 __all__ = ["Session", "finish_summary", "fleet_summary", "recorded_retries", "session_result"]
 
@@ -85,7 +86,7 @@ def recorded_retries(records_path: Path) -> tuple[set[str], int]:
     return done, used
 
 
-def finish_summary(out: Path, rulesets: list[Any], session: Session, manifest: Manifest) -> Summary:
+def finish_summary(out: Path, rulesets: list[RuleSet], session: Session, manifest: Manifest) -> Summary:
     """Summary from the records on disk (all sessions), plus this session's throughput; written
     (``summary.json``, then the manifest with its finish time) and returned."""
     base = summarise_file(out / RECORDS, rulesets, summary_fields)

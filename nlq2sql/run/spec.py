@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,6 +26,9 @@ from nlq2sql.run.repeats import repeat_dirs
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, display_path
 from nlq2sql.semantic.dbt_project import DbtOptions
 from nlq2sql.transport.client import STRUCTURED_MODES
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["FIELDS", "RunSpec", "SpecValues", "answer_guardrails", "answer_prompt", "condition_values"]
 
@@ -220,7 +223,7 @@ def _shown(value: str | Path) -> str:
     return shown if not Path(shown).is_absolute() else path.name
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     return str(value) if value is not None else None
 
 
@@ -228,7 +231,7 @@ def _from_legacy(data: SpecValues, path: Path) -> RunSpec:
     """A manifest written before the ``spec`` section: its model, answer, prompt, sampling,
     warehouse and conditions' keys (each condition's recorded section read back to its settings)."""
 
-    def need(key: str) -> Any:
+    def need(key: str) -> JsonValue:
         if data.get(key) is None:
             raise InputError("cannot give a run spec: the manifest records no " + key, path=str(path), field=key)
         return data[key]

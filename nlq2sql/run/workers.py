@@ -35,6 +35,8 @@ from nlq2sql.transport.client import RetryBudget
 from nlq2sql.transport.server_metrics import MetricsSampler
 
 if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
+
     from nlq2sql.run.config import EvalConfig
 
 __all__ = ["ENGINES", "RESTARTS_PER_WORKER", "Fleet", "LocalEngine", "Progress", "auto_workers", "distinct_golds",
@@ -299,7 +301,7 @@ class LocalEngine:
         import multiprocessing as mp
 
         self.ctx = mp.get_context("spawn")
-        self.procs: dict[int, Any] = {}
+        self.procs: dict[int, SpawnProcess] = {}
         self.conns: dict[int, Connection] = {}
         self.lock = threading.Lock()
 

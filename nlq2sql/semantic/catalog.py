@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.paths import PROJECT_ROOT, SPEC_FILE, WAREHOUSE_DIR, shipped_warehouses
@@ -21,6 +21,11 @@ from nlq2sql.semantic.manifest import GENERATED_SPINE, build_manifest
 from nlq2sql.semantic.mf import mf_problem
 from nlq2sql.semantic.project import Project, SemanticProblems, project_name, read_project
 from nlq2sql.semantic.prune import Exclusion, excluded_names, exclusion_for
+
+if TYPE_CHECKING:
+    from metricflow_semantic_interfaces.implementations.semantic_manifest import PydanticSemanticManifest
+
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["DEFAULT_WAREHOUSE", "SPEC_FILE", "WAREHOUSE_DIR", "YEAR_FIELD", "Catalog", "DimensionDef", "MetricDef",
            "Vocabulary", "catalog_of", "default_catalog", "display_path", "load_catalog", "resolve_spec_path",
@@ -91,7 +96,7 @@ class Catalog:
     time_sources: tuple[TimeSource, ...]
     spine: str  # "declared" | "legacy" (dbt's metricflow_time_spine table in the database) | "generated"
     project: Project = field(repr=False)
-    manifest: Any = field(repr=False)
+    manifest: PydanticSemanticManifest = field(repr=False)
     spine_note: str = ""  # why the generated spine replaced a declared one (said by ``semantic check``)
     #: What a partial layer left out for data problems (:mod:`.prune`); empty: the whole layer.
     excluded: tuple[Exclusion, ...] = ()
@@ -99,7 +104,7 @@ class Catalog:
     excluded_by_name: dict[str, Exclusion] = field(default_factory=dict, repr=False)
     #: The manifest before data problems were excluded (None: ``manifest`` is the whole layer); what
     #: the tables hold is described from it (the SQL answer sees every column the layer names).
-    whole: Any = field(default=None, repr=False)
+    whole: PydanticSemanticManifest | None = field(default=None, repr=False)
 
     @property
     def vocabulary(self) -> Vocabulary:
@@ -125,7 +130,7 @@ class Catalog:
         import hashlib
         import json
 
-        def canonical(x: Any) -> Any:
+        def canonical(x: JsonValue) -> JsonValue:
             if isinstance(x, dict):
                 return {k: canonical(v) for k, v in x.items() if k not in ("metadata", "dsi_package_version")}
             if isinstance(x, list):
@@ -164,7 +169,7 @@ class Catalog:
                      if d.model == owner and d.group_by.rsplit("__", 1)[-1] == dim), None)
 
 
-def _value(x: Any) -> str:
+def _value(x: object) -> str:
     return str(getattr(x, "value", x)).lower()
 
 
@@ -183,8 +188,8 @@ def _resolve(project: Project, spine: str | None = None) -> Catalog:
     return catalog_of(project, manifest, kind)
 
 
-def catalog_of(project: Project, manifest: Any, kind: str, excluded: tuple[Exclusion, ...] = (),
-               whole: Any = None) -> Catalog:
+def catalog_of(project: Project, manifest: PydanticSemanticManifest, kind: str, excluded: tuple[Exclusion, ...] = (),
+               whole: PydanticSemanticManifest | None = None) -> Catalog:
     """The catalog of a validated MetricFlow ``manifest`` read from ``project`` (``kind``: its time
     spine).  A partial layer: ``manifest`` is the pruned one, ``excluded`` what was left out of
     ``whole``, the manifest before pruning (its names make the refusals say why)."""
@@ -223,10 +228,11 @@ def catalog_of(project: Project, manifest: Any, kind: str, excluded: tuple[Exclu
             sources.append(TimeSource(sm.name, table, tdim.name, tdim.expr or tdim.name, relation))
     dimensions: dict[str, DimensionDef] = {}
     for name, defs in by_name.items():
-        for d in defs:
-            key = name if len(defs) == 1 and name != YEAR_FIELD else d.group_by
-            dimensions[key] = DimensionDef(key, d.group_by, d.model, d.table, d.expr, d.description, d.label,
-                                           d.relation)
+        for found in defs:
+            key = name if len(defs) == 1 and name != YEAR_FIELD else found.group_by
+            dimensions[key] = DimensionDef(key, found.group_by, found.model, found.table, found.expr,
+                                           found.description, found.label, found.relation)
+
     if not dimensions:
         raise SemanticModelError("no categorical dimension is reachable from the metrics" + left_out,
                                  path=project.path)
@@ -238,13 +244,15 @@ def catalog_of(project: Project, manifest: Any, kind: str, excluded: tuple[Exclu
     return catalog
 
 
-def _engine(manifest: Any, spine: str, excluded: Callable[[str], tuple[str, Any] | None] | None = None) -> Engine:
+def _engine(manifest: PydanticSemanticManifest, spine: str,
+            excluded: Callable[[str], tuple[str, Exclusion] | None] | None = None) -> Engine:
     return Engine(manifest, spine_sql=spine_sql(manifest) if spine == "generated" else None,
                   spine_relation=GENERATED_SPINE.relation.sql, excluded=excluded)
 
 
-def _window_days(window: Any) -> int:
-    """The most days a MetricFlow time window (``7 days``, ``1 month``) or a grain spans."""
+def _window_days(window: object) -> int:
+    """The most days a MetricFlow time window (``7 days``, ``1 month``: a ``PydanticMetricTimeWindow``)
+    or a grain (its name, or a ``TimeGranularity``) spans; anything else: none."""
     if window is None:
         return 0
     if not hasattr(window, "granularity"):  # a grain: its name, or MetricFlow's TimeGranularity
@@ -253,7 +261,7 @@ def _window_days(window: Any) -> int:
     return int(count if isinstance(count, int) else 1) * _GRAIN_DAYS.get(_value(window.granularity).rstrip("s"), 1)
 
 
-def spine_reach_days(manifest: Any) -> int:
+def spine_reach_days(manifest: PydanticSemanticManifest) -> int:
     """How many days past the data's last date a metric of the layer can have rows: its largest
     cumulative window or grain-to-date period, offset window or offset-to-grain period."""
     reach = 0
@@ -269,7 +277,7 @@ def spine_reach_days(manifest: Any) -> int:
     return reach
 
 
-def spine_sql(manifest: Any) -> str:
+def spine_sql(manifest: PydanticSemanticManifest) -> str:
     """The generated spine's days, bounded by the data: from January 1 of the first year any
     measure's time dimension holds to December 31 of the year of its last date plus
     :func:`spine_reach_days` (whole years, so every period up to a year is complete at both ends),
@@ -301,7 +309,8 @@ def spine_sql(manifest: Any) -> str:
             f"INTERVAL 1 DAY)) AS d FROM ({bounds}) AS spine_bounds) AS spine_days")
 
 
-def _owner(manifest: Any, group_by: str) -> str | None:
+def _owner(manifest: PydanticSemanticManifest, group_by: str) -> str | None:
+
     """The semantic model whose dimension a group-by name reaches (its last entity's primary model)."""
     parts = group_by.split("__")
     if len(parts) < 2:

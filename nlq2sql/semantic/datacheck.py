@@ -9,13 +9,19 @@ so the binding excludes exactly that object (:mod:`.prune`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.project import Problem
+
+if TYPE_CHECKING:
+    from metricflow_semantic_interfaces.implementations.elements.dimension import PydanticDimension
+    from metricflow_semantic_interfaces.implementations.elements.entity import PydanticEntity
+    from metricflow_semantic_interfaces.implementations.elements.measure import PydanticMeasure
 
 __all__ = ["DataProblem", "check_data"]
 
@@ -56,7 +62,7 @@ def _missing(table: str, schema: str, tables: set[tuple[str, str]], db_name: str
 
 
 
-def _kind(x: Any) -> str:
+def _kind(x: object) -> str:
     return str(getattr(x, "value", x)).lower()
 
 
@@ -80,12 +86,12 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
                     ())
             continue
         src = f"{_qi(schema)}.{_qi(table)}"
-        elements: list[tuple[str, Any, str]] = []
+        elements: list[tuple[str, PydanticEntity | PydanticDimension | PydanticMeasure, str]] = []
         elements += [("entities", e, e.expr or e.name) for e in sm.entities]
         elements += [("dimensions", d, d.expr or d.name) for d in sm.dimensions]
         elements += [("measures", m, str(m.expr) if m.expr is not None else m.name) for m in sm.measures]
         bad: set[str] = set()
-        bound: list[tuple[str, Any, str]] = []
+        bound: list[tuple[str, PydanticEntity | PydanticDimension | PydanticMeasure, str]] = []
         wrong_type: dict[str, str] = {}
         for group, el, expr in elements:
             try:
@@ -120,8 +126,9 @@ def check_data(catalog: Catalog, con: duckdb.DuckDBPyConnection, db_name: str) -
     return problems
 
 
-def _all_null(con: duckdb.DuckDBPyConnection, src: str, table: str, bound: list[tuple[str, Any, str]],
-              problem: Any, sm: str) -> set[str]:
+def _all_null(con: duckdb.DuckDBPyConnection, src: str, table: str,
+              bound: list[tuple[str, PydanticEntity | PydanticDimension | PydanticMeasure, str]],
+              problem: Callable[[str, tuple[str, ...], str], None], sm: str) -> set[str]:
     """Dimensions and measures NULL in every row of a table that has rows (one scan per table):
     each reported; their names returned."""
     if not bound:

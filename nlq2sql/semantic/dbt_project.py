@@ -104,7 +104,7 @@ def _yaml(path: Path) -> Any:
     return docs[0].data if docs else None
 
 
-def _render(value: Any, where: str) -> str:
+def _render(value: object, where: str) -> str:
     """A profile value: ``{{ env_var('X', 'default') }}`` is read as dbt does; other Jinja is refused."""
     text = str(value)
 
@@ -155,7 +155,7 @@ def _profile_schema(project_dir: Path, profile: str, opts: DbtOptions) -> tuple[
     return _render(schema, f"{profile}.outputs.{target}.schema"), f"profile {profile!r} target {target!r} ({file})"
 
 
-def _config_tree(node: Any, parts: tuple[str, ...]) -> dict[str, str]:
+def _config_tree(node: object, parts: tuple[str, ...]) -> dict[str, str]:
     """``+schema``/``+alias`` along a folder path of ``dbt_project.yml``'s ``models:``/``seeds:`` (deepest wins)."""
     got: dict[str, str] = {}
     for i in range(len(parts) + 1):

@@ -12,13 +12,17 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from nlq2sql.errors import ExcludedObjectError, SqlBuildError
 from nlq2sql.semantic.mf import mf_reason, quiet
-from nlq2sql.semantic.query import GRAINS, METRIC_TIME, MetricQuery, Where
+from nlq2sql.semantic.query import GRAINS, METRIC_TIME, MetricQuery, Value, Where
 
-__all__ = ["COMPILE_CACHE_SIZE", "Engine", "Query"]
+if TYPE_CHECKING:
+    from metricflow.engine.metricflow_engine import MetricFlowQueryRequest
+    from metricflow_semantic_interfaces.implementations.semantic_manifest import PydanticSemanticManifest
+
+__all__ = ["COMPILE_CACHE_SIZE", "Engine", "Excluded", "Query"]
 
 #: Distinct query shapes whose SQL is remembered per engine.
 COMPILE_CACHE_SIZE = 8192
@@ -32,7 +36,18 @@ class Query:
     """SQL text with DuckDB numbered parameters (``$1``…); the pair is the result-memo key."""
 
     sql: str
-    params: tuple[Any, ...]
+    params: tuple[Value, ...]
+
+
+class Excluded(Protocol):
+    """An object a partial layer left out (:class:`~nlq2sql.semantic.prune.Exclusion`, which is
+    above this module): its manifest path and why."""
+
+    @property
+    def object(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
 
 
 class _CompileOnlyClient:
@@ -45,7 +60,7 @@ class _CompileOnlyClient:
         self.sql_engine_type = SqlEngine.DUCKDB
         self.sql_plan_renderer = DuckDbSqlPlanRenderer()
 
-    def query(self, *args: Any, **kwargs: Any) -> Any:
+    def query(self, *args: object, **kwargs: object) -> NoReturn:
         raise SqlBuildError("the MetricFlow client here only compiles; nlq2sql executes read-only")
 
     execute = dry_run = query
@@ -60,8 +75,8 @@ class _CompileOnlyClient:
 class Engine:
     """One manifest's compiler: group-by names per metric set, SQL per query shape."""
 
-    def __init__(self, manifest: Any, *, spine_sql: str | None = None, spine_relation: str = "",
-                 excluded: Callable[[str], tuple[str, Any] | None] | None = None) -> None:
+    def __init__(self, manifest: PydanticSemanticManifest, *, spine_sql: str | None = None, spine_relation: str = "",
+                 excluded: Callable[[str], tuple[str, Excluded] | None] | None = None) -> None:
         """``excluded``: a name a query may use → (the excluded name it uses, its
         :class:`~nlq2sql.semantic.prune.Exclusion`), for a partial layer's refusals."""
         from metricflow.engine.metricflow_engine import MetricFlowEngine
@@ -177,7 +192,7 @@ class Engine:
     def compile(self, q: MetricQuery) -> Query:
         """DuckDB SQL and parameters for ``q``; raises SqlBuildError with MetricFlow's reason."""
         where: list[str] = []
-        params: list[Any] = []
+        params: list[Value] = []
         i = 1
         for w in q.where or ():
             text, i = self._where(w, i)
@@ -254,7 +269,8 @@ class Engine:
                                                 limit=q.limit)
         return _PLACEHOLDER_RE.sub(lambda m: "$" + m.group(1), self._explain(request))
 
-    def _explain(self, request: Any) -> str:
+    def _explain(self, request: MetricFlowQueryRequest) -> str:
+
         """MetricFlow's SQL for a request, as the harness runs it: without MetricFlow's plan
         comments (whole lines; records keep the SQL compactly) and with a generated spine inlined."""
         try:

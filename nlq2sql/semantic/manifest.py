@@ -13,12 +13,16 @@ from __future__ import annotations
 import copy
 import json
 from functools import lru_cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from nlq2sql.semantic.dbt_project import Relation
 from nlq2sql.semantic.mf import mf_problem, mf_reason, quiet
 from nlq2sql.semantic.project import Problem, Project, SemanticProblems, TimeSpine, ref_table
-from nlq2sql.semantic.yamlsafe import Doc
+from nlq2sql.semantic.yamlsafe import Doc, KeyPath
+
+if TYPE_CHECKING:
+    from metricflow_semantic_interfaces.implementations.semantic_manifest import PydanticSemanticManifest
+    from metricflow_semantic_interfaces.validations.validator_helpers import ValidationIssue
 
 __all__ = ["DBT_ONLY_KEYS", "GENERATED_SPINE", "build_manifest"]
 
@@ -60,7 +64,7 @@ def _validators() -> dict[str, Any]:
             "saved_queries": SchemaValidator(store["saved_query_schema"], registry=registry)}
 
 
-def _mf_config(obj: dict[str, Any], meta: Any = None) -> None:
+def _mf_config(obj: dict[str, Any], meta: object = None) -> None:
     """dbt's ``config`` (any keys) → MetricFlow's (``meta`` only); a top-level ``meta`` merges in, as dbt does."""
     config = obj.get("config")
     merged = dict(meta) if isinstance(meta, dict) else {}
@@ -98,7 +102,7 @@ def disabled(raw: dict[str, Any]) -> bool:
     return isinstance(config, dict) and config.get("enabled") is False
 
 
-def _named(value: Any) -> Any:
+def _named(value: object) -> object:
     """dbt lets a metric input be a bare name; MetricFlow's parser wants ``{name: …}``."""
     return {"name": value} if isinstance(value, str) else value
 
@@ -144,7 +148,7 @@ def _metadata(doc_path: str, line: int | None) -> dict[str, Any]:
 
 
 def _pydantic_problems(exc: Exception, path: str, line: int | None, prefix: str,
-                       doc: Doc | None = None, at: tuple[Any, ...] = ()) -> list[Problem]:
+                       doc: Doc | None = None, at: KeyPath = ()) -> list[Problem]:
     errors = getattr(exc, "errors", None)
     if callable(errors):
         out = []
@@ -157,7 +161,7 @@ def _pydantic_problems(exc: Exception, path: str, line: int | None, prefix: str,
     return [Problem(path, line, prefix, mf_reason(exc))]
 
 
-def _schema_problems(validator: Any, raw: dict[str, Any], doc: Doc, at: tuple[Any, ...], prefix: str) -> list[Problem]:
+def _schema_problems(validator: Any, raw: dict[str, Any], doc: Doc, at: KeyPath, prefix: str) -> list[Problem]:
     """MetricFlow's own JSON Schema for the object: catches misspelt keys its pydantic models accept."""
     out = []
     for e in sorted(validator.iter_errors(raw), key=lambda e: list(map(str, e.absolute_path))):
@@ -172,7 +176,7 @@ def _spine_config(spine: TimeSpine) -> dict[str, Any]:
             "primary_column": {"name": spine.column, "time_granularity": "day"}}
 
 
-def _dbt_manifest(project: Project, spine: TimeSpine) -> Any:
+def _dbt_manifest(project: Project, spine: TimeSpine) -> PydanticSemanticManifest:
     """A dbt-written manifest through MetricFlow's reader for them, relations as ``schema.alias``."""
     from metricflow_semantics.model.dbt_manifest_parser import parse_manifest_from_dbt_generated_manifest
 
@@ -208,7 +212,7 @@ def _dbt_manifest(project: Project, spine: TimeSpine) -> Any:
     return _validated(manifest, project)
 
 
-def build_manifest(project: Project, spine: TimeSpine) -> Any:
+def build_manifest(project: Project, spine: TimeSpine) -> PydanticSemanticManifest:
     """MetricFlow's manifest for ``project`` with ``spine``; raises :class:`SemanticProblems`."""
     from metricflow_semantic_interfaces.implementations.metric import PydanticMetric
     from metricflow_semantic_interfaces.implementations.project_configuration import PydanticProjectConfiguration
@@ -263,7 +267,7 @@ def build_manifest(project: Project, spine: TimeSpine) -> Any:
     return _validated(manifest, project)
 
 
-def _validated(manifest: Any, project: Project) -> Any:
+def _validated(manifest: PydanticSemanticManifest, project: Project) -> PydanticSemanticManifest:
     from metricflow_semantic_interfaces.validations.semantic_manifest_validator import SemanticManifestValidator
 
     try:
@@ -277,9 +281,10 @@ def _validated(manifest: Any, project: Project) -> Any:
     return manifest
 
 
-def _issue_problem(issue: Any, project: Project) -> Problem:
+def _issue_problem(issue: ValidationIssue, project: Project) -> Problem:
     """A MetricFlow validation issue with the file, line and key it concerns."""
-    ctx = issue.context
+    ctx: Any = issue.context  # one of MetricFlow's context classes, told apart by their fields
+
     message = " ".join(str(issue.message).split("Traceback", 1)[0].split())
     path, line, key = project.path, None, None
     fc = getattr(ctx, "file_context", None)

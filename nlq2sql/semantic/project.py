@@ -16,7 +16,7 @@ from typing import Any
 
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.semantic.dbt_project import DbtOptions, DbtTarget, Relation, dbt_target, find_dbt_project
-from nlq2sql.semantic.yamlsafe import Doc, YamlProblem, load_documents
+from nlq2sql.semantic.yamlsafe import Doc, Key, KeyPath, YamlProblem, load_documents
 
 __all__ = ["DBT_KEYS", "Problem", "Project", "SemanticProblems", "TimeSpine", "project_name", "read_project",
            "ref_table"]
@@ -76,9 +76,9 @@ class Project:
     name: str
     path: str
     sha256: str
-    semantic_models: list[tuple[dict[str, Any], Doc, tuple[Any, ...]]] = field(default_factory=list)
-    metrics: list[tuple[dict[str, Any], Doc, tuple[Any, ...]]] = field(default_factory=list)
-    saved_queries: list[tuple[dict[str, Any], Doc, tuple[Any, ...]]] = field(default_factory=list)
+    semantic_models: list[tuple[dict[str, Any], Doc, KeyPath]] = field(default_factory=list)
+    metrics: list[tuple[dict[str, Any], Doc, KeyPath]] = field(default_factory=list)
+    saved_queries: list[tuple[dict[str, Any], Doc, KeyPath]] = field(default_factory=list)
     declared_spine: TimeSpine | None = None
     problems: list[Problem] = field(default_factory=list)  # found while reading: reported with MetricFlow's
     manifest_json: dict[str, Any] | None = None  # a dbt-written semantic_manifest.json, read as is
@@ -96,7 +96,7 @@ class Project:
         rel = self.relation("metricflow_time_spine")
         return TimeSpine(table=rel.alias, column="date_day", schema=rel.schema)
 
-    def origin(self, kind: str, name: str) -> tuple[Doc, tuple[Any, ...]] | None:
+    def origin(self, kind: str, name: str) -> tuple[Doc, KeyPath] | None:
         items = {"semantic_model": self.semantic_models, "metric": self.metrics,
                  "saved_query": self.saved_queries}[kind]
         for obj, doc, at in items:
@@ -104,14 +104,14 @@ class Project:
                 return doc, at
         return None
 
-    def locate(self, kind: str, name: str, *keys: Any) -> tuple[str, int | None]:
+    def locate(self, kind: str, name: str, *keys: Key) -> tuple[str, int | None]:
         """File and line of an object (or of one of its keys; list items addressed by name)."""
         found = self.origin(kind, name)
         if found is None:
             return self.path, None
         doc, at = found
-        path: list[Any] = list(at)
-        node: Any = doc.data
+        path: list[Key] = list(at)
+        node: Any = doc.data  # the YAML document, walked
         for k in at:
             node = node[k]
         for key in keys:
@@ -148,7 +148,7 @@ def _files(root: Path) -> list[Path]:
     return found
 
 
-def _spine_of(model: Any) -> tuple[str, str] | None:
+def _spine_of(model: object) -> tuple[str, str] | None:
     """dbt 1.9's time spine model: ``time_spine: {standard_granularity_column: date_day}`` → (model, column)."""
     if not isinstance(model, dict) or not isinstance(model.get("time_spine"), dict):
         return None
@@ -284,7 +284,7 @@ def _unquote(part: str) -> str:
     return part[1:-1].replace('""', '"') if len(part) > 1 and part[0] == part[-1] == '"' else part
 
 
-def _manifest_spine(config: Any, override: str | None) -> TimeSpine | None:
+def _manifest_spine(config: object, override: str | None) -> TimeSpine | None:
     """The day-grain time spine a dbt manifest's ``project_configuration`` declares: ``time_spines``
     (dbt 1.9+), else the legacy ``time_spine_table_configurations``; None when it declares none."""
     if not isinstance(config, dict):
@@ -303,7 +303,7 @@ def _manifest_spine(config: Any, override: str | None) -> TimeSpine | None:
     return None
 
 
-def ref_table(model: Any) -> str | None:
+def ref_table(model: object) -> str | None:
     """``ref('orders')`` → ``orders`` (dbt's model reference), else None."""
     if not isinstance(model, str):
         return None

@@ -15,12 +15,23 @@ import copy
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import SemanticModelError
 from nlq2sql.semantic.engine import Engine
 from nlq2sql.semantic.mf import mf_reason, quiet
 from nlq2sql.semantic.query import GRAINS, MetricQuery
+
+if TYPE_CHECKING:
+    from metricflow_semantic_interfaces.implementations.metric import (
+        PydanticMetric,
+        PydanticMetricInput,
+        PydanticMetricInputMeasure,
+    )
+    from metricflow_semantic_interfaces.implementations.saved_query import PydanticSavedQuery
+    from metricflow_semantic_interfaces.implementations.semantic_manifest import PydanticSemanticManifest
+    from metricflow_semantic_interfaces.implementations.semantic_model import PydanticSemanticModel
+    from metricflow_semantic_interfaces.validations.validator_helpers import ValidationIssue
 
 __all__ = ["Exclusion", "excluded_names", "exclusion_for", "prune"]
 
@@ -42,19 +53,19 @@ class Exclusion:
 _NULL_TIME = "CAST(NULL AS DATE)"
 
 
-def _kind(x: Any) -> str:
+def _kind(x: object) -> str:
     return str(getattr(x, "value", x)).lower()
 
 
 class _Pruner:
-    def __init__(self, manifest: Any) -> None:
+    def __init__(self, manifest: PydanticSemanticManifest) -> None:
         self.m = manifest
         self.out: dict[str, Exclusion] = {}
         self.root: dict[str, str] = {}  # an exclusion → the data problem it comes from
         self.measures_gone: dict[str, str] = {}  # a removed measure → the exclusion that removed it
 
     # -- the objects ---------------------------------------------------------------------------
-    def _model(self, name: str) -> Any | None:
+    def _model(self, name: str) -> PydanticSemanticModel | None:
         return next((sm for sm in self.m.semantic_models if sm.name == name), None)
 
     def _record(self, obj: str, reason: str, root: str | None = None) -> None:
@@ -92,7 +103,7 @@ class _Pruner:
             self._record(obj, reason, root)
         return done
 
-    def _remove_element(self, sm: Any, group: str, name: str, obj: str, reason: str) -> bool:
+    def _remove_element(self, sm: PydanticSemanticModel, group: str, name: str, obj: str, reason: str) -> bool:
         items = list(getattr(sm, group))
         el = next((x for x in items if x.name == name), None)
         if el is None:
@@ -172,7 +183,7 @@ class _Pruner:
         names = list(self.out)
         return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
-    def filters(self, whole: Any) -> bool:
+    def filters(self, whole: PydanticSemanticManifest) -> bool:
         """Remove metrics and saved queries that compiled on the whole manifest and no longer do
         (a filter or group-by naming a removed object); True when something was removed."""
 
@@ -204,7 +215,8 @@ class _Pruner:
                                        self._named("its group-by, order or filter", sq, whole, failure))
         return removed
 
-    def _named(self, what: str, obj: Any, whole: Any, failure: str) -> str:
+    def _named(self, what: str, obj: PydanticMetric | PydanticSavedQuery, whole: PydanticSemanticManifest,
+               failure: str) -> str:
         """Why a metric or saved query no longer compiles: the excluded name its text uses, else
         MetricFlow's reason."""
         names = excluded_names(whole, self.out.values())
@@ -215,7 +227,7 @@ class _Pruner:
         return f"it no longer compiles once {self._excluded_list()} are excluded: {failure}"
 
 
-def _failure(engine: Any, q: Any) -> str | None:
+def _failure(engine: Engine, q: MetricQuery | str | tuple[str, ...]) -> str | None:
     """MetricFlow's reason when ``q`` (a query, a saved query's name, or metric names whose
     group-bys are listed) fails on ``engine``; None when it does not."""
     try:
@@ -230,9 +242,11 @@ def _failure(engine: Any, q: Any) -> str | None:
     return None
 
 
-def _has_filter(metric: Any) -> bool:
+def _has_filter(metric: PydanticMetric) -> bool:
     tp = metric.type_params
-    inputs: list[Any] = [tp.measure, tp.numerator, tp.denominator, *(tp.metrics or ()), *(tp.input_measures or ())]
+    inputs: list[PydanticMetricInputMeasure | PydanticMetricInput | None] = [
+        tp.measure, tp.numerator, tp.denominator, *(tp.metrics or ()), *(tp.input_measures or ())]
+
     if tp.cumulative_type_params is not None:
         inputs.append(tp.cumulative_type_params.metric)
     conv = tp.conversion_type_params
@@ -241,15 +255,16 @@ def _has_filter(metric: Any) -> bool:
     return metric.filter is not None or any(x is not None and x.filter is not None for x in inputs)
 
 
-def _missing_input(metric: Any, measures: dict[str, str], models: set[str], metrics: set[str],
-                   manifest: Any) -> tuple[str, str] | None:
+def _missing_input(metric: PydanticMetric, measures: dict[str, str], models: set[str], metrics: set[str],
+                   manifest: PydanticSemanticManifest) -> tuple[str, str] | None:
     """The first input of ``metric`` that is not in the manifest: (``measure`` | ``metric`` |
     ``semantic model`` | ``time dimension``, its name), or None."""
     tp = metric.type_params
     conv = tp.conversion_type_params
     cum = tp.cumulative_type_params
-    measure_refs: list[Any] = [tp.measure, *(tp.input_measures or ())]
-    metric_refs: list[Any] = [tp.numerator, tp.denominator, *(tp.metrics or ())]
+    measure_refs: list[PydanticMetricInputMeasure | None] = [tp.measure, *(tp.input_measures or ())]
+    metric_refs: list[PydanticMetricInput | None] = [
+tp.numerator, tp.denominator, *(tp.metrics or ())]
     if conv is not None:
         measure_refs += [conv.base_measure, conv.conversion_measure]
         metric_refs += [conv.base_metric, conv.conversion_metric]
@@ -273,10 +288,11 @@ def _missing_input(metric: Any, measures: dict[str, str], models: set[str], metr
     return None
 
 
-def _issue_targets(issue: Any, manifest: Any) -> list[str]:
+def _issue_targets(issue: ValidationIssue, manifest: PydanticSemanticManifest) -> list[str]:
     """The manifest objects a MetricFlow validation issue concerns (a saved query's issue names
     only the value it rejects: every saved query using that value)."""
-    ctx = issue.context
+    ctx: Any = issue.context  # one of MetricFlow's context classes, told apart by their fields
+
     if hasattr(ctx, "semantic_model_element"):
         ref = ctx.semantic_model_element
         group = {"measure": "measures", "dimension": "dimensions", "entity": "entities"}.get(ctx.element_type.value)
@@ -295,7 +311,8 @@ def _issue_targets(issue: Any, manifest: Any) -> list[str]:
     return []
 
 
-def prune(manifest: Any, removals: Sequence[tuple[str, str]]) -> tuple[Any, tuple[Exclusion, ...]]:
+def prune(manifest: PydanticSemanticManifest, removals: Sequence[tuple[str, str]]
+          ) -> tuple[PydanticSemanticManifest, tuple[Exclusion, ...]]:
     """A copy of MetricFlow's ``manifest`` without ``removals`` (``(object path, reason)`` pairs)
     and everything that depends on them, validated by MetricFlow; with every exclusion made.
     Nothing to remove: the manifest itself, unchanged.  Raises :class:`SemanticModelError` when
@@ -315,7 +332,8 @@ def prune(manifest: Any, removals: Sequence[tuple[str, str]]) -> tuple[Any, tupl
     return p.m, tuple(p.out.values())
 
 
-def excluded_names(manifest: Any, exclusions: Iterable[Exclusion]) -> dict[str, Exclusion]:
+def excluded_names(manifest: PydanticSemanticManifest, exclusions: Iterable[Exclusion]) -> dict[str, Exclusion]:
+
     """The names a query could use that an exclusion took away (``manifest``: the whole one): a
     metric's or saved query's name, a dimension's, entity's or measure's name, and for a semantic
     model every element of it; the first exclusion of a name wins."""

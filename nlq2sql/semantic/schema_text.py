@@ -8,13 +8,17 @@ the semantic layer so the prompt stage renders it without importing the SQL answ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
 
 from nlq2sql.semantic.binding import PROMPT_VALUES_MAX, Warehouse
 from nlq2sql.semantic.catalog import Catalog
+
+if TYPE_CHECKING:
+    from metricflow_semantic_interfaces.implementations.elements.measure import PydanticMeasure
+    from metricflow_semantic_interfaces.implementations.metric import PydanticMetric
 
 __all__ = ["ColumnInfo", "Relationship", "TableInfo", "describe_tables", "relationships", "schema_text"]
 
@@ -47,7 +51,7 @@ class Relationship:
     entity: str
 
 
-def _value(x: Any) -> str:
+def _value(x: object) -> str:
     return str(getattr(x, "value", x)).lower()
 
 
@@ -69,7 +73,7 @@ def _db_columns(warehouse: Warehouse, table: str) -> list[tuple[str, str]]:
     return [(str(r[0]), str(r[1])) for r in rows]
 
 
-def _agg(m: Any) -> str:
+def _agg(m: PydanticMeasure) -> str:
     agg, expr = _value(m.agg), m.expr or m.name
     if agg == "count_distinct":
         return f"COUNT(DISTINCT {expr})"
@@ -156,7 +160,7 @@ def describe_tables(catalog: Catalog, warehouse: Warehouse) -> list[TableInfo]:
     return tables
 
 
-def _metric_line(m: Any) -> str:
+def _metric_line(m: PydanticMetric) -> str:
     tp, kind = m.type_params, _value(m.type)
     head = f"- {m.name}" + (f" ({m.label})" if m.label and m.label != m.name else "")
     if m.description:

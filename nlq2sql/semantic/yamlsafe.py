@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["MAX_DEPTH", "MAX_NODES", "Doc", "YamlProblem", "load_documents"]
+__all__ = ["MAX_DEPTH", "MAX_NODES", "Doc", "Key", "KeyPath", "YamlProblem", "load_documents"]
 
 #: Deeper nesting than a semantic layer ever needs is refused, not recursed into.
 MAX_DEPTH = 64
@@ -20,6 +20,11 @@ MAX_DEPTH = 64
 MAX_NODES = 200_000
 _CORE = "tag:yaml.org,2002:"
 _ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+#: One step into a document: a mapping key (its text as written) or a list index.
+Key = str | int
+#: Where a value is in a document: the keys from its root.
+KeyPath = tuple[Key, ...]
+
 
 
 @dataclass(frozen=True)
@@ -37,10 +42,10 @@ class Doc:
     """One YAML document as plain data plus the line of each key path (1-based)."""
 
     path: str
-    data: Any
-    lines: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    data: Any  # the YAML document as parsed
+    lines: dict[KeyPath, int] = field(default_factory=dict)
 
-    def line(self, *keys: Any) -> int | None:
+    def line(self, *keys: Key) -> int | None:
         """The line of the longest known prefix of ``keys``."""
         for n in range(len(keys), -1, -1):
             got = self.lines.get(tuple(keys[:n]))
@@ -58,7 +63,7 @@ class _Walker:
     def __init__(self) -> None:
         self.nodes = 0
 
-    def plain(self, node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
+    def plain(self, node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> Any:
         self.nodes += 1
         line = node.start_mark.line + 1
         key = ".".join(map(str, path)) or None
@@ -70,7 +75,7 @@ class _Walker:
             raise _Stop(line, key, f"YAML tag {node.tag!r} is not allowed (only plain values, lists and mappings)")
         lines.setdefault(path, line)
         if isinstance(node, yaml.MappingNode):
-            out: dict[Any, Any] = {}
+            out: dict[str, object] = {}
             for knode, vnode in node.value:
                 if not isinstance(knode, yaml.ScalarNode):
                     raise _Stop(knode.start_mark.line + 1, key, "a mapping key must be a plain value")
@@ -113,7 +118,8 @@ def load_documents(path: str, raw: bytes) -> tuple[list[Doc], list[YamlProblem]]
     for node in nodes:
         if node is None:
             continue
-        lines: dict[tuple[Any, ...], int] = {}
+        lines: dict[KeyPath, int] = {}
+
         try:
             docs.append(Doc(path, _Walker().plain(node, (), lines), lines))
         except _Stop as stop:

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -20,6 +20,11 @@ from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import DEFAULT_WAREHOUSE, WAREHOUSE_DIR, Catalog
 from nlq2sql.stages.intent import Intent, consistency_problem, vocabulary_problem
 from nlq2sql.stages.semantic_tools import closest
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["BLOCK", "CASE_MEMO_SIZE", "CATEGORY", "EVALSET_DIR", "FORMATS_DOC", "ID_MAX_LENGTH", "LIST_VALUES_MAX",
            "CaseIndex", "EvalCase", "EvalSet", "category_of_kind", "evalset_dir", "gold_kind", "index_evalset",
@@ -60,7 +65,7 @@ class EvalCase(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _derive_category(cls, data: Any) -> Any:
+    def _derive_category(cls, data: JsonValue) -> JsonValue:
         if isinstance(data, dict) and data.get("category") is None:
             gold = data.get("gold")
             kind = gold.get("intent") if isinstance(gold, dict) else None
@@ -97,11 +102,11 @@ def resolve_path(name_or_path: str | Path, warehouse: str) -> Path:
     raise EvalSetError(f"no eval set named '{name_or_path}' for warehouse {warehouse!r} (shipped: {known})")
 
 
-def _field_of(err: Mapping[str, Any]) -> str:
+def _field_of(err: ErrorDetails) -> str:
     return ".".join(str(p) for p in err["loc"]) or "(line)"
 
 
-def gold_kind(obj: Mapping[str, Any]) -> str:
+def gold_kind(obj: Mapping[str, JsonValue]) -> str:
     """What a line's gold looks like: ``v1`` (an intent), ``v2`` (a MetricFlow query, or null for an
     unanswerable question), ``gold_sql``, or ``unknown`` -- for messages that name the right reader."""
     if "gold_sql" in obj:
@@ -247,7 +252,7 @@ class _CaseMemo:
 BLOCK = 1 << 20
 
 
-def _lines(fh: BinaryIO, digest: Any, path: str = "") -> Iterator[str]:
+def _lines(fh: BinaryIO, digest: hashlib._Hash, path: str = "") -> Iterator[str]:
     """Decoded lines, exactly as ``data.decode().splitlines()`` would give, read a block of whole
     lines at a time (decoding and splitting a block costs a fraction of doing it per line) so
     the file is never held in memory twice over.  Strictly UTF-8 (a leading byte-order mark is
@@ -269,7 +274,7 @@ def _lines(fh: BinaryIO, digest: Any, path: str = "") -> Iterator[str]:
         yield from lines
 
 
-def _cases(path: Path, catalog: Catalog | Warehouse, digest: Any, problems: Problems
+def _cases(path: Path, catalog: Catalog | Warehouse, digest: hashlib._Hash, problems: Problems
            ) -> Iterator[tuple[int, str, EvalCase]]:
     """(line, id, case) of each sound line in turn, checked; each problem of the others goes to
     ``problems`` (a byte that is not UTF-8 ends the reading: the lines after it are not read).

@@ -26,7 +26,7 @@ __all__ = ["DEFAULT_TIMEOUT_S", "FLOAT_DIGITS", "Executor", "Row", "normalise", 
 FLOAT_DIGITS = 9
 DEFAULT_TIMEOUT_S = 10.0
 Row = tuple[Any, ...]
-def _cell(value: Any) -> Any:
+def _cell(value: object) -> object:
     if isinstance(value, (decimal.Decimal, float)):
         return float(f"{float(value):.{FLOAT_DIGITS}g}")
     if isinstance(value, (dt.date, dt.datetime)):

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlglot
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -27,6 +27,9 @@ from sqlglot import exp
 from nlq2sql.errors import EvalSetError, Problems
 from nlq2sql.inputs import json_object, read_text
 from nlq2sql.stages.evalset import CATEGORY, ID_MAX_LENGTH, resolve_path
+
+if TYPE_CHECKING:
+    from metricflow_semantic_interfaces.implementations.semantic_manifest import PydanticSemanticManifest
 
 __all__ = ["GOLD_SQL_KEY", "MAX_ALTERNATIVES", "SEARCH_PATH_ENTRY", "GoldSqlCase",
            "GoldSqlLine", "GoldSqlSet", "derive_category", "derive_ordered", "is_gold_sql_set",
@@ -128,7 +131,7 @@ def derive_ordered(sql: str) -> bool:
 
 
 def _outer_select(tree: exp.Expression) -> exp.Select | None:
-    node: Any = tree
+    node: exp.Expression = tree
     while isinstance(node, exp.Subquery):
         node = node.this
     return node if isinstance(node, exp.Select) else None
@@ -139,7 +142,7 @@ def _is_aggregate(node: exp.Expression) -> bool:
     for n in node.walk():
         if not isinstance(n, exp.AggFunc):
             continue
-        p: Any = n
+        p: exp.Expr | None = n
         while p is not node and p is not None:
             p = p.parent
             if isinstance(p, exp.Window | exp.Subquery | exp.Select):
@@ -330,7 +333,7 @@ def parse_search_path(text: str, option: str = "--search-path") -> tuple[str, ..
     return tuple(dict.fromkeys(entries))
 
 
-def layer_search_path(manifest: Any) -> tuple[str, ...]:
+def layer_search_path(manifest: PydanticSemanticManifest) -> tuple[str, ...]:
     """The schemas a semantic layer's relations live in (``node_relation.schema_name``), the one
     holding most of its semantic models first (dbt's target schema), the others in order of
     first appearance; entries that are not plain identifiers are left out."""
@@ -346,7 +349,7 @@ def layer_search_path(manifest: Any) -> tuple[str, ...]:
     return (main, *(s for s in order if s != main))
 
 
-def resolve_search_path(manifest: Any, override: Sequence[str] | None) -> tuple[str, ...]:
+def resolve_search_path(manifest: PydanticSemanticManifest, override: Sequence[str] | None) -> tuple[str, ...]:
     """The search path a run uses: ``--search-path`` when given (checked by :func:`parse_search_path`),
     else the layer's (:func:`layer_search_path`)."""
     return tuple(override) if override else layer_search_path(manifest)

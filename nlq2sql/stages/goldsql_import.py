@@ -170,7 +170,7 @@ def _json_list_rows(text: str, where: str, problems: list[EvalSetError]) -> list
     return rows
 
 
-def _text(v: Any) -> str:
+def _text(v: object) -> str:
     return "" if v is None else str(v).strip()
 
 

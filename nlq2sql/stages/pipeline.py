@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.errors import InputError, Nlq2SqlError
 from nlq2sql.inputs import decode_line, json_object, regular_file, reusable_rest, split_id
@@ -27,6 +27,9 @@ from nlq2sql.stages.guardrail import RuleSet
 from nlq2sql.stages.intent import canonicalise
 from nlq2sql.stages.sqlbuild import build_sql
 from nlq2sql.stages.summary import Summary
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["RESPONSE_MEMO_SIZE", "EvalsetCheck", "Response", "ScoreConfig", "as_missing", "check_evalset",
            "make_executor", "publish", "read_responses", "refuse_missing", "staging_dir", "summarise_file"]
@@ -140,7 +143,7 @@ def read_responses(path: Path, known_ids: Mapping[str, int], answer: str | None 
             yield Response(rid, text, finish)
 
 
-def _parse_response(line: str, where: str, lineno: int) -> tuple[str, Any, Any]:
+def _parse_response(line: str, where: str, lineno: int) -> tuple[str, JsonValue, JsonValue]:
     """(id, text, finish_reason) of one line, as parsed (types of text and finish unchecked)."""
     if not line.strip():
         raise InputError("empty line", path=where, line=lineno)

@@ -7,18 +7,21 @@ so summary, viewer, ``compare`` and ``gate`` read it unchanged, plus per-part ag
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import ExecutionError, SqlBuildError
 from nlq2sql.records.item import AnswerPart, ItemRecord, Judgement
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import PARTS, parse_answer, part_matches
 from nlq2sql.semantic.query import MetricQuery, Unanswerable
-from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.execute import Executor, Row
 from nlq2sql.stages.guardrail import Intervention, RuleSet
 from nlq2sql.stages.query_guard import apply_query_guardrails, intervention_correct, query_scope
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS, parse_or_status
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.engine import Query
 
 __all__ = ["ANSWER_KIND", "UNANSWERABLE", "query_record"]
 
@@ -56,7 +59,8 @@ def _error(status: str, pred: MetricQuery | Unanswerable | None, case: QueryCase
     return f"wrong_{wrong[0]}" if wrong else "wrong_rows"
 
 
-def _run(q: MetricQuery, executor: Executor, catalog: Catalog) -> tuple[Any, Any, str | None, str | None]:
+def _run(q: MetricQuery, executor: Executor, catalog: Catalog
+         ) -> tuple[Query | None, list[Row] | None, str | None, str | None]:
     """A query compiled (MetricFlow) and executed: (compiled, rows, failure class, error)."""
     try:
         compiled = catalog.engine.compile(q)
@@ -90,7 +94,7 @@ def query_record(case: QueryCase, raw_text: str | None, executor: Executor, cata
         sql, rows, failed, exec_error = _run(final, executor, catalog)
         q = sql if failed is None else None  # only a query that ran is compared, hashed and shown
 
-    def right(query: Any) -> bool:
+    def right(query: Query | None) -> bool:
         if case.gold is None:
             return isinstance(pred, Unanswerable)
         return query is not None and gold_q is not None and executor.same_result(query, gold_q, ordered=ordered)

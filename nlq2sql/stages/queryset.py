@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -35,6 +35,9 @@ from nlq2sql.stages.goldsql import GOLD_SQL_KEY
 from nlq2sql.stages.intent import Intent, canonicalise, is_ordered
 from nlq2sql.stages.semantic_tools import name_problems
 from nlq2sql.stages.sqlbuild import build_sql, to_query
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["GoldProblem", "QueryCase", "QuerySet", "Upgrade", "check_query_set", "from_v1", "load_query_set",
            "scan_query_set", "upgrade_v1_set"]
@@ -59,7 +62,7 @@ class QueryCase(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _derive_category(cls, data: Any) -> Any:
+    def _derive_category(cls, data: JsonValue) -> JsonValue:
         if isinstance(data, dict) and data.get("category") is None:
             gold = data.get("gold", ...)
             category = "unanswerable" if gold is None else ""
@@ -245,7 +248,7 @@ class Upgrade:
     ordered: int  # golds whose order is compared
 
 
-def upgrade_v1_set(name_or_path: str | Path, wh: Any, executor: Executor) -> Upgrade:
+def upgrade_v1_set(name_or_path: str | Path, wh: Warehouse, executor: Executor) -> Upgrade:
     """Every gold of a v1 set (``wh``: the bound warehouse, so filter values are checked against its
     data) as the MetricFlow query it means, each checked to return the rows the v1 gold returns
     (in order where both order: a v1 time series is compared as a multiset in v2, as v2 runs read

@@ -8,7 +8,7 @@ finish reason, parsed answer) once and keeps the encoding with those fields open
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TypeVar
 
 from nlq2sql.errors import IntentError
 from nlq2sql.records.item import ItemRecord
@@ -27,6 +27,9 @@ __all__ = ["MEMO_SIZE", "OPEN_FIELDS", "Entry", "RecordMemo", "meaning"]
 OPEN_FIELDS = ("id", "raw_text", "status_reason", "final_status_reason")
 #: Entries each of the two memos keeps (bounded: novel texts do not grow memory).
 MEMO_SIZE = 4096
+#: A memo's key: the parts of an item its record depends on (hashable values).
+_Key = tuple[object, ...]
+_V = TypeVar("_V")
 
 #: A remembered record: the gold intent it was keyed by (kept alive, see RecordMemo), the
 #: record (its OPEN_FIELDS are the first item's), and its encoding around OPEN_FIELDS.
@@ -68,8 +71,8 @@ class RecordMemo:
                  writer: RecordWriter, score: Callable[..., ItemRecord] | None = None) -> None:
         self.rulesets, self.executor, self.catalog, self.writer = rulesets, executor, catalog, writer
         self.score = score
-        self._by_text: dict[tuple[Any, ...], Entry] = {}
-        self._by_meaning: dict[tuple[Any, ...], Entry] = {}
+        self._by_text: dict[_Key, Entry] = {}
+        self._by_meaning: dict[_Key, Entry] = {}
 
     def write(self, rid: str, case: EvalCase, raw_text: str | None, finish_reason: str | None
               ) -> ItemRecord:
@@ -106,7 +109,7 @@ class RecordMemo:
         return rec
 
 
-def _keep(memo: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
+def _keep(memo: dict[_Key, _V], key: _Key, value: _V) -> None:
     if len(memo) >= MEMO_SIZE:
         memo.clear()
     memo[key] = value

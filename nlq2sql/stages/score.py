@@ -8,7 +8,7 @@ scope class. Execution accuracy: the final intent's rows == the gold's (Spider-s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from nlq2sql.records.summary_parts import Percentiles, Rate
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.engine import Query
 from nlq2sql.stages.evalset import EvalCase
-from nlq2sql.stages.execute import Executor
+from nlq2sql.stages.execute import Executor, Row
 from nlq2sql.stages.guardrail import Intervention, RuleSet, apply_all
 from nlq2sql.stages.intent import (
     FIELDS,
@@ -31,6 +31,9 @@ from nlq2sql.stages.intent import (
     parse_intent,
 )
 from nlq2sql.stages.sqlbuild import build_sql
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.query import Value
 
 __all__ = ["RESULT_HEAD_ROWS", "TAXONOMY", "TIMING_KEYS", "case_record", "error_class", "mcnemar_exact",
            "parse_or_status", "intent_record", "rate", "run_intent", "spread", "wrong_fields"]
@@ -100,7 +103,7 @@ def parse_or_status(parse: Callable[[str], T], raw_text: str | None, finish_reas
 
 
 def run_intent(intent: Intent | None, catalog: Catalog, executor: Executor
-               ) -> tuple[str | None, list[Any] | None, Query | None, Any, str | None]:
+               ) -> tuple[str | None, list[Value] | None, Query | None, list[Row] | None, str | None]:
     """A canonical intent compiled and executed: (sql, params, query, rows, error).  A build failure
     leaves everything but the error None; an execution failure keeps the SQL that failed (the record
     shows it) but not the query; no intent, nothing."""

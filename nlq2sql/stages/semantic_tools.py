@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 from pydantic import Field
 
 from nlq2sql.errors import ExcludedObjectError, InputError, IntentError, Nlq2SqlError, QueryTimeoutError, SqlBuildError
-from nlq2sql.records.typed import Typed
+from nlq2sql.records.typed import JsonValue, Typed
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.contract import answer_schema
@@ -31,6 +31,10 @@ from nlq2sql.stages.intent import (
     parse_intent,
 )
 from nlq2sql.stages.sqlbuild import build_sql
+
+if TYPE_CHECKING:
+    from nlq2sql.semantic.engine import Query
+    from nlq2sql.semantic.query import MetricQuery
 
 __all__ = ["CheckReport", "DimensionShown", "MetricShown", "Progress", "QueryCheck", "ShowReport", "SqlResult", "check",
            "closest", "compile_or_explain", "dumps", "grouped_names", "init_yaml", "name_problems", "show", "show_text",
@@ -116,9 +120,9 @@ class SqlResult(Typed):
     query: dict[str, Any] | None = None
     kind: str | None = None
     sql: str
-    params: list[Any]
+    params: list[JsonValue]
     columns: list[str] | None = None
-    rows: list[list[Any]] | None = None
+    rows: list[list[JsonValue]] | None = None
 
 
 #: ``check``'s progress callback: (queries done, queries in all, the one just done).
@@ -136,7 +140,7 @@ def check(wh: Warehouse, *, timeout_s: float | None = None, progress: Progress |
 
     cat = wh.catalog
     limit = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
-    asked: list[tuple[str, str, Callable[[], Any]]] = []
+    asked: list[tuple[str, str, Callable[[], Query]]] = []
     for metric in cat.metrics:
         reachable = set(cat.engine.group_bys((metric,)))
         month = MetricQuery(metrics=(metric,), group_by=("metric_time__month",))
@@ -207,7 +211,7 @@ def show(wh: Warehouse, schema: str = "flat") -> ShowReport:
         compact_regex=compact_regex(cat, schema))
 
 
-def _excluded_name(data: Any, wh: Warehouse) -> str | None:
+def _excluded_name(data: JsonValue, wh: Warehouse) -> str | None:
     """A v1 intent's metric, dimension or filter field that the partial layer excluded: why."""
     if not isinstance(data, dict):
         return None
@@ -344,7 +348,7 @@ def _unknown(what: str, name: str, known: Iterable[str]) -> str:
     return f"unknown {what} {name!r}" + (f" (closest: {', '.join(near)})" if near else "")
 
 
-def name_problems(wh: Warehouse | Catalog, mq: Any) -> list[str]:
+def name_problems(wh: Warehouse | Catalog, mq: MetricQuery) -> list[str]:
     """What in a v2 query names nothing the layer has: each unknown metric, group-by, filter or
     order field, with the layer's closest names (group-bys: those reachable from its metrics)."""
     cat = wh.catalog if isinstance(wh, Warehouse) else wh
@@ -376,7 +380,7 @@ def name_problems(wh: Warehouse | Catalog, mq: Any) -> list[str]:
     return problems
 
 
-def compile_or_explain(wh: Warehouse, mq: Any) -> Any:
+def compile_or_explain(wh: Warehouse, mq: MetricQuery) -> Query:
     """``mq`` compiled; a query MetricFlow refuses is bad input: the unknown names with the
     layer's closest ones, else MetricFlow's reason, one line."""
     try:
@@ -532,7 +536,7 @@ def _singular(table: str) -> str:
     return table
 
 
-def _unique(con: Any, table: str, column: str) -> bool:
+def _unique(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
     """True when ``column`` has no NULL and no repeated value in ``table`` (what a primary entity promises)."""
     row = con.execute(f'SELECT COUNT(*) = COUNT(DISTINCT "{column}") AND COUNT("{column}") = COUNT(*) '
                       f'FROM "{table}"').fetchone()

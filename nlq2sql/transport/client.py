@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import aiohttp
 
@@ -33,7 +33,7 @@ from nlq2sql.stages.intent import SCHEMA_MODES
 from nlq2sql.transport.rawclient import RawClient, stream_once
 from nlq2sql.transport.stream import Accumulator, Completion, HTTPStatusError, StreamEventError, Transport
 
-__all__ = ["ATTEMPT_WATCH", "CLIENTS", "KEEPALIVE_S", "OUTCOMES", "STRUCTURED_MODES", "AttemptWatch",
+__all__ = ["ATTEMPT_WATCH", "CLIENTS", "KEEPALIVE_S", "OUTCOMES", "STRUCTURED_MODES", "AttemptWatch", "Client",
            "EndpointConfig", "RetryBudget", "Sampling", "classify", "complete", "make_client",
            "redact", "request_kwargs", "unsent"]
 
@@ -49,6 +49,8 @@ STRUCTURED_MODES = ("json", "response_format", "regex", "choice", "grammar", "no
 #: fast endpoint; sdk = the official openai SDK (AsyncOpenAI on its aiohttp transport), kept
 #: selectable (tests check both send the same body and record the same).
 CLIENTS = ("sdk", "aiohttp")
+#: An endpoint's client, of either kind (:func:`make_client`); the SDK's is named, not imported, at run time.
+Client: TypeAlias = "AsyncOpenAI | RawClient"
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,7 @@ AttemptWatch = Callable[[str, int | None, str | None, float, float], bool]
 ATTEMPT_WATCH: ContextVar[AttemptWatch | None] = ContextVar("nlq2sql_attempt_watch", default=None)
 
 
-def make_client(cfg: EndpointConfig) -> AsyncOpenAI | RawClient:
+def make_client(cfg: EndpointConfig) -> Client:
     """Client with a pool sized to the concurrency; SDK retries off (ours count)."""
     connector_limit = max(100, cfg.concurrency * 2)
     if cfg.client == "aiohttp":
@@ -175,6 +177,7 @@ KEEPALIVE_S = 2.0
 
 
 def _limits(n: int) -> Any:
+
     import httpx
 
     return httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=KEEPALIVE_S)
@@ -318,7 +321,7 @@ async def _once(client: AsyncOpenAI, kw: dict[str, Any], timeout_s: float, out: 
     acc.end(response.headers.get("content-type") if response is not None else None)
 
 
-async def complete(client: AsyncOpenAI | RawClient, cfg: EndpointConfig, messages: list[dict[str, str]],
+async def complete(client: Client, cfg: EndpointConfig, messages: list[dict[str, str]],
                    sampling: Sampling, budget: RetryBudget,
                    fail_fast: frozenset[str] = frozenset()) -> Completion:
     """One item's call with classified failures and bounded, jittered retries.

@@ -51,7 +51,7 @@ class RawClient:
             await self._session.close()
 
 
-_ENCODED: dict[int, tuple[Any, bytes]] = {}
+_ENCODED: dict[int, tuple[object, bytes]] = {}
 
 
 def body_of(kw: dict[str, Any]) -> bytes:

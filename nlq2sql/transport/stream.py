@@ -9,9 +9,12 @@ import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["Accumulator", "Completion", "HTTPStatusError", "NotAnEventStream", "StreamEventError", "Transport",
            "decode_event", "sse_events"]
@@ -104,7 +107,7 @@ class Accumulator:
         self.last = now
         self.parts.append(text)
 
-    def logprobs(self, entries: Any) -> None:
+    def logprobs(self, entries: JsonValue) -> None:
         """One chunk's ``logprobs.content`` (a list of {token, logprob, top_logprobs})."""
         if not entries:
             return
@@ -118,7 +121,7 @@ class Accumulator:
         if reason:
             self.out.finish_reason = reason
 
-    def event(self, obj: Any) -> None:
+    def event(self, obj: JsonValue) -> None:
         """One decoded SSE ``data:`` JSON object (the wire form)."""
         now = self.chunk()
         if not isinstance(obj, dict):
@@ -160,7 +163,7 @@ class Transport(Protocol):
     async def __call__(self, client: Any, kw: dict[str, Any], timeout_s: float, out: Completion) -> None: ...
 
 
-async def sse_events(body: AsyncIterable[bytes]) -> AsyncGenerator[Any, None]:
+async def sse_events(body: AsyncIterable[bytes]) -> AsyncGenerator[JsonValue, None]:
     """The decoded JSON of an SSE body's ``data:`` lines, up to ``[DONE]``: the one SSE reader
     (the aiohttp client and the probes; the SDK has its own).
 
@@ -203,7 +206,7 @@ def _payload(line: bytes) -> bytes | None:
 _decode = msgspec.json.Decoder().decode
 
 
-def decode_event(payload: bytes) -> Any:
+def decode_event(payload: bytes) -> JsonValue:
     """One event's JSON: msgspec's decoder (~5x ``json.loads`` per chunk, the client's hottest
     call), falling back to ``json.loads`` for what only Python's accepts (``NaN``, ``-Infinity``,
     lone surrogates), so both read the same streams; malformed JSON raises ``ValueError``."""

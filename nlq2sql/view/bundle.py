@@ -21,12 +21,15 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import InputError
 from nlq2sql.view.cues import CueExplainer
 from nlq2sql.view.runs import Run, paired
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["ASSETS", "CHUNK", "CSP", "LOADER", "Bundle", "build_bundle", "data_script", "dumps", "js_string",
            "run_ids", "run_meta", "write_bundle"]
@@ -50,7 +53,7 @@ def data_script(name: str, json_text: str) -> bytes:
     return f"{LOADER}({json.dumps(name)},{js_string(json_text)});\n".encode("ascii")
 
 
-def dumps(obj: Any) -> str:
+def dumps(obj: JsonValue) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
@@ -60,7 +63,7 @@ _MANIFEST_FACTS = ("kind", "model", "prompt", "prompt_style", "guardrails", "eva
                    "finished", "limit", "evalset_sha256", "prompt_sha256", "semantic_model")
 
 
-def _finite(obj: Any) -> Any:
+def _finite(obj: JsonValue) -> JsonValue:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
@@ -163,7 +166,7 @@ class Bundle(Mapping[str, bytes]):
         return data_script(f"r{run.key}-c{j}", body)
 
 
-def _cue_inputs(obj: dict[str, Any]) -> tuple[str, list[Any]]:
+def _cue_inputs(obj: dict[str, Any]) -> tuple[str, list[JsonValue]]:
     """An item's question and interventions from its parsed line (the JSON edge), record or not,
     as :func:`~nlq2sql.view.runs._row` reads the columns: a record's keys are its parts'."""
     question, ivs = obj.get("question"), obj.get("interventions")

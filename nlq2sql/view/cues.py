@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.errors import GuardrailError
 from nlq2sql.stages.guardrail import VALUES, CueFound, RuleSet
 from nlq2sql.stages.rulesets import load_ruleset
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["SAFE_NAME", "CueExplainer", "CueFinding", "Explanation"]
 
@@ -62,7 +65,7 @@ class CueExplainer:
                     self._sets[name] = rs if isinstance(rs, RuleSet) else f"rule set {name!r} has no cues"
         return self._sets[name]
 
-    def explain(self, guardrails: list[str], question: str, interventions: list[Any]) -> list[Explanation]:
+    def explain(self, guardrails: list[str], question: str, interventions: list[JsonValue]) -> list[Explanation]:
         """Each recorded intervention (a JSON value as the record holds it) explained."""
         out: list[Explanation] = []
         for iv in interventions:

@@ -13,7 +13,6 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.records.store import MANIFEST
@@ -37,7 +36,7 @@ class Discovery:
     skipped: list[str] = field(default_factory=list)  # "shown path: why", for the page and stderr
 
 
-def natural(name: str) -> list[Any]:
+def natural(name: str) -> list[int | str]:
     """Sort key: ``c2`` before ``c16``."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 

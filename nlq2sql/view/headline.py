@@ -3,10 +3,13 @@ types, computed by ``stages.score.rate`` and ``spread``, so the page reads them 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nlq2sql.records.summary_parts import Headline, Part, Percentiles
 from nlq2sql.stages.score import rate, spread
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["HeadlineTiming", "ViewerHeadline", "headline"]
 
@@ -22,7 +25,7 @@ class ViewerHeadline(Headline):
     computed_by_viewer: bool = True
 
 
-def headline(cols: dict[str, list[Any]]) -> ViewerHeadline:
+def headline(cols: dict[str, list[JsonValue]]) -> ViewerHeadline:
     """The headline part of a summary from the item columns (``runs.COLUMNS``)."""
     n = len(cols["id"])
     fired = sum(1 for v in cols["interventions"] if v)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import check_json_depth
@@ -26,6 +26,9 @@ from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
 from nlq2sql.view.discover import discover, unique_names
 from nlq2sql.view.headline import headline
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["COLUMNS", "TEXTS", "Pair", "Run", "RunFacts", "Runs", "find_run_dirs", "load_run", "load_runs",
            "mcnemar_exact", "paired", "text_hash"]
@@ -39,15 +42,15 @@ COLUMNS = ("id", "question", "category", "status", "final_status", "error_raw", 
 TEXTS = ("raw_text", "sql")
 
 
-def _text(v: Any) -> str | None:
+def _text(v: object) -> str | None:
     return None if v is None else str(v)
 
 
-def _str_or_none(v: Any) -> str | None:
+def _str_or_none(v: object) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def _count(v: Any) -> int | None:
+def _count(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
@@ -96,7 +99,7 @@ class Run:
     manifest: dict[str, Any]
     summary: dict[str, Any] | None
     facts: RunFacts
-    cols: dict[str, list[Any]]
+    cols: dict[str, list[JsonValue]]
     lines: list[str]  # each record's JSON text
     texts: dict[str, list[str | None]] = field(default_factory=dict)  # TEXTS per item
     notes: list[str] = field(default_factory=list)
@@ -139,24 +142,24 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
     return [f.path for f in discover(paths).found]
 
 
-def _str(v: Any) -> str | None:
+def _str(v: object) -> str | None:
     return None if v is None else v if isinstance(v, str) else json.dumps(v)
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
     return float(v) if math.isfinite(v) else None
 
 
-def text_hash(text: Any) -> str | None:
+def text_hash(text: object) -> str | None:
     """A short SHA-256 of the raw output's UTF-8 bytes (None when there is no text)."""
     if not isinstance(text, str):
         return None
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def _clean(obj: Any) -> Any:
+def _clean(obj: JsonValue) -> JsonValue:
     """NaN and infinities (which Python's json may have written) become null."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
@@ -172,7 +175,7 @@ class _Reader:
     skipped, a malformed line before it is an error), keeping each line's text and columns."""
 
     def __init__(self) -> None:
-        self.cols: dict[str, list[Any]] = {k: [] for k in COLUMNS}
+        self.cols: dict[str, list[JsonValue]] = {k: [] for k in COLUMNS}
         self.texts: dict[str, list[str | None]] = {k: [] for k in TEXTS}
         self.lines: list[str] = []
         self._appends = [self.cols[k].append for k in COLUMNS] + [self.texts[k].append for k in TEXTS]
@@ -222,7 +225,7 @@ class _Reader:
                     self.first_untyped = str(exc)
             self.add(rec.get, text.strip())
 
-    def add(self, get: Callable[[str], Any], text: str) -> None:
+    def add(self, get: Callable[[str], JsonValue], text: str) -> None:
         """Append one item's columns and texts (:data:`COLUMNS`, :data:`TEXTS`) read with ``get``."""
         row = _row(get)
         for append, value in zip(self._appends, row, strict=True):
@@ -230,13 +233,13 @@ class _Reader:
         self.lines.append(text)
 
 
-def _kinds(gold: Any, raw: Any) -> tuple[str | None, str | None]:
+def _kinds(gold: JsonValue, raw: JsonValue) -> tuple[str | None, str | None]:
     """The kinds the summary's confusion matrix counts: gold's intent, the raw answer's (or invalid)."""
     return (_str(gold.get("intent")) if isinstance(gold, dict) else None,
             (_str(raw.get("intent")) or "invalid") if isinstance(raw, dict) else "invalid")
 
 
-def _row(get: Callable[[str], Any]) -> tuple[Any, ...]:
+def _row(get: Callable[[str], JsonValue]) -> tuple[JsonValue, ...]:
     """An item's :data:`COLUMNS` and :data:`TEXTS`, declared once over an accessor of its flat keys:
     a record's :meth:`~nlq2sql.records.item.ItemRecord.get` (read through its parts), or the parsed
     object's ``get`` for a line that is JSON with an id but not a record.  Each value is checked for

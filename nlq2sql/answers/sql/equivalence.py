@@ -45,7 +45,7 @@ class Equivalence:
     capped: bool = False
 
 
-def normalise_cell(v: Any) -> Any:
+def normalise_cell(v: object) -> object:
     """One comparable, hashable value: numbers as int or float (9 significant digits, like the
     harness's executor), dates as ISO text (a midnight TIMESTAMP as its DATE), nested values as tuples."""
     if v is None:

@@ -32,7 +32,7 @@ from nlq2sql.semantic.query import MetricQuery, Unanswerable
 from nlq2sql.stages.execute import Executor, result_hash
 from nlq2sql.stages.goldsql import GoldSqlCase, GoldSqlSet, tie_columns
 from nlq2sql.stages.guardrail import RuleSet, apply_all
-from nlq2sql.stages.intent import STATUS_OK, canonicalise, parse_intent
+from nlq2sql.stages.intent import STATUS_OK, Intent, canonicalise, parse_intent
 from nlq2sql.stages.query_guard import apply_query_guardrails
 from nlq2sql.stages.query_score import query_record
 from nlq2sql.stages.queryset import QueryCase
@@ -153,7 +153,7 @@ def read_query_answer(case: GoldSqlCase, raw_text: str | None, executor: Executo
         final, found = apply_query_guardrails(list(rulesets), pred, case.question, catalog)
         changed = bool(found)
 
-    def rows_of(q: Any) -> list[Row] | None:
+    def rows_of(q: object) -> list[Row] | None:
         if not isinstance(q, MetricQuery):
             return None
         try:
@@ -182,7 +182,7 @@ def read_intent_answer(case: GoldSqlCase, raw_text: str | None, executor: Execut
         final, found = apply_all(list(rulesets), raw, case.question)
         changed = bool(found)
 
-    def rows_of(intent: Any) -> list[Row] | None:
+    def rows_of(intent: Intent | None) -> list[Row] | None:
         if intent is None:
             return None
         try:

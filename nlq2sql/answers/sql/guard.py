@@ -15,11 +15,14 @@ import threading
 import unicodedata
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import sqlglot
 from sqlglot import exp
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["ALLOWED_TABLE_FUNCTIONS", "REFUSED", "SQL_ERROR", "Verdict", "check_sql", "forbidden_function"]
 
@@ -184,7 +187,7 @@ def _duckdb() -> duckdb.DuckDBPyConnection:
         return _parser_con[0].cursor()
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
+def _walk(node: JsonValue) -> Iterator[dict[str, Any]]:
     stack = [node]
     while stack:
         o = stack.pop()

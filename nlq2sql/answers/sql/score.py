@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlglot
 
@@ -26,6 +26,9 @@ from nlq2sql.semantic.query import MetricQuery
 from nlq2sql.stages.execute import Executor, result_hash
 from nlq2sql.stages.queryset import QueryCase
 from nlq2sql.stages.score import RESULT_HEAD_ROWS
+
+if TYPE_CHECKING:
+    from nlq2sql.records.typed import JsonValue
 
 __all__ = ["ANSWER_KIND", "ERROR_OF_STATUS", "SqlAnswer", "extract_sql", "gold_columns",
            "parse_sql_answer", "row_head", "run_sql_answer", "sql_answer_part", "sql_error_class",
@@ -99,7 +102,7 @@ def _tie_keys(gold: MetricQuery, columns: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(columns.index(k) for k in keys)
 
 
-def _jsonable(v: Any) -> Any:
+def _jsonable(v: object) -> JsonValue:
     if isinstance(v, tuple):
         return [_jsonable(x) for x in v]
     if isinstance(v, float) and not math.isfinite(v):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
@@ -20,10 +20,18 @@ from nlq2sql.errors import ExecutionError
 from nlq2sql.semantic.binding import Warehouse
 from nlq2sql.semantic.catalog import Catalog
 from nlq2sql.semantic.engine import Query
-from nlq2sql.semantic.query import METRIC_TIME, MetricQuery
+from nlq2sql.semantic.query import METRIC_TIME, MetricQuery, Value, Where
 from nlq2sql.semantic.schema_text import describe_tables
 from nlq2sql.stages.execute import Executor
 from nlq2sql.stages.pipeline import make_executor
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from metricflow_semantic_interfaces.implementations.elements.measure import PydanticMeasure
+    from metricflow_semantic_interfaces.implementations.semantic_model import PydanticSemanticModel
+
+    from nlq2sql.stages.queryset import QueryCase
 
 __all__ = ["SolvedSql", "Unsupported", "clean_sql", "inline_params", "solve", "solved_texts"]
 
@@ -40,7 +48,7 @@ class SolvedSql:
     style: str  # "clean" (written here, checked by execution) | "metricflow" (compiled, inlined)
 
 
-def inline_params(sql: str, params: tuple[Any, ...] | list[Any]) -> str:
+def inline_params(sql: str, params: Sequence[object]) -> str:
     """MetricFlow's SQL with its ``$N`` parameters written as literals: one standalone statement."""
     def lit(m: re.Match[str]) -> str:
         v = params[int(m.group(1)) - 1]
@@ -50,14 +58,14 @@ def inline_params(sql: str, params: tuple[Any, ...] | list[Any]) -> str:
     return re.sub(r"\$(\d+)", lit, sql)
 
 
-def _v(x: Any) -> str:
+def _v(x: object) -> str:
     return str(getattr(x, "value", x)).lower()
 
 
 class _Model:
     """One semantic model as this writer needs it: table, entities, dimensions, measures."""
 
-    def __init__(self, sm: Any) -> None:
+    def __init__(self, sm: PydanticSemanticModel) -> None:
         self.table: str = sm.node_relation.alias
         self.entities = {e.name: (_v(e.type), e.expr or e.name) for e in sm.entities}
         self.dims = {d.name: (d.expr or d.name, _v(d.type)) for d in sm.dimensions}
@@ -82,13 +90,13 @@ class _Writer:
         self.types = {(t.name, c.name.lower()): c.type.upper() for t in describe_tables(catalog, warehouse)
                       for c in t.columns}
 
-    def _measure(self, name: str) -> tuple[_Model, Any]:
+    def _measure(self, name: str) -> tuple[_Model, PydanticMeasure]:
         for mo in self.models:
             if name in mo.measures:
                 return mo, mo.measures[name]
         raise Unsupported(f"measure {name}")
 
-    def _agg(self, mo: _Model, m: Any) -> str:
+    def _agg(self, mo: _Model, m: PydanticMeasure) -> str:
         agg, expr = _v(m.agg), mo.qualify(m.expr or m.name)
         if agg == "count_distinct":
             return f"COUNT(DISTINCT {expr})"
@@ -177,7 +185,7 @@ class _Writer:
             sql += f" LIMIT {q.limit}"
         return sql
 
-    def _where(self, base: _Model, w: Any, joins: dict[str, str]) -> str:
+    def _where(self, base: _Model, w: Where, joins: dict[str, str]) -> str:
         expr, kind = self.field(base, w.field, joins)
         timed = kind == "time"
         if timed and w.field.endswith("__day"):
@@ -194,7 +202,7 @@ def _alias(name: str) -> str:
     return name.split("__")[-1] if not name.startswith(METRIC_TIME) else name.replace("__", "_")
 
 
-def _literal(v: Any, timed: bool) -> str:
+def _literal(v: Value, timed: bool) -> str:
     if isinstance(v, bool):
         return "TRUE" if v else "FALSE"
     if isinstance(v, int | float):
@@ -230,7 +238,7 @@ def solve(queries: list[MetricQuery | None], catalog: Catalog, warehouse: Wareho
     return out
 
 
-def solved_texts(cases: list[Any], warehouse: Warehouse) -> tuple[dict[str, str], dict[str, int]]:
+def solved_texts(cases: Sequence[QueryCase], warehouse: Warehouse) -> tuple[dict[str, str], dict[str, int]]:
     """Each bank case's solution as the SQL arms' assistant turn (its id → text): the solved SQL,
     or the abstention for a case without a gold; and how many of each style."""
     with make_executor(warehouse) as ex:
