@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from nlq2sql.conditions.abstain import AbstainTrace
+from nlq2sql.conditions.confidence import Evidence
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.summary_parts import Rate
 from nlq2sql.stages.report import pct
@@ -39,13 +41,14 @@ def decisions(records: Iterable[ItemRecord]) -> list[Decision]:
     answer before abstention are the abstain condition's trace keys."""
     out = []
     for rec in records:
-        ev = rec.get("intent_evidence") or {}
-        conf = ev.get("confidence")
-        said = rec.get("unanswerable") is not None
-        correct = rec.get("answer_correct")
+        ev: Evidence | None = AbstainTrace.read(rec, "intent_evidence")
+        conf = ev.confidence if ev is not None else None
+        said = rec.answer.unanswerable is not None
+        correct: bool | None = AbstainTrace.read(rec, "answer_correct")
         if correct is None:  # a run without --abstain: its final correctness is the answer's
-            correct = rec.get("correct_final")
-        out.append(Decision(id=rec.id, answerable=rec.get("answerable") is not False, said_unanswerable=said,
+            correct = rec.judgement.correct_final if rec.judgement is not None else None
+        answerable = rec.judgement.answerable if rec.judgement is not None else None
+        out.append(Decision(id=rec.id, answerable=answerable is not False, said_unanswerable=said,
                             confidence=None if conf is None else float(conf),
                             answer_correct=bool(correct) and not said))
     return out

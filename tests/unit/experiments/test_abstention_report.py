@@ -10,10 +10,16 @@ from nlq2sql.experiments.abstention import best_at_recall, cut, decisions, leave
 from nlq2sql.records.item import ItemRecord
 
 
+def _evidence(conf: float) -> dict[str, object]:
+    """An intent-token evidence as the abstain condition records it (its kind chosen at ``conf``)."""
+    return {"kind": "breakdown", "token": "break", "token_index": 4, "p_token": conf,
+            "kinds": {"breakdown": conf, "top_n_by_metric": 1 - conf}, "confidence": conf}
+
+
 def rec(i: int, answerable: bool, conf: float | None, right: bool = False, said: bool = False) -> ItemRecord:
     return ItemRecord.from_json({"id": f"i{i}", "question": "q", "answerable": answerable,
                                  "unanswerable": "no such data" if said else None,
-                                 "intent_evidence": None if conf is None else {"confidence": conf},
+                                 "intent_evidence": None if conf is None else _evidence(conf),
                                  "answer_correct": right, "correct_final": right})
 
 
