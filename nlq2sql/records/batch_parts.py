@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ValidationError, create_model
 
 from nlq2sql.errors import RecordError
 from nlq2sql.records.manifest_parts import (
@@ -24,7 +24,7 @@ from nlq2sql.records.manifest_parts import (
 from nlq2sql.records.manifest_parts import Part as ManifestPart
 from nlq2sql.records.run_parts import ServerMetrics
 from nlq2sql.records.summary_parts import AnswerFigures, Compactness, Figures, Part, Throughput
-from nlq2sql.records.typed import JsonValue
+from nlq2sql.records.typed import JsonValue, Typed
 
 __all__ = ["BatchLoad", "BatchManifest", "BatchManifestHead", "BatchRecords", "BatchReplica", "BatchSummary",
            "BatchTail", "Resumed", "SessionStart", "Shard"]
@@ -84,10 +84,8 @@ class BatchTail(Part):
     resumed: Resumed | None = None  # set by ``run_batch`` (not by the shard summary alone)
 
 
-class BatchSummary(BaseModel):
+class BatchSummary(Typed):
     """A batch's summary: the figures (scored, or of answers without a gold) and the batch's tail."""
-
-    model_config = ConfigDict(extra="forbid")
 
     figures: Figures | AnswerFigures
     tail: BatchTail
