@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING
 from nlq2sql.answers.kinds import KINDS, AnswerKind, IntentKind, answer_kind, load_eval_set
 from nlq2sql.answers.sql.gold import COLUMN_RULE
 from nlq2sql.errors import InputError
-from nlq2sql.records.item import ItemRecord, iter_item_records
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.results import Manifest as ManifestModel
 from nlq2sql.records.results import Summary as SummaryModel
 from nlq2sql.records.results import manifest_warehouse
+from nlq2sql.records.rundir import RunDir
 from nlq2sql.records.store import (
     MANIFEST,
     RECORD_VERSION,
     RECORDS,
     SUMMARY,
     BulkRecordWriter,
-    read_json,
     write_json_atomic,
 )
 from nlq2sql.records.summary_parts import Figures, Missing
@@ -190,7 +190,8 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     :func:`recorded_scorer`; its request's timings and tokens are carried, and abstention is
     decided again from its recorded evidence under these guardrails.
     """
-    manifest = read_json(run_dir / MANIFEST)
+    run = RunDir(run_dir)
+    manifest = run.manifest_json()
     recorded = manifest.get("db_schema")  # --db-schema of the run: the relations are read there again
     wh = open_warehouse(manifest_warehouse(manifest), dbt=DbtOptions(db_schema=recorded) if recorded else None)
     kind = answer_kind(manifest.get("answer"))
@@ -203,7 +204,7 @@ def rescore_run(run_dir: Path, guardrails: tuple[str, ...], evalset: str | None 
     raw_ok: dict[str, bool] = {}
     final_ok: dict[str, bool] = {}
     with make_executor(wh) as ex, recorded_scorer(manifest, wh, rulesets, gold_sql) as score:
-        for old in iter_item_records(run_dir / RECORDS):
+        for old in run.records():
             case = cases.get(old.id)
             if case is None:
                 raise InputError(f"record id {old.id!r} is not in eval set {es.name}",

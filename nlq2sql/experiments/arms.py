@@ -18,9 +18,9 @@ from nlq2sql.answers.kinds import KINDS
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.common import read_run, shared_endpoint
 from nlq2sql.experiments.compare import cost_per_1k
-from nlq2sql.records.item import iter_item_records
 from nlq2sql.records.results import Manifest, Summary
-from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import output_dir, write_json_atomic
 from nlq2sql.records.store import output_dir as check_out
 from nlq2sql.records.summary_parts import Percentiles, Rate
 from nlq2sql.records.typed import Num, Typed
@@ -109,7 +109,7 @@ def load_arm(run_dir: Path) -> Arm:
     pt: list[float] = []
     ct: list[float] = []
     lat: list[float] = []
-    for rec in iter_item_records(run_dir / RECORDS):
+    for rec in RunDir(run_dir).records():
         j = rec.judgement
         final = j.correct_final if j is not None else None
         correct[rec.id] = bool(final)

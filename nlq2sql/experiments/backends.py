@@ -18,9 +18,9 @@ import jsonschema
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import Nlq2SqlError
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.results import Manifest, load_manifest, load_summary
-from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, output_dir, write_json_atomic
+from nlq2sql.records.results import Manifest
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles, Rate
 from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig
@@ -123,10 +123,10 @@ def _schema_of(manifest: Manifest) -> dict[str, Any] | None:  # a JSON Schema do
 
 def backend_row(run: Path, backend: str) -> BackendRow:
     """One backend's figures from its finished run."""
-    manifest = load_manifest(run / MANIFEST, REGISTRY.manifest_model())
-    summary = load_summary(run / SUMMARY)
+    rd = RunDir(run)
+    manifest, summary = rd.manifest(REGISTRY.manifest_model()), rd.summary()
     schema = _schema_of(manifest)
-    recs = sorted(iter_item_records(run / RECORDS), key=lambda r: r.request.started or 0.0)
+    recs = sorted(rd.records(), key=lambda r: r.request.started or 0.0)
     ok = [r for r in recs if r.outcome == "ok"]
     valid = 0
     for r in ok:

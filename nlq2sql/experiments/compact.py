@@ -14,8 +14,9 @@ from pathlib import Path
 
 import httpx
 
-from nlq2sql.records.item import ItemRecord, iter_item_records
-from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
+from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig
@@ -128,7 +129,7 @@ def _arm_stats(recs: list[ItemRecord], retok: list[int | None]) -> ArmFigures:
 
 def analyse(dirs: dict[str, Path], base_url: str | None, model: str) -> CompactResult:
     """Per-arm statistics, post-parse arm, honoured/ignored/backfired and predicted savings."""
-    recs = {arm: list(iter_item_records(d / RECORDS)) for arm, d in dirs.items()}
+    recs = {arm: list(RunDir(d).records()) for arm, d in dirs.items()}
     arms: dict[str, ArmFigures] = {}
     for arm, rs in recs.items():
         texts = [r.answer.raw_text or "" for r in rs]

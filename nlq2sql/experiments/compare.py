@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Literal
 from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.identity import RunIdentity, difference
 from nlq2sql.experiments.repeated import repeats_section
-from nlq2sql.records.item import ItemRecord, iter_item_records
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.results import Manifest, Summary
-from nlq2sql.records.store import RECORDS, output_dir
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import output_dir
 from nlq2sql.records.summary_parts import Figures, Rate
 from nlq2sql.run.repeats import PairedMeans, paired_means, repeat_dirs
 from nlq2sql.stages.report import pct
@@ -112,7 +113,7 @@ def answer_text(rec: ItemRecord) -> str:
 def _records(run: ComparedRun) -> dict[str, ItemRecord]:
     """The run's records by id (the first record of a duplicated id counts, as in the viewer)."""
     out: dict[str, ItemRecord] = {}
-    for rec in iter_item_records(Path(run.dir) / RECORDS):
+    for rec in RunDir(Path(run.dir)).records():
         out.setdefault(rec.id, rec)
     return out
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.experiments.identity import RunIdentity, difference
-from nlq2sql.records.item import ItemRecord, iter_item_records
-from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run
+from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import RECORDS, SUMMARY
 
 __all__ = ["RunFacts", "check_same_inputs", "read_run"]
 
@@ -48,15 +49,14 @@ class RunFacts:
 
 def read_run(run_dir: Path) -> tuple[RunFacts, dict[str, ItemRecord]]:
     """(manifest facts, records by id), refused unless the records match the summary."""
-    manifest, summary = read_finished_run(run_dir)  # missing files, changed records, count vs n
-    if not isinstance(manifest, dict) or not isinstance(summary, dict):
-        raise RecordError("not a run record: manifest and summary must be JSON objects", path=str(run_dir))
+    run = RunDir.finished(run_dir)  # missing files, changed records, count vs n
+    manifest, summary = run.manifest_json(), run.summary_json()
     path = run_dir / RECORDS
     if not isinstance(summary.get("n"), int):
         raise RecordError("no item count 'n': cannot check the records against it",
                           path=str(run_dir / SUMMARY))
     records: dict[str, ItemRecord] = {}
-    for lineno, rec in enumerate(iter_item_records(path), start=1):  # (a line that is no record: refused)
+    for lineno, rec in enumerate(run.records(), start=1):  # (a line that is no record: refused)
         if rec.judgement is None or not isinstance(rec.judgement.correct_final, bool):
             raise RecordError("missing or non-boolean correct_final", path=str(path), line=lineno,
                               field="correct_final")

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from nlq2sql.errors import InputError
 from nlq2sql.experiments.common import read_run
 from nlq2sql.experiments.identity import RunIdentity, difference
-from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles, Rate
 from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig, preflight
@@ -196,7 +196,7 @@ def compare_runs(dirs: list[Path]) -> LoadCheck:
             raise InputError(diff.text(str(dirs[0]), "this run") + "; load-check compares "
                              "outputs on one warehouse", path=str(d / "manifest.json"), field=diff.field)
         first = first or ident
-        for rec in iter_item_records(d / RECORDS):
+        for rec in RunDir(d).records():
             texts.setdefault(rec.id, []).append(rec.answer.raw_text)
             intents.setdefault(rec.id, []).append(rec.answer.raw_intent)
         t = summary.timing

@@ -12,8 +12,8 @@ from itertools import combinations
 from pathlib import Path
 
 from nlq2sql.answers.offline import rescore_run
-from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.store import RECORDS, output_dir, write_json_atomic
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import output_dir, write_json_atomic
 from nlq2sql.records.summary_parts import Figures
 from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig
@@ -110,7 +110,7 @@ def condition_table(runs: dict[str, Path], guardrails: tuple[str, ...]) -> Matri
     for prompt, run_dir in runs.items():
         reps = repeat_dirs(run_dir) or [run_dir]
         for d in reps:
-            clusters.update({r.id: r.pair_id or r.id for r in iter_item_records(d / RECORDS)})
+            clusters.update({r.id: r.pair_id or r.id for r in RunDir(d).records()})
         for g in guardrails:
             names = tuple(x for x in g.split("+") if x and x != "none")
             scored = [rescore_run(d, names) for d in reps]

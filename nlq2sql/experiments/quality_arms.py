@@ -13,10 +13,9 @@ from pathlib import Path
 from nlq2sql.answers.kinds import KINDS, QueryKind
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.experiments.common import read_run
-from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.results import Manifest, load_manifest, manifest_warehouse
+from nlq2sql.records.results import Manifest, manifest_warehouse
 from nlq2sql.records.results import Summary as SummaryModel
-from nlq2sql.records.store import MANIFEST, RECORDS
+from nlq2sql.records.rundir import RunDir
 from nlq2sql.semantic import open_warehouse
 from nlq2sql.stages.pipeline import make_executor
 from nlq2sql.stages.queryset import QueryCase, load_query_set
@@ -35,7 +34,7 @@ def arm_answers() -> tuple[str, ...]:
 
 def is_arm_run(run_dir: Path) -> bool:
     """Whether the run's manifest names an answer arm (read through the manifest model)."""
-    return load_manifest(run_dir / MANIFEST, REGISTRY.manifest_model()).answer in arm_answers()
+    return RunDir(run_dir).manifest(REGISTRY.manifest_model()).answer in arm_answers()
 
 
 @dataclass
@@ -65,7 +64,7 @@ def rescore_arm(run_dir: Path) -> ArmRun:
     final_ok: dict[str, bool] = {}
     same = 0
     with make_executor(wh) as ex, kind.scorer(wh, []) as scorer:
-        for old in iter_item_records(run_dir / RECORDS):
+        for old in RunDir(run_dir).records():
             outcome = old.outcome
             rec = scorer(cases[old.id], old.answer.raw_text, ex, wh.catalog,
                          finish_reason=old.answer.finish_reason,

@@ -19,8 +19,9 @@ from nlq2sql.load.driver import Mode, ModeSettings, Progress, option, register
 from nlq2sql.load.output import write_outputs
 from nlq2sql.load.results import SweepResult, load_result
 from nlq2sql.load.server_results import CapacityResult, ContextBudget, KvBudget, KvNeed, KvPeak, KvPerToken
-from nlq2sql.records.item import ItemRecord, iter_item_records
-from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, output_dir, read_json
+from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import RECORDS, output_dir
 from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.endpoints import check_endpoint_url
 from nlq2sql.run.models import DEFAULT_MODEL, resolve_model
@@ -144,8 +145,9 @@ def analyse(config: dict[str, Any], dirs: list[Path], *, kv_dtype: str | None = 
     peaks: list[KvPeak] = []
     max_len, levels = None, []
     for d in dirs:
-        m, s = read_json(d / MANIFEST), read_json(d / SUMMARY)
-        records += iter_item_records(d / RECORDS)
+        run = RunDir(d)
+        m, s = run.manifest_json(), run.summary_json()
+        records += run.records()
         max_len = max_len or (m.get("server") or {}).get("max_model_len")
         kvu = ((s.get("server_metrics") or {}).get("kv_cache_usage") or {})
         if kvu.get("n"):

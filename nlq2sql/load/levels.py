@@ -18,11 +18,11 @@ from pathlib import Path
 from nlq2sql.inputs import MAX_REQUESTS, at_most
 from nlq2sql.load.contract import ClientSeen, Gauge, Inflight, LevelStats, Machine, ServerSeen
 from nlq2sql.load.slo import is_correct
-from nlq2sql.records.item import ItemRecord, iter_item_records
-from nlq2sql.records.results import Summary
+from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.run_parts import Gauge as SummaryGauge
 from nlq2sql.records.run_parts import ServerMetrics
-from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json, write_json_atomic
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import read_json, write_json_atomic
 from nlq2sql.records.summary_parts import Percentiles
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
@@ -87,9 +87,8 @@ def run_level(base: EvalConfig, evalset_path: Path, concurrency: int, out: Path,
 def stats_from_run(run_dir: Path, client_cpu_s: float | None = None,
                    client_wall_s: float | None = None) -> LevelStats:
     """Level stats from a recorded run directory (works offline on old runs too)."""
-    manifest = read_json(run_dir / MANIFEST)
-    summary = Summary.model_validate(read_json(run_dir / SUMMARY))
-    records = list(iter_item_records(run_dir / RECORDS))
+    run = RunDir(run_dir)
+    manifest, summary, records = run.manifest_json(), run.summary(), list(run.records())
     thr = summary.throughput
     client = client_stats(client_cpu_s, client_wall_s, len(records), inflight(intervals(records)))
     st = level_stats(records, thr.wall_s if thr else None, summary.server_metrics,

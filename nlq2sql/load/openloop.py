@@ -26,8 +26,8 @@ from nlq2sql.load.levels import run_level, stats_from_run
 from nlq2sql.load.render import fmt_lat, fmt_num
 from nlq2sql.load.results import RateAnalysis, RateRow, RateSettings, RateSlo, RateSweepResult
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
-from nlq2sql.records.item import ItemRecord, iter_item_records
-from nlq2sql.records.store import RECORDS
+from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.rundir import RunDir
 
 if TYPE_CHECKING:
     from nlq2sql.load.output import Plot
@@ -79,7 +79,7 @@ class RateSweepMode(LoadMode[RateSweepConfig, RateSweepResult, float, LevelStats
         run_level(base, ctx.evalset_path, s.max_in_flight, d, rate=level, reuse=s.resume)
         st = rate_level(d)
         if s.slo:
-            st.correct_goodput_per_s = correct_goodput(list(iter_item_records(d / RECORDS)), st.wall_s, s.slo,
+            st.correct_goodput_per_s = correct_goodput(list(RunDir(d).records()), st.wall_s, s.slo,
                                                        open_loop=True)
         if st.not_sent:
             ctx.notes.append(f"rate {level:g}: the {s.duration_s:g} s duration ended the schedule after "
@@ -133,7 +133,7 @@ def arrival_stats(records: list[ItemRecord]) -> Arrivals:
 def rate_level(run_dir: Path) -> LevelStats:
     """A level's stats (as ``level.json`` holds them) with its arrivals."""
     st = stats_from_run(run_dir)
-    st.arrivals = arrival_stats(list(iter_item_records(run_dir / RECORDS)))
+    st.arrivals = arrival_stats(list(RunDir(run_dir).records()))
     return st
 
 

@@ -40,8 +40,7 @@ from nlq2sql.load.output import write_outputs
 from nlq2sql.load.render import fmt_num, plot, render_markdown
 from nlq2sql.load.results import ServerSweepResult, SettingRow, SweepResult, SweepSettings, load_result
 from nlq2sql.load.slo import Slo, correct_goodput, parse_slos
-from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.store import RECORDS
+from nlq2sql.records.rundir import RunDir
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
@@ -96,7 +95,7 @@ class SweepMode(LoadMode[SweepConfig, SweepResult, int, LevelStats]):
         d = ctx.out / "levels" / f"c{level}"
         st = run_level(base, ctx.evalset_path, level, d, reuse=s.resume)
         if s.slo:
-            st.correct_goodput_per_s = correct_goodput(list(iter_item_records(d / RECORDS)), st.wall_s, s.slo)
+            st.correct_goodput_per_s = correct_goodput(list(RunDir(d).records()), st.wall_s, s.slo)
         return st
 
     def describe(self, level: int, stats: LevelStats) -> str:

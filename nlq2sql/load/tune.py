@@ -26,8 +26,8 @@ from nlq2sql.load.output import Plot
 from nlq2sql.load.render import fmt_num
 from nlq2sql.load.slo import Slo, is_correct, parse_slos, request_value
 from nlq2sql.load.tune_results import OperatingPoint, ProbeCounts, ProbeRow, TuneConfig, TuneResult, TuneVerdict
-from nlq2sql.records.item import ItemRecord, iter_item_records
-from nlq2sql.records.store import RECORDS
+from nlq2sql.records.item import ItemRecord
+from nlq2sql.records.rundir import RunDir
 from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.stages.score import mcnemar_exact, rate
 
@@ -306,7 +306,7 @@ class TuneMode(LoadMode[TuneSettings, TuneResult, float, Probe]):
         else:
             d = ctx.out / "probes" / f"r{load:g}"
             st = run_level(s.base, ctx.evalset_path, s.max_in_flight, d, rate=load, reuse=s.resume)
-        return probe_from_records(load, d.relative_to(ctx.out), list(iter_item_records(d / RECORDS)), st.wall_s,
+        return probe_from_records(load, d.relative_to(ctx.out), list(RunDir(d).records()), st.wall_s,
                                   s.slo, s.by == "rate")
 
     def describe(self, level: float, stats: Probe) -> str:

@@ -7,14 +7,8 @@ JSON Schemas: ``schemas/summary.schema.json``, ``schemas/manifest.schema.json``.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import ValidationError
-
-from nlq2sql.errors import RecordError
-from nlq2sql.inputs import check_json_depth
 from nlq2sql.records.manifest_parts import (
     CanaryPart,
     ContextPart,
@@ -39,7 +33,7 @@ from nlq2sql.records.summary_parts import (
     Throughput,
 )
 
-__all__ = ["LEGACY_WAREHOUSE", "Manifest", "Summary", "load_manifest", "load_summary",
+__all__ = ["LEGACY_WAREHOUSE", "Manifest", "Summary",
            "manifest_warehouse"]
 
 #: The warehouse of a run recorded before manifests named their semantic model: ``retail``, then
@@ -134,32 +128,3 @@ class Manifest(Origin):
     resumed_at: float | None = None
     started: float | None = None
     finished: float | None = None
-
-
-
-_Model = TypeVar("_Model", "Summary", "Manifest")
-
-
-def _load(model: type[_Model], path: Path) -> _Model:
-    try:
-        text = path.read_text(encoding="utf-8")
-        check_json_depth(text, path=str(path), cls=RecordError)
-        data = json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise RecordError(f"cannot read: {exc}", path=str(path)) from None
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise RecordError(f"{first['msg']}", path=str(path),
-                          field=".".join(str(x) for x in first["loc"])) from None
-
-
-def load_summary(path: Path) -> Summary:
-    return _load(Summary, path)
-
-
-def load_manifest(path: Path, model: type[Manifest] = Manifest) -> Manifest:
-    """A manifest through ``model``: pass the condition registry's model for a run's conditions."""
-    return _load(model, path)
-

@@ -23,7 +23,7 @@ from nlq2sql.records.typed import JsonValue
 
 __all__ = ["BULK_BLOCK", "LINE_VERSION", "MANIFEST", "RECORDS", "RECORD_VERSION", "RESUME_KEYS", "SUMMARY",
            "BulkRecordWriter", "FlatRecord", "RecordWriter", "WrittenManifest", "check_resume", "done_ids",
-           "encode_json", "iter_records", "output_dir", "prepare_dir", "read_finished_run", "read_json",
+           "encode_json", "iter_records", "output_dir", "prepare_dir", "read_json",
            "records_digest", "repair_tail", "require_run", "write_json_atomic", "write_text_atomic"]
 
 #: The layout version of a run's JSON files (manifest, summary, load results).
@@ -117,32 +117,6 @@ def records_digest(path: Path) -> Digest:
             digest.update(block)
             count += block.count(b"\n")
     return Digest(count=count, sha256=digest.hexdigest())
-
-
-def read_finished_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(manifest, summary) of a finished run whose records still match its summary.
-
-    The summary keeps its records' count and hash (older runs: only ``n``); records missing, malformed or changed
-    since are refused, so no report rests on records that no longer support it.  Both are returned as read (JSON)."""
-    require_run(run_dir)
-    manifest, summary = read_json(run_dir / MANIFEST), read_json(run_dir / SUMMARY)
-    path = run_dir / RECORDS
-    if not path.is_file():
-        raise RecordError("missing (the summary has no records behind it)", path=str(path))
-    parsed = sum(1 for _ in iter_records(path))  # a malformed middle line raises here
-    kept = summary.get("records") if isinstance(summary, dict) else None
-    if isinstance(kept, dict) and "sha256" in kept:
-        now = records_digest(path)
-        if now.count != kept.get("count") or parsed != kept.get("count"):
-            raise RecordError(f"{parsed} readable records, but the summary was computed from "
-                              f"{kept.get('count')}", path=str(path))
-        if now.sha256 != kept["sha256"]:
-            raise RecordError("changed after its summary was written (SHA-256 differs); re-score or "
-                              "re-run it", path=str(path))
-    elif isinstance(summary, dict) and summary.get("n") is not None and parsed != summary["n"]:
-        raise RecordError(f"{parsed} readable records, but the summary counts {summary['n']}",
-                          path=str(path))
-    return manifest, summary
 
 
 def prepare_dir(out: Path, *, resume: bool, force: bool) -> None:

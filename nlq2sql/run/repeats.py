@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from nlq2sql.errors import InputError, RecordError
-from nlq2sql.records.item import iter_item_records
-from nlq2sql.records.store import RECORDS, SUMMARY, read_finished_run, write_json_atomic
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import SUMMARY, write_json_atomic
 from nlq2sql.records.typed import Num, Typed
 from nlq2sql.run.config import EvalConfig, validate
 
@@ -180,7 +180,7 @@ def item_means(dirs: list[Path]) -> tuple[dict[str, float], dict[str, str]]:
     cluster: dict[str, str] = {}
     for d in dirs:
         right: dict[str, bool] = {}
-        for rec in iter_item_records(d / RECORDS):
+        for rec in RunDir(d).records():
             item = rec.id
             right[item] = bool(rec.judgement.correct_final) if rec.judgement is not None else False
             cluster[item] = rec.pair_id or item
@@ -245,7 +245,7 @@ def summarise_repeats(out: Path) -> RepeatsResult:
         raise RecordError("no repeats (r0, r1, …) here", path=str(out))
     per: list[RepeatRow] = []
     for d in dirs:
-        _m, s = read_finished_run(d)  # refuses records that no longer match their summary (read as JSON)
+        s = RunDir.finished(d).summary_json()  # refuses records that no longer match their summary
         t = s.get("timing") or {}
         per.append(RepeatRow(run=d.name, n=s["n"], accuracy=(s.get("final_accuracy") or {}).get("value"),
                              raw_accuracy=(s.get("raw_accuracy") or {}).get("value"),

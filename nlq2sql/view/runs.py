@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from nlq2sql.errors import InputError, RecordError
 from nlq2sql.inputs import check_json_depth
 from nlq2sql.records.item import ItemRecord
-from nlq2sql.records.store import MANIFEST, RECORDS, SUMMARY, read_json
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import RECORDS, SUMMARY
 from nlq2sql.view.discover import discover, unique_names
 from nlq2sql.view.headline import headline
 
@@ -260,9 +261,8 @@ def _row(get: Callable[[str], JsonValue]) -> tuple[JsonValue, ...]:
 
 
 def load_run(key: int, path: Path, shown: str | None = None) -> Run:
-    manifest = read_json(path / MANIFEST)
-    if not isinstance(manifest, dict):
-        raise RecordError("not a JSON object", path=str(path / MANIFEST))
+    run = RunDir(path)
+    manifest = run.manifest_json()
     reader = _Reader()
     enabled = gc.isenabled()
     gc.disable()  # many small objects, none cyclic: the collector would only rescan them
@@ -274,10 +274,7 @@ def load_run(key: int, path: Path, shown: str | None = None) -> Run:
     notes: list[str] = []
     summary: dict[str, Any] | None = None
     if (path / SUMMARY).exists():
-        loaded = read_json(path / SUMMARY)
-        if not isinstance(loaded, dict):
-            raise RecordError("not a JSON object", path=str(path / SUMMARY))
-        summary = loaded
+        summary = run.summary_json()
     else:
         notes.append("summary.json missing (an unfinished run?): headline figures computed from records.jsonl")
         summary = headline(reader.cols).to_json()  # (the page's data: JSON, as a summary read)

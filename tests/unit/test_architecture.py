@@ -280,7 +280,7 @@ KWARGS = "keyword arguments handed to a constructor"
 JSON_EDGES: dict[str, tuple[int, str]] = {
     "nlq2sql.cli.load": (3, "the values a generated option gave, before the settings model validates them"),
     "nlq2sql.inputs": (1, READ),
-    "nlq2sql.records.store": (5, f"{LINES}; a finished run's two files as read"),
+    "nlq2sql.records.store": (4, LINES),
     "nlq2sql.records.results": (1, f"{READ} (a manifest's warehouse)"),
     "nlq2sql.records.typed": (1, DUMP),
     "nlq2sql.records.batch_parts": (2, f"{DUMP}; {READ}"),

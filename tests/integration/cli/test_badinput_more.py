@@ -234,7 +234,7 @@ def test_deep_model_output_is_invalid_json() -> None:
 def test_deep_other_files(tmp_path: Path) -> None:
     from nlq2sql.load.capacity import load_model_config
     from nlq2sql.load.results import load_result
-    from nlq2sql.records.results import load_summary
+    from nlq2sql.records.rundir import RunDir
     from nlq2sql.stages.learned_guardrail import read_artefact
     from nlq2sql.transport.stream import decode_event
 
@@ -246,8 +246,12 @@ def test_deep_other_files(tmp_path: Path) -> None:
         read_artefact(deep)
     with pytest.raises(InputError, match="deep.json:1: JSON nested more than 64"):
         load_model_config("m", deep, "auto")
-    with pytest.raises(RecordError, match="nested more than 64"):
-        load_summary(deep)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text("{}")
+    (run / "summary.json").write_text(DEEP_OBJECT)
+    with pytest.raises(RecordError, match="summary.json:1: JSON nested more than 64"):
+        RunDir(run).summary()
     with pytest.raises(ValueError, match="nested too deeply"):  # a server's stream event: malformed, no crash
         decode_event(DEEP_ARRAY.encode())
 

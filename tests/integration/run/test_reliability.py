@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
-from nlq2sql.records.store import read_finished_run, records_digest
+from nlq2sql.records.rundir import RunDir
+from nlq2sql.records.store import records_digest
 from nlq2sql.run.config import EvalConfig
 from nlq2sql.run.live import run_eval
 from nlq2sql.stages.evalset import EVALSET_DIR, load_evalset
@@ -92,7 +93,7 @@ def test_summary_keeps_records_digest_and_compare_checks_it(run: Path, tmp_path:
     summary = json.loads((run / "summary.json").read_text())
     assert summary["records"] == records_digest(run / "records.jsonl").to_json()
     assert summary["records"]["count"] == summary["n"] == 3
-    read_finished_run(run)  # accepted as it is
+    RunDir.finished(run)  # accepted as it is
     result = CliRunner().invoke(app, ["compare", str(run), str(run), "--out", str(tmp_path / "report")])
     assert result.exit_code == 0, result.output
     # An older run (no digest kept): the record count is still checked against n.
@@ -101,11 +102,11 @@ def test_summary_keeps_records_digest_and_compare_checks_it(run: Path, tmp_path:
     for name in ("manifest.json", "records.jsonl"):
         (old / name).write_bytes((run / name).read_bytes())
     (old / "summary.json").write_text(json.dumps({k: v for k, v in summary.items() if k != "records"}))
-    read_finished_run(old)
+    RunDir.finished(old)
     lines = (old / "records.jsonl").read_text().splitlines(keepends=True)
     (old / "records.jsonl").write_text("".join(lines[:-1]))
     with pytest.raises(InputError, match="2 readable records, but the summary counts 3"):
-        read_finished_run(old)
+        RunDir.finished(old)
 
 
 def test_retry_budget_is_the_runs_not_the_sessions() -> None:

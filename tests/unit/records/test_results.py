@@ -12,7 +12,8 @@ from snapshot import assert_same_json
 from nlq2sql.conditions.registry import REGISTRY
 from nlq2sql.errors import RecordError
 from nlq2sql.paths import PROJECT_ROOT
-from nlq2sql.records.results import Manifest, Summary, load_manifest, load_summary
+from nlq2sql.records.results import Manifest, Summary
+from nlq2sql.records.rundir import RunDir
 from nlq2sql.records.store import RECORD_VERSION
 
 COMMITTED = sorted((PROJECT_ROOT / "reports").rglob("summary.json"))
@@ -25,8 +26,8 @@ def test_there_are_committed_runs_to_check() -> None:
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(PROJECT_ROOT / "reports")))
 def test_every_committed_run_loads(path: Path) -> None:
     """Runs recorded by earlier versions (no summary hash, no harness figures…) still load."""
-    s = load_summary(path)
-    m = load_manifest(path.parent / "manifest.json", REGISTRY.manifest_model())
+    run = RunDir(path.parent)
+    s, m = run.summary(), run.manifest(REGISTRY.manifest_model())
     assert s.record_version == m.record_version == RECORD_VERSION
     assert s.n == s.raw_accuracy.n and 0 <= s.final_accuracy.k <= s.n
     assert m.n_items >= s.n or m.limit is not None or m.kind != "eval"
@@ -49,8 +50,9 @@ def test_a_bad_file_names_file_and_field(tmp_path: Path) -> None:
     s = json.loads(COMMITTED[0].read_text())
     s["raw_accuracy"]["k"] = "many"
     (tmp_path / "summary.json").write_text(json.dumps(s))
+    (tmp_path / "manifest.json").write_text("{}")
     with pytest.raises(RecordError, match=r"summary.json: field 'raw_accuracy.k'"):
-        load_summary(tmp_path / "summary.json")
+        RunDir(tmp_path).summary()
     (tmp_path / "manifest.json").write_text("{")
-    with pytest.raises(RecordError, match="manifest.json: cannot read"):
-        load_manifest(tmp_path / "manifest.json")
+    with pytest.raises(RecordError, match="manifest.json:1: malformed JSON"):
+        RunDir(tmp_path).manifest()
