@@ -19,7 +19,7 @@ from nlq2sql.run.worker import ItemWorker, SharedBudget, WorkerReady, WorkerRepo
 
 if TYPE_CHECKING:
     from nlq2sql.run.config import EvalConfig
-    from nlq2sql.stages.evalset import EvalCase
+    from nlq2sql.stages.sets import Case
 
 __all__ = ["MAX_CHUNK", "BudgetCounter", "RayEngine", "chunk_size", "ray_available", "start_local_ray"]
 
@@ -103,7 +103,7 @@ class RayEngine:
         return self.budget_actor
 
     def spawn(self, wid: int, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
-              golds: list[EvalCase]) -> None:
+              golds: list[Case]) -> None:
         # An async actor: each item is one task (``run``), ``slots`` of them at a time, so the
         # driver knows which items an actor holds and a dead actor's tasks fail (ActorDiedError).
         actor = self.ray.remote(_Worker).options(num_cpus=0.5, max_concurrency=slots + 2,
@@ -112,7 +112,7 @@ class RayEngine:
         self.chunks[wid] = chunk_size(slots)
         self.refs[actor.setup.remote(cfg, endpoint, slots, budget, golds, time.time())] = (wid, "ready")  # type: ignore[attr-defined]
 
-    def submit(self, wid: int, cases: list[EvalCase]) -> None:
+    def submit(self, wid: int, cases: list[Case]) -> None:
         """``cases`` to worker ``wid``, in tasks of up to its chunk size (each case's record comes
         back with its task; a dead actor fails the task, and the driver re-queues what it held)."""
         if wid not in self.actors:
@@ -182,7 +182,7 @@ class _Worker:
     """A client worker as an async Ray actor: ``worker.ItemWorker``, as a worker process runs it."""
 
     async def setup(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
-                    golds: list[EvalCase], spawned_at: float) -> WorkerReady:
+                    golds: list[Case], spawned_at: float) -> WorkerReady:
         import os
 
 
@@ -190,7 +190,7 @@ class _Worker:
         self.worker.start()
         return WorkerReady(pid=os.getpid(), startup_s=time.time() - spawned_at, phases=dict(self.worker.phases))
 
-    async def run_many(self, cases: list[EvalCase]) -> list[ItemRecord]:
+    async def run_many(self, cases: list[Case]) -> list[ItemRecord]:
         import asyncio
 
         return list(await asyncio.gather(*(self.worker.run(c) for c in cases)))

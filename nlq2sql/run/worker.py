@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.run_parts import FleetSession, Harness
 from nlq2sql.records.typed import Typed
-from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.sets import Case
 from nlq2sql.transport.client import RetryBudget
 
 if TYPE_CHECKING:  # (the item code loads inside ItemWorker: its import time is a measured phase)
@@ -133,7 +133,7 @@ class ItemWorker:
     process does)."""
 
     def __init__(self, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: RetryBudget,
-                 golds: Sequence[EvalCase] = ()) -> None:
+                 golds: Sequence[Case] = ()) -> None:
         t0 = time.time()
         from nlq2sql.run.item import ItemRunner  # deferred: its import time is the worker's measured import_s phase
 
@@ -151,7 +151,7 @@ class ItemWorker:
     def start(self) -> None:
         self.items.start()
 
-    async def run(self, case: EvalCase) -> ItemRecord:
+    async def run(self, case: Case) -> ItemRecord:
         """The item's record, as the type: it crosses to the driver pickled, and becomes a line
         only where the driver writes it."""
         self.sent += 1
@@ -164,7 +164,7 @@ class ItemWorker:
 
 
 def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection, budget: RetryBudget,
-                parent_pid: int | None, golds: Sequence[EvalCase] = (), spawned_at: float | None = None) -> None:
+                parent_pid: int | None, golds: Sequence[Case] = (), spawned_at: float | None = None) -> None:
     """A worker process's whole life, talking to its driver over its own pipe ``conn`` (no lock
     shared with other workers: a worker killed mid-write cannot wedge the others).
 
@@ -182,10 +182,10 @@ def serve_items(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, con
 
 
 async def _serve(cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, conn: Connection,
-                 budget: RetryBudget, golds: Sequence[EvalCase] = (), spawned_at: float | None = None) -> None:
+                 budget: RetryBudget, golds: Sequence[Case] = (), spawned_at: float | None = None) -> None:
     entered = time.time()  # the interpreter is up, this module imported, the arguments unpickled
     loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue[EvalCase | None] = asyncio.Queue()
+    inbox: asyncio.Queue[Case | None] = asyncio.Queue()
 
     def read() -> None:  # a thread: the driver's messages never wait on this loop (nor it on them)
         while True:

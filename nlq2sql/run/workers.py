@@ -30,7 +30,8 @@ from nlq2sql.run.item import targets
 from nlq2sql.run.ray_engine import RayEngine
 from nlq2sql.run.session import Session, session_result
 from nlq2sql.run.worker import SharedBudget, WorkerReport, serve_items
-from nlq2sql.stages.evalset import EvalCase
+from nlq2sql.stages.goldsql import GoldSqlCase
+from nlq2sql.stages.sets import Case
 from nlq2sql.transport.client import RetryBudget
 from nlq2sql.transport.server_metrics import MetricsSampler
 
@@ -68,17 +69,19 @@ def shares(concurrency: int, workers: int) -> list[int]:
     return [base + (i < extra) for i in range(workers)]
 
 
-def distinct_golds(cases: Sequence[EvalCase]) -> list[EvalCase]:
+def distinct_golds(cases: Sequence[Case]) -> list[Case]:
     """A case per distinct gold (a v1 intent or a v2 query): what each worker answers from the
     warehouse before its first request (every worker has its own DuckDB memo, and may be sent any
-    item).  A v2 item without a gold (unanswerable) has nothing to answer in advance."""
-    by_object: dict[int, EvalCase] = {}
+    item).  A v2 item without a gold (unanswerable) and a gold-SQL item have nothing to answer in
+    advance."""
+    by_object: dict[int, tuple[str, Case]] = {}
     for c in cases:  # cases of repeated lines share their gold object
-        if c.gold is not None:
-            by_object.setdefault(id(c.gold), c)
-    by_value: dict[str, EvalCase] = {}
-    for c in by_object.values():
-        by_value.setdefault(c.gold.model_dump_json(), c)
+        gold = c.gold if not isinstance(c, GoldSqlCase) else None  # a gold SQL is run by its scorer
+        if gold is not None and id(gold) not in by_object:
+            by_object[id(gold)] = (gold.model_dump_json(), c)
+    by_value: dict[str, Case] = {}
+    for key, c in by_object.values():
+        by_value.setdefault(key, c)
     return list(by_value.values())
 
 
@@ -120,10 +123,10 @@ class Fleet:
     on: each item is recorded exactly once (a record already written is never written
     again), as in an uninterrupted run."""
 
-    def __init__(self, cases: Sequence[EvalCase], lanes: list[int], t0: float) -> None:
-        self.pending: deque[EvalCase] = deque(cases)
+    def __init__(self, cases: Sequence[Case], lanes: list[int], t0: float) -> None:
+        self.pending: deque[Case] = deque(cases)
         self.slots: dict[int, int] = {}
-        self.held: dict[int, dict[str, EvalCase]] = {}
+        self.held: dict[int, dict[str, Case]] = {}
         self.ready: set[int] = set()
         self.finished: set[int] = set()
         self.written: set[str] = set()
@@ -147,7 +150,7 @@ class Fleet:
     def live(self) -> list[int]:
         return list(self.held)
 
-    def to_send(self) -> list[tuple[int, EvalCase]]:
+    def to_send(self) -> list[tuple[int, Case]]:
         """Fill every ready worker's free slots from the queue."""
         out = []
         for wid in sorted(self.ready & self.held.keys()):
@@ -182,7 +185,7 @@ class Fleet:
         return self.slots[wid]
 
 
-def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path, cases: list[EvalCase],
+def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path, cases: list[Case],
                 progress: Progress | None, budget: RetryBudget) -> Session:
     """Answer ``cases`` with ``cfg.workers`` processes (or Ray actors); write their records here.
 
@@ -225,7 +228,7 @@ def run_workers(cfg: EvalConfig, base_url: str, model: str, key: str, out: Path,
                     if deadline is not None and time.time() >= deadline and fleet.pending:
                         fleet.not_sent += len(fleet.pending)  # no request starts after the deadline
                         fleet.pending.clear()
-                    sends: dict[int, list[EvalCase]] = {}
+                    sends: dict[int, list[Case]] = {}
                     for wid, case in fleet.to_send():
                         sends.setdefault(wid, []).append(case)
                     for wid, batch in sends.items():
@@ -309,7 +312,7 @@ class LocalEngine:
         return self.ctx.Value("i", used)
 
     def spawn(self, wid: int, cfg: EvalConfig, endpoint: tuple[str, str, str], slots: int, budget: SharedBudget,
-              golds: list[EvalCase]) -> None:
+              golds: list[Case]) -> None:
         mine, theirs = self.ctx.Pipe(duplex=True)
         p = self.ctx.Process(target=serve_items, args=(cfg, endpoint, slots, theirs, budget, os.getpid(), golds,
                                                        time.time()), daemon=True, name=f"nlq2sql-worker-{wid}")
@@ -318,11 +321,11 @@ class LocalEngine:
         with self.lock:
             self.procs[wid], self.conns[wid] = p, mine
 
-    def submit(self, wid: int, cases: list[EvalCase]) -> None:
+    def submit(self, wid: int, cases: list[Case]) -> None:
         for case in cases:
             self._send(wid, case)
 
-    def _send(self, wid: int, case: EvalCase | None) -> None:
+    def _send(self, wid: int, case: Case | None) -> None:
         conn = self.conns.get(wid)
         if conn is not None:
             with contextlib.suppress(OSError):  # a dead worker: its sentinel reports it

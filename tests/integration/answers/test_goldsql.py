@@ -392,3 +392,19 @@ def test_import_of_a_csv_the_csv_module_cannot_read_is_one_message(tmp_path: Pat
     res = CliRunner().invoke(app, ["evalset", "import", str(src), "--out", str(tmp_path / "out.jsonl")])
     assert res.exit_code == 2 and "not CSV: field larger than field limit" in res.output, res.output
     assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("answer", ["intent", "query"])
+def test_worker_processes_answer_a_gold_sql_set(tmp_path: Path, gold_file: Path, answer: str) -> None:
+    """Worker processes warm each distinct gold before their first request; a gold-SQL item has none
+    to warm (its gold SQL is run by its scorer), and every item is answered and scored by its rows."""
+    from fakeserver import FakeServer
+
+    with FakeServer(tmp_path / "fake", model="fake-model") as fake:
+        res = runner.invoke(app, ["eval", "--answer", answer, "--evalset", str(gold_file), "--endpoint", fake.url,
+                                  "--model", "fake-model", "--limit", "3", "--out", str(tmp_path / "run"),
+                                  "--max-failure-rate", "1", "--workers", "2"])
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(line) for line in (tmp_path / "run" / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 3 and all("correct_final" in r for r in recs)
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["gold"] == "sql"
