@@ -36,7 +36,7 @@ from nlq2sql.run.endpoint_facts import EndpointFacts
 from nlq2sql.run.live import bound_endpoint
 
 __all__ = ["JOB", "MODES", "LevelContext", "LoadMode", "LoadSettings", "Mode", "ModeSettings", "Progress",
-           "begin_level_sets", "build_settings", "check_resume", "drive", "fresh_out",
+           "begin_level_sets", "check_resume", "drive", "fresh_out",
            "job_settings", "next_in", "option", "prepare_out", "register"]
 
 Progress = Callable[[str], None]
@@ -110,11 +110,6 @@ R = TypeVar("R", bound=Typed)
 #: declares neither (a small one in a test) gets any.
 LevelT = DefaultedTypeVar("LevelT", default=Any)
 StatsT = DefaultedTypeVar("StatsT", default=Any)
-
-
-def build_settings(cls: type[T], **values: Any) -> T:
-    """``cls(**values)`` (kept as the one name the CLI calls; refusals are :class:`InputError`)."""
-    return cls(**values)
 
 
 @dataclass

@@ -421,7 +421,7 @@ ANY_EDGES: dict[str, tuple[int, str]] = {
     "nlq2sql.run.context": (1, f"{FORWARD} (a context part's fields)"),
     "nlq2sql.run.presets": (1, "flat run spec values (options)"),
     "nlq2sql.run.spec": (2, "flat run spec values (options)"),
-    "nlq2sql.load.driver": (10, f"{FORWARD} (pydantic's Field and settings); {ERASED} (modes, plots, "
+    "nlq2sql.load.driver": (9, f"{FORWARD} (pydantic's Field and settings); {ERASED} (modes, plots, "
                                 "levels of a mode that declares none)"),
     "nlq2sql.load.modes": (4, f"{ERASED}; options"),
     "nlq2sql.load.results": (1, f"{ERASED} (any mode's result)"),

@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 
 from nlq2sql.cli.main import app
 from nlq2sql.errors import InputError
-from nlq2sql.load.driver import build_settings
 from nlq2sql.load.modes import run_mode
 from nlq2sql.load.slo import parse_slo
 from nlq2sql.load.tune import Probe, TuneSettings, bisect_next, judge, probe_from_records
@@ -73,7 +72,7 @@ def test_slo_grammar() -> None:
 def test_settings_refusals_name_the_option(tmp_path: Path, kw: dict[str, Any], field: str) -> None:
     values = {"base": EvalConfig(out=tmp_path / "o"), "slo": ("e2e_p95<=8s",)} | kw
     with pytest.raises(InputError) as exc:
-        build_settings(TuneSettings, **values)
+        TuneSettings(**values)
     assert exc.value.field == field
     assert not (tmp_path / "o").exists()
 
@@ -87,7 +86,7 @@ def _probe(load: float, right: int, n: int = 40, slo_met: bool = True, wall: flo
 
 
 def test_bisection_and_mcnemar_on_synthetic_probes(tmp_path: Path) -> None:
-    s = build_settings(TuneSettings, base=EvalConfig(out=tmp_path), slo=("e2e_p95<=8s",), hi=16, probes=8)
+    s = TuneSettings(base=EvalConfig(out=tmp_path), slo=("e2e_p95<=8s",), hi=16, probes=8)
     assert bisect_next(s, []) == 1
     base = _probe(1, 36)
     assert bisect_next(s, [base]) == 16
