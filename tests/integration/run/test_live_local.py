@@ -61,5 +61,5 @@ def test_a_bound_endpoint_starts_nothing() -> None:
     cfg = EvalConfig(endpoint="http://127.0.0.1:9/v1", server=LocalServerSettings(max_num_seqs=2))
     seen: list[object] = []
     with live.bound_endpoint(cfg, on_server=seen.append) as (bound, info):
-        assert bound is cfg and info.model_dump() == {"started_by_us": False, "endpoint": cfg.endpoint}
+        assert bound is cfg and info.to_json() == {"started_by_us": False, "endpoint": cfg.endpoint}
     assert seen == []
