@@ -1,22 +1,16 @@
 """What a condition records per item, as a type: :class:`Trace`, the base of every condition's.
 
-A condition's hooks (``before``, ``answer``, ``after``) choose something per item -- the examples
-shown, the values linked, the planner's first stage, the samples' vote, the intent-token evidence --
-and the record keeps it as flat keys.  Each condition declares those keys once, as a
-:class:`~nlq2sql.records.typed.Typed` model whose fields are its record keys (``Condition.trace``),
-and its hooks return (or merge) an instance; ``records.item.ItemRecord.merge`` turns it into JSON
-values (:meth:`~nlq2sql.records.typed.Typed.to_json`).
+A condition's hooks choose something per item (the examples shown, the values linked, the
+planner's first stage, the vote, the intent-token evidence); the record keeps it as flat keys,
+declared once as the condition's :class:`Trace` (``Condition.trace``: a
+:class:`~nlq2sql.records.typed.Typed` model whose fields are its record keys). A key a hook leaves
+out is unset (absent from the record); ``None`` given is a value (null).
 
-A key a hook may leave out is optional and unset when not given (absent from the record); ``None``
-given is a value (written as null).
-
-A trace is also how scoring reads a record back: :meth:`Trace.read` gives one of its keys as its
-field declares it, and a condition whose evidence counts in abstention or in the summary's
-selective figures says so in :meth:`Trace.reason_to_abstain`, :meth:`Trace.confidence`,
-:meth:`Trace.selection` and :meth:`Trace.decision` (the registry asks every registered
-condition's trace, in order: ``stages.abstention`` and ``stages.summary`` name no key).  A key two
-conditions declare (``intent_evidence``, ``requests``) is read by the record's key, whichever wrote it.
-"""
+Scoring reads a record back through the traces: :meth:`Trace.read` gives one key as its field
+declares it, and a condition whose evidence counts says so in :meth:`Trace.reason_to_abstain`,
+:meth:`Trace.confidence`, :meth:`Trace.selection` and :meth:`Trace.decision` (the registry asks
+each registered trace in order, so ``stages.abstention`` and ``stages.summary`` name no key). A key
+two conditions declare (``intent_evidence``, ``requests``) is read by the record's key."""
 
 from __future__ import annotations
 
