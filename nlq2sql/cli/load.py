@@ -229,6 +229,7 @@ def sweep_cmd(
 
 @app.command("grid")
 @handled
+@mode_options(gr.GridConfig, panel=None)
 def grid_cmd(
     evalset: EvalsetOpt = "heldout", endpoint: EndpointOpt = None, model: ModelOpt = DEFAULT_MODEL,
     api_key_env: KeyOpt = None, prompt: PromptOpt = "baseline",
@@ -236,22 +237,21 @@ def grid_cmd(
     classes: Annotated[str, typer.Option(help="Length classes: short,median,long (defaults: +0/+256/+1024 "
                                          "context tokens; intent / 64 / 128 output tokens) or name:pad:out."
                                          )] = "short,median,long",
-    requests: Annotated[int, typer.Option(help="Requests per cell (eval items cycled).")] = 16,
     max_tokens: MaxTokOpt = 96,
-    warmup: Annotated[int, typer.Option(help="Uncounted warm-up requests at c=1 first.")] = 1,
     max_num_seqs: LocalSeqsOpt = None,
     out: Annotated[Path, typer.Option(help="Output directory (grid.json, grid.md, grid.png, cell runs).")
                    ] = Path("runs/grid"),
     force: Annotated[bool, typer.Option(help="Replace an existing output directory.")] = False,
     resume: ResumeLevelsOpt = False,
     semantic_model: SemanticModelOpt = CLI_WAREHOUSE, db: DbOpt = None, schema: SchemaOpt = "flat",
+    values: dict[str, Any] | None = None,
 ) -> None:
     """Concurrency × request-length class: req/s, p95 and peak KV usage per cell, as a table and heatmap."""
 
     cfg = gr.GridConfig(base=_load_base(evalset, endpoint, model, api_key_env, prompt, max_tokens, "json", out,
                                         max_num_seqs, semantic=(semantic_model, db, schema)),
                         levels=parse_levels(concurrency, "--concurrency"), classes=gr.parse_classes(classes),
-                        requests=requests, warmup=warmup, force=force, resume=resume)
+                        force=force, resume=resume, **(values or {}))
     res = modes.run_mode("grid", cfg, _say)
     Console().print(gr.render_markdown(res), markup=False, highlight=False)
     err.print(f"wrote {out / 'grid.json'}, {out / 'grid.md'} and {out / 'grid.png'}")

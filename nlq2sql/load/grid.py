@@ -86,8 +86,8 @@ class GridConfig(LoadSettings):
 
     levels: tuple[int, ...] = option((1, 4, 16), "--concurrency", min_length=1)
     classes: tuple[LengthClass, ...] = option(DEFAULT_CLASSES, "--classes", min_length=1)
-    requests: int = option(16, "--requests", ge=1, le=MAX_REQUESTS)
-    warmup: int = option(1, "--warmup", ge=0, le=MAX_REQUESTS)
+    requests: int = option(16, "--requests", "Requests per cell (eval items cycled).", ge=1, le=MAX_REQUESTS)
+    warmup: int = option(1, "--warmup", "Uncounted warm-up requests at c=1 first.", ge=0, le=MAX_REQUESTS)
 
     def model_post_init(self, _context: Any) -> None:
         if any(c < 1 for c in self.levels):

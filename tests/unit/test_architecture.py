@@ -278,7 +278,7 @@ LINES = "record lines as read or written"
 DBT = "dbt YAML and MetricFlow's manifest JSON, as parsed"
 KWARGS = "keyword arguments handed to a constructor"
 JSON_EDGES: dict[str, tuple[int, str]] = {
-    "nlq2sql.cli.load": (3, "the values a generated option gave, before the settings model validates them"),
+    "nlq2sql.cli.load": (4, "the values a generated option gave, before the settings model validates them"),
     "nlq2sql.inputs": (1, READ),
     "nlq2sql.records.store": (4, LINES),
     "nlq2sql.records.results": (1, f"{READ} (a manifest's warehouse)"),
