@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_server_metrics import FIXTURE, reference  # noqa: E402
+from unit.transport.test_server_metrics import FIXTURE, reference  # noqa: E402
 
 from nlq2sql.transport.server_metrics import parse_metrics  # noqa: E402
 

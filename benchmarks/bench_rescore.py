@@ -154,8 +154,10 @@ def measure_score(evalset: str, responses: str, out: str, warehouse: str) -> dic
     started, cpu = time.perf_counter(), _cpu_s()
     summary = score_responses(cfg)
     wall, cpu = time.perf_counter() - started, _cpu_s() - cpu
-    if hasattr(summary, "to_json_dict"):  # a typed Summary; older trees return summary.json's dict
-        summary = summary.to_json_dict()
+    for dump in ("to_json", "to_json_dict"):  # a typed Summary (older trees: to_json_dict, or the dict itself)
+        if hasattr(summary, dump):
+            summary = getattr(summary, dump)()
+            break
     compared = {k: summary.get(k) for k in COMPARED_KEYS}
     return {"items": summary["n"], "wall_s": wall, "items_per_s": summary["n"] / wall, "cpu_s": cpu,
             "items_per_cpu_s": summary["n"] / cpu,

@@ -12,14 +12,15 @@ the stages see it only as :class:`ConditionTraces`.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Protocol
 
 from nlq2sql.records.item import ItemRecord
 from nlq2sql.records.typed import Typed
 
-__all__ = ["ConditionTraces", "Selection", "abstain_reason", "apply_abstention", "carry_evidence", "conditions",
-           "decided", "read_traces_with"]
+__all__ = ["CONDITIONS_PACKAGE", "ConditionTraces", "Selection", "abstain_reason", "apply_abstention",
+           "carry_evidence", "conditions", "decided", "read_traces_with"]
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,18 @@ def read_traces_with(source: ConditionTraces) -> None:
     _SOURCE[:] = [source]
 
 
+#: The package whose import registers the conditions (and calls :func:`read_traces_with`): found by
+#: name, as a plugin is, since it lives in a layer above this one.
+CONDITIONS_PACKAGE = "nlq2sql.conditions"
+
+
 def conditions() -> ConditionTraces:
-    """The conditions' traces; loading ``nlq2sql.conditions`` provides them (never silently none)."""
+    """The conditions' traces: the registry's, its package loaded on first use by name (so a library
+    caller scoring records needs no import of its own), never silently none."""
     if not _SOURCE:
-        raise RuntimeError("the conditions' registry is not loaded: import nlq2sql.conditions before scoring "
-                           "or summarising records")
+        importlib.import_module(CONDITIONS_PACKAGE)
+    if not _SOURCE:
+        raise RuntimeError(f"importing {CONDITIONS_PACKAGE} registered no condition traces")
     return _SOURCE[0]
 
 
