@@ -71,7 +71,7 @@ def test_sweep_live(vllm_server: LocalServer, tmp_path: Path) -> None:
     assert lv[8].server.observed and 1 <= run8.peak <= 8
     # Sampled every 0.1 s through the level: at least half the samples its wall time allows (a
     # fast level is short, so no fixed count).
-    assert run8.n >= max(2, int(0.5 * lv[8].wall_s / 0.1)), (run8.n, lv[8].wall_s)
+    assert run8.n >= max(2, int(0.5 * (lv[8].wall_s or 0) / 0.1)), (run8.n, lv[8].wall_s)
     assert lv[8].client.inflight_peak == 8
     assert lv[1].server.running.peak <= 1
     a = res.analysis
