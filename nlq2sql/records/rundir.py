@@ -28,6 +28,7 @@ class RunDir:
 
     def __init__(self, path: Path) -> None:
         self.path = require_run(path)
+        self._read: dict[str, dict[str, JsonValue]] = {}  # each file parsed once (the check, then the reader)
 
     @classmethod
     def finished(cls, path: Path) -> RunDir:
@@ -77,10 +78,12 @@ class RunDir:
             raise RecordError(f"{parsed} readable records, but the summary counts {summary['n']}", path=str(path))
 
     def _object(self, name: str) -> dict[str, JsonValue]:
-        data = read_json(self.path / name)
-        if not isinstance(data, dict):
-            raise RecordError("not a JSON object", path=str(self.path / name))
-        return data
+        if name not in self._read:
+            data = read_json(self.path / name)
+            if not isinstance(data, dict):
+                raise RecordError("not a JSON object", path=str(self.path / name))
+            self._read[name] = data
+        return self._read[name]
 
     def _typed(self, model: type[T], name: str) -> T:
         try:
