@@ -119,15 +119,24 @@ def mode_params(model: type[ModeSettings], panel: str | None = None) -> list[ins
     return out
 
 
-def _settings_values(model: type[ModeSettings], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The generated options' values (popped from ``kwargs``) as the settings take them."""
-    values = {}
-    for p in mode_params(model):
-        v = kwargs.pop(p.name)
-        if get_origin(model.model_fields[p.name].annotation) is tuple:
-            v = tuple(v) if v is not None else model.model_fields[p.name].default
-        values[p.name] = v
-    return values
+def _with_options(fn: Callable[..., Any], own: list[inspect.Parameter], model: type[ModeSettings],
+                  panel: str | None) -> Callable[..., Any]:
+    """``fn`` as a command taking ``own`` then ``model``'s generated options (:func:`mode_params`);
+    ``fn`` receives the latter as ``values`` (field name → value, a repeated option as a tuple)."""
+    extra = mode_params(model, panel)
+    repeated = {p.name: model.model_fields[p.name].default for p in extra
+                if get_origin(model.model_fields[p.name].annotation) is tuple}
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Any:
+        values = {p.name: kwargs.pop(p.name) for p in extra}
+        values |= {n: default if values[n] is None else tuple(values[n]) for n, default in repeated.items()}
+        return fn(values=values, **kwargs)
+
+    params = [*own, *extra]
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
 
 
 def mode_options(model: type[ModeSettings], panel: str | None = LOAD_PANEL) -> Callable[[F], F]:
@@ -136,16 +145,7 @@ def mode_options(model: type[ModeSettings], panel: str | None = LOAD_PANEL) -> C
     def deco(fn: F) -> F:
         sig = inspect.signature(fn, eval_str=True)
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != "values"]
-        extra = mode_params(model, panel)
-
-        @functools.wraps(fn)
-        def wrapper(**kwargs: Any) -> Any:
-            return fn(values=_settings_values(model, kwargs), **kwargs)
-
-        params = [*own, *extra]
-        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        return wrapper  # type: ignore[return-value]
+        return _with_options(fn, own, model, panel)  # type: ignore[return-value]
     return deco
 
 
@@ -290,7 +290,8 @@ def _probe_command(mode: type[ProbeMode[Any, Any]]) -> None:
     def command(endpoint: str | None = None, model: str = DEFAULT_MODEL, api_key_env: str | None = None,
                 max_num_seqs: int | None = None, out: Path = Path(f"runs/probe-{short}"),
                 evalset: str = "heldout", prompt: str = "baseline", semantic_model: str = CLI_WAREHOUSE,
-                db: Path | None = None, **values: Any) -> None:
+                db: Path | None = None, values: dict[str, Any] | None = None) -> None:
+        values = dict(values or {})
         output_dir(out, create=False)
         base = _load_base("heldout", endpoint, model, api_key_env, "baseline", 16, "none", out, max_num_seqs)
         if mode.asks_questions:
@@ -306,14 +307,9 @@ def _probe_command(mode: type[ProbeMode[Any, Any]]) -> None:
     if mode.asks_questions:
         common += [("evalset", EvalsetOpt), ("prompt", PromptOpt), ("semantic_model", SemanticModelOpt), ("db", DbOpt)]
     defaults = inspect.signature(command).parameters
-    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults[n].default, annotation=a)
-              for n, a in common] + mode_params(mode.settings_model)
-
-    def run(**kwargs: Any) -> None:
-        command(**_settings_values(mode.settings_model, kwargs), **kwargs)
-
-    run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    run.__annotations__ = {p.name: p.annotation for p in params}
+    own = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults[n].default, annotation=a)
+           for n, a in common]
+    run = _with_options(command, own, mode.settings_model, None)
     run.__doc__ = (mode.__doc__ or "").strip().split("\n\n")[0]
     run.__name__ = f"probe_{short.replace('-', '_')}"
     probe_app.command(short)(handled(run))
